@@ -1,0 +1,244 @@
+"""The audit: which surface features leak the label, and how strongly (METHODS §1).
+
+Counting streams batches through ``features.extract`` into a counter (exact or sketch);
+partial states merge, so the same function runs in-process, per Ray Data batch, or on
+new shards added to a saved state (``update``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from . import stats as zstats
+from .corpus import Corpus, is_corpus, iter_input_batches, load
+from .counts import ExactCounts, counter_from_bytes, make_counter
+from .features import FeatureConfig, extract
+from .readers import ReadOptions, expand_paths
+from .report import dict_table, img_tag, page, topk_table, zplot_png
+from .schema import Mapping
+from .storage import AtomicDir, get_fs
+
+
+@dataclass
+class AuditConfig:
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    mode: str = "exact"             # exact | sketch
+    prior: str = "uniform"          # uniform | empirical
+    min_count: int = 10
+    alpha: float = 0.01
+    k: int = 20
+    probe_folds: int = 5
+    sketch_lg_max_k: int = 16
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["features"] = self.features.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AuditConfig":
+        return cls(**{**d, "features": FeatureConfig.from_dict(d["features"])})
+
+
+@dataclass
+class AuditResult:
+    stats: zstats.ZStats
+    counter: object
+    config: AuditConfig
+    rejected: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.counter.rows
+
+    def top_k(self, k: int | None = None) -> dict:
+        return self.stats.top_k(k or self.config.k)
+
+
+def _counter(config: AuditConfig):
+    return make_counter(config.mode, **({"lg_max_k": config.sketch_lg_max_k} if config.mode == "sketch" else {}))
+
+
+def count_table(table: pa.Table, config: AuditConfig, counter=None):
+    """Add one canonical batch's feature–label counts to ``counter`` (a new one if None)."""
+    counter = counter if counter is not None else _counter(config)
+    counter.update(extract(table, config.features), table["label"])
+    return counter
+
+
+def probe_counts(table: pa.Table, config: AuditConfig) -> ExactCounts:
+    """Counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row."""
+    from .models import NGramClassifier, cross_fit_proba
+
+    proba, classes = cross_fit_proba(lambda: NGramClassifier("hypothesis"), table, k=config.probe_folds)
+    pred = pa.array([f"hypo-only-pred={classes[i]}" for i in proba.argmax(axis=1)], pa.string())
+    counts = pa.table({"feature": pred, "label": table["label"]}).group_by(["feature", "label"]).aggregate(
+        [([], "count_all")]).rename_columns(["feature", "label", "count"])
+    out = ExactCounts()
+    out.add_counts(counts)
+    return out
+
+
+def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig):
+    counter = _counter(config)
+    rejected = 0
+    probe_tables = []
+    with tqdm(desc="audit", unit=" rows", disable=None) as bar:
+        for _, batch in iter_input_batches(inputs, mapping, opts):
+            count_table(batch.rows, config, counter)
+            rejected += batch.rejects.num_rows
+            if "hypo-only" in config.features.families:
+                probe_tables.append(batch.rows.select(["id", "text_a", "text_b", "label"]))
+            bar.update(batch.rows.num_rows)
+    _add_probe(counter, probe_tables, config)
+    return counter, rejected
+
+
+def _add_probe(counter, tables, config):
+    if "hypo-only" in config.features.families and tables:
+        probe = probe_counts(pa.concat_tables(tables), config)
+        counter.add_counts(probe.counts())
+
+
+def _ray_partial(batch: pa.Table, config_dict: dict) -> pa.Table:
+    config = AuditConfig.from_dict(config_dict)
+    return pa.table({"state": [count_table(batch, config).to_bytes()], "rows": [batch.num_rows]})
+
+
+def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, config_dict: dict) -> pa.Table:
+    from .readers import read_file
+
+    config = AuditConfig.from_dict(config_dict)
+    states, rejected = [], []
+    for path in batch["path"].to_pylist():
+        counter = _counter(config)
+        bad = 0
+        for b in read_file(path, mapping, opts):
+            count_table(b.rows, config, counter)
+            bad += b.rejects.num_rows
+        states.append(counter.to_bytes())
+        rejected.append(bad)
+    return pa.table({"state": states, "rejected": rejected})
+
+
+def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig):
+    """The same counting as a Ray Data pipeline: map_batches emit partial states, merged here."""
+    from .execution import ray_init
+
+    ray = ray_init()
+    corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
+    raw = [u for u in inputs if u not in corpora]
+    counter, rejected = _counter(config), 0
+    cfg = config.to_dict()
+    datasets = []
+    if corpora:
+        files = [f for u in corpora for f in Corpus.open(u, opts.storage_options).files]
+        ds = ray.data.read_parquet(files, columns=["id", "text_a", "text_b", "label"])
+        datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg}, batch_format="pyarrow",
+                                       batch_size=opts.batch_rows))
+    if raw:
+        if mapping is None:
+            raise ValueError("raw inputs need --preset or --map")
+        paths = expand_paths(raw, opts.storage_options)
+        ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=len(paths))
+        datasets.append(ds.map_batches(_ray_partial_files, fn_kwargs={"mapping": mapping, "opts": opts,
+                                                                       "config_dict": cfg},
+                                       batch_format="pyarrow", batch_size=1))
+    for ds in datasets:
+        for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            for blob in part["state"].to_pylist():
+                counter.merge(counter_from_bytes(blob))
+            if "rejected" in part.column_names:
+                rejected += sum(part["rejected"].to_pylist())
+    if "hypo-only" in config.features.families:
+        table, _ = load(inputs, mapping, opts)
+        _add_probe(counter, [table], config)
+    return counter, rejected
+
+
+def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+          config: AuditConfig = AuditConfig(), engine: str = "local", state: str | None = None) -> AuditResult:
+    """Count features over ``inputs`` (added to a saved ``state`` if given) and compute z-statistics."""
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine must be local or ray, not {engine!r}")
+    base = None
+    if state is not None:
+        base, saved = load_state(state)
+        if saved.features != config.features or saved.mode != config.mode:
+            raise ValueError(f"{state}: saved with features {saved.features.to_dict()} in {saved.mode} mode; "
+                             "the update must use the same")
+    counter, rejected = (count_ray if engine == "ray" else count_local)(inputs, mapping, opts, config)
+    if base is not None:
+        counter = base.merge(counter)
+    return finish(counter, config, rejected)
+
+
+def finish(counter, config: AuditConfig, rejected: int = 0) -> AuditResult:
+    st = zstats.compute(counter.counts(), counter.label_totals, prior=config.prior,
+                        min_count=config.min_count, alpha=config.alpha)
+    return AuditResult(st, counter, config, rejected)
+
+
+# ---------------------------------------------------------------- persistence and report
+
+STATE_FILE = "state.bin"
+STATE_META = "state.json"
+
+
+def load_state(path: str):
+    fs, root = get_fs(path)
+    with fs.open(os.path.join(root, STATE_META)) as fh:
+        meta = json.load(fh)
+    with fs.open(os.path.join(root, STATE_FILE), "rb") as fh:
+        counter = counter_from_bytes(fh.read())
+    return counter, AuditConfig.from_dict(meta["config"])
+
+
+def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refinery audit") -> dict:
+    """stats.parquet, topk.json, summary.json, zplot.png, report.html and the mergeable state."""
+    st, cfg = result.stats, result.config
+    topk = result.top_k()
+    summary = {
+        "rows": result.rows,
+        "rejected": result.rejected,
+        "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
+        "features": int(len(st.n)),
+        "features_with_min_count": int((st.n >= cfg.min_count).sum()),
+        "threshold": st.threshold,
+        "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
+        "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
+        "error_bounds": result.counter.error_bounds(),
+        "config": cfg.to_dict(),
+        "inputs": list(inputs),
+    }
+    png = zplot_png(st, k=min(cfg.k, 8), title=title)
+    sink = pa.BufferOutputStream()
+    pq.write_table(st.to_table(), sink, compression="zstd")
+    with AtomicDir(out) as d:
+        d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
+        d.write_text("topk.json", json.dumps(topk, indent=1))
+        d.write_bytes("zplot.png", png)
+        d.write_bytes(STATE_FILE, result.counter.to_bytes())
+        d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
+                                             "inputs": list(inputs)}, indent=1))
+        d.write_text("report.html", page(title, [
+            ("Summary", dict_table({k: v for k, v in summary.items() if k != "config"})),
+            ("z-statistics (Gardner et al. 2021)", img_tag(png, "z-statistics plot")),
+            (f"Top {cfg.k} features per label", topk_table(topk)),
+            ("Configuration", dict_table(cfg.to_dict())),
+        ]))
+        d.write_text("summary.json", json.dumps(summary, indent=1, default=str))
+        d.commit()
+    return summary
+
+
+def top_z(stats: zstats.ZStats) -> dict:
+    """Largest z*(x,l) per label among features with n ≥ min_count."""
+    z = np.where((stats.n >= stats.min_count)[:, None], stats.z, -np.inf)
+    return {l: float(z[:, j].max(initial=-np.inf)) for j, l in enumerate(stats.labels)}

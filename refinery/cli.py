@@ -1,0 +1,194 @@
+"""The ``refinery`` command line: a thin layer over the Python API."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from . import corpus as corpus_mod
+from .readers import BadRowError, ReadOptions
+from .schema import resolve_mapping
+from .storage import parse_storage_options
+
+
+def input_options(f):
+    """Options shared by every verb that reads a corpus."""
+    options = [
+        click.option("--preset", type=click.Choice(["snli", "mnli", "hans", "qqp", "fever", "sick", "msrp"]),
+                     help="Column mapping of a known release."),
+        click.option("--map", "mapping", metavar="text_a=COL,text_b=COL,label=COL,id=COL",
+                     help="Explicit column mapping."),
+        click.option("--labels", metavar="A,B,C", help="Declared label set (rows outside it are rejected)."),
+        click.option("--on-bad-row", type=click.Choice(["quarantine", "fail"]), default="quarantine",
+                     show_default=True, help="Quarantine bad rows in rejects, or fail naming file and line."),
+        click.option("--max-chars", type=int, default=20_000, show_default=True,
+                     help="Reject rows whose text is longer."),
+        click.option("--batch-rows", type=int, default=65_536, show_default=True),
+        click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+                     help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, preset, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options, **kwargs):
+        try:
+            kwargs["mapping"] = resolve_mapping(preset, mapping, labels)
+            kwargs["opts"] = ReadOptions(batch_rows=batch_rows, max_chars=max_chars, on_bad_row=on_bad_row,
+                                         storage_options=parse_storage_options(storage_options))
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        try:
+            return f(*args, **kwargs)
+        except (BadRowError, FileNotFoundError, corpus_mod.OutputExists, KeyError) as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def mode_option(f):
+    return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
+                        show_default=True, help="What to do when OUT already holds a finished result.")(f)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="refinery")
+def main():
+    """refinery: audit and debias labeled text corpora."""
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output folder or URL.")
+@click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True)
+@mode_option
+@input_options
+def convert(inputs, out, shard_rows, mode, mapping, opts):
+    """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
+    manifest = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows,
+                                  config={"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None})
+    click.echo(f"{out}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected "
+               f"in {len(manifest['files'])} shard(s)")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@input_options
+def inspect(paths, as_json, mapping, opts):
+    """Rows, schema, label counts, rejects by reason and text lengths of PATHS."""
+    from .inspect import format_inspection, inspect as run_inspect
+
+    info = run_inspect(paths, mapping, opts)
+    click.echo(json.dumps(info, indent=2) if as_json else format_inspection(info))
+
+
+@main.command()
+@click.argument("query")
+@click.argument("corpora", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table")
+@click.option("--output", "output", help="Write the result to this file instead of the terminal.")
+@click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a $NAME query parameter.")
+@input_options
+def sql(query, corpora, fmt, output, limit, params, mapping, opts):
+    """Run a named query from sql/ (or a .sql FILE) over CORPORA ([SPLIT=]PATH ...), exposed as view ``corpus``."""
+    import tempfile
+
+    from . import queries
+
+    con = queries.connect()
+    with tempfile.TemporaryDirectory(prefix="refinery-sql-") as workdir:
+        files = queries.corpus_files(corpora, mapping, opts, workdir)
+        queries.register_corpora(con, files, opts.storage_options)
+        result = queries.run(con, query, dict(p.split("=", 1) for p in params))
+    if output or fmt == "parquet":
+        import pyarrow.csv as pcsv
+        import pyarrow.parquet as pq
+
+        target = output or f"{query.removesuffix('.sql')}.parquet"
+        if fmt == "parquet":
+            pq.write_table(result, target)
+        elif fmt == "csv":
+            pcsv.write_csv(result, target)
+        else:
+            with open(target, "w") as fh:
+                json.dump(result.to_pylist(), fh, default=str, indent=1)
+        click.echo(f"{result.num_rows:,} rows -> {target}")
+    elif fmt == "json":
+        click.echo(json.dumps(result.to_pylist(), default=str, indent=1))
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        buf = __import__("io").BytesIO()
+        pcsv.write_csv(result, buf)
+        click.echo(buf.getvalue().decode())
+    else:
+        click.echo(result.slice(0, limit).to_pandas().to_string(max_colwidth=60))
+        click.echo(f"({result.num_rows:,} rows)")
+
+
+def feature_options(f):
+    """Feature families and tokenization shared by the audit and the methods built on it."""
+    options = [
+        click.option("--features", "families", default="unigram,bigram,null", show_default=True,
+                     help="Feature families: unigram,bigram,length,ratio,overlap,null,hypo-only (or 'all')."),
+        click.option("--stopwords/--keep-stopwords", default=False, help="Remove English stopwords."),
+        click.option("--strip-punct/--keep-punct", default=False, help="Remove punctuation tokens."),
+        click.option("--no-lowercase", is_flag=True, help="Keep case."),
+        click.option("--field-names", default="premise,hypothesis", show_default=True,
+                     help="Names of text_a and text_b in feature keys (w@hypothesis)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, families, stopwords, strip_punct, no_lowercase, field_names, **kwargs):
+        from .features import FAMILIES, FeatureConfig, TokenizerOptions
+
+        fams = FAMILIES if families == "all" else tuple(x.strip() for x in families.split(",") if x.strip())
+        try:
+            kwargs["feature_config"] = FeatureConfig(
+                families=fams, tokenizer=TokenizerOptions(not no_lowercase, strip_punct, stopwords),
+                field_names=tuple(field_names.split(",")))
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output folder: stats.parquet, topk.json, report.html, state.")
+@click.option("--k", type=int, default=20, show_default=True, help="Top features per label.")
+@click.option("--min-count", type=int, default=10, show_default=True)
+@click.option("--prior", type=click.Choice(["uniform", "empirical"]), default="uniform", show_default=True)
+@click.option("--alpha", type=float, default=0.01, show_default=True, help="Family-wise level (Bonferroni).")
+@click.option("--counting", type=click.Choice(["exact", "sketch"]), default="exact", show_default=True)
+@click.option("--sketch-lg-k", type=int, default=16, show_default=True, help="log2 of frequent-items map size.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
+@feature_options
+@input_options
+def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, engine, state, feature_config,
+          mapping, opts):
+    """z-statistics of surface features against the label (Gardner et al. 2021)."""
+    from . import audit as audit_mod
+    from .report import terminal_topk
+
+    config = audit_mod.AuditConfig(features=feature_config, mode=counting, prior=prior, min_count=min_count,
+                                   alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k)
+    result = audit_mod.audit(inputs, mapping, opts, config, engine=engine, state=state)
+    summary = audit_mod.write_outputs(result, out, inputs)
+    click.echo(f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
+               f"threshold z > {summary['threshold']:.2f}")
+    click.echo(terminal_topk(result.top_k()))
+    click.echo(f"report: {out}/report.html")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""Canonical corpora on any fsspec filesystem: Parquet shards + rejects + manifest.json.
+
+Publishing is atomic: everything is written under ``<out>.tmp-<token>`` with the manifest
+last, then renamed onto ``<out>``; a folder without a manifest is never a finished corpus.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .readers import Batch, ReadOptions, expand_paths, read_file
+from .schema import REJECTS_SCHEMA, Mapping
+from .storage import AtomicDir, get_fs
+
+MANIFEST = "manifest.json"
+FORMAT = "refinery.corpus/1"
+DEFAULT_SHARD_ROWS = 250_000
+
+
+class OutputExists(FileExistsError):
+    pass
+
+
+@dataclass
+class Corpus:
+    """A finished canonical corpus: the manifest and where its shards are."""
+
+    url: str
+    manifest: dict
+    storage_options: dict | None = None
+
+    @classmethod
+    def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
+        fs, path = get_fs(url, storage_options)
+        mpath = posixpath.join(path, MANIFEST)
+        if not fs.exists(mpath):
+            raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
+        with fs.open(mpath, "r") as fh:
+            return cls(url.rstrip("/"), json.load(fh), storage_options)
+
+    @property
+    def files(self) -> list[str]:
+        return [posixpath.join(self.url, f) for f in self.manifest["files"]]
+
+    @property
+    def reject_files(self) -> list[str]:
+        return [posixpath.join(self.url, f) for f in self.manifest["rejects"]]
+
+    def iter_tables(self, columns=None) -> Iterator[pa.Table]:
+        fs, _ = get_fs(self.url, self.storage_options)
+        for url in self.files:
+            _, path = get_fs(url, self.storage_options)
+            with fs.open(path, "rb") as fh:
+                yield pq.read_table(fh, columns=columns)
+
+    def read(self, columns=None) -> pa.Table:
+        return concat(list(self.iter_tables(columns)))
+
+    def read_rejects(self) -> pa.Table:
+        fs, _ = get_fs(self.url, self.storage_options)
+        tables = []
+        for url in self.reject_files:
+            _, path = get_fs(url, self.storage_options)
+            with fs.open(path, "rb") as fh:
+                tables.append(pq.read_table(fh))
+        return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()
+
+
+def is_corpus(url: str, storage_options=None) -> bool:
+    fs, path = get_fs(url, storage_options)
+    return fs.isdir(path) and fs.exists(posixpath.join(path, MANIFEST))
+
+
+def concat(tables: list[pa.Table]) -> pa.Table:
+    tables = [t for t in tables if t is not None]
+    if not tables:
+        return pa.table({"id": pa.array([], pa.string()), "text_a": pa.array([], pa.string()),
+                         "text_b": pa.array([], pa.string()), "label": pa.array([], pa.string())})
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: ReadOptions = ReadOptions()
+                       ) -> Iterator[tuple[str, Batch]]:
+    """Canonical batches from raw inputs (with a mapping) or finished corpora (without one)."""
+    for url in inputs:
+        if is_corpus(url, opts.storage_options):
+            corpus = Corpus.open(url, opts.storage_options)
+            for table in corpus.iter_tables():
+                yield url, Batch(table, REJECTS_SCHEMA.empty_table())
+            continue
+        if mapping is None:
+            raise ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
+        for path in expand_paths([url], opts.storage_options):
+            for batch in read_file(path, mapping, opts):
+                yield path, batch
+
+
+def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+         with_split: bool = False) -> tuple[pa.Table, pa.Table]:
+    """All rows and rejects of the inputs in memory (for small corpora and tests).
+
+    With ``with_split`` each row gets ``split`` = the basename of the input it came from
+    (unless the corpus already has a split column).
+    """
+    rows, rejects = [], []
+    for url in inputs:
+        for _, batch in iter_input_batches([url], mapping, opts):
+            table = batch.rows
+            if with_split and "split" not in table.column_names:
+                table = table.append_column("split", pa.array([split_name(url)] * table.num_rows, pa.string()))
+            rows.append(table)
+            rejects.append(batch.rejects)
+    return concat(rows), (pa.concat_tables(rejects) if rejects else REJECTS_SCHEMA.empty_table())
+
+
+def split_name(url: str) -> str:
+    base = posixpath.basename(url.rstrip("/"))
+    for suffix in (".gz", ".jsonl", ".json", ".tsv", ".csv", ".parquet", ".txt"):
+        base = base.removesuffix(suffix)
+    return base
+
+
+class CorpusWriter:
+    """Write canonical shards, rejects and a manifest; publish atomically on ``commit``.
+
+    ``mode``: ``overwrite`` replaces a finished output, ``skip`` leaves it (``skipped`` is
+    then True and nothing is written), ``error`` refuses to touch it.
+    """
+
+    def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
+                 config: dict | None = None, storage_options: dict | None = None, extra: dict | None = None):
+        if mode not in ("overwrite", "skip", "error"):
+            raise ValueError(f"mode must be overwrite|skip|error, not {mode!r}")
+        self.out = out.rstrip("/")
+        self.fs, self.path = get_fs(self.out, storage_options)
+        self.mode = mode
+        self.shard_rows = shard_rows
+        self.config = config or {}
+        self.extra = extra or {}
+        self.skipped = False
+        self.manifest: dict | None = None
+        if self.fs.exists(posixpath.join(self.path, MANIFEST)):
+            if mode == "skip":
+                self.skipped = True
+            elif mode == "error":
+                raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self._rejects: list[pa.Table] = []
+        self._rejected_buffered = 0
+        self._files: list[dict] = []
+        self._reject_files: list[dict] = []
+        self._labels: dict[str, int] = {}
+        self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
+
+    # -- writing
+    def write(self, rows: pa.Table | None = None, rejects: pa.Table | None = None) -> None:
+        if self.skipped:
+            return
+        if rows is not None and rows.num_rows:
+            self._buffer.append(rows)
+            self._buffered += rows.num_rows
+            for lab, cnt in zip(*value_counts(rows["label"])):
+                self._labels[lab] = self._labels.get(lab, 0) + cnt
+            while self._buffered >= self.shard_rows:
+                self._flush_rows(self.shard_rows)
+        if rejects is not None and rejects.num_rows:
+            self._rejects.append(rejects)
+            self._rejected_buffered += rejects.num_rows
+            if self._rejected_buffered >= self.shard_rows:
+                self._flush_rejects()
+
+    def write_batches(self, batches: Iterable[Batch]) -> None:
+        for batch in batches:
+            self.write(batch.rows, batch.rejects)
+
+    def _flush_rows(self, limit: int | None = None) -> None:
+        table = concat(self._buffer)
+        if limit is not None and table.num_rows > limit:
+            head, rest = table.slice(0, limit), table.slice(limit)
+        else:
+            head, rest = table, None
+        self._buffer = [rest] if rest is not None and rest.num_rows else []
+        self._buffered = rest.num_rows if rest is not None else 0
+        if head.num_rows:
+            self._files.append(self._write_parquet(head, f"part-{len(self._files):05d}.parquet"))
+
+    def _flush_rejects(self) -> None:
+        table = pa.concat_tables(self._rejects)
+        self._rejects, self._rejected_buffered = [], 0
+        if table.num_rows:
+            self._reject_files.append(self._write_parquet(table, f"rejects-{len(self._reject_files):05d}.parquet"))
+
+    def _write_parquet(self, table: pa.Table, name: str) -> dict:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        self._dir.write_bytes(name, data)
+        return {"path": name, "rows": table.num_rows, "sha256": hashlib.sha256(data).hexdigest()}
+
+    # -- publishing
+    def commit(self) -> dict:
+        """Flush, write the manifest last, and move the result into place."""
+        if self.skipped:
+            with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
+                self.manifest = json.load(fh)
+            return self.manifest
+        if self._buffered:
+            self._flush_rows()
+        if self._rejects:
+            self._flush_rejects()
+        self.manifest = {
+            "format": FORMAT,
+            "rows": sum(f["rows"] for f in self._files),
+            "rejected": sum(f["rows"] for f in self._reject_files),
+            "labels": dict(sorted(self._labels.items())),
+            "files": [f["path"] for f in self._files],
+            "rejects": [f["path"] for f in self._reject_files],
+            "file_stats": self._files + self._reject_files,
+            **self.extra,
+            "command": _command_line(),
+            "config": self.config,
+        }
+        self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
+        self._dir.commit()
+        return self.manifest
+
+    def abort(self) -> None:
+        if self._dir is not None:
+            self._dir.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+        return False
+
+
+def value_counts(arr) -> tuple[list, list]:
+    vc = arr.value_counts()
+    if isinstance(vc, pa.ChunkedArray):
+        vc = vc.combine_chunks()
+    return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
+
+
+def _command_line() -> str:
+    return " ".join(["refinery", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("refinery") else " ".join(sys.argv)
+
+
+def write_table(table: pa.Table, out: str, **kwargs) -> dict:
+    """Write one in-memory table as a finished corpus (manifest last)."""
+    with CorpusWriter(out, **kwargs) as writer:
+        writer.write(table)
+        return writer.commit()
+
+
+def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(),
+            mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> dict:
+    """Read raw inputs and write the canonical corpus with its rejects and manifest."""
+    with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
+                      storage_options=opts.storage_options) as writer:
+        if not writer.skipped:
+            for _, batch in iter_input_batches(inputs, mapping, opts):
+                writer.write(batch.rows, batch.rejects)
+        return writer.commit()

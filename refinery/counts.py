@@ -1,0 +1,229 @@
+"""Feature–label counters with one output schema ``(feature, label, count)``.
+
+``ExactCounts`` keeps every count (per-batch Arrow group-by, merged by summing).
+``SketchCounts`` bounds memory with Apache DataSketches: a frequent-items sketch per label
+for the heavy hitters and a count-min sketch for n(x); batches are pre-aggregated so each
+distinct (feature, label) is one weighted update. Both serialize and merge, so partial
+states from shards (or Ray tasks) combine, and a saved state can be extended later.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
+
+
+def batch_counts(long: pa.Table, labels) -> pa.Table:
+    """Aggregate a batch's ``(row, feature)`` pairs into ``(feature, label, count)``."""
+    lab = pc.take(labels, long["row"])
+    t = pa.table({"feature": long["feature"], "label": lab})
+    out = t.group_by(["feature", "label"], use_threads=False).aggregate([([], "count_all")])
+    return out.rename_columns(["feature", "label", "count"]).cast(COUNTS_SCHEMA)
+
+
+def _label_totals(labels) -> dict:
+    vc = pc.value_counts(labels)
+    return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
+
+
+class ExactCounts:
+    mode = "exact"
+
+    def __init__(self):
+        self._parts: list[pa.Table] = []
+        self._pending = 0
+        self.label_totals: dict[str, int] = {}
+
+    @property
+    def rows(self) -> int:
+        return sum(self.label_totals.values())
+
+    def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
+        self._parts.append(counts.cast(COUNTS_SCHEMA))
+        self._pending += counts.num_rows
+        for k, v in (label_totals or {}).items():
+            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        if self._pending > 4_000_000 and len(self._parts) > 1:
+            self._compact()
+
+    def update(self, long: pa.Table, labels) -> None:
+        """Add one batch: its feature pairs and the label of each row."""
+        self.add_counts(batch_counts(long, labels), _label_totals(labels))
+
+    def merge(self, other: "ExactCounts") -> "ExactCounts":
+        self.add_counts(other.counts(), other.label_totals)
+        return self
+
+    def _compact(self) -> None:
+        t = pa.concat_tables(self._parts)
+        t = t.group_by(["feature", "label"]).aggregate([("count", "sum")])
+        t = t.rename_columns(["feature", "label", "count"])
+        self._parts, self._pending = [t], t.num_rows
+
+    def counts(self) -> pa.Table:
+        if not self._parts:
+            return COUNTS_SCHEMA.empty_table()
+        if len(self._parts) > 1:
+            self._compact()
+        return self._parts[0].sort_by([("feature", "ascending"), ("label", "ascending")])
+
+    def error_bounds(self) -> dict:
+        return {"mode": "exact", "count_error": 0}
+
+    # -- serialization
+    def to_bytes(self) -> bytes:
+        sink = io.BytesIO()
+        meta = {b"refinery": json.dumps({"mode": "exact", "label_totals": self.label_totals}).encode()}
+        t = self.counts()
+        pq.write_table(t.replace_schema_metadata(meta), sink, compression="zstd")
+        return sink.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ExactCounts":
+        t = pq.read_table(io.BytesIO(data))
+        meta = json.loads(t.schema.metadata[b"refinery"])
+        obj = cls()
+        obj.add_counts(t.replace_schema_metadata(None), meta["label_totals"])
+        return obj
+
+
+class SketchCounts:
+    """Bounded-memory counts: frequent items per label (heavy hitters), count-min for n(x).
+
+    Error bounds (reported by ``error_bounds``): a label count is underestimated by at most
+    the frequent-items sketch's maximum error; n(x) is overestimated by at most
+    ``relative_error × total weight`` with probability ``1 - exp(-num_hashes)``.
+    """
+
+    mode = "sketch"
+
+    def __init__(self, lg_max_k: int = 16, cm_hashes: int = 5, cm_buckets: int = 1 << 20):
+        from datasketches import count_min_sketch
+
+        self.lg_max_k = lg_max_k
+        self.cm_hashes, self.cm_buckets = cm_hashes, cm_buckets
+        self._items: dict = {}
+        self._n = count_min_sketch(cm_hashes, cm_buckets)
+        self.label_totals: dict[str, int] = {}
+
+    @property
+    def rows(self) -> int:
+        return sum(self.label_totals.values())
+
+    def _sketch(self, label: str):
+        from datasketches import frequent_strings_sketch
+
+        if label not in self._items:
+            self._items[label] = frequent_strings_sketch(self.lg_max_k)
+        return self._items[label]
+
+    def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
+        for k, v in (label_totals or {}).items():
+            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        for part in counts.group_by("label").aggregate([]).column("label").to_pylist():
+            sub = counts.filter(pc.equal(counts["label"], part))
+            sketch = self._sketch(part)
+            for f, c in zip(sub["feature"].to_pylist(), sub["count"].to_pylist()):
+                sketch.update(f, c)
+        n = counts.group_by("feature").aggregate([("count", "sum")])
+        cm = self._n
+        for f, c in zip(n["feature"].to_pylist(), n["count_sum"].to_pylist()):
+            cm.update(f, c)
+
+    def update(self, long: pa.Table, labels) -> None:
+        self.add_counts(batch_counts(long, labels), _label_totals(labels))
+
+    def merge(self, other: "SketchCounts") -> "SketchCounts":
+        for label, sk in other._items.items():
+            self._sketch(label).merge(sk)
+        self._n.merge(other._n)
+        for k, v in other.label_totals.items():
+            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        return self
+
+    def counts(self) -> pa.Table:
+        """Estimated counts of every feature that is a heavy hitter of some label.
+
+        Each feature's label counts come from the per-label sketches; their sum is the
+        feature's n unless the count-min estimate (an upper bound) is larger, which then
+        goes to a ``__other__`` pseudo-label so n stays honest.
+        """
+        from datasketches import frequent_items_error_type
+
+        candidates = set()
+        for sk in self._items.values():
+            candidates.update(item for item, *_ in sk.get_frequent_items(frequent_items_error_type.NO_FALSE_POSITIVES))
+        features, labels, values = [], [], []
+        for f in sorted(candidates):
+            total = 0
+            for label, sk in sorted(self._items.items()):
+                est = sk.get_estimate(f)
+                if est:
+                    features.append(f), labels.append(label), values.append(est)
+                    total += est
+            n = int(self._n.get_estimate(f))
+            if n > total:
+                features.append(f), labels.append("__other__"), values.append(n - total)
+        return pa.table({"feature": features, "label": labels, "count": values}, schema=COUNTS_SCHEMA)
+
+    def error_bounds(self) -> dict:
+        return {
+            "mode": "sketch",
+            "lg_max_k": self.lg_max_k,
+            "label_count_max_error": {k: int(self._max_error(sk)) for k, sk in self._items.items()},
+            "n_relative_error": self._n.get_relative_error(),
+            "n_max_overcount": int(math.ceil(self._n.get_relative_error() * self._n.total_weight)),
+            "n_confidence": 1 - math.exp(-self.cm_hashes),
+        }
+
+    @staticmethod
+    def _max_error(sk) -> float:
+        from datasketches import frequent_items_error_type
+
+        items = sk.get_frequent_items(frequent_items_error_type.NO_FALSE_NEGATIVES)
+        return max((ub - lb for _, _, lb, ub in items), default=0)
+
+    def to_bytes(self) -> bytes:
+        header = {"mode": "sketch", "lg_max_k": self.lg_max_k, "cm_hashes": self.cm_hashes,
+                  "cm_buckets": self.cm_buckets, "label_totals": self.label_totals,
+                  "labels": sorted(self._items)}
+        parts = [self._items[k].serialize() for k in header["labels"]] + [self._n.serialize()]
+        header["sizes"] = [len(p) for p in parts]
+        h = json.dumps(header).encode()
+        return len(h).to_bytes(8, "little") + h + b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "SketchCounts":
+        from datasketches import count_min_sketch, frequent_strings_sketch
+
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + size])
+        obj = cls(header["lg_max_k"], header["cm_hashes"], header["cm_buckets"])
+        obj.label_totals = header["label_totals"]
+        pos = 8 + size
+        blobs = []
+        for s in header["sizes"]:
+            blobs.append(data[pos:pos + s])
+            pos += s
+        for label, blob in zip(header["labels"], blobs):
+            obj._items[label] = frequent_strings_sketch.deserialize(blob)
+        obj._n = count_min_sketch.deserialize(blobs[-1])
+        return obj
+
+
+def make_counter(mode: str, **kwargs):
+    if mode == "exact":
+        return ExactCounts()
+    if mode == "sketch":
+        return SketchCounts(**kwargs)
+    raise ValueError(f"counting mode must be exact or sketch, not {mode!r}")
+
+
+def counter_from_bytes(data: bytes):
+    return SketchCounts.from_bytes(data) if data[:4] != b"PAR1" else ExactCounts.from_bytes(data)

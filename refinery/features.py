@@ -1,0 +1,174 @@
+"""Task-independent features of a row (METHODS §1; Wu et al. 2022, Table 9), vectorized on Arrow.
+
+A batch becomes a long table ``(row, feature)`` with each feature present once per row.
+Families: ``unigram``, ``bigram`` (per field: ``w@hypothesis``, ``w1 w2@premise``),
+``length`` (``hypo-len<5``), ``ratio`` (hypothesis/premise length ratio), ``overlap``
+(``lex-overlap>0.8``, ``lex-overlap>0.9``, ``full-lex-overlap``) and ``null``.
+``hypo-only-pred=<label>`` comes from a cross-fitted probe (see ``refinery.audit``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null", "hypo-only")
+DEFAULT_FAMILIES = ("unigram", "bigram", "null")
+LENGTH_BUCKETS = (5, 10, 15, 20)          # hypo-len<5, hypo-len<10, ... , hypo-len>=20
+RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0)    # len-ratio<0.25, ... , len-ratio>=1
+OVERLAP_THRESHOLDS = (0.8, 0.9)
+STOPWORDS = pa.array(sorted(ENGLISH_STOP_WORDS), pa.string())
+_PUNCT = r"([^\w\s])"
+
+
+@dataclass(frozen=True)
+class TokenizerOptions:
+    lowercase: bool = True
+    remove_punctuation: bool = False
+    remove_stopwords: bool = False
+
+    def tokenize(self, texts) -> pa.ListArray:
+        """Split on whitespace and punctuation (punctuation marks become tokens unless removed)."""
+        texts = pc.fill_null(_as_array(texts), "")
+        if self.lowercase:
+            texts = pc.utf8_lower(texts)
+        texts = pc.replace_substring_regex(texts, _PUNCT, " " if self.remove_punctuation else r" \1 ")
+        tokens = pc.utf8_split_whitespace(texts)
+        flat = pc.list_flatten(tokens)
+        keep = pc.not_equal(flat, "")  # runs of whitespace leave empty strings
+        if self.remove_stopwords:
+            keep = pc.and_(keep, pc.invert(pc.is_in(flat, value_set=STOPWORDS)))
+        return _filter_list(tokens, keep)
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    families: tuple = DEFAULT_FAMILIES
+    tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
+    field_names: tuple = ("premise", "hypothesis")
+    single_field_name: str = "text"
+
+    def __post_init__(self):
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown feature families {sorted(unknown)}; choose from {FAMILIES}")
+
+    def to_dict(self) -> dict:
+        return {"families": list(self.families), "tokenizer": self.tokenizer.__dict__,
+                "field_names": list(self.field_names), "single_field_name": self.single_field_name}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FeatureConfig":
+        return cls(tuple(d["families"]), TokenizerOptions(**d["tokenizer"]), tuple(d["field_names"]),
+                   d["single_field_name"])
+
+
+def _as_array(x) -> pa.Array:
+    return x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
+
+
+def _filter_list(lists: pa.ListArray, keep_flat) -> pa.ListArray:
+    """Drop flattened elements where ``keep_flat`` is false, keeping the list structure."""
+    flat = pc.list_flatten(lists)
+    parents = pc.list_parent_indices(lists).to_numpy()
+    keep = np.asarray(keep_flat, dtype=bool) if not isinstance(keep_flat, (pa.Array, pa.ChunkedArray)) \
+        else keep_flat.to_numpy(zero_copy_only=False)
+    lengths = np.bincount(parents[keep], minlength=len(lists))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), flat.filter(pa.array(keep)))
+
+
+def ngram_pairs(tokens: pa.ListArray, n: int, suffix: str) -> tuple[np.ndarray, pa.Array]:
+    """(row index, ``"w1 … wn@suffix"``) for every n-gram of each row (duplicates within a row kept)."""
+    flat = pc.list_flatten(tokens)
+    parents = pc.list_parent_indices(tokens).to_numpy()
+    if n == 1:
+        grams = flat
+    else:
+        m = len(flat) - n + 1
+        if m <= 0:
+            return np.empty(0, np.int64), pa.array([], pa.string())
+        same = np.ones(m, dtype=bool)
+        for k in range(1, n):
+            same &= parents[k:k + m] == parents[:m]
+        idx = np.nonzero(same)[0]
+        parts = [pc.take(flat, pa.array(idx + k)) for k in range(n)]
+        grams = pc.binary_join_element_wise(*parts, " ")
+        parents = parents[idx]
+    return parents.astype(np.int64), pc.binary_join_element_wise(grams, pa.scalar("@" + suffix), "")
+
+
+def _bucket(values: np.ndarray, edges, name: str, fmt="{:g}") -> pa.Array:
+    """``name<edge`` for the first edge above the value, else ``name>=last``."""
+    labels = [f"{name}<{fmt.format(e)}" for e in edges] + [f"{name}>={fmt.format(edges[-1])}"]
+    return pa.array(np.asarray(labels, dtype=object)[np.searchsorted(edges, values, side="right")], pa.string())
+
+
+def _overlap_share(tok_a: pa.ListArray, tok_b: pa.ListArray) -> np.ndarray:
+    """Share of hypothesis tokens that also occur in the premise, per row (Table 9)."""
+    pa_, pb_ = pc.list_parent_indices(tok_a).to_numpy(), pc.list_parent_indices(tok_b).to_numpy()
+    fa = pc.list_flatten(tok_a)
+    fb = pc.list_flatten(tok_b)
+    # key "row\x1ftoken": a hypothesis token overlaps when the same key exists on the premise side
+    key_a = pc.binary_join_element_wise(pa.array(pa_.astype(str)), fa, "\x1f")
+    key_b = pc.binary_join_element_wise(pa.array(pb_.astype(str)), fb, "\x1f")
+    hit = pc.is_in(key_b, value_set=key_a).to_numpy(zero_copy_only=False)
+    n = len(tok_b)
+    total = np.bincount(pb_, minlength=n)
+    hits = np.bincount(pb_, weights=hit, minlength=n)
+    return np.divide(hits, total, out=np.zeros(n), where=total > 0)
+
+
+def extract(table: pa.Table, config: FeatureConfig) -> pa.Table:
+    """Long table ``(row: int64, feature: string)`` of the features of each row, deduplicated per row."""
+    n = table.num_rows
+    fam = set(config.families)
+    single = "text_b" not in table.column_names or table["text_b"].null_count == n
+    fields = [("text_a", config.single_field_name)] if single else \
+        [("text_a", config.field_names[0]), ("text_b", config.field_names[1])]
+    tokens = {col: config.tokenizer.tokenize(table[col]) for col, _ in fields}
+    rows: list[np.ndarray] = []
+    feats: list[pa.Array] = []
+
+    def add(r, f):
+        rows.append(np.asarray(r, dtype=np.int64))
+        feats.append(f)
+
+    for col, name in fields:
+        if "unigram" in fam:
+            add(*ngram_pairs(tokens[col], 1, name))
+        if "bigram" in fam:
+            add(*ngram_pairs(tokens[col], 2, name))
+    all_rows = np.arange(n, dtype=np.int64)
+    hyp = "text_a" if single else "text_b"
+    hyp_len = pc.list_value_length(tokens[hyp]).to_numpy(zero_copy_only=False)
+    if "length" in fam:
+        add(all_rows, _bucket(hyp_len, LENGTH_BUCKETS, "hypo-len"))
+    if not single and "ratio" in fam:
+        prem_len = pc.list_value_length(tokens["text_a"]).to_numpy(zero_copy_only=False)
+        ratio = np.divide(hyp_len, prem_len, out=np.zeros(n), where=prem_len > 0)
+        add(all_rows, _bucket(ratio, RATIO_BUCKETS, "len-ratio"))
+    if not single and "overlap" in fam:
+        share = _overlap_share(tokens["text_a"], tokens["text_b"])
+        for t in OVERLAP_THRESHOLDS:
+            mask = share > t
+            add(all_rows[mask], pa.array([f"lex-overlap>{t:g}"] * int(mask.sum()), pa.string()))
+        mask = (share >= 1.0) & (hyp_len > 0)
+        add(all_rows[mask], pa.array(["full-lex-overlap"] * int(mask.sum()), pa.string()))
+    if "null" in fam:
+        add(all_rows, pa.array(["null"] * n, pa.string()))
+    if not rows:
+        return pa.table({"row": pa.array([], pa.int64()), "feature": pa.array([], pa.string())})
+    long = pa.table({"row": np.concatenate(rows), "feature": pa.concat_arrays([_as_array(f) for f in feats])})
+    return long.group_by(["row", "feature"], use_threads=False).aggregate([])
+
+
+def row_feature_lists(table: pa.Table, config: FeatureConfig) -> pa.ListArray:
+    """The distinct features of each row as a list column (row order kept)."""
+    long = extract(table, config).sort_by("row")
+    counts = np.bincount(long["row"].to_numpy(), minlength=table.num_rows)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), _as_array(long["feature"]))

@@ -1,0 +1,61 @@
+"""The classifier protocol and the K-fold cross-fitting helper."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+
+
+@runtime_checkable
+class Classifier(Protocol):
+    """sklearn-like: fit on canonical rows, predict label probabilities, persist to a folder."""
+
+    classes_: list
+
+    def fit(self, table: pa.Table) -> "Classifier": ...
+
+    def predict_proba(self, table: pa.Table) -> np.ndarray: ...
+
+    def save(self, path: str) -> None: ...
+
+
+def predict(model: Classifier, table: pa.Table) -> list:
+    proba = model.predict_proba(table)
+    return [model.classes_[i] for i in proba.argmax(axis=1)]
+
+
+def fold_of(ids, k: int, seed: int = 0) -> np.ndarray:
+    """Deterministic fold per row id (stable under reordering and appends)."""
+    import hashlib
+
+    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "little") % k
+                     for i in ids], dtype=np.int64)
+
+
+def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0) -> tuple[np.ndarray, list]:
+    """Out-of-fold probabilities: row i is scored by a model fit on the other k−1 folds."""
+    folds = fold_of(table["id"].to_pylist(), k, seed)
+    classes = sorted(set(table["label"].to_pylist()))
+    proba = np.zeros((table.num_rows, len(classes)))
+    for f in range(k):
+        test = folds == f
+        if not test.any():
+            continue
+        model = make_model().fit(table.filter(pa.array(~test)))
+        p = model.predict_proba(table.filter(pa.array(test)))
+        cols = [classes.index(c) for c in model.classes_]
+        proba[np.ix_(np.nonzero(test)[0], cols)] = p
+    return proba, classes
+
+
+def load_classifier(path: str) -> Classifier:
+    with open(os.path.join(path, "classifier.json")) as fh:
+        kind = json.load(fh)["kind"]
+    if kind == "ngram":
+        from .ngram import NGramClassifier
+
+        return NGramClassifier.load(path)
+    raise ValueError(f"{path}: unknown classifier kind {kind!r}")

@@ -1,0 +1,130 @@
+"""DuckDB over Parquet: named queries from ``sql/`` (one query a file) or a user's .sql file.
+
+Corpora are exposed as views; user-given names are bound as parameters or quoted as
+identifiers, never spliced raw into SQL.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import duckdb
+import fsspec
+import pyarrow as pa
+
+from .storage import get_fs
+
+SQL_DIR = Path(os.environ.get("REFINERY_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
+
+
+def named_queries() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(SQL_DIR.glob("*.sql"))}
+
+
+def load_sql(name_or_file: str) -> str:
+    """The text of ``sql/NAME.sql`` or of a user's ``FILE.sql``."""
+    if name_or_file.endswith(".sql") and Path(name_or_file).exists():
+        return Path(name_or_file).read_text()
+    queries = named_queries()
+    if name_or_file not in queries:
+        raise KeyError(f"no query named {name_or_file!r}; named queries: {', '.join(queries)}")
+    return queries[name_or_file].read_text()
+
+
+def quote_ident(name: str) -> str:
+    """A SQL identifier, double-quoted with embedded quotes doubled."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def quote_literal(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def connect(threads: int | None = None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    if memory_limit:
+        con.execute("SET memory_limit = " + quote_literal(memory_limit))
+    con.execute("SET preserve_insertion_order = true")
+    return con
+
+
+def _duckdb_path(con, url: str, storage_options) -> str:
+    """Local paths pass through; remote URLs go through an fsspec filesystem registered with DuckDB."""
+    fs, path = get_fs(url, storage_options)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return path
+    name = f"refinery_{protocol}"
+    if not con.filesystem_is_registered(name):
+        registered = fsspec.filesystem(protocol, **(fs.storage_options or {}))
+        registered.protocol = (name,)
+        con.register_filesystem(registered)
+    return f"{name}://{path}"
+
+
+def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, view: str = "corpus") -> None:
+    """Create view ``corpus`` over the shards of named corpora, with ``split`` and ``shard`` columns.
+
+    ``corpora`` maps a split name to its Parquet files.
+    """
+    parts = []
+    for split, files in corpora.items():
+        paths = [_duckdb_path(con, f, storage_options) for f in files]
+        file_list = "[" + ", ".join(quote_literal(p) for p in paths) + "]"
+        parts.append(
+            f"SELECT * REPLACE (coalesce(split, {quote_literal(split)}) AS split), filename AS shard "
+            f"FROM read_parquet({file_list}, union_by_name = true, filename = true)"
+            if _has_split(con, paths)
+            else f"SELECT *, {quote_literal(split)} AS split, filename AS shard "
+            f"FROM read_parquet({file_list}, union_by_name = true, filename = true)"
+        )
+    con.execute(f"CREATE OR REPLACE VIEW {quote_ident(view)} AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def _has_split(con, paths) -> bool:
+    file_list = "[" + ", ".join(quote_literal(p) for p in paths) + "]"
+    cols = con.execute(f"DESCRIBE SELECT * FROM read_parquet({file_list}, union_by_name = true)").fetchall()
+    return any(c[0] == "split" for c in cols)
+
+
+def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
+    """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``."""
+    sql = load_sql(name_or_file)
+    used = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
+    bound = {k: v for k, v in (params or {}).items() if k in used}
+    missing = used - set(bound)
+    if missing:
+        raise KeyError(f"query {name_or_file!r} needs parameters: {', '.join(sorted(missing))}")
+    return con.execute(sql, bound).fetch_arrow_table() if bound else con.execute(sql).fetch_arrow_table()
+
+
+def split_specs(specs) -> dict[str, str]:
+    """``[SPLIT=]PATH`` arguments into {split: path}; the split defaults to the file's stem."""
+    from .corpus import split_name
+
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or "://" in name or "/" in name:
+            name, path = split_name(spec), spec
+        if name in out:
+            raise ValueError(f"split {name!r} given twice")
+        out[name] = path
+    return out
+
+
+def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
+    """Parquet files per split: a finished corpus as it is, raw inputs converted under ``workdir``."""
+    from .corpus import Corpus, convert, is_corpus
+
+    files = {}
+    for split, path in split_specs(specs).items():
+        if not is_corpus(path, opts.storage_options):
+            out = os.path.join(workdir, split)
+            convert([path], out, mapping, opts)
+            path = out
+        files[split] = Corpus.open(path, opts.storage_options).files
+    return files

@@ -1,0 +1,388 @@
+"""Read labeled corpora (JSONL, JSON array, CSV/TSV, Parquet) into canonical Arrow batches.
+
+Every input row ends either in a canonical batch or in a rejects batch with its source
+file, line (1-based; row number for Parquet and JSON arrays), column and reason.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .schema import OPTIONAL_FIELDS, REJECTS_SCHEMA, Mapping
+from .storage import get_fs
+
+DEFAULT_BATCH_ROWS = 65_536
+DEFAULT_MAX_CHARS = 20_000
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
+           ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+class BadRowError(ValueError):
+    """Raised under ``on_bad_row='fail'``: names the file, line and column."""
+
+
+@dataclass
+class Batch:
+    rows: pa.Table
+    rejects: pa.Table
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    max_chars: int = DEFAULT_MAX_CHARS
+    on_bad_row: str = "quarantine"  # or "fail"
+    storage_options: dict | None = None
+
+
+def detect_format(path: str, mapping: Mapping | None) -> str:
+    if mapping and mapping.format:
+        return mapping.format
+    name = path.lower()
+    for suffix in (".gz", ".bz2", ".zst", ".xz"):
+        name = name.removesuffix(suffix)
+    ext = posixpath.splitext(name)[1]
+    if ext not in FORMATS:
+        raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; use a preset with a format")
+    return FORMATS[ext]
+
+
+def expand_paths(inputs, storage_options=None) -> list[str]:
+    """Files named by each input: a file, a directory of shards, or a glob (any fsspec URL)."""
+    out: list[str] = []
+    for url in inputs:
+        fs, path = get_fs(url, storage_options)
+        if any(ch in path for ch in "*?["):
+            matches = sorted(fs.glob(path))
+        elif fs.isdir(path):
+            matches = sorted(
+                p for p in fs.find(path)
+                if posixpath.splitext(p)[1].lower() in FORMATS and not posixpath.basename(p).startswith((".", "_"))
+            )
+        else:
+            matches = [path] if fs.exists(path) else []
+        if not matches:
+            raise FileNotFoundError(f"no input files at {url}")
+        out.extend(fs.unstrip_protocol(m) if "://" in url else m for m in matches)
+    return out
+
+
+# ---------------------------------------------------------------- raw parsing per format
+
+def _rejects(source_file: str, lines, columns, reasons, raws) -> pa.Table:
+    return pa.table(
+        {"source_file": [source_file] * len(lines), "line": lines, "column": columns,
+         "reason": reasons, "raw": raws},
+        schema=REJECTS_SCHEMA,
+    )
+
+
+def _records_to_table(records: list[dict]) -> pa.Table:
+    """Arrow table from parsed JSON objects; columns whose types conflict become JSON strings."""
+    try:
+        return pa.Table.from_pylist(records)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        keys = dict.fromkeys(k for r in records for k in r)
+        cols = {}
+        for k in keys:
+            values = [r.get(k) for r in records]
+            try:
+                cols[k] = pa.array(values)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                cols[k] = pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
+        return pa.table(cols)
+
+
+def _iter_text_lines(fs, path, batch_rows) -> Iterator[list[tuple[int, bytes]]]:
+    chunk: list[tuple[int, bytes]] = []
+    with fs.open(path, "rb", compression="infer") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            raw = raw.rstrip(b"\r\n")
+            if not raw.strip():
+                continue
+            chunk.append((lineno, raw))
+            if len(chunk) >= batch_rows:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def _decode(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _raw_jsonl(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
+    for chunk in _iter_text_lines(fs, path, opts.batch_rows):
+        records, lines, raws, bad = [], [], [], []
+        for lineno, raw in chunk:
+            text = _decode(raw)
+            if text is None:
+                bad.append((lineno, None, "undecodable bytes (not UTF-8)", raw.decode("utf-8", "replace")))
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                bad.append((lineno, None, f"malformed JSON: {e.msg} at column {e.colno}", text))
+                continue
+            if not isinstance(obj, dict):
+                bad.append((lineno, None, "JSON line is not an object", text))
+                continue
+            records.append(obj)
+            lines.append(lineno)
+            raws.append(text)
+        yield _with_provenance(_records_to_table(records), lines, raws), _rejects(source, *_unzip4(bad))
+
+
+def _raw_json_array(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
+    with fs.open(path, "rb", compression="infer") as fh:
+        data = fh.read()
+    text = _decode(data)
+    if text is None:
+        raise BadRowError(f"{source}: undecodable bytes (not UTF-8) in a JSON array file")
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRowError(f"{source}, line {e.lineno}: malformed JSON: {e.msg}") from None
+    if isinstance(items, dict):
+        items = next((v for v in items.values() if isinstance(v, list)), [items])
+    for start in range(0, len(items), opts.batch_rows):
+        records, lines, raws, bad = [], [], [], []
+        for i, obj in enumerate(items[start:start + opts.batch_rows], start=start + 1):
+            if isinstance(obj, dict):
+                records.append(obj)
+                lines.append(i)
+                raws.append(json.dumps(obj, ensure_ascii=False))
+            else:
+                bad.append((i, None, "array element is not an object", json.dumps(obj)))
+        yield _with_provenance(_records_to_table(records), lines, raws), _rejects(source, *_unzip4(bad))
+
+
+def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, pa.Table]]:
+    with fs.open(path, "rb", compression="infer") as fh:
+        stream = io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape", newline="")
+        reader = csv.reader(stream, delimiter=delimiter,
+                            quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None:
+            return
+        width = len(header)
+        cols: list[list] = [[] for _ in header]
+        lines, raws, bad = [], [], []
+
+        def flush():
+            table = pa.table({h: pa.array(c, pa.string()) for h, c in zip(header, cols)})
+            out = _with_provenance(table, list(lines), list(raws)), _rejects(source, *_unzip4(bad))
+            for c in cols:
+                c.clear()
+            lines.clear(), raws.clear(), bad.clear()
+            return out
+
+        prev_line = reader.line_num
+        for row in reader:
+            lineno, prev_line = prev_line + 1, reader.line_num
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            raw = delimiter.join(row)
+            if len(row) != width:
+                bad.append((lineno, None, f"expected {width} columns, got {len(row)}", _safe(raw)))
+            elif any(_has_surrogates(v) for v in row):
+                bad.append((lineno, None, "undecodable bytes (not UTF-8)", _safe(raw)))
+            else:
+                for c, v in zip(cols, row):
+                    c.append(v)
+                lines.append(lineno)
+                raws.append(raw)
+            if len(lines) + len(bad) >= opts.batch_rows:
+                yield flush()
+        if lines or bad:
+            yield flush()
+
+
+def _raw_parquet(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
+    with fs.open(path, "rb") as fh:
+        pf = pq.ParquetFile(fh)
+        start = 1
+        for rb in pf.iter_batches(batch_size=opts.batch_rows):
+            table = pa.Table.from_batches([rb])
+            lines = list(range(start, start + table.num_rows))
+            start += table.num_rows
+            yield _with_provenance(table, lines, None), _rejects(source, [], [], [], [])
+
+
+def _has_surrogates(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def _safe(s: str) -> str:
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _unzip4(bad):
+    return ([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad], [b[3] for b in bad])
+
+
+def _with_provenance(table: pa.Table, lines, raws) -> pa.Table:
+    table = table.append_column("__line", pa.array(lines, pa.int64()))
+    if raws is not None:
+        table = table.append_column("__raw", pa.array(raws, pa.string()))
+    return table
+
+
+# ---------------------------------------------------------------- canonicalization
+
+def _hash_ids(source_file: str, lines, text_a, text_b, label) -> list[str]:
+    """Content-hash ids, salted with the file name and line so duplicates stay distinct."""
+    base = posixpath.basename(source_file)
+    return [
+        hashlib.sha1(f"{base}\x1f{ln}\x1f{a}\x1f{b}\x1f{lab}".encode()).hexdigest()[:16]
+        for ln, a, b, lab in zip(lines, text_a, text_b, label)
+    ]
+
+
+def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars: int) -> Batch:
+    """Map a raw table (with ``__line``/``__raw`` provenance) to canonical rows and rejects.
+
+    Checks, in order, each naming its column: missing column, null value, empty text,
+    over-long text, label outside the declared set. Vectorized with Arrow compute.
+    """
+    n = table.num_rows
+    reason = pa.nulls(n, pa.string())
+    column = pa.nulls(n, pa.string())
+
+    def flag(mask, col_name, text):
+        nonlocal reason, column
+        mask = pc.and_(pc.fill_null(mask, False), pc.is_null(reason))
+        reason = pc.if_else(mask, pa.scalar(text), reason)
+        column = pc.if_else(mask, pa.scalar(col_name), column)
+
+    mapped = {k: v for k, v in mapping.columns.items() if v is not None}
+    values: dict[str, pa.ChunkedArray] = {}
+    for key in ("text_a", "text_b", "label"):
+        src = mapped.get(key)
+        if src is None:
+            continue
+        if src not in table.column_names:
+            flag(pa.array([True] * n), src, f"missing column {src!r}")
+            values[key] = pa.chunked_array([pa.nulls(n, pa.string())])
+            continue
+        col = table[src]
+        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+            col = pc.cast(col, pa.string()) if _castable(col.type) else pa.chunked_array(
+                [pa.array([None if v is None else json.dumps(v) for v in col.to_pylist()], pa.string())])
+        values[key] = col
+        flag(pc.is_null(col), src, f"missing or null value in column {src!r}")
+        if key != "label":
+            flag(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), src, f"empty text in column {src!r}")
+            flag(pc.greater(pc.utf8_length(col), max_chars), src,
+                 f"text longer than {max_chars} characters in column {src!r}")
+
+    label = values["label"]
+    if mapping.labels:
+        keys = pa.array(list(mapping.labels), pa.string())
+        idx = pc.index_in(label, value_set=keys)
+        label = pc.if_else(pc.is_null(idx), label, pc.take(pa.array(list(mapping.labels.values())), idx))
+    if mapping.label_set is not None:
+        outside = pc.invert(pc.is_in(label, value_set=pa.array(list(mapping.label_set), pa.string())))
+        flag(outside, mapped["label"], "label not in the label set " + "|".join(mapping.label_set))
+
+    bad = pc.is_valid(reason)
+    good = pc.invert(bad)
+    lines = table["__line"]
+    raws = table["__raw"] if "__raw" in table.column_names else None
+
+    # rejects
+    bad_idx = pc.indices_nonzero(bad)
+    if raws is not None:
+        raw_bad = pc.take(raws, bad_idx)
+    else:
+        raw_bad = pa.array([json.dumps(r, default=str, ensure_ascii=False)
+                            for r in table.drop_columns(["__line"]).take(bad_idx).to_pylist()], pa.string())
+    rejects = pa.table(
+        {"source_file": pa.array([source_file] * len(bad_idx), pa.string()), "line": pc.take(lines, bad_idx),
+         "column": pc.take(column, bad_idx), "reason": pc.take(reason, bad_idx), "raw": raw_bad},
+        schema=REJECTS_SCHEMA,
+    )
+
+    # canonical rows
+    kept = table.filter(good)
+    text_a = values["text_a"].filter(good)
+    text_b = values["text_b"].filter(good) if "text_b" in values else pa.nulls(kept.num_rows, pa.string())
+    label = label.filter(good)
+    id_src = mapped.get("id")
+    ids = None
+    if id_src and id_src in kept.column_names:
+        ids = pc.cast(kept[id_src], pa.string())
+    hashed = _hash_ids(source_file, kept["__line"].to_pylist(), text_a.to_pylist(),
+                       _pylist(text_b), label.to_pylist()) if ids is None or ids.null_count else None
+    if ids is None:
+        ids = pa.array(hashed, pa.string())
+    elif hashed is not None:
+        ids = pc.if_else(pc.is_null(ids), pa.array(hashed, pa.string()), ids)
+
+    out = {"id": ids, "text_a": text_a, "text_b": text_b, "label": label}
+    for opt, typ in OPTIONAL_FIELDS.items():
+        src = mapped.get(opt, opt)
+        if src in kept.column_names:
+            out[opt] = pc.cast(kept[src], typ)
+    used = set(mapped.values()) | set(out) | {"__line", "__raw"}
+    for name in kept.column_names:
+        if name not in used:
+            out[name] = kept[name]
+    return Batch(pa.table(out), rejects)
+
+
+def _castable(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+
+
+def _pylist(arr):
+    return arr.to_pylist() if hasattr(arr, "to_pylist") else list(arr)
+
+
+# ---------------------------------------------------------------- public entry points
+
+def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[Batch]:
+    """Stream one file as canonical batches; raise BadRowError on the first bad row under ``fail``."""
+    fs, fpath = get_fs(path, opts.storage_options)
+    fmt = detect_format(path, mapping)
+    parsers = {
+        "jsonl": lambda: _raw_jsonl(fs, fpath, opts, path),
+        "json": lambda: _raw_json_array(fs, fpath, opts, path),
+        "csv": lambda: _raw_delimited(fs, fpath, opts, path, ",", mapping.csv_quoting),
+        "tsv": lambda: _raw_delimited(fs, fpath, opts, path, "\t", mapping.csv_quoting),
+        "parquet": lambda: _raw_parquet(fs, fpath, opts, path),
+    }
+    if fmt == "json" and _looks_like_jsonl(fs, fpath):
+        fmt = "jsonl"
+    for raw, parse_rejects in parsers[fmt]():
+        batch = canonicalize(raw, mapping, path, opts.max_chars)
+        rejects = pa.concat_tables([parse_rejects, batch.rejects]).sort_by("line")
+        if opts.on_bad_row == "fail" and rejects.num_rows:
+            first = rejects.slice(0, 1).to_pylist()[0]
+            where = f", column {first['column']!r}" if first["column"] else ""
+            raise BadRowError(f"{first['source_file']}, line {first['line']}{where}: {first['reason']}")
+        yield Batch(batch.rows, rejects)
+
+
+def _looks_like_jsonl(fs, path) -> bool:
+    with fs.open(path, "rb", compression="infer") as fh:
+        head = fh.read(4096).lstrip()
+    return not head.startswith(b"[")

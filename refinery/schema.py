@@ -1,0 +1,148 @@
+"""The canonical record (METHODS §0) and the presets that map public releases onto it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+CANONICAL_FIELDS = ("id", "text_a", "text_b", "label")
+OPTIONAL_FIELDS = {
+    "weight": pa.float64(),
+    "source": pa.string(),
+    "origin_id": pa.string(),
+    "split": pa.string(),
+}
+SOURCES = ("original", "generated", "rewritten", "upsampled")
+
+CANONICAL_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("text_a", pa.string(), nullable=False),
+        pa.field("text_b", pa.string()),
+        pa.field("label", pa.string(), nullable=False),
+    ]
+)
+
+REJECTS_SCHEMA = pa.schema(
+    [
+        pa.field("source_file", pa.string()),
+        pa.field("line", pa.int64()),
+        pa.field("column", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("raw", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """How one release's columns become the canonical record.
+
+    ``columns`` maps canonical names (text_a, text_b, label, id, and optionally
+    node_a/node_b, the sentence ids used by the leakage graph) to source column names.
+    ``labels`` maps raw label values to class names; ``label_set`` is the declared set
+    of classes (rows outside it are rejected), or None to accept any non-empty label.
+    """
+
+    columns: dict
+    labels: dict = field(default_factory=dict)
+    label_set: tuple | None = None
+    format: str | None = None  # force jsonl|json|csv|tsv|parquet
+    csv_quoting: bool = True
+
+    def source(self, name: str) -> str | None:
+        return self.columns.get(name)
+
+    @property
+    def single_text(self) -> bool:
+        return self.columns.get("text_b") is None
+
+
+NLI3 = ("entailment", "neutral", "contradiction")
+
+PRESETS: dict[str, Mapping] = {
+    "snli": Mapping(
+        {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"},
+        label_set=NLI3,
+    ),
+    "mnli": Mapping(
+        {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"},
+        label_set=NLI3,
+    ),
+    "hans": Mapping(
+        {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"},
+        label_set=("entailment", "non-entailment"),
+        format="tsv",
+        csv_quoting=False,
+    ),
+    "qqp": Mapping(
+        {
+            "text_a": "question1",
+            "text_b": "question2",
+            "label": "is_duplicate",
+            "id": "id",
+            "node_a": "qid1",
+            "node_b": "qid2",
+        },
+        labels={"0": "not_duplicate", "1": "duplicate"},
+        label_set=("not_duplicate", "duplicate"),
+        format="tsv",
+        csv_quoting=False,
+    ),
+    "fever": Mapping(
+        {"text_a": "claim", "text_b": "evidence", "label": "label", "id": "id"},
+        label_set=("SUPPORTS", "REFUTES", "NOT ENOUGH INFO"),
+    ),
+    "sick": Mapping(
+        {"text_a": "sentence_A", "text_b": "sentence_B", "label": "entailment_judgment", "id": "pair_ID"},
+        labels={"ENTAILMENT": "entailment", "NEUTRAL": "neutral", "CONTRADICTION": "contradiction"},
+        label_set=NLI3,
+        format="tsv",
+        csv_quoting=False,
+    ),
+    "msrp": Mapping(
+        {
+            "text_a": "#1 String",
+            "text_b": "#2 String",
+            "label": "Quality",
+            "node_a": "#1 ID",
+            "node_b": "#2 ID",
+        },
+        labels={"0": "not_paraphrase", "1": "paraphrase"},
+        label_set=("not_paraphrase", "paraphrase"),
+        format="tsv",
+        csv_quoting=False,
+    ),
+}
+
+
+def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
+    """Parse ``text_a=COL,text_b=COL,label=COL,id=COL`` (and an optional ``a,b,c`` label set)."""
+    columns = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if "=" not in part:
+            raise ValueError(f"--map entry {part!r} is not NAME=COLUMN")
+        key, col = (s.strip() for s in part.split("=", 1))
+        if key not in ("text_a", "text_b", "label", "id", "node_a", "node_b", "split", "weight"):
+            raise ValueError(f"--map: unknown canonical field {key!r}")
+        columns[key] = col
+    for required in ("text_a", "label"):
+        if required not in columns:
+            raise ValueError(f"--map must name {required}=COLUMN")
+    label_set = tuple(s.strip() for s in labels.split(",")) if labels else None
+    return Mapping(columns, label_set=label_set)
+
+
+def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None = None) -> Mapping | None:
+    """The mapping named by ``--preset`` or spelled by ``--map`` (None: inputs are canonical corpora)."""
+    if preset and mapping:
+        raise ValueError("give either --preset or --map, not both")
+    if preset:
+        try:
+            m = PRESETS[preset.lower()]
+        except KeyError:
+            raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}") from None
+        return replace(m, label_set=tuple(labels.split(","))) if labels else m
+    if mapping:
+        return parse_mapping(mapping, labels)
+    return None

@@ -1,0 +1,113 @@
+"""z-statistics over feature–label counts (Gardner et al. 2021; METHODS §1).
+
+For feature x in n rows and label l among C labels:
+    p̂(l|x) = count(x,l) / n,     z*(x,l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n),
+with p0 = 1/C (uniform) or the label's empirical share. AUDAC's p*(x) = max_l p̂(l|x).
+The significance threshold is Bonferroni-corrected: Φ⁻¹(1 − α/m), m = hypotheses tested.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy.stats import norm
+
+OTHER = "__other__"  # sketch mode: mass of n(x) not attributed to a tracked label
+
+
+@dataclass
+class ZStats:
+    features: pa.Array          # F feature keys
+    labels: list                # C label names
+    counts: np.ndarray          # F×C counts
+    n: np.ndarray               # F
+    p0: np.ndarray              # C
+    threshold: float
+    min_count: int
+
+    @property
+    def p_hat(self) -> np.ndarray:
+        return self.counts / np.maximum(self.n, 1)[:, None]
+
+    @property
+    def z(self) -> np.ndarray:
+        return z_score(self.p_hat, self.n[:, None], self.p0[None, :])
+
+    @property
+    def p_star(self) -> np.ndarray:
+        return self.p_hat.max(axis=1)
+
+    def to_table(self) -> pa.Table:
+        """Long table: feature, label, n, count, p_hat, z (one row per feature and label)."""
+        F, C = self.counts.shape
+        z, p = self.z, self.p_hat
+        return pa.table({
+            "feature": pc.take(self.features, pa.array(np.repeat(np.arange(F), C))),
+            "label": pa.array(np.tile(np.asarray(self.labels, dtype=object), F), pa.string()),
+            "n": np.repeat(self.n, C).astype(np.int64),
+            "count": self.counts.reshape(-1).astype(np.int64),
+            "p_hat": p.reshape(-1),
+            "z": z.reshape(-1),
+        })
+
+    def top_k(self, k: int, min_count: int | None = None) -> dict[str, list[dict]]:
+        """The k largest z*(x,l) per label among features with n ≥ min_count."""
+        min_count = self.min_count if min_count is None else min_count
+        z, p = self.z, self.p_hat
+        eligible = self.n >= min_count
+        out = {}
+        for j, label in enumerate(self.labels):
+            zj = np.where(eligible, z[:, j], -np.inf)
+            idx = np.argsort(-zj, kind="stable")[:k]
+            idx = idx[np.isfinite(zj[idx])]
+            out[label] = [{"feature": self.features[i].as_py(), "z": round(float(z[i, j]), 4),
+                           "n": int(self.n[i]), "p": round(float(p[i, j]), 4)} for i in idx]
+        return out
+
+    def biased_sets(self, k: int, min_count: int | None = None) -> dict[str, set]:
+        return {label: {e["feature"] for e in entries} for label, entries in self.top_k(k, min_count).items()}
+
+    def significant(self) -> np.ndarray:
+        """F×C mask of z*(x,l) above the Bonferroni threshold (n ≥ min_count)."""
+        return (self.z > self.threshold) & (self.n >= self.min_count)[:, None]
+
+
+def z_score(p_hat, n, p0):
+    return (p_hat - p0) / np.sqrt(p0 * (1 - p0) / np.maximum(n, 1))
+
+
+def bonferroni_threshold(alpha: float, m: int) -> float:
+    """Φ⁻¹(1 − α/m), the one-sided normal quantile for m tests."""
+    return float(norm.isf(alpha / max(m, 1)))
+
+
+def significance_curve(n: np.ndarray, p0: float, threshold: float) -> np.ndarray:
+    """p̂ a feature must exceed at count n to be significant: p0 + z·sqrt(p0(1−p0)/n)."""
+    return p0 + threshold * np.sqrt(p0 * (1 - p0) / n)
+
+
+def compute(counts: pa.Table, label_totals: dict, prior: str = "uniform", min_count: int = 10,
+            alpha: float = 0.01, labels: list | None = None) -> ZStats:
+    """z-statistics from ``(feature, label, count)`` and the rows per label."""
+    labels = sorted(labels or label_totals)
+    if prior not in ("uniform", "empirical"):
+        raise ValueError(f"prior must be uniform or empirical, not {prior!r}")
+    C = len(labels)
+    total = sum(label_totals.get(l, 0) for l in labels)
+    p0 = np.full(C, 1.0 / C) if prior == "uniform" or total == 0 else \
+        np.array([label_totals.get(l, 0) / total for l in labels])
+    features = pc.unique(counts["feature"]).sort() if counts.num_rows else pa.array([], pa.string())
+    fi = pc.index_in(counts["feature"], value_set=features).to_numpy(zero_copy_only=False)
+    lab_index = {l: j for j, l in enumerate(labels)}
+    li = np.array([lab_index.get(l, -1) for l in counts["label"].to_pylist()], dtype=np.int64)
+    c = counts["count"].to_numpy(zero_copy_only=False).astype(np.float64)
+    matrix = np.zeros((len(features), C))
+    known = li >= 0
+    np.add.at(matrix, (fi[known], li[known]), c[known])
+    n = np.bincount(fi, weights=c, minlength=len(features))  # includes sketch's __other__ mass
+    m = int((n >= min_count).sum()) * C
+    return ZStats(features=features if isinstance(features, pa.Array) else features.combine_chunks(),
+                  labels=labels, counts=matrix, n=n, p0=p0,
+                  threshold=bonferroni_threshold(alpha, m), min_count=min_count)
