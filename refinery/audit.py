@@ -139,7 +139,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     datasets = []
     if corpora:
         files = [f for u in corpora for f in Corpus.open(u, opts.storage_options).files]
-        ds = ray.data.read_parquet(files, columns=["id", "text_a", "text_b", "label"])
+        ds = ray.data.read_parquet(files).select_columns(["id", "text_a", "text_b", "label"])
         datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg}, batch_format="pyarrow",
                                        batch_size=opts.batch_rows))
     if raw:

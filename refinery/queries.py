@@ -10,10 +10,9 @@ import re
 from pathlib import Path
 
 import duckdb
-import fsspec
 import pyarrow as pa
 
-from .storage import get_fs
+from .storage import get_fs, is_local
 
 SQL_DIR = Path(os.environ.get("REFINERY_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
 
@@ -51,43 +50,32 @@ def connect(threads: int | None = None, memory_limit: str | None = None) -> duck
     return con
 
 
-def _duckdb_path(con, url: str, storage_options) -> str:
-    """Local paths pass through; remote URLs go through an fsspec filesystem registered with DuckDB."""
+def _source(con, url: str, storage_options, index: int) -> str:
+    """A FROM-clause source for one Parquet file: DuckDB's reader locally, an Arrow dataset over fsspec remotely."""
     fs, path = get_fs(url, storage_options)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
-        return path
-    name = f"refinery_{protocol}"
-    if not con.filesystem_is_registered(name):
-        registered = fsspec.filesystem(protocol, **(fs.storage_options or {}))
-        registered.protocol = (name,)
-        con.register_filesystem(registered)
-    return f"{name}://{path}"
+    if is_local(fs):
+        return f"read_parquet({quote_literal(path)})"
+    import pyarrow.dataset as pads
+
+    name = f"__shard_{index}"
+    con.register(name, pads.dataset(path, filesystem=fs, format="parquet"))
+    return quote_ident(name)
 
 
 def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, view: str = "corpus") -> None:
     """Create view ``corpus`` over the shards of named corpora, with ``split`` and ``shard`` columns.
 
-    ``corpora`` maps a split name to its Parquet files.
+    ``corpora`` maps a split name to its Parquet files. A corpus's own ``split`` column wins.
     """
     parts = []
     for split, files in corpora.items():
-        paths = [_duckdb_path(con, f, storage_options) for f in files]
-        file_list = "[" + ", ".join(quote_literal(p) for p in paths) + "]"
-        parts.append(
-            f"SELECT * REPLACE (coalesce(split, {quote_literal(split)}) AS split), filename AS shard "
-            f"FROM read_parquet({file_list}, union_by_name = true, filename = true)"
-            if _has_split(con, paths)
-            else f"SELECT *, {quote_literal(split)} AS split, filename AS shard "
-            f"FROM read_parquet({file_list}, union_by_name = true, filename = true)"
-        )
+        for url in files:
+            source = _source(con, url, storage_options, len(parts))
+            has_split = "split" in con.sql(f"SELECT * FROM {source} LIMIT 0").columns
+            split_expr = f"coalesce(split, {quote_literal(split)})" if has_split else quote_literal(split)
+            star = "* EXCLUDE (split)" if has_split else "*"
+            parts.append(f"SELECT {star}, {split_expr} AS split, {quote_literal(url)} AS shard FROM {source}")
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(view)} AS " + " UNION ALL BY NAME ".join(parts))
-
-
-def _has_split(con, paths) -> bool:
-    file_list = "[" + ", ".join(quote_literal(p) for p in paths) + "]"
-    cols = con.execute(f"DESCRIBE SELECT * FROM read_parquet({file_list}, union_by_name = true)").fetchall()
-    return any(c[0] == "split" for c in cols)
 
 
 def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
@@ -98,7 +86,7 @@ def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
     missing = used - set(bound)
     if missing:
         raise KeyError(f"query {name_or_file!r} needs parameters: {', '.join(sorted(missing))}")
-    return con.execute(sql, bound).fetch_arrow_table() if bound else con.execute(sql).fetch_arrow_table()
+    return con.sql(sql, params=bound or None).to_arrow_table()
 
 
 def split_specs(specs) -> dict[str, str]:

@@ -62,6 +62,8 @@ class AtomicDir:
     """Write a folder's files under ``<out>.tmp-<token>``, then move it onto ``<out>`` in one step.
 
     A reader that finds ``<out>`` finds it whole; a crash leaves only the temporary folder.
+    Object stores have no atomic rename: there the files go straight under ``<out>`` (the
+    old output removed first) and the caller's manifest, written last, marks it finished.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
@@ -69,7 +71,13 @@ class AtomicDir:
 
         self.out = out.rstrip("/")
         self.fs, self.path = get_fs(self.out, storage_options)
-        self.tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:12]}"
+        self.local = is_local(self.fs)
+        if self.local:
+            self.tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:12]}"
+        else:
+            self.tmp = self.path
+            if self.fs.exists(self.path):
+                self.fs.rm(self.path, recursive=True)
         self.fs.makedirs(self.tmp, exist_ok=True)
 
     def file(self, name: str) -> str:
@@ -83,6 +91,8 @@ class AtomicDir:
         self.write_bytes(name, text.encode("utf-8"))
 
     def commit(self) -> None:
+        if not self.local:
+            return
         if self.fs.exists(self.path):
             self.fs.rm(self.path, recursive=True)
         self.fs.mv(self.tmp, self.path, recursive=True)

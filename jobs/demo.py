@@ -1,0 +1,45 @@
+"""The main job on the embedded defaults (local Ray, DuckDB, local files) over ../shared/data.
+
+    make demo   # == python jobs/demo.py --data ../shared/data --out demo-out
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import _common  # noqa: F401  (puts the repo on sys.path)
+
+from refinery.audit import AuditConfig, audit, write_outputs
+from refinery.corpus import convert
+from refinery.inspect import format_inspection, inspect
+from refinery.report import terminal_topk
+from refinery.schema import PRESETS
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--data", default="../shared/data")
+    p.add_argument("--out", default="demo-out")
+    args = p.parse_args()
+    snli = [os.path.join(args.data, "snli", f) for f in ("snli_dev.jsonl", "snli_test.jsonl")]
+    corpus = os.path.join(args.out, "snli")
+
+    print("== convert: SNLI dev + test -> canonical corpus")
+    manifest = convert(snli, corpus, PRESETS["snli"])
+    print(f"{corpus}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected")
+
+    print("\n== inspect")
+    print(format_inspection(inspect([corpus])))
+
+    print("\n== audit (Ray Data pipeline on local Ray)")
+    result = audit([corpus], config=AuditConfig(k=20), engine="ray")
+    summary = write_outputs(result, os.path.join(args.out, "audit"), [corpus], title="SNLI dev+test audit")
+    print(terminal_topk(result.top_k()))
+    print(f"\nreport: {os.path.join(args.out, 'audit', 'report.html')}")
+    with open(os.path.join(args.out, "demo.json"), "w") as fh:
+        json.dump({"corpus": manifest["rows"], "max_z": summary["max_z"]}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Planted-bias corpora: NLI-like pairs with known spurious tokens (ground truth for recall and scale).
+
+Words are drawn from a Zipfian vocabulary of pronounceable pseudo-words. Each planted token
+``s → (label, rate)`` is inserted into the hypothesis of a row with that label with
+probability ``rate`` and into other rows with probability ``rate · leak``. With
+``premise_pool`` the premises are drawn from a pool whose popularity depends on the label
+(the selection bias the leakage features detect: sentence degree predicts the label).
+Deterministic from the seed; generated in Arrow, batch by batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+DEFAULT_PLANTED = {
+    "nobody": ("contradiction", 0.15),
+    "sleeping": ("contradiction", 0.10),
+    "outdoors": ("entailment", 0.12),
+    "someone": ("entailment", 0.08),
+    "tall": ("neutral", 0.10),
+    "friends": ("neutral", 0.08),
+}
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    rows: int = 100_000
+    labels: tuple = ("entailment", "neutral", "contradiction")
+    planted: dict = field(default_factory=lambda: dict(DEFAULT_PLANTED))
+    leak: float = 0.1
+    vocab_size: int = 20_000
+    zipf: float = 1.1
+    premise_len: tuple = (8, 16)
+    hypothesis_len: tuple = (4, 10)
+    premise_pool: int = 0          # 0: every premise fresh; else draw premises from a pool of this size
+    pool_skew: float = 2.0         # label-dependent popularity of pooled premises
+    seed: int = 0
+
+
+def vocabulary(size: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    words = set()
+    out = []
+    while len(out) < size:
+        k = rng.integers(2, 4)
+        w = "".join(rng.choice(SYLLABLES, k))
+        if w not in words:
+            words.add(w)
+            out.append(w)
+    return np.array(out, dtype=object)
+
+
+def _zipf_probs(n: int, s: float) -> np.ndarray:
+    p = 1.0 / np.arange(1, n + 1) ** s
+    return p / p.sum()
+
+
+def _sentences(rng, vocab, probs, n, lo, hi) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """n sentences; returns the joined strings and the (offsets, word ids) of each."""
+    lengths = rng.integers(lo, hi + 1, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    ids = rng.choice(len(vocab), size=int(offsets[-1]), p=probs)
+    return ids, offsets
+
+
+def _join(vocab_arr: pa.Array, ids: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), pc.take(vocab_arr, pa.array(ids)))
+    return pc.binary_join(lists, " ")
+
+
+def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
+    """Canonical batches (id, text_a, text_b, label) of the planted-bias corpus."""
+    vocab = vocabulary(spec.vocab_size, spec.seed)
+    planted_words = list(spec.planted)
+    vocab = np.array([w for w in vocab if w not in spec.planted], dtype=object)
+    vocab_arr = pa.array(vocab, pa.string())
+    probs = _zipf_probs(len(vocab), spec.zipf)
+    C = len(spec.labels)
+    pool_text = None
+    if spec.premise_pool:
+        prng = np.random.default_rng(spec.seed + 1)
+        ids, offs = _sentences(prng, vocab, probs, spec.premise_pool, *spec.premise_len)
+        pool_text = _join(vocab_arr, ids, offs)
+        # label-dependent popularity: label j favours pool items in rank order rotated by j
+        ranks = np.arange(1, spec.premise_pool + 1, dtype=float)
+        pool_probs = [np.roll(1.0 / ranks ** (spec.pool_skew if j == 0 else 0.3), j * spec.premise_pool // C)
+                      for j in range(C)]
+        pool_probs = [p / p.sum() for p in pool_probs]
+    for start in range(0, spec.rows, batch_rows):
+        n = min(batch_rows, spec.rows - start)
+        rng = np.random.default_rng([spec.seed, start])
+        label_idx = rng.integers(0, C, n)
+        if pool_text is not None:
+            pick = np.empty(n, dtype=np.int64)
+            for j in range(C):
+                m = label_idx == j
+                pick[m] = rng.choice(spec.premise_pool, size=int(m.sum()), p=pool_probs[j])
+            text_a = pc.take(pool_text, pa.array(pick))
+        else:
+            ids, offs = _sentences(rng, vocab, probs, n, *spec.premise_len)
+            text_a = _join(vocab_arr, ids, offs)
+        ids, offs = _sentences(rng, vocab, probs, n, *spec.hypothesis_len)
+        hyp = _join(vocab_arr, ids, offs)
+        # plant tokens: prepend "word " to the hypotheses chosen for it
+        prefix = np.full(n, "", dtype=object)
+        for w in planted_words:
+            label, rate = spec.planted[w]
+            j = spec.labels.index(label)
+            p = np.where(label_idx == j, rate, rate * spec.leak)
+            hit = rng.random(n) < p
+            prefix[hit] = prefix[hit] + (w + " ")
+        text_b = pc.binary_join_element_wise(pa.array(prefix, pa.string()), hyp, "")
+        labels = pc.take(pa.array(list(spec.labels), pa.string()), pa.array(label_idx))
+        ids_col = pa.array([f"synth-{spec.seed}-{i}" for i in range(start, start + n)], pa.string())
+        yield pa.table({"id": ids_col, "text_a": text_a, "text_b": text_b, "label": labels})
+
+
+def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "overwrite", **kwargs) -> dict:
+    """Write the corpus as a canonical corpus (shards + manifest, atomically)."""
+    from .corpus import CorpusWriter
+
+    with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config={"synth": _spec_dict(spec)},
+                      extra={"planted": {w: list(v) for w, v in spec.planted.items()}}, **kwargs) as writer:
+        if not writer.skipped:
+            for table in generate(spec):
+                writer.write(table)
+        return writer.commit()
+
+
+def _spec_dict(spec: SynthSpec) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.__dict__.items()}
+
+
+def parse_planted(text: str) -> dict:
+    """``word:label:rate,…`` into the planted map."""
+    planted = {}
+    for part in filter(None, text.split(",")):
+        word, label, rate = part.split(":")
+        planted[word] = (label, float(rate))
+    return planted

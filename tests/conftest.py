@@ -1,0 +1,40 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("REFINERY_DATA", REPO.parent / "shared" / "data"))
+SNLI_DEV = str(DATA / "snli" / "snli_dev.jsonl")
+SNLI_TEST = str(DATA / "snli" / "snli_test.jsonl")
+SNLI_HARD = str(DATA / "snli" / "snli_test_hard.jsonl")
+REFINERY = str(Path(sys.executable).parent / "refinery")
+
+
+def run_cli(*args, check=True, env=None):
+    """Run the installed ``refinery`` CLI as a user would."""
+    proc = subprocess.run([REFINERY, *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"refinery {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def snli_pair():
+    from refinery.corpus import load
+    from refinery.schema import PRESETS
+
+    table, rejects = load([SNLI_DEV, SNLI_TEST], PRESETS["snli"])
+    return table
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    from refinery.execution import ray_init, ray_shutdown
+
+    ray_init(num_cpus=2)
+    yield
+    ray_shutdown()

@@ -1,0 +1,151 @@
+"""The audit on real SNLI and on planted-bias corpora; exact vs sketch; local vs Ray; incremental."""
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from refinery import synth
+from refinery.audit import AuditConfig, audit, count_table, finish, write_outputs
+from refinery.corpus import Corpus, load
+from refinery.features import FeatureConfig, TokenizerOptions, extract
+from refinery.schema import PRESETS, parse_mapping
+
+from conftest import SNLI_DEV, SNLI_TEST, run_cli
+
+
+def test_snli_table10_words(tmp_path):
+    run_cli("audit", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--out", tmp_path / "a")
+    topk = json.loads((tmp_path / "a" / "topk.json").read_text())
+    contra = [e["feature"] for e in topk["contradiction"][:5]]
+    entail = [e["feature"] for e in topk["entailment"][:3]]
+    assert "sleeping@hypothesis" in contra and "nobody@hypothesis" in contra
+    assert "outside@hypothesis" in entail
+    z = {e["feature"]: e["z"] for e in topk["contradiction"] + topk["entailment"]}
+    assert 15 < z["sleeping@hypothesis"] < 20 and 12 < z["nobody@hypothesis"] < 16 and 17 < z["outside@hypothesis"] < 21
+    stats = pq.read_table(tmp_path / "a" / "stats.parquet")
+    assert set(stats.column_names) >= {"feature", "label", "n", "count", "p_hat", "z"}
+    import pyarrow.compute as pc
+    row = stats.filter(pc.equal(stats["feature"], "nobody@hypothesis")).to_pylist()
+    assert {r["label"]: r["count"] for r in row}["contradiction"] == row[0]["n"]  # all 'nobody' rows contradict
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert "data:image/png;base64" in html and "sleeping@hypothesis" in html
+
+
+def test_z_formula_by_hand(snli_pair):
+    res = finish(count_table(snli_pair, AuditConfig()), AuditConfig())
+    st = res.stats
+    i = st.features.index("sleeping@hypothesis").as_py()
+    j = st.labels.index("contradiction")
+    n, c = st.n[i], st.counts[i, j]
+    p0 = 1 / 3
+    assert st.z[i, j] == pytest.approx((c / n - p0) / np.sqrt(p0 * (1 - p0) / n))
+    assert st.p_star[i] == pytest.approx(c / n)
+    null = st.features.index("null").as_py()
+    assert st.n[null] == snli_pair.num_rows
+
+
+def test_presence_counted_once_per_row():
+    import pyarrow as pa
+
+    t = pa.table({"id": ["1"], "text_a": ["a dog"], "text_b": ["no no no dog"], "label": ["contradiction"]})
+    feats = extract(t, FeatureConfig(families=("unigram", "bigram"))).to_pylist()
+    assert feats.count({"row": 0, "feature": "no@hypothesis"}) == 1
+    assert {"row": 0, "feature": "no no@hypothesis"} in feats and {"row": 0, "feature": "dog@premise"} in feats
+
+
+def test_tokenizer_options():
+    import pyarrow as pa
+
+    toks = TokenizerOptions(remove_punctuation=True, remove_stopwords=True).tokenize(pa.array(["The dog, is NOT here!"]))
+    assert toks.to_pylist() == [["dog"]]
+    assert TokenizerOptions().tokenize(pa.array(["Don't stop."])).to_pylist() == [["don", "'", "t", "stop", "."]]
+
+
+def test_other_families_and_hypo_only_probe(snli_pair):
+    cfg = AuditConfig(features=FeatureConfig(families=("length", "ratio", "overlap", "null", "hypo-only")),
+                      probe_folds=3)
+    counter = count_table(snli_pair, cfg)
+    from refinery.audit import _add_probe
+    _add_probe(counter, [snli_pair], cfg)
+    st = finish(counter, cfg).stats
+    feats = set(st.features.to_pylist())
+    assert {"lex-overlap>0.8", "full-lex-overlap", "hypo-len<5", "hypo-only-pred=contradiction"} <= feats
+    # the cross-fitted probe's prediction leaks the label strongly (Wu et al. Table 10: top features,
+    # with lexical overlap second for entailment)
+    top = st.top_k(3)
+    for label in st.labels:
+        entry = next(e for e in top[label] if e["feature"] == f"hypo-only-pred={label}")
+        assert entry["z"] > 20
+
+
+def test_single_text_corpus(tmp_path):
+    rows = [json.loads(l) for l in open(SNLI_DEV)][:3000]
+    src = tmp_path / "claims.jsonl"
+    src.write_text("\n".join(json.dumps({"claim": r["sentence2"], "label": r["gold_label"]}) for r in rows))
+    run_cli("audit", src, "--map", "text_a=claim,label=label", "--out", tmp_path / "a", "--min-count", "5")
+    topk = json.loads((tmp_path / "a" / "topk.json").read_text())
+    feats = [e["feature"] for es in topk.values() for e in es]
+    assert feats and all(f.endswith("@text") for f in feats)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth") / "c"
+    spec = synth.SynthSpec(rows=60_000, seed=7)
+    synth.write(spec, str(out), shard_rows=20_000)
+    return str(out), spec
+
+
+@pytest.mark.parametrize("mode", ["exact", "sketch"])
+def test_planted_tokens_recalled(planted, mode):
+    path, spec = planted
+    res = audit([path], config=AuditConfig(mode=mode, k=10, sketch_lg_max_k=10))
+    sets = res.stats.biased_sets(10)
+    for word, (label, _) in spec.planted.items():
+        assert f"{word}@hypothesis" in sets[label], (mode, word, res.top_k(10)[label])
+
+
+def test_sketch_state_round_trip_and_bounds(planted):
+    path, _ = planted
+    res = audit([path], config=AuditConfig(mode="sketch", sketch_lg_max_k=10))
+    from refinery.counts import counter_from_bytes
+
+    again = counter_from_bytes(res.counter.to_bytes())
+    assert again.counts().equals(res.counter.counts())
+    bounds = res.counter.error_bounds()
+    assert bounds["mode"] == "sketch" and bounds["n_relative_error"] < 1e-3
+
+
+def test_incremental_update_equals_full(planted, tmp_path):
+    path, _ = planted
+    files = Corpus.open(path).files
+    import pyarrow.parquet as pq2
+    from refinery.corpus import write_table
+
+    for i, f in enumerate(files):
+        write_table(pq2.read_table(f), str(tmp_path / f"s{i}"))
+    shards = [str(tmp_path / f"s{i}") for i in range(len(files))]
+    first = audit(shards[:1])
+    write_outputs(first, str(tmp_path / "a1"), shards[:1])
+    updated = audit(shards[1:], state=str(tmp_path / "a1"))
+    full = audit([path])
+    assert updated.counter.counts().equals(full.counter.counts())
+    np.testing.assert_allclose(updated.stats.z, full.stats.z)
+
+
+@pytest.mark.ray
+def test_local_and_ray_identical(planted, ray_local):
+    path, _ = planted
+    local = audit([path], engine="local")
+    on_ray = audit([path], engine="ray")
+    assert local.counter.counts().equals(on_ray.counter.counts())
+    assert local.counter.label_totals == on_ray.counter.label_totals
+    np.testing.assert_array_equal(local.stats.z, on_ray.stats.z)
+
+
+@pytest.mark.ray
+def test_ray_reads_raw_files(ray_local):
+    local = audit([SNLI_DEV], PRESETS["snli"], engine="local")
+    on_ray = audit([SNLI_DEV], PRESETS["snli"], engine="ray")
+    assert local.counter.counts().equals(on_ray.counter.counts())
