@@ -53,12 +53,14 @@ class Corpus:
     def reject_files(self) -> list[str]:
         return [posixpath.join(self.url, f) for f in self.manifest["rejects"]]
 
-    def iter_tables(self, columns=None) -> Iterator[pa.Table]:
+    def iter_tables(self, columns=None, batch_rows: int = 65_536) -> Iterator[pa.Table]:
+        """The rows in order, ``batch_rows`` at a time."""
         fs, _ = get_fs(self.url, self.storage_options)
         for url in self.files:
             _, path = get_fs(url, self.storage_options)
             with fs.open(path, "rb") as fh:
-                yield pq.read_table(fh, columns=columns)
+                for rb in pq.ParquetFile(fh).iter_batches(batch_size=batch_rows, columns=columns):
+                    yield pa.Table.from_batches([rb])
 
     def read(self, columns=None) -> pa.Table:
         return concat(list(self.iter_tables(columns)))
@@ -92,7 +94,7 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
     for url in inputs:
         if is_corpus(url, opts.storage_options):
             corpus = Corpus.open(url, opts.storage_options)
-            for table in corpus.iter_tables():
+            for table in corpus.iter_tables(batch_rows=opts.batch_rows):
                 yield url, Batch(table, REJECTS_SCHEMA.empty_table())
             continue
         if mapping is None:

@@ -12,6 +12,7 @@ import io
 import json
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -20,11 +21,22 @@ COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("c
 
 
 def batch_counts(long: pa.Table, labels) -> pa.Table:
-    """Aggregate a batch's ``(row, feature)`` pairs into ``(feature, label, count)``."""
-    lab = pc.take(labels, long["row"])
-    t = pa.table({"feature": long["feature"], "label": lab})
-    out = t.group_by(["feature", "label"], use_threads=False).aggregate([([], "count_all")])
-    return out.rename_columns(["feature", "label", "count"]).cast(COUNTS_SCHEMA)
+    """Aggregate a batch's distinct ``(row, feature)`` pairs into ``(feature, label, count)``.
+
+    With the feature dictionary-encoded this is one ``bincount`` over feature × label codes.
+    """
+    feature = long["feature"].combine_chunks() if isinstance(long["feature"], pa.ChunkedArray) else long["feature"]
+    if not pa.types.is_dictionary(feature.type):
+        feature = pc.dictionary_encode(feature)
+    labels = pc.dictionary_encode(labels.combine_chunks() if isinstance(labels, pa.ChunkedArray) else labels)
+    C = len(labels.dictionary)
+    lab = labels.indices.to_numpy(zero_copy_only=False).astype(np.int64)[long["row"].to_numpy()]
+    code = feature.indices.to_numpy(zero_copy_only=False).astype(np.int64) * C + lab
+    counts = np.bincount(code, minlength=len(feature.dictionary) * C)
+    nz = np.nonzero(counts)[0]
+    return pa.table({"feature": pc.take(feature.dictionary, pa.array(nz // C)),
+                     "label": pc.take(labels.dictionary, pa.array(nz % C)),
+                     "count": pa.array(counts[nz], pa.int64())}, schema=COUNTS_SCHEMA)
 
 
 def _label_totals(labels) -> dict:
@@ -38,6 +50,7 @@ class ExactCounts:
     def __init__(self):
         self._parts: list[pa.Table] = []
         self._pending = 0
+        self._sorted = True
         self.label_totals: dict[str, int] = {}
 
     @property
@@ -47,9 +60,10 @@ class ExactCounts:
     def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
         self._parts.append(counts.cast(COUNTS_SCHEMA))
         self._pending += counts.num_rows
+        self._sorted = False
         for k, v in (label_totals or {}).items():
             self.label_totals[k] = self.label_totals.get(k, 0) + v
-        if self._pending > 4_000_000 and len(self._parts) > 1:
+        if self._pending > 8_000_000 and len(self._parts) > 1:
             self._compact()
 
     def update(self, long: pa.Table, labels) -> None:
@@ -61,17 +75,23 @@ class ExactCounts:
         return self
 
     def _compact(self) -> None:
-        t = pa.concat_tables(self._parts)
-        t = t.group_by(["feature", "label"]).aggregate([("count", "sum")])
-        t = t.rename_columns(["feature", "label", "count"])
+        """Sum the partial tables (DuckDB's parallel hash aggregate)."""
+        import duckdb
+
+        parts = pa.concat_tables(self._parts)
+        con = duckdb.connect()
+        t = con.sql("SELECT feature, label, sum(count)::BIGINT AS count FROM parts GROUP BY feature, label "
+                    "ORDER BY feature, label").to_arrow_table().cast(COUNTS_SCHEMA)
+        con.close()
         self._parts, self._pending = [t], t.num_rows
 
     def counts(self) -> pa.Table:
         if not self._parts:
             return COUNTS_SCHEMA.empty_table()
-        if len(self._parts) > 1:
+        if len(self._parts) > 1 or not self._sorted:
             self._compact()
-        return self._parts[0].sort_by([("feature", "ascending"), ("label", "ascending")])
+            self._sorted = True
+        return self._parts[0]
 
     def error_bounds(self) -> dict:
         return {"mode": "exact", "count_error": 0}
@@ -227,3 +247,56 @@ def make_counter(mode: str, **kwargs):
 
 def counter_from_bytes(data: bytes):
     return SketchCounts.from_bytes(data) if data[:4] != b"PAR1" else ExactCounts.from_bytes(data)
+
+
+class IncrementalCounts:
+    """Feature × label counts that grow row by row (z-filter's Z): a feature index and an F×C matrix.
+
+    Adding accepted rows is O(their features); z-statistics are recomputed from the matrix
+    without recounting Z (Wu et al. 2022, Algorithm 1, incremental).
+    """
+
+    def __init__(self, labels: list):
+        self.labels = list(labels)
+        self.label_index = {l: j for j, l in enumerate(self.labels)}
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+        self.matrix = __import__("numpy").zeros((1024, len(self.labels)))
+        self.label_totals = {l: 0 for l in self.labels}
+
+    def ids(self, features) -> "np.ndarray":
+        """Feature ids, registering unseen features."""
+        import numpy as np
+
+        index, names = self.index, self.names
+        out = np.empty(len(features), dtype=np.int64)
+        for i, f in enumerate(features):
+            j = index.get(f)
+            if j is None:
+                j = index[f] = len(names)
+                names.append(f)
+            out[i] = j
+        if len(names) > self.matrix.shape[0]:
+            grown = np.zeros((max(len(names), 2 * self.matrix.shape[0]), len(self.labels)))
+            grown[: self.matrix.shape[0]] = self.matrix
+            self.matrix = grown
+        return out
+
+    def add(self, feature_ids, label_ids, row_labels=None) -> None:
+        """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""
+        import numpy as np
+
+        np.add.at(self.matrix, (feature_ids, label_ids), 1)
+        for l in row_labels if row_labels is not None else ():
+            self.label_totals[l] += 1
+
+    @property
+    def rows(self) -> int:
+        return sum(self.label_totals.values())
+
+    def stats(self, prior: str = "uniform", min_count: int = 10, alpha: float = 0.01):
+        from . import stats as zstats
+
+        F = len(self.names)
+        return zstats.from_matrix(self.names, self.labels, self.matrix[:F].copy(),
+                                  zstats.prior_vector(self.labels, self.label_totals, prior), min_count, alpha)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -38,7 +39,7 @@ class TokenizerOptions:
         texts = pc.replace_substring_regex(texts, _PUNCT, " " if self.remove_punctuation else r" \1 ")
         tokens = pc.utf8_split_whitespace(texts)
         flat = pc.list_flatten(tokens)
-        keep = pc.not_equal(flat, "")  # runs of whitespace leave empty strings
+        keep = pc.greater(pc.binary_length(flat), 0)  # runs of whitespace leave empty strings
         if self.remove_stopwords:
             keep = pc.and_(keep, pc.invert(pc.is_in(flat, value_set=STOPWORDS)))
         return _filter_list(tokens, keep)
@@ -161,14 +162,30 @@ def extract(table: pa.Table, config: FeatureConfig) -> pa.Table:
     if "null" in fam:
         add(all_rows, pa.array(["null"] * n, pa.string()))
     if not rows:
-        return pa.table({"row": pa.array([], pa.int64()), "feature": pa.array([], pa.string())})
-    long = pa.table({"row": np.concatenate(rows), "feature": pa.concat_arrays([_as_array(f) for f in feats])})
-    return long.group_by(["row", "feature"], use_threads=False).aggregate([])
+        return pa.table({"row": pa.array([], pa.int64()),
+                         "feature": pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))})
+    return dedupe(np.concatenate(rows), pa.concat_arrays([_as_array(f) for f in feats]))
+
+
+def dedupe(rows: np.ndarray, features: pa.Array) -> pa.Table:
+    """Distinct (row, feature) pairs, the feature dictionary-encoded (presence counts once per row).
+
+    Features are dictionary-encoded and each pair packed into one int64 key, so the
+    distinct step is a single hash pass.
+    """
+    encoded = pc.dictionary_encode(features)
+    key = (rows.astype(np.int64) << 32) | encoded.indices.to_numpy().astype(np.int64)
+    key = pd.unique(key)
+    indices = pa.array((key & 0xFFFFFFFF).astype(np.int32))
+    return pa.table({"row": key >> 32, "feature": pa.DictionaryArray.from_arrays(indices, encoded.dictionary)})
 
 
 def row_feature_lists(table: pa.Table, config: FeatureConfig) -> pa.ListArray:
     """The distinct features of each row as a list column (row order kept)."""
-    long = extract(table, config).sort_by("row")
-    counts = np.bincount(long["row"].to_numpy(), minlength=table.num_rows)
+    long = extract(table, config)
+    rows = long["row"].to_numpy()
+    order = np.argsort(rows, kind="stable")
+    counts = np.bincount(rows, minlength=table.num_rows)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), _as_array(long["feature"]))
+    features = pc.take(pc.dictionary_decode(_as_array(long["feature"])), pa.array(order))
+    return pa.ListArray.from_arrays(pa.array(offsets), features)

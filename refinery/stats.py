@@ -92,22 +92,36 @@ def compute(counts: pa.Table, label_totals: dict, prior: str = "uniform", min_co
             alpha: float = 0.01, labels: list | None = None) -> ZStats:
     """z-statistics from ``(feature, label, count)`` and the rows per label."""
     labels = sorted(labels or label_totals)
-    if prior not in ("uniform", "empirical"):
-        raise ValueError(f"prior must be uniform or empirical, not {prior!r}")
     C = len(labels)
-    total = sum(label_totals.get(l, 0) for l in labels)
-    p0 = np.full(C, 1.0 / C) if prior == "uniform" or total == 0 else \
-        np.array([label_totals.get(l, 0) / total for l in labels])
-    features = pc.unique(counts["feature"]).sort() if counts.num_rows else pa.array([], pa.string())
-    fi = pc.index_in(counts["feature"], value_set=features).to_numpy(zero_copy_only=False)
-    lab_index = {l: j for j, l in enumerate(labels)}
-    li = np.array([lab_index.get(l, -1) for l in counts["label"].to_pylist()], dtype=np.int64)
+    p0 = prior_vector(labels, label_totals, prior)
+    encoded = pc.dictionary_encode(counts["feature"]).combine_chunks() if counts.num_rows else None
+    features = encoded.dictionary if encoded is not None else pa.array([], pa.string())
+    fi = encoded.indices.to_numpy(zero_copy_only=False) if encoded is not None else np.empty(0, np.int64)
+    li = pc.fill_null(pc.index_in(counts["label"], value_set=pa.array(labels, pa.string())), -1)
+    li = li.to_numpy(zero_copy_only=False).astype(np.int64)
     c = counts["count"].to_numpy(zero_copy_only=False).astype(np.float64)
     matrix = np.zeros((len(features), C))
     known = li >= 0
     np.add.at(matrix, (fi[known], li[known]), c[known])
     n = np.bincount(fi, weights=c, minlength=len(features))  # includes sketch's __other__ mass
-    m = int((n >= min_count).sum()) * C
-    return ZStats(features=features if isinstance(features, pa.Array) else features.combine_chunks(),
-                  labels=labels, counts=matrix, n=n, p0=p0,
+    return from_matrix(features, labels, matrix, p0, min_count, alpha, n=n)
+
+
+def prior_vector(labels: list, label_totals: dict, prior: str) -> np.ndarray:
+    """p0 per label: 1/C, or the label's empirical share."""
+    if prior not in ("uniform", "empirical"):
+        raise ValueError(f"prior must be uniform or empirical, not {prior!r}")
+    total = sum(label_totals.get(l, 0) for l in labels)
+    if prior == "uniform" or total == 0:
+        return np.full(len(labels), 1.0 / len(labels))
+    return np.array([label_totals.get(l, 0) / total for l in labels])
+
+
+def from_matrix(features, labels, matrix, p0, min_count=10, alpha=0.01, n=None) -> ZStats:
+    """ZStats from an F×C count matrix (n defaults to the row sums)."""
+    n = matrix.sum(axis=1) if n is None else n
+    m = int((n >= min_count).sum()) * len(labels)
+    features = features if isinstance(features, pa.Array) else pa.array(features, pa.string()) \
+        if isinstance(features, list) else features.combine_chunks()
+    return ZStats(features=features, labels=list(labels), counts=matrix, n=n, p0=p0,
                   threshold=bonferroni_threshold(alpha, m), min_count=min_count)

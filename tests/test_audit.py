@@ -100,7 +100,7 @@ def planted(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["exact", "sketch"])
 def test_planted_tokens_recalled(planted, mode):
     path, spec = planted
-    res = audit([path], config=AuditConfig(mode=mode, k=10, sketch_lg_max_k=10))
+    res = audit([path], config=AuditConfig(mode=mode, k=10, sketch_lg_max_k=12))
     sets = res.stats.biased_sets(10)
     for word, (label, _) in spec.planted.items():
         assert f"{word}@hypothesis" in sets[label], (mode, word, res.top_k(10)[label])

@@ -1,0 +1,250 @@
+"""z-filtering (Wu et al. 2022, Algorithm 1; METHODS §2) over a stream of batches.
+
+Z starts empty or as a seed corpus. For each batch D′_t, the biased set B_Z(l) is the top-k
+features per label by z*(x,l | Z) (n ≥ min_count); a row (P, H, l) joins Z when
+features(I) ∩ B_Z(l) = ∅, else it goes to Z⁻ with the features it hit. Accepted rows
+update Z's counts incrementally. The result depends on the order of the stream: keep the
+given order or shuffle with a seed.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from .corpus import CorpusWriter, iter_input_batches, load
+from .counts import IncrementalCounts
+from .features import FeatureConfig, row_feature_lists
+from .readers import ReadOptions
+from .report import dict_table, img_tag, page, topk_table, zplot_png
+from .schema import Mapping
+from .storage import AtomicDir
+
+
+@dataclass
+class ZFilterConfig:
+    k: int = 20
+    batch_size: int = 1000
+    min_count: int = 10
+    warmup: int = 0                 # rows Z must hold before any row is rejected
+    prior: str = "uniform"
+    alpha: float = 0.01
+    shuffle_seed: int | None = None  # None: the stream's own order
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "features": self.features.to_dict()}
+
+
+def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """Fixed-size batches (the last may be short) from a stream of tables."""
+    buf: list[pa.Table] = []
+    held = 0
+    for t in tables:
+        buf.append(t)
+        held += t.num_rows
+        while held >= size:
+            whole = pa.concat_tables(buf, promote_options="permissive")
+            yield whole.slice(0, size)
+            rest = whole.slice(size)
+            buf, held = ([rest] if rest.num_rows else []), rest.num_rows
+    if held:
+        yield pa.concat_tables(buf, promote_options="permissive")
+
+
+def with_features(tables: Iterator[pa.Table], config: FeatureConfig, engine: str = "local") -> Iterator[pa.Table]:
+    """Add a ``features`` list column; on Ray the extraction runs on workers, in stream order."""
+    if engine == "local":
+        for t in tables:
+            yield t.append_column("features", row_feature_lists(t, config))
+        return
+    from .execution import ray_init
+
+    ray = ray_init()
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    tables = list(tables)
+    ds = ray.data.from_arrow(tables) if tables else None
+    if ds is None:
+        return
+    ds = ds.map_batches(_ray_features, fn_kwargs={"config": config}, batch_format="pyarrow")
+    yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
+
+
+def _ray_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
+    return batch.append_column("features", row_feature_lists(batch, config))
+
+
+@dataclass
+class ZFilterResult:
+    kept: int
+    rejected: int
+    seed: int
+    input_counts: IncrementalCounts
+    kept_counts: IncrementalCounts
+    rejected_by_label: dict
+    kept_by_label: dict
+    rejections_by_feature: dict
+
+
+class ZFilter:
+    """Algorithm 1 as a stateful operator: ``seed`` rows into Z, then ``filter`` batches in order."""
+
+    def __init__(self, labels: list, config: ZFilterConfig = ZFilterConfig()):
+        self.config = config
+        self.Z = IncrementalCounts(labels)
+        self.seen = IncrementalCounts(labels)  # every streamed row: the input's audit, no second pass
+
+    def _pairs(self, table: pa.Table, counts: IncrementalCounts):
+        feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
+            else table["features"]
+        rows = pc.list_parent_indices(feats).to_numpy()
+        fids = counts.ids(pc.list_flatten(feats).to_pylist())
+        return rows, fids
+
+    def _label_ids(self, table: pa.Table) -> np.ndarray:
+        idx = self.Z.label_index
+        labels = table["label"].to_pylist()
+        unknown = set(labels) - set(idx)
+        if unknown:
+            raise ValueError(f"labels {sorted(unknown)} are not in the label set {self.Z.labels}")
+        return np.array([idx[l] for l in labels], dtype=np.int64)
+
+    def seed(self, table: pa.Table) -> None:
+        """Rows of D_seed enter Z unconditionally."""
+        rows, fids = self._pairs(table, self.Z)
+        lab = self._label_ids(table)
+        self.Z.add(fids, lab[rows], table["label"].to_pylist())
+
+    def biased_mask(self) -> np.ndarray:
+        """F×C boolean matrix: feature x is in B_Z(l), the top-k of label l on the current Z."""
+        F = len(self.Z.names)
+        mask = np.zeros((F, len(self.Z.labels)), dtype=bool)
+        if self.Z.rows < max(self.config.warmup, 1):
+            return mask
+        st = self.Z.stats(self.config.prior, self.config.min_count, self.config.alpha)
+        z = np.where((st.n >= self.config.min_count)[:, None], st.z, -np.inf)
+        k = min(self.config.k, F)
+        if k == 0:
+            return mask
+        top = np.argpartition(-z, k - 1, axis=0)[:k] if F > k else np.tile(np.arange(F)[:, None], (1, z.shape[1]))
+        for j in range(z.shape[1]):
+            chosen = top[:, j][np.isfinite(z[top[:, j], j])]
+            mask[chosen, j] = True
+        return mask
+
+    def filter(self, table: pa.Table) -> tuple[np.ndarray, list]:
+        """Decide a batch against the current Z; accepted rows update Z. Returns (keep, hit features)."""
+        rows, fids = self._pairs(table, self.Z)
+        lab = self._label_ids(table)
+        self.seen.ids(self.Z.names[len(self.seen.names):])  # keep the two indexes aligned
+        self.seen.add(fids, lab[rows], table["label"].to_pylist())
+        mask = self.biased_mask()
+        pair_hit = np.zeros(len(fids), dtype=bool)
+        known = fids < mask.shape[0]
+        pair_hit[known] = mask[fids[known], lab[rows[known]]]
+        hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
+        keep = ~hit_rows
+        acc = keep[rows]
+        self.Z.add(fids[acc], lab[rows[acc]], [l for l, k in zip(table["label"].to_pylist(), keep) if k])
+        names = self.Z.names
+        hits: list[list[str]] = [[] for _ in range(table.num_rows)]
+        for r, f in zip(rows[pair_hit], fids[pair_hit]):
+            hits[r].append(names[f])
+        return keep, hits
+
+
+def _strip(table: pa.Table) -> pa.Table:
+    return table.drop_columns([c for c in ("features",) if c in table.column_names])
+
+
+def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+        config: ZFilterConfig = ZFilterConfig(), seed_inputs=(), engine: str = "local",
+        mode: str = "overwrite") -> dict:
+    """Filter ``inputs`` (conditionally on ``seed_inputs``) into ``out/kept`` and ``out/rejected``."""
+    seed_table = load(seed_inputs, mapping, opts)[0] if seed_inputs else None
+    stream = (b.rows for _, b in iter_input_batches(inputs, mapping, opts))
+    labels = _label_set(mapping, inputs, opts, seed_table)
+    if config.shuffle_seed is not None:
+        whole = pa.concat_tables(list(stream), promote_options="permissive")
+        order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
+        stream = iter([whole.take(pa.array(order))])
+    zf = ZFilter(labels, config)
+    kept_by, rej_by, by_feature = {l: 0 for l in labels}, {l: 0 for l in labels}, {}
+    cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs), "seed": list(seed_inputs)}
+    with CorpusWriter(os.path.join(out, "kept"), mode=mode, config=cfg_dict) as kept_w, \
+            CorpusWriter(os.path.join(out, "rejected"), mode=mode, config=cfg_dict) as rej_w:
+        seeded = 0
+        if seed_table is not None and seed_table.num_rows:
+            seed_feats = seed_table.append_column("features", row_feature_lists(seed_table, config.features))
+            zf.seed(seed_feats)
+            kept_w.write(seed_table.append_column("source_stage", pa.array(["seed"] * seed_table.num_rows)))
+            seeded = seed_table.num_rows
+            for l, c in zip(*np.unique(seed_table["label"].to_pylist(), return_counts=True)):
+                kept_by[l] += int(c)
+        with tqdm(desc="zfilter", unit=" rows", disable=None) as bar:
+            for batch in with_features(rebatch(stream, config.batch_size), config.features, engine):
+                keep, hits = zf.filter(batch)
+                plain = _strip(batch)
+                kept = plain.filter(pa.array(keep))
+                kept_w.write(kept.append_column("source_stage", pa.array(["filtered"] * kept.num_rows)))
+                rej_idx = np.nonzero(~keep)[0]
+                rejected = plain.take(pa.array(rej_idx))
+                hit_lists = [sorted(hits[i]) for i in rej_idx]
+                rejected = rejected.append_column("biased_features", pa.array(hit_lists, pa.list_(pa.string())))
+                rejected = rejected.append_column("reason", pa.array(
+                    ["hits B_Z(label): " + ", ".join(h) for h in hit_lists], pa.string()))
+                rej_w.write(rejected)
+                for l, k in zip(batch["label"].to_pylist(), keep):
+                    (kept_by if k else rej_by)[l] += 1
+                for h in hit_lists:
+                    for f in h:
+                        by_feature[f] = by_feature.get(f, 0) + 1
+                bar.update(batch.num_rows)
+        kept_m = kept_w.commit()
+        rej_m = rej_w.commit()
+    result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
+                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])))
+    return write_report(result, out, config)
+
+
+def _label_set(mapping, inputs, opts, seed_table) -> list:
+    if mapping is not None and mapping.label_set:
+        return sorted(mapping.label_set)
+    labels = set(seed_table["label"].to_pylist()) if seed_table is not None else set()
+    for _, b in iter_input_batches(inputs, mapping, opts):
+        labels.update(pc.unique(b.rows["label"]).to_pylist())
+    return sorted(labels)
+
+
+def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict:
+    before = result.input_counts.stats(config.prior, config.min_count, config.alpha)
+    after = result.kept_counts.stats(config.prior, config.min_count, config.alpha)
+    top_before, top_after = before.top_k(config.k), after.top_k(config.k)
+    report = {
+        "kept": result.kept, "rejected": result.rejected, "seed": result.seed,
+        "input": result.kept + result.rejected - result.seed,
+        "kept_by_label": result.kept_by_label, "rejected_by_label": result.rejected_by_label,
+        "max_z_before": {l: (v[0]["z"] if v else None) for l, v in top_before.items()},
+        "max_z_after": {l: (v[0]["z"] if v else None) for l, v in top_after.items()},
+        "top_rejecting_features": dict(list(result.rejections_by_feature.items())[:30]),
+        "topk_before": top_before, "topk_after": top_after, "config": config.to_dict(),
+    }
+    with AtomicDir(os.path.join(out, "report")) as d:
+        d.write_text("report.json", json.dumps(report, indent=1))
+        d.write_text("report.html", page("refinery zfilter", [
+            ("Rows", dict_table({k: report[k] for k in ("input", "seed", "kept", "rejected", "kept_by_label",
+                                                         "rejected_by_label", "max_z_before", "max_z_after")})),
+            ("z-statistics of the input", img_tag(zplot_png(before, 6, "input"), "before")),
+            ("z-statistics of the kept corpus", img_tag(zplot_png(after, 6, "kept"), "after")),
+            ("Features that caused most rejections", dict_table(report["top_rejecting_features"])),
+            ("Top features before", topk_table(top_before)),
+            ("Top features after", topk_table(top_after)),
+        ]))
+        d.commit()
+    return report
