@@ -24,6 +24,7 @@ def ray_init(num_cpus: int | None = None):
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
     else:
         ray.init(
+            address="local",  # a fresh local instance, never a stray head found on the machine
             num_cpus=num_cpus or os.cpu_count(),
             include_dashboard=False,
             object_store_memory=LOCAL_OBJECT_STORE_BYTES,

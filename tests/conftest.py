@@ -31,7 +31,7 @@ def snli_pair():
     return table
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local():
     from refinery.execution import ray_init, ray_shutdown
 
