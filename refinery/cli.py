@@ -211,5 +211,68 @@ def synth(out, rows, seed, planted, leak, premise_pool, shard_rows, mode):
     click.echo(f"{out}: {manifest['rows']:,} rows in {len(manifest['files'])} shard(s)")
 
 
+@main.command()
+@click.argument("inputs", nargs=-1)
+@click.option("--out", required=True, help="Output folder: kept/, rejected/, report/.")
+@click.option("--k", type=int, default=20, show_default=True, help="|B_Z(l)|: top-k biased features per label.")
+@click.option("--batch-size", type=int, default=1000, show_default=True, help="Rows per decision batch.")
+@click.option("--min-count", type=int, default=10, show_default=True)
+@click.option("--warmup", type=int, default=0, show_default=True, help="Accept all rows until Z holds this many.")
+@click.option("--prior", type=click.Choice(["uniform", "empirical"]), default="uniform", show_default=True)
+@click.option("--shuffle-seed", type=int, default=None, help="Shuffle the stream (the result depends on order).")
+@click.option("--seed-corpus", multiple=True, help="Z starts as this corpus (conditional filtering).")
+@click.option("--composition", "composition", type=click.Choice(["plain", "zaug", "parz", "seqz"]), default="plain",
+              show_default=True, help="Wu et al. §4.2 with --original and --generated.")
+@click.option("--original", multiple=True, help="D0 for --composition.")
+@click.option("--generated", multiple=True, help="G for --composition.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@mode_option
+@feature_options
+@input_options
+def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, seed_corpus, composition,
+            original, generated, engine, mode, feature_config, mapping, opts):
+    """z-filtering (Wu et al. 2022, Algorithm 1): keep the rows that carry no top-k biased feature."""
+    from . import zfilter as zf
+
+    config = zf.ZFilterConfig(k=k, batch_size=batch_size, min_count=min_count, warmup=warmup, prior=prior,
+                              shuffle_seed=shuffle_seed, features=feature_config)
+    if composition == "plain":
+        if not inputs:
+            raise click.UsageError("give INPUTS (or --composition with --original/--generated)")
+        report = zf.run(inputs, out, mapping, opts, config, seed_inputs=seed_corpus, engine=engine, mode=mode)
+    else:
+        if not original or not generated:
+            raise click.UsageError("--composition needs --original and --generated")
+        report = zf.compose(composition, original, generated, out, mapping, opts, config, engine=engine, mode=mode)
+    click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,}")
+    for label in report["max_z_before"]:
+        click.echo(f"  max z* {label:<16} {report['max_z_before'][label]!s:>8} -> {report['max_z_after'][label]}")
+    click.echo(f"report: {out}/report/report.html")
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output folder: kept/ and rejected/.")
+@click.option("--tau", type=float, default=0.95, show_default=True)
+@click.option("--proba-column", help="Column holding p_M(label | text).")
+@click.option("--model", "model_path", help="A saved classifier (refinery probe --save-model).")
+@mode_option
+@input_options
+def confidence(inputs, out, tau, proba_column, model_path, mode, mapping, opts):
+    """Keep rows whose task-model confidence in their label exceeds --tau."""
+    import os
+
+    from .confidence import confidence_filter
+    from .corpus import load, write_table
+    from .models import load_classifier
+
+    table, _ = load(inputs, mapping, opts)
+    model = load_classifier(model_path) if model_path else None
+    kept, rejected = confidence_filter(table, tau, model=model, proba_column=proba_column)
+    write_table(kept, os.path.join(out, "kept"), mode=mode)
+    write_table(rejected, os.path.join(out, "rejected"), mode=mode)
+    click.echo(f"kept {kept.num_rows:,}, rejected {rejected.num_rows:,} (tau {tau})")
+
+
 if __name__ == "__main__":
     main()

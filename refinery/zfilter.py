@@ -159,6 +159,13 @@ class ZFilter:
         return keep, hits
 
 
+def _tag(table: pa.Table, stage: str) -> pa.Table:
+    """Set ``source_stage`` (seed | filtered), replacing a value from an earlier filtering."""
+    if "source_stage" in table.column_names:
+        table = table.drop_columns(["source_stage"])
+    return table.append_column("source_stage", pa.array([stage] * table.num_rows, pa.string()))
+
+
 def _strip(table: pa.Table) -> pa.Table:
     return table.drop_columns([c for c in ("features",) if c in table.column_names])
 
@@ -183,7 +190,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         if seed_table is not None and seed_table.num_rows:
             seed_feats = seed_table.append_column("features", row_feature_lists(seed_table, config.features))
             zf.seed(seed_feats)
-            kept_w.write(seed_table.append_column("source_stage", pa.array(["seed"] * seed_table.num_rows)))
+            kept_w.write(_tag(seed_table, "seed"))
             seeded = seed_table.num_rows
             for l, c in zip(*np.unique(seed_table["label"].to_pylist(), return_counts=True)):
                 kept_by[l] += int(c)
@@ -192,7 +199,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
                 keep, hits = zf.filter(batch)
                 plain = _strip(batch)
                 kept = plain.filter(pa.array(keep))
-                kept_w.write(kept.append_column("source_stage", pa.array(["filtered"] * kept.num_rows)))
+                kept_w.write(_tag(kept, "filtered"))
                 rej_idx = np.nonzero(~keep)[0]
                 rejected = plain.take(pa.array(rej_idx))
                 hit_lists = [sorted(hits[i]) for i in rej_idx]
@@ -248,3 +255,34 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
         ]))
         d.commit()
     return report
+
+
+def compose(kind: str, original, generated, out: str, mapping: Mapping | None = None,
+            opts: ReadOptions = ReadOptions(), config: ZFilterConfig = ZFilterConfig(), engine: str = "local",
+            mode: str = "overwrite") -> dict:
+    """Wu et al. §4.2: ``zaug`` = Z(G | D0); ``parz`` = Z(D0) ∪ Z(G); ``seqz`` = Z(G | Z(D0)).
+
+    Intermediate filterings go under ``out/stages``; the final corpus is ``out/kept``.
+    """
+    stages = os.path.join(out, "stages")
+    if kind == "zaug":
+        return run(generated, out, mapping, opts, config, seed_inputs=original, engine=engine, mode=mode)
+    if kind == "seqz":
+        run(original, os.path.join(stages, "z_original"), mapping, opts, config, engine=engine, mode=mode)
+        return run(generated, out, mapping, opts, config,
+                   seed_inputs=[os.path.join(stages, "z_original", "kept")], engine=engine, mode=mode)
+    if kind == "parz":
+        a = run(original, os.path.join(stages, "z_original"), mapping, opts, config, engine=engine, mode=mode)
+        b = run(generated, os.path.join(stages, "z_generated"), mapping, opts, config, engine=engine, mode=mode)
+        from .corpus import convert
+
+        for part in ("kept", "rejected"):
+            convert([os.path.join(stages, s, part) for s in ("z_original", "z_generated")],
+                    os.path.join(out, part), None, opts, mode=mode)
+        union = {key: a[key] + b[key] for key in ("kept", "rejected", "input")}
+        with AtomicDir(os.path.join(out, "report")) as d:
+            d.write_text("report.json", json.dumps({**union, "stages": {"original": a, "generated": b}}, indent=1,
+                                                   default=str))
+            d.commit()
+        return {**union, "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"]}
+    raise ValueError(f"composition must be zaug, parz or seqz, not {kind!r}")

@@ -1,0 +1,103 @@
+"""z-filtering (Algorithm 1) on SNLI and planted corpora; compositions; the confidence filter."""
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from refinery import synth, zfilter
+from refinery.audit import AuditConfig, audit
+from refinery.confidence import confidence_filter
+from refinery.corpus import Corpus, load
+from refinery.schema import PRESETS
+
+from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+
+
+def test_snli_zfilter_accounts_for_every_row(tmp_path):
+    run_cli("zfilter", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--k", "20", "--out", tmp_path / "z")
+    kept = Corpus.open(str(tmp_path / "z" / "kept"))
+    rejected = Corpus.open(str(tmp_path / "z" / "rejected"))
+    assert kept.manifest["rows"] + rejected.manifest["rows"] == 19666
+    ids = kept.read(["id"])["id"].to_pylist() + rejected.read(["id"])["id"].to_pylist()
+    assert len(set(ids)) == 19666
+    report = json.loads((tmp_path / "z" / "report" / "report.json").read_text())
+    for label in ("entailment", "neutral", "contradiction"):
+        assert report["max_z_after"][label] < 0.5 * report["max_z_before"][label]
+    # every rejected row names the biased features it hit, and each is a feature of that row
+    rej = rejected.read().to_pylist()
+    assert all(r["biased_features"] for r in rej)
+    assert any("sleeping@hypothesis" in r["biased_features"] for r in rej if r["label"] == "contradiction")
+    # an independent audit of the kept corpus agrees that the strong shortcuts are gone
+    after = audit([str(tmp_path / "z" / "kept")])
+    assert max(e["z"] for es in after.top_k(1).values() for e in es) < 8
+
+
+def test_incremental_state_matches_recount():
+    table, _ = load([SNLI_HARD], PRESETS["snli"])
+    cfg = zfilter.ZFilterConfig(batch_size=500)
+    zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
+    kept = []
+    for batch in zfilter.with_features(zfilter.rebatch(iter([table]), 500), cfg.features):
+        keep, _ = zf.filter(batch)
+        kept.append(batch.filter(pa.array(keep)).drop_columns(["features"]))
+    from refinery.audit import count_table, finish
+    full = finish(count_table(pa.concat_tables(kept), AuditConfig()), AuditConfig()).stats
+    inc = zf.Z.stats()
+    present = np.nonzero(inc.n > 0)[0]  # features seen only in rejected rows have zero counts in Z
+    names = np.array(inc.features.to_pylist(), dtype=object)[present]
+    order = np.argsort(names)
+    assert list(names[order]) == sorted(full.features.to_pylist())
+    full_order = np.argsort(np.array(full.features.to_pylist(), dtype=object))
+    np.testing.assert_array_equal(inc.counts[present][order], full.counts[full_order])
+
+
+def test_planted_tokens_filtered_out(tmp_path):
+    spec = synth.SynthSpec(rows=20_000, seed=3)
+    synth.write(spec, str(tmp_path / "c"))
+    zfilter.run([str(tmp_path / "c")], str(tmp_path / "z"), config=zfilter.ZFilterConfig(k=10, batch_size=500))
+    before, after = audit([str(tmp_path / "c")]).stats, audit([str(tmp_path / "z" / "kept")]).stats
+
+    def z_of(st, word, label):
+        return st.z[st.features.index(f"{word}@hypothesis").as_py(), st.labels.index(label)]
+
+    for word, (label, _) in spec.planted.items():
+        assert z_of(after, word, label) < 0.35 * z_of(before, word, label), word
+
+
+def test_seed_and_compositions(tmp_path):
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "d0.jsonl").write_text("\n".join(lines[:3000]) + "\n")
+    (tmp_path / "g.jsonl").write_text("\n".join(lines[3000:6000]) + "\n")
+    d0, g = str(tmp_path / "d0.jsonl"), str(tmp_path / "g.jsonl")
+    for kind in ("zaug", "parz", "seqz"):
+        r = zfilter.compose(kind, [d0], [g], str(tmp_path / kind), PRESETS["snli"],
+                            config=zfilter.ZFilterConfig(batch_size=500))
+        kept = Corpus.open(str(tmp_path / kind / "kept")).manifest["rows"]
+        rejected = Corpus.open(str(tmp_path / kind / "rejected")).manifest["rows"]
+        if kind == "zaug":   # D0 kept whole, G filtered conditionally
+            assert kept + rejected == 6000 and kept >= 3000
+        elif kind == "parz":
+            assert kept + rejected == 6000
+        else:                # Z(D0) is the seed; G filtered on top
+            z_d0 = Corpus.open(str(tmp_path / kind / "stages" / "z_original" / "kept")).manifest["rows"]
+            assert kept + rejected == z_d0 + 3000
+    assert r["kept"] > 0
+
+
+def test_confidence_filter_keeps_only_above_tau():
+    from refinery.models import NGramClassifier
+
+    dev, _ = load([SNLI_DEV], PRESETS["snli"])
+    test, _ = load([SNLI_HARD], PRESETS["snli"])
+    model = NGramClassifier("pair").fit(dev)
+    kept, rejected = confidence_filter(test, 0.6, model=model)
+    assert kept.num_rows + rejected.num_rows == test.num_rows
+    assert kept.num_rows > 0 and rejected.num_rows > 0
+    assert min(kept["confidence"].to_pylist()) > 0.6 >= max(rejected["confidence"].to_pylist())
+    p = model.predict_proba(kept)
+    cols = [model.classes_.index(l) for l in kept["label"].to_pylist()]
+    assert np.all(p[np.arange(kept.num_rows), cols] > 0.6)
+    col = test.append_column("p", pa.array(np.linspace(0, 1, test.num_rows)))
+    kept2, _ = confidence_filter(col, 0.95, proba_column="p")
+    assert kept2.num_rows == int((np.linspace(0, 1, test.num_rows) > 0.95).sum())
