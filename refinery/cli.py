@@ -274,5 +274,36 @@ def confidence(inputs, out, tau, proba_column, model_path, mode, mapping, opts):
     click.echo(f"kept {kept.num_rows:,}, rejected {rejected.num_rows:,} (tau {tau})")
 
 
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True)
+@click.option("--k", type=int, default=10, show_default=True, help="Tokens to correct.")
+@click.option("--step", type=float, default=0.2, show_default=True)
+@click.option("--iterations", type=int, default=10, show_default=True)
+@click.option("--band", default="0.002,0.02", show_default=True,
+              help="Count band as fractions of the corpus (MIN,MAX), or absolute counts if > 1.")
+@click.option("--min-count", type=int, default=20, show_default=True)
+@click.option("--stopwords/--keep-stopwords", default=True, show_default=True, help="Remove stopwords.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@mode_option
+@input_options
+def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed, mode, mapping, opts):
+    """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet)."""
+    from . import upsample as up
+
+    lo, hi = (float(x) for x in band.split(","))
+    config = up.UpsampleConfig(k=k, step=step, iterations=iterations, band_min=lo, band_max=hi,
+                               min_count=min_count, remove_stopwords=stopwords, seed=seed)
+    report = up.run(inputs, out, mapping, opts, config, mode=mode)
+    click.echo(f"{report['rows_before']:,} -> {report['rows_after']:,} rows (+{report['growth']:.1%}), "
+               f"{report['iterations_run']} iteration(s)")
+    for tok in report["tokens"]:
+        click.echo(f"  {tok:<16} max p̂ {max(report['p_hat_before'][tok].values()):.3f} -> "
+                   f"{report['max_p_after'][tok]:.3f}")
+    if report["uncorrectable"]:
+        click.echo("  uncorrectable: " + ", ".join(u["token"] for u in report["uncorrectable"]))
+    click.echo(f"report: {out}/report/report.html")
+
+
 if __name__ == "__main__":
     main()

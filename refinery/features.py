@@ -14,14 +14,24 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null", "hypo-only")
 DEFAULT_FAMILIES = ("unigram", "bigram", "null")
 LENGTH_BUCKETS = (5, 10, 15, 20)          # hypo-len<5, hypo-len<10, ... , hypo-len>=20
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0)    # len-ratio<0.25, ... , len-ratio>=1
 OVERLAP_THRESHOLDS = (0.8, 0.9)
-STOPWORDS = pa.array(sorted(ENGLISH_STOP_WORDS), pa.string())
+# NLTK's English stopword list: function words only (negations such as "nobody", "never",
+# "nothing" stay, since they are exactly the shortcuts an audit must see).
+STOPWORD_LIST = tuple("""i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
+yourselves he him his himself she she's her hers herself it it's its itself they them their theirs themselves what
+which who whom this that that'll these those am is are was were be been being have has had having do does did doing
+a an the and but if or because as until while of at by for with about against between into through during before
+after above below to from up down in out on off over under again further then once here there when where why how all
+any both each few more most other some such no nor not only own same so than too very s t can will just don don't
+should should've now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn
+hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn
+wasn't weren weren't won won't wouldn wouldn't""".split())
+STOPWORDS = pa.array(sorted(STOPWORD_LIST), pa.string())
 _PUNCT = r"([^\w\s])"
 
 

@@ -78,15 +78,24 @@ def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, v
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(view)} AS " + " UNION ALL BY NAME ".join(parts))
 
 
+def _bind(sql: str, name: str, params: dict | None) -> dict:
+    used = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
+    missing = used - set(params or {})
+    if missing:
+        raise KeyError(f"query {name!r} needs parameters: {', '.join(sorted(missing))}")
+    return {k: v for k, v in (params or {}).items() if k in used}
+
+
+def run_script(con, name: str, params: dict | None = None) -> None:
+    """Execute a named statement that creates or changes tables (no result)."""
+    sql = load_sql(name)
+    con.execute(sql, _bind(sql, name, params) or None)
+
+
 def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
     """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``."""
     sql = load_sql(name_or_file)
-    used = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
-    bound = {k: v for k, v in (params or {}).items() if k in used}
-    missing = used - set(bound)
-    if missing:
-        raise KeyError(f"query {name_or_file!r} needs parameters: {', '.join(sorted(missing))}")
-    return con.sql(sql, params=bound or None).to_arrow_table()
+    return con.sql(sql, params=_bind(sql, name_or_file, params) or None).to_arrow_table()
 
 
 def split_specs(specs) -> dict[str, str]:

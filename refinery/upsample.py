@@ -1,0 +1,218 @@
+"""AUDAC adaptive round-robin up-sampling (arXiv 2401.13907, Algorithm 1; METHODS §3), in DuckDB SQL.
+
+S = the top-k tokens by z*(s) = max_l z*(s,l) among tokens with n(s) in a count band. For each
+s, round robin, draw d_l = ceil(D_l[s]·step) rows of label l from B[s] (rows containing s),
+with replacement and a seeded hash; deficits are recomputed after every draw, since the
+added rows carry other tokens too. Stop when every D[s] is ~0 or after N iterations.
+A token that some label never co-occurs with cannot be made uniform by duplication: it is
+reported as uncorrectable and the next token is taken.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from . import queries
+from . import stats as zstats
+from .corpus import Corpus, CorpusWriter, convert, is_corpus
+from .features import STOPWORD_LIST
+from .readers import ReadOptions
+from .report import dict_table, img_tag, page, zplot_png
+from .schema import Mapping
+from .storage import AtomicDir
+
+
+@dataclass
+class UpsampleConfig:
+    k: int = 10
+    step: float = 0.2
+    iterations: int = 10
+    band_min: float = 0.002      # n(s) ≥ max(min_count, band_min·|D|)  (paper: 1,000 on SNLI train)
+    band_max: float = 0.02       # n(s) ≤ band_max·|D|                  (paper: 10,000 on SNLI train)
+    min_count: int = 20
+    tolerance: float = 0.01      # stop when D[s] ≤ tolerance·n(s) for every s
+    remove_stopwords: bool = True
+    seed: int = 0
+
+
+def _load_rows(con, files: list[str], storage_options) -> None:
+    """Table ``rows(row_id, …)`` over the corpus shards in order (row_id = position)."""
+    sources = [queries._source(con, f, storage_options, i) for i, f in enumerate(files)]
+    union = " UNION ALL BY NAME ".join(f"SELECT *, {i} AS __file, row_number() OVER () AS __pos FROM {s}"
+                                       for i, s in enumerate(sources))
+    con.execute(f"CREATE OR REPLACE TABLE rows AS SELECT (row_number() OVER (ORDER BY __file, __pos) - 1)::BIGINT "
+                f"AS row_id, * EXCLUDE (__file, __pos) FROM ({union}) ORDER BY row_id")
+
+
+def token_stats(con, num_labels: int) -> pa.Table:
+    return queries.run(con, "audac_token_stats", {"num_labels": num_labels})
+
+
+def _as_zstats(table: pa.Table, labels: list, min_count: int) -> zstats.ZStats:
+    counts = table.select(["token", "label", "c"]).rename_columns(["feature", "label", "count"])
+    totals = {l: 1 for l in labels}  # uniform prior: totals only name the labels
+    return zstats.compute(counts, totals, min_count=min_count)
+
+
+def select_tokens(stats: pa.Table, labels: list, config: UpsampleConfig, rows: int) -> tuple[list, list]:
+    """(S, uncorrectable): the top-k correctable tokens by z* within the count band."""
+    lo = max(config.min_count, math.ceil(config.band_min * rows))
+    hi = max(lo, math.floor(config.band_max * rows))
+    d = stats.to_pydict()
+    per_token: dict = {}
+    for tok, lab, c, n, z in zip(d["token"], d["label"], d["c"], d["n"], d["z"]):
+        e = per_token.setdefault(tok, {"n": n, "z": -np.inf, "counts": {}})
+        e["z"] = max(e["z"], z)
+        e["counts"][lab] = c
+    ranked = sorted(((t, e) for t, e in per_token.items() if lo <= e["n"] <= hi), key=lambda te: (-te[1]["z"], te[0]))
+    chosen, uncorrectable = [], []
+    for tok, e in ranked:
+        if len(chosen) == config.k:
+            break
+        entry = {"token": tok, "n": int(e["n"]), "z": round(float(e["z"]), 4), "counts": e["counts"]}
+        (chosen if all(e["counts"].get(l, 0) > 0 for l in labels) else uncorrectable).append(entry)
+    return chosen, uncorrectable
+
+
+def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+        config: UpsampleConfig = UpsampleConfig(), mode: str = "overwrite", threads: int | None = None) -> dict:
+    """Up-sample ``inputs`` into ``out`` (corpus + trace.parquet + report.json/html)."""
+    with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
+        files = []
+        for url in inputs:
+            if not is_corpus(url, opts.storage_options):
+                target = os.path.join(work, f"in{len(files)}")
+                convert([url], target, mapping, opts)
+                url = target
+            files += Corpus.open(url, opts.storage_options).files
+        con = queries.connect(threads=threads)
+        _load_rows(con, files, opts.storage_options)
+        return _upsample(con, out, config, mode, list(inputs))
+
+
+def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list) -> dict:
+    con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
+    con.execute("CREATE OR REPLACE TABLE stopwords AS SELECT * FROM __stopwords")
+    con.execute("CREATE OR REPLACE TABLE label_set AS SELECT DISTINCT label FROM rows ORDER BY label")
+    con.execute("CREATE OR REPLACE TABLE extra (row_id BIGINT, extra BIGINT)")
+    labels = [r[0] for r in con.execute("SELECT label FROM label_set").fetchall()]
+    n_rows = con.execute("SELECT count(*) FROM rows").fetchone()[0]
+    queries.run_script(con, "audac_token_rows", {"remove_stopwords": config.remove_stopwords})
+
+    before = token_stats(con, len(labels))
+    chosen, uncorrectable = select_tokens(before, labels, config, n_rows)
+    con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
+    con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
+
+    trace, added = [], []
+    draw_id = 0
+    with tqdm(total=config.iterations, desc="audac", unit=" iter", disable=None) as bar:
+        for it in range(1, config.iterations + 1):
+            deficits = queries.run(con, "audac_deficits").to_pylist()
+            if all(sum(r["deficit"] for r in deficits if r["token"] == c["token"]) <= config.tolerance * c["n"]
+                   for c in chosen):
+                break
+            for c in chosen:
+                tok = c["token"]
+                drawn = queries.run(con, "audac_draw", {"token": tok, "step": config.step, "seed": config.seed,
+                                                        "round": it}).to_pylist()
+                before_d = {r["label"]: r["deficit"] for r in queries.run(con, "audac_deficits").to_pylist()
+                            if r["token"] == tok}
+                per_label = {l: 0 for l in labels}
+                for r in drawn:
+                    per_label[r["label"]] += 1
+                    added.append((draw_id, it, tok, r["row_id"]))
+                    draw_id += 1
+                if drawn:
+                    con.register("__drawn", pa.table({"row_id": [r["row_id"] for r in drawn]}))
+                    con.execute("""
+                        CREATE OR REPLACE TABLE extra AS
+                        SELECT row_id, sum(extra)::BIGINT AS extra
+                        FROM (SELECT row_id, extra FROM extra UNION ALL SELECT row_id, 1 FROM __drawn)
+                        GROUP BY row_id""")
+                trace.append({"iteration": it, "token": tok, "deficit_before": int(sum(before_d.values())),
+                              **{f"drawn:{l}": per_label[l] for l in labels}, "drawn": len(drawn)})
+            bar.update(1)
+
+    after = token_stats(con, len(labels))
+    report = _report(before, after, chosen, uncorrectable, labels, n_rows, len(added), trace, config, inputs)
+    _write(con, out, added, trace, report, config, mode, labels, before, after)
+    return report
+
+
+def _p_hat(stats: pa.Table, tokens: list, labels: list) -> dict:
+    d = stats.filter(pc.is_in(stats["token"], value_set=pa.array(tokens, pa.string()))).to_pylist()
+    out = {t: {l: 0.0 for l in labels} for t in tokens}
+    for r in d:
+        out[r["token"]][r["label"]] = round(r["p_hat"], 4)
+    return out
+
+
+def _report(before, after, chosen, uncorrectable, labels, n_rows, n_added, trace, config, inputs) -> dict:
+    tokens = [c["token"] for c in chosen]
+    pb, pa_ = _p_hat(before, tokens, labels), _p_hat(after, tokens, labels)
+    return {
+        "rows_before": n_rows, "rows_added": n_added, "rows_after": n_rows + n_added,
+        "growth": round(n_added / max(n_rows, 1), 4),
+        "tokens": tokens,
+        "p_hat_before": pb, "p_hat_after": pa_,
+        "max_p_after": {t: max(pa_[t].values()) for t in tokens},
+        "uncorrectable": uncorrectable,
+        "selected": chosen,
+        "iterations_run": max((t["iteration"] for t in trace), default=0),
+        "config": asdict(config), "inputs": inputs,
+    }
+
+
+def _write(con, out, added, trace, report, config, mode, labels, before, after) -> None:
+    con.register("__added", pa.table({"draw_id": [a[0] for a in added], "iteration": [a[1] for a in added],
+                                      "token": [a[2] for a in added], "row_id": [a[3] for a in added]}))
+    has_source = "source" in [c[0] for c in con.execute("DESCRIBE rows").fetchall()]
+    original_source = "coalesce(source, 'original')" if has_source else "'original'"
+    star = "* EXCLUDE (row_id, source)" if has_source else "* EXCLUDE (row_id)"
+    with CorpusWriter(out, mode=mode, config={"audac": asdict(config)}) as writer:
+        if writer.skipped:
+            writer.commit()
+            return
+        originals = con.sql(f"SELECT {star}, {original_source} AS source, NULL::VARCHAR AS origin_id "
+                            "FROM rows ORDER BY row_id")
+        upsampled = con.sql(f"SELECT {star.replace('*', 'r.*', 1)} REPLACE (r.id || '#up' || a.draw_id AS id), "
+                            "'upsampled' AS source, r.id AS origin_id, a.iteration AS upsample_iteration, "
+                            "a.token AS upsample_token FROM __added a JOIN rows r USING (row_id) ORDER BY a.draw_id")
+        for rel in (originals, upsampled):
+            reader = rel.to_arrow_reader(batch_size=100_000) if hasattr(rel, "to_arrow_reader") else \
+                rel.fetch_record_batch(100_000)
+            for rb in reader:
+                writer.write(pa.Table.from_batches([rb]))
+        writer.commit()
+    with AtomicDir(os.path.join(out, "report")) as d:
+        d.write_text("report.json", json.dumps(report, indent=1, default=str))
+        sink = pa.BufferOutputStream()
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(trace) if trace else pa.table({"iteration": pa.array([], pa.int64())}),
+                       sink)
+        d.write_bytes("trace.parquet", sink.getvalue().to_pybytes())
+        d.write_text("report.html", page("refinery upsample (AUDAC)", [
+            ("Summary", dict_table({k: report[k] for k in ("rows_before", "rows_added", "rows_after", "growth",
+                                                          "iterations_run", "max_p_after")})),
+            ("Token z-statistics before", img_tag(zplot_png(_as_zstats(before, labels, config.min_count), 6,
+                                                            "tokens before"), "before")),
+            ("Token z-statistics after", img_tag(zplot_png(_as_zstats(after, labels, config.min_count), 6,
+                                                           "tokens after"), "after")),
+            ("p̂(l|s) before", dict_table(report["p_hat_before"])),
+            ("p̂(l|s) after", dict_table(report["p_hat_after"])),
+            ("Uncorrectable tokens", dict_table({u["token"]: u["counts"] for u in report["uncorrectable"]})),
+            ("Trace", dict_table({f"{t['iteration']}:{t['token']}": {k: v for k, v in t.items()
+                                                                     if k.startswith("drawn") or k == "deficit_before"}
+                                  for t in trace})),
+        ]))
+        d.commit()

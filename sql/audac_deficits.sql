@@ -1,0 +1,18 @@
+-- Deficits of the selected tokens S on the current corpus: D_l[s] = max_l' c_l'(s) − c_l(s),
+-- D[s] = Σ_l D_l[s] (the minority-label rows still missing for a uniform p(l|s)).
+WITH counts AS (
+    SELECT t.token, r.label, sum(1 + coalesce(e.extra, 0))::BIGINT AS c
+    FROM token_rows t
+    JOIN selected s USING (token)
+    JOIN rows r USING (row_id)
+    LEFT JOIN extra e USING (row_id)
+    GROUP BY t.token, r.label
+),
+grid AS (
+    SELECT s.token, ls.label, coalesce(c.c, 0) AS c
+    FROM selected s CROSS JOIN label_set ls
+    LEFT JOIN counts c ON c.token = s.token AND c.label = ls.label
+)
+SELECT token, label, c, max(c) OVER (PARTITION BY token) - c AS deficit
+FROM grid
+ORDER BY token, label;
