@@ -10,6 +10,7 @@ import os
 
 import _common  # noqa: F401  (puts the repo on sys.path)
 
+from refinery import upsample, zfilter
 from refinery.audit import AuditConfig, audit, write_outputs
 from refinery.corpus import convert
 from refinery.inspect import format_inspection, inspect
@@ -37,8 +38,19 @@ def main():
     summary = write_outputs(result, os.path.join(args.out, "audit"), [corpus], title="SNLI dev+test audit")
     print(terminal_topk(result.top_k()))
     print(f"\nreport: {os.path.join(args.out, 'audit', 'report.html')}")
+
+    print("\n== zfilter (Wu et al. 2022, k = 20)")
+    zf = zfilter.run([corpus], os.path.join(args.out, "zfilter"), config=zfilter.ZFilterConfig(k=20))
+    print(f"kept {zf['kept']:,}, rejected {zf['rejected']:,}; max z* before {zf['max_z_before']} "
+          f"after {zf['max_z_after']}")
+
+    print("\n== upsample (AUDAC, k = 10)")
+    up = upsample.run([corpus], os.path.join(args.out, "upsample"), config=upsample.UpsampleConfig(k=10))
+    print(f"{up['rows_before']:,} -> {up['rows_after']:,} rows; max p̂ after: {up['max_p_after']}; "
+          f"uncorrectable: {[u['token'] for u in up['uncorrectable']]}")
     with open(os.path.join(args.out, "demo.json"), "w") as fh:
-        json.dump({"corpus": manifest["rows"], "max_z": summary["max_z"]}, fh, indent=1)
+        json.dump({"corpus": manifest["rows"], "max_z": summary["max_z"], "zfilter": {"kept": zf["kept"],
+                   "rejected": zf["rejected"]}, "upsample": {"rows_after": up["rows_after"]}}, fh, indent=1)
 
 
 if __name__ == "__main__":
