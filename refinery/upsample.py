@@ -111,6 +111,9 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list) ->
     chosen, uncorrectable = select_tokens(before, labels, config, n_rows)
     con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
     con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
+    # B[s] for the selected tokens only: every later query touches these rows, not the whole index
+    con.execute("CREATE OR REPLACE TABLE selected_rows AS "
+                "SELECT t.row_id, t.token FROM token_rows t JOIN selected USING (token) ORDER BY token, row_id")
 
     trace, added = [], []
     draw_id = 0

@@ -2,8 +2,7 @@
 -- D[s] = Σ_l D_l[s] (the minority-label rows still missing for a uniform p(l|s)).
 WITH counts AS (
     SELECT t.token, r.label, sum(1 + coalesce(e.extra, 0))::BIGINT AS c
-    FROM token_rows t
-    JOIN selected s USING (token)
+    FROM selected_rows t
     JOIN rows r USING (row_id)
     LEFT JOIN extra e USING (row_id)
     GROUP BY t.token, r.label

@@ -2,7 +2,7 @@
 -- (rows containing s with label l), sampled with replacement by a seeded hash.
 WITH counts AS (
     SELECT r.label, sum(1 + coalesce(e.extra, 0))::BIGINT AS c
-    FROM token_rows t
+    FROM selected_rows t
     JOIN rows r USING (row_id)
     LEFT JOIN extra e USING (row_id)
     WHERE t.token = $token
@@ -18,7 +18,7 @@ candidates AS (
     SELECT r.label, t.row_id,
            row_number() OVER (PARTITION BY r.label ORDER BY t.row_id) - 1 AS k,
            count(*) OVER (PARTITION BY r.label)                            AS m
-    FROM token_rows t JOIN rows r USING (row_id)
+    FROM selected_rows t JOIN rows r USING (row_id)
     WHERE t.token = $token
 ),
 draws AS (
