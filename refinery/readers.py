@@ -338,6 +338,10 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
         ids = pc.if_else(pc.is_null(ids), pa.array(hashed, pa.string()), ids)
 
     out = {"id": ids, "text_a": text_a, "text_b": text_b, "label": label}
+    for node in ("node_a", "node_b"):  # sentence ids for the leakage graph (QQP qid1/qid2, MSRP #1/#2 ID)
+        src = mapped.get(node)
+        if src and src in kept.column_names:
+            out[node] = pc.cast(kept[src], pa.string())
     for opt, typ in OPTIONAL_FIELDS.items():
         src = mapped.get(opt, opt)
         if src in kept.column_names:

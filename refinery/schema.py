@@ -39,7 +39,8 @@ class Mapping:
     """How one release's columns become the canonical record.
 
     ``columns`` maps canonical names (text_a, text_b, label, id, and optionally
-    node_a/node_b, the sentence ids used by the leakage graph) to source column names.
+    node_a/node_b, the sentence ids used by the leakage graph, kept as columns of those
+    names) to source column names.
     ``labels`` maps raw label values to class names; ``label_set`` is the declared set
     of classes (rows outside it are rejected), or None to accept any non-empty label.
     """

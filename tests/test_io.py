@@ -163,3 +163,15 @@ def test_hans_and_mnli_presets():
     assert "heuristic" in hans.column_names  # other columns pass through
     mnli, _ = load([str(DATA / "mnli" / "mnli_dev_matched_hard.jsonl")], PRESETS["mnli"])
     assert mnli.num_rows == 4573
+
+
+def test_qqp_preset_keeps_sentence_ids(tmp_path):
+    src = tmp_path / "qqp.tsv"
+    src.write_text("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                   "0\t1\t2\tHow do I learn Python?\tWhat is the best way to learn Python?\t1\n"
+                   "1\t3\t4\tWhy is the sky blue?\tHow tall is Everest?\t0\n"
+                   "2\t5\t6\tbroken row with too few columns\n")
+    table, rejects = load([str(src)], PRESETS["qqp"])
+    assert table["label"].to_pylist() == ["duplicate", "not_duplicate"]
+    assert table["node_a"].to_pylist() == ["1", "3"] and table["node_b"].to_pylist() == ["2", "4"]
+    assert rejects["line"].to_pylist() == [4] and "expected 6 columns" in rejects["reason"][0].as_py()
