@@ -130,13 +130,21 @@ class ZFilter:
         st = self.Z.stats(self.config.prior, self.config.min_count, self.config.alpha)
         z = np.where((st.n >= self.config.min_count)[:, None], st.z, -np.inf)
         k = min(self.config.k, F)
-        if k == 0:
-            return mask
-        top = np.argpartition(-z, k - 1, axis=0)[:k] if F > k else np.tile(np.arange(F)[:, None], (1, z.shape[1]))
         for j in range(z.shape[1]):
-            chosen = top[:, j][np.isfinite(z[top[:, j], j])]
-            mask[chosen, j] = True
+            mask[self._top(z[:, j], k), j] = True
         return mask
+
+    def _top(self, zj: np.ndarray, k: int) -> np.ndarray:
+        """Ids of the k largest finite z, ties at the boundary broken by feature name (order-independent)."""
+        finite = np.isfinite(zj)
+        if k == 0 or not finite.any():
+            return np.empty(0, dtype=np.int64)
+        k = min(k, int(finite.sum()))
+        kth = np.partition(zj[finite], -k)[-k]
+        above = np.nonzero(zj > kth)[0]
+        tied = np.nonzero(zj == kth)[0]
+        tied = sorted(tied, key=lambda i: self.Z.names[i])[: k - len(above)]
+        return np.concatenate([above, np.asarray(tied, dtype=np.int64)])
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, list]:
         """Decide a batch against the current Z; accepted rows update Z. Returns (keep, hit features)."""
@@ -286,3 +294,13 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
             d.commit()
         return {**union, "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"]}
     raise ValueError(f"composition must be zaug, parz or seqz, not {kind!r}")
+
+
+def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> int:
+    """Algorithm 1 over an in-memory table in batches; the number of rows kept (no outputs written)."""
+    zf = ZFilter(sorted(set(table["label"].to_pylist())), config)
+    kept = 0
+    for batch in with_features(rebatch(iter([table]), config.batch_size), config.features):
+        keep, _ = zf.filter(batch)
+        kept += int(keep.sum())
+    return kept
