@@ -61,8 +61,12 @@ def test_planted_tokens_filtered_out(tmp_path):
     def z_of(st, word, label):
         return st.z[st.features.index(f"{word}@hypothesis").as_py(), st.labels.index(label)]
 
+    def p_of(st, word, label):
+        return st.p_hat[st.features.index(f"{word}@hypothesis").as_py(), st.labels.index(label)]
+
     for word, (label, _) in spec.planted.items():
         assert z_of(after, word, label) < 0.35 * z_of(before, word, label), word
+        assert abs(p_of(after, word, label) - 1 / 3) < 0.5 * abs(p_of(before, word, label) - 1 / 3), word
 
 
 def test_seed_and_compositions(tmp_path):
@@ -83,6 +87,32 @@ def test_seed_and_compositions(tmp_path):
             z_d0 = Corpus.open(str(tmp_path / kind / "stages" / "z_original" / "kept")).manifest["rows"]
             assert kept + rejected == z_d0 + 3000
     assert r["kept"] > 0
+
+    def ids(path):
+        return set(Corpus.open(str(path)).read(["id"])["id"].to_pylist())
+
+    d0_ids = set(load([d0], PRESETS["snli"])[0]["id"].to_pylist())
+    assert d0_ids <= ids(tmp_path / "zaug" / "kept")                          # Z-Aug keeps D0 whole
+    st = tmp_path / "parz" / "stages"
+    assert ids(tmp_path / "parz" / "kept") == ids(st / "z_original" / "kept") | ids(st / "z_generated" / "kept")
+    z_d0 = ids(tmp_path / "seqz" / "stages" / "z_original" / "kept")
+    assert z_d0 <= ids(tmp_path / "seqz" / "kept") and not (z_d0 & ids(tmp_path / "seqz" / "rejected"))
+
+
+def test_conditional_mode_never_admits_a_seed_biased_feature():
+    seed, _ = load([SNLI_DEV], PRESETS["snli"])
+    batch, _ = load([SNLI_TEST], PRESETS["snli"])
+    cfg = zfilter.ZFilterConfig(k=20, batch_size=2000)
+    zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
+    zf.seed(seed.append_column("features", zfilter.row_feature_lists(seed, cfg.features)))
+    biased = zf.Z.stats().biased_sets(20)
+    first = next(zfilter.with_features(zfilter.rebatch(iter([batch]), 2000), cfg.features))
+    keep, hits = zf.filter(first)
+    assert 0 < keep.sum() < first.num_rows
+    for row, k, h in zip(first.to_pylist(), keep, hits):
+        carried = set(row["features"]) & biased[row["label"]]
+        assert bool(k) == (not carried)
+        assert set(h) == carried
 
 
 def test_confidence_filter_keeps_only_above_tau():
