@@ -74,14 +74,15 @@ class ExactCounts:
         self.add_counts(other.counts(), other.label_totals)
         return self
 
-    def _compact(self) -> None:
-        """Sum the partial tables (DuckDB's parallel hash aggregate)."""
+    def _compact(self, ordered: bool = False) -> None:
+        """Sum the partial tables (DuckDB's parallel hash aggregate); sorted only when asked."""
         import duckdb
 
         parts = pa.concat_tables(self._parts)
         con = duckdb.connect()
-        t = con.sql("SELECT feature, label, sum(count)::BIGINT AS count FROM parts GROUP BY feature, label "
-                    "ORDER BY feature, label").to_arrow_table().cast(COUNTS_SCHEMA)
+        order = " ORDER BY feature, label" if ordered else ""
+        t = con.sql("SELECT feature, label, sum(count)::BIGINT AS count FROM parts GROUP BY feature, label"
+                    + order).to_arrow_table().cast(COUNTS_SCHEMA)
         con.close()
         self._parts, self._pending = [t], t.num_rows
 
@@ -89,7 +90,7 @@ class ExactCounts:
         if not self._parts:
             return COUNTS_SCHEMA.empty_table()
         if len(self._parts) > 1 or not self._sorted:
-            self._compact()
+            self._compact(ordered=True)
             self._sorted = True
         return self._parts[0]
 
