@@ -254,21 +254,20 @@ class IncrementalCounts:
     """Feature × label counts that grow row by row (z-filter's Z): a feature index and an F×C matrix.
 
     Adding accepted rows is O(their features); z-statistics are recomputed from the matrix
-    without recounting Z (Wu et al. 2022, Algorithm 1, incremental).
+    without recounting Z (Wu et al. 2022, Algorithm 1, incremental). ``vocabulary`` shares
+    another counter's feature index, so ids mean the same features in both.
     """
 
-    def __init__(self, labels: list):
+    def __init__(self, labels: list, vocabulary: "IncrementalCounts | None" = None):
         self.labels = list(labels)
         self.label_index = {l: j for j, l in enumerate(self.labels)}
-        self.index: dict[str, int] = {}
-        self.names: list[str] = []
-        self.matrix = __import__("numpy").zeros((1024, len(self.labels)))
+        self.index: dict[str, int] = vocabulary.index if vocabulary else {}
+        self.names: list[str] = vocabulary.names if vocabulary else []
+        self.matrix = np.zeros((1024, len(self.labels)))
         self.label_totals = {l: 0 for l in self.labels}
 
-    def ids(self, features) -> "np.ndarray":
+    def ids(self, features) -> np.ndarray:
         """Feature ids, registering unseen features."""
-        import numpy as np
-
         index, names = self.index, self.names
         out = np.empty(len(features), dtype=np.int64)
         for i, f in enumerate(features):
@@ -277,16 +276,14 @@ class IncrementalCounts:
                 j = index[f] = len(names)
                 names.append(f)
             out[i] = j
-        if len(names) > self.matrix.shape[0]:
-            grown = np.zeros((max(len(names), 2 * self.matrix.shape[0]), len(self.labels)))
-            grown[: self.matrix.shape[0]] = self.matrix
-            self.matrix = grown
         return out
 
     def add(self, feature_ids, label_ids, row_labels=None) -> None:
         """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""
-        import numpy as np
-
+        if len(self.names) > self.matrix.shape[0]:
+            grown = np.zeros((max(len(self.names), 2 * self.matrix.shape[0]), len(self.labels)))
+            grown[: self.matrix.shape[0]] = self.matrix
+            self.matrix = grown
         np.add.at(self.matrix, (feature_ids, label_ids), 1)
         for l in row_labels if row_labels is not None else ():
             self.label_totals[l] += 1

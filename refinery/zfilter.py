@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from .corpus import CorpusWriter, iter_input_batches, load
+from .corpus import Corpus, CorpusWriter, is_corpus, iter_input_batches, load
 from .counts import IncrementalCounts
 from .features import FeatureConfig, row_feature_lists
 from .readers import ReadOptions
@@ -98,7 +98,7 @@ class ZFilter:
     def __init__(self, labels: list, config: ZFilterConfig = ZFilterConfig()):
         self.config = config
         self.Z = IncrementalCounts(labels)
-        self.seen = IncrementalCounts(labels)  # every streamed row: the input's audit, no second pass
+        self.seen = IncrementalCounts(labels, vocabulary=self.Z)  # every streamed row: the input's audit
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
         feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
@@ -150,7 +150,6 @@ class ZFilter:
         """Decide a batch against the current Z; accepted rows update Z. Returns (keep, hit features)."""
         rows, fids = self._pairs(table, self.Z)
         lab = self._label_ids(table)
-        self.seen.ids(self.Z.names[len(self.seen.names):])  # keep the two indexes aligned
         self.seen.add(fids, lab[rows], table["label"].to_pylist())
         mask = self.biased_mask()
         pair_hit = np.zeros(len(fids), dtype=bool)
@@ -229,10 +228,17 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
 
 
 def _label_set(mapping, inputs, opts, seed_table) -> list:
+    """The declared label set, else the labels present: from a finished corpus's manifest, or a read of raw inputs."""
     if mapping is not None and mapping.label_set:
         return sorted(mapping.label_set)
     labels = set(seed_table["label"].to_pylist()) if seed_table is not None else set()
-    for _, b in iter_input_batches(inputs, mapping, opts):
+    raw = []
+    for url in inputs:
+        if is_corpus(url, opts.storage_options):
+            labels.update(Corpus.open(url, opts.storage_options).manifest["labels"])
+        else:
+            raw.append(url)
+    for _, b in iter_input_batches(raw, mapping, opts):
         labels.update(pc.unique(b.rows["label"]).to_pylist())
     return sorted(labels)
 
