@@ -305,5 +305,111 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
     click.echo(f"report: {out}/report/report.html")
 
 
+def graph_options(f):
+    """The sentence graph and the forest of the leakage verbs (Zhang et al. 2019)."""
+    options = [
+        click.option("--input", "inputs", multiple=True, required=True, metavar="SPLIT=PATH",
+                     help="A split of the corpus (repeat: --input train=… --input test=…)."),
+        click.option("--node-key", type=click.Choice(["auto", "id", "text"]), default="auto", show_default=True,
+                     help="Sentence identity: given ids (node_a/node_b), normalized text, or ids where present."),
+        click.option("--graph", "graph_scope", type=click.Choice(["transductive", "inductive"]),
+                     default="transductive", show_default=True,
+                     help="One graph over all splits (the paper's setting) or one per split."),
+        click.option("--multigraph/--simple-graph", default=True, show_default=True,
+                     help="Duplicate pairs as parallel edges (the reference code) or collapsed."),
+        click.option("--trees", type=int, default=100, show_default=True, help="Random forest size."),
+        click.option("--seed", type=int, default=0, show_default=True),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, inputs, node_key, graph_scope, multigraph, trees, seed, **kwargs):
+        from .leakage import ForestConfig, GraphConfig
+        from .queries import split_specs
+
+        try:
+            kwargs["inputs"] = split_specs(inputs)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        kwargs["graph"] = GraphConfig(node_key=node_key, transductive=graph_scope == "transductive",
+                                      multigraph=multigraph)
+        kwargs["forest"] = ForestConfig(n_estimators=trees, seed=seed)
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+@main.command()
+@click.option("--out", required=True, help="Output folder: features.parquet, predictions.parquet, report.json/html.")
+@click.option("--test-split", help="The split to score (default: 'test', else the last --input).")
+@click.option("--identical-pairs", "identical_label", metavar="LABEL",
+              help="Also write identical/: every distinct sentence paired with itself, labelled LABEL (paper §3).")
+@graph_options
+@input_options
+def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, opts):
+    """How well the sentence graph alone predicts the label (leakage features, random forest)."""
+    from . import leakage as leakage_mod
+
+    try:
+        report = leakage_mod.run(inputs, out, mapping, opts, graph, forest, test_split, identical_label)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(f"{report['edges']:,} pairs, {report['nodes']:,} sentences; test split {report['test_split']!r}")
+    click.echo(f"  leakage accuracy  {report['leakage_accuracy']:.4f}  (advanced {report['advanced_accuracy']:.4f})")
+    click.echo(f"  majority accuracy {report['majority_accuracy']:.4f}  ({report['majority_label']})")
+    for name, acc in report["ablations"].items():
+        click.echo(f"  {name:<22} {acc:.4f}")
+    click.echo(f"report: {out}/report.html")
+
+
+@main.command()
+@click.option("--out", required=True, help="Output corpus: the rows with split and weight columns.")
+@click.option("--folds", type=int, default=10, show_default=True, help="K of the cross-prediction (paper: 100).")
+@click.option("--features", "feature_set", type=click.Choice(["basic", "advanced"]), default="basic",
+              show_default=True, help="Leakage features the forest reads.")
+@click.option("--min-proba", type=float, default=1e-3, show_default=True, help="Floor of P̂(y|l).")
+@click.option("--clip", type=float, default=None, help="Cap weights at this multiple of the mean.")
+@mode_option
+@graph_options
+@input_options
+def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, forest, mapping, opts):
+    """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1)."""
+    from . import weights as weights_mod
+
+    try:
+        config = weights_mod.WeightsConfig(folds=folds, features=feature_set, min_proba=min_proba, clip=clip,
+                                           forest=forest, seed=forest.seed)
+        report = weights_mod.run(inputs, out, mapping, opts, graph, config, mode=mode)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    d = report["diagnostics"]
+    click.echo(f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
+               f"effective sample size {d['effective_sample_size']:,.0f}")
+    oof = report["out_of_fold"]
+    click.echo(f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
+               f"(weighted majority {oof['weighted_majority_accuracy']:.4f})")
+
+
+@main.command()
+@click.option("--predictions", required=True, help="Parquet file or corpus with id, label and a prediction column.")
+@click.option("--weights", "weights_path", help="A weights corpus (refinery weights) joined on id (and split).")
+@click.option("--prediction-column", default="prediction", show_default=True)
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE")
+def evaluate(predictions, weights_path, prediction_column, storage_options):
+    """Accuracy and leakage-neutral ("Debiased Eva") accuracy of predictions, overall and per split."""
+    from .corpus import read_any
+    from .weights import evaluate as evaluate_predictions
+
+    so = parse_storage_options(storage_options)
+    try:
+        result = evaluate_predictions(read_any(predictions, so),
+                                      read_any(weights_path, so) if weights_path else None, prediction_column)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(json.dumps(result, indent=1))
+
+
 if __name__ == "__main__":
     main()

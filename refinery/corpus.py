@@ -75,6 +75,17 @@ class Corpus:
         return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()
 
 
+def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
+    """A finished corpus or a single Parquet file, whole."""
+    if is_corpus(url, storage_options):
+        return Corpus.open(url, storage_options).read()
+    fs, path = get_fs(url, storage_options)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"{url}: no such file or corpus")
+    with fs.open(path, "rb") as fh:
+        return pq.read_table(fh)
+
+
 def is_corpus(url: str, storage_options=None) -> bool:
     fs, path = get_fs(url, storage_options)
     return fs.isdir(path) and fs.exists(posixpath.join(path, MANIFEST))

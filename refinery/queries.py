@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -42,6 +43,8 @@ def quote_literal(value: str) -> str:
 
 def connect(threads: int | None = None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
+    # spill to the system temp folder, not to ./.tmp of wherever the user happens to stand
+    con.execute("SET temp_directory = " + quote_literal(os.path.join(tempfile.gettempdir(), f"refinery-duckdb-{os.getpid()}")))
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:
@@ -76,6 +79,29 @@ def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, v
             star = "* EXCLUDE (split)" if has_split else "*"
             parts.append(f"SELECT {star}, {split_expr} AS split, {quote_literal(url)} AS shard FROM {source}")
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(view)} AS " + " UNION ALL BY NAME ".join(parts))
+
+
+def load_rows(con, corpora: dict[str, list[str]], storage_options=None, table: str = "rows",
+              with_split: bool = True) -> None:
+    """Table ``rows(row_id, …, split)``: the shards of named corpora in order, ``row_id`` = position.
+
+    ``corpora`` maps a split name to its Parquet files; a corpus's own ``split`` column wins.
+    Without ``with_split`` the rows are taken as they are (no split column is added).
+    """
+    parts, index = [], 0
+    for split, files in corpora.items():
+        for url in files:
+            source = _source(con, url, storage_options, index)
+            has_split = "split" in con.sql(f"SELECT * FROM {source} LIMIT 0").columns
+            split_expr = f"coalesce(split, {quote_literal(split)})" if has_split else quote_literal(split)
+            star = "* EXCLUDE (split)" if has_split and with_split else "*"
+            split_col = f"{split_expr} AS split, " if with_split else ""
+            parts.append(f"SELECT {star}, {split_col}{index} AS __file, row_number() OVER () AS __pos "
+                         f"FROM {source}")
+            index += 1
+    con.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS SELECT (row_number() OVER (ORDER BY __file, __pos) "
+                f"- 1)::BIGINT AS row_id, * EXCLUDE (__file, __pos) FROM ({' UNION ALL BY NAME '.join(parts)}) "
+                "ORDER BY row_id")
 
 
 def _bind(sql: str, name: str, params: dict | None) -> dict:
@@ -114,11 +140,12 @@ def split_specs(specs) -> dict[str, str]:
 
 
 def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
-    """Parquet files per split: a finished corpus as it is, raw inputs converted under ``workdir``."""
+    """Parquet files per split (``[SPLIT=]PATH`` specs, or a {split: path} dict): a finished corpus as
+    it is, raw inputs converted under ``workdir``."""
     from .corpus import Corpus, convert, is_corpus
 
     files = {}
-    for split, path in split_specs(specs).items():
+    for split, path in (specs if isinstance(specs, dict) else split_specs(specs)).items():
         if not is_corpus(path, opts.storage_options):
             out = os.path.join(workdir, split)
             convert([path], out, mapping, opts)

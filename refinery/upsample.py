@@ -43,15 +43,6 @@ class UpsampleConfig:
     seed: int = 0
 
 
-def _load_rows(con, files: list[str], storage_options) -> None:
-    """Table ``rows(row_id, …)`` over the corpus shards in order (row_id = position)."""
-    sources = [queries._source(con, f, storage_options, i) for i, f in enumerate(files)]
-    union = " UNION ALL BY NAME ".join(f"SELECT *, {i} AS __file, row_number() OVER () AS __pos FROM {s}"
-                                       for i, s in enumerate(sources))
-    con.execute(f"CREATE OR REPLACE TABLE rows AS SELECT (row_number() OVER (ORDER BY __file, __pos) - 1)::BIGINT "
-                f"AS row_id, * EXCLUDE (__file, __pos) FROM ({union}) ORDER BY row_id")
-
-
 def token_stats(con, num_labels: int) -> pa.Table:
     return queries.run(con, "audac_token_stats", {"num_labels": num_labels})
 
@@ -94,7 +85,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
                 url = target
             files += Corpus.open(url, opts.storage_options).files
         con = queries.connect(threads=threads)
-        _load_rows(con, files, opts.storage_options)
+        queries.load_rows(con, {"": files}, opts.storage_options, with_split=False)
         return _upsample(con, out, config, mode, list(inputs))
 
 

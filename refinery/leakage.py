@@ -1,0 +1,305 @@
+"""Leakage features of the sentence graph and their predictability (Zhang et al. 2019; METHODS §4).
+
+A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB
+SQL (``sql/leakage_*.sql``) over the graph of all splits together (transductive, the paper's
+setting) or of each split apart. A random forest on these features alone, with no text, fit on
+the training split(s) and scored on the test split, measures how much the way the pairs were
+sampled gives the label away (paper Table 1, ablations as Table 2).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from . import queries
+from .readers import ReadOptions
+from .report import dict_table, img_tag, page
+from .schema import Mapping
+from .storage import AtomicDir
+
+BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
+ADVANCED_FEATURES = BASIC_FEATURES + (
+    "s1s2_paths3", "s1_hop2", "s2_hop2", "s1_hop3", "s2_hop3",
+    "resource_allocation", "jaccard", "preferential_attachment", "adamic_adar",
+)
+FEATURE_SETS = {"basic": BASIC_FEATURES, "advanced": ADVANCED_FEATURES}
+GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_common", "leakage_paths3")
+
+
+@dataclass
+class GraphConfig:
+    """How pairs become a graph.
+
+    ``node_key``: ``id`` (the node_a/node_b sentence ids, e.g. QQP qid1/qid2), ``text``
+    (normalized text) or ``auto`` (ids where the corpus has them). ``transductive``: one graph
+    over all splits (else one per split). ``multigraph``: duplicate pairs are parallel edges,
+    as in the reference code (else a simple graph).
+    """
+
+    node_key: str = "auto"
+    transductive: bool = True
+    multigraph: bool = True
+
+    def __post_init__(self):
+        if self.node_key not in ("auto", "id", "text"):
+            raise ValueError(f"node_key must be auto, id or text, not {self.node_key!r}")
+
+
+@dataclass
+class ForestConfig:
+    """The random forest that reads labels off leakage features (scikit-learn).
+
+    Fully grown trees (min_samples_leaf 1, scikit-learn's default): larger leaves pull the
+    out-of-fold P̂(y|l) toward the middle, which leaves the IPS weights short of neutral.
+    """
+
+    n_estimators: int = 100
+    min_samples_leaf: int = 1
+    max_depth: int | None = None
+    seed: int = 0
+    n_jobs: int = -1
+
+    def make(self):
+        from sklearn.ensemble import RandomForestClassifier
+
+        return RandomForestClassifier(n_estimators=self.n_estimators, min_samples_leaf=self.min_samples_leaf,
+                                      max_depth=self.max_depth, random_state=self.seed, n_jobs=self.n_jobs)
+
+
+def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
+    """Per-pair leakage features of table ``rows`` (row_id, split, label, text_a, text_b[, node_a, node_b])."""
+    columns = {c[0] for c in con.execute("DESCRIBE rows").fetchall()}
+    missing_b = con.execute("SELECT count(*) FROM rows WHERE text_b IS NULL").fetchone()[0]
+    if missing_b:
+        raise ValueError(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs")
+    has_ids = {"node_a", "node_b"} <= columns
+    if config.node_key == "id" and not has_ids:
+        raise ValueError("node_key=id needs node_a/node_b columns (a preset such as qqp or msrp, or --map node_a=…)")
+    for col in ("node_a", "node_b"):
+        if col not in columns:
+            con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
+    params = {"use_ids": config.node_key != "text" and has_ids, "per_split": not config.transductive,
+              "simple": not config.multigraph}
+    for name in tqdm(GRAPH_QUERIES, desc="leakage graph", unit=" query", disable=None):
+        queries.run_script(con, name, params)
+    return queries.run(con, "leakage_features")
+
+
+def corpus_features(inputs: dict[str, str], mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+                    config: GraphConfig = GraphConfig(), threads: int | None = None) -> tuple[pa.Table, pa.Table]:
+    """(rows, features) of named inputs ``{split: path}``; rows in input order with ``row_id`` and ``split``."""
+    con = queries.connect(threads=threads)
+    with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
+        files = queries.corpus_files(inputs, mapping, opts, work)
+        queries.load_rows(con, files, opts.storage_options)
+        features = graph_features(con, config)
+        rows = con.sql("SELECT * FROM rows ORDER BY row_id").to_arrow_table()
+    return rows, features
+
+
+def matrix(features: pa.Table, names) -> np.ndarray:
+    return np.column_stack([features[n].to_numpy(zero_copy_only=False).astype(np.float64) for n in names])
+
+
+def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
+    """(training splits, test split): the test split is the one named ``test``, else the last given."""
+    if len(splits) < 2:
+        raise ValueError("predictability needs a training and a test split (--input train=… --input test=…)")
+    test = test_split or ("test" if "test" in splits else splits[-1])
+    if test not in splits:
+        raise ValueError(f"no split named {test!r}; splits: {', '.join(splits)}")
+    return [s for s in splits if s != test], test
+
+
+def _accuracy(forest_config: ForestConfig, X_train, y_train, X_test, y_test) -> tuple[float, object]:
+    model = forest_config.make().fit(X_train, y_train)
+    return float((model.predict(X_test) == y_test).mean()), model
+
+
+def predictability(features: pa.Table, splits: list[str], test_split: str | None = None,
+                   forest: ForestConfig = ForestConfig()) -> tuple[dict, pa.Table]:
+    """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2).
+
+    Returns the report and the test split's predictions (row_id, label, prediction, p(label)).
+    """
+    train_splits, test = split_roles(splits, test_split)
+    split_col = features["split"].to_numpy(zero_copy_only=False)
+    labels = features["label"].to_numpy(zero_copy_only=False)
+    train, test_mask = np.isin(split_col, train_splits), split_col == test
+    y_train, y_test = labels[train], labels[test_mask]
+    values, counts = np.unique(y_train, return_counts=True)
+    majority = values[np.argmax(counts)]
+
+    X_basic, X_adv = matrix(features, BASIC_FEATURES), matrix(features, ADVANCED_FEATURES)
+    report = {"train_splits": train_splits, "test_split": test,
+              "rows": {s: int((split_col == s).sum()) for s in splits},
+              "majority_label": str(majority), "majority_accuracy": float((y_test == majority).mean())}
+    runs = [("leakage_accuracy", list(BASIC_FEATURES)), ("advanced_accuracy", list(ADVANCED_FEATURES))]
+    runs += [(f"without:{f}", [g for g in BASIC_FEATURES if g != f]) for f in BASIC_FEATURES]
+    runs += [(f"only:{f}", [f]) for f in BASIC_FEATURES]
+    index = {n: i for i, n in enumerate(ADVANCED_FEATURES)}
+    ablations, models = {}, {}
+    for name, names in tqdm(runs, desc="leakage forests", unit=" fit", disable=None):
+        cols = [index[n] for n in names]
+        acc, model = _accuracy(forest, X_adv[train][:, cols], y_train, X_adv[test_mask][:, cols], y_test)
+        models[name] = model
+        if name.startswith(("without:", "only:")):
+            ablations[name] = acc
+        else:
+            report[name] = acc
+    report["ablations"] = ablations
+    report["importances"] = {
+        "basic": dict(zip(BASIC_FEATURES, map(float, models["leakage_accuracy"].feature_importances_))),
+        "advanced": dict(zip(ADVANCED_FEATURES, map(float, models["advanced_accuracy"].feature_importances_))),
+    }
+    model = models["leakage_accuracy"]
+    proba = model.predict_proba(X_basic[test_mask])
+    classes = list(model.classes_)
+    col = np.array([classes.index(l) if l in classes else -1 for l in y_test])
+    p_label = np.where(col >= 0, proba[np.arange(len(col)), np.maximum(col, 0)], 0.0)
+    predictions = pa.table({
+        "row_id": features["row_id"].filter(pa.array(test_mask)),
+        "split": pa.array([test] * int(test_mask.sum()), pa.string()),
+        "label": pa.array(y_test, pa.string()),
+        "prediction": pa.array(model.predict(X_basic[test_mask]), pa.string()),
+        "p_label": pa.array(p_label),
+    })
+    return report, predictions
+
+
+DEGREE_BINS = (1, 2, 3, 4, 5, 6, 11, 21, 51)
+
+
+def _degree_bin(deg: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.array(DEGREE_BINS), deg, side="right") - 1
+
+
+def degree_table(features: pa.Table, min_cell: int = 10) -> dict:
+    """Label shares per (S1_freq, S2_freq) degree cell (paper Fig. 2): {label: matrix}, and the cell counts.
+
+    Cells with fewer than ``min_cell`` pairs are left empty (NaN) rather than shown as 0 or 1.
+    """
+    a = _degree_bin(features["s1_freq"].to_numpy())
+    b = _degree_bin(features["s2_freq"].to_numpy())
+    labels = features["label"].to_numpy(zero_copy_only=False)
+    B = len(DEGREE_BINS)
+    cell = a * B + b
+    total = np.bincount(cell, minlength=B * B).reshape(B, B)
+    shares = {}
+    for lab in sorted(set(labels)):
+        hit = np.bincount(cell[labels == lab], minlength=B * B).reshape(B, B)
+        shares[str(lab)] = np.where(total >= min_cell, hit / np.maximum(total, 1), np.nan)
+    return {"shares": shares, "counts": total}
+
+
+def degree_heatmap_png(features: pa.Table) -> bytes:
+    """Label share against the degrees of both sentences, one panel per label (paper Fig. 2)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = degree_table(features)
+    ticks = [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(DEGREE_BINS, DEGREE_BINS[1:])]
+    ticks.append(f"{DEGREE_BINS[-1]}+")
+    C = len(table["shares"])
+    fig, axes = plt.subplots(1, C, figsize=(4.4 * C, 4.0), squeeze=False)
+    for ax, (label, share) in zip(axes[0], table["shares"].items()):
+        im = ax.imshow(np.ma.masked_invalid(share), origin="lower", cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"share of '{label}'")
+        ax.set_xlabel("S2_freq (degree of sentence 2)")
+        ax.set_ylabel("S1_freq (degree of sentence 1)")
+        ax.set_xticks(range(len(ticks)), ticks, rotation=60, fontsize=7)
+        ax.set_yticks(range(len(ticks)), ticks, fontsize=7)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def identical_pairs(rows: pa.Table, features: pa.Table, label: str) -> pa.Table:
+    """The probe corpus of paper §3: every distinct sentence paired with itself, labelled ``label``.
+
+    ``s_freq`` is the sentence's degree in the corpus graph: all three basic leakage features of
+    such a pair equal it, so a model's scores against ``s_freq`` expose reliance on leakage.
+    """
+    u, v = features["u"].to_numpy(), features["v"].to_numpy()
+    deg = dict(zip(u, features["s1_freq"].to_numpy()))
+    deg.update(zip(v, features["s2_freq"].to_numpy()))
+    nodes = np.concatenate([u, v])
+    texts = pa.concat_arrays([rows["text_a"].combine_chunks(), rows["text_b"].combine_chunks()])
+    first = np.unique(nodes, return_index=True)[1]
+    text = pc.take(texts, pa.array(first))
+    node = nodes[first]
+    return pa.table({
+        "id": pa.array([f"identical-{n}" for n in node], pa.string()),
+        "text_a": text, "text_b": text,
+        "label": pa.array([label] * len(node), pa.string()),
+        "s_freq": pa.array([int(deg[n]) for n in node], pa.int64()),
+    })
+
+
+def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+        graph: GraphConfig = GraphConfig(), forest: ForestConfig = ForestConfig(), test_split: str | None = None,
+        identical_label: str | None = None) -> dict:
+    """Features, predictability and report of ``inputs`` ({split: path}) into ``out``.
+
+    Writes features.parquet, predictions.parquet (test split), report.json, report.html, and
+    with ``identical_label`` the identical-pair probe corpus under ``identical/``.
+    """
+    import pyarrow.parquet as pq
+
+    from .corpus import write_table
+
+    rows, features = corpus_features(inputs, mapping, opts, graph)
+    report, predictions = predictability(features, list(inputs), test_split, forest)
+    ids = rows["id"]
+    predictions = predictions.append_column("id", pc.take(ids, predictions["row_id"]))
+    features = features.append_column("id", ids)
+    report.update(graph=asdict(graph), forest=asdict(forest), inputs=inputs,
+                  nodes=int(np.unique(np.concatenate([features["u"].to_numpy(), features["v"].to_numpy()])).size),
+                  edges=features.num_rows, feature_summary=_summary(features))
+    with AtomicDir(out) as d:
+        for name, table in (("features.parquet", features), ("predictions.parquet", predictions)):
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression="zstd")
+            d.write_bytes(name, sink.getvalue().to_pybytes())
+        d.write_text("report.json", json.dumps(report, indent=1, default=str))
+        d.write_text("report.html", _html(report, features))
+        d.commit()
+    if identical_label is not None:
+        write_table(identical_pairs(rows, features, identical_label), os.path.join(out, "identical"))
+    return report
+
+
+def _summary(features: pa.Table) -> dict:
+    out = {}
+    for name in ADVANCED_FEATURES:
+        x = features[name].to_numpy().astype(float)
+        out[name] = {"mean": round(float(x.mean()), 4), "max": float(x.max()),
+                     **{f"q{q}": float(np.quantile(x, q / 100)) for q in (50, 90, 99)}}
+    return out
+
+
+def _html(report: dict, features: pa.Table) -> str:
+    head = {k: report[k] for k in ("test_split", "train_splits", "nodes", "edges", "majority_label",
+                                   "majority_accuracy", "leakage_accuracy", "advanced_accuracy")}
+    return page("refinery leakage (Zhang et al. 2019)", [
+        ("Predictability of the label from the graph alone", dict_table(head)),
+        ("Ablations (paper Table 2)", dict_table(report["ablations"])),
+        ("Label share by the degrees of both sentences (paper Fig. 2)",
+         img_tag(degree_heatmap_png(features), "degree heatmap")),
+        ("Feature importances", dict_table(report["importances"])),
+        ("Feature distribution", dict_table(report["feature_summary"])),
+    ])

@@ -1,0 +1,211 @@
+"""Leakage-neutral inverse-propensity weights and debiased evaluation (Zhang et al. 2019, Algorithm 1; METHODS §4).
+
+P̂(y | l) is cross-predicted from the leakage features l (K folds, random forest); the
+probability that the sampling intention S equals the label is
+
+    P(S=y | l) = [P̂(y|l) / π_y] / Σ_y′ [P̂(y′|l) / π_y′]      (paper Eq. 1 for two labels)
+
+and w = 1 / P(S=y | l), normalized to mean 1. The prior π is found by bisection so that the
+weighted label proportions equal the observed ones. Under w, P_w(y | l) = π_y: the label no
+longer depends on the leakage features, so a leakage-only model falls to the majority rate.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from .leakage import FEATURE_SETS, ForestConfig, GraphConfig, corpus_features, matrix
+from .readers import ReadOptions
+from .schema import Mapping
+
+
+@dataclass
+class WeightsConfig:
+    folds: int = 10                 # the paper uses 100
+    features: str = "basic"         # basic | advanced (FEATURE_SETS)
+    min_proba: float = 1e-3         # P̂(y|l) is clipped below: a forest's 0 would give an infinite weight
+    clip: float | None = None       # optional cap on w (in units of the mean weight)
+    tolerance: float = 1e-9         # |weighted − observed label share| the prior search stops at
+    forest: ForestConfig = field(default_factory=ForestConfig)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.features not in FEATURE_SETS:
+            raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}, not {self.features!r}")
+        if self.folds < 2:
+            raise ValueError("folds must be at least 2")
+
+
+def selection_probability(proba: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """P(S=y | l) for every row and label y: [P̂(y|l)/π_y] / Σ_y′ [P̂(y′|l)/π_y′] (METHODS §4)."""
+    odds = proba / prior[None, :]
+    return odds / odds.sum(axis=1, keepdims=True)
+
+
+def ips_weights(proba: np.ndarray, y: np.ndarray, prior: np.ndarray, clip: float | None = None) -> np.ndarray:
+    """w = 1 / P(S=y | l), mean 1; with ``clip`` capped at that many times the mean weight.
+
+    Capping lowers the mean, so cap and renormalize until the largest weight is within the cap.
+    """
+    w = 1.0 / selection_probability(proba, prior)[np.arange(len(y)), y]
+    w /= w.mean()
+    if clip is not None:
+        if clip <= 1:
+            raise ValueError("clip is a multiple of the mean weight and must exceed 1")
+        while w.max() > clip * (1 + 1e-12):
+            w = np.minimum(w, clip)
+            w /= w.mean()
+    return w
+
+
+def label_shares(w: np.ndarray, y: np.ndarray, num_labels: int) -> np.ndarray:
+    return np.bincount(y, weights=w, minlength=num_labels) / w.sum()
+
+
+def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, tolerance: float = 1e-9,
+              max_rounds: int = 500) -> np.ndarray:
+    """The prior π (Σ π = 1) under which the weighted label proportions equal the observed ones.
+
+    The weighted share of label c grows with π_c, so each coordinate is bracketed and found by
+    safeguarded bisection (Brent) on log π_c with the others fixed, cycling over labels until every
+    share is within ``tolerance`` (for two labels one search suffices; the reference code bisects).
+    """
+    from scipy.optimize import brentq
+
+    C = proba.shape[1]
+    target = np.bincount(y, minlength=C) / len(y)
+    if np.any(target == 0):
+        raise ValueError("every label needs at least one row to fit the prior")
+    log_prior = np.log(target)
+
+    def share(c: int, t: float) -> float:
+        lp = log_prior.copy()
+        lp[c] = t
+        return label_shares(ips_weights(proba, y, np.exp(lp - lp.max()), clip), y, C)[c]
+
+    for _ in range(max_rounds):
+        shares = label_shares(ips_weights(proba, y, np.exp(log_prior - log_prior.max()), clip), y, C)
+        if np.max(np.abs(shares - target)) <= tolerance:
+            break
+        for c in range(C if C > 2 else 1):
+            lo, hi = log_prior[c] - 1.0, log_prior[c] + 1.0
+            while share(c, lo) > target[c]:
+                lo -= 2 * (hi - lo)
+            while share(c, hi) < target[c]:
+                hi += 2 * (hi - lo)
+            log_prior[c] = brentq(lambda t: share(c, t) - target[c], lo, hi, xtol=1e-14, rtol=1e-15)
+    else:
+        raise RuntimeError(f"prior search did not reach tolerance {tolerance} in {max_rounds} rounds")
+    prior = np.exp(log_prior - log_prior.max())
+    return prior / prior.sum()
+
+
+def diagnostics(w: np.ndarray) -> dict:
+    """min, max, quantiles and effective sample size (Σw)² / Σw² of the weights."""
+    return {"min": float(w.min()), "max": float(w.max()), "mean": float(w.mean()),
+            **{f"q{q}": float(np.quantile(w, q / 100)) for q in (1, 5, 25, 50, 75, 95, 99)},
+            "effective_sample_size": float(w.sum() ** 2 / np.square(w).sum()), "rows": int(len(w))}
+
+
+def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int
+                  ) -> np.ndarray:
+    """Out-of-fold P̂(y | l): row i is scored by a forest that never saw fold(i)."""
+    proba = np.zeros((len(y), num_labels))
+    for f in tqdm(np.unique(folds), desc="cross-predict", unit=" fold", disable=None):
+        test = folds == f
+        model = forest.make().fit(X[~test], y[~test])
+        proba[np.ix_(np.nonzero(test)[0], model.classes_)] = model.predict_proba(X[test])
+    return proba
+
+
+def leakage_neutral_weights(features: pa.Table, ids, config: WeightsConfig = WeightsConfig()) -> tuple[np.ndarray, dict]:
+    """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a table of leakage features."""
+    from .models.base import fold_of
+
+    labels = sorted(set(features["label"].to_pylist()))
+    y = np.searchsorted(np.array(labels, dtype=object), features["label"].to_numpy(zero_copy_only=False))
+    X = matrix(features, FEATURE_SETS[config.features])
+    proba = cross_predict(X, y, fold_of(ids, config.folds, config.seed), config.forest, len(labels))
+    proba = np.clip(proba, config.min_proba, 1.0)
+    proba /= proba.sum(axis=1, keepdims=True)
+    prior = fit_prior(proba, y, config.clip, config.tolerance)
+    w = ips_weights(proba, y, prior, config.clip)
+    predicted = proba.argmax(axis=1)
+    observed = np.bincount(y, minlength=len(labels)) / len(y)
+    info = {
+        "labels": labels,
+        "prior": dict(zip(labels, map(float, prior))),
+        "observed_shares": dict(zip(labels, map(float, observed))),
+        "weighted_shares": dict(zip(labels, map(float, label_shares(w, y, len(labels))))),
+        "diagnostics": diagnostics(w),
+        "out_of_fold": {"accuracy": float((predicted == y).mean()),
+                        "weighted_accuracy": weighted_accuracy(predicted == y, w),
+                        "majority_accuracy": float(observed.max()),
+                        "weighted_majority_accuracy": float(label_shares(w, y, len(labels)).max())},
+    }
+    return w, {**info, "p_hat": proba}
+
+
+def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
+    """Leakage-neutral ("Debiased Eva") accuracy: Σ w·[ŷ = y] / Σ w."""
+    return float(np.sum(w * correct) / np.sum(w))
+
+
+def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+        graph: GraphConfig = GraphConfig(), config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
+    """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
+    from .corpus import write_table
+
+    rows, features = corpus_features(inputs, mapping, opts, graph)
+    w, info = leakage_neutral_weights(features, rows["id"].to_pylist(), config)
+    info.pop("p_hat")
+    table = rows.drop_columns([c for c in ("row_id", "weight") if c in rows.column_names])
+    table = table.append_column("weight", pa.array(w))
+    report = {**info, "inputs": inputs, "graph": asdict(graph), "config": asdict(config)}
+    write_table(table, out, mode=mode, config={"weights": report["config"], "graph": report["graph"]},
+                extra={"weights": {k: report[k] for k in ("prior", "observed_shares", "weighted_shares",
+                                                           "diagnostics", "out_of_fold")}})
+    return report
+
+
+def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:
+    """Accuracy and leakage-neutral accuracy of a predictions table, overall and per split.
+
+    ``predictions`` holds id, label and the prediction column (and ``weight``, unless a
+    ``weights`` table of id[, split], weight is given and joined on them).
+    """
+    for col in ("label", prediction_column):
+        if col not in predictions.column_names:
+            raise KeyError(f"predictions have no column {col!r}; columns: {predictions.column_names}")
+    if weights is not None:
+        keys = ["id"] + (["split"] if "split" in predictions.column_names and "split" in weights.column_names else [])
+        joined = predictions.drop_columns([c for c in ("weight",) if c in predictions.column_names]).join(
+            weights.select(keys + ["weight"]), keys, join_type="left outer")
+        missing = joined["weight"].null_count
+        if missing:
+            raise ValueError(f"{missing:,} predictions have no weight (joined on {', '.join(keys)})")
+        predictions = joined
+    y = predictions["label"].to_numpy(zero_copy_only=False)
+    pred = predictions[prediction_column].cast(pa.string()).to_numpy(zero_copy_only=False)
+    w = predictions["weight"].to_numpy() if "weight" in predictions.column_names else None
+    groups = {"all": np.ones(len(y), bool)}
+    if "split" in predictions.column_names:
+        split = predictions["split"].to_numpy(zero_copy_only=False)
+        groups.update({str(s): split == s for s in sorted(set(split))})
+    out = {}
+    for name, m in groups.items():
+        correct = pred[m] == y[m]
+        values, counts = np.unique(y[m], return_counts=True)
+        res = {"rows": int(m.sum()), "accuracy": float(correct.mean()),
+               "majority_accuracy": float(counts.max() / counts.sum())}
+        if w is not None:
+            wl = {v: float(w[m][y[m] == v].sum()) for v in values}
+            res.update(weighted_accuracy=weighted_accuracy(correct, w[m]),
+                       weighted_majority_accuracy=max(wl.values()) / float(w[m].sum()))
+        out[name] = res
+    return out

@@ -1,0 +1,181 @@
+"""Leakage features (DuckDB vs networkx), predictability on planted leakage, IPS weights, debiased evaluation."""
+import json
+import sys
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from refinery import leakage, queries, weights
+from refinery.corpus import Corpus, write_table
+from refinery.schema import PRESETS
+from refinery.synth import SynthSpec, write as write_synth
+
+from conftest import REPO, SNLI_DEV, SNLI_TEST, run_cli
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from leakage import reference_features  # noqa: E402
+
+
+def _graph_features(u, v, **config):
+    """Features of pairs given as sentence ids, through the SQL path."""
+    con = queries.connect()
+    n = len(u)
+    con.register("__rows", pa.table({
+        "row_id": np.arange(n), "split": ["all"] * n, "label": ["x"] * n,
+        "text_a": [f"s{a}" for a in u], "text_b": [f"s{b}" for b in v],
+        "node_a": [str(a) for a in u], "node_b": [str(b) for b in v]}))
+    con.execute("CREATE TABLE rows AS SELECT * FROM __rows")
+    return leakage.graph_features(con, leakage.GraphConfig(node_key="id", **config))
+
+
+def _random_pairs(seed, nodes=60, edges=400):
+    rng = np.random.default_rng(seed)
+    popularity = 1.0 / np.arange(1, nodes + 1)  # hubs, repeats, self-pairs all occur
+    popularity /= popularity.sum()
+    return rng.choice(nodes, edges, p=popularity), rng.choice(nodes, edges, p=popularity)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_multigraph_features_equal_networkx_reference(seed):
+    u, v = _random_pairs(seed)
+    ours = _graph_features(u, v)
+    # node numbers are dense ranks of the id strings; map the reference onto the same pairs
+    ref = reference_features(ours["u"].to_numpy(), ours["v"].to_numpy())
+    assert (u == v).any() and len(set(zip(u, v))) < len(u)  # self-pairs and duplicate pairs present
+    for name in leakage.ADVANCED_FEATURES:
+        np.testing.assert_allclose(ours[name].to_numpy().astype(float), ref[name], rtol=1e-9, err_msg=name)
+
+
+def test_simple_graph_link_scores_equal_networkx_builtins():
+    u, v = _random_pairs(2)
+    keep = u != v  # networkx's link predictors assume no self-loops
+    u, v = u[keep], v[keep]
+    ours = _graph_features(u, v, multigraph=False)
+    a, b = ours["u"].to_numpy(), ours["v"].to_numpy()
+    G = nx.Graph(list(zip(a.tolist(), b.tolist())))
+    pairs = list(zip(a.tolist(), b.tolist()))
+    A = nx.to_numpy_array(G, nodelist=sorted(G.nodes))
+    index = {n: i for i, n in enumerate(sorted(G.nodes))}
+    A2, A3 = A @ A, A @ A @ A
+    expected = {
+        "s1_freq": [G.degree(x) for x in a],
+        "s1s2_inter": [A2[index[x], index[y]] for x, y in pairs],
+        "s1s2_paths3": [A3[index[x], index[y]] for x, y in pairs],
+        "jaccard": [p for _, _, p in nx.jaccard_coefficient(G, pairs)],
+        "resource_allocation": [p for _, _, p in nx.resource_allocation_index(G, pairs)],
+        "adamic_adar": [p for _, _, p in nx.adamic_adar_index(G, pairs)],
+        "preferential_attachment": [p for _, _, p in nx.preferential_attachment(G, pairs)],
+    }
+    for name, values in expected.items():
+        np.testing.assert_allclose(ours[name].to_numpy().astype(float), values, rtol=1e-9, err_msg=name)
+
+
+def test_hop_counts_are_neighbour_counts_on_a_tree():
+    G = nx.random_labeled_tree(80, seed=4)
+    u, v = map(np.array, zip(*G.edges))
+    ours = _graph_features(u, v)
+    # the SQL numbers nodes by the rank of their id strings: map back through them
+    ids = sorted(set(map(str, np.concatenate([u, v]))))
+    for x, h2, h3 in zip(ours["u"].to_numpy(), ours["s1_hop2"].to_numpy(), ours["s1_hop3"].to_numpy()):
+        dist = nx.single_source_shortest_path_length(G, int(ids[x]), cutoff=3)
+        assert h2 == sum(d == 2 for d in dist.values())
+        assert h3 == sum(d == 3 for d in dist.values())
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A planted-leakage corpus: premises drawn from a pool whose popularity depends on the label."""
+    root = tmp_path_factory.mktemp("leak")
+    write_synth(SynthSpec(rows=24_000, premise_pool=2_000, seed=7), str(root / "all"))
+    table = Corpus.open(str(root / "all")).read()
+    write_table(table.slice(0, 18_000), str(root / "train"))
+    write_table(table.slice(18_000), str(root / "test"))
+    return root
+
+
+def test_planted_leakage_is_predictable_and_weights_neutralize_it(planted):
+    out = planted / "report"
+    inputs = ["--input", f"train={planted / 'train'}", "--input", f"test={planted / 'test'}"]
+    run_cli("leakage", *inputs, "--out", out, "--trees", "50")
+    report = json.loads((out / "report.json").read_text())
+    assert report["test_split"] == "test" and report["rows"] == {"train": 18_000, "test": 6_000}
+    assert report["leakage_accuracy"] > report["majority_accuracy"] + 0.2, report
+    assert (out / "report.html").read_text().count("<img") == 1
+    assert pq.read_table(out / "features.parquet").num_rows == 24_000
+
+    run_cli("weights", *inputs, "--out", planted / "weighted", "--folds", "5", "--trees", "50")
+    weighted = Corpus.open(str(planted / "weighted"))
+    table = weighted.read()
+    assert table.num_rows == 24_000 and set(table["split"].to_pylist()) == {"train", "test"}
+    w, y = table["weight"].to_numpy(), np.array(table["label"].to_pylist())
+    assert abs(w.mean() - 1) < 1e-9 and w.min() > 0
+    for label in set(y):  # weighted label proportions equal the observed ones (3 labels)
+        assert abs(w[y == label].sum() / w.sum() - (y == label).mean()) < 1e-6
+    d = weighted.manifest["weights"]["diagnostics"]
+    assert 0 < d["effective_sample_size"] < 24_000 and d["max"] > 1
+
+    proc = run_cli("evaluate", "--predictions", out / "predictions.parquet", "--weights", planted / "weighted")
+    result = json.loads(proc.stdout)["test"]
+    assert result["accuracy"] > result["majority_accuracy"] + 0.2
+    # under the weights the leakage-only forest falls back toward the weighted majority rate
+    assert result["weighted_accuracy"] < result["weighted_majority_accuracy"] + 0.06, result
+    assert result["accuracy"] - result["weighted_accuracy"] > 0.2, result
+
+
+@pytest.mark.parametrize("labels", [2, 4])
+def test_prior_search_matches_observed_proportions(labels):
+    rng = np.random.default_rng(labels)
+    proba = rng.dirichlet(np.full(labels, 0.4), size=5_000)
+    y = np.array([rng.choice(labels, p=p) for p in proba])
+    y[:labels] = np.arange(labels)
+    proba = np.clip(proba ** 1.5, 1e-3, 1)  # miscalibrated on purpose: the prior must absorb it
+    proba /= proba.sum(1, keepdims=True)
+    for clip in (None, 20.0):
+        prior = weights.fit_prior(proba, y, clip=clip)
+        w = weights.ips_weights(proba, y, prior, clip=clip)
+        np.testing.assert_allclose(weights.label_shares(w, y, labels), np.bincount(y) / len(y), atol=1e-6)
+        assert abs(w.mean() - 1) < 1e-12 and (clip is None or w.max() <= clip + 1e-9)
+
+
+def test_two_label_selection_probability_is_paper_eq1():
+    rng = np.random.default_rng(0)
+    p1 = rng.random(100)
+    proba = np.column_stack([1 - p1, p1])
+    prior = np.array([0.3, 0.7])
+    eq1 = prior[0] * p1 / (prior[0] * p1 + prior[1] * (1 - p1))
+    np.testing.assert_allclose(weights.selection_probability(proba, prior)[:, 1], eq1)
+
+
+def test_snli_dev_test_graph_end_to_end(tmp_path):
+    inputs = ["--input", f"dev={SNLI_DEV}", "--input", f"test={SNLI_TEST}", "--preset", "snli"]
+    run_cli("leakage", *inputs, "--out", tmp_path / "lk", "--trees", "30", "--identical-pairs", "entailment")
+    report = json.loads((tmp_path / "lk" / "report.json").read_text())
+    assert report["edges"] == 19_666
+    # each premise has about three hypotheses: far fewer sentences than 2 × pairs
+    assert 20_000 < report["nodes"] < 30_000
+    assert report["feature_summary"]["s1_freq"]["q50"] == 3
+    assert 0.3 < report["leakage_accuracy"] < 0.45 and 0.3 < report["majority_accuracy"] < 0.4
+    identical = Corpus.open(str(tmp_path / "lk" / "identical")).read()
+    assert identical.num_rows == report["nodes"]
+    assert identical["text_a"].equals(identical["text_b"])
+    assert set(identical["label"].to_pylist()) == {"entailment"}
+
+    run_cli("weights", *inputs, "--out", tmp_path / "w", "--folds", "3", "--trees", "30")
+    table = Corpus.open(str(tmp_path / "w")).read()
+    assert table.num_rows == 19_666 and abs(table["weight"].to_numpy().mean() - 1) < 1e-9
+
+
+def test_inductive_graphs_are_per_split():
+    both = {"dev": SNLI_DEV, "test": SNLI_TEST}
+    _, transductive = leakage.corpus_features(both, PRESETS["snli"])
+    _, inductive = leakage.corpus_features(both, PRESETS["snli"], config=leakage.GraphConfig(transductive=False))
+    _, dev_alone = leakage.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"])
+    dev = inductive.filter(pc.equal(inductive["split"], "dev"))
+    for name in leakage.ADVANCED_FEATURES:
+        assert dev[name].equals(dev_alone[name]), name
+    # sentences shared across splits raise degrees only in the transductive graph
+    assert (transductive["s1_freq"].to_numpy() >= inductive["s1_freq"].to_numpy()).all()
