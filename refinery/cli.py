@@ -411,5 +411,131 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
     click.echo(json.dumps(result, indent=1))
 
 
+@main.command()
+@click.option("--train", "train", multiple=True, required=True, help="Training corpus (repeatable).")
+@click.option("--eval", "evaluate_on", multiple=True, help="Corpora to score (repeatable).")
+@click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
+@click.option("--hypothesis-only", is_flag=True, help="Read text_b alone (the hypothesis-only probe).")
+@click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True)
+@click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
+              help="Encoder of the transformer backend (name or folder).")
+@click.option("--epochs", type=int, default=2, show_default=True, help="Transformer fine-tuning epochs.")
+@click.option("--lr", type=float, default=5e-5, show_default=True)
+@click.option("--batch", "batch", type=int, default=32, show_default=True)
+@click.option("--max-length", type=int, default=128, show_default=True)
+@click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
+@input_options
+def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
+          mapping, opts):
+    """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
+    from . import probe as probe_mod
+
+    params = {} if backend == "ngram" else {"model": model_name, "epochs": epochs, "lr": lr,
+                                             "batch_size": batch, "max_length": max_length}
+    report = probe_mod.run(list(train), list(evaluate_on), out, mapping, opts, backend,
+                           "hypothesis" if hypothesis_only else "pair", params, save_model)
+    click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}) on "
+               f"{report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
+    for name, r in report["eval"].items():
+        click.echo(f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
+                   f"{r['rows']:,} rows)")
+
+
+def generator_options(f):
+    """Backend, model and sampling of the generator verbs."""
+    options = [
+        click.option("--backend", type=click.Choice(["transformers", "vllm", "openai"]), default="transformers",
+                     show_default=True),
+        click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True),
+        click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai)."),
+        click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+                     help="Environment variable holding the endpoint's key (openai)."),
+        click.option("--no-chat", is_flag=True, help="Send raw prompts, not the chat template's user turn."),
+        click.option("--temperature", type=float, default=0.7, show_default=True),
+        click.option("--top-p", type=float, default=0.9, show_default=True),
+        click.option("--max-new-tokens", type=int, default=48, show_default=True),
+        click.option("--n", "num", type=int, default=1, show_default=True, help="Samples per prompt."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--tensor-parallel", type=int, default=1, show_default=True, help="vLLM tensor parallel size."),
+        click.option("--max-num-seqs", type=int, default=64, show_default=True, help="vLLM batch limit."),
+        click.option("--cache-dir", help="Prompt-hash cache of answers (openai)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, backend, model_name, base_url, api_key_env, no_chat, temperature, top_p, max_new_tokens, num,
+                seed, tensor_parallel, max_num_seqs, cache_dir, **kwargs):
+        from .models.generate import Sampling
+
+        chat = not no_chat
+        if backend == "openai":
+            if not base_url:
+                raise click.UsageError("--backend openai needs --base-url")
+            backend_kwargs = {"base_url": base_url, "model": model_name, "chat": chat, "api_key_env": api_key_env,
+                              "cache_dir": cache_dir}
+        elif backend == "vllm":
+            backend_kwargs = {"model": model_name, "chat": chat, "tensor_parallel_size": tensor_parallel,
+                              "max_num_seqs": max_num_seqs}
+        else:
+            backend_kwargs = {"model": model_name, "chat": chat}
+        kwargs.update(backend=backend, backend_kwargs=backend_kwargs,
+                      sampling=Sampling(temperature, top_p, max_new_tokens, num, seed))
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output corpus of generated rows (+ generation/failed.parquet).")
+@click.option("--template", default=None, help="Prompt template over {text_a} {text_b} {label} {label_description}.")
+@click.option("--target-labels", default="own", show_default=True, help="own | all | A,B: labels to generate for.")
+@click.option("--limit", type=int, default=None, help="Use only the first N input rows.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--actors", type=int, default=1, show_default=True, help="Ray Data actor pool size.")
+@click.option("--gpus-per-actor", type=float, default=0, show_default=True)
+@mode_option
+@generator_options
+@input_options
+def generate(inputs, out, template, target_labels, limit, engine, batch_size, actors, gpus_per_actor, mode, backend,
+             backend_kwargs, sampling, mapping, opts):
+    """Label-conditioned generation (e.g. hypotheses for a premise and a label) through a generator stage."""
+    from . import generation
+    from .corpus import load
+
+    table, _ = load(inputs, mapping, opts)
+    if limit:
+        table = table.slice(0, limit)
+    config = generation.GenerationConfig(template=template or generation.DEFAULT_TEMPLATE,
+                                         target_labels=target_labels, sampling=sampling)
+    report = generation.run(table, out, backend, backend_kwargs, config, engine, batch_size, actors, gpus_per_actor,
+                            mode)
+    click.echo(f"{report['prompts']:,} prompts -> {report['generated']:,} generated rows, {report['failed']:,} failed "
+               f"({backend}, {engine})")
+
+
+@main.command()
+@click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8000, show_default=True)
+def serve(model_name, host, port):
+    """Serve a local transformers generator behind an OpenAI-compatible API (/v1/chat/completions)."""
+    from .models.generate import TransformersGenerator
+    from .models.server import make_server
+
+    generator = TransformersGenerator(model_name)
+    generator._load()
+    server = make_server(generator, model_name, host, port)
+    click.echo(f"serving {model_name} on http://{host}:{server.server_address[1]}/v1", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 if __name__ == "__main__":
     main()

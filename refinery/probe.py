@@ -1,0 +1,58 @@
+"""Train a classifier on one corpus and score others: hypothesis-only probes and task models.
+
+Writes ``report.json`` (accuracy per evaluation corpus against its majority class),
+``predictions.parquet`` (id, split, label, prediction, p_label; what ``refinery evaluate`` and
+the confidence filter read) and, with ``save_model``, the fitted classifier.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .corpus import load, split_name
+from .models.base import make_classifier
+from .readers import ReadOptions
+from .schema import Mapping
+from .storage import AtomicDir
+
+
+def run(train: list[str], evaluate: list[str], out: str, mapping: Mapping | None = None,
+        opts: ReadOptions = ReadOptions(), backend: str = "ngram", inputs: str = "pair", params: dict | None = None,
+        save_model: str | None = None) -> dict:
+    train_table, _ = load(train, mapping, opts)
+    model = make_classifier(backend, inputs, **(params or {}))
+    t = time.perf_counter()
+    model.fit(train_table)
+    fit_seconds = time.perf_counter() - t
+    report = {"backend": backend, "inputs": inputs, "params": params or {}, "train": list(train),
+              "train_rows": train_table.num_rows, "fit_seconds": round(fit_seconds, 2), "eval": {}}
+    predictions = []
+    for path in evaluate:
+        table, _ = load([path], mapping, opts)
+        proba = model.predict_proba(table)
+        pred = np.array(model.classes_, dtype=object)[proba.argmax(axis=1)]
+        labels = np.array(table["label"].to_pylist(), dtype=object)
+        col = {c: j for j, c in enumerate(model.classes_)}
+        p_label = np.array([proba[i, col[l]] if l in col else 0.0 for i, l in enumerate(labels)])
+        values, counts = np.unique(labels, return_counts=True)
+        name = split_name(path)
+        report["eval"][name] = {"rows": table.num_rows, "accuracy": float((pred == labels).mean()),
+                                "majority_accuracy": float(counts.max() / counts.sum())}
+        predictions.append(pa.table({"id": table["id"], "split": pa.array([name] * table.num_rows, pa.string()),
+                                     "label": table["label"], "prediction": pa.array(pred.tolist(), pa.string()),
+                                     "p_label": pa.array(p_label)}))
+    if evaluate:
+        report["accuracy"] = report["eval"][split_name(evaluate[0])]["accuracy"]
+    if save_model:
+        model.save(save_model)
+    with AtomicDir(out) as d:
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.concat_tables(predictions) if predictions else pa.table({}), sink)
+        d.write_bytes("predictions.parquet", sink.getvalue().to_pybytes())
+        d.write_text("report.json", json.dumps(report, indent=1))
+        d.commit()
+    return report
