@@ -96,7 +96,7 @@ def test_lora_fine_tuning_trains_adapters_and_merges():
     gen = TransformersGenerator()
     gen._load()
     frozen = {n: p.detach().clone() for n, p in gen.model.named_parameters()}
-    gen.fit(["Say the code."] * 4, ["violet harbor"] * 4, epochs=6, lr=3e-3, batch_size=4,
+    gen.fit(["Say the code."] * 4, ["violet harbor"] * 4, epochs=10, lr=3e-3, batch_size=2,
             lora={"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]})
     after = gen.generate(["Say the code."], Sampling(temperature=0, max_new_tokens=6))[0][0]
     assert after.startswith("violet harbor"), after
