@@ -10,7 +10,7 @@ import os
 
 import _common  # noqa: F401  (puts the repo on sys.path)
 
-from refinery import upsample, zfilter
+from refinery import leakage, upsample, weights, zfilter
 from refinery.audit import AuditConfig, audit, write_outputs
 from refinery.corpus import convert
 from refinery.inspect import format_inspection, inspect
@@ -48,9 +48,22 @@ def main():
     up = upsample.run([corpus], os.path.join(args.out, "upsample"), config=upsample.UpsampleConfig(k=10))
     print(f"{up['rows_before']:,} -> {up['rows_after']:,} rows; max p̂ after: {up['max_p_after']}; "
           f"uncorrectable: {[u['token'] for u in up['uncorrectable']]}")
+
+    print("\n== leakage (Zhang et al. 2019): dev + test as one sentence graph")
+    splits = {"dev": snli[0], "test": snli[1]}
+    lk = leakage.run(splits, os.path.join(args.out, "leakage"), PRESETS["snli"])
+    print(f"{lk['edges']:,} pairs, {lk['nodes']:,} sentences: leakage accuracy {lk['leakage_accuracy']:.4f} vs "
+          f"majority {lk['majority_accuracy']:.4f}; report: {os.path.join(args.out, 'leakage', 'report.html')}")
+
+    print("\n== weights (leakage-neutral IPS)")
+    wt = weights.run(splits, os.path.join(args.out, "weighted"), PRESETS["snli"])
+    d = wt["diagnostics"]
+    print(f"weights min {d['min']:.3f}, max {d['max']:.2f}, effective sample size {d['effective_sample_size']:,.0f}")
     with open(os.path.join(args.out, "demo.json"), "w") as fh:
         json.dump({"corpus": manifest["rows"], "max_z": summary["max_z"], "zfilter": {"kept": zf["kept"],
-                   "rejected": zf["rejected"]}, "upsample": {"rows_after": up["rows_after"]}}, fh, indent=1)
+                   "rejected": zf["rejected"]}, "upsample": {"rows_after": up["rows_after"]},
+                   "leakage": {"accuracy": lk["leakage_accuracy"], "majority": lk["majority_accuracy"]},
+                   "weights": d}, fh, indent=1)
 
 
 if __name__ == "__main__":
