@@ -30,7 +30,8 @@ ADVANCED_FEATURES = BASIC_FEATURES + (
     "resource_allocation", "jaccard", "preferential_attachment", "adamic_adar",
 )
 FEATURE_SETS = {"basic": BASIC_FEATURES, "advanced": ADVANCED_FEATURES}
-GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_common", "leakage_paths3")
+GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
+                 "leakage_paths3")
 
 
 @dataclass

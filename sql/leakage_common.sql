@@ -3,18 +3,11 @@
 --   common = |N(a) ∩ N(b)|                   (Jaccard's numerator)
 --   ra     = Σ_w 1 / deg(w)                  resource allocation
 --   aa     = Σ_w 1 / ln deg(w)               Adamic–Adar (deg(w) > 1)
--- Each pair steps from its lower-degree end only (Σ min(deg a, deg b) rows), then looks the second
--- edge up by both ends; MATERIALIZED keeps the planner from joining adj with itself first.
+-- Each pair steps from its lower-degree end only (pair_ends; Σ min(deg a, deg b) rows), then looks the
+-- second edge up by both ends; MATERIALIZED keeps the planner from joining adj with itself first.
 CREATE OR REPLACE TABLE pair_common AS
-WITH oriented AS MATERIALIZED (
-    SELECT q.a, q.b,
-           CASE WHEN na.deg <= nb.deg THEN q.a ELSE q.b END AS small,
-           CASE WHEN na.deg <= nb.deg THEN q.b ELSE q.a END AS big
-    FROM (SELECT DISTINCT least(u, v) AS a, greatest(u, v) AS b FROM pairs) q
-    JOIN nodes na ON na.node = q.a JOIN nodes nb ON nb.node = q.b
-),
-first_step AS MATERIALIZED (
-    SELECT o.a, o.b, e.dst AS w, o.big, e.m FROM oriented o JOIN adj e ON e.src = o.small
+WITH first_step AS MATERIALIZED (
+    SELECT o.a, o.b, e.dst AS w, o.big, e.m FROM pair_ends o JOIN adj e ON e.src = o.small
 )
 SELECT f.a, f.b,
        sum(f.m * e.m)::BIGINT AS paths2,

@@ -1,17 +1,10 @@
 -- Per distinct pair {a, b}: paths3 = (A³)[a,b] = Σ_x A[small,x]·(A²)[x,big], the 3-step walks between
--- the two sentences. The first step leaves the lower-degree end; each (A²)[x,big] needed is computed
+-- the two sentences. The first step leaves the lower-degree end (pair_ends); each (A²)[x,big] needed is computed
 -- once, again from its lower-degree end, so a hub is enumerated once rather than once per pair.
 -- MATERIALIZED keeps the planner from joining adj with itself before the pairs narrow it.
 CREATE OR REPLACE TABLE pair_paths3 AS
-WITH oriented AS MATERIALIZED (
-    SELECT q.a, q.b,
-           CASE WHEN na.deg <= nb.deg THEN q.a ELSE q.b END AS small,
-           CASE WHEN na.deg <= nb.deg THEN q.b ELSE q.a END AS big
-    FROM (SELECT DISTINCT least(u, v) AS a, greatest(u, v) AS b FROM pairs) q
-    JOIN nodes na ON na.node = q.a JOIN nodes nb ON nb.node = q.b
-),
-first_step AS MATERIALIZED (
-    SELECT o.a, o.b, e.dst AS x, o.big, e.m FROM oriented o JOIN adj e ON e.src = o.small
+WITH first_step AS MATERIALIZED (
+    SELECT o.a, o.b, e.dst AS x, o.big, e.m FROM pair_ends o JOIN adj e ON e.src = o.small
 ),
 needed AS MATERIALIZED (
     SELECT n.x, n.big,
