@@ -65,6 +65,13 @@ def _source(con, url: str, storage_options, index: int) -> str:
     return quote_ident(name)
 
 
+def _columns_with_split(con, source: str, split: str) -> str:
+    """The select list of a shard with a ``split`` column: its own where it has one, else ``split``."""
+    if "split" in con.sql(f"SELECT * FROM {source} LIMIT 0").columns:
+        return f"* EXCLUDE (split), coalesce(split, {quote_literal(split)}) AS split"
+    return f"*, {quote_literal(split)} AS split"
+
+
 def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, view: str = "corpus") -> None:
     """Create view ``corpus`` over the shards of named corpora, with ``split`` and ``shard`` columns.
 
@@ -74,10 +81,8 @@ def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, v
     for split, files in corpora.items():
         for url in files:
             source = _source(con, url, storage_options, len(parts))
-            has_split = "split" in con.sql(f"SELECT * FROM {source} LIMIT 0").columns
-            split_expr = f"coalesce(split, {quote_literal(split)})" if has_split else quote_literal(split)
-            star = "* EXCLUDE (split)" if has_split else "*"
-            parts.append(f"SELECT {star}, {split_expr} AS split, {quote_literal(url)} AS shard FROM {source}")
+            parts.append(f"SELECT {_columns_with_split(con, source, split)}, {quote_literal(url)} AS shard "
+                         f"FROM {source}")
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(view)} AS " + " UNION ALL BY NAME ".join(parts))
 
 
@@ -92,12 +97,8 @@ def load_rows(con, corpora: dict[str, list[str]], storage_options=None, table: s
     for split, files in corpora.items():
         for url in files:
             source = _source(con, url, storage_options, index)
-            has_split = "split" in con.sql(f"SELECT * FROM {source} LIMIT 0").columns
-            split_expr = f"coalesce(split, {quote_literal(split)})" if has_split else quote_literal(split)
-            star = "* EXCLUDE (split)" if has_split and with_split else "*"
-            split_col = f"{split_expr} AS split, " if with_split else ""
-            parts.append(f"SELECT {star}, {split_col}{index} AS __file, row_number() OVER () AS __pos "
-                         f"FROM {source}")
+            columns = _columns_with_split(con, source, split) if with_split else "*"
+            parts.append(f"SELECT {columns}, {index} AS __file, row_number() OVER () AS __pos FROM {source}")
             index += 1
     con.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS SELECT (row_number() OVER (ORDER BY __file, __pos) "
                 f"- 1)::BIGINT AS row_id, * EXCLUDE (__file, __pos) FROM ({' UNION ALL BY NAME '.join(parts)}) "
