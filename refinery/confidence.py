@@ -14,13 +14,9 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
         if proba_column not in table.column_names:
             raise KeyError(f"no column {proba_column!r}; columns: {table.column_names}")
         return pc.fill_null(table[proba_column], 0.0).to_numpy(zero_copy_only=False).astype(float)
-    proba = model.predict_proba(table)
-    index = {c: j for j, c in enumerate(model.classes_)}
-    cols = np.array([index.get(l, -1) for l in table["label"].to_pylist()])
-    out = np.zeros(table.num_rows)
-    known = cols >= 0
-    out[known] = proba[np.nonzero(known)[0], cols[known]]
-    return out
+    from .models.base import label_proba
+
+    return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
 
 
 def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):

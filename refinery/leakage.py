@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from . import queries
+from .models.base import label_proba
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page
 from .schema import Mapping
@@ -138,7 +139,7 @@ def predictability(features: pa.Table, splits: list[str], test_split: str | None
     values, counts = np.unique(y_train, return_counts=True)
     majority = values[np.argmax(counts)]
 
-    X_basic, X_adv = matrix(features, BASIC_FEATURES), matrix(features, ADVANCED_FEATURES)
+    X_adv = matrix(features, ADVANCED_FEATURES)  # BASIC_FEATURES are its first columns
     report = {"train_splits": train_splits, "test_split": test,
               "rows": {s: int((split_col == s).sum()) for s in splits},
               "majority_label": str(majority), "majority_accuracy": float((y_test == majority).mean())}
@@ -161,16 +162,13 @@ def predictability(features: pa.Table, splits: list[str], test_split: str | None
         "advanced": dict(zip(ADVANCED_FEATURES, map(float, models["advanced_accuracy"].feature_importances_))),
     }
     model = models["leakage_accuracy"]
-    proba = model.predict_proba(X_basic[test_mask])
-    classes = list(model.classes_)
-    col = np.array([classes.index(l) if l in classes else -1 for l in y_test])
-    p_label = np.where(col >= 0, proba[np.arange(len(col)), np.maximum(col, 0)], 0.0)
+    proba = model.predict_proba(X_adv[test_mask][:, :len(BASIC_FEATURES)])
     predictions = pa.table({
         "row_id": features["row_id"].filter(pa.array(test_mask)),
         "split": pa.array([test] * int(test_mask.sum()), pa.string()),
         "label": pa.array(y_test, pa.string()),
-        "prediction": pa.array(model.predict(X_basic[test_mask]), pa.string()),
-        "p_label": pa.array(p_label),
+        "prediction": pa.array(model.classes_[proba.argmax(axis=1)], pa.string()),
+        "p_label": pa.array(label_proba(proba, model.classes_, y_test)),
     })
     return report, predictions
 

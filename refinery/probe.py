@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .corpus import load, split_name
-from .models.base import make_classifier
+from .models.base import label_proba, make_classifier
 from .readers import ReadOptions
 from .schema import Mapping
 from .storage import AtomicDir
@@ -36,8 +36,7 @@ def run(train: list[str], evaluate: list[str], out: str, mapping: Mapping | None
         proba = model.predict_proba(table)
         pred = np.array(model.classes_, dtype=object)[proba.argmax(axis=1)]
         labels = np.array(table["label"].to_pylist(), dtype=object)
-        col = {c: j for j, c in enumerate(model.classes_)}
-        p_label = np.array([proba[i, col[l]] if l in col else 0.0 for i, l in enumerate(labels)])
+        p_label = label_proba(proba, model.classes_, labels)
         values, counts = np.unique(labels, return_counts=True)
         name = split_name(path)
         report["eval"][name] = {"rows": table.num_rows, "accuracy": float((pred == labels).mean()),

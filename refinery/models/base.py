@@ -22,6 +22,13 @@ class Classifier(Protocol):
     def save(self, path: str) -> None: ...
 
 
+def label_proba(proba: np.ndarray, classes, labels) -> np.ndarray:
+    """p(y_i | x_i): each row's probability of its own label (0 for a label the model never saw)."""
+    index = {c: j for j, c in enumerate(classes)}
+    cols = np.array([index.get(l, -1) for l in labels], dtype=np.int64)
+    return np.where(cols >= 0, proba[np.arange(len(cols)), np.maximum(cols, 0)], 0.0)
+
+
 def predict(model: Classifier, table: pa.Table) -> list:
     proba = model.predict_proba(table)
     return [model.classes_[i] for i in proba.argmax(axis=1)]
