@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,10 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-from tqdm.auto import tqdm
 
 from .registry import ModelRef, resolve
+from .training import fit_loop
 
 DEFAULT_GENERATOR = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -150,31 +148,20 @@ class TransformersGenerator:
             t = self.tokenizer(target + eos, add_special_tokens=False)["input_ids"]
             ids = (h + t)[:max_length]
             rows.append((ids, ([-100] * len(h) + t)[:max_length]))
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=lr)
-        steps = epochs * math.ceil(len(rows) / batch_size)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(steps, 1)))
-        rng = np.random.default_rng(seed)
         pad = self.tokenizer.pad_token_id
+
+        def loss_of(idx):
+            batch = [rows[i] for i in idx]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
+            labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
+            mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
+            return self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                              labels=labels.to(self.device)).loss
+
         self.model.train()
-        with tqdm(total=steps, desc="fine-tune generator", unit=" step", disable=None) as bar:
-            for _ in range(epochs):
-                order = rng.permutation(len(rows))
-                for start in range(0, len(order), batch_size):
-                    batch = [rows[i] for i in order[start:start + batch_size]]
-                    width = max(len(ids) for ids, _ in batch)
-                    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch])
-                    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch])
-                    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch])
-                    loss = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                                      labels=labels.to(self.device)).loss
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(params, 1.0)
-                    opt.step()
-                    sched.step()
-                    opt.zero_grad()
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss.item():.3f}")
+        fit_loop(self.model.parameters(), len(rows), loss_of, epochs=epochs, batch_size=batch_size, lr=lr,
+                 seed=seed, desc="fine-tune generator")
         if lora is not None:
             self.model = self.model.merge_and_unload()
         self.model.eval()

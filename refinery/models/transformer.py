@@ -7,14 +7,12 @@ sentence pair, ``hypothesis`` only text_b (the hypothesis-only probe), ``premise
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import numpy as np
 import pyarrow as pa
-from tqdm.auto import tqdm
-
 from .registry import resolve
+from .training import fit_loop
 
 
 class TransformerClassifier:
@@ -59,27 +57,16 @@ class TransformerClassifier:
             label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
         y = torch.tensor([self.classes_.index(l) for l in table["label"].to_pylist()])
         w = torch.tensor(sample_weight if sample_weight is not None else np.ones(table.num_rows), dtype=torch.float32)
-        steps = self.epochs * math.ceil(table.num_rows / self.batch_size)
-        opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(steps, 1)))
-        rng = np.random.default_rng(self.seed)
+
+        def loss_of(idx):
+            enc = {k: v.to(self._device()) for k, v in self._encode(table.take(idx)).items()}
+            logits = self.model(**enc).logits
+            loss = torch.nn.functional.cross_entropy(logits, y[idx].to(logits.device), reduction="none")
+            return (loss * w[idx].to(logits.device)).sum() / w[idx].sum().to(logits.device)
+
         self.model.train()
-        with tqdm(total=steps, desc="fine-tune classifier", unit=" step", disable=None) as bar:
-            for _ in range(self.epochs):
-                order = rng.permutation(table.num_rows)
-                for start in range(0, len(order), self.batch_size):
-                    idx = order[start:start + self.batch_size]
-                    enc = {k: v.to(self._device()) for k, v in self._encode(table.take(idx)).items()}
-                    logits = self.model(**enc).logits
-                    loss = torch.nn.functional.cross_entropy(logits, y[idx].to(logits.device), reduction="none")
-                    loss = (loss * w[idx].to(logits.device)).sum() / w[idx].sum().to(logits.device)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-                    opt.step()
-                    sched.step()
-                    opt.zero_grad()
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss.item():.3f}")
+        fit_loop(self.model.parameters(), table.num_rows, loss_of, epochs=self.epochs, batch_size=self.batch_size,
+                 lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, desc="fine-tune classifier")
         self.model.eval()
         return self
 
