@@ -26,8 +26,6 @@ from refinery.models.registry import resolve  # noqa: E402
 
 
 def _prompts(n: int) -> list[str]:
-    import pyarrow as pa  # noqa: F401
-
     from refinery.corpus import load
     from refinery.schema import PRESETS
 

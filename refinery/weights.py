@@ -11,12 +11,10 @@ longer depends on the leakage features, so a leakage-only model falls to the maj
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from .leakage import FEATURE_SETS, ForestConfig, GraphConfig, corpus_features, matrix
