@@ -33,10 +33,10 @@ class GenerationConfig:
     sampling: Sampling = Sampling()
 
 
-def prompts(table: pa.Table, config: GenerationConfig, labels: list[str] | None = None) -> pa.Table:
+def prompts(table: pa.Table, config: GenerationConfig) -> pa.Table:
     """One row per (input row, target label): origin_id, text_a, label, prompt."""
     rows = table.select([c for c in ("id", "text_a", "text_b", "label") if c in table.column_names]).to_pylist()
-    every = labels or sorted({r["label"] for r in rows})
+    every = sorted({r["label"] for r in rows})
     if config.target_labels not in ("own", "all"):
         every = [x.strip() for x in config.target_labels.split(",") if x.strip()]
     out = []
