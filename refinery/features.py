@@ -35,6 +35,13 @@ STOPWORDS = pa.array(sorted(STOPWORD_LIST), pa.string())
 _PUNCT = r"([^\w\s])"
 
 
+def split_words(texts: pa.Array) -> pa.ListArray:
+    """Whitespace split, trimmed first: pyarrow's ``utf8_split_whitespace`` reads past the end of
+    an array whose last string ends in whitespace, and when a UTF-8 continuation byte lies there
+    it returns the last token with its trailing space (``". "``)."""
+    return pc.utf8_split_whitespace(pc.utf8_trim_whitespace(texts))
+
+
 @dataclass(frozen=True)
 class TokenizerOptions:
     lowercase: bool = True
@@ -47,7 +54,7 @@ class TokenizerOptions:
         if self.lowercase:
             texts = pc.utf8_lower(texts)
         texts = pc.replace_substring_regex(texts, _PUNCT, " " if self.remove_punctuation else r" \1 ")
-        tokens = pc.utf8_split_whitespace(texts)
+        tokens = split_words(texts)
         flat = pc.list_flatten(tokens)
         keep = pc.greater(pc.binary_length(flat), 0)  # runs of whitespace leave empty strings
         if self.remove_stopwords:

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .corpus import iter_input_batches, value_counts
+from .features import split_words
 from .readers import ReadOptions
 from .schema import Mapping
 
@@ -41,7 +42,7 @@ def inspect(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOpti
             for field in lengths:
                 col = t[field].drop_null() if field in t.column_names else None
                 if col is not None and len(col):
-                    tokens = pc.list_value_length(pc.utf8_split_whitespace(col))
+                    tokens = pc.list_value_length(split_words(col))
                     lengths[field].append(tokens.to_numpy(zero_copy_only=False))
     return {
         "rows": rows,

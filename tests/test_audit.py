@@ -8,7 +8,7 @@ import pytest
 from refinery import synth
 from refinery.audit import AuditConfig, audit, count_table, finish, write_outputs
 from refinery.corpus import Corpus, load
-from refinery.features import FeatureConfig, TokenizerOptions, extract
+from refinery.features import FeatureConfig, TokenizerOptions, extract, split_words
 from refinery.schema import PRESETS, parse_mapping
 
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
@@ -60,6 +60,20 @@ def test_tokenizer_options():
     toks = TokenizerOptions(remove_punctuation=True, remove_stopwords=True).tokenize(pa.array(["The dog, is NOT here!"]))
     assert toks.to_pylist() == [["dog"]]
     assert TokenizerOptions().tokenize(pa.array(["Don't stop."])).to_pylist() == [["don", "'", "t", "stop", "."]]
+
+
+def test_tokenizer_ignores_bytes_past_the_last_text():
+    """Regression: pyarrow's whitespace split reads past the end of the last string; when the
+    byte there was a UTF-8 continuation byte (stale memory), the last token kept its space."""
+    import numpy as np
+    import pyarrow as pa
+
+    text = b"a fountain . "
+    for stray in range(0x80, 0xC0):
+        data = pa.py_buffer(text + bytes([stray]) + bytes(8))
+        offsets = pa.py_buffer(np.array([0, len(text)], np.int32).tobytes())
+        texts = pa.StringArray.from_buffers(1, offsets, data)
+        assert split_words(texts).to_pylist() == [["a", "fountain", "."]]
 
 
 def test_other_families_and_hypo_only_probe(snli_pair):
