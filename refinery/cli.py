@@ -517,6 +517,46 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
 
 
 @main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output folder: scores/, corpus/ (rewritten, same size), report/.")
+@click.option("--score-only", is_flag=True, help="Only write the shortcut score γ per row and the objective.")
+@click.option("--top-k", type=int, default=50, show_default=True, help="Rows rewritten per round.")
+@click.option("--candidates", type=int, default=4, show_default=True, help="Rewrites per row (m).")
+@click.option("--rounds", type=int, default=5, show_default=True)
+@click.option("--dim", type=int, default=64, show_default=True, help="Positional-encoding size λ.")
+@click.option("--verify", "verify_mode", type=click.Choice(["answer", "choice"]), default="answer", show_default=True,
+              help="G_β: its answer must be exactly the label, or (transformers) the most likely label is taken.")
+@click.option("--verifier-model", help="A saved classifier as G_β instead of a second LLM call.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@mode_option
+@generator_options
+@input_options
+def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, verifier_model, engine, batch_size, mode, backend,
+          backend_kwargs, sampling, mapping, opts):
+    """RAZOR: shortcut scores γ and the LLM rewrite/verify loop (Yang et al. 2024)."""
+    from dataclasses import replace
+
+    from . import razor as rz
+    from .corpus import load
+    from .models import load_classifier
+
+    table, _ = load(inputs, mapping, opts)
+    config = rz.RazorConfig(dim=dim, top_k=top_k, candidates=candidates, rounds=rounds, verify_mode=verify_mode,
+                            rewrite=replace(sampling, n=candidates),
+                            verify=replace(rz.RazorConfig.verify, seed=sampling.seed))
+    verifier = load_classifier(verifier_model) if verifier_model else None
+    report = rz.run(table, out, config, backend, backend_kwargs, engine, batch_size, score_only, verifier, mode)
+    click.echo(f"{report['rows']:,} rows scored on {report['field']}: objective {report['objective']:.6g}, "
+               f"median γ {report['gamma']['median']:.4g}")
+    for r in report.get("rounds", []):
+        click.echo(f"  round {r['round']}: {r['candidates']} candidates, {r['accepted']} accepted, "
+                   f"{r['replaced']} replaced, objective {r['objective_before']:.6g} -> {r['objective_after']:.6g}"
+                   + ("" if r["kept"] else " (undone)"))
+    click.echo(f"report: {out}/report/report.html")
+
+
+@main.command()
 @click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)

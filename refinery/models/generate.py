@@ -35,6 +35,13 @@ class Sampling:
     seed: int = 0
 
 
+def _decoding(sampling: Sampling) -> dict:
+    """transformers' decoding arguments: nucleus sampling, or greedy at temperature 0."""
+    if sampling.temperature > 0:
+        return {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p}
+    return {"do_sample": False}
+
+
 @runtime_checkable
 class Generator(Protocol):
     def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]: ...
@@ -119,12 +126,36 @@ class TransformersGenerator:
             enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
                                  add_special_tokens=not self.chat).to(self.device)
             with torch.inference_mode():
-                ids = self.model.generate(**enc, do_sample=sampling.temperature > 0, temperature=sampling.temperature,
-                                          top_p=sampling.top_p, max_new_tokens=sampling.max_new_tokens,
+                ids = self.model.generate(**enc, **_decoding(sampling), max_new_tokens=sampling.max_new_tokens,
                                           num_return_sequences=sampling.n, pad_token_id=self.tokenizer.pad_token_id)
             decoded = self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
             out += [[d.strip() for d in decoded[i:i + sampling.n]] for i in range(0, len(decoded), sampling.n)]
         return out
+
+    def choose(self, prompts: list[str], options: list[str]) -> list[str]:
+        """For each prompt the option with the highest log p(option | prompt) (summed over its tokens)."""
+        import torch
+
+        self._load()
+        heads = [self.tokenizer(h, add_special_tokens=not self.chat)["input_ids"] for h in self.format(prompts)]
+        tails = [self.tokenizer(o, add_special_tokens=False)["input_ids"] for o in options]
+        pairs = [(h, t) for h in heads for t in tails]
+        scores = []
+        pad = self.tokenizer.pad_token_id
+        for start in range(0, len(pairs), self.batch_size):
+            batch = pairs[start:start + self.batch_size]
+            width = max(len(h) + len(t) for h, t in batch)
+            ids = torch.tensor([[pad] * (width - len(h) - len(t)) + h + t for h, t in batch])
+            mask = torch.tensor([[0] * (width - len(h) - len(t)) + [1] * (len(h) + len(t)) for h, t in batch])
+            with torch.inference_mode():
+                positions_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+                logp = torch.log_softmax(self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                                    position_ids=positions_ids.to(self.device)).logits.float(), dim=-1)
+            for row, (_, t) in enumerate(batch):
+                positions = torch.arange(width - len(t) - 1, width - 1)
+                scores.append(float(logp[row, positions, torch.tensor(t)].sum()))
+        best = torch.tensor(scores).view(len(prompts), len(options)).argmax(dim=1).tolist()
+        return [options[i] for i in best]
 
     def fit(self, prompts: list[str], targets: list[str], epochs: int = 1, lr: float = 5e-5, batch_size: int = 8,
             max_length: int = 256, lora: dict | None = None, seed: int = 0) -> "TransformersGenerator":

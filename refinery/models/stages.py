@@ -7,6 +7,9 @@ instead of killing the job.
 """
 from __future__ import annotations
 
+import functools
+import json
+import os
 from dataclasses import asdict
 
 import pyarrow as pa
@@ -15,12 +18,25 @@ from tqdm.auto import tqdm
 from .generate import Sampling, make_generator
 
 
+@functools.lru_cache(maxsize=1)
+def _loaded_generator(backend: str, kwargs_json: str, _version: float):
+    return make_generator(backend, **json.loads(kwargs_json))
+
+
+def shared_generator(backend: str, backend_kwargs: dict):
+    """The generator of the last call with the same backend and arguments (and, for a local model
+    folder, the same modification time), so the rewrite/verify calls of a loop load a model once."""
+    model = str(backend_kwargs.get("model", ""))
+    version = os.path.getmtime(model) if model and os.path.exists(model) else 0.0
+    return _loaded_generator(backend, json.dumps(backend_kwargs, sort_keys=True), version)
+
+
 class GenerateStage:
     """Adds ``generated`` (list of n texts) and ``generation_error`` to batches with a prompt column."""
 
     def __init__(self, backend: str, backend_kwargs: dict | None = None, sampling: dict | None = None,
                  prompt_column: str = "prompt"):
-        self.generator = make_generator(backend, **(backend_kwargs or {}))
+        self.generator = shared_generator(backend, backend_kwargs or {})
         self.sampling = Sampling(**(sampling or {}))
         self.prompt_column = prompt_column
 

@@ -1,0 +1,352 @@
+"""RAZOR (Yang, Prenkaj, Kasneci 2024; METHODS §5): surface-feature shortcut scores and the LLM rewrite loop.
+
+Scores (vectorized over Arrow token lists, any number of labels):
+    S(t, d) = n(t, d) / |d| · log(|D| / df(t))                       (TF-IDF token importance)
+    τ(j)_k  = sin(j / 10000^(2k/λ)) for even k, cos(j / 10000^(2k/λ)) for odd k
+    ĝ(d)    = Σ_j S(t_j, d) · τ(j) / (|d| − 1)                        (surface embedding)
+    γ(d)    = 1 − mean_{d′ : y(d′) ≠ y(d)} cos(ĝ(d), ĝ(d′))           (shortcut score)
+With unit vectors u(d) and per-label sums U_y = Σ_{d ∈ D_y} u(d), the mean cosine against the
+other labels is u(d)·(Σ_y′ U_y′ − U_y(d)) / (|D| − |D_y(d)|): O(n·λ) instead of O(n²·λ). The loop's
+objective Σ_{y<y′} Σ_{d∈D_y} Σ_{d′∈D_y′} cos(ĝ(d), ĝ(d′)) = Σ_{y<y′} U_y·U_y′.
+
+The loop: the top-k rows by γ get m rewrites from G_α (pairs: the hypothesis/claim is rewritten,
+the premise/evidence kept), each verified by a separate G_β call and accepted only when the
+answer is exactly the row's label; of the accepted, the one with the lowest γ replaces the row
+(``source=rewritten``, ``origin_id``). Rounds repeat until the objective stops increasing (a round
+that lowers it is undone) or the round limit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from scipy import sparse
+
+from .features import TokenizerOptions
+from .generation import LABEL_DESCRIPTIONS
+from .models.generate import Sampling
+from .storage import AtomicDir
+
+REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
+                "relation to the premise: it must stay {label_description} ({label}).\n"
+                "Premise: {text_a}\nHypothesis: {text_b}\nReply with the new hypothesis only.")
+REWRITE_SINGLE = ("Rewrite the text with different words and a different sentence structure; its label "
+                  "'{label}' must stay the same.\nText: {text_a}\nReply with the rewritten text only.")
+VERIFY_PAIR = ("Premise: {text_a}\nHypothesis: {text_b}\nWhich label describes the hypothesis given the premise? "
+               "Answer with exactly one of: {labels}.")
+VERIFY_SINGLE = "Text: {text_a}\nWhich label fits this text? Answer with exactly one of: {labels}."
+
+
+@dataclass
+class RazorConfig:
+    dim: int = 64                      # λ, the positional-encoding size
+    top_k: int = 50                    # rows rewritten per round
+    candidates: int = 4                # m rewrites per row
+    rounds: int = 5
+    verify_mode: str = "answer"        # answer: free text, exact label match | choice: most likely label
+    tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
+    rewrite: Sampling = Sampling(temperature=0.7, top_p=0.9, max_new_tokens=48)
+    verify: Sampling = Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tokenizer"] = self.tokenizer.__dict__
+        return d
+
+
+# ---------------------------------------------------------------- scores
+
+def positional_encoding(length: int, dim: int) -> np.ndarray:
+    """τ(j) for j = 0 … length−1 as a (length × λ) matrix (METHODS §5)."""
+    j = np.arange(length, dtype=np.float64)[:, None]
+    k = np.arange(dim)[None, :]
+    angle = j / np.power(10000.0, 2 * k / dim)
+    return np.where(k % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+@dataclass
+class Vocabulary:
+    """Document frequencies of a corpus: idf(t) = log(|D| / df(t)); an unseen token counts df = 1."""
+
+    tokens: pa.Array
+    df: np.ndarray
+    docs: int
+
+    @classmethod
+    def fit(cls, tokens: pa.ListArray) -> "Vocabulary":
+        flat = pc.list_flatten(tokens)
+        parents = pc.list_parent_indices(tokens).to_numpy()
+        enc = pc.dictionary_encode(flat)
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        V = len(enc.dictionary)
+        distinct = np.unique(parents.astype(np.int64) * V + codes) % V
+        return cls(enc.dictionary, np.bincount(distinct, minlength=V), len(tokens))
+
+    def idf(self, flat: pa.Array) -> np.ndarray:
+        at = pc.index_in(flat, value_set=self.tokens).to_numpy(zero_copy_only=False)
+        df = np.ones(len(flat))
+        known = ~np.isnan(at.astype(float))
+        df[known] = self.df[at[known].astype(np.int64)]
+        return np.log(max(self.docs, 1) / df)
+
+
+def surface_embeddings(tokens: pa.ListArray, vocab: Vocabulary, dim: int) -> np.ndarray:
+    """ĝ(d) for every row (n × λ): a sparse (row × position) matrix of S(t_j, d) times τ."""
+    n = len(tokens)
+    flat = pc.list_flatten(tokens)
+    parents = pc.list_parent_indices(tokens).to_numpy().astype(np.int64)
+    lengths = pc.list_value_length(tokens).to_numpy(zero_copy_only=False).astype(np.int64)
+    if len(flat) == 0:
+        return np.zeros((n, dim))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    position = np.arange(len(flat)) - starts[parents]
+    enc = pc.dictionary_encode(flat)
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    _, inverse, tf = np.unique(parents * len(enc.dictionary) + codes, return_inverse=True, return_counts=True)
+    importance = tf[inverse] / lengths[parents] * vocab.idf(flat)
+    weights = sparse.csr_matrix((importance, (parents, position)), shape=(n, int(lengths.max())))
+    g = weights @ positional_encoding(int(lengths.max()), dim)
+    return g / np.maximum(lengths - 1, 1)[:, None]
+
+
+def unit_rows(g: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(g, axis=1, keepdims=True)
+    return np.divide(g, norm, out=np.zeros_like(g), where=norm > 0)
+
+
+@dataclass
+class LabelSums:
+    """Per-label sums of unit surface embeddings: all γ and the objective follow from them."""
+
+    labels: list
+    sums: np.ndarray      # C × λ
+    sizes: np.ndarray     # C
+
+    @classmethod
+    def of(cls, unit: np.ndarray, labels: np.ndarray) -> "LabelSums":
+        names = sorted(set(labels.tolist()))
+        codes = np.searchsorted(names, labels)
+        sums = np.zeros((len(names), unit.shape[1]))
+        np.add.at(sums, codes, unit)
+        return cls(names, sums, np.bincount(codes, minlength=len(names)))
+
+    def gamma(self, unit: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """γ = 1 − u·(Σ U − U_y) / (|D| − |D_y|)."""
+        codes = np.searchsorted(self.labels, labels)
+        other = self.sums.sum(axis=0)[None, :] - self.sums[codes]
+        n_other = np.maximum(self.sizes.sum() - self.sizes[codes], 1)
+        return 1.0 - (unit * other).sum(axis=1) / n_other
+
+    def objective(self) -> float:
+        """Σ_{y<y′} U_y·U_y′ = Σ over cross-label pairs of cos(ĝ(d), ĝ(d′))."""
+        gram = self.sums @ self.sums.T
+        return float(np.triu(gram, k=1).sum())
+
+
+def scored_field(table: pa.Table) -> str:
+    """The text RAZOR scores and rewrites: the hypothesis/claim of a pair, else the single text."""
+    return "text_b" if "text_b" in table.column_names and table["text_b"].null_count < table.num_rows else "text_a"
+
+
+@dataclass
+class Scores:
+    gamma: np.ndarray
+    objective: float
+    vocab: Vocabulary
+    sums: LabelSums
+
+
+def score(table: pa.Table, config: RazorConfig = RazorConfig()) -> Scores:
+    """γ for every row and the objective, over the scored field (``scored_field``)."""
+    tokens = config.tokenizer.tokenize(table[scored_field(table)])
+    vocab = Vocabulary.fit(tokens)
+    unit = unit_rows(surface_embeddings(tokens, vocab, config.dim))
+    labels = np.asarray(table["label"].to_pylist(), dtype=object)
+    sums = LabelSums.of(unit, labels)
+    return Scores(sums.gamma(unit, labels), sums.objective(), vocab, sums)
+
+
+def candidate_gamma(texts: list[str], labels: list[str], scores: Scores, config: RazorConfig) -> np.ndarray:
+    """γ a candidate text would have in the current corpus (its idf from the corpus's df)."""
+    tokens = config.tokenizer.tokenize(pa.array(texts, pa.string()))
+    unit = unit_rows(surface_embeddings(tokens, scores.vocab, config.dim))
+    return scores.sums.gamma(unit, np.asarray(labels, dtype=object))
+
+
+# ---------------------------------------------------------------- rewrite and verify
+
+def _fill(template: str, row: dict, labels: list) -> str:
+    return template.format(text_a=row["text_a"], text_b=row.get("text_b"), label=row["label"],
+                           label_description=LABEL_DESCRIPTIONS.get(row["label"], f"labelled '{row['label']}'"),
+                           labels=", ".join(labels))
+
+
+def clean_candidate(text: str) -> str | None:
+    """The first non-empty line without quotes or a leading 'Hypothesis:'-style tag; None if nothing is left."""
+    for line in (text or "").splitlines():
+        line = re.sub(r"^\s*(new |rewritten )?(hypothesis|claim|text|sentence)\s*:\s*", "", line, flags=re.I)
+        line = line.strip().strip('"“”\'').strip()
+        if line:
+            return line
+    return None
+
+
+def verified_label(answer: str, labels: list) -> str | None:
+    """The label the verifier answered: its first word, exactly one of ``labels`` (case-insensitive)."""
+    words = re.findall(r"[\w-]+", answer or "")
+    if not words:
+        return None
+    by_name = {l.casefold(): l for l in labels}
+    return by_name.get(words[0].casefold())
+
+
+def _generate(prompts: list[str], sampling: Sampling, backend: str, backend_kwargs: dict, engine: str,
+              batch_size: int) -> tuple[list[list[str]], list]:
+    from .models.stages import generate_table
+
+    if not prompts:
+        return [], []
+    out = generate_table(pa.table({"prompt": pa.array(prompts, pa.string())}), backend, backend_kwargs, sampling,
+                         engine, batch_size)
+    return out["generated"].to_pylist(), out["generation_error"].to_pylist()
+
+
+def verify(prompts: list[str], labels: list, config: RazorConfig, backend: str, backend_kwargs: dict,
+           engine: str = "local", batch_size: int = 16) -> list:
+    """G_β's label for each verification prompt (None when its answer is not exactly a label).
+
+    ``answer``: the generated reply's first word must be a label; ``choice``: the label with the
+    highest likelihood (transformers backend; for small models that rarely answer with a label).
+    """
+    if config.verify_mode == "choice":
+        from .models.stages import shared_generator
+
+        generator = shared_generator(backend, backend_kwargs)
+        if not hasattr(generator, "choose"):
+            raise ValueError(f"verify mode 'choice' needs the transformers backend, not {backend!r}")
+        return generator.choose(prompts, labels) if prompts else []
+    if config.verify_mode != "answer":
+        raise ValueError(f"verify mode must be answer or choice, not {config.verify_mode!r}")
+    outs, _ = _generate(prompts, config.verify, backend, backend_kwargs, engine, batch_size)
+    return [verified_label(o[0] if o else "", labels) for o in outs]
+
+
+def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, backend: str, backend_kwargs: dict,
+                  engine: str = "local", batch_size: int = 16, round_no: int = 1,
+                  verifier=None) -> tuple[pa.Table, dict]:
+    """One round: rewrite the top-k rows by γ, verify, replace with the lowest-γ accepted candidate."""
+    target = scored_field(table)
+    pair = target == "text_b"
+    labels = sorted(set(table["label"].to_pylist()))
+    top = np.argsort(-scores.gamma, kind="stable")[:config.top_k]
+    rows = table.take(pa.array(top)).to_pylist()
+    rewrite = Sampling(**{**asdict(config.rewrite), "n": config.candidates, "seed": config.rewrite.seed + round_no})
+    texts, errors = _generate([_fill(REWRITE_PAIR if pair else REWRITE_SINGLE, r, labels) for r in rows], rewrite,
+                              backend, backend_kwargs, engine, batch_size)
+    candidates = [(i, c) for i, outs in enumerate(texts) for c in {clean_candidate(t) for t in outs} - {None}
+                  if c != rows[i][target]]
+    cand_rows = [{**rows[i], target: c} for i, c in candidates]
+    if verifier is not None:
+        from .models.base import predict
+
+        canonical = [c for c in ("id", "text_a", "text_b", "label") if c in table.column_names]
+        answers = predict(verifier, pa.Table.from_pylist([{c: r[c] for c in canonical} for r in cand_rows],
+                                                         schema=table.select(canonical).schema)) if cand_rows else []
+    else:
+        prompts = [_fill(VERIFY_PAIR if pair else VERIFY_SINGLE, r, labels) for r in cand_rows]
+        answers = verify(prompts, labels, config, backend, backend_kwargs, engine, batch_size)
+    accepted = [(i, c) for (i, c), a, r in zip(candidates, answers, cand_rows) if a == r["label"]]
+    gamma = candidate_gamma([c for _, c in accepted], [rows[i]["label"] for i, _ in accepted], scores, config)
+    best: dict[int, tuple[float, str]] = {}
+    for (i, c), g in zip(accepted, gamma):
+        if i not in best or g < best[i][0]:
+            best[i] = (float(g), c)
+    columns = {name: table[name].to_pylist() for name in table.column_names}
+    for name in ("source", "origin_id"):
+        columns.setdefault(name, [None] * table.num_rows)
+    examples = []
+    for i, (g, text) in sorted(best.items()):
+        at = int(top[i])
+        examples.append({"id": rows[i]["id"], "label": rows[i]["label"], "before": rows[i][target], "after": text,
+                         "gamma_before": float(scores.gamma[at]), "gamma_after": g})
+        columns["origin_id"][at] = columns["origin_id"][at] or rows[i]["id"]
+        columns["id"][at] = f"{columns['origin_id'][at]}#razor-{round_no}"
+        columns["source"][at] = "rewritten"
+        columns[target][at] = text
+    stats = {"round": round_no, "rows": len(rows), "candidates": len(candidates), "accepted": len(accepted),
+             "replaced": len(best), "generation_errors": sum(e is not None for e in errors), "examples": examples}
+    return pa.table(columns), stats
+
+
+# ---------------------------------------------------------------- the loop and its outputs
+
+def gamma_summary(gamma: np.ndarray) -> dict:
+    q = np.quantile(gamma, [0, 0.25, 0.5, 0.75, 0.9, 0.99, 1]) if len(gamma) else [float("nan")] * 7
+    return dict(zip(["min", "p25", "median", "p75", "p90", "p99", "max"], map(float, q)))
+
+
+def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: dict, engine: str = "local",
+           batch_size: int = 16, verifier=None) -> tuple[pa.Table, list[dict]]:
+    """Rounds of ``rewrite_round`` while the objective increases; a round that lowers it is undone."""
+    from tqdm.auto import tqdm
+
+    scores = score(table, config)
+    history = []
+    for round_no in tqdm(range(1, config.rounds + 1), desc="razor rounds", disable=None):
+        candidate, stats = rewrite_round(table, scores, config, backend, backend_kwargs, engine, batch_size,
+                                         round_no, verifier)
+        new_scores = score(candidate, config)
+        stats.update(objective_before=scores.objective, objective_after=new_scores.objective,
+                     gamma=gamma_summary(new_scores.gamma))
+        stats["kept"] = stats["replaced"] > 0 and new_scores.objective > scores.objective
+        history.append(stats)
+        if not stats["kept"]:
+            break
+        table, scores = candidate, new_scores
+    return table, history
+
+
+def _top_features(table: pa.Table, k: int = 10) -> dict:
+    from .audit import AuditConfig, count_table, finish
+
+    config = AuditConfig(k=k)
+    return finish(count_table(table, config), config).top_k(k)
+
+
+def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend: str = "transformers",
+        backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16, score_only: bool = False,
+        verifier=None, mode: str = "overwrite") -> dict:
+    """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``."""
+    from .corpus import write_table
+    from .report import dict_table, page, topk_table
+
+    before = score(table, config)
+    scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
+    report = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
+              "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
+    write_table(scored, os.path.join(out, "scores"), mode=mode, config={"razor": report})
+    sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
+    if not score_only:
+        refined, history = refine(table, config, backend, backend_kwargs or {}, engine, batch_size, verifier)
+        write_table(refined, os.path.join(out, "corpus"), mode=mode, config={"razor": report})
+        after = score(refined, config)
+        report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
+                      replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
+                      if "source" in refined.column_names else 0,
+                      backend=backend, top_features_before=_top_features(table),
+                      top_features_after=_top_features(refined))
+        sections += [("Rounds", "".join(dict_table({k: v for k, v in r.items() if k != "examples"})
+                                        for r in history)),
+                     ("Before / after examples", "".join(dict_table(e) for r in history for e in r["examples"][:5])),
+                     ("Top features before", topk_table(report["top_features_before"])),
+                     ("Top features after", topk_table(report["top_features_after"]))]
+    with AtomicDir(os.path.join(out, "report")) as d:
+        d.write_text("report.json", json.dumps(report, indent=1, default=str))
+        d.write_text("report.html", page("refinery razor", sections))
+        d.commit()
+    return report
