@@ -557,6 +557,72 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 
 
 @main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output folder: pool/, generated/, report/, checkpoints/.")
+@click.option("--profile", type=click.Choice(["paper", "small"]), default="small", show_default=True,
+              help="paper: N_iter 5, 200K per iteration; small: a CPU run (see README).")
+@click.option("--sample-rows", type=int, help="Start from a seeded random sample of this many rows.")
+@click.option("--iterations", type=int, help="N_iter.")
+@click.option("--per-iteration", type=int, help="Pseudo samples generated per iteration.")
+@click.option("--groups", type=int, help="N_bi, the number of bias indicators.")
+@click.option("--tau", type=float, help="ε: the task model's confidence a pseudo sample must exceed.")
+@click.option("--shallow-rows", type=int, help="Rows of the corpus the shallow model is first trained on.")
+@click.option("--usm-rows", type=int, help="Pool rows sampled to update the shallow model each iteration.")
+@click.option("--shallow", type=click.Choice(["ngram", "transformer"]), help="The shallow model θs.")
+@click.option("--task-model", type=click.Choice(["ngram", "transformer"]), help="The confidence filter's model.")
+@click.option("--generator", help="Generator θg: a model name or folder (default SmolLM2-135M-Instruct).")
+@click.option("--lr", type=float)
+@click.option("--first-epochs", type=int)
+@click.option("--later-epochs", type=int)
+@click.option("--max-new-tokens", type=int)
+@click.option("--no-usm", is_flag=True, help="Ablation: never update the shallow model.")
+@click.option("--lowest-indicator", is_flag=True, help="Ablation: generate with b1 only (b_r -> b1).")
+@click.option("--no-indicator", is_flag=True, help="Ablation: train and generate without bias indicators.")
+@click.option("--no-iteration", is_flag=True, help="Ablation: one iteration generating all samples at once.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--backend", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True,
+              help="Generation backend for the fine-tuned generator.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--mode", type=click.Choice(["resume", "overwrite"]), default="resume", show_default=True,
+              help="resume: continue from the last finished iteration in --out.")
+@input_options
+def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, tau, shallow_rows, usm_rows, shallow, task_model, generator,
+          lr, first_epochs, later_epochs, max_new_tokens, no_usm, lowest_indicator, no_indicator, no_iteration, seed,
+          backend, engine, batch_size, mode, mapping, opts):
+    """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023)."""
+    from dataclasses import replace
+
+    import numpy as np
+    import pyarrow as pa
+
+    from . import ibadr as ib
+    from .corpus import load
+
+    table, _ = load(inputs, mapping, opts)
+    if sample_rows and sample_rows < table.num_rows:
+        pick = np.sort(np.random.default_rng(seed).choice(table.num_rows, sample_rows, replace=False))
+        table = table.take(pa.array(pick))
+    config = ib.PROFILES[profile]
+    overrides = {"iterations": iterations, "per_iteration": per_iteration, "groups": groups, "tau": tau,
+                 "shallow_rows": shallow_rows, "usm_rows": usm_rows,
+                 "shallow": shallow, "task_model": task_model, "generator": generator, "lr": lr,
+                 "first_epochs": first_epochs, "later_epochs": later_epochs}
+    config = replace(config, **{k: v for k, v in overrides.items() if v is not None}, seed=seed,
+                     usm=not no_usm, lowest_indicator=lowest_indicator, indicator=not no_indicator,
+                     iterate=not no_iteration)
+    if max_new_tokens:
+        config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
+    report = ib.run(table, out, config, backend, {}, engine, batch_size, mode)
+    for h in report["iterations"]:
+        click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
+                   f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}")
+    click.echo(f"mean z* of the original's top features: {report['mean_top_z']['original']} (original) vs "
+               f"{report['mean_top_z']['accepted']} (accepted pseudo samples)")
+    click.echo(f"report: {out}/report/report.html")
+
+
+@main.command()
 @click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=int, default=8000, show_default=True)

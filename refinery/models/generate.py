@@ -102,14 +102,13 @@ class TransformersGenerator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        ref = resolve(self.model_name)
+        path = hf_folder(resolve(self.model_name))  # GGUF weights are not trainable or savable as such
         self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=getattr(torch, self.dtype),
-                                                          **ref.kwargs()).to(self.device).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.dtype)).to(self.device).eval()
 
     def format(self, prompts: list[str]) -> list[str]:
         self._load()

@@ -43,18 +43,24 @@ class TransformerClassifier:
         texts = a if self.inputs == "premise" else [y if y is not None else x for x, y in zip(a, b)]
         return self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt")
 
-    def fit(self, table: pa.Table, sample_weight: np.ndarray | None = None) -> "TransformerClassifier":
-        """Fine-tune encoder and head with cross-entropy (optionally weighted per row), AdamW, linear decay."""
+    def fit(self, table: pa.Table, sample_weight: np.ndarray | None = None,
+            warm_start: bool = False) -> "TransformerClassifier":
+        """Fine-tune encoder and head with cross-entropy (optionally weighted per row), AdamW, linear decay.
+
+        ``warm_start`` continues from the current weights (IBADR's USM) instead of the base model.
+        """
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         torch.manual_seed(self.seed)
-        self.classes_ = sorted(set(table["label"].to_pylist()))
-        ref = resolve(self.model_name)
-        self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
-            label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
+        if not (warm_start and self.model is not None):
+            self.classes_ = sorted(set(table["label"].to_pylist()))
+            ref = resolve(self.model_name)
+            self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
+                label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
+        table = table.filter(pa.array([l in self.classes_ for l in table["label"].to_pylist()]))
         y = torch.tensor([self.classes_.index(l) for l in table["label"].to_pylist()])
         w = torch.tensor(sample_weight if sample_weight is not None else np.ones(table.num_rows), dtype=torch.float32)
 

@@ -1,0 +1,376 @@
+"""IBADR (Wang et al. 2023; METHODS §6): iterative bias-aware dataset refinement.
+
+The pool S starts as the corpus. Each iteration:
+  1. bias degree p(y | x; θs) of every pool row from the shallow model; rows sorted and cut into
+     N_bi equal groups with indicators b1 (least biased) … bN;
+  2. the generator θg is fine-tuned on "b, y → x" (loss −log p(x | b, y); 3 epochs the first
+     iteration, 1 after), x the pair written as ``[P] premise [H] hypothesis``;
+  3. pseudo samples are drawn with y uniform and b_r, r uniform in 1..⌊N_bi/2⌋, and parsed back
+     (malformed generations rejected with a reason);
+  4. the task model's confidence p_M(y | x) must exceed ε; accepted rows join the pool;
+  5. USM: θs is fine-tuned on a random sample of the pool.
+Each finished iteration is a checkpoint (pool, shallow model, generator, report); a killed run
+resumes from the last one and, with the same seed, ends with the same pool. Ablations (paper
+Table 5): ``usm=False``, ``lowest_indicator=True`` (b_r → b1), ``indicator=False``, ``iterate=False``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .models.generate import DEFAULT_GENERATOR, Sampling
+from .storage import AtomicDir
+
+POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
+                         ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
+                         ("indicator", pa.string()), ("confidence", pa.float64()), ("sampling", pa.string())])
+GENERATED_SCHEMA = pa.schema([("id", pa.string()), ("prompt", pa.string()), ("label", pa.string()),
+                              ("indicator", pa.string()), ("generated", pa.string()), ("text_a", pa.string()),
+                              ("text_b", pa.string()), ("confidence", pa.float64()), ("status", pa.string()),
+                              ("reason", pa.string())])
+_PAIR = re.compile(r"^\s*\[P\]\s*(?P<a>.*?)\s*\[H\]\s*(?P<b>.*?)\s*$", re.S)
+_SINGLE = re.compile(r"^\s*\[T\]\s*(?P<a>.*?)\s*$", re.S)
+
+
+@dataclass(frozen=True)
+class IbadrConfig:
+    groups: int = 5                       # N_bi
+    iterations: int = 5                   # N_iter
+    per_iteration: int = 200_000          # pseudo samples generated per iteration
+    shallow_rows: int = 2000              # θs's initial training sample
+    usm_rows: int = 2000                  # USM sample of the pool
+    shallow: str = "ngram"                # ngram | transformer
+    task_model: str = "ngram"             # the confidence filter's model M, fit on the corpus
+    tau: float = 0.5                      # ε
+    generator: str = DEFAULT_GENERATOR
+    first_epochs: int = 3
+    later_epochs: int = 1
+    lr: float = 5e-5
+    train_batch_size: int = 8
+    max_length: int = 128
+    sampling: Sampling = Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64)
+    usm: bool = True
+    lowest_indicator: bool = False        # ablation b_r → b1
+    indicator: bool = True
+    iterate: bool = True
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "IbadrConfig":
+        return cls(**{**d, "sampling": Sampling(**d["sampling"])})
+
+
+PROFILES = {
+    "paper": IbadrConfig(),
+    # CPU: SmolLM2-135M, the n-gram shallow and task models, a few hundred samples per iteration
+    "small": IbadrConfig(iterations=2, per_iteration=300, shallow_rows=2000, usm_rows=2000, first_epochs=1,
+                         lr=1e-4, train_batch_size=16, max_length=96, tau=0.4,
+                         sampling=Sampling(temperature=1.0, top_p=0.9, max_new_tokens=56)),
+}
+
+
+# ---------------------------------------------------------------- the pieces of an iteration
+
+def indicator_groups(bias: np.ndarray, ids: list, groups: int) -> np.ndarray:
+    """Group 1 … N_bi per row: sorted by bias degree (ties by id), cut into equal groups (b1 least biased)."""
+    order = np.lexsort((np.asarray(ids, dtype=object).astype(str), bias))
+    group = np.empty(len(bias), dtype=np.int64)
+    group[order] = np.arange(len(bias)) * groups // max(len(bias), 1) + 1
+    return group
+
+
+def conditioning(label: str, group: int | None) -> str:
+    """The generator's input "b, y": ``<b2> <entailment>`` (no indicator: ``<entailment>``)."""
+    return (f"<b{group}> " if group is not None else "") + f"<{label}>\n"
+
+
+def serialize(text_a: str, text_b: str | None) -> str:
+    """x in the fixed format the generator learns."""
+    return f"[P] {text_a} [H] {text_b}" if text_b is not None else f"[T] {text_a}"
+
+
+def parse(generated: str, pair: bool) -> tuple[str | None, str | None, str | None]:
+    """(text_a, text_b, reason): the reason is set when the generation is malformed."""
+    m = (_PAIR if pair else _SINGLE).match(generated or "")
+    if m is None:
+        return None, None, "no [P] … [H] … structure" if pair else "no [T] marker"
+    a, b = m.group("a"), (m.group("b") if pair else None)
+    if not a or (pair and not b):
+        return None, None, "empty premise or hypothesis" if pair else "empty text"
+    if pair and ("[P]" in b or "[H]" in b):
+        return None, None, "repeated markers"
+    return a, b, None
+
+
+def distinct_n(texts: list[str], n: int) -> float:
+    """Distinct-n: distinct n-grams over all n-grams of the texts."""
+    grams = [tuple(toks[i:i + n]) for t in texts for toks in [t.lower().split()] for i in range(len(toks) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def bias_degree(model, table: pa.Table) -> np.ndarray:
+    from .models.base import label_proba
+
+    return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
+
+
+def _rng(config: IbadrConfig, iteration: int, purpose: str) -> np.random.Generator:
+    digest = hashlib.blake2b(f"{config.seed}:{iteration}:{purpose}".encode(), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(digest, "little"))
+
+
+def _sample(table: pa.Table, rows: int, rng: np.random.Generator) -> pa.Table:
+    if table.num_rows <= rows:
+        return table
+    return table.take(pa.array(np.sort(rng.choice(table.num_rows, rows, replace=False))))
+
+
+def _classifier(kind: str, seed: int):
+    from .models.base import make_classifier
+
+    return make_classifier(kind, "pair", **({"seed": seed, "epochs": 3} if kind == "transformer" else {}))
+
+
+def _with_training_params(model, config: IbadrConfig):
+    """A reloaded shallow model with the training parameters of a fresh one (so USM after a resume
+    trains exactly as it would have without the interruption)."""
+    fresh = _classifier(config.shallow, config.seed)
+    for name in ("epochs", "seed", "lr", "batch_size"):
+        if hasattr(fresh, name):
+            setattr(model, name, getattr(fresh, name))
+    return model
+
+
+def fine_tune_shallow(model, sample: pa.Table):
+    """USM: the shallow model fine-tuned on a pool sample (the encoder continues from its weights;
+    the n-gram model is convex, so fine-tuning to convergence is refitting on the sample)."""
+    if getattr(model, "kind", "") == "transformer":
+        return model.fit(sample, warm_start=True)
+    return model.fit(sample)
+
+
+# ---------------------------------------------------------------- one iteration
+
+def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_model, generator_from: str,
+                  config: IbadrConfig, workdir: str, backend: str, backend_kwargs: dict, engine: str,
+                  batch_size: int) -> tuple[pa.Table, pa.Table, dict]:
+    """Steps 1–4 of one iteration; the fine-tuned generator is saved in ``workdir/generator``."""
+    from .models.generate import TransformersGenerator
+    from .models.stages import generate_table
+
+    pair = pool["text_b"].null_count < pool.num_rows
+    ids = pool["id"].to_pylist()
+    bias = bias_degree(shallow, pool)
+    original = np.asarray(pool["source"].to_pylist()) == "original"
+    groups = indicator_groups(bias, ids, config.groups)
+    labels = pool["label"].to_pylist()
+    heads = [conditioning(y, int(g) if config.indicator else None) for y, g in zip(labels, groups)]
+    targets = [serialize(a, b) for a, b in zip(pool["text_a"].to_pylist(), pool["text_b"].to_pylist())]
+    generator = TransformersGenerator(generator_from, chat=False, batch_size=batch_size)
+    epochs = config.first_epochs if iteration == 1 else config.later_epochs
+    generator.fit(heads, targets, epochs=epochs, lr=config.lr, batch_size=config.train_batch_size,
+                  max_length=config.max_length, seed=config.seed + iteration)
+    path = os.path.join(workdir, "generator")
+    generator.save(path)
+    del generator
+
+    rng = _rng(config, iteration, "generate")
+    label_set = sorted(set(labels))
+    ys = rng.choice(label_set, count).tolist()
+    top = 1 if config.lowest_indicator else max(config.groups // 2, 1)
+    rs = rng.integers(1, top + 1, count).tolist()
+    prompts = [conditioning(y, r if config.indicator else None) for y, r in zip(ys, rs)]
+    sampling = replace(config.sampling, n=1, seed=config.sampling.seed + 1000 * iteration)
+    out = generate_table(pa.table({"prompt": pa.array(prompts, pa.string())}), backend,
+                         {**backend_kwargs, "model": path, "chat": False}, sampling, engine, batch_size)
+    texts, errors = out["generated"].to_pylist(), out["generation_error"].to_pylist()
+    rows = []
+    for k, (prompt, y, r, outs, err) in enumerate(zip(prompts, ys, rs, texts, errors)):
+        raw = (outs or [""])[0]
+        a, b, reason = parse(raw, pair) if err is None else (None, None, f"generation error: {err}")
+        rows.append({"id": f"ibadr-{iteration}-{k}", "prompt": prompt, "label": y,
+                     "indicator": f"b{r}" if config.indicator else None, "generated": raw, "text_a": a,
+                     "text_b": b, "confidence": None, "status": "malformed" if reason else "parsed",
+                     "reason": reason})
+    parsed = [r for r in rows if r["status"] == "parsed"]
+    if parsed:
+        candidates = pa.Table.from_pylist([{c: r[c] for c in ("id", "text_a", "text_b", "label")} for r in parsed])
+        conf = bias_degree(task_model, candidates)
+        for r, c in zip(parsed, conf):
+            r["confidence"] = float(c)
+            r["status"] = "accepted" if c > config.tau else "low-confidence"
+            if c <= config.tau:
+                r["reason"] = f"p_M(label | x) = {c:.3f} <= tau {config.tau}"
+    generated = pa.Table.from_pylist(rows, schema=GENERATED_SCHEMA)
+    sampling_json = json.dumps(asdict(sampling), sort_keys=True)
+    accepted = pa.Table.from_pylist(
+        [{"id": r["id"], "text_a": r["text_a"], "text_b": r["text_b"], "label": r["label"], "source": "generated",
+          "iteration": iteration, "indicator": r["indicator"], "confidence": r["confidence"],
+          "sampling": sampling_json} for r in rows if r["status"] == "accepted"], schema=POOL_SCHEMA)
+    well_formed = [r["text_b"] if pair else r["text_a"] for r in rows if r["status"] != "malformed"]
+    stats = {"iteration": iteration, "pool_before": pool.num_rows, "generated": len(rows),
+             "malformed": sum(r["status"] == "malformed" for r in rows),
+             "low_confidence": sum(r["status"] == "low-confidence" for r in rows), "accepted": accepted.num_rows,
+             "acceptance_rate": accepted.num_rows / max(len(rows), 1),
+             "distinct_1": distinct_n(well_formed, 1), "distinct_2": distinct_n(well_formed, 2),
+             "indicators": dict(sorted(Counter(f"b{r}" for r in rs).items())) if config.indicator else {},
+             # the shallow model's bias degrees of the original rows: equal across iterations iff θs did not change
+             "shallow_fingerprint": hashlib.sha1(np.round(bias[original], 6).tobytes()).hexdigest()[:16]}
+    return accepted, generated, stats
+
+
+# ---------------------------------------------------------------- the run, checkpoints and report
+
+def initial_pool(table: pa.Table) -> pa.Table:
+    n = table.num_rows
+    return pa.table({"id": table["id"], "text_a": table["text_a"],
+                     "text_b": table["text_b"] if "text_b" in table.column_names else pa.nulls(n, pa.string()),
+                     "label": table["label"], "source": pa.array(["original"] * n, pa.string()),
+                     "iteration": pa.array([0] * n, pa.int32()), "indicator": pa.nulls(n, pa.string()),
+                     "confidence": pa.nulls(n, pa.float64()), "sampling": pa.nulls(n, pa.string())},
+                    schema=POOL_SCHEMA)
+
+
+def _checkpoint(out: str, iteration: int) -> str:
+    return os.path.join(out, "checkpoints", f"iter-{iteration:03d}")
+
+
+def last_checkpoint(out: str, config: IbadrConfig) -> int:
+    """The last finished iteration saved under ``out`` with this config (0 if none); stale temps removed."""
+    folder = os.path.join(out, "checkpoints")
+    if not os.path.isdir(folder):
+        return 0
+    done = 0
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if ".tmp-" in name:
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        with open(os.path.join(path, "state.json")) as fh:
+            state = json.load(fh)
+        if state["config"] != json.loads(json.dumps(config.to_dict())):
+            raise ValueError(f"{path} was written with another configuration; use a new --out or --mode overwrite")
+        done = max(done, state["iteration"])
+    return done
+
+
+def _original_top_z(original: pa.Table, rows: pa.Table, k: int = 10) -> dict:
+    """The original's top-k biased features per label and their z* in ``rows`` (None where absent)."""
+    from .audit import AuditConfig, count_table, finish
+
+    config = AuditConfig(k=k)
+    top = finish(count_table(original, config), config).top_k(k)
+    if rows.num_rows:
+        generated = finish(count_table(rows, config), replace(config, min_count=1)).stats.to_table()
+        z = {(f, l): v for f, l, v in zip(generated["feature"].to_pylist(), generated["label"].to_pylist(),
+                                          generated["z"].to_pylist())}
+    else:
+        z = {}
+    return {label: [{"feature": e["feature"], "z_original": e["z"], "z_generated": z.get((e["feature"], label))}
+                    for e in entries] for label, entries in top.items()}
+
+
+def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend: str = "transformers",
+        backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16,
+        mode: str = "resume") -> dict:
+    """IBADR over ``table`` into ``out``: ``pool`` (a corpus), ``generated`` (every pseudo sample with
+    its status and reason), ``report``; checkpoints under ``out/checkpoints`` (``mode=resume`` continues)."""
+    from tqdm.auto import tqdm
+
+    from .models.base import load_classifier
+
+    if mode == "overwrite":
+        shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
+    iterations = config.iterations if config.iterate else 1
+    per_iteration = config.per_iteration if config.iterate else config.per_iteration * config.iterations
+    original = initial_pool(table)
+    done = last_checkpoint(out, config)
+    if done:
+        path = _checkpoint(out, done)
+        pool = pq.read_table(os.path.join(path, "pool.parquet"))
+        shallow = _with_training_params(load_classifier(os.path.join(path, "shallow")), config)
+        with open(os.path.join(path, "state.json")) as fh:
+            history = json.load(fh)["history"]
+    else:
+        pool, history = original, []
+        shallow = _classifier(config.shallow, config.seed).fit(
+            _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
+    task_model = _classifier(config.task_model, config.seed).fit(table)
+    for iteration in tqdm(range(done + 1, iterations + 1), desc="ibadr iterations", disable=None):
+        generator_from = os.path.join(_checkpoint(out, iteration - 1), "generator") if iteration > 1 \
+            else config.generator
+        with AtomicDir(_checkpoint(out, iteration)) as ckpt:
+            accepted, generated, stats = run_iteration(pool, iteration, per_iteration, shallow, task_model,
+                                                       generator_from, config, ckpt.tmp, backend,
+                                                       backend_kwargs or {}, engine, batch_size)
+            pool = pa.concat_tables([pool, accepted])
+            if config.usm:
+                shallow = fine_tune_shallow(shallow, _sample(pool, config.usm_rows, _rng(config, iteration, "usm")))
+            stats["pool_after"] = pool.num_rows
+            stats["original_top_features"] = _original_top_z(table, accepted)
+            history.append(stats)
+            pq.write_table(pool, ckpt.file("pool.parquet"))
+            pq.write_table(generated, ckpt.file("generated.parquet"))
+            shallow.save(ckpt.file("shallow"))
+            ckpt.write_text("state.json", json.dumps({"iteration": iteration, "config": config.to_dict(),
+                                                      "history": history}, default=str))
+            ckpt.commit()
+        if iteration > 1:  # only the last generator is needed to go on
+            shutil.rmtree(os.path.join(_checkpoint(out, iteration - 1), "generator"), ignore_errors=True)
+    return write_outputs(out, table, pool, history, config, iterations, backend)
+
+
+def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig, iterations: int,
+                  backend: str) -> dict:
+    from .corpus import write_table
+    from .report import dict_table, page
+
+    generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(out, i), "generated.parquet"))
+                                  for i in range(1, iterations + 1)], promote_options="permissive") \
+        if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
+    write_table(pool, os.path.join(out, "pool"), mode="overwrite", config={"ibadr": config.to_dict()})
+    accepted = pool.filter(pc.equal(pool["source"], "generated"))
+    summary = _original_top_z(table, accepted)
+    report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
+              "generated": generated.num_rows,
+              "by_status": {s: int(c) for s, c in zip(*np.unique(generated["status"].to_pylist() or ["-"],
+                                                                  return_counts=True)) if s != "-"},
+              "iterations": history, "original_top_features_in_accepted": summary,
+              "mean_top_z": {"original": _mean([e["z_original"] for v in summary.values() for e in v]),
+                             "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},
+              "backend": backend, "config": config.to_dict()}
+    with AtomicDir(os.path.join(out, "generated")) as d:
+        pq.write_table(generated, d.file("generated.parquet"))
+        d.commit()
+    with AtomicDir(os.path.join(out, "report")) as d:
+        d.write_text("report.json", json.dumps(report, indent=1, default=str))
+        d.write_text("report.html", page("refinery ibadr", [
+            ("Summary", dict_table({k: report[k] for k in ("original_rows", "pool_rows", "generated", "accepted",
+                                                           "by_status", "mean_top_z")})),
+            ("Iterations", "".join(dict_table({k: v for k, v in h.items() if k != "original_top_features"})
+                                   for h in history)),
+            ("The original's top biased features: z* in the original vs in the accepted pseudo samples",
+             dict_table({label: ", ".join(f"{e['feature']}: {e['z_original']:.1f} → "
+                                          f"{'absent' if e['z_generated'] is None else round(e['z_generated'], 1)}"
+                                          for e in entries) for label, entries in summary.items()})),
+        ]))
+        d.commit()
+    return report
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None

@@ -1,0 +1,120 @@
+"""IBADR: the pieces, a killed-and-resumed run against an uninterrupted one, and the Table 5 ablations."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from refinery import ibadr
+from refinery.corpus import write_table
+
+from conftest import REFINERY, REPO, run_cli
+
+
+@pytest.fixture(scope="module")
+def snli_sample(snli_pair, tmp_path_factory):
+    """60 SNLI dev rows as a corpus."""
+    path = tmp_path_factory.mktemp("ibadr") / "sample"
+    rows = snli_pair.take(pa.array(np.random.default_rng(0).choice(snli_pair.num_rows, 60, replace=False)))
+    write_table(rows, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_generator(tmp_path_factory):
+    """A 1-layer causal LM with SmolLM2's tokenizer, randomly initialized: IBADR trains it on the pool."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from refinery.models.generate import DEFAULT_GENERATOR, hf_folder
+    from refinery.models.registry import resolve
+
+    base = hf_folder(resolve(DEFAULT_GENERATOR))
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                         max_position_embeddings=256, tie_word_embeddings=True,
+                                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
+    path = tmp_path_factory.mktemp("tiny") / "generator"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_indicator_groups_parse_and_diversity():
+    groups = ibadr.indicator_groups(np.array([0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.95, 0.4, 0.6, 0.8]), list("abcdefghij"), 5)
+    assert groups.tolist() == [5, 1, 3, 2, 4, 1, 5, 2, 3, 4]
+    assert ibadr.parse("[P] A dog runs . [H] An animal moves .", True) == ("A dog runs .", "An animal moves .", None)
+    assert ibadr.parse("A dog runs .", True)[2] == "no [P] … [H] … structure"
+    assert ibadr.parse("[P] A dog . [H] ", True)[2] == "empty premise or hypothesis"
+    assert ibadr.parse(ibadr.serialize("only text", None), False) == ("only text", None, None)
+    assert ibadr.distinct_n(["a b a b"], 1) == 0.5 and ibadr.distinct_n(["a b a b"], 2) == 2 / 3
+
+
+def _tiny(snli_sample, generator, out, *flags):
+    return run_cli("ibadr", snli_sample, "--out", out, "--generator", generator, "--iterations", 2,
+                   "--per-iteration", 12, "--lr", 1e-3, "--max-new-tokens", 16, "--tau", 0, "--usm-rows", 30,
+                   *flags)
+
+
+def _generated(out, iteration):
+    return pq.read_table(os.path.join(out, "checkpoints", f"iter-{iteration:03d}", "generated.parquet")).to_pylist()
+
+
+def test_ablation_switches_change_what_the_paper_says(snli_sample, tiny_generator, tmp_path):
+    full, no_usm, lowest, no_ind, no_iter = (tmp_path / n for n in ("full", "no_usm", "b1", "no_ind", "no_iter"))
+    _tiny(snli_sample, tiny_generator, full)
+    _tiny(snli_sample, tiny_generator, no_usm, "--no-usm")
+    _tiny(snli_sample, tiny_generator, lowest, "--lowest-indicator")
+    _tiny(snli_sample, tiny_generator, no_ind, "--no-indicator")
+    _tiny(snli_sample, tiny_generator, no_iter, "--no-iteration")
+    report = {p.name: json.loads((p / "report" / "report.json").read_text()) for p in
+              (full, no_usm, lowest, no_ind, no_iter)}
+    # USM: the shallow model's bias degrees change between iterations only when it is updated
+    prints = {name: [h["shallow_fingerprint"] for h in report[name]["iterations"]] for name in ("full", "no_usm")}
+    assert prints["full"][0] != prints["full"][1] and prints["no_usm"][0] == prints["no_usm"][1]
+    # b_r with r in 1..⌊5/2⌋ by default; only b1 under the ablation; none without indicators
+    default = {r["indicator"] for i in (1, 2) for r in _generated(full, i)}
+    assert default == {"b1", "b2"}
+    assert {r["indicator"] for i in (1, 2) for r in _generated(lowest, i)} == {"b1"}
+    assert all(r["indicator"] is None and not r["prompt"].startswith("<b") for r in _generated(no_ind, 1))
+    assert all(r["prompt"].startswith("<b") for r in _generated(full, 1))
+    # no iteration: one round generating N_iter × per-iteration samples
+    assert [h["generated"] for h in report["no_iter"]["iterations"]] == [24]
+    assert [h["generated"] for h in report["full"]["iterations"]] == [12, 12]
+    for r in report.values():
+        generated = r["generated"]
+        assert sum(r["by_status"].values()) == generated
+        assert r["pool_rows"] == r["original_rows"] + r["accepted"]
+
+
+def test_killed_run_resumes_to_the_same_pool(snli_sample, tmp_path):
+    """SmolLM2, 2 iterations: kill -9 during iteration 2, run again, compare with an uninterrupted run."""
+    args = ["ibadr", str(snli_sample), "--iterations", 2, "--per-iteration", 8, "--max-new-tokens", 40,
+            "--first-epochs", 1, "--tau", 0.2]
+    run_cli(*args, "--out", tmp_path / "straight")
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(killed)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = killed / "checkpoints" / "iter-001" / "state.json"
+    while not first.exists():
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    time.sleep(3)  # well inside iteration 2 (fine-tuning SmolLM2 takes longer than this)
+    assert not (killed / "checkpoints" / "iter-002").exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run_cli(*args, "--out", killed)
+    straight = pq.read_table(tmp_path / "straight" / "checkpoints" / "iter-002" / "pool.parquet")
+    resumed = pq.read_table(killed / "checkpoints" / "iter-002" / "pool.parquet")
+    assert resumed.equals(straight)
+    assert straight.num_rows > 60 and set(straight["source"].to_pylist()) == {"original", "generated"}
+    report = json.loads((killed / "report" / "report.json").read_text())
+    assert [h["iteration"] for h in report["iterations"]] == [1, 2]
+    assert not (killed / "checkpoints" / "iter-001" / "generator").exists()   # only the last generator is kept
