@@ -10,9 +10,9 @@ import os
 
 import _common  # noqa: F401  (puts the repo on sys.path)
 
-from refinery import leakage, upsample, weights, zfilter
+from refinery import leakage, razor, upsample, weights, zfilter
 from refinery.audit import AuditConfig, audit, write_outputs
-from refinery.corpus import convert
+from refinery.corpus import convert, load
 from refinery.inspect import format_inspection, inspect
 from refinery.report import terminal_topk
 from refinery.schema import PRESETS
@@ -59,11 +59,16 @@ def main():
     wt = weights.run(splits, os.path.join(args.out, "weighted"), PRESETS["snli"])
     d = wt["diagnostics"]
     print(f"weights min {d['min']:.3f}, max {d['max']:.2f}, effective sample size {d['effective_sample_size']:,.0f}")
+
+    print("\n== razor --score-only (shortcut scores; the rewrite loop needs a generator: refinery razor)")
+    table, _ = load([corpus])
+    rz = razor.run(table, os.path.join(args.out, "razor"), score_only=True)
+    print(f"{rz['rows']:,} rows scored on {rz['field']}: objective {rz['objective']:.6g}, γ quantiles {rz['gamma']}")
     with open(os.path.join(args.out, "demo.json"), "w") as fh:
         json.dump({"corpus": manifest["rows"], "max_z": summary["max_z"], "zfilter": {"kept": zf["kept"],
                    "rejected": zf["rejected"]}, "upsample": {"rows_after": up["rows_after"]},
                    "leakage": {"accuracy": lk["leakage_accuracy"], "majority": lk["majority_accuracy"]},
-                   "weights": d}, fh, indent=1)
+                   "weights": d, "razor": {"objective": rz["objective"], "gamma": rz["gamma"]}}, fh, indent=1)
 
 
 if __name__ == "__main__":
