@@ -185,6 +185,11 @@ def finish(counter, config: AuditConfig, rejected: int = 0) -> AuditResult:
     return AuditResult(st, counter, config, rejected)
 
 
+def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditResult:
+    """The audit of one in-memory table (e.g. to compare a refined corpus with its input)."""
+    return finish(count_table(table, config), config)
+
+
 # ---------------------------------------------------------------- persistence and report
 
 STATE_FILE = "state.bin"

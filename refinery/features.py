@@ -15,6 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .schema import is_pair
+
 FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null", "hypo-only")
 DEFAULT_FAMILIES = ("unigram", "bigram", "null")
 LENGTH_BUCKETS = (5, 10, 15, 20)          # hypo-len<5, hypo-len<10, ... , hypo-len>=20
@@ -144,7 +146,7 @@ def extract(table: pa.Table, config: FeatureConfig) -> pa.Table:
     """Long table ``(row: int64, feature: string)`` of the features of each row, deduplicated per row."""
     n = table.num_rows
     fam = set(config.families)
-    single = "text_b" not in table.column_names or table["text_b"].null_count == n
+    single = not is_pair(table)
     fields = [("text_a", config.single_field_name)] if single else \
         [("text_a", config.field_names[0]), ("text_b", config.field_names[1])]
     tokens = {col: config.tokenizer.tokenize(table[col]) for col, _ in fields}

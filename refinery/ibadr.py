@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .models.generate import DEFAULT_GENERATOR, Sampling
+from .schema import is_pair
 from .storage import AtomicDir
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
@@ -171,7 +172,7 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
     from .models.generate import TransformersGenerator
     from .models.stages import generate_table
 
-    pair = pool["text_b"].null_count < pool.num_rows
+    pair = is_pair(pool)
     ids = pool["id"].to_pylist()
     bias = bias_degree(shallow, pool)
     original = np.asarray(pool["source"].to_pylist()) == "original"
@@ -267,18 +268,15 @@ def last_checkpoint(out: str, config: IbadrConfig) -> int:
     return done
 
 
-def _original_top_z(original: pa.Table, rows: pa.Table, k: int = 10) -> dict:
-    """The original's top-k biased features per label and their z* in ``rows`` (None where absent)."""
-    from .audit import AuditConfig, count_table, finish
+def z_in(top: dict, rows: pa.Table) -> dict:
+    """For each of the original's top features (``{label: [{"feature", "z", …}]}``) its z* in ``rows``
+    (every feature counted, min count 1; None where absent)."""
+    from .audit import AuditConfig, audit_table
 
-    config = AuditConfig(k=k)
-    top = finish(count_table(original, config), config).top_k(k)
+    z = {}
     if rows.num_rows:
-        generated = finish(count_table(rows, config), replace(config, min_count=1)).stats.to_table()
-        z = {(f, l): v for f, l, v in zip(generated["feature"].to_pylist(), generated["label"].to_pylist(),
-                                          generated["z"].to_pylist())}
-    else:
-        z = {}
+        stats = audit_table(rows, AuditConfig(min_count=1)).stats.to_table()
+        z = dict(zip(zip(stats["feature"].to_pylist(), stats["label"].to_pylist()), stats["z"].to_pylist()))
     return {label: [{"feature": e["feature"], "z_original": e["z"], "z_generated": z.get((e["feature"], label))}
                     for e in entries] for label, entries in top.items()}
 
@@ -290,6 +288,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
     its status and reason), ``report``; checkpoints under ``out/checkpoints`` (``mode=resume`` continues)."""
     from tqdm.auto import tqdm
 
+    from .audit import audit_table
     from .models.base import load_classifier
 
     if mode == "overwrite":
@@ -309,6 +308,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
         shallow = _classifier(config.shallow, config.seed).fit(
             _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
     task_model = _classifier(config.task_model, config.seed).fit(table)
+    original_top = audit_table(table).top_k(10)
     for iteration in tqdm(range(done + 1, iterations + 1), desc="ibadr iterations", disable=None):
         generator_from = os.path.join(_checkpoint(out, iteration - 1), "generator") if iteration > 1 \
             else config.generator
@@ -320,7 +320,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
             if config.usm:
                 shallow = fine_tune_shallow(shallow, _sample(pool, config.usm_rows, _rng(config, iteration, "usm")))
             stats["pool_after"] = pool.num_rows
-            stats["original_top_features"] = _original_top_z(table, accepted)
+            stats["original_top_features"] = z_in(original_top, accepted)
             history.append(stats)
             pq.write_table(pool, ckpt.file("pool.parquet"))
             pq.write_table(generated, ckpt.file("generated.parquet"))
@@ -330,11 +330,11 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
             ckpt.commit()
         if iteration > 1:  # only the last generator is needed to go on
             shutil.rmtree(os.path.join(_checkpoint(out, iteration - 1), "generator"), ignore_errors=True)
-    return write_outputs(out, table, pool, history, config, iterations, backend)
+    return write_outputs(out, table, pool, history, config, iterations, backend, original_top)
 
 
 def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig, iterations: int,
-                  backend: str) -> dict:
+                  backend: str, original_top: dict) -> dict:
     from .corpus import write_table
     from .report import dict_table, page
 
@@ -343,11 +343,10 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
     write_table(pool, os.path.join(out, "pool"), mode="overwrite", config={"ibadr": config.to_dict()})
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
-    summary = _original_top_z(table, accepted)
+    summary = z_in(original_top, accepted)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
               "generated": generated.num_rows,
-              "by_status": {s: int(c) for s, c in zip(*np.unique(generated["status"].to_pylist() or ["-"],
-                                                                  return_counts=True)) if s != "-"},
+              "by_status": dict(sorted(Counter(generated["status"].to_pylist()).items())),
               "iterations": history, "original_top_features_in_accepted": summary,
               "mean_top_z": {"original": _mean([e["z_original"] for v in summary.values() for e in v]),
                              "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},

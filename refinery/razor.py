@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +30,7 @@ from scipy import sparse
 from .features import TokenizerOptions
 from .generation import LABEL_DESCRIPTIONS
 from .models.generate import Sampling
+from .schema import is_pair
 from .storage import AtomicDir
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
@@ -150,7 +151,7 @@ class LabelSums:
 
 def scored_field(table: pa.Table) -> str:
     """The text RAZOR scores and rewrites: the hypothesis/claim of a pair, else the single text."""
-    return "text_b" if "text_b" in table.column_names and table["text_b"].null_count < table.num_rows else "text_a"
+    return "text_b" if is_pair(table) else "text_a"
 
 
 @dataclass
@@ -245,11 +246,11 @@ def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, backend:
     labels = sorted(set(table["label"].to_pylist()))
     top = np.argsort(-scores.gamma, kind="stable")[:config.top_k]
     rows = table.take(pa.array(top)).to_pylist()
-    rewrite = Sampling(**{**asdict(config.rewrite), "n": config.candidates, "seed": config.rewrite.seed + round_no})
+    rewrite = replace(config.rewrite, n=config.candidates, seed=config.rewrite.seed + round_no)
     texts, errors = _generate([_fill(REWRITE_PAIR if pair else REWRITE_SINGLE, r, labels) for r in rows], rewrite,
                               backend, backend_kwargs, engine, batch_size)
-    candidates = [(i, c) for i, outs in enumerate(texts) for c in {clean_candidate(t) for t in outs} - {None}
-                  if c != rows[i][target]]
+    candidates = [(i, c) for i, outs in enumerate(texts) for c in dict.fromkeys(map(clean_candidate, outs))
+                  if c is not None and c != rows[i][target]]
     cand_rows = [{**rows[i], target: c} for i, c in candidates]
     if verifier is not None:
         from .models.base import predict
@@ -311,17 +312,11 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
     return table, history
 
 
-def _top_features(table: pa.Table, k: int = 10) -> dict:
-    from .audit import AuditConfig, count_table, finish
-
-    config = AuditConfig(k=k)
-    return finish(count_table(table, config), config).top_k(k)
-
-
 def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend: str = "transformers",
         backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16, score_only: bool = False,
         verifier=None, mode: str = "overwrite") -> dict:
     """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``."""
+    from .audit import audit_table
     from .corpus import write_table
     from .report import dict_table, page, topk_table
 
@@ -338,8 +333,8 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend:
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,
-                      backend=backend, top_features_before=_top_features(table),
-                      top_features_after=_top_features(refined))
+                      backend=backend, top_features_before=audit_table(table).top_k(10),
+                      top_features_after=audit_table(refined).top_k(10))
         sections += [("Rounds", "".join(dict_table({k: v for k, v in r.items() if k != "examples"})
                                         for r in history)),
                      ("Before / after examples", "".join(dict_table(e) for r in history for e in r["examples"][:5])),

@@ -60,7 +60,9 @@ class TransformerClassifier:
             self.model = AutoModelForSequenceClassification.from_pretrained(
                 ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
                 label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
-        table = table.filter(pa.array([l in self.classes_ for l in table["label"].to_pylist()]))
+        unknown = set(table["label"].to_pylist()) - set(self.classes_)
+        if unknown:
+            raise ValueError(f"warm start: labels {sorted(unknown)} are not among the model's {self.classes_}")
         y = torch.tensor([self.classes_.index(l) for l in table["label"].to_pylist()])
         w = torch.tensor(sample_weight if sample_weight is not None else np.ones(table.num_rows), dtype=torch.float32)
 
