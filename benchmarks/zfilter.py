@@ -16,7 +16,6 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery import synth, zfilter  # noqa: E402
-from refinery.audit import AuditConfig, count_table, finish  # noqa: E402
 from refinery.corpus import Corpus  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import hashlib
 import json
 import posixpath
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import pyarrow as pa

@@ -7,9 +7,9 @@ import pytest
 
 from refinery import synth
 from refinery.audit import AuditConfig, audit, count_table, finish, write_outputs
-from refinery.corpus import Corpus, load
+from refinery.corpus import Corpus
 from refinery.features import FeatureConfig, TokenizerOptions, extract, split_words
-from refinery.schema import PRESETS, parse_mapping
+from refinery.schema import PRESETS
 
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
 

@@ -6,7 +6,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from refinery.corpus import Corpus, CorpusWriter, OutputExists, convert, load
-from refinery.readers import ReadOptions
 from refinery.schema import PRESETS, parse_mapping
 
 from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli

@@ -6,7 +6,6 @@ import re
 import pyarrow.compute as pc
 import pytest
 
-from refinery import upsample
 from refinery.corpus import Corpus
 from refinery.features import STOPWORD_LIST
 
