@@ -170,18 +170,20 @@ def feature_options(f):
 @click.option("--alpha", type=float, default=0.01, show_default=True, help="Family-wise level (Bonferroni).")
 @click.option("--counting", type=click.Choice(["exact", "sketch"]), default="exact", show_default=True)
 @click.option("--sketch-lg-k", type=int, default=16, show_default=True, help="log2 of frequent-items map size.")
+@click.option("--sketch-recount/--no-sketch-recount", default=True, show_default=True,
+              help="Sketch mode: a second pass counts the sketches' candidate features exactly.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
 @feature_options
 @input_options
-def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, engine, state, feature_config,
-          mapping, opts):
+def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch_recount, engine, state,
+          feature_config, mapping, opts):
     """z-statistics of surface features against the label (Gardner et al. 2021)."""
     from . import audit as audit_mod
     from .report import terminal_topk
 
     config = audit_mod.AuditConfig(features=feature_config, mode=counting, prior=prior, min_count=min_count,
-                                   alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k)
+                                   alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount)
     result = audit_mod.audit(inputs, mapping, opts, config, engine=engine, state=state)
     summary = audit_mod.write_outputs(result, out, inputs)
     click.echo(f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
@@ -575,6 +577,8 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--first-epochs", type=int)
 @click.option("--later-epochs", type=int)
 @click.option("--max-new-tokens", type=int)
+@click.option("--train-precision", type=click.Choice(["float32", "bfloat16"]),
+              help="Generator fine-tuning precision (small profile: bfloat16 mixed precision).")
 @click.option("--no-usm", is_flag=True, help="Ablation: never update the shallow model.")
 @click.option("--lowest-indicator", is_flag=True, help="Ablation: generate with b1 only (b_r -> b1).")
 @click.option("--no-indicator", is_flag=True, help="Ablation: train and generate without bias indicators.")
@@ -588,7 +592,7 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
               help="resume: continue from the last finished iteration in --out.")
 @input_options
 def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, tau, shallow_rows, usm_rows, shallow, task_model, generator,
-          lr, first_epochs, later_epochs, max_new_tokens, no_usm, lowest_indicator, no_indicator, no_iteration, seed,
+          lr, first_epochs, later_epochs, max_new_tokens, train_precision, no_usm, lowest_indicator, no_indicator, no_iteration, seed,
           backend, engine, batch_size, mode, mapping, opts):
     """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023)."""
     from dataclasses import replace
@@ -613,6 +617,8 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
                      iterate=not no_iteration)
     if max_new_tokens:
         config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
+    if train_precision:
+        config = replace(config, train_autocast=None if train_precision == "float32" else train_precision)
     report = ib.run(table, out, config, backend, {}, engine, batch_size, mode)
     for h in report["iterations"]:
         click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "

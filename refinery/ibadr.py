@@ -59,6 +59,7 @@ class IbadrConfig:
     lr: float = 5e-5
     train_batch_size: int = 8
     max_length: int = 128
+    train_autocast: str | None = None     # "bfloat16": mixed-precision fine-tuning of the generator
     sampling: Sampling = Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64)
     usm: bool = True
     lowest_indicator: bool = False        # ablation b_r → b1
@@ -78,7 +79,7 @@ PROFILES = {
     "paper": IbadrConfig(),
     # CPU: SmolLM2-135M, the n-gram shallow and task models, a few hundred samples per iteration
     "small": IbadrConfig(iterations=2, per_iteration=300, shallow_rows=2000, usm_rows=2000, first_epochs=1,
-                         lr=1e-4, train_batch_size=16, max_length=96, tau=0.4,
+                         lr=1e-4, train_batch_size=16, max_length=96, train_autocast="bfloat16", tau=0.4,
                          sampling=Sampling(temperature=1.0, top_p=0.9, max_new_tokens=56)),
 }
 
@@ -183,7 +184,7 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
     generator = TransformersGenerator(generator_from, chat=False, batch_size=batch_size)
     epochs = config.first_epochs if iteration == 1 else config.later_epochs
     generator.fit(heads, targets, epochs=epochs, lr=config.lr, batch_size=config.train_batch_size,
-                  max_length=config.max_length, seed=config.seed + iteration)
+                  max_length=config.max_length, autocast=config.train_autocast, seed=config.seed + iteration)
     path = os.path.join(workdir, "generator")
     generator.save(path)
     del generator

@@ -118,3 +118,35 @@ def test_killed_run_resumes_to_the_same_pool(snli_sample, tmp_path):
     report = json.loads((killed / "report" / "report.json").read_text())
     assert [h["iteration"] for h in report["iterations"]] == [1, 2]
     assert not (killed / "checkpoints" / "iter-001" / "generator").exists()   # only the last generator is kept
+
+
+def test_bf16_autocast_fine_tuning_learns_like_float32(snli_sample, tiny_generator):
+    """The small profile's mixed-precision fine-tuning follows float32's loss (only the forward is autocast)."""
+    import torch
+
+    from refinery.corpus import Corpus
+
+    rows = Corpus.open(str(snli_sample)).read().to_pylist()
+    heads = [ibadr.conditioning(r["label"], 1) for r in rows]
+    targets = [ibadr.serialize(r["text_a"], r["text_b"]) for r in rows]
+
+    def loss(generator):
+        enc = generator.tokenizer([h + t for h, t in zip(heads, targets)], return_tensors="pt", padding=True)
+        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        with torch.inference_mode():
+            return float(generator.model(**enc, labels=labels).loss)
+
+    before = loss(_loaded(tiny_generator))
+    after = {precision: loss(_loaded(tiny_generator).fit(heads, targets, epochs=3, lr=1e-2, batch_size=8,
+                                                         autocast=precision))
+             for precision in (None, "bfloat16")}
+    assert after[None] < before - 1.0
+    assert abs(after["bfloat16"] - after[None]) < 0.1 * (before - after[None])
+
+
+def _loaded(path):
+    from refinery.models.generate import TransformersGenerator
+
+    generator = TransformersGenerator(path, chat=False)
+    generator._load()
+    return generator
