@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
@@ -35,6 +36,7 @@ class AuditConfig:
     k: int = 20
     probe_folds: int = 5
     sketch_lg_max_k: int = 16
+    sketch_recount: bool = True     # sketch mode: a second pass counts the sketches' candidates exactly
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -52,6 +54,7 @@ class AuditResult:
     counter: object
     config: AuditConfig
     rejected: int = 0
+    recounted: ExactCounts | None = None   # sketch mode's second pass: exact counts of the candidates
 
     @property
     def rows(self) -> int:
@@ -60,15 +63,31 @@ class AuditResult:
     def top_k(self, k: int | None = None) -> dict:
         return self.stats.top_k(k or self.config.k)
 
+    def error_bounds(self) -> dict:
+        bounds = self.counter.error_bounds()
+        if self.recounted is not None:
+            bounds["recount"] = {"candidates": int(pc.count_distinct(self.recounted.counts()["feature"]).as_py()),
+                                 "count_error": 0}
+        return bounds
 
-def _counter(config: AuditConfig):
+
+def _counter(config: AuditConfig, only: pa.Array | None = None):
+    """The configured counter; exact when counting only the features ``only`` (the recount pass)."""
+    if only is not None:
+        return ExactCounts()
     return make_counter(config.mode, **({"lg_max_k": config.sketch_lg_max_k} if config.mode == "sketch" else {}))
 
 
-def count_table(table: pa.Table, config: AuditConfig, counter=None):
-    """Add one canonical batch's feature–label counts to ``counter`` (a new one if None)."""
-    counter = counter if counter is not None else _counter(config)
-    counter.update(extract(table, config.features), table["label"])
+def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Array | None = None):
+    """Add one canonical batch's feature–label counts to ``counter`` (a new one if None).
+
+    ``only``: count just these features (rows' label totals are still all counted).
+    """
+    counter = counter if counter is not None else _counter(config, only)
+    long = extract(table, config.features)
+    if only is not None:
+        long = long.filter(pc.is_in(long["feature"], value_set=only))
+    counter.update(long, table["label"])
     return counter
 
 
@@ -85,15 +104,17 @@ def probe_counts(table: pa.Table, config: AuditConfig) -> ExactCounts:
     return out
 
 
-def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig):
-    counter = _counter(config)
+def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
+                only: pa.Array | None = None, probe: bool = True):
+    """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts."""
+    counter = _counter(config, only)
     rejected = 0
     probe_tables = []
-    with tqdm(desc="audit", unit=" rows", disable=None) as bar:
+    with tqdm(desc="audit" if only is None else "recount", unit=" rows", disable=None) as bar:
         for _, batch in iter_input_batches(inputs, mapping, opts):
-            count_table(batch.rows, config, counter)
+            count_table(batch.rows, config, counter, only)
             rejected += batch.rejects.num_rows
-            if "hypo-only" in config.features.families:
+            if probe and "hypo-only" in config.features.families:
                 probe_tables.append(batch.rows.select(["id", "text_a", "text_b", "label"]))
             bar.update(batch.rows.num_rows)
     _add_probe(counter, probe_tables, config)
@@ -101,46 +122,48 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
 
 
 def _add_probe(counter, tables, config):
-    if "hypo-only" in config.features.families and tables:
+    if tables:
         probe = probe_counts(pa.concat_tables(tables), config)
         counter.add_counts(probe.counts())
 
 
-def _ray_partial(batch: pa.Table, config_dict: dict) -> pa.Table:
+def _ray_partial(batch: pa.Table, config_dict: dict, only: pa.Array | None) -> pa.Table:
     config = AuditConfig.from_dict(config_dict)
-    return pa.table({"state": [count_table(batch, config).to_bytes()], "rows": [batch.num_rows]})
+    return pa.table({"state": [count_table(batch, config, only=only).to_bytes()], "rows": [batch.num_rows]})
 
 
-def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, config_dict: dict) -> pa.Table:
+def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, config_dict: dict,
+                       only: pa.Array | None) -> pa.Table:
     from .readers import read_file
 
     config = AuditConfig.from_dict(config_dict)
     states, rejected = [], []
     for path in batch["path"].to_pylist():
-        counter = _counter(config)
+        counter = _counter(config, only)
         bad = 0
         for b in read_file(path, mapping, opts):
-            count_table(b.rows, config, counter)
+            count_table(b.rows, config, counter, only)
             bad += b.rejects.num_rows
         states.append(counter.to_bytes())
         rejected.append(bad)
     return pa.table({"state": states, "rejected": rejected})
 
 
-def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig):
-    """The same counting as a Ray Data pipeline: map_batches emit partial states, merged here."""
+def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
+              only: pa.Array | None = None, probe: bool = True):
+    """The same pass as ``count_local`` as a Ray Data pipeline: map_batches emit partial states, merged here."""
     from .execution import ray_init
 
     ray = ray_init()
     corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
     raw = [u for u in inputs if u not in corpora]
-    counter, rejected = _counter(config), 0
+    counter, rejected = _counter(config, only), 0
     cfg = config.to_dict()
     datasets = []
     if corpora:
         files = [f for u in corpora for f in Corpus.open(u, opts.storage_options).files]
         ds = ray.data.read_parquet(files).select_columns(["id", "text_a", "text_b", "label"])
-        datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg}, batch_format="pyarrow",
+        datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg, "only": only}, batch_format="pyarrow",
                                        batch_size=opts.batch_rows))
     if raw:
         if mapping is None:
@@ -148,7 +171,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
         paths = expand_paths(raw, opts.storage_options)
         ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=len(paths))
         datasets.append(ds.map_batches(_ray_partial_files, fn_kwargs={"mapping": mapping, "opts": opts,
-                                                                       "config_dict": cfg},
+                                                                       "config_dict": cfg, "only": only},
                                        batch_format="pyarrow", batch_size=1))
     for ds in datasets:
         for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
@@ -156,7 +179,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
                 counter.merge(counter_from_bytes(blob))
             if "rejected" in part.column_names:
                 rejected += sum(part["rejected"].to_pylist())
-    if "hypo-only" in config.features.families:
+    if probe and "hypo-only" in config.features.families:
         table, _ = load(inputs, mapping, opts)
         _add_probe(counter, [table], config)
     return counter, rejected
@@ -164,7 +187,12 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
           config: AuditConfig = AuditConfig(), engine: str = "local", state: str | None = None) -> AuditResult:
-    """Count features over ``inputs`` (added to a saved ``state`` if given) and compute z-statistics."""
+    """Count features over ``inputs`` (added to a saved ``state`` if given) and compute z-statistics.
+
+    Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
+    bound memory and name the candidate features, then a second pass counts just those exactly,
+    so their z* carry no sketch error. An update of a saved state keeps the sketch estimates.
+    """
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be local or ray, not {engine!r}")
     base = None
@@ -173,16 +201,20 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
         if saved.features != config.features or saved.mode != config.mode:
             raise ValueError(f"{state}: saved with features {saved.features.to_dict()} in {saved.mode} mode; "
                              "the update must use the same")
-    counter, rejected = (count_ray if engine == "ray" else count_local)(inputs, mapping, opts, config)
+    count = count_ray if engine == "ray" else count_local
+    recount = config.mode == "sketch" and config.sketch_recount and base is None
+    counter, rejected = count(inputs, mapping, opts, config, probe=not recount)
     if base is not None:
         counter = base.merge(counter)
-    return finish(counter, config, rejected)
+    recounted = count(inputs, mapping, opts, config, only=counter.candidates())[0] if recount else None
+    return finish(counter, config, rejected, recounted)
 
 
-def finish(counter, config: AuditConfig, rejected: int = 0) -> AuditResult:
-    st = zstats.compute(counter.counts(), counter.label_totals, prior=config.prior,
-                        min_count=config.min_count, alpha=config.alpha)
-    return AuditResult(st, counter, config, rejected)
+def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
+    counts = (recounted if recounted is not None else counter).counts()
+    st = zstats.compute(counts, counter.label_totals, prior=config.prior, min_count=config.min_count,
+                        alpha=config.alpha)
+    return AuditResult(st, counter, config, rejected, recounted)
 
 
 def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditResult:
@@ -218,7 +250,7 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         "threshold": st.threshold,
         "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
-        "error_bounds": result.counter.error_bounds(),
+        "error_bounds": result.error_bounds(),
         "config": cfg.to_dict(),
         "inputs": list(inputs),
     }

@@ -168,6 +168,19 @@ class SketchCounts:
             self.label_totals[k] = self.label_totals.get(k, 0) + v
         return self
 
+    def candidates(self) -> pa.Array:
+        """Every feature some label's sketch tracks (sorted): the features a recount pass counts exactly.
+
+        Complete above the sketches' error: every (x, l) with count(x, l) > ``label_count_max_error[l]``
+        is tracked, so the recount has every feature whose z*(x, l) needs a count that large.
+        """
+        from datasketches import frequent_items_error_type
+
+        items = set()
+        for sk in self._items.values():
+            items.update(item for item, *_ in sk.get_frequent_items(frequent_items_error_type.NO_FALSE_NEGATIVES, 0))
+        return pa.array(sorted(items), pa.string())
+
     def counts(self) -> pa.Table:
         """Estimated counts of every feature that is a heavy hitter of some label.
 
@@ -266,25 +279,33 @@ class IncrementalCounts:
         self.matrix = np.zeros((1024, len(self.labels)))
         self.label_totals = {l: 0 for l in self.labels}
 
-    def ids(self, features) -> np.ndarray:
-        """Feature ids, registering unseen features."""
+    def ids(self, features: pa.Array) -> np.ndarray:
+        """Feature ids of an Arrow string array, registering unseen features.
+
+        The array is dictionary-encoded first, so the Python index is consulted once per distinct
+        feature of the batch, not once per (row, feature) pair.
+        """
+        encoded = pc.dictionary_encode(features)
         index, names = self.index, self.names
-        out = np.empty(len(features), dtype=np.int64)
-        for i, f in enumerate(features):
+        distinct = encoded.dictionary.to_pylist()
+        local = np.empty(len(distinct), dtype=np.int64)
+        for i, f in enumerate(distinct):
             j = index.get(f)
             if j is None:
                 j = index[f] = len(names)
                 names.append(f)
-            out[i] = j
-        return out
+            local[i] = j
+        return local[encoded.indices.to_numpy(zero_copy_only=False)]
 
     def add(self, feature_ids, label_ids, row_labels=None) -> None:
         """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""
-        if len(self.names) > self.matrix.shape[0]:
-            grown = np.zeros((max(len(self.names), 2 * self.matrix.shape[0]), len(self.labels)))
+        F, C = len(self.names), len(self.labels)
+        if F > self.matrix.shape[0]:
+            grown = np.zeros((max(F, 2 * self.matrix.shape[0]), C))
             grown[: self.matrix.shape[0]] = self.matrix
             self.matrix = grown
-        np.add.at(self.matrix, (feature_ids, label_ids), 1)
+        cells, counts = np.unique(np.asarray(feature_ids) * C + label_ids, return_counts=True)
+        self.matrix.reshape(-1)[cells] += counts  # cells are distinct, so a fancy-index add is exact
         for l in row_labels if row_labels is not None else ():
             self.label_totals[l] += 1
 

@@ -131,6 +131,30 @@ def test_sketch_state_round_trip_and_bounds(planted):
     assert bounds["mode"] == "sketch" and bounds["n_relative_error"] < 1e-3
 
 
+def test_sketch_recount_is_exact_on_its_candidates(planted):
+    """Sketch mode's second pass: the candidates' counts equal exact counting, so their z* carry no
+    sketch error, and the top-k matches exact where the one-pass estimates do not."""
+    path, _ = planted
+    config = dict(mode="sketch", sketch_lg_max_k=14, min_count=100)
+    exact = audit([path], config=AuditConfig(min_count=100))
+    one_pass = audit([path], config=AuditConfig(**config, sketch_recount=False))
+    two_pass = audit([path], config=AuditConfig(**config))
+    assert two_pass.recounted is not None and one_pass.recounted is None
+    exact_counts = {(f, l): c for f, l, c in zip(*exact.counter.counts().to_pydict().values())}
+    recounted = two_pass.recounted.counts().to_pydict()
+    assert len(recounted["feature"]) > 10_000
+    assert all(exact_counts[(f, l)] == c for f, l, c in zip(*recounted.values()))
+    assert two_pass.error_bounds()["recount"]["candidates"] == len(two_pass.stats.n)
+
+    def overlap(res):
+        ref, got = exact.stats.biased_sets(30), res.stats.biased_sets(30)
+        return sum(len(ref[l] & got[l]) for l in ref) / sum(len(ref[l]) for l in ref)
+
+    # every (x, l) counted above the sketch's maximum error is a candidate; here ~32 << the top's counts
+    assert max(two_pass.error_bounds()["label_count_max_error"].values()) < 50
+    assert overlap(two_pass) == 1.0 and overlap(one_pass) < 0.9
+
+
 def test_incremental_update_equals_full(planted, tmp_path):
     path, _ = planted
     files = Corpus.open(path).files
