@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from .corpus import Corpus, CorpusWriter, is_corpus, iter_input_batches, load
+from . import stats as zstats
 from .counts import IncrementalCounts
 from .features import FeatureConfig, row_feature_lists
 from .readers import ReadOptions
@@ -104,7 +105,7 @@ class ZFilter:
         feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
             else table["features"]
         rows = pc.list_parent_indices(feats).to_numpy()
-        fids = counts.ids(pc.list_flatten(feats).to_pylist())
+        fids = counts.ids(pc.list_flatten(feats))
         return rows, fids
 
     def _label_ids(self, table: pa.Table) -> np.ndarray:
@@ -122,28 +123,35 @@ class ZFilter:
         self.Z.add(fids, lab[rows], table["label"].to_pylist())
 
     def biased_mask(self) -> np.ndarray:
-        """F×C boolean matrix: feature x is in B_Z(l), the top-k of label l on the current Z."""
-        F = len(self.Z.names)
-        mask = np.zeros((F, len(self.Z.labels)), dtype=bool)
-        if self.Z.rows < max(self.config.warmup, 1):
+        """F×C boolean matrix: feature x is in B_Z(l), the top-k of label l on the current Z.
+
+        z*(x,l) (METHODS §1) is computed only for the features with n ≥ min_count, the candidates.
+        """
+        Z, cfg = self.Z, self.config
+        F = len(Z.names)
+        mask = np.zeros((F, len(Z.labels)), dtype=bool)
+        if Z.rows < max(cfg.warmup, 1):
             return mask
-        st = self.Z.stats(self.config.prior, self.config.min_count, self.config.alpha)
-        z = np.where((st.n >= self.config.min_count)[:, None], st.z, -np.inf)
-        k = min(self.config.k, F)
+        counts = Z.matrix[:F]
+        n = counts.sum(axis=1)
+        eligible = np.nonzero(n >= cfg.min_count)[0]
+        if not len(eligible):
+            return mask
+        ne = np.maximum(n[eligible], 1)[:, None]
+        p0 = zstats.prior_vector(Z.labels, Z.label_totals, cfg.prior)
+        z = zstats.z_score(counts[eligible] / ne, ne, p0[None, :])
         for j in range(z.shape[1]):
-            mask[self._top(z[:, j], k), j] = True
+            mask[self._top(z[:, j], eligible, cfg.k), j] = True
         return mask
 
-    def _top(self, zj: np.ndarray, k: int) -> np.ndarray:
-        """Ids of the k largest finite z, ties at the boundary broken by feature name (order-independent)."""
-        finite = np.isfinite(zj)
-        if k == 0 or not finite.any():
+    def _top(self, zj: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+        """Of the features ``ids`` (scores ``zj``), the k largest, ties at the boundary broken by name."""
+        k = min(k, len(zj))
+        if k == 0:
             return np.empty(0, dtype=np.int64)
-        k = min(k, int(finite.sum()))
-        kth = np.partition(zj[finite], -k)[-k]
-        above = np.nonzero(zj > kth)[0]
-        tied = np.nonzero(zj == kth)[0]
-        tied = sorted(tied, key=lambda i: self.Z.names[i])[: k - len(above)]
+        kth = np.partition(zj, -k)[-k]
+        above = ids[zj > kth]
+        tied = sorted(ids[zj == kth], key=lambda i: self.Z.names[i])[: k - len(above)]
         return np.concatenate([above, np.asarray(tied, dtype=np.int64)])
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, list]:
