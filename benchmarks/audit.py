@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,13 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - t
 
 
+def peak_rss_mb() -> float:
+    """This process's peak RSS since its exec (VmHWM): ``ru_maxrss`` would carry over the parent's
+    peak from before the fork."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
+
+
 def sketch_child(path: str, out_json: str, mode: str, lg_k: int) -> None:
     """``exact``, ``sketch`` (sketches then an exact recount of their candidates) or ``sketch-1pass``."""
     config = AuditConfig(mode="exact" if mode == "exact" else "sketch", sketch_lg_max_k=lg_k, min_count=1000, k=50,
@@ -64,7 +70,7 @@ def sketch_child(path: str, out_json: str, mode: str, lg_k: int) -> None:
     res = audit([path], config=config)
     top = {l: [e["feature"] for e in es] for l, es in res.top_k(50).items()}
     with open(out_json, "w") as fh:
-        json.dump({"top": top, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, fh)
+        json.dump({"top": top, "rss_mb": peak_rss_mb()}, fh)
 
 
 def run_child(path, mode, lg_k, workdir):

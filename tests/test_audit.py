@@ -183,6 +183,17 @@ def test_local_and_ray_identical(planted, ray_local):
 
 
 @pytest.mark.ray
+def test_sketch_recount_on_ray_is_exact(planted, ray_local):
+    path, _ = planted
+    on_ray = audit([path], config=AuditConfig(mode="sketch", sketch_lg_max_k=12), engine="ray")
+    exact = audit([path])
+    exact_counts = {(f, l): c for f, l, c in zip(*exact.counter.counts().to_pydict().values())}
+    recounted = on_ray.recounted.counts().to_pydict()
+    assert len(recounted["feature"]) > 1000
+    assert all(exact_counts[(f, l)] == c for f, l, c in zip(*recounted.values()))
+
+
+@pytest.mark.ray
 def test_ray_reads_raw_files(ray_local):
     local = audit([SNLI_DEV], PRESETS["snli"], engine="local")
     on_ray = audit([SNLI_DEV], PRESETS["snli"], engine="ray")
