@@ -163,8 +163,8 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     if corpora:
         files = [f for u in corpora for f in Corpus.open(u, opts.storage_options).files]
         ds = ray.data.read_parquet(files).select_columns(["id", "text_a", "text_b", "label"])
-        datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg, "only": only}, batch_format="pyarrow",
-                                       batch_size=opts.batch_rows))
+        datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg, "only": only},
+                                       batch_format="pyarrow", batch_size=opts.batch_rows))
     if raw:
         if mapping is None:
             raise ValueError("raw inputs need --preset or --map")
