@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .confidence import label_confidence
 from .models.generate import DEFAULT_GENERATOR, Sampling
 from .schema import is_pair
 from .storage import AtomicDir
@@ -123,12 +124,6 @@ def distinct_n(texts: list[str], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def bias_degree(model, table: pa.Table) -> np.ndarray:
-    from .models.base import label_proba
-
-    return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
-
-
 def _rng(config: IbadrConfig, iteration: int, purpose: str) -> np.random.Generator:
     digest = hashlib.blake2b(f"{config.seed}:{iteration}:{purpose}".encode(), digest_size=8).digest()
     return np.random.default_rng(int.from_bytes(digest, "little"))
@@ -175,7 +170,7 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
 
     pair = is_pair(pool)
     ids = pool["id"].to_pylist()
-    bias = bias_degree(shallow, pool)
+    bias = label_confidence(pool, shallow)  # the bias degree p(y | x; θs)
     original = np.asarray(pool["source"].to_pylist()) == "original"
     groups = indicator_groups(bias, ids, config.groups)
     labels = pool["label"].to_pylist()
@@ -210,7 +205,7 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
     parsed = [r for r in rows if r["status"] == "parsed"]
     if parsed:
         candidates = pa.Table.from_pylist([{c: r[c] for c in ("id", "text_a", "text_b", "label")} for r in parsed])
-        conf = bias_degree(task_model, candidates)
+        conf = label_confidence(candidates, task_model)  # p_M(y | x)
         for r, c in zip(parsed, conf):
             r["confidence"] = float(c)
             r["status"] = "accepted" if c > config.tau else "low-confidence"
