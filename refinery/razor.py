@@ -267,21 +267,32 @@ def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, backend:
     for (i, c), g in zip(accepted, gamma):
         if i not in best or g < best[i][0]:
             best[i] = (float(g), c)
-    columns = {name: table[name].to_pylist() for name in table.column_names}
-    for name in ("source", "origin_id"):
-        columns.setdefault(name, [None] * table.num_rows)
-    examples = []
+    examples, changes = [], []
     for i, (g, text) in sorted(best.items()):
-        at = int(top[i])
         examples.append({"id": rows[i]["id"], "label": rows[i]["label"], "before": rows[i][target], "after": text,
-                         "gamma_before": float(scores.gamma[at]), "gamma_after": g})
-        columns["origin_id"][at] = columns["origin_id"][at] or rows[i]["id"]
-        columns["id"][at] = f"{columns['origin_id'][at]}#razor-{round_no}"
-        columns["source"][at] = "rewritten"
-        columns[target][at] = text
+                         "gamma_before": float(scores.gamma[top[i]]), "gamma_after": g})
+        changes.append((int(top[i]), rows[i].get("origin_id") or rows[i]["id"], text))
+    changes.sort()
+    positions = [at for at, _, _ in changes]
+    origins = [origin for _, origin, _ in changes]
+    replaced = {"id": [f"{origin}#razor-{round_no}" for origin in origins], "source": ["rewritten"] * len(changes),
+                "origin_id": origins, target: [text for _, _, text in changes]}
+    for name, values in replaced.items():
+        table = _set_at(table, name, positions, values)
     stats = {"round": round_no, "rows": len(rows), "candidates": len(candidates), "accepted": len(accepted),
              "replaced": len(best), "generation_errors": sum(e is not None for e in errors), "examples": examples}
-    return pa.table(columns), stats
+    return table, stats
+
+
+def _set_at(table: pa.Table, name: str, positions: list[int], values: list) -> pa.Table:
+    """``table`` with column ``name`` (added as nulls if missing) set to ``values`` at the sorted ``positions``."""
+    column = table[name].combine_chunks() if name in table.column_names else pa.nulls(table.num_rows, pa.string())
+    mask = np.zeros(table.num_rows, dtype=bool)
+    mask[positions] = True
+    column = pc.replace_with_mask(column, pa.array(mask), pa.array(values, column.type))
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, column)
+    return table.append_column(name, column)
 
 
 # ---------------------------------------------------------------- the loop and its outputs
@@ -292,11 +303,14 @@ def gamma_summary(gamma: np.ndarray) -> dict:
 
 
 def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: dict, engine: str = "local",
-           batch_size: int = 16, verifier=None) -> tuple[pa.Table, list[dict]]:
-    """Rounds of ``rewrite_round`` while the objective increases; a round that lowers it is undone."""
+           batch_size: int = 16, verifier=None, scores: Scores | None = None) -> tuple[pa.Table, Scores, list[dict]]:
+    """Rounds of ``rewrite_round`` while the objective increases; a round that lowers it is undone.
+
+    Returns the refined table, its scores and the rounds; ``scores`` are the input's, if already computed.
+    """
     from tqdm.auto import tqdm
 
-    scores = score(table, config)
+    scores = scores if scores is not None else score(table, config)
     history = []
     for round_no in tqdm(range(1, config.rounds + 1), desc="razor rounds", disable=None):
         candidate, stats = rewrite_round(table, scores, config, backend, backend_kwargs, engine, batch_size,
@@ -309,7 +323,7 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
         if not stats["kept"]:
             break
         table, scores = candidate, new_scores
-    return table, history
+    return table, scores, history
 
 
 def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend: str = "transformers",
@@ -327,9 +341,9 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend:
     write_table(scored, os.path.join(out, "scores"), mode=mode, config={"razor": report})
     sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
     if not score_only:
-        refined, history = refine(table, config, backend, backend_kwargs or {}, engine, batch_size, verifier)
+        refined, after, history = refine(table, config, backend, backend_kwargs or {}, engine, batch_size, verifier,
+                                         before)
         write_table(refined, os.path.join(out, "corpus"), mode=mode, config={"razor": report})
-        after = score(refined, config)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,
