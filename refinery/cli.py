@@ -534,8 +534,8 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
 @mode_option
 @generator_options
 @input_options
-def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, verifier_model, engine, batch_size, mode, backend,
-          backend_kwargs, sampling, mapping, opts):
+def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, verifier_model, engine, batch_size,
+          mode, backend, backend_kwargs, sampling, mapping, opts):
     """RAZOR: shortcut scores γ and the LLM rewrite/verify loop (Yang et al. 2024)."""
     from dataclasses import replace
 
@@ -591,9 +591,9 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--mode", type=click.Choice(["resume", "overwrite"]), default="resume", show_default=True,
               help="resume: continue from the last finished iteration in --out.")
 @input_options
-def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, tau, shallow_rows, usm_rows, shallow, task_model, generator,
-          lr, first_epochs, later_epochs, max_new_tokens, train_precision, no_usm, lowest_indicator, no_indicator, no_iteration, seed,
-          backend, engine, batch_size, mode, mapping, opts):
+def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, tau, shallow_rows, usm_rows, shallow,
+          task_model, generator, lr, first_epochs, later_epochs, max_new_tokens, train_precision, no_usm,
+          lowest_indicator, no_indicator, no_iteration, seed, backend, engine, batch_size, mode, mapping, opts):
     """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023)."""
     from dataclasses import replace
 

@@ -14,6 +14,7 @@ OPTIONAL_FIELDS = {
 }
 SOURCES = ("original", "generated", "rewritten", "upsampled")
 
+
 def is_pair(table: pa.Table) -> bool:
     """Whether rows are pairs (premise/hypothesis, claim/evidence): some row has a ``text_b``."""
     return "text_b" in table.column_names and table["text_b"].null_count < table.num_rows

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-
 from .registry import ModelRef, resolve
 from .training import fit_loop
 

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pyarrow as pa
+
 from .registry import resolve
 from .training import fit_loop
 
