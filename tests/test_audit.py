@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from refinery import synth
-from refinery.audit import AuditConfig, audit, count_table, finish, write_outputs
+from refinery.audit import AuditConfig, audit, audit_table, count_table, finish, write_outputs
 from refinery.corpus import Corpus
 from refinery.features import FeatureConfig, TokenizerOptions, extract, split_words
 from refinery.schema import PRESETS
@@ -33,7 +33,7 @@ def test_snli_table10_words(tmp_path):
 
 
 def test_z_formula_by_hand(snli_pair):
-    res = finish(count_table(snli_pair, AuditConfig()), AuditConfig())
+    res = audit_table(snli_pair)
     st = res.stats
     i = st.features.index("sleeping@hypothesis").as_py()
     j = st.labels.index("contradiction")

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from refinery import razor
-from refinery.audit import AuditConfig, count_table, finish
+from refinery.audit import AuditConfig, audit_table
 from refinery.corpus import read_any
 
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
@@ -54,8 +54,7 @@ def test_score_only_on_snli_and_biased_words_in_high_gamma_rows(snli_pair, tmp_p
     report = json.loads((tmp_path / "rz" / "report" / "report.json").read_text())
     assert report["field"] == "text_b" and report["objective"] > 0
     # the rows RAZOR flags carry the audit's top hypothesis words more often than the rest
-    config = AuditConfig(k=10)
-    top = finish(count_table(table, config), config).top_k(10)
+    top = audit_table(table, AuditConfig(k=10)).top_k(10)
     words = {e["feature"].split("@")[0] for entries in top.values() for e in entries
              if e["feature"].endswith("@hypothesis") and " " not in e["feature"]}
     tokens = razor.RazorConfig().tokenizer.tokenize(table["text_b"]).to_pylist()

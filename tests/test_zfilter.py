@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery import synth, zfilter
-from refinery.audit import AuditConfig, audit
+from refinery.audit import audit, audit_table
 from refinery.confidence import confidence_filter
 from refinery.corpus import Corpus, load
 from refinery.schema import PRESETS
@@ -40,8 +40,7 @@ def test_incremental_state_matches_recount():
     for batch in zfilter.with_features(zfilter.rebatch(iter([table]), 500), cfg.features):
         keep, _ = zf.filter(batch)
         kept.append(batch.filter(pa.array(keep)).drop_columns(["features"]))
-    from refinery.audit import count_table, finish
-    full = finish(count_table(pa.concat_tables(kept), AuditConfig()), AuditConfig()).stats
+    full = audit_table(pa.concat_tables(kept)).stats
     inc = zf.Z.stats()
     present = np.nonzero(inc.n > 0)[0]  # features seen only in rejected rows have zero counts in Z
     names = np.array(inc.features.to_pylist(), dtype=object)[present]
