@@ -18,8 +18,9 @@ from tqdm.auto import tqdm
 
 from . import stats as zstats
 from .corpus import Corpus, is_corpus, iter_input_batches, load
-from .counts import ExactCounts, counter_from_bytes, make_counter
-from .features import FeatureConfig, extract
+from .counts import COUNTS_SCHEMA, ExactCounts, counter_from_bytes, label_totals, make_counter
+from .feature_counts import FeatureCounts
+from .features import FeatureConfig
 from .readers import ReadOptions, expand_paths
 from .report import dict_table, img_tag, page, topk_table, zplot_png
 from .schema import Mapping
@@ -84,10 +85,13 @@ def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Arr
     ``only``: count just these features (rows' label totals are still all counted).
     """
     counter = counter if counter is not None else _counter(config, only)
-    long = extract(table, config.features)
+    if only is None and isinstance(counter, ExactCounts):
+        counter.add_table(table, config.features)
+        return counter
+    counts = FeatureCounts(config.features).add(table).counts(COUNTS_SCHEMA)
     if only is not None:
-        long = long.filter(pc.is_in(long["feature"], value_set=only))
-    counter.update(long, table["label"])
+        counts = counts.filter(pc.is_in(counts["feature"], value_set=only))
+    counter.add_counts(counts, label_totals(table["label"]))
     return counter
 
 
@@ -211,9 +215,14 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
 
 
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
-    counts = (recounted if recounted is not None else counter).counts()
-    st = zstats.compute(counts, counter.label_totals, prior=config.prior, min_count=config.min_count,
-                        alpha=config.alpha)
+    source = recounted if recounted is not None else counter
+    labels = sorted(counter.label_totals)
+    if isinstance(source, ExactCounts):
+        features, matrix, n = source.matrix(labels)
+    else:
+        features, matrix, n = zstats.long_to_matrix(source.counts(), labels)
+    st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, config.prior),
+                            config.min_count, config.alpha, n=n)
     return AuditResult(st, counter, config, rejected, recounted)
 
 

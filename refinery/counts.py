@@ -1,6 +1,7 @@
 """Feature–label counters with one output schema ``(feature, label, count)``.
 
-``ExactCounts`` keeps every count (per-batch Arrow group-by, merged by summing).
+``ExactCounts`` keeps every count: batches accumulate in a ``FeatureCounts`` (integer ids,
+compiled kernels); states from elsewhere merge by summing ``(feature, label, count)`` tables.
 ``SketchCounts`` bounds memory with Apache DataSketches: a frequent-items sketch per label
 for the heavy hitters and a count-min sketch for n(x); batches are pre-aggregated so each
 distinct (feature, label) is one weighted update. Both serialize and merge, so partial
@@ -20,26 +21,8 @@ import pyarrow.parquet as pq
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 
 
-def batch_counts(long: pa.Table, labels) -> pa.Table:
-    """Aggregate a batch's distinct ``(row, feature)`` pairs into ``(feature, label, count)``.
-
-    With the feature dictionary-encoded this is one ``bincount`` over feature × label codes.
-    """
-    feature = long["feature"].combine_chunks() if isinstance(long["feature"], pa.ChunkedArray) else long["feature"]
-    if not pa.types.is_dictionary(feature.type):
-        feature = pc.dictionary_encode(feature)
-    labels = pc.dictionary_encode(labels.combine_chunks() if isinstance(labels, pa.ChunkedArray) else labels)
-    C = len(labels.dictionary)
-    lab = labels.indices.to_numpy(zero_copy_only=False).astype(np.int64)[long["row"].to_numpy()]
-    code = feature.indices.to_numpy(zero_copy_only=False).astype(np.int64) * C + lab
-    counts = np.bincount(code, minlength=len(feature.dictionary) * C)
-    nz = np.nonzero(counts)[0]
-    return pa.table({"feature": pc.take(feature.dictionary, pa.array(nz // C)),
-                     "label": pc.take(labels.dictionary, pa.array(nz % C)),
-                     "count": pa.array(counts[nz], pa.int64())}, schema=COUNTS_SCHEMA)
-
-
-def _label_totals(labels) -> dict:
+def label_totals(labels) -> dict:
+    """Rows per label of a label column."""
     vc = pc.value_counts(labels)
     return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
 
@@ -51,6 +34,7 @@ class ExactCounts:
         self._parts: list[pa.Table] = []
         self._pending = 0
         self._sorted = True
+        self._batches = None   # FeatureCounts of the batches added with add_table
         self.label_totals: dict[str, int] = {}
 
     @property
@@ -66,9 +50,38 @@ class ExactCounts:
         if self._pending > 8_000_000 and len(self._parts) > 1:
             self._compact()
 
-    def update(self, long: pa.Table, labels) -> None:
-        """Add one batch: its feature pairs and the label of each row."""
-        self.add_counts(batch_counts(long, labels), _label_totals(labels))
+    def add_table(self, table: pa.Table, features) -> None:
+        """Add one canonical batch, counting the features of ``features`` (a ``FeatureConfig``)."""
+        from .feature_counts import FeatureCounts
+
+        if self._batches is None:
+            self._batches = FeatureCounts(features)
+        elif self._batches.config != features:
+            raise ValueError("ExactCounts.add_table: every batch must be counted with the same features")
+        self._batches.add(table)
+        for k, v in label_totals(table["label"]).items():
+            self.label_totals[k] = self.label_totals.get(k, 0) + v
+
+    def _fold_batches(self) -> None:
+        """Move the accumulated batches into the summed tables."""
+        if self._batches is not None:
+            batches, self._batches = self._batches, None
+            self.add_counts(batches.counts(COUNTS_SCHEMA))
+
+    def matrix(self, labels: list) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """(F features, F×C counts in the order of ``labels``, n): straight from the accumulated
+        batches when nothing was merged in, else from the summed tables."""
+        from .stats import long_to_matrix
+
+        if self._parts or self._batches is None:
+            self._fold_batches()
+            return long_to_matrix(self.counts(), labels)
+        features, own, counts = self._batches.matrix()
+        matrix = np.zeros((len(features), len(labels)))
+        for j, label in enumerate(labels):
+            if label in own:
+                matrix[:, j] = counts[:, own.index(label)]
+        return features, matrix, counts.sum(axis=1).astype(np.float64)
 
     def merge(self, other: "ExactCounts") -> "ExactCounts":
         self.add_counts(other.counts(), other.label_totals)
@@ -87,6 +100,8 @@ class ExactCounts:
         self._parts, self._pending = [t], t.num_rows
 
     def counts(self) -> pa.Table:
+        """Every (feature, label, count), sorted by feature and label."""
+        self._fold_batches()
         if not self._parts:
             return COUNTS_SCHEMA.empty_table()
         if len(self._parts) > 1 or not self._sorted:
@@ -156,9 +171,6 @@ class SketchCounts:
         cm = self._n
         for f, c in zip(n["feature"].to_pylist(), n["count_sum"].to_pylist()):
             cm.update(f, c)
-
-    def update(self, long: pa.Table, labels) -> None:
-        self.add_counts(batch_counts(long, labels), _label_totals(labels))
 
     def merge(self, other: "SketchCounts") -> "SketchCounts":
         for label, sk in other._items.items():

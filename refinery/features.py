@@ -142,14 +142,32 @@ def _overlap_share(tok_a: pa.ListArray, tok_b: pa.ListArray) -> np.ndarray:
     return np.divide(hits, total, out=np.zeros(n), where=total > 0)
 
 
+def text_fields(table: pa.Table, config: FeatureConfig) -> list[tuple[str, str]]:
+    """(column, feature suffix) of each text field: premise and hypothesis, or the one text."""
+    if not is_pair(table):
+        return [("text_a", config.single_field_name)]
+    return [("text_a", config.field_names[0]), ("text_b", config.field_names[1])]
+
+
+class _LazyTokens(dict):
+    """Column → token lists, tokenized on first use (row-level families may need none)."""
+
+    def __init__(self, table: pa.Table, tokenizer: TokenizerOptions):
+        super().__init__()
+        self.table, self.tokenizer = table, tokenizer
+
+    def __missing__(self, col: str) -> pa.ListArray:
+        self[col] = self.tokenizer.tokenize(self.table[col])
+        return self[col]
+
+
 def extract(table: pa.Table, config: FeatureConfig) -> pa.Table:
     """Long table ``(row: int64, feature: string)`` of the features of each row, deduplicated per row."""
     n = table.num_rows
     fam = set(config.families)
     single = not is_pair(table)
-    fields = [("text_a", config.single_field_name)] if single else \
-        [("text_a", config.field_names[0]), ("text_b", config.field_names[1])]
-    tokens = {col: config.tokenizer.tokenize(table[col]) for col, _ in fields}
+    fields = text_fields(table, config)
+    tokens = _LazyTokens(table, config.tokenizer)
     rows: list[np.ndarray] = []
     feats: list[pa.Array] = []
 
@@ -164,7 +182,8 @@ def extract(table: pa.Table, config: FeatureConfig) -> pa.Table:
             add(*ngram_pairs(tokens[col], 2, name))
     all_rows = np.arange(n, dtype=np.int64)
     hyp = "text_a" if single else "text_b"
-    hyp_len = pc.list_value_length(tokens[hyp]).to_numpy(zero_copy_only=False)
+    if fam & {"length", "ratio", "overlap"}:
+        hyp_len = pc.list_value_length(tokens[hyp]).to_numpy(zero_copy_only=False)
     if "length" in fam:
         add(all_rows, _bucket(hyp_len, LENGTH_BUCKETS, "hypo-len"))
     if not single and "ratio" in fam:

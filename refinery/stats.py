@@ -53,15 +53,20 @@ class ZStats:
         })
 
     def top_k(self, k: int, min_count: int | None = None) -> dict[str, list[dict]]:
-        """The k largest z*(x,l) per label among features with n ≥ min_count."""
+        """The k largest z*(x,l) per label among features with n ≥ min_count (ties by feature name,
+        so the answer does not depend on the order features were counted in)."""
         min_count = self.min_count if min_count is None else min_count
         z, p = self.z, self.p_hat
         eligible = self.n >= min_count
         out = {}
         for j, label in enumerate(self.labels):
             zj = np.where(eligible, z[:, j], -np.inf)
-            idx = np.argsort(-zj, kind="stable")[:k]
-            idx = idx[np.isfinite(zj[idx])]
+            finite = np.flatnonzero(np.isfinite(zj))
+            if len(finite) > k:  # the k-th largest z, then every feature at least that large (ties included)
+                kth = np.partition(zj[finite], len(finite) - k)[len(finite) - k]
+                finite = finite[zj[finite] >= kth]
+            names = self.features.take(pa.array(finite)).to_pylist()
+            idx = [i for _, _, i in sorted(zip(-zj[finite], names, finite))][:k]
             out[label] = [{"feature": self.features[i].as_py(), "z": round(float(z[i, j]), 4),
                            "n": int(self.n[i]), "p": round(float(p[i, j]), 4)} for i in idx]
         return out
@@ -92,8 +97,14 @@ def compute(counts: pa.Table, label_totals: dict, prior: str = "uniform", min_co
             alpha: float = 0.01, labels: list | None = None) -> ZStats:
     """z-statistics from ``(feature, label, count)`` and the rows per label."""
     labels = sorted(labels or label_totals)
+    features, matrix, n = long_to_matrix(counts, labels)
+    return from_matrix(features, labels, matrix, prior_vector(labels, label_totals, prior), min_count, alpha, n=n)
+
+
+def long_to_matrix(counts: pa.Table, labels: list) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(F features, F×C counts, n) of a ``(feature, label, count)`` table; n includes the mass of
+    labels outside ``labels`` (sketch mode's ``__other__``)."""
     C = len(labels)
-    p0 = prior_vector(labels, label_totals, prior)
     encoded = pc.dictionary_encode(counts["feature"]).combine_chunks() if counts.num_rows else None
     features = encoded.dictionary if encoded is not None else pa.array([], pa.string())
     fi = encoded.indices.to_numpy(zero_copy_only=False) if encoded is not None else np.empty(0, np.int64)
@@ -103,8 +114,8 @@ def compute(counts: pa.Table, label_totals: dict, prior: str = "uniform", min_co
     matrix = np.zeros((len(features), C))
     known = li >= 0
     np.add.at(matrix, (fi[known], li[known]), c[known])
-    n = np.bincount(fi, weights=c, minlength=len(features))  # includes sketch's __other__ mass
-    return from_matrix(features, labels, matrix, p0, min_count, alpha, n=n)
+    n = np.bincount(fi, weights=c, minlength=len(features))
+    return features, matrix, n
 
 
 def prior_vector(labels: list, label_totals: dict, prior: str) -> np.ndarray:
