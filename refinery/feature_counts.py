@@ -14,6 +14,7 @@ in parallel threads. Row-level families (length, ratio, overlap, ``null``) come 
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -58,25 +59,28 @@ def _find(table, key, shift):
 
 
 @numba.njit(nogil=True, cache=True)
-def _count_present(keys, rows, labels, first_row, table, dense):
-    """Count each ``keys[i]`` once for row ``first_row + rows[i]`` under label ``labels[rows[i]]``.
+def _count_present(keys, rows, labels, first_row, table, dense, start, size, limit):
+    """Count each ``keys[i]`` (i ≥ ``start``) once for row ``first_row + rows[i]`` under label
+    ``labels[rows[i]]``.
 
     ``table`` rows are ``[key, stamp (last row counted), count per label…]``, so a probe touches
-    one cache line; ``dense``: the key is its own slot. Returns the number of new keys.
+    one cache line; ``dense``: the key is its own slot. Stops before a new key would make the
+    table hold more than ``limit`` keys; returns (keys held, position reached).
     """
     shift = _shift(len(table))
-    added = 0
-    for i in range(len(keys)):
+    for i in range(start, len(keys)):
         key = keys[i]
         slot = key if dense else _find(table, key, shift)
         if table[slot, 0] != key:
+            if size >= limit:
+                return size, i
             table[slot, 0] = key
-            added += 1
+            size += 1
         row = first_row + rows[i]
         if table[slot, 1] != row:
             table[slot, 1] = row
             table[slot, 2 + labels[rows[i]]] += 1
-    return added
+    return size, len(keys)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -300,8 +304,10 @@ class KeyCounts:
     """Counts per label of int64 keys, each counted at most once per row (see ``_count_present``).
 
     ``dense``: keys are small ids stored at their own index; otherwise a linear-probing hash
-    table kept at most half full.
+    table, doubled whenever it would be more than ``MAX_LOAD`` full.
     """
+
+    MAX_LOAD = 0.7
 
     def __init__(self, dense: bool, labels: int, capacity: int = 1 << 12):
         self.dense = dense
@@ -314,14 +320,8 @@ class KeyCounts:
         table[:, :2] = _EMPTY
         return table
 
-    def _reserve(self, new_keys: int, max_key: int, labels: int) -> None:
-        capacity = len(self.table)
-        needed = max_key + 1 if self.dense else 2 * (self.size + new_keys)
-        while needed > capacity:
-            capacity *= 2
+    def _resize(self, capacity: int, labels: int) -> None:
         old = self.table
-        if capacity == len(old) and 2 + labels <= old.shape[1]:
-            return
         widened = self._empty(len(old), max(labels, old.shape[1] - 2))
         widened[:, :old.shape[1]] = old
         self.table = self._empty(capacity, widened.shape[1] - 2)
@@ -331,8 +331,20 @@ class KeyCounts:
             _rehash(widened, self.table)
 
     def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, first_row: int, n_labels: int) -> None:
-        self._reserve(len(keys), int(keys.max(initial=0)), n_labels)
-        self.size += _count_present(keys, rows, labels, first_row, self.table, self.dense)
+        capacity = len(self.table)
+        if self.dense:
+            while capacity <= keys.max(initial=0):
+                capacity *= 2
+        if capacity > len(self.table) or 2 + n_labels > self.table.shape[1]:
+            self._resize(capacity, n_labels)
+        done = 0
+        while True:
+            limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
+            self.size, done = _count_present(keys, rows, labels, first_row, self.table, self.dense, done,
+                                             self.size, limit)
+            if done == len(keys):
+                return
+            self._resize(2 * len(self.table), n_labels)
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """(keys, counts[key, label]) of the used slots."""
@@ -384,6 +396,15 @@ def _pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="refinery-count")
     return _POOL
+
+
+def _forget_pool() -> None:
+    """A forked child has none of the parent's threads: it starts a pool of its own."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 class FeatureCounts:

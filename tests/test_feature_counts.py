@@ -1,0 +1,90 @@
+"""The compiled exact counter gives the counts of the reference path (extract + Arrow group-by)."""
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from refinery.corpus import load
+from refinery.counts import COUNTS_SCHEMA
+from refinery.feature_counts import FeatureCounts, KeyCounts, TokenIds, token_ids
+from refinery.features import FeatureConfig, TokenizerOptions, extract
+from refinery.schema import PRESETS
+
+from conftest import SNLI_DEV
+
+ALL_FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null")
+OPTIONS = [TokenizerOptions(), TokenizerOptions(lowercase=False, remove_punctuation=True, remove_stopwords=True),
+           TokenizerOptions(remove_stopwords=True)]
+
+
+def reference_counts(table: pa.Table, config: FeatureConfig) -> pa.Table:
+    """Per-row distinct features from ``extract``, grouped by (feature, label) in Arrow."""
+    long = extract(table, config)
+    pairs = pa.table({"feature": pc.dictionary_decode(long["feature"].combine_chunks()),
+                      "label": pc.take(table["label"], long["row"])})
+    counts = pairs.group_by(["feature", "label"]).aggregate([([], "count_all")])
+    return counts.rename_columns(["feature", "label", "count"]).cast(COUNTS_SCHEMA).sort_by(
+        [("feature", "ascending"), ("label", "ascending")])
+
+
+def compiled_counts(table: pa.Table, config: FeatureConfig, batch_rows: int) -> pa.Table:
+    counter = FeatureCounts(config)
+    for batch in table.to_batches(max_chunksize=batch_rows):
+        counter.add(pa.Table.from_batches([batch]))
+    return counter.counts(COUNTS_SCHEMA).sort_by([("feature", "ascending"), ("label", "ascending")])
+
+
+@pytest.fixture(scope="module")
+def snli_by_label():
+    """SNLI dev sorted by label, so labels first appear in later batches (tables widen)."""
+    table, _ = load([SNLI_DEV], PRESETS["snli"])
+    return table.sort_by("label")
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["default", "cased-nopunct-nostop", "nostop"])
+def test_equals_reference_on_snli(snli_by_label, options):
+    config = FeatureConfig(families=ALL_FAMILIES, tokenizer=options)
+    expected = reference_counts(snli_by_label, config)
+    assert compiled_counts(snli_by_label, config, batch_rows=2500).equals(expected)
+    single = snli_by_label.select(["id", "text_b", "label"]).rename_columns(["id", "text_a", "label"])
+    config = FeatureConfig(families=("unigram", "bigram", "length", "null"), tokenizer=options)
+    assert compiled_counts(single, config, batch_rows=4000).equals(reference_counts(single, config))
+
+
+def test_non_ascii_and_odd_text_equal_reference():
+    table = pa.table({
+        "text_a": ["Café au lait, s'il vous plaît!", None, "  ", "A\x0bB\x1cC  d\x00e", "ÉCOLE école", "a\u00a0b c"],
+        "text_b": ["naïve café", "x", "", "Ünïcode 😀 smile.", "e e e", "tab\there"],
+        "label": ["a", "b", "a", "c", "b", "a"],
+    })
+    for options in OPTIONS:
+        config = FeatureConfig(families=ALL_FAMILIES, tokenizer=options)
+        assert compiled_counts(table, config, batch_rows=2).equals(reference_counts(table, config))
+
+
+@pytest.mark.parametrize("options", OPTIONS[:2], ids=["default", "cased-nopunct-nostop"])
+def test_ascii_scanner_matches_arrow_tokenizer_on_every_byte(options):
+    texts = pa.array([f"Ab{chr(c)}cD {chr(c)}x{chr(c)}" for c in range(128)], pa.string())
+    vocab = TokenIds()
+    ids, rows = token_ids(texts, options, vocab)
+    words = np.array(vocab.grams(np.arange(len(vocab)), np.full(len(vocab), -1), "").to_pylist(), dtype=object)
+    scanned = [list(words[ids[rows == r]]) for r in range(len(texts))]
+    assert scanned == options.tokenize(texts).to_pylist()
+
+
+def test_hash_table_growth_keeps_presence_counts():
+    rng = np.random.default_rng(0)
+    table = KeyCounts(dense=False, labels=2, capacity=16)
+    expected: dict = {}
+    first_row = 0
+    for _ in range(5):
+        rows = np.sort(rng.integers(0, 1000, 20_000))
+        keys = rng.integers(0, 50_000, 20_000) * 7919 << 20   # sparse keys, collisions in the low bits
+        labels = rng.integers(0, 2, 1000)
+        table.add(keys, rows, labels, first_row, 2)
+        for key, row in set(zip(keys.tolist(), rows.tolist())):
+            expected[(key, labels[row])] = expected.get((key, labels[row]), 0) + 1
+        first_row += 1000
+    keys, counts = table.items()
+    got = {(k, j): c for k, row in zip(keys.tolist(), counts.tolist()) for j, c in enumerate(row) if c}
+    assert got == expected and len(table.table) > 16 and table.size == len(set(keys.tolist()))
