@@ -16,6 +16,8 @@ import tempfile
 import time
 from collections import Counter
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery import synth  # noqa: E402
@@ -63,20 +65,34 @@ def peak_rss_mb() -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024
 
 
-def sketch_child(path: str, out_json: str, mode: str, lg_k: int) -> None:
-    """``exact``, ``sketch`` (sketches then an exact recount of their candidates) or ``sketch-1pass``."""
-    config = AuditConfig(mode="exact" if mode == "exact" else "sketch", sketch_lg_max_k=lg_k, min_count=1000, k=50,
-                         sketch_recount=mode == "sketch")
+def child(mode: str, path: str, lg_k: int) -> dict:
+    """One measurement in a fresh process, so allocator state left by another cannot skew it.
+
+    1M timings: ``exact`` (after a one-batch warm-up that loads or compiles the counting kernels),
+    ``bare``, ``naive`` (then checks it against exact). 10M: ``exact-10m``, ``sketch`` (sketches
+    then an exact recount of their candidates), ``sketch-1pass``: peak RSS and top-50 features.
+    """
+    if mode == "exact":
+        _, warm = timed(audit_table, next(Corpus.open(path).iter_tables(["id", "text_a", "text_b", "label"])))
+        res, t = timed(audit, [path], config=AuditConfig())
+        return {"time": t, "warmup": warm, "rows": res.rows, "features": len(res.stats.n)}
+    if mode == "bare":
+        return {"time": timed(bare_pass, Corpus.open(path))[1]}
+    if mode == "naive":
+        naive, t = timed(naive_counts, Corpus.open(path))
+        d = audit([path]).counter.counts().to_pydict()
+        exact_counts = {(f, l): c for f, l, c in zip(d["feature"], d["label"], d["count"])}
+        return {"time": t, "agree": all(exact_counts.get(k) == v for k, v in list(naive.items())[:200_000])}
+    config = AuditConfig(mode="exact" if mode == "exact-10m" else "sketch", sketch_lg_max_k=lg_k, min_count=1000,
+                         k=50, sketch_recount=mode == "sketch")
     res = audit([path], config=config)
-    top = {l: [e["feature"] for e in es] for l, es in res.top_k(50).items()}
-    with open(out_json, "w") as fh:
-        json.dump({"top": top, "rss_mb": peak_rss_mb()}, fh)
+    return {"top": {l: [e["feature"] for e in es] for l, es in res.top_k(50).items()}, "rss_mb": peak_rss_mb()}
 
 
-def run_child(path, mode, lg_k, workdir):
+def run_child(mode, path, workdir, lg_k=0):
     out = os.path.join(workdir, f"{mode}.json")
     t = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--child", path, out, mode, str(lg_k)], check=True)
+    subprocess.run([sys.executable, __file__, "--child", mode, path, out, str(lg_k)], check=True)
     wall = time.perf_counter() - t
     with open(out) as fh:
         return json.load(fh), wall
@@ -87,41 +103,42 @@ def main():
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--sketch-rows", type=int, default=10_000_000)
     p.add_argument("--lg-k", type=int, default=19)
+    p.add_argument("--repeat", type=int, default=3, help="fresh-process runs of the exact audit (median)")
     p.add_argument("--skip-naive", action="store_true")
     p.add_argument("--skip-sketch", action="store_true")
-    p.add_argument("--child", nargs=4)
+    p.add_argument("--child", nargs=4, metavar=("MODE", "PATH", "OUT", "LG_K"))
     args = p.parse_args()
     if args.child:
-        sketch_child(args.child[0], args.child[1], args.child[2], int(args.child[3]))
+        mode, path, out, lg_k = args.child
+        with open(out, "w") as fh:
+            json.dump(child(mode, path, int(lg_k)), fh)
         return
     with tempfile.TemporaryDirectory(prefix="refinery-bench-") as work:
         path = os.path.join(work, "synth1m")
         _, t_gen = timed(synth.write, synth.SynthSpec(rows=args.rows, seed=1), path)
-        corpus = Corpus.open(path)
-        print(f"generated {args.rows:,} synthetic pairs in {t_gen:.1f}s")
-        _, t_warm = timed(audit_table, next(corpus.iter_tables(["id", "text_a", "text_b", "label"])))
-        print(f"warm-up (loads or compiles the counting kernels, one batch): {t_warm:.1f}s")
-        _, t_bare = timed(bare_pass, corpus)
-        res, t_exact = timed(audit, [path], config=AuditConfig())
-        print(f"exact audit:           {t_exact:8.1f}s  ({res.rows:,} rows, {len(res.stats.n):,} features)")
-        print(f"read+tokenize only:    {t_bare:8.1f}s  -> exact / bare = {t_exact / t_bare:.2f}x")
+        print(f"generated {args.rows:,} synthetic pairs in {t_gen:.1f}s; each figure below from a fresh process")
+        runs = [run_child("exact", path, work)[0] for _ in range(args.repeat)]
+        times = [r["time"] for r in runs]
+        t_exact = float(np.median(times))
+        print(f"exact audit:           {t_exact:8.2f}s  median of {', '.join(f'{t:.2f}' for t in times)}; "
+              f"{runs[0]['rows']:,} rows, {runs[0]['features']:,} features; warm-up (one batch, loads or compiles "
+              f"the kernels) {runs[0]['warmup']:.1f}s")
+        t_bare = run_child("bare", path, work)[0]["time"]
+        print(f"read+tokenize only:    {t_bare:8.2f}s  -> exact / bare = {t_exact / t_bare:.2f}x")
         if not args.skip_naive:
-            naive, t_naive = timed(naive_counts, corpus)
-            print(f"naive Python Counter:  {t_naive:8.1f}s  -> speed-up {t_naive / t_exact:.1f}x")
-            d = res.counter.counts().to_pydict()
-            exact_counts = {(f, l): c for f, l, c in zip(d["feature"], d["label"], d["count"])}
-            agree = all(exact_counts.get(k) == v for k, v in list(naive.items())[:200_000])
-            print(f"naive and exact counts agree on a 200k sample: {agree}")
+            naive = run_child("naive", path, work)[0]
+            print(f"naive Python Counter:  {naive['time']:8.1f}s  -> speed-up {naive['time'] / t_exact:.1f}x")
+            print(f"naive and exact counts agree on a 200k sample: {naive['agree']}")
 
         if args.skip_sketch:
             return
         big = os.path.join(work, "synth_big")
         _, t_gen = timed(synth.write, synth.SynthSpec(rows=args.sketch_rows, seed=2), big)
         print(f"\ngenerated {args.sketch_rows:,} rows in {t_gen:.1f}s")
-        ex, t_ex = run_child(big, "exact", args.lg_k, work)
+        ex, t_ex = run_child("exact-10m", big, work, args.lg_k)
         print(f"exact mode:                      {t_ex:7.1f}s  peak RSS {ex['rss_mb']:,.0f} MB")
         for mode in ("sketch", "sketch-1pass"):
-            sk, t_sk = run_child(big, mode, args.lg_k, work)
+            sk, t_sk = run_child(mode, big, work, args.lg_k)
             recalls = {l: len(set(sk["top"][l]) & set(ex["top"][l])) / max(len(ex["top"][l]), 1) for l in ex["top"]}
             print(f"{mode:13s} (lg_k={args.lg_k}):      {t_sk:7.1f}s  peak RSS {sk['rss_mb']:,.0f} MB; "
                   "top-50 recall vs exact (n >= 1,000): " + ", ".join(f"{l} {r:.2f}" for l, r in recalls.items())

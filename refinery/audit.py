@@ -1,8 +1,8 @@
 """The audit: which surface features leak the label, and how strongly (METHODS §1).
 
-Counting streams batches through ``features.extract`` into a counter (exact or sketch);
-partial states merge, so the same function runs in-process, per Ray Data batch, or on
-new shards added to a saved state (``update``).
+Counting streams batches through ``feature_counts.FeatureCounts`` into a counter (exact, or
+sketch: DataSketches fed each batch's counts); partial states merge, so the same function runs
+in-process, per Ray Data batch, or on new shards added to a saved state (``update``).
 """
 from __future__ import annotations
 

@@ -76,12 +76,8 @@ class ExactCounts:
         if self._parts or self._batches is None:
             self._fold_batches()
             return long_to_matrix(self.counts(), labels)
-        features, own, counts = self._batches.matrix()
-        matrix = np.zeros((len(features), len(labels)))
-        for j, label in enumerate(labels):
-            if label in own:
-                matrix[:, j] = counts[:, own.index(label)]
-        return features, matrix, counts.sum(axis=1).astype(np.float64)
+        features, _, matrix = self._batches.matrix(labels)
+        return features, matrix, matrix.sum(axis=1)
 
     def merge(self, other: "ExactCounts") -> "ExactCounts":
         self.add_counts(other.counts(), other.label_totals)

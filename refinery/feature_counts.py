@@ -59,17 +59,23 @@ def _find(table, key, shift):
 
 
 @numba.njit(nogil=True, cache=True)
-def _count_present(keys, rows, labels, first_row, table, dense, start, size, limit):
-    """Count each ``keys[i]`` (i ≥ ``start``) once for row ``first_row + rows[i]`` under label
-    ``labels[rows[i]]``.
+def _count_present(values, rows, labels, first_row, table, dense, pairs, start, size, limit):
+    """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``.
 
-    ``table`` rows are ``[key, stamp (last row counted), count per label…]``, so a probe touches
-    one cache line; ``dense``: the key is its own slot. Stops before a new key would make the
-    table hold more than ``limit`` keys; returns (keys held, position reached).
+    The key at position i (≥ ``start``) is ``values[i]``, or with ``pairs`` the bigram
+    ``values[i-1] << 32 | values[i]`` when both are in the same row. ``table`` rows are
+    ``[key, stamp (last row counted), count per label…]``, so a probe touches one cache line;
+    ``dense``: the key is its own slot. Stops before a new key would make the table hold more
+    than ``limit`` keys; returns (keys held, position reached).
     """
     shift = _shift(len(table))
-    for i in range(start, len(keys)):
-        key = keys[i]
+    for i in range(max(start, 1 if pairs else 0), len(values)):
+        if pairs:
+            if rows[i] != rows[i - 1]:
+                continue
+            key = (values[i - 1] << 32) | values[i]
+        else:
+            key = values[i]
         slot = key if dense else _find(table, key, shift)
         if table[slot, 0] != key:
             if size >= limit:
@@ -80,7 +86,7 @@ def _count_present(keys, rows, labels, first_row, table, dense, start, size, lim
         if table[slot, 1] != row:
             table[slot, 1] = row
             table[slot, 2 + labels[rows[i]]] += 1
-    return size, len(keys)
+    return size, len(values)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -92,12 +98,15 @@ def _rehash(table, new_table):
 
 
 @numba.njit(nogil=True, cache=True)
-def _scan_ascii(data, offsets, lowercase, keep_punct, byte_class, out, starts, ends, parents):
-    """Tokenize ASCII strings ``data[offsets[r]:offsets[r+1]]``: runs of word bytes are tokens,
-    punctuation bytes one-byte tokens (dropped unless ``keep_punct``), space bytes separators.
-    Writes the (lowercased) bytes to ``out`` and each token's span and row; returns the count."""
+def _scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents):
+    """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
+    out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
+    ``keep_punct``), space bytes separators. Writes the (lowercased) bytes to ``out`` and each
+    token's span and row; returns the number of tokens."""
     n = 0
     for r in range(len(offsets) - 1):
+        if skip[r]:
+            continue
         start = -1
         for i in range(offsets[r], offsets[r + 1]):
             b = data[i]
@@ -105,7 +114,7 @@ def _scan_ascii(data, offsets, lowercase, keep_punct, byte_class, out, starts, e
                 b += 32
             out[i] = b
             cls = byte_class[b]
-            if cls == 0:
+            if cls == WORD:
                 if start < 0:
                     start = i
                 continue
@@ -113,7 +122,7 @@ def _scan_ascii(data, offsets, lowercase, keep_punct, byte_class, out, starts, e
                 starts[n], ends[n], parents[n] = start, i, r
                 n += 1
                 start = -1
-            if cls == 2 and keep_punct:
+            if cls == PUNCT and keep_punct:
                 starts[n], ends[n], parents[n] = i, i + 1, r
                 n += 1
         if start >= 0:
@@ -123,14 +132,14 @@ def _scan_ascii(data, offsets, lowercase, keep_punct, byte_class, out, starts, e
 
 
 @numba.njit(nogil=True, cache=True)
-def _intern(data, starts, ends, arena, arena_used, spans, hashes, n_ids, table):
-    """Dense id of each token ``data[starts[i]:ends[i]]``, adding unseen tokens to the arena.
+def _intern(data, starts, ends, ids, start, arena, arena_used, spans, hashes, n_ids, table, limit):
+    """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]``, adding
+    unseen tokens to the arena; stops before the vocabulary would pass ``limit`` tokens.
 
-    ``table``: linear-probing slots holding ids (FNV-1a hashes); ``spans[id]`` locates the
-    token's bytes in ``arena``. Returns (ids, arena_used, n_ids)."""
+    ``table``: linear-probing slots holding ids by FNV-1a hash; ``spans[id]`` locates the token's
+    bytes in ``arena``. Returns (arena_used, n_ids, position reached)."""
     mask = len(table) - 1
-    ids = np.empty(len(starts), dtype=np.int64)
-    for i in range(len(starts)):
+    for i in range(start, len(starts)):
         h = _FNV_OFFSET
         for j in range(starts[i], ends[i]):
             h = (h ^ np.uint64(data[j])) * _FNV_PRIME
@@ -139,6 +148,8 @@ def _intern(data, starts, ends, arena, arena_used, spans, hashes, n_ids, table):
         while True:
             t = table[slot]
             if t == _EMPTY:
+                if n_ids >= limit:
+                    return arena_used, n_ids, i
                 arena[arena_used:arena_used + length] = data[starts[i]:ends[i]]
                 spans[n_ids, 0], spans[n_ids, 1] = arena_used, arena_used + length
                 hashes[n_ids] = h
@@ -158,7 +169,7 @@ def _intern(data, starts, ends, arena, arena_used, spans, hashes, n_ids, table):
                     ids[i] = t
                     break
             slot = (slot + 1) & mask
-    return ids, arena_used, n_ids
+    return arena_used, n_ids, len(starts)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -173,11 +184,18 @@ def _reinsert(hashes, table):
 
 
 @numba.njit(nogil=True, cache=True)
-def _gram_strings(arena, spans, first, second, suffix):
-    """Bytes and offsets of ``"w1@suffix"`` (``second[i] < 0``) or ``"w1 w2@suffix"`` per gram,
-    the words being arena spans of token ids."""
+def _copy(src, start, end, dst, pos):
+    for j in range(start, end):
+        dst[pos] = src[j]
+        pos += 1
+    return pos
+
+
+@numba.njit(nogil=True, cache=True)
+def _gram_strings(arena, spans, first, second, suffix, offsets):
+    """Bytes of ``"w1@suffix"`` (``second[i] < 0``) or ``"w1 w2@suffix"`` per gram, the words
+    being arena spans of token ids; fills ``offsets`` (n + 1)."""
     n = len(first)
-    offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     for i in range(n):
         size = spans[first[i], 1] - spans[first[i], 0] + len(suffix)
@@ -186,29 +204,24 @@ def _gram_strings(arena, spans, first, second, suffix):
         offsets[i + 1] = offsets[i] + size
     out = np.empty(offsets[n], dtype=np.uint8)
     for i in range(n):
-        pos = offsets[i]
-        a, b = spans[first[i], 0], spans[first[i], 1]
-        out[pos:pos + b - a] = arena[a:b]
-        pos += b - a
+        pos = _copy(arena, spans[first[i], 0], spans[first[i], 1], out, offsets[i])
         if second[i] >= 0:
             out[pos] = 32
-            a, b = spans[second[i], 0], spans[second[i], 1]
-            out[pos + 1:pos + 1 + b - a] = arena[a:b]
-            pos += 1 + b - a
-        out[pos:pos + len(suffix)] = suffix
-    return out, offsets
+            pos = _copy(arena, spans[second[i], 0], spans[second[i], 1], out, pos + 1)
+        _copy(suffix, 0, len(suffix), out, pos)
+    return out
 
 
 # ---------------------------------------------------------------- containers
 
-def _grown(array: np.ndarray, size: int, fill) -> np.ndarray:
-    """``array`` with at least ``size`` rows (capacity doubled), new rows set to ``fill``."""
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` with room for at least ``size`` rows (capacity doubled; new rows uninitialized)."""
     if len(array) >= size:
         return array
     capacity = max(len(array), 1)
     while capacity < size:
         capacity *= 2
-    out = np.full((capacity,) + array.shape[1:], fill, dtype=array.dtype)
+    out = np.empty((capacity,) + array.shape[1:], dtype=array.dtype)
     out[:len(array)] = array
     return out
 
@@ -230,22 +243,21 @@ class TokenIds:
         return self.size
 
     def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        n = len(starts)
-        self.arena = _grown(self.arena, self.used + int((ends - starts).sum()), 0)
-        self.spans = _grown(self.spans, self.size + n, 0)
-        self.hashes = _grown(self.hashes, self.size + n, 0)
-        if 2 * (self.size + n) > len(self.table):
-            self._resize(2 * (self.size + n))
-        ids, self.used, self.size = _intern(data, starts, ends, self.arena, self.used, self.spans, self.hashes,
-                                            self.size, self.table)
+        """Ids of the tokens ``data[starts[i]:ends[i]]``; the table doubles whenever it would pass
+        half full (sized by the vocabulary, not the batch, so it stays in cache)."""
+        ids = np.empty(len(starts), dtype=np.int64)
+        self.arena = _grown(self.arena, self.used + int((ends - starts).sum()))
+        done = 0
+        while done < len(starts):
+            limit = len(self.table) // 2
+            self.spans = _grown(self.spans, limit)
+            self.hashes = _grown(self.hashes, limit)
+            self.used, self.size, done = _intern(data, starts, ends, ids, done, self.arena, self.used, self.spans,
+                                                 self.hashes, self.size, self.table, limit)
+            if done < len(starts):
+                self.table = np.full(2 * len(self.table), _EMPTY, dtype=np.int64)
+                _reinsert(self.hashes[:self.size], self.table)
         return ids
-
-    def _resize(self, minimum: int) -> None:
-        capacity = len(self.table)
-        while capacity < minimum:
-            capacity *= 2
-        self.table = np.full(capacity, _EMPTY, dtype=np.int64)
-        _reinsert(self.hashes[:self.size], self.table)
 
     def ids(self, strings: pa.Array) -> np.ndarray:
         """Ids of the strings of an Arrow string array (no nulls)."""
@@ -254,8 +266,12 @@ class TokenIds:
 
     def grams(self, first: np.ndarray, second: np.ndarray, suffix: str) -> pa.Array:
         """Strings ``"w1@suffix"`` or, where ``second`` ≥ 0, ``"w1 w2@suffix"`` of token ids."""
-        data, offsets = _gram_strings(self.arena, self.spans, first, second, np.frombuffer(suffix.encode(), np.uint8))
-        return pa.LargeStringArray.from_buffers(len(first), pa.py_buffer(offsets), pa.py_buffer(data)).cast(pa.string())
+        suffix = np.frombuffer(suffix.encode(), np.uint8)
+        offsets = np.empty(len(first) + 1, dtype=np.int64)
+        data = _gram_strings(self.arena, self.spans, first, second, suffix, offsets)
+        if offsets[-1] < 2**31:
+            return pa.StringArray.from_buffers(len(first), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+        return pa.LargeStringArray.from_buffers(len(first), pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 def string_buffers(strings) -> tuple[np.ndarray, np.ndarray]:
@@ -275,25 +291,28 @@ def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: i
               ) -> tuple[np.ndarray, np.ndarray]:
     """(token ids, row of each token) of ``texts`` as ``options.tokenize`` splits them.
 
-    ASCII batches go through the byte scanner, others through the Arrow tokenizer. With
-    stopword removal the vocabulary is seeded with the stopwords, so ids below ``stopword_ids``
-    are stopwords and are dropped here.
+    ASCII rows go through the byte scanner, the others (if any) through the Arrow tokenizer,
+    merged back in row order. With stopword removal the vocabulary is seeded with the
+    stopwords, so ids below ``stopword_ids`` are stopwords and are dropped here.
     """
     texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
     data, offsets = string_buffers(texts)
     used = data[offsets[0]:offsets[-1]]
-    if not len(used) or used.max() < 128:
-        out = np.empty_like(data)
-        most = len(used)   # a token has at least one byte
-        starts, ends, parents = (np.empty(most, dtype=np.int64) for _ in range(3))
-        n = _scan_ascii(data, offsets, options.lowercase, not options.remove_punctuation, BYTE_CLASS,
-                        out, starts, ends, parents)
-        ids = vocab.intern(out, starts[:n], ends[:n])
-        parents = parents[:n]
-    else:
-        tokens = options.tokenize(texts)
-        ids = vocab.ids(pc.list_flatten(tokens))
-        parents = pc.list_parent_indices(tokens).to_numpy().astype(np.int64)
+    mixed = len(used) > 0 and used.max() >= 128
+    other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) if mixed \
+        else np.zeros(len(texts), dtype=bool)
+    out = np.empty_like(data)
+    starts, ends, parents = (np.empty(len(used), dtype=np.int64) for _ in range(3))  # ≥ 1 byte a token
+    n = _scan_ascii(data, offsets, other, options.lowercase, not options.remove_punctuation, BYTE_CLASS,
+                    out, starts, ends, parents)
+    ids, parents = vocab.intern(out, starts[:n], ends[:n]), parents[:n]
+    if mixed:
+        rows = np.flatnonzero(other)
+        tokens = options.tokenize(texts.take(pa.array(rows)))
+        ids = np.concatenate([ids, vocab.ids(pc.list_flatten(tokens))])
+        parents = np.concatenate([parents, rows[pc.list_parent_indices(tokens).to_numpy()]])
+        order = np.argsort(parents, kind="stable")   # each row's tokens come from one side, in order
+        ids, parents = ids[order], parents[order]
     if stopword_ids:
         keep = ids >= stopword_ids
         ids, parents = ids[keep], parents[keep]
@@ -322,25 +341,29 @@ class KeyCounts:
 
     def _resize(self, capacity: int, labels: int) -> None:
         old = self.table
-        widened = self._empty(len(old), max(labels, old.shape[1] - 2))
-        widened[:, :old.shape[1]] = old
-        self.table = self._empty(capacity, widened.shape[1] - 2)
+        labels = max(labels, old.shape[1] - 2)
+        if labels > old.shape[1] - 2:   # a label first seen: a zero column for it
+            old = np.concatenate([old, np.zeros((len(old), 2 + labels - old.shape[1]), dtype=np.int64)], axis=1)
+        self.table = self._empty(capacity, labels)
         if self.dense:
-            self.table[:len(old)] = widened
+            self.table[:len(old)] = old
         else:
-            _rehash(widened, self.table)
+            _rehash(old, self.table)
 
-    def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, first_row: int, n_labels: int) -> None:
+    def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, first_row: int, n_labels: int,
+            pairs: bool = False) -> None:
+        """Count ``keys`` (with ``pairs``: the bigrams of adjacent ids of the same row) by row."""
         capacity = len(self.table)
-        if self.dense:
-            while capacity <= keys.max(initial=0):
-                capacity *= 2
+        # dense: room for the largest key; hashed, first batch: room for as many keys as it has
+        wanted = keys.max(initial=0) + 1 if self.dense else len(keys) / self.MAX_LOAD if self.size == 0 else 0
+        while capacity < wanted:
+            capacity *= 2
         if capacity > len(self.table) or 2 + n_labels > self.table.shape[1]:
             self._resize(capacity, n_labels)
         done = 0
         while True:
             limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
-            self.size, done = _count_present(keys, rows, labels, first_row, self.table, self.dense, done,
+            self.size, done = _count_present(keys, rows, labels, first_row, self.table, self.dense, pairs, done,
                                              self.size, limit)
             if done == len(keys):
                 return
@@ -350,12 +373,6 @@ class KeyCounts:
         """(keys, counts[key, label]) of the used slots."""
         used = self.table[self.table[:, 0] != _EMPTY]
         return used[:, 0], used[:, 2:]
-
-
-def bigram_keys(ids: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(``id1 << 32 | id2``, row) of each pair of adjacent tokens of the same row."""
-    same = parents[1:] == parents[:-1]
-    return (ids[:-1][same] << 32) | ids[1:][same], parents[1:][same]
 
 
 class _FieldCounts:
@@ -374,9 +391,8 @@ class _FieldCounts:
     def count(self, tokens: tuple[np.ndarray, np.ndarray], labels: np.ndarray, first_row: int, n_labels: int) -> None:
         ids, parents = tokens
         for n in self.orders:
-            keys, rows = (ids, parents) if n == 1 else bigram_keys(ids, parents)
             table = self.tables.setdefault(n, KeyCounts(dense=n == 1, labels=n_labels))
-            table.add(keys, rows, labels, first_row, n_labels)
+            table.add(ids, parents, labels, first_row, n_labels, pairs=n == 2)
 
     def features(self) -> list[tuple[pa.Array, np.ndarray]]:
         """(feature strings, counts per label) of each n-gram table."""
@@ -480,22 +496,28 @@ class FeatureCounts:
         ids = local[feature.indices.to_numpy()] if len(local) else np.empty(0, np.int64)
         self.row_table.add(ids, long["row"].to_numpy(), labels, self.rows, len(self.labels))
 
-    def matrix(self) -> tuple[pa.Array, list, np.ndarray]:
-        """(F features, labels sorted, F×C counts) of every feature seen."""
+    def matrix(self, labels: list | None = None) -> tuple[pa.Array, list, np.ndarray]:
+        """(F features, labels, F×C counts) of every feature seen; ``labels`` (default: those seen,
+        sorted) orders the columns, a label never seen gets zeros."""
         self.flush()
-        labels = sorted(self.labels)
-        columns = np.array([self.labels[l] for l in labels], dtype=np.int64)
+        labels = sorted(self.labels) if labels is None else list(labels)
         fields = list((self.fields or {}).values())
         parts = [f for done in _pool().map(_FieldCounts.features, fields) for f in done]
         if self.row_feature_ids:
             keys, counts = self.row_table.items()
             names = pa.array(list(self.row_feature_ids), pa.string())
             parts.append((pc.take(names, pa.array(keys)), counts))
-        if not parts:
-            return pa.array([], pa.string()), labels, np.zeros((0, len(labels)), dtype=np.int64)
-        features = pa.concat_arrays([p[0] for p in parts])
-        counts = np.concatenate([_widen(p[1], len(labels)) for p in parts])[:, columns]
-        return features, labels, counts
+        matrix = np.zeros((sum(len(p[0]) for p in parts), len(labels)), dtype=np.int64)
+        start = 0
+        for _, counts in parts:
+            for j, label in enumerate(labels):
+                if label in self.labels and self.labels[label] < counts.shape[1]:
+                    matrix[start:start + len(counts), j] = counts[:, self.labels[label]]
+            start += len(counts)
+        arrays = [p[0] for p in parts]
+        if sum(a.nbytes for a in arrays) >= 2**31 or any(pa.types.is_large_string(a.type) for a in arrays):
+            arrays = [a.cast(pa.large_string()) for a in arrays]   # past 32-bit string offsets
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()), labels, matrix
 
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
@@ -504,10 +526,3 @@ class FeatureCounts:
         return pa.table({"feature": pc.take(features, pa.array(row)),
                          "label": pc.take(pa.array(labels, pa.string()), pa.array(col)),
                          "count": pa.array(matrix[row, col], pa.int64())}, schema=schema)
-
-
-def _widen(counts: np.ndarray, labels: int) -> np.ndarray:
-    """Counts with a column for every label (tables created before a label first appeared lack it)."""
-    if counts.shape[1] >= labels:
-        return counts
-    return np.pad(counts, ((0, 0), (0, labels - counts.shape[1])))

@@ -10,7 +10,9 @@ from refinery.feature_counts import FeatureCounts, KeyCounts, TokenIds, token_id
 from refinery.features import FeatureConfig, TokenizerOptions, extract
 from refinery.schema import PRESETS
 
-from conftest import SNLI_DEV
+from conftest import DATA, SNLI_DEV
+
+MNLI_HARD = str(DATA / "mnli" / "mnli_dev_matched_hard.jsonl")   # 36 of its rows are not ASCII
 
 ALL_FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null")
 OPTIONS = [TokenizerOptions(), TokenizerOptions(lowercase=False, remove_punctuation=True, remove_stopwords=True),
@@ -34,19 +36,19 @@ def compiled_counts(table: pa.Table, config: FeatureConfig, batch_rows: int) -> 
     return counter.counts(COUNTS_SCHEMA).sort_by([("feature", "ascending"), ("label", "ascending")])
 
 
-@pytest.fixture(scope="module")
-def snli_by_label():
-    """SNLI dev sorted by label, so labels first appear in later batches (tables widen)."""
-    table, _ = load([SNLI_DEV], PRESETS["snli"])
+@pytest.fixture(scope="module", params=[(SNLI_DEV, "snli"), (MNLI_HARD, "mnli")], ids=["snli", "mnli"])
+def corpus_by_label(request):
+    """A real corpus sorted by label, so labels first appear in later batches (tables widen)."""
+    table, _ = load([request.param[0]], PRESETS[request.param[1]])
     return table.sort_by("label")
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=["default", "cased-nopunct-nostop", "nostop"])
-def test_equals_reference_on_snli(snli_by_label, options):
+def test_equals_reference_on_real_corpora(corpus_by_label, options):
     config = FeatureConfig(families=ALL_FAMILIES, tokenizer=options)
-    expected = reference_counts(snli_by_label, config)
-    assert compiled_counts(snli_by_label, config, batch_rows=2500).equals(expected)
-    single = snli_by_label.select(["id", "text_b", "label"]).rename_columns(["id", "text_a", "label"])
+    expected = reference_counts(corpus_by_label, config)
+    assert compiled_counts(corpus_by_label, config, batch_rows=2500).equals(expected)
+    single = corpus_by_label.select(["id", "text_b", "label"]).rename_columns(["id", "text_a", "label"])
     config = FeatureConfig(families=("unigram", "bigram", "length", "null"), tokenizer=options)
     assert compiled_counts(single, config, batch_rows=4000).equals(reference_counts(single, config))
 
@@ -59,7 +61,8 @@ def test_non_ascii_and_odd_text_equal_reference():
     })
     for options in OPTIONS:
         config = FeatureConfig(families=ALL_FAMILIES, tokenizer=options)
-        assert compiled_counts(table, config, batch_rows=2).equals(reference_counts(table, config))
+        for batch_rows in (2, 6):   # batches all ASCII, all not, and mixed
+            assert compiled_counts(table, config, batch_rows).equals(reference_counts(table, config))
 
 
 @pytest.mark.parametrize("options", OPTIONS[:2], ids=["default", "cased-nopunct-nostop"])
