@@ -54,6 +54,8 @@ class ExactCounts:
         """Add one canonical batch, counting the features of ``features`` (a ``FeatureConfig``)."""
         from .feature_counts import FeatureCounts
 
+        if self._batches is not None and self._batches.rows + table.num_rows > FeatureCounts.MAX_ROWS:
+            self._fold_batches()   # an accumulator counts fewer than 2**31 rows; its counts move to the tables
         if self._batches is None:
             self._batches = FeatureCounts(features)
         elif self._batches.config != features:

@@ -50,10 +50,12 @@ def _shift(capacity):
 
 @numba.njit(nogil=True, cache=True)
 def _find(table, key, shift):
-    """Slot of ``key`` in a linear-probing table (or the empty slot where it goes)."""
+    """Slot of ``key`` in a linear-probing table (or the empty slot where it goes); a row holds
+    the key as two int32 halves."""
     mask = len(table) - 1
+    hi, lo = np.int32(key >> 32), np.int32(key & 0xFFFFFFFF)
     slot = np.int64((np.uint64(key) * _GOLDEN) >> shift)
-    while table[slot, 0] != key and table[slot, 0] != _EMPTY:
+    while table[slot, 0] != _EMPTY and (table[slot, 0] != hi or table[slot, 1] != lo):
         slot = (slot + 1) & mask
     return slot
 
@@ -63,10 +65,11 @@ def _count_present(values, rows, labels, first_row, table, dense, pairs, start, 
     """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``.
 
     The key at position i (≥ ``start``) is ``values[i]``, or with ``pairs`` the bigram
-    ``values[i-1] << 32 | values[i]`` when both are in the same row. ``table`` rows are
-    ``[key, stamp (last row counted), count per label…]``, so a probe touches one cache line;
-    ``dense``: the key is its own slot. Stops before a new key would make the table hold more
-    than ``limit`` keys; returns (keys held, position reached).
+    ``values[i-1] << 32 | values[i]`` when both are in the same row; keys are ≥ 0. ``table`` rows
+    are int32 ``[key high, key low, stamp (last row counted), count per label…]`` (24 bytes for
+    3 labels), so a probe touches one cache line; ``dense``: the key is its own slot. Stops before
+    a new key would make the table hold more than ``limit`` keys; returns (keys held, position
+    reached).
     """
     shift = _shift(len(table))
     for i in range(max(start, 1 if pairs else 0), len(values)):
@@ -77,15 +80,15 @@ def _count_present(values, rows, labels, first_row, table, dense, pairs, start, 
         else:
             key = values[i]
         slot = key if dense else _find(table, key, shift)
-        if table[slot, 0] != key:
+        if table[slot, 0] == _EMPTY:
             if size >= limit:
                 return size, i
-            table[slot, 0] = key
+            table[slot, 0], table[slot, 1] = key >> 32, key & 0xFFFFFFFF
             size += 1
         row = first_row + rows[i]
-        if table[slot, 1] != row:
-            table[slot, 1] = row
-            table[slot, 2 + labels[rows[i]]] += 1
+        if table[slot, 2] != row:
+            table[slot, 2] = row
+            table[slot, 3 + labels[rows[i]]] += 1
     return size, len(values)
 
 
@@ -94,7 +97,8 @@ def _rehash(table, new_table):
     shift = _shift(len(new_table))
     for s in range(len(table)):
         if table[s, 0] != _EMPTY:
-            new_table[_find(new_table, table[s, 0], shift)] = table[s]
+            key = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
+            new_table[_find(new_table, key, shift)] = table[s]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -320,13 +324,15 @@ def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: i
 
 
 class KeyCounts:
-    """Counts per label of int64 keys, each counted at most once per row (see ``_count_present``).
+    """Counts per label of int64 keys ≥ 0, each counted at most once per row (see
+    ``_count_present``); rows and counts are int32, so one table counts fewer than 2**31 rows.
 
     ``dense``: keys are small ids stored at their own index; otherwise a linear-probing hash
     table, doubled whenever it would be more than ``MAX_LOAD`` full.
     """
 
     MAX_LOAD = 0.7
+    MAX_ROWS = 2**31 - 1
 
     def __init__(self, dense: bool, labels: int, capacity: int = 1 << 12):
         self.dense = dense
@@ -335,15 +341,15 @@ class KeyCounts:
 
     @staticmethod
     def _empty(capacity: int, labels: int) -> np.ndarray:
-        table = np.zeros((capacity, 2 + labels), dtype=np.int64)
-        table[:, :2] = _EMPTY
+        table = np.zeros((capacity, 3 + labels), dtype=np.int32)
+        table[:, [0, 2]] = _EMPTY
         return table
 
     def _resize(self, capacity: int, labels: int) -> None:
         old = self.table
-        labels = max(labels, old.shape[1] - 2)
-        if labels > old.shape[1] - 2:   # a label first seen: a zero column for it
-            old = np.concatenate([old, np.zeros((len(old), 2 + labels - old.shape[1]), dtype=np.int64)], axis=1)
+        labels = max(labels, old.shape[1] - 3)
+        if labels > old.shape[1] - 3:   # a label first seen: a zero column for it
+            old = np.concatenate([old, np.zeros((len(old), 3 + labels - old.shape[1]), dtype=np.int32)], axis=1)
         self.table = self._empty(capacity, labels)
         if self.dense:
             self.table[:len(old)] = old
@@ -353,12 +359,14 @@ class KeyCounts:
     def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, first_row: int, n_labels: int,
             pairs: bool = False) -> None:
         """Count ``keys`` (with ``pairs``: the bigrams of adjacent ids of the same row) by row."""
+        if len(rows) and first_row + int(rows[-1]) > self.MAX_ROWS:
+            raise OverflowError(f"KeyCounts counts fewer than 2**31 rows (row {first_row + int(rows[-1])})")
         capacity = len(self.table)
         # dense: room for the largest key; hashed, first batch: room for as many keys as it has
         wanted = keys.max(initial=0) + 1 if self.dense else len(keys) / self.MAX_LOAD if self.size == 0 else 0
         while capacity < wanted:
             capacity *= 2
-        if capacity > len(self.table) or 2 + n_labels > self.table.shape[1]:
+        if capacity > len(self.table) or 3 + n_labels > self.table.shape[1]:
             self._resize(capacity, n_labels)
         done = 0
         while True:
@@ -372,7 +380,8 @@ class KeyCounts:
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """(keys, counts[key, label]) of the used slots."""
         used = self.table[self.table[:, 0] != _EMPTY]
-        return used[:, 0], used[:, 2:]
+        keys = (used[:, 0].astype(np.int64) << 32) | (used[:, 1].astype(np.int64) & 0xFFFFFFFF)
+        return keys, used[:, 3:]
 
 
 class _FieldCounts:
@@ -391,8 +400,9 @@ class _FieldCounts:
     def count(self, tokens: tuple[np.ndarray, np.ndarray], labels: np.ndarray, first_row: int, n_labels: int) -> None:
         ids, parents = tokens
         for n in self.orders:
-            table = self.tables.setdefault(n, KeyCounts(dense=n == 1, labels=n_labels))
-            table.add(ids, parents, labels, first_row, n_labels, pairs=n == 2)
+            if n not in self.tables:
+                self.tables[n] = KeyCounts(dense=n == 1, labels=n_labels)
+            self.tables[n].add(ids, parents, labels, first_row, n_labels, pairs=n == 2)
 
     def features(self) -> list[tuple[pa.Array, np.ndarray]]:
         """(feature strings, counts per label) of each n-gram table."""
@@ -434,6 +444,8 @@ class FeatureCounts:
     state), so reading the next batch, tokenizing and counting overlap.
     """
 
+    MAX_ROWS = KeyCounts.MAX_ROWS
+
     def __init__(self, config: FeatureConfig):
         self.config = config
         self.labels: dict[str, int] = {}
@@ -443,7 +455,7 @@ class FeatureCounts:
         self.row_table = KeyCounts(dense=True, labels=1)
         self.rows = 0
         self._in_flight: list = []     # futures of the last add
-        self._pending = None           # (tokens per field, labels, first row) of a batch tokenized, not counted
+        self._pending = None           # (label ids, first row) of the batch being tokenized, not yet counted
 
     def _label_ids(self, labels) -> np.ndarray:
         encoded = pc.dictionary_encode(labels.combine_chunks() if isinstance(labels, pa.ChunkedArray) else labels)
