@@ -102,16 +102,17 @@ def _rehash(table, new_table):
 
 
 @numba.njit(nogil=True, cache=True)
-def _scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents):
+def _scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents, hashes):
     """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
     out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
     ``keep_punct``), space bytes separators. Writes the (lowercased) bytes to ``out`` and each
-    token's span and row; returns the number of tokens."""
+    token's span, row and FNV-1a hash (computed as the bytes go by); returns the number of tokens."""
     n = 0
     for r in range(len(offsets) - 1):
         if skip[r]:
             continue
         start = -1
+        h = _FNV_OFFSET
         for i in range(offsets[r], offsets[r + 1]):
             b = data[i]
             if lowercase and 65 <= b <= 90:
@@ -121,32 +122,45 @@ def _scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, sta
             if cls == WORD:
                 if start < 0:
                     start = i
+                    h = _FNV_OFFSET
+                h = (h ^ np.uint64(b)) * _FNV_PRIME
                 continue
             if start >= 0:
-                starts[n], ends[n], parents[n] = start, i, r
+                starts[n], ends[n], parents[n], hashes[n] = start, i, r, h
                 n += 1
                 start = -1
             if cls == PUNCT and keep_punct:
-                starts[n], ends[n], parents[n] = i, i + 1, r
+                starts[n], ends[n], parents[n], hashes[n] = i, i + 1, r, (_FNV_OFFSET ^ np.uint64(b)) * _FNV_PRIME
                 n += 1
         if start >= 0:
-            starts[n], ends[n], parents[n] = start, offsets[r + 1], r
+            starts[n], ends[n], parents[n], hashes[n] = start, offsets[r + 1], r, h
             n += 1
     return n
 
 
 @numba.njit(nogil=True, cache=True)
-def _intern(data, starts, ends, ids, start, arena, arena_used, spans, hashes, n_ids, table, limit):
-    """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]``, adding
-    unseen tokens to the arena; stops before the vocabulary would pass ``limit`` tokens.
-
-    ``table``: linear-probing slots holding ids by FNV-1a hash; ``spans[id]`` locates the token's
-    bytes in ``arena``. Returns (arena_used, n_ids, position reached)."""
-    mask = len(table) - 1
-    for i in range(start, len(starts)):
+def _fnv(data, starts, ends):
+    """FNV-1a hash of each token ``data[starts[i]:ends[i]]``."""
+    hashes = np.empty(len(starts), dtype=np.uint64)
+    for i in range(len(starts)):
         h = _FNV_OFFSET
         for j in range(starts[i], ends[i]):
             h = (h ^ np.uint64(data[j])) * _FNV_PRIME
+        hashes[i] = h
+    return hashes
+
+
+@numba.njit(nogil=True, cache=True)
+def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, spans, hashes, n_ids, table, limit):
+    """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
+    hash ``token_hashes[i]``), adding unseen tokens to the arena; stops before the vocabulary
+    would pass ``limit`` tokens.
+
+    ``table``: linear-probing slots holding ids by hash; ``spans[id]`` locates the token's bytes
+    in ``arena``. Returns (arena_used, n_ids, position reached)."""
+    mask = len(table) - 1
+    for i in range(start, len(starts)):
+        h = token_hashes[i]
         slot = np.int64(h & np.uint64(mask))
         length = ends[i] - starts[i]
         while True:
@@ -246,9 +260,12 @@ class TokenIds:
     def __len__(self) -> int:
         return self.size
 
-    def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """Ids of the tokens ``data[starts[i]:ends[i]]``; the table doubles whenever it would pass
-        half full (sized by the vocabulary, not the batch, so it stays in cache)."""
+    def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray | None = None
+               ) -> np.ndarray:
+        """Ids of the tokens ``data[starts[i]:ends[i]]`` (``hashes``: their FNV-1a hashes, computed
+        if not given); the table doubles whenever it would pass half full (sized by the
+        vocabulary, not the batch, so it stays in cache)."""
+        hashes = _fnv(data, starts, ends) if hashes is None else hashes
         ids = np.empty(len(starts), dtype=np.int64)
         self.arena = _grown(self.arena, self.used + int((ends - starts).sum()))
         done = 0
@@ -256,8 +273,8 @@ class TokenIds:
             limit = len(self.table) // 2
             self.spans = _grown(self.spans, limit)
             self.hashes = _grown(self.hashes, limit)
-            self.used, self.size, done = _intern(data, starts, ends, ids, done, self.arena, self.used, self.spans,
-                                                 self.hashes, self.size, self.table, limit)
+            self.used, self.size, done = _intern(data, starts, ends, hashes, ids, done, self.arena, self.used,
+                                                 self.spans, self.hashes, self.size, self.table, limit)
             if done < len(starts):
                 self.table = np.full(2 * len(self.table), _EMPTY, dtype=np.int64)
                 _reinsert(self.hashes[:self.size], self.table)
@@ -291,8 +308,30 @@ def string_buffers(strings) -> tuple[np.ndarray, np.ndarray]:
     return data, offsets.astype(np.int64)
 
 
-def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: int = 0
-              ) -> tuple[np.ndarray, np.ndarray]:
+class ByteScanner:
+    """``_scan_ascii`` with its work buffers kept from batch to batch (fresh large arrays would
+    page-fault on every batch)."""
+
+    def __init__(self):
+        self.out = np.empty(0, dtype=np.uint8)
+        self.spans = np.empty((0, 3), dtype=np.int64)   # start, end, row of each token
+        self.hashes = np.empty(0, dtype=np.uint64)
+
+    def scan(self, data: np.ndarray, offsets: np.ndarray, skip: np.ndarray, options: TokenizerOptions
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(lowercased bytes, token starts, ends, hashes, rows); the rows are a copy, the rest
+        are views of the buffers, valid until the next scan."""
+        most = int(offsets[-1] - offsets[0])   # ≥ 1 byte a token
+        self.out = _grown(self.out, len(data))
+        self.spans, self.hashes = _grown(self.spans, most), _grown(self.hashes, most)
+        starts, ends, rows = self.spans[:, 0], self.spans[:, 1], self.spans[:, 2]
+        n = _scan_ascii(data, offsets, skip, options.lowercase, not options.remove_punctuation, BYTE_CLASS,
+                        self.out, starts, ends, rows, self.hashes)
+        return self.out, starts[:n], ends[:n], self.hashes[:n], rows[:n].copy()
+
+
+def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: int = 0,
+              scanner: ByteScanner | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(token ids, row of each token) of ``texts`` as ``options.tokenize`` splits them.
 
     ASCII rows go through the byte scanner, the others (if any) through the Arrow tokenizer,
@@ -305,11 +344,8 @@ def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: i
     mixed = len(used) > 0 and used.max() >= 128
     other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) if mixed \
         else np.zeros(len(texts), dtype=bool)
-    out = np.empty_like(data)
-    starts, ends, parents = (np.empty(len(used), dtype=np.int64) for _ in range(3))  # ≥ 1 byte a token
-    n = _scan_ascii(data, offsets, other, options.lowercase, not options.remove_punctuation, BYTE_CLASS,
-                    out, starts, ends, parents)
-    ids, parents = vocab.intern(out, starts[:n], ends[:n]), parents[:n]
+    out, starts, ends, hashes, parents = (scanner or ByteScanner()).scan(data, offsets, other, options)
+    ids = vocab.intern(out, starts, ends, hashes)
     if mixed:
         rows = np.flatnonzero(other)
         tokens = options.tokenize(texts.take(pa.array(rows)))
@@ -391,11 +427,12 @@ class _FieldCounts:
         self.name, self.options = name, config.tokenizer
         self.stopword_ids = len(STOPWORD_LIST) if self.options.remove_stopwords else 0
         self.vocab = TokenIds(seed=STOPWORD_LIST if self.stopword_ids else ())
+        self.scanner = ByteScanner()
         self.orders = [n for n, family in ((1, "unigram"), (2, "bigram")) if family in config.families]
         self.tables: dict[int, KeyCounts] = {}
 
     def tokenize(self, texts) -> tuple[np.ndarray, np.ndarray]:
-        return token_ids(texts, self.options, self.vocab, self.stopword_ids)
+        return token_ids(texts, self.options, self.vocab, self.stopword_ids, self.scanner)
 
     def count(self, tokens: tuple[np.ndarray, np.ndarray], labels: np.ndarray, first_row: int, n_labels: int) -> None:
         ids, parents = tokens
