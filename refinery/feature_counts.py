@@ -537,13 +537,21 @@ class FeatureCounts:
         return self
 
     def _add_row_features(self, table: pa.Table, labels: np.ndarray) -> None:
-        long = extract(table, FeatureConfig(self.row_families, self.config.tokenizer, self.config.field_names,
+        """Row-level families: ``null`` (every row has it) directly, the others via ``extract``."""
+        C, n = len(self.labels), table.num_rows
+        if "null" in self.row_families:
+            null = self.row_feature_ids.setdefault("null", len(self.row_feature_ids))
+            self.row_table.add(np.full(n, null, dtype=np.int64), np.arange(n, dtype=np.int64), labels, self.rows, C)
+        families = tuple(f for f in self.row_families if f != "null")
+        if not families:
+            return
+        long = extract(table, FeatureConfig(families, self.config.tokenizer, self.config.field_names,
                                             self.config.single_field_name))
         feature = long["feature"].combine_chunks()
         local = np.array([self.row_feature_ids.setdefault(f, len(self.row_feature_ids))
                           for f in feature.dictionary.to_pylist()], dtype=np.int64)
         ids = local[feature.indices.to_numpy()] if len(local) else np.empty(0, np.int64)
-        self.row_table.add(ids, long["row"].to_numpy(), labels, self.rows, len(self.labels))
+        self.row_table.add(ids, long["row"].to_numpy(), labels, self.rows, C)
 
     def matrix(self, labels: list | None = None) -> tuple[pa.Array, list, np.ndarray]:
         """(F features, labels, F×C counts) of every feature seen; ``labels`` (default: those seen,
