@@ -2,7 +2,7 @@
 (1M synthetic pairs), and sketch mode on 10M rows (peak RSS, top-50 recall vs exact, n ≥ 1,000), with
 and without the exact recount of the sketches' candidates.
 
-    .venv/bin/python benchmarks/audit.py [--rows 1000000] [--sketch-rows 10000000]
+    .venv/bin/python benchmarks/audit.py [--rows 1000000] [--sketch-rows 10000000] [--repeat 5] [--skip-sketch]
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def main():
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--sketch-rows", type=int, default=10_000_000)
     p.add_argument("--lg-k", type=int, default=19)
-    p.add_argument("--repeat", type=int, default=3, help="fresh-process runs of the exact audit (median)")
+    p.add_argument("--repeat", type=int, default=5, help="fresh-process runs of the exact audit (median)")
     p.add_argument("--skip-naive", action="store_true")
     p.add_argument("--skip-sketch", action="store_true")
     p.add_argument("--child", nargs=4, metavar=("MODE", "PATH", "OUT", "LG_K"))

@@ -21,6 +21,25 @@ import pyarrow.parquet as pq
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 
 
+def dictionary_ids(values, index: dict, names: list | None = None) -> np.ndarray:
+    """Ids of the strings of ``values`` in ``index`` (string → id), unseen ones registered with
+    the next id (and appended to ``names``). The array is dictionary-encoded first (unless it is
+    already), so the Python dict is consulted once per distinct string, not once per value."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+    if encoded.null_count:
+        raise ValueError("dictionary_ids: values must not be null")
+    local = np.empty(len(encoded.dictionary), dtype=np.int64)
+    for i, value in enumerate(encoded.dictionary.to_pylist()):
+        j = index.get(value)
+        if j is None:
+            j = index[value] = len(index)
+            if names is not None:
+                names.append(value)
+        local[i] = j
+    return local[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
 def label_totals(labels) -> dict:
     """Rows per label of a label column."""
     vc = pc.value_counts(labels)
@@ -290,22 +309,8 @@ class IncrementalCounts:
         self.label_totals = {l: 0 for l in self.labels}
 
     def ids(self, features: pa.Array) -> np.ndarray:
-        """Feature ids of an Arrow string array, registering unseen features.
-
-        The array is dictionary-encoded first, so the Python index is consulted once per distinct
-        feature of the batch, not once per (row, feature) pair.
-        """
-        encoded = pc.dictionary_encode(features)
-        index, names = self.index, self.names
-        distinct = encoded.dictionary.to_pylist()
-        local = np.empty(len(distinct), dtype=np.int64)
-        for i, f in enumerate(distinct):
-            j = index.get(f)
-            if j is None:
-                j = index[f] = len(names)
-                names.append(f)
-            local[i] = j
-        return local[encoded.indices.to_numpy(zero_copy_only=False)]
+        """Feature ids of an Arrow string array, registering unseen features."""
+        return dictionary_ids(features, self.index, self.names)
 
     def add(self, feature_ids, label_ids, row_labels=None) -> None:
         """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""

@@ -4,13 +4,13 @@ Unigram and bigram presence per field is counted without materializing ``(row, "
 strings. Per field, each batch is tokenized (a compiled byte scanner for ASCII text, the
 reference Arrow tokenizer otherwise; both give the tokens of ``TokenizerOptions.tokenize``),
 each token interned to a dense id, and a bigram packed into the key ``id1 << 32 | id2``. Keys
-are counted in a table whose rows are ``[key, stamp, count per label…]``: a key counts for a
-row only when its stamp is not already that row, so presence counts once per row. Feature
-strings (``"w1 w2@hypothesis"``) are built once per distinct feature, at the end.
+are counted in a table whose int32 rows are ``[key high, key low, stamp, count per label…]``: a
+key counts for a row only when its stamp is not already that row, so presence counts once per
+row. Feature strings (``"w1 w2@hypothesis"``) are built once per distinct feature, at the end.
 
 The kernels are numba-compiled and release the GIL, so the fields of a pair corpus are counted
-in parallel threads. Row-level families (length, ratio, overlap, ``null``) come from
-``features.extract`` and count in a dense table of their own.
+in parallel threads. Row-level families count in a dense table of their own: ``null`` directly,
+length, ratio and overlap from ``features.extract``.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .counts import dictionary_ids
 from .features import STOPWORD_LIST, FeatureConfig, TokenizerOptions, extract, text_fields
 
 _EMPTY = -1
@@ -494,17 +495,9 @@ class FeatureCounts:
         self._in_flight: list = []     # futures of the last add
         self._pending = None           # (label ids, first row) of the batch being tokenized, not yet counted
 
-    def _label_ids(self, labels) -> np.ndarray:
-        encoded = pc.dictionary_encode(labels.combine_chunks() if isinstance(labels, pa.ChunkedArray) else labels)
-        if encoded.null_count:
-            raise ValueError("labels must not be null")
-        local = np.array([self.labels.setdefault(l, len(self.labels)) for l in encoded.dictionary.to_pylist()],
-                         dtype=np.int64)
-        return local[encoded.indices.to_numpy()]
-
     def add(self, table: pa.Table) -> "FeatureCounts":
         tokenized = self._drain()
-        labels = self._label_ids(table["label"])
+        labels = dictionary_ids(table["label"], self.labels)
         if self.fields is None:
             self.fields = {col: _FieldCounts(name, self.config) for col, name in text_fields(table, self.config)
                            if any(f in self.config.families for f in ("unigram", "bigram"))}
@@ -547,10 +540,7 @@ class FeatureCounts:
             return
         long = extract(table, FeatureConfig(families, self.config.tokenizer, self.config.field_names,
                                             self.config.single_field_name))
-        feature = long["feature"].combine_chunks()
-        local = np.array([self.row_feature_ids.setdefault(f, len(self.row_feature_ids))
-                          for f in feature.dictionary.to_pylist()], dtype=np.int64)
-        ids = local[feature.indices.to_numpy()] if len(local) else np.empty(0, np.int64)
+        ids = dictionary_ids(long["feature"], self.row_feature_ids)
         self.row_table.add(ids, long["row"].to_numpy(), labels, self.rows, C)
 
     def matrix(self, labels: list | None = None) -> tuple[pa.Array, list, np.ndarray]:
