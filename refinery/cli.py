@@ -49,6 +49,14 @@ def input_options(f):
     return wrapper
 
 
+def precision_option(f):
+    from .models.precision import PRECISIONS
+
+    return click.option("--train-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+                        help="Fine-tuning precision. auto: bf16 autocast where the device computes bf16 natively "
+                             "(CUDA with bf16, CPUs with AVX512-BF16 or AMX), float32 elsewhere.")(f)
+
+
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                         show_default=True, help="What to do when OUT already holds a finished result.")(f)
@@ -426,14 +434,16 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--batch", "batch", type=int, default=32, show_default=True)
 @click.option("--max-length", type=int, default=128, show_default=True)
 @click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
+@precision_option
 @input_options
 def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
-          mapping, opts):
+          train_precision, mapping, opts):
     """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
     from . import probe as probe_mod
 
     params = {} if backend == "ngram" else {"model": model_name, "epochs": epochs, "lr": lr,
-                                             "batch_size": batch, "max_length": max_length}
+                                             "batch_size": batch, "max_length": max_length,
+                                             "precision": train_precision}
     report = probe_mod.run(list(train), list(evaluate_on), out, mapping, opts, backend,
                            "hypothesis" if hypothesis_only else "pair", params, save_model)
     click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}) on "
@@ -577,8 +587,6 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--first-epochs", type=int)
 @click.option("--later-epochs", type=int)
 @click.option("--max-new-tokens", type=int)
-@click.option("--train-precision", type=click.Choice(["float32", "bfloat16"]),
-              help="Generator fine-tuning precision (small profile: bfloat16 mixed precision).")
 @click.option("--no-usm", is_flag=True, help="Ablation: never update the shallow model.")
 @click.option("--lowest-indicator", is_flag=True, help="Ablation: generate with b1 only (b_r -> b1).")
 @click.option("--no-indicator", is_flag=True, help="Ablation: train and generate without bias indicators.")
@@ -590,6 +598,7 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--batch-size", type=int, default=16, show_default=True)
 @click.option("--mode", type=click.Choice(["resume", "overwrite"]), default="resume", show_default=True,
               help="resume: continue from the last finished iteration in --out.")
+@precision_option
 @input_options
 def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, tau, shallow_rows, usm_rows, shallow,
           task_model, generator, lr, first_epochs, later_epochs, max_new_tokens, train_precision, no_usm,
@@ -617,14 +626,16 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
                      iterate=not no_iteration)
     if max_new_tokens:
         config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
-    if train_precision:
-        config = replace(config, train_autocast=None if train_precision == "float32" else train_precision)
+    config = replace(config, train_precision=train_precision)
     report = ib.run(table, out, config, backend, {}, engine, batch_size, mode)
     for h in report["iterations"]:
         click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
                    f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}")
     click.echo(f"mean z* of the original's top features: {report['mean_top_z']['original']} (original) vs "
                f"{report['mean_top_z']['accepted']} (accepted pseudo samples)")
+    used = report["iterations"][-1]["train_precision"] if report["iterations"] else None
+    if used:
+        click.echo(f"generator fine-tuned in {used['dtype']} ({used['requested']}: {used['reason']})")
     click.echo(f"report: {out}/report/report.html")
 
 

@@ -60,7 +60,7 @@ class IbadrConfig:
     lr: float = 5e-5
     train_batch_size: int = 8
     max_length: int = 128
-    train_autocast: str | None = None     # "bfloat16": mixed-precision fine-tuning of the generator
+    train_precision: str = "auto"         # generator fine-tuning: auto | float32 | bfloat16 | float16
     sampling: Sampling = Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64)
     usm: bool = True
     lowest_indicator: bool = False        # ablation b_r → b1
@@ -80,7 +80,7 @@ PROFILES = {
     "paper": IbadrConfig(),
     # CPU: SmolLM2-135M, the n-gram shallow and task models, a few hundred samples per iteration
     "small": IbadrConfig(iterations=2, per_iteration=300, shallow_rows=2000, usm_rows=2000, first_epochs=1,
-                         lr=1e-4, train_batch_size=16, max_length=96, train_autocast="bfloat16", tau=0.4,
+                         lr=1e-4, train_batch_size=16, max_length=96, tau=0.4,
                          sampling=Sampling(temperature=1.0, top_p=0.9, max_new_tokens=56)),
 }
 
@@ -135,17 +135,18 @@ def _sample(table: pa.Table, rows: int, rng: np.random.Generator) -> pa.Table:
     return table.take(pa.array(np.sort(rng.choice(table.num_rows, rows, replace=False))))
 
 
-def _classifier(kind: str, seed: int):
+def _classifier(kind: str, config: IbadrConfig):
     from .models.base import make_classifier
 
-    return make_classifier(kind, "pair", **({"seed": seed, "epochs": 3} if kind == "transformer" else {}))
+    params = {"seed": config.seed, "epochs": 3, "precision": config.train_precision} if kind == "transformer" else {}
+    return make_classifier(kind, "pair", **params)
 
 
 def _with_training_params(model, config: IbadrConfig):
     """A reloaded shallow model with the training parameters of a fresh one (so USM after a resume
     trains exactly as it would have without the interruption)."""
-    fresh = _classifier(config.shallow, config.seed)
-    for name in ("epochs", "seed", "lr", "batch_size"):
+    fresh = _classifier(config.shallow, config)
+    for name in ("epochs", "seed", "lr", "batch_size", "precision"):
         if hasattr(fresh, name):
             setattr(model, name, getattr(fresh, name))
     return model
@@ -179,9 +180,10 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
     generator = TransformersGenerator(generator_from, chat=False, batch_size=batch_size)
     epochs = config.first_epochs if iteration == 1 else config.later_epochs
     generator.fit(heads, targets, epochs=epochs, lr=config.lr, batch_size=config.train_batch_size,
-                  max_length=config.max_length, autocast=config.train_autocast, seed=config.seed + iteration)
+                  max_length=config.max_length, precision=config.train_precision, seed=config.seed + iteration)
     path = os.path.join(workdir, "generator")
     generator.save(path)
+    train_precision = generator.precision_.to_dict()
     del generator
 
     rng = _rng(config, iteration, "generate")
@@ -224,6 +226,7 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
              "acceptance_rate": accepted.num_rows / max(len(rows), 1),
              "distinct_1": distinct_n(well_formed, 1), "distinct_2": distinct_n(well_formed, 2),
              "indicators": dict(sorted(Counter(f"b{r}" for r in rs).items())) if config.indicator else {},
+             "train_precision": train_precision,
              # the shallow model's bias degrees of the original rows: equal across iterations iff θs did not change
              "shallow_fingerprint": hashlib.sha1(np.round(bias[original], 6).tobytes()).hexdigest()[:16]}
     return accepted, generated, stats
@@ -301,9 +304,9 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
             history = json.load(fh)["history"]
     else:
         pool, history = original, []
-        shallow = _classifier(config.shallow, config.seed).fit(
+        shallow = _classifier(config.shallow, config).fit(
             _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
-    task_model = _classifier(config.task_model, config.seed).fit(table)
+    task_model = _classifier(config.task_model, config).fit(table)
     original_top = audit_table(table).top_k(10)
     for iteration in tqdm(range(done + 1, iterations + 1), desc="ibadr iterations", disable=None):
         generator_from = os.path.join(_checkpoint(out, iteration - 1), "generator") if iteration > 1 \
@@ -346,6 +349,7 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
               "iterations": history, "original_top_features_in_accepted": summary,
               "mean_top_z": {"original": _mean([e["z_original"] for v in summary.values() for e in v]),
                              "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},
+              "train_precision": history[-1]["train_precision"] if history else None,
               "backend": backend, "config": config.to_dict()}
     with AtomicDir(os.path.join(out, "generated")) as d:
         pq.write_table(generated, d.file("generated.parquet"))
@@ -354,7 +358,7 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
         d.write_text("report.html", page("refinery ibadr", [
             ("Summary", dict_table({k: report[k] for k in ("original_rows", "pool_rows", "generated", "accepted",
-                                                           "by_status", "mean_top_z")})),
+                                                           "by_status", "mean_top_z", "train_precision")})),
             ("Iterations", "".join(dict_table({k: v for k, v in h.items() if k != "original_top_features"})
                                    for h in history)),
             ("The original's top biased features: z* in the original vs in the accepted pseudo samples",

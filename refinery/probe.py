@@ -30,6 +30,8 @@ def run(train: list[str], evaluate: list[str], out: str, mapping: Mapping | None
     fit_seconds = time.perf_counter() - t
     report = {"backend": backend, "inputs": inputs, "params": params or {}, "train": list(train),
               "train_rows": train_table.num_rows, "fit_seconds": round(fit_seconds, 2), "eval": {}}
+    if getattr(model, "precision_", None) is not None:
+        report["train_precision"] = model.precision_.to_dict()
     predictions = []
     for path in evaluate:
         table, _ = load([path], mapping, opts)

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from .precision import resolve_precision
 from .registry import resolve
 from .training import fit_loop
 
@@ -21,12 +22,13 @@ class TransformerClassifier:
 
     def __init__(self, model: str = "sentence-transformers/all-MiniLM-L6-v2", inputs: str = "pair", epochs: int = 1,
                  lr: float = 5e-5, batch_size: int = 32, max_length: int = 128, weight_decay: float = 0.01,
-                 seed: int = 0, device: str | None = None):
+                 seed: int = 0, device: str | None = None, precision: str = "auto"):
         if inputs not in ("hypothesis", "premise", "pair"):
             raise ValueError(f"inputs must be hypothesis, premise or pair, not {inputs!r}")
         self.model_name, self.inputs, self.epochs, self.lr = model, inputs, epochs, lr
         self.batch_size, self.max_length, self.weight_decay, self.seed = batch_size, max_length, weight_decay, seed
-        self.device = device
+        self.device, self.precision = device, precision
+        self.precision_ = None  # the Precision the last fit ran in
         self.classes_: list = []
         self.model = self.tokenizer = None
 
@@ -46,7 +48,8 @@ class TransformerClassifier:
 
     def fit(self, table: pa.Table, sample_weight: np.ndarray | None = None,
             warm_start: bool = False) -> "TransformerClassifier":
-        """Fine-tune encoder and head with cross-entropy (optionally weighted per row), AdamW, linear decay.
+        """Fine-tune encoder and head with cross-entropy (optionally weighted per row), AdamW, linear decay,
+        in ``self.precision`` (``auto``: bf16 autocast only where the device computes it natively).
 
         ``warm_start`` continues from the current weights (IBADR's USM) instead of the base model.
         """
@@ -73,9 +76,11 @@ class TransformerClassifier:
             loss = torch.nn.functional.cross_entropy(logits, y[idx].to(logits.device), reduction="none")
             return (loss * w[idx].to(logits.device)).sum() / w[idx].sum().to(logits.device)
 
+        self.precision_ = resolve_precision(self.precision, self._device())
         self.model.train()
-        fit_loop(self.model.parameters(), table.num_rows, loss_of, epochs=self.epochs, batch_size=self.batch_size,
-                 lr=self.lr, weight_decay=self.weight_decay, seed=self.seed, desc="fine-tune classifier")
+        fit_loop(self.model.parameters(), table.num_rows, loss_of, precision=self.precision_, epochs=self.epochs,
+                 batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay, seed=self.seed,
+                 desc="fine-tune classifier")
         self.model.eval()
         return self
 
@@ -97,7 +102,8 @@ class TransformerClassifier:
         self.tokenizer.save_pretrained(path)
         with open(os.path.join(path, "classifier.json"), "w") as fh:
             json.dump({"kind": self.kind, "base_model": self.model_name, "inputs": self.inputs,
-                       "max_length": self.max_length, "classes": self.classes_}, fh)
+                       "max_length": self.max_length, "classes": self.classes_,
+                       "trained_precision": self.precision_.to_dict() if self.precision_ else None}, fh)
 
     @classmethod
     def load(cls, path: str, device: str | None = None) -> "TransformerClassifier":
