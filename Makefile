@@ -39,7 +39,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(VLLM_STAMP)
 	REFINERY_VLLM_PYTHON=$(if $(VLLM_VENV),$(abspath $(VLLM_VENV))/bin/python,$(abspath $(PY))) \
-		$(PY) -m pytest -q -p no:cacheprovider tests
+		$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/audit.py
