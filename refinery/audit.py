@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from . import stats as zstats
-from .corpus import Corpus, is_corpus, iter_input_batches, load
+from .corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
 from .counts import COUNTS_SCHEMA, ExactCounts, counter_from_bytes, label_totals, make_counter
 from .feature_counts import FeatureCounts
 from .features import FeatureConfig
@@ -217,6 +217,8 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
     source = recounted if recounted is not None else counter
     labels = sorted(counter.label_totals)
+    if not sum(counter.label_totals.values()):
+        raise EmptyInput(f"no good rows to audit ({rejected:,} rejected)")
     if isinstance(source, ExactCounts):
         features, matrix, n = source.matrix(labels)
     else:

@@ -40,13 +40,16 @@ def input_options(f):
                                          storage_options=parse_storage_options(storage_options))
         except ValueError as e:
             raise click.UsageError(str(e)) from None
-        try:
-            return f(*args, **kwargs)
-        except (BadRowError, FileNotFoundError, corpus_mod.OutputExists, KeyError) as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+        return f(*args, **kwargs)
 
     return wrapper
+
+
+def conservation(lines_in: int, **parts: int) -> str:
+    """The run's accounting line: every input row is in an output or among the rejects."""
+    terms = " + ".join(f"{n:,} {name}" for name, n in parts.items())
+    status = "ok" if lines_in == sum(parts.values()) else "MISMATCH"
+    return f"rows in {lines_in:,} = {terms} ({status})"
 
 
 def precision_option(f):
@@ -62,9 +65,39 @@ def mode_option(f):
                         show_default=True, help="What to do when OUT already holds a finished result.")(f)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
+# that refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line
+USER_ERRORS = (BadRowError, FileNotFoundError, FileExistsError, PermissionError, corpus_mod.EmptyInput, ValueError,
+               KeyError, OSError)
+
+
+def _one_line(e: BaseException) -> str:
+    from .storage import redact_text
+
+    text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    text = " ".join(str(text).split()) or type(e).__name__
+    return redact_text(text if len(text) <= 500 else text[:500] + " …")
+
+
+class RefineryGroup(click.Group):
+    """Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # noqa: BLE001 — the one place errors become messages
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"error: {_one_line(e)}", err=True)
+            sys.exit(2 if isinstance(e, USER_ERRORS) else 1)
+
+
+@click.group(cls=RefineryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, envvar="REFINERY_DEBUG", help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="refinery")
-def main():
+def main(debug):
     """refinery: audit and debias labeled text corpora."""
 
 
@@ -80,6 +113,8 @@ def convert(inputs, out, shard_rows, mode, mapping, opts):
                                   config={"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None})
     click.echo(f"{out}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected "
                f"in {len(manifest['files'])} shard(s)")
+    click.echo(conservation(manifest["rows"] + manifest["rejected"], out=manifest["rows"],
+                            rejected=manifest["rejected"]))
 
 
 @main.command()
@@ -112,6 +147,9 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
     with tempfile.TemporaryDirectory(prefix="refinery-sql-") as workdir:
         files = queries.corpus_files(corpora, mapping, opts, workdir)
         queries.register_corpora(con, files, opts.storage_options)
+        bad = [p for p in params if "=" not in p]
+        if bad:
+            raise ValueError(f"--param {bad[0]!r} is not NAME=VALUE")
         result = queries.run(con, query, dict(p.split("=", 1) for p in params))
     if output or fmt == "parquet":
         import pyarrow.csv as pcsv
@@ -194,6 +232,8 @@ def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch
                                    alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount)
     result = audit_mod.audit(inputs, mapping, opts, config, engine=engine, state=state)
     summary = audit_mod.write_outputs(result, out, inputs)
+    click.echo(conservation(summary["rows"] + summary["rejected"], counted=summary["rows"],
+                            rejected=summary["rejected"]))
     click.echo(f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
                f"threshold z > {summary['threshold']:.2f}")
     click.echo(terminal_topk(result.top_k()))
@@ -255,6 +295,9 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
             raise click.UsageError("--composition needs --original and --generated")
         report = zf.compose(composition, original, generated, out, mapping, opts, config, engine=engine, mode=mode)
     click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,}")
+    if composition == "plain":
+        click.echo(conservation(report["input"] + report["input_rejected"], kept=report["kept"] - report["seed"],
+                                **{"filtered out": report["rejected"], "input rejects": report["input_rejected"]}))
     for label in report["max_z_before"]:
         click.echo(f"  max z* {label:<16} {report['max_z_before'][label]!s:>8} -> {report['max_z_after'][label]}")
     click.echo(f"report: {out}/report/report.html")
@@ -307,6 +350,8 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
     report = up.run(inputs, out, mapping, opts, config, mode=mode)
     click.echo(f"{report['rows_before']:,} -> {report['rows_after']:,} rows (+{report['growth']:.1%}), "
                f"{report['iterations_run']} iteration(s)")
+    click.echo(conservation(report["rows_before"] + report["rejected"], out=report["rows_before"],
+                            rejected=report["rejected"]) + f" (+ {report['rows_added']:,} up-sampled copies)")
     for tok in report["tokens"]:
         click.echo(f"  {tok:<16} max p̂ {max(report['p_hat_before'][tok].values()):.3f} -> "
                    f"{report['max_p_after'][tok]:.3f}")
@@ -366,6 +411,8 @@ def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, op
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(f"{report['edges']:,} pairs, {report['nodes']:,} sentences; test split {report['test_split']!r}")
+    pairs = sum(report["rows"].values())
+    click.echo(conservation(pairs + report["rejected"], pairs=pairs, rejected=report["rejected"]))
     click.echo(f"  leakage accuracy  {report['leakage_accuracy']:.4f}  (advanced {report['advanced_accuracy']:.4f})")
     click.echo(f"  majority accuracy {report['majority_accuracy']:.4f}  ({report['majority_label']})")
     for name, acc in report["ablations"].items():
@@ -394,6 +441,7 @@ def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, fores
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     d = report["diagnostics"]
+    click.echo(conservation(report["rows"] + report["rejected"], out=report["rows"], rejected=report["rejected"]))
     click.echo(f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
                f"effective sample size {d['effective_sample_size']:,.0f}")
     oof = report["out_of_fold"]

@@ -15,9 +15,9 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .readers import Batch, ReadOptions, expand_paths, read_file
+from .readers import EMPTY_CANONICAL, Batch, ReadOptions, expand_paths, read_file
 from .schema import REJECTS_SCHEMA, Mapping
-from .storage import AtomicDir, get_fs
+from .storage import AtomicDir, get_fs, redact
 
 MANIFEST = "manifest.json"
 FORMAT = "refinery.corpus/1"
@@ -26,6 +26,10 @@ DEFAULT_SHARD_ROWS = 250_000
 
 class OutputExists(FileExistsError):
     pass
+
+
+class EmptyInput(ValueError):
+    """An input or split with no good rows: refused unless the caller allows it."""
 
 
 @dataclass
@@ -107,6 +111,8 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
             corpus = Corpus.open(url, opts.storage_options)
             for table in corpus.iter_tables(batch_rows=opts.batch_rows):
                 yield url, Batch(table, REJECTS_SCHEMA.empty_table())
+            if corpus.manifest.get("rejected"):  # a corpus's own rejects travel with its rows
+                yield url, Batch(EMPTY_CANONICAL, corpus.read_rejects())
             continue
         if mapping is None:
             raise ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
@@ -135,7 +141,7 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
 
 def split_name(url: str) -> str:
     base = posixpath.basename(url.rstrip("/"))
-    for suffix in (".gz", ".jsonl", ".json", ".tsv", ".csv", ".parquet", ".txt"):
+    for suffix in (".gz", ".bz2", ".xz", ".zst", ".jsonl", ".ndjson", ".json", ".tsv", ".csv", ".parquet", ".txt"):
         base = base.removesuffix(suffix)
     return base
 
@@ -238,8 +244,8 @@ class CorpusWriter:
             "rejects": [f["path"] for f in self._reject_files],
             "file_stats": self._files + self._reject_files,
             **self.extra,
-            "command": _command_line(),
-            "config": self.config,
+            "command": redact(_command_line()),
+            "config": redact(self.config),
         }
         self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
         self._dir.commit()

@@ -94,16 +94,28 @@ def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
     return queries.run(con, "leakage_features")
 
 
-def corpus_features(inputs: dict[str, str], mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-                    config: GraphConfig = GraphConfig(), threads: int | None = None) -> tuple[pa.Table, pa.Table]:
-    """(rows, features) of named inputs ``{split: path}``; rows in input order with ``row_id`` and ``split``."""
+@dataclass
+class GraphInput:
+    """The rows of the named splits (input order, with ``row_id`` and ``split``), their leakage
+    features, and the input's rejects (carried into outputs, so no row goes missing)."""
+
+    rows: pa.Table
+    features: pa.Table
+    rejects: pa.Table
+
+
+def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+                    config: GraphConfig = GraphConfig(), threads: int | None = None) -> GraphInput:
+    """Rows, features and rejects of named inputs ``{split: path or [paths]}``."""
     con = queries.connect(threads=threads)
     with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
-        files = queries.corpus_files(inputs, mapping, opts, work)
-        queries.load_rows(con, files, opts.storage_options)
+        corpora = queries.split_corpora(inputs, mapping, opts, work)
+        queries.load_rows(con, {split: [f for c in cs for f in c.files] for split, cs in corpora.items()},
+                          opts.storage_options)
         features = graph_features(con, config)
         rows = con.sql("SELECT * FROM rows ORDER BY row_id").to_arrow_table()
-    return rows, features
+        rejects = queries.corpora_rejects(corpora)
+    return GraphInput(rows, features, rejects)
 
 
 def matrix(features: pa.Table, names) -> np.ndarray:
@@ -261,8 +273,10 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
 
     from .corpus import write_table
 
-    rows, features = corpus_features(inputs, mapping, opts, graph)
+    graph_input = corpus_features(inputs, mapping, opts, graph)
+    rows, features = graph_input.rows, graph_input.features
     report, predictions = predictability(features, list(inputs), test_split, forest)
+    report["rejected"] = graph_input.rejects.num_rows
     ids = rows["id"]
     predictions = predictions.append_column("id", pc.take(ids, predictions["row_id"]))
     features = features.append_column("id", ids)

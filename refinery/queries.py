@@ -125,31 +125,50 @@ def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
     return con.sql(sql, params=_bind(sql, name_or_file, params) or None).to_arrow_table()
 
 
-def split_specs(specs) -> dict[str, str]:
-    """``[SPLIT=]PATH`` arguments into {split: path}; the split defaults to the file's stem."""
+def split_specs(specs) -> dict[str, list[str]]:
+    """``[SPLIT=]PATH`` arguments into {split: [paths]}; the split defaults to the file's stem, and a
+    split given more than once (SICK train + trial) is made of all its files."""
     from .corpus import split_name
 
-    out = {}
+    out: dict[str, list[str]] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or "://" in name or "/" in name:
             name, path = split_name(spec), spec
-        if name in out:
-            raise ValueError(f"split {name!r} given twice")
-        out[name] = path
+        out.setdefault(name, []).append(path)
     return out
 
 
-def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
-    """Parquet files per split (``[SPLIT=]PATH`` specs, or a {split: path} dict): a finished corpus as
-    it is, raw inputs converted under ``workdir``."""
-    from .corpus import Corpus, convert, is_corpus
+def split_corpora(specs, mapping, opts, workdir: str) -> dict:
+    """Finished corpora per split (``[SPLIT=]PATH`` specs, or a {split: path or [paths]} dict): a finished
+    corpus as it is, raw inputs converted under ``workdir``. A split without good rows is an error."""
+    from .corpus import Corpus, EmptyInput, convert, is_corpus
 
-    files = {}
-    for split, path in (specs if isinstance(specs, dict) else split_specs(specs)).items():
-        if not is_corpus(path, opts.storage_options):
-            out = os.path.join(workdir, split)
-            convert([path], out, mapping, opts)
-            path = out
-        files[split] = Corpus.open(path, opts.storage_options).files
-    return files
+    specs = specs if isinstance(specs, dict) else split_specs(specs)
+    corpora: dict[str, list] = {}
+    for j, (split, paths) in enumerate(specs.items()):
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        for i, path in enumerate(paths):
+            if not is_corpus(path, opts.storage_options):
+                out = os.path.join(workdir, f"split{j}-{i}")  # never a user-given name in a path
+                convert([path], out, mapping, opts)
+                path = out
+            corpora.setdefault(split, []).append(Corpus.open(path, opts.storage_options))
+        if not sum(c.manifest["rows"] for c in corpora[split]):
+            rejected = sum(c.manifest.get("rejected", 0) for c in corpora[split])
+            what = f"split {split!r}" if split else "the input"
+            raise EmptyInput(f"{what} ({', '.join(paths)}) has no good rows ({rejected:,} rejected)")
+    return corpora
+
+
+def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
+    """Parquet files per split of :func:`split_corpora`."""
+    return {split: [f for c in cs for f in c.files] for split, cs in split_corpora(specs, mapping, opts, workdir).items()}
+
+
+def corpora_rejects(corpora: dict) -> pa.Table:
+    """The rejects of every corpus of :func:`split_corpora`, to be carried into an output."""
+    from .schema import REJECTS_SCHEMA
+
+    tables = [c.read_rejects() for cs in corpora.values() for c in cs]
+    return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()

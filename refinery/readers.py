@@ -17,14 +17,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .schema import OPTIONAL_FIELDS, REJECTS_SCHEMA, Mapping
+from .schema import CANONICAL_SCHEMA, OPTIONAL_FIELDS, REJECTS_SCHEMA, Mapping
 from .storage import get_fs
 
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_MAX_CHARS = 20_000
+DEFAULT_MAX_ROW_BYTES = 4 << 20
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # read through fsspec's compression="infer" (.zst: zstandard)
+BOM = b"\xef\xbb\xbf"
+MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
+
+
+EMPTY_CANONICAL = pa.schema([f.with_nullable(True) for f in CANONICAL_SCHEMA]).empty_table()
 
 
 class BadRowError(ValueError):
@@ -41,19 +48,26 @@ class Batch:
 class ReadOptions:
     batch_rows: int = DEFAULT_BATCH_ROWS
     max_chars: int = DEFAULT_MAX_CHARS
+    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES  # a longer raw line or record is that row's reject
     on_bad_row: str = "quarantine"  # or "fail"
     storage_options: dict | None = None
+
+
+def data_extension(path: str) -> str:
+    """The format extension of ``path`` once a compression suffix is removed (``x.jsonl.zst`` → ``.jsonl``)."""
+    name = path.lower()
+    for suffix in COMPRESSIONS:
+        name = name.removesuffix(suffix)
+    return posixpath.splitext(name)[1]
 
 
 def detect_format(path: str, mapping: Mapping | None) -> str:
     if mapping and mapping.format:
         return mapping.format
-    name = path.lower()
-    for suffix in (".gz", ".bz2", ".zst", ".xz"):
-        name = name.removesuffix(suffix)
-    ext = posixpath.splitext(name)[1]
+    ext = data_extension(path)
     if ext not in FORMATS:
-        raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; use a preset with a format")
+        raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; "
+                         f"use one of {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)})")
     return FORMATS[ext]
 
 
@@ -67,7 +81,7 @@ def expand_paths(inputs, storage_options=None) -> list[str]:
         elif fs.isdir(path):
             matches = sorted(
                 p for p in fs.find(path)
-                if posixpath.splitext(p)[1].lower() in FORMATS and not posixpath.basename(p).startswith((".", "_"))
+                if data_extension(p) in FORMATS and not posixpath.basename(p).startswith((".", "_"))
             )
         else:
             matches = [path] if fs.exists(path) else []
@@ -87,27 +101,74 @@ def _rejects(source_file: str, lines, columns, reasons, raws) -> pa.Table:
     )
 
 
+def _depth(value, limit: int) -> int:
+    """Nesting depth of a parsed JSON value, counted no further than ``limit`` + 1."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+        depth += 1
+    return depth
+
+
+def _text_value(value):
+    """(text, None) for a scalar JSON value in a text column, or (None, reason) for an object or array.
+
+    Numbers and booleans are written as JSON writes them (12345 → "12345", true → "true")."""
+    if value is None or isinstance(value, str):
+        return value, None
+    if isinstance(value, (bool, int, float)):
+        return json.dumps(value), None
+    kind = "object" if isinstance(value, dict) else "array"
+    return None, f"a JSON {kind} where text is expected"
+
+
+def _check_record(obj, text_columns: frozenset) -> tuple[str | None, str | None]:
+    """Decode the text columns of one parsed record in place; (column, reason) if the row is bad."""
+    if not isinstance(obj, dict):
+        return None, f"JSON {'array' if isinstance(obj, list) else type(obj).__name__} is not an object"
+    if _depth(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    for col in text_columns:
+        if col in obj:
+            obj[col], reason = _text_value(obj[col])
+            if reason:
+                return col, f"column {col!r} holds {reason}"
+    return None, None
+
+
 def _records_to_table(records: list[dict]) -> pa.Table:
-    """Arrow table from parsed JSON objects; columns whose types conflict become JSON strings."""
+    """Arrow table from parsed JSON objects. A pass-through column whose values have conflicting types
+    keeps its strings as they are and holds the other values JSON-encoded, value by value."""
+    keys = dict.fromkeys(k for r in records for k in r)
+    cols = {}
+    for k in keys:
+        values = [r.get(k) for r in records]
+        try:
+            cols[k] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
+    return pa.table(cols) if cols else pa.table({"__empty": pa.nulls(len(records))}).drop_columns(["__empty"])
+
+
+def _parse_json_line(text: str, text_columns: frozenset):
+    """(record, column, reason): one JSON line decoded on its own terms."""
     try:
-        return pa.Table.from_pylist(records)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        keys = dict.fromkeys(k for r in records for k in r)
-        cols = {}
-        for k in keys:
-            values = [r.get(k) for r in records]
-            try:
-                cols[k] = pa.array(values)
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                cols[k] = pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
-        return pa.table(cols)
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, None, f"malformed JSON: {e.msg} at column {e.colno}"
+    except RecursionError:
+        return None, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    column, reason = _check_record(obj, text_columns)
+    return (None, column, reason) if reason else (obj, None, None)
 
 
 def _iter_text_lines(fs, path, batch_rows) -> Iterator[list[tuple[int, bytes]]]:
     chunk: list[tuple[int, bytes]] = []
     with fs.open(path, "rb", compression="infer") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw in enumerate(_lines(fh), start=1):
             raw = raw.rstrip(b"\r\n")
+            if lineno == 1:
+                raw = raw.removeprefix(BOM)
             if not raw.strip():
                 continue
             chunk.append((lineno, raw))
@@ -118,6 +179,14 @@ def _iter_text_lines(fs, path, batch_rows) -> Iterator[list[tuple[int, bytes]]]:
         yield chunk
 
 
+def _lines(fh):
+    """Line iteration over a binary stream; zstandard's reader has no readline, so it is buffered."""
+    try:
+        yield from fh
+    except io.UnsupportedOperation:
+        yield from io.BufferedReader(fh)
+
+
 def _decode(raw: bytes) -> str | None:
     try:
         return raw.decode("utf-8")
@@ -125,21 +194,21 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def _raw_jsonl(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, pa.Table]]:
     for chunk in _iter_text_lines(fs, path, opts.batch_rows):
         records, lines, raws, bad = [], [], [], []
         for lineno, raw in chunk:
+            if len(raw) > opts.max_row_bytes:
+                bad.append((lineno, None, f"line of {len(raw):,} bytes is over the {opts.max_row_bytes:,}-byte limit",
+                            raw[:1024].decode("utf-8", "replace") + " …"))
+                continue
             text = _decode(raw)
             if text is None:
                 bad.append((lineno, None, "undecodable bytes (not UTF-8)", raw.decode("utf-8", "replace")))
                 continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                bad.append((lineno, None, f"malformed JSON: {e.msg} at column {e.colno}", text))
-                continue
-            if not isinstance(obj, dict):
-                bad.append((lineno, None, "JSON line is not an object", text))
+            obj, column, reason = _parse_json_line(text, text_columns)
+            if reason:
+                bad.append((lineno, column, reason, text))
                 continue
             records.append(obj)
             lines.append(lineno)
@@ -147,9 +216,9 @@ def _raw_jsonl(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
         yield _with_provenance(_records_to_table(records), lines, raws), _rejects(source, *_unzip4(bad))
 
 
-def _raw_json_array(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, pa.Table]]:
     with fs.open(path, "rb", compression="infer") as fh:
-        data = fh.read()
+        data = fh.read().removeprefix(BOM)
     text = _decode(data)
     if text is None:
         raise BadRowError(f"{source}: undecodable bytes (not UTF-8) in a JSON array file")
@@ -157,23 +226,35 @@ def _raw_json_array(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table
         items = json.loads(text)
     except json.JSONDecodeError as e:
         raise BadRowError(f"{source}, line {e.lineno}: malformed JSON: {e.msg}") from None
+    except RecursionError:
+        raise BadRowError(f"{source}: JSON nested deeper than Python can parse") from None
     if isinstance(items, dict):
         items = next((v for v in items.values() if isinstance(v, list)), [items])
-    for start in range(0, len(items), opts.batch_rows):
+    for start in range(0, max(len(items), 1), opts.batch_rows):
         records, lines, raws, bad = [], [], [], []
         for i, obj in enumerate(items[start:start + opts.batch_rows], start=start + 1):
-            if isinstance(obj, dict):
+            column, reason = _check_record(obj, text_columns)
+            raw = _json_text(obj)
+            if reason:
+                bad.append((i, column, reason.replace("JSON ", "array element: JSON ", 1) if column is None
+                            else reason, raw))
+            else:
                 records.append(obj)
                 lines.append(i)
-                raws.append(json.dumps(obj, ensure_ascii=False))
-            else:
-                bad.append((i, None, "array element is not an object", json.dumps(obj)))
+                raws.append(raw)
         yield _with_provenance(_records_to_table(records), lines, raws), _rejects(source, *_unzip4(bad))
+
+
+def _json_text(obj) -> str:
+    try:
+        return json.dumps(obj, ensure_ascii=False)
+    except (RecursionError, ValueError):
+        return f"<{type(obj).__name__} too deeply nested to print>"
 
 
 def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, pa.Table]]:
     with fs.open(path, "rb", compression="infer") as fh:
-        stream = io.TextIOWrapper(fh, encoding="utf-8", errors="surrogateescape", newline="")
+        stream = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="")
         reader = csv.reader(stream, delimiter=delimiter,
                             quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
         header = next(reader, None)
@@ -197,7 +278,10 @@ def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             raw = delimiter.join(row)
-            if len(row) != width:
+            if len(raw) > opts.max_row_bytes:
+                bad.append((lineno, None, f"line of {len(raw):,} characters is over the {opts.max_row_bytes:,} limit",
+                            _safe(raw[:1024]) + " …"))
+            elif len(row) != width:
                 bad.append((lineno, None, f"expected {width} columns, got {len(row)}", _safe(raw)))
             elif any(_has_surrogates(v) for v in row):
                 bad.append((lineno, None, "undecodable bytes (not UTF-8)", _safe(raw)))
@@ -264,6 +348,8 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     over-long text, label outside the declared set. Vectorized with Arrow compute.
     """
     n = table.num_rows
+    if n == 0:  # a batch whose every line was bad: an empty batch
+        return Batch(EMPTY_CANONICAL, REJECTS_SCHEMA.empty_table())
     reason = pa.nulls(n, pa.string())
     column = pa.nulls(n, pa.string())
 
@@ -280,13 +366,16 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
         if src is None:
             continue
         if src not in table.column_names:
-            flag(pa.array([True] * n), src, f"missing column {src!r}")
+            flag(pa.array([True] * n, pa.bool_()), src, f"missing column {src!r}")
             values[key] = pa.chunked_array([pa.nulls(n, pa.string())])
             continue
         col = table[src]
         if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
-            col = pc.cast(col, pa.string()) if _castable(col.type) else pa.chunked_array(
-                [pa.array([None if v is None else json.dumps(v) for v in col.to_pylist()], pa.string())])
+            if _castable(col.type):
+                col = pc.cast(col, pa.string())
+            else:  # lists, structs, binary: that row's reject, never text made up from them
+                flag(pc.is_valid(col), src, f"column {src!r} holds {col.type} where text is expected")
+                col = pa.chunked_array([pa.nulls(n, pa.string())])
         values[key] = col
         flag(pc.is_null(col), src, f"missing or null value in column {src!r}")
         if key != "label":
@@ -367,9 +456,11 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
     """Stream one file as canonical batches; raise BadRowError on the first bad row under ``fail``."""
     fs, fpath = get_fs(path, opts.storage_options)
     fmt = detect_format(path, mapping)
+    text_columns = frozenset(mapping.columns[k] for k in ("text_a", "text_b", "label", "id", "node_a", "node_b")
+                             if mapping.columns.get(k))
     parsers = {
-        "jsonl": lambda: _raw_jsonl(fs, fpath, opts, path),
-        "json": lambda: _raw_json_array(fs, fpath, opts, path),
+        "jsonl": lambda: _raw_jsonl(fs, fpath, opts, path, text_columns),
+        "json": lambda: _raw_json_array(fs, fpath, opts, path, text_columns),
         "csv": lambda: _raw_delimited(fs, fpath, opts, path, ",", mapping.csv_quoting),
         "tsv": lambda: _raw_delimited(fs, fpath, opts, path, "\t", mapping.csv_quoting),
         "parquet": lambda: _raw_parquet(fs, fpath, opts, path),
@@ -388,5 +479,5 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
 
 def _looks_like_jsonl(fs, path) -> bool:
     with fs.open(path, "rb", compression="infer") as fh:
-        head = fh.read(4096).lstrip()
+        head = fh.read(4096).removeprefix(BOM).lstrip()
     return not head.startswith(b"[")

@@ -77,19 +77,14 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         config: UpsampleConfig = UpsampleConfig(), mode: str = "overwrite", threads: int | None = None) -> dict:
     """Up-sample ``inputs`` into ``out`` (corpus + trace.parquet + report.json/html)."""
     with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
-        files = []
-        for url in inputs:
-            if not is_corpus(url, opts.storage_options):
-                target = os.path.join(work, f"in{len(files)}")
-                convert([url], target, mapping, opts)
-                url = target
-            files += Corpus.open(url, opts.storage_options).files
+        corpora = queries.split_corpora({"": list(inputs)}, mapping, opts, work)
         con = queries.connect(threads=threads)
-        queries.load_rows(con, {"": files}, opts.storage_options, with_split=False)
-        return _upsample(con, out, config, mode, list(inputs))
+        queries.load_rows(con, {"": [f for c in corpora[""] for f in c.files]}, opts.storage_options,
+                          with_split=False)
+        return _upsample(con, out, config, mode, list(inputs), queries.corpora_rejects(corpora))
 
 
-def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list) -> dict:
+def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, rejects: pa.Table) -> dict:
     con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
     con.execute("CREATE OR REPLACE TABLE stopwords AS SELECT * FROM __stopwords")
     con.execute("CREATE OR REPLACE TABLE label_set AS SELECT DISTINCT label FROM rows ORDER BY label")
@@ -138,7 +133,8 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list) ->
 
     after = token_stats(con, len(labels))
     report = _report(before, after, chosen, uncorrectable, labels, n_rows, len(added), trace, config, inputs)
-    _write(con, out, added, trace, report, config, mode, labels, before, after)
+    report["rejected"] = rejects.num_rows
+    _write(con, out, added, trace, report, config, mode, labels, before, after, rejects)
     return report
 
 
@@ -166,7 +162,7 @@ def _report(before, after, chosen, uncorrectable, labels, n_rows, n_added, trace
     }
 
 
-def _write(con, out, added, trace, report, config, mode, labels, before, after) -> None:
+def _write(con, out, added, trace, report, config, mode, labels, before, after, rejects) -> None:
     con.register("__added", pa.table({"draw_id": [a[0] for a in added], "iteration": [a[1] for a in added],
                                       "token": [a[2] for a in added], "row_id": [a[3] for a in added]}))
     has_source = "source" in [c[0] for c in con.execute("DESCRIBE rows").fetchall()]
@@ -186,6 +182,7 @@ def _write(con, out, added, trace, report, config, mode, labels, before, after) 
                 rel.fetch_record_batch(100_000)
             for rb in reader:
                 writer.write(pa.Table.from_batches([rb]))
+        writer.write(rejects=rejects)  # the input's rejects stay accounted for
         writer.commit()
     with AtomicDir(os.path.join(out, "report")) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))

@@ -157,17 +157,21 @@ def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         graph: GraphConfig = GraphConfig(), config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
     """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
-    from .corpus import write_table
+    from .corpus import CorpusWriter
 
-    rows, features = corpus_features(inputs, mapping, opts, graph)
+    graph_input = corpus_features(inputs, mapping, opts, graph)
+    rows, features = graph_input.rows, graph_input.features
     w, info = leakage_neutral_weights(features, rows["id"].to_pylist(), config)
     info.pop("p_hat")
     table = rows.drop_columns([c for c in ("row_id", "weight") if c in rows.column_names])
     table = table.append_column("weight", pa.array(w))
     report = {**info, "inputs": inputs, "graph": asdict(graph), "config": asdict(config)}
-    write_table(table, out, mode=mode, config={"weights": report["config"], "graph": report["graph"]},
-                extra={"weights": {k: report[k] for k in ("prior", "observed_shares", "weighted_shares",
-                                                           "diagnostics", "out_of_fold")}})
+    with CorpusWriter(out, mode=mode, config={"weights": report["config"], "graph": report["graph"]},
+                      extra={"weights": {k: report[k] for k in ("prior", "observed_shares", "weighted_shares",
+                                                                 "diagnostics", "out_of_fold")}}) as writer:
+        writer.write(table, graph_input.rejects)  # the input's rejects stay accounted for
+        manifest = writer.commit()
+    report.update(rows=manifest["rows"], rejected=manifest["rejected"])
     return report
 
 

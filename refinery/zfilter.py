@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from .corpus import Corpus, CorpusWriter, is_corpus, iter_input_batches, load
+from .corpus import Corpus, CorpusWriter, EmptyInput, is_corpus, iter_input_batches, load
 from . import stats as zstats
 from .counts import IncrementalCounts
 from .features import FeatureConfig, row_feature_lists
@@ -91,6 +91,7 @@ class ZFilterResult:
     rejected_by_label: dict
     kept_by_label: dict
     rejections_by_feature: dict
+    input_rejected: int = 0  # rows the readers rejected, kept in kept/'s rejects
 
 
 class ZFilter:
@@ -190,7 +191,16 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         mode: str = "overwrite") -> dict:
     """Filter ``inputs`` (conditionally on ``seed_inputs``) into ``out/kept`` and ``out/rejected``."""
     seed_table = load(seed_inputs, mapping, opts)[0] if seed_inputs else None
-    stream = (b.rows for _, b in iter_input_batches(inputs, mapping, opts))
+    input_rejects: list[pa.Table] = []
+
+    def rows():  # the input's rejects are set aside here and written with the kept rows' corpus
+        for _, b in iter_input_batches(inputs, mapping, opts):
+            if b.rejects.num_rows:
+                input_rejects.append(b.rejects)
+            if b.rows.num_rows:
+                yield b.rows
+
+    stream = rows()
     labels = _label_set(mapping, inputs, opts, seed_table)
     if config.shuffle_seed is not None:
         whole = pa.concat_tables(list(stream), promote_options="permissive")
@@ -228,10 +238,15 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
                     for f in h:
                         by_feature[f] = by_feature.get(f, 0) + 1
                 bar.update(batch.num_rows)
+        for rejects in input_rejects:
+            kept_w.write(rejects=rejects)
+        if not sum(kept_by.values()) + sum(rej_by.values()):
+            bad = sum(r.num_rows for r in input_rejects)
+            raise EmptyInput(f"no good input rows in {', '.join(inputs)} ({bad:,} rejected)")
         kept_m = kept_w.commit()
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
-                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])))
+                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"])
     return write_report(result, out, config)
 
 
@@ -257,7 +272,7 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
     top_before, top_after = before.top_k(config.k), after.top_k(config.k)
     report = {
         "kept": result.kept, "rejected": result.rejected, "seed": result.seed,
-        "input": result.kept + result.rejected - result.seed,
+        "input": result.kept + result.rejected - result.seed, "input_rejected": result.input_rejected,
         "kept_by_label": result.kept_by_label, "rejected_by_label": result.rejected_by_label,
         "max_z_before": {l: (v[0]["z"] if v else None) for l, v in top_before.items()},
         "max_z_after": {l: (v[0]["z"] if v else None) for l, v in top_after.items()},
@@ -267,7 +282,8 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
     with AtomicDir(os.path.join(out, "report")) as d:
         d.write_text("report.json", json.dumps(report, indent=1))
         d.write_text("report.html", page("refinery zfilter", [
-            ("Rows", dict_table({k: report[k] for k in ("input", "seed", "kept", "rejected", "kept_by_label",
+            ("Rows", dict_table({k: report[k] for k in ("input", "input_rejected", "seed", "kept", "rejected",
+                                                         "kept_by_label",
                                                          "rejected_by_label", "max_z_before", "max_z_after")})),
             ("z-statistics of the input", img_tag(zplot_png(before, 6, "input"), "before")),
             ("z-statistics of the kept corpus", img_tag(zplot_png(after, 6, "kept"), "after")),

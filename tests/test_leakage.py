@@ -171,9 +171,9 @@ def test_snli_dev_test_graph_end_to_end(tmp_path):
 
 def test_inductive_graphs_are_per_split():
     both = {"dev": SNLI_DEV, "test": SNLI_TEST}
-    _, transductive = leakage.corpus_features(both, PRESETS["snli"])
-    _, inductive = leakage.corpus_features(both, PRESETS["snli"], config=leakage.GraphConfig(transductive=False))
-    _, dev_alone = leakage.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"])
+    transductive = leakage.corpus_features(both, PRESETS["snli"]).features
+    inductive = leakage.corpus_features(both, PRESETS["snli"], config=leakage.GraphConfig(transductive=False)).features
+    dev_alone = leakage.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]).features
     dev = inductive.filter(pc.equal(inductive["split"], "dev"))
     for name in leakage.ADVANCED_FEATURES:
         assert dev[name].equals(dev_alone[name]), name

@@ -1,0 +1,155 @@
+"""Hostile input: values decoded row by row, BOMs, compressed shards, rejects carried through every verb,
+secrets never written, one-line errors."""
+import bz2
+import gzip
+import json
+import lzma
+import os
+
+import pyarrow as pa
+import pytest
+import zstandard
+
+from refinery.corpus import Corpus, load, read_any
+from refinery.readers import ReadOptions
+from refinery.schema import PRESETS
+
+from conftest import SNLI_DEV, run_cli
+
+SECRET = "SUPERSECRET-4711"
+
+
+def _snli_lines(n, start=0):
+    with open(SNLI_DEV, encoding="utf-8") as fh:
+        rows = [json.loads(line) for _, line in zip(range(start + n), fh)][start:]
+    return [{"sentence1": r["sentence1"], "sentence2": r["sentence2"], "gold_label": r["gold_label"],
+             "pairID": f"p{i}"} for i, r in enumerate(rows, start=start)]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """SNLI rows with damaged ones in between; returns (path, lines, good source rows by id)."""
+    rows = [r for r in _snli_lines(400) if r["gold_label"] != "-"]
+    damaged = [
+        '{"sentence1": 12345, "sentence2": "A number as text .", "gold_label": "neutral", "pairID": "num"}',
+        '{"sentence1": {"x": 1}, "sentence2": "An object .", "gold_label": "neutral", "pairID": "obj"}',
+        '{"sentence1": "A man .", "sentence2": "Someone .", "gold_label": 7, "pairID": "numlabel"}',
+        "[" * 50_000 + "]" * 50_000,
+        '{"sentence1": "x", "sentence2": "y", "gold_label": "entailment", "extra": ' + "[" * 80 + "]" * 80 + "}",
+        '{"sentence1": "big", "sentence2": "' + "z" * 5_000_000 + '", "gold_label": "entailment"}',
+        "not json at all",
+        '["an", "array", "row"]',
+        '{"sentence1": "", "sentence2": "empty premise", "gold_label": "neutral"}',
+        '{"sentence1": "a", "sentence2": "b", "gold_label": "-"}',
+    ]
+    lines = [json.dumps(r) for r in rows]
+    for i, bad in enumerate(damaged):
+        lines.insert(7 + 31 * i, bad)
+    path = tmp_path_factory.mktemp("hostile") / "hostile.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")   # BOM and CRLF
+    return path, len(lines), {r["pairID"]: r for r in rows}
+
+
+@pytest.mark.parametrize("batch_rows", [65_536, 7, 1])
+def test_each_value_is_decoded_on_its_own_terms(hostile, batch_rows):
+    path, lines, source = hostile
+    rows, rejects = load([str(path)], PRESETS["snli"], ReadOptions(batch_rows=batch_rows))
+    assert rows.num_rows + rejects.num_rows == lines
+    by_id = {r["id"]: r for r in rows.to_pylist()}
+    assert by_id.pop("num")["text_a"] == "12345"                       # a scalar in a text column is its text
+    assert by_id.keys() == source.keys()                                # the first (BOM) row included
+    for i, r in by_id.items():                                          # no other value altered
+        assert (r["text_a"], r["text_b"], r["label"]) == (source[i]["sentence1"], source[i]["sentence2"],
+                                                          source[i]["gold_label"])
+    reasons = dict(zip(rejects["line"].to_pylist(), rejects["reason"].to_pylist()))
+    columns = dict(zip(rejects["line"].to_pylist(), rejects["column"].to_pylist()))
+    text = "\n".join(reasons.values())
+    assert "column 'sentence1' holds a JSON object where text is expected" in text
+    assert "label not in the label set" in text                         # 7 became "7": that row only
+    assert text.count("nested deeper than 64 levels") == 2
+    assert "over the 4,194,304-byte limit" in text
+    assert "malformed JSON" in text and "is not an object" in text and "empty text in column 'sentence1'" in text
+    assert "sentence1" in columns.values() and "gold_label" in columns.values()
+
+
+def test_bom_delimited_release_and_a_split_made_of_several_files(tmp_path):
+    rows = [r for r in _snli_lines(600) if r["gold_label"] != "-"]
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+
+    def msrp(name, part, bom):
+        body = "".join(f"{int(r['gold_label'] == 'entailment')}\t{hash(r['sentence1']) % 10**6}\t"
+                       f"{r['pairID']}\t{r['sentence1']}\t{r['sentence2']}\n" for r in part)
+        (tmp_path / name).write_bytes((b"\xef\xbb\xbf" if bom else b"") + (header + body).encode())
+        return str(tmp_path / name)
+
+    a, b, c = msrp("msr_train.txt", rows[:250], True), msrp("msr_val.txt", rows[250:400], False), \
+        msrp("msr_test.txt", rows[400:], True)
+    table, rejects = load([a], PRESETS["msrp"])
+    assert table.num_rows == 250 and rejects.num_rows == 0
+    out = tmp_path / "leak"
+    run_cli("leakage", "--input", f"train={a}", "--input", f"train={b}", "--input", f"test={c}",
+            "--preset", "msrp", "--out", out, "--trees", 10)
+    report = json.loads((out / "report.json").read_text())
+    assert report["rows"] == {"train": 400, "test": len(rows) - 400}
+
+
+def test_compressed_files_and_shard_folders(tmp_path):
+    data = "".join(json.dumps(r) + "\n" for r in _snli_lines(300)).encode()
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for name, pack in (("a.jsonl.gz", gzip.compress), ("b.jsonl.bz2", bz2.compress), ("c.jsonl.xz", lzma.compress),
+                       ("d.jsonl.zst", zstandard.ZstdCompressor().compress), ("e.jsonl", bytes)):
+        (folder / name).write_bytes(pack(data))
+    one, _ = load([str(folder / "e.jsonl")], PRESETS["snli"])
+    every, rejects = load([str(folder)], PRESETS["snli"])
+    assert every.num_rows == 5 * one.num_rows and rejects.num_rows == 5 * (300 - one.num_rows)
+    glob, _ = load([str(folder / "*.zst")], PRESETS["snli"])
+    assert glob["text_b"].equals(one["text_b"])
+
+
+def test_every_verb_carries_the_rejects_and_writes_no_secret(hostile, tmp_path):
+    path, lines, _ = hostile
+    secret = ["--storage-option", f"secret={SECRET}"]
+    corpus = tmp_path / "corpus"
+    out = run_cli("convert", path, "--preset", "snli", "--out", corpus, *secret).stdout
+    assert f"rows in {lines:,} = " in out and "(ok)" in out
+    manifest = Corpus.open(str(corpus)).manifest
+    assert manifest["rows"] + manifest["rejected"] == lines
+    assert f"rejected  {manifest['rejected']:,}" in run_cli("inspect", corpus).stdout  # a finished corpus's rejects
+    for source in (str(path), str(corpus)):                 # raw input, and the corpus that holds the rejects
+        flags = ["--preset", "snli"] if source == str(path) else []
+        zf = tmp_path / f"zf-{len(flags)}"
+        assert "(ok)" in run_cli("zfilter", source, *flags, "--out", zf, "--k", 5, *secret).stdout
+        kept, dropped = Corpus.open(str(zf / "kept")).manifest, Corpus.open(str(zf / "rejected")).manifest
+        assert kept["rows"] + kept["rejected"] + dropped["rows"] == lines
+        up = tmp_path / f"up-{len(flags)}"
+        assert "(ok)" in run_cli("upsample", source, *flags, "--out", up, *secret).stdout
+        m = Corpus.open(str(up)).manifest
+        rows = read_any(str(up))
+        assert pa.compute.sum(pa.compute.equal(rows["source"], "upsampled")).as_py() + lines == m["rows"] + m["rejected"]
+        w = tmp_path / f"w-{len(flags)}"
+        assert "(ok)" in run_cli("weights", "--input", f"train={source}", *flags, "--out", w, "--folds", 2,
+                                 "--trees", 5, *secret).stdout
+        m = Corpus.open(str(w)).manifest
+        assert m["rows"] + m["rejected"] == lines
+    for root, _, files in os.walk(tmp_path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as fh:
+                assert SECRET.encode() not in fh.read(), os.path.join(root, name)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["convert", SNLI_DEV, "--out", "{tmp}/o"], "name its columns with --preset or --map"),
+    (["convert", "{tmp}/data.xyz", "--preset", "snli", "--out", "{tmp}/o"], "data.xyz"),
+    (["sql", "label_distribution", SNLI_DEV, "--preset", "snli", "--param", "x"], "--param 'x' is not NAME=VALUE"),
+    (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows"),
+    (["zfilter", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/z"], "no good input rows"),
+    (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "has no good rows"),
+])
+def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
+    (tmp_path / "empty.jsonl").write_text('{"sentence1": "only a premise"}\n')
+    (tmp_path / "data.xyz").write_text("x\n")
+    proc = run_cli(*[a.format(tmp=tmp_path) for a in args], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
