@@ -518,6 +518,8 @@ def generator_options(f):
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--tensor-parallel", type=int, default=1, show_default=True, help="vLLM tensor parallel size."),
         click.option("--max-num-seqs", type=int, default=64, show_default=True, help="vLLM batch limit."),
+        click.option("--enforce-eager", is_flag=True,
+                     help="vLLM: run eagerly, without graph capture or compilation (faster start, slower steps)."),
         click.option("--cache-dir", help="Prompt-hash cache of answers (openai)."),
     ]
     for option in reversed(options):
@@ -525,7 +527,7 @@ def generator_options(f):
 
     @functools.wraps(f)
     def wrapper(*args, backend, model_name, base_url, api_key_env, no_chat, temperature, top_p, max_new_tokens, num,
-                seed, tensor_parallel, max_num_seqs, cache_dir, **kwargs):
+                seed, tensor_parallel, max_num_seqs, enforce_eager, cache_dir, **kwargs):
         from .models.generate import Sampling
 
         chat = not no_chat
@@ -536,7 +538,7 @@ def generator_options(f):
                               "cache_dir": cache_dir}
         elif backend == "vllm":
             backend_kwargs = {"model": model_name, "chat": chat, "tensor_parallel_size": tensor_parallel,
-                              "max_num_seqs": max_num_seqs}
+                              "max_num_seqs": max_num_seqs, "enforce_eager": enforce_eager}
         else:
             backend_kwargs = {"model": model_name, "chat": chat}
         kwargs.update(backend=backend, backend_kwargs=backend_kwargs,

@@ -58,7 +58,7 @@ def test_minilm_classifier_fine_tunes_saves_and_runs_as_ray_stage(snli, tmp_path
     from refinery.models.transformer import TransformerClassifier
 
     dev, test = snli
-    model = TransformerClassifier(epochs=1, max_length=96, batch_size=32).fit(dev.slice(0, 2_000))
+    model = TransformerClassifier(epochs=1, max_length=64, batch_size=32).fit(dev.slice(0, 2_000))
     sample = test.slice(0, 600)
     proba = model.predict_proba(sample)
     accuracy = np.mean(np.array(model.classes_)[proba.argmax(1)] == np.array(sample["label"].to_pylist()))
@@ -180,7 +180,7 @@ def test_vllm_backend_runs_the_same_ray_data_stage(tmp_path):
     refinery = str(Path(VLLM_PYTHON).parent / "refinery")
     proc = subprocess.run([refinery, "generate", SNLI_TEST, "--preset", "snli", "--limit", "4", "--target-labels",
                            "all", "--backend", "vllm", "--engine", "ray", "--batch-size", "6", "--max-new-tokens",
-                           "24", "--out", str(tmp_path / "v")], capture_output=True, text=True, cwd=REPO,
+                           "24", "--enforce-eager", "--out", str(tmp_path / "v")], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                                "RAY_ADDRESS": ""}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
