@@ -111,6 +111,8 @@ def convert(inputs, out, shard_rows, mode, mapping, opts):
     """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
     manifest = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows,
                                   config={"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None})
+    if manifest.get("skipped"):
+        click.echo(f"{out}: skipped (same inputs and config)")
     click.echo(f"{out}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected "
                f"in {len(manifest['files'])} shard(s)")
     click.echo(conservation(manifest["rows"] + manifest["rejected"], out=manifest["rows"],

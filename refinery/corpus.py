@@ -167,6 +167,11 @@ class CorpusWriter:
         self.manifest: dict | None = None
         if self.fs.exists(posixpath.join(self.path, MANIFEST)):
             if mode == "skip":
+                with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
+                    stored = json.load(fh).get("config")
+                if stored != json.loads(json.dumps(redact(self.config), default=str)):
+                    raise OutputExists(f"{out} holds a corpus made from other inputs or another configuration; "
+                                       "--mode skip reuses only an identical run (use --mode overwrite)")
                 self.skipped = True
             elif mode == "error":
                 raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
@@ -287,7 +292,8 @@ def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadO
     """Read raw inputs and write the canonical corpus with its rejects and manifest."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
                       storage_options=opts.storage_options) as writer:
-        if not writer.skipped:
-            for _, batch in iter_input_batches(inputs, mapping, opts):
-                writer.write(batch.rows, batch.rejects)
+        if writer.skipped:
+            return {**writer.commit(), "skipped": True}
+        for _, batch in iter_input_batches(inputs, mapping, opts):
+            writer.write(batch.rows, batch.rejects)
         return writer.commit()

@@ -59,6 +59,30 @@ def parse_storage_options(pairs) -> dict:
     return options
 
 
+def remove_stale_temps(path: str) -> list[str]:
+    """Remove ``<path>.tmp-<pid>-*`` folders left by runs whose process is gone (a kill -9, a crash)."""
+    import glob
+    import shutil
+
+    removed = []
+    for tmp in glob.glob(glob.escape(path) + ".tmp-*"):
+        pid = os.path.basename(tmp).rsplit(".tmp-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class AtomicDir:
     """Write a folder's files under ``<out>.tmp-<token>``, then move it onto ``<out>`` in one step.
 
@@ -74,7 +98,8 @@ class AtomicDir:
         self.fs, self.path = get_fs(self.out, storage_options)
         self.local = is_local(self.fs)
         if self.local:
-            self.tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:12]}"
+            remove_stale_temps(self.path)
+            self.tmp = f"{self.path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         else:
             self.tmp = self.path
             if self.fs.exists(self.path):

@@ -132,6 +132,10 @@ def test_every_verb_carries_the_rejects_and_writes_no_secret(hostile, tmp_path):
                                  "--trees", 5, *secret).stdout
         m = Corpus.open(str(w)).manifest
         assert m["rows"] + m["rejected"] == lines
+        assert f"rows in {lines:,} = " in run_cli("audit", source, *flags, "--out", tmp_path / f"a-{len(flags)}").stdout
+        leak = tmp_path / f"l-{len(flags)}"
+        assert f"rows in {2 * lines:,} = " in run_cli("leakage", "--input", f"train={source}", "--input",
+                                                       f"test={source}", *flags, "--out", leak, "--trees", 5).stdout
     for root, _, files in os.walk(tmp_path):
         for name in files:
             with open(os.path.join(root, name), "rb") as fh:
@@ -153,3 +157,18 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_skip_reuses_only_an_identical_run_and_dead_temps_are_cleaned(tmp_path):
+    out = tmp_path / "c"
+    run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", out)
+    again = run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", out, "--mode", "skip")
+    assert "skipped (same inputs and config)" in again.stdout
+    other = run_cli("convert", SNLI_DEV, "--preset", "snli", "--labels", "entailment,neutral", "--out", out,
+                    "--mode", "skip", check=False)
+    assert other.returncode == 2 and "other inputs or another configuration" in other.stderr
+    dead = tmp_path / "c.tmp-999999999-0123456789ab"   # a run killed mid-write (no such process)
+    dead.mkdir()
+    (dead / "part-00000.parquet").write_bytes(b"half")
+    run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", out)
+    assert not dead.exists() and not list(tmp_path.glob("c.tmp-*"))
