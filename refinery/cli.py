@@ -109,9 +109,10 @@ def main(debug):
 @input_options
 def convert(inputs, out, shard_rows, mode, mapping, opts):
     """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
+    reuse = mode == "skip" and corpus_mod.is_corpus(out, opts.storage_options)  # kept only if the config matches
     manifest = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows,
                                   config={"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None})
-    if manifest.get("skipped"):
+    if reuse:
         click.echo(f"{out}: skipped (same inputs and config)")
     click.echo(f"{out}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected "
                f"in {len(manifest['files'])} shard(s)")
@@ -145,13 +146,13 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
 
     from . import queries
 
+    bad = [p for p in params if "=" not in p]
+    if bad:
+        raise ValueError(f"--param {bad[0]!r} is not NAME=VALUE")
     con = queries.connect()
     with tempfile.TemporaryDirectory(prefix="refinery-sql-") as workdir:
         files = queries.corpus_files(corpora, mapping, opts, workdir)
         queries.register_corpora(con, files, opts.storage_options)
-        bad = [p for p in params if "=" not in p]
-        if bad:
-            raise ValueError(f"--param {bad[0]!r} is not NAME=VALUE")
         result = queries.run(con, query, dict(p.split("=", 1) for p in params))
     if output or fmt == "parquet":
         import pyarrow.csv as pcsv

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .readers import EMPTY_CANONICAL, Batch, ReadOptions, expand_paths, read_file
+from .readers import COMPRESSIONS, EMPTY_CANONICAL, FORMATS, Batch, ReadOptions, expand_paths, read_file
 from .schema import REJECTS_SCHEMA, Mapping
 from .storage import AtomicDir, get_fs, redact
 
@@ -140,10 +140,12 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
 
 
 def split_name(url: str) -> str:
+    """The file or folder name without its compression and format extensions (``dev.jsonl.gz`` → ``dev``)."""
     base = posixpath.basename(url.rstrip("/"))
-    for suffix in (".gz", ".bz2", ".xz", ".zst", ".jsonl", ".ndjson", ".json", ".tsv", ".csv", ".parquet", ".txt"):
+    for suffix in COMPRESSIONS:
         base = base.removesuffix(suffix)
-    return base
+    stem, ext = posixpath.splitext(base)
+    return stem if ext.lower() in FORMATS else base
 
 
 class CorpusWriter:
@@ -292,8 +294,7 @@ def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadO
     """Read raw inputs and write the canonical corpus with its rejects and manifest."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
                       storage_options=opts.storage_options) as writer:
-        if writer.skipped:
-            return {**writer.commit(), "skipped": True}
-        for _, batch in iter_input_batches(inputs, mapping, opts):
-            writer.write(batch.rows, batch.rejects)
+        if not writer.skipped:
+            for _, batch in iter_input_batches(inputs, mapping, opts):
+                writer.write(batch.rows, batch.rejects)
         return writer.commit()
