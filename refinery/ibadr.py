@@ -249,7 +249,8 @@ def _checkpoint(out: str, iteration: int) -> str:
 
 
 def last_checkpoint(out: str, config: IbadrConfig) -> int:
-    """The last finished iteration saved under ``out`` with this config (0 if none); stale temps removed."""
+    """The last finished iteration saved under ``out`` with this config (0 if none). Temporary folders are
+    skipped: a dead run's are removed by ``AtomicDir`` when their iteration is written again."""
     folder = os.path.join(out, "checkpoints")
     if not os.path.isdir(folder):
         return 0
@@ -257,7 +258,6 @@ def last_checkpoint(out: str, config: IbadrConfig) -> int:
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
         if ".tmp-" in name:
-            shutil.rmtree(path, ignore_errors=True)
             continue
         with open(os.path.join(path, "state.json")) as fh:
             state = json.load(fh)

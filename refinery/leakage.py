@@ -110,8 +110,7 @@ def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOpti
     con = queries.connect(threads=threads)
     with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
         corpora = queries.split_corpora(inputs, mapping, opts, work)
-        queries.load_rows(con, {split: [f for c in cs for f in c.files] for split, cs in corpora.items()},
-                          opts.storage_options)
+        queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
         features = graph_features(con, config)
         rows = con.sql("SELECT * FROM rows ORDER BY row_id").to_arrow_table()
         rejects = queries.corpora_rejects(corpora)

@@ -161,9 +161,14 @@ def split_corpora(specs, mapping, opts, workdir: str) -> dict:
     return corpora
 
 
+def files_of(corpora: dict) -> dict[str, list[str]]:
+    """Parquet files per split of :func:`split_corpora`'s corpora."""
+    return {split: [f for c in cs for f in c.files] for split, cs in corpora.items()}
+
+
 def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
-    """Parquet files per split of :func:`split_corpora`."""
-    return {split: [f for c in cs for f in c.files] for split, cs in split_corpora(specs, mapping, opts, workdir).items()}
+    """Parquet files per split of ``specs`` (see :func:`split_corpora`)."""
+    return files_of(split_corpora(specs, mapping, opts, workdir))
 
 
 def corpora_rejects(corpora: dict) -> pa.Table:

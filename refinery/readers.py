@@ -122,11 +122,13 @@ def _text_value(value):
     return None, f"a JSON {kind} where text is expected"
 
 
-def _check_record(obj, text_columns: frozenset) -> tuple[str | None, str | None]:
-    """Decode the text columns of one parsed record in place; (column, reason) if the row is bad."""
+def _check_record(obj, text_columns: frozenset, may_be_deep: bool = True) -> tuple[str | None, str | None]:
+    """Decode the text columns of one parsed record in place; (column, reason) if the row is bad.
+
+    ``may_be_deep=False`` skips the depth walk when the source text cannot nest that deep."""
     if not isinstance(obj, dict):
         return None, f"JSON {'array' if isinstance(obj, list) else type(obj).__name__} is not an object"
-    if _depth(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+    if may_be_deep and _depth(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         return None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     for col in text_columns:
         if col in obj:
@@ -147,7 +149,9 @@ def _records_to_table(records: list[dict]) -> pa.Table:
             cols[k] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
             cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
-    return pa.table(cols) if cols else pa.table({"__empty": pa.nulls(len(records))}).drop_columns(["__empty"])
+    if not cols:  # no records, or only {}: zero columns, but as many rows as records
+        return pa.table({"__rows": pa.nulls(len(records))}).drop_columns(["__rows"])
+    return pa.table(cols)
 
 
 def _parse_json_line(text: str, text_columns: frozenset):
@@ -158,7 +162,8 @@ def _parse_json_line(text: str, text_columns: frozenset):
         return None, None, f"malformed JSON: {e.msg} at column {e.colno}"
     except RecursionError:
         return None, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
-    column, reason = _check_record(obj, text_columns)
+    # every nesting level opens a bracket, so a line with fewer brackets than the limit needs no walk
+    column, reason = _check_record(obj, text_columns, text.count("[") + text.count("{") >= MAX_JSON_DEPTH)
     return (None, column, reason) if reason else (obj, None, None)
 
 

@@ -65,7 +65,7 @@ def remove_stale_temps(path: str) -> list[str]:
     import shutil
 
     removed = []
-    for tmp in glob.glob(glob.escape(path) + ".tmp-*"):
+    for tmp in glob.glob(glob.escape(path) + ".tmp-*-*"):
         pid = os.path.basename(tmp).rsplit(".tmp-", 1)[1].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -76,7 +76,7 @@ def remove_stale_temps(path: str) -> list[str]:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
         return False
     except PermissionError:
         return True

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from . import queries
 from . import stats as zstats
-from .corpus import Corpus, CorpusWriter, convert, is_corpus
+from .corpus import CorpusWriter
 from .features import STOPWORD_LIST
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page, zplot_png
@@ -79,8 +79,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
         corpora = queries.split_corpora({"": list(inputs)}, mapping, opts, work)
         con = queries.connect(threads=threads)
-        queries.load_rows(con, {"": [f for c in corpora[""] for f in c.files]}, opts.storage_options,
-                          with_split=False)
+        queries.load_rows(con, queries.files_of(corpora), opts.storage_options, with_split=False)
         return _upsample(con, out, config, mode, list(inputs), queries.corpora_rejects(corpora))
 
 
