@@ -1,8 +1,10 @@
 """The ``refinery`` command line: a thin layer over the Python API."""
 from __future__ import annotations
 
+import atexit
 import functools
 import json
+import os
 import sys
 
 import click
@@ -316,8 +318,6 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
 @input_options
 def confidence(inputs, out, tau, proba_column, model_path, mode, mapping, opts):
     """Keep rows whose task-model confidence in their label exceeds --tau."""
-    import os
-
     from .confidence import confidence_filter
     from .corpus import load, write_table
     from .models import load_classifier
@@ -713,5 +713,31 @@ def serve(model_name, host, port):
         server.server_close()
 
 
+def run() -> None:
+    """The ``refinery`` console script: the CLI, then an exit that skips native teardown.
+
+    Arrow's and DuckDB's thread pools can abort the process (``terminate called without an
+    active exception``, SIGABRT) when C++ static destructors run during interpreter
+    finalization, turning a finished run into a failed one. Python's own exit handlers (Ray's
+    shutdown among them) still run; only the native teardown after them is skipped.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe has nothing left to flush
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    run()
