@@ -196,7 +196,8 @@ class TransformersGenerator:
 
         self.model.train()
         fit_loop(self.model.parameters(), len(rows), loss_of, precision=self.precision_, epochs=epochs,
-                 batch_size=batch_size, lr=lr, seed=seed, desc="fine-tune generator")
+                 batch_size=batch_size, lr=lr, seed=seed, lengths=[len(ids) for ids, _ in rows],
+                 desc="fine-tune generator")
         if lora is not None:
             self.model = self.model.merge_and_unload()
         self.model.eval()

@@ -10,12 +10,38 @@ from tqdm.auto import tqdm
 from .precision import Precision
 
 
+GROUP_BATCHES = 50  # batches per length-sorted group
+
+
+def epoch_batches(rows: int, batch_size: int, rng: np.random.Generator,
+                  lengths=None) -> list[np.ndarray]:
+    """One epoch's batches: a random order cut ``batch_size`` at a time.
+
+    With ``lengths`` (tokens, or any proxy) batches are grouped by length as in HF Trainer's
+    ``group_by_length``: the random order is cut into groups of ``GROUP_BATCHES`` batches, each group
+    is sorted by length before it is cut, and the batches are shuffled again, so a batch pads to
+    nearly its own rows' length (SNLI pairs: 1.41 → 1.02 tokens computed per real token).
+    """
+    order = rng.permutation(rows)
+    if lengths is None:
+        return [order[s:s + batch_size] for s in range(0, rows, batch_size)]
+    lengths = np.asarray(lengths)
+    group = batch_size * GROUP_BATCHES
+    batches = []
+    for s in range(0, rows, group):
+        chunk = order[s:s + group]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
 def fit_loop(params, rows: int, loss_of: Callable, *, precision: Precision, epochs: int, batch_size: int,
-             lr: float, weight_decay: float = 0.01, seed: int = 0, desc: str = "fine-tune") -> None:
+             lr: float, weight_decay: float = 0.01, seed: int = 0, lengths=None,
+             desc: str = "fine-tune") -> None:
     """AdamW with the learning rate decayed linearly to 0, gradient norm clipped at 1.
 
-    Each epoch visits ``rows`` in a seeded random order, ``batch_size`` at a time; ``loss_of(indices)``
-    returns the batch's loss tensor. Only ``loss_of`` runs under ``precision``'s autocast: backward and
+    Each epoch visits ``rows`` in a seeded random order (``epoch_batches``, grouped by ``lengths``
+    when given); ``loss_of(indices)`` returns the batch's loss tensor. Only ``loss_of`` runs under ``precision``'s autocast: backward and
     the optimizer step stay in the parameters' float32 (float16 adds dynamic loss scaling).
     """
     import torch
@@ -28,10 +54,9 @@ def fit_loop(params, rows: int, loss_of: Callable, *, precision: Precision, epoc
     rng = np.random.default_rng(seed)
     with tqdm(total=steps, desc=f"{desc} ({precision.dtype})", unit=" step", disable=None) as bar:
         for _ in range(epochs):
-            order = rng.permutation(rows)
-            for start in range(0, rows, batch_size):
+            for batch in epoch_batches(rows, batch_size, rng, lengths):
                 with precision.autocast():
-                    loss = loss_of(order[start:start + batch_size])
+                    loss = loss_of(batch)
                 scaler.scale(loss).backward()
                 scaler.unscale_(opt)
                 torch.nn.utils.clip_grad_norm_(params, 1.0)

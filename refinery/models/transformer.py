@@ -46,6 +46,17 @@ class TransformerClassifier:
         texts = a if self.inputs == "premise" else [y if y is not None else x for x, y in zip(a, b)]
         return self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt")
 
+    @staticmethod
+    def _text_lengths(table: pa.Table) -> np.ndarray:
+        """Characters per row, text_a plus text_b: the proxy that groups fine-tuning batches by length."""
+        import pyarrow.compute as pc
+
+        total = np.zeros(table.num_rows, dtype=np.int64)
+        for name in ("text_a", "text_b"):
+            if name in table.column_names:
+                total += pc.fill_null(pc.utf8_length(table[name]), 0).to_numpy()
+        return total
+
     def fit(self, table: pa.Table, sample_weight: np.ndarray | None = None,
             warm_start: bool = False) -> "TransformerClassifier":
         """Fine-tune encoder and head with cross-entropy (optionally weighted per row), AdamW, linear decay,
@@ -80,7 +91,7 @@ class TransformerClassifier:
         self.model.train()
         fit_loop(self.model.parameters(), table.num_rows, loss_of, precision=self.precision_, epochs=self.epochs,
                  batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay, seed=self.seed,
-                 desc="fine-tune classifier")
+                 lengths=self._text_lengths(table), desc="fine-tune classifier")
         self.model.eval()
         return self
 
