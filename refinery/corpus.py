@@ -139,6 +139,14 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
     return concat(rows), (pa.concat_tables(rejects) if rejects else REJECTS_SCHEMA.empty_table())
 
 
+def parse_split_spec(spec: str) -> tuple[str | None, str]:
+    """``SPLIT=PATH`` → (SPLIT, PATH); a plain path (which may hold ``=`` after a ``/``) → (None, PATH)."""
+    name, sep, path = spec.partition("=")
+    if not sep or "://" in name or "/" in name:
+        return None, spec
+    return name, path
+
+
 def split_name(url: str) -> str:
     """The file or folder name without its compression and format extensions (``dev.jsonl.gz`` → ``dev``)."""
     base = posixpath.basename(url.rstrip("/"))
@@ -156,7 +164,8 @@ class CorpusWriter:
     """
 
     def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
-                 config: dict | None = None, storage_options: dict | None = None, extra: dict | None = None):
+                 config: dict | None = None, storage_options: dict | None = None, extra: dict | None = None,
+                 inputs: Iterable[str] | None = None):
         if mode not in ("overwrite", "skip", "error"):
             raise ValueError(f"mode must be overwrite|skip|error, not {mode!r}")
         self.out = out.rstrip("/")
@@ -165,15 +174,22 @@ class CorpusWriter:
         self.shard_rows = shard_rows
         self.config = config or {}
         self.extra = extra or {}
+        self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
         self.skipped = False
         self.manifest: dict | None = None
         if self.fs.exists(posixpath.join(self.path, MANIFEST)):
             if mode == "skip":
                 with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
-                    stored = json.load(fh).get("config")
-                if stored != json.loads(json.dumps(redact(self.config), default=str)):
-                    raise OutputExists(f"{out} holds a corpus made from other inputs or another configuration; "
+                    stored = json.load(fh)
+                if stored.get("config") != json.loads(json.dumps(redact(self.config), default=str)):
+                    raise OutputExists(f"{out} holds a corpus made with another configuration; "
                                        "--mode skip reuses only an identical run (use --mode overwrite)")
+                if stored.get("inputs") != self.inputs:
+                    changed = sorted(set(stored.get("inputs") or {}) ^ set(self.inputs or {})) or \
+                        sorted(k for k in self.inputs or {} if stored["inputs"].get(k) != self.inputs[k])
+                    raise OutputExists(f"{out} was made from other inputs or inputs that have changed since "
+                                       f"({', '.join(changed[:3]) or 'inputs'}); --mode skip reuses only an "
+                                       "identical run (use --mode overwrite)")
                 self.skipped = True
             elif mode == "error":
                 raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
@@ -228,6 +244,7 @@ class CorpusWriter:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         data = sink.getvalue().to_pybytes()
+        name = self._dir.versioned(name)
         self._dir.write_bytes(name, data)
         return {"path": name, "rows": table.num_rows, "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -251,6 +268,7 @@ class CorpusWriter:
             "rejects": [f["path"] for f in self._reject_files],
             "file_stats": self._files + self._reject_files,
             **self.extra,
+            **({"inputs": self.inputs} if self.inputs is not None else {}),
             "command": redact(_command_line()),
             "config": redact(self.config),
         }
@@ -269,6 +287,27 @@ class CorpusWriter:
         if exc_type is not None:
             self.abort()
         return False
+
+
+def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | None = None) -> dict[str, str]:
+    """What ``--mode skip`` compares, per input: a finished corpus by the sha256 of its manifest (which
+    holds every shard's sha256), a raw file by its size and fsspec checksum (the modification stamp
+    locally, the ETag on object stores). ``SPLIT=PATH`` inputs ({split: paths}) keep the split in the key."""
+    if isinstance(inputs, dict):
+        inputs = [f"{split}={path}" for split, paths in inputs.items()
+                  for path in ([paths] if isinstance(paths, str) else paths)]
+    prints: dict[str, str] = {}
+    for spec in inputs:
+        split, url = parse_split_spec(spec)
+        prefix = f"{split}=" if split else ""
+        if is_corpus(url, storage_options):
+            fs, path = get_fs(url, storage_options)
+            prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(posixpath.join(path, MANIFEST))).hexdigest()
+            continue
+        for path in expand_paths([url], storage_options):
+            fs, local = get_fs(path, storage_options)
+            prints[prefix + path] = f"size:{fs.size(local)} checksum:{fs.checksum(local):x}"
+    return prints
 
 
 def value_counts(arr) -> tuple[list, list]:
@@ -293,7 +332,7 @@ def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadO
             mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> dict:
     """Read raw inputs and write the canonical corpus with its rejects and manifest."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
-                      storage_options=opts.storage_options) as writer:
+                      storage_options=opts.storage_options, inputs=inputs) as writer:
         if not writer.skipped:
             for _, batch in iter_input_batches(inputs, mapping, opts):
                 writer.write(batch.rows, batch.rejects)

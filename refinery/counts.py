@@ -108,8 +108,8 @@ class ExactCounts:
         """Sum the partial tables (DuckDB's parallel hash aggregate); sorted only when asked."""
         import duckdb
 
-        parts = pa.concat_tables(self._parts)
         con = duckdb.connect()
+        con.register("parts", pa.concat_tables(self._parts))
         order = " ORDER BY feature, label" if ordered else ""
         t = con.sql("SELECT feature, label, sum(count)::BIGINT AS count FROM parts GROUP BY feature, label"
                     + order).to_arrow_table().cast(COUNTS_SCHEMA)

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from .models.generate import Sampling
 from .models.stages import generate_table
-from .storage import AtomicDir
+from .storage import AtomicDir, publishes_run
 
 LABEL_DESCRIPTIONS = {
     "entailment": "definitely true given the premise",
@@ -70,6 +70,7 @@ def generated_rows(result: pa.Table) -> tuple[pa.Table, pa.Table]:
     return pa.Table.from_pylist(rows, schema=schema), pa.Table.from_pylist(failed, schema=fail_schema)
 
 
+@publishes_run
 def run(table: pa.Table, out: str, backend: str, backend_kwargs: dict, config: GenerationConfig = GenerationConfig(),
         engine: str = "local", batch_size: int = 16, actors: int = 1, gpus_per_actor: float = 0,
         mode: str = "overwrite") -> dict:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from .confidence import label_confidence
 from .models.generate import DEFAULT_GENERATOR, Sampling
 from .schema import is_pair
-from .storage import AtomicDir
+from .storage import AtomicDir, publishes_run
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                          ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
@@ -280,6 +280,7 @@ def z_in(top: dict, rows: pa.Table) -> dict:
                     for e in entries] for label, entries in top.items()}
 
 
+@publishes_run
 def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend: str = "transformers",
         backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16,
         mode: str = "resume") -> dict:

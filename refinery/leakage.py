@@ -23,7 +23,7 @@ from .models.base import label_proba
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page
 from .schema import Mapping
-from .storage import AtomicDir
+from .storage import AtomicDir, publishes_run
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
@@ -260,6 +260,7 @@ def identical_pairs(rows: pa.Table, features: pa.Table, label: str) -> pa.Table:
     })
 
 
+@publishes_run
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         graph: GraphConfig = GraphConfig(), forest: ForestConfig = ForestConfig(), test_split: str | None = None,
         identical_label: str | None = None) -> dict:

@@ -128,14 +128,12 @@ def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
 def split_specs(specs) -> dict[str, list[str]]:
     """``[SPLIT=]PATH`` arguments into {split: [paths]}; the split defaults to the file's stem, and a
     split given more than once (SICK train + trial) is made of all its files."""
-    from .corpus import split_name
+    from .corpus import parse_split_spec, split_name
 
     out: dict[str, list[str]] = {}
     for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or "://" in name or "/" in name:
-            name, path = split_name(spec), spec
-        out.setdefault(name, []).append(path)
+        name, path = parse_split_spec(spec)
+        out.setdefault(name or split_name(path), []).append(path)
     return out
 
 

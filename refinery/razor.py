@@ -31,7 +31,7 @@ from .features import TokenizerOptions
 from .generation import LABEL_DESCRIPTIONS
 from .models.generate import Sampling
 from .schema import is_pair
-from .storage import AtomicDir
+from .storage import AtomicDir, publishes_run
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
                 "relation to the premise: it must stay {label_description} ({label}).\n"
@@ -326,6 +326,7 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
     return table, scores, history
 
 
+@publishes_run
 def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend: str = "transformers",
         backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16, score_only: bool = False,
         verifier=None, mode: str = "overwrite") -> dict:

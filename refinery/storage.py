@@ -84,29 +84,42 @@ def _alive(pid: int) -> bool:
 
 
 class AtomicDir:
-    """Write a folder's files under ``<out>.tmp-<token>``, then move it onto ``<out>`` in one step.
+    """Publish a folder so that a reader finds either the previous finished version or the new one.
 
-    A reader that finds ``<out>`` finds it whole; a crash leaves only the temporary folder.
-    Object stores have no atomic rename: there the files go straight under ``<out>`` (the
-    old output removed first) and the caller's manifest, written last, marks it finished.
+    Local disks: every file is written under ``<out>.tmp-<pid>-<token>``, then the folder is moved
+    onto ``<out>`` in one rename; a crash leaves only the temporary folder, which the next run on
+    the same output removes. Object stores have no rename: files go straight under ``<out>``, and
+    ``versioned(name)`` gives data files this run's id (``part-00000-<run>.parquet``) so they never
+    overwrite the files of the finished version. The caller's manifest, written last, lists exactly
+    the files to read; ``commit`` then removes every file this run did not write (the old run's and
+    a crashed run's), and ``abort`` removes only this run's versioned files.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
+        import time
         import uuid
 
         self.out = out.rstrip("/")
         self.fs, self.path = get_fs(self.out, storage_options)
         self.local = is_local(self.fs)
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self._written: set[str] = set()
         if self.local:
             remove_stale_temps(self.path)
-            self.tmp = f"{self.path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            self.tmp = f"{self.path}.tmp-{os.getpid()}-{self.run_id}"
         else:
             self.tmp = self.path
-            if self.fs.exists(self.path):
-                self.fs.rm(self.path, recursive=True)
         self.fs.makedirs(self.tmp, exist_ok=True)
 
+    def versioned(self, name: str) -> str:
+        """The name a data file is published under: ``name`` locally, with the run id on object stores."""
+        if self.local:
+            return name
+        stem, dot, ext = name.partition(".")
+        return f"{stem}-{self.run_id}{dot}{ext}"
+
     def file(self, name: str) -> str:
+        self._written.add(name)
         return join(self.tmp, name)
 
     def write_bytes(self, name: str, data: bytes) -> None:
@@ -117,15 +130,27 @@ class AtomicDir:
         self.write_bytes(name, text.encode("utf-8"))
 
     def commit(self) -> None:
-        if not self.local:
+        if self.local:
+            if self.fs.exists(self.path):
+                self.fs.rm(self.path, recursive=True)
+            self.fs.mv(self.tmp, self.path, recursive=True)
             return
-        if self.fs.exists(self.path):
-            self.fs.rm(self.path, recursive=True)
-        self.fs.mv(self.tmp, self.path, recursive=True)
+        keep = {join(self.path, name) for name in self._written}
+        stale = [f for f in self.fs.find(self.path) if f not in keep]
+        if stale:
+            self.fs.rm(stale)
 
     def abort(self) -> None:
-        if self.fs.exists(self.tmp):
-            self.fs.rm(self.tmp, recursive=True)
+        if self.local:
+            if self.fs.exists(self.tmp):
+                self.fs.rm(self.tmp, recursive=True)
+            return
+        own = [join(self.path, name) for name in self._written if self.run_id in name]
+        for path in own:
+            try:
+                self.fs.rm(path)
+            except (FileNotFoundError, OSError):  # the store may be the reason we are aborting
+                pass
 
     def __enter__(self):
         return self
@@ -134,6 +159,69 @@ class AtomicDir:
         if exc_type is not None:
             self.abort()
         return False
+
+
+RUN_MARKER = "_SUCCESS"
+
+
+class RunOutput:
+    """A run that publishes several parts under one folder (``zfilter``: kept/, rejected/, report/).
+
+    Entering removes ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the
+    run reports. A folder without the marker holds no finished run, even if each part looks whole.
+    """
+
+    def __init__(self, out: str, storage_options: dict | None = None):
+        self.out = out.rstrip("/")
+        self.fs, self.path = get_fs(self.out, storage_options)
+        self.summary: dict = {}
+
+    def __enter__(self) -> "RunOutput":
+        marker = join(self.path, RUN_MARKER)
+        if self.fs.exists(marker):
+            self.fs.rm(marker)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            import json
+            import time
+
+            self.fs.makedirs(self.path, exist_ok=True)
+            parts = sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self.path, detail=False)
+                           if posixpath.basename(p.rstrip("/")) != RUN_MARKER)
+            body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
+            with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
+                json.dump(body, fh, indent=2, default=str)
+        return False
+
+
+def publishes_run(fn):
+    """Wrap an API function that writes several parts under its ``out`` argument in a ``RunOutput``:
+    the marker goes when it starts and comes back, with the report's scalar figures, when it returns."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        opts = bound.arguments.get("opts")
+        with RunOutput(bound.arguments["out"], getattr(opts, "storage_options", None)) as run:
+            result = fn(*args, **kwargs)
+            if isinstance(result, dict):
+                run.summary = {k: v for k, v in result.items() if isinstance(v, (bool, int, float, str))}
+        return result
+
+    return wrapper
+
+
+def run_finished(out: str, storage_options: dict | None = None) -> bool:
+    """Whether ``out`` holds a multi-part run that finished (its ``_SUCCESS`` marker is there)."""
+    fs, path = get_fs(out, storage_options)
+    return fs.exists(join(path, RUN_MARKER))
 
 
 # ---------------------------------------------------------------- secrets never leave the process

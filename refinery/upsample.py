@@ -27,7 +27,7 @@ from .features import STOPWORD_LIST
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page, zplot_png
 from .schema import Mapping
-from .storage import AtomicDir
+from .storage import AtomicDir, publishes_run
 
 
 @dataclass
@@ -73,6 +73,7 @@ def select_tokens(stats: pa.Table, labels: list, config: UpsampleConfig, rows: i
     return chosen, uncorrectable
 
 
+@publishes_run
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: UpsampleConfig = UpsampleConfig(), mode: str = "overwrite", threads: int | None = None) -> dict:
     """Up-sample ``inputs`` into ``out`` (corpus + trace.parquet + report.json/html)."""
@@ -80,10 +81,12 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         corpora = queries.split_corpora({"": list(inputs)}, mapping, opts, work)
         con = queries.connect(threads=threads)
         queries.load_rows(con, queries.files_of(corpora), opts.storage_options, with_split=False)
-        return _upsample(con, out, config, mode, list(inputs), queries.corpora_rejects(corpora))
+        return _upsample(con, out, config, mode, list(inputs), queries.corpora_rejects(corpora),
+                         opts.storage_options)
 
 
-def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, rejects: pa.Table) -> dict:
+def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, rejects: pa.Table,
+              storage_options: dict | None = None) -> dict:
     con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
     con.execute("CREATE OR REPLACE TABLE stopwords AS SELECT * FROM __stopwords")
     con.execute("CREATE OR REPLACE TABLE label_set AS SELECT DISTINCT label FROM rows ORDER BY label")
@@ -133,7 +136,7 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, re
     after = token_stats(con, len(labels))
     report = _report(before, after, chosen, uncorrectable, labels, n_rows, len(added), trace, config, inputs)
     report["rejected"] = rejects.num_rows
-    _write(con, out, added, trace, report, config, mode, labels, before, after, rejects)
+    _write(con, out, added, trace, report, config, mode, labels, before, after, rejects, storage_options)
     return report
 
 
@@ -161,13 +164,14 @@ def _report(before, after, chosen, uncorrectable, labels, n_rows, n_added, trace
     }
 
 
-def _write(con, out, added, trace, report, config, mode, labels, before, after, rejects) -> None:
+def _write(con, out, added, trace, report, config, mode, labels, before, after, rejects, storage_options) -> None:
     con.register("__added", pa.table({"draw_id": [a[0] for a in added], "iteration": [a[1] for a in added],
                                       "token": [a[2] for a in added], "row_id": [a[3] for a in added]}))
     has_source = "source" in [c[0] for c in con.execute("DESCRIBE rows").fetchall()]
     original_source = "coalesce(source, 'original')" if has_source else "'original'"
     star = "* EXCLUDE (row_id, source)" if has_source else "* EXCLUDE (row_id)"
-    with CorpusWriter(out, mode=mode, config={"audac": asdict(config)}) as writer:
+    with CorpusWriter(out, mode=mode, config={"audac": asdict(config)}, storage_options=storage_options,
+                      inputs=report["inputs"]) as writer:
         if writer.skipped:
             writer.commit()
             return

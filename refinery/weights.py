@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from .leakage import FEATURE_SETS, ForestConfig, GraphConfig, corpus_features, matrix
 from .readers import ReadOptions
 from .schema import Mapping
+from .storage import publishes_run
 
 
 @dataclass
@@ -154,6 +155,7 @@ def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
     return float(np.sum(w * correct) / np.sum(w))
 
 
+@publishes_run
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         graph: GraphConfig = GraphConfig(), config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
     """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
@@ -167,6 +169,7 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     table = table.append_column("weight", pa.array(w))
     report = {**info, "inputs": inputs, "graph": asdict(graph), "config": asdict(config)}
     with CorpusWriter(out, mode=mode, config={"weights": report["config"], "graph": report["graph"]},
+                      storage_options=opts.storage_options, inputs=inputs,
                       extra={"weights": {k: report[k] for k in ("prior", "observed_shares", "weighted_shares",
                                                                  "diagnostics", "out_of_fold")}}) as writer:
         writer.write(table, graph_input.rejects)  # the input's rejects stay accounted for

@@ -8,6 +8,7 @@ given order or shuffle with a seed.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,7 @@ from .features import FeatureConfig, row_feature_lists
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page, topk_table, zplot_png
 from .schema import Mapping
-from .storage import AtomicDir
+from .storage import AtomicDir, publishes_run
 
 
 @dataclass
@@ -186,6 +187,7 @@ def _strip(table: pa.Table) -> pa.Table:
     return table.drop_columns([c for c in ("features",) if c in table.column_names])
 
 
+@publishes_run
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: ZFilterConfig = ZFilterConfig(), seed_inputs=(), engine: str = "local",
         mode: str = "overwrite") -> dict:
@@ -209,8 +211,9 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     zf = ZFilter(labels, config)
     kept_by, rej_by, by_feature = {l: 0 for l in labels}, {l: 0 for l in labels}, {}
     cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs), "seed": list(seed_inputs)}
-    with CorpusWriter(os.path.join(out, "kept"), mode=mode, config=cfg_dict) as kept_w, \
-            CorpusWriter(os.path.join(out, "rejected"), mode=mode, config=cfg_dict) as rej_w:
+    writer = functools.partial(CorpusWriter, mode=mode, config=cfg_dict, storage_options=opts.storage_options,
+                               inputs=[*inputs, *seed_inputs])
+    with writer(os.path.join(out, "kept")) as kept_w, writer(os.path.join(out, "rejected")) as rej_w:
         seeded = 0
         if seed_table is not None and seed_table.num_rows:
             seed_feats = seed_table.append_column("features", row_feature_lists(seed_table, config.features))
@@ -295,6 +298,7 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
     return report
 
 
+@publishes_run
 def compose(kind: str, original, generated, out: str, mapping: Mapping | None = None,
             opts: ReadOptions = ReadOptions(), config: ZFilterConfig = ZFilterConfig(), engine: str = "local",
             mode: str = "overwrite") -> dict:

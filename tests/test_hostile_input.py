@@ -4,20 +4,15 @@ import bz2
 import gzip
 import json
 import lzma
-import os
 
-import pyarrow as pa
 import pytest
 import zstandard
 
-from refinery.corpus import Corpus, load, read_any
+from refinery.corpus import load
 from refinery.readers import ReadOptions
 from refinery.schema import PRESETS
 
 from conftest import SNLI_DEV, run_cli
-
-SECRET = "SUPERSECRET-4711"
-
 
 def _snli_lines(n, start=0):
     with open(SNLI_DEV, encoding="utf-8") as fh:
@@ -105,41 +100,6 @@ def test_compressed_files_and_shard_folders(tmp_path):
     assert every.num_rows == 5 * one.num_rows and rejects.num_rows == 5 * (300 - one.num_rows)
     glob, _ = load([str(folder / "*.zst")], PRESETS["snli"])
     assert glob["text_b"].equals(one["text_b"])
-
-
-def test_every_verb_carries_the_rejects_and_writes_no_secret(hostile, tmp_path):
-    path, lines, _ = hostile
-    secret = ["--storage-option", f"secret={SECRET}"]
-    corpus = tmp_path / "corpus"
-    out = run_cli("convert", path, "--preset", "snli", "--out", corpus, *secret).stdout
-    assert f"rows in {lines:,} = " in out and "(ok)" in out
-    manifest = Corpus.open(str(corpus)).manifest
-    assert manifest["rows"] + manifest["rejected"] == lines
-    assert f"rejected  {manifest['rejected']:,}" in run_cli("inspect", corpus).stdout  # a finished corpus's rejects
-    for source in (str(path), str(corpus)):                 # raw input, and the corpus that holds the rejects
-        flags = ["--preset", "snli"] if source == str(path) else []
-        zf = tmp_path / f"zf-{len(flags)}"
-        assert "(ok)" in run_cli("zfilter", source, *flags, "--out", zf, "--k", 5, *secret).stdout
-        kept, dropped = Corpus.open(str(zf / "kept")).manifest, Corpus.open(str(zf / "rejected")).manifest
-        assert kept["rows"] + kept["rejected"] + dropped["rows"] == lines
-        up = tmp_path / f"up-{len(flags)}"
-        assert "(ok)" in run_cli("upsample", source, *flags, "--out", up, *secret).stdout
-        m = Corpus.open(str(up)).manifest
-        rows = read_any(str(up))
-        assert pa.compute.sum(pa.compute.equal(rows["source"], "upsampled")).as_py() + lines == m["rows"] + m["rejected"]
-        w = tmp_path / f"w-{len(flags)}"
-        assert "(ok)" in run_cli("weights", "--input", f"train={source}", *flags, "--out", w, "--folds", 2,
-                                 "--trees", 5, *secret).stdout
-        m = Corpus.open(str(w)).manifest
-        assert m["rows"] + m["rejected"] == lines
-        assert f"rows in {lines:,} = " in run_cli("audit", source, *flags, "--out", tmp_path / f"a-{len(flags)}").stdout
-        leak = tmp_path / f"l-{len(flags)}"
-        assert f"rows in {2 * lines:,} = " in run_cli("leakage", "--input", f"train={source}", "--input",
-                                                       f"test={source}", *flags, "--out", leak, "--trees", 5).stdout
-    for root, _, files in os.walk(tmp_path):
-        for name in files:
-            with open(os.path.join(root, name), "rb") as fh:
-                assert SECRET.encode() not in fh.read(), os.path.join(root, name)
 
 
 @pytest.mark.parametrize("args, message", [

