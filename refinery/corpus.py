@@ -43,6 +43,7 @@ class Corpus:
     @classmethod
     def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
         fs, path = get_fs(url, storage_options)
+        fs.invalidate_cache(path)  # another process may have published it since this one last looked
         mpath = posixpath.join(path, MANIFEST)
         if not fs.exists(mpath):
             raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
@@ -92,6 +93,7 @@ def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
 
 def is_corpus(url: str, storage_options=None) -> bool:
     fs, path = get_fs(url, storage_options)
+    fs.invalidate_cache(path)
     return fs.isdir(path) and fs.exists(posixpath.join(path, MANIFEST))
 
 
@@ -181,15 +183,15 @@ class CorpusWriter:
             if mode == "skip":
                 with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
                     stored = json.load(fh)
-                if stored.get("config") != json.loads(json.dumps(redact(self.config), default=str)):
-                    raise OutputExists(f"{out} holds a corpus made with another configuration; "
-                                       "--mode skip reuses only an identical run (use --mode overwrite)")
                 if stored.get("inputs") != self.inputs:
                     changed = sorted(set(stored.get("inputs") or {}) ^ set(self.inputs or {})) or \
                         sorted(k for k in self.inputs or {} if stored["inputs"].get(k) != self.inputs[k])
                     raise OutputExists(f"{out} was made from other inputs or inputs that have changed since "
                                        f"({', '.join(changed[:3]) or 'inputs'}); --mode skip reuses only an "
                                        "identical run (use --mode overwrite)")
+                if stored.get("config") != json.loads(json.dumps(redact(self.config), default=str)):
+                    raise OutputExists(f"{out} holds a corpus made with another configuration; "
+                                       "--mode skip reuses only an identical run (use --mode overwrite)")
                 self.skipped = True
             elif mode == "error":
                 raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")

@@ -164,7 +164,20 @@ def _parse_json_line(text: str, text_columns: frozenset):
         return None, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     # every nesting level opens a bracket, so a line with fewer brackets than the limit needs no walk
     column, reason = _check_record(obj, text_columns, text.count("[") + text.count("{") >= MAX_JSON_DEPTH)
+    if reason is None and ("\\ud" in text or "\\uD" in text):  # only an escape can make a lone surrogate
+        column, reason = _lone_surrogate(obj)
     return (None, column, reason) if reason else (obj, None, None)
+
+
+def _lone_surrogate(obj: dict) -> tuple[str | None, str | None]:
+    """(column, reason) when a value holds a UTF-16 surrogate escape with no partner: not encodable text."""
+    for key, value in obj.items():
+        try:
+            json.dumps({key: value}, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            return str(key).encode("utf-8", "backslashreplace").decode(), \
+                f"column {key!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff escape), which is not text"
+    return None, None
 
 
 def _iter_text_lines(fs, path, batch_rows) -> Iterator[list[tuple[int, bytes]]]:

@@ -85,7 +85,7 @@ def damaged_corpus(path: Path, source: str, rows: int, seed: int = 0, every: int
     out, allowed = [], {}
     for i, rec in enumerate(good):
         rec = {"sentence1": rec["sentence1"], "sentence2": rec["sentence2"], "gold_label": rec["gold_label"],
-               "pairID": rec["pairID"]}
+               "pairID": f"p{i}"}
         out.append(_line(rec))
         candidates = [rec]
         if i % every == every - 1:
@@ -93,7 +93,7 @@ def damaged_corpus(path: Path, source: str, rows: int, seed: int = 0, every: int
             out.append(DAMAGES[kind](rec, g))
             try:
                 candidates.append(json.loads(out[-1].decode("utf-8")))
-            except (UnicodeDecodeError, ValueError):
+            except (UnicodeDecodeError, ValueError, RecursionError):
                 pass
         for c in candidates:
             if isinstance(c, dict) and isinstance(c.get("pairID"), str):

@@ -12,7 +12,7 @@ from refinery.corpus import load
 from refinery.readers import ReadOptions
 from refinery.schema import PRESETS
 
-from conftest import SNLI_DEV, run_cli
+from conftest import SNLI_DEV, SNLI_HARD, run_cli
 
 def _snli_lines(n, start=0):
     with open(SNLI_DEV, encoding="utf-8") as fh:
@@ -120,13 +120,22 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
 
 
 def test_skip_reuses_only_an_identical_run_and_dead_temps_are_cleaned(tmp_path):
-    out = tmp_path / "c"
-    run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", out)
-    again = run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", out, "--mode", "skip")
+    out, source = tmp_path / "c", tmp_path / "dev.jsonl"
+    source.write_bytes(open(SNLI_DEV, "rb").read())
+    run_cli("convert", source, "--preset", "snli", "--out", out)
+    again = run_cli("convert", source, "--preset", "snli", "--out", out, "--mode", "skip")
     assert "skipped (same inputs and config)" in again.stdout
-    other = run_cli("convert", SNLI_DEV, "--preset", "snli", "--labels", "entailment,neutral", "--out", out,
+    other = run_cli("convert", source, "--preset", "snli", "--labels", "entailment,neutral", "--out", out,
                     "--mode", "skip", check=False)
-    assert other.returncode == 2 and "other inputs or another configuration" in other.stderr
+    assert other.returncode == 2 and "another configuration" in other.stderr
+    with open(source, "a") as fh:                       # same path and config, but the input has changed
+        fh.write('{"sentence1": "A late row .", "sentence2": "Added .", "gold_label": "neutral"}\n')
+    changed = run_cli("convert", source, "--preset", "snli", "--out", out, "--mode", "skip", check=False)
+    assert changed.returncode == 2 and "inputs that have changed" in changed.stderr and str(source) in changed.stderr
+    zf = tmp_path / "zf"                                # verbs with several parts compare their inputs too
+    run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", zf, "--k", 5)
+    moved = run_cli("zfilter", SNLI_DEV, "--preset", "snli", "--out", zf, "--k", 5, "--mode", "skip", check=False)
+    assert moved.returncode == 2 and "other inputs" in moved.stderr
     dead = tmp_path / "c.tmp-999999999-0123456789ab"   # a run killed mid-write (no such process)
     dead.mkdir()
     (dead / "part-00000.parquet").write_bytes(b"half")

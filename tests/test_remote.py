@@ -108,10 +108,11 @@ def test_ray_job_submit_to_local_head(tmp_path):
 
 
 def _stop_when(server: S3Server, proc: subprocess.Popen, pattern: str, count: int, timeout=120):
-    """Kill the S3 server once ``count`` objects matching ``pattern`` exist: the writer is mid-run."""
+    """Kill the S3 server once ``count`` new objects match ``pattern``: the writer is mid-run."""
+    before = set(server.root.glob(pattern))
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if len(list(server.root.glob(pattern))) >= count:
+        if len(set(server.root.glob(pattern)) - before) >= count:
             server.stop()
             return
         time.sleep(0.01)
@@ -131,7 +132,7 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
         out, err = proc.communicate(timeout=300)
         s3.start()
         assert proc.returncode != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-        return err
+        assert "s3://bucket/snli" in err or "127.0.0.1" in err, err        # the error names what failed
 
     cut("--shard-rows", "200")                                          # fresh output, cut
     assert not (prefix / "manifest.json").exists() and not is_corpus("s3://bucket/snli")  # not marked finished
@@ -142,6 +143,8 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
     assert sorted(p.name for p in prefix.iterdir()) == sorted(["manifest.json", *first.manifest["files"]])
 
     cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
+    half = {p.name for p in prefix.iterdir()} - {"manifest.json", *first.manifest["files"]}
+    assert len(half) >= 3                                               # the cut run's shards, listed nowhere
     still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
     assert still.manifest == first.manifest and still.read().equals(local)
     run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
