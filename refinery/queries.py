@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from .storage import get_fs, is_local
 
-SQL_DIR = Path(os.environ.get("REFINERY_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
+SQL_DIR = Path(__file__).resolve().parent / "sql"  # shipped inside the package (top-level sql/ links here)
 
 
 def named_queries() -> dict[str, Path]:
