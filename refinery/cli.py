@@ -318,16 +318,14 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
 @input_options
 def confidence(inputs, out, tau, proba_column, model_path, mode, mapping, opts):
     """Keep rows whose task-model confidence in their label exceeds --tau."""
-    from .confidence import confidence_filter
-    from .corpus import load, write_table
+    from . import confidence as conf
     from .models import load_classifier
 
-    table, _ = load(inputs, mapping, opts)
     model = load_classifier(model_path) if model_path else None
-    kept, rejected = confidence_filter(table, tau, model=model, proba_column=proba_column)
-    write_table(kept, os.path.join(out, "kept"), mode=mode)
-    write_table(rejected, os.path.join(out, "rejected"), mode=mode)
-    click.echo(f"kept {kept.num_rows:,}, rejected {rejected.num_rows:,} (tau {tau})")
+    report = conf.run(inputs, out, mapping, opts, tau, model, proba_column, mode)
+    click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,} (tau {tau})")
+    click.echo(conservation(report["kept"] + report["rejected"] + report["input_rejected"], kept=report["kept"],
+                            **{"filtered out": report["rejected"], "input rejects": report["input_rejected"]}))
 
 
 @main.command()
@@ -570,15 +568,18 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
     from . import generation
     from .corpus import load
 
-    table, _ = load(inputs, mapping, opts)
+    table, rejects = load(inputs, mapping, opts)
+    unused = max(table.num_rows - limit, 0) if limit else 0
     if limit:
         table = table.slice(0, limit)
     config = generation.GenerationConfig(template=template or generation.DEFAULT_TEMPLATE,
                                          target_labels=target_labels, sampling=sampling)
     report = generation.run(table, out, backend, backend_kwargs, config, engine, batch_size, actors, gpus_per_actor,
-                            mode)
+                            mode, input_rejects=rejects)
     click.echo(f"{report['prompts']:,} prompts -> {report['generated']:,} generated rows, {report['failed']:,} failed "
                f"({backend}, {engine})")
+    click.echo(conservation(table.num_rows + unused + rejects.num_rows, prompted=table.num_rows,
+                            **{"beyond --limit": unused, "input rejects": rejects.num_rows}))
 
 
 @main.command()
@@ -606,12 +607,14 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
     from .corpus import load
     from .models import load_classifier
 
-    table, _ = load(inputs, mapping, opts)
+    table, rejects = load(inputs, mapping, opts)
     config = rz.RazorConfig(dim=dim, top_k=top_k, candidates=candidates, rounds=rounds, verify_mode=verify_mode,
                             rewrite=replace(sampling, n=candidates),
                             verify=replace(rz.RazorConfig.verify, seed=sampling.seed))
     verifier = load_classifier(verifier_model) if verifier_model else None
-    report = rz.run(table, out, config, backend, backend_kwargs, engine, batch_size, score_only, verifier, mode)
+    report = rz.run(table, out, config, backend, backend_kwargs, engine, batch_size, score_only, verifier, mode,
+                    input_rejects=rejects)
+    click.echo(conservation(table.num_rows + rejects.num_rows, scored=table.num_rows, rejected=rejects.num_rows))
     click.echo(f"{report['rows']:,} rows scored on {report['field']}: objective {report['objective']:.6g}, "
                f"median γ {report['gamma']['median']:.4g}")
     for r in report.get("rounds", []):
@@ -665,7 +668,8 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     from . import ibadr as ib
     from .corpus import load
 
-    table, _ = load(inputs, mapping, opts)
+    table, rejects = load(inputs, mapping, opts)
+    rows_in = table.num_rows + rejects.num_rows
     if sample_rows and sample_rows < table.num_rows:
         pick = np.sort(np.random.default_rng(seed).choice(table.num_rows, sample_rows, replace=False))
         table = table.take(pa.array(pick))
@@ -680,7 +684,10 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     if max_new_tokens:
         config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
     config = replace(config, train_precision=train_precision)
-    report = ib.run(table, out, config, backend, {}, engine, batch_size, mode)
+    report = ib.run(table, out, config, backend, {}, engine, batch_size, mode, input_rejects=rejects)
+    click.echo(conservation(rows_in, **{"in the pool": table.num_rows,
+                                        "not sampled": rows_in - table.num_rows - rejects.num_rows,
+                                        "rejected": rejects.num_rows}))
     for h in report["iterations"]:
         click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
                    f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}")

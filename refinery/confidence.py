@@ -1,9 +1,15 @@
 """Confidence filter (Wu et al. 2022 §2.2.2; IBADR step 4): keep a row only if p_M(label | text) > τ."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .readers import ReadOptions
+from .schema import Mapping
+from .storage import publishes_run
 
 
 def label_confidence(table: pa.Table, model=None, proba_column: str | None = None) -> np.ndarray:
@@ -28,3 +34,18 @@ def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_colu
     rejected = rejected.append_column("reason", pa.array(
         [f"p_M(label | text) = {c:.3f} <= tau {tau}" for c in conf[~keep]], pa.string()))
     return kept, rejected
+
+
+@publishes_run
+def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(), tau: float = 0.95,
+        model=None, proba_column: str | None = None, mode: str = "overwrite") -> dict:
+    """``confidence_filter`` over ``inputs`` into ``out/kept`` (with the input's rejects) and ``out/rejected``."""
+    from .corpus import load, write_table
+
+    table, rejects = load(inputs, mapping, opts)
+    kept, rejected = confidence_filter(table, tau, model=model, proba_column=proba_column)
+    config = {"confidence": {"tau": tau, "proba_column": proba_column, "model": getattr(model, "kind", None)}}
+    for part, rows, carried in (("kept", kept, rejects), ("rejected", rejected, None)):
+        write_table(rows, os.path.join(out, part), rejects=carried, mode=mode, config=config,
+                    storage_options=opts.storage_options, inputs=inputs)
+    return {"kept": kept.num_rows, "rejected": rejected.num_rows, "input_rejected": rejects.num_rows, "tau": tau}

@@ -323,10 +323,10 @@ def _command_line() -> str:
     return " ".join(["refinery", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("refinery") else " ".join(sys.argv)
 
 
-def write_table(table: pa.Table, out: str, **kwargs) -> dict:
-    """Write one in-memory table as a finished corpus (manifest last)."""
+def write_table(table: pa.Table, out: str, rejects: pa.Table | None = None, **kwargs) -> dict:
+    """Write one in-memory table (and the input rejects it answers for) as a finished corpus, manifest last."""
     with CorpusWriter(out, **kwargs) as writer:
-        writer.write(table)
+        writer.write(table, rejects)
         return writer.commit()
 
 

@@ -22,8 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .counts import dictionary_ids
-from .features import STOPWORD_LIST, FeatureConfig, TokenizerOptions, extract, text_fields
+from .features import STOPWORD_LIST, FeatureConfig, TokenizerOptions, dictionary_ids, extract, text_fields
 
 _EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing multiplier

@@ -227,3 +227,22 @@ def row_feature_lists(table: pa.Table, config: FeatureConfig) -> pa.ListArray:
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     features = pc.take(pc.dictionary_decode(_as_array(long["feature"])), pa.array(order))
     return pa.ListArray.from_arrays(pa.array(offsets), features)
+
+
+def dictionary_ids(values, index: dict, names: list | None = None) -> np.ndarray:
+    """Ids of the strings of ``values`` in ``index`` (string → id), unseen ones registered with
+    the next id (and appended to ``names``). The array is dictionary-encoded first (unless it is
+    already), so the Python dict is consulted once per distinct string, not once per value."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+    if encoded.null_count:
+        raise ValueError("dictionary_ids: values must not be null")
+    local = np.empty(len(encoded.dictionary), dtype=np.int64)
+    for i, value in enumerate(encoded.dictionary.to_pylist()):
+        j = index.get(value)
+        if j is None:
+            j = index[value] = len(index)
+            if names is not None:
+                names.append(value)
+        local[i] = j
+    return local[encoded.indices.to_numpy(zero_copy_only=False)]

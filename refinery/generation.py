@@ -73,8 +73,9 @@ def generated_rows(result: pa.Table) -> tuple[pa.Table, pa.Table]:
 @publishes_run
 def run(table: pa.Table, out: str, backend: str, backend_kwargs: dict, config: GenerationConfig = GenerationConfig(),
         engine: str = "local", batch_size: int = 16, actors: int = 1, gpus_per_actor: float = 0,
-        mode: str = "overwrite") -> dict:
-    """Generate into ``out`` (a corpus of generated rows, failed.parquet, generation.json)."""
+        mode: str = "overwrite", input_rejects: pa.Table | None = None) -> dict:
+    """Generate into ``out`` (a corpus of generated rows, failed.parquet, generation.json); the input's
+    rejects are kept in the corpus's rejects."""
     import os
 
     import pyarrow.parquet as pq
@@ -87,8 +88,9 @@ def run(table: pa.Table, out: str, backend: str, backend_kwargs: dict, config: G
     rows, failed = generated_rows(result)
     report = {"inputs": table.num_rows, "prompts": requests.num_rows, "generated": rows.num_rows,
               "failed": failed.num_rows, "backend": backend, "engine": engine,
-              "sampling": asdict(config.sampling), "template": config.template}
-    write_table(rows, out, mode=mode, config={"generation": report})
+              "sampling": asdict(config.sampling), "template": config.template,
+              "input_rejected": input_rejects.num_rows if input_rejects is not None else 0}
+    write_table(rows, out, rejects=input_rejects, mode=mode, config={"generation": report})
     with AtomicDir(os.path.join(out, "generation")) as d:
         sink = pa.BufferOutputStream()
         pq.write_table(failed, sink)

@@ -283,7 +283,7 @@ def z_in(top: dict, rows: pa.Table) -> dict:
 @publishes_run
 def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend: str = "transformers",
         backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16,
-        mode: str = "resume") -> dict:
+        mode: str = "resume", input_rejects: pa.Table | None = None) -> dict:
     """IBADR over ``table`` into ``out``: ``pool`` (a corpus), ``generated`` (every pseudo sample with
     its status and reason), ``report``; checkpoints under ``out/checkpoints`` (``mode=resume`` continues)."""
     from tqdm.auto import tqdm
@@ -330,18 +330,19 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
             ckpt.commit()
         if iteration > 1:  # only the last generator is needed to go on
             shutil.rmtree(os.path.join(_checkpoint(out, iteration - 1), "generator"), ignore_errors=True)
-    return write_outputs(out, table, pool, history, config, iterations, backend, original_top)
+    return write_outputs(out, table, pool, history, config, iterations, backend, original_top, input_rejects)
 
 
 def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig, iterations: int,
-                  backend: str, original_top: dict) -> dict:
+                  backend: str, original_top: dict, input_rejects: pa.Table | None = None) -> dict:
     from .corpus import write_table
     from .report import dict_table, page
 
     generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(out, i), "generated.parquet"))
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
-    write_table(pool, os.path.join(out, "pool"), mode="overwrite", config={"ibadr": config.to_dict()})
+    write_table(pool, os.path.join(out, "pool"), rejects=input_rejects, mode="overwrite",
+                config={"ibadr": config.to_dict()})
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
     summary = z_in(original_top, accepted)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
@@ -351,6 +352,7 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
               "mean_top_z": {"original": _mean([e["z_original"] for v in summary.values() for e in v]),
                              "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},
               "train_precision": history[-1]["train_precision"] if history else None,
+              "input_rejected": input_rejects.num_rows if input_rejects is not None else 0,
               "backend": backend, "config": config.to_dict()}
     with AtomicDir(os.path.join(out, "generated")) as d:
         pq.write_table(generated, d.file("generated.parquet"))

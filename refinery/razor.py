@@ -329,8 +329,9 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
 @publishes_run
 def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend: str = "transformers",
         backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16, score_only: bool = False,
-        verifier=None, mode: str = "overwrite") -> dict:
-    """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``."""
+        verifier=None, mode: str = "overwrite", input_rejects: pa.Table | None = None) -> dict:
+    """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``; each
+    corpus also holds the input's rejects, so each accounts for every input row."""
     from .audit import audit_table
     from .corpus import write_table
     from .report import dict_table, page, topk_table
@@ -338,13 +339,14 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend:
     before = score(table, config)
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
     report = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
-              "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
-    write_table(scored, os.path.join(out, "scores"), mode=mode, config={"razor": report})
+              "gamma": gamma_summary(before.gamma), "config": config.to_dict(),
+              "input_rejected": input_rejects.num_rows if input_rejects is not None else 0}
+    write_table(scored, os.path.join(out, "scores"), rejects=input_rejects, mode=mode, config={"razor": report})
     sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
     if not score_only:
         refined, after, history = refine(table, config, backend, backend_kwargs or {}, engine, batch_size, verifier,
                                          before)
-        write_table(refined, os.path.join(out, "corpus"), mode=mode, config={"razor": report})
+        write_table(refined, os.path.join(out, "corpus"), rejects=input_rejects, mode=mode, config={"razor": report})
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,

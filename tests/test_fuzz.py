@@ -57,6 +57,14 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
         _unaltered(fuzzed, kept.read()), _unaltered(fuzzed, dropped.read())
         assert (zf / "_SUCCESS").exists()
 
+    run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
+    conf = tmp_path / "conf"
+    _conserved(run_cli("confidence", raw, "--preset", "snli", "--model", tmp_path / "m", "--tau", 0.5,
+                       "--out", conf, *STORAGE).stdout, n)
+    kept, dropped = Corpus.open(str(conf / "kept")), Corpus.open(str(conf / "rejected"))
+    assert kept.manifest["rows"] + kept.manifest["rejected"] + dropped.manifest["rows"] == n
+    _unaltered(fuzzed, kept.read()), _unaltered(fuzzed, dropped.read())
+
     up = tmp_path / "up"
     _conserved(run_cli("upsample", raw, "--preset", "snli", "--out", up, *STORAGE).stdout, n)
     rows, m = read_any(str(up)), Corpus.open(str(up)).manifest

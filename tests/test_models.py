@@ -35,8 +35,10 @@ def test_hypothesis_only_probe_learns_the_artifacts(tmp_path):
 
 def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
     run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
-    run_cli("confidence", SNLI_TEST, "--preset", "snli", "--model", tmp_path / "m", "--tau", "0.6",
-            "--out", tmp_path / "c")
+    out = run_cli("confidence", SNLI_TEST, "--preset", "snli", "--model", tmp_path / "m", "--tau", "0.6",
+                  "--out", tmp_path / "c").stdout
+    assert "rows in 9,824 = " in out and "+ 0 input rejects (ok)" in out, out
+    assert (tmp_path / "c" / "_SUCCESS").exists()
     kept = Corpus.open(str(tmp_path / "c" / "kept")).read()
     rejected = Corpus.open(str(tmp_path / "c" / "rejected")).read()
     assert kept.num_rows + rejected.num_rows == 9_824
@@ -105,7 +107,8 @@ def test_lora_fine_tuning_trains_adapters_and_merges():
 def test_label_conditioned_generation_local_and_ray_stage(tmp_path, ray_local):
     args = ["generate", SNLI_TEST, "--preset", "snli", "--limit", "3", "--target-labels", "all",
             "--max-new-tokens", "20", "--batch-size", "3"]
-    run_cli(*args, "--out", tmp_path / "local")
+    out = run_cli(*args, "--out", tmp_path / "local").stdout
+    assert "rows in 9,824 = 3 prompted + 9,821 beyond --limit + 0 input rejects (ok)" in out, out
     run_cli(*args, "--out", tmp_path / "ray", "--engine", "ray")
     local = Corpus.open(str(tmp_path / "local")).read()
     ray_rows = Corpus.open(str(tmp_path / "ray")).read()
