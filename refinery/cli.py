@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import logging
 import os
 import sys
 
@@ -101,6 +102,8 @@ class RefineryGroup(click.Group):
 @click.version_option(package_name="refinery")
 def main(debug):
     """refinery: audit and debias labeled text corpora."""
+    if not debug:  # fsspec's event loop logs a traceback for every request a dead endpoint cut short
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
 @main.command()

@@ -149,7 +149,7 @@ class AtomicDir:
         for path in own:
             try:
                 self.fs.rm(path)
-            except (FileNotFoundError, OSError):  # the store may be the reason we are aborting
+            except Exception:  # noqa: BLE001 — best effort: the store may be why we abort; never mask that error
                 pass
 
     def __enter__(self):
