@@ -122,10 +122,12 @@ def _text_value(value):
     return None, f"a JSON {kind} where text is expected"
 
 
-def _check_record(obj, text_columns: frozenset, may_be_deep: bool = True) -> tuple[str | None, str | None]:
+def _check_record(obj, text_columns: frozenset, may_be_deep: bool = True,
+                  may_hold_surrogate: bool = True) -> tuple[str | None, str | None]:
     """Decode the text columns of one parsed record in place; (column, reason) if the row is bad.
 
-    ``may_be_deep=False`` skips the depth walk when the source text cannot nest that deep."""
+    ``may_be_deep=False`` skips the depth walk when the source text cannot nest that deep, and
+    ``may_hold_surrogate=False`` the surrogate check when the source text has no ``\\ud`` escape."""
     if not isinstance(obj, dict):
         return None, f"JSON {'array' if isinstance(obj, list) else type(obj).__name__} is not an object"
     if may_be_deep and _depth(obj, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
@@ -135,7 +137,12 @@ def _check_record(obj, text_columns: frozenset, may_be_deep: bool = True) -> tup
             obj[col], reason = _text_value(obj[col])
             if reason:
                 return col, f"column {col!r} holds {reason}"
-    return None, None
+    return _lone_surrogate(obj) if may_hold_surrogate else (None, None)
+
+
+def _may_hold_surrogate(text: str) -> bool:
+    """Only a ``\\uD800``–``\\uDFFF`` escape can put a lone surrogate into decoded JSON."""
+    return "\\ud" in text or "\\uD" in text
 
 
 def _records_to_table(records: list[dict]) -> pa.Table:
@@ -163,9 +170,8 @@ def _parse_json_line(text: str, text_columns: frozenset):
     except RecursionError:
         return None, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     # every nesting level opens a bracket, so a line with fewer brackets than the limit needs no walk
-    column, reason = _check_record(obj, text_columns, text.count("[") + text.count("{") >= MAX_JSON_DEPTH)
-    if reason is None and ("\\ud" in text or "\\uD" in text):  # only an escape can make a lone surrogate
-        column, reason = _lone_surrogate(obj)
+    column, reason = _check_record(obj, text_columns, text.count("[") + text.count("{") >= MAX_JSON_DEPTH,
+                                   _may_hold_surrogate(text))
     return (None, column, reason) if reason else (obj, None, None)
 
 
@@ -248,10 +254,11 @@ def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.T
         raise BadRowError(f"{source}: JSON nested deeper than Python can parse") from None
     if isinstance(items, dict):
         items = next((v for v in items.values() if isinstance(v, list)), [items])
+    may_hold_surrogate = _may_hold_surrogate(text)
     for start in range(0, max(len(items), 1), opts.batch_rows):
         records, lines, raws, bad = [], [], [], []
         for i, obj in enumerate(items[start:start + opts.batch_rows], start=start + 1):
-            column, reason = _check_record(obj, text_columns)
+            column, reason = _check_record(obj, text_columns, may_hold_surrogate=may_hold_surrogate)
             raw = _json_text(obj)
             if reason:
                 bad.append((i, column, reason.replace("JSON ", "array element: JSON ", 1) if column is None
@@ -264,8 +271,9 @@ def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.T
 
 
 def _json_text(obj) -> str:
+    """An element as JSON text for the rejects file (a lone surrogate kept as its ``\\ud800`` escape)."""
     try:
-        return json.dumps(obj, ensure_ascii=False)
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace").decode("utf-8")
     except (RecursionError, ValueError):
         return f"<{type(obj).__name__} too deeply nested to print>"
 

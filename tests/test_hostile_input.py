@@ -141,3 +141,15 @@ def test_skip_reuses_only_an_identical_run_and_dead_temps_are_cleaned(tmp_path):
     (dead / "part-00000.parquet").write_bytes(b"half")
     run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", out)
     assert not dead.exists() and not list(tmp_path.glob("c.tmp-*"))
+
+
+def test_lone_surrogate_escape_is_that_rows_reject_in_jsonl_and_json_arrays(tmp_path):
+    good = '{"sentence1": "A dog runs .", "sentence2": "An animal moves \\ud83d\\ude00 .", "gold_label": "entailment"}'
+    bad = '{"sentence1": "A cat \\ud800 sits .", "sentence2": "A cat .", "gold_label": "entailment"}'
+    (tmp_path / "rows.jsonl").write_text(f"{good}\n{bad}\n")
+    (tmp_path / "rows.json").write_text(f"[{good}, {bad}]")
+    for name in ("rows.jsonl", "rows.json"):
+        rows, rejects = load([str(tmp_path / name)], PRESETS["snli"])
+        assert rows["text_b"].to_pylist() == ["An animal moves \U0001F600 ."]   # a valid pair decodes as usual
+        assert rejects["column"].to_pylist() == ["sentence1"]
+        assert "lone UTF-16 surrogate" in rejects["reason"][0].as_py() and "\\ud800" in rejects["raw"][0].as_py()
