@@ -327,7 +327,7 @@ def confidence(inputs, out, tau, proba_column, model_path, mode, mapping, opts):
     model = load_classifier(model_path) if model_path else None
     report = conf.run(inputs, out, mapping, opts, tau, model, proba_column, mode)
     click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,} (tau {tau})")
-    click.echo(conservation(report["kept"] + report["rejected"] + report["input_rejected"], kept=report["kept"],
+    click.echo(conservation(report["rows_in"], kept=report["kept"],
                             **{"filtered out": report["rejected"], "input rejects": report["input_rejected"]}))
 
 

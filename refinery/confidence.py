@@ -45,7 +45,8 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     table, rejects = load(inputs, mapping, opts)
     kept, rejected = confidence_filter(table, tau, model=model, proba_column=proba_column)
     config = {"confidence": {"tau": tau, "proba_column": proba_column, "model": getattr(model, "kind", None)}}
-    for part, rows, carried in (("kept", kept, rejects), ("rejected", rejected, None)):
-        write_table(rows, os.path.join(out, part), rejects=carried, mode=mode, config=config,
-                    storage_options=opts.storage_options, inputs=inputs)
-    return {"kept": kept.num_rows, "rejected": rejected.num_rows, "input_rejected": rejects.num_rows, "tau": tau}
+    written = {part: write_table(rows, os.path.join(out, part), rejects=carried, mode=mode, config=config,
+                                 storage_options=opts.storage_options, inputs=inputs)
+               for part, rows, carried in (("kept", kept, rejects), ("rejected", rejected, None))}
+    return {"rows_in": table.num_rows + rejects.num_rows, "kept": written["kept"]["rows"],
+            "rejected": written["rejected"]["rows"], "input_rejected": written["kept"]["rejected"], "tau": tau}

@@ -88,9 +88,9 @@ def run(table: pa.Table, out: str, backend: str, backend_kwargs: dict, config: G
     rows, failed = generated_rows(result)
     report = {"inputs": table.num_rows, "prompts": requests.num_rows, "generated": rows.num_rows,
               "failed": failed.num_rows, "backend": backend, "engine": engine,
-              "sampling": asdict(config.sampling), "template": config.template,
-              "input_rejected": input_rejects.num_rows if input_rejects is not None else 0}
-    write_table(rows, out, rejects=input_rejects, mode=mode, config={"generation": report})
+              "sampling": asdict(config.sampling), "template": config.template}
+    report["input_rejected"] = write_table(rows, out, rejects=input_rejects, mode=mode,
+                                           config={"generation": report})["rejected"]
     with AtomicDir(os.path.join(out, "generation")) as d:
         sink = pa.BufferOutputStream()
         pq.write_table(failed, sink)

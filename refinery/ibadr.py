@@ -341,8 +341,8 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
     generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(out, i), "generated.parquet"))
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
-    write_table(pool, os.path.join(out, "pool"), rejects=input_rejects, mode="overwrite",
-                config={"ibadr": config.to_dict()})
+    pool_manifest = write_table(pool, os.path.join(out, "pool"), rejects=input_rejects, mode="overwrite",
+                                config={"ibadr": config.to_dict()})
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
     summary = z_in(original_top, accepted)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
@@ -352,7 +352,7 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
               "mean_top_z": {"original": _mean([e["z_original"] for v in summary.values() for e in v]),
                              "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},
               "train_precision": history[-1]["train_precision"] if history else None,
-              "input_rejected": input_rejects.num_rows if input_rejects is not None else 0,
+              "input_rejected": pool_manifest["rejected"],
               "backend": backend, "config": config.to_dict()}
     with AtomicDir(os.path.join(out, "generated")) as d:
         pq.write_table(generated, d.file("generated.parquet"))

@@ -339,9 +339,9 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend:
     before = score(table, config)
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
     report = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
-              "gamma": gamma_summary(before.gamma), "config": config.to_dict(),
-              "input_rejected": input_rejects.num_rows if input_rejects is not None else 0}
-    write_table(scored, os.path.join(out, "scores"), rejects=input_rejects, mode=mode, config={"razor": report})
+              "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
+    report["input_rejected"] = write_table(scored, os.path.join(out, "scores"), rejects=input_rejects, mode=mode,
+                                           config={"razor": report})["rejected"]
     sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
     if not score_only:
         refined, after, history = refine(table, config, backend, backend_kwargs or {}, engine, batch_size, verifier,

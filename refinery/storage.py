@@ -218,12 +218,6 @@ def publishes_run(fn):
     return wrapper
 
 
-def run_finished(out: str, storage_options: dict | None = None) -> bool:
-    """Whether ``out`` holds a multi-part run that finished (its ``_SUCCESS`` marker is there)."""
-    fs, path = get_fs(out, storage_options)
-    return fs.exists(join(path, RUN_MARKER))
-
-
 # ---------------------------------------------------------------- secrets never leave the process
 
 _SECRET = r"[\w.-]*(?:key|secret|token|passw|session|credential|auth)[\w.-]*"
