@@ -41,8 +41,9 @@ def fit_loop(params, rows: int, loss_of: Callable, *, precision: Precision, epoc
     """AdamW with the learning rate decayed linearly to 0, gradient norm clipped at 1.
 
     Each epoch visits ``rows`` in a seeded random order (``epoch_batches``, grouped by ``lengths``
-    when given); ``loss_of(indices)`` returns the batch's loss tensor. Only ``loss_of`` runs under ``precision``'s autocast: backward and
-    the optimizer step stay in the parameters' float32 (float16 adds dynamic loss scaling).
+    when given); ``loss_of(indices)`` returns the batch's loss tensor. Only ``loss_of`` runs under
+    ``precision``'s autocast: backward and the optimizer step stay in the parameters' float32
+    (float16 adds dynamic loss scaling).
     """
     import torch
 
