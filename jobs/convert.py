@@ -5,7 +5,7 @@
 from _common import parser
 
 from refinery.corpus import convert
-from refinery.execution import ray_init
+from refinery.pipeline.engine import ray_init
 from refinery.schema import resolve_mapping
 
 if __name__ == "__main__":

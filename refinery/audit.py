@@ -156,7 +156,7 @@ def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, con
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
               only: pa.Array | None = None, probe: bool = True):
     """The same pass as ``count_local`` as a Ray Data pipeline: map_batches emit partial states, merged here."""
-    from .execution import ray_init
+    from .pipeline.engine import ray_init
 
     ray = ray_init()
     corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]

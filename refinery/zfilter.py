@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from .corpus import Corpus, CorpusWriter, EmptyInput, is_corpus, iter_input_batches, load
 from . import stats as zstats
 from .counts import IncrementalCounts
+from .pipeline.engine import ParquetSource, stream_map
 from .features import FeatureConfig, row_feature_lists
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page, topk_table, zplot_png
@@ -60,26 +61,15 @@ def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
         yield pa.concat_tables(buf, promote_options="permissive")
 
 
-def with_features(tables: Iterator[pa.Table], config: FeatureConfig, engine: str = "local") -> Iterator[pa.Table]:
-    """Add a ``features`` list column; on Ray the extraction runs on workers, in stream order."""
-    if engine == "local":
-        for t in tables:
-            yield t.append_column("features", row_feature_lists(t, config))
-        return
-    from .execution import ray_init
-
-    ray = ray_init()
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    tables = list(tables)
-    ds = ray.data.from_arrow(tables) if tables else None
-    if ds is None:
-        return
-    ds = ds.map_batches(_ray_features, fn_kwargs={"config": config}, batch_format="pyarrow")
-    yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
-
-
-def _ray_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
+def add_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
+    """The batch with a ``features`` list column (row-wise: any split of the stream gives the same rows)."""
     return batch.append_column("features", row_feature_lists(batch, config))
+
+
+def with_features(tables, config: FeatureConfig, engine: str = "local", batch_rows: int = 65_536
+                  ) -> Iterator[pa.Table]:
+    """``add_features`` over a stream of tables or a ``ParquetSource``, in stream order (on Ray: on workers)."""
+    return stream_map(tables, add_features, engine, {"config": config}, batch_rows)
 
 
 @dataclass
@@ -202,12 +192,17 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
             if b.rows.num_rows:
                 yield b.rows
 
-    stream = rows()
     labels = _label_set(mapping, inputs, opts, seed_table)
     if config.shuffle_seed is not None:
-        whole = pa.concat_tables(list(stream), promote_options="permissive")
+        whole = pa.concat_tables(list(rows()), promote_options="permissive")
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
-        stream = iter([whole.take(pa.array(order))])
+        source = iter([whole.take(pa.array(order))])
+    elif engine == "ray" and all(is_corpus(u, opts.storage_options) for u in inputs):
+        corpora = [Corpus.open(u, opts.storage_options) for u in inputs]  # workers read the shards
+        source = ParquetSource(tuple(f for c in corpora for f in c.files), storage_options=opts.storage_options)
+        input_rejects.extend(c.read_rejects() for c in corpora if c.manifest.get("rejected"))
+    else:
+        source = rows()
     zf = ZFilter(labels, config)
     kept_by, rej_by, by_feature = {l: 0 for l in labels}, {l: 0 for l in labels}, {}
     cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs), "seed": list(seed_inputs)}
@@ -216,14 +211,13 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     with writer(os.path.join(out, "kept")) as kept_w, writer(os.path.join(out, "rejected")) as rej_w:
         seeded = 0
         if seed_table is not None and seed_table.num_rows:
-            seed_feats = seed_table.append_column("features", row_feature_lists(seed_table, config.features))
-            zf.seed(seed_feats)
+            zf.seed(add_features(seed_table, config.features))
             kept_w.write(_tag(seed_table, "seed"))
             seeded = seed_table.num_rows
             for l, c in zip(*np.unique(seed_table["label"].to_pylist(), return_counts=True)):
                 kept_by[l] += int(c)
         with tqdm(desc="zfilter", unit=" rows", disable=None) as bar:
-            for batch in with_features(rebatch(stream, config.batch_size), config.features, engine):
+            for batch in rebatch(with_features(source, config.features, engine, opts.batch_rows), config.batch_size):
                 keep, hits = zf.filter(batch)
                 plain = _strip(batch)
                 kept = plain.filter(pa.array(keep))
@@ -334,7 +328,7 @@ def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> i
     """Algorithm 1 over an in-memory table in batches; the number of rows kept (no outputs written)."""
     zf = ZFilter(sorted(set(table["label"].to_pylist())), config)
     kept = 0
-    for batch in with_features(rebatch(iter([table]), config.batch_size), config.features):
+    for batch in rebatch(with_features(iter([table]), config.features), config.batch_size):
         keep, _ = zf.filter(batch)
         kept += int(keep.sum())
     return kept

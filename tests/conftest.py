@@ -33,7 +33,7 @@ def snli_pair():
 
 @pytest.fixture(scope="module")
 def ray_local():
-    from refinery.execution import ray_init, ray_shutdown
+    from refinery.pipeline.engine import ray_init, ray_shutdown
 
     ray_init(num_cpus=2)
     yield

@@ -102,7 +102,7 @@ def test_conditional_mode_never_admits_a_seed_biased_feature():
     batch, _ = load([SNLI_TEST], PRESETS["snli"])
     cfg = zfilter.ZFilterConfig(k=20, batch_size=2000)
     zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
-    zf.seed(seed.append_column("features", zfilter.row_feature_lists(seed, cfg.features)))
+    zf.seed(zfilter.add_features(seed, cfg.features))
     biased = zf.Z.stats().biased_sets(20)
     first = next(zfilter.with_features(zfilter.rebatch(iter([batch]), 2000), cfg.features))
     keep, hits = zf.filter(first)

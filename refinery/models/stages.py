@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict
 
 import pyarrow as pa
-from tqdm.auto import tqdm
 
+from ..pipeline.engine import actor_map
 from .generate import Sampling, make_generator
 
 
@@ -72,37 +72,15 @@ class ClassifyStage:
                 .append_column("prediction", pa.array([classes[i] for i in proba.argmax(axis=1)], pa.string())))
 
 
-def run_stage(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,
-              actors: int = 1, gpus_per_actor: float = 0, desc: str = "stage") -> pa.Table:
-    """The same stage in-process (``local``) or as a Ray Data actor pool (``ray``); rows keep their order."""
-    if engine == "local":
-        stage = stage_cls(**stage_kwargs)
-        parts = [stage(table.slice(s, batch_size))
-                 for s in tqdm(range(0, table.num_rows, batch_size), desc=desc, unit=" batch", disable=None)]
-        return pa.concat_tables(parts) if parts else stage(table)
-    import ray
-
-    from ..execution import actor_cpus, ray_init
-
-    ray_init()
-    ds = ray.data.from_arrow(table).map_batches(
-        stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus_per_actor or None,
-        num_cpus=None if gpus_per_actor else actor_cpus())
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
-    return pa.concat_tables([ray.get(ref) for ref in ds.to_arrow_refs()])
-
-
 def generate_table(table: pa.Table, backend: str, backend_kwargs: dict | None = None, sampling: Sampling = Sampling(),
                    engine: str = "local", batch_size: int = 32, actors: int = 1, gpus_per_actor: float = 0,
                    prompt_column: str = "prompt") -> pa.Table:
     kwargs = {"backend": backend, "backend_kwargs": backend_kwargs or {}, "sampling": asdict(sampling),
               "prompt_column": prompt_column}
-    return run_stage(table, GenerateStage, kwargs, engine, batch_size, actors, gpus_per_actor, desc="generate")
+    return actor_map(table, GenerateStage, kwargs, engine, batch_size, actors, gpus_per_actor, desc="generate")
 
 
 def classify_table(table: pa.Table, model_path: str, engine: str = "local", batch_size: int = 256,
                    actors: int = 1, gpus_per_actor: float = 0) -> pa.Table:
-    return run_stage(table, ClassifyStage, {"model_path": model_path}, engine, batch_size, actors, gpus_per_actor,
+    return actor_map(table, ClassifyStage, {"model_path": model_path}, engine, batch_size, actors, gpus_per_actor,
                      desc="classify")
