@@ -21,6 +21,7 @@ from .corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
 from .counts import COUNTS_SCHEMA, ExactCounts, counter_from_bytes, label_totals, make_counter
 from .feature_counts import FeatureCounts
 from .features import FeatureConfig
+from .pipeline.stage import Stage, StageInput, StageResult
 from .readers import ReadOptions, expand_paths
 from .report import dict_table, img_tag, page, topk_table, zplot_png
 from .schema import Mapping
@@ -290,3 +291,20 @@ def top_z(stats: zstats.ZStats) -> dict:
     """Largest z*(x,l) per label among features with n ≥ min_count."""
     z = np.where((stats.n >= stats.min_count)[:, None], stats.z, -np.inf)
     return {l: float(z[:, j].max(initial=-np.inf)) for j, l in enumerate(stats.labels)}
+
+
+class AuditStage(Stage):
+    """z-statistics of the stage's input into ``report/``; the rows pass on to the next stage unchanged."""
+
+    name, kind, Config = "audit", "aggregate", AuditConfig
+    needs = ("text_a", "label")
+    output = None
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        result = audit(source.paths, source.mapping, source.opts, self.config, engine=source.engine)
+        summary = write_outputs(result, os.path.join(out, "report"), source.paths)
+        top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
+        return StageResult(summary["rows"] + summary["rejected"],
+                           {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
+                           f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}")
+

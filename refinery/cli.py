@@ -316,16 +316,17 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
 @click.option("--out", required=True, help="Output folder: kept/ and rejected/.")
 @click.option("--tau", type=float, default=0.95, show_default=True)
 @click.option("--proba-column", help="Column holding p_M(label | text).")
-@click.option("--model", "model_path", help="A saved classifier (refinery probe --save-model).")
+@click.option("--model", "model", metavar="ngram|transformer|FOLDER",
+              help="ngram or transformer: cross-fitted on INPUTS (--folds); else a saved classifier "
+                   "(refinery probe --save-model).")
+@click.option("--folds", type=int, default=5, show_default=True, help="K of the cross-fitting.")
 @mode_option
 @input_options
-def confidence(inputs, out, tau, proba_column, model_path, mode, mapping, opts):
+def confidence(inputs, out, tau, proba_column, model, folds, mode, mapping, opts):
     """Keep rows whose task-model confidence in their label exceeds --tau."""
     from . import confidence as conf
-    from .models import load_classifier
 
-    model = load_classifier(model_path) if model_path else None
-    report = conf.run(inputs, out, mapping, opts, tau, model, proba_column, mode)
+    report = conf.run(inputs, out, mapping, opts, conf.ConfidenceConfig(tau, model, proba_column, folds), mode)
     click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,} (tau {tau})")
     click.echo(conservation(report["rows_in"], kept=report["kept"],
                             **{"filtered out": report["rejected"], "input rejects": report["input_rejected"]}))
@@ -440,8 +441,8 @@ def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, fores
 
     try:
         config = weights_mod.WeightsConfig(folds=folds, features=feature_set, min_proba=min_proba, clip=clip,
-                                           forest=forest, seed=forest.seed)
-        report = weights_mod.run(inputs, out, mapping, opts, graph, config, mode=mode)
+                                           forest=forest, graph=graph, seed=forest.seed)
+        report = weights_mod.run(inputs, out, mapping, opts, config, mode=mode)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     d = report["diagnostics"]
@@ -700,6 +701,33 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     if used:
         click.echo(f"generator fine-tuned in {used['dtype']} ({used['requested']}: {used['reason']})")
     click.echo(f"report: {out}/report/report.html")
+
+
+@main.command("run")
+@click.argument("pipeline_file", metavar="PIPELINE.yaml")
+@click.option("--out", help="Output root (default: the file's out:): OUT/00-input, OUT/01-<stage>, …")
+@click.option("--engine", type=click.Choice(["local", "ray"]), help="Where stages run (default: the file's engine:).")
+@click.option("--print-config", is_flag=True, help="Print the pipeline with every default filled in, and exit.")
+def run_pipeline_command(pipeline_file, out, engine, print_config):
+    """Run a pipeline file: its input, then each stage on the previous stage's output.
+
+    Stages whose config and inputs are unchanged since the last run are skipped.
+    """
+    from .pipeline.config import load_pipeline
+    from .pipeline.runner import run_pipeline
+
+    spec = load_pipeline(pipeline_file)
+    if print_config:
+        if out:
+            spec.out = out
+        if engine:
+            spec.engine = engine
+        click.echo(spec.to_yaml(), nl=False)
+        return
+    result = run_pipeline(spec, out, engine, echo=click.echo)
+    click.echo(f"report: {result.out}/pipeline/report.html")
+    if not all(s.result.balanced for s in result.stages):
+        raise click.ClickException("a stage's rows do not add up (see the MISMATCH line above)")
 
 
 @main.command()

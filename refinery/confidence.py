@@ -1,15 +1,41 @@
-"""Confidence filter (Wu et al. 2022 §2.2.2; IBADR step 4): keep a row only if p_M(label | text) > τ."""
+"""Confidence filter (Wu et al. 2022 §2.2.2; IBADR step 4): keep a row only if p_M(label | text) > τ.
+
+p_M comes from a column, a saved classifier, or a classifier cross-fitted on the input itself
+(``model: ngram`` or ``transformer``): each row is scored by a model fit on the other K−1 folds,
+so no row is judged by a model that saw it.
+"""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .pipeline.stage import Stage, StageInput, StageResult
 from .readers import ReadOptions
 from .schema import Mapping
 from .storage import publishes_run
+
+CROSS_FIT = ("ngram", "transformer")
+
+
+@dataclass
+class ConfidenceConfig:
+    tau: float = 0.95
+    model: str | None = None          # ngram | transformer (cross-fitted on the input) | a saved classifier's folder
+    proba_column: str | None = None   # or a column holding p_M(label | text)
+    folds: int = 5                    # K of the cross-fitting
+    seed: int = 0
+
+    def __post_init__(self):
+        if (self.model is None) == (self.proba_column is None):
+            raise ValueError("give exactly one of model (ngram, transformer or a saved classifier) or proba_column")
+        if not 0 <= self.tau < 1:
+            raise ValueError(f"tau must be in [0, 1), not {self.tau}")
+        if self.folds < 2:
+            raise ValueError("folds must be at least 2")
 
 
 def label_confidence(table: pa.Table, model=None, proba_column: str | None = None) -> np.ndarray:
@@ -25,9 +51,20 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
     return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
 
 
-def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
-    """(kept rows, rejected rows with ``reason``): kept iff p_M(label | text) > τ."""
-    conf = label_confidence(table, model, proba_column)
+def config_confidence(table: pa.Table, config: ConfidenceConfig) -> np.ndarray:
+    """p_M(label | text) as ``config`` says: a column, a saved classifier, or K-fold cross-fitting."""
+    if config.proba_column is not None:
+        return label_confidence(table, proba_column=config.proba_column)
+    from .models.base import cross_fit_proba, label_proba, load_classifier, make_classifier
+
+    if config.model in CROSS_FIT:
+        proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed)
+        return label_proba(proba, classes, table["label"].to_pylist())
+    return label_confidence(table, model=load_classifier(config.model))
+
+
+def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
+    """(kept rows, rejected rows with ``reason``): kept iff p_M(label | text) > τ; both get ``confidence``."""
     keep = conf > tau
     kept = table.filter(pa.array(keep)).append_column("confidence", pa.array(conf[keep]))
     rejected = table.filter(pa.array(~keep)).append_column("confidence", pa.array(conf[~keep]))
@@ -36,17 +73,36 @@ def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_colu
     return kept, rejected
 
 
+def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
+    """(kept rows, rejected rows with ``reason``) by a fitted model or a probability column."""
+    return split_by_confidence(table, label_confidence(table, model, proba_column), tau)
+
+
 @publishes_run
-def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(), tau: float = 0.95,
-        model=None, proba_column: str | None = None, mode: str = "overwrite") -> dict:
-    """``confidence_filter`` over ``inputs`` into ``out/kept`` (with the input's rejects) and ``out/rejected``."""
+def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+        config: ConfidenceConfig = ConfidenceConfig(proba_column="p_label"), mode: str = "overwrite") -> dict:
+    """The confidence filter over ``inputs`` into ``out/kept`` (with the input's rejects) and ``out/rejected``."""
     from .corpus import load, write_table
+    from .pipeline.config import to_dict
 
     table, rejects = load(inputs, mapping, opts)
-    kept, rejected = confidence_filter(table, tau, model=model, proba_column=proba_column)
-    config = {"confidence": {"tau": tau, "proba_column": proba_column, "model": getattr(model, "kind", None)}}
-    written = {part: write_table(rows, os.path.join(out, part), rejects=carried, mode=mode, config=config,
+    kept, rejected = split_by_confidence(table, config_confidence(table, config), config.tau)
+    settings = {"confidence": to_dict(config)}
+    written = {part: write_table(rows, os.path.join(out, part), rejects=carried, mode=mode, config=settings,
                                  storage_options=opts.storage_options, inputs=inputs)
                for part, rows, carried in (("kept", kept, rejects), ("rejected", rejected, None))}
     return {"rows_in": table.num_rows + rejects.num_rows, "kept": written["kept"]["rows"],
-            "rejected": written["rejected"]["rows"], "input_rejected": written["kept"]["rejected"], "tau": tau}
+            "rejected": written["rejected"]["rows"], "input_rejected": written["kept"]["rejected"],
+            "tau": config.tau}
+
+
+class ConfidenceStage(Stage):
+    name, kind, Config = "confidence", "stream", ConfidenceConfig
+    needs = ("id", "text_a", "label")
+    adds = ("confidence",)
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        r = run(source.paths, out, source.mapping, source.opts, self.config)
+        return StageResult(r["rows_in"], {"kept": r["kept"], "filtered out": r["rejected"],
+                                          "input rejects": r["input_rejected"]}, r,
+                           f"kept {r['kept']:,}, rejected {r['rejected']:,} (tau {r['tau']})")

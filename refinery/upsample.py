@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from . import queries
 from . import stats as zstats
+from .pipeline.stage import Stage, StageInput, StageResult
 from .corpus import CorpusWriter
 from .features import STOPWORD_LIST
 from .readers import ReadOptions
@@ -210,3 +211,16 @@ def _write(con, out, added, trace, report, config, mode, labels, before, after, 
                                   for t in trace})),
         ]))
         d.commit()
+
+
+class UpsampleStage(Stage):
+    name, kind, Config = "upsample", "corpus", UpsampleConfig
+    needs = ("id", "text_a", "label")
+    output = ""
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        r = run(source.paths, out, source.mapping, source.opts, self.config)
+        return StageResult(r["rows_before"] + r["rejected"], {"out": r["rows_before"], "input rejects": r["rejected"]},
+                           r, f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled "
+                              f"copies), {r['iterations_run']} iteration(s)")
+

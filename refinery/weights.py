@@ -18,6 +18,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from .leakage import FEATURE_SETS, ForestConfig, GraphConfig, corpus_features, matrix
+from .pipeline.stage import Stage, StageInput, StageResult
 from .readers import ReadOptions
 from .schema import Mapping
 from .storage import publishes_run
@@ -31,6 +32,7 @@ class WeightsConfig:
     clip: float | None = None       # optional cap on w (in units of the mean weight)
     tolerance: float = 1e-9         # |weighted − observed label share| the prior search stops at
     forest: ForestConfig = field(default_factory=ForestConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
     seed: int = 0
 
     def __post_init__(self):
@@ -118,6 +120,7 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
     for f in tqdm(np.unique(folds), desc="cross-predict", unit=" fold", disable=None):
         test = folds == f
         model = forest.make().fit(X[~test], y[~test])
+        model.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
         proba[np.ix_(np.nonzero(test)[0], model.classes_)] = model.predict_proba(X[test])
     return proba
 
@@ -157,18 +160,18 @@ def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
 
 @publishes_run
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        graph: GraphConfig = GraphConfig(), config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
+        config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
     """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
     from .corpus import CorpusWriter
 
-    graph_input = corpus_features(inputs, mapping, opts, graph)
+    graph_input = corpus_features(inputs, mapping, opts, config.graph)
     rows, features = graph_input.rows, graph_input.features
     w, info = leakage_neutral_weights(features, rows["id"].to_pylist(), config)
     info.pop("p_hat")
     table = rows.drop_columns([c for c in ("row_id", "weight") if c in rows.column_names])
     table = table.append_column("weight", pa.array(w))
-    report = {**info, "inputs": inputs, "graph": asdict(graph), "config": asdict(config)}
-    with CorpusWriter(out, mode=mode, config={"weights": report["config"], "graph": report["graph"]},
+    report = {**info, "inputs": inputs, "config": asdict(config)}
+    with CorpusWriter(out, mode=mode, config={"weights": report["config"]},
                       storage_options=opts.storage_options, inputs=inputs,
                       extra={"weights": {k: report[k] for k in ("prior", "observed_shares", "weighted_shares",
                                                                  "diagnostics", "out_of_fold")}}) as writer:
@@ -176,6 +179,22 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
         manifest = writer.commit()
     report.update(rows=manifest["rows"], rejected=manifest["rejected"])
     return report
+
+
+class WeightsStage(Stage):
+    """Leakage-neutral weights over the whole input; splits come from its ``split`` column."""
+
+    name, kind, Config = "weights", "corpus", WeightsConfig
+    needs = ("id", "text_a", "text_b", "label")
+    adds = ("weight", "split")
+    output = ""
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        r = run({"all": list(source.paths)}, out, source.mapping, source.opts, self.config)
+        d = r["diagnostics"]
+        return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
+                           f"weights min {d['min']:.3f}, max {d['max']:.2f}, "
+                           f"effective sample size {d['effective_sample_size']:,.0f}")
 
 
 def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:

@@ -23,6 +23,7 @@ from .corpus import Corpus, CorpusWriter, EmptyInput, is_corpus, iter_input_batc
 from . import stats as zstats
 from .counts import IncrementalCounts
 from .pipeline.engine import ParquetSource, stream_map
+from .pipeline.stage import Stage, StageInput, StageResult
 from .features import FeatureConfig, row_feature_lists
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page, topk_table, zplot_png
@@ -332,3 +333,17 @@ def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> i
         keep, _ = zf.filter(batch)
         kept += int(keep.sum())
     return kept
+
+
+class ZFilterStage(Stage):
+    name, kind, Config = "zfilter", "stream", ZFilterConfig
+    needs = ("id", "text_a", "label")
+    adds = ("source_stage",)
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        r = run(source.paths, out, source.mapping, source.opts, self.config, engine=source.engine)
+        return StageResult(r["input"] + r["input_rejected"], {"kept": r["kept"] - r["seed"],
+                                                              "filtered out": r["rejected"],
+                                                              "input rejects": r["input_rejected"]}, r,
+                           f"kept {r['kept']:,}, rejected {r['rejected']:,}")
+

@@ -1,0 +1,181 @@
+"""Run a pipeline: the input, then each stage on the previous stage's output, under ``OUT/NN-stage/``.
+
+``OUT/00-input`` is the input as one canonical corpus (named splits in a ``split`` column, bad
+rows in its rejects). Stage N reads the part its predecessor passes on and publishes its own
+parts under ``OUT/NN-name/``; ``_SUCCESS`` is written last and carries the stage's fingerprint:
+sha256 of the stage's name and config and of its inputs' manifests (raw files: size and
+checksum). A rerun skips every stage whose fingerprint is unchanged and reruns from the first
+that changed; the engine is not part of it (local and Ray give the same outputs). A failed
+stage leaves the finished stages before it as they were.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+
+from ..corpus import CorpusWriter, EmptyInput, input_fingerprints, iter_input_batches
+from ..readers import ReadOptions
+from ..schema import resolve_mapping
+from ..storage import RUN_MARKER, AtomicDir, RunOutput, get_fs, join
+from .config import InputSpec, PipelineSpec, to_dict
+from .engine import check_engine
+from .stage import StageInput, StageResult, stage_class
+
+INPUT_DIR = "00-input"
+
+
+@dataclass
+class StageRun:
+    folder: str
+    name: str
+    status: str                   # ran | skipped
+    seconds: float
+    result: StageResult
+    fingerprint: str = ""
+    next_input: str = ""
+
+
+@dataclass
+class PipelineRun:
+    out: str
+    engine: str
+    stages: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"out": self.out, "engine": self.engine, "stages": [
+            {"folder": s.folder, "stage": s.name, "status": s.status, "seconds": round(s.seconds, 1),
+             "rows_in": s.result.rows_in, "parts": s.result.parts, "balanced": s.result.balanced,
+             "headline": s.result.headline, "fingerprint": s.fingerprint} for s in self.stages]}
+
+
+def fingerprint(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_options(spec: InputSpec) -> ReadOptions:
+    return ReadOptions(batch_rows=spec.batch_rows, max_chars=spec.max_chars, on_bad_row=spec.on_bad_row,
+                       storage_options=dict(spec.storage_options))
+
+
+def _mapping(spec: InputSpec):
+    text_map = ",".join(f"{k}={v}" for k, v in spec.map.items()) if spec.map else None
+    return resolve_mapping(spec.preset, text_map, ",".join(spec.labels) if spec.labels else None)
+
+
+def _finished(folder: str, storage_options: dict) -> dict | None:
+    """The ``_SUCCESS`` marker of a finished stage folder, or None."""
+    fs, path = get_fs(folder, storage_options)
+    marker = join(path, RUN_MARKER)
+    if not fs.exists(marker):
+        return None
+    with fs.open(marker, "r") as fh:
+        return json.load(fh)
+
+
+def _marked(summary: StageResult, fp: str, name: str) -> dict:
+    return {"stage": name, "fingerprint": fp, "rows_in": summary.rows_in, "accounting": summary.parts,
+            "headline": summary.headline}
+
+
+def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
+    """The pipeline's input as one canonical corpus; named splits become a ``split`` column."""
+    mapping = _mapping(spec)
+    splits = spec.split_paths()
+    named = bool(spec.splits)
+    raw = [p for paths in splits.values() for p in paths]
+    rows = rejected = 0
+    with CorpusWriter(out, config={"input": to_dict(spec)}, storage_options=opts.storage_options,
+                      inputs=raw) as writer:
+        for split, paths in splits.items():
+            for _, batch in iter_input_batches(paths, mapping, opts):
+                table = batch.rows
+                if named:
+                    if "split" in table.column_names:
+                        table = table.drop_columns(["split"])
+                    table = table.append_column("split", pa.array([split] * table.num_rows, pa.string()))
+                writer.write(table if table.num_rows else None, batch.rejects)
+        manifest = writer.commit()
+    rows, rejected = manifest["rows"], manifest["rejected"]
+    if not rows:
+        raise EmptyInput(f"no good input rows in {', '.join(raw)} ({rejected:,} rejected)")
+    return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
+                       f"{rows:,} rows" + (f" in splits {', '.join(splits)}" if named else ""))
+
+
+def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None = None,
+                 echo: Callable[[str], None] = print) -> PipelineRun:
+    """Run ``spec`` under ``out`` (default: the file's ``out``), skipping unchanged stages."""
+    out = (out or spec.out or "").rstrip("/")
+    if not out:
+        raise ValueError("no output folder: give --out or out: in the pipeline file")
+    engine = check_engine(engine or spec.engine)
+    opts = read_options(spec.input)
+    run = PipelineRun(out, engine)
+    raw = [p for paths in spec.input.split_paths().values() for p in paths]
+    upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
+    folder = join(out, INPUT_DIR)
+    run.stages.append(_step(folder, "input", upstream, opts, echo,
+                            lambda: ingest(spec.input, folder, opts), next_input=folder))
+    corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
+    current = folder
+    for i, stage_spec in enumerate(spec.stages, 1):
+        cls = stage_class(stage_spec.name)
+        stage = cls(stage_spec.config)
+        folder = join(out, f"{i:02d}-{stage_spec.name}")
+        source = StageInput([current], None, corpus_opts, engine)
+        fp = fingerprint(stage_spec.name, to_dict(stage_spec.config),
+                         sorted(input_fingerprints([current], opts.storage_options).values()))
+        nxt = current if cls.output is None else (join(folder, cls.output) if cls.output else folder)
+        run.stages.append(_step(folder, stage_spec.name, fp, opts, echo,
+                                lambda: stage.run(source, folder), next_input=nxt))
+        current = nxt
+    _write_summary(run, spec, opts)
+    return run
+
+
+def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, next_input: str) -> StageRun:
+    label = posixpath.basename(folder)
+    done = _finished(folder, opts.storage_options)
+    if done and done.get("fingerprint") == fp:
+        result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""))
+        echo(f"== {label}: unchanged, skipped ({result.conservation()})")
+        return StageRun(label, name, "skipped", 0.0, result, fp, next_input)
+    echo(f"== {label}")
+    t = time.perf_counter()
+    with RunOutput(folder, opts.storage_options) as marker:
+        result = work()
+        marker.summary = _marked(result, fp, name)
+    seconds = time.perf_counter() - t
+    echo(f"   {result.headline}" if result.headline else "")
+    echo(f"   {result.conservation()}  [{seconds:.1f}s]")
+    return StageRun(label, name, "ran", seconds, result, fp, next_input)
+
+
+def _write_summary(run: PipelineRun, spec: PipelineSpec, opts: ReadOptions) -> None:
+    """``OUT/pipeline/``: the resolved pipeline file, the stages' accounting (JSON) and a one-page report."""
+    from ..report import page
+
+    rows = "".join(
+        f"<tr><td>{s.folder}</td><td>{s.status}</td><td>{s.result.rows_in:,}</td>"
+        f"<td>{' + '.join(f'{n:,} {k}' for k, n in s.result.parts.items())}</td>"
+        f"<td>{'ok' if s.result.balanced else 'MISMATCH'}</td><td>{s.seconds:.1f}s</td>"
+        f"<td>{_html_escape(s.result.headline)}</td></tr>" for s in run.stages)
+    table = ("<table><tr><th>stage</th><th>status</th><th>rows in</th><th>where they went</th><th>balance</th>"
+             f"<th>time</th><th>result</th></tr>{rows}</table>")
+    with AtomicDir(join(run.out, "pipeline"), opts.storage_options) as d:
+        d.write_text("pipeline.yaml", spec.to_yaml())
+        d.write_text("run.json", json.dumps(run.to_dict(), indent=1))
+        d.write_text("report.html", page("refinery pipeline", [("Stages", table)]))
+        d.commit()
+
+
+def _html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,100 @@
+"""The stage contract: every method is a ``Stage`` of one of three kinds.
+
+- **stream**: batch in → kept rows and rejected rows with a reason, then a report (zfilter,
+  confidence). The engine may run the row-wise part on workers; the decision runs in order.
+- **aggregate**: partial state per batch, merged, finished into a report; the rows pass on
+  unchanged (audit).
+- **corpus**: whole splits in → a corpus and a report (upsample, weights, leakage).
+
+A stage has a registered name, a config dataclass (validated on construction, round-tripping
+to YAML/JSON through ``pipeline.config``), the columns it needs and adds, and the resources a
+worker needs. ``run`` reads ``StageInput`` and publishes its parts under ``out``; the part the
+next stage reads is ``output`` (``None``: the stage's input passes on).
+"""
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..readers import ReadOptions
+from ..schema import Mapping
+
+KINDS = ("stream", "aggregate", "corpus")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one worker of the stage asks the engine for."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+    memory_gb: float = 1.0
+
+
+@dataclass
+class StageInput:
+    """The corpora a stage reads (finished corpora in a pipeline; raw files need ``mapping``)."""
+
+    paths: list
+    mapping: Mapping | None = None
+    opts: ReadOptions = field(default_factory=ReadOptions)
+    engine: str = "local"
+
+
+@dataclass
+class StageResult:
+    """A finished stage: the rows it read, where each went, and its report."""
+
+    rows_in: int
+    parts: dict                 # {"kept": n, "filtered out": n, "input rejects": n}: sums to rows_in
+    report: dict
+    headline: str = ""          # one line for the terminal
+
+    @property
+    def balanced(self) -> bool:
+        return self.rows_in == sum(self.parts.values())
+
+    def conservation(self) -> str:
+        terms = " + ".join(f"{n:,} {name}" for name, n in self.parts.items())
+        return f"rows in {self.rows_in:,} = {terms} ({'ok' if self.balanced else 'MISMATCH'})"
+
+
+class Stage(ABC):
+    name: ClassVar[str]
+    kind: ClassVar[str]
+    Config: ClassVar[type]
+    needs: ClassVar[tuple] = ("id", "text_a", "label")
+    adds: ClassVar[tuple] = ()
+    resources: ClassVar[Resources] = Resources()
+    output: ClassVar[str | None] = "kept"
+
+    def __init__(self, config=None):
+        self.config = config if config is not None else self.Config()
+        if not isinstance(self.config, self.Config):
+            raise TypeError(f"{self.name}: config must be a {self.Config.__name__}")
+
+    @abstractmethod
+    def run(self, source: StageInput, out: str) -> StageResult:
+        """Read ``source``, publish the stage's parts under ``out``, return its accounting."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"
+
+
+# name → "module:Class", imported on first use so a pipeline loads only the methods it runs
+REGISTRY = {
+    "audit": "refinery.audit:AuditStage",
+    "zfilter": "refinery.zfilter:ZFilterStage",
+    "confidence": "refinery.confidence:ConfidenceStage",
+    "upsample": "refinery.upsample:UpsampleStage",
+    "weights": "refinery.weights:WeightsStage",
+}
+
+
+def stage_class(name: str) -> type[Stage]:
+    if name not in REGISTRY:
+        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(sorted(REGISTRY))}")
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)

@@ -1,0 +1,174 @@
+"""Pipelines: the stage contract, pipeline files, ``refinery run`` locally and on Ray, skipping
+unchanged stages, and a pipeline submitted as a Ray job to a two-node cluster over S3."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import yaml
+
+from refinery.corpus import Corpus
+from refinery.pipeline.config import ConfigError, from_dict, load_pipeline, parse_pipeline, to_dict
+from refinery.pipeline.stage import REGISTRY, stage_class
+
+from conftest import DATA, REPO, SNLI_HARD, run_cli
+from test_remote import BIN, S3Server, free_port
+
+EXAMPLE = REPO / "examples" / "snli.yaml"
+CORPUS_PARTS = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-confidence/kept",
+                "03-confidence/rejected", "04-weights"]
+
+
+def _tables(out: Path | str, storage_options=None) -> dict:
+    return {part: Corpus.open(f"{out}/{part}", storage_options).read() for part in CORPUS_PARTS}
+
+
+def _same(a, b, part: str) -> None:
+    """The same rows and values; computed floats to 1e-9 (a Ray job's driver runs BLAS on other threads,
+    which moves the last bits of a fitted model's probabilities)."""
+    assert a.schema == b.schema and a.num_rows == b.num_rows, part
+    for name in a.column_names:
+        if pa.types.is_floating(a.schema.field(name).type):
+            assert np.allclose(a[name].to_numpy(), b[name].to_numpy(), rtol=1e-9, atol=0), (part, name)
+        else:
+            assert a[name].equals(b[name]), (part, name)
+
+
+def test_every_stage_config_round_trips_and_declares_its_contract():
+    for name in REGISTRY:
+        cls = stage_class(name)
+        assert cls.kind in ("stream", "aggregate", "corpus") and cls.name == name
+        assert set(cls.needs) <= {"id", "text_a", "text_b", "label"}
+        config = cls.Config() if name != "confidence" else cls.Config(model="ngram")
+        data = json.loads(json.dumps(to_dict(config)))          # through JSON and back
+        assert from_dict(cls.Config, data) == config
+        assert from_dict(cls.Config, yaml.safe_load(yaml.safe_dump(data))) == config
+
+
+def test_pipeline_errors_name_the_file_and_key(tmp_path):
+    bad = {"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [{"zfilter": {"k": 5, "kk": 1}}]}
+    with pytest.raises(ConfigError, match=r"stage 1 \(zfilter\): unknown key\(s\) kk"):
+        parse_pipeline(bad)
+    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: expected an integer, got 'five'"):
+        parse_pipeline({**bad, "stages": [{"zfilter": {"k": "five"}}]})
+    with pytest.raises(ConfigError, match="unknown stage 'zfliter'"):
+        parse_pipeline({**bad, "stages": ["zfliter"]})
+    with pytest.raises(ConfigError, match="exactly one of model"):
+        parse_pipeline({**bad, "stages": [{"confidence": {"tau": 0.5}}]})
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({**bad, "stages": [{"audit": {"features": {"families": ["unigram", "trigram"]}}}]}))
+    proc = run_cli("run", path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert str(path) in proc.stderr and "trigram" in proc.stderr
+
+
+def test_print_config_fills_defaults_and_loads_back(tmp_path):
+    printed = run_cli("run", EXAMPLE, "--print-config", "--engine", "ray").stdout
+    data = yaml.safe_load(printed)
+    assert data["engine"] == "ray" and list(data["stages"][1]) == ["zfilter"]
+    assert data["stages"][1]["zfilter"]["min_count"] == 10                     # a default, filled in
+    again = tmp_path / "again.yaml"
+    again.write_text(printed)
+    assert load_pipeline(str(again)).to_dict() == load_pipeline(str(EXAMPLE)).to_dict() | {"engine": "ray"}
+
+
+def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_path):
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    first = run_cli("run", EXAMPLE, "--out", local).stdout
+    assert first.count("(ok)") == 5 and "MISMATCH" not in first
+    assert "rows in 19,666 = 19,666 rows + 0 rejected (ok)" in first             # SNLI dev + test
+    run_cli("run", EXAMPLE, "--out", ray, "--engine", "ray")
+    a, b = _tables(local), _tables(ray)
+    for part in CORPUS_PARTS:
+        assert a[part].equals(b[part]), part
+    assert set(a["04-weights"]["split"].to_pylist()) == {"dev", "test"}
+    kept = a["02-zfilter/kept"].num_rows
+    assert a["03-confidence/kept"].num_rows + a["03-confidence/rejected"].num_rows == kept
+    assert a["04-weights"].num_rows == a["03-confidence/kept"].num_rows
+    audit = json.loads((local / "01-audit" / "report" / "summary.json").read_text())
+    assert audit["rows"] == 19_666
+
+    again = run_cli("run", EXAMPLE, "--out", local).stdout                    # nothing changed: all skipped
+    assert again.count("unchanged, skipped") == 5
+
+    changed = tmp_path / "changed.yaml"                                       # a new tau for the confidence stage
+    changed.write_text(EXAMPLE.read_text().replace("tau: 0.2", "tau: 0.3"))
+    out = run_cli("run", changed, "--out", local, env={"DATA": str(DATA)}).stdout
+    assert [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("== ")] == \
+        ["00-input", "01-audit", "02-zfilter", "03-confidence", "04-weights"]
+    assert out.count("unchanged, skipped") == 3 and "== 03-confidence\n" in out and "== 04-weights\n" in out
+    now = _tables(local)
+    assert now["02-zfilter/kept"].equals(a["02-zfilter/kept"])
+    assert now["03-confidence/kept"].num_rows < a["03-confidence/kept"].num_rows
+    run_json = json.loads((local / "pipeline" / "run.json").read_text())
+    assert [s["status"] for s in run_json["stages"]] == ["skipped"] * 3 + ["ran"] * 2
+
+
+def test_failed_stage_leaves_earlier_stages_finished(tmp_path):
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({"input": {"paths": [SNLI_HARD], "preset": "snli"},
+                                    "stages": [{"zfilter": {"k": 5}}, {"confidence": {"proba_column": "missing"}}]}))
+    proc = run_cli("run", spec, "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 2 and "no column 'missing'" in proc.stderr
+    assert (tmp_path / "o" / "01-zfilter" / "_SUCCESS").exists()
+    assert not (tmp_path / "o" / "02-confidence" / "_SUCCESS").exists()
+    rerun = run_cli("run", spec, "--out", tmp_path / "o", check=False)
+    assert "== 01-zfilter: unchanged, skipped" in rerun.stdout
+
+
+def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
+    """``ray job submit`` of jobs/run.py to a head and a second node; input, pipeline file and
+    output on the S3 server; the result equals a local run of the same pipeline."""
+    s3 = S3Server(tmp_path / "s3root")
+    s3.start()
+    raw = s3.root / "bucket" / "raw"
+    raw.mkdir()
+    shutil.copy(SNLI_HARD, raw / "snli_hard.jsonl")
+    pipeline = {"input": {"splits": {"hard": "s3://bucket/raw/snli_hard.jsonl"}, "preset": "snli"},
+                "stages": [{"audit": {"k": 10}}, {"zfilter": {"k": 10, "batch_size": 500}},
+                           {"confidence": {"model": "ngram", "folds": 3, "tau": 0.2}},
+                           {"weights": {"folds": 3, "forest": {"n_estimators": 20}}}]}
+    (s3.root / "bucket" / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    port, dash = free_port(), free_port()
+    env = {**os.environ, **s3.env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    ray = str(BIN / "ray")
+    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", str(300 * 2**20),
+              "--disable-usage-stats"]
+    subprocess.run([ray, "start", "--head", "--port", str(port), "--dashboard-host", "127.0.0.1",
+                    "--dashboard-port", str(dash), *common], check=True, env=env, capture_output=True)
+    try:
+        subprocess.run([ray, "start", "--address", f"127.0.0.1:{port}", "--resources", '{"second_node": 1}',
+                        *common], check=True, env=env, capture_output=True)
+        runtime = {"excludes": [".venv", ".venv-vllm", ".git", "demo-out", "*.parquet"],
+                   "env_vars": {k: v for k, v in s3.env.items()}}
+        proc = subprocess.run(
+            [ray, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(REPO),
+             "--runtime-env-json", json.dumps(runtime), "--",
+             sys.executable, "jobs/run.py", "s3://bucket/pipeline.yaml", "--out", "s3://bucket/run"],
+            env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "pipeline finished: 5 steps under s3://bucket/run" in proc.stdout
+        assert proc.stdout.count("(ok)") == 5 and "MISMATCH" not in proc.stdout
+        nodes = json.loads(subprocess.run([ray, "list", "nodes", "--address", f"http://127.0.0.1:{dash}",
+                                           "--format", "json"], env=env, capture_output=True, text=True).stdout)
+        assert sum(n["state"] == "ALIVE" for n in nodes) == 2
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
+    os.environ.update(s3.env)
+    try:
+        local = tmp_path / "local"
+        spec = tmp_path / "local.yaml"
+        spec.write_text(yaml.safe_dump({**pipeline, "input": {"splits": {"hard": SNLI_HARD}, "preset": "snli"}}))
+        run_cli("run", spec, "--out", local)
+        remote = {part: Corpus.open(f"s3://bucket/run/{part}").read() for part in CORPUS_PARTS}
+        for part, table in _tables(local).items():
+            _same(remote[part], table, part)
+    finally:
+        for k in s3.env:
+            os.environ.pop(k, None)
+        s3.stop()
