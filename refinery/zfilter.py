@@ -121,7 +121,7 @@ class ZFilter:
         z*(x,l) (METHODS §1) is computed only for the features with n ≥ min_count, the candidates.
         """
         Z, cfg = self.Z, self.config
-        F = len(Z.names)
+        F = Z.num_features
         mask = np.zeros((F, len(Z.labels)), dtype=bool)
         if Z.rows < max(cfg.warmup, 1):
             return mask
@@ -144,7 +144,9 @@ class ZFilter:
             return np.empty(0, dtype=np.int64)
         kth = np.partition(zj, -k)[-k]
         above = ids[zj > kth]
-        tied = sorted(ids[zj == kth], key=lambda i: self.Z.names[i])[: k - len(above)]
+        tied_ids = ids[zj == kth]
+        tied = tied_ids[np.argsort(self.Z.names(tied_ids).to_numpy(zero_copy_only=False), kind="stable")]
+        tied = tied[: k - len(above)]
         return np.concatenate([above, np.asarray(tied, dtype=np.int64)])
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, list]:
@@ -160,10 +162,9 @@ class ZFilter:
         keep = ~hit_rows
         acc = keep[rows]
         self.Z.add(fids[acc], lab[rows[acc]], [l for l, k in zip(table["label"].to_pylist(), keep) if k])
-        names = self.Z.names
         hits: list[list[str]] = [[] for _ in range(table.num_rows)]
-        for r, f in zip(rows[pair_hit], fids[pair_hit]):
-            hits[r].append(names[f])
+        for r, name in zip(rows[pair_hit], self.Z.names(fids[pair_hit]).to_pylist()):
+            hits[r].append(name)
         return keep, hits
 
 

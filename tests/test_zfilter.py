@@ -41,13 +41,15 @@ def test_incremental_state_matches_recount():
         keep, _ = zf.filter(batch)
         kept.append(batch.filter(pa.array(keep)).drop_columns(["features"]))
     full = audit_table(pa.concat_tables(kept)).stats
-    inc = zf.Z.stats()
-    present = np.nonzero(inc.n > 0)[0]  # features seen only in rejected rows have zero counts in Z
-    names = np.array(inc.features.to_pylist(), dtype=object)[present]
+    inc = zf.Z.stats()                    # the features z* is defined for: n ≥ min_count
+    names = np.array(inc.features.to_pylist(), dtype=object)
     order = np.argsort(names)
-    assert list(names[order]) == sorted(full.features.to_pylist())
-    full_order = np.argsort(np.array(full.features.to_pylist(), dtype=object))
-    np.testing.assert_array_equal(inc.counts[present][order], full.counts[full_order])
+    eligible = np.nonzero(full.n >= cfg.min_count)[0]
+    full_names = np.array(full.features.to_pylist(), dtype=object)[eligible]
+    assert len(names) > 1000 and list(names[order]) == sorted(full_names)
+    full_order = eligible[np.argsort(full_names)]
+    np.testing.assert_array_equal(inc.counts[order], full.counts[full_order])
+    np.testing.assert_allclose(inc.z[order], full.z[full_order])
 
 
 def test_planted_tokens_filtered_out(tmp_path):
