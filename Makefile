@@ -35,7 +35,7 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
 	touch $@
 
 demo: $(STAMP)
-	$(PY) jobs/demo.py --data $(DATA) --out $(DEMO_OUT)
+	DATA=$(abspath $(DATA)) $(VENV)/bin/refinery run examples/snli.yaml --out $(DEMO_OUT) --engine ray
 
 test: $(STAMP) $(VLLM_STAMP)
 	REFINERY_VLLM_PYTHON=$(if $(VLLM_VENV),$(abspath $(VLLM_VENV))/bin/python,$(abspath $(PY))) \

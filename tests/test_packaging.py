@@ -28,3 +28,9 @@ def test_pip_install_dot_has_the_sql_and_runs(tmp_path):
     zf = subprocess.run([*cli, "zfilter", SNLI_HARD, "--preset", "snli", "--out", str(tmp_path / "zf")],
                         cwd=tmp_path, env=env, capture_output=True, text=True)
     assert zf.returncode == 0 and "rows in 3,261 = " in zf.stdout, zf.stderr
+    pipeline = tmp_path / "one-stage.yaml"
+    pipeline.write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n  - zfilter: {{k: 5}}\n")
+    run = subprocess.run([*cli, "run", str(pipeline), "--out", str(tmp_path / "pipe")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "rows in 3,261 = " in run.stdout and (tmp_path / "pipe" / "01-zfilter" / "_SUCCESS").is_file()
