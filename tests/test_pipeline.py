@@ -144,12 +144,14 @@ def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
     try:
         subprocess.run([ray, "start", "--address", f"127.0.0.1:{port}", "--resources", '{"second_node": 1}',
                         *common], check=True, env=env, capture_output=True)
-        runtime = {"excludes": [".venv", ".venv-vllm", ".git", "demo-out", "*.parquet"],
-                   "env_vars": {k: v for k, v in s3.env.items()}}
+        # refinery is installed on every node (as cluster.yaml's setup does), so no working dir is shipped:
+        # two nodes on one machine share Ray's session folder, and one node's runtime-env cleanup can
+        # delete the unpacked working dir that the other node's job driver runs in
+        runtime = {"env_vars": {k: v for k, v in s3.env.items()}}
         proc = subprocess.run(
-            [ray, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(REPO),
+            [ray, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
              "--runtime-env-json", json.dumps(runtime), "--",
-             sys.executable, "jobs/run.py", "s3://bucket/pipeline.yaml", "--out", "s3://bucket/run"],
+             sys.executable, str(REPO / "jobs" / "run.py"), "s3://bucket/pipeline.yaml", "--out", "s3://bucket/run"],
             env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "pipeline finished: 5 steps under s3://bucket/run" in proc.stdout
