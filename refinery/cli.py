@@ -11,6 +11,7 @@ import sys
 import click
 
 from . import corpus as corpus_mod
+from .pipeline.stage import conservation
 from .readers import BadRowError, ReadOptions
 from .schema import resolve_mapping
 from .storage import parse_storage_options
@@ -46,13 +47,6 @@ def input_options(f):
         return f(*args, **kwargs)
 
     return wrapper
-
-
-def conservation(lines_in: int, **parts: int) -> str:
-    """The run's accounting line: every input row is in an output or among the rejects."""
-    terms = " + ".join(f"{n:,} {name}" for name, n in parts.items())
-    status = "ok" if lines_in == sum(parts.values()) else "MISMATCH"
-    return f"rows in {lines_in:,} = {terms} ({status})"
 
 
 def precision_option(f):

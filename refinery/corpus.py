@@ -60,12 +60,7 @@ class Corpus:
 
     def iter_tables(self, columns=None, batch_rows: int = 65_536) -> Iterator[pa.Table]:
         """The rows in order, ``batch_rows`` at a time."""
-        fs, _ = get_fs(self.url, self.storage_options)
-        for url in self.files:
-            _, path = get_fs(url, self.storage_options)
-            with fs.open(path, "rb") as fh:
-                for rb in pq.ParquetFile(fh).iter_batches(batch_size=batch_rows, columns=columns):
-                    yield pa.Table.from_batches([rb])
+        return iter_parquet(self.files, self.storage_options, columns, batch_rows)
 
     def read(self, columns=None) -> pa.Table:
         return concat(list(self.iter_tables(columns)))
@@ -78,6 +73,16 @@ class Corpus:
             with fs.open(path, "rb") as fh:
                 tables.append(pq.read_table(fh))
         return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()
+
+
+def iter_parquet(files, storage_options: dict | None = None, columns=None, batch_rows: int = 65_536
+                 ) -> Iterator[pa.Table]:
+    """The rows of Parquet ``files`` (local paths or URLs) in order, ``batch_rows`` at a time."""
+    for url in files:
+        fs, path = get_fs(url, storage_options)
+        with fs.open(path, "rb") as fh:
+            for rb in pq.ParquetFile(fh).iter_batches(batch_size=batch_rows, columns=columns):
+                yield pa.Table.from_batches([rb])
 
 
 def read_any(url: str, storage_options: dict | None = None) -> pa.Table:

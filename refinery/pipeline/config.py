@@ -62,6 +62,11 @@ def from_dict(cls: type, data: dict | None, where: str = "config"):
         raise ConfigError(f"{where}: {e}") from None
 
 
+# scalar field types: the Python types a YAML value may have, and how an error names them
+_SCALARS = {bool: ((bool,), "true or false"), int: ((int,), "an integer"), float: ((int, float), "a number"),
+            str: ((str,), "a string")}
+
+
 def _coerce(hint, value, where: str):
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Union or type(hint).__name__ == "UnionType":
@@ -81,22 +86,11 @@ def _coerce(hint, value, where: str):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         return tuple(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
+    if hint in _SCALARS:
+        types, what = _SCALARS[hint]
+        if not isinstance(value, types) or (isinstance(value, bool) and hint is not bool):
+            raise ConfigError(f"{where}: expected {what}, got {value!r}")
+        return float(value) if hint is float else value
     return value  # dict / Any: as given
 
 

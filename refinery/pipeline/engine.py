@@ -77,7 +77,6 @@ class ParquetSource:
     """Parquet shards (a finished corpus's files) that workers read themselves."""
 
     files: tuple
-    columns: tuple | None = None
     storage_options: dict = field(default_factory=dict)
 
 
@@ -106,8 +105,11 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
     """
     kwargs = fn_kwargs or {}
     if check_engine(engine) == "local":
-        tables = _read_parquet(source, batch_rows) if isinstance(source, ParquetSource) else source
-        for t in tables:
+        if isinstance(source, ParquetSource):
+            from ..corpus import iter_parquet
+
+            source = iter_parquet(source.files, source.storage_options, batch_rows=batch_rows)
+        for t in source:
             yield fn(t, **kwargs)
         return
     ray = ray_init()
@@ -115,8 +117,7 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
         from ..storage import get_fs
 
         paths = [get_fs(f, source.storage_options)[1] for f in source.files]
-        ds = _ordered(ray.data.read_parquet(paths, columns=list(source.columns) if source.columns else None,
-                                            filesystem=_pyarrow_fs(source.files[0], source.storage_options)))
+        ds = _ordered(ray.data.read_parquet(paths, filesystem=_pyarrow_fs(source.files[0], source.storage_options)))
         ds = ds.map_batches(fn, fn_kwargs=kwargs, batch_format="pyarrow", batch_size=batch_rows)
         yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
         return
@@ -129,20 +130,6 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
             yield ray.get(in_flight.popleft())
     while in_flight:
         yield ray.get(in_flight.popleft())
-
-
-def _read_parquet(source: ParquetSource, batch_rows: int) -> Iterator[pa.Table]:
-    import pyarrow.parquet as pq
-
-    from ..storage import get_fs
-
-    for url in source.files:
-        fs, path = get_fs(url, source.storage_options)
-        with fs.open(path, "rb") as fh:
-            pf = pq.ParquetFile(fh)
-            for batch in pf.iter_batches(batch_size=batch_rows, columns=list(source.columns) if source.columns
-                                         else None):
-                yield pa.Table.from_batches([batch])
 
 
 def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,

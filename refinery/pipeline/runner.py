@@ -11,6 +11,7 @@ stage leaves the finished stages before it as they were.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import posixpath
 import time
@@ -38,7 +39,6 @@ class StageRun:
     seconds: float
     result: StageResult
     fingerprint: str = ""
-    next_input: str = ""
 
 
 @dataclass
@@ -89,7 +89,6 @@ def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
     splits = spec.split_paths()
     named = bool(spec.splits)
     raw = [p for paths in splits.values() for p in paths]
-    rows = rejected = 0
     with CorpusWriter(out, config={"input": to_dict(spec)}, storage_options=opts.storage_options,
                       inputs=raw) as writer:
         for split, paths in splits.items():
@@ -121,7 +120,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
     folder = join(out, INPUT_DIR)
     run.stages.append(_step(folder, "input", upstream, opts, echo,
-                            lambda: ingest(spec.input, folder, opts), next_input=folder))
+                            lambda: ingest(spec.input, folder, opts)))
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     current = folder
     for i, stage_spec in enumerate(spec.stages, 1):
@@ -133,19 +132,19 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
                          sorted(input_fingerprints([current], opts.storage_options).values()))
         nxt = current if cls.output is None else (join(folder, cls.output) if cls.output else folder)
         run.stages.append(_step(folder, stage_spec.name, fp, opts, echo,
-                                lambda: stage.run(source, folder), next_input=nxt))
+                                lambda: stage.run(source, folder)))
         current = nxt
     _write_summary(run, spec, opts)
     return run
 
 
-def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, next_input: str) -> StageRun:
+def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work) -> StageRun:
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
     if done and done.get("fingerprint") == fp:
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
-        return StageRun(label, name, "skipped", 0.0, result, fp, next_input)
+        return StageRun(label, name, "skipped", 0.0, result, fp)
     echo(f"== {label}")
     t = time.perf_counter()
     with RunOutput(folder, opts.storage_options) as marker:
@@ -154,7 +153,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, next_i
     seconds = time.perf_counter() - t
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    return StageRun(label, name, "ran", seconds, result, fp, next_input)
+    return StageRun(label, name, "ran", seconds, result, fp)
 
 
 def _write_summary(run: PipelineRun, spec: PipelineSpec, opts: ReadOptions) -> None:
@@ -165,7 +164,7 @@ def _write_summary(run: PipelineRun, spec: PipelineSpec, opts: ReadOptions) -> N
         f"<tr><td>{s.folder}</td><td>{s.status}</td><td>{s.result.rows_in:,}</td>"
         f"<td>{' + '.join(f'{n:,} {k}' for k, n in s.result.parts.items())}</td>"
         f"<td>{'ok' if s.result.balanced else 'MISMATCH'}</td><td>{s.seconds:.1f}s</td>"
-        f"<td>{_html_escape(s.result.headline)}</td></tr>" for s in run.stages)
+        f"<td>{html.escape(s.result.headline)}</td></tr>" for s in run.stages)
     table = ("<table><tr><th>stage</th><th>status</th><th>rows in</th><th>where they went</th><th>balance</th>"
              f"<th>time</th><th>result</th></tr>{rows}</table>")
     with AtomicDir(join(run.out, "pipeline"), opts.storage_options) as d:
@@ -174,8 +173,3 @@ def _write_summary(run: PipelineRun, spec: PipelineSpec, opts: ReadOptions) -> N
         d.write_text("report.html", page("refinery pipeline", [("Stages", table)]))
         d.commit()
 
-
-def _html_escape(text: str) -> str:
-    import html
-
-    return html.escape(text)

@@ -57,8 +57,13 @@ class StageResult:
         return self.rows_in == sum(self.parts.values())
 
     def conservation(self) -> str:
-        terms = " + ".join(f"{n:,} {name}" for name, n in self.parts.items())
-        return f"rows in {self.rows_in:,} = {terms} ({'ok' if self.balanced else 'MISMATCH'})"
+        return conservation(self.rows_in, **self.parts)
+
+
+def conservation(rows_in: int, **parts: int) -> str:
+    """A run's accounting line: every input row is in an output or among the rejects."""
+    terms = " + ".join(f"{n:,} {name}" for name, n in parts.items())
+    return f"rows in {rows_in:,} = {terms} ({'ok' if rows_in == sum(parts.values()) else 'MISMATCH'})"
 
 
 class Stage(ABC):
