@@ -86,6 +86,90 @@ class ZFilterResult:
     input_rejected: int = 0  # rows the readers rejected, kept in kept/'s rejects
 
 
+class BiasedSet:
+    """B_Z(l): the top-k features of each label by z*(x,l | Z) among features with n ≥ min_count.
+
+    Kept up to date as Z grows, at a cost that follows the batch rather than the vocabulary.
+    Under the uniform prior z*(x,l) = (p̂(l|x) − p0) / sqrt(p0(1 − p0)/n) (METHODS §1) depends
+    only on x's own counts, so an update changes the scores of only the features it touched.
+    Each label keeps a shortlist S_l and a bound θ_l such that z(x,l) < θ_l for every x outside
+    S_l and z(x,l) ≥ θ_l inside it: rescored features join or leave S_l by θ_l, and the top-k of
+    S_l is exact while S_l holds at least k features; when it does not, S_l is rebuilt from all
+    candidates. The empirical prior moves p0 with Z's label shares, so every candidate is
+    rescored at each update.
+    """
+
+    def __init__(self, Z: IncrementalCounts, k: int, min_count: int, prior: str, shortlist: int = 4096):
+        self.Z, self.k, self.min_count, self.prior = Z, k, min_count, prior
+        self.shortlist = max(shortlist, k)
+        self.members: list[np.ndarray] | None = None  # S_l, ids per label; None until the first build
+        self.scores: list[np.ndarray] = []
+        self.bounds = np.full(len(Z.labels), -np.inf)
+
+    def _z(self, ids: np.ndarray) -> np.ndarray:
+        counts = self.Z.matrix[ids].astype(np.float64)
+        n = np.maximum(counts.sum(axis=1), 1)[:, None]
+        p0 = zstats.prior_vector(self.Z.labels, self.Z.label_totals, self.prior)
+        return zstats.z_score(counts / n, n, p0[None, :])
+
+    def _candidates(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """Of ``ids`` (default: every feature), those with n ≥ min_count."""
+        counts = self.Z.matrix[: self.Z.num_features] if ids is None else self.Z.matrix[ids]
+        eligible = np.nonzero(counts.sum(axis=1, dtype=np.int64) >= self.min_count)[0]
+        return eligible if ids is None else ids[eligible]
+
+    def _cut(self, ids: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """The ``shortlist`` best of ``ids`` (all those tied with the last) and the bound below them."""
+        if len(ids) <= self.shortlist or self.prior != "uniform":  # rescored in full at each update
+            return ids, z, -np.inf
+        theta = np.partition(z, -self.shortlist)[-self.shortlist]
+        inside = z >= theta
+        return ids[inside], z[inside], float(theta)
+
+    def rebuild(self) -> None:
+        ids = self._candidates()
+        z = self._z(ids)
+        self.members, self.scores = [], []
+        for j in range(len(self.Z.labels)):
+            m, s, self.bounds[j] = self._cut(ids, z[:, j])
+            self.members.append(m)
+            self.scores.append(s)
+
+    def update(self, touched: np.ndarray) -> None:
+        """Rescore the features whose counts changed (``touched``, distinct ids)."""
+        if self.members is None or self.prior != "uniform":
+            return self.rebuild()
+        ids = self._candidates(touched)
+        z = self._z(ids)
+        for j in range(len(self.Z.labels)):
+            old = ~np.isin(self.members[j], ids, assume_unique=True)
+            join = z[:, j] >= self.bounds[j]
+            m = np.concatenate([self.members[j][old], ids[join]])
+            s = np.concatenate([self.scores[j][old], z[join, j]])
+            if len(m) < self.k:
+                return self.rebuild()
+            if len(m) > 2 * self.shortlist:
+                m, s, theta = self._cut(m, s)
+                self.bounds[j] = max(self.bounds[j], theta)
+            self.members[j], self.scores[j] = m, s
+
+    def cells(self) -> np.ndarray:
+        """Sorted cells ``feature · C + label`` of B_Z: per label the k best, ties broken by name."""
+        C = len(self.Z.labels)
+        return np.sort(np.concatenate([self._top(s, m) * C + j
+                                       for j, (m, s) in enumerate(zip(self.members, self.scores))]))
+
+    def _top(self, zj: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        k = min(self.k, len(zj))
+        if k == 0:
+            return np.empty(0, dtype=np.int64)
+        kth = np.partition(zj, -k)[-k]
+        above = ids[zj > kth]
+        tied_ids = ids[zj == kth]
+        tied = tied_ids[np.argsort(self.Z.names(tied_ids).to_numpy(zero_copy_only=False), kind="stable")]
+        return np.concatenate([above, tied[: k - len(above)]]).astype(np.int64)
+
+
 class ZFilter:
     """Algorithm 1 as a stateful operator: ``seed`` rows into Z, then ``filter`` batches in order."""
 
@@ -93,6 +177,8 @@ class ZFilter:
         self.config = config
         self.Z = IncrementalCounts(labels)
         self.seen = IncrementalCounts(labels, vocabulary=self.Z)  # every streamed row: the input's audit
+        self.biased = BiasedSet(self.Z, config.k, config.min_count, config.prior)
+        self._touched: list[np.ndarray] = []  # features whose Z counts changed since B_Z was updated
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
         feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
@@ -109,59 +195,35 @@ class ZFilter:
             raise ValueError(f"labels {sorted(unknown)} are not in the label set {self.Z.labels}")
         return np.array([idx[l] for l in labels], dtype=np.int64)
 
+    def _add_to_z(self, fids: np.ndarray, label_ids: np.ndarray, row_labels: list) -> None:
+        self.Z.add(fids, label_ids, row_labels)
+        self._touched.append(np.unique(fids))
+
     def seed(self, table: pa.Table) -> None:
         """Rows of D_seed enter Z unconditionally."""
         rows, fids = self._pairs(table, self.Z)
         lab = self._label_ids(table)
-        self.Z.add(fids, lab[rows], table["label"].to_pylist())
+        self._add_to_z(fids, lab[rows], table["label"].to_pylist())
 
-    def biased_mask(self) -> np.ndarray:
-        """F×C boolean matrix: feature x is in B_Z(l), the top-k of label l on the current Z.
-
-        z*(x,l) (METHODS §1) is computed only for the features with n ≥ min_count, the candidates.
-        """
-        Z, cfg = self.Z, self.config
-        F = Z.num_features
-        mask = np.zeros((F, len(Z.labels)), dtype=bool)
-        if Z.rows < max(cfg.warmup, 1):
-            return mask
-        counts = Z.matrix[:F]
-        n = counts.sum(axis=1)
-        eligible = np.nonzero(n >= cfg.min_count)[0]
-        if not len(eligible):
-            return mask
-        ne = np.maximum(n[eligible], 1)[:, None]
-        p0 = zstats.prior_vector(Z.labels, Z.label_totals, cfg.prior)
-        z = zstats.z_score(counts[eligible] / ne, ne, p0[None, :])
-        for j in range(z.shape[1]):
-            mask[self._top(z[:, j], eligible, cfg.k), j] = True
-        return mask
-
-    def _top(self, zj: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-        """Of the features ``ids`` (scores ``zj``), the k largest, ties at the boundary broken by name."""
-        k = min(k, len(zj))
-        if k == 0:
+    def biased_cells(self) -> np.ndarray:
+        """B_Z on the current Z as sorted cells ``feature · C + label`` (empty during the warm-up)."""
+        if self.Z.rows < max(self.config.warmup, 1):
             return np.empty(0, dtype=np.int64)
-        kth = np.partition(zj, -k)[-k]
-        above = ids[zj > kth]
-        tied_ids = ids[zj == kth]
-        tied = tied_ids[np.argsort(self.Z.names(tied_ids).to_numpy(zero_copy_only=False), kind="stable")]
-        tied = tied[: k - len(above)]
-        return np.concatenate([above, np.asarray(tied, dtype=np.int64)])
+        touched = np.unique(np.concatenate(self._touched)) if self._touched else np.empty(0, np.int64)
+        self._touched = []
+        self.biased.update(touched)
+        return self.biased.cells()
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, list]:
         """Decide a batch against the current Z; accepted rows update Z. Returns (keep, hit features)."""
         rows, fids = self._pairs(table, self.Z)
         lab = self._label_ids(table)
         self.seen.add(fids, lab[rows], table["label"].to_pylist())
-        mask = self.biased_mask()
-        pair_hit = np.zeros(len(fids), dtype=bool)
-        known = fids < mask.shape[0]
-        pair_hit[known] = mask[fids[known], lab[rows[known]]]
+        pair_hit = np.isin(fids * len(self.Z.labels) + lab[rows], self.biased_cells())
         hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
         keep = ~hit_rows
         acc = keep[rows]
-        self.Z.add(fids[acc], lab[rows[acc]], [l for l, k in zip(table["label"].to_pylist(), keep) if k])
+        self._add_to_z(fids[acc], lab[rows[acc]], [l for l, k in zip(table["label"].to_pylist(), keep) if k])
         hits: list[list[str]] = [[] for _ in range(table.num_rows)]
         for r, name in zip(rows[pair_hit], self.Z.names(fids[pair_hit]).to_pylist()):
             hits[r].append(name)

@@ -52,6 +52,33 @@ def test_incremental_state_matches_recount():
     np.testing.assert_allclose(inc.z[order], full.z[full_order])
 
 
+def test_running_biased_set_is_the_top_k_of_a_fresh_recount():
+    """B_Z kept up to date batch by batch (a shortlist of k, so trims and rebuilds happen) is, at
+    every batch, the top-k by z* of all features with n >= min_count, ties broken by name."""
+    table, _ = load([SNLI_HARD], PRESETS["snli"])
+    for prior in ("uniform", "empirical"):
+        cfg = zfilter.ZFilterConfig(k=6, min_count=4, prior=prior)
+        zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
+        zf.biased.shortlist = 6
+        rebuilds, rebuild = [], zf.biased.rebuild
+        zf.biased.rebuild = lambda: (rebuilds.append(1), rebuild())
+        batches = list(zfilter.with_features(zfilter.rebatch(iter([table]), 200), cfg.features))
+        for batch in batches:
+            zf.filter(batch)
+            cells = zf.biased_cells()
+            stats = zf.Z.stats(prior=prior, min_count=cfg.min_count)
+            names = np.array(stats.features.to_pylist(), dtype=object)
+            expected = set()
+            for j in range(3):
+                order = np.lexsort((names, -stats.z[:, j]))[: cfg.k]
+                expected |= {(names[i], j) for i in order}
+            got = set(zip(zf.Z.names(cells // 3).to_pylist(), (cells % 3).tolist()))
+            assert got == expected
+        assert len(expected) == 18
+        # uniform: rebuilt only when the shortlist ran short; empirical: p0 moves, rescored each batch
+        assert (1 < len(rebuilds) < len(batches) / 4) if prior == "uniform" else len(rebuilds) >= len(batches)
+
+
 def test_planted_tokens_filtered_out(tmp_path):
     spec = synth.SynthSpec(rows=20_000, seed=3)
     synth.write(spec, str(tmp_path / "c"))
