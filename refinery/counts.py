@@ -18,6 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from . import stats as zstats
+from .feature_counts import FeatureCounts, TokenIds
+
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 
@@ -53,7 +56,6 @@ class ExactCounts:
 
     def add_table(self, table: pa.Table, features) -> None:
         """Add one canonical batch, counting the features of ``features`` (a ``FeatureConfig``)."""
-        from .feature_counts import FeatureCounts
 
         if self._batches is not None and self._batches.rows + table.num_rows > FeatureCounts.MAX_ROWS:
             self._fold_batches()   # an accumulator counts fewer than 2**31 rows; its counts move to the tables
@@ -74,11 +76,10 @@ class ExactCounts:
     def matrix(self, labels: list) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(F features, F×C counts in the order of ``labels``, n): straight from the accumulated
         batches when nothing was merged in, else from the summed tables."""
-        from .stats import long_to_matrix
 
         if self._parts or self._batches is None:
             self._fold_batches()
-            return long_to_matrix(self.counts(), labels)
+            return zstats.long_to_matrix(self.counts(), labels)
         features, _, matrix = self._batches.matrix(labels)
         return features, matrix, matrix.sum(axis=1)
 
@@ -285,8 +286,6 @@ class IncrementalCounts:
     """
 
     def __init__(self, labels: list, vocabulary: "IncrementalCounts | None" = None):
-        from .feature_counts import TokenIds
-
         self.labels = list(labels)
         self.label_index = {l: j for j, l in enumerate(self.labels)}
         self.vocabulary = vocabulary.vocabulary if vocabulary else TokenIds()
@@ -309,8 +308,8 @@ class IncrementalCounts:
     def add(self, feature_ids, label_ids, row_labels=None) -> None:
         """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""
         F, C = self.num_features, len(self.labels)
-        if F > self.matrix.shape[0]:
-            grown = np.zeros((max(F, 2 * self.matrix.shape[0]), C), dtype=self.matrix.dtype)
+        if F > self.matrix.shape[0]:  # grown by half: the copy briefly holds both
+            grown = np.zeros((max(F, self.matrix.shape[0] * 3 // 2), C), dtype=self.matrix.dtype)
             grown[: self.matrix.shape[0]] = self.matrix
             self.matrix = grown
         cells, counts = np.unique(np.asarray(feature_ids) * C + label_ids, return_counts=True)
@@ -324,8 +323,6 @@ class IncrementalCounts:
 
     def stats(self, prior: str = "uniform", min_count: int = 10, alpha: float = 0.01):
         """z-statistics of the features with n ≥ ``min_count`` (the only ones z* is defined for)."""
-        from . import stats as zstats
-
         counts = self.matrix[: self.num_features]
         keep = np.nonzero(counts.sum(axis=1) >= min_count)[0]
         return zstats.from_matrix(self.names(keep), self.labels, counts[keep].astype(np.float64),

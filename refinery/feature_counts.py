@@ -151,13 +151,14 @@ def _fnv(data, starts, ends):
 
 
 @numba.njit(nogil=True, cache=True)
-def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, spans, hashes, n_ids, table, limit):
+def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, token_ends, hashes, n_ids, table, limit):
     """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
     hash ``token_hashes[i]``), adding unseen tokens to the arena; stops before the vocabulary
     would pass ``limit`` tokens.
 
-    ``table``: linear-probing slots holding ids by hash; ``spans[id]`` locates the token's bytes
-    in ``arena``. Returns (arena_used, n_ids, position reached)."""
+    ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
+    ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end per
+    token locates it). Returns (arena_used, n_ids, position reached)."""
     mask = len(table) - 1
     for i in range(start, len(starts)):
         h = token_hashes[i]
@@ -169,15 +170,15 @@ def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, spa
                 if n_ids >= limit:
                     return arena_used, n_ids, i
                 arena[arena_used:arena_used + length] = data[starts[i]:ends[i]]
-                spans[n_ids, 0], spans[n_ids, 1] = arena_used, arena_used + length
+                token_ends[n_ids] = arena_used + length
                 hashes[n_ids] = h
                 table[slot] = n_ids
                 ids[i] = n_ids
                 arena_used += length
                 n_ids += 1
                 break
-            if hashes[t] == h and spans[t, 1] - spans[t, 0] == length:
-                a = spans[t, 0]
+            a = token_ends[t - 1] if t > 0 else 0
+            if hashes[t] == h and token_ends[t] - a == length:
                 same = True
                 for j in range(length):
                     if arena[a + j] != data[starts[i] + j]:
@@ -210,22 +211,27 @@ def _copy(src, start, end, dst, pos):
 
 
 @numba.njit(nogil=True, cache=True)
-def _gram_strings(arena, spans, first, second, suffix, offsets):
+def _token_start(token_ends, t):
+    return token_ends[t - 1] if t > 0 else 0
+
+
+@numba.njit(nogil=True, cache=True)
+def _gram_strings(arena, token_ends, first, second, suffix, offsets):
     """Bytes of ``"w1@suffix"`` (``second[i] < 0``) or ``"w1 w2@suffix"`` per gram, the words
-    being arena spans of token ids; fills ``offsets`` (n + 1)."""
+    being the arena bytes of token ids; fills ``offsets`` (n + 1)."""
     n = len(first)
     offsets[0] = 0
     for i in range(n):
-        size = spans[first[i], 1] - spans[first[i], 0] + len(suffix)
+        size = token_ends[first[i]] - _token_start(token_ends, first[i]) + len(suffix)
         if second[i] >= 0:
-            size += 1 + spans[second[i], 1] - spans[second[i], 0]
+            size += 1 + token_ends[second[i]] - _token_start(token_ends, second[i])
         offsets[i + 1] = offsets[i] + size
     out = np.empty(offsets[n], dtype=np.uint8)
     for i in range(n):
-        pos = _copy(arena, spans[first[i], 0], spans[first[i], 1], out, offsets[i])
+        pos = _copy(arena, _token_start(token_ends, first[i]), token_ends[first[i]], out, offsets[i])
         if second[i] >= 0:
             out[pos] = 32
-            pos = _copy(arena, spans[second[i], 0], spans[second[i], 1], out, pos + 1)
+            pos = _copy(arena, _token_start(token_ends, second[i]), token_ends[second[i]], out, pos + 1)
         _copy(suffix, 0, len(suffix), out, pos)
     return out
 
@@ -250,9 +256,9 @@ class TokenIds:
     def __init__(self, seed: tuple = ()):
         self.arena = np.empty(1 << 20, dtype=np.uint8)
         self.used = 0
-        self.spans = np.empty((1 << 14, 2), dtype=np.int64)
+        self.token_ends = np.empty(1 << 14, dtype=np.int64)
         self.hashes = np.empty(1 << 14, dtype=np.uint64)
-        self.table = np.full(1 << 15, _EMPTY, dtype=np.int64)
+        self.table = np.full(1 << 15, _EMPTY, dtype=np.int32)
         self.size = 0
         if seed:
             self.ids(pa.array(seed, pa.string()))
@@ -271,12 +277,13 @@ class TokenIds:
         done = 0
         while done < len(starts):
             limit = len(self.table) // 2
-            self.spans = _grown(self.spans, limit)
+            self.token_ends = _grown(self.token_ends, limit)
             self.hashes = _grown(self.hashes, limit)
             self.used, self.size, done = _intern(data, starts, ends, hashes, ids, done, self.arena, self.used,
-                                                 self.spans, self.hashes, self.size, self.table, limit)
+                                                 self.token_ends, self.hashes, self.size, self.table, limit)
             if done < len(starts):
-                self.table = np.full(2 * len(self.table), _EMPTY, dtype=np.int64)
+                size, self.table = 2 * len(self.table), None  # free the old table before the new one
+                self.table = np.full(size, _EMPTY, dtype=np.int32)
                 _reinsert(self.hashes[:self.size], self.table)
         return ids
 
@@ -289,7 +296,7 @@ class TokenIds:
         """Strings ``"w1@suffix"`` or, where ``second`` ≥ 0, ``"w1 w2@suffix"`` of token ids."""
         suffix = np.frombuffer(suffix.encode(), np.uint8)
         offsets = np.empty(len(first) + 1, dtype=np.int64)
-        data = _gram_strings(self.arena, self.spans, first, second, suffix, offsets)
+        data = _gram_strings(self.arena, self.token_ends, first, second, suffix, offsets)
         if offsets[-1] < 2**31:
             return pa.StringArray.from_buffers(len(first), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
         return pa.LargeStringArray.from_buffers(len(first), pa.py_buffer(offsets), pa.py_buffer(data))

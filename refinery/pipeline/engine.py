@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 ENGINES = ("local", "ray")
 LOCAL_OBJECT_STORE_BYTES = 1 << 30  # 1 GiB: bounded on a small machine
+STREAM_STORE_BYTES = 256 << 20      # what a streamed dataset may buffer ahead of the driver
 
 
 def ray_init(num_cpus: int | None = None):
@@ -86,6 +87,17 @@ def _ordered(ds):
     return ds
 
 
+def _bounded(ds, store_bytes: int = STREAM_STORE_BYTES):
+    """Cap the object-store memory the dataset's operators may fill ahead of the consumer: the
+    driver maps the blocks it reads, so what is buffered shows in its memory."""
+    from ray.data._internal.execution.interfaces.execution_options import ExecutionResources
+
+    options = ds.context.execution_options
+    options.resource_limits = options.resource_limits.copy(object_store_memory=store_bytes) \
+        if options.resource_limits else ExecutionResources(object_store_memory=store_bytes)
+    return ds
+
+
 def _pyarrow_fs(url: str, storage_options: dict):
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
@@ -117,7 +129,8 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
         from ..storage import get_fs
 
         paths = [get_fs(f, source.storage_options)[1] for f in source.files]
-        ds = _ordered(ray.data.read_parquet(paths, filesystem=_pyarrow_fs(source.files[0], source.storage_options)))
+        filesystem = _pyarrow_fs(source.files[0], source.storage_options)
+        ds = _bounded(_ordered(ray.data.read_parquet(paths, filesystem=filesystem)))
         ds = ds.map_batches(fn, fn_kwargs=kwargs, batch_format="pyarrow", batch_size=batch_rows)
         yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
         return
