@@ -287,19 +287,18 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
     from . import zfilter as zf
 
     config = zf.ZFilterConfig(k=k, batch_size=batch_size, min_count=min_count, warmup=warmup, prior=prior,
-                              shuffle_seed=shuffle_seed, features=feature_config)
+                              shuffle_seed=shuffle_seed, features=feature_config, seed=tuple(seed_corpus))
     if composition == "plain":
         if not inputs:
             raise click.UsageError("give INPUTS (or --composition with --original/--generated)")
-        report = zf.run(inputs, out, mapping, opts, config, seed_inputs=seed_corpus, engine=engine, mode=mode)
+        report = zf.run(inputs, out, mapping, opts, config, engine=engine, mode=mode)
     else:
         if not original or not generated:
             raise click.UsageError("--composition needs --original and --generated")
         report = zf.compose(composition, original, generated, out, mapping, opts, config, engine=engine, mode=mode)
     click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,}")
-    if composition == "plain":
-        click.echo(conservation(report["input"] + report["input_rejected"], kept=report["kept"] - report["seed"],
-                                **{"filtered out": report["rejected"], "input rejects": report["input_rejected"]}))
+    rows_in, parts = zf.accounting(report)
+    click.echo(conservation(rows_in, **parts))
     for label in report["max_z_before"]:
         click.echo(f"  max z* {label:<16} {report['max_z_before'][label]!s:>8} -> {report['max_z_after'][label]}")
     click.echo(f"report: {out}/report/report.html")
@@ -406,7 +405,8 @@ def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, op
     from . import leakage as leakage_mod
 
     try:
-        report = leakage_mod.run(inputs, out, mapping, opts, graph, forest, test_split, identical_label)
+        report = leakage_mod.run(inputs, out, mapping, opts,
+                                 leakage_mod.LeakageConfig(graph, forest, test_split, identical_label))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(f"{report['edges']:,} pairs, {report['nodes']:,} sentences; test split {report['test_split']!r}")
@@ -527,20 +527,12 @@ def generator_options(f):
     @functools.wraps(f)
     def wrapper(*args, backend, model_name, base_url, api_key_env, no_chat, temperature, top_p, max_new_tokens, num,
                 seed, tensor_parallel, max_num_seqs, enforce_eager, cache_dir, **kwargs):
-        from .models.generate import Sampling
+        from .models.generate import Backend, Sampling
 
-        chat = not no_chat
-        if backend == "openai":
-            if not base_url:
-                raise click.UsageError("--backend openai needs --base-url")
-            backend_kwargs = {"base_url": base_url, "model": model_name, "chat": chat, "api_key_env": api_key_env,
-                              "cache_dir": cache_dir}
-        elif backend == "vllm":
-            backend_kwargs = {"model": model_name, "chat": chat, "tensor_parallel_size": tensor_parallel,
-                              "max_num_seqs": max_num_seqs, "enforce_eager": enforce_eager}
-        else:
-            backend_kwargs = {"model": model_name, "chat": chat}
-        kwargs.update(backend=backend, backend_kwargs=backend_kwargs,
+        if backend == "openai" and not base_url:
+            raise click.UsageError("--backend openai needs --base-url")
+        kwargs.update(backend=Backend(backend, model_name, not no_chat, base_url, api_key_env, cache_dir,
+                                      tensor_parallel, max_num_seqs, enforce_eager),
                       sampling=Sampling(temperature, top_p, max_new_tokens, num, seed))
         return f(*args, **kwargs)
 
@@ -561,23 +553,21 @@ def generator_options(f):
 @generator_options
 @input_options
 def generate(inputs, out, template, target_labels, limit, engine, batch_size, actors, gpus_per_actor, mode, backend,
-             backend_kwargs, sampling, mapping, opts):
+             sampling, mapping, opts):
     """Label-conditioned generation (e.g. hypotheses for a premise and a label) through a generator stage."""
     from . import generation
     from .corpus import load
 
     table, rejects = load(inputs, mapping, opts)
-    unused = max(table.num_rows - limit, 0) if limit else 0
-    if limit:
-        table = table.slice(0, limit)
     config = generation.GenerationConfig(template=template or generation.DEFAULT_TEMPLATE,
-                                         target_labels=target_labels, sampling=sampling)
-    report = generation.run(table, out, backend, backend_kwargs, config, engine, batch_size, actors, gpus_per_actor,
-                            mode, input_rejects=rejects)
+                                         target_labels=target_labels, limit=limit, sampling=sampling, backend=backend,
+                                         batch_size=batch_size, actors=actors, gpus_per_actor=gpus_per_actor)
+    report = generation.run(table, out, config, engine, mode, input_rejects=rejects,
+                            storage_options=opts.storage_options)
     click.echo(f"{report['prompts']:,} prompts -> {report['generated']:,} generated rows, {report['failed']:,} failed "
-               f"({backend}, {engine})")
-    click.echo(conservation(table.num_rows + unused + rejects.num_rows, prompted=table.num_rows,
-                            **{"beyond --limit": unused, "input rejects": rejects.num_rows}))
+               f"({backend.name}, {engine})")
+    click.echo(conservation(table.num_rows + rejects.num_rows, prompted=report["inputs"],
+                            **{"beyond --limit": report["beyond_limit"], "input rejects": rejects.num_rows}))
 
 
 @main.command()
@@ -597,21 +587,19 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
 @generator_options
 @input_options
 def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, verifier_model, engine, batch_size,
-          mode, backend, backend_kwargs, sampling, mapping, opts):
+          mode, backend, sampling, mapping, opts):
     """RAZOR: shortcut scores γ and the LLM rewrite/verify loop (Yang et al. 2024)."""
     from dataclasses import replace
 
     from . import razor as rz
     from .corpus import load
-    from .models import load_classifier
 
     table, rejects = load(inputs, mapping, opts)
     config = rz.RazorConfig(dim=dim, top_k=top_k, candidates=candidates, rounds=rounds, verify_mode=verify_mode,
                             rewrite=replace(sampling, n=candidates),
-                            verify=replace(rz.RazorConfig.verify, seed=sampling.seed))
-    verifier = load_classifier(verifier_model) if verifier_model else None
-    report = rz.run(table, out, config, backend, backend_kwargs, engine, batch_size, score_only, verifier, mode,
-                    input_rejects=rejects)
+                            verify=replace(rz.RazorConfig.verify, seed=sampling.seed), backend=backend,
+                            verifier_model=verifier_model, score_only=score_only, batch_size=batch_size)
+    report = rz.run(table, out, config, engine, mode, input_rejects=rejects, storage_options=opts.storage_options)
     click.echo(conservation(table.num_rows + rejects.num_rows, scored=table.num_rows, rejected=rejects.num_rows))
     click.echo(f"{report['rows']:,} rows scored on {report['field']}: objective {report['objective']:.6g}, "
                f"median γ {report['gamma']['median']:.4g}")
@@ -660,32 +648,24 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023)."""
     from dataclasses import replace
 
-    import numpy as np
-    import pyarrow as pa
 
     from . import ibadr as ib
     from .corpus import load
 
     table, rejects = load(inputs, mapping, opts)
-    rows_in = table.num_rows + rejects.num_rows
-    if sample_rows and sample_rows < table.num_rows:
-        pick = np.sort(np.random.default_rng(seed).choice(table.num_rows, sample_rows, replace=False))
-        table = table.take(pa.array(pick))
-    config = ib.PROFILES[profile]
     overrides = {"iterations": iterations, "per_iteration": per_iteration, "groups": groups, "tau": tau,
-                 "shallow_rows": shallow_rows, "usm_rows": usm_rows,
+                 "shallow_rows": shallow_rows, "usm_rows": usm_rows, "sample_rows": sample_rows,
                  "shallow": shallow, "task_model": task_model, "generator": generator, "lr": lr,
                  "first_epochs": first_epochs, "later_epochs": later_epochs}
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None}, seed=seed,
+    config = replace(ib.PROFILES[profile], **{k: v for k, v in overrides.items() if v is not None}, seed=seed,
                      usm=not no_usm, lowest_indicator=lowest_indicator, indicator=not no_indicator,
-                     iterate=not no_iteration)
+                     iterate=not no_iteration, backend=backend, batch_size=batch_size, train_precision=train_precision)
     if max_new_tokens:
         config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
-    config = replace(config, train_precision=train_precision)
-    report = ib.run(table, out, config, backend, {}, engine, batch_size, mode, input_rejects=rejects)
-    click.echo(conservation(rows_in, **{"in the pool": table.num_rows,
-                                        "not sampled": rows_in - table.num_rows - rejects.num_rows,
-                                        "rejected": rejects.num_rows}))
+    report = ib.run(table, out, config, engine, mode, input_rejects=rejects, storage_options=opts.storage_options)
+    click.echo(conservation(table.num_rows + rejects.num_rows,
+                            **{"in the pool": report["original_rows"], "not sampled": report["not_sampled"],
+                               "rejected": rejects.num_rows}))
     for h in report["iterations"]:
         click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
                    f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}")

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from .models.generate import Sampling
+from .models.generate import Backend, Sampling
 from .models.stages import generate_table
-from .storage import AtomicDir, publishes_run
+from .pipeline.stage import Resources, Stage, StageInput, StageResult
+from .storage import AtomicDir, join, publishes_run
 
 LABEL_DESCRIPTIONS = {
     "entailment": "definitely true given the premise",
@@ -30,7 +31,12 @@ DEFAULT_TEMPLATE = ("Premise: {text_a}\nWrite one short sentence that is {label_
 class GenerationConfig:
     template: str = DEFAULT_TEMPLATE
     target_labels: str = "own"     # own | all | comma-separated labels
+    limit: int | None = None       # prompt only the first rows of the input
     sampling: Sampling = Sampling()
+    backend: Backend = Backend()
+    batch_size: int = 16           # prompts per generator call
+    actors: int = 1                # Ray Data actor pool size
+    gpus_per_actor: float = 0.0
 
 
 def prompts(table: pa.Table, config: GenerationConfig) -> pa.Table:
@@ -71,30 +77,51 @@ def generated_rows(result: pa.Table) -> tuple[pa.Table, pa.Table]:
 
 
 @publishes_run
-def run(table: pa.Table, out: str, backend: str, backend_kwargs: dict, config: GenerationConfig = GenerationConfig(),
-        engine: str = "local", batch_size: int = 16, actors: int = 1, gpus_per_actor: float = 0,
-        mode: str = "overwrite", input_rejects: pa.Table | None = None) -> dict:
-    """Generate into ``out`` (a corpus of generated rows, failed.parquet, generation.json); the input's
-    rejects are kept in the corpus's rejects."""
-    import os
-
+def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig(), engine: str = "local",
+        mode: str = "overwrite", input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
+    """Generate into ``out`` (a corpus of generated rows, generation/failed.parquet and generation.json);
+    the input's rejects are kept in the corpus's rejects. Rows past ``config.limit`` are counted, not prompted."""
     import pyarrow.parquet as pq
 
     from .corpus import write_table
 
+    unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
+    table = table.slice(0, table.num_rows - unused)
     requests = prompts(table, config)
-    result = generate_table(requests, backend, backend_kwargs, config.sampling, engine, batch_size, actors,
-                            gpus_per_actor)
+    result = generate_table(requests, config.backend.name, config.backend.kwargs(), config.sampling, engine,
+                            config.batch_size, config.actors, config.gpus_per_actor)
     rows, failed = generated_rows(result)
-    report = {"inputs": table.num_rows, "prompts": requests.num_rows, "generated": rows.num_rows,
-              "failed": failed.num_rows, "backend": backend, "engine": engine,
-              "sampling": asdict(config.sampling), "template": config.template}
-    report["input_rejected"] = write_table(rows, out, rejects=input_rejects, mode=mode,
-                                           config={"generation": report})["rejected"]
-    with AtomicDir(os.path.join(out, "generation")) as d:
+    report = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
+              "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
+              "model": config.backend.model, "engine": engine, "sampling": asdict(config.sampling),
+              "template": config.template}
+    report["input_rejected"] = write_table(rows, out, rejects=input_rejects, mode=mode, config={"generation": report},
+                                           storage_options=storage_options)["rejected"]
+    with AtomicDir(join(out, "generation"), storage_options) as d:
         sink = pa.BufferOutputStream()
         pq.write_table(failed, sink)
         d.write_bytes("failed.parquet", sink.getvalue().to_pybytes())
         d.write_text("generation.json", json.dumps(report, indent=1))
         d.commit()
     return report
+
+
+class GenerateStage(Stage):
+    """Label-conditioned generation: the input rows are prompts; the output is the generated rows."""
+
+    name, kind, Config = "generate", "corpus", GenerationConfig
+    needs = ("id", "text_a", "label")
+    adds = ("source", "origin_id")
+    resources = Resources(cpus=1, memory_gb=2)
+    output = ""
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        from .corpus import load
+
+        table, rejects = load(source.paths, source.mapping, source.opts)
+        r = run(table, out, self.config, source.engine, input_rejects=rejects,
+                storage_options=source.opts.storage_options)
+        return StageResult(r["inputs"] + r["beyond_limit"] + r["input_rejected"],
+                           {"prompted": r["inputs"], "beyond limit": r["beyond_limit"],
+                            "input rejects": r["input_rejected"]}, r,
+                           f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed")

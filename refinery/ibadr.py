@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from .confidence import label_confidence
 from .models.generate import DEFAULT_GENERATOR, Sampling
 from .schema import is_pair
-from .storage import AtomicDir, publishes_run
+from .pipeline.stage import Resources, Stage, StageInput, StageResult
+from .storage import AtomicDir, get_fs, is_local, join, publishes_run
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                          ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
@@ -67,9 +68,16 @@ class IbadrConfig:
     indicator: bool = True
     iterate: bool = True
     seed: int = 0
+    sample_rows: int | None = None        # start from a seeded random sample of the corpus
+    backend: str = "transformers"         # generation backend of the fine-tuned generator: transformers | vllm
+    batch_size: int = 16                  # prompts per generator call
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def checkpoint_key(self) -> dict:
+        """What a checkpoint must share with the run that resumes it (not where or how fast it generates)."""
+        return {k: v for k, v in json.loads(json.dumps(self.to_dict())).items() if k not in ("backend", "batch_size")}
 
     @classmethod
     def from_dict(cls, d: dict) -> "IbadrConfig":
@@ -261,7 +269,7 @@ def last_checkpoint(out: str, config: IbadrConfig) -> int:
             continue
         with open(os.path.join(path, "state.json")) as fh:
             state = json.load(fh)
-        if state["config"] != json.loads(json.dumps(config.to_dict())):
+        if state["config"] != config.checkpoint_key():
             raise ValueError(f"{path} was written with another configuration; use a new --out or --mode overwrite")
         done = max(done, state["iteration"])
     return done
@@ -280,25 +288,47 @@ def z_in(top: dict, rows: pa.Table) -> dict:
                     for e in entries] for label, entries in top.items()}
 
 
+def checkpoint_root(out: str, storage_options: dict | None = None) -> str:
+    """Where the checkpoints of a run into ``out`` live: ``out`` itself on a local disk; for an object
+    store, a local folder named by the URL (models are saved as folders), so a rerun on this machine resumes."""
+    fs, path = get_fs(out, storage_options)
+    if is_local(fs):
+        return path
+    digest = hashlib.sha256(out.encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser("~/.cache/refinery/ibadr"), digest)
+
+
+def sample_input(table: pa.Table, config: IbadrConfig) -> pa.Table:
+    """The rows IBADR starts from: all, or ``sample_rows`` of them drawn with ``seed`` (input order kept)."""
+    if not config.sample_rows or config.sample_rows >= table.num_rows:
+        return table
+    pick = np.sort(np.random.default_rng(config.seed).choice(table.num_rows, config.sample_rows, replace=False))
+    return table.take(pa.array(pick))
+
+
 @publishes_run
-def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend: str = "transformers",
-        backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16,
-        mode: str = "resume", input_rejects: pa.Table | None = None) -> dict:
-    """IBADR over ``table`` into ``out``: ``pool`` (a corpus), ``generated`` (every pseudo sample with
-    its status and reason), ``report``; checkpoints under ``out/checkpoints`` (``mode=resume`` continues)."""
+def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: str = "local", mode: str = "resume",
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
+    """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus), ``generated`` (every
+    pseudo sample with its status and reason), ``report``; checkpoints under ``checkpoint_root(out)/checkpoints``
+    (``mode=resume`` continues from the last one)."""
     from tqdm.auto import tqdm
 
     from .audit import audit_table
     from .models.base import load_classifier
 
+    rows_given = table.num_rows
+    table = sample_input(table, config)
+    work = checkpoint_root(out, storage_options)
+    backend, backend_kwargs, batch_size = config.backend, {}, config.batch_size
     if mode == "overwrite":
-        shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
+        shutil.rmtree(os.path.join(work, "checkpoints"), ignore_errors=True)
     iterations = config.iterations if config.iterate else 1
     per_iteration = config.per_iteration if config.iterate else config.per_iteration * config.iterations
     original = initial_pool(table)
-    done = last_checkpoint(out, config)
+    done = last_checkpoint(work, config)
     if done:
-        path = _checkpoint(out, done)
+        path = _checkpoint(work, done)
         pool = pq.read_table(os.path.join(path, "pool.parquet"))
         shallow = _with_training_params(load_classifier(os.path.join(path, "shallow")), config)
         with open(os.path.join(path, "state.json")) as fh:
@@ -310,9 +340,9 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
     task_model = _classifier(config.task_model, config).fit(table)
     original_top = audit_table(table).top_k(10)
     for iteration in tqdm(range(done + 1, iterations + 1), desc="ibadr iterations", disable=None):
-        generator_from = os.path.join(_checkpoint(out, iteration - 1), "generator") if iteration > 1 \
+        generator_from = os.path.join(_checkpoint(work, iteration - 1), "generator") if iteration > 1 \
             else config.generator
-        with AtomicDir(_checkpoint(out, iteration)) as ckpt:
+        with AtomicDir(_checkpoint(work, iteration)) as ckpt:
             accepted, generated, stats = run_iteration(pool, iteration, per_iteration, shallow, task_model,
                                                        generator_from, config, ckpt.tmp, backend,
                                                        backend_kwargs or {}, engine, batch_size)
@@ -325,24 +355,28 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), backend:
             pq.write_table(pool, ckpt.file("pool.parquet"))
             pq.write_table(generated, ckpt.file("generated.parquet"))
             shallow.save(ckpt.file("shallow"))
-            ckpt.write_text("state.json", json.dumps({"iteration": iteration, "config": config.to_dict(),
+            ckpt.write_text("state.json", json.dumps({"iteration": iteration, "config": config.checkpoint_key(),
                                                       "history": history}, default=str))
             ckpt.commit()
         if iteration > 1:  # only the last generator is needed to go on
-            shutil.rmtree(os.path.join(_checkpoint(out, iteration - 1), "generator"), ignore_errors=True)
-    return write_outputs(out, table, pool, history, config, iterations, backend, original_top, input_rejects)
+            shutil.rmtree(os.path.join(_checkpoint(work, iteration - 1), "generator"), ignore_errors=True)
+    report = write_outputs(out, work, table, pool, history, config, iterations, original_top, input_rejects,
+                           storage_options)
+    report["not_sampled"] = rows_given - table.num_rows
+    return report
 
 
-def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig, iterations: int,
-                  backend: str, original_top: dict, input_rejects: pa.Table | None = None) -> dict:
+def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig,
+                  iterations: int, original_top: dict, input_rejects: pa.Table | None = None,
+                  storage_options: dict | None = None) -> dict:
     from .corpus import write_table
     from .report import dict_table, page
 
-    generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(out, i), "generated.parquet"))
+    generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(work, i), "generated.parquet"))
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
-    pool_manifest = write_table(pool, os.path.join(out, "pool"), rejects=input_rejects, mode="overwrite",
-                                config={"ibadr": config.to_dict()})
+    pool_manifest = write_table(pool, join(out, "pool"), rejects=input_rejects, mode="overwrite",
+                                config={"ibadr": config.to_dict()}, storage_options=storage_options)
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
     summary = z_in(original_top, accepted)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
@@ -353,11 +387,13 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
                              "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},
               "train_precision": history[-1]["train_precision"] if history else None,
               "input_rejected": pool_manifest["rejected"],
-              "backend": backend, "config": config.to_dict()}
-    with AtomicDir(os.path.join(out, "generated")) as d:
-        pq.write_table(generated, d.file("generated.parquet"))
+              "backend": config.backend, "config": config.to_dict()}
+    with AtomicDir(join(out, "generated"), storage_options) as d:
+        sink = pa.BufferOutputStream()
+        pq.write_table(generated, sink)
+        d.write_bytes("generated.parquet", sink.getvalue().to_pybytes())
         d.commit()
-    with AtomicDir(os.path.join(out, "report")) as d:
+    with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
         d.write_text("report.html", page("refinery ibadr", [
             ("Summary", dict_table({k: report[k] for k in ("original_rows", "pool_rows", "generated", "accepted",
@@ -376,3 +412,24 @@ def write_outputs(out: str, table: pa.Table, pool: pa.Table, history: list, conf
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
+
+
+class IbadrStage(Stage):
+    """IBADR over the whole input; the pool (the corpus and the accepted pseudo samples) passes on."""
+
+    name, kind, Config = "ibadr", "corpus", IbadrConfig
+    needs = ("id", "text_a", "label")
+    adds = ("source", "iteration", "indicator", "confidence")
+    resources = Resources(cpus=1, memory_gb=4)
+    output = "pool"
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        from .corpus import load
+
+        table, rejects = load(source.paths, source.mapping, source.opts)
+        r = run(table, out, self.config, source.engine, "resume", input_rejects=rejects,
+                storage_options=source.opts.storage_options)
+        return StageResult(r["original_rows"] + r["not_sampled"] + r["input_rejected"],
+                           {"in the pool": r["original_rows"], "not sampled": r["not_sampled"],
+                            "input rejects": r["input_rejected"]}, r,
+                           f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted -> pool {r['pool_rows']:,}")

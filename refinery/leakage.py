@@ -9,9 +9,8 @@ sampled gives the label away (paper Table 1, ablations as Table 2).
 from __future__ import annotations
 
 import json
-import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +22,8 @@ from .models.base import label_proba
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page
 from .schema import Mapping
-from .storage import AtomicDir, publishes_run
+from .pipeline.stage import Stage, StageInput, StageResult
+from .storage import AtomicDir, join, publishes_run
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
@@ -260,11 +260,19 @@ def identical_pairs(rows: pa.Table, features: pa.Table, label: str) -> pa.Table:
     })
 
 
+@dataclass
+class LeakageConfig:
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    forest: ForestConfig = field(default_factory=ForestConfig)
+    test_split: str | None = None        # default: the split named test, else the last
+    identical_label: str | None = None   # also write identical/: each sentence paired with itself
+
+
 @publishes_run
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        graph: GraphConfig = GraphConfig(), forest: ForestConfig = ForestConfig(), test_split: str | None = None,
-        identical_label: str | None = None) -> dict:
-    """Features, predictability and report of ``inputs`` ({split: path}) into ``out``.
+        config: LeakageConfig = LeakageConfig()) -> dict:
+    """Features, predictability and report of ``inputs`` ({split: path}; a corpus's own ``split``
+    column wins, so one corpus of several splits is scored as those splits) into ``out``.
 
     Writes features.parquet, predictions.parquet (test split), report.json, report.html, and
     with ``identical_label`` the identical-pair probe corpus under ``identical/``.
@@ -273,9 +281,11 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
 
     from .corpus import write_table
 
+    graph, forest = config.graph, config.forest
     graph_input = corpus_features(inputs, mapping, opts, graph)
     rows, features = graph_input.rows, graph_input.features
-    report, predictions = predictability(features, list(inputs), test_split, forest)
+    splits = list(dict.fromkeys(rows["split"].to_pylist()))  # in input order
+    report, predictions = predictability(features, splits, config.test_split, forest)
     report["rejected"] = graph_input.rejects.num_rows
     ids = rows["id"]
     predictions = predictions.append_column("id", pc.take(ids, predictions["row_id"]))
@@ -283,7 +293,7 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     report.update(graph=asdict(graph), forest=asdict(forest), inputs=inputs,
                   nodes=int(np.unique(np.concatenate([features["u"].to_numpy(), features["v"].to_numpy()])).size),
                   edges=features.num_rows, feature_summary=_summary(features))
-    with AtomicDir(out) as d:
+    with AtomicDir(out, opts.storage_options) as d:
         for name, table in (("features.parquet", features), ("predictions.parquet", predictions)):
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink, compression="zstd")
@@ -291,9 +301,26 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
         d.write_text("report.html", _html(report, features))
         d.commit()
-    if identical_label is not None:
-        write_table(identical_pairs(rows, features, identical_label), os.path.join(out, "identical"))
+    if config.identical_label is not None:
+        write_table(identical_pairs(rows, features, config.identical_label), join(out, "identical"),
+                    storage_options=opts.storage_options)
     return report
+
+
+class LeakageStage(Stage):
+    """How well the sentence graph alone predicts the label (report only; the rows pass on).
+    The input needs two splits or more (a pipeline's named splits)."""
+
+    name, kind, Config = "leakage", "corpus", LeakageConfig
+    needs = ("id", "text_a", "text_b", "label", "split")
+    output = None
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        r = run({"all": list(source.paths)}, out, source.mapping, source.opts, self.config)
+        pairs = sum(r["rows"].values())
+        return StageResult(pairs + r["rejected"], {"pairs": pairs, "input rejects": r["rejected"]}, r,
+                           f"leakage accuracy {r['leakage_accuracy']:.4f} against majority "
+                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})")
 
 
 def _summary(features: pa.Table) -> dict:

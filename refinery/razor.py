@@ -18,7 +18,6 @@ that lowers it is undone) or the round limit.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 
@@ -29,9 +28,10 @@ from scipy import sparse
 
 from .features import TokenizerOptions
 from .generation import LABEL_DESCRIPTIONS
-from .models.generate import Sampling
+from .models.generate import Backend, Sampling
+from .pipeline.stage import Resources, Stage, StageInput, StageResult
 from .schema import is_pair
-from .storage import AtomicDir, publishes_run
+from .storage import AtomicDir, join, publishes_run
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
                 "relation to the premise: it must stay {label_description} ({label}).\n"
@@ -53,6 +53,10 @@ class RazorConfig:
     tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
     rewrite: Sampling = Sampling(temperature=0.7, top_p=0.9, max_new_tokens=48)
     verify: Sampling = Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8)
+    backend: Backend = Backend()       # G_α (and G_β unless verifier_model)
+    verifier_model: str | None = None  # a saved classifier folder as G_β
+    score_only: bool = False           # only γ per row and the objective
+    batch_size: int = 16               # prompts per generator call
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -327,9 +331,8 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
 
 
 @publishes_run
-def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend: str = "transformers",
-        backend_kwargs: dict | None = None, engine: str = "local", batch_size: int = 16, score_only: bool = False,
-        verifier=None, mode: str = "overwrite", input_rejects: pa.Table | None = None) -> dict:
+def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: str = "local", mode: str = "overwrite",
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
     """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``; each
     corpus also holds the input's rejects, so each accounts for every input row."""
     from .audit import audit_table
@@ -340,13 +343,18 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend:
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
     report = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
               "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
-    report["input_rejected"] = write_table(scored, os.path.join(out, "scores"), rejects=input_rejects, mode=mode,
-                                           config={"razor": report})["rejected"]
+    report["input_rejected"] = write_table(scored, join(out, "scores"), rejects=input_rejects, mode=mode,
+                                           config={"razor": report}, storage_options=storage_options)["rejected"]
     sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
-    if not score_only:
-        refined, after, history = refine(table, config, backend, backend_kwargs or {}, engine, batch_size, verifier,
-                                         before)
-        write_table(refined, os.path.join(out, "corpus"), rejects=input_rejects, mode=mode, config={"razor": report})
+    if not config.score_only:
+        from .models import load_classifier
+
+        verifier = load_classifier(config.verifier_model) if config.verifier_model else None
+        backend = config.backend.name
+        refined, after, history = refine(table, config, backend, config.backend.kwargs(), engine, config.batch_size,
+                                         verifier, before)
+        write_table(refined, join(out, "corpus"), rejects=input_rejects, mode=mode, config={"razor": report},
+                    storage_options=storage_options)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,
@@ -357,8 +365,33 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), backend:
                      ("Before / after examples", "".join(dict_table(e) for r in history for e in r["examples"][:5])),
                      ("Top features before", topk_table(report["top_features_before"])),
                      ("Top features after", topk_table(report["top_features_after"]))]
-    with AtomicDir(os.path.join(out, "report")) as d:
+    with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
         d.write_text("report.html", page("refinery razor", sections))
         d.commit()
     return report
+
+
+class RazorStage(Stage):
+    """RAZOR over the whole input: γ per row, then (unless ``score_only``) rewriting rounds; the
+    rewritten corpus, the same size as the input, is what the next stage reads."""
+
+    name, kind, Config = "razor", "corpus", RazorConfig
+    needs = ("id", "text_a", "label")
+    adds = ("source",)
+    resources = Resources(cpus=1, memory_gb=2)
+
+    @property
+    def output(self) -> str | None:
+        return None if self.config.score_only else "corpus"
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        from .corpus import load
+
+        table, rejects = load(source.paths, source.mapping, source.opts)
+        r = run(table, out, self.config, source.engine, input_rejects=rejects,
+                storage_options=source.opts.storage_options)
+        done = f", {r['replaced_rows']:,} rows rewritten, objective -> {r['objective_after']:.4g}" \
+            if not self.config.score_only else ""
+        return StageResult(r["rows"] + r["input_rejected"], {"scored": r["rows"], "input rejects": r["input_rejected"]},
+                           r, f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.4g}{done}")

@@ -209,7 +209,8 @@ def publishes_run(fn):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         opts = bound.arguments.get("opts")
-        with RunOutput(bound.arguments["out"], getattr(opts, "storage_options", None)) as run:
+        storage_options = getattr(opts, "storage_options", None) or bound.arguments.get("storage_options")
+        with RunOutput(bound.arguments["out"], storage_options) as run:
             result = fn(*args, **kwargs)
             if isinstance(result, dict):
                 run.summary = {k: v for k, v in result.items() if isinstance(v, (bool, int, float, str))}

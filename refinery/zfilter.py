@@ -8,9 +8,9 @@ given order or shuffle with a seed.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
@@ -28,7 +28,7 @@ from .features import FeatureConfig, row_feature_lists
 from .readers import ReadOptions
 from .report import dict_table, img_tag, page, topk_table, zplot_png
 from .schema import Mapping
-from .storage import AtomicDir, publishes_run
+from .storage import AtomicDir, join, publishes_run
 
 
 @dataclass
@@ -41,6 +41,7 @@ class ZFilterConfig:
     alpha: float = 0.01
     shuffle_seed: int | None = None  # None: the stream's own order
     features: FeatureConfig = field(default_factory=FeatureConfig)
+    seed: tuple[str, ...] = ()       # corpora Z starts as (conditional filtering); a pipeline step's name
 
     def to_dict(self) -> dict:
         return {**asdict(self), "features": self.features.to_dict()}
@@ -243,9 +244,10 @@ def _strip(table: pa.Table) -> pa.Table:
 
 @publishes_run
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: ZFilterConfig = ZFilterConfig(), seed_inputs=(), engine: str = "local",
-        mode: str = "overwrite") -> dict:
-    """Filter ``inputs`` (conditionally on ``seed_inputs``) into ``out/kept`` and ``out/rejected``."""
+        config: ZFilterConfig = ZFilterConfig(), engine: str = "local", mode: str = "overwrite") -> dict:
+    """Filter ``inputs`` (conditionally on ``config.seed``) into ``out/kept`` and ``out/rejected``; the
+    seed's rows lead ``kept``."""
+    seed_inputs = list(config.seed)
     seed_table = load(seed_inputs, mapping, opts)[0] if seed_inputs else None
     input_rejects: list[pa.Table] = []
 
@@ -269,10 +271,10 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         source = rows()
     zf = ZFilter(labels, config)
     kept_by, rej_by, by_feature = {l: 0 for l in labels}, {l: 0 for l in labels}, {}
-    cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs), "seed": list(seed_inputs)}
+    cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs)}
     writer = functools.partial(CorpusWriter, mode=mode, config=cfg_dict, storage_options=opts.storage_options,
                                inputs=[*inputs, *seed_inputs])
-    with writer(os.path.join(out, "kept")) as kept_w, writer(os.path.join(out, "rejected")) as rej_w:
+    with writer(join(out, "kept")) as kept_w, writer(join(out, "rejected")) as rej_w:
         seeded = 0
         if seed_table is not None and seed_table.num_rows:
             zf.seed(add_features(seed_table, config.features))
@@ -340,7 +342,7 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
         "top_rejecting_features": dict(list(result.rejections_by_feature.items())[:30]),
         "topk_before": top_before, "topk_after": top_after, "config": config.to_dict(),
     }
-    with AtomicDir(os.path.join(out, "report")) as d:
+    with AtomicDir(join(out, "report")) as d:
         d.write_text("report.json", json.dumps(report, indent=1))
         d.write_text("report.html", page("refinery zfilter", [
             ("Rows", dict_table({k: report[k] for k in ("input", "input_rejected", "seed", "kept", "rejected",
@@ -356,36 +358,47 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
     return report
 
 
+COMPOSITIONS = ("zaug", "parz", "seqz")
+
+
 @publishes_run
 def compose(kind: str, original, generated, out: str, mapping: Mapping | None = None,
             opts: ReadOptions = ReadOptions(), config: ZFilterConfig = ZFilterConfig(), engine: str = "local",
             mode: str = "overwrite") -> dict:
-    """Wu et al. §4.2: ``zaug`` = Z(G | D0); ``parz`` = Z(D0) ∪ Z(G); ``seqz`` = Z(G | Z(D0)).
+    """Wu et al. §4.2: ``zaug`` = D0 ∪ Z(G | D0); ``parz`` = Z(D0) ∪ Z(G); ``seqz`` = Z(D0) ∪ Z(G | Z(D0)).
 
-    Intermediate filterings go under ``out/stages``; the final corpus is ``out/kept``.
+    Intermediate filterings go under ``out/stages``; the final corpus is ``out/kept``. The report's
+    ``input``, ``rejected`` and ``input_rejected`` count the rows of D0 and G together, so
+    input + input_rejected = kept + rejected + input_rejected… of both.
     """
-    stages = os.path.join(out, "stages")
+    if kind not in COMPOSITIONS:
+        raise ValueError(f"composition must be {', '.join(COMPOSITIONS)}, not {kind!r}")
+    stages = join(out, "stages")
+    with_seed = functools.partial(dataclasses.replace, config)
     if kind == "zaug":
-        return run(generated, out, mapping, opts, config, seed_inputs=original, engine=engine, mode=mode)
+        r = run(generated, out, mapping, opts, with_seed(seed=tuple(original)), engine=engine, mode=mode)
+        return {**r, "input": r["input"] + r["seed"], "seed": 0}
+    a = run(original, join(stages, "z_original"), mapping, opts, with_seed(seed=()), engine=engine, mode=mode)
     if kind == "seqz":
-        run(original, os.path.join(stages, "z_original"), mapping, opts, config, engine=engine, mode=mode)
-        return run(generated, out, mapping, opts, config,
-                   seed_inputs=[os.path.join(stages, "z_original", "kept")], engine=engine, mode=mode)
-    if kind == "parz":
-        a = run(original, os.path.join(stages, "z_original"), mapping, opts, config, engine=engine, mode=mode)
-        b = run(generated, os.path.join(stages, "z_generated"), mapping, opts, config, engine=engine, mode=mode)
+        b = run(generated, out, mapping, opts, with_seed(seed=(join(stages, "z_original", "kept"),)),
+                engine=engine, mode=mode)
+        kept = b["kept"]
+    else:
         from .corpus import convert
 
+        b = run(generated, join(stages, "z_generated"), mapping, opts, with_seed(seed=()), engine=engine, mode=mode)
         for part in ("kept", "rejected"):
-            convert([os.path.join(stages, s, part) for s in ("z_original", "z_generated")],
-                    os.path.join(out, part), None, opts, mode=mode)
-        union = {key: a[key] + b[key] for key in ("kept", "rejected", "input")}
-        with AtomicDir(os.path.join(out, "report")) as d:
-            d.write_text("report.json", json.dumps({**union, "stages": {"original": a, "generated": b}}, indent=1,
-                                                   default=str))
-            d.commit()
-        return {**union, "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"]}
-    raise ValueError(f"composition must be zaug, parz or seqz, not {kind!r}")
+            convert([join(stages, s, part) for s in ("z_original", "z_generated")], join(out, part), None, opts,
+                    mode=mode)
+        kept = a["kept"] + b["kept"]
+    union = {"kind": kind, "kept": kept, "seed": 0, "input": a["input"] + b["input"],
+             "rejected": a["rejected"] + b["rejected"], "input_rejected": a["input_rejected"] + b["input_rejected"],
+             "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"]}
+    with AtomicDir(join(out, "report") if kind == "parz" else join(stages, "report"), opts.storage_options) as d:
+        d.write_text("report.json", json.dumps({**union, "stages": {"original": a, "generated": b}}, indent=1,
+                                               default=str))
+        d.commit()
+    return union
 
 
 def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> int:
@@ -398,15 +411,45 @@ def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> i
     return kept
 
 
+def accounting(r: dict) -> tuple[int, dict]:
+    """(rows in, where they went) of a z-filter or composition report: seed rows lead ``kept``."""
+    return r["input"] + r["seed"] + r["input_rejected"], {
+        "kept": r["kept"], "filtered out": r["rejected"], "input rejects": r["input_rejected"]}
+
+
 class ZFilterStage(Stage):
     name, kind, Config = "zfilter", "stream", ZFilterConfig
     needs = ("id", "text_a", "label")
     adds = ("source_stage",)
+    references = ("seed",)
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.paths, out, source.mapping, source.opts, self.config, engine=source.engine)
-        return StageResult(r["input"] + r["input_rejected"], {"kept": r["kept"] - r["seed"],
-                                                              "filtered out": r["rejected"],
-                                                              "input rejects": r["input_rejected"]}, r,
-                           f"kept {r['kept']:,}, rejected {r['rejected']:,}")
+        return StageResult(*accounting(r), r, f"kept {r['kept']:,}" + (f" ({r['seed']:,} seed rows)" if r["seed"]
+                                                                         else "") + f", rejected {r['rejected']:,}")
 
+
+@dataclass
+class ComposeConfig:
+    kind: str = "seqz"                  # zaug | parz | seqz (Wu et al. §4.2)
+    original: tuple[str, ...] = ("input",)  # D0: corpora, or a pipeline step's name
+    zfilter: ZFilterConfig = field(default_factory=ZFilterConfig)
+
+    def __post_init__(self):
+        if self.kind not in COMPOSITIONS:
+            raise ValueError(f"kind must be {', '.join(COMPOSITIONS)}, not {self.kind!r}")
+
+
+class ComposeStage(Stage):
+    """z-filtered composition of the original D0 (``original``) and generated rows G (the input)."""
+
+    name, kind, Config = "compose", "corpus", ComposeConfig
+    needs = ("id", "text_a", "label")
+    adds = ("source_stage",)
+    references = ("original",)
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        c = self.config
+        r = compose(c.kind, list(c.original), source.paths, out, source.mapping, source.opts, c.zfilter,
+                    source.engine)
+        return StageResult(*accounting(r), r, f"{c.kind}: kept {r['kept']:,} of D0 and G, rejected {r['rejected']:,}")

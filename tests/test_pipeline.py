@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 import yaml
 
@@ -16,7 +17,7 @@ from refinery.corpus import Corpus
 from refinery.pipeline.config import ConfigError, from_dict, load_pipeline, parse_pipeline, to_dict
 from refinery.pipeline.stage import REGISTRY, stage_class
 
-from conftest import DATA, REPO, SNLI_HARD, run_cli
+from conftest import DATA, REPO, SNLI_DEV, SNLI_HARD, run_cli
 from test_remote import BIN, S3Server, free_port
 
 EXAMPLE = REPO / "examples" / "snli.yaml"
@@ -43,7 +44,7 @@ def test_every_stage_config_round_trips_and_declares_its_contract():
     for name in REGISTRY:
         cls = stage_class(name)
         assert cls.kind in ("stream", "aggregate", "corpus") and cls.name == name
-        assert set(cls.needs) <= {"id", "text_a", "text_b", "label"}
+        assert set(cls.needs) <= {"id", "text_a", "text_b", "label", "split"}
         config = cls.Config() if name != "confidence" else cls.Config(model="ngram")
         data = json.loads(json.dumps(to_dict(config)))          # through JSON and back
         assert from_dict(cls.Config, data) == config
@@ -119,6 +120,63 @@ def test_failed_stage_leaves_earlier_stages_finished(tmp_path):
     assert not (tmp_path / "o" / "02-confidence" / "_SUCCESS").exists()
     rerun = run_cli("run", spec, "--out", tmp_path / "o", check=False)
     assert "== 01-zfilter: unchanged, skipped" in rerun.stdout
+
+
+def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):
+    """examples/fever.yaml on FEVER-shaped claims made of SNLI dev hypotheses (FEVER's labels,
+    nested evidence that is not read), with two bad rows: audit -> AUDAC."""
+    to_fever = {"entailment": "SUPPORTS", "contradiction": "REFUTES", "neutral": "NOT ENOUGH INFO"}
+    lines = []
+    with open(SNLI_DEV) as fh:
+        for i, line in zip(range(6000), fh):
+            r = json.loads(line)
+            lines.append(json.dumps({"id": i, "claim": r["sentence2"], "label": to_fever[r["gold_label"]],
+                                     "evidence": [[[i, None, "Some_Page", 0]]]}))
+    lines += [json.dumps({"id": 6000, "claim": "A dog runs .", "label": "MAYBE"}), '{"id": 6001, "claim": ']
+    claims = tmp_path / "train.jsonl"
+    claims.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o"
+    printed = run_cli("run", REPO / "examples" / "fever.yaml", "--out", out, env={"FEVER": str(claims)}).stdout
+    assert "rows in 6,002 = 6,000 rows + 2 rejected (ok)" in printed and printed.count("(ok)") == 3
+    top = json.loads((out / "01-audit" / "report" / "topk.json").read_text())["REFUTES"]
+    assert {"nobody@text", "no@text", "not@text"} & {e["feature"] for e in top[:10]}     # the claim-only shortcut
+    report = json.loads((out / "02-upsample" / "report" / "report.json").read_text())
+    upsampled = Corpus.open(str(out / "02-upsample")).read()
+    assert upsampled.num_rows == 6000 + report["rows_added"] and report["rows_added"] > 0
+    assert all(report["max_p_after"][t] < max(report["p_hat_before"][t].values()) for t in report["tokens"])
+
+
+def test_leakage_stage_scores_the_pipelines_named_splits(tmp_path):
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({"input": {"splits": {"train": SNLI_HARD, "test": SNLI_HARD}, "preset": "snli"},
+                                    "stages": [{"leakage": {"forest": {"n_estimators": 20}}}, {"zfilter": {"k": 5}}]}))
+    printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
+    report = json.loads((tmp_path / "o" / "01-leakage" / "report.json").read_text())
+    assert report["rows"] == {"train": 3261, "test": 3261} and report["test_split"] == "test"
+    assert 0 < report["majority_accuracy"] < 0.5 and 0 < report["leakage_accuracy"] < 1
+    predictions = pa.parquet.read_table(tmp_path / "o" / "01-leakage" / "predictions.parquet")
+    assert predictions.num_rows == 3261
+    assert "== 02-zfilter" in printed and "rows in 6,522 = " in printed      # the rows passed on unchanged
+
+
+def test_generation_pipeline_composes_generated_rows_with_the_filtered_original(tmp_path):
+    """generate (SmolLM2-135M) -> compose seqz with ``original: input``: the composition holds
+    Z(D0) and the generated rows that carry none of its biased features; every row is accounted for."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({
+        "input": {"paths": [SNLI_HARD], "preset": "snli"},
+        "stages": [{"generate": {"limit": 6, "sampling": {"max_new_tokens": 24}, "batch_size": 6}},
+                   {"compose": {"kind": "seqz", "original": ["input"], "zfilter": {"k": 5, "min_count": 5}}}]}))
+    printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
+    assert printed.count("(ok)") == 3 and "MISMATCH" not in printed
+    generated = Corpus.open(str(tmp_path / "o" / "01-generate")).read()
+    assert 0 < generated.num_rows <= 6 and set(generated["source"].to_pylist()) == {"generated"}
+    kept = Corpus.open(str(tmp_path / "o" / "02-compose" / "kept")).read()
+    z_original = Corpus.open(str(tmp_path / "o" / "02-compose" / "stages" / "z_original" / "kept")).read()
+    stages = kept["source_stage"].to_pylist()
+    assert stages.count("seed") == z_original.num_rows < 3261
+    assert kept.num_rows == z_original.num_rows + stages.count("filtered")
+    assert f"rows in {3261 + generated.num_rows:,} = " in printed
 
 
 def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):

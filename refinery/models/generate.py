@@ -35,6 +35,38 @@ class Sampling:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class Backend:
+    """Where texts are generated: a backend and its model, as the CLI's generator options and a
+    pipeline file's ``backend:`` name them (the API key is read from ``api_key_env``, never stored)."""
+
+    name: str = "transformers"          # transformers | vllm | openai
+    model: str = DEFAULT_GENERATOR
+    chat: bool = True
+    base_url: str | None = None         # openai
+    api_key_env: str = "OPENAI_API_KEY"  # openai
+    cache_dir: str | None = None        # openai
+    tensor_parallel: int = 1            # vllm
+    max_num_seqs: int = 64              # vllm
+    enforce_eager: bool = False         # vllm
+
+    def __post_init__(self):
+        if self.name not in ("transformers", "vllm", "openai"):
+            raise ValueError(f"backend must be transformers, vllm or openai, not {self.name!r}")
+        if self.name == "openai" and not self.base_url:
+            raise ValueError("the openai backend needs base_url")
+
+    def kwargs(self) -> dict:
+        """The arguments of ``make_generator(self.name, …)``."""
+        if self.name == "openai":
+            return {"base_url": self.base_url, "model": self.model, "chat": self.chat,
+                    "api_key_env": self.api_key_env, "cache_dir": self.cache_dir}
+        if self.name == "vllm":
+            return {"model": self.model, "chat": self.chat, "tensor_parallel_size": self.tensor_parallel,
+                    "max_num_seqs": self.max_num_seqs, "enforce_eager": self.enforce_eager}
+        return {"model": self.model, "chat": self.chat}
+
+
 def _decoding(sampling: Sampling) -> dict:
     """transformers' decoding arguments: nucleus sampling, or greedy at temperature 0."""
     if sampling.temperature > 0:

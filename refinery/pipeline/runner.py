@@ -10,6 +10,7 @@ stage leaves the finished stages before it as they were.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html
 import json
@@ -123,19 +124,35 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
                             lambda: ingest(spec.input, folder, opts)))
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     current = folder
+    steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
     for i, stage_spec in enumerate(spec.stages, 1):
         cls = stage_class(stage_spec.name)
-        stage = cls(stage_spec.config)
+        config, referenced = _resolve_references(cls, stage_spec.config, steps)
+        stage = cls(config)
         folder = join(out, f"{i:02d}-{stage_spec.name}")
         source = StageInput([current], None, corpus_opts, engine)
         fp = fingerprint(stage_spec.name, to_dict(stage_spec.config),
-                         sorted(input_fingerprints([current], opts.storage_options).values()))
-        nxt = current if cls.output is None else (join(folder, cls.output) if cls.output else folder)
+                         sorted(input_fingerprints([current, *referenced], opts.storage_options).values()))
+        nxt = current if stage.output is None else (join(folder, stage.output) if stage.output else folder)
         run.stages.append(_step(folder, stage_spec.name, fp, opts, echo,
                                 lambda: stage.run(source, folder)))
-        current = nxt
+        current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = nxt
     _write_summary(run, spec, opts)
     return run
+
+
+def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
+    """``config`` with the step names in its ``cls.references`` fields replaced by those steps'
+    outputs, and every corpus the fields name (for the fingerprint)."""
+    changes, named = {}, []
+    for name in cls.references:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        items = [steps.get(v, v) for v in ([value] if isinstance(value, str) else value)]
+        named += items
+        changes[name] = items[0] if isinstance(value, str) else type(value)(items)
+    return (dataclasses.replace(config, **changes) if changes else config), named
 
 
 def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work) -> StageRun:

@@ -4,12 +4,15 @@
   confidence). The engine may run the row-wise part on workers; the decision runs in order.
 - **aggregate**: partial state per batch, merged, finished into a report; the rows pass on
   unchanged (audit).
-- **corpus**: whole splits in → a corpus and a report (upsample, weights, leakage).
+- **corpus**: whole splits in → a corpus and a report (upsample, weights, leakage, generate,
+  compose, razor, ibadr).
 
 A stage has a registered name, a config dataclass (validated on construction, round-tripping
 to YAML/JSON through ``pipeline.config``), the columns it needs and adds, and the resources a
 worker needs. ``run`` reads ``StageInput`` and publishes its parts under ``out``; the part the
-next stage reads is ``output`` (``None``: the stage's input passes on).
+next stage reads is ``output`` (``None``: the stage's input passes on). Config fields named in
+``references`` may name an earlier step of the pipeline (``input``, a stage's name, or its folder
+``NN-name``) instead of a path; the runner resolves them to that step's output.
 """
 from __future__ import annotations
 
@@ -74,6 +77,7 @@ class Stage(ABC):
     adds: ClassVar[tuple] = ()
     resources: ClassVar[Resources] = Resources()
     output: ClassVar[str | None] = "kept"
+    references: ClassVar[tuple] = ()   # config fields holding corpora: paths or earlier steps' names
 
     def __init__(self, config=None):
         self.config = config if config is not None else self.Config()
@@ -95,6 +99,11 @@ REGISTRY = {
     "confidence": "refinery.confidence:ConfidenceStage",
     "upsample": "refinery.upsample:UpsampleStage",
     "weights": "refinery.weights:WeightsStage",
+    "leakage": "refinery.leakage:LeakageStage",
+    "generate": "refinery.generation:GenerateStage",
+    "compose": "refinery.zfilter:ComposeStage",
+    "razor": "refinery.razor:RazorStage",
+    "ibadr": "refinery.ibadr:IbadrStage",
 }
 
 
