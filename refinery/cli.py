@@ -663,9 +663,8 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     if max_new_tokens:
         config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
     report = ib.run(table, out, config, engine, mode, input_rejects=rejects, storage_options=opts.storage_options)
-    click.echo(conservation(table.num_rows + rejects.num_rows,
-                            **{"in the pool": report["original_rows"], "not sampled": report["not_sampled"],
-                               "rejected": rejects.num_rows}))
+    rows_in, parts = ib.accounting(report)
+    click.echo(conservation(rows_in, **parts))
     for h in report["iterations"]:
         click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
                    f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}")

@@ -151,6 +151,11 @@ def _fnv(data, starts, ends):
 
 
 @numba.njit(nogil=True, cache=True)
+def _token_start(token_ends, t):
+    return token_ends[t - 1] if t > 0 else 0
+
+
+@numba.njit(nogil=True, cache=True)
 def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, token_ends, hashes, n_ids, table, limit):
     """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
     hash ``token_hashes[i]``), adding unseen tokens to the arena; stops before the vocabulary
@@ -177,7 +182,7 @@ def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, tok
                 arena_used += length
                 n_ids += 1
                 break
-            a = token_ends[t - 1] if t > 0 else 0
+            a = _token_start(token_ends, t)
             if hashes[t] == h and token_ends[t] - a == length:
                 same = True
                 for j in range(length):
@@ -208,11 +213,6 @@ def _copy(src, start, end, dst, pos):
         dst[pos] = src[j]
         pos += 1
     return pos
-
-
-@numba.njit(nogil=True, cache=True)
-def _token_start(token_ends, t):
-    return token_ends[t - 1] if t > 0 else 0
 
 
 @numba.njit(nogil=True, cache=True)

@@ -320,7 +320,6 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
     rows_given = table.num_rows
     table = sample_input(table, config)
     work = checkpoint_root(out, storage_options)
-    backend, backend_kwargs, batch_size = config.backend, {}, config.batch_size
     if mode == "overwrite":
         shutil.rmtree(os.path.join(work, "checkpoints"), ignore_errors=True)
     iterations = config.iterations if config.iterate else 1
@@ -344,8 +343,8 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
             else config.generator
         with AtomicDir(_checkpoint(work, iteration)) as ckpt:
             accepted, generated, stats = run_iteration(pool, iteration, per_iteration, shallow, task_model,
-                                                       generator_from, config, ckpt.tmp, backend,
-                                                       backend_kwargs or {}, engine, batch_size)
+                                                       generator_from, config, ckpt.tmp, config.backend, {},
+                                                       engine, config.batch_size)
             pool = pa.concat_tables([pool, accepted])
             if config.usm:
                 shallow = fine_tune_shallow(shallow, _sample(pool, config.usm_rows, _rng(config, iteration, "usm")))
@@ -414,6 +413,13 @@ def _mean(values) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def accounting(report: dict) -> tuple[int, dict]:
+    """(rows in, where they went) of a run's report: every input row is in the pool, not sampled, or rejected."""
+    return report["original_rows"] + report["not_sampled"] + report["input_rejected"], {
+        "in the pool": report["original_rows"], "not sampled": report["not_sampled"],
+        "input rejects": report["input_rejected"]}
+
+
 class IbadrStage(Stage):
     """IBADR over the whole input; the pool (the corpus and the accepted pseudo samples) passes on."""
 
@@ -429,7 +435,5 @@ class IbadrStage(Stage):
         table, rejects = load(source.paths, source.mapping, source.opts)
         r = run(table, out, self.config, source.engine, "resume", input_rejects=rejects,
                 storage_options=source.opts.storage_options)
-        return StageResult(r["original_rows"] + r["not_sampled"] + r["input_rejected"],
-                           {"in the pool": r["original_rows"], "not sampled": r["not_sampled"],
-                            "input rejects": r["input_rejected"]}, r,
-                           f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted -> pool {r['pool_rows']:,}")
+        return StageResult(*accounting(r), r, f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted "
+                                              f"-> pool {r['pool_rows']:,}")

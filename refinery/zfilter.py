@@ -144,9 +144,9 @@ class BiasedSet:
         z = self._z(ids)
         for j in range(len(self.Z.labels)):
             old = ~np.isin(self.members[j], ids, assume_unique=True)
-            join = z[:, j] >= self.bounds[j]
-            m = np.concatenate([self.members[j][old], ids[join]])
-            s = np.concatenate([self.scores[j][old], z[join, j]])
+            enter = z[:, j] >= self.bounds[j]
+            m = np.concatenate([self.members[j][old], ids[enter]])
+            s = np.concatenate([self.scores[j][old], z[enter, j]])
             if len(m) < self.k:
                 return self.rebuild()
             if len(m) > 2 * self.shortlist:
