@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import json
 import logging
@@ -44,9 +45,58 @@ def input_options(f):
                                          storage_options=parse_storage_options(storage_options))
         except ValueError as e:
             raise click.UsageError(str(e)) from None
+        # as given, for --print-config's pipeline input (the Mapping above has lost the preset's name)
+        click.get_current_context().meta[_INPUT_ARGS] = {
+            "preset": preset, "map": dict(p.split("=", 1) for p in mapping.split(",")) if mapping else None,
+            "labels": labels.split(",") if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
+            "batch_rows": batch_rows, "storage_options": kwargs["opts"].storage_options or None}
         return f(*args, **kwargs)
 
     return wrapper
+
+
+_INPUT_ARGS = "refinery.input_args"
+_PRINT_CONFIG = "refinery.print_config"
+
+
+def print_config_option(f):
+    """``--print-config``: print the verb as a one-stage pipeline file (same config keys) and exit."""
+    def remember(ctx, _param, value):
+        ctx.meta[_PRINT_CONFIG] = value
+
+    return click.option("--print-config", is_flag=True, expose_value=False, callback=remember,
+                        help="Print this command line as a pipeline file for `refinery run`, and exit.")(f)
+
+
+def as_pipeline(stage: str, config, inputs, out: str, engine: str = "local") -> None:
+    """With ``--print-config``: print ``stage`` with ``config`` over ``inputs`` (paths, or {split: path})
+    as a pipeline file and exit; otherwise return and let the verb run."""
+    ctx = click.get_current_context()
+    if not ctx.meta.get(_PRINT_CONFIG):
+        return
+    from .pipeline.config import InputSpec, PipelineSpec, StageSpec
+
+    given = {k: v for k, v in ctx.meta[_INPUT_ARGS].items() if v is not None}
+    if "storage_options" in given:  # credentials never printed: the file reads them from the environment
+        given["storage_options"] = _secrets_as_variables(given["storage_options"])
+    def absolute(path):  # the file may be saved anywhere: relative paths would move with it
+        return path if "://" in path else os.path.abspath(path)
+
+    where = {"splits": {s: [absolute(p) for p in ps] for s, ps in inputs.items()}} if isinstance(inputs, dict) \
+        else {"paths": [absolute(p) for p in inputs]}
+    if stage == "compose":
+        config = dataclasses.replace(config, original=tuple(absolute(p) for p in config.original))
+    spec = PipelineSpec(InputSpec(**where, **given), [StageSpec(stage, config)], absolute(out), engine)
+    click.echo(spec.to_yaml(), nl=False)
+    ctx.exit(0)
+
+
+def _secrets_as_variables(options: dict) -> dict:
+    """Storage options with credential values replaced by ``${REFINERY_<NAME>}`` references."""
+    from .storage import value_is_secret
+
+    return {k: (f"${{REFINERY_{k.upper()}}}" if value_is_secret(k, v) else
+                _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
 
 
 def precision_option(f):
@@ -223,6 +273,7 @@ def feature_options(f):
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
 @feature_options
+@print_config_option
 @input_options
 def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch_recount, engine, state,
           feature_config, mapping, opts):
@@ -232,6 +283,9 @@ def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch
 
     config = audit_mod.AuditConfig(features=feature_config, mode=counting, prior=prior, min_count=min_count,
                                    alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount)
+    if state and click.get_current_context().meta.get(_PRINT_CONFIG):
+        raise click.UsageError("--update has no pipeline equivalent (a pipeline audits its own input)")
+    as_pipeline("audit", config, inputs, out, engine)
     result = audit_mod.audit(inputs, mapping, opts, config, engine=engine, state=state)
     summary = audit_mod.write_outputs(result, out, inputs)
     click.echo(conservation(summary["rows"] + summary["rejected"], counted=summary["rows"],
@@ -280,6 +334,7 @@ def synth(out, rows, seed, planted, leak, premise_pool, shard_rows, mode):
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @mode_option
 @feature_options
+@print_config_option
 @input_options
 def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, seed_corpus, composition,
             original, generated, engine, mode, feature_config, mapping, opts):
@@ -291,10 +346,12 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
     if composition == "plain":
         if not inputs:
             raise click.UsageError("give INPUTS (or --composition with --original/--generated)")
+        as_pipeline("zfilter", config, inputs, out, engine)
         report = zf.run(inputs, out, mapping, opts, config, engine=engine, mode=mode)
     else:
         if not original or not generated:
             raise click.UsageError("--composition needs --original and --generated")
+        as_pipeline("compose", zf.ComposeConfig(composition, tuple(original), config), generated, out, engine)
         report = zf.compose(composition, original, generated, out, mapping, opts, config, engine=engine, mode=mode)
     click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,}")
     rows_in, parts = zf.accounting(report)
@@ -314,12 +371,15 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
                    "(refinery probe --save-model).")
 @click.option("--folds", type=int, default=5, show_default=True, help="K of the cross-fitting.")
 @mode_option
+@print_config_option
 @input_options
 def confidence(inputs, out, tau, proba_column, model, folds, mode, mapping, opts):
     """Keep rows whose task-model confidence in their label exceeds --tau."""
     from . import confidence as conf
 
-    report = conf.run(inputs, out, mapping, opts, conf.ConfidenceConfig(tau, model, proba_column, folds), mode)
+    config = conf.ConfidenceConfig(tau, model, proba_column, folds)
+    as_pipeline("confidence", config, inputs, out)
+    report = conf.run(inputs, out, mapping, opts, config, mode)
     click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,} (tau {tau})")
     click.echo(conservation(report["rows_in"], kept=report["kept"],
                             **{"filtered out": report["rejected"], "input rejects": report["input_rejected"]}))
@@ -337,6 +397,7 @@ def confidence(inputs, out, tau, proba_column, model, folds, mode, mapping, opts
 @click.option("--stopwords/--keep-stopwords", default=True, show_default=True, help="Remove stopwords.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @mode_option
+@print_config_option
 @input_options
 def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed, mode, mapping, opts):
     """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet)."""
@@ -345,6 +406,7 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
     lo, hi = (float(x) for x in band.split(","))
     config = up.UpsampleConfig(k=k, step=step, iterations=iterations, band_min=lo, band_max=hi,
                                min_count=min_count, remove_stopwords=stopwords, seed=seed)
+    as_pipeline("upsample", config, inputs, out)
     report = up.run(inputs, out, mapping, opts, config, mode=mode)
     click.echo(f"{report['rows_before']:,} -> {report['rows_after']:,} rows (+{report['growth']:.1%}), "
                f"{report['iterations_run']} iteration(s)")
@@ -399,14 +461,16 @@ def graph_options(f):
 @click.option("--identical-pairs", "identical_label", metavar="LABEL",
               help="Also write identical/: every distinct sentence paired with itself, labelled LABEL (paper §3).")
 @graph_options
+@print_config_option
 @input_options
 def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, opts):
     """How well the sentence graph alone predicts the label (leakage features, random forest)."""
     from . import leakage as leakage_mod
 
+    config = leakage_mod.LeakageConfig(graph, forest, test_split, identical_label)
+    as_pipeline("leakage", config, inputs, out)
     try:
-        report = leakage_mod.run(inputs, out, mapping, opts,
-                                 leakage_mod.LeakageConfig(graph, forest, test_split, identical_label))
+        report = leakage_mod.run(inputs, out, mapping, opts, config)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(f"{report['edges']:,} pairs, {report['nodes']:,} sentences; test split {report['test_split']!r}")
@@ -428,6 +492,7 @@ def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, op
 @click.option("--clip", type=float, default=None, help="Cap weights at this multiple of the mean.")
 @mode_option
 @graph_options
+@print_config_option
 @input_options
 def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, forest, mapping, opts):
     """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1)."""
@@ -436,6 +501,7 @@ def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, fores
     try:
         config = weights_mod.WeightsConfig(folds=folds, features=feature_set, min_proba=min_proba, clip=clip,
                                            forest=forest, graph=graph, seed=forest.seed)
+        as_pipeline("weights", config, inputs, out)
         report = weights_mod.run(inputs, out, mapping, opts, config, mode=mode)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
@@ -551,6 +617,7 @@ def generator_options(f):
 @click.option("--gpus-per-actor", type=float, default=0, show_default=True)
 @mode_option
 @generator_options
+@print_config_option
 @input_options
 def generate(inputs, out, template, target_labels, limit, engine, batch_size, actors, gpus_per_actor, mode, backend,
              sampling, mapping, opts):
@@ -558,10 +625,11 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
     from . import generation
     from .corpus import load
 
-    table, rejects = load(inputs, mapping, opts)
     config = generation.GenerationConfig(template=template or generation.DEFAULT_TEMPLATE,
                                          target_labels=target_labels, limit=limit, sampling=sampling, backend=backend,
                                          batch_size=batch_size, actors=actors, gpus_per_actor=gpus_per_actor)
+    as_pipeline("generate", config, inputs, out, engine)
+    table, rejects = load(inputs, mapping, opts)
     report = generation.run(table, out, config, engine, mode, input_rejects=rejects,
                             storage_options=opts.storage_options)
     click.echo(f"{report['prompts']:,} prompts -> {report['generated']:,} generated rows, {report['failed']:,} failed "
@@ -585,6 +653,7 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
 @click.option("--batch-size", type=int, default=16, show_default=True)
 @mode_option
 @generator_options
+@print_config_option
 @input_options
 def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, verifier_model, engine, batch_size,
           mode, backend, sampling, mapping, opts):
@@ -594,11 +663,12 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
     from . import razor as rz
     from .corpus import load
 
-    table, rejects = load(inputs, mapping, opts)
     config = rz.RazorConfig(dim=dim, top_k=top_k, candidates=candidates, rounds=rounds, verify_mode=verify_mode,
                             rewrite=replace(sampling, n=candidates),
                             verify=replace(rz.RazorConfig.verify, seed=sampling.seed), backend=backend,
                             verifier_model=verifier_model, score_only=score_only, batch_size=batch_size)
+    as_pipeline("razor", config, inputs, out, engine)
+    table, rejects = load(inputs, mapping, opts)
     report = rz.run(table, out, config, engine, mode, input_rejects=rejects, storage_options=opts.storage_options)
     click.echo(conservation(table.num_rows + rejects.num_rows, scored=table.num_rows, rejected=rejects.num_rows))
     click.echo(f"{report['rows']:,} rows scored on {report['field']}: objective {report['objective']:.6g}, "
@@ -641,6 +711,7 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--mode", type=click.Choice(["resume", "overwrite"]), default="resume", show_default=True,
               help="resume: continue from the last finished iteration in --out.")
 @precision_option
+@print_config_option
 @input_options
 def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, tau, shallow_rows, usm_rows, shallow,
           task_model, generator, lr, first_epochs, later_epochs, max_new_tokens, train_precision, no_usm,
@@ -648,11 +719,9 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023)."""
     from dataclasses import replace
 
-
     from . import ibadr as ib
     from .corpus import load
 
-    table, rejects = load(inputs, mapping, opts)
     overrides = {"iterations": iterations, "per_iteration": per_iteration, "groups": groups, "tau": tau,
                  "shallow_rows": shallow_rows, "usm_rows": usm_rows, "sample_rows": sample_rows,
                  "shallow": shallow, "task_model": task_model, "generator": generator, "lr": lr,
@@ -662,6 +731,8 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
                      iterate=not no_iteration, backend=backend, batch_size=batch_size, train_precision=train_precision)
     if max_new_tokens:
         config = replace(config, sampling=replace(config.sampling, max_new_tokens=max_new_tokens))
+    as_pipeline("ibadr", config, inputs, out, engine)
+    table, rejects = load(inputs, mapping, opts)
     report = ib.run(table, out, config, engine, mode, input_rejects=rejects, storage_options=opts.storage_options)
     rows_in, parts = ib.accounting(report)
     click.echo(conservation(rows_in, **parts))

@@ -324,6 +324,6 @@ class IncrementalCounts:
     def stats(self, prior: str = "uniform", min_count: int = 10, alpha: float = 0.01):
         """z-statistics of the features with n ≥ ``min_count`` (the only ones z* is defined for)."""
         counts = self.matrix[: self.num_features]
-        keep = np.nonzero(counts.sum(axis=1) >= min_count)[0]
+        keep = np.flatnonzero(counts.sum(axis=1, dtype=np.int32) >= min_count)  # a count is at most the rows
         return zstats.from_matrix(self.names(keep), self.labels, counts[keep].astype(np.float64),
                                   zstats.prior_vector(self.labels, self.label_totals, prior), min_count, alpha)

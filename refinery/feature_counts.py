@@ -163,11 +163,12 @@ def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, tok
 
     ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
     ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end per
-    token locates it). Returns (arena_used, n_ids, position reached)."""
+    token locates it); ``hashes[id]`` keeps the low 32 bits of its hash, all a table of at most
+    2³¹ slots places by. Returns (arena_used, n_ids, position reached)."""
     mask = len(table) - 1
     for i in range(start, len(starts)):
-        h = token_hashes[i]
-        slot = np.int64(h & np.uint64(mask))
+        h = np.uint32(token_hashes[i] & np.uint64(0xFFFFFFFF))
+        slot = np.int64(h) & mask
         length = ends[i] - starts[i]
         while True:
             t = table[slot]
@@ -201,7 +202,7 @@ def _reinsert(hashes, table):
     """Place ids ``0..len(hashes)-1`` by their hashes in a new (larger) ``_intern`` table."""
     mask = len(table) - 1
     for t in range(len(hashes)):
-        slot = np.int64(hashes[t] & np.uint64(mask))
+        slot = np.int64(hashes[t]) & mask
         while table[slot] != _EMPTY:
             slot = (slot + 1) & mask
         table[slot] = t
@@ -257,7 +258,7 @@ class TokenIds:
         self.arena = np.empty(1 << 20, dtype=np.uint8)
         self.used = 0
         self.token_ends = np.empty(1 << 14, dtype=np.int64)
-        self.hashes = np.empty(1 << 14, dtype=np.uint64)
+        self.hashes = np.empty(1 << 14, dtype=np.uint32)  # low halves: placement and a quick reject
         self.table = np.full(1 << 15, _EMPTY, dtype=np.int32)
         self.size = 0
         if seed:

@@ -329,10 +329,15 @@ def _label_set(mapping, inputs, opts, seed_table) -> list:
     return sorted(labels)
 
 
+def _summary(counts: IncrementalCounts, config: ZFilterConfig, what: str) -> tuple[dict, bytes]:
+    """Top-k and the z-plot of one count matrix (its full statistics are freed on return)."""
+    stats = counts.stats(config.prior, config.min_count, config.alpha)
+    return stats.top_k(config.k), zplot_png(stats, 6, what)
+
+
 def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict:
-    before = result.input_counts.stats(config.prior, config.min_count, config.alpha)
-    after = result.kept_counts.stats(config.prior, config.min_count, config.alpha)
-    top_before, top_after = before.top_k(config.k), after.top_k(config.k)
+    top_before, plot_before = _summary(result.input_counts, config, "input")
+    top_after, plot_after = _summary(result.kept_counts, config, "kept")
     report = {
         "kept": result.kept, "rejected": result.rejected, "seed": result.seed,
         "input": result.kept + result.rejected - result.seed, "input_rejected": result.input_rejected,
@@ -348,8 +353,8 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
             ("Rows", dict_table({k: report[k] for k in ("input", "input_rejected", "seed", "kept", "rejected",
                                                          "kept_by_label",
                                                          "rejected_by_label", "max_z_before", "max_z_after")})),
-            ("z-statistics of the input", img_tag(zplot_png(before, 6, "input"), "before")),
-            ("z-statistics of the kept corpus", img_tag(zplot_png(after, 6, "kept"), "after")),
+            ("z-statistics of the input", img_tag(plot_before, "before")),
+            ("z-statistics of the kept corpus", img_tag(plot_after, "after")),
             ("Features that caused most rejections", dict_table(report["top_rejecting_features"])),
             ("Top features before", topk_table(top_before)),
             ("Top features after", topk_table(top_after)),

@@ -78,6 +78,26 @@ def test_print_config_fills_defaults_and_loads_back(tmp_path):
     assert load_pipeline(str(again)).to_dict() == load_pipeline(str(EXAMPLE)).to_dict() | {"engine": "ray"}
 
 
+
+def test_a_verbs_print_config_is_the_one_stage_pipeline_that_gives_its_result(tmp_path):
+    """``refinery zfilter … --print-config`` writes a pipeline file; running it keeps the same rows as the verb."""
+    args = [SNLI_DEV, "--preset", "snli", "--k", "5", "--batch-size", "500", "--features", "unigram",
+            "--storage-option", "secret=hunter2"]
+    printed = run_cli("zfilter", *args, "--out", tmp_path / "verb", "--print-config").stdout
+    assert "hunter2" not in printed and "${REFINERY_SECRET}" in printed   # credentials come from the environment
+    assert not (tmp_path / "verb").exists()                                 # printing runs nothing
+    data = yaml.safe_load(printed)
+    assert data["stages"] == [{"zfilter": {**to_dict(from_dict(REGISTRY["zfilter"].Config, {})),
+                                           "k": 5, "batch_size": 500,
+                                           "features": data["stages"][0]["zfilter"]["features"]}}]
+    assert data["stages"][0]["zfilter"]["features"]["families"] == ["unigram"]
+    del data["input"]["storage_options"]
+    (tmp_path / "verb.yaml").write_text(yaml.safe_dump(data))
+    run_cli("zfilter", *args[:-2], "--out", tmp_path / "verb")
+    run_cli("run", tmp_path / "verb.yaml", "--out", tmp_path / "pipe")
+    verb = Corpus.open(str(tmp_path / "verb" / "kept")).read()
+    pipe = Corpus.open(str(tmp_path / "pipe" / "01-zfilter" / "kept")).read()
+    assert verb.num_rows < 9_842 and verb["id"].equals(pipe["id"])
 def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_path):
     local, ray = tmp_path / "local", tmp_path / "ray"
     first = run_cli("run", EXAMPLE, "--out", local).stdout

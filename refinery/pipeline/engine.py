@@ -20,7 +20,9 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 ENGINES = ("local", "ray")
-LOCAL_OBJECT_STORE_BYTES = 1 << 30  # 1 GiB: bounded on a small machine
+# The driver maps every object-store page it has read from, so over a long stream its RSS grows by
+# the store's size: 512 MiB keeps it bounded on a small machine and holds the streaming window twice.
+LOCAL_OBJECT_STORE_BYTES = 512 << 20
 STREAM_STORE_BYTES = 256 << 20      # what a streamed dataset may buffer ahead of the driver
 
 
