@@ -1,1 +1,1 @@
-refinery/sql
+refinery/io/sql

@@ -20,10 +20,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from refinery import synth  # noqa: E402
-from refinery.audit import AuditConfig, audit, audit_table  # noqa: E402
-from refinery.corpus import Corpus  # noqa: E402
-from refinery.features import FeatureConfig  # noqa: E402
+from refinery.core.features import FeatureConfig  # noqa: E402
+from refinery.io import synth  # noqa: E402
+from refinery.io.corpus import Corpus  # noqa: E402
+from refinery.methods.audit import AuditConfig, audit, audit_table  # noqa: E402
 
 
 def naive_counts(corpus: Corpus) -> Counter:

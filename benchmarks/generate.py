@@ -26,8 +26,8 @@ from refinery.models.registry import resolve  # noqa: E402
 
 
 def _prompts(n: int) -> list[str]:
-    from refinery.corpus import load
-    from refinery.schema import PRESETS
+    from refinery.io.corpus import load
+    from refinery.io.schema import PRESETS
 
     table, _ = load([str(REPO.parent / "shared" / "data" / "snli" / "snli_test.jsonl")], PRESETS["snli"])
     return [f"Premise: {p}\nWrite one short sentence that contradicts the premise." for p in

@@ -18,7 +18,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from refinery import leakage, synth  # noqa: E402
+from refinery.io import synth
+from refinery.methods import leakage  # noqa: E402
 
 
 def reference_features(u, v, multigraph: bool = True) -> dict[str, np.ndarray]:

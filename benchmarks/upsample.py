@@ -12,7 +12,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from refinery import synth, upsample  # noqa: E402
+from refinery.io import synth  # noqa: E402
+from refinery.methods import upsample
 
 
 def main():

@@ -25,8 +25,9 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from refinery import synth, zfilter  # noqa: E402
-from refinery.corpus import Corpus  # noqa: E402
+from refinery.io import synth  # noqa: E402
+from refinery.io.corpus import Corpus  # noqa: E402
+from refinery.methods import zfilter
 
 
 def recount_filter(tables, config: zfilter.ZFilterConfig) -> int:

@@ -24,8 +24,8 @@ def run_cli(*args, check=True, env=None):
 
 @pytest.fixture(scope="session")
 def snli_pair():
-    from refinery.corpus import load
-    from refinery.schema import PRESETS
+    from refinery.io.corpus import load
+    from refinery.io.schema import PRESETS
 
     table, rejects = load([SNLI_DEV, SNLI_TEST], PRESETS["snli"])
     return table

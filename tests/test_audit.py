@@ -4,14 +4,20 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from refinery import synth
-from refinery.audit import AuditConfig, audit, audit_table, count_table, finish, write_outputs
-from refinery.corpus import Corpus
-from refinery.features import FeatureConfig, TokenizerOptions, extract, split_words
-from refinery.schema import PRESETS
-
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
+
+from refinery.core.features import FeatureConfig, TokenizerOptions, extract, split_words
+from refinery.io import synth
+from refinery.io.corpus import Corpus
+from refinery.io.schema import PRESETS
+from refinery.methods.audit import (
+    AuditConfig,
+    audit,
+    audit_table,
+    count_table,
+    finish,
+    write_outputs,
+)
 
 
 def test_snli_table10_words(tmp_path):
@@ -80,7 +86,7 @@ def test_other_families_and_hypo_only_probe(snli_pair):
     cfg = AuditConfig(features=FeatureConfig(families=("length", "ratio", "overlap", "null", "hypo-only")),
                       probe_folds=3)
     counter = count_table(snli_pair, cfg)
-    from refinery.audit import _add_probe
+    from refinery.methods.audit import _add_probe
     _add_probe(counter, [snli_pair], cfg)
     st = finish(counter, cfg).stats
     feats = set(st.features.to_pylist())
@@ -123,7 +129,7 @@ def test_planted_tokens_recalled(planted, mode):
 def test_sketch_state_round_trip_and_bounds(planted):
     path, _ = planted
     res = audit([path], config=AuditConfig(mode="sketch", sketch_lg_max_k=10))
-    from refinery.counts import counter_from_bytes
+    from refinery.core.counts import counter_from_bytes
 
     again = counter_from_bytes(res.counter.to_bytes())
     assert again.counts().equals(res.counter.counts())
@@ -164,7 +170,8 @@ def test_incremental_update_equals_full(planted, tmp_path):
     path, _ = planted
     files = Corpus.open(path).files
     import pyarrow.parquet as pq2
-    from refinery.corpus import write_table
+
+    from refinery.io.corpus import write_table
 
     for i, f in enumerate(files):
         write_table(pq2.read_table(f), str(tmp_path / f"s{i}"))

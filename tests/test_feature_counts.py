@@ -3,14 +3,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-
-from refinery.corpus import load
-from refinery.counts import COUNTS_SCHEMA
-from refinery.feature_counts import FeatureCounts, KeyCounts, TokenIds, token_ids
-from refinery.features import FeatureConfig, TokenizerOptions, extract
-from refinery.schema import PRESETS
-
 from conftest import DATA, SNLI_DEV
+
+from refinery.core.counts import COUNTS_SCHEMA
+from refinery.core.feature_counts import FeatureCounts, KeyCounts, TokenIds, token_ids
+from refinery.core.features import FeatureConfig, TokenizerOptions, extract
+from refinery.io.corpus import load
+from refinery.io.schema import PRESETS
 
 MNLI_HARD = str(DATA / "mnli" / "mnli_dev_matched_hard.jsonl")   # 36 of its rows are not ASCII
 

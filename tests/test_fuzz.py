@@ -5,11 +5,10 @@ import re
 
 import pyarrow.compute as pc
 import pytest
-
-from refinery.corpus import Corpus, read_any
-
 from conftest import SNLI_DEV, run_cli
 from fuzz import damaged_corpus
+
+from refinery.io.corpus import Corpus, read_any
 
 SECRET = "FUZZSECRET-0815"
 STORAGE = ["--storage-option", f"secret={SECRET}", "--storage-option", f"token={SECRET}"]

@@ -7,12 +7,12 @@ import lzma
 
 import pytest
 import zstandard
-
-from refinery.corpus import load
-from refinery.readers import ReadOptions
-from refinery.schema import PRESETS
-
 from conftest import SNLI_DEV, SNLI_HARD, run_cli
+
+from refinery.io.corpus import load
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import PRESETS
+
 
 def _snli_lines(n, start=0):
     with open(SNLI_DEV, encoding="utf-8") as fh:

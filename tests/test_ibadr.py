@@ -9,12 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from refinery import ibadr
-from refinery.corpus import Corpus, write_table
-from refinery.models.precision import resolve_precision
-
 from conftest import REFINERY, REPO, run_cli
+
+from refinery.io.corpus import Corpus, write_table
+from refinery.methods import ibadr
+from refinery.models.precision import resolve_precision
 
 
 @pytest.fixture(scope="module")

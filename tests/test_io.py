@@ -4,11 +4,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from refinery.corpus import Corpus, CorpusWriter, OutputExists, convert, load
-from refinery.schema import PRESETS, parse_mapping
-
 from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli
+
+from refinery.io.corpus import Corpus, CorpusWriter, OutputExists, convert, load
+from refinery.io.schema import PRESETS, parse_mapping
 
 
 def test_inspect_snli_test_hard_counts():

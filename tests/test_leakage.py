@@ -8,13 +8,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-
-from refinery import leakage, queries, weights
-from refinery.corpus import Corpus, write_table
-from refinery.schema import PRESETS
-from refinery.synth import SynthSpec, write as write_synth
-
 from conftest import REPO, SNLI_DEV, SNLI_TEST, run_cli
+
+from refinery.io import queries
+from refinery.io.corpus import Corpus, write_table
+from refinery.io.schema import PRESETS
+from refinery.io.synth import SynthSpec
+from refinery.io.synth import write as write_synth
+from refinery.methods import leakage, weights
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from leakage import reference_features  # noqa: E402

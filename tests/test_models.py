@@ -11,13 +11,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import requests
+from conftest import REFINERY, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 
-from refinery.corpus import Corpus, load
+from refinery.io.corpus import Corpus, load
+from refinery.io.schema import PRESETS
 from refinery.models import registry
 from refinery.models.generate import OpenAIGenerator, Sampling, TransformersGenerator
-from refinery.schema import PRESETS
-
-from conftest import REFINERY, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

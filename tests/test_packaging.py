@@ -15,7 +15,7 @@ def test_pip_install_dot_has_the_sql_and_runs(tmp_path):
     shutil.copytree(REPO, src, ignore=SOURCES, symlinks=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
                     "--no-build-isolation", "--target", str(site), str(src)], check=True, capture_output=True)
-    assert (site / "refinery" / "sql" / "label_distribution.sql").is_file()
+    assert (site / "refinery" / "io" / "sql" / "label_distribution.sql").is_file()
     env = {**os.environ, "PYTHONPATH": str(site)}
     where = subprocess.run([sys.executable, "-c", "import refinery; print(refinery.__file__)"], cwd=tmp_path,
                            env=env, capture_output=True, text=True, check=True).stdout

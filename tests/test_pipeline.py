@@ -12,13 +12,18 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 import yaml
-
-from refinery.corpus import Corpus
-from refinery.pipeline.config import ConfigError, from_dict, load_pipeline, parse_pipeline, to_dict
-from refinery.pipeline.stage import REGISTRY, stage_class
-
 from conftest import DATA, REPO, SNLI_DEV, SNLI_HARD, run_cli
 from test_remote import BIN, S3Server, free_port
+
+from refinery.io.corpus import Corpus
+from refinery.pipeline.config import (
+    ConfigError,
+    from_dict,
+    load_pipeline,
+    parse_pipeline,
+    to_dict,
+)
+from refinery.pipeline.stage import REGISTRY, stage_class
 
 EXAMPLE = REPO / "examples" / "snli.yaml"
 CORPUS_PARTS = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-confidence/kept",
@@ -45,7 +50,8 @@ def test_every_stage_config_round_trips_and_declares_its_contract():
         cls = stage_class(name)
         assert cls.kind in ("stream", "aggregate", "corpus") and cls.name == name
         assert set(cls.needs) <= {"id", "text_a", "text_b", "label", "split"}
-        config = cls.Config() if name != "confidence" else cls.Config(model="ngram")
+        required = {"confidence": {"model": "ngram"}, "compare": {"evals": ("hard=data/hard.jsonl:snli",)}}
+        config = cls.Config(**required.get(name, {}))
         data = json.loads(json.dumps(to_dict(config)))          # through JSON and back
         assert from_dict(cls.Config, data) == config
         assert from_dict(cls.Config, yaml.safe_load(yaml.safe_dump(data))) == config
@@ -252,3 +258,17 @@ def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
         for k in s3.env:
             os.environ.pop(k, None)
         s3.stop()
+
+
+def test_compare_stage_scores_the_filtered_corpus_against_the_input(tmp_path):
+    """examples/compare.yaml: z-filter SNLI dev, then compare it with the unfiltered input on SNLI-hard and HANS."""
+    out = tmp_path / "cmp"
+    printed = run_cli("run", REPO / "examples" / "compare.yaml", "--out", out, env={"DATA": str(DATA)}).stdout
+    assert "02-compare" in printed and "01-zfilter against 00-input" in printed
+    report = json.loads((out / "02-compare" / "report" / "report.json").read_text())
+    assert report["baseline"] == "00-input" and list(report["train"]) == ["00-input", "01-zfilter"]
+    assert report["train"]["00-input"]["rows"] == 9_842 > report["train"]["01-zfilter"]["rows"]
+    assert set(report["accuracy"]) == {"snli-hard", "hans"}
+    assert "heuristic × label" in report["accuracy"]["hans"]["01-zfilter"]["breakdown"]
+    gain = report["accuracy"]["snli-hard"]["01-zfilter"]["gain"]
+    assert gain["ci95"][0] <= gain["delta"] <= gain["ci95"][1]

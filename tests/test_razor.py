@@ -4,12 +4,11 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from refinery import razor
-from refinery.audit import AuditConfig, audit_table
-from refinery.corpus import read_any
-
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
+
+from refinery.io.corpus import read_any
+from refinery.methods import razor
+from refinery.methods.audit import AuditConfig, audit_table
 
 
 def brute_force(table, dim=64):
@@ -84,7 +83,7 @@ def test_verifier_answers_match_labels_exactly():
 
 
 def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_path):
-    from refinery.corpus import write_table
+    from refinery.io.corpus import write_table
 
     table = snli_pair.slice(0, 3000)
     write_table(table, str(tmp_path / "in"))

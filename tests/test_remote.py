@@ -10,11 +10,10 @@ from pathlib import Path
 
 import fsspec
 import pytest
-
-from refinery.corpus import Corpus, convert, is_corpus, load
-from refinery.schema import PRESETS
-
 from conftest import REPO, SNLI_DEV, SNLI_HARD, run_cli
+
+from refinery.io.corpus import Corpus, convert, is_corpus, load
+from refinery.io.schema import PRESETS
 
 BIN = Path(sys.executable).parent
 
@@ -96,14 +95,19 @@ def test_ray_job_submit_to_local_head(tmp_path):
                    check=True, env=env, capture_output=True)
     try:
         out = tmp_path / "job-out"
+        pipeline = tmp_path / "audit.yaml"   # a verb as a pipeline file, run by the one job entrypoint
+        pipeline.write_text(run_cli("audit", SNLI_HARD, "--preset", "snli", "--k", "5", "--out", out,
+                                    "--print-config").stdout)
         proc = subprocess.run(
             [ray, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(REPO),
              "--runtime-env-json", '{"excludes": [".venv", ".git", "demo-out", "*.parquet"]}',
-             "--", sys.executable, "jobs/convert.py", SNLI_HARD, "--preset", "snli", "--out", str(out)],
+             "--", sys.executable, "jobs/run.py", str(pipeline)],
             env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "wrote 3261 rows" in proc.stdout
-        assert Corpus.open(str(out)).manifest["rows"] == 3261
+        assert "pipeline finished: 2 steps" in proc.stdout
+        assert Corpus.open(str(out / "00-input")).manifest["rows"] == 3261
+        top = json.loads((out / "01-audit" / "topk.json").read_text())
+        assert top["contradiction"][0]["feature"] in {"nobody@hypothesis", "sleeping@hypothesis", "no@hypothesis"}
     finally:
         subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
 

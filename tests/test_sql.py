@@ -1,12 +1,12 @@
 """Named DuckDB queries over canonical corpora, and user .sql files; names are quoted, never spliced."""
 import json
 
-from refinery import queries
-from refinery.corpus import Corpus, convert
-from refinery.readers import ReadOptions
-from refinery.schema import PRESETS
-
 from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+
+from refinery.io import queries
+from refinery.io.corpus import Corpus, convert
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import PRESETS
 
 
 def test_label_distribution_matches_inspect(tmp_path):

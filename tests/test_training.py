@@ -1,12 +1,11 @@
 """Batching of the fine-tuning loop: every row once per epoch, little padding when grouped by length."""
 import numpy as np
-
-from refinery.corpus import load
-from refinery.models.transformer import TransformerClassifier
-from refinery.models.training import epoch_batches
-from refinery.schema import PRESETS
-
 from conftest import SNLI_DEV
+
+from refinery.io.corpus import load
+from refinery.io.schema import PRESETS
+from refinery.models.training import epoch_batches
+from refinery.models.transformer import TransformerClassifier
 
 
 def _padded(batches, lengths):

@@ -5,11 +5,10 @@ import re
 
 import pyarrow.compute as pc
 import pytest
-
-from refinery.corpus import Corpus
-from refinery.features import STOPWORD_LIST
-
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
+
+from refinery.core.features import STOPWORD_LIST
+from refinery.io.corpus import Corpus
 
 
 @pytest.fixture(scope="module")

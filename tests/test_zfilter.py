@@ -3,14 +3,14 @@ import json
 
 import numpy as np
 import pyarrow as pa
-
-from refinery import synth, zfilter
-from refinery.audit import audit, audit_table
-from refinery.confidence import confidence_filter
-from refinery.corpus import Corpus, load
-from refinery.schema import PRESETS
-
 from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+
+from refinery.io import synth
+from refinery.io.corpus import Corpus, load
+from refinery.io.schema import PRESETS
+from refinery.methods import zfilter
+from refinery.methods.audit import audit, audit_table
+from refinery.methods.confidence import confidence_filter
 
 
 def test_snli_zfilter_accounts_for_every_row(tmp_path):

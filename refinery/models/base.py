@@ -61,11 +61,11 @@ def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0) -> t
 def make_classifier(backend: str, inputs: str = "pair", **params) -> Classifier:
     """A fresh classifier: ``ngram`` (hashed n-grams + logistic regression) or ``transformer`` (fine-tuned encoder)."""
     if backend == "ngram":
-        from .ngram import NGramClassifier
+        from refinery.models.ngram import NGramClassifier
 
         return NGramClassifier(inputs, **params)
     if backend == "transformer":
-        from .transformer import TransformerClassifier
+        from refinery.models.transformer import TransformerClassifier
 
         return TransformerClassifier(inputs=inputs, **params)
     raise ValueError(f"unknown classifier backend {backend!r} (ngram, transformer)")
@@ -75,11 +75,11 @@ def load_classifier(path: str) -> Classifier:
     with open(os.path.join(path, "classifier.json")) as fh:
         kind = json.load(fh)["kind"]
     if kind == "ngram":
-        from .ngram import NGramClassifier
+        from refinery.models.ngram import NGramClassifier
 
         return NGramClassifier.load(path)
     if kind == "transformer":
-        from .transformer import TransformerClassifier
+        from refinery.models.transformer import TransformerClassifier
 
         return TransformerClassifier.load(path)
     raise ValueError(f"{path}: unknown classifier kind {kind!r}")

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from .precision import resolve_precision
-from .registry import ModelRef, resolve
-from .training import fit_loop
+from refinery.models.precision import resolve_precision
+from refinery.models.registry import ModelRef, resolve
+from refinery.models.training import fit_loop
 
 DEFAULT_GENERATOR = "HuggingFaceTB/SmolLM2-135M-Instruct"
 

@@ -57,7 +57,8 @@ class NGramClassifier:
         # pair: mark premise tokens so the two fields stay apart in feature space
         return [" ".join("p_" + w for w in x.split()) + " " + (y or "") for x, y in zip(a, b)]
 
-    def fit(self, table: pa.Table) -> "NGramClassifier":
+    def fit(self, table: pa.Table, sample_weight: np.ndarray | None = None) -> "NGramClassifier":
+        """Fit on ``table``'s rows (``sample_weight``: per-row weights of the logistic loss, e.g. IPS weights)."""
         self.pipeline = make_pipeline(
             HashingVectorizer(ngram_range=self.ngram_range, n_features=self.n_features, alternate_sign=False,
                               token_pattern=r"(?u)\b\w+\b|[^\w\s]", lowercase=True),
@@ -65,7 +66,7 @@ class NGramClassifier:
             SeenColumns(),
             LogisticRegression(C=self.C, max_iter=self.max_iter),
         )
-        self.pipeline.fit(self._texts(table), table["label"].to_pylist())
+        self.pipeline.fit(self._texts(table), table["label"].to_pylist(), logisticregression__sample_weight=sample_weight)
         self.classes_ = list(self.pipeline.classes_)
         return self
 

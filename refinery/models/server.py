@@ -12,7 +12,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .generate import Sampling
+from refinery.models.generate import Sampling
 
 
 def make_server(generator, model_name: str, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:

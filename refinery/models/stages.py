@@ -14,8 +14,8 @@ from dataclasses import asdict
 
 import pyarrow as pa
 
-from ..pipeline.engine import actor_map
-from .generate import Sampling, make_generator
+from refinery.models.generate import Sampling, make_generator
+from refinery.pipeline.engine import actor_map
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,7 +61,7 @@ class ClassifyStage:
     """Adds ``proba`` (per class, in ``classes`` order) and ``prediction`` from a saved classifier."""
 
     def __init__(self, model_path: str):
-        from .base import load_classifier
+        from refinery.models.base import load_classifier
 
         self.model = load_classifier(model_path)
 

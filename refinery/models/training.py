@@ -7,8 +7,7 @@ from typing import Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .precision import Precision
-
+from refinery.models.precision import Precision
 
 GROUP_BATCHES = 50  # batches per length-sorted group
 

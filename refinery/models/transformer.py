@@ -12,9 +12,9 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from .precision import resolve_precision
-from .registry import resolve
-from .training import fit_loop
+from refinery.models.precision import resolve_precision
+from refinery.models.registry import resolve
+from refinery.models.training import fit_loop
 
 
 class TransformerClassifier:

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from ..storage import get_fs, is_local
+from refinery.io.storage import get_fs, is_local
 
 
 class ConfigError(ValueError):
@@ -175,7 +175,7 @@ def _anchor(path: str, base: str) -> str:
 
 
 def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> PipelineSpec:
-    from .stage import stage_class
+    from refinery.pipeline.stage import stage_class
 
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with input and stages")

@@ -92,7 +92,9 @@ def _ordered(ds):
 def _bounded(ds, store_bytes: int = STREAM_STORE_BYTES):
     """Cap the object-store memory the dataset's operators may fill ahead of the consumer: the
     driver maps the blocks it reads, so what is buffered shows in its memory."""
-    from ray.data._internal.execution.interfaces.execution_options import ExecutionResources
+    from ray.data._internal.execution.interfaces.execution_options import (
+        ExecutionResources,
+    )
 
     options = ds.context.execution_options
     options.resource_limits = options.resource_limits.copy(object_store_memory=store_bytes) \
@@ -103,7 +105,7 @@ def _bounded(ds, store_bytes: int = STREAM_STORE_BYTES):
 def _pyarrow_fs(url: str, storage_options: dict):
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-    from ..storage import get_fs, is_local
+    from refinery.io.storage import get_fs, is_local
 
     fs, _ = get_fs(url, storage_options)
     return None if is_local(fs) else PyFileSystem(FSSpecHandler(fs))
@@ -120,7 +122,7 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
     kwargs = fn_kwargs or {}
     if check_engine(engine) == "local":
         if isinstance(source, ParquetSource):
-            from ..corpus import iter_parquet
+            from refinery.io.corpus import iter_parquet
 
             source = iter_parquet(source.files, source.storage_options, batch_rows=batch_rows)
         for t in source:
@@ -128,7 +130,7 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
         return
     ray = ray_init()
     if isinstance(source, ParquetSource):
-        from ..storage import get_fs
+        from refinery.io.storage import get_fs
 
         paths = [get_fs(f, source.storage_options)[1] for f in source.files]
         filesystem = _pyarrow_fs(source.files[0], source.storage_options)

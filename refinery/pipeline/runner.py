@@ -21,13 +21,18 @@ from typing import Callable
 
 import pyarrow as pa
 
-from ..corpus import CorpusWriter, EmptyInput, input_fingerprints, iter_input_batches
-from ..readers import ReadOptions
-from ..schema import resolve_mapping
-from ..storage import RUN_MARKER, AtomicDir, RunOutput, get_fs, join
-from .config import InputSpec, PipelineSpec, to_dict
-from .engine import check_engine
-from .stage import StageInput, StageResult, stage_class
+from refinery.io.corpus import (
+    CorpusWriter,
+    EmptyInput,
+    input_fingerprints,
+    iter_input_batches,
+)
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import resolve_mapping
+from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, get_fs, join
+from refinery.pipeline.config import InputSpec, PipelineSpec, to_dict
+from refinery.pipeline.engine import check_engine
+from refinery.pipeline.stage import StageInput, StageResult, stage_class
 
 INPUT_DIR = "00-input"
 
@@ -175,7 +180,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work) -> Sta
 
 def _write_summary(run: PipelineRun, spec: PipelineSpec, opts: ReadOptions) -> None:
     """``OUT/pipeline/``: the resolved pipeline file, the stages' accounting (JSON) and a one-page report."""
-    from ..report import page
+    from refinery.pipeline.report import page
 
     rows = "".join(
         f"<tr><td>{s.folder}</td><td>{s.status}</td><td>{s.result.rows_in:,}</td>"

@@ -21,8 +21,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..readers import ReadOptions
-from ..schema import Mapping
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
 
 KINDS = ("stream", "aggregate", "corpus")
 
@@ -94,16 +94,17 @@ class Stage(ABC):
 
 # name → "module:Class", imported on first use so a pipeline loads only the methods it runs
 REGISTRY = {
-    "audit": "refinery.audit:AuditStage",
-    "zfilter": "refinery.zfilter:ZFilterStage",
-    "confidence": "refinery.confidence:ConfidenceStage",
-    "upsample": "refinery.upsample:UpsampleStage",
-    "weights": "refinery.weights:WeightsStage",
-    "leakage": "refinery.leakage:LeakageStage",
-    "generate": "refinery.generation:GenerateStage",
-    "compose": "refinery.zfilter:ComposeStage",
-    "razor": "refinery.razor:RazorStage",
-    "ibadr": "refinery.ibadr:IbadrStage",
+    "audit": "refinery.methods.audit:AuditStage",
+    "zfilter": "refinery.methods.zfilter:ZFilterStage",
+    "confidence": "refinery.methods.confidence:ConfidenceStage",
+    "upsample": "refinery.methods.upsample:UpsampleStage",
+    "weights": "refinery.methods.weights:WeightsStage",
+    "leakage": "refinery.methods.leakage:LeakageStage",
+    "generate": "refinery.methods.generation:GenerateStage",
+    "compose": "refinery.methods.zfilter:ComposeStage",
+    "razor": "refinery.methods.razor:RazorStage",
+    "ibadr": "refinery.methods.ibadr:IbadrStage",
+    "compare": "refinery.methods.compare:CompareStage",
 }
 
 

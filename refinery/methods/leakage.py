@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from . import queries
-from .models.base import label_proba
-from .readers import ReadOptions
-from .report import dict_table, img_tag, page
-from .schema import Mapping
-from .pipeline.stage import Stage, StageInput, StageResult
-from .storage import AtomicDir, join, publishes_run
+from refinery.io import queries
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.models.base import label_proba
+from refinery.pipeline.report import dict_table, img_tag, page
+from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
@@ -279,7 +279,7 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     """
     import pyarrow.parquet as pq
 
-    from .corpus import write_table
+    from refinery.io.corpus import write_table
 
     graph, forest = config.graph, config.forest
     graph_input = corpus_features(inputs, mapping, opts, graph)

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import is_pair
+from refinery.io.schema import is_pair
 
 FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null", "hypo-only")
 DEFAULT_FAMILIES = ("unigram", "bigram", "null")

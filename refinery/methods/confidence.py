@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .pipeline.stage import Stage, StageInput, StageResult
-from .readers import ReadOptions
-from .schema import Mapping
-from .storage import publishes_run
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.io.storage import publishes_run
+from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 CROSS_FIT = ("ngram", "transformer")
 
@@ -46,7 +46,7 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
         if proba_column not in table.column_names:
             raise KeyError(f"no column {proba_column!r}; columns: {table.column_names}")
         return pc.fill_null(table[proba_column], 0.0).to_numpy(zero_copy_only=False).astype(float)
-    from .models.base import label_proba
+    from refinery.models.base import label_proba
 
     return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
 
@@ -55,7 +55,12 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig) -> np.ndarray:
     """p_M(label | text) as ``config`` says: a column, a saved classifier, or K-fold cross-fitting."""
     if config.proba_column is not None:
         return label_confidence(table, proba_column=config.proba_column)
-    from .models.base import cross_fit_proba, label_proba, load_classifier, make_classifier
+    from refinery.models.base import (
+        cross_fit_proba,
+        label_proba,
+        load_classifier,
+        make_classifier,
+    )
 
     if config.model in CROSS_FIT:
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed)
@@ -82,8 +87,8 @@ def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_colu
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: ConfidenceConfig = ConfidenceConfig(proba_column="p_label"), mode: str = "overwrite") -> dict:
     """The confidence filter over ``inputs`` into ``out/kept`` (with the input's rejects) and ``out/rejected``."""
-    from .corpus import load, write_table
-    from .pipeline.config import to_dict
+    from refinery.io.corpus import load, write_table
+    from refinery.pipeline.config import to_dict
 
     table, rejects = load(inputs, mapping, opts)
     kept, rejected = split_by_confidence(table, config_confidence(table, config), config.tau)

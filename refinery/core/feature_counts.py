@@ -22,7 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .features import STOPWORD_LIST, FeatureConfig, TokenizerOptions, dictionary_ids, extract, text_fields
+from refinery.core.features import (
+    STOPWORD_LIST,
+    FeatureConfig,
+    TokenizerOptions,
+    dictionary_ids,
+    extract,
+    text_fields,
+)
 
 _EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing multiplier

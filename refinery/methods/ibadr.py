@@ -28,11 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .confidence import label_confidence
-from .models.generate import DEFAULT_GENERATOR, Sampling
-from .schema import is_pair
-from .pipeline.stage import Resources, Stage, StageInput, StageResult
-from .storage import AtomicDir, get_fs, is_local, join, publishes_run
+from refinery.io.schema import is_pair
+from refinery.io.storage import AtomicDir, get_fs, is_local, join, publishes_run
+from refinery.methods.confidence import label_confidence
+from refinery.models.generate import DEFAULT_GENERATOR, Sampling
+from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                          ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
@@ -144,7 +144,7 @@ def _sample(table: pa.Table, rows: int, rng: np.random.Generator) -> pa.Table:
 
 
 def _classifier(kind: str, config: IbadrConfig):
-    from .models.base import make_classifier
+    from refinery.models.base import make_classifier
 
     params = {"seed": config.seed, "epochs": 3, "precision": config.train_precision} if kind == "transformer" else {}
     return make_classifier(kind, "pair", **params)
@@ -174,8 +174,8 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
                   config: IbadrConfig, workdir: str, backend: str, backend_kwargs: dict, engine: str,
                   batch_size: int) -> tuple[pa.Table, pa.Table, dict]:
     """Steps 1–4 of one iteration; the fine-tuned generator is saved in ``workdir/generator``."""
-    from .models.generate import TransformersGenerator
-    from .models.stages import generate_table
+    from refinery.models.generate import TransformersGenerator
+    from refinery.models.stages import generate_table
 
     pair = is_pair(pool)
     ids = pool["id"].to_pylist()
@@ -278,7 +278,7 @@ def last_checkpoint(out: str, config: IbadrConfig) -> int:
 def z_in(top: dict, rows: pa.Table) -> dict:
     """For each of the original's top features (``{label: [{"feature", "z", …}]}``) its z* in ``rows``
     (every feature counted, min count 1; None where absent)."""
-    from .audit import AuditConfig, audit_table
+    from refinery.methods.audit import AuditConfig, audit_table
 
     z = {}
     if rows.num_rows:
@@ -314,8 +314,8 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
     (``mode=resume`` continues from the last one)."""
     from tqdm.auto import tqdm
 
-    from .audit import audit_table
-    from .models.base import load_classifier
+    from refinery.methods.audit import audit_table
+    from refinery.models.base import load_classifier
 
     rows_given = table.num_rows
     table = sample_input(table, config)
@@ -368,8 +368,8 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
 def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig,
                   iterations: int, original_top: dict, input_rejects: pa.Table | None = None,
                   storage_options: dict | None = None) -> dict:
-    from .corpus import write_table
-    from .report import dict_table, page
+    from refinery.io.corpus import write_table
+    from refinery.pipeline.report import dict_table, page
 
     generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(work, i), "generated.parquet"))
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
@@ -430,7 +430,7 @@ class IbadrStage(Stage):
     output = "pool"
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        from .corpus import load
+        from refinery.io.corpus import load
 
         table, rejects = load(source.paths, source.mapping, source.opts)
         r = run(table, out, self.config, source.engine, "resume", input_rejects=rejects,

@@ -17,8 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .schema import CANONICAL_SCHEMA, OPTIONAL_FIELDS, REJECTS_SCHEMA, Mapping
-from .storage import get_fs
+from refinery.io.schema import (
+    CANONICAL_SCHEMA,
+    OPTIONAL_FIELDS,
+    REJECTS_SCHEMA,
+    Mapping,
+)
+from refinery.io.storage import get_fs
 
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_MAX_CHARS = 20_000

@@ -26,12 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import sparse
 
-from .features import TokenizerOptions
-from .generation import LABEL_DESCRIPTIONS
-from .models.generate import Backend, Sampling
-from .pipeline.stage import Resources, Stage, StageInput, StageResult
-from .schema import is_pair
-from .storage import AtomicDir, join, publishes_run
+from refinery.core.features import TokenizerOptions
+from refinery.io.schema import is_pair
+from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.methods.generation import LABEL_DESCRIPTIONS
+from refinery.models.generate import Backend, Sampling
+from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
                 "relation to the premise: it must stay {label_description} ({label}).\n"
@@ -212,7 +212,7 @@ def verified_label(answer: str, labels: list) -> str | None:
 
 def _generate(prompts: list[str], sampling: Sampling, backend: str, backend_kwargs: dict, engine: str,
               batch_size: int) -> tuple[list[list[str]], list]:
-    from .models.stages import generate_table
+    from refinery.models.stages import generate_table
 
     if not prompts:
         return [], []
@@ -229,7 +229,7 @@ def verify(prompts: list[str], labels: list, config: RazorConfig, backend: str, 
     highest likelihood (transformers backend; for small models that rarely answer with a label).
     """
     if config.verify_mode == "choice":
-        from .models.stages import shared_generator
+        from refinery.models.stages import shared_generator
 
         generator = shared_generator(backend, backend_kwargs)
         if not hasattr(generator, "choose"):
@@ -257,7 +257,7 @@ def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, backend:
                   if c is not None and c != rows[i][target]]
     cand_rows = [{**rows[i], target: c} for i, c in candidates]
     if verifier is not None:
-        from .models.base import predict
+        from refinery.models.base import predict
 
         canonical = [c for c in ("id", "text_a", "text_b", "label") if c in table.column_names]
         answers = predict(verifier, pa.Table.from_pylist([{c: r[c] for c in canonical} for r in cand_rows],
@@ -335,9 +335,9 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
         input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
     """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``; each
     corpus also holds the input's rejects, so each accounts for every input row."""
-    from .audit import audit_table
-    from .corpus import write_table
-    from .report import dict_table, page, topk_table
+    from refinery.io.corpus import write_table
+    from refinery.methods.audit import audit_table
+    from refinery.pipeline.report import dict_table, page, topk_table
 
     before = score(table, config)
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
@@ -347,7 +347,7 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
                                            config={"razor": report}, storage_options=storage_options)["rejected"]
     sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
     if not config.score_only:
-        from .models import load_classifier
+        from refinery.models import load_classifier
 
         verifier = load_classifier(config.verifier_model) if config.verifier_model else None
         backend = config.backend.name
@@ -386,7 +386,7 @@ class RazorStage(Stage):
         return None if self.config.score_only else "corpus"
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        from .corpus import load
+        from refinery.io.corpus import load
 
         table, rejects = load(source.paths, source.mapping, source.opts)
         r = run(table, out, self.config, source.engine, input_rejects=rejects,

@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .corpus import iter_input_batches, value_counts
-from .features import split_words
-from .readers import ReadOptions
-from .schema import Mapping
+from refinery.core.features import split_words
+from refinery.io.corpus import iter_input_batches, value_counts
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
 
 
 def _length_stats(lengths: list[np.ndarray]) -> dict | None:

@@ -129,6 +129,12 @@ class AtomicDir:
     def write_text(self, name: str, text: str) -> None:
         self.write_bytes(name, text.encode("utf-8"))
 
+    def write_parquet(self, name: str, table) -> None:
+        import pyarrow.parquet as pq
+
+        with self.fs.open(self.file(name), "wb") as fh:
+            pq.write_table(table, fh)
+
     def commit(self) -> None:
         if self.local:
             if self.fs.exists(self.path):

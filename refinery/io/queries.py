@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from .storage import get_fs, is_local
+from refinery.io.storage import get_fs, is_local
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"  # shipped inside the package (top-level sql/ links here)
 
@@ -128,7 +128,7 @@ def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
 def split_specs(specs) -> dict[str, list[str]]:
     """``[SPLIT=]PATH`` arguments into {split: [paths]}; the split defaults to the file's stem, and a
     split given more than once (SICK train + trial) is made of all its files."""
-    from .corpus import parse_split_spec, split_name
+    from refinery.io.corpus import parse_split_spec, split_name
 
     out: dict[str, list[str]] = {}
     for spec in specs:
@@ -140,7 +140,7 @@ def split_specs(specs) -> dict[str, list[str]]:
 def split_corpora(specs, mapping, opts, workdir: str) -> dict:
     """Finished corpora per split (``[SPLIT=]PATH`` specs, or a {split: path or [paths]} dict): a finished
     corpus as it is, raw inputs converted under ``workdir``. A split without good rows is an error."""
-    from .corpus import Corpus, EmptyInput, convert, is_corpus
+    from refinery.io.corpus import Corpus, EmptyInput, convert, is_corpus
 
     specs = specs if isinstance(specs, dict) else split_specs(specs)
     corpora: dict[str, list] = {}
@@ -171,7 +171,7 @@ def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
 
 def corpora_rejects(corpora: dict) -> pa.Table:
     """The rejects of every corpus of :func:`split_corpora`, to be carried into an output."""
-    from .schema import REJECTS_SCHEMA
+    from refinery.io.schema import REJECTS_SCHEMA
 
     tables = [c.read_rejects() for cs in corpora.values() for c in cs]
     return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()

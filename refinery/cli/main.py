@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import functools
 import json
 import logging
 import os
@@ -11,106 +9,21 @@ import sys
 
 import click
 
-from . import corpus as corpus_mod
-from .pipeline.stage import conservation
-from .readers import BadRowError, ReadOptions
-from .schema import resolve_mapping
-from .storage import parse_storage_options
-
-
-def input_options(f):
-    """Options shared by every verb that reads a corpus."""
-    options = [
-        click.option("--preset", type=click.Choice(["snli", "mnli", "hans", "qqp", "fever", "sick", "msrp"]),
-                     help="Column mapping of a known release."),
-        click.option("--map", "mapping", metavar="text_a=COL,text_b=COL,label=COL,id=COL",
-                     help="Explicit column mapping."),
-        click.option("--labels", metavar="A,B,C", help="Declared label set (rows outside it are rejected)."),
-        click.option("--on-bad-row", type=click.Choice(["quarantine", "fail"]), default="quarantine",
-                     show_default=True, help="Quarantine bad rows in rejects, or fail naming file and line."),
-        click.option("--max-chars", type=int, default=20_000, show_default=True,
-                     help="Reject rows whose text is longer."),
-        click.option("--batch-rows", type=int, default=65_536, show_default=True),
-        click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
-                     help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, preset, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options, **kwargs):
-        try:
-            kwargs["mapping"] = resolve_mapping(preset, mapping, labels)
-            kwargs["opts"] = ReadOptions(batch_rows=batch_rows, max_chars=max_chars, on_bad_row=on_bad_row,
-                                         storage_options=parse_storage_options(storage_options))
-        except ValueError as e:
-            raise click.UsageError(str(e)) from None
-        # as given, for --print-config's pipeline input (the Mapping above has lost the preset's name)
-        click.get_current_context().meta[_INPUT_ARGS] = {
-            "preset": preset, "map": dict(p.split("=", 1) for p in mapping.split(",")) if mapping else None,
-            "labels": labels.split(",") if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
-            "batch_rows": batch_rows, "storage_options": kwargs["opts"].storage_options or None}
-        return f(*args, **kwargs)
-
-    return wrapper
-
-
-_INPUT_ARGS = "refinery.input_args"
-_PRINT_CONFIG = "refinery.print_config"
-
-
-def print_config_option(f):
-    """``--print-config``: print the verb as a one-stage pipeline file (same config keys) and exit."""
-    def remember(ctx, _param, value):
-        ctx.meta[_PRINT_CONFIG] = value
-
-    return click.option("--print-config", is_flag=True, expose_value=False, callback=remember,
-                        help="Print this command line as a pipeline file for `refinery run`, and exit.")(f)
-
-
-def as_pipeline(stage: str, config, inputs, out: str, engine: str = "local") -> None:
-    """With ``--print-config``: print ``stage`` with ``config`` over ``inputs`` (paths, or {split: path})
-    as a pipeline file and exit; otherwise return and let the verb run."""
-    ctx = click.get_current_context()
-    if not ctx.meta.get(_PRINT_CONFIG):
-        return
-    from .pipeline.config import InputSpec, PipelineSpec, StageSpec
-
-    given = {k: v for k, v in ctx.meta[_INPUT_ARGS].items() if v is not None}
-    if "storage_options" in given:  # credentials never printed: the file reads them from the environment
-        given["storage_options"] = _secrets_as_variables(given["storage_options"])
-    def absolute(path):  # the file may be saved anywhere: relative paths would move with it
-        return path if "://" in path else os.path.abspath(path)
-
-    where = {"splits": {s: [absolute(p) for p in ps] for s, ps in inputs.items()}} if isinstance(inputs, dict) \
-        else {"paths": [absolute(p) for p in inputs]}
-    if stage == "compose":
-        config = dataclasses.replace(config, original=tuple(absolute(p) for p in config.original))
-    spec = PipelineSpec(InputSpec(**where, **given), [StageSpec(stage, config)], absolute(out), engine)
-    click.echo(spec.to_yaml(), nl=False)
-    ctx.exit(0)
-
-
-def _secrets_as_variables(options: dict) -> dict:
-    """Storage options with credential values replaced by ``${REFINERY_<NAME>}`` references."""
-    from .storage import value_is_secret
-
-    return {k: (f"${{REFINERY_{k.upper()}}}" if value_is_secret(k, v) else
-                _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
-
-
-def precision_option(f):
-    from .models.precision import PRECISIONS
-
-    return click.option("--train-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-                        help="Fine-tuning precision. auto: bf16 autocast where the device computes bf16 natively "
-                             "(CUDA with bf16, CPUs with AVX512-BF16 or AMX), float32 elsewhere.")(f)
-
-
-def mode_option(f):
-    return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
-                        show_default=True, help="What to do when OUT already holds a finished result.")(f)
-
+from refinery.cli.options import (
+    as_pipeline,
+    feature_options,
+    generator_options,
+    graph_options,
+    input_options,
+    mode_option,
+    precision_option,
+    print_config_option,
+    printing_config,
+)
+from refinery.io import corpus as corpus_mod
+from refinery.io.readers import BadRowError
+from refinery.io.storage import parse_storage_options
+from refinery.pipeline.stage import conservation
 
 # what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
 # that refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line
@@ -119,7 +32,7 @@ USER_ERRORS = (BadRowError, FileNotFoundError, FileExistsError, PermissionError,
 
 
 def _one_line(e: BaseException) -> str:
-    from .storage import redact_text
+    from refinery.io.storage import redact_text
 
     text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     text = " ".join(str(text).split()) or type(e).__name__
@@ -175,7 +88,8 @@ def convert(inputs, out, shard_rows, mode, mapping, opts):
 @input_options
 def inspect(paths, as_json, mapping, opts):
     """Rows, schema, label counts, rejects by reason and text lengths of PATHS."""
-    from .inspect import format_inspection, inspect as run_inspect
+    from refinery.core.inspect import format_inspection
+    from refinery.core.inspect import inspect as run_inspect
 
     info = run_inspect(paths, mapping, opts)
     click.echo(json.dumps(info, indent=2) if as_json else format_inspection(info))
@@ -193,7 +107,7 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
     """Run a named query from sql/ (or a .sql FILE) over CORPORA ([SPLIT=]PATH ...), exposed as view ``corpus``."""
     import tempfile
 
-    from . import queries
+    from refinery.io import queries
 
     bad = [p for p in params if "=" not in p]
     if bad:
@@ -229,36 +143,6 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
         click.echo(f"({result.num_rows:,} rows)")
 
 
-def feature_options(f):
-    """Feature families and tokenization shared by the audit and the methods built on it."""
-    options = [
-        click.option("--features", "families", default="unigram,bigram,null", show_default=True,
-                     help="Feature families: unigram,bigram,length,ratio,overlap,null,hypo-only (or 'all')."),
-        click.option("--stopwords/--keep-stopwords", default=False, help="Remove English stopwords."),
-        click.option("--strip-punct/--keep-punct", default=False, help="Remove punctuation tokens."),
-        click.option("--no-lowercase", is_flag=True, help="Keep case."),
-        click.option("--field-names", default="premise,hypothesis", show_default=True,
-                     help="Names of text_a and text_b in feature keys (w@hypothesis)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, families, stopwords, strip_punct, no_lowercase, field_names, **kwargs):
-        from .features import FAMILIES, FeatureConfig, TokenizerOptions
-
-        fams = FAMILIES if families == "all" else tuple(x.strip() for x in families.split(",") if x.strip())
-        try:
-            kwargs["feature_config"] = FeatureConfig(
-                families=fams, tokenizer=TokenizerOptions(not no_lowercase, strip_punct, stopwords),
-                field_names=tuple(field_names.split(",")))
-        except ValueError as e:
-            raise click.UsageError(str(e)) from None
-        return f(*args, **kwargs)
-
-    return wrapper
-
-
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder: stats.parquet, topk.json, report.html, state.")
@@ -278,12 +162,12 @@ def feature_options(f):
 def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch_recount, engine, state,
           feature_config, mapping, opts):
     """z-statistics of surface features against the label (Gardner et al. 2021)."""
-    from . import audit as audit_mod
-    from .report import terminal_topk
+    from refinery.methods import audit as audit_mod
+    from refinery.pipeline.report import terminal_topk
 
     config = audit_mod.AuditConfig(features=feature_config, mode=counting, prior=prior, min_count=min_count,
                                    alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount)
-    if state and click.get_current_context().meta.get(_PRINT_CONFIG):
+    if state and printing_config():
         raise click.UsageError("--update has no pipeline equivalent (a pipeline audits its own input)")
     as_pipeline("audit", config, inputs, out, engine)
     result = audit_mod.audit(inputs, mapping, opts, config, engine=engine, state=state)
@@ -301,16 +185,24 @@ def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch
 @click.option("--rows", type=int, default=100_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--planted", default=None, metavar="WORD:LABEL:RATE,...",
-              help="Spurious tokens to plant (default: six NLI-like shortcuts).")
+              help="Spurious tokens to plant (default: six NLI-like shortcuts; none: no planted tokens).")
 @click.option("--leak", type=float, default=0.1, show_default=True, help="Rate in other labels, relative.")
 @click.option("--premise-pool", type=int, default=0, help="Draw premises from a pool with label-dependent degrees.")
+@click.option("--signal-words", type=int, default=0, show_default=True,
+              help="Genuine cue words per label (one per hypothesis): the signal a debiased model keeps.")
+@click.option("--signal-rate", type=float, default=0.8, show_default=True,
+              help="How often a row's cue word is of its own label.")
+@click.option("--split", type=click.Choice(["train", "test", "anti-shortcut"]), default="train", show_default=True,
+              help="test: other rows of the same distribution; anti-shortcut: the shortcuts reversed (planted words "
+                   "and pooled premises of other labels), over the same words as --seed's train split.")
 @click.option("--shard-rows", type=int, default=1_000_000, show_default=True)
 @mode_option
-def synth(out, rows, seed, planted, leak, premise_pool, shard_rows, mode):
+def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rate, split, shard_rows, mode):
     """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
-    from . import synth as synth_mod
+    from refinery.io import synth as synth_mod
 
-    kwargs = {"rows": rows, "seed": seed, "leak": leak, "premise_pool": premise_pool}
+    kwargs = {"rows": rows, "seed": seed, "leak": leak, "premise_pool": premise_pool, "signal_words": signal_words,
+              "signal_rate": signal_rate, "split": split}
     if planted:
         kwargs["planted"] = synth_mod.parse_planted(planted)
     manifest = synth_mod.write(synth_mod.SynthSpec(**kwargs), out, shard_rows=shard_rows, mode=mode)
@@ -339,7 +231,7 @@ def synth(out, rows, seed, planted, leak, premise_pool, shard_rows, mode):
 def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, seed_corpus, composition,
             original, generated, engine, mode, feature_config, mapping, opts):
     """z-filtering (Wu et al. 2022, Algorithm 1): keep the rows that carry no top-k biased feature."""
-    from . import zfilter as zf
+    from refinery.methods import zfilter as zf
 
     config = zf.ZFilterConfig(k=k, batch_size=batch_size, min_count=min_count, warmup=warmup, prior=prior,
                               shuffle_seed=shuffle_seed, features=feature_config, seed=tuple(seed_corpus))
@@ -375,7 +267,7 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
 @input_options
 def confidence(inputs, out, tau, proba_column, model, folds, mode, mapping, opts):
     """Keep rows whose task-model confidence in their label exceeds --tau."""
-    from . import confidence as conf
+    from refinery.methods import confidence as conf
 
     config = conf.ConfidenceConfig(tau, model, proba_column, folds)
     as_pipeline("confidence", config, inputs, out)
@@ -401,7 +293,7 @@ def confidence(inputs, out, tau, proba_column, model, folds, mode, mapping, opts
 @input_options
 def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed, mode, mapping, opts):
     """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet)."""
-    from . import upsample as up
+    from refinery.methods import upsample as up
 
     lo, hi = (float(x) for x in band.split(","))
     config = up.UpsampleConfig(k=k, step=step, iterations=iterations, band_min=lo, band_max=hi,
@@ -420,41 +312,6 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
     click.echo(f"report: {out}/report/report.html")
 
 
-def graph_options(f):
-    """The sentence graph and the forest of the leakage verbs (Zhang et al. 2019)."""
-    options = [
-        click.option("--input", "inputs", multiple=True, required=True, metavar="SPLIT=PATH",
-                     help="A split of the corpus (repeat: --input train=… --input test=…)."),
-        click.option("--node-key", type=click.Choice(["auto", "id", "text"]), default="auto", show_default=True,
-                     help="Sentence identity: given ids (node_a/node_b), normalized text, or ids where present."),
-        click.option("--graph", "graph_scope", type=click.Choice(["transductive", "inductive"]),
-                     default="transductive", show_default=True,
-                     help="One graph over all splits (the paper's setting) or one per split."),
-        click.option("--multigraph/--simple-graph", default=True, show_default=True,
-                     help="Duplicate pairs as parallel edges (the reference code) or collapsed."),
-        click.option("--trees", type=int, default=100, show_default=True, help="Random forest size."),
-        click.option("--seed", type=int, default=0, show_default=True),
-    ]
-    for option in reversed(options):
-        f = option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, inputs, node_key, graph_scope, multigraph, trees, seed, **kwargs):
-        from .leakage import ForestConfig, GraphConfig
-        from .queries import split_specs
-
-        try:
-            kwargs["inputs"] = split_specs(inputs)
-        except ValueError as e:
-            raise click.UsageError(str(e)) from None
-        kwargs["graph"] = GraphConfig(node_key=node_key, transductive=graph_scope == "transductive",
-                                      multigraph=multigraph)
-        kwargs["forest"] = ForestConfig(n_estimators=trees, seed=seed)
-        return f(*args, **kwargs)
-
-    return wrapper
-
-
 @main.command()
 @click.option("--out", required=True, help="Output folder: features.parquet, predictions.parquet, report.json/html.")
 @click.option("--test-split", help="The split to score (default: 'test', else the last --input).")
@@ -465,7 +322,7 @@ def graph_options(f):
 @input_options
 def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, opts):
     """How well the sentence graph alone predicts the label (leakage features, random forest)."""
-    from . import leakage as leakage_mod
+    from refinery.methods import leakage as leakage_mod
 
     config = leakage_mod.LeakageConfig(graph, forest, test_split, identical_label)
     as_pipeline("leakage", config, inputs, out)
@@ -496,7 +353,7 @@ def leakage(inputs, out, test_split, identical_label, graph, forest, mapping, op
 @input_options
 def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, forest, mapping, opts):
     """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1)."""
-    from . import weights as weights_mod
+    from refinery.methods import weights as weights_mod
 
     try:
         config = weights_mod.WeightsConfig(folds=folds, features=feature_set, min_proba=min_proba, clip=clip,
@@ -521,8 +378,8 @@ def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, fores
 @click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE")
 def evaluate(predictions, weights_path, prediction_column, storage_options):
     """Accuracy and leakage-neutral ("Debiased Eva") accuracy of predictions, overall and per split."""
-    from .corpus import read_any
-    from .weights import evaluate as evaluate_predictions
+    from refinery.io.corpus import read_any
+    from refinery.methods.weights import evaluate as evaluate_predictions
 
     so = parse_storage_options(storage_options)
     try:
@@ -552,7 +409,7 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
           train_precision, mapping, opts):
     """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
-    from . import probe as probe_mod
+    from refinery.methods import probe as probe_mod
 
     params = {} if backend == "ngram" else {"model": model_name, "epochs": epochs, "lr": lr,
                                              "batch_size": batch, "max_length": max_length,
@@ -566,43 +423,83 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
                    f"{r['rows']:,} rows)")
 
 
-def generator_options(f):
-    """Backend, model and sampling of the generator verbs."""
-    options = [
-        click.option("--backend", type=click.Choice(["transformers", "vllm", "openai"]), default="transformers",
-                     show_default=True),
-        click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True),
-        click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai)."),
-        click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-                     help="Environment variable holding the endpoint's key (openai)."),
-        click.option("--no-chat", is_flag=True, help="Send raw prompts, not the chat template's user turn."),
-        click.option("--temperature", type=float, default=0.7, show_default=True),
-        click.option("--top-p", type=float, default=0.9, show_default=True),
-        click.option("--max-new-tokens", type=int, default=48, show_default=True),
-        click.option("--n", "num", type=int, default=1, show_default=True, help="Samples per prompt."),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--tensor-parallel", type=int, default=1, show_default=True, help="vLLM tensor parallel size."),
-        click.option("--max-num-seqs", type=int, default=64, show_default=True, help="vLLM batch limit."),
-        click.option("--enforce-eager", is_flag=True,
-                     help="vLLM: run eagerly, without graph capture or compilation (faster start, slower steps)."),
-        click.option("--cache-dir", help="Prompt-hash cache of answers (openai)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
+@main.command()
+@click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH",
+              help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora.")
+@click.option("--eval", "evals", multiple=True, required=True, metavar="NAME=PATH[:PRESET]",
+              help="An evaluation set with its own preset (default: the training --preset/--map).")
+@click.option("--label-map", "label_maps", multiple=True, metavar="NAME=FROM:TO,...",
+              help="Map training labels onto evaluation set NAME's labels (presets' maps built in: hans).")
+@click.option("--out", required=True, help="Folder: report/ (report.json, report.html, predictions.parquet), runs/.")
+@click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True)
+@click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
+              help="Encoder of the transformer backend (name or folder).")
+@click.option("--epochs", type=int, default=2, show_default=True)
+@click.option("--lr", type=float, default=5e-5, show_default=True)
+@click.option("--batch", "batch", type=int, default=32, show_default=True)
+@click.option("--max-length", type=int, default=128, show_default=True)
+@click.option("--seeds", type=int, default=1, show_default=True,
+              help="Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: initialisations).")
+@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Draws of the paired bootstrap.")
+@click.option("--by", "by", multiple=True, metavar="COL", help="Also break accuracy down by this column.")
+@click.option("--hypothesis-only", is_flag=True, help="Train the hypothesis-only bias probe instead.")
+@precision_option
+@input_options
+def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batch, max_length, seeds, bootstrap, by,
+            hypothesis_only, train_precision, mapping, opts):
+    """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
+    from refinery.methods import compare as cmp
 
-    @functools.wraps(f)
-    def wrapper(*args, backend, model_name, base_url, api_key_env, no_chat, temperature, top_p, max_new_tokens, num,
-                seed, tensor_parallel, max_num_seqs, enforce_eager, cache_dir, **kwargs):
-        from .models.generate import Backend, Sampling
+    try:
+        train_sets = dict(_named(t, "--train") for t in train)
+        maps = dict(_label_map(m) for m in label_maps)
+        eval_sets = [cmp.parse_eval_set(e, maps) for e in evals]
+        unknown = sorted(set(maps) - {e.name for e in eval_sets})
+        if unknown:
+            raise ValueError(f"--label-map names no evaluation set: {', '.join(unknown)}")
+        config = cmp.CompareConfig(backend=backend, inputs="hypothesis" if hypothesis_only else "pair", model=model_name,
+                                   epochs=epochs, lr=lr, batch_size=batch, max_length=max_length,
+                                   precision=train_precision, seeds=seeds, bootstrap=bootstrap, by=tuple(by))
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    report = cmp.run(train_sets, eval_sets, out, mapping, opts, config)
+    names = list(report["train"])
+    click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}), {seeds} seed(s); "
+               f"training rows: " + ", ".join(f"{n} {report['train'][n]['rows']:,}" for n in names))
+    width = max(len(n) for n in names) + 2
+    for ev, per in report["accuracy"].items():
+        info = report["eval"][ev]
+        click.echo(f"{ev} ({info['rows']:,} rows)")
+        for n in names:
+            e = per[n]
+            line = f"  {n:<{width}} {e['mean']:.1%}" + (f" ± {e['std']:.1%}" if e["std"] is not None else "")
+            if "gain" in e:
+                g = e["gain"]
+                line += f"   {g['delta']:+.1%} [{g['ci95'][0]:+.1%}, {g['ci95'][1]:+.1%}]"
+            if info["leaked_rows"].get(n):
+                line += f"   ({info['leaked_rows'][n]:,} rows also in training)"
+            click.echo(line)
+    click.echo(f"report: {out}/report/report.html")
 
-        if backend == "openai" and not base_url:
-            raise click.UsageError("--backend openai needs --base-url")
-        kwargs.update(backend=Backend(backend, model_name, not no_chat, base_url, api_key_env, cache_dir,
-                                      tensor_parallel, max_num_seqs, enforce_eager),
-                      sampling=Sampling(temperature, top_p, max_new_tokens, num, seed))
-        return f(*args, **kwargs)
 
-    return wrapper
+def _named(spec: str, option: str) -> tuple[str, list]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"{option} {spec!r} is not NAME=PATH")
+    return name, [path]
+
+
+def _label_map(spec: str) -> tuple[str, dict]:
+    name, sep, pairs = spec.partition("=")
+    out = {}
+    for pair in filter(None, pairs.split(",")):
+        src, colon, dst = pair.partition(":")
+        if not colon:
+            raise ValueError(f"--label-map {spec!r}: {pair!r} is not FROM:TO")
+        out[src] = dst
+    if not sep or not out:
+        raise ValueError(f"--label-map {spec!r} is not NAME=FROM:TO,...")
+    return name, out
 
 
 @main.command()
@@ -622,8 +519,8 @@ def generator_options(f):
 def generate(inputs, out, template, target_labels, limit, engine, batch_size, actors, gpus_per_actor, mode, backend,
              sampling, mapping, opts):
     """Label-conditioned generation (e.g. hypotheses for a premise and a label) through a generator stage."""
-    from . import generation
-    from .corpus import load
+    from refinery.io.corpus import load
+    from refinery.methods import generation
 
     config = generation.GenerationConfig(template=template or generation.DEFAULT_TEMPLATE,
                                          target_labels=target_labels, limit=limit, sampling=sampling, backend=backend,
@@ -660,8 +557,8 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
     """RAZOR: shortcut scores γ and the LLM rewrite/verify loop (Yang et al. 2024)."""
     from dataclasses import replace
 
-    from . import razor as rz
-    from .corpus import load
+    from refinery.io.corpus import load
+    from refinery.methods import razor as rz
 
     config = rz.RazorConfig(dim=dim, top_k=top_k, candidates=candidates, rounds=rounds, verify_mode=verify_mode,
                             rewrite=replace(sampling, n=candidates),
@@ -719,8 +616,8 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023)."""
     from dataclasses import replace
 
-    from . import ibadr as ib
-    from .corpus import load
+    from refinery.io.corpus import load
+    from refinery.methods import ibadr as ib
 
     overrides = {"iterations": iterations, "per_iteration": per_iteration, "groups": groups, "tau": tau,
                  "shallow_rows": shallow_rows, "usm_rows": usm_rows, "sample_rows": sample_rows,
@@ -757,8 +654,8 @@ def run_pipeline_command(pipeline_file, out, engine, print_config):
 
     Stages whose config and inputs are unchanged since the last run are skipped.
     """
-    from .pipeline.config import load_pipeline
-    from .pipeline.runner import run_pipeline
+    from refinery.pipeline.config import load_pipeline
+    from refinery.pipeline.runner import run_pipeline
 
     spec = load_pipeline(pipeline_file)
     if print_config:
@@ -780,8 +677,8 @@ def run_pipeline_command(pipeline_file, out, engine, print_config):
 @click.option("--port", type=int, default=8000, show_default=True)
 def serve(model_name, host, port):
     """Serve a local transformers generator behind an OpenAI-compatible API (/v1/chat/completions)."""
-    from .models.generate import TransformersGenerator
-    from .models.server import make_server
+    from refinery.models.generate import TransformersGenerator
+    from refinery.models.server import make_server
 
     generator = TransformersGenerator(model_name)
     generator._load()

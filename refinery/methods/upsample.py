@@ -20,15 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from . import queries
-from . import stats as zstats
-from .pipeline.stage import Stage, StageInput, StageResult
-from .corpus import CorpusWriter
-from .features import STOPWORD_LIST
-from .readers import ReadOptions
-from .report import dict_table, img_tag, page, zplot_png
-from .schema import Mapping
-from .storage import AtomicDir, publishes_run
+from refinery.core import stats as zstats
+from refinery.core.features import STOPWORD_LIST
+from refinery.io import queries
+from refinery.io.corpus import CorpusWriter
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.io.storage import AtomicDir, publishes_run
+from refinery.pipeline.report import dict_table, img_tag, page, zplot_png
+from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
 @dataclass

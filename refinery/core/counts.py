@@ -18,9 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from . import stats as zstats
-from .feature_counts import FeatureCounts, TokenIds
-
+from refinery.core import stats as zstats
+from refinery.core.feature_counts import FeatureCounts, TokenIds
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 

@@ -16,16 +16,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from . import stats as zstats
-from .corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
-from .counts import COUNTS_SCHEMA, ExactCounts, counter_from_bytes, label_totals, make_counter
-from .feature_counts import FeatureCounts
-from .features import FeatureConfig
-from .pipeline.stage import Stage, StageInput, StageResult
-from .readers import ReadOptions, expand_paths
-from .report import dict_table, img_tag, page, topk_table, zplot_png
-from .schema import Mapping
-from .storage import AtomicDir, get_fs
+from refinery.core import stats as zstats
+from refinery.core.counts import (
+    COUNTS_SCHEMA,
+    ExactCounts,
+    counter_from_bytes,
+    label_totals,
+    make_counter,
+)
+from refinery.core.feature_counts import FeatureCounts
+from refinery.core.features import FeatureConfig
+from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
+from refinery.io.readers import ReadOptions, expand_paths
+from refinery.io.schema import Mapping
+from refinery.io.storage import AtomicDir, get_fs
+from refinery.pipeline.report import dict_table, img_tag, page, topk_table, zplot_png
+from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
 @dataclass
@@ -98,7 +104,7 @@ def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Arr
 
 def probe_counts(table: pa.Table, config: AuditConfig) -> ExactCounts:
     """Counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row."""
-    from .models import NGramClassifier, cross_fit_proba
+    from refinery.models import NGramClassifier, cross_fit_proba
 
     proba, classes = cross_fit_proba(lambda: NGramClassifier("hypothesis"), table, k=config.probe_folds)
     pred = pa.array([f"hypo-only-pred={classes[i]}" for i in proba.argmax(axis=1)], pa.string())
@@ -139,7 +145,7 @@ def _ray_partial(batch: pa.Table, config_dict: dict, only: pa.Array | None) -> p
 
 def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, config_dict: dict,
                        only: pa.Array | None) -> pa.Table:
-    from .readers import read_file
+    from refinery.io.readers import read_file
 
     config = AuditConfig.from_dict(config_dict)
     states, rejected = [], []
@@ -157,7 +163,7 @@ def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, con
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
               only: pa.Array | None = None, probe: bool = True):
     """The same pass as ``count_local`` as a Ray Data pipeline: map_batches emit partial states, merged here."""
-    from .pipeline.engine import ray_init
+    from refinery.pipeline.engine import ray_init
 
     ray = ray_init()
     corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]

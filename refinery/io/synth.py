@@ -5,7 +5,14 @@ Words are drawn from a Zipfian vocabulary of pronounceable pseudo-words. Each pl
 probability ``rate`` and into other rows with probability ``rate · leak``. With
 ``premise_pool`` the premises are drawn from a pool whose popularity depends on the label
 (the selection bias the leakage features detect: sentence degree predicts the label).
-Deterministic from the seed; generated in Arrow, batch by batch.
+
+With ``signal_words`` each hypothesis also carries one cue word of a per-label set, its own
+label's with probability ``signal_rate`` (else a random label's): the genuine signal a debiased
+model should keep. ``split`` draws other rows over the same vocabulary and cue words: ``test``
+from the same distribution, ``anti-shortcut`` with the shortcuts reversed (each hypothesis
+carries a planted word of another label and a cue word of its own; pooled premises are drawn
+with another label's popularity), so that a model's reliance on the shortcuts can be measured
+where the truth is known. Deterministic from the seed; generated in Arrow, batch by batch.
 """
 from __future__ import annotations
 
@@ -39,7 +46,19 @@ class SynthSpec:
     hypothesis_len: tuple = (4, 10)
     premise_pool: int = 0          # 0: every premise fresh; else draw premises from a pool of this size
     pool_skew: float = 2.0         # label-dependent popularity of pooled premises
+    signal_words: int = 0          # genuine cue words per label (0: labels carry no genuine signal)
+    signal_rate: float = 0.8       # how often a row's cue word is of its own label
+    split: str = "train"           # train | test | anti-shortcut
     seed: int = 0
+
+    def __post_init__(self):
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}")
+        if self.split == "anti-shortcut" and not (self.planted or self.premise_pool):
+            raise ValueError("an anti-shortcut split needs shortcuts to reverse: planted words or a premise pool")
+
+
+SPLITS = ("train", "test", "anti-shortcut")
 
 
 def vocabulary(size: int, seed: int = 0) -> np.ndarray:
@@ -75,12 +94,13 @@ def _join(vocab_arr: pa.Array, ids: np.ndarray, offsets: np.ndarray) -> pa.Array
 
 def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
     """Canonical batches (id, text_a, text_b, label) of the planted-bias corpus."""
-    vocab = vocabulary(spec.vocab_size, spec.seed)
+    C = len(spec.labels)
+    vocab = vocabulary(spec.vocab_size + C * spec.signal_words, spec.seed)
+    cues = pa.array(vocab[spec.vocab_size:].tolist(), pa.string())  # label j's cue words: j·S … (j+1)·S − 1
     planted_words = list(spec.planted)
-    vocab = np.array([w for w in vocab if w not in spec.planted], dtype=object)
+    vocab = np.array([w for w in vocab[:spec.vocab_size] if w not in spec.planted], dtype=object)
     vocab_arr = pa.array(vocab, pa.string())
     probs = _zipf_probs(len(vocab), spec.zipf)
-    C = len(spec.labels)
     pool_text = None
     if spec.premise_pool:
         prng = np.random.default_rng(spec.seed + 1)
@@ -93,12 +113,15 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         pool_probs = [p / p.sum() for p in pool_probs]
     for start in range(0, spec.rows, batch_rows):
         n = min(batch_rows, spec.rows - start)
-        rng = np.random.default_rng([spec.seed, start])
+        anti = spec.split == "anti-shortcut"
+        rng = np.random.default_rng([spec.seed, start] + ([SPLITS.index(spec.split)] if spec.split != "train" else []))
         label_idx = rng.integers(0, C, n)
+        other = (label_idx + rng.integers(1, C, n)) % C if anti else None  # another label, uniformly
         if pool_text is not None:
             pick = np.empty(n, dtype=np.int64)
+            popular_for = other if anti else label_idx
             for j in range(C):
-                m = label_idx == j
+                m = popular_for == j
                 pick[m] = rng.choice(spec.premise_pool, size=int(m.sum()), p=pool_probs[j])
             text_a = pc.take(pool_text, pa.array(pick))
         else:
@@ -108,21 +131,35 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         hyp = _join(vocab_arr, ids, offs)
         # plant tokens: prepend "word " to the hypotheses chosen for it
         prefix = np.full(n, "", dtype=object)
-        for w in planted_words:
-            label, rate = spec.planted[w]
-            j = spec.labels.index(label)
-            p = np.where(label_idx == j, rate, rate * spec.leak)
-            hit = rng.random(n) < p
-            prefix[hit] = prefix[hit] + (w + " ")
+        if anti:  # one planted word of another label per row
+            by_label = [[w for w in planted_words if spec.planted[w][0] == l] for l in spec.labels]
+            for r in range(n):
+                choices = by_label[other[r]] or [w for w in planted_words if spec.planted[w][0] != spec.labels[
+                    label_idx[r]]]
+                if choices:
+                    prefix[r] = choices[rng.integers(len(choices))] + " "
+        else:
+            for w in planted_words:
+                label, rate = spec.planted[w]
+                j = spec.labels.index(label)
+                p = np.where(label_idx == j, rate, rate * spec.leak)
+                hit = rng.random(n) < p
+                prefix[hit] = prefix[hit] + (w + " ")
+        if spec.signal_words:
+            own = anti | (rng.random(n) < spec.signal_rate)
+            cue_label = np.where(own, label_idx, rng.integers(0, C, n))
+            cue = pc.take(cues, pa.array(cue_label * spec.signal_words + rng.integers(0, spec.signal_words, n)))
+            prefix = prefix + cue.to_numpy(zero_copy_only=False) + " "
         text_b = pc.binary_join_element_wise(pa.array(prefix, pa.string()), hyp, "")
         labels = pc.take(pa.array(list(spec.labels), pa.string()), pa.array(label_idx))
-        ids_col = pa.array([f"synth-{spec.seed}-{i}" for i in range(start, start + n)], pa.string())
+        tag = "" if spec.split == "train" else f"{spec.split}-"
+        ids_col = pa.array([f"synth-{spec.seed}-{tag}{i}" for i in range(start, start + n)], pa.string())
         yield pa.table({"id": ids_col, "text_a": text_a, "text_b": text_b, "label": labels})
 
 
 def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "overwrite", **kwargs) -> dict:
     """Write the corpus as a canonical corpus (shards + manifest, atomically)."""
-    from .corpus import CorpusWriter
+    from refinery.io.corpus import CorpusWriter
 
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config={"synth": _spec_dict(spec)},
                       extra={"planted": {w: list(v) for w, v in spec.planted.items()}}, **kwargs) as writer:
@@ -137,8 +174,10 @@ def _spec_dict(spec: SynthSpec) -> dict:
 
 
 def parse_planted(text: str) -> dict:
-    """``word:label:rate,…`` into the planted map."""
+    """``word:label:rate,…`` into the planted map (``none``: no planted words)."""
     planted = {}
+    if text.strip().lower() == "none":
+        return planted
     for part in filter(None, text.split(",")):
         word, label, rate = part.split(":")
         planted[word] = (label, float(rate))

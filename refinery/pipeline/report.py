@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from .stats import ZStats, significance_curve
+from refinery.core.stats import ZStats, significance_curve
 
 
 def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 40_000) -> bytes:

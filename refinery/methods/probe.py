@@ -11,13 +11,12 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from .corpus import load, split_name
-from .models.base import label_proba, make_classifier
-from .readers import ReadOptions
-from .schema import Mapping
-from .storage import AtomicDir
+from refinery.io.corpus import load, split_name
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.io.storage import AtomicDir
+from refinery.models.base import label_proba, make_classifier
 
 
 def run(train: list[str], evaluate: list[str], out: str, mapping: Mapping | None = None,
@@ -51,9 +50,7 @@ def run(train: list[str], evaluate: list[str], out: str, mapping: Mapping | None
     if save_model:
         model.save(save_model)
     with AtomicDir(out) as d:
-        sink = pa.BufferOutputStream()
-        pq.write_table(pa.concat_tables(predictions) if predictions else pa.table({}), sink)
-        d.write_bytes("predictions.parquet", sink.getvalue().to_pybytes())
+        d.write_parquet("predictions.parquet", pa.concat_tables(predictions) if predictions else pa.table({}))
         d.write_text("report.json", json.dumps(report, indent=1))
         d.commit()
     return report

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from .models.generate import Backend, Sampling
-from .models.stages import generate_table
-from .pipeline.stage import Resources, Stage, StageInput, StageResult
-from .storage import AtomicDir, join, publishes_run
+from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.models.generate import Backend, Sampling
+from refinery.models.stages import generate_table
+from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
 
 LABEL_DESCRIPTIONS = {
     "entailment": "definitely true given the premise",
@@ -83,7 +83,7 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
     the input's rejects are kept in the corpus's rejects. Rows past ``config.limit`` are counted, not prompted."""
     import pyarrow.parquet as pq
 
-    from .corpus import write_table
+    from refinery.io.corpus import write_table
 
     unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
     table = table.slice(0, table.num_rows - unused)
@@ -116,7 +116,7 @@ class GenerateStage(Stage):
     output = ""
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        from .corpus import load
+        from refinery.io.corpus import load
 
         table, rejects = load(source.paths, source.mapping, source.opts)
         r = run(table, out, self.config, source.engine, input_rejects=rejects,

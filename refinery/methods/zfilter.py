@@ -19,16 +19,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from .corpus import Corpus, CorpusWriter, EmptyInput, is_corpus, iter_input_batches, load
-from . import stats as zstats
-from .counts import IncrementalCounts
-from .pipeline.engine import ParquetSource, stream_map
-from .pipeline.stage import Stage, StageInput, StageResult
-from .features import FeatureConfig, row_feature_lists
-from .readers import ReadOptions
-from .report import dict_table, img_tag, page, topk_table, zplot_png
-from .schema import Mapping
-from .storage import AtomicDir, join, publishes_run
+from refinery.core import stats as zstats
+from refinery.core.counts import IncrementalCounts
+from refinery.core.features import FeatureConfig, row_feature_lists
+from refinery.io.corpus import (
+    Corpus,
+    CorpusWriter,
+    EmptyInput,
+    is_corpus,
+    iter_input_batches,
+    load,
+)
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.pipeline.engine import ParquetSource, stream_map
+from refinery.pipeline.report import dict_table, img_tag, page, topk_table, zplot_png
+from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
 @dataclass
@@ -389,7 +396,7 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
                 engine=engine, mode=mode)
         kept = b["kept"]
     else:
-        from .corpus import convert
+        from refinery.io.corpus import convert
 
         b = run(generated, join(stages, "z_generated"), mapping, opts, with_seed(seed=()), engine=engine, mode=mode)
         for part in ("kept", "rejected"):

@@ -17,11 +17,17 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from .leakage import FEATURE_SETS, ForestConfig, GraphConfig, corpus_features, matrix
-from .pipeline.stage import Stage, StageInput, StageResult
-from .readers import ReadOptions
-from .schema import Mapping
-from .storage import publishes_run
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.io.storage import publishes_run
+from refinery.methods.leakage import (
+    FEATURE_SETS,
+    ForestConfig,
+    GraphConfig,
+    corpus_features,
+    matrix,
+)
+from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
 @dataclass
@@ -127,7 +133,7 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
 
 def leakage_neutral_weights(features: pa.Table, ids, config: WeightsConfig = WeightsConfig()) -> tuple[np.ndarray, dict]:
     """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a table of leakage features."""
-    from .models.base import fold_of
+    from refinery.models.base import fold_of
 
     labels = sorted(set(features["label"].to_pylist()))
     y = np.searchsorted(np.array(labels, dtype=object), features["label"].to_numpy(zero_copy_only=False))
@@ -162,7 +168,7 @@ def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
     """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
-    from .corpus import CorpusWriter
+    from refinery.io.corpus import CorpusWriter
 
     graph_input = corpus_features(inputs, mapping, opts, config.graph)
     rows, features = graph_input.rows, graph_input.features

@@ -15,9 +15,17 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .readers import COMPRESSIONS, EMPTY_CANONICAL, FORMATS, Batch, ReadOptions, expand_paths, read_file
-from .schema import REJECTS_SCHEMA, Mapping
-from .storage import AtomicDir, get_fs, redact
+from refinery.io.readers import (
+    COMPRESSIONS,
+    EMPTY_CANONICAL,
+    FORMATS,
+    Batch,
+    ReadOptions,
+    expand_paths,
+    read_file,
+)
+from refinery.io.schema import REJECTS_SCHEMA, Mapping
+from refinery.io.storage import AtomicDir, get_fs, redact
 
 MANIFEST = "manifest.json"
 FORMAT = "refinery.corpus/1"

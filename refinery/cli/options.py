@@ -1,0 +1,207 @@
+"""Option groups shared by the verbs, and ``--print-config`` (a verb as a one-stage pipeline file)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import click
+
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import resolve_mapping
+from refinery.io.storage import parse_storage_options
+
+
+def input_options(f):
+    """Options shared by every verb that reads a corpus."""
+    options = [
+        click.option("--preset", type=click.Choice(["snli", "mnli", "hans", "qqp", "fever", "sick", "msrp"]),
+                     help="Column mapping of a known release."),
+        click.option("--map", "mapping", metavar="text_a=COL,text_b=COL,label=COL,id=COL",
+                     help="Explicit column mapping."),
+        click.option("--labels", metavar="A,B,C", help="Declared label set (rows outside it are rejected)."),
+        click.option("--on-bad-row", type=click.Choice(["quarantine", "fail"]), default="quarantine",
+                     show_default=True, help="Quarantine bad rows in rejects, or fail naming file and line."),
+        click.option("--max-chars", type=int, default=20_000, show_default=True,
+                     help="Reject rows whose text is longer."),
+        click.option("--batch-rows", type=int, default=65_536, show_default=True),
+        click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+                     help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, preset, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options, **kwargs):
+        try:
+            kwargs["mapping"] = resolve_mapping(preset, mapping, labels)
+            kwargs["opts"] = ReadOptions(batch_rows=batch_rows, max_chars=max_chars, on_bad_row=on_bad_row,
+                                         storage_options=parse_storage_options(storage_options))
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        # as given, for --print-config's pipeline input (the Mapping above has lost the preset's name)
+        click.get_current_context().meta[_INPUT_ARGS] = {
+            "preset": preset, "map": dict(p.split("=", 1) for p in mapping.split(",")) if mapping else None,
+            "labels": labels.split(",") if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
+            "batch_rows": batch_rows, "storage_options": kwargs["opts"].storage_options or None}
+        return f(*args, **kwargs)
+
+    return wrapper
+
+_INPUT_ARGS = "refinery.input_args"
+
+_PRINT_CONFIG = "refinery.print_config"
+
+def print_config_option(f):
+    """``--print-config``: print the verb as a one-stage pipeline file (same config keys) and exit."""
+    def remember(ctx, _param, value):
+        ctx.meta[_PRINT_CONFIG] = value
+
+    return click.option("--print-config", is_flag=True, expose_value=False, callback=remember,
+                        help="Print this command line as a pipeline file for `refinery run`, and exit.")(f)
+
+def printing_config() -> bool:
+    """Whether this command line was given ``--print-config``."""
+    return bool(click.get_current_context().meta.get(_PRINT_CONFIG))
+
+
+def as_pipeline(stage: str, config, inputs, out: str, engine: str = "local") -> None:
+    """With ``--print-config``: print ``stage`` with ``config`` over ``inputs`` (paths, or {split: path})
+    as a pipeline file and exit; otherwise return and let the verb run."""
+    if not printing_config():
+        return
+    ctx = click.get_current_context()
+    from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec
+
+    given = {k: v for k, v in ctx.meta[_INPUT_ARGS].items() if v is not None}
+    if "storage_options" in given:  # credentials never printed: the file reads them from the environment
+        given["storage_options"] = _secrets_as_variables(given["storage_options"])
+    def absolute(path):  # the file may be saved anywhere: relative paths would move with it
+        return path if "://" in path else os.path.abspath(path)
+
+    where = {"splits": {s: [absolute(p) for p in ps] for s, ps in inputs.items()}} if isinstance(inputs, dict) \
+        else {"paths": [absolute(p) for p in inputs]}
+    if stage == "compose":
+        config = dataclasses.replace(config, original=tuple(absolute(p) for p in config.original))
+    spec = PipelineSpec(InputSpec(**where, **given), [StageSpec(stage, config)], absolute(out), engine)
+    click.echo(spec.to_yaml(), nl=False)
+    ctx.exit(0)
+
+def _secrets_as_variables(options: dict) -> dict:
+    """Storage options with credential values replaced by ``${REFINERY_<NAME>}`` references."""
+    from refinery.io.storage import value_is_secret
+
+    return {k: (f"${{REFINERY_{k.upper()}}}" if value_is_secret(k, v) else
+                _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
+
+def precision_option(f):
+    from refinery.models.precision import PRECISIONS
+
+    return click.option("--train-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+                        help="Fine-tuning precision. auto: bf16 autocast where the device computes bf16 natively "
+                             "(CUDA with bf16, CPUs with AVX512-BF16 or AMX), float32 elsewhere.")(f)
+
+def mode_option(f):
+    return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
+                        show_default=True, help="What to do when OUT already holds a finished result.")(f)
+
+def feature_options(f):
+    """Feature families and tokenization shared by the audit and the methods built on it."""
+    options = [
+        click.option("--features", "families", default="unigram,bigram,null", show_default=True,
+                     help="Feature families: unigram,bigram,length,ratio,overlap,null,hypo-only (or 'all')."),
+        click.option("--stopwords/--keep-stopwords", default=False, help="Remove English stopwords."),
+        click.option("--strip-punct/--keep-punct", default=False, help="Remove punctuation tokens."),
+        click.option("--no-lowercase", is_flag=True, help="Keep case."),
+        click.option("--field-names", default="premise,hypothesis", show_default=True,
+                     help="Names of text_a and text_b in feature keys (w@hypothesis)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, families, stopwords, strip_punct, no_lowercase, field_names, **kwargs):
+        from refinery.core.features import FAMILIES, FeatureConfig, TokenizerOptions
+
+        fams = FAMILIES if families == "all" else tuple(x.strip() for x in families.split(",") if x.strip())
+        try:
+            kwargs["feature_config"] = FeatureConfig(
+                families=fams, tokenizer=TokenizerOptions(not no_lowercase, strip_punct, stopwords),
+                field_names=tuple(field_names.split(",")))
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        return f(*args, **kwargs)
+
+    return wrapper
+
+def graph_options(f):
+    """The sentence graph and the forest of the leakage verbs (Zhang et al. 2019)."""
+    options = [
+        click.option("--input", "inputs", multiple=True, required=True, metavar="SPLIT=PATH",
+                     help="A split of the corpus (repeat: --input train=… --input test=…)."),
+        click.option("--node-key", type=click.Choice(["auto", "id", "text"]), default="auto", show_default=True,
+                     help="Sentence identity: given ids (node_a/node_b), normalized text, or ids where present."),
+        click.option("--graph", "graph_scope", type=click.Choice(["transductive", "inductive"]),
+                     default="transductive", show_default=True,
+                     help="One graph over all splits (the paper's setting) or one per split."),
+        click.option("--multigraph/--simple-graph", default=True, show_default=True,
+                     help="Duplicate pairs as parallel edges (the reference code) or collapsed."),
+        click.option("--trees", type=int, default=100, show_default=True, help="Random forest size."),
+        click.option("--seed", type=int, default=0, show_default=True),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, inputs, node_key, graph_scope, multigraph, trees, seed, **kwargs):
+        from refinery.io.queries import split_specs
+        from refinery.methods.leakage import ForestConfig, GraphConfig
+
+        try:
+            kwargs["inputs"] = split_specs(inputs)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        kwargs["graph"] = GraphConfig(node_key=node_key, transductive=graph_scope == "transductive",
+                                      multigraph=multigraph)
+        kwargs["forest"] = ForestConfig(n_estimators=trees, seed=seed)
+        return f(*args, **kwargs)
+
+    return wrapper
+
+def generator_options(f):
+    """Backend, model and sampling of the generator verbs."""
+    options = [
+        click.option("--backend", type=click.Choice(["transformers", "vllm", "openai"]), default="transformers",
+                     show_default=True),
+        click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True),
+        click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai)."),
+        click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+                     help="Environment variable holding the endpoint's key (openai)."),
+        click.option("--no-chat", is_flag=True, help="Send raw prompts, not the chat template's user turn."),
+        click.option("--temperature", type=float, default=0.7, show_default=True),
+        click.option("--top-p", type=float, default=0.9, show_default=True),
+        click.option("--max-new-tokens", type=int, default=48, show_default=True),
+        click.option("--n", "num", type=int, default=1, show_default=True, help="Samples per prompt."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--tensor-parallel", type=int, default=1, show_default=True, help="vLLM tensor parallel size."),
+        click.option("--max-num-seqs", type=int, default=64, show_default=True, help="vLLM batch limit."),
+        click.option("--enforce-eager", is_flag=True,
+                     help="vLLM: run eagerly, without graph capture or compilation (faster start, slower steps)."),
+        click.option("--cache-dir", help="Prompt-hash cache of answers (openai)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, backend, model_name, base_url, api_key_env, no_chat, temperature, top_p, max_new_tokens, num,
+                seed, tensor_parallel, max_num_seqs, enforce_eager, cache_dir, **kwargs):
+        from refinery.models.generate import Backend, Sampling
+
+        if backend == "openai" and not base_url:
+            raise click.UsageError("--backend openai needs --base-url")
+        kwargs.update(backend=Backend(backend, model_name, not no_chat, base_url, api_key_env, cache_dir,
+                                      tensor_parallel, max_num_seqs, enforce_eager),
+                      sampling=Sampling(temperature, top_p, max_new_tokens, num, seed))
+        return f(*args, **kwargs)
+
+    return wrapper

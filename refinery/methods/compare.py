@@ -1,0 +1,449 @@
+"""Does it help? The same task model trained on each training corpus, scored on challenge sets.
+
+The first training corpus is the baseline, the others its refined versions (z-filtered, up-sampled,
+re-weighted, rewritten, augmented). Each evaluation set keeps its own columns and label set:
+predictions are mapped onto it by a label map (HANS: neutral and contradiction → non-entailment),
+the probabilities of the training labels that map to one evaluation label are summed, and the most
+likely evaluation label is the prediction. Every (corpus, seed) run is checkpointed under
+``out/runs/``, so an interrupted comparison resumes; ``out/report/`` holds ``report.json``,
+``report.html`` and ``predictions.parquet``.
+
+Uncertainty: with ``seeds`` > 1 each corpus is trained that many times (the transformer with
+that seed's initialisation and order; the deterministic n-gram model on that seed's bootstrap
+replicate of its corpus) and accuracies are reported as mean ± std. A refined corpus's gain over
+the baseline on an evaluation set is the mean over rows of (its seed-averaged correctness − the
+baseline's), with a paired bootstrap 95% interval over the evaluation rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm.auto import tqdm
+
+from refinery.io.corpus import input_fingerprints, load
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import PRESETS, Mapping
+from refinery.io.storage import AtomicDir, get_fs, join, publishes_run
+from refinery.models.base import make_classifier
+from refinery.pipeline.report import dict_table, img_tag, page
+from refinery.pipeline.stage import Stage, StageInput, StageResult
+
+# predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
+PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
+BREAKDOWN_LIMIT = 50  # a --by column with more distinct values is reported as too many
+
+
+@dataclass
+class EvalSet:
+    """An evaluation set: its inputs, how to read them (default: the training corpora's mapping), and a
+    label map from the training labels onto its own (default: the preset's, then case-insensitive names)."""
+
+    name: str
+    paths: tuple
+    preset: str | None = None
+    label_map: dict = field(default_factory=dict)
+
+    def mapping(self, default: Mapping | None) -> Mapping | None:
+        return PRESETS[self.preset] if self.preset else default
+
+    def full_label_map(self) -> dict:
+        return {**PRESET_LABEL_MAPS.get(self.preset or "", {}), **self.label_map}
+
+
+@dataclass
+class CompareConfig:
+    """The task model (``backend`` ngram | transformer, the transformer's encoder and training),
+    what it reads (``inputs`` pair | hypothesis: the bias probe), seeds, bootstrap draws, and the
+    extra columns to break accuracy down by."""
+
+    backend: str = "ngram"
+    inputs: str = "pair"
+    model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    epochs: int = 2
+    lr: float = 5e-5
+    batch_size: int = 32
+    max_length: int = 128
+    precision: str = "auto"
+    seeds: int = 1
+    bootstrap: int = 1000
+    by: tuple = ()
+
+    def __post_init__(self):
+        if self.backend not in ("ngram", "transformer"):
+            raise ValueError(f"backend must be ngram or transformer, not {self.backend!r}")
+        if self.inputs not in ("pair", "hypothesis"):
+            raise ValueError(f"inputs must be pair or hypothesis, not {self.inputs!r}")
+        if self.seeds < 1 or self.bootstrap < 100:
+            raise ValueError("seeds must be at least 1 and bootstrap at least 100")
+
+    def classifier(self, seed: int):
+        if self.backend == "ngram":
+            return make_classifier("ngram", self.inputs)
+        return make_classifier("transformer", self.inputs, model=self.model, epochs=self.epochs, lr=self.lr,
+                               batch_size=self.batch_size, max_length=self.max_length, seed=seed,
+                               precision=self.precision)
+
+    def model_key(self) -> dict:
+        """What a finished run depends on (not the seed count, bootstrap draws or breakdowns)."""
+        keep = ("backend", "inputs") + (() if self.backend == "ngram" else
+                                         ("model", "epochs", "lr", "batch_size", "max_length", "precision"))
+        return {k: getattr(self, k) for k in keep}
+
+
+def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
+    """``NAME=PATH[:PRESET]`` (a path may itself hold ``:``, as in ``s3://``) into an ``EvalSet``."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"evaluation set {spec!r} is not NAME=PATH[:PRESET]")
+    head, colon, preset = path.rpartition(":")
+    if colon and preset.lower() in PRESETS:
+        path = head
+    else:
+        preset = None
+    return EvalSet(name, (path,), preset.lower() if preset else None, dict((label_maps or {}).get(name, {})))
+
+
+# ---------------------------------------------------------------- label maps and rows
+
+def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, where: str) -> dict:
+    """{training label: evaluation label}: ``explicit`` first, then names equal up to case. Every
+    evaluation label must be reached, or the scores would be meaningless: a clear error."""
+    by_fold = {str(e).casefold(): e for e in eval_labels}
+    out = {}
+    for t in train_labels:
+        target = explicit.get(t, by_fold.get(str(t).casefold()))
+        if target is not None:
+            if target not in eval_labels:
+                raise ValueError(f"{where}: label map sends {t!r} to {target!r}, which is not one of its labels "
+                                 f"({', '.join(map(str, eval_labels))})")
+            out[t] = target
+    unreached = [e for e in eval_labels if e not in out.values()]
+    if unreached:
+        raise ValueError(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
+                         f"{', '.join(map(repr, train_labels))} (give --label-map {where}=FROM:TO,…)")
+    return out
+
+
+def project(proba: np.ndarray, classes: list, label_map: dict, eval_labels: list) -> np.ndarray:
+    """Probabilities over the evaluation labels: the sum over the training labels mapped to each."""
+    out = np.zeros((len(proba), len(eval_labels)))
+    index = {e: j for j, e in enumerate(eval_labels)}
+    for c, col in zip(classes, proba.T):
+        if c in label_map:
+            out[:, index[label_map[c]]] += col
+    return out
+
+
+def text_keys(table: pa.Table) -> pa.Array:
+    """Normalized ``text_a \\t text_b`` (case-folded, whitespace collapsed): the leak check's identity."""
+    def norm(col):
+        return pc.utf8_trim_whitespace(pc.replace_substring_regex(pc.utf8_lower(col), r"\s+", " "))
+    b = table["text_b"] if "text_b" in table.column_names else pa.nulls(table.num_rows, pa.string())
+    return pc.binary_join_element_wise(norm(table["text_a"]), pc.fill_null(norm(b), ""), "\t")
+
+
+def _weights(table: pa.Table) -> np.ndarray | None:
+    if "weight" not in table.column_names:
+        return None
+    return table["weight"].to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def paired_bootstrap(diff: np.ndarray, draws: int, seed: int = 0, chunk: int = 50) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``diff`` over rows resampled with replacement."""
+    rng = np.random.default_rng(seed)
+    n = len(diff)
+    means = np.concatenate([diff[rng.integers(0, n, (min(chunk, draws - s), n))].mean(axis=1)
+                            for s in range(0, draws, chunk)])
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def breakdown(correct: np.ndarray, table: pa.Table, columns: list) -> dict | str:
+    """Accuracy (mean over seeds and rows) per value combination of ``columns``."""
+    keys = [np.asarray(table[c].to_pylist(), dtype=object) for c in columns]
+    joined = np.array([" / ".join(map(str, k)) for k in zip(*keys)], dtype=object)
+    values, inverse, counts = np.unique(joined, return_inverse=True, return_counts=True)
+    if len(values) > BREAKDOWN_LIMIT:
+        return f"{len(values):,} distinct values (more than {BREAKDOWN_LIMIT})"
+    per_row = correct.mean(axis=0)
+    sums = np.bincount(inverse, weights=per_row, minlength=len(values))
+    return {str(v): {"accuracy": round(float(s / c), 4), "rows": int(c)} for v, s, c in zip(values, sums, counts)}
+
+
+# ---------------------------------------------------------------- runs
+
+def _fingerprint(config: CompareConfig, train_paths, seed: int, evals: list, storage_options) -> str:
+    """A run's identity: the model, the seed, and the training corpus and evaluation sets as
+    ``input_fingerprints`` sees them (a finished corpus by its manifest, a raw file by size and checksum)."""
+    data = {"model": config.model_key(), "seed": seed, "replicate": config.backend == "ngram" and config.seeds > 1,
+            "train": input_fingerprints(list(train_paths), storage_options),
+            "eval": [(e.name, e.preset, sorted(e.full_label_map().items()),
+                      input_fingerprints(list(e.paths), storage_options)) for e in evals]}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _fit(config: CompareConfig, table: pa.Table, seed: int):
+    """The task model fitted on ``table`` (weights as sample weights); the n-gram model, being
+    deterministic, on a bootstrap replicate of it when several seeds are asked for."""
+    if config.backend == "ngram" and config.seeds > 1:
+        table = table.take(pa.array(np.random.default_rng(seed).integers(0, table.num_rows, table.num_rows)))
+    model = config.classifier(seed)
+    w = _weights(table)
+    return model.fit(table, sample_weight=w) if w is not None else model.fit(table)
+
+
+def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tuple[np.ndarray, np.ndarray]:
+    p = project(model.predict_proba(table), list(model.classes_), label_map, eval_labels)
+    best = p.argmax(axis=1)
+    return best, p[np.arange(len(best)), best]
+
+
+@publishes_run
+def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+        config: CompareConfig = CompareConfig()) -> dict:
+    """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each
+    seed, score every ``EvalSet``; write ``out/runs/`` (checkpoints) and ``out/report/``."""
+    if not train or not evals:
+        raise ValueError("compare needs at least one training corpus and one evaluation set")
+    so = opts.storage_options
+    names = list(train)
+    tables, rejects = {}, {}
+    for name, paths in train.items():
+        tables[name], rejects[name] = load(list(paths), mapping, opts)
+        if not tables[name].num_rows:
+            raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
+    train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))
+    eval_tables, eval_rejects, label_maps, eval_labels = {}, {}, {}, {}
+    for e in evals:
+        eval_tables[e.name], eval_rejects[e.name] = load(list(e.paths), e.mapping(mapping), opts)
+        if not eval_tables[e.name].num_rows:
+            raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
+        eval_labels[e.name] = sorted(set(eval_tables[e.name]["label"].to_pylist()))
+        label_maps[e.name] = resolve_label_map(train_labels, eval_labels[e.name], e.full_label_map(), e.name)
+    for col in config.by:
+        for e in evals:
+            if col not in eval_tables[e.name].column_names:
+                raise ValueError(f"evaluation set {e.name} has no column {col!r} to break down by "
+                                 f"(columns: {', '.join(eval_tables[e.name].column_names)})")
+    leaks = {e.name: {n: int(pc.sum(pc.is_in(text_keys(eval_tables[e.name]), value_set=text_keys(t))).as_py() or 0)
+                      for n, t in tables.items()} for e in evals}
+
+    runs_root = join(out, "runs")
+    correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
+    preds: list[pa.Table] = []
+    jobs = [(n, s) for n in names for s in range(config.seeds)]
+    for name, seed in tqdm(jobs, desc="compare", unit=" run", disable=None):
+        key = _fingerprint(config, train[name], seed, evals, so)
+        folder = join(runs_root, f"{_safe(name)}-seed{seed}")
+        table = _finished_run(folder, key, so)
+        if table is None:
+            model = _fit(config, tables[name], seed)
+            parts = []
+            for e in evals:
+                t = eval_tables[e.name]
+                best, prob = _predict(model, t, label_maps[e.name], eval_labels[e.name])
+                n = t.num_rows
+                parts.append(pa.table({
+                    "corpus": pa.array([name] * n, pa.string()), "seed": pa.array([seed] * n, pa.int32()),
+                    "eval": pa.array([e.name] * n, pa.string()), "id": t["id"], "gold": t["label"],
+                    "prediction": pa.array([eval_labels[e.name][i] for i in best], pa.string()),
+                    "probability": pa.array(prob)}))
+            table = pa.concat_tables(parts)
+            with AtomicDir(folder, so) as d:   # a finished run survives an interrupted comparison
+                d.write_parquet("predictions.parquet", table)
+                d.write_text("run.json", json.dumps({"fingerprint": key, "corpus": name, "seed": seed}))
+                d.commit()
+        preds.append(table)
+        for e in evals:
+            part = table.filter(pc.equal(table["eval"], e.name))
+            ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
+            correct.setdefault((name, e.name), []).append(ok)
+
+    report = _summarize(config, names, tables, rejects, evals, eval_tables, eval_rejects, eval_labels, label_maps,
+                        leaks, {k: np.vstack(v) for k, v in correct.items()})
+    _write_report(out, report, pa.concat_tables(preds), so)
+    return report
+
+
+def _finished_run(folder: str, key: str, storage_options) -> pa.Table | None:
+    """The predictions of a finished run with fingerprint ``key`` in ``folder``, else None."""
+    import pyarrow.parquet as pq
+
+    fs, path = get_fs(folder, storage_options)
+    try:
+        with fs.open(join(path, "run.json"), "r") as fh:
+            if json.load(fh).get("fingerprint") != key:
+                return None
+        with fs.open(join(path, "predictions.parquet"), "rb") as fh:
+            return pq.read_table(fh)
+    except FileNotFoundError:
+        return None
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def _summarize(config, names, tables, rejects, evals, eval_tables, eval_rejects, eval_labels, label_maps, leaks,
+               correct) -> dict:
+    base = names[0]
+    summary = {}
+    for e in evals:
+        t = eval_tables[e.name]
+        columns = [["label"]] + ([["heuristic", "label"]] if "heuristic" in t.column_names else []) + \
+            [[c] for c in config.by]
+        w = _weights(t)
+        per = {}
+        for n in names:
+            c = correct[(n, e.name)]
+            acc = c.mean(axis=1)
+            entry = {"mean": round(float(acc.mean()), 4), "std": round(float(acc.std(ddof=1)), 4) if len(acc) > 1
+                     else None, "seeds": [round(float(a), 4) for a in acc],
+                     "breakdown": {" × ".join(cols): breakdown(c, t, cols) for cols in columns}}
+            if w is not None:
+                entry["weighted_accuracy"] = round(float((c.mean(axis=0) * w).sum() / w.sum()), 4)
+            if n != base:
+                diff = c.mean(axis=0) - correct[(base, e.name)].mean(axis=0)
+                lo, hi = paired_bootstrap(diff, config.bootstrap)
+                entry["gain"] = {"delta": round(float(diff.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)],
+                                 "significant": bool(lo > 0 or hi < 0)}
+            per[n] = entry
+        summary[e.name] = per
+    return {
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()},
+        "baseline": base,
+        "train": {n: {"rows": tables[n].num_rows, "rejected": rejects[n].num_rows,
+                      "weighted": "weight" in tables[n].column_names} for n in names},
+        "eval": {e.name: {"rows": eval_tables[e.name].num_rows, "rejected": eval_rejects[e.name].num_rows,
+                          "labels": eval_labels[e.name], "label_map": label_maps[e.name],
+                          "leaked_rows": leaks[e.name]} for e in evals},
+        "accuracy": summary,
+    }
+
+
+def _write_report(out: str, report: dict, predictions: pa.Table, storage_options) -> None:
+    with AtomicDir(join(out, "report"), storage_options) as d:
+        d.write_parquet("predictions.parquet", predictions)
+        d.write_text("report.json", json.dumps(report, indent=1))
+        d.write_text("report.html", page("refinery compare", _sections(report)))
+        d.commit()
+
+
+def _sections(report: dict) -> list:
+    acc = report["accuracy"]
+    names = list(report["train"])
+    rows = {}
+    for ev, per in acc.items():
+        for n in names:
+            e = per[n]
+            cell = f"{e['mean']:.1%}" + (f" ± {e['std']:.1%}" if e["std"] is not None else "")
+            if "gain" in e:
+                g = e["gain"]
+                cell += f"  ({g['delta']:+.1%}, 95% CI {g['ci95'][0]:+.1%} … {g['ci95'][1]:+.1%})"
+            rows.setdefault(n, {})[ev] = cell
+    sections = [("Accuracy (mean ± std over seeds; gain over the baseline with a paired bootstrap interval)",
+                 img_tag(_bar_chart(report), "accuracy per evaluation set") + _grid(rows, list(acc)))]
+    sections.append(("Training corpora", dict_table({n: f"{v['rows']:,} rows" + (" (weighted)" if v["weighted"] else "")
+                                                     for n, v in report["train"].items()})))
+    sections.append(("Evaluation sets", dict_table({
+        n: f"{v['rows']:,} rows; labels {', '.join(v['labels'])}; rows also in training: "
+           + ", ".join(f"{k} {c:,}" for k, c in v["leaked_rows"].items()) for n, v in report["eval"].items()})))
+    for ev, per in acc.items():
+        for n in names:
+            for what, table in per[n]["breakdown"].items():
+                if isinstance(table, dict):
+                    sections.append((f"{ev}: {n} by {what}", dict_table(
+                        {k: f"{v['accuracy']:.1%} ({v['rows']:,} rows)" for k, v in table.items()})))
+    return sections
+
+
+def _grid(rows: dict, columns: list) -> str:
+    import html
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(f"<tr><th>{html.escape(n)}</th>" + "".join(f"<td>{html.escape(r[c])}</td>" for c in columns)
+                   + "</tr>" for n, r in rows.items())
+    return f"<table><tr><th></th>{head}</tr>{body}</table>"
+
+
+def _bar_chart(report: dict) -> bytes:
+    """Grouped bars: one group per evaluation set, one bar per training corpus, std as error bars."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    acc, names = report["accuracy"], list(report["train"])
+    evals = list(acc)
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(evals) * max(1, len(names) / 3)), 3.8))
+    for i, n in enumerate(names):
+        x = np.arange(len(evals)) + (i - (len(names) - 1) / 2) * width
+        ax.bar(x, [acc[e][n]["mean"] for e in evals], width, label=n,
+               yerr=[acc[e][n]["std"] or 0 for e in evals], capsize=3)
+    ax.set_xticks(np.arange(len(evals)), evals)
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8, ncols=min(len(names), 4))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+@dataclass
+class CompareStageConfig:
+    """The pipeline's ``compare`` step: ``baseline`` corpora (earlier steps' names or paths; the first
+    is the baseline) against this step's input, scored on ``evals`` (``NAME=PATH[:PRESET]``)."""
+
+    evals: tuple = ()
+    baseline: tuple = ("input",)
+    label_maps: dict = field(default_factory=dict)
+    model: CompareConfig = field(default_factory=CompareConfig)
+
+    def __post_init__(self):
+        if not self.evals:
+            raise ValueError("compare needs at least one evaluation set (evals: [NAME=PATH[:PRESET], …])")
+        sets = [parse_eval_set(e, self.label_maps) for e in self.evals]
+        unknown = sorted(set(self.label_maps) - {e.name for e in sets})
+        if unknown:
+            raise ValueError(f"label_maps names no evaluation set: {', '.join(unknown)}")
+
+
+def step_name(path: str) -> str:
+    """An output's step folder (``…/02-zfilter/kept`` → ``02-zfilter``), else its file or folder name."""
+    parts = [p for p in path.rstrip("/").split("/") if p]
+    if len(parts) > 1 and parts[-1] in ("kept", "pool", "corpus"):
+        return parts[-2]
+    return parts[-1] if parts else path
+
+
+class CompareStage(Stage):
+    """Does it help? The baseline corpora and this step's input trained alike and scored on the
+    evaluation sets (report only; the rows pass on)."""
+
+    name, kind, Config = "compare", "corpus", CompareStageConfig
+    output = None
+    references = ("baseline",)
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        c = self.config
+        train = {step_name(p): [p] for p in c.baseline}
+        train.setdefault(step_name(source.paths[0]), list(source.paths))
+        evals = [parse_eval_set(e, c.label_maps) for e in c.evals]
+        r = run(train, evals, out, source.mapping, source.opts, c.model)
+        mine = list(train)[-1]
+        rows = r["train"][mine]["rows"]
+        gains = ", ".join(f"{ev} {per[mine]['gain']['delta']:+.1%}" for ev, per in r["accuracy"].items()
+                          if "gain" in per[mine])
+        return StageResult(rows + r["train"][mine]["rejected"], {"passed on": rows,
+                                                                 "input rejects": r["train"][mine]["rejected"]},
+                           r, f"{mine} against {r['baseline']}: {gains or 'no baseline'}")

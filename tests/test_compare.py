@@ -1,0 +1,85 @@
+"""refinery compare: the same model trained on a corpus and its refined versions, scored on challenge sets."""
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli
+
+HANS = DATA / "hans" / "hans_regenerated.tsv"
+MNLI_HARD = DATA / "mnli" / "mnli_dev_matched_hard.jsonl"
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A planted-shortcut corpus with a genuine signal (cue words), its in-distribution test split and
+    its anti-shortcut split (the planted words paired with other labels), all over the same words."""
+    root = tmp_path_factory.mktemp("planted")
+    for split, rows in (("train", 20_000), ("test", 3_000), ("anti-shortcut", 3_000)):
+        run_cli("synth", "--rows", rows, "--signal-words", 200, "--split", split, "--seed", 3, "--out", root / split)
+    return root
+
+
+def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(planted, tmp_path):
+    run_cli("zfilter", planted / "train", "--k", 20, "--out", tmp_path / "zf")
+    # AUDAC's band must reach the planted words' frequency (about 6% of the rows each)
+    run_cli("upsample", planted / "train", "--k", 10, "--band", "0.01,0.2", "--iterations", 20, "--out", tmp_path / "up")
+    out = run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
+                  "--train", f"upsample={tmp_path / 'up'}", "--eval", f"test={planted / 'test'}",
+                  "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp").stdout
+    assert "anti (3,000 rows)" in out
+    report = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
+    acc = report["accuracy"]
+    for refined in ("zfilter", "upsample"):
+        # every seed of the refined corpus far above every seed of the original on the reversed shortcut
+        assert min(acc["anti"][refined]["seeds"]) > max(acc["anti"]["original"]["seeds"]) + 0.25, acc["anti"]
+        gain = acc["anti"][refined]["gain"]
+        assert gain["significant"] and gain["ci95"][0] > 0.25
+        # and within a few points in distribution
+        assert abs(acc["test"][refined]["mean"] - acc["test"]["original"]["mean"]) < 0.06, acc["test"]
+    predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet")
+    assert predictions.num_rows == 3 * 2 * (3_000 + 3_000)
+    # resumable: a rerun trains nothing and reports the same numbers
+    runs = sorted((tmp_path / "cmp" / "runs").iterdir())
+    stamps = [(r / "run.json").stat().st_mtime_ns for r in runs]
+    run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
+            "--train", f"upsample={tmp_path / 'up'}", "--eval", f"test={planted / 'test'}",
+            "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp")
+    assert [(r / "run.json").stat().st_mtime_ns for r in runs] == stamps
+    assert json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())["accuracy"] == acc
+
+
+def test_an_snli_model_is_scored_on_hans_and_mnli_hard_in_one_run(tmp_path):
+    out = run_cli("compare", "--train", f"snli={SNLI_DEV}", "--preset", "snli", "--eval", f"snli-hard={SNLI_HARD}",
+                  "--eval", f"mnli-hard={MNLI_HARD}:mnli", "--eval", f"hans={HANS}:hans",
+                  "--out", tmp_path / "cmp").stdout
+    report = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
+    hans = report["eval"]["hans"]
+    assert hans["rows"] == 30_000 and hans["labels"] == ["entailment", "non-entailment"]
+    assert hans["label_map"] == {"contradiction": "non-entailment", "entailment": "entailment",
+                                 "neutral": "non-entailment"}
+    assert report["eval"]["mnli-hard"]["rows"] == 4_573 and report["eval"]["snli-hard"]["rows"] == 3_261
+    cells = report["accuracy"]["hans"]["snli"]["breakdown"]["heuristic × label"]
+    assert set(cells) == {f"{h} / {l}" for h in ("lexical_overlap", "subsequence", "constituent")
+                          for l in ("entailment", "non-entailment")}
+    assert all(c["rows"] == 5_000 for c in cells.values())
+    overall = report["accuracy"]["hans"]["snli"]["mean"]
+    assert overall == pytest.approx(sum(c["accuracy"] for c in cells.values()) / 6, abs=1e-3)
+    # SNLI test-hard rows are SNLI test rows, not dev rows: the leak check finds none
+    assert report["eval"]["snli-hard"]["leaked_rows"] == {"snli": 0}
+    assert "hans (30,000 rows)" in out
+    predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet")
+    assert set(predictions.filter(predictions["eval"] == "hans")["prediction"].to_pylist()) <= \
+        {"entailment", "non-entailment"}
+
+
+def test_an_evaluation_label_no_map_reaches_is_a_clear_error(tmp_path):
+    proc = run_cli("compare", "--train", f"snli={SNLI_DEV}", "--preset", "snli", "--eval", f"hard={SNLI_HARD}",
+                   "--label-map", "hard=neutral:contradiction,contradiction:neutral", "--out", tmp_path / "a",
+                   check=False)
+    assert proc.returncode == 0, proc.stderr          # a swap reaches every label
+    proc = run_cli("compare", "--train", f"snli={SNLI_DEV}", "--preset", "snli", "--eval", f"hard={SNLI_HARD}",
+                   "--label-map", "hard=neutral:contradiction,contradiction:contradiction", "--out", tmp_path / "b",
+                   check=False)
+    assert proc.returncode == 2 and "no training label maps to 'neutral'" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
