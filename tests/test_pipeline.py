@@ -93,7 +93,7 @@ def test_a_verbs_print_config_is_the_one_stage_pipeline_that_gives_its_result(tm
     assert "hunter2" not in printed and "${REFINERY_SECRET}" in printed   # credentials come from the environment
     assert not (tmp_path / "verb").exists()                                 # printing runs nothing
     data = yaml.safe_load(printed)
-    assert data["stages"] == [{"zfilter": {**to_dict(from_dict(REGISTRY["zfilter"].Config, {})),
+    assert data["stages"] == [{"zfilter": {**to_dict(stage_class("zfilter").Config()),
                                            "k": 5, "batch_size": 500,
                                            "features": data["stages"][0]["zfilter"]["features"]}}]
     assert data["stages"][0]["zfilter"]["features"]["families"] == ["unigram"]
