@@ -457,8 +457,8 @@ def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batc
         unknown = sorted(set(maps) - {e.name for e in eval_sets})
         if unknown:
             raise ValueError(f"--label-map names no evaluation set: {', '.join(unknown)}")
-        config = cmp.CompareConfig(backend=backend, inputs="hypothesis" if hypothesis_only else "pair", model=model_name,
-                                   epochs=epochs, lr=lr, batch_size=batch, max_length=max_length,
+        config = cmp.CompareConfig(backend=backend, inputs="hypothesis" if hypothesis_only else "pair",
+                                   model=model_name, epochs=epochs, lr=lr, batch_size=batch, max_length=max_length,
                                    precision=train_precision, seeds=seeds, bootstrap=bootstrap, by=tuple(by))
     except ValueError as e:
         raise click.UsageError(str(e)) from None
@@ -471,11 +471,7 @@ def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batc
         info = report["eval"][ev]
         click.echo(f"{ev} ({info['rows']:,} rows)")
         for n in names:
-            e = per[n]
-            line = f"  {n:<{width}} {e['mean']:.1%}" + (f" ± {e['std']:.1%}" if e["std"] is not None else "")
-            if "gain" in e:
-                g = e["gain"]
-                line += f"   {g['delta']:+.1%} [{g['ci95'][0]:+.1%}, {g['ci95'][1]:+.1%}]"
+            line = f"  {n:<{width}} {cmp.accuracy_cell(per[n])}"
             if info["leaked_rows"].get(n):
                 line += f"   ({info['leaked_rows'][n]:,} rows also in training)"
             click.echo(line)

@@ -39,18 +39,20 @@ def input_options(f):
                                          storage_options=parse_storage_options(storage_options))
         except ValueError as e:
             raise click.UsageError(str(e)) from None
-        # as given, for --print-config's pipeline input (the Mapping above has lost the preset's name)
+        # for --print-config's pipeline input: the preset by name (the Mapping has lost it), else the parsed map
+        parsed = kwargs["mapping"]
         click.get_current_context().meta[_INPUT_ARGS] = {
-            "preset": preset, "map": dict(p.split("=", 1) for p in mapping.split(",")) if mapping else None,
-            "labels": labels.split(",") if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
+            "preset": preset, "map": dict(parsed.columns) if mapping else None,
+            "labels": list(parsed.label_set) if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
             "batch_rows": batch_rows, "storage_options": kwargs["opts"].storage_options or None}
         return f(*args, **kwargs)
 
     return wrapper
 
-_INPUT_ARGS = "refinery.input_args"
 
+_INPUT_ARGS = "refinery.input_args"
 _PRINT_CONFIG = "refinery.print_config"
+
 
 def print_config_option(f):
     """``--print-config``: print the verb as a one-stage pipeline file (same config keys) and exit."""
@@ -59,6 +61,7 @@ def print_config_option(f):
 
     return click.option("--print-config", is_flag=True, expose_value=False, callback=remember,
                         help="Print this command line as a pipeline file for `refinery run`, and exit.")(f)
+
 
 def printing_config() -> bool:
     """Whether this command line was given ``--print-config``."""
@@ -72,20 +75,23 @@ def as_pipeline(stage: str, config, inputs, out: str, engine: str = "local") -> 
         return
     ctx = click.get_current_context()
     from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec
+    from refinery.pipeline.stage import stage_class
 
     given = {k: v for k, v in ctx.meta[_INPUT_ARGS].items() if v is not None}
     if "storage_options" in given:  # credentials never printed: the file reads them from the environment
         given["storage_options"] = _secrets_as_variables(given["storage_options"])
+
     def absolute(path):  # the file may be saved anywhere: relative paths would move with it
         return path if "://" in path else os.path.abspath(path)
 
     where = {"splits": {s: [absolute(p) for p in ps] for s, ps in inputs.items()}} if isinstance(inputs, dict) \
         else {"paths": [absolute(p) for p in inputs]}
-    if stage == "compose":
-        config = dataclasses.replace(config, original=tuple(absolute(p) for p in config.original))
+    refs = stage_class(stage).references   # fields naming corpora: on the command line always paths
+    config = dataclasses.replace(config, **{f: tuple(absolute(p) for p in getattr(config, f)) for f in refs})
     spec = PipelineSpec(InputSpec(**where, **given), [StageSpec(stage, config)], absolute(out), engine)
     click.echo(spec.to_yaml(), nl=False)
     ctx.exit(0)
+
 
 def _secrets_as_variables(options: dict) -> dict:
     """Storage options with credential values replaced by ``${REFINERY_<NAME>}`` references."""
@@ -94,6 +100,7 @@ def _secrets_as_variables(options: dict) -> dict:
     return {k: (f"${{REFINERY_{k.upper()}}}" if value_is_secret(k, v) else
                 _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
 
+
 def precision_option(f):
     from refinery.models.precision import PRECISIONS
 
@@ -101,9 +108,11 @@ def precision_option(f):
                         help="Fine-tuning precision. auto: bf16 autocast where the device computes bf16 natively "
                              "(CUDA with bf16, CPUs with AVX512-BF16 or AMX), float32 elsewhere.")(f)
 
+
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                         show_default=True, help="What to do when OUT already holds a finished result.")(f)
+
 
 def feature_options(f):
     """Feature families and tokenization shared by the audit and the methods built on it."""
@@ -133,6 +142,7 @@ def feature_options(f):
         return f(*args, **kwargs)
 
     return wrapper
+
 
 def graph_options(f):
     """The sentence graph and the forest of the leakage verbs (Zhang et al. 2019)."""
@@ -167,6 +177,7 @@ def graph_options(f):
         return f(*args, **kwargs)
 
     return wrapper
+
 
 def generator_options(f):
     """Backend, model and sampling of the generator verbs."""

@@ -177,13 +177,11 @@ def breakdown(correct: np.ndarray, table: pa.Table, columns: list) -> dict | str
 
 # ---------------------------------------------------------------- runs
 
-def _fingerprint(config: CompareConfig, train_paths, seed: int, evals: list, storage_options) -> str:
+def _fingerprint(config: CompareConfig, train_print: dict, seed: int, eval_prints: list) -> str:
     """A run's identity: the model, the seed, and the training corpus and evaluation sets as
     ``input_fingerprints`` sees them (a finished corpus by its manifest, a raw file by size and checksum)."""
     data = {"model": config.model_key(), "seed": seed, "replicate": config.backend == "ngram" and config.seeds > 1,
-            "train": input_fingerprints(list(train_paths), storage_options),
-            "eval": [(e.name, e.preset, sorted(e.full_label_map().items()),
-                      input_fingerprints(list(e.paths), storage_options)) for e in evals]}
+            "train": train_print, "eval": eval_prints}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -230,15 +228,19 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
             if col not in eval_tables[e.name].column_names:
                 raise ValueError(f"evaluation set {e.name} has no column {col!r} to break down by "
                                  f"(columns: {', '.join(eval_tables[e.name].column_names)})")
-    leaks = {e.name: {n: int(pc.sum(pc.is_in(text_keys(eval_tables[e.name]), value_set=text_keys(t))).as_py() or 0)
-                      for n, t in tables.items()} for e in evals}
+    train_keys = {n: text_keys(t) for n, t in tables.items()}
+    leaks = {e.name: {n: int(pc.sum(pc.is_in(text_keys(eval_tables[e.name]), value_set=keys)).as_py() or 0)
+                      for n, keys in train_keys.items()} for e in evals}
+    train_prints = {n: input_fingerprints(list(paths), so) for n, paths in train.items()}
+    eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
+                   for e in evals]
 
     runs_root = join(out, "runs")
     correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
     preds: list[pa.Table] = []
     jobs = [(n, s) for n in names for s in range(config.seeds)]
     for name, seed in tqdm(jobs, desc="compare", unit=" run", disable=None):
-        key = _fingerprint(config, train[name], seed, evals, so)
+        key = _fingerprint(config, train_prints[name], seed, eval_prints)
         folder = join(runs_root, f"{_safe(name)}-seed{seed}")
         table = _finished_run(folder, key, so)
         if table is None:
@@ -334,19 +336,23 @@ def _write_report(out: str, report: dict, predictions: pa.Table, storage_options
         d.commit()
 
 
+def accuracy_cell(entry: dict) -> str:
+    """``mean ± std`` of one (corpus, evaluation set), and its gain over the baseline with the 95% interval."""
+    cell = f"{entry['mean']:.1%}" + (f" ± {entry['std']:.1%}" if entry["std"] is not None else "")
+    if "gain" in entry:
+        g = entry["gain"]
+        cell += f"   {g['delta']:+.1%} [{g['ci95'][0]:+.1%}, {g['ci95'][1]:+.1%}]"
+    return cell
+
+
 def _sections(report: dict) -> list:
     acc = report["accuracy"]
     names = list(report["train"])
     rows = {}
     for ev, per in acc.items():
         for n in names:
-            e = per[n]
-            cell = f"{e['mean']:.1%}" + (f" ± {e['std']:.1%}" if e["std"] is not None else "")
-            if "gain" in e:
-                g = e["gain"]
-                cell += f"  ({g['delta']:+.1%}, 95% CI {g['ci95'][0]:+.1%} … {g['ci95'][1]:+.1%})"
-            rows.setdefault(n, {})[ev] = cell
-    sections = [("Accuracy (mean ± std over seeds; gain over the baseline with a paired bootstrap interval)",
+            rows.setdefault(n, {})[ev] = accuracy_cell(per[n])
+    sections = [("Accuracy (mean ± std over seeds; gain over the baseline [paired bootstrap 95% interval])",
                  img_tag(_bar_chart(report), "accuracy per evaluation set") + _grid(rows, list(acc)))]
     sections.append(("Training corpora", dict_table({n: f"{v['rows']:,} rows" + (" (weighted)" if v["weighted"] else "")
                                                      for n, v in report["train"].items()})))
