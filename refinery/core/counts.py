@@ -102,7 +102,7 @@ class ExactCounts:
         """Every (feature, label, count), sorted by feature and label."""
         self._fold_batches()
         if not self._parts:
-            return COUNTS_SCHEMA.empty_table()
+            return pa.Table.from_batches([], schema=COUNTS_SCHEMA)
         if len(self._parts) > 1 or not self._sorted:
             self._compact(ordered=True)
             self._sorted = True

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -213,7 +212,7 @@ def dedupe(rows: np.ndarray, features: pa.Array) -> pa.Table:
     """
     encoded = pc.dictionary_encode(features)
     key = (rows.astype(np.int64) << 32) | encoded.indices.to_numpy().astype(np.int64)
-    key = pd.unique(key)
+    key = pc.unique(pa.array(key)).to_numpy()   # first occurrences, in order
     indices = pa.array((key & 0xFFFFFFFF).astype(np.int32))
     return pa.table({"row": key >> 32, "feature": pa.DictionaryArray.from_arrays(indices, encoded.dictionary)})
 

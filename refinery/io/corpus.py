@@ -24,7 +24,7 @@ from refinery.io.readers import (
     expand_paths,
     read_file,
 )
-from refinery.io.schema import REJECTS_SCHEMA, Mapping
+from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.storage import AtomicDir, get_fs, redact
 
 MANIFEST = "manifest.json"
@@ -80,7 +80,7 @@ class Corpus:
             _, path = get_fs(url, self.storage_options)
             with fs.open(path, "rb") as fh:
                 tables.append(pq.read_table(fh))
-        return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()
+        return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)
 
 
 def iter_parquet(files, storage_options: dict | None = None, columns=None, batch_rows: int = 65_536
@@ -125,7 +125,7 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
         if is_corpus(url, opts.storage_options):
             corpus = Corpus.open(url, opts.storage_options)
             for table in corpus.iter_tables(batch_rows=opts.batch_rows):
-                yield url, Batch(table, REJECTS_SCHEMA.empty_table())
+                yield url, Batch(table, empty_table(REJECTS_SCHEMA))
             if corpus.manifest.get("rejected"):  # a corpus's own rejects travel with its rows
                 yield url, Batch(EMPTY_CANONICAL, corpus.read_rejects())
             continue
@@ -151,7 +151,7 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
                 table = table.append_column("split", pa.array([split_name(url)] * table.num_rows, pa.string()))
             rows.append(table)
             rejects.append(batch.rejects)
-    return concat(rows), (pa.concat_tables(rejects) if rejects else REJECTS_SCHEMA.empty_table())
+    return concat(rows), (pa.concat_tables(rejects) if rejects else empty_table(REJECTS_SCHEMA))
 
 
 def parse_split_spec(spec: str) -> tuple[str | None, str]:

@@ -171,7 +171,7 @@ def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
 
 def corpora_rejects(corpora: dict) -> pa.Table:
     """The rejects of every corpus of :func:`split_corpora`, to be carried into an output."""
-    from refinery.io.schema import REJECTS_SCHEMA
+    from refinery.io.schema import REJECTS_SCHEMA, empty_table
 
     tables = [c.read_rejects() for cs in corpora.values() for c in cs]
-    return pa.concat_tables(tables) if tables else REJECTS_SCHEMA.empty_table()
+    return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)

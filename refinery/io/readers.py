@@ -22,6 +22,7 @@ from refinery.io.schema import (
     OPTIONAL_FIELDS,
     REJECTS_SCHEMA,
     Mapping,
+    empty_table,
 )
 from refinery.io.storage import get_fs
 
@@ -36,7 +37,7 @@ BOM = b"\xef\xbb\xbf"
 MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
 
 
-EMPTY_CANONICAL = pa.schema([f.with_nullable(True) for f in CANONICAL_SCHEMA]).empty_table()
+EMPTY_CANONICAL = empty_table(pa.schema([f.with_nullable(True) for f in CANONICAL_SCHEMA]))
 
 
 class BadRowError(ValueError):
@@ -380,7 +381,7 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     """
     n = table.num_rows
     if n == 0:  # a batch whose every line was bad: an empty batch
-        return Batch(EMPTY_CANONICAL, REJECTS_SCHEMA.empty_table())
+        return Batch(EMPTY_CANONICAL, empty_table(REJECTS_SCHEMA))
     reason = pa.nulls(n, pa.string())
     column = pa.nulls(n, pa.string())
 

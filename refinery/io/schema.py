@@ -153,3 +153,8 @@ def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None 
     if mapping:
         return parse_mapping(mapping, labels)
     return None
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows (``Schema.empty_table`` imports pandas: 0.3 s on every CLI start)."""
+    return pa.Table.from_batches([], schema=schema)
