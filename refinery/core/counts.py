@@ -38,6 +38,7 @@ class ExactCounts:
         self._pending = 0
         self._sorted = True
         self._batches = None   # FeatureCounts of the batches added with add_table
+        self._matrix = None    # (labels, matrix()) until the next add
         self.label_totals: dict[str, int] = {}
 
     @property
@@ -48,6 +49,7 @@ class ExactCounts:
         self._parts.append(counts.cast(COUNTS_SCHEMA))
         self._pending += counts.num_rows
         self._sorted = False
+        self._matrix = None
         for k, v in (label_totals or {}).items():
             self.label_totals[k] = self.label_totals.get(k, 0) + v
         if self._pending > 8_000_000 and len(self._parts) > 1:
@@ -63,6 +65,7 @@ class ExactCounts:
         elif self._batches.config != features:
             raise ValueError("ExactCounts.add_table: every batch must be counted with the same features")
         self._batches.add(table)
+        self._matrix = None
         for k, v in label_totals(table["label"]).items():
             self.label_totals[k] = self.label_totals.get(k, 0) + v
 
@@ -74,13 +77,23 @@ class ExactCounts:
 
     def matrix(self, labels: list) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(F features, F×C counts in the order of ``labels``, n): straight from the accumulated
-        batches when nothing was merged in, else from the summed tables."""
+        batches when nothing was merged in, else from the summed tables (kept until the next add)."""
+        if self._matrix is None or self._matrix[0] != list(labels):
+            if self._parts or self._batches is None:
+                self._fold_batches()
+                result = zstats.long_to_matrix(self.counts(), labels)
+            else:
+                features, _, matrix = self._batches.matrix(labels)
+                result = features, matrix, matrix.sum(axis=1)
+            self._matrix = list(labels), result
+        return self._matrix[1]
 
-        if self._parts or self._batches is None:
-            self._fold_batches()
-            return zstats.long_to_matrix(self.counts(), labels)
-        features, _, matrix = self._batches.matrix(labels)
-        return features, matrix, matrix.sum(axis=1)
+    def labels(self) -> list:
+        """Every label counted, sorted."""
+        seen = set(self.label_totals) | (set(self._batches.labels) if self._batches is not None else set())
+        for part in self._parts:
+            seen.update(pc.unique(part["label"]).to_pylist())
+        return sorted(seen)
 
     def merge(self, other: "ExactCounts") -> "ExactCounts":
         self.add_counts(other.counts(), other.label_totals)
@@ -113,10 +126,16 @@ class ExactCounts:
 
     # -- serialization
     def to_bytes(self) -> bytes:
+        """Parquet, one row per feature with an int64 count column per label (``count_<j>`` for the j-th of the
+        metadata's ``labels``): written straight from the counts, no long table, no sort."""
+        labels = self.labels()
+        features, matrix, _ = self.matrix(labels)
+        meta = {"mode": "exact", "layout": "wide", "labels": labels, "label_totals": self.label_totals}
+        table = pa.table({"feature": features, **{f"count_{j}": pa.array(matrix[:, j], pa.int64())
+                                                   for j in range(len(labels))}})
         sink = io.BytesIO()
-        meta = {b"refinery": json.dumps({"mode": "exact", "label_totals": self.label_totals}).encode()}
-        t = self.counts()
-        pq.write_table(t.replace_schema_metadata(meta), sink, compression="zstd")
+        pq.write_table(table.replace_schema_metadata({b"refinery": json.dumps(meta).encode()}), sink,
+                       compression="lz4", use_dictionary=False)
         return sink.getvalue()
 
     @classmethod
@@ -124,7 +143,16 @@ class ExactCounts:
         t = pq.read_table(io.BytesIO(data))
         meta = json.loads(t.schema.metadata[b"refinery"])
         obj = cls()
-        obj.add_counts(t.replace_schema_metadata(None), meta["label_totals"])
+        if meta.get("layout") != "wide":   # a state saved as a long (feature, label, count) table
+            obj.add_counts(t.replace_schema_metadata(None), meta["label_totals"])
+            return obj
+        labels = meta["labels"]
+        matrix = np.column_stack([t[f"count_{j}"].to_numpy() for j in range(len(labels))]) if labels \
+            else np.zeros((t.num_rows, 0), np.int64)
+        row, col = np.nonzero(matrix)
+        obj.add_counts(pa.table({"feature": pc.take(t["feature"], pa.array(row)),
+                                 "label": pc.take(pa.array(labels, pa.string()), pa.array(col)),
+                                 "count": pa.array(matrix[row, col], pa.int64())}), meta["label_totals"])
         return obj
 
 

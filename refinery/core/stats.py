@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
@@ -28,11 +29,11 @@ class ZStats:
     threshold: float
     min_count: int
 
-    @property
+    @cached_property
     def p_hat(self) -> np.ndarray:
         return self.counts / np.maximum(self.n, 1)[:, None]
 
-    @property
+    @cached_property
     def z(self) -> np.ndarray:
         return z_score(self.p_hat, self.n[:, None], self.p0[None, :])
 
@@ -40,15 +41,26 @@ class ZStats:
     def p_star(self) -> np.ndarray:
         return self.p_hat.max(axis=1)
 
-    def to_table(self) -> pa.Table:
-        """Long table: feature, label, n, count, p_hat, z (one row per feature and label)."""
-        F, C = self.counts.shape
-        z, p = self.z, self.p_hat
+    def eligible(self, min_count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows with n ≥ min_count, their p̂, their z*): most features of a large corpus are rarer than
+        min_count, so the report's statistics are computed for these rows only."""
+        rows = np.flatnonzero(self.n >= (self.min_count if min_count is None else min_count))
+        n = np.maximum(self.n[rows], 1)[:, None]
+        p = self.counts[rows] / n
+        return rows, p, z_score(p, n, self.p0[None, :])
+
+    def to_table(self, min_count: int | None = None) -> pa.Table:
+        """Long table: feature, label, n, count, p_hat, z (one row per feature and label); with
+        ``min_count`` only the features in at least that many rows."""
+        rows, p, z = self.eligible(min_count if min_count is not None else -1)
+        C = len(self.labels)
+        label = pa.DictionaryArray.from_arrays(np.tile(np.arange(C, dtype=np.int32), len(rows)),
+                                               pa.array(self.labels, pa.string()))
         return pa.table({
-            "feature": pc.take(self.features, pa.array(np.repeat(np.arange(F), C))),
-            "label": pa.array(np.tile(np.asarray(self.labels, dtype=object), F), pa.string()),
-            "n": np.repeat(self.n, C).astype(np.int64),
-            "count": self.counts.reshape(-1).astype(np.int64),
+            "feature": pc.take(self.features, pa.array(np.repeat(rows, C))),
+            "label": label.cast(pa.string()),
+            "n": np.repeat(self.n[rows], C).astype(np.int64),
+            "count": self.counts[rows].reshape(-1).astype(np.int64),
             "p_hat": p.reshape(-1),
             "z": z.reshape(-1),
         })
@@ -56,20 +68,18 @@ class ZStats:
     def top_k(self, k: int, min_count: int | None = None) -> dict[str, list[dict]]:
         """The k largest z*(x,l) per label among features with n ≥ min_count (ties by feature name,
         so the answer does not depend on the order features were counted in)."""
-        min_count = self.min_count if min_count is None else min_count
-        z, p = self.z, self.p_hat
-        eligible = self.n >= min_count
+        rows, p, z = self.eligible(min_count)
         out = {}
         for j, label in enumerate(self.labels):
-            zj = np.where(eligible, z[:, j], -np.inf)
+            zj = z[:, j]
             finite = np.flatnonzero(np.isfinite(zj))
             if len(finite) > k:  # the k-th largest z, then every feature at least that large (ties included)
                 kth = np.partition(zj[finite], len(finite) - k)[len(finite) - k]
                 finite = finite[zj[finite] >= kth]
-            names = self.features.take(pa.array(finite)).to_pylist()
+            names = self.features.take(pa.array(rows[finite])).to_pylist()
             idx = [i for _, _, i in sorted(zip(-zj[finite], names, finite))][:k]
-            out[label] = [{"feature": self.features[i].as_py(), "z": round(float(z[i, j]), 4),
-                           "n": int(self.n[i]), "p": round(float(p[i, j]), 4)} for i in idx]
+            out[label] = [{"feature": self.features[rows[i]].as_py(), "z": round(float(z[i, j]), 4),
+                           "n": int(self.n[rows[i]]), "p": round(float(p[i, j]), 4)} for i in idx]
         return out
 
     def biased_sets(self, k: int, min_count: int | None = None) -> dict[str, set]:
@@ -77,7 +87,10 @@ class ZStats:
 
     def significant(self) -> np.ndarray:
         """F×C mask of z*(x,l) above the Bonferroni threshold (n ≥ min_count)."""
-        return (self.z > self.threshold) & (self.n >= self.min_count)[:, None]
+        rows, _, z = self.eligible()
+        mask = np.zeros(self.counts.shape, dtype=bool)
+        mask[rows] = z > self.threshold
+        return mask
 
 
 def z_score(p_hat, n, p0):

@@ -9,6 +9,7 @@ import hashlib
 import json
 import posixpath
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -212,10 +213,13 @@ class CorpusWriter:
         self._buffered = 0
         self._rejects: list[pa.Table] = []
         self._rejected_buffered = 0
-        self._files: list[dict] = []
-        self._reject_files: list[dict] = []
+        self._files: list = []           # futures of the shards' stats, in order
+        self._reject_files: list = []
         self._labels: dict[str, int] = {}
         self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
+        # shards are encoded and written on one background thread (Arrow releases the GIL), so the next
+        # batches are read meanwhile; at most two shards wait at a time
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
 
     # -- writing
     def write(self, rows: pa.Table | None = None, rejects: pa.Table | None = None) -> None:
@@ -247,13 +251,19 @@ class CorpusWriter:
         self._buffer = [rest] if rest is not None and rest.num_rows else []
         self._buffered = rest.num_rows if rest is not None else 0
         if head.num_rows:
-            self._files.append(self._write_parquet(head, f"part-{len(self._files):05d}.parquet"))
+            self._files.append(self._submit(head, f"part-{len(self._files):05d}.parquet"))
 
     def _flush_rejects(self) -> None:
         table = pa.concat_tables(self._rejects)
         self._rejects, self._rejected_buffered = [], 0
         if table.num_rows:
-            self._reject_files.append(self._write_parquet(table, f"rejects-{len(self._reject_files):05d}.parquet"))
+            self._reject_files.append(self._submit(table, f"rejects-{len(self._reject_files):05d}.parquet"))
+
+    def _submit(self, table: pa.Table, name: str) -> Future:
+        waiting = [f for f in self._files + self._reject_files if not f.done()]
+        if len(waiting) >= 2:
+            waiting[0].result()
+        return self._writer.submit(self._write_parquet, table, name)
 
     def _write_parquet(self, table: pa.Table, name: str) -> dict:
         sink = pa.BufferOutputStream()
@@ -274,6 +284,9 @@ class CorpusWriter:
             self._flush_rows()
         if self._rejects:
             self._flush_rejects()
+        self._files = [f.result() for f in self._files]
+        self._reject_files = [f.result() for f in self._reject_files]
+        self._writer.shutdown()
         self.manifest = {
             "format": FORMAT,
             "rows": sum(f["rows"] for f in self._files),
@@ -292,6 +305,7 @@ class CorpusWriter:
         return self.manifest
 
     def abort(self) -> None:
+        self._writer.shutdown(cancel_futures=True)
         if self._dir is not None:
             self._dir.abort()
 

@@ -6,15 +6,18 @@ file, line (1-based; row number for Parquet and JSON arrays), column and reason.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import posixpath
+import re
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from refinery.io.schema import (
@@ -35,6 +38,8 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # read through fsspec's compression="infer" (.zst: zstandard)
 BOM = b"\xef\xbb\xbf"
 MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
+JSONL_BLOCK_BYTES = 16 << 20  # whole lines handed to Arrow's JSON reader at a time
+LINE_BY_LINE = 2048           # a block Arrow refuses is halved down to this many lines, then read line by line
 
 
 EMPTY_CANONICAL = empty_table(pa.schema([f.with_nullable(True) for f in CANONICAL_SCHEMA]))
@@ -57,6 +62,7 @@ class ReadOptions:
     max_row_bytes: int = DEFAULT_MAX_ROW_BYTES  # a longer raw line or record is that row's reject
     on_bad_row: str = "quarantine"  # or "fail"
     storage_options: dict | None = None
+    row_ids: bool = True  # False: rows without an id column get a null id, not a content hash (a pass that reads no ids)
 
 
 def data_extension(path: str) -> str:
@@ -224,26 +230,169 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, pa.Table]]:
-    for chunk in _iter_text_lines(fs, path, opts.batch_rows):
-        records, lines, raws, bad = [], [], [], []
-        for lineno, raw in chunk:
-            if len(raw) > opts.max_row_bytes:
-                bad.append((lineno, None, f"line of {len(raw):,} bytes is over the {opts.max_row_bytes:,}-byte limit",
-                            raw[:1024].decode("utf-8", "replace") + " …"))
+def _parse_lines(chunk, opts, source, text_columns) -> tuple[pa.Table, pa.Array, pa.Table]:
+    """Python's json, line by line: (records with ``__line``, their raw text, rejects with reasons)."""
+    records, lines, raws, bad = [], [], [], []
+    for lineno, raw in chunk:
+        if len(raw) > opts.max_row_bytes:
+            bad.append((lineno, None, f"line of {len(raw):,} bytes is over the {opts.max_row_bytes:,}-byte limit",
+                        raw[:1024].decode("utf-8", "replace") + " …"))
+            continue
+        text = _decode(raw)
+        if text is None:
+            bad.append((lineno, None, "undecodable bytes (not UTF-8)", raw.decode("utf-8", "replace")))
+            continue
+        obj, column, reason = _parse_json_line(text, text_columns)
+        if reason:
+            bad.append((lineno, column, reason, text))
+            continue
+        records.append(obj)
+        lines.append(lineno)
+        raws.append(text)
+    return _with_lines(_records_to_table(records), lines), pa.array(raws, pa.string()), _rejects(source, *_unzip4(bad))
+
+
+def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, object, pa.Table]]:
+    """JSONL in blocks of whole lines, each read by Arrow's JSON reader (vectorized, threaded) where it
+    reads exactly what Python's json would (``_arrow_lines``), else halved down to ``LINE_BY_LINE``
+    lines and read line by line, so a damaged line costs one small slow piece, not the file."""
+    for lines, first_line in _jsonl_blocks(fs, path, JSONL_BLOCK_BYTES):
+        pending = [(0, len(lines))]
+        while pending:
+            lo, hi = pending.pop()
+            table, keep = _arrow_lines(lines, lo, hi, opts, text_columns)
+            if table is not None:
+                yield _with_lines(table, first_line + keep), lines.subset(keep), _rejects(source, [], [], [], [])
+            elif hi - lo <= LINE_BY_LINE:
+                chunk = [(first_line + i, lines.raw(i)) for i in keep]
+                if chunk:
+                    yield _parse_lines(chunk, opts, source, text_columns)
+            else:
+                mid = (lo + hi) // 2
+                pending += [(mid, hi), (lo, mid)]   # the first half is read first
+
+
+def _jsonl_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int]]:
+    """(whole lines of about ``block_bytes``, the 1-based number of their first line); BOM removed."""
+    with fs.open(path, "rb", compression="infer") as fh:
+        first, tail = 1, b""
+        while data := fh.read(block_bytes):
+            data = tail + data if tail else data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:   # no line ends yet: one line longer than a block
+                tail = data
                 continue
-            text = _decode(raw)
-            if text is None:
-                bad.append((lineno, None, "undecodable bytes (not UTF-8)", raw.decode("utf-8", "replace")))
-                continue
-            obj, column, reason = _parse_json_line(text, text_columns)
-            if reason:
-                bad.append((lineno, column, reason, text))
-                continue
-            records.append(obj)
-            lines.append(lineno)
-            raws.append(text)
-        yield _with_provenance(_records_to_table(records), lines, raws), _rejects(source, *_unzip4(bad))
+            block, tail = (data, b"") if cut == len(data) else (data[:cut], data[cut:])
+            lines = LineTexts(block.removeprefix(BOM) if first == 1 else block)
+            yield lines, first
+            first += len(lines)
+        if tail:
+            yield LineTexts(tail.removeprefix(BOM) if first == 1 else tail), first
+
+
+class LineTexts:
+    """The lines of a block of bytes: spans from the newline positions, raw text decoded only for the
+    lines that are rejected (``take``), blank lines found only when Arrow's row count says there are some."""
+
+    def __init__(self, block: bytes, starts: np.ndarray | None = None, ends: np.ndarray | None = None):
+        self.block = block
+        if starts is None:
+            buf = np.frombuffer(block, np.uint8)
+            ends = np.flatnonzero(buf == 10)
+            if len(buf) and buf[-1] != 10:
+                ends = np.append(ends, len(buf))
+            starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+        self.starts, self.ends = starts, ends
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def subset(self, keep: np.ndarray) -> "LineTexts":
+        return LineTexts(self.block, self.starts[keep], self.ends[keep])
+
+    def raw(self, i: int) -> bytes:
+        """Line ``i`` without its line end (as ``rstrip(b"\\r\\n")``)."""
+        return self.block[self.starts[i]:self.ends[i]].rstrip(b"\r\n")
+
+    def too_long(self, indices: np.ndarray, limit: int) -> bool:
+        """Whether a line of ``indices`` is longer than ``limit`` bytes without its line end."""
+        longer = indices[(self.ends[indices] - self.starts[indices]) > limit]
+        return any(len(self.raw(i)) > limit for i in longer)
+
+    def nonblank(self, lo: int, hi: int) -> np.ndarray:
+        """Lines in [lo, hi) that hold a byte other than ASCII whitespace (``bytes.strip``'s): only a line
+        that is empty or starts with whitespace is looked at."""
+        starts, ends = self.starts[lo:hi], self.ends[lo:hi]
+        if not len(starts):
+            return np.arange(lo, hi)
+        lead = np.frombuffer(self.block, np.uint8)[np.minimum(starts, len(self.block) - 1)]
+        suspect = np.flatnonzero((ends == starts) | (lead == 32) | ((lead >= 9) & (lead <= 13))) + lo
+        blank = [i for i in suspect if not self.raw(i).strip()]
+        return np.setdiff1d(np.arange(lo, hi), blank, assume_unique=True) if blank else np.arange(lo, hi)
+
+    def all_objects(self, indices: np.ndarray) -> bool:
+        """Whether each of these lines opens a JSON object: Arrow reads a ``null`` line as a row of nulls
+        (Python's json rejects it) and crashes on a block that starts with one."""
+        lead = np.frombuffer(self.block, np.uint8)[np.minimum(self.starts[indices], len(self.block) - 1)]
+        return all(self.raw(i).lstrip()[:1] == b"{" for i in indices[lead != ord("{")])
+
+    def take(self, indices) -> pa.Array:
+        return pa.array([self.raw(i).decode("utf-8") for i in np.asarray(indices, dtype=np.int64)], pa.string())
+
+
+_LONG_INTEGER = re.compile(rb"\d{16,}")
+
+
+def _arrow_lines(lines: LineTexts, lo: int, hi: int, opts, text_columns) -> tuple[pa.Table | None, np.ndarray]:
+    """(the non-blank lines [lo, hi) read by Arrow's JSON reader, their positions), the table None where
+    Arrow's reading could differ from Python's json's line by line (then they are read that way, with a
+    reason per bad line): a line that is not an object, any line over ``max_row_bytes``, bytes that are not
+    UTF-8, a line Arrow rejects
+    (malformed JSON, duplicate keys, lone surrogates, types that change between lines), two objects on one
+    line, a text column holding floats or nested values (Python writes 1.0 as "1.0"), nesting that could
+    reach ``MAX_JSON_DEPTH``, and integers too long for int64 that Arrow would round to floats. Strings Arrow
+    would take for timestamps are read again as strings."""
+    keep = lines.nonblank(lo, hi)
+    if not len(keep) or lines.too_long(keep, opts.max_row_bytes) or not lines.all_objects(keep):
+        return None, keep
+    piece = memoryview(lines.block)[lines.starts[lo]:lines.ends[hi - 1]]
+    try:
+        str(piece, "utf-8")
+        table = pajson.read_json(pa.BufferReader(piece))
+        timestamps = [f for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
+        if timestamps:
+            schema = pa.schema([f.with_type(pa.string()) for f in timestamps])
+            table = pajson.read_json(pa.BufferReader(piece), parse_options=pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="infer"))
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None, keep
+    if table.num_rows != len(keep):
+        return None, keep
+    for field in table.schema:
+        if field.name in text_columns and not (pa.types.is_string(field.type) or pa.types.is_null(field.type)
+                                               or pa.types.is_int64(field.type) or pa.types.is_boolean(field.type)):
+            return None, keep
+        if _depth_of_type(field.type) + 2 >= MAX_JSON_DEPTH or _has_temporal(field.type):
+            return None, keep
+        if _has_float(field.type) and _LONG_INTEGER.search(piece):
+            return None, keep
+    return table, keep
+
+
+def _children(t: pa.DataType) -> list[pa.DataType]:
+    return [t.field(i).type for i in range(t.num_fields)] if t.num_fields else []
+
+
+def _depth_of_type(t: pa.DataType) -> int:
+    return 1 + max(map(_depth_of_type, _children(t))) if _children(t) else 0
+
+
+def _has_float(t: pa.DataType) -> bool:
+    return pa.types.is_floating(t) or any(map(_has_float, _children(t)))
+
+
+def _has_temporal(t: pa.DataType) -> bool:
+    return pa.types.is_temporal(t) or any(map(_has_temporal, _children(t)))
 
 
 def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, pa.Table]]:
@@ -273,7 +422,8 @@ def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.T
                 records.append(obj)
                 lines.append(i)
                 raws.append(raw)
-        yield _with_provenance(_records_to_table(records), lines, raws), _rejects(source, *_unzip4(bad))
+        yield _with_lines(_records_to_table(records), lines), pa.array(raws, pa.string()), \
+            _rejects(source, *_unzip4(bad))
 
 
 def _json_text(obj) -> str:
@@ -298,7 +448,7 @@ def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple
 
         def flush():
             table = pa.table({h: pa.array(c, pa.string()) for h, c in zip(header, cols)})
-            out = _with_provenance(table, list(lines), list(raws)), _rejects(source, *_unzip4(bad))
+            out = _with_lines(table, lines), pa.array(raws, pa.string()), _rejects(source, *_unzip4(bad))
             for c in cols:
                 c.clear()
             lines.clear(), raws.clear(), bad.clear()
@@ -336,7 +486,7 @@ def _raw_parquet(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
             table = pa.Table.from_batches([rb])
             lines = list(range(start, start + table.num_rows))
             start += table.num_rows
-            yield _with_provenance(table, lines, None), _rejects(source, [], [], [], [])
+            yield _with_lines(table, lines), None, _rejects(source, [], [], [], [])
 
 
 def _has_surrogates(s: str) -> bool:
@@ -355,29 +505,41 @@ def _unzip4(bad):
     return ([b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad], [b[3] for b in bad])
 
 
-def _with_provenance(table: pa.Table, lines, raws) -> pa.Table:
-    table = table.append_column("__line", pa.array(lines, pa.int64()))
-    if raws is not None:
-        table = table.append_column("__raw", pa.array(raws, pa.string()))
-    return table
+def _with_lines(table: pa.Table, lines) -> pa.Table:
+    """``table`` with each row's line (1-based; the row number for Parquet and JSON arrays) as ``__line``."""
+    return table.append_column("__line", pa.array(lines, pa.int64()))
 
 
 # ---------------------------------------------------------------- canonicalization
 
-def _hash_ids(source_file: str, lines, text_a, text_b, label) -> list[str]:
-    """Content-hash ids, salted with the file name and line so duplicates stay distinct."""
-    base = posixpath.basename(source_file)
-    return [
-        hashlib.sha1(f"{base}\x1f{ln}\x1f{a}\x1f{b}\x1f{lab}".encode()).hexdigest()[:16]
-        for ln, a, b, lab in zip(lines, text_a, text_b, label)
-    ]
+_THREAD = threading.local()
 
 
-def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars: int) -> Batch:
-    """Map a raw table (with ``__line``/``__raw`` provenance) to canonical rows and rejects.
+def _hash_ids(source_file: str, lines, text_a, text_b, label) -> pa.Array:
+    """Content-hash ids, salted with the file name and line so duplicates stay distinct: the first 16 hex
+    digits of sha1("<file name>\\x1f<line>\\x1f<text_a>\\x1f<text_b>\\x1f<label>") (``sql/row_ids.sql``),
+    computed by DuckDB on one connection per thread (opening one costs 20–30 ms)."""
+    from refinery.io.queries import connect, load_sql
+
+    if getattr(_THREAD, "ids", None) is None:
+        _THREAD.ids = connect(), load_sql("row_ids")
+    con, sql = _THREAD.ids
+    rows = pa.table({"line": lines, "text_a": text_a, "text_b": text_b, "label": label})
+    con.register("rows", pa.Table.from_batches(rows.to_batches(max_chunksize=16_384), rows.schema))  # a thread a batch
+    try:
+        return con.sql(sql, params=[posixpath.basename(source_file)]).to_arrow_table()["id"]
+    finally:
+        con.unregister("rows")
+
+
+def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars: int, raws=None,
+                 row_ids: bool = True) -> Batch:
+    """Map a raw table (with its ``__line`` column) to canonical rows and rejects.
 
     Checks, in order, each naming its column: missing column, null value, empty text,
-    over-long text, label outside the declared set. Vectorized with Arrow compute.
+    over-long text, label outside the declared set. Vectorized with Arrow compute. ``raws``
+    (anything with ``take``) gives the raw text of the rejected rows; without it they are
+    written as JSON. ``row_ids=False`` leaves the ids a file lacks null instead of hashing them.
     """
     n = table.num_rows
     if n == 0:  # a batch whose every line was bad: an empty batch
@@ -411,9 +573,11 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
         values[key] = col
         flag(pc.is_null(col), src, f"missing or null value in column {src!r}")
         if key != "label":
-            flag(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), src, f"empty text in column {src!r}")
-            flag(pc.greater(pc.utf8_length(col), max_chars), src,
-                 f"text longer than {max_chars} characters in column {src!r}")
+            nbytes = pc.binary_length(col)   # O(1) a row; characters ≤ bytes
+            flag(pc.or_(pc.equal(nbytes, 0), pc.utf8_is_space(col)), src, f"empty text in column {src!r}")
+            if pc.any(pc.greater(nbytes, max_chars)).as_py():
+                flag(pc.greater(pc.utf8_length(col), max_chars), src,
+                     f"text longer than {max_chars} characters in column {src!r}")
 
     label = values["label"]
     if mapping.labels:
@@ -427,12 +591,11 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     bad = pc.is_valid(reason)
     good = pc.invert(bad)
     lines = table["__line"]
-    raws = table["__raw"] if "__raw" in table.column_names else None
 
     # rejects
     bad_idx = pc.indices_nonzero(bad)
     if raws is not None:
-        raw_bad = pc.take(raws, bad_idx)
+        raw_bad = raws.take(bad_idx)
     else:
         raw_bad = pa.array([json.dumps(r, default=str, ensure_ascii=False)
                             for r in table.drop_columns(["__line"]).take(bad_idx).to_pylist()], pa.string())
@@ -451,12 +614,15 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     ids = None
     if id_src and id_src in kept.column_names:
         ids = pc.cast(kept[id_src], pa.string())
-    hashed = _hash_ids(source_file, kept["__line"].to_pylist(), text_a.to_pylist(),
-                       _pylist(text_b), label.to_pylist()) if ids is None or ids.null_count else None
+    hashed = None
+    if not row_ids:
+        ids = ids if ids is not None else pa.nulls(kept.num_rows, pa.string())
+    elif ids is None or ids.null_count:
+        hashed = _hash_ids(source_file, kept["__line"], text_a, text_b, label)
     if ids is None:
-        ids = pa.array(hashed, pa.string())
+        ids = hashed
     elif hashed is not None:
-        ids = pc.if_else(pc.is_null(ids), pa.array(hashed, pa.string()), ids)
+        ids = pc.if_else(pc.is_null(ids), hashed, ids)
 
     out = {"id": ids, "text_a": text_a, "text_b": text_b, "label": label}
     for node in ("node_a", "node_b"):  # sentence ids for the leakage graph (QQP qid1/qid2, MSRP #1/#2 ID)
@@ -467,7 +633,7 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
         src = mapped.get(opt, opt)
         if src in kept.column_names:
             out[opt] = pc.cast(kept[src], typ)
-    used = set(mapped.values()) | set(out) | {"__line", "__raw"}
+    used = set(mapped.values()) | set(out) | {"__line"}
     for name in kept.column_names:
         if name not in used:
             out[name] = kept[name]
@@ -476,10 +642,6 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
 
 def _castable(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
-
-
-def _pylist(arr):
-    return arr.to_pylist() if hasattr(arr, "to_pylist") else list(arr)
 
 
 # ---------------------------------------------------------------- public entry points
@@ -499,8 +661,8 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
     }
     if fmt == "json" and _looks_like_jsonl(fs, fpath):
         fmt = "jsonl"
-    for raw, parse_rejects in parsers[fmt]():
-        batch = canonicalize(raw, mapping, path, opts.max_chars)
+    for raw, raws, parse_rejects in parsers[fmt]():
+        batch = canonicalize(raw, mapping, path, opts.max_chars, raws, opts.row_ids)
         rejects = pa.concat_tables([parse_rejects, batch.rejects]).sort_by("line")
         if opts.on_bad_row == "fail" and rejects.num_rows:
             first = rejects.slice(0, 1).to_pylist()[0]

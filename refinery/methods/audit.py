@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -213,6 +212,7 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
             raise ValueError(f"{state}: saved with features {saved.features.to_dict()} in {saved.mode} mode; "
                              "the update must use the same")
     count = count_ray if engine == "ray" else count_local
+    opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
     recount = config.mode == "sketch" and config.sketch_recount and base is None
     counter, rejected = count(inputs, mapping, opts, config, probe=not recount)
     if base is not None:
@@ -256,7 +256,8 @@ def load_state(path: str):
 
 
 def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refinery audit") -> dict:
-    """stats.parquet, topk.json, summary.json, zplot.png, report.html and the mergeable state."""
+    """stats.parquet (features with n ≥ min_count), topk.json, summary.json, zplot.png, report.html and the
+    mergeable state (every feature's counts)."""
     st, cfg = result.stats, result.config
     topk = result.top_k()
     summary = {
@@ -274,7 +275,7 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
     }
     png = zplot_png(st, k=min(cfg.k, 8), title=title)
     sink = pa.BufferOutputStream()
-    pq.write_table(st.to_table(), sink, compression="zstd")
+    pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
     with AtomicDir(out) as d:
         d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
         d.write_text("topk.json", json.dumps(topk, indent=1))
@@ -291,12 +292,6 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         d.write_text("summary.json", json.dumps(summary, indent=1, default=str))
         d.commit()
     return summary
-
-
-def top_z(stats: zstats.ZStats) -> dict:
-    """Largest z*(x,l) per label among features with n ≥ min_count."""
-    z = np.where((stats.n >= stats.min_count)[:, None], stats.z, -np.inf)
-    return {l: float(z[:, j].max(initial=-np.inf)) for j, l in enumerate(stats.labels)}
 
 
 class AuditStage(Stage):

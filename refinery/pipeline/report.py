@@ -20,8 +20,8 @@ def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 40_0
 
     C = len(stats.labels)
     fig, axes = plt.subplots(1, C, figsize=(4.6 * C, 4.2), sharey=True, squeeze=False)
-    keep = stats.n >= max(stats.min_count, 1)
-    n_all, p_all = stats.n[keep], stats.p_hat[keep]
+    rows, p_all, _ = stats.eligible(max(stats.min_count, 1))
+    n_all = stats.n[rows]
     if len(n_all) > max_points:  # plot the largest-n features and a seeded sample of the rest
         rng = np.random.default_rng(0)
         order = np.argsort(-n_all)
