@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 import pyarrow as pa
@@ -273,14 +274,16 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         "config": cfg.to_dict(),
         "inputs": list(inputs),
     }
-    png = zplot_png(st, k=min(cfg.k, 8), title=title)
-    sink = pa.BufferOutputStream()
-    pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
+    with ThreadPoolExecutor(1) as background:   # the state's encoding releases the GIL: it overlaps the plot
+        state = background.submit(result.counter.to_bytes)
+        png = zplot_png(st, k=min(cfg.k, 8), title=title)
+        sink = pa.BufferOutputStream()
+        pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
     with AtomicDir(out) as d:
         d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
         d.write_text("topk.json", json.dumps(topk, indent=1))
         d.write_bytes("zplot.png", png)
-        d.write_bytes(STATE_FILE, result.counter.to_bytes())
+        d.write_bytes(STATE_FILE, state.result())
         d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
                                              "inputs": list(inputs)}, indent=1))
         d.write_text("report.html", page(title, [

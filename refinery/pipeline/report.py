@@ -11,7 +11,7 @@ import numpy as np
 from refinery.core.stats import ZStats, significance_curve
 
 
-def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 40_000) -> bytes:
+def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 12_000) -> bytes:
     """p̂(l|x) against n (log x) per label, the Bonferroni significance curve, top features labelled."""
     import matplotlib
 

@@ -1,0 +1,166 @@
+"""The CLI as a user runs it: whole processes with default options, from a raw JSONL file to finished outputs.
+
+Each command is timed as a separate process (median of --repeat runs, taken in turn), next to its baseline
+over the same file in the same run:
+
+* ``refinery audit raw.jsonl --preset snli`` against a naive Python script (json.loads, a regex tokenizer and
+  a Counter of (feature, label), then z* and the top features) and against the floor: a bare Arrow read of
+  the file plus Arrow's tokenizer over both text columns;
+* ``refinery convert`` against ``pyarrow.json.read_json`` of the file;
+* ``refinery zfilter`` with its defaults (batch size 1,000, k = 20).
+
+    .venv/bin/python benchmarks/cli.py [--rows 1000000] [--repeat 3] [--skip-naive]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFINERY = os.path.join(os.path.dirname(sys.executable), "refinery")
+
+
+def naive_audit(path: str, k: int = 20, min_count: int = 10) -> dict:
+    """The script a researcher writes first: per-line json, regex tokens, a Counter, then z* (uniform prior)."""
+    split = re.compile(r"\w+|[^\w\s]")
+    counts: Counter = Counter()
+    labels: Counter = Counter()
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            label = row["gold_label"]
+            feats = {"null"}
+            for field, name in (("sentence1", "premise"), ("sentence2", "hypothesis")):
+                toks = split.findall(row[field].lower())
+                feats.update(f"{t}@{name}" for t in toks)
+                feats.update(f"{a} {b}@{name}" for a, b in zip(toks, toks[1:]))
+            labels[label] += 1
+            for f in feats:
+                counts[(f, label)] += 1
+    n: Counter = Counter()
+    for (f, _), c in counts.items():
+        n[f] += c
+    p0 = 1 / len(labels)
+    top = {}
+    for label in labels:
+        z = [((counts[(f, label)] / n[f] - p0) / math.sqrt(p0 * (1 - p0) / n[f]), f) for f in n if n[f] >= min_count]
+        top[label] = [f for _, f in sorted(z, reverse=True)[:k]]
+    return top
+
+
+def bare_read(path: str) -> int:
+    """The floor: Arrow reads the file and tokenizes both text columns."""
+    import pyarrow.json as pajson
+
+    from refinery.core.features import FeatureConfig
+
+    table = pajson.read_json(path)
+    tokenizer = FeatureConfig().tokenizer
+    return sum(len(tokenizer.tokenize(table[c]).flatten()) for c in ("sentence1", "sentence2"))
+
+
+def arrow_read(path: str) -> int:
+    import pyarrow.json as pajson
+
+    return pajson.read_json(path).num_rows
+
+
+def timed_process(args: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
+    return time.perf_counter() - start
+
+
+def median_of(runs: list[list[str]], repeat: int) -> list[list[float]]:
+    """Each command ``repeat`` times, the commands taken in turn (so drift of the machine hits all alike)."""
+    times = [[] for _ in runs]
+    for _ in range(repeat):
+        for i, args in enumerate(runs):
+            times[i].append(timed_process(args))
+    return times
+
+
+def show(name: str, times: list[float]) -> float:
+    med = statistics.median(times)
+    print(f"  {name:48s} {med:8.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times)})")
+    return med
+
+
+def cpu_name() -> str:
+    """The CPU as figures must name it: model, family/model numbers and the wide-vector instruction sets."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    flags = set(info.get("flags", "").split())
+    wide = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return (f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family')}, model {info.get('model')}; "
+            f"{', '.join(wide) or 'no AVX2'})")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--skip-naive", action="store_true", help="the naive script takes about 2 minutes per 1M rows")
+    p.add_argument("--child", nargs=2, metavar=("WHAT", "PATH"))
+    args = p.parse_args()
+    if args.child:
+        what, path = args.child
+        {"naive": naive_audit, "bare": bare_read, "arrow": arrow_read}[what](path)
+        return
+    py = [sys.executable, os.path.abspath(__file__), "--child"]
+    print(f"{cpu_name()}, {os.cpu_count()} cores; {args.rows:,} synthetic pairs as raw JSONL; "
+          f"median of {args.repeat} whole-process runs each")
+    with tempfile.TemporaryDirectory(prefix="refinery-cli-bench-") as work:
+        raw = os.path.join(work, "raw.jsonl")
+        subprocess.run([REFINERY, "synth", "--rows", str(args.rows), "--seed", "1", "--out", os.path.join(work, "syn")],
+                       check=True, stdout=subprocess.DEVNULL)
+        from refinery.io.corpus import Corpus
+
+        with open(raw, "w", encoding="utf-8") as fh:
+            for table in Corpus.open(os.path.join(work, "syn")).iter_tables(["text_a", "text_b", "label"]):
+                for a, b, label in zip(*(table[c].to_pylist() for c in ("text_a", "text_b", "label"))):
+                    fh.write(json.dumps({"sentence1": a, "sentence2": b, "gold_label": label}) + "\n")
+        print(f"  raw file: {os.path.getsize(raw) / 1e6:,.0f} MB\n")
+
+        def out(name):
+            return os.path.join(work, name)
+
+        print("audit (refinery audit RAW --preset snli --out DIR)")
+        times = median_of([[REFINERY, "audit", raw, "--preset", "snli", "--out", out("audit")], py + ["bare", raw]],
+                          args.repeat)
+        t_audit = show("refinery audit", times[0])
+        t_bare = show("floor: Arrow read + tokenize", times[1])
+        print(f"  -> audit / floor = {t_audit / t_bare:.2f}x (goal <= 3x)")
+        if not args.skip_naive:   # one run: it takes minutes
+            t_naive = show("naive Python script (json + Counter)", median_of([py + ["naive", raw]], 1)[0])
+            print(f"  -> speed-up over the naive script = {t_naive / t_audit:.1f}x (goal >= 20x)")
+
+        print("\nconvert (refinery convert RAW --preset snli --out DIR)")
+        times = median_of([[REFINERY, "convert", raw, "--preset", "snli", "--out", out("corpus")],
+                           py + ["arrow", raw]], args.repeat)
+        t_convert, t_arrow = show("refinery convert", times[0]), show("pyarrow.json.read_json", times[1])
+        print(f"  -> convert / Arrow read = {t_convert / t_arrow:.2f}x (goal <= 2x)")
+
+        print("\nzfilter (refinery zfilter RAW --preset snli --out DIR: batch 1,000, k = 20)")
+        times = median_of([[REFINERY, "zfilter", raw, "--preset", "snli", "--out", out("zf")]], args.repeat)
+        show("refinery zfilter", times[0])
+        kept = Corpus.open(os.path.join(out("zf"), "kept")).manifest["rows"]
+        print(f"  kept {kept:,} of {args.rows:,} rows (goal: <= 60 s)")
+
+
+if __name__ == "__main__":
+    main()
