@@ -632,8 +632,9 @@ def ibadr(inputs, out, profile, sample_rows, iterations, per_iteration, groups, 
     for h in report["iterations"]:
         click.echo(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
                    f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}")
-    click.echo(f"mean z* of the original's top features: {report['mean_top_z']['original']} (original) vs "
-               f"{report['mean_top_z']['accepted']} (accepted pseudo samples)")
+    z = {k: "n/a" if v is None else f"{v:.2f}" for k, v in report["mean_top_z"].items()}
+    click.echo(f"mean z* of the original's top features: {z['original']} (original) vs "
+               f"{z['accepted']} (accepted pseudo samples)")
     used = report["iterations"][-1]["train_precision"] if report["iterations"] else None
     if used:
         click.echo(f"generator fine-tuned in {used['dtype']} ({used['requested']}: {used['reason']})")
