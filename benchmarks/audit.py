@@ -26,18 +26,25 @@ from refinery.io.corpus import Corpus  # noqa: E402
 from refinery.methods.audit import AuditConfig, audit, audit_table  # noqa: E402
 
 
+NAIVE_TOKENS = re.compile(r"\w+|[^\w\s]")
+
+
+def naive_row_features(premise: str, hypothesis: str) -> set:
+    """The features of one pair as a first script computes them: regex tokens, unigrams and bigrams per field."""
+    feats = {"null"}
+    for text, name in ((premise, "premise"), (hypothesis, "hypothesis")):
+        toks = NAIVE_TOKENS.findall(text.lower())
+        feats.update(f"{t}@{name}" for t in toks)
+        feats.update(f"{x} {y}@{name}" for x, y in zip(toks, toks[1:]))
+    return feats
+
+
 def naive_counts(corpus: Corpus) -> Counter:
     """The baseline: per-row Python tokenization and a Counter of (feature, label)."""
     counts: Counter = Counter()
-    split = re.compile(r"\w+|[^\w\s]")
     for table in corpus.iter_tables(["text_a", "text_b", "label"]):
         for a, b, label in zip(*(table[c].to_pylist() for c in ("text_a", "text_b", "label"))):
-            feats = {"null"}
-            for text, name in ((a, "premise"), (b, "hypothesis")):
-                toks = split.findall(text.lower())
-                feats.update(f"{t}@{name}" for t in toks)
-                feats.update(f"{x} {y}@{name}" for x, y in zip(toks, toks[1:]))
-            for f in feats:
+            for f in naive_row_features(a, b):
                 counts[(f, label)] += 1
     return counts
 

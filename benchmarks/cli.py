@@ -18,7 +18,6 @@ import json
 import math
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -32,20 +31,16 @@ REFINERY = os.path.join(os.path.dirname(sys.executable), "refinery")
 
 def naive_audit(path: str, k: int = 20, min_count: int = 10) -> dict:
     """The script a researcher writes first: per-line json, regex tokens, a Counter, then z* (uniform prior)."""
-    split = re.compile(r"\w+|[^\w\s]")
+    from audit import naive_row_features   # benchmarks/audit.py: the same features as its naive baseline
+
     counts: Counter = Counter()
     labels: Counter = Counter()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
             label = row["gold_label"]
-            feats = {"null"}
-            for field, name in (("sentence1", "premise"), ("sentence2", "hypothesis")):
-                toks = split.findall(row[field].lower())
-                feats.update(f"{t}@{name}" for t in toks)
-                feats.update(f"{a} {b}@{name}" for a, b in zip(toks, toks[1:]))
             labels[label] += 1
-            for f in feats:
+            for f in naive_row_features(row["sentence1"], row["sentence2"]):
                 counts[(f, label)] += 1
     n: Counter = Counter()
     for (f, _), c in counts.items():

@@ -149,10 +149,7 @@ class ExactCounts:
         labels = meta["labels"]
         matrix = np.column_stack([t[f"count_{j}"].to_numpy() for j in range(len(labels))]) if labels \
             else np.zeros((t.num_rows, 0), np.int64)
-        row, col = np.nonzero(matrix)
-        obj.add_counts(pa.table({"feature": pc.take(t["feature"], pa.array(row)),
-                                 "label": pc.take(pa.array(labels, pa.string()), pa.array(col)),
-                                 "count": pa.array(matrix[row, col], pa.int64())}), meta["label_totals"])
+        obj.add_counts(zstats.matrix_to_long(t["feature"], labels, matrix), meta["label_totals"])
         return obj
 
 

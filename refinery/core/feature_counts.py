@@ -30,6 +30,7 @@ from refinery.core.features import (
     extract,
     text_fields,
 )
+from refinery.core.stats import matrix_to_long
 
 _EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing multiplier
@@ -582,8 +583,4 @@ class FeatureCounts:
 
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
-        features, labels, matrix = self.matrix()
-        row, col = np.nonzero(matrix)
-        return pa.table({"feature": pc.take(features, pa.array(row)),
-                         "label": pc.take(pa.array(labels, pa.string()), pa.array(col)),
-                         "count": pa.array(matrix[row, col], pa.int64())}, schema=schema)
+        return matrix_to_long(*self.matrix(), schema)

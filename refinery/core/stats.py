@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from statistics import NormalDist
 
 import numpy as np
@@ -29,11 +28,11 @@ class ZStats:
     threshold: float
     min_count: int
 
-    @cached_property
+    @property
     def p_hat(self) -> np.ndarray:
         return self.counts / np.maximum(self.n, 1)[:, None]
 
-    @cached_property
+    @property
     def z(self) -> np.ndarray:
         return z_score(self.p_hat, self.n[:, None], self.p0[None, :])
 
@@ -132,6 +131,14 @@ def long_to_matrix(counts: pa.Table, labels: list) -> tuple[pa.Array, np.ndarray
     np.add.at(matrix, (fi[known], li[known]), c[known])
     n = np.bincount(fi, weights=c, minlength=len(features))
     return features, matrix, n
+
+
+def matrix_to_long(features: pa.Array, labels: list, matrix: np.ndarray, schema: pa.Schema | None = None) -> pa.Table:
+    """The nonzero cells of an F×C count matrix as ``(feature, label, count)`` rows (``long_to_matrix``'s inverse)."""
+    row, col = np.nonzero(matrix)
+    return pa.table({"feature": pc.take(features, pa.array(row)),
+                     "label": pc.take(pa.array(labels, pa.string()), pa.array(col)),
+                     "count": pa.array(matrix[row, col], pa.int64())}, schema=schema)
 
 
 def prior_vector(labels: list, label_totals: dict, prior: str) -> np.ndarray:

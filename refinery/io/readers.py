@@ -198,31 +198,6 @@ def _lone_surrogate(obj: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _iter_text_lines(fs, path, batch_rows) -> Iterator[list[tuple[int, bytes]]]:
-    chunk: list[tuple[int, bytes]] = []
-    with fs.open(path, "rb", compression="infer") as fh:
-        for lineno, raw in enumerate(_lines(fh), start=1):
-            raw = raw.rstrip(b"\r\n")
-            if lineno == 1:
-                raw = raw.removeprefix(BOM)
-            if not raw.strip():
-                continue
-            chunk.append((lineno, raw))
-            if len(chunk) >= batch_rows:
-                yield chunk
-                chunk = []
-    if chunk:
-        yield chunk
-
-
-def _lines(fh):
-    """Line iteration over a binary stream; zstandard's reader has no readline, so it is buffered."""
-    try:
-        yield from fh
-    except io.UnsupportedOperation:
-        yield from io.BufferedReader(fh)
-
-
 def _decode(raw: bytes) -> str | None:
     try:
         return raw.decode("utf-8")
@@ -253,11 +228,13 @@ def _parse_lines(chunk, opts, source, text_columns) -> tuple[pa.Table, pa.Array,
 
 
 def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, object, pa.Table]]:
-    """JSONL in blocks of whole lines, each read by Arrow's JSON reader (vectorized, threaded) where it
-    reads exactly what Python's json would (``_arrow_lines``), else halved down to ``LINE_BY_LINE``
-    lines and read line by line, so a damaged line costs one small slow piece, not the file."""
+    """JSONL in blocks of whole lines, each cut into spans of ``batch_rows`` lines read by Arrow's JSON
+    reader (vectorized, threaded) where it reads exactly what Python's json would (``_arrow_lines``), else
+    halved down to ``LINE_BY_LINE`` lines and read line by line, so a damaged line costs one small slow
+    piece, not the file. Yields (raw rows with ``__line``, their raw text, parse rejects)."""
     for lines, first_line in _jsonl_blocks(fs, path, JSONL_BLOCK_BYTES):
-        pending = [(0, len(lines))]
+        spans = [(lo, min(lo + opts.batch_rows, len(lines))) for lo in range(0, len(lines), opts.batch_rows)]
+        pending = spans[::-1]   # popped from the end: in file order
         while pending:
             lo, hi = pending.pop()
             table, keep = _arrow_lines(lines, lo, hi, opts, text_columns)
@@ -291,8 +268,8 @@ def _jsonl_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int
 
 
 class LineTexts:
-    """The lines of a block of bytes: spans from the newline positions, raw text decoded only for the
-    lines that are rejected (``take``), blank lines found only when Arrow's row count says there are some."""
+    """The lines of a block of bytes as spans between newline positions; a line's text is decoded only
+    when its row is rejected (``take``)."""
 
     def __init__(self, block: bytes, starts: np.ndarray | None = None, ends: np.ndarray | None = None):
         self.block = block
@@ -347,11 +324,10 @@ def _arrow_lines(lines: LineTexts, lo: int, hi: int, opts, text_columns) -> tupl
     """(the non-blank lines [lo, hi) read by Arrow's JSON reader, their positions), the table None where
     Arrow's reading could differ from Python's json's line by line (then they are read that way, with a
     reason per bad line): a line that is not an object, any line over ``max_row_bytes``, bytes that are not
-    UTF-8, a line Arrow rejects
-    (malformed JSON, duplicate keys, lone surrogates, types that change between lines), two objects on one
-    line, a text column holding floats or nested values (Python writes 1.0 as "1.0"), nesting that could
-    reach ``MAX_JSON_DEPTH``, and integers too long for int64 that Arrow would round to floats. Strings Arrow
-    would take for timestamps are read again as strings."""
+    UTF-8, a line Arrow rejects (malformed JSON, duplicate keys, lone surrogates, types that change between
+    lines), two objects on one line, a text column holding floats or nested values (Python writes 1.0 as
+    "1.0"), nesting that could reach ``MAX_JSON_DEPTH``, and integers too long for int64 that Arrow would
+    round to floats. Strings Arrow would take for timestamps are read again as strings."""
     keep = lines.nonblank(lo, hi)
     if not len(keep) or lines.too_long(keep, opts.max_row_bytes) or not lines.all_objects(keep):
         return None, keep
@@ -395,7 +371,7 @@ def _has_temporal(t: pa.DataType) -> bool:
     return pa.types.is_temporal(t) or any(map(_has_temporal, _children(t)))
 
 
-def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _raw_json_array(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table, object, pa.Table]]:
     with fs.open(path, "rb", compression="infer") as fh:
         data = fh.read().removeprefix(BOM)
     text = _decode(data)
@@ -434,7 +410,7 @@ def _json_text(obj) -> str:
         return f"<{type(obj).__name__} too deeply nested to print>"
 
 
-def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, object, pa.Table]]:
     with fs.open(path, "rb", compression="infer") as fh:
         stream = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="")
         reader = csv.reader(stream, delimiter=delimiter,
@@ -478,7 +454,7 @@ def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple
             yield flush()
 
 
-def _raw_parquet(fs, path, opts, source) -> Iterator[tuple[pa.Table, pa.Table]]:
+def _raw_parquet(fs, path, opts, source) -> Iterator[tuple[pa.Table, object, pa.Table]]:
     with fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)
         start = 1
@@ -614,15 +590,10 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     ids = None
     if id_src and id_src in kept.column_names:
         ids = pc.cast(kept[id_src], pa.string())
-    hashed = None
-    if not row_ids:
-        ids = ids if ids is not None else pa.nulls(kept.num_rows, pa.string())
-    elif ids is None or ids.null_count:
-        hashed = _hash_ids(source_file, kept["__line"], text_a, text_b, label)
-    if ids is None:
-        ids = hashed
-    elif hashed is not None:
-        ids = pc.if_else(pc.is_null(ids), hashed, ids)
+    if ids is None or ids.null_count:
+        hashed = _hash_ids(source_file, kept["__line"], text_a, text_b, label) if row_ids \
+            else pa.nulls(kept.num_rows, pa.string())
+        ids = hashed if ids is None else pc.if_else(pc.is_null(ids), hashed, ids)
 
     out = {"id": ids, "text_a": text_a, "text_b": text_b, "label": label}
     for node in ("node_a", "node_b"):  # sentence ids for the leakage graph (QQP qid1/qid2, MSRP #1/#2 ID)
