@@ -3,8 +3,10 @@
 Words are drawn from a Zipfian vocabulary of pronounceable pseudo-words. Each planted token
 ``s → (label, rate)`` is inserted into the hypothesis of a row with that label with
 probability ``rate`` and into other rows with probability ``rate · leak``. With
-``premise_pool`` the premises are drawn from a pool whose popularity depends on the label
-(the selection bias the leakage features detect: sentence degree predicts the label).
+``premise_pool`` the premises are drawn from one ranked pool, label j with Zipf exponent
+``pool_skew · (C − j) / C``: popular premises lean to the first label, rare ones to the last, and
+every premise's label odds depend on its popularity alone (the selection bias of Zhang et al.:
+a sentence's degree predicts the label, which the leakage features detect and the weights undo).
 
 With ``signal_words`` each hypothesis also carries one cue word of a per-label set, its own
 label's with probability ``signal_rate`` (else a random label's): the genuine signal a debiased
@@ -45,7 +47,7 @@ class SynthSpec:
     premise_len: tuple = (8, 16)
     hypothesis_len: tuple = (4, 10)
     premise_pool: int = 0          # 0: every premise fresh; else draw premises from a pool of this size
-    pool_skew: float = 2.0         # label-dependent popularity of pooled premises
+    pool_skew: float = 1.5         # Zipf exponent of the first label's premises (the last label's: skew / C)
     signal_words: int = 0          # genuine cue words per label (0: labels carry no genuine signal)
     signal_rate: float = 0.8       # how often a row's cue word is of its own label
     split: str = "train"           # train | test | anti-shortcut
@@ -106,11 +108,7 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         prng = np.random.default_rng(spec.seed + 1)
         ids, offs = _sentences(prng, vocab, probs, spec.premise_pool, *spec.premise_len)
         pool_text = _join(vocab_arr, ids, offs)
-        # label-dependent popularity: label j favours pool items in rank order rotated by j
-        ranks = np.arange(1, spec.premise_pool + 1, dtype=float)
-        pool_probs = [np.roll(1.0 / ranks ** (spec.pool_skew if j == 0 else 0.3), j * spec.premise_pool // C)
-                      for j in range(C)]
-        pool_probs = [p / p.sum() for p in pool_probs]
+        pool_probs = [_zipf_probs(spec.premise_pool, spec.pool_skew * (C - j) / C) for j in range(C)]
     for start in range(0, spec.rows, batch_rows):
         n = min(batch_rows, spec.rows - start)
         anti = spec.split == "anti-shortcut"
