@@ -12,14 +12,18 @@ from refinery.core.stats import ZStats, significance_curve
 
 
 def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 12_000) -> bytes:
-    """p̂(l|x) against n (log x) per label, the Bonferroni significance curve, top features labelled."""
+    """p̂(l|x) against n (log x) per label, the Bonferroni significance curve, the top features numbered and named."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     C = len(stats.labels)
-    fig, axes = plt.subplots(1, C, figsize=(4.6 * C, 4.2), sharey=True, squeeze=False)
+    width = 4.6 * C
+    fig, axes = plt.subplots(1, C, figsize=(width, 4.2), sharey=True, squeeze=False)
+    # margins in inches: tight_layout would draw the 12,000 points once more to measure the labels
+    fig.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.12, top=0.86 if title else 0.92,
+                        wspace=0.06)
     rows, p_all, _ = stats.eligible(max(stats.min_count, 1))
     n_all = stats.n[rows]
     if len(n_all) > max_points:  # plot the largest-n features and a seeded sample of the rest
@@ -35,9 +39,14 @@ def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 12_0
         ax.plot(n_grid, np.minimum(significance_curve(n_grid, p0, stats.threshold), 1.0), color="#c44e52", lw=1.2,
                 label=f"α=0.01 Bonferroni (z={stats.threshold:.2f})")
         ax.axhline(p0, color="grey", lw=0.8, ls="--")
-        for e in top[label]:
-            ax.annotate(e["feature"], (e["n"], e["p"]), fontsize=7, xytext=(3, 2), textcoords="offset points")
-            ax.scatter([e["n"]], [e["p"]], s=10, color="#dd8452")
+        marked = top[label]
+        ax.scatter([e["n"] for e in marked], [e["p"] for e in marked], s=10, color="#dd8452")
+        for rank, e in enumerate(marked[:5], 1):  # numbered points, named in a list where no points fall
+            ax.annotate(str(rank), (e["n"], e["p"]), fontsize=7, xytext=(2, 3), textcoords="offset points")
+        if marked:
+            ax.text(0.97, 0.70, "\n".join(f"{r}  {e['feature']}" for r, e in enumerate(marked[:5], 1)), fontsize=7,
+                    ha="right", va="top", multialignment="left", transform=ax.transAxes, linespacing=1.5,
+                    bbox={"boxstyle": "round", "fc": "white", "ec": "#dddddd", "alpha": 0.9})
         ax.set_xscale("log")
         ax.set_ylim(0, 1.02)
         ax.set_title(label)
@@ -47,7 +56,6 @@ def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 12_0
             ax.legend(fontsize=7, loc="lower right")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
