@@ -100,12 +100,15 @@ class TransformerClassifier:
 
         if self.model is None:
             raise RuntimeError("TransformerClassifier is not fitted")
-        out = []
+        # batches of similar lengths pad little; the rows come back in the table's order
+        order = np.argsort(self._text_lengths(table), kind="stable")
+        proba = np.zeros((table.num_rows, len(self.classes_)), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, table.num_rows, batch_size):
-                enc = {k: v.to(self._device()) for k, v in self._encode(table.slice(start, batch_size)).items()}
-                out.append(torch.softmax(self.model(**enc).logits.float(), dim=-1).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(self.classes_)))
+                rows = order[start:start + batch_size]
+                enc = {k: v.to(self._device()) for k, v in self._encode(table.take(pa.array(rows))).items()}
+                proba[rows] = torch.softmax(self.model(**enc).logits.float(), dim=-1).cpu().numpy()
+        return proba
 
     def save(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
