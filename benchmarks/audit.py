@@ -24,6 +24,7 @@ from refinery.core.features import FeatureConfig  # noqa: E402
 from refinery.io import synth  # noqa: E402
 from refinery.io.corpus import Corpus  # noqa: E402
 from refinery.methods.audit import AuditConfig, audit, audit_table  # noqa: E402
+from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
 NAIVE_TOKENS = re.compile(r"\w+|[^\w\s]")
@@ -120,6 +121,7 @@ def main():
         with open(out, "w") as fh:
             json.dump(child(mode, path, int(lg_k)), fh)
         return
+    print(machine_line())
     with tempfile.TemporaryDirectory(prefix="refinery-bench-") as work:
         path = os.path.join(work, "synth1m")
         _, t_gen = timed(synth.write, synth.SynthSpec(rows=args.rows, seed=1), path)

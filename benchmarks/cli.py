@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -91,20 +90,6 @@ def show(name: str, times: list[float]) -> float:
     return med
 
 
-def cpu_name() -> str:
-    """The CPU as figures must name it: model, family/model numbers and the wide-vector instruction sets."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    info = {k.strip(): v.strip() for k, v in info.items()}
-    flags = set(info.get("flags", "").split())
-    wide = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return (f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family')}, model {info.get('model')}; "
-            f"{', '.join(wide) or 'no AVX2'})")
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -117,6 +102,8 @@ def main():
         {"naive": naive_audit, "bare": bare_read, "arrow": arrow_read}[what](path)
         return
     py = [sys.executable, os.path.abspath(__file__), "--child"]
+    from machine import cpu_name   # benchmarks/machine.py
+
     print(f"{cpu_name()}, {os.cpu_count()} cores; {args.rows:,} synthetic pairs as raw JSONL; "
           f"median of {args.repeat} whole-process runs each")
     with tempfile.TemporaryDirectory(prefix="refinery-cli-bench-") as work:

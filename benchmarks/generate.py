@@ -23,6 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from refinery.models.generate import Sampling, hf_folder, make_generator  # noqa: E402
 from refinery.models.registry import resolve  # noqa: E402
+from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def _prompts(n: int) -> list[str]:
@@ -67,6 +68,7 @@ def main():
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--backends", default="transformers,ray,openai,vllm")
     args = p.parse_args()
+    print(machine_line())
     prompts = _prompts(args.prompts)
     sampling = Sampling(max_new_tokens=args.max_new_tokens)
     backends = args.backends.split(",")

@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery.io import synth
 from refinery.methods import leakage  # noqa: E402
+from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def reference_features(u, v, multigraph: bool = True) -> dict[str, np.ndarray]:
@@ -75,6 +76,7 @@ def main():
     p.add_argument("--pool", type=int, default=200_000, help="Premise pool (label-dependent popularity).")
     p.add_argument("--skip-reference", action="store_true")
     args = p.parse_args()
+    print(machine_line())
     with tempfile.TemporaryDirectory(prefix="refinery-bench-") as work:
         src = os.path.join(work, "synth")
         synth.write(synth.SynthSpec(rows=args.rows, seed=11, premise_pool=args.pool), src)

@@ -14,12 +14,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery.io import synth  # noqa: E402
 from refinery.methods import upsample
+from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1_000_000)
     args = p.parse_args()
+    print(machine_line())
     with tempfile.TemporaryDirectory(prefix="refinery-bench-") as work:
         src = os.path.join(work, "synth")
         # planted shortcuts inside AUDAC's count band (0.2%–2% of rows)

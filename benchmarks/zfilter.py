@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -27,7 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery.io import synth  # noqa: E402
 from refinery.io.corpus import Corpus  # noqa: E402
-from refinery.methods import zfilter
+from refinery.methods import zfilter  # noqa: E402
+
+from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
 def recount_filter(tables, config: zfilter.ZFilterConfig) -> int:
@@ -44,17 +45,6 @@ def recount_filter(tables, config: zfilter.ZFilterConfig) -> int:
         kept.append(k)
         n_kept += k.num_rows
     return n_kept
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def child(corpus: str, out: str, engine: str, batch_size: int) -> None:
@@ -89,7 +79,7 @@ def main():
     args = p.parse_args()
     if args.child:
         return child(args.child, args.out, args.engine, args.batch_size)
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores")
+    print(machine_line())
     with tempfile.TemporaryDirectory(prefix="refinery-bench-") as work:
         src = os.path.join(work, "synth")
         t = time.perf_counter()

@@ -21,7 +21,7 @@ def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 12_0
     C = len(stats.labels)
     width = 4.6 * C
     fig, axes = plt.subplots(1, C, figsize=(width, 4.2), sharey=True, squeeze=False)
-    # margins in inches: tight_layout would draw the 12,000 points once more to measure the labels
+    # margins in inches: tight_layout would draw the sampled points once more to measure the labels
     fig.subplots_adjust(left=0.7 / width, right=1 - 0.15 / width, bottom=0.12, top=0.86 if title else 0.92,
                         wspace=0.06)
     rows, p_all, _ = stats.eligible(max(stats.min_count, 1))
@@ -40,11 +40,12 @@ def zplot_png(stats: ZStats, k: int = 8, title: str = "", max_points: int = 12_0
                 label=f"α=0.01 Bonferroni (z={stats.threshold:.2f})")
         ax.axhline(p0, color="grey", lw=0.8, ls="--")
         marked = top[label]
+        named = marked[:5]   # numbered on the plot, named in a list where no points fall
         ax.scatter([e["n"] for e in marked], [e["p"] for e in marked], s=10, color="#dd8452")
-        for rank, e in enumerate(marked[:5], 1):  # numbered points, named in a list where no points fall
+        for rank, e in enumerate(named, 1):
             ax.annotate(str(rank), (e["n"], e["p"]), fontsize=7, xytext=(2, 3), textcoords="offset points")
-        if marked:
-            ax.text(0.97, 0.70, "\n".join(f"{r}  {e['feature']}" for r, e in enumerate(marked[:5], 1)), fontsize=7,
+        if named:
+            ax.text(0.97, 0.70, "\n".join(f"{r}  {e['feature']}" for r, e in enumerate(named, 1)), fontsize=7,
                     ha="right", va="top", multialignment="left", transform=ax.transAxes, linespacing=1.5,
                     bbox={"boxstyle": "round", "fc": "white", "ec": "#dddddd", "alpha": 0.9})
         ax.set_xscale("log")
