@@ -35,7 +35,7 @@ def test_snli_table10_words(tmp_path):
     row = stats.filter(pc.equal(stats["feature"], "nobody@hypothesis")).to_pylist()
     assert {r["label"]: r["count"] for r in row}["contradiction"] == row[0]["n"]  # all 'nobody' rows contradict
     html = (tmp_path / "a" / "report.html").read_text()
-    assert "data:image/png;base64" in html and "sleeping@hypothesis" in html
+    assert "<svg" in html and "sleeping@hypothesis" in html
 
 
 def test_z_formula_by_hand(snli_pair):
@@ -150,7 +150,7 @@ def test_sketch_recount_is_exact_on_its_candidates(planted):
     recounted = two_pass.recounted.counts().to_pydict()
     assert len(recounted["feature"]) > 10_000
     assert all(exact_counts[(f, l)] == c for f, l, c in zip(*recounted.values()))
-    assert two_pass.error_bounds()["recount"]["candidates"] == len(two_pass.stats.n)
+    assert two_pass.error_bounds()["recount"]["candidates"] == two_pass.features
 
     def overlap(res):
         ref, got = exact.stats.biased_sets(30), res.stats.biased_sets(30)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refinery.core import stats as zstats
-from refinery.core.feature_counts import FeatureCounts, TokenIds
+from refinery.core.feature_counts import FeatureCounts, TokenIds, gram_strings
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 
@@ -75,18 +75,32 @@ class ExactCounts:
             batches, self._batches = self._batches, None
             self.add_counts(batches.counts(COUNTS_SCHEMA))
 
-    def matrix(self, labels: list) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-        """(F features, F×C counts in the order of ``labels``, n): straight from the accumulated
-        batches when nothing was merged in, else from the summed tables (kept until the next add)."""
-        if self._matrix is None or self._matrix[0] != list(labels):
+    def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """(F features, F×C counts in the order of ``labels``, n) of the features in at least ``min_count``
+        rows: straight from the accumulated batches when nothing was merged in (strings built only
+        for the features kept), else from the summed tables (kept until the next add)."""
+        key = (list(labels), min_count)
+        if self._matrix is None or self._matrix[0] != key:
             if self._parts or self._batches is None:
                 self._fold_batches()
-                result = zstats.long_to_matrix(self.counts(), labels)
+                features, matrix, n = zstats.long_to_matrix(self.counts(), labels)
+                if min_count > 0:
+                    keep = np.flatnonzero(n >= min_count)
+                    features, matrix, n = features.take(pa.array(keep)), matrix[keep], n[keep]
+                result = features, matrix, n
             else:
-                features, _, matrix = self._batches.matrix(labels)
+                features, _, matrix = self._batches.matrix(labels, min_count)
                 result = features, matrix, matrix.sum(axis=1)
-            self._matrix = list(labels), result
+            self._matrix = key, result
         return self._matrix[1]
+
+    @property
+    def num_features(self) -> int:
+        """Distinct features counted."""
+        if self._parts or self._batches is None:
+            self._fold_batches()
+            return int(pc.count_distinct(self.counts()["feature"]).as_py()) if self._parts else 0
+        return self._batches.num_features
 
     def labels(self) -> list:
         """Every label counted, sorted."""
@@ -126,30 +140,43 @@ class ExactCounts:
 
     # -- serialization
     def to_bytes(self) -> bytes:
-        """Parquet, one row per feature with an int64 count column per label (``count_<j>`` for the j-th of the
-        metadata's ``labels``): written straight from the counts, no long table, no sort."""
+        """An Arrow IPC file (LZ4), one row per feature with an int64 count column per label (``count_<j>``
+        for the j-th of the metadata's ``labels``). Counts of batches alone are written in the compact
+        ``grams`` layout (``FeatureCounts.gram_table``: token ids into one dictionary, no string per
+        feature); merged counts as ``wide`` (a ``feature`` column)."""
         labels = self.labels()
-        features, matrix, _ = self.matrix(labels)
-        meta = {"mode": "exact", "layout": "wide", "labels": labels, "label_totals": self.label_totals}
-        table = pa.table({"feature": features, **{f"count_{j}": pa.array(matrix[:, j], pa.int64())
-                                                   for j in range(len(labels))}})
-        sink = io.BytesIO()
-        pq.write_table(table.replace_schema_metadata({b"refinery": json.dumps(meta).encode()}), sink,
-                       compression="lz4", use_dictionary=False)
-        return sink.getvalue()
+        meta = {"mode": "exact", "labels": labels, "label_totals": self.label_totals}
+        if self._parts or self._batches is None:
+            features, matrix, _ = self.matrix(labels)
+            table = pa.table({"feature": features, **{f"count_{j}": pa.array(matrix[:, j], pa.int64())
+                                                       for j in range(len(labels))}})
+            meta["layout"] = "wide"
+        else:
+            table = self._batches.gram_table(labels)
+            meta["layout"] = "grams"
+        table = table.replace_schema_metadata({b"refinery": json.dumps(meta).encode()})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ExactCounts":
-        t = pq.read_table(io.BytesIO(data))
+        """A state of ``to_bytes``, or one saved as Parquet by an earlier version (``wide`` or long)."""
+        if data[:4] == b"PAR1":
+            t = pq.read_table(io.BytesIO(data))
+        else:
+            t = pa.ipc.open_file(pa.py_buffer(data)).read_all()
         meta = json.loads(t.schema.metadata[b"refinery"])
         obj = cls()
-        if meta.get("layout") != "wide":   # a state saved as a long (feature, label, count) table
+        if meta.get("layout") not in ("wide", "grams"):   # a long (feature, label, count) table
             obj.add_counts(t.replace_schema_metadata(None), meta["label_totals"])
             return obj
         labels = meta["labels"]
+        features = t["feature"] if meta["layout"] == "wide" else gram_strings(t)
         matrix = np.column_stack([t[f"count_{j}"].to_numpy() for j in range(len(labels))]) if labels \
             else np.zeros((t.num_rows, 0), np.int64)
-        obj.add_counts(zstats.matrix_to_long(t["feature"], labels, matrix), meta["label_totals"])
+        obj.add_counts(zstats.matrix_to_long(features, labels, matrix), meta["label_totals"])
         return obj
 
 
@@ -296,7 +323,9 @@ def make_counter(mode: str, **kwargs):
 
 
 def counter_from_bytes(data: bytes):
-    return SketchCounts.from_bytes(data) if data[:4] != b"PAR1" else ExactCounts.from_bytes(data)
+    """An ``ExactCounts`` (an Arrow IPC file, or Parquet from an earlier version) or a ``SketchCounts``."""
+    exact = data[:6] == b"ARROW1" or data[:4] == b"PAR1"
+    return ExactCounts.from_bytes(data) if exact else SketchCounts.from_bytes(data)
 
 
 class IncrementalCounts:

@@ -110,6 +110,19 @@ def _rehash(table, new_table):
 
 
 @numba.njit(nogil=True, cache=True)
+def _used_slots(table, keys, counts):
+    """Copy the key and counts of each used slot of a ``_count_present`` table, in slot order (one
+    sequential pass: a boolean mask and a gather would read the table three times)."""
+    i = 0
+    for s in range(len(table)):
+        if table[s, 0] != _EMPTY:
+            keys[i] = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
+            for j in range(counts.shape[1]):
+                counts[i, j] = table[s, 3 + j]
+            i += 1
+
+
+@numba.njit(nogil=True, cache=True)
 def _scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents, hashes):
     """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
     out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
@@ -430,10 +443,11 @@ class KeyCounts:
             self._resize(2 * len(self.table), n_labels)
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, counts[key, label]) of the used slots."""
-        used = self.table[self.table[:, 0] != _EMPTY]
-        keys = (used[:, 0].astype(np.int64) << 32) | (used[:, 1].astype(np.int64) & 0xFFFFFFFF)
-        return keys, used[:, 3:]
+        """(keys, counts[key, label]) of the used slots, in slot order."""
+        keys = np.empty(self.size, dtype=np.int64)
+        counts = np.empty((self.size, self.table.shape[1] - 3), dtype=np.int32)
+        _used_slots(self.table, keys, counts)
+        return keys, counts
 
 
 class _FieldCounts:
@@ -457,14 +471,18 @@ class _FieldCounts:
                 self.tables[n] = KeyCounts(dense=n == 1, labels=n_labels)
             self.tables[n].add(ids, parents, labels, first_row, n_labels, pairs=n == 2)
 
-    def features(self) -> list[tuple[pa.Array, np.ndarray]]:
-        """(feature strings, counts per label) of each n-gram table."""
+    def grams(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(first token ids, second token ids or −1, counts per label) of each n-gram table."""
         out = []
         for n, table in sorted(self.tables.items()):
             keys, counts = table.items()
             first, second = (keys, np.full(len(keys), -1)) if n == 1 else (keys >> 32, keys & 0xFFFFFFFF)
-            out.append((self.vocab.grams(first, second, "@" + self.name), counts))
+            out.append((first, second, counts))
         return out
+
+    @property
+    def suffix(self) -> str:
+        return "@" + self.name
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -508,9 +526,11 @@ class FeatureCounts:
         self.row_table = KeyCounts(dense=True, labels=1)
         self.rows = 0
         self._in_flight: list = []     # futures of the last add
+        self._parts_cache: list | None = None
         self._pending = None           # (label ids, first row) of the batch being tokenized, not yet counted
 
     def add(self, table: pa.Table) -> "FeatureCounts":
+        self._parts_cache = None
         tokenized = self._drain()
         labels = dictionary_ids(table["label"], self.labels)
         if self.fields is None:
@@ -558,29 +578,100 @@ class FeatureCounts:
         ids = dictionary_ids(long["feature"], self.row_feature_ids)
         self.row_table.add(ids, long["row"].to_numpy(), labels, self.rows, C)
 
-    def matrix(self, labels: list | None = None) -> tuple[pa.Array, list, np.ndarray]:
-        """(F features, labels, F×C counts) of every feature seen; ``labels`` (default: those seen,
-        sorted) orders the columns, a label never seen gets zeros."""
+    def _parts(self) -> list[tuple[object, np.ndarray, np.ndarray, np.ndarray]]:
+        """(namer, first ids, second ids or −1, counts per label id) of every table: a namer is the
+        field whose vocabulary names the ids, or the row features' names. Kept until the next add."""
+        if self._parts_cache is None:
+            self.flush()
+            fields = list((self.fields or {}).values())
+            parts = [(f, *g) for f, grams in zip(fields, _pool().map(_FieldCounts.grams, fields)) for g in grams]
+            if self.row_feature_ids:
+                keys, counts = self.row_table.items()
+                parts.append((list(self.row_feature_ids), keys, np.full(len(keys), -1), counts))
+            self._parts_cache = parts
+        return self._parts_cache
+
+    def _label_columns(self, counts: np.ndarray, labels: list) -> np.ndarray:
+        """int64 counts in the column order of ``labels`` (zeros for a label never seen)."""
+        out = np.zeros((len(counts), len(labels)), dtype=np.int64)
+        for j, label in enumerate(labels):
+            if label in self.labels and self.labels[label] < counts.shape[1]:
+                out[:, j] = counts[:, self.labels[label]]
+        return out
+
+    @property
+    def num_features(self) -> int:
         self.flush()
+        tables = [t for f in (self.fields or {}).values() for t in f.tables.values()]
+        return sum(t.size for t in tables) + (self.row_table.size if self.row_feature_ids else 0)
+
+    def matrix(self, labels: list | None = None, min_count: int = 0) -> tuple[pa.Array, list, np.ndarray]:
+        """(F features, labels, F×C counts) of every feature seen in at least ``min_count`` rows (all
+        by default; feature strings are built only for those kept); ``labels`` (default: those
+        seen, sorted) orders the columns, a label never seen gets zeros."""
         labels = sorted(self.labels) if labels is None else list(labels)
-        fields = list((self.fields or {}).values())
-        parts = [f for done in _pool().map(_FieldCounts.features, fields) for f in done]
-        if self.row_feature_ids:
-            keys, counts = self.row_table.items()
-            names = pa.array(list(self.row_feature_ids), pa.string())
-            parts.append((pc.take(names, pa.array(keys)), counts))
-        matrix = np.zeros((sum(len(p[0]) for p in parts), len(labels)), dtype=np.int64)
-        start = 0
-        for _, counts in parts:
-            for j, label in enumerate(labels):
-                if label in self.labels and self.labels[label] < counts.shape[1]:
-                    matrix[start:start + len(counts), j] = counts[:, self.labels[label]]
-            start += len(counts)
-        arrays = [p[0] for p in parts]
+        kept = []
+        for namer, first, second, counts in self._parts():
+            keep = np.flatnonzero(counts.sum(axis=1, dtype=np.int64) >= min_count) if min_count > 0 else None
+            if keep is not None:
+                first, second, counts = first[keep], second[keep], counts[keep]
+            kept.append((namer, first, second, self._label_columns(counts, labels)))
+
+        def names(part) -> pa.Array:
+            namer, first, second, _ = part
+            if isinstance(namer, _FieldCounts):
+                return namer.vocab.grams(first, second, namer.suffix)
+            return pc.take(pa.array(namer, pa.string()), pa.array(first))
+
+        arrays = list(_pool().map(names, kept))
+        matrix = np.concatenate([p[3] for p in kept]) if kept else np.zeros((0, len(labels)), dtype=np.int64)
         if sum(a.nbytes for a in arrays) >= 2**31 or any(pa.types.is_large_string(a.type) for a in arrays):
             arrays = [a.cast(pa.large_string()) for a in arrays]   # past 32-bit string offsets
         return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()), labels, matrix
 
+    def gram_table(self, labels: list) -> pa.Table:
+        """Every feature as dictionary-encoded parts — ``first``, ``second`` (null for a unigram or a row
+        feature) and ``suffix`` — with an int64 ``count_<j>`` per label of ``labels``: the feature is
+        ``first[ second]suffix``. No string is built per feature (the state's compact layout)."""
+        words, firsts, seconds, suffixes, suffix_names, counts = [], [], [], [], [], []
+        offset = 0
+        for namer, first, second, part_counts in self._parts():
+            if isinstance(namer, _FieldCounts):
+                vocab = namer.vocab.grams(np.arange(len(namer.vocab)), np.full(len(namer.vocab), -1), "")
+                suffix = namer.suffix
+            else:
+                vocab, suffix = pa.array(namer, pa.string()), ""
+            if suffix not in suffix_names:
+                suffix_names.append(suffix)
+            words.append(vocab)
+            firsts.append((first + offset).astype(np.int32))
+            seconds.append(np.where(second >= 0, second + offset, -1).astype(np.int32))
+            suffixes.append(np.full(len(first), suffix_names.index(suffix), dtype=np.int32))
+            counts.append(self._label_columns(part_counts, labels))
+            offset += len(vocab)
+        dictionary = pa.concat_arrays(words) if words else pa.array([], pa.string())
+        second = np.concatenate(seconds) if seconds else np.empty(0, np.int32)
+        matrix = np.concatenate(counts) if counts else np.zeros((0, len(labels)), dtype=np.int64)
+
+        def encoded(indices, values, mask=None):
+            return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), values)
+
+        return pa.table({
+            "first": encoded(np.concatenate(firsts) if firsts else second, dictionary),
+            "second": encoded(np.maximum(second, 0), dictionary, second < 0),
+            "suffix": encoded(np.concatenate(suffixes) if suffixes else second, pa.array(suffix_names, pa.string())),
+            **{f"count_{j}": matrix[:, j] for j in range(len(labels))},
+        })
+
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
         return matrix_to_long(*self.matrix(), schema)
+
+
+def gram_strings(table: pa.Table) -> pa.Array:
+    """The feature strings of a ``FeatureCounts.gram_table``: ``first[ second]suffix``."""
+    def dense(name):
+        return pc.cast(table[name], pa.string())
+
+    words = pc.binary_join_element_wise(dense("first"), dense("second"), " ", null_handling="skip")
+    return pc.binary_join_element_wise(words, dense("suffix"), "").combine_chunks()

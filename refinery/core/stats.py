@@ -27,6 +27,7 @@ class ZStats:
     p0: np.ndarray              # C
     threshold: float
     min_count: int
+    alpha: float = 0.01         # the family-wise error rate the threshold is corrected for
 
     @property
     def p_hat(self) -> np.ndarray:
@@ -158,4 +159,4 @@ def from_matrix(features, labels, matrix, p0, min_count=10, alpha=0.01, n=None) 
     features = features if isinstance(features, pa.Array) else pa.array(features, pa.string()) \
         if isinstance(features, list) else features.combine_chunks()
     return ZStats(features=features, labels=list(labels), counts=matrix, n=n, p0=p0,
-                  threshold=bonferroni_threshold(alpha, m), min_count=min_count)
+                  threshold=bonferroni_threshold(alpha, m), min_count=min_count, alpha=alpha)

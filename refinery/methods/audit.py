@@ -11,6 +11,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -30,7 +31,7 @@ from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches
 from refinery.io.readers import ReadOptions, expand_paths
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, get_fs
-from refinery.pipeline.report import dict_table, img_tag, page, topk_table, zplot_png
+from refinery.pipeline.report import dict_table, page, topk_table, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
@@ -63,6 +64,7 @@ class AuditResult:
     config: AuditConfig
     rejected: int = 0
     recounted: ExactCounts | None = None   # sketch mode's second pass: exact counts of the candidates
+    features: int = 0                      # distinct features counted (the statistics hold those with n ≥ min_count)
 
     @property
     def rows(self) -> int:
@@ -223,17 +225,23 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
 
 
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
+    """z-statistics of the features in at least ``min_count`` rows (the only ones z* is defined for:
+    the statistics of a large corpus's millions of rarer features are never built)."""
     source = recounted if recounted is not None else counter
     labels = sorted(counter.label_totals)
     if not sum(counter.label_totals.values()):
         raise EmptyInput(f"no good rows to audit ({rejected:,} rejected)")
     if isinstance(source, ExactCounts):
-        features, matrix, n = source.matrix(labels)
+        features, matrix, n = source.matrix(labels, config.min_count)
+        counted = source.num_features
     else:
         features, matrix, n = zstats.long_to_matrix(source.counts(), labels)
+        counted = len(features)
+        keep = np.flatnonzero(n >= config.min_count)
+        features, matrix, n = features.take(pa.array(keep)), matrix[keep], n[keep]
     st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, config.prior),
                             config.min_count, config.alpha, n=n)
-    return AuditResult(st, counter, config, rejected, recounted)
+    return AuditResult(st, counter, config, rejected, recounted, counted)
 
 
 def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditResult:
@@ -257,7 +265,7 @@ def load_state(path: str):
 
 
 def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refinery audit") -> dict:
-    """stats.parquet (features with n ≥ min_count), topk.json, summary.json, zplot.png, report.html and the
+    """stats.parquet (features with n ≥ min_count), topk.json, summary.json, zplot.svg, report.html and the
     mergeable state (every feature's counts)."""
     st, cfg = result.stats, result.config
     topk = result.top_k()
@@ -265,7 +273,7 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         "rows": result.rows,
         "rejected": result.rejected,
         "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
-        "features": int(len(st.n)),
+        "features": result.features,
         "features_with_min_count": int((st.n >= cfg.min_count).sum()),
         "threshold": st.threshold,
         "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
@@ -276,19 +284,19 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
     }
     with ThreadPoolExecutor(1) as background:   # the state's encoding releases the GIL: it overlaps the plot
         state = background.submit(result.counter.to_bytes)
-        png = zplot_png(st, k=min(cfg.k, 8), title=title)
+        svg = zplot_svg(st, k=min(cfg.k, 8), title=title)
         sink = pa.BufferOutputStream()
         pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
     with AtomicDir(out) as d:
         d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
         d.write_text("topk.json", json.dumps(topk, indent=1))
-        d.write_bytes("zplot.png", png)
+        d.write_text("zplot.svg", svg)
         d.write_bytes(STATE_FILE, state.result())
         d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
                                              "inputs": list(inputs)}, indent=1))
         d.write_text("report.html", page(title, [
             ("Summary", dict_table({k: v for k, v in summary.items() if k != "config"})),
-            ("z-statistics (Gardner et al. 2021)", img_tag(png, "z-statistics plot")),
+            ("z-statistics (Gardner et al. 2021)", svg),
             (f"Top {cfg.k} features per label", topk_table(topk)),
             ("Configuration", dict_table(cfg.to_dict())),
         ]))

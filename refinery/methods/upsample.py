@@ -27,7 +27,7 @@ from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, publishes_run
-from refinery.pipeline.report import dict_table, img_tag, page, zplot_png
+from refinery.pipeline.report import dict_table, page, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
@@ -199,10 +199,10 @@ def _write(con, out, added, trace, report, config, mode, labels, before, after, 
         d.write_text("report.html", page("refinery upsample (AUDAC)", [
             ("Summary", dict_table({k: report[k] for k in ("rows_before", "rows_added", "rows_after", "growth",
                                                           "iterations_run", "max_p_after")})),
-            ("Token z-statistics before", img_tag(zplot_png(_as_zstats(before, labels, config.min_count), 6,
-                                                            "tokens before"), "before")),
-            ("Token z-statistics after", img_tag(zplot_png(_as_zstats(after, labels, config.min_count), 6,
-                                                           "tokens after"), "after")),
+            ("Token z-statistics before", zplot_svg(_as_zstats(before, labels, config.min_count), 6,
+                                                      "tokens before")),
+            ("Token z-statistics after", zplot_svg(_as_zstats(after, labels, config.min_count), 6,
+                                                     "tokens after")),
             ("p̂(l|s) before", dict_table(report["p_hat_before"])),
             ("p̂(l|s) after", dict_table(report["p_hat_after"])),
             ("Uncorrectable tokens", dict_table({u["token"]: u["counts"] for u in report["uncorrectable"]})),

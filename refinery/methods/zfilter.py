@@ -34,7 +34,7 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join, publishes_run
 from refinery.pipeline.engine import ParquetSource, stream_map
-from refinery.pipeline.report import dict_table, img_tag, page, topk_table, zplot_png
+from refinery.pipeline.report import dict_table, page, topk_table, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
@@ -336,10 +336,10 @@ def _label_set(mapping, inputs, opts, seed_table) -> list:
     return sorted(labels)
 
 
-def _summary(counts: IncrementalCounts, config: ZFilterConfig, what: str) -> tuple[dict, bytes]:
+def _summary(counts: IncrementalCounts, config: ZFilterConfig, what: str) -> tuple[dict, str]:
     """Top-k and the z-plot of one count matrix (its full statistics are freed on return)."""
     stats = counts.stats(config.prior, config.min_count, config.alpha)
-    return stats.top_k(config.k), zplot_png(stats, 6, what)
+    return stats.top_k(config.k), zplot_svg(stats, 6, what)
 
 
 def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict:
@@ -360,8 +360,8 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
             ("Rows", dict_table({k: report[k] for k in ("input", "input_rejected", "seed", "kept", "rejected",
                                                          "kept_by_label",
                                                          "rejected_by_label", "max_z_before", "max_z_after")})),
-            ("z-statistics of the input", img_tag(plot_before, "before")),
-            ("z-statistics of the kept corpus", img_tag(plot_after, "after")),
+            ("z-statistics of the input", plot_before),
+            ("z-statistics of the kept corpus", plot_after),
             ("Features that caused most rejections", dict_table(report["top_rejecting_features"])),
             ("Top features before", topk_table(top_before)),
             ("Top features after", topk_table(top_after)),
