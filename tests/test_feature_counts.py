@@ -90,3 +90,25 @@ def test_hash_table_growth_keeps_presence_counts():
     keys, counts = table.items()
     got = {(k, j): c for k, row in zip(keys.tolist(), counts.tolist()) for j, c in enumerate(row) if c}
     assert got == expected and len(table.table) > 16 and table.size == len(set(keys.tolist()))
+
+
+def test_bigrams_counted_region_by_region_in_a_growing_table():
+    """Past ``CACHED_SLOTS`` bigram keys are counted region by region of the table; growth in the
+    middle of a batch must not count a (bigram, row) twice or lose one."""
+    rng = np.random.default_rng(1)
+    table = KeyCounts(dense=False, labels=3, capacity=1 << 10)
+    expected: dict = {}
+    first_row = 0
+    for _ in range(4):
+        rows = np.sort(rng.integers(0, 3000, 60_000))
+        ids = rng.zipf(1.2, 60_000) % 5000
+        labels = rng.integers(0, 3, 3000)
+        table.add(ids, rows, labels, first_row, 3, pairs=True)
+        seen = {((int(a) << 32) | int(b), int(r)) for a, b, r, r0 in zip(ids[:-1], ids[1:], rows[1:], rows[:-1])
+                if r == r0}
+        for key, row in seen:
+            expected[(key, labels[row])] = expected.get((key, labels[row]), 0) + 1
+        first_row += 3000
+    keys, counts = table.items()
+    got = {(k, j): c for k, row in zip(keys.tolist(), counts.tolist()) for j, c in enumerate(row) if c}
+    assert len(table.table) > 4 * KeyCounts.CACHED_SLOTS and got == expected

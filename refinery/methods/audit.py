@@ -25,7 +25,7 @@ from refinery.core.counts import (
     label_totals,
     make_counter,
 )
-from refinery.core.feature_counts import FeatureCounts
+from refinery.core.feature_counts import FeatureCounts, load_kernels_in_background
 from refinery.core.features import FeatureConfig
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
 from refinery.io.readers import ReadOptions, expand_paths
@@ -121,6 +121,8 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
                 only: pa.Array | None = None, probe: bool = True):
     """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts."""
     counter = _counter(config, only)
+    if isinstance(counter, ExactCounts):
+        load_kernels_in_background()
     rejected = 0
     probe_tables = []
     with tqdm(desc="audit" if only is None else "recount", unit=" rows", disable=None) as bar:
