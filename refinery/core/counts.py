@@ -31,9 +31,15 @@ def label_totals(labels) -> dict:
 
 
 class ExactCounts:
-    mode = "exact"
+    """Every feature's counts; with ``only``, just those of the features in ``only`` (sketch mode's
+    recount: batches are counted by the compiled counter a chunk at a time, then the chunk's
+    counts of ``only`` kept, so memory holds a chunk and the kept counts)."""
 
-    def __init__(self):
+    mode = "exact"
+    CHUNK_FEATURES = 4_000_000   # ``only``: the compiled counter's features before its counts are filtered
+
+    def __init__(self, only: pa.Array | None = None):
+        self.only = only
         self._parts: list[pa.Table] = []
         self._pending = 0
         self._sorted = True
@@ -44,6 +50,11 @@ class ExactCounts:
     @property
     def rows(self) -> int:
         return sum(self.label_totals.values())
+
+    @property
+    def _batches_only(self) -> bool:
+        """Whether every count is in the batch counter (none merged in, none filtered): read straight from it."""
+        return not self._parts and self._batches is not None and self.only is None
 
     def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
         self._parts.append(counts.cast(COUNTS_SCHEMA))
@@ -68,12 +79,18 @@ class ExactCounts:
         self._matrix = None
         for k, v in label_totals(table["label"]).items():
             self.label_totals[k] = self.label_totals.get(k, 0) + v
+        if self.only is not None and self._batches.num_features > self.CHUNK_FEATURES:
+            self._fold_batches()
 
     def _fold_batches(self) -> None:
-        """Move the accumulated batches into the summed tables."""
+        """Move the accumulated batches into the summed tables (with ``only``: their counts of those features)."""
         if self._batches is not None:
             batches, self._batches = self._batches, None
-            self.add_counts(batches.counts(COUNTS_SCHEMA))
+            features, labels, matrix = batches.matrix()
+            if self.only is not None:
+                keep = pc.is_in(features, value_set=self.only)
+                features, matrix = features.filter(keep), matrix[keep.to_numpy(zero_copy_only=False)]
+            self.add_counts(zstats.matrix_to_long(features, labels, matrix, COUNTS_SCHEMA))
 
     def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(F features, F×C counts in the order of ``labels``, n) of the features in at least ``min_count``
@@ -81,7 +98,7 @@ class ExactCounts:
         for the features kept), else from the summed tables (kept until the next add)."""
         key = (list(labels), min_count)
         if self._matrix is None or self._matrix[0] != key:
-            if self._parts or self._batches is None:
+            if not self._batches_only:
                 self._fold_batches()
                 features, matrix, n = zstats.long_to_matrix(self.counts(), labels)
                 if min_count > 0:
@@ -97,7 +114,7 @@ class ExactCounts:
     @property
     def num_features(self) -> int:
         """Distinct features counted."""
-        if self._parts or self._batches is None:
+        if not self._batches_only:
             self._fold_batches()
             return int(pc.count_distinct(self.counts()["feature"]).as_py()) if self._parts else 0
         return self._batches.num_features
@@ -146,7 +163,7 @@ class ExactCounts:
         feature); merged counts as ``wide`` (a ``feature`` column)."""
         labels = self.labels()
         meta = {"mode": "exact", "labels": labels, "label_totals": self.label_totals}
-        if self._parts or self._batches is None:
+        if not self._batches_only:
             features, matrix, _ = self.matrix(labels)
             table = pa.table({"feature": features, **{f"count_{j}": pa.array(matrix[:, j], pa.int64())
                                                        for j in range(len(labels))}})
@@ -183,12 +200,20 @@ class ExactCounts:
 class SketchCounts:
     """Bounded-memory counts: frequent items per label (heavy hitters), count-min for n(x).
 
-    Error bounds (reported by ``error_bounds``): a label count is underestimated by at most
-    the frequent-items sketch's maximum error; n(x) is overestimated by at most
-    ``relative_error × total weight`` with probability ``1 - exp(-num_hashes)``.
+    Batches are counted by the compiled exact counter a chunk at a time (``CHUNK_FEATURES``
+    features), then each label's sketch gets one weighted update per feature of the chunk whose
+    count reaches the chunk's cut-off: the label's k-th largest count (k = the sketch's map
+    size; never below 2), as a sketch of k counters keeps at most 3k/4 items. So a chunk of
+    a million rows costs some hundred thousand updates, not one a feature occurrence.
+
+    Error bounds (``error_bounds``): a label count is underestimated by at most the sketch's
+    maximum error plus the counts left below the cut-offs (``prefilter_undercount``: the sum over
+    chunks of the labels' cut-offs − 1); n(x) is overestimated by at most ``relative_error × total weight``
+    with probability ``1 - exp(-num_hashes)``, and underestimated by at most the same prefilter sum.
     """
 
     mode = "sketch"
+    CHUNK_FEATURES = 4_000_000
 
     def __init__(self, lg_max_k: int = 16, cm_hashes: int = 5, cm_buckets: int = 1 << 20):
         from datasketches import count_min_sketch
@@ -197,6 +222,8 @@ class SketchCounts:
         self.cm_hashes, self.cm_buckets = cm_hashes, cm_buckets
         self._items: dict = {}
         self._n = count_min_sketch(cm_hashes, cm_buckets)
+        self._chunk: FeatureCounts | None = None
+        self.prefilter_undercount = 0
         self.label_totals: dict[str, int] = {}
 
     @property
@@ -210,7 +237,40 @@ class SketchCounts:
             self._items[label] = frequent_strings_sketch(self.lg_max_k)
         return self._items[label]
 
+    def add_table(self, table: pa.Table, features) -> None:
+        """Count one canonical batch (``features``: a ``FeatureConfig``) into the current chunk."""
+        if self._chunk is None:
+            self._chunk = FeatureCounts(features)
+        self._chunk.add(table)
+        for k, v in label_totals(table["label"]).items():
+            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        if self._chunk.num_features > self.CHUNK_FEATURES or self._chunk.rows > FeatureCounts.MAX_ROWS // 2:
+            self._drain_chunk()
+
+    def _drain_chunk(self) -> None:
+        """Hand the chunk's counts above the cut-offs to the sketches."""
+        if self._chunk is None:
+            return
+        chunk, self._chunk = self._chunk, None
+        labels = sorted(chunk.labels)
+        cap = 1 << self.lg_max_k
+        features, _, matrix = chunk.matrix(labels, min_count=2)
+        cuts = [max(2, int(np.partition(matrix[:, j], len(matrix) - cap)[len(matrix) - cap])) if len(matrix) > cap
+                else 2 for j in range(len(labels))]
+        keep = np.flatnonzero((matrix >= np.array(cuts)[None, :]).any(axis=1))
+        features, matrix = features.take(pa.array(keep)).to_pylist(), matrix[keep]
+        for j, label in enumerate(labels):
+            sketch = self._sketch(label)
+            for i in np.flatnonzero(matrix[:, j] >= cuts[j]).tolist():
+                sketch.update(features[i], int(matrix[i, j]))
+        cm = self._n
+        for f, n in zip(features, matrix.sum(axis=1).tolist()):
+            cm.update(f, n)
+        self.prefilter_undercount += sum(cut - 1 for cut in cuts)   # a feature left out has each count < its cut
+
     def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
+        """Add a ``(feature, label, count)`` table: one update per row."""
+        self._drain_chunk()
         for k, v in (label_totals or {}).items():
             self.label_totals[k] = self.label_totals.get(k, 0) + v
         for part in counts.group_by("label").aggregate([]).column("label").to_pylist():
@@ -224,6 +284,9 @@ class SketchCounts:
             cm.update(f, c)
 
     def merge(self, other: "SketchCounts") -> "SketchCounts":
+        self._drain_chunk()
+        other._drain_chunk()
+        self.prefilter_undercount += other.prefilter_undercount
         for label, sk in other._items.items():
             self._sketch(label).merge(sk)
         self._n.merge(other._n)
@@ -239,6 +302,7 @@ class SketchCounts:
         """
         from datasketches import frequent_items_error_type
 
+        self._drain_chunk()
         items = set()
         for sk in self._items.values():
             items.update(item for item, *_ in sk.get_frequent_items(frequent_items_error_type.NO_FALSE_NEGATIVES, 0))
@@ -253,6 +317,7 @@ class SketchCounts:
         """
         from datasketches import frequent_items_error_type
 
+        self._drain_chunk()
         candidates = set()
         for sk in self._items.values():
             candidates.update(item for item, *_ in sk.get_frequent_items(frequent_items_error_type.NO_FALSE_POSITIVES))
@@ -270,9 +335,11 @@ class SketchCounts:
         return pa.table({"feature": features, "label": labels, "count": values}, schema=COUNTS_SCHEMA)
 
     def error_bounds(self) -> dict:
+        self._drain_chunk()
         return {
             "mode": "sketch",
             "lg_max_k": self.lg_max_k,
+            "prefilter_undercount": self.prefilter_undercount,
             "label_count_max_error": {k: int(self._max_error(sk)) for k, sk in self._items.items()},
             "n_relative_error": self._n.get_relative_error(),
             "n_max_overcount": int(math.ceil(self._n.get_relative_error() * self._n.total_weight)),
@@ -287,8 +354,10 @@ class SketchCounts:
         return max((ub - lb for _, _, lb, ub in items), default=0)
 
     def to_bytes(self) -> bytes:
+        self._drain_chunk()
         header = {"mode": "sketch", "lg_max_k": self.lg_max_k, "cm_hashes": self.cm_hashes,
                   "cm_buckets": self.cm_buckets, "label_totals": self.label_totals,
+                  "prefilter_undercount": self.prefilter_undercount,
                   "labels": sorted(self._items)}
         parts = [self._items[k].serialize() for k in header["labels"]] + [self._n.serialize()]
         header["sizes"] = [len(p) for p in parts]
@@ -303,6 +372,7 @@ class SketchCounts:
         header = json.loads(data[8:8 + size])
         obj = cls(header["lg_max_k"], header["cm_hashes"], header["cm_buckets"])
         obj.label_totals = header["label_totals"]
+        obj.prefilter_undercount = header.get("prefilter_undercount", 0)
         pos = 8 + size
         blobs = []
         for s in header["sizes"]:

@@ -19,13 +19,11 @@ from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
 from refinery.core.counts import (
-    COUNTS_SCHEMA,
     ExactCounts,
     counter_from_bytes,
-    label_totals,
     make_counter,
 )
-from refinery.core.feature_counts import FeatureCounts, load_kernels_in_background
+from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.features import FeatureConfig
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
 from refinery.io.readers import ReadOptions, expand_paths
@@ -82,9 +80,9 @@ class AuditResult:
 
 
 def _counter(config: AuditConfig, only: pa.Array | None = None):
-    """The configured counter; exact when counting only the features ``only`` (the recount pass)."""
+    """The configured counter; exact counts of just the features ``only`` in the recount pass."""
     if only is not None:
-        return ExactCounts()
+        return ExactCounts(only)
     return make_counter(config.mode, **({"lg_max_k": config.sketch_lg_max_k} if config.mode == "sketch" else {}))
 
 
@@ -94,13 +92,7 @@ def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Arr
     ``only``: count just these features (rows' label totals are still all counted).
     """
     counter = counter if counter is not None else _counter(config, only)
-    if only is None and isinstance(counter, ExactCounts):
-        counter.add_table(table, config.features)
-        return counter
-    counts = FeatureCounts(config.features).add(table).counts(COUNTS_SCHEMA)
-    if only is not None:
-        counts = counts.filter(pc.is_in(counts["feature"], value_set=only))
-    counter.add_counts(counts, label_totals(table["label"]))
+    counter.add_table(table, config.features)
     return counter
 
 
@@ -121,8 +113,7 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
                 only: pa.Array | None = None, probe: bool = True):
     """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts."""
     counter = _counter(config, only)
-    if isinstance(counter, ExactCounts):
-        load_kernels_in_background()
+    load_kernels_in_background()
     rejected = 0
     probe_tables = []
     with tqdm(desc="audit" if only is None else "recount", unit=" rows", disable=None) as bar:
