@@ -9,6 +9,7 @@ from conftest import SNLI_DEV, SNLI_TEST, run_cli
 from refinery.core.features import FeatureConfig, TokenizerOptions, extract, split_words
 from refinery.io import synth
 from refinery.io.corpus import Corpus
+from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS
 from refinery.methods.audit import (
     AuditConfig,
@@ -182,6 +183,28 @@ def test_incremental_update_equals_full(planted, tmp_path):
     full = audit([path])
     assert updated.counter.counts().equals(full.counter.counts())
     np.testing.assert_allclose(by_feature(updated.stats)["z"], by_feature(full.stats)["z"])
+
+
+def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tmp_path):
+    """A budget far below the counts' size: every batch spills to hash-partitioned runs on disk; the
+    statistics, the feature count and the saved state equal those counted in memory, and the runs
+    are removed once the outputs are written."""
+    import os
+
+    from refinery.methods.audit import load_state
+
+    path, _ = planted
+    in_memory = audit([path], opts=ReadOptions(batch_rows=7_000))
+    spilled = audit([path], opts=ReadOptions(batch_rows=7_000), config=AuditConfig(memory_budget="1M"))
+    runs = spilled.counter._runs.root
+    assert spilled.counter.spilled_runs >= 8 and os.listdir(runs)
+    assert spilled.features == in_memory.features > 10_000
+    assert by_feature(spilled.stats).equals(by_feature(in_memory.stats))
+    summary = write_outputs(spilled, str(tmp_path / "a"), [path])
+    spilled.counter.close()
+    assert summary["spilled_runs"] == spilled.counter.spilled_runs and not os.path.exists(runs)
+    saved, _ = load_state(str(tmp_path / "a"))
+    assert saved.counts().equals(in_memory.counter.counts())
 
 
 @pytest.mark.ray

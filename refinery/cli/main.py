@@ -143,6 +143,18 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
         click.echo(f"({result.num_rows:,} rows)")
 
 
+def _memory_budget_option(ctx, param, value):
+    """Check a --memory-budget now (exit 2 on a bad value), not after the counting."""
+    if value is not None:
+        from refinery.io.spill import memory_budget
+
+        try:
+            memory_budget(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder: stats.parquet, topk.json, report.html, state.")
@@ -154,24 +166,33 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
 @click.option("--sketch-lg-k", type=int, default=16, show_default=True, help="log2 of frequent-items map size.")
 @click.option("--sketch-recount/--no-sketch-recount", default=True, show_default=True,
               help="Sketch mode: a second pass counts the sketches' candidate features exactly.")
+@click.option("--memory-budget", callback=_memory_budget_option,
+              help="Exact counting: past this much memory, counts spill to disk and merge by partition "
+                   "(8G, 512M, or a fraction of memory such as 0.5)  [default: half of memory]")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
 @feature_options
 @print_config_option
 @input_options
-def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch_recount, engine, state,
-          feature_config, mapping, opts):
+def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch_recount, memory_budget, engine,
+          state, feature_config, mapping, opts):
     """z-statistics of surface features against the label (Gardner et al. 2021)."""
     from refinery.methods import audit as audit_mod
     from refinery.pipeline.report import terminal_topk
 
     config = audit_mod.AuditConfig(features=feature_config, mode=counting, prior=prior, min_count=min_count,
-                                   alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount)
+                                   alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount,
+                                   memory_budget=memory_budget)
     if state and printing_config():
         raise click.UsageError("--update has no pipeline equivalent (a pipeline audits its own input)")
     as_pipeline("audit", config, inputs, out, engine)
     result = audit_mod.audit(inputs, mapping, opts, config, engine=engine, state=state)
-    summary = audit_mod.write_outputs(result, out, inputs)
+    try:
+        summary = audit_mod.write_outputs(result, out, inputs)
+    finally:
+        result.counter.close()
+    if summary["spilled_runs"]:
+        click.echo(f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)")
     click.echo(conservation(summary["rows"] + summary["rejected"], counted=summary["rows"],
                             rejected=summary["rejected"]))
     click.echo(f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "

@@ -33,13 +33,23 @@ def label_totals(labels) -> dict:
 class ExactCounts:
     """Every feature's counts; with ``only``, just those of the features in ``only`` (sketch mode's
     recount: batches are counted by the compiled counter a chunk at a time, then the chunk's
-    counts of ``only`` kept, so memory holds a chunk and the kept counts)."""
+    counts of ``only`` kept, so memory holds a chunk and the kept counts).
+
+    ``memory_budget`` (bytes): once the counts held would need more than that to be turned into
+    tables (``SPILL_FACTOR`` × their size), they go to hash-partitioned runs on disk
+    (``PartitionedRuns``) and counting goes on from empty; statistics and the state are then
+    built one partition at a time. ``close`` removes the runs.
+    """
 
     mode = "exact"
     CHUNK_FEATURES = 4_000_000   # ``only``: the compiled counter's features before its counts are filtered
+    SPILL_FACTOR = 4             # peak memory of turning held counts into a table, over their size
 
-    def __init__(self, only: pa.Array | None = None):
+    def __init__(self, only: pa.Array | None = None, memory_budget: int | None = None):
         self.only = only
+        self.memory_budget = memory_budget
+        self._runs = None      # PartitionedRuns once spilled
+        self._spilled_labels: set = set()
         self._parts: list[pa.Table] = []
         self._pending = 0
         self._sorted = True
@@ -54,7 +64,37 @@ class ExactCounts:
     @property
     def _batches_only(self) -> bool:
         """Whether every count is in the batch counter (none merged in, none filtered): read straight from it."""
-        return not self._parts and self._batches is not None and self.only is None
+        return not self._parts and self._batches is not None and self.only is None and self._runs is None
+
+    @property
+    def spilled_runs(self) -> int:
+        return self._runs.runs if self._runs is not None else 0
+
+    def _within_budget(self) -> None:
+        if self.memory_budget is None:
+            return
+        held = (self._batches.nbytes if self._batches is not None else 0) + sum(p.nbytes for p in self._parts)
+        if held * self.SPILL_FACTOR > self.memory_budget:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Every count held goes to a new spill run."""
+        from refinery.io.spill import PartitionedRuns
+
+        self._fold_batches()
+        if not self._parts:
+            return
+        if self._runs is None:
+            self._runs = PartitionedRuns()
+        run = pa.concat_tables(self._parts)
+        self._spilled_labels.update(pc.unique(run["label"]).to_pylist())
+        self._parts, self._pending, self._matrix = [], 0, None
+        self._runs.write(run)
+
+    def close(self) -> None:
+        """Remove the spill runs (if any)."""
+        if self._runs is not None:
+            self._runs.close()
 
     def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
         self._parts.append(counts.cast(COUNTS_SCHEMA))
@@ -65,6 +105,7 @@ class ExactCounts:
             self.label_totals[k] = self.label_totals.get(k, 0) + v
         if self._pending > 8_000_000 and len(self._parts) > 1:
             self._compact()
+        self._within_budget()
 
     def add_table(self, table: pa.Table, features) -> None:
         """Add one canonical batch, counting the features of ``features`` (a ``FeatureConfig``)."""
@@ -81,6 +122,7 @@ class ExactCounts:
             self.label_totals[k] = self.label_totals.get(k, 0) + v
         if self.only is not None and self._batches.num_features > self.CHUNK_FEATURES:
             self._fold_batches()
+        self._within_budget()
 
     def _fold_batches(self) -> None:
         """Move the accumulated batches into the summed tables (with ``only``: their counts of those features)."""
@@ -98,7 +140,9 @@ class ExactCounts:
         for the features kept), else from the summed tables (kept until the next add)."""
         key = (list(labels), min_count)
         if self._matrix is None or self._matrix[0] != key:
-            if not self._batches_only:
+            if self._runs is not None:
+                result = self._merged_matrix(labels, min_count)
+            elif not self._batches_only:
                 self._fold_batches()
                 features, matrix, n = zstats.long_to_matrix(self.counts(), labels)
                 if min_count > 0:
@@ -111,9 +155,30 @@ class ExactCounts:
             self._matrix = key, result
         return self._matrix[1]
 
+    def _merged_partitions(self):
+        """The spill runs' partitions merged, one at a time (after spilling what is held)."""
+        self._spill()
+        yield from self._runs
+
+    def _merged_matrix(self, labels: list, min_count: int) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        parts, self._spilled_features = [], 0
+        for counts in self._merged_partitions():
+            features, matrix, n = zstats.long_to_matrix(counts, labels)
+            self._spilled_features += len(features)
+            keep = np.flatnonzero(n >= min_count)
+            parts.append((features.take(pa.array(keep)), matrix[keep], n[keep]))
+        if not parts:
+            return pa.array([], pa.string()), np.zeros((0, len(labels))), np.zeros(0)
+        return (pa.concat_arrays([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]))
+
     @property
     def num_features(self) -> int:
         """Distinct features counted."""
+        if self._runs is not None:
+            if self._matrix is None:
+                self.matrix(self.labels(), min_count=2**62)   # a pass over the partitions that keeps nothing
+            return self._spilled_features
         if not self._batches_only:
             self._fold_batches()
             return int(pc.count_distinct(self.counts()["feature"]).as_py()) if self._parts else 0
@@ -121,7 +186,8 @@ class ExactCounts:
 
     def labels(self) -> list:
         """Every label counted, sorted."""
-        seen = set(self.label_totals) | (set(self._batches.labels) if self._batches is not None else set())
+        seen = set(self.label_totals) | self._spilled_labels | (set(self._batches.labels) if self._batches is not None
+                                                                  else set())
         for part in self._parts:
             seen.update(pc.unique(part["label"]).to_pylist())
         return sorted(seen)
@@ -143,7 +209,11 @@ class ExactCounts:
         self._parts, self._pending = [t], t.num_rows
 
     def counts(self) -> pa.Table:
-        """Every (feature, label, count), sorted by feature and label."""
+        """Every (feature, label, count), sorted by feature and label (all in memory, spilled or not)."""
+        if self._runs is not None:
+            merged = list(self._merged_partitions())
+            table = pa.concat_tables(merged).cast(COUNTS_SCHEMA) if merged else pa.Table.from_batches([], COUNTS_SCHEMA)
+            return table.sort_by([("feature", "ascending"), ("label", "ascending")])
         self._fold_batches()
         if not self._parts:
             return pa.Table.from_batches([], schema=COUNTS_SCHEMA)
@@ -156,25 +226,39 @@ class ExactCounts:
         return {"mode": "exact", "count_error": 0}
 
     # -- serialization
-    def to_bytes(self) -> bytes:
-        """An Arrow IPC file (LZ4), one row per feature with an int64 count column per label (``count_<j>``
-        for the j-th of the metadata's ``labels``). Counts of batches alone are written in the compact
-        ``grams`` layout (``FeatureCounts.gram_table``: token ids into one dictionary, no string per
-        feature); merged counts as ``wide`` (a ``feature`` column)."""
+    def write_state(self, sink) -> None:
+        """An Arrow IPC file (LZ4) into ``sink`` (a writable file), one row per feature with an int64 count
+        column per label (``count_<j>`` for the j-th of the metadata's ``labels``). Counts of batches
+        alone are written in the compact ``grams`` layout (``FeatureCounts.gram_table``: token ids into
+        one dictionary, no string per feature); others as ``wide`` (a ``feature`` column), spilled
+        counts a partition at a time."""
         labels = self.labels()
-        meta = {"mode": "exact", "labels": labels, "label_totals": self.label_totals}
-        if not self._batches_only:
-            features, matrix, _ = self.matrix(labels)
-            table = pa.table({"feature": features, **{f"count_{j}": pa.array(matrix[:, j], pa.int64())
-                                                       for j in range(len(labels))}})
-            meta["layout"] = "wide"
+        meta = {"mode": "exact", "labels": labels, "label_totals": self.label_totals,
+                "layout": "grams" if self._batches_only else "wide"}
+
+        def wide(features, matrix) -> pa.Table:
+            return pa.table({"feature": features.cast(pa.large_string()),
+                             **{f"count_{j}": matrix[:, j].astype(np.int64) for j in range(len(labels))}})
+
+        if self._batches_only:
+            tables = iter([self._batches.gram_table(labels)])
+        elif self._runs is not None:
+            tables = (wide(*zstats.long_to_matrix(counts, labels)[:2]) for counts in self._merged_partitions())
         else:
-            table = self._batches.gram_table(labels)
-            meta["layout"] = "grams"
-        table = table.replace_schema_metadata({b"refinery": json.dumps(meta).encode()})
+            tables = iter([wide(*self.matrix(labels)[:2])])
+        first = next(tables, None)
+        if first is None:
+            first = wide(pa.array([], pa.string()), np.zeros((0, len(labels))))
+        schema = first.schema.with_metadata({b"refinery": json.dumps(meta).encode()})
+        with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+            writer.write_table(first.replace_schema_metadata(schema.metadata))
+            for table in tables:
+                writer.write_table(table.replace_schema_metadata(schema.metadata))
+
+    def to_bytes(self) -> bytes:
+        """``write_state`` into memory."""
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-            writer.write_table(table)
+        self.write_state(sink)
         return sink.getvalue().to_pybytes()
 
     @classmethod
@@ -214,6 +298,7 @@ class SketchCounts:
 
     mode = "sketch"
     CHUNK_FEATURES = 4_000_000
+    spilled_runs = 0   # bounded by its sketches: it never spills
 
     def __init__(self, lg_max_k: int = 16, cm_hashes: int = 5, cm_buckets: int = 1 << 20):
         from datasketches import count_min_sketch
@@ -353,6 +438,12 @@ class SketchCounts:
         items = sk.get_frequent_items(frequent_items_error_type.NO_FALSE_NEGATIVES)
         return max((ub - lb for _, _, lb, ub in items), default=0)
 
+    def write_state(self, sink) -> None:
+        sink.write(self.to_bytes())
+
+    def close(self) -> None:
+        """Nothing on disk to remove (the interface of ``ExactCounts.close``)."""
+
     def to_bytes(self) -> bytes:
         self._drain_chunk()
         header = {"mode": "sketch", "lg_max_k": self.lg_max_k, "cm_hashes": self.cm_hashes,
@@ -386,7 +477,7 @@ class SketchCounts:
 
 def make_counter(mode: str, **kwargs):
     if mode == "exact":
-        return ExactCounts()
+        return ExactCounts(**kwargs)
     if mode == "sketch":
         return SketchCounts(**kwargs)
     raise ValueError(f"counting mode must be exact or sketch, not {mode!r}")

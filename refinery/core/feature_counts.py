@@ -657,6 +657,16 @@ class FeatureCounts:
         return out
 
     @property
+    def nbytes(self) -> int:
+        """Memory held by the count tables, vocabularies and work buffers."""
+        held = self.row_table.table.nbytes
+        for f in (self.fields or {}).values():
+            held += sum(t.table.nbytes for t in f.tables.values())
+            held += f.vocab.arena.nbytes + f.vocab.token_ends.nbytes + f.vocab.hashes.nbytes + f.vocab.table.nbytes
+            held += f.scanner.out.nbytes + f.scanner.spans.nbytes + f.scanner.hashes.nbytes
+        return held
+
+    @property
     def num_features(self) -> int:
         self.flush()
         tables = [t for f in (self.fields or {}).values() for t in f.tables.values()]

@@ -28,6 +28,7 @@ from refinery.core.features import FeatureConfig
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
 from refinery.io.readers import ReadOptions, expand_paths
 from refinery.io.schema import Mapping
+from refinery.io.spill import memory_budget
 from refinery.io.storage import AtomicDir, get_fs
 from refinery.pipeline.report import dict_table, page, topk_table, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
@@ -44,6 +45,7 @@ class AuditConfig:
     probe_folds: int = 5
     sketch_lg_max_k: int = 16
     sketch_recount: bool = True     # sketch mode: a second pass counts the sketches' candidates exactly
+    memory_budget: str | None = None  # exact mode: spill counts to disk past this (8G, 512M, 0.5 of memory; None: half)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -83,7 +85,9 @@ def _counter(config: AuditConfig, only: pa.Array | None = None):
     """The configured counter; exact counts of just the features ``only`` in the recount pass."""
     if only is not None:
         return ExactCounts(only)
-    return make_counter(config.mode, **({"lg_max_k": config.sketch_lg_max_k} if config.mode == "sketch" else {}))
+    if config.mode == "sketch":
+        return make_counter("sketch", lg_max_k=config.sketch_lg_max_k)
+    return make_counter(config.mode, memory_budget=memory_budget(config.memory_budget))
 
 
 def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Array | None = None):
@@ -272,19 +276,19 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
         "error_bounds": result.error_bounds(),
+        "spilled_runs": result.counter.spilled_runs,
         "config": cfg.to_dict(),
         "inputs": list(inputs),
     }
-    with ThreadPoolExecutor(1) as background:   # the state's encoding releases the GIL: it overlaps the plot
-        state = background.submit(result.counter.to_bytes)
+    with AtomicDir(out) as d, ThreadPoolExecutor(1) as background:
+        state = background.submit(_write_state, d, result.counter)   # releases the GIL: overlaps the rest
         svg = zplot_svg(st, k=min(cfg.k, 8), title=title)
         sink = pa.BufferOutputStream()
         pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
-    with AtomicDir(out) as d:
         d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
         d.write_text("topk.json", json.dumps(topk, indent=1))
         d.write_text("zplot.svg", svg)
-        d.write_bytes(STATE_FILE, state.result())
+        state.result()
         d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
                                              "inputs": list(inputs)}, indent=1))
         d.write_text("report.html", page(title, [
@@ -298,6 +302,11 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
     return summary
 
 
+def _write_state(d: AtomicDir, counter) -> None:
+    with d.fs.open(d.file(STATE_FILE), "wb") as fh:
+        counter.write_state(fh)
+
+
 class AuditStage(Stage):
     """z-statistics of the stage's input into ``report/``; the rows pass on to the next stage unchanged."""
 
@@ -307,7 +316,10 @@ class AuditStage(Stage):
 
     def run(self, source: StageInput, out: str) -> StageResult:
         result = audit(source.paths, source.mapping, source.opts, self.config, engine=source.engine)
-        summary = write_outputs(result, os.path.join(out, "report"), source.paths)
+        try:
+            summary = write_outputs(result, os.path.join(out, "report"), source.paths)
+        finally:
+            result.counter.close()
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
