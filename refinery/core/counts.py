@@ -30,6 +30,12 @@ def label_totals(labels) -> dict:
     return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
 
 
+def add_totals(into: dict, more: dict | None) -> None:
+    """Add the rows per label of ``more`` to ``into``."""
+    for label, rows in (more or {}).items():
+        into[label] = into.get(label, 0) + rows
+
+
 class ExactCounts:
     """Every feature's counts; with ``only``, just those of the features in ``only`` (sketch mode's
     recount: batches are counted by the compiled counter a chunk at a time, then the chunk's
@@ -101,8 +107,7 @@ class ExactCounts:
         self._pending += counts.num_rows
         self._sorted = False
         self._matrix = None
-        for k, v in (label_totals or {}).items():
-            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        add_totals(self.label_totals, label_totals)
         if self._pending > 8_000_000 and len(self._parts) > 1:
             self._compact()
         self._within_budget()
@@ -118,9 +123,8 @@ class ExactCounts:
             raise ValueError("ExactCounts.add_table: every batch must be counted with the same features")
         self._batches.add(table)
         self._matrix = None
-        for k, v in label_totals(table["label"]).items():
-            self.label_totals[k] = self.label_totals.get(k, 0) + v
-        if self.only is not None and self._batches.num_features > self.CHUNK_FEATURES:
+        add_totals(self.label_totals, label_totals(table["label"]))
+        if self.only is not None and self._batches.held_features > self.CHUNK_FEATURES:
             self._fold_batches()
         self._within_budget()
 
@@ -144,11 +148,7 @@ class ExactCounts:
                 result = self._merged_matrix(labels, min_count)
             elif not self._batches_only:
                 self._fold_batches()
-                features, matrix, n = zstats.long_to_matrix(self.counts(), labels)
-                if min_count > 0:
-                    keep = np.flatnonzero(n >= min_count)
-                    features, matrix, n = features.take(pa.array(keep)), matrix[keep], n[keep]
-                result = features, matrix, n
+                result = zstats.at_least(*zstats.long_to_matrix(self.counts(), labels), min_count)
             else:
                 features, _, matrix = self._batches.matrix(labels, min_count)
                 result = features, matrix, matrix.sum(axis=1)
@@ -165,8 +165,7 @@ class ExactCounts:
         for counts in self._merged_partitions():
             features, matrix, n = zstats.long_to_matrix(counts, labels)
             self._spilled_features += len(features)
-            keep = np.flatnonzero(n >= min_count)
-            parts.append((features.take(pa.array(keep)), matrix[keep], n[keep]))
+            parts.append(zstats.at_least(features, matrix, n, min_count))
         if not parts:
             return pa.array([], pa.string()), np.zeros((0, len(labels))), np.zeros(0)
         return (pa.concat_arrays([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
@@ -327,9 +326,8 @@ class SketchCounts:
         if self._chunk is None:
             self._chunk = FeatureCounts(features)
         self._chunk.add(table)
-        for k, v in label_totals(table["label"]).items():
-            self.label_totals[k] = self.label_totals.get(k, 0) + v
-        if self._chunk.num_features > self.CHUNK_FEATURES or self._chunk.rows > FeatureCounts.MAX_ROWS // 2:
+        add_totals(self.label_totals, label_totals(table["label"]))
+        if self._chunk.held_features > self.CHUNK_FEATURES or self._chunk.rows > FeatureCounts.MAX_ROWS // 2:
             self._drain_chunk()
 
     def _drain_chunk(self) -> None:
@@ -356,8 +354,7 @@ class SketchCounts:
     def add_counts(self, counts: pa.Table, label_totals: dict | None = None) -> None:
         """Add a ``(feature, label, count)`` table: one update per row."""
         self._drain_chunk()
-        for k, v in (label_totals or {}).items():
-            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        add_totals(self.label_totals, label_totals)
         for part in counts.group_by("label").aggregate([]).column("label").to_pylist():
             sub = counts.filter(pc.equal(counts["label"], part))
             sketch = self._sketch(part)
@@ -375,8 +372,7 @@ class SketchCounts:
         for label, sk in other._items.items():
             self._sketch(label).merge(sk)
         self._n.merge(other._n)
-        for k, v in other.label_totals.items():
-            self.label_totals[k] = self.label_totals.get(k, 0) + v
+        add_totals(self.label_totals, other.label_totals)
         return self
 
     def candidates(self) -> pa.Array:

@@ -547,7 +547,6 @@ def _load_kernels() -> None:
     counts = FeatureCounts(FeatureConfig(families=("unigram", "bigram", "null")))
     counts.add(pa.table({"text_a": ["a b"], "text_b": ["c d"], "label": ["x"]}))
     counts.matrix(min_count=1)
-    counts.rows = 0
 
 
 _KERNELS = None
@@ -667,10 +666,17 @@ class FeatureCounts:
         return held
 
     @property
-    def num_features(self) -> int:
-        self.flush()
+    def held_features(self) -> int:
+        """Features in the tables so far, without waiting for the batches still being counted (a cheap
+        gauge for the callers that bound a chunk on every add)."""
         tables = [t for f in (self.fields or {}).values() for t in f.tables.values()]
         return sum(t.size for t in tables) + (self.row_table.size if self.row_feature_ids else 0)
+
+    @property
+    def num_features(self) -> int:
+        """Distinct features of every batch added."""
+        self.flush()
+        return self.held_features
 
     def matrix(self, labels: list | None = None, min_count: int = 0) -> tuple[pa.Array, list, np.ndarray]:
         """(F features, labels, F×C counts) of every feature seen in at least ``min_count`` rows (all

@@ -134,6 +134,13 @@ def long_to_matrix(counts: pa.Table, labels: list) -> tuple[pa.Array, np.ndarray
     return features, matrix, n
 
 
+def at_least(features: pa.Array, matrix: np.ndarray, n: np.ndarray, min_count: int
+             ) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """The rows of (features, F×C counts, n) with n ≥ ``min_count``."""
+    keep = np.flatnonzero(n >= min_count)
+    return features.take(pa.array(keep)), matrix[keep], n[keep]
+
+
 def matrix_to_long(features: pa.Array, labels: list, matrix: np.ndarray, schema: pa.Schema | None = None) -> pa.Table:
     """The nonzero cells of an F×C count matrix as ``(feature, label, count)`` rows (``long_to_matrix``'s inverse)."""
     row, col = np.nonzero(matrix)

@@ -11,7 +11,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -234,8 +233,7 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
     else:
         features, matrix, n = zstats.long_to_matrix(source.counts(), labels)
         counted = len(features)
-        keep = np.flatnonzero(n >= config.min_count)
-        features, matrix, n = features.take(pa.array(keep)), matrix[keep], n[keep]
+        features, matrix, n = zstats.at_least(features, matrix, n, config.min_count)
     st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, config.prior),
                             config.min_count, config.alpha, n=n)
     return AuditResult(st, counter, config, rejected, recounted, counted)
