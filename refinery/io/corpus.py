@@ -267,7 +267,10 @@ class CorpusWriter:
 
     def _write_parquet(self, table: pa.Table, name: str) -> dict:
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        # dictionary pages and min/max statistics only where they pay: not for ids and texts, which are
+        # nearly all distinct (Arrow would build a dictionary for each and throw it away)
+        small = [c for c in table.column_names if c not in ("id", "text_a", "text_b")]
+        pq.write_table(table, sink, compression="zstd", use_dictionary=small, write_statistics=small)
         data = sink.getvalue().to_pybytes()
         name = self._dir.versioned(name)
         self._dir.write_bytes(name, data)

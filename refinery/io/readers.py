@@ -6,10 +6,12 @@ file, line (1-based; row number for Parquet and JSON arrays), column and reason.
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import json
 import posixpath
 import re
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Iterator
@@ -250,28 +252,58 @@ def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table,
 
 
 def _jsonl_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int]]:
-    """(whole lines of about ``block_bytes``, the 1-based number of their first line); BOM removed."""
+    """(whole lines of about ``block_bytes``, the 1-based number of their first line); BOM removed.
+
+    Each block is read into its own buffer after the partial line the last one left, and handed on as a
+    view: no copy of the file's bytes beyond the read itself."""
     with fs.open(path, "rb", compression="infer") as fh:
         first, tail = 1, b""
-        while data := fh.read(block_bytes):
-            data = tail + data if tail else data
-            cut = data.rfind(b"\n") + 1
+        while True:
+            buf = bytearray(len(tail) + block_bytes)
+            buf[:len(tail)] = tail
+            size = len(tail) + _read_into(fh, memoryview(buf)[len(tail):])
+            if size == len(tail):
+                break
+            view = memoryview(buf)[:size]
+            cut = buf.rfind(b"\n", 0, size) + 1
             if cut == 0:   # no line ends yet: one line longer than a block
-                tail = data
+                tail = bytes(view)
                 continue
-            block, tail = (data, b"") if cut == len(data) else (data[:cut], data[cut:])
-            lines = LineTexts(block.removeprefix(BOM) if first == 1 else block)
+            tail = bytes(view[cut:])
+            lines = LineTexts(_without_bom(view[:cut]) if first == 1 else view[:cut])
             yield lines, first
             first += len(lines)
         if tail:
-            yield LineTexts(tail.removeprefix(BOM) if first == 1 else tail), first
+            yield LineTexts(_without_bom(memoryview(tail)) if first == 1 else memoryview(tail)), first
+
+
+def _read_into(fh, view: memoryview) -> int:
+    """Fill ``view`` from ``fh`` as far as the file goes (a compressed or remote stream may return less
+    than asked); the number of bytes read."""
+    filled = 0
+    readinto = getattr(fh, "readinto", None)
+    while filled < len(view):
+        if readinto is not None:
+            got = readinto(view[filled:]) or 0
+        else:
+            data = fh.read(len(view) - filled)
+            got = len(data)
+            view[filled:filled + got] = data
+        if got == 0:
+            break
+        filled += got
+    return filled
+
+
+def _without_bom(view: memoryview) -> memoryview:
+    return view[len(BOM):] if view[:len(BOM)] == BOM else view
 
 
 class LineTexts:
-    """The lines of a block of bytes as spans between newline positions; a line's text is decoded only
-    when its row is rejected (``take``)."""
+    """The lines of a block of bytes (a view) as spans between newline positions; a line's text is decoded
+    only when its row is rejected (``take``)."""
 
-    def __init__(self, block: bytes, starts: np.ndarray | None = None, ends: np.ndarray | None = None):
+    def __init__(self, block: memoryview, starts: np.ndarray | None = None, ends: np.ndarray | None = None):
         self.block = block
         if starts is None:
             buf = np.frombuffer(block, np.uint8)
@@ -289,7 +321,7 @@ class LineTexts:
 
     def raw(self, i: int) -> bytes:
         """Line ``i`` without its line end (as ``rstrip(b"\\r\\n")``)."""
-        return self.block[self.starts[i]:self.ends[i]].rstrip(b"\r\n")
+        return bytes(self.block[self.starts[i]:self.ends[i]]).rstrip(b"\r\n")
 
     def too_long(self, indices: np.ndarray, limit: int) -> bool:
         """Whether a line of ``indices`` is longer than ``limit`` bytes without its line end."""
@@ -331,7 +363,7 @@ def _arrow_lines(lines: LineTexts, lo: int, hi: int, opts, text_columns) -> tupl
     keep = lines.nonblank(lo, hi)
     if not len(keep) or lines.too_long(keep, opts.max_row_bytes) or not lines.all_objects(keep):
         return None, keep
-    piece = memoryview(lines.block)[lines.starts[lo]:lines.ends[hi - 1]]
+    piece = lines.block[lines.starts[lo]:lines.ends[hi - 1]]
     try:
         str(piece, "utf-8")
         table = pajson.read_json(pa.BufferReader(piece))
@@ -525,6 +557,8 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
 
     def flag(mask, col_name, text):
         nonlocal reason, column
+        if not pc.any(mask).as_py():   # the common case: no row of the batch fails this check
+            return
         mask = pc.and_(pc.fill_null(mask, False), pc.is_null(reason))
         reason = pc.if_else(mask, pa.scalar(text), reason)
         column = pc.if_else(mask, pa.scalar(col_name), column)
@@ -617,8 +651,17 @@ def _castable(t: pa.DataType) -> bool:
 
 # ---------------------------------------------------------------- public entry points
 
+def _import_pandas_in_background() -> None:
+    """pyarrow imports pandas on the first ``pa.array`` or scalar argument of a process (~0.2 s); start
+    that import on a thread of its own, so it overlaps the reading of the first block (GIL released)."""
+    if "pandas" not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=("pandas",), daemon=True,
+                         name="refinery-import").start()
+
+
 def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[Batch]:
     """Stream one file as canonical batches; raise BadRowError on the first bad row under ``fail``."""
+    _import_pandas_in_background()
     fs, fpath = get_fs(path, opts.storage_options)
     fmt = detect_format(path, mapping)
     text_columns = frozenset(mapping.columns[k] for k in ("text_a", "text_b", "label", "id", "node_a", "node_b")
