@@ -207,6 +207,33 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     assert saved.counts().equals(in_memory.counter.counts())
 
 
+def test_counts_spilled_as_ids_then_merged_with_counted_tables():
+    """Real SNLI counted under a tiny budget (spilled as ids, row features included), then a saved
+    counter merged in (counts as a table: the keyed runs are renamed to strings) and more batches
+    counted: every sum equals the same counts held in memory."""
+    from refinery.core.counts import ExactCounts
+    from refinery.io.corpus import load
+
+    table, _ = load([SNLI_DEV], PRESETS["snli"])
+    features = FeatureConfig(families=("unigram", "bigram", "null", "length"))
+    parts = [table.slice(i, 2_500) for i in range(0, table.num_rows, 2_500)]
+    spilled, in_memory = ExactCounts(memory_budget=1 << 20), ExactCounts()
+    for part in parts[:2]:
+        spilled.add_table(part, features)
+        in_memory.add_table(part, features)
+    assert spilled.spilled_runs == 2 and type(spilled._runs).__name__ == "KeyedRuns"
+    saved = ExactCounts()
+    saved.add_table(parts[2], features)
+    spilled.merge(saved)
+    in_memory.merge(saved)
+    for part in parts[3:]:
+        spilled.add_table(part, features)
+        in_memory.add_table(part, features)
+    assert type(spilled._runs).__name__ == "PartitionedRuns"
+    assert spilled.counts().equals(in_memory.counts()) and spilled.num_features == in_memory.num_features
+    spilled.close()
+
+
 @pytest.mark.ray
 def test_local_and_ray_identical(planted, ray_local):
     path, _ = planted

@@ -41,20 +41,23 @@ class ExactCounts:
     recount: batches are counted by the compiled counter a chunk at a time, then the chunk's
     counts of ``only`` kept, so memory holds a chunk and the kept counts).
 
-    ``memory_budget`` (bytes): once the counts held would need more than that to be turned into
-    tables (``SPILL_FACTOR`` × their size), they go to hash-partitioned runs on disk
-    (``PartitionedRuns``) and counting goes on from empty; statistics and the state are then
-    built one partition at a time. ``close`` removes the runs.
+    ``memory_budget`` (bytes): counts that would outgrow it go to hash-partitioned runs on disk and
+    counting goes on from empty; statistics and the state are then built one partition at a time.
+    Counts of batches alone spill as ids (``KeyedRuns``: the compiled counter's tables a slot range
+    at a time, its vocabularies kept), once the tables held plus the doubling of the largest
+    would pass ``KEYED_SHARE`` of the budget; counts merged in as tables spill as strings
+    (``PartitionedRuns``) past ``1 / SPILL_FACTOR`` of it. ``close`` removes the runs.
     """
 
     mode = "exact"
     CHUNK_FEATURES = 4_000_000   # ``only``: the compiled counter's features before its counts are filtered
     SPILL_FACTOR = 4             # peak memory of turning held counts into a table, over their size
+    KEYED_SHARE = 0.75           # of the budget, for the count tables (the rest: reading, vocabularies, Python)
 
     def __init__(self, only: pa.Array | None = None, memory_budget: int | None = None):
         self.only = only
         self.memory_budget = memory_budget
-        self._runs = None      # PartitionedRuns once spilled
+        self._runs = None      # KeyedRuns or PartitionedRuns once spilled
         self._spilled_labels: set = set()
         self._parts: list[pa.Table] = []
         self._pending = 0
@@ -76,8 +79,20 @@ class ExactCounts:
     def spilled_runs(self) -> int:
         return self._runs.runs if self._runs is not None else 0
 
+    @property
+    def _keyed(self) -> bool:
+        """Whether every count is in the batch counter or in keyed runs: spilled as ids."""
+        from refinery.io.spill import PartitionedRuns
+
+        return (not self._parts and self._batches is not None and self.only is None
+                and not isinstance(self._runs, PartitionedRuns))
+
     def _within_budget(self) -> None:
         if self.memory_budget is None:
+            return
+        if self._keyed:
+            if self._batches.nbytes + 2 * self._batches.largest_table_nbytes > self.KEYED_SHARE * self.memory_budget:
+                self._spill()
             return
         held = (self._batches.nbytes if self._batches is not None else 0) + sum(p.nbytes for p in self._parts)
         if held * self.SPILL_FACTOR > self.memory_budget:
@@ -85,8 +100,15 @@ class ExactCounts:
 
     def _spill(self) -> None:
         """Every count held goes to a new spill run."""
-        from refinery.io.spill import PartitionedRuns
+        from refinery.io.spill import KeyedRuns, PartitionedRuns
 
+        if self._keyed:
+            if self._runs is None:
+                self._runs = KeyedRuns()
+            self._batches.spill(self._runs)
+            self._matrix = None
+            return
+        self._name_keyed_runs()
         self._fold_batches()
         if not self._parts:
             return
@@ -96,6 +118,32 @@ class ExactCounts:
         self._spilled_labels.update(pc.unique(run["label"]).to_pylist())
         self._parts, self._pending, self._matrix = [], 0, None
         self._runs.write(run)
+
+    def _name_keyed_runs(self) -> None:
+        """Keyed runs (and the batch counts) rewritten as string runs, a partition at a time: counts
+        merged in as tables can only meet them by feature string."""
+        from refinery.io.spill import KeyedRuns, PartitionedRuns
+
+        if not isinstance(self._runs, KeyedRuns):
+            return
+        labels = self.labels()
+        named = PartitionedRuns()
+        for parts in self._keyed_partitions(labels):
+            features, matrix = self._batches.named(parts, labels)
+            named.write(zstats.matrix_to_long(features, labels, matrix, COUNTS_SCHEMA))
+        self._runs.close()
+        self._runs, self._spilled_labels = named, set(labels)
+
+    def _keyed_partitions(self, labels: list):
+        """The keyed runs' partitions merged, one at a time (after spilling what is held), as
+        (code, first, second, counts in the order of ``labels``) parts."""
+        self._batches.spill(self._runs)
+        ids = self._batches.labels
+        columns = np.full(len(ids), -1, dtype=np.int64)
+        for j, label in enumerate(labels):
+            if label in ids:
+                columns[ids[label]] = j
+        yield from self._runs.merged_parts(columns, len(labels))
 
     def close(self) -> None:
         """Remove the spill runs (if any)."""
@@ -116,7 +164,8 @@ class ExactCounts:
         """Add one canonical batch, counting the features of ``features`` (a ``FeatureConfig``)."""
 
         if self._batches is not None and self._batches.rows + table.num_rows > FeatureCounts.MAX_ROWS:
-            self._fold_batches()   # an accumulator counts fewer than 2**31 rows; its counts move to the tables
+            # an accumulator counts fewer than 2**31 rows: its counts spill (keyed) or move to the tables
+            self._spill() if self._keyed and self._runs is not None else self._fold_batches()
         if self._batches is None:
             self._batches = FeatureCounts(features)
         elif self._batches.config != features:
@@ -130,6 +179,7 @@ class ExactCounts:
 
     def _fold_batches(self) -> None:
         """Move the accumulated batches into the summed tables (with ``only``: their counts of those features)."""
+        self._name_keyed_runs()   # the batch counter's vocabularies name them: they go first
         if self._batches is not None:
             batches, self._batches = self._batches, None
             features, labels, matrix = batches.matrix()
@@ -155,17 +205,27 @@ class ExactCounts:
             self._matrix = key, result
         return self._matrix[1]
 
-    def _merged_partitions(self):
-        """The spill runs' partitions merged, one at a time (after spilling what is held)."""
+    def _spilled(self, labels: list, min_count: int = 0):
+        """The spill runs' partitions merged, one at a time (after spilling what is held), each as
+        (features in at least ``min_count`` rows, their counts in the order of ``labels``, n, the number
+        of features in the partition); keyed runs name only the features kept."""
+        from refinery.io.spill import KeyedRuns
+
+        if isinstance(self._runs, KeyedRuns):
+            for parts in self._keyed_partitions(labels):
+                features, matrix = self._batches.named(parts, labels, min_count)
+                yield features, matrix, matrix.sum(axis=1), sum(len(p[1]) for p in parts)
+            return
         self._spill()
-        yield from self._runs
+        for counts in self._runs.merged():
+            features, matrix, n = zstats.long_to_matrix(counts, labels)
+            yield *zstats.at_least(features, matrix, n, min_count), len(features)
 
     def _merged_matrix(self, labels: list, min_count: int) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         parts, self._spilled_features = [], 0
-        for counts in self._merged_partitions():
-            features, matrix, n = zstats.long_to_matrix(counts, labels)
-            self._spilled_features += len(features)
-            parts.append(zstats.at_least(features, matrix, n, min_count))
+        for features, matrix, n, in_partition in self._spilled(labels, min_count):
+            self._spilled_features += in_partition
+            parts.append((features, matrix, n))
         if not parts:
             return pa.array([], pa.string()), np.zeros((0, len(labels))), np.zeros(0)
         return (pa.concat_arrays([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
@@ -210,8 +270,10 @@ class ExactCounts:
     def counts(self) -> pa.Table:
         """Every (feature, label, count), sorted by feature and label (all in memory, spilled or not)."""
         if self._runs is not None:
-            merged = list(self._merged_partitions())
-            table = pa.concat_tables(merged).cast(COUNTS_SCHEMA) if merged else pa.Table.from_batches([], COUNTS_SCHEMA)
+            labels = self.labels()
+            merged = [zstats.matrix_to_long(features, labels, matrix, COUNTS_SCHEMA)
+                      for features, matrix, _, _ in self._spilled(labels)]
+            table = pa.concat_tables(merged) if merged else pa.Table.from_batches([], COUNTS_SCHEMA)
             return table.sort_by([("feature", "ascending"), ("label", "ascending")])
         self._fold_batches()
         if not self._parts:
@@ -228,21 +290,26 @@ class ExactCounts:
     def write_state(self, sink) -> None:
         """An Arrow IPC file (LZ4) into ``sink`` (a writable file), one row per feature with an int64 count
         column per label (``count_<j>`` for the j-th of the metadata's ``labels``). Counts of batches
-        alone are written in the compact ``grams`` layout (``FeatureCounts.gram_table``: token ids into
-        one dictionary, no string per feature); others as ``wide`` (a ``feature`` column), spilled
-        counts a partition at a time."""
+        alone, held or spilled as ids, are written in the compact ``grams`` layout
+        (``FeatureCounts.gram_tables``: token ids into one dictionary, no string per feature); others
+        as ``wide`` (a ``feature`` column); spilled counts a partition at a time."""
+        from refinery.io.spill import KeyedRuns
+
         labels = self.labels()
+        keyed = isinstance(self._runs, KeyedRuns)
         meta = {"mode": "exact", "labels": labels, "label_totals": self.label_totals,
-                "layout": "grams" if self._batches_only else "wide"}
+                "layout": "grams" if self._batches_only or keyed else "wide"}
 
         def wide(features, matrix) -> pa.Table:
             return pa.table({"feature": features.cast(pa.large_string()),
                              **{f"count_{j}": matrix[:, j].astype(np.int64) for j in range(len(labels))}})
 
         if self._batches_only:
-            tables = iter([self._batches.gram_table(labels)])
+            tables = self._batches.gram_tables(labels)
+        elif keyed:
+            tables = self._batches.gram_tables(labels, self._keyed_partitions(labels))
         elif self._runs is not None:
-            tables = (wide(*zstats.long_to_matrix(counts, labels)[:2]) for counts in self._merged_partitions())
+            tables = (wide(features, matrix) for features, matrix, _, _ in self._spilled(labels))
         else:
             tables = iter([wide(*self.matrix(labels)[:2])])
         first = next(tables, None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator
 
 import numba
 import numpy as np
@@ -143,16 +144,18 @@ def _rehash(table, new_table):
 
 
 @numba.njit(nogil=True, cache=True)
-def _used_slots(table, keys, counts):
-    """Copy the key and counts of each used slot of a ``_count_present`` table, in slot order (one
-    sequential pass: a boolean mask and a gather would read the table three times)."""
+def _used_slots(table, start, end, keys, counts):
+    """Copy the key and counts of each used slot in [start, end) of a ``_count_present`` table, in slot
+    order (one sequential pass: a boolean mask and a gather would read the table three times); the
+    number copied."""
     i = 0
-    for s in range(len(table)):
+    for s in range(start, end):
         if table[s, 0] != _EMPTY:
             keys[i] = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
             for j in range(counts.shape[1]):
                 counts[i, j] = table[s, 3 + j]
             i += 1
+    return i
 
 
 @numba.njit(nogil=True, cache=True)
@@ -484,8 +487,17 @@ class KeyCounts:
         """(keys, counts[key, label]) of the used slots, in slot order."""
         keys = np.empty(self.size, dtype=np.int64)
         counts = np.empty((self.size, self.table.shape[1] - 3), dtype=np.int32)
-        _used_slots(self.table, keys, counts)
+        _used_slots(self.table, 0, len(self.table), keys, counts)
         return keys, counts
+
+    def chunks(self, slots: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``items`` a range of ``slots`` slots at a time (a bounded copy of a large table)."""
+        keys = np.empty(min(slots, len(self.table)), dtype=np.int64)
+        counts = np.empty((len(keys), self.table.shape[1] - 3), dtype=np.int32)
+        for start in range(0, len(self.table), slots):
+            used = _used_slots(self.table, start, min(start + slots, len(self.table)), keys, counts)
+            if used:
+                yield keys[:used], counts[:used]
 
 
 class _FieldCounts:
@@ -509,18 +521,19 @@ class _FieldCounts:
                 self.tables[n] = KeyCounts(dense=n == 1, labels=n_labels)
             self.tables[n].add(ids, parents, labels, first_row, n_labels, pairs=n == 2)
 
-    def grams(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(first token ids, second token ids or −1, counts per label) of each n-gram table."""
-        out = []
-        for n, table in sorted(self.tables.items()):
-            keys, counts = table.items()
-            first, second = (keys, np.full(len(keys), -1)) if n == 1 else (keys >> 32, keys & 0xFFFFFFFF)
-            out.append((first, second, counts))
-        return out
+    def grams(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(order, first token ids, second token ids or −1, counts per label) of each n-gram table."""
+        return [(n, *split_key(keys, n), counts) for n, table in sorted(self.tables.items())
+                for keys, counts in [table.items()]]
 
     @property
     def suffix(self) -> str:
         return "@" + self.name
+
+
+def split_key(keys: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, second or −1) token ids of n-gram table keys (a bigram is ``id1 << 32 | id2``)."""
+    return (keys, np.full(len(keys), -1)) if order == 1 else (keys >> 32, keys & 0xFFFFFFFF)
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -634,18 +647,47 @@ class FeatureCounts:
         ids = dictionary_ids(long["feature"], self.row_feature_ids)
         self.row_table.add(ids, long["row"].to_numpy(), labels, self.rows, C)
 
-    def _parts(self) -> list[tuple[object, np.ndarray, np.ndarray, np.ndarray]]:
-        """(namer, first ids, second ids or −1, counts per label id) of every table: a namer is the
-        field whose vocabulary names the ids, or the row features' names. Kept until the next add."""
+    def _tables(self) -> list[tuple[int, int, KeyCounts]]:
+        """(code, order, table) of every count table. A code names a table for good: 2·i + order − 1 for
+        the i-th text field's n-grams, 2·(number of fields) for the row features."""
+        fields = list((self.fields or {}).values())
+        tables = [(2 * i + n - 1, n, t) for i, f in enumerate(fields) for n, t in sorted(f.tables.items())]
+        if self.row_feature_ids:
+            tables.append((2 * len(fields), 1, self.row_table))
+        return tables
+
+    def _parts(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(code, first ids, second ids or −1, counts per label id) of every table. Kept until the next add."""
         if self._parts_cache is None:
             self.flush()
-            fields = list((self.fields or {}).values())
-            parts = [(f, *g) for f, grams in zip(fields, _pool().map(_FieldCounts.grams, fields)) for g in grams]
-            if self.row_feature_ids:
-                keys, counts = self.row_table.items()
-                parts.append((list(self.row_feature_ids), keys, np.full(len(keys), -1), counts))
-            self._parts_cache = parts
+            tables = self._tables()
+            items = _pool().map(lambda table: table[2].items(), tables)
+            self._parts_cache = [(code, *split_key(keys, order), counts)
+                                 for (code, order, _), (keys, counts) in zip(tables, items)]
         return self._parts_cache
+
+    def names(self, code: int, first: np.ndarray, second: np.ndarray) -> pa.Array:
+        """The feature strings of ids ``first`` (and ``second``) of the table ``code``."""
+        fields = list((self.fields or {}).values())
+        if code < 2 * len(fields):
+            field = fields[code // 2]
+            return field.vocab.grams(first, second, field.suffix)
+        return pc.take(pa.array(list(self.row_feature_ids), pa.string()), pa.array(first))
+
+    def spill(self, runs, slots: int = 1 << 22) -> None:
+        """Every count held into ``runs`` (``spill.KeyedRuns``: rows of table code, ids, label id and
+        count), ``slots`` slots of a table at a time; then the tables start empty. The vocabularies
+        stay, so the ids of every run name the same features (merged by ``names`` and ``gram_tables``)."""
+        self.flush()
+        for code, order, table in self._tables():
+            for keys, counts in table.chunks(slots):
+                runs.add(code, *split_key(keys, order), counts)
+        runs.end_run()
+        for field in (self.fields or {}).values():
+            field.tables = {}
+        self.row_table = KeyCounts(dense=True, labels=1)
+        self.rows = 0   # row stamps restart with the tables
+        self._parts_cache = None
 
     def _label_columns(self, counts: np.ndarray, labels: list) -> np.ndarray:
         """int64 counts in the column order of ``labels`` (zeros for a label never seen)."""
@@ -666,6 +708,11 @@ class FeatureCounts:
         return held
 
     @property
+    def largest_table_nbytes(self) -> int:
+        """The largest count table: doubling it takes twice that on top of what is held."""
+        return max((t.table.nbytes for _, _, t in self._tables()), default=0)
+
+    @property
     def held_features(self) -> int:
         """Features in the tables so far, without waiting for the batches still being counted (a cheap
         gauge for the callers that bound a chunk on every add)."""
@@ -683,58 +730,60 @@ class FeatureCounts:
         by default; feature strings are built only for those kept); ``labels`` (default: those
         seen, sorted) orders the columns, a label never seen gets zeros."""
         labels = sorted(self.labels) if labels is None else list(labels)
+        parts = [(code, first, second, self._label_columns(counts, labels)) for code, first, second, counts in
+                 self._parts()]
+        features, matrix = self.named(parts, labels, min_count)
+        return features, labels, matrix
+
+    def named(self, parts: list, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray]:
+        """(feature strings, F×C counts) of ``parts`` — (code, first, second, counts in the order of
+        ``labels``) — whose features are in at least ``min_count`` rows."""
         kept = []
-        for namer, first, second, counts in self._parts():
-            keep = np.flatnonzero(counts.sum(axis=1, dtype=np.int64) >= min_count) if min_count > 0 else None
-            if keep is not None:
+        for code, first, second, counts in parts:
+            if min_count > 0:
+                keep = np.flatnonzero(counts.sum(axis=1, dtype=np.int64) >= min_count)
                 first, second, counts = first[keep], second[keep], counts[keep]
-            kept.append((namer, first, second, self._label_columns(counts, labels)))
-
-        def names(part) -> pa.Array:
-            namer, first, second, _ = part
-            if isinstance(namer, _FieldCounts):
-                return namer.vocab.grams(first, second, namer.suffix)
-            return pc.take(pa.array(namer, pa.string()), pa.array(first))
-
-        arrays = list(_pool().map(names, kept))
+            kept.append((code, first, second, counts))
+        arrays = list(_pool().map(lambda part: self.names(*part[:3]), kept))
         matrix = np.concatenate([p[3] for p in kept]) if kept else np.zeros((0, len(labels)), dtype=np.int64)
         if sum(a.nbytes for a in arrays) >= 2**31 or any(pa.types.is_large_string(a.type) for a in arrays):
             arrays = [a.cast(pa.large_string()) for a in arrays]   # past 32-bit string offsets
-        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()), labels, matrix
+        return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()), matrix
 
-    def gram_table(self, labels: list) -> pa.Table:
-        """Every feature as dictionary-encoded parts — ``first``, ``second`` (null for a unigram or a row
+    def gram_tables(self, labels: list, partitions: Iterable[list] | None = None) -> Iterator[pa.Table]:
+        """Features as dictionary-encoded parts — ``first``, ``second`` (null for a unigram or a row
         feature) and ``suffix`` — with an int64 ``count_<j>`` per label of ``labels``: the feature is
-        ``first[ second]suffix``. No string is built per feature (the state's compact layout)."""
-        words, firsts, seconds, suffixes, suffix_names, counts = [], [], [], [], [], []
-        offset = 0
-        for namer, first, second, part_counts in self._parts():
-            if isinstance(namer, _FieldCounts):
-                vocab = namer.vocab.grams(np.arange(len(namer.vocab)), np.full(len(namer.vocab), -1), "")
-                suffix = namer.suffix
-            else:
-                vocab, suffix = pa.array(namer, pa.string()), ""
-            if suffix not in suffix_names:
-                suffix_names.append(suffix)
-            words.append(vocab)
-            firsts.append((first + offset).astype(np.int32))
-            seconds.append(np.where(second >= 0, second + offset, -1).astype(np.int32))
-            suffixes.append(np.full(len(first), suffix_names.index(suffix), dtype=np.int32))
-            counts.append(self._label_columns(part_counts, labels))
-            offset += len(vocab)
-        dictionary = pa.concat_arrays(words) if words else pa.array([], pa.string())
-        second = np.concatenate(seconds) if seconds else np.empty(0, np.int32)
-        matrix = np.concatenate(counts) if counts else np.zeros((0, len(labels)), dtype=np.int64)
+        ``first[ second]suffix``. No string is built per feature (the state's compact layout). One
+        table per partition of ``partitions`` (lists of (code, first, second, counts in the order of
+        ``labels``); default: one partition of every count held), all with one dictionary."""
+        if partitions is None:
+            partitions = [[(code, first, second, self._label_columns(counts, labels))
+                           for code, first, second, counts in self._parts()]]
+        fields = list((self.fields or {}).values())
+        namers = [(f.vocab.grams(np.arange(len(f.vocab)), np.full(len(f.vocab), -1), ""), f.suffix) for f in fields]
+        namers.append((pa.array(list(self.row_feature_ids), pa.string()), ""))
+        offsets = np.cumsum([0] + [len(words) for words, _ in namers])
+        dictionary = pa.concat_arrays([words for words, _ in namers])
+        suffix_names = list(dict.fromkeys(suffix for _, suffix in namers))
+        suffixes = pa.array(suffix_names, pa.string())
 
         def encoded(indices, values, mask=None):
             return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), values)
 
-        return pa.table({
-            "first": encoded(np.concatenate(firsts) if firsts else second, dictionary),
-            "second": encoded(np.maximum(second, 0), dictionary, second < 0),
-            "suffix": encoded(np.concatenate(suffixes) if suffixes else second, pa.array(suffix_names, pa.string())),
-            **{f"count_{j}": matrix[:, j] for j in range(len(labels))},
-        })
+        for parts in partitions:
+            namer = [min(code // 2, len(fields)) for code, *_ in parts]
+            first = np.concatenate([p[1] + offsets[k] for p, k in zip(parts, namer)] or [np.empty(0, np.int64)])
+            second = np.concatenate([np.where(p[2] >= 0, p[2] + offsets[k], -1) for p, k in zip(parts, namer)]
+                                    or [np.empty(0, np.int64)])
+            suffix = np.concatenate([np.full(len(p[1]), suffix_names.index(namers[k][1])) for p, k in zip(parts, namer)]
+                                    or [np.empty(0, np.int64)])
+            matrix = np.concatenate([p[3] for p in parts]) if parts else np.zeros((0, len(labels)), dtype=np.int64)
+            yield pa.table({
+                "first": encoded(first, dictionary),
+                "second": encoded(np.maximum(second, 0), dictionary, second < 0),
+                "suffix": encoded(suffix, suffixes),
+                **{f"count_{j}": matrix[:, j].astype(np.int64) for j in range(len(labels))},
+            })
 
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
@@ -742,7 +791,7 @@ class FeatureCounts:
 
 
 def gram_strings(table: pa.Table) -> pa.Array:
-    """The feature strings of a ``FeatureCounts.gram_table``: ``first[ second]suffix``."""
+    """The feature strings of a ``FeatureCounts.gram_tables`` table: ``first[ second]suffix``."""
     def dense(name):
         return pc.cast(table[name], pa.string())
 

@@ -10,7 +10,9 @@ import shutil
 import tempfile
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 DEFAULT_PARTITIONS = 64
 
@@ -32,11 +34,12 @@ def memory_budget(value: str | float | int | None = None) -> int:
     return int(amount * total) if scale == 1 and amount <= 1 else int(amount * scale)
 
 
-class PartitionedRuns:
-    """``(feature, label, count)`` spill runs under a temporary folder, hash-partitioned by feature.
+class _Runs:
+    """Spill runs under a temporary folder, each hash-partitioned into ``partitions`` files; iterating
+    merges one partition at a time (the query ``MERGE`` over its files). ``close`` removes the folder."""
 
-    ``write`` adds a run; iterating gives each partition's merged counts. ``close`` removes the folder.
-    """
+    MERGE = ""
+    FILES = ""   # a partition's files under the root, as a glob with {p}
 
     def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
         self.partitions = partitions
@@ -50,6 +53,34 @@ class PartitionedRuns:
         if self._con is None:
             self._con = connect()
         return self._con
+
+    def merged(self) -> Iterator[pa.Table]:
+        """Each partition's rows summed over the runs (empty partitions skipped)."""
+        from refinery.io.queries import load_sql
+
+        con = self._connection()
+        for p in range(self.partitions):
+            files = sorted(glob.glob(os.path.join(self.root, self.FILES.format(p=p))))
+            if files:
+                yield con.sql(load_sql(self.MERGE), params={"files": files}).to_arrow_table()
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.root, "**", "*.parquet"), recursive=True))
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PartitionedRuns(_Runs):
+    """``(feature, label, count)`` runs, partitioned by a hash of the feature string (DuckDB,
+    ``sql/spill_partition.sql``); ``merged`` gives each partition's ``(feature, label, count)``."""
+
+    MERGE = "spill_merge"
+    FILES = os.path.join("run-*", "part={p}", "*.parquet")
 
     def write(self, counts: pa.Table) -> None:
         from refinery.io.queries import load_sql, quote_literal
@@ -67,22 +98,66 @@ class PartitionedRuns:
             con.unregister("run")
         self.runs += 1
 
-    def __iter__(self) -> Iterator[pa.Table]:
-        """Each partition's ``(feature, label, count)`` summed over the runs (empty partitions skipped)."""
-        from refinery.io.queries import load_sql
 
-        con = self._connection()
-        for p in range(self.partitions):
-            files = sorted(glob.glob(os.path.join(self.root, "run-*", f"part={p}", "*.parquet")))
-            if files:
-                yield con.sql(load_sql("spill_merge"), params={"files": files}).to_arrow_table()
+KEYED_SCHEMA = pa.schema([("code", pa.int16()), ("first", pa.int32()), ("second", pa.int32()),
+                          ("label", pa.int16()), ("count", pa.int32())])
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
-    @property
-    def bytes_on_disk(self) -> int:
-        return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.root, "**", "*.parquet"), recursive=True))
 
-    def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-        shutil.rmtree(self.root, ignore_errors=True)
+class KeyedRuns(_Runs):
+    """Counts named by integer ids (``FeatureCounts.spill``): rows ``(code, first, second, label, count)``
+    — the count table, the token (or row-feature) ids and the label id — partitioned by a hash of
+    (code, first, second), written with Arrow one slice of a table at a time (no string per feature,
+    no copy of the run). ``merged_parts`` gives each partition merged (``sql/spill_keyed_merge.sql``)
+    as (code, first, second, counts) parts."""
+
+    MERGE = "spill_keyed_merge"
+    FILES = os.path.join("run-*", "part-{p:05d}.parquet")
+
+    def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
+        super().__init__(partitions, directory)
+        self._writers: dict[int, pq.ParquetWriter] = {}
+
+    def add(self, code: int, first: np.ndarray, second: np.ndarray, counts: np.ndarray) -> None:
+        """The nonzero counts (features × label ids) of ``first``/``second`` of the table ``code``."""
+        key = (first.astype(np.uint64) << np.uint64(32)) | (second.astype(np.uint64) & np.uint64(0xFFFFFFFF))
+        part = ((((key ^ np.uint64(code + 1)) * _GOLDEN) >> np.uint64(32)) % np.uint64(self.partitions)).astype(np.int64)
+        row, label = np.nonzero(counts)
+        by_part = np.argsort(part[row], kind="stable")
+        row, label = row[by_part], label[by_part]
+        bounds = np.searchsorted(part[row], np.arange(self.partitions + 1))
+        table = pa.table({"code": np.full(len(row), code, np.int16), "first": first[row].astype(np.int32),
+                          "second": second[row].astype(np.int32), "label": label.astype(np.int16),
+                          "count": counts[row, label].astype(np.int32)}, schema=KEYED_SCHEMA)
+        for p in np.flatnonzero(np.diff(bounds)):
+            if p not in self._writers:
+                folder = os.path.join(self.root, f"run-{self.runs:05d}")
+                os.makedirs(folder, exist_ok=True)
+                self._writers[p] = pq.ParquetWriter(os.path.join(folder, f"part-{p:05d}.parquet"), KEYED_SCHEMA,
+                                                    compression="lz4")
+            self._writers[p].write_table(table.slice(bounds[p], bounds[p + 1] - bounds[p]))
+
+    def end_run(self) -> None:
+        """Close the run's files (a run with no counts is not one)."""
+        for writer in self._writers.values():
+            writer.close()
+        self.runs += bool(self._writers)
+        self._writers = {}
+
+    def merged_parts(self, columns: np.ndarray, width: int) -> Iterator[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]:
+        """Each partition's features as (code, first, second, F × ``width`` int64 counts) parts, one a
+        table code; ``columns[label id]`` is the label's column (−1: left out)."""
+        for merged in self.merged():
+            if not merged.num_rows:
+                continue
+            code, first, second = (merged[c].to_numpy() for c in ("code", "first", "second"))
+            label, count = merged["label"].to_numpy(), merged["count"].to_numpy()
+            new = np.r_[True, (code[1:] != code[:-1]) | (first[1:] != first[:-1]) | (second[1:] != second[:-1])]
+            starts, feature = np.flatnonzero(new), np.cumsum(new) - 1
+            matrix = np.zeros((len(starts), width), dtype=np.int64)
+            col = columns[label]
+            matrix[feature[col >= 0], col[col >= 0]] = count[col >= 0]
+            codes = code[starts]
+            cuts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1], True])
+            yield [(int(codes[a]), first[starts[a:b]].astype(np.int64), second[starts[a:b]].astype(np.int64),
+                    matrix[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
