@@ -755,10 +755,12 @@ class FeatureCounts:
         feature) and ``suffix`` — with an int64 ``count_<j>`` per label of ``labels``: the feature is
         ``first[ second]suffix``. No string is built per feature (the state's compact layout). One
         table per partition of ``partitions`` (lists of (code, first, second, counts in the order of
-        ``labels``); default: one partition of every count held), all with one dictionary."""
+        ``labels``); default: one partition of every count held), all with one dictionary; each column
+        is written once, in place."""
         if partitions is None:
-            partitions = [[(code, first, second, self._label_columns(counts, labels))
-                           for code, first, second, counts in self._parts()]]
+            partitions, columns = [self._parts()], [self.labels.get(label, -1) for label in labels]
+        else:
+            columns = list(range(len(labels)))
         fields = list((self.fields or {}).values())
         namers = [(f.vocab.grams(np.arange(len(f.vocab)), np.full(len(f.vocab), -1), ""), f.suffix) for f in fields]
         namers.append((pa.array(list(self.row_feature_ids), pa.string()), ""))
@@ -771,18 +773,27 @@ class FeatureCounts:
             return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), values)
 
         for parts in partitions:
-            namer = [min(code // 2, len(fields)) for code, *_ in parts]
-            first = np.concatenate([p[1] + offsets[k] for p, k in zip(parts, namer)] or [np.empty(0, np.int64)])
-            second = np.concatenate([np.where(p[2] >= 0, p[2] + offsets[k], -1) for p, k in zip(parts, namer)]
-                                    or [np.empty(0, np.int64)])
-            suffix = np.concatenate([np.full(len(p[1]), suffix_names.index(namers[k][1])) for p, k in zip(parts, namer)]
-                                    or [np.empty(0, np.int64)])
-            matrix = np.concatenate([p[3] for p in parts]) if parts else np.zeros((0, len(labels)), dtype=np.int64)
+            total = sum(len(p[1]) for p in parts)
+            first, second, suffix = (np.empty(total, np.int32) for _ in range(3))
+            absent = np.empty(total, bool)
+            counts = [np.zeros(total, np.int64) for _ in labels]
+            at = 0
+            for code, first_ids, second_ids, part_counts in parts:
+                k, end = min(code // 2, len(fields)), at + len(first_ids)
+                np.add(first_ids, offsets[k], out=first[at:end], casting="unsafe")
+                np.add(second_ids, offsets[k], out=second[at:end], casting="unsafe")
+                np.less(second_ids, 0, out=absent[at:end])
+                suffix[at:end] = suffix_names.index(namers[k][1])
+                for j, col in enumerate(columns):
+                    if 0 <= col < part_counts.shape[1]:
+                        counts[j][at:end] = part_counts[:, col]
+                at = end
+            second[absent] = 0
             yield pa.table({
                 "first": encoded(first, dictionary),
-                "second": encoded(np.maximum(second, 0), dictionary, second < 0),
+                "second": encoded(second, dictionary, absent),
                 "suffix": encoded(suffix, suffixes),
-                **{f"count_{j}": matrix[:, j].astype(np.int64) for j in range(len(labels))},
+                **{f"count_{j}": counts[j] for j in range(len(labels))},
             })
 
     def counts(self, schema: pa.Schema) -> pa.Table:
