@@ -259,13 +259,13 @@ def _jsonl_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int
     with fs.open(path, "rb", compression="infer") as fh:
         first, tail = 1, b""
         while True:
-            buf = bytearray(len(tail) + block_bytes)
-            buf[:len(tail)] = tail
+            buf = np.empty(len(tail) + block_bytes, np.uint8)   # not zeroed: the read fills it
+            buf[:len(tail)] = np.frombuffer(tail, np.uint8)
             size = len(tail) + _read_into(fh, memoryview(buf)[len(tail):])
             if size == len(tail):
                 break
             view = memoryview(buf)[:size]
-            cut = buf.rfind(b"\n", 0, size) + 1
+            cut = _after_last_newline(buf, size)
             if cut == 0:   # no line ends yet: one line longer than a block
                 tail = bytes(view)
                 continue
@@ -275,6 +275,15 @@ def _jsonl_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int
             first += len(lines)
         if tail:
             yield LineTexts(_without_bom(memoryview(tail)) if first == 1 else memoryview(tail)), first
+
+
+def _after_last_newline(buf: np.ndarray, size: int, step: int = 1 << 16) -> int:
+    """The position after the last newline of ``buf[:size]`` (0: none), searched from the end."""
+    for hi in range(size, 0, -step):
+        found = np.flatnonzero(buf[max(0, hi - step):hi] == 10)
+        if len(found):
+            return max(0, hi - step) + int(found[-1]) + 1
+    return 0
 
 
 def _read_into(fh, view: memoryview) -> int:
