@@ -229,7 +229,7 @@ def test_counts_spilled_as_ids_then_merged_with_counted_tables():
     for part in parts[3:]:
         spilled.add_table(part, features)
         in_memory.add_table(part, features)
-    assert type(spilled._runs).__name__ == "PartitionedRuns"
+    assert type(spilled._runs).__name__ == "PartitionedRuns" and spilled.spilled_runs >= 3
     assert spilled.counts().equals(in_memory.counts()) and spilled.num_features == in_memory.num_features
     spilled.close()
 

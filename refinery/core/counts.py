@@ -131,6 +131,7 @@ class ExactCounts:
         for parts in self._keyed_partitions(labels):
             features, matrix = self._batches.named(parts, labels)
             named.write(zstats.matrix_to_long(features, labels, matrix, COUNTS_SCHEMA))
+        named.runs = self._runs.runs   # the spills made, not the partitions rewritten
         self._runs.close()
         self._runs, self._spilled_labels = named, set(labels)
 

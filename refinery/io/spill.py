@@ -44,7 +44,8 @@ class _Runs:
     def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
         self.partitions = partitions
         self.root = tempfile.mkdtemp(prefix="refinery-spill-", dir=directory)
-        self.runs = 0
+        self.runs = 0       # spills reported (a rewrite may carry over another's count)
+        self._folders = 0   # run folders written
         self._con = None
 
     def _connection(self):
@@ -89,7 +90,7 @@ class PartitionedRuns(_Runs):
         con.register("run", counts)
         try:
             rel = con.sql(load_sql("spill_partition"), params={"partitions": self.partitions})
-            target = os.path.join(self.root, f"run-{self.runs:05d}")
+            target = os.path.join(self.root, f"run-{self._folders:05d}")
             rel.to_table("spilled")   # COPY cannot take the query's parameters: materialize, then copy
             con.execute(f"COPY spilled TO {quote_literal(target)} (FORMAT parquet, PARTITION_BY (part), "
                         "COMPRESSION lz4)")
@@ -97,6 +98,7 @@ class PartitionedRuns(_Runs):
         finally:
             con.unregister("run")
         self.runs += 1
+        self._folders += 1
 
 
 KEYED_SCHEMA = pa.schema([("code", pa.int16()), ("first", pa.int32()), ("second", pa.int32()),
@@ -131,7 +133,7 @@ class KeyedRuns(_Runs):
                           "count": counts[row, label].astype(np.int32)}, schema=KEYED_SCHEMA)
         for p in np.flatnonzero(np.diff(bounds)):
             if p not in self._writers:
-                folder = os.path.join(self.root, f"run-{self.runs:05d}")
+                folder = os.path.join(self.root, f"run-{self._folders:05d}")
                 os.makedirs(folder, exist_ok=True)
                 self._writers[p] = pq.ParquetWriter(os.path.join(folder, f"part-{p:05d}.parquet"), KEYED_SCHEMA,
                                                     compression="lz4")
@@ -142,6 +144,7 @@ class KeyedRuns(_Runs):
         for writer in self._writers.values():
             writer.close()
         self.runs += bool(self._writers)
+        self._folders += bool(self._writers)
         self._writers = {}
 
     def merged_parts(self, columns: np.ndarray, width: int) -> Iterator[list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]:
