@@ -45,6 +45,10 @@ def show(name: str, r: dict) -> None:
           f"{r['features']:,} features, {r['spilled_runs']} spill runs")
 
 
+def within(peak_gb: float, budget_gb: float) -> str:
+    return "within" if peak_gb <= budget_gb else "OVER"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=100_000_000)
@@ -68,13 +72,14 @@ def main():
         spill = audit(small, os.path.join(tmp, "a-small-spill"), "--memory-budget", "4G")
         show("spilled (--memory-budget 4G)", spill)
         print(f"  -> cost of spilling: {spill['seconds'] / base['seconds']:.2f}x time, "
-              f"{spill['rss_gb'] / base['rss_gb']:.2f}x peak RSS")
+              f"{spill['rss_gb'] / base['rss_gb']:.2f}x peak RSS; {within(spill['rss_gb'], 4.0)} the 4 GB budget")
         print(f"\n{args.rows:,} rows, exact, default budget")
         r = audit(big, os.path.join(tmp, "a-big"))
         show("refinery audit", r)
         print(f"  -> {args.rows / r['seconds']:,.0f} rows/s; peak RSS {r['rss_gb']:.2f} GB of "
               f"{total / 2**30:.1f} GB; per row {r['seconds'] / args.rows * 1e6:.2f} µs against "
               f"{base['seconds'] / (args.rows // 10) * 1e6:.2f} µs at a tenth of the rows")
+        print(f"  -> peak RSS {within(r['rss_gb'], total / 2**31)} the default budget of {total / 2**31:.1f} GB")
 
 
 if __name__ == "__main__":
