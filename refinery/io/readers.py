@@ -6,12 +6,10 @@ file, line (1-based; row number for Parquet and JSON arrays), column and reason.
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import json
 import posixpath
 import re
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Iterator
@@ -660,17 +658,8 @@ def _castable(t: pa.DataType) -> bool:
 
 # ---------------------------------------------------------------- public entry points
 
-def _import_pandas_in_background() -> None:
-    """pyarrow imports pandas on the first ``pa.array`` or scalar argument of a process (~0.2 s); start
-    that import on a thread of its own, so it overlaps the reading of the first block (GIL released)."""
-    if "pandas" not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=("pandas",), daemon=True,
-                         name="refinery-import").start()
-
-
 def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[Batch]:
     """Stream one file as canonical batches; raise BadRowError on the first bad row under ``fail``."""
-    _import_pandas_in_background()
     fs, fpath = get_fs(path, opts.storage_options)
     fmt = detect_format(path, mapping)
     text_columns = frozenset(mapping.columns[k] for k in ("text_a", "text_b", "label", "id", "node_a", "node_b")
