@@ -139,11 +139,10 @@ class ExactCounts:
         """The keyed runs' partitions merged, one at a time (after spilling what is held), as
         (code, first, second, counts in the order of ``labels``) parts."""
         self._batches.spill(self._runs)
-        ids = self._batches.labels
-        columns = np.full(len(ids), -1, dtype=np.int64)
-        for j, label in enumerate(labels):
-            if label in ids:
-                columns[ids[label]] = j
+        columns = np.full(len(self._batches.labels), -1, dtype=np.int64)   # label id → column of ``labels``
+        for j, label_id in enumerate(self._batches.label_ids(labels)):
+            if label_id >= 0:
+                columns[label_id] = j
         yield from self._runs.merged_parts(columns, len(labels))
 
     def close(self) -> None:

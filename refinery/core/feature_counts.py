@@ -521,11 +521,6 @@ class _FieldCounts:
                 self.tables[n] = KeyCounts(dense=n == 1, labels=n_labels)
             self.tables[n].add(ids, parents, labels, first_row, n_labels, pairs=n == 2)
 
-    def grams(self) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-        """(order, first token ids, second token ids or −1, counts per label) of each n-gram table."""
-        return [(n, *split_key(keys, n), counts) for n, table in sorted(self.tables.items())
-                for keys, counts in [table.items()]]
-
     @property
     def suffix(self) -> str:
         return "@" + self.name
@@ -692,10 +687,14 @@ class FeatureCounts:
     def _label_columns(self, counts: np.ndarray, labels: list) -> np.ndarray:
         """int64 counts in the column order of ``labels`` (zeros for a label never seen)."""
         out = np.zeros((len(counts), len(labels)), dtype=np.int64)
-        for j, label in enumerate(labels):
-            if label in self.labels and self.labels[label] < counts.shape[1]:
-                out[:, j] = counts[:, self.labels[label]]
+        for j, col in enumerate(self.label_ids(labels)):
+            if 0 <= col < counts.shape[1]:
+                out[:, j] = counts[:, col]
         return out
+
+    def label_ids(self, labels: list) -> list[int]:
+        """The id (a column of the tables' counts) of each of ``labels``; −1 for a label never seen."""
+        return [self.labels.get(label, -1) for label in labels]
 
     @property
     def nbytes(self) -> int:
@@ -758,7 +757,7 @@ class FeatureCounts:
         ``labels``); default: one partition of every count held), all with one dictionary; each column
         is written once, in place."""
         if partitions is None:
-            partitions, columns = [self._parts()], [self.labels.get(label, -1) for label in labels]
+            partitions, columns = [self._parts()], self.label_ids(labels)
         else:
             columns = list(range(len(labels)))
         fields = list((self.fields or {}).values())
