@@ -201,7 +201,7 @@ class ExactCounts:
                 result = zstats.at_least(*zstats.long_to_matrix(self.counts(), labels), min_count)
             else:
                 features, _, matrix = self._batches.matrix(labels, min_count)
-                result = features, matrix, matrix.sum(axis=1)
+                result = features, matrix, zstats.row_totals(matrix)
             self._matrix = key, result
         return self._matrix[1]
 
@@ -214,7 +214,7 @@ class ExactCounts:
         if isinstance(self._runs, KeyedRuns):
             for parts in self._keyed_partitions(labels):
                 features, matrix = self._batches.named(parts, labels, min_count)
-                yield features, matrix, matrix.sum(axis=1), sum(len(p[1]) for p in parts)
+                yield features, matrix, zstats.row_totals(matrix), sum(len(p[1]) for p in parts)
             return
         self._spill()
         for counts in self._runs.merged():
@@ -601,6 +601,6 @@ class IncrementalCounts:
     def stats(self, prior: str = "uniform", min_count: int = 10, alpha: float = 0.01):
         """z-statistics of the features with n ≥ ``min_count`` (the only ones z* is defined for)."""
         counts = self.matrix[: self.num_features]
-        keep = np.flatnonzero(counts.sum(axis=1, dtype=np.int32) >= min_count)  # a count is at most the rows
+        keep = np.flatnonzero(zstats.row_totals(counts) >= min_count)
         return zstats.from_matrix(self.names(keep), self.labels, counts[keep].astype(np.float64),
                                   zstats.prior_vector(self.labels, self.label_totals, prior), min_count, alpha)

@@ -31,7 +31,7 @@ from refinery.core.features import (
     extract,
     text_fields,
 )
-from refinery.core.stats import matrix_to_long
+from refinery.core.stats import matrix_to_long, row_totals
 
 _EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing multiplier
@@ -729,9 +729,14 @@ class FeatureCounts:
         by default; feature strings are built only for those kept); ``labels`` (default: those
         seen, sorted) orders the columns, a label never seen gets zeros."""
         labels = sorted(self.labels) if labels is None else list(labels)
-        parts = [(code, first, second, self._label_columns(counts, labels)) for code, first, second, counts in
-                 self._parts()]
-        features, matrix = self.named(parts, labels, min_count)
+        parts = []
+        for code, first, second, counts in self._parts():
+            if min_count > 0:   # filtered on the int32 counts, so only the kept rows are widened
+                columns = [c for c in self.label_ids(labels) if 0 <= c < counts.shape[1]]
+                keep = np.flatnonzero(row_totals(counts, columns) >= min_count)
+                first, second, counts = first[keep], second[keep], counts[keep]
+            parts.append((code, first, second, self._label_columns(counts, labels)))
+        features, matrix = self.named(parts, labels)
         return features, labels, matrix
 
     def named(self, parts: list, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray]:
@@ -740,7 +745,7 @@ class FeatureCounts:
         kept = []
         for code, first, second, counts in parts:
             if min_count > 0:
-                keep = np.flatnonzero(counts.sum(axis=1, dtype=np.int64) >= min_count)
+                keep = np.flatnonzero(row_totals(counts) >= min_count)
                 first, second, counts = first[keep], second[keep], counts[keep]
             kept.append((code, first, second, counts))
         arrays = list(_pool().map(lambda part: self.names(*part[:3]), kept))

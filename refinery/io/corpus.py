@@ -31,6 +31,7 @@ from refinery.io.storage import AtomicDir, get_fs, redact
 MANIFEST = "manifest.json"
 FORMAT = "refinery.corpus/1"
 DEFAULT_SHARD_ROWS = 250_000
+ROW_GROUP_ROWS = 65_536   # the least a shard's row group holds (but the last)
 
 
 class OutputExists(FileExistsError):
@@ -211,14 +212,16 @@ class CorpusWriter:
                 raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
         self._buffer: list[pa.Table] = []
         self._buffered = 0
+        self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
         self._rejects: list[pa.Table] = []
         self._rejected_buffered = 0
         self._files: list = []           # futures of the shards' stats, in order
         self._reject_files: list = []
+        self._tasks: list[Future] = []   # work handed to the writer thread, not yet known to be done
         self._labels: dict[str, int] = {}
         self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
-        # shards are encoded and written on one background thread (Arrow releases the GIL), so the next
-        # batches are read meanwhile; at most two shards wait at a time
+        # shards are encoded and written a row group at a time on one background thread (Arrow releases the
+        # GIL), so the next batches are read meanwhile and a shard's end costs one row group, not the shard
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
 
     # -- writing
@@ -230,8 +233,7 @@ class CorpusWriter:
             self._buffered += rows.num_rows
             for lab, cnt in zip(*value_counts(rows["label"])):
                 self._labels[lab] = self._labels.get(lab, 0) + cnt
-            while self._buffered >= self.shard_rows:
-                self._flush_rows(self.shard_rows)
+            self._flush_rows()
         if rejects is not None and rejects.num_rows:
             self._rejects.append(rejects)
             self._rejected_buffered += rejects.num_rows
@@ -242,39 +244,53 @@ class CorpusWriter:
         for batch in batches:
             self.write(batch.rows, batch.rejects)
 
-    def _flush_rows(self, limit: int | None = None) -> None:
-        table = concat(self._buffer)
-        if limit is not None and table.num_rows > limit:
-            head, rest = table.slice(0, limit), table.slice(limit)
-        else:
-            head, rest = table, None
-        self._buffer = [rest] if rest is not None and rest.num_rows else []
-        self._buffered = rest.num_rows if rest is not None else 0
-        if head.num_rows:
-            self._files.append(self._submit(head, f"part-{len(self._files):05d}.parquet"))
+    def _flush_rows(self, final: bool = False) -> None:
+        """Buffered rows to the writer thread a row group (≥ ``ROW_GROUP_ROWS``, or all with ``final``) at a
+        time; a shard is closed at ``shard_rows`` rows."""
+        while self._buffered:
+            room = self.shard_rows - (self._shard.rows if self._shard is not None else 0)
+            if not final and self._buffered < min(ROW_GROUP_ROWS, room):
+                return
+            table = concat(self._buffer)
+            head, rest = (table.slice(0, room), table.slice(room)) if table.num_rows > room else (table, None)
+            self._buffer = [rest] if rest is not None else []
+            self._buffered = rest.num_rows if rest is not None else 0
+            fitted = self._shard.fit(head) if self._shard is not None else None
+            if self._shard is not None and fitted is None:
+                self._close_shard()   # other columns than the shard's: they start a shard of their own
+            if self._shard is None:
+                self._shard = _ShardWriter(self._dir, f"part-{len(self._files):05d}.parquet", head.schema)
+                self._files.append(None)
+                fitted = head
+            head = fitted
+            self._shard.rows += head.num_rows
+            self._submit(self._shard.append, head)
+            if self._shard.rows >= self.shard_rows:
+                self._close_shard()
+        if final and self._shard is not None:
+            self._close_shard()
+
+    def _close_shard(self) -> None:
+        self._files[-1] = self._submit(self._shard.close)
+        self._shard = None
 
     def _flush_rejects(self) -> None:
         table = pa.concat_tables(self._rejects)
         self._rejects, self._rejected_buffered = [], 0
         if table.num_rows:
-            self._reject_files.append(self._submit(table, f"rejects-{len(self._reject_files):05d}.parquet"))
+            shard = _ShardWriter(self._dir, f"rejects-{len(self._reject_files):05d}.parquet", table.schema)
+            self._reject_files.append(self._submit(shard.write, table))
 
-    def _submit(self, table: pa.Table, name: str) -> Future:
-        waiting = [f for f in self._files + self._reject_files if not f.done()]
-        if len(waiting) >= 2:
-            waiting[0].result()
-        return self._writer.submit(self._write_parquet, table, name)
-
-    def _write_parquet(self, table: pa.Table, name: str) -> dict:
-        sink = pa.BufferOutputStream()
-        # dictionary pages and min/max statistics only where they pay: not for ids and texts, which are
-        # nearly all distinct (Arrow would build a dictionary for each and throw it away)
-        small = [c for c in table.column_names if c not in ("id", "text_a", "text_b")]
-        pq.write_table(table, sink, compression="zstd", use_dictionary=small, write_statistics=small)
-        data = sink.getvalue().to_pybytes()
-        name = self._dir.versioned(name)
-        self._dir.write_bytes(name, data)
-        return {"path": name, "rows": table.num_rows, "sha256": hashlib.sha256(data).hexdigest()}
+    def _submit(self, fn, *args) -> Future:
+        """``fn(*args)`` on the writer thread, after at most a few tasks still waiting (their errors raised here)."""
+        for task in [t for t in self._tasks if t.done()]:
+            task.result()
+        self._tasks = [t for t in self._tasks if not t.done()]
+        if len(self._tasks) >= 4:
+            self._tasks.pop(0).result()
+        future = self._writer.submit(fn, *args)
+        self._tasks.append(future)
+        return future
 
     # -- publishing
     def commit(self) -> dict:
@@ -283,10 +299,11 @@ class CorpusWriter:
             with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
                 self.manifest = json.load(fh)
             return self.manifest
-        if self._buffered:
-            self._flush_rows()
+        self._flush_rows(final=True)
         if self._rejects:
             self._flush_rejects()
+        for task in self._tasks:
+            task.result()
         self._files = [f.result() for f in self._files]
         self._reject_files = [f.result() for f in self._reject_files]
         self._writer.shutdown()
@@ -319,6 +336,47 @@ class CorpusWriter:
         if exc_type is not None:
             self.abort()
         return False
+
+
+class _ShardWriter:
+    """One Parquet shard, encoded a row group at a time (``append``, on the writer thread) into memory and
+    published whole at ``close``. Dictionary pages and min/max statistics only where they pay: not for ids
+    and texts, which are nearly all distinct (Arrow would build a dictionary for each and throw it away)."""
+
+    def __init__(self, directory: AtomicDir, name: str, schema: pa.Schema):
+        self.dir, self.name, self.schema = directory, name, schema
+        self.rows = 0        # rows handed to it (counted when handed, before they are written)
+        self._sink = pa.BufferOutputStream()
+        small = [c for c in schema.names if c not in ("id", "text_a", "text_b")]
+        self._writer = pq.ParquetWriter(self._sink, schema, compression="zstd", use_dictionary=small,
+                                        write_statistics=small)
+
+    def fit(self, table: pa.Table) -> pa.Table | None:
+        """``table`` in this shard's schema (types cast where the columns are the same), or None if it cannot be."""
+        if table.schema == self.schema:
+            return table
+        if table.schema.names == self.schema.names:
+            try:
+                return table.cast(self.schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return None
+        return None
+
+    def append(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+
+    def close(self) -> dict:
+        self._writer.close()
+        data = self._sink.getvalue().to_pybytes()
+        name = self.dir.versioned(self.name)
+        self.dir.write_bytes(name, data)
+        return {"path": name, "rows": self.rows, "sha256": hashlib.sha256(data).hexdigest()}
+
+    def write(self, table: pa.Table) -> dict:
+        """The whole shard at once."""
+        self.rows = table.num_rows
+        self.append(table)
+        return self.close()
 
 
 def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | None = None) -> dict[str, str]:

@@ -123,7 +123,7 @@ class BiasedSet:
     def _candidates(self, ids: np.ndarray | None = None) -> np.ndarray:
         """Of ``ids`` (default: every feature), those with n ≥ min_count."""
         counts = self.Z.matrix[: self.Z.num_features] if ids is None else self.Z.matrix[ids]
-        eligible = np.nonzero(counts.sum(axis=1, dtype=np.int64) >= self.min_count)[0]
+        eligible = np.flatnonzero(zstats.row_totals(counts) >= self.min_count)
         return eligible if ids is None else ids[eligible]
 
     def _cut(self, ids: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
