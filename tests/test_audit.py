@@ -189,6 +189,7 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     """A budget far below the counts' size: every batch spills to hash-partitioned runs on disk; the
     statistics, the feature count and the saved state equal those counted in memory, and the runs
     are removed once the outputs are written."""
+    import glob
     import os
 
     from refinery.methods.audit import load_state
@@ -200,6 +201,9 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     assert spilled.counter.spilled_runs >= 8 and os.listdir(runs)
     assert spilled.features == in_memory.features > 10_000
     assert by_feature(spilled.stats).equals(by_feature(in_memory.stats))
+    # the statistics' pass left each partition merged in one file, which the state is written from
+    assert {os.path.dirname(f) for f in glob.glob(os.path.join(runs, "run-*", "*.parquet"))} == \
+        {os.path.join(runs, "run-merged")}
     summary = write_outputs(spilled, str(tmp_path / "a"), [path])
     spilled.counter.close()
     assert summary["spilled_runs"] == spilled.counter.spilled_runs and not os.path.exists(runs)
@@ -208,8 +212,9 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
 
 
 def test_counts_spilled_as_ids_then_merged_with_counted_tables():
-    """Real SNLI counted under a tiny budget (spilled as ids, row features included), then a saved
-    counter merged in (counts as a table: the keyed runs are renamed to strings) and more batches
+    """Real SNLI counted under a tiny budget (spilled as ids, row features included), read once (each
+    partition is then one merged file), counted further (a new run beside the merged files), then a
+    saved counter merged in (counts as a table: the keyed runs are renamed to strings) and more batches
     counted: every sum equals the same counts held in memory."""
     from refinery.core.counts import ExactCounts
     from refinery.io.corpus import load
@@ -222,11 +227,15 @@ def test_counts_spilled_as_ids_then_merged_with_counted_tables():
         spilled.add_table(part, features)
         in_memory.add_table(part, features)
     assert spilled.spilled_runs == 2 and type(spilled._runs).__name__ == "KeyedRuns"
+    assert spilled.counts().equals(in_memory.counts())
+    for counts in (spilled, in_memory):
+        counts.add_table(parts[3], features)
+    assert spilled.counts().equals(in_memory.counts()) and spilled.spilled_runs == 3
     saved = ExactCounts()
     saved.add_table(parts[2], features)
     spilled.merge(saved)
     in_memory.merge(saved)
-    for part in parts[3:]:
+    for part in parts[4:]:
         spilled.add_table(part, features)
         in_memory.add_table(part, features)
     assert type(spilled._runs).__name__ == "PartitionedRuns" and spilled.spilled_runs >= 3

@@ -39,7 +39,8 @@ class _Runs:
     merges one partition at a time (the query ``MERGE`` over its files). ``close`` removes the folder."""
 
     MERGE = ""
-    FILES = ""   # a partition's files under the root, as a glob with {p}
+    FILES = ""    # a partition's files under the root, as a glob with {p}
+    MERGED = ""   # where a partition merged from several files is kept (a path FILES matches)
 
     def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
         self.partitions = partitions
@@ -56,14 +57,31 @@ class _Runs:
         return self._con
 
     def merged(self) -> Iterator[pa.Table]:
-        """Each partition's rows summed over the runs (empty partitions skipped)."""
+        """Each partition's rows summed over the runs (empty partitions skipped). A partition merged from
+        several files is written back as one merged file in their place, so a later pass (the state after
+        the statistics) reads it as it is instead of merging again."""
         from refinery.io.queries import load_sql
 
         con = self._connection()
         for p in range(self.partitions):
             files = sorted(glob.glob(os.path.join(self.root, self.FILES.format(p=p))))
-            if files:
-                yield con.sql(load_sql(self.MERGE), params={"files": files}).to_arrow_table()
+            merged = os.path.join(self.root, self.MERGED.format(p=p))
+            if files == [merged]:
+                yield pq.read_table(merged)
+            elif files:
+                table = con.sql(load_sql(self.MERGE), params={"files": files}).to_arrow_table()
+                if len(files) > 1:
+                    self._replace(files, merged, table)
+                yield table
+
+    @staticmethod
+    def _replace(files: list[str], merged: str, table: pa.Table) -> None:
+        """``files`` replaced by ``merged``, which holds ``table`` (written aside, then moved in)."""
+        os.makedirs(os.path.dirname(merged), exist_ok=True)
+        pq.write_table(table, merged + ".tmp", compression="lz4")
+        for f in files:
+            os.remove(f)
+        os.replace(merged + ".tmp", merged)
 
     @property
     def bytes_on_disk(self) -> int:
@@ -82,6 +100,7 @@ class PartitionedRuns(_Runs):
 
     MERGE = "spill_merge"
     FILES = os.path.join("run-*", "part={p}", "*.parquet")
+    MERGED = os.path.join("run-merged", "part={p}", "merged.parquet")
 
     def write(self, counts: pa.Table) -> None:
         from refinery.io.queries import load_sql, quote_literal
@@ -115,6 +134,7 @@ class KeyedRuns(_Runs):
 
     MERGE = "spill_keyed_merge"
     FILES = os.path.join("run-*", "part-{p:05d}.parquet")
+    MERGED = os.path.join("run-merged", "part-{p:05d}.parquet")
 
     def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
         super().__init__(partitions, directory)
