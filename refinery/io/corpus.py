@@ -255,14 +255,15 @@ class CorpusWriter:
             head, rest = (table.slice(0, room), table.slice(room)) if table.num_rows > room else (table, None)
             self._buffer = [rest] if rest is not None else []
             self._buffered = rest.num_rows if rest is not None else 0
-            fitted = self._shard.fit(head) if self._shard is not None else None
-            if self._shard is not None and fitted is None:
-                self._close_shard()   # other columns than the shard's: they start a shard of their own
+            if self._shard is not None:
+                fitted = self._shard.fit(head)
+                if fitted is None:
+                    self._close_shard()   # other columns than the shard's: they start a shard of their own
+                else:
+                    head = fitted
             if self._shard is None:
                 self._shard = _ShardWriter(self._dir, f"part-{len(self._files):05d}.parquet", head.schema)
                 self._files.append(None)
-                fitted = head
-            head = fitted
             self._shard.rows += head.num_rows
             self._submit(self._shard.append, head)
             if self._shard.rows >= self.shard_rows:
@@ -282,11 +283,9 @@ class CorpusWriter:
             self._reject_files.append(self._submit(shard.write, table))
 
     def _submit(self, fn, *args) -> Future:
-        """``fn(*args)`` on the writer thread, after at most a few tasks still waiting (their errors raised here)."""
-        for task in [t for t in self._tasks if t.done()]:
-            task.result()
-        self._tasks = [t for t in self._tasks if not t.done()]
-        if len(self._tasks) >= 4:
+        """``fn(*args)`` on the writer thread, after at most a few tasks still waiting (their errors raised
+        here). The thread runs its tasks in order, so the oldest is the first to finish."""
+        while self._tasks and (self._tasks[0].done() or len(self._tasks) >= 4):
             self._tasks.pop(0).result()
         future = self._writer.submit(fn, *args)
         self._tasks.append(future)
