@@ -148,17 +148,17 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
     assert "rows in 9,842 = 9,842 out + 0 rejected (ok)" in done
     first = Corpus.open("s3://bucket/snli")
     assert first.read().equals(local)
-    assert listed() == sorted(["manifest.json", *first.manifest["files"]])
+    assert listed() == sorted(["_refinery.json", "manifest.json", *first.manifest["files"]])
 
     cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
-    half = set(listed()) - {"manifest.json", *first.manifest["files"]}
+    half = set(listed()) - {"_refinery.json", "manifest.json", *first.manifest["files"]}
     assert len(half) >= 3                                               # the cut run's shards, listed nowhere
     still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
     assert still.manifest == first.manifest and still.read().equals(local)
     run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
     last = Corpus.open("s3://bucket/snli")
     assert last.read().equals(local) and len(last.manifest["files"]) == 20
-    assert listed() == sorted(["manifest.json", *last.manifest["files"]])
+    assert listed() == sorted(["_refinery.json", "manifest.json", *last.manifest["files"]])
 
 
 def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
@@ -171,3 +171,20 @@ def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
     local = tmp_path / "zf"
     run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", local, "--k", 5)
     assert Corpus.open(f"{out}/kept").read().equals(Corpus.open(str(local / "kept")).read())
+
+
+def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite(s3):
+    mine = s3.root / "bucket" / "mine"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine\n")
+    refused = run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/mine", env=s3.env, check=False)
+    assert refused.returncode == 2 and "refinery did not write" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/ours", env=s3.env)
+    (s3.root / "bucket" / "ours" / "notes.txt").write_text("added by a user\n")
+    run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/ours", "--shard-rows", "1000",
+            env=s3.env)
+    last = Corpus.open("s3://bucket/ours")
+    names = sorted(p.name for p in (s3.root / "bucket" / "ours").iterdir())
+    assert names == sorted(["_refinery.json", "manifest.json", "notes.txt", *last.manifest["files"]])
+    assert (s3.root / "bucket" / "ours" / "notes.txt").read_text() == "added by a user\n"

@@ -5,6 +5,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import sys
 
 import click
@@ -12,6 +13,7 @@ import click
 from refinery.cli.options import (
     as_pipeline,
     feature_options,
+    finished_mode_option,
     generator_options,
     graph_options,
     input_options,
@@ -22,7 +24,7 @@ from refinery.cli.options import (
 )
 from refinery.io import corpus as corpus_mod
 from refinery.io.readers import BadRowError
-from refinery.io.storage import parse_storage_options
+from refinery.io.storage import claim_output, parse_storage_options
 from refinery.pipeline.stage import conservation
 
 # what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
@@ -39,19 +41,55 @@ def _one_line(e: BaseException) -> str:
     return redact_text(text if len(text) <= 500 else text[:500] + " …")
 
 
+_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
+
+
+class RefineryCommand(click.Command):
+    """A verb: its ``--out`` is checked before any work (refinery writes only where it may: ``claim_output``),
+    and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
+
+    def invoke(self, ctx):
+        if ctx.params.get("out"):
+            claim_output(ctx.params["out"], parse_storage_options(ctx.params.get("storage_options")))
+        return super().invoke(ctx)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        if self.short_help:
+            return self.short_help
+        first = " ".join((self.help or "").split("\n\n")[0].split())
+        end = _SENTENCE_END.search(first)
+        return first[: end.end()] if end else first
+
+
 class RefineryGroup(click.Group):
-    """Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback."""
+    """Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback.
+    Ctrl-C exits 130 (what a run wrote is removed, a finished output left as it was); a reader that closed
+    the pipe (``refinery … | head``) ends the command quietly."""
+
+    command_class = RefineryCommand
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was published; a finished output in --out is as it was", err=True)
+            raise click.exceptions.Exit(130) from None
+        except BrokenPipeError:
+            _quiet_stdout()
+            raise click.exceptions.Exit(0) from None
         except Exception as e:  # noqa: BLE001 — the one place errors become messages
             if ctx.params.get("debug"):
                 raise
             click.echo(f"error: {_one_line(e)}", err=True)
             sys.exit(2 if isinstance(e, USER_ERRORS) else 1)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and the interpreter's last flush must not fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 @click.group(cls=RefineryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -171,6 +209,7 @@ def _memory_budget_option(ctx, param, value):
                    "(8G, 512M, or a fraction of memory such as 0.5)  [default: half of memory]")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
+@finished_mode_option
 @feature_options
 @print_config_option
 @input_options
@@ -338,6 +377,7 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
 @click.option("--test-split", help="The split to score (default: 'test', else the last --input).")
 @click.option("--identical-pairs", "identical_label", metavar="LABEL",
               help="Also write identical/: every distinct sentence paired with itself, labelled LABEL (paper §3).")
+@finished_mode_option
 @graph_options
 @print_config_option
 @input_options
@@ -425,6 +465,7 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--batch", "batch", type=int, default=32, show_default=True)
 @click.option("--max-length", type=int, default=128, show_default=True)
 @click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
+@finished_mode_option
 @precision_option
 @input_options
 def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
@@ -464,6 +505,7 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Draws of the paired bootstrap.")
 @click.option("--by", "by", multiple=True, metavar="COL", help="Also break accuracy down by this column.")
 @click.option("--hypothesis-only", is_flag=True, help="Train the hypothesis-only bias probe instead.")
+@finished_mode_option
 @precision_option
 @input_options
 def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batch, max_length, seeds, bootstrap, by,

@@ -7,9 +7,10 @@ import os
 
 import click
 
+from refinery.io.corpus import OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import resolve_mapping
-from refinery.io.storage import parse_storage_options
+from refinery.io.storage import parse_storage_options, read_marker, stamp_marker
 
 
 def input_options(f):
@@ -109,9 +110,69 @@ def precision_option(f):
                              "(CUDA with bf16, CPUs with AVX512-BF16 or AMX), float32 elsewhere.")(f)
 
 
+MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "
+             "there), keep it when it was made from the same inputs and options, or stop.")
+
+
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
-                        show_default=True, help="What to do when OUT already holds a finished result.")(f)
+                        show_default=True, help=MODE_HELP)(f)
+
+
+_INPUT_PARAMS = ("inputs", "train", "evals", "evaluate_on", "predictions", "weights_path")
+
+
+def finished_mode_option(f):
+    """``--mode`` for verbs that publish one result folder: the command's fingerprint (its options and the
+    size and checksum of every input) is stamped into OUT's marker when it finishes, and ``skip`` reuses an
+    output whose stamp is the same."""
+    f = mode_option(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, mode, **kwargs):
+        ctx = click.get_current_context()
+        out, storage_options = kwargs["out"], _storage_options(ctx)
+        stamp = command_fingerprint(ctx, storage_options)
+        stored = read_marker(out, storage_options).get("command_fingerprint")
+        if stored and mode == "error":
+            raise OutputExists(f"{out} already holds a finished result (use --mode overwrite or skip)")
+        if stored and mode == "skip":
+            if stored != stamp:
+                raise OutputExists(f"{out} holds a result made from other inputs or options; --mode skip reuses "
+                                   "only an identical run (use --mode overwrite)")
+            click.echo(f"{out}: skipped (same inputs and options)")
+            return None
+        result = f(*args, **kwargs)
+        stamp_marker(out, storage_options, command_fingerprint=stamp)
+        return result
+
+    return wrapper
+
+
+def _storage_options(ctx) -> dict:
+    return parse_storage_options(ctx.params.get("storage_options"))
+
+
+def command_fingerprint(ctx, storage_options: dict) -> str:
+    """sha256 of the verb, its options (but --mode) and the fingerprints of the inputs it names."""
+    import hashlib
+    import json
+
+    params = {k: v for k, v in ctx.params.items() if k not in ("mode", "debug")}
+    inputs = []
+    for name in _INPUT_PARAMS:
+        for spec in _as_tuple(params.get(name)):
+            path = spec.partition("=")[2] if "=" in spec.split("://")[0] else spec
+            if "://" not in path and not os.path.exists(path):
+                path = path.rsplit(":", 1)[0]          # NAME=PATH:PRESET
+            inputs.append(path)
+    prints = input_fingerprints(inputs, storage_options)
+    body = json.dumps([ctx.info_name, params, prints], sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _as_tuple(value) -> tuple:
+    return () if value is None else (value,) if isinstance(value, str) else tuple(value)
 
 
 def feature_options(f):

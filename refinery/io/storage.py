@@ -1,12 +1,15 @@
 """fsspec helpers: one place that turns a user's path or URL into (filesystem, path)."""
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
 
 import fsspec
 from fsspec.core import url_to_fs
+
+from refinery import __version__
 
 
 def storage_options_from_env(protocol: str) -> dict:
@@ -83,16 +86,145 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# ---------------------------------------------------------------- what refinery wrote, and nothing else
+
+OWNER_MARKER = "_refinery.json"   # in every folder refinery publishes: the files it wrote there
+RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
+LEGACY_MANIFEST = "manifest.json"
+_RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # the run id in an object-store file's name
+
+
+class ForeignOutput(FileExistsError):
+    """``--out`` names a folder (or a file) that refinery did not write: refused whatever ``--mode``."""
+
+
+def _entries(fs, path: str) -> list[str]:
+    fs.invalidate_cache(path)
+    try:
+        return [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return []
+
+
+def claim_output(out: str, storage_options: dict | None = None) -> str:
+    """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder with
+    refinery's marker, a run's ``_SUCCESS`` or a corpus manifest). Anything else raises ``ForeignOutput``:
+    refinery never deletes or replaces what it did not write."""
+    fs, path = get_fs(out, storage_options)
+    fs.invalidate_cache(path)
+    if fs.isfile(path):
+        raise ForeignOutput(f"--out {out} is a file, not a folder; give a folder for refinery's outputs")
+    entries = _entries(fs, path) if fs.exists(path) else []
+    if not entries:
+        return "new"
+    if {OWNER_MARKER, RUN_MARKER, LEGACY_MANIFEST} & set(entries):
+        return "ours"
+    shown = ", ".join(sorted(entries)[:4]) + (" …" if len(entries) > 4 else "")
+    raise ForeignOutput(f"--out {out} already holds files refinery did not write ({shown}); refinery never "
+                        "deletes or replaces them: give a new or empty folder (e.g. "
+                        f"{join(out.rstrip('/'), 'refinery-out')})")
+
+
+def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MARKER,)) -> str:
+    """``claim_output``, then a new folder is made with refinery's marker (listing ``files``) in it."""
+    claim = claim_output(out, storage_options)
+    if claim == "new":
+        fs, path = get_fs(out, storage_options)
+        fs.makedirs(path, exist_ok=True)
+        with fs.open(join(path, OWNER_MARKER), "wb") as fh:
+            fh.write(_marker_body(files).encode())
+    return claim
+
+
+def owned_files(fs, path: str) -> set[str]:
+    """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote; for a folder
+    written before markers existed, the files its corpus manifest lists."""
+    for name, keys in ((OWNER_MARKER, ("files",)), (LEGACY_MANIFEST, ("files", "rejects"))):
+        marker = join(path, name)
+        if fs.exists(marker):
+            try:
+                with fs.open(marker, "r") as fh:
+                    body = json.load(fh)
+            except (ValueError, OSError):
+                continue
+            return {name, *(f for key in keys for f in body.get(key, ()))}
+    return set()
+
+
+def _marker_body(files, **extra) -> str:
+    return json.dumps({"written_by": f"refinery {__version__}", "files": sorted(files), **extra}, indent=1)
+
+
+def read_marker(out: str, storage_options: dict | None = None) -> dict:
+    """The body of refinery's marker in ``out`` ({} where there is none)."""
+    fs, path = get_fs(out, storage_options)
+    try:
+        with fs.open(join(path, OWNER_MARKER), "r") as fh:
+            return json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
+    """Add ``extra`` keys (a finished command's fingerprint) to refinery's marker in ``out``."""
+    fs, path = get_fs(out, storage_options)
+    body = {**read_marker(out, storage_options), **extra}
+    files = body.pop("files", [OWNER_MARKER])
+    body.pop("written_by", None)
+    with fs.open(join(path, OWNER_MARKER), "wb") as fh:
+        fh.write(_marker_body(files, **body).encode())
+
+
+def _foreign_entries(root: str, owned: set[str]) -> list[str]:
+    """Paths under local folder ``root`` (relative) that refinery did not write: files, links and folders
+    holding none of ``owned``, taken whole."""
+    under = {posixpath.dirname(f) for f in owned}
+    parents = set()
+    for d in under:
+        while d:
+            parents.add(d)
+            d = posixpath.dirname(d)
+    foreign, todo = [], [""]
+    while todo:
+        rel = todo.pop()
+        for name in sorted(os.listdir(os.path.join(root, rel))):
+            child = posixpath.join(rel, name) if rel else name
+            if child in owned or child == OWNER_MARKER:
+                continue
+            if child in parents and not os.path.islink(os.path.join(root, child)):
+                todo.append(child)
+            else:
+                foreign.append(child)
+    return foreign
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two local paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 class AtomicDir:
     """Publish a folder so that a reader finds either the previous finished version or the new one.
 
-    Local disks: every file is written under ``<out>.tmp-<pid>-<token>``, then the folder is moved
-    onto ``<out>`` in one rename; a crash leaves only the temporary folder, which the next run on
-    the same output removes. Object stores have no rename: files go straight under ``<out>``, and
+    Refinery only ever removes files it wrote: a folder it did not write is refused (``claim_output``), and
+    each published folder carries ``_refinery.json``, the list of its files, so that replacing it removes
+    those and leaves anything a user put beside them.
+
+    Local disks: every file is written under ``<out>.tmp-<pid>-<token>``, then swapped with ``<out>`` in
+    one step; files of the old folder that refinery did not write are moved into the new one, and the
+    rest of the old folder is removed. A crash leaves only the temporary folder, which the next run on the
+    same output removes. Object stores have no rename: files go straight under ``<out>``, and
     ``versioned(name)`` gives data files this run's id (``part-00000-<run>.parquet``) so they never
     overwrite the files of the finished version. The caller's manifest, written last, lists exactly
-    the files to read; ``commit`` then removes every file this run did not write (the old run's and
-    a crashed run's), and ``abort`` removes only this run's versioned files.
+    the files to read; ``commit`` then removes the old run's files and any other run's id-named files,
+    and ``abort`` removes only this run's versioned files.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
@@ -102,6 +234,7 @@ class AtomicDir:
         self.out = out.rstrip("/")
         self.fs, self.path = get_fs(self.out, storage_options)
         self.local = is_local(self.fs)
+        self.existing = claim_output(self.out, storage_options)
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self._written: set[str] = set()
         if self.local:
@@ -109,6 +242,7 @@ class AtomicDir:
             self.tmp = f"{self.path}.tmp-{os.getpid()}-{self.run_id}"
         else:
             self.tmp = self.path
+            claim_folder(self.out, storage_options)  # claimed before the first file: a cut run's are ours
         self.fs.makedirs(self.tmp, exist_ok=True)
 
     def versioned(self, name: str) -> str:
@@ -135,16 +269,53 @@ class AtomicDir:
         with self.fs.open(self.file(name), "wb") as fh:
             pq.write_table(table, fh)
 
+    def _put_marker(self, files) -> None:
+        with self.fs.open(join(self.tmp, OWNER_MARKER), "wb") as fh:
+            fh.write(_marker_body(files).encode())
+
     def commit(self) -> None:
+        ours = self._written | {OWNER_MARKER}
         if self.local:
-            if self.fs.exists(self.path):
-                self.fs.rm(self.path, recursive=True)
-            self.fs.mv(self.tmp, self.path, recursive=True)
+            self._put_marker(ours)
+            self._publish_local()
             return
-        keep = {join(self.path, name) for name in self._written}
-        stale = [f for f in self.fs.find(self.path) if f not in keep]
+        old = owned_files(self.fs, self.path)
+        stale = {f for f in old if f not in ours}
+        stale |= {p for p in (posixpath.relpath(f, self.path) for f in self.fs.find(self.path))
+                  if p not in ours and _RUN_ID.search(posixpath.basename(p))}
+        self._put_marker(ours | stale)   # a cut clean-up leaves them listed for the next run to remove
         if stale:
-            self.fs.rm(stale)
+            self.fs.rm([join(self.path, f) for f in sorted(stale)])
+            self._put_marker(ours)
+
+    def _publish_local(self) -> None:
+        import shutil
+
+        if not os.path.lexists(self.path):
+            os.rename(self.tmp, self.path)
+            return
+        foreign = _foreign_entries(self.path, owned_files(self.fs, self.path))
+        clash = [f for f in foreign if any(w == f or w.startswith(f + "/") or f.startswith(w + "/")
+                                           for w in self._written)]
+        if clash:
+            raise FileExistsError(f"{self.out}/{clash[0]} was not written by refinery and is in the way of its "
+                                  "output of the same name; move it elsewhere and run again")
+        old = self.tmp
+        if not _exchange(self.tmp, self.path):
+            old = f"{self.tmp}-old"
+            os.rename(self.path, old)
+            os.rename(self.tmp, self.path)
+        try:
+            for rel in foreign:
+                target = os.path.join(self.path, rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.rename(os.path.join(old, rel), target)
+        except OSError as e:
+            kept = f"{self.path}.kept-{self.run_id}"
+            os.rename(old, kept)
+            raise OSError(f"{self.out}: could not move back files refinery did not write ({e}); the previous "
+                          f"folder, with them, is at {kept}") from None
+        shutil.rmtree(old, ignore_errors=True)   # what is left there, refinery wrote
 
     def abort(self) -> None:
         if self.local:
@@ -167,22 +338,22 @@ class AtomicDir:
         return False
 
 
-RUN_MARKER = "_SUCCESS"
-
-
 class RunOutput:
     """A run that publishes several parts under one folder (``zfilter``: kept/, rejected/, report/).
 
-    Entering removes ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the
-    run reports. A folder without the marker holds no finished run, even if each part looks whole.
+    Entering claims the folder (``claim_output``; a new one gets refinery's marker at once) and removes
+    ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the run reports. A folder
+    without ``_SUCCESS`` holds no finished run, even if each part looks whole.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
         self.out = out.rstrip("/")
+        self.storage_options = storage_options
         self.fs, self.path = get_fs(self.out, storage_options)
         self.summary: dict = {}
 
     def __enter__(self) -> "RunOutput":
+        claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER))
         marker = join(self.path, RUN_MARKER)
         if self.fs.exists(marker):
             self.fs.rm(marker)
@@ -190,12 +361,12 @@ class RunOutput:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            import json
             import time
 
             self.fs.makedirs(self.path, exist_ok=True)
-            parts = sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self.path, detail=False)
-                           if posixpath.basename(p.rstrip("/")) != RUN_MARKER)
+            parts = sorted(name for name in _entries(self.fs, self.path)
+                           if name not in (RUN_MARKER, OWNER_MARKER)
+                           and self.fs.exists(join(self.path, name, OWNER_MARKER)))
             body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
             with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
                 json.dump(body, fh, indent=2, default=str)

@@ -29,7 +29,7 @@ from refinery.io.corpus import (
 )
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import resolve_mapping
-from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, get_fs, join
+from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, claim_folder, get_fs, join
 from refinery.pipeline.config import InputSpec, PipelineSpec, to_dict
 from refinery.pipeline.engine import check_engine
 from refinery.pipeline.stage import StageInput, StageResult, stage_class
@@ -121,6 +121,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
         raise ValueError("no output folder: give --out or out: in the pipeline file")
     engine = check_engine(engine or spec.engine)
     opts = read_options(spec.input)
+    claim_folder(out, opts.storage_options)
     run = PipelineRun(out, engine)
     raw = [p for paths in spec.input.split_paths().values() for p in paths]
     upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))

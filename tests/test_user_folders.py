@@ -1,0 +1,112 @@
+"""Refinery never deletes or alters what it did not write: a user's folder given as --out is refused by every
+verb before any work, and a refinery output a user has put files into keeps them when it is overwritten."""
+import json
+import os
+
+import pytest
+
+from conftest import SNLI_DEV, SNLI_HARD, run_cli
+
+SNLI_HARD_ARGS = (SNLI_HARD, "--preset", "snli")
+TRAIN_TEST = ("--input", f"train={SNLI_HARD}", "--input", f"test={SNLI_DEV}", "--preset", "snli")
+
+# every verb that writes OUT, with the least work it takes on real data
+VERBS = {
+    "convert": ("convert", *SNLI_HARD_ARGS),
+    "audit": ("audit", *SNLI_HARD_ARGS),
+    "zfilter": ("zfilter", *SNLI_HARD_ARGS, "--k", "5"),
+    "confidence": ("confidence", *SNLI_HARD_ARGS, "--model", "ngram", "--folds", "2"),
+    "upsample": ("upsample", *SNLI_HARD_ARGS, "--iterations", "2"),
+    "leakage": ("leakage", *TRAIN_TEST, "--trees", "10"),
+    "weights": ("weights", *TRAIN_TEST, "--trees", "10", "--folds", "2"),
+    "probe": ("probe", "--train", SNLI_HARD, "--eval", SNLI_DEV, "--preset", "snli"),
+    "compare": ("compare", "--train", f"hard={SNLI_HARD}", "--eval", f"dev={SNLI_DEV}", "--preset", "snli",
+                "--bootstrap", "100"),
+    "synth": ("synth", "--rows", "500"),
+    "generate": ("generate", *SNLI_HARD_ARGS, "--limit", "1"),
+    "razor": ("razor", *SNLI_HARD_ARGS, "--score-only"),
+    "ibadr": ("ibadr", *SNLI_HARD_ARGS),
+}
+CHEAP = ("convert", "audit", "zfilter", "upsample", "leakage", "weights", "compare", "synth")
+
+
+def _user_folder(root):
+    """A folder as users have them: a file, a subfolder with a file, and a symlink."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "paper.tex").write_text("\\documentclass{article}\n")
+    (root / "figs").mkdir()
+    (root / "figs" / "plot.pdf").write_bytes(b"%PDF-1.4\n")
+    os.symlink("paper.tex", root / "main.tex")
+    return _snapshot(root)
+
+
+def _snapshot(root):
+    files = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root)
+            files[rel] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
+    return files
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_users_folder_is_refused_by_every_verb_before_any_work(tmp_path, verb):
+    before = _user_folder(tmp_path / "myproj")
+    proc = run_cli(*VERBS[verb], "--out", tmp_path / "myproj", check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refinery did not write" in lines[0] and "paper.tex" in lines[0], proc.stderr
+    assert _snapshot(tmp_path / "myproj") == before
+    assert sorted(os.listdir(tmp_path)) == ["myproj"]            # no temporary folder beside it either
+
+
+def test_a_pipeline_refuses_a_users_folder(tmp_path):
+    before = _user_folder(tmp_path / "myproj")
+    spec = tmp_path / "p.yaml"
+    spec.write_text(json.dumps({"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [{"audit": {}}]}))
+    proc = run_cli("run", spec, "--out", tmp_path / "myproj", check=False)
+    assert proc.returncode == 2 and "refinery did not write" in proc.stderr, proc.stderr
+    assert _snapshot(tmp_path / "myproj") == before
+
+
+@pytest.mark.parametrize("verb", CHEAP)
+def test_overwriting_a_refinery_output_keeps_what_the_user_added(tmp_path, verb):
+    out = tmp_path / "out"
+    run_cli(*VERBS[verb], "--out", out)
+    ours = set(_snapshot(out))
+    (out / "notes.md").write_text("my notes\n")                    # a user adds things to refinery's folder
+    (out / "mine").mkdir()
+    (out / "mine" / "keep.txt").write_text("keep\n")
+    os.symlink("notes.md", out / "notes-link")
+    added = {k: v for k, v in _snapshot(out).items() if k not in ours}
+    run_cli(*VERBS[verb], "--out", out, "--mode", "overwrite")
+    after = _snapshot(out)
+    assert {k: after.get(k) for k in added} == added               # the user's files, as they were
+    assert set(after) - set(added) - {"_refinery.json"} <= ours | {"_refinery.json"}
+    assert not [p for p in os.listdir(tmp_path) if p != "out"]     # no temporary or stale folder left
+
+
+def test_modes_skip_and_error_mean_the_same_in_every_verb(tmp_path):
+    out = tmp_path / "a"
+    run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "3")
+    stamp = (out / "summary.json").stat().st_mtime_ns
+    skipped = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "3", "--mode", "skip")
+    assert "skipped" in skipped.stdout and (out / "summary.json").stat().st_mtime_ns == stamp
+    other = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "4", "--mode", "skip", check=False)
+    assert other.returncode == 2 and "other inputs or options" in other.stderr
+    refused = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--mode", "error", check=False)
+    assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
+    assert (out / "summary.json").stat().st_mtime_ns == stamp
+    corpus = tmp_path / "c"
+    run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus)
+    refused = run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus, "--mode", "error", check=False)
+    assert refused.returncode == 2 and "already holds a finished" in refused.stderr
+
+
+def test_a_file_as_out_is_refused(tmp_path):
+    target = tmp_path / "report.txt"
+    target.write_text("mine\n")
+    proc = run_cli("convert", *SNLI_HARD_ARGS, "--out", target, check=False)
+    assert proc.returncode == 2 and "is a file" in proc.stderr
+    assert target.read_text() == "mine\n"
