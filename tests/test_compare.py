@@ -28,7 +28,7 @@ def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(plante
     out = run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
                   "--train", f"upsample={tmp_path / 'up'}", "--eval", f"test={planted / 'test'}",
                   "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp").stdout
-    assert "anti (2,000 rows)" in out
+    assert "anti (2,000 rows; majority class " in out
     report = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
     acc = report["accuracy"]
     for refined in ("zfilter", "upsample"):
@@ -85,7 +85,7 @@ def test_an_snli_model_is_scored_on_hans_and_mnli_hard_in_one_run(tmp_path):
     assert overall == pytest.approx(sum(c["accuracy"] for c in cells.values()) / 6, abs=1e-3)
     # SNLI test-hard rows are SNLI test rows, not dev rows: the leak check finds none
     assert report["eval"]["snli-hard"]["leaked_rows"] == {"snli": 0}
-    assert "hans (30,000 rows)" in out
+    assert "hans (30,000 rows; majority class " in out
     predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet")
     assert set(predictions.filter(pc.equal(predictions["eval"], "hans"))["prediction"].to_pylist()) <= \
         {"entailment", "non-entailment"}
@@ -101,3 +101,34 @@ def test_an_evaluation_label_no_map_reaches_is_a_clear_error(tmp_path):
                    check=False)
     assert proc.returncode == 2 and "no training label maps to 'neutral'" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_compare_refuses_repeated_names_and_training_on_evaluation_rows(tmp_path):
+    twice = run_cli("compare", "--train", f"snli={SNLI_DEV}", "--train", f"snli={SNLI_HARD}", "--eval",
+                    f"hard={SNLI_HARD}", "--preset", "snli", "--out", tmp_path / "a", check=False)
+    assert twice.returncode == 2 and "names 'snli' twice" in twice.stderr, twice.stderr
+    # SNLI-hard is a subset of SNLI test: training on test and scoring on hard scores training rows
+    leaked = run_cli("compare", "--train", f"test={SNLI_HARD.replace('_hard', '')}", "--eval", f"hard={SNLI_HARD}",
+                     "--preset", "snli", "--out", tmp_path / "b", check=False)
+    assert leaked.returncode == 2 and "3,261 of the 3,261 rows of evaluation set hard" in leaked.stderr, leaked.stderr
+    assert not (tmp_path / "b" / "report").exists()
+    allowed = run_cli("compare", "--train", f"test={SNLI_HARD.replace('_hard', '')}", "--eval", f"hard={SNLI_HARD}",
+                      "--preset", "snli", "--allow-overlap", "--out", tmp_path / "b").stdout
+    assert "3,261 evaluation rows also in training" in allowed
+    report = json.loads((tmp_path / "b" / "report" / "report.json").read_text())
+    assert report["accuracy"]["hard"]["test"]["overlap_rows"] == 3_261
+
+
+def test_a_corpus_with_splits_trains_on_its_train_split(tmp_path):
+    """refinery weights over train+test writes one corpus with a split column: compare trains on 'train' only."""
+    run_cli("weights", "--input", f"train={SNLI_DEV}", "--input", f"test={SNLI_HARD}", "--preset", "snli",
+            "--folds", 2, "--trees", 10, "--out", tmp_path / "w")
+    out = run_cli("compare", "--train", f"w={tmp_path / 'w'}", "--eval", f"hard={SNLI_HARD}", "--preset", "snli",
+                  "--out", tmp_path / "c").stdout
+    report = json.loads((tmp_path / "c" / "report" / "report.json").read_text())
+    assert report["train"]["w"] == {**report["train"]["w"], "rows": 9_842, "other_splits_left_out": 3_261}
+    assert report["eval"]["hard"]["leaked_rows"] == {"w": 0} and "also in training" not in out
+    assert report["eval"]["hard"]["majority"] == {"label": "contradiction", "accuracy": round(1_135 / 3_261, 4)}
+    nosplit = run_cli("compare", "--train", f"w={tmp_path / 'w'}@dev", "--eval", f"hard={SNLI_HARD}", "--preset",
+                      "snli", "--out", tmp_path / "d", check=False)
+    assert nosplit.returncode == 2 and "has splits test, train and no 'dev' split" in nosplit.stderr

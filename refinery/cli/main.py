@@ -104,7 +104,8 @@ def main(debug):
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder or URL.")
-@click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True)
+@click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True,
+              help="Rows per Parquet shard.")
 @mode_option
 @input_options
 def convert(inputs, out, shard_rows, mode, mapping, opts):
@@ -136,7 +137,8 @@ def inspect(paths, as_json, mapping, opts):
 @main.command()
 @click.argument("query")
 @click.argument("corpora", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="How the result is printed (parquet: written to --output or QUERY.parquet).")
 @click.option("--output", "output", help="Write the result to this file instead of the terminal.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a $NAME query parameter.")
@@ -197,17 +199,22 @@ def _memory_budget_option(ctx, param, value):
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder: stats.parquet, topk.json, report.html, state.")
 @click.option("--k", type=int, default=20, show_default=True, help="Top features per label.")
-@click.option("--min-count", type=int, default=10, show_default=True)
-@click.option("--prior", type=click.Choice(["uniform", "empirical"]), default="uniform", show_default=True)
+@click.option("--min-count", type=int, default=10, show_default=True,
+              help="Rows a feature must be in for its z* to be computed and ranked.")
+@click.option("--prior", type=click.Choice(["auto", "uniform", "empirical"]), default="auto", show_default=True,
+              help="p0 of z*: uniform (1/C), empirical (each label's share), or auto: uniform when every "
+                   "label's share is within 1.5x of 1/C, else empirical.")
 @click.option("--alpha", type=float, default=0.01, show_default=True, help="Family-wise level (Bonferroni).")
-@click.option("--counting", type=click.Choice(["exact", "sketch"]), default="exact", show_default=True)
+@click.option("--counting", type=click.Choice(["exact", "sketch"]), default="exact", show_default=True,
+              help="Exact counts (spilling to disk past --memory-budget), or bounded-memory sketches.")
 @click.option("--sketch-lg-k", type=int, default=16, show_default=True, help="log2 of frequent-items map size.")
 @click.option("--sketch-recount/--no-sketch-recount", default=True, show_default=True,
               help="Sketch mode: a second pass counts the sketches' candidate features exactly.")
 @click.option("--memory-budget", callback=_memory_budget_option,
               help="Exact counting: past this much memory, counts spill to disk and merge by partition "
                    "(8G, 512M, or a fraction of memory such as 0.5)  [default: half of memory]")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
 @click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
 @finished_mode_option
 @feature_options
@@ -217,7 +224,7 @@ def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch
           state, feature_config, mapping, opts):
     """z-statistics of surface features against the label (Gardner et al. 2021)."""
     from refinery.methods import audit as audit_mod
-    from refinery.pipeline.report import terminal_topk
+    from refinery.pipeline.report import terminal_label_prior, terminal_topk
 
     config = audit_mod.AuditConfig(features=feature_config, mode=counting, prior=prior, min_count=min_count,
                                    alpha=alpha, k=k, sketch_lg_max_k=sketch_lg_k, sketch_recount=sketch_recount,
@@ -236,14 +243,16 @@ def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch
                             rejected=summary["rejected"]))
     click.echo(f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
                f"threshold z > {summary['threshold']:.2f}")
+    click.echo(f"prior: {summary['prior']}")
+    click.echo(terminal_label_prior(summary["label_prior"]))
     click.echo(terminal_topk(result.top_k()))
     click.echo(f"report: {out}/report.html")
 
 
 @main.command()
-@click.option("--out", required=True)
-@click.option("--rows", type=int, default=100_000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", required=True, help="Output corpus.")
+@click.option("--rows", type=int, default=100_000, show_default=True, help="Rows to generate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same corpus.")
 @click.option("--planted", default=None, metavar="WORD:LABEL:RATE,...",
               help="Spurious tokens to plant (default: six NLI-like shortcuts; none: no planted tokens).")
 @click.option("--leak", type=float, default=0.1, show_default=True, help="Rate in other labels, relative.")
@@ -255,7 +264,7 @@ def audit(inputs, out, k, min_count, prior, alpha, counting, sketch_lg_k, sketch
 @click.option("--split", type=click.Choice(["train", "test", "anti-shortcut"]), default="train", show_default=True,
               help="test: other rows of the same distribution; anti-shortcut: the shortcuts reversed (planted words "
                    "and pooled premises of other labels), over the same words as --seed's train split.")
-@click.option("--shard-rows", type=int, default=1_000_000, show_default=True)
+@click.option("--shard-rows", type=int, default=1_000_000, show_default=True, help="Rows per Parquet shard.")
 @mode_option
 def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rate, split, shard_rows, mode):
     """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
@@ -274,16 +283,20 @@ def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rat
 @click.option("--out", required=True, help="Output folder: kept/, rejected/, report/.")
 @click.option("--k", type=int, default=20, show_default=True, help="|B_Z(l)|: top-k biased features per label.")
 @click.option("--batch-size", type=int, default=1000, show_default=True, help="Rows per decision batch.")
-@click.option("--min-count", type=int, default=10, show_default=True)
+@click.option("--min-count", type=int, default=10, show_default=True,
+              help="Rows of Z a feature must be in before it can be biased.")
 @click.option("--warmup", type=int, default=0, show_default=True, help="Accept all rows until Z holds this many.")
-@click.option("--prior", type=click.Choice(["uniform", "empirical"]), default="uniform", show_default=True)
+@click.option("--prior", type=click.Choice(["auto", "uniform", "empirical"]), default="auto", show_default=True,
+              help="p0 of z*: uniform (1/C), empirical (each label's share), or auto: uniform when every "
+                   "label's share is within 1.5x of 1/C, else empirical.")
 @click.option("--shuffle-seed", type=int, default=None, help="Shuffle the stream (the result depends on order).")
 @click.option("--seed-corpus", multiple=True, help="Z starts as this corpus (conditional filtering).")
 @click.option("--composition", "composition", type=click.Choice(["plain", "zaug", "parz", "seqz"]), default="plain",
               show_default=True, help="Wu et al. §4.2 with --original and --generated.")
 @click.option("--original", multiple=True, help="D0 for --composition.")
 @click.option("--generated", multiple=True, help="G for --composition.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
 @mode_option
 @feature_options
 @print_config_option
@@ -305,7 +318,7 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
             raise click.UsageError("--composition needs --original and --generated")
         as_pipeline("compose", zf.ComposeConfig(composition, tuple(original), config), generated, out, engine)
         report = zf.compose(composition, original, generated, out, mapping, opts, config, engine=engine, mode=mode)
-    click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,}")
+    click.echo(f"kept {report['kept']:,}, rejected {report['rejected']:,}; prior {report['prior']}")
     rows_in, parts = zf.accounting(report)
     click.echo(conservation(rows_in, **parts))
     for label in report["max_z_before"]:
@@ -316,7 +329,8 @@ def zfilter(inputs, out, k, batch_size, min_count, warmup, prior, shuffle_seed, 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder: kept/ and rejected/.")
-@click.option("--tau", type=float, default=0.95, show_default=True)
+@click.option("--tau", type=float, default=0.95, show_default=True,
+              help="τ: keep a row when p_M(label | text) exceeds it.")
 @click.option("--proba-column", help="Column holding p_M(label | text).")
 @click.option("--model", "model", metavar="ngram|transformer|FOLDER",
               help="ngram or transformer: cross-fitted on INPUTS (--folds); else a saved classifier "
@@ -339,15 +353,17 @@ def confidence(inputs, out, tau, proba_column, model, folds, mode, mapping, opts
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--out", required=True)
+@click.option("--out", required=True, help="Output corpus: the input and its up-sampled copies, report/.")
 @click.option("--k", type=int, default=10, show_default=True, help="Tokens to correct.")
-@click.option("--step", type=float, default=0.2, show_default=True)
-@click.option("--iterations", type=int, default=10, show_default=True)
+@click.option("--step", type=float, default=0.2, show_default=True,
+              help="Share of a token's deficit drawn on each of its turns, in (0, 1].")
+@click.option("--iterations", type=int, default=10, show_default=True, help="Round-robin passes at most.")
 @click.option("--band", default="0.002,0.02", show_default=True,
               help="Count band as fractions of the corpus (MIN,MAX), or absolute counts if > 1.")
-@click.option("--min-count", type=int, default=20, show_default=True)
+@click.option("--min-count", type=int, default=20, show_default=True,
+              help="Rows a token must be in, whatever the band.")
 @click.option("--stopwords/--keep-stopwords", default=True, show_default=True, help="Remove stopwords.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draws.")
 @mode_option
 @print_config_option
 @input_options
@@ -369,6 +385,13 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
                    f"{report['max_p_after'][tok]:.3f}")
     if report["uncorrectable"]:
         click.echo("  uncorrectable: " + ", ".join(u["token"] for u in report["uncorrectable"]))
+    if report["left_out"]:
+        lo, hi = report["band"]
+        click.echo(f"  left out of the top {k} tokens by z* (band: n from {lo:,} to {hi:,}):")
+        for e in report["left_out"]:
+            click.echo(f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}")
+        if report["band_hint"]:
+            click.echo(f"  --band {report['band_hint']} would take in those outside the band")
     click.echo(f"report: {out}/report/report.html")
 
 
@@ -427,6 +450,8 @@ def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, fores
     click.echo(conservation(report["rows"] + report["rejected"], out=report["rows"], rejected=report["rejected"]))
     click.echo(f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
                f"effective sample size {d['effective_sample_size']:,.0f}")
+    if report["low_ess_warning"]:
+        click.echo(f"warning: {report['low_ess_warning']['message']}", err=True)
     oof = report["out_of_fold"]
     click.echo(f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
                f"(weighted majority {oof['weighted_majority_accuracy']:.4f})")
@@ -435,8 +460,10 @@ def weights(inputs, out, folds, feature_set, min_proba, clip, mode, graph, fores
 @main.command()
 @click.option("--predictions", required=True, help="Parquet file or corpus with id, label and a prediction column.")
 @click.option("--weights", "weights_path", help="A weights corpus (refinery weights) joined on id (and split).")
-@click.option("--prediction-column", default="prediction", show_default=True)
-@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE")
+@click.option("--prediction-column", default="prediction", show_default=True,
+              help="Column holding the predicted label.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000).")
 def evaluate(predictions, weights_path, prediction_column, storage_options):
     """Accuracy and leakage-neutral ("Debiased Eva") accuracy of predictions, overall and per split."""
     from refinery.io.corpus import read_any
@@ -457,13 +484,14 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--eval", "evaluate_on", multiple=True, help="Corpora to score (repeatable).")
 @click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
 @click.option("--hypothesis-only", is_flag=True, help="Read text_b alone (the hypothesis-only probe).")
-@click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True)
+@click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True,
+              help="An n-gram classifier, or a fine-tuned transformer encoder (--model).")
 @click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
               help="Encoder of the transformer backend (name or folder).")
 @click.option("--epochs", type=int, default=2, show_default=True, help="Transformer fine-tuning epochs.")
-@click.option("--lr", type=float, default=5e-5, show_default=True)
-@click.option("--batch", "batch", type=int, default=32, show_default=True)
-@click.option("--max-length", type=int, default=128, show_default=True)
+@click.option("--lr", type=float, default=5e-5, show_default=True, help="Transformer learning rate.")
+@click.option("--batch", "batch", type=int, default=32, show_default=True, help="Transformer batch size.")
+@click.option("--max-length", type=int, default=128, show_default=True, help="Transformer input length, in tokens.")
 @click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
 @finished_mode_option
 @precision_option
@@ -486,8 +514,9 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
 
 
 @main.command()
-@click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH",
-              help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora.")
+@click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH[@SPLIT]",
+              help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora; a "
+                   "corpus with a split column trains on its 'train' rows, or on @SPLIT's.")
 @click.option("--eval", "evals", multiple=True, required=True, metavar="NAME=PATH[:PRESET]",
               help="An evaluation set with its own preset (default: the training --preset/--map).")
 @click.option("--label-map", "label_maps", multiple=True, metavar="NAME=FROM:TO,...",
@@ -505,16 +534,18 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Draws of the paired bootstrap.")
 @click.option("--by", "by", multiple=True, metavar="COL", help="Also break accuracy down by this column.")
 @click.option("--hypothesis-only", is_flag=True, help="Train the hypothesis-only bias probe instead.")
+@click.option("--allow-overlap", is_flag=True,
+              help="Score evaluation rows also found in a training corpus (marked in the report) instead of failing.")
 @finished_mode_option
 @precision_option
 @input_options
 def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batch, max_length, seeds, bootstrap, by,
-            hypothesis_only, train_precision, mapping, opts):
+            hypothesis_only, allow_overlap, train_precision, mapping, opts):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
     from refinery.methods import compare as cmp
 
     try:
-        train_sets = dict(_named(t, "--train") for t in train)
+        train_sets = cmp.parse_named(train, "--train")
         maps = dict(_label_map(m) for m in label_maps)
         eval_sets = [cmp.parse_eval_set(e, maps) for e in evals]
         unknown = sorted(set(maps) - {e.name for e in eval_sets})
@@ -522,7 +553,8 @@ def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batc
             raise ValueError(f"--label-map names no evaluation set: {', '.join(unknown)}")
         config = cmp.CompareConfig(backend=backend, inputs="hypothesis" if hypothesis_only else "pair",
                                    model=model_name, epochs=epochs, lr=lr, batch_size=batch, max_length=max_length,
-                                   precision=train_precision, seeds=seeds, bootstrap=bootstrap, by=tuple(by))
+                                   precision=train_precision, seeds=seeds, bootstrap=bootstrap, by=tuple(by),
+                                   allow_overlap=allow_overlap)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     report = cmp.run(train_sets, eval_sets, out, mapping, opts, config)
@@ -532,20 +564,11 @@ def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batc
     width = max(len(n) for n in names) + 2
     for ev, per in report["accuracy"].items():
         info = report["eval"][ev]
-        click.echo(f"{ev} ({info['rows']:,} rows)")
+        click.echo(f"{ev} ({info['rows']:,} rows; majority class {info['majority']['label']} "
+                   f"{info['majority']['accuracy']:.1%})")
         for n in names:
-            line = f"  {n:<{width}} {cmp.accuracy_cell(per[n])}"
-            if info["leaked_rows"].get(n):
-                line += f"   ({info['leaked_rows'][n]:,} rows also in training)"
-            click.echo(line)
+            click.echo(f"  {n:<{width}} {cmp.accuracy_cell(per[n])}")
     click.echo(f"report: {out}/report/report.html")
-
-
-def _named(spec: str, option: str) -> tuple[str, list]:
-    name, sep, path = spec.partition("=")
-    if not sep or not name or not path:
-        raise ValueError(f"{option} {spec!r} is not NAME=PATH")
-    return name, [path]
 
 
 def _label_map(spec: str) -> tuple[str, dict]:
@@ -567,10 +590,11 @@ def _label_map(spec: str) -> tuple[str, dict]:
 @click.option("--template", default=None, help="Prompt template over {text_a} {text_b} {label} {label_description}.")
 @click.option("--target-labels", default="own", show_default=True, help="own | all | A,B: labels to generate for.")
 @click.option("--limit", type=int, default=None, help="Use only the first N input rows.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
-@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Prompts per generator call.")
 @click.option("--actors", type=int, default=1, show_default=True, help="Ray Data actor pool size.")
-@click.option("--gpus-per-actor", type=float, default=0, show_default=True)
+@click.option("--gpus-per-actor", type=float, default=0, show_default=True, help="GPUs each actor asks for.")
 @mode_option
 @generator_options
 @print_config_option
@@ -600,13 +624,15 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
 @click.option("--score-only", is_flag=True, help="Only write the shortcut score γ per row and the objective.")
 @click.option("--top-k", type=int, default=50, show_default=True, help="Rows rewritten per round.")
 @click.option("--candidates", type=int, default=4, show_default=True, help="Rewrites per row (m).")
-@click.option("--rounds", type=int, default=5, show_default=True)
+@click.option("--rounds", type=int, default=5, show_default=True,
+              help="Rewriting rounds at most (fewer when the objective stops increasing).")
 @click.option("--dim", type=int, default=64, show_default=True, help="Positional-encoding size λ.")
 @click.option("--verify", "verify_mode", type=click.Choice(["answer", "choice"]), default="answer", show_default=True,
               help="G_β: its answer must be exactly the label, or (transformers) the most likely label is taken.")
 @click.option("--verifier-model", help="A saved classifier as G_β instead of a second LLM call.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
-@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Prompts per generator call.")
 @mode_option
 @generator_options
 @print_config_option
@@ -651,19 +677,20 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--shallow", type=click.Choice(["ngram", "transformer"]), help="The shallow model θs.")
 @click.option("--task-model", type=click.Choice(["ngram", "transformer"]), help="The confidence filter's model.")
 @click.option("--generator", help="Generator θg: a model name or folder (default SmolLM2-135M-Instruct).")
-@click.option("--lr", type=float)
-@click.option("--first-epochs", type=int)
-@click.option("--later-epochs", type=int)
-@click.option("--max-new-tokens", type=int)
+@click.option("--lr", type=float, help="The generator's learning rate.")
+@click.option("--first-epochs", type=int, help="Generator epochs in the first iteration.")
+@click.option("--later-epochs", type=int, help="Generator epochs in later iterations.")
+@click.option("--max-new-tokens", type=int, help="Longest generation, in tokens.")
 @click.option("--no-usm", is_flag=True, help="Ablation: never update the shallow model.")
 @click.option("--lowest-indicator", is_flag=True, help="Ablation: generate with b1 only (b_r -> b1).")
 @click.option("--no-indicator", is_flag=True, help="Ablation: train and generate without bias indicators.")
 @click.option("--no-iteration", is_flag=True, help="Ablation: one iteration generating all samples at once.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of samples, draws and training.")
 @click.option("--backend", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True,
               help="Generation backend for the fine-tuned generator.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
-@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Prompts per generator call.")
 @click.option("--mode", type=click.Choice(["resume", "overwrite"]), default="resume", show_default=True,
               help="resume: continue from the last finished iteration in --out.")
 @precision_option
@@ -732,9 +759,10 @@ def run_pipeline_command(pipeline_file, out, engine, print_config):
 
 
 @main.command()
-@click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True,
+              help="The model to serve: a name or folder.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port to listen on (0: any free one).")
 def serve(model_name, host, port):
     """Serve a local transformers generator behind an OpenAI-compatible API (/v1/chat/completions)."""
     from refinery.models.generate import TransformersGenerator

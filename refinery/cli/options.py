@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import os
 
 import click
@@ -25,7 +26,8 @@ def input_options(f):
                      show_default=True, help="Quarantine bad rows in rejects, or fail naming file and line."),
         click.option("--max-chars", type=int, default=20_000, show_default=True,
                      help="Reject rows whose text is longer."),
-        click.option("--batch-rows", type=int, default=65_536, show_default=True),
+        click.option("--batch-rows", type=int, default=65_536, show_default=True,
+                     help="Rows read per batch (memory grows with it)."),
         click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
                      help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000)."),
     ]
@@ -163,9 +165,10 @@ def command_fingerprint(ctx, storage_options: dict) -> str:
     for name in _INPUT_PARAMS:
         for spec in _as_tuple(params.get(name)):
             path = spec.partition("=")[2] if "=" in spec.split("://")[0] else spec
-            if "://" not in path and not os.path.exists(path):
-                path = path.rsplit(":", 1)[0]          # NAME=PATH:PRESET
-            inputs.append(path)
+            # NAME=PATH:PRESET, NAME=PATH@SPLIT: the path is what exists; one that does not is the verb's to report
+            found = [p for p in (path, path.rsplit(":", 1)[0], path.rsplit("@", 1)[0])
+                     if "://" in p or glob.glob(p)]
+            inputs += found[:1]
     prints = input_fingerprints(inputs, storage_options)
     body = json.dumps([ctx.info_name, params, prints], sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
@@ -218,7 +221,8 @@ def graph_options(f):
         click.option("--multigraph/--simple-graph", default=True, show_default=True,
                      help="Duplicate pairs as parallel edges (the reference code) or collapsed."),
         click.option("--trees", type=int, default=100, show_default=True, help="Random forest size."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of the random forest (and of the folds of weights)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -244,17 +248,20 @@ def generator_options(f):
     """Backend, model and sampling of the generator verbs."""
     options = [
         click.option("--backend", type=click.Choice(["transformers", "vllm", "openai"]), default="transformers",
-                     show_default=True),
-        click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True),
+                     show_default=True, help="Where texts are generated: in process, vLLM, or an OpenAI-compatible "
+                                             "endpoint (--base-url)."),
+        click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True,
+                     help="The generator: a model name or folder."),
         click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai)."),
         click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
                      help="Environment variable holding the endpoint's key (openai)."),
         click.option("--no-chat", is_flag=True, help="Send raw prompts, not the chat template's user turn."),
-        click.option("--temperature", type=float, default=0.7, show_default=True),
-        click.option("--top-p", type=float, default=0.9, show_default=True),
-        click.option("--max-new-tokens", type=int, default=48, show_default=True),
+        click.option("--temperature", type=float, default=0.7, show_default=True,
+                     help="Softmax temperature (0: greedy)."),
+        click.option("--top-p", type=float, default=0.9, show_default=True, help="Nucleus sampling's probability mass."),
+        click.option("--max-new-tokens", type=int, default=48, show_default=True, help="Longest generation, in tokens."),
         click.option("--n", "num", type=int, default=1, show_default=True, help="Samples per prompt."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling."),
         click.option("--tensor-parallel", type=int, default=1, show_default=True, help="vLLM tensor parallel size."),
         click.option("--max-num-seqs", type=int, default=64, show_default=True, help="vLLM batch limit."),
         click.option("--enforce-eager", is_flag=True,

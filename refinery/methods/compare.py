@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,7 @@ class CompareConfig:
     seeds: int = 1
     bootstrap: int = 1000
     by: tuple = ()
+    allow_overlap: bool = False
 
     def __post_init__(self):
         if self.backend not in ("ngram", "transformer"):
@@ -93,6 +95,45 @@ class CompareConfig:
         keep = ("backend", "inputs") + (() if self.backend == "ngram" else
                                          ("model", "epochs", "lr", "batch_size", "max_length", "precision"))
         return {k: getattr(self, k) for k in keep}
+
+
+def parse_named(specs, option: str) -> dict:
+    """``NAME=PATH`` specs into {name: [path]}; a name given twice is an error (the second would hide the first)."""
+    named: dict = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"{option} {spec!r} is not NAME=PATH")
+        if name in named:
+            raise ValueError(f"{option} names {name!r} twice ({named[name][0]} and {path}); give each a name of its own")
+        named[name] = [path]
+    return named
+
+
+_SPLIT_SELECTOR = re.compile(r"@([\w.-]+)$")
+
+
+def train_split(path: str) -> tuple[str, str | None]:
+    """``PATH@SPLIT`` → (PATH, SPLIT); a plain path → (path, None)."""
+    match = _SPLIT_SELECTOR.search(path)
+    return (path[: match.start()], match.group(1)) if match and "/" not in match.group(1) else (path, None)
+
+
+def training_rows(name: str, table: pa.Table, split: str | None) -> tuple[pa.Table, int]:
+    """The rows a model trains on: a corpus with a ``split`` column gives its ``split`` rows (default
+    ``train``); the number of rows of other splits left out."""
+    if "split" not in table.column_names:
+        if split:
+            raise ValueError(f"training corpus {name}: @{split} asks for a split, but it has no split column")
+        return table, 0
+    present = sorted(set(table["split"].drop_null().to_pylist()))
+    chosen = split or "train"
+    if chosen not in present:
+        raise ValueError(f"training corpus {name} has splits {', '.join(present)} and no {chosen!r} split; "
+                         f"name the one to train on: {name}=PATH@SPLIT")
+    keep = pc.fill_null(pc.equal(table["split"], chosen), False)
+    kept = table.filter(keep)
+    return kept, table.num_rows - kept.num_rows
 
 
 def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
@@ -140,9 +181,10 @@ def project(proba: np.ndarray, classes: list, label_map: dict, eval_labels: list
 
 
 def text_keys(table: pa.Table) -> pa.Array:
-    """Normalized ``text_a \\t text_b`` (case-folded, whitespace collapsed): the leak check's identity."""
+    """Normalized ``text_a \\t text_b``, the leak check's identity: case-folded, with only letters and digits
+    kept, so that a tokenized release (``dog 's .``) and its raw text (``dog's.``) are the same row."""
     def norm(col):
-        return pc.utf8_trim_whitespace(pc.replace_substring_regex(pc.utf8_lower(col), r"\s+", " "))
+        return pc.replace_substring_regex(pc.utf8_lower(col), r"[^\w]+|_", "")
     b = table["text_b"] if "text_b" in table.column_names else pa.nulls(table.num_rows, pa.string())
     return pc.binary_join_element_wise(norm(table["text_a"]), pc.fill_null(norm(b), ""), "\t")
 
@@ -204,15 +246,26 @@ def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tupl
 @publishes_run
 def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: CompareConfig = CompareConfig()) -> dict:
-    """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each
-    seed, score every ``EvalSet``; write ``out/runs/`` (checkpoints) and ``out/report/``."""
+    """Train ``config``'s model on each of ``train`` ({name: paths}, a path may end in ``@SPLIT``; the first is
+    the baseline) for each seed, score every ``EvalSet``; write ``out/runs/`` (checkpoints) and ``out/report/``.
+
+    Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
+    ``config.allow_overlap`` (then the report marks those cells)."""
     if not train or not evals:
         raise ValueError("compare needs at least one training corpus and one evaluation set")
+    repeated = sorted({e.name for e in evals if [x.name for x in evals].count(e.name) > 1})
+    if repeated:
+        raise ValueError(f"evaluation set {repeated[0]!r} is named twice; give each a name of its own")
     so = opts.storage_options
     names = list(train)
-    tables, rejects = {}, {}
+    tables, rejects, other_splits = {}, {}, {}
     for name, paths in train.items():
-        tables[name], rejects[name] = load(list(paths), mapping, opts)
+        selected = [train_split(p) for p in paths]
+        splits = {s for _, s in selected}
+        if len(splits) > 1:
+            raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")
+        table, rejects[name] = load([p for p, _ in selected], mapping, opts)
+        tables[name], other_splits[name] = training_rows(name, table, splits.pop())
         if not tables[name].num_rows:
             raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
     train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))
@@ -231,6 +284,12 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
     train_keys = {n: text_keys(t) for n, t in tables.items()}
     leaks = {e.name: {n: int(pc.sum(pc.is_in(text_keys(eval_tables[e.name]), value_set=keys)).as_py() or 0)
                       for n, keys in train_keys.items()} for e in evals}
+    overlap = [(ev, n, c) for ev, per in leaks.items() for n, c in per.items() if c]
+    if overlap and not config.allow_overlap:
+        ev, n, c = overlap[0]
+        raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
+                         f"corpus {n} (same texts): its scores would be inflated. Train on another split "
+                         f"({n}=PATH@train), remove those rows, or pass --allow-overlap to report them marked")
     train_prints = {n: input_fingerprints(list(paths), so) for n, paths in train.items()}
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
                    for e in evals]
@@ -266,8 +325,8 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
             ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
             correct.setdefault((name, e.name), []).append(ok)
 
-    report = _summarize(config, names, tables, rejects, evals, eval_tables, eval_rejects, eval_labels, label_maps,
-                        leaks, {k: np.vstack(v) for k, v in correct.items()})
+    report = _summarize(config, names, tables, rejects, other_splits, evals, eval_tables, eval_rejects, eval_labels,
+                        label_maps, leaks, {k: np.vstack(v) for k, v in correct.items()})
     _write_report(out, report, pa.concat_tables(preds), so)
     return report
 
@@ -291,8 +350,16 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
-def _summarize(config, names, tables, rejects, evals, eval_tables, eval_rejects, eval_labels, label_maps, leaks,
-               correct) -> dict:
+def majority_baseline(labels: pa.ChunkedArray) -> dict:
+    """The accuracy of always answering an evaluation set's most frequent label."""
+    counts = labels.value_counts()
+    best = int(np.argmax(counts.field("counts").to_numpy()))
+    return {"label": counts.field("values")[best].as_py(),
+            "accuracy": round(counts.field("counts")[best].as_py() / len(labels), 4)}
+
+
+def _summarize(config, names, tables, rejects, other_splits, evals, eval_tables, eval_rejects, eval_labels,
+               label_maps, leaks, correct) -> dict:
     base = names[0]
     summary = {}
     for e in evals:
@@ -309,6 +376,8 @@ def _summarize(config, names, tables, rejects, evals, eval_tables, eval_rejects,
                      "breakdown": {" × ".join(cols): breakdown(c, t, cols) for cols in columns}}
             if w is not None:
                 entry["weighted_accuracy"] = round(float((c.mean(axis=0) * w).sum() / w.sum()), 4)
+            if leaks[e.name][n]:
+                entry["overlap_rows"] = leaks[e.name][n]
             if n != base:
                 diff = c.mean(axis=0) - correct[(base, e.name)].mean(axis=0)
                 lo, hi = paired_bootstrap(diff, config.bootstrap)
@@ -320,9 +389,11 @@ def _summarize(config, names, tables, rejects, evals, eval_tables, eval_rejects,
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()},
         "baseline": base,
         "train": {n: {"rows": tables[n].num_rows, "rejected": rejects[n].num_rows,
+                      "other_splits_left_out": other_splits[n],
                       "weighted": "weight" in tables[n].column_names} for n in names},
         "eval": {e.name: {"rows": eval_tables[e.name].num_rows, "rejected": eval_rejects[e.name].num_rows,
                           "labels": eval_labels[e.name], "label_map": label_maps[e.name],
+                          "majority": majority_baseline(eval_tables[e.name]["label"]),
                           "leaked_rows": leaks[e.name]} for e in evals},
         "accuracy": summary,
     }
@@ -342,6 +413,8 @@ def accuracy_cell(entry: dict) -> str:
     if "gain" in entry:
         g = entry["gain"]
         cell += f"   {g['delta']:+.1%} [{g['ci95'][0]:+.1%}, {g['ci95'][1]:+.1%}]"
+    if entry.get("overlap_rows"):
+        cell += f"   (! {entry['overlap_rows']:,} evaluation rows also in training)"
     return cell
 
 
@@ -357,7 +430,8 @@ def _sections(report: dict) -> list:
     sections.append(("Training corpora", dict_table({n: f"{v['rows']:,} rows" + (" (weighted)" if v["weighted"] else "")
                                                      for n, v in report["train"].items()})))
     sections.append(("Evaluation sets", dict_table({
-        n: f"{v['rows']:,} rows; labels {', '.join(v['labels'])}; rows also in training: "
+        n: f"{v['rows']:,} rows; labels {', '.join(v['labels'])}; majority class {v['majority']['label']} "
+           f"{v['majority']['accuracy']:.1%}; rows also in training: "
            + ", ".join(f"{k} {c:,}" for k, c in v["leaked_rows"].items()) for n, v in report["eval"].items()})))
     for ev, per in acc.items():
         for n in names:
