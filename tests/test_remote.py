@@ -46,8 +46,7 @@ class S3Server:
         self.env = {"AWS_ACCESS_KEY_ID": "testkey", "AWS_SECRET_ACCESS_KEY": "testsecret",
                     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}", "AWS_DEFAULT_REGION": "us-east-1",
                     "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-                    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
-                    "AWS_MAX_ATTEMPTS": "2"}
+                    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required"}
 
     def start(self):
         self.proc = subprocess.Popen([self.rclone, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
@@ -188,3 +187,86 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
     names = sorted(p.name for p in (s3.root / "bucket" / "ours").iterdir())
     assert names == sorted(["_refinery.json", "manifest.json", "notes.txt", *last.manifest["files"]])
     assert (s3.root / "bucket" / "ours" / "notes.txt").read_text() == "added by a user\n"
+
+
+# ---------------------------------------------------------------- a store that dies or stops answering
+
+STOP_POINTS = {  # where a write is cut: (verb, what appears on the store just before the server is stopped)
+    "early": (("convert",), "bucket/out/_refinery.json", 1),
+    "middle": (("convert",), "bucket/out/part-*.parquet", 8),
+    "publishing the manifest": (("convert",), "bucket/out/manifest.json", 1),
+    "a multi-part verb": (("zfilter", "--k", "5", "--batch-size", "200"), "bucket/out/kept/*.parquet", 1),
+}
+DEADLINE_S = 90   # the defaults: a call is tried 3 times, clean-up gets 30 s
+
+
+@pytest.mark.parametrize("point", sorted(STOP_POINTS))
+def test_a_store_stopped_mid_write_fails_within_its_deadline_and_the_rerun_is_clean(s3, tmp_path, point):
+    verb, pattern, count = STOP_POINTS[point]
+    args = [*verb, SNLI_DEV, "--preset", "snli", "--out", "s3://bucket/out"]
+    shards = ["--shard-rows", "200"] if verb[0] == "convert" else []
+    if point == "publishing the manifest":    # an older finished version whose files the commit must remove
+        run_cli(*args, "--shard-rows", "5000", env=s3.env)
+        (s3.root / "bucket" / "out" / "manifest.json").unlink()
+        s3.stop()
+        s3.start()
+    started = time.time()
+    proc = subprocess.Popen([str(BIN / "refinery"), *args, *shards], env={**os.environ, **s3.env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _stop_when(s3, proc, pattern, count)
+    _, err = proc.communicate(timeout=DEADLINE_S + 60)
+    elapsed = time.time() - started
+    s3.start()
+    assert elapsed < DEADLINE_S, f"{point}: {elapsed:.0f} s"
+    lines = err.strip().splitlines()
+    if point == "publishing the manifest" and proc.returncode == 0:
+        pass   # the server died after the last call the run needed: nothing to report
+    else:
+        assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in err, err
+        assert "s3://bucket/out" in lines[0], err
+    run_cli(*args, env=s3.env)   # the rerun after the restart
+    kept = "s3://bucket/out" if verb[0] == "convert" else "s3://bucket/out/kept"
+    local = tmp_path / "local"
+    run_cli(*args[:-1], local)
+    expected = Corpus.open(str(local if verb[0] == "convert" else local / "kept")).read()
+    assert Corpus.open(kept).read().equals(expected)
+    finished = Corpus.open(kept).manifest["files"]
+    left = sorted(p.name for p in (s3.root / kept.removeprefix("s3://")).glob("part-*"))
+    assert left == sorted(finished)          # a cut run's shards and the older version's are gone
+
+
+def test_a_store_that_stops_answering_fails_within_the_io_timeout(tmp_path):
+    """A server that accepts connections and never answers: every call waits --io-timeout, three times."""
+    port = free_port()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    try:
+        started = time.time()
+        proc = run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/x", "--io-timeout", "2",
+                       env=env, check=False)
+        elapsed = time.time() - started
+    finally:
+        listener.close()
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "s3://bucket/x" in proc.stderr and "timeout" in proc.stderr.lower(), proc.stderr
+    assert elapsed < 60, elapsed
+
+
+def test_a_full_disk_names_the_output_and_the_space_left(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        proc = run_cli("convert", SNLI_DEV, "--preset", "snli", "--out", mount / "out", "--shard-rows", "1000",
+                       check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert str(mount / "out") in proc.stderr and "no space left on device" in proc.stderr
+        assert "MiB free" in proc.stderr
+        assert os.listdir(mount) == []       # nothing half-written left behind
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)

@@ -45,10 +45,12 @@ _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
 
 
 class RefineryCommand(click.Command):
-    """A verb: its ``--out`` is checked before any work (refinery writes only where it may: ``claim_output``),
-    and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
+    """A verb: its ``--io-timeout`` holds for every store call, its ``--out`` is checked before any work
+    (refinery writes only where it may: ``claim_output``), and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
 
     def invoke(self, ctx):
+        if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
+            os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])
         if ctx.params.get("out"):
             claim_output(ctx.params["out"], parse_storage_options(ctx.params.get("storage_options")))
         return super().invoke(ctx)

@@ -11,7 +11,14 @@ import click
 from refinery.io.corpus import OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import resolve_mapping
-from refinery.io.storage import parse_storage_options, read_marker, stamp_marker
+from refinery.io.storage import (
+    CONNECT_TIMEOUT,
+    IO_TIMEOUT,
+    STORE_ATTEMPTS,
+    parse_storage_options,
+    read_marker,
+    stamp_marker,
+)
 
 
 def input_options(f):
@@ -30,12 +37,18 @@ def input_options(f):
                      help="Rows read per batch (memory grows with it)."),
         click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
                      help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000)."),
+        click.option("--io-timeout", type=click.FloatRange(min=0, min_open=True), default=IO_TIMEOUT,
+                     show_default=True, envvar="REFINERY_IO_TIMEOUT",
+                     help=f"Seconds an object store may take to answer a read; each call is tried "
+                          f"{STORE_ATTEMPTS} times, connections time out after {CONNECT_TIMEOUT:g} s."),
     ]
     for option in reversed(options):
         f = option(f)
 
     @functools.wraps(f)
-    def wrapper(*args, preset, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options, **kwargs):
+    def wrapper(*args, preset, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options, io_timeout,
+                **kwargs):
+        del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
         try:
             kwargs["mapping"] = resolve_mapping(preset, mapping, labels)
             kwargs["opts"] = ReadOptions(batch_rows=batch_rows, max_chars=max_chars, on_bad_row=on_bad_row,

@@ -23,7 +23,7 @@ from refinery.io.readers import (
     Batch,
     ReadOptions,
     expand_paths,
-    read_file,
+    read_input,
 )
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.storage import AtomicDir, get_fs, redact
@@ -133,9 +133,7 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
             continue
         if mapping is None:
             raise ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
-        for path in expand_paths([url], opts.storage_options):
-            for batch in read_file(path, mapping, opts):
-                yield path, batch
+        yield from read_input(url, mapping, opts)
 
 
 def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
@@ -324,7 +322,7 @@ class CorpusWriter:
         return self.manifest
 
     def abort(self) -> None:
-        self._writer.shutdown(cancel_futures=True)
+        self._writer.shutdown(wait=False, cancel_futures=True)   # a write stuck on a dead store is not waited for
         if self._dir is not None:
             self._dir.abort()
 

@@ -1,6 +1,14 @@
-"""fsspec helpers: one place that turns a user's path or URL into (filesystem, path)."""
+"""fsspec helpers: one place that turns a user's path or URL into (filesystem, path), and that publishes folders.
+
+Every call to an object store has a deadline: S3 clients connect within ``CONNECT_TIMEOUT`` seconds, wait at
+most the I/O timeout (``--io-timeout``, ``REFINERY_IO_TIMEOUT``; ``IO_TIMEOUT`` by default) for each read,
+and try a call ``STORE_ATTEMPTS`` times in all (botocore's standard retry mode, s3fs's own retry loop off,
+so the two do not multiply). Clean-up after a failure has its own budget, ``CLEANUP_SECONDS``: what it
+cannot remove in time stays listed for the next run on the same output, which removes it.
+"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -12,23 +20,106 @@ from fsspec.core import url_to_fs
 from refinery import __version__
 
 
+CONNECT_TIMEOUT = 10.0
+IO_TIMEOUT = 60.0
+STORE_ATTEMPTS = 3
+CLEANUP_SECONDS = 30.0
+S3_PROTOCOLS = ("s3", "s3a")
+
+
+def io_timeout() -> float:
+    """Seconds a store may take to answer one read: ``REFINERY_IO_TIMEOUT`` (set by ``--io-timeout``)."""
+    value = os.environ.get("REFINERY_IO_TIMEOUT")
+    try:
+        timeout = float(value) if value else IO_TIMEOUT
+    except ValueError:
+        raise ValueError(f"REFINERY_IO_TIMEOUT={value!r} is not a number of seconds") from None
+    if timeout <= 0:
+        raise ValueError(f"the I/O timeout must be a positive number of seconds, got {value}")
+    return timeout
+
+
 def storage_options_from_env(protocol: str) -> dict:
-    """Storage options taken from the environment (credentials are never logged).
+    """Storage options taken from the environment (credentials are never logged), with the deadlines.
 
     S3: ``AWS_ENDPOINT_URL`` / ``REFINERY_S3_ENDPOINT`` choose an S3-compatible endpoint;
     credentials come from the usual AWS variables, read by botocore itself.
     """
-    if protocol in ("s3", "s3a"):
-        endpoint = os.environ.get("REFINERY_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            return {"client_kwargs": {"endpoint_url": endpoint}}
-    return {}
+    if protocol not in S3_PROTOCOLS:
+        return {}
+    timeout = io_timeout()
+    options = {"config_kwargs": {"connect_timeout": min(CONNECT_TIMEOUT, timeout), "read_timeout": timeout,
+                                 "retries": {"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"}}}
+    endpoint = os.environ.get("REFINERY_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options
+
+
+def _merged(base: dict, extra: dict) -> dict:
+    """``extra`` over ``base``, nested dicts (client_kwargs, config_kwargs) merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def get_fs(url: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
     protocol = url.split("://", 1)[0] if "://" in url else "file"
-    options = {**storage_options_from_env(protocol), **(storage_options or {})}
-    return url_to_fs(url, **options)
+    fs, path = url_to_fs(url, **_merged(storage_options_from_env(protocol), storage_options or {}))
+    if protocol in S3_PROTOCOLS:
+        fs.retries = 1   # botocore retries (STORE_ATTEMPTS); s3fs's loop around it would multiply them
+    return fs, path
+
+
+def store_error(url: str, operation: str, error: BaseException) -> OSError:
+    """One line naming what failed where: the URL, the operation, and the store's or the disk's answer (a full
+    disk with the space left on it)."""
+    import errno
+    import shutil
+
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC and "://" not in url:
+        probe = url
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        free = shutil.disk_usage(probe or ".").free
+        text = f"no space left on device ({free / 2**20:,.1f} MiB free there)"
+    wrapped = OSError(f"{url}: {operation} failed: {text}")
+    wrapped.errno = getattr(error, "errno", None)
+    return wrapped
+
+
+@contextlib.contextmanager
+def on_store(url: str, operation: str):
+    """Errors of the calls inside (a store's, a disk's) raised again as one line naming ``url`` and
+    ``operation``; a missing file stays ``FileNotFoundError`` for the callers that look for one."""
+    try:
+        yield
+    except (FileNotFoundError, ForeignOutput):
+        raise
+    except Exception as e:  # noqa: BLE001 — any store or disk error, named with where it happened
+        raise store_error(url, operation, e) from e
+
+
+def with_deadline(seconds: float, fn, *args) -> bool:
+    """``fn(*args)`` on a daemon thread, waited for at most ``seconds``; whether it finished without error.
+    For best-effort clean-up against a store that may not answer: an abandoned call ends with the process."""
+    import threading
+
+    done = []
+
+    def call():
+        try:
+            fn(*args)
+            done.append(True)
+        except Exception:  # noqa: BLE001 — best effort: the caller leaves what was not removed for the next run
+            pass
+
+    worker = threading.Thread(target=call, daemon=True, name="refinery-cleanup")
+    worker.start()
+    worker.join(seconds)
+    return bool(done)
 
 
 def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -112,9 +203,11 @@ def claim_output(out: str, storage_options: dict | None = None) -> str:
     refinery never deletes or replaces what it did not write."""
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
-    if fs.isfile(path):
+    with on_store(out, "looking at the output folder"):
+        is_file = fs.isfile(path)
+        entries = [] if is_file or not fs.exists(path) else _entries(fs, path)
+    if is_file:
         raise ForeignOutput(f"--out {out} is a file, not a folder; give a folder for refinery's outputs")
-    entries = _entries(fs, path) if fs.exists(path) else []
     if not entries:
         return "new"
     if {OWNER_MARKER, RUN_MARKER, LEGACY_MANIFEST} & set(entries):
@@ -130,9 +223,10 @@ def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MAR
     claim = claim_output(out, storage_options)
     if claim == "new":
         fs, path = get_fs(out, storage_options)
-        fs.makedirs(path, exist_ok=True)
-        with fs.open(join(path, OWNER_MARKER), "wb") as fh:
-            fh.write(_marker_body(files).encode())
+        with on_store(out, f"writing {OWNER_MARKER}"):
+            fs.makedirs(path, exist_ok=True)
+            with fs.open(join(path, OWNER_MARKER), "wb") as fh:
+                fh.write(_marker_body(files).encode())
     return claim
 
 
@@ -171,7 +265,7 @@ def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None
     body = {**read_marker(out, storage_options), **extra}
     files = body.pop("files", [OWNER_MARKER])
     body.pop("written_by", None)
-    with fs.open(join(path, OWNER_MARKER), "wb") as fh:
+    with on_store(out, f"writing {OWNER_MARKER}"), fs.open(join(path, OWNER_MARKER), "wb") as fh:
         fh.write(_marker_body(files, **body).encode())
 
 
@@ -257,20 +351,23 @@ class AtomicDir:
         return join(self.tmp, name)
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        with self.fs.open(self.file(name), "wb") as fh:
+        target = self.file(name)
+        with on_store(f"{self.out}/{name}", "writing"), self.fs.open(target, "wb") as fh:
             fh.write(data)
 
     def write_text(self, name: str, text: str) -> None:
         self.write_bytes(name, text.encode("utf-8"))
 
     def write_parquet(self, name: str, table) -> None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        with self.fs.open(self.file(name), "wb") as fh:
-            pq.write_table(table, fh)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        self.write_bytes(name, sink.getvalue().to_pybytes())
 
     def _put_marker(self, files) -> None:
-        with self.fs.open(join(self.tmp, OWNER_MARKER), "wb") as fh:
+        with on_store(self.out, f"writing {OWNER_MARKER}"), self.fs.open(join(self.tmp, OWNER_MARKER), "wb") as fh:
             fh.write(_marker_body(files).encode())
 
     def commit(self) -> None:
@@ -279,13 +376,17 @@ class AtomicDir:
             self._put_marker(ours)
             self._publish_local()
             return
-        old = owned_files(self.fs, self.path)
+        with on_store(self.out, "listing the previous version's files"):
+            old = owned_files(self.fs, self.path)
+            listed = self.fs.find(self.path)
         stale = {f for f in old if f not in ours}
-        stale |= {p for p in (posixpath.relpath(f, self.path) for f in self.fs.find(self.path))
+        stale |= {p for p in (posixpath.relpath(f, self.path) for f in listed)
                   if p not in ours and _RUN_ID.search(posixpath.basename(p))}
         self._put_marker(ours | stale)   # a cut clean-up leaves them listed for the next run to remove
         if stale:
-            self.fs.rm([join(self.path, f) for f in sorted(stale)])
+            with on_store(self.out, "removing the previous version's files (the new one is published; the "
+                                    "next run removes them)"):
+                self.fs.rm([join(self.path, f) for f in sorted(stale)])
             self._put_marker(ours)
 
     def _publish_local(self) -> None:
@@ -318,16 +419,16 @@ class AtomicDir:
         shutil.rmtree(old, ignore_errors=True)   # what is left there, refinery wrote
 
     def abort(self) -> None:
+        """Remove this run's files: the temporary folder, or on a store the run's id-named files within
+        ``CLEANUP_SECONDS`` (the store may be why the run failed; what is left, the next run removes)."""
         if self.local:
-            if self.fs.exists(self.tmp):
-                self.fs.rm(self.tmp, recursive=True)
+            import shutil
+
+            shutil.rmtree(self.tmp, ignore_errors=True)
             return
-        own = [join(self.path, name) for name in self._written if self.run_id in name]
-        for path in own:
-            try:
-                self.fs.rm(path)
-            except Exception:  # noqa: BLE001 — best effort: the store may be why we abort; never mask that error
-                pass
+        own = [join(self.path, name) for name in sorted(self._written) if self.run_id in name]
+        if own:
+            with_deadline(CLEANUP_SECONDS, self.fs.rm, own)
 
     def __enter__(self):
         return self
@@ -355,21 +456,23 @@ class RunOutput:
     def __enter__(self) -> "RunOutput":
         claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER))
         marker = join(self.path, RUN_MARKER)
-        if self.fs.exists(marker):
-            self.fs.rm(marker)
+        with on_store(self.out, f"removing {RUN_MARKER}"):
+            if self.fs.exists(marker):
+                self.fs.rm(marker)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             import time
 
-            self.fs.makedirs(self.path, exist_ok=True)
-            parts = sorted(name for name in _entries(self.fs, self.path)
-                           if name not in (RUN_MARKER, OWNER_MARKER)
-                           and self.fs.exists(join(self.path, name, OWNER_MARKER)))
-            body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
-            with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
-                json.dump(body, fh, indent=2, default=str)
+            with on_store(self.out, f"writing {RUN_MARKER}"):
+                self.fs.makedirs(self.path, exist_ok=True)
+                parts = sorted(name for name in _entries(self.fs, self.path)
+                               if name not in (RUN_MARKER, OWNER_MARKER)
+                               and self.fs.exists(join(self.path, name, OWNER_MARKER)))
+                body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
+                with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
+                    json.dump(body, fh, indent=2, default=str)
         return False
 
 
