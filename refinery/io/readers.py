@@ -1,12 +1,15 @@
-"""Read labeled corpora (JSONL, JSON array, CSV/TSV, Parquet) into canonical Arrow batches.
+"""Read labeled corpora (JSONL, JSON array, CSV/TSV, Parquet, Arrow IPC/Feather, Hugging Face
+``save_to_disk`` folders) into canonical Arrow batches.
 
 Every input row ends either in a canonical batch or in a rejects batch with its source
-file, line (1-based; row number for Parquet and JSON arrays), column and reason.
+file, line (1-based; record number for Parquet, Arrow and JSON arrays), column and reason.
+Whatever Arrow types a writer chose (``large_string``, ``string_view``, dictionaries, numbers,
+booleans), the mapped columns leave the reader as the canonical types.
 """
 from __future__ import annotations
 
 import csv
-import io
+import difflib
 import json
 import posixpath
 import re
@@ -23,6 +26,7 @@ import pyarrow.parquet as pq
 from refinery.io.schema import (
     CANONICAL_SCHEMA,
     OPTIONAL_FIELDS,
+    PRESETS,
     REJECTS_SCHEMA,
     Mapping,
     empty_table,
@@ -34,7 +38,9 @@ DEFAULT_MAX_CHARS = 20_000
 DEFAULT_MAX_ROW_BYTES = 4 << 20
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
-           ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+           ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
+           ".ipc": "arrow"}
+HF_METADATA = ("dataset_dict.json", "dataset_info.json", "state.json")  # Hugging Face save_to_disk: never data
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # read through fsspec's compression="infer" (.zst: zstandard)
 BOM = b"\xef\xbb\xbf"
 MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
@@ -43,10 +49,20 @@ LINE_BY_LINE = 2048           # a block Arrow refuses is halved down to this man
 
 
 EMPTY_CANONICAL = empty_table(pa.schema([f.with_nullable(True) for f in CANONICAL_SCHEMA]))
+EMPTY_REJECTS = empty_table(REJECTS_SCHEMA)
 
 
 class BadRowError(ValueError):
     """Raised under ``on_bad_row='fail'``: names the file, line and column."""
+
+
+class MissingColumnError(ValueError):
+    """A mapped column that a file lacks, raised before any of its rows is read: one line naming the
+    file, the column, the columns the file has, and a preset or column that fits."""
+
+
+class AmbiguousColumnError(ValueError):
+    """A mapped column whose name the file's header holds more than once."""
 
 
 @dataclass
@@ -63,6 +79,7 @@ class ReadOptions:
     on_bad_row: str = "quarantine"  # or "fail"
     storage_options: dict | None = None
     row_ids: bool = True  # False: rows without an id column get a null id, not a content hash (a pass that reads no ids)
+    csv_multiline: bool = False  # a CSV record whose quoted field runs over several lines is one row, not rejects
 
 
 def data_extension(path: str) -> str:
@@ -74,33 +91,82 @@ def data_extension(path: str) -> str:
 
 
 def detect_format(path: str, mapping: Mapping | None) -> str:
+    """The format the extension names, else the mapping's (a preset's release without a known extension)."""
+    ext = data_extension(path)
+    if ext in FORMATS:
+        return FORMATS[ext]
     if mapping and mapping.format:
         return mapping.format
-    ext = data_extension(path)
-    if ext not in FORMATS:
-        raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; "
-                         f"use one of {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)})")
-    return FORMATS[ext]
+    raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; "
+                     f"use one of {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)})")
 
 
 def expand_paths(inputs, storage_options=None) -> list[str]:
-    """Files named by each input: a file, a directory of shards, or a glob (any fsspec URL)."""
+    """Files named by each input: a file, a folder of shards, or a glob (any fsspec URL).
+
+    In a folder each file is read by its extension; a Hugging Face ``save_to_disk`` dataset gives its
+    Arrow files in the order its ``state.json`` lists them, and its JSON metadata is never data."""
     out: list[str] = []
     for url in inputs:
         fs, path = get_fs(url, storage_options)
         if any(ch in path for ch in "*?["):
-            matches = sorted(fs.glob(path))
+            found = fs.glob(path, detail=True)
+            matches = [f for m in sorted(found) for f in
+                       (_folder_files(fs, m) if found[m].get("type") == "directory" else [m])]
         elif fs.isdir(path):
-            matches = sorted(
-                p for p in fs.find(path)
-                if data_extension(p) in FORMATS and not posixpath.basename(p).startswith((".", "_"))
-            )
+            matches = _folder_files(fs, path)
         else:
             matches = [path] if fs.exists(path) else []
         if not matches:
             raise FileNotFoundError(f"no input files at {url}")
-        out.extend(fs.unstrip_protocol(m) if "://" in url else m for m in matches)
+        out.extend(_as_url(fs, url, m) for m in matches)
     return out
+
+
+def hf_splits(url: str, storage_options=None) -> dict[str, list[str]]:
+    """{split: its Arrow files} of a Hugging Face ``DatasetDict.save_to_disk`` folder, in the order of its
+    ``dataset_dict.json``; {} for any other input."""
+    fs, path = get_fs(url, storage_options)
+    meta = posixpath.join(path, "dataset_dict.json")
+    if any(ch in path for ch in "*?[") or not fs.isfile(meta):
+        return {}
+    splits = _json_file(fs, meta).get("splits") or sorted(
+        posixpath.basename(posixpath.dirname(p)) for p in fs.glob(posixpath.join(path, "*", "state.json")))
+    return {split: [_as_url(fs, url, f) for f in _hf_data_files(fs, posixpath.join(path, split))]
+            for split in splits}
+
+
+def _folder_files(fs, root: str) -> list[str]:
+    """The data files under ``root`` in name order, a Hugging Face dataset's in its own order."""
+    files = sorted(fs.find(root))
+    datasets = {posixpath.dirname(f) for f in files if posixpath.basename(f) == "state.json"}
+    out, listed = [], set()
+    for f in files:
+        folder, name = posixpath.split(f)
+        if folder in datasets:
+            if folder not in listed:
+                listed.add(folder)
+                out.extend(_hf_data_files(fs, folder))
+        elif data_extension(f) in FORMATS and name not in HF_METADATA and not name.startswith((".", "_")):
+            out.append(f)
+    return out
+
+
+def _hf_data_files(fs, folder: str) -> list[str]:
+    """The Arrow files of a Hugging Face ``Dataset.save_to_disk`` folder, as its ``state.json`` lists them."""
+    state = _json_file(fs, posixpath.join(folder, "state.json"))
+    return [posixpath.join(folder, f["filename"]) for f in state.get("_data_files", [])]
+
+
+def _json_file(fs, path: str) -> dict:
+    try:
+        return json.loads(fs.cat_file(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not the JSON a Hugging Face save_to_disk folder holds ({e})") from None
+
+
+def _as_url(fs, url: str, path: str) -> str:
+    return fs.unstrip_protocol(path) if "://" in url else path
 
 
 # ---------------------------------------------------------------- raw parsing per format
@@ -232,7 +298,7 @@ def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table,
     reader (vectorized, threaded) where it reads exactly what Python's json would (``_arrow_lines``), else
     halved down to ``LINE_BY_LINE`` lines and read line by line, so a damaged line costs one small slow
     piece, not the file. Yields (raw rows with ``__line``, their raw text, parse rejects)."""
-    for lines, first_line in _jsonl_blocks(fs, path, JSONL_BLOCK_BYTES):
+    for lines, first_line in _line_blocks(fs, path, JSONL_BLOCK_BYTES):
         spans = [(lo, min(lo + opts.batch_rows, len(lines))) for lo in range(0, len(lines), opts.batch_rows)]
         pending = spans[::-1]   # popped from the end: in file order
         while pending:
@@ -249,8 +315,8 @@ def _raw_jsonl(fs, path, opts, source, text_columns) -> Iterator[tuple[pa.Table,
                 pending += [(mid, hi), (lo, mid)]   # the first half is read first
 
 
-def _jsonl_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int]]:
-    """(whole lines of about ``block_bytes``, the 1-based number of their first line); BOM removed.
+def _line_blocks(fs, path, block_bytes: int) -> Iterator[tuple["LineTexts", int]]:
+    """(whole lines of about ``block_bytes``, the 1-based number of their first line) of a text file; BOM removed.
 
     Each block is read into its own buffer after the partial line the last one left, and handed on as a
     view: no copy of the file's bytes beyond the read itself."""
@@ -450,66 +516,224 @@ def _json_text(obj) -> str:
 
 
 def _raw_delimited(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, object, pa.Table]]:
-    with fs.open(path, "rb", compression="infer") as fh:
-        stream = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="")
-        reader = csv.reader(stream, delimiter=delimiter,
-                            quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None:
-            return
-        width = len(header)
-        cols: list[list] = [[] for _ in header]
-        lines, raws, bad = [], [], []
+    """CSV/TSV by physical lines: each non-blank line after the header is a row or a reject (a blank line is
+    neither, as in JSONL). The first batch carries the header's columns even when no row follows."""
+    if quoting:
+        csv.field_size_limit(max(csv.field_size_limit(), opts.max_row_bytes))
+    given_back: list = []
+    lines = _physical_lines(fs, path, given_back)
+    splitter = _LineSplitter(delimiter, quoting)
+    header = _header(lines, splitter, source)
+    if header is None:   # an empty file: no columns, no rows
+        return
+    rows, lines_kept, raws, bad, yielded = [], [], [], [], False
 
-        def flush():
-            table = pa.table({h: pa.array(c, pa.string()) for h, c in zip(header, cols)})
-            out = _with_lines(table, lines), pa.array(raws, pa.string()), _rejects(source, *_unzip4(bad))
-            for c in cols:
-                c.clear()
-            lines.clear(), raws.clear(), bad.clear()
-            return out
+    def flush():
+        columns = list(zip(*rows)) if rows else [()] * len(header)
+        table = pa.Table.from_arrays([pa.array(c, pa.string()) for c in columns], names=header)
+        out = _with_lines(table, lines_kept), pa.array(raws, pa.string()), _rejects(source, *_unzip4(bad))
+        rows.clear(), lines_kept.clear(), raws.clear(), bad.clear()
+        return out
 
-        prev_line = reader.line_num
-        for row in reader:
-            lineno, prev_line = prev_line + 1, reader.line_num
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            raw = delimiter.join(row)
-            if len(raw) > opts.max_row_bytes:
-                bad.append((lineno, None, f"line of {len(raw):,} characters is over the {opts.max_row_bytes:,} limit",
-                            _safe(raw[:1024]) + " …"))
-            elif len(row) != width:
-                bad.append((lineno, None, f"expected {width} columns, got {len(row)}", _safe(raw)))
-            elif any(_has_surrogates(v) for v in row):
-                bad.append((lineno, None, "undecodable bytes (not UTF-8)", _safe(raw)))
-            else:
-                for c, v in zip(cols, row):
-                    c.append(v)
-                lines.append(lineno)
-                raws.append(raw)
-            if len(lines) + len(bad) >= opts.batch_rows:
-                yield flush()
-        if lines or bad:
+    records = _delimited_records(lines, given_back, splitter, opts.csv_multiline, len(header), opts.max_row_bytes)
+    for count, (lineno, fields, text, reason) in enumerate(records, 1):
+        if reason:
+            bad.append((lineno, None, reason, text))
+        else:
+            rows.append(fields)
+            lines_kept.append(lineno)
+            raws.append(text)
+        if count % opts.batch_rows == 0:
+            yielded = True
             yield flush()
+    if rows or bad or not yielded:
+        yield flush()
 
 
-def _raw_parquet(fs, path, opts, source) -> Iterator[tuple[pa.Table, object, pa.Table]]:
+def _physical_lines(fs, path, given_back: list) -> Iterator[tuple[int, bytes]]:
+    """(1-based number, bytes without the ``\\n``) of every line (a missing last newline ends a line too); lines
+    put in ``given_back`` (last first) are given again before the next."""
+    for lines, first in _line_blocks(fs, path, JSONL_BLOCK_BYTES):
+        block = bytes(lines.block)
+        parts = block.split(b"\n")
+        if block.endswith(b"\n"):
+            parts.pop()
+        for line in enumerate(parts, first):
+            while given_back:
+                yield given_back.pop()
+            yield line
+    while given_back:
+        yield given_back.pop()
+
+
+def _header(lines, splitter: _LineSplitter, source: str) -> list[str] | None:
+    """The column names on the first non-blank line (None for a file without one)."""
+    for lineno, line in lines:
+        body = line.rstrip(b"\r")
+        if not body or body.isspace():
+            continue
+        text, undecodable = _decode_line(body)
+        if undecodable:
+            raise ValueError(f"{source}: the header (line {lineno}) holds undecodable bytes (not UTF-8)")
+        names, still_open = splitter.split(text)
+        if still_open:
+            raise ValueError(f"{source}: the header (line {lineno}) has an unbalanced quote")
+        return names
+    return None
+
+
+def _delimited_records(lines, given_back: list, splitter: _LineSplitter, multiline: bool, width: int,
+                       max_bytes: int) -> Iterator[tuple[int, list | None, str, str | None]]:
+    """(line, fields, text, None) for a row, (line, None, text, reason) for a reject, per non-blank line.
+
+    A quoted field that runs past its line's end makes a record over several lines when it closes by RFC 4180
+    on a later line into ``width`` fields within ``max_bytes``: that record is one row under ``multiline``, else
+    each of its lines is a reject that says so. Otherwise the quote is unbalanced: its line alone is a reject
+    and the lines after it are read on their own (given back), so a stray quote never swallows the rows that
+    follow."""
+    delimiter, quoting = splitter.delimiter, splitter.quoting   # the common line is split here, without a call
+    for lineno, line in lines:
+        body = line.rstrip(b"\r")
+        if not body or body.isspace():
+            continue
+        if len(body) > max_bytes:
+            yield lineno, None, _preview(body), f"line of {len(body):,} bytes is over the {max_bytes:,}-byte limit"
+            continue
+        try:
+            text, undecodable = body.decode("utf-8"), False
+        except UnicodeDecodeError:
+            text, undecodable = _decode_line(body)
+        try:
+            fields, still_open = splitter.split(text) if quoting and '"' in text else (text.split(delimiter), False)
+        except csv.Error as e:
+            yield lineno, None, _safe(text), f"malformed CSV: {e}"
+            continue
+        if still_open:
+            yield from _spanning_record(lines, given_back, splitter, lineno, line, fields, multiline, width,
+                                        max_bytes)
+        elif undecodable:
+            yield lineno, None, _safe(text), "undecodable bytes (not UTF-8)"
+        elif len(fields) != width:
+            yield lineno, None, text, f"expected {width} columns, got {len(fields)}"
+        else:
+            yield lineno, fields, text, None
+
+
+def _spanning_record(lines, given_back: list, splitter: _LineSplitter, lineno: int, line: bytes, fields: list,
+                     multiline: bool, width: int, max_bytes: int) -> Iterator[tuple[int, list | None, str, str | None]]:
+    """The record whose quoted field opens on ``line`` and runs past its end (see ``_delimited_records``)."""
+    taken, size, still_open, previous = [], len(line), True, line
+    for following in lines:
+        taken.append(following)
+        size += len(following[1]) + 1
+        try:   # a line inside a quoted field reads as one that opens with a quote; its quotes must be RFC 4180's
+            more, still_open = splitter.split('"' + _decode_line(following[1].rstrip(b"\r"))[0], strict=True)
+        except csv.Error:
+            break
+        fields[-1] += _line_end(previous) + more[0]
+        fields.extend(more[1:])
+        previous = following[1]
+        if not still_open or size > max_bytes or len(fields) > width:
+            break
+    first_text = _safe(_decode_line(line.rstrip(b"\r"))[0])
+    if still_open or size > max_bytes or len(fields) != width:
+        given_back.extend(reversed(taken))
+        yield lineno, None, first_text, "unbalanced quote: the quoted field opened on this line does not close on it"
+        return
+    last = taken[-1][0]
+    if multiline:
+        text, undecodable = _decode_line(b"\n".join([line, *(t[1] for t in taken)]).rstrip(b"\r"))
+        yield (lineno, None, _safe(text), "undecodable bytes (not UTF-8)") if undecodable else (lineno, fields, text, None)
+        return
+    yield lineno, None, first_text, (f"quoted field runs over lines {lineno}-{last}: a record over several lines "
+                                     "(read such records with --csv-multiline)")
+    for number, following in taken:
+        if following.strip():
+            yield number, None, _safe(_decode_line(following.rstrip(b"\r"))[0]), \
+                f"inside the quoted field opened on line {lineno} (read such records with --csv-multiline)"
+
+
+def _line_end(line: bytes) -> str:
+    """The line end ``line`` had in the file (its ``\\r`` if any, and the ``\\n`` it was split on)."""
+    return line[len(line.rstrip(b"\r")):].decode() + "\n"
+
+
+class _LineSplitter:
+    """The fields of one line at a time. With ``quoting`` they follow RFC 4180 as Python's csv reads them (``strict``:
+    a closing quote must be followed by a delimiter or the line end, else csv.Error); without, or on a line
+    without a quote, a delimiter always separates."""
+
+    def __init__(self, delimiter: str, quoting: bool):
+        self.delimiter, self.quoting = delimiter, quoting
+        self._feed: list[str] = []   # the line, then a closing quote the reader takes only if the line left one open
+        lines = iter(self._feed.pop, None)
+        self._readers = {strict: csv.reader(lines, delimiter=delimiter, strict=strict) for strict in (False, True)}
+
+    def split(self, text: str, strict: bool = False) -> tuple[list[str], bool]:
+        """(fields, whether the line ends inside a quoted field)."""
+        if not self.quoting or '"' not in text:
+            return text.split(self.delimiter), False
+        self._feed[:] = ['"', text]
+        fields = next(self._readers[strict])
+        return fields, not self._feed
+
+
+def _decode_line(body: bytes) -> tuple[str, bool]:
+    """(text, whether bytes were not UTF-8: those are kept as surrogate escapes for ``_safe``)."""
+    try:
+        return body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return body.decode("utf-8", "surrogateescape"), True
+
+
+def _preview(body: bytes) -> str:
+    return body[:1024].decode("utf-8", "replace") + " …"
+
+
+def _raw_parquet(fs, path, opts) -> Iterator[tuple[pa.Table, object, pa.Table]]:
     with fs.open(path, "rb") as fh:
         pf = pq.ParquetFile(fh)
-        start = 1
-        for rb in pf.iter_batches(batch_size=opts.batch_rows):
-            table = pa.Table.from_batches([rb])
-            lines = list(range(start, start + table.num_rows))
-            start += table.num_rows
-            yield _with_lines(table, lines), None, _rejects(source, [], [], [], [])
+        yield from _numbered((pa.Table.from_batches([rb]) for rb in pf.iter_batches(batch_size=opts.batch_rows)),
+                             pf.schema_arrow)
 
 
-def _has_surrogates(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
+def _raw_arrow(fs, path, opts, source) -> Iterator[tuple[pa.Table, object, pa.Table]]:
+    """Arrow IPC: the file format (Feather 2) or the stream format (Hugging Face datasets' ``.arrow``)."""
+    with fs.open(path, "rb", compression="infer") as fh:
+        data = fh if fh.seekable() else pa.BufferReader(fh.read())
+        is_file = data.read(6) == b"ARROW1"
+        data.seek(0)
+        try:
+            reader = pa.ipc.open_file(data) if is_file else pa.ipc.open_stream(data)
+        except pa.ArrowInvalid as e:
+            raise ValueError(f"{source}: not an Arrow IPC file or stream ({e})") from None
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if is_file else reader
+        yield from _numbered(_rebatched(batches, reader.schema, opts.batch_rows), reader.schema)
+
+
+def _rebatched(batches, schema: pa.Schema, rows: int) -> Iterator[pa.Table]:
+    """Record batches as tables of ``rows`` rows (the last one fewer)."""
+    pending, count = [], 0
+    for rb in batches:
+        pending.append(rb)
+        count += rb.num_rows
+        while count >= rows:
+            table = pa.Table.from_batches(pending, schema)
+            pending, count = table.slice(rows).to_batches(), count - rows
+            yield table.slice(0, rows)
+    if count:
+        yield pa.Table.from_batches(pending, schema)
+
+
+def _numbered(tables, schema: pa.Schema) -> Iterator[tuple[pa.Table, object, pa.Table]]:
+    """Tables of records with their 1-based record number as ``__line``; a file without records gives one table
+    without rows, so that its columns are known."""
+    start = 1
+    for table in tables:
+        yield _with_lines(table, np.arange(start, start + table.num_rows)), None, EMPTY_REJECTS
+        start += table.num_rows
+    if start == 1:
+        yield _with_lines(empty_table(schema), []), None, EMPTY_REJECTS
 
 
 def _safe(s: str) -> str:
@@ -551,14 +775,19 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
                  row_ids: bool = True) -> Batch:
     """Map a raw table (with its ``__line`` column) to canonical rows and rejects.
 
-    Checks, in order, each naming its column: missing column, null value, empty text,
-    over-long text, label outside the declared set. Vectorized with Arrow compute. ``raws``
-    (anything with ``take``) gives the raw text of the rejected rows; without it they are
-    written as JSON. ``row_ids=False`` leaves the ids a file lacks null instead of hashing them.
+    Every mapped column is cast to its canonical type (texts, labels and ids to ``string``, ``weight`` to
+    ``float64``) whatever type its writer chose: ``large_string``, ``string_view``, dictionaries, binary that
+    is UTF-8, numbers, booleans. Checks, in order, each naming its column: missing column, a value that is
+    not of the type (lists and structs are never made into text), null value, empty text, over-long text,
+    label outside the declared set. Columns that are not mapped pass through, their string and dictionary
+    types made plain. Vectorized with Arrow compute. ``raws`` (anything with ``take``) gives the raw text of
+    the rejected rows; without it they are written as JSON. ``row_ids=False`` leaves the ids a file lacks
+    null instead of hashing them.
     """
     n = table.num_rows
     if n == 0:  # a batch whose every line was bad: an empty batch
-        return Batch(EMPTY_CANONICAL, empty_table(REJECTS_SCHEMA))
+        return Batch(EMPTY_CANONICAL, EMPTY_REJECTS)
+    table = pa.table({name: _plain(col) for name, col in zip(table.column_names, table.columns)})
     reason = pa.nulls(n, pa.string())
     column = pa.nulls(n, pa.string())
 
@@ -572,22 +801,21 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
 
     mapped = {k: v for k, v in mapping.columns.items() if v is not None}
     values: dict[str, pa.ChunkedArray] = {}
-    for key in ("text_a", "text_b", "label"):
-        src = mapped.get(key)
+    for key, typ in CANONICAL_TYPES.items():
+        src = mapped.get(key, key if key in OPTIONAL_FIELDS else None)
         if src is None:
             continue
         if src not in table.column_names:
-            flag(pa.array([True] * n, pa.bool_()), src, f"missing column {src!r}")
-            values[key] = pa.chunked_array([pa.nulls(n, pa.string())])
+            if key in ("text_a", "text_b", "label"):
+                flag(pa.array([True] * n, pa.bool_()), src, f"missing column {src!r}")
+                values[key] = pa.chunked_array([pa.nulls(n, pa.string())])
             continue
-        col = table[src]
-        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
-            if _castable(col.type):
-                col = pc.cast(col, pa.string())
-            else:  # lists, structs, binary: that row's reject, never text made up from them
-                flag(pc.is_valid(col), src, f"column {src!r} holds {col.type} where text is expected")
-                col = pa.chunked_array([pa.nulls(n, pa.string())])
+        col, unfit, why = _conform(table[src], typ, src)
+        if unfit is not None:
+            flag(unfit, src, why)
         values[key] = col
+        if key not in ("text_a", "text_b", "label"):
+            continue
         flag(pc.is_null(col), src, f"missing or null value in column {src!r}")
         if key != "label":
             nbytes = pc.binary_length(col)   # O(1) a row; characters ≤ bytes
@@ -604,6 +832,7 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     if mapping.label_set is not None:
         outside = pc.invert(pc.is_in(label, value_set=pa.array(list(mapping.label_set), pa.string())))
         flag(outside, mapped["label"], "label not in the label set " + "|".join(mapping.label_set))
+    values["label"] = label
 
     bad = pc.is_valid(reason)
     good = pc.invert(bad)
@@ -624,27 +853,14 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
 
     # canonical rows
     kept = table.filter(good)
-    text_a = values["text_a"].filter(good)
-    text_b = values["text_b"].filter(good) if "text_b" in values else pa.nulls(kept.num_rows, pa.string())
-    label = label.filter(good)
-    id_src = mapped.get("id")
-    ids = None
-    if id_src and id_src in kept.column_names:
-        ids = pc.cast(kept[id_src], pa.string())
+    out = {key: col.filter(good) for key, col in values.items()}
+    out.setdefault("text_b", pa.nulls(kept.num_rows, pa.string()))
+    ids = out.get("id")
     if ids is None or ids.null_count:
-        hashed = _hash_ids(source_file, kept["__line"], text_a, text_b, label) if row_ids \
+        hashed = _hash_ids(source_file, kept["__line"], out["text_a"], out["text_b"], out["label"]) if row_ids \
             else pa.nulls(kept.num_rows, pa.string())
         ids = hashed if ids is None else pc.if_else(pc.is_null(ids), hashed, ids)
-
-    out = {"id": ids, "text_a": text_a, "text_b": text_b, "label": label}
-    for node in ("node_a", "node_b"):  # sentence ids for the leakage graph (QQP qid1/qid2, MSRP #1/#2 ID)
-        src = mapped.get(node)
-        if src and src in kept.column_names:
-            out[node] = pc.cast(kept[src], pa.string())
-    for opt, typ in OPTIONAL_FIELDS.items():
-        src = mapped.get(opt, opt)
-        if src in kept.column_names:
-            out[opt] = pc.cast(kept[src], typ)
+    out = {"id": ids, **{k: out[k] for k in CANONICAL_TYPES if k in out and k != "id"}}
     used = set(mapped.values()) | set(out) | {"__line"}
     for name in kept.column_names:
         if name not in used:
@@ -652,28 +868,96 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     return Batch(pa.table(out), rejects)
 
 
-def _castable(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+# canonical field → its type; the order of the canonical columns (node_a/node_b: the leakage graph's sentence
+# ids, QQP qid1/qid2 and MSRP #1/#2 ID)
+CANONICAL_TYPES = {**{f.name: f.type for f in CANONICAL_SCHEMA}, "node_a": pa.string(), "node_b": pa.string(),
+                   **OPTIONAL_FIELDS}
+_KINDS = {pa.string(): "UTF-8 text", pa.float64(): "a number"}
+
+
+def _conform(col: pa.ChunkedArray, typ: pa.DataType, name: str):
+    """(``col`` (made ``_plain``) as ``typ``, a mask of the rows whose value cannot be, why), the mask None when
+    every value can.
+
+    A cheap cast for what writers use for text and numbers; lists, structs and maps are never made into text,
+    and a value that does not convert (bytes that are not UTF-8, ``"abc"`` as a weight) is that row's reject."""
+    t = col.type
+    if t == typ:
+        return col, None, None
+    if pa.types.is_nested(t):
+        return pa.chunked_array([pa.nulls(len(col), typ)]), pc.is_valid(col), \
+            f"column {name!r} holds {t} where {_KINDS.get(typ, typ)} is expected"
+    try:
+        return col.cast(typ), None, None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    converted = []
+    for value in col:   # a rare batch: each value on its own
+        try:
+            converted.append(value.cast(typ))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            converted.append(None)
+    unfit = pa.array([c is None and v.is_valid for c, v in zip(converted, col)], pa.bool_())
+    return pa.chunked_array([pa.array([c.as_py() if c is not None else None for c in converted], typ)]), unfit, \
+        f"column {name!r} holds a value that is not {_KINDS.get(typ, typ)}"
+
+
+def _plain(col):
+    """``col`` with strings as ``string``, bytes as ``binary`` and dictionaries decoded (Arrow's kernels do not all
+    take ``string_view``, nor cast a dictionary of them; the canonical corpus holds one type for each)."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        return pa.chunked_array([pc.take(_plain(c.dictionary), c.indices) for c in col.chunks], _plain_type(t))
+    target = _plain_type(t)
+    return col if target == t else col.cast(target)
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(t):
+        return _plain_type(t.value_type)
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    return t
 
 
 # ---------------------------------------------------------------- public entry points
 
+def read_input(url: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[tuple[str, Batch]]:
+    """(file, canonical batch) for every file of one raw input (a file, folder or glob); the splits of a Hugging
+    Face ``DatasetDict`` folder are read one after the other, each row's ``split`` the name of its own."""
+    splits = hf_splits(url, opts.storage_options) or {None: expand_paths([url], opts.storage_options)}
+    for split, paths in splits.items():
+        for path in paths:
+            for batch in read_file(path, mapping, opts):
+                rows = batch.rows
+                if split is not None and "split" not in rows.column_names:
+                    rows = rows.append_column("split", pa.array([split] * rows.num_rows, pa.string()))
+                yield path, Batch(rows, batch.rejects)
+
+
 def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[Batch]:
-    """Stream one file as canonical batches; raise BadRowError on the first bad row under ``fail``."""
+    """Stream one file as canonical batches; raise MissingColumnError before any row when a mapped column is
+    not in the file, BadRowError on the first bad row under ``fail``."""
     fs, fpath = get_fs(path, opts.storage_options)
     fmt = detect_format(path, mapping)
+    if fmt == "json" and _looks_like_jsonl(fs, fpath):
+        fmt = "jsonl"
     text_columns = frozenset(mapping.columns[k] for k in ("text_a", "text_b", "label", "id", "node_a", "node_b")
                              if mapping.columns.get(k))
+    quoting = fmt == "csv" if mapping.csv_quoting is None else mapping.csv_quoting
     parsers = {
         "jsonl": lambda: _raw_jsonl(fs, fpath, opts, path, text_columns),
         "json": lambda: _raw_json_array(fs, fpath, opts, path, text_columns),
-        "csv": lambda: _raw_delimited(fs, fpath, opts, path, ",", mapping.csv_quoting),
-        "tsv": lambda: _raw_delimited(fs, fpath, opts, path, "\t", mapping.csv_quoting),
-        "parquet": lambda: _raw_parquet(fs, fpath, opts, path),
+        "csv": lambda: _raw_delimited(fs, fpath, opts, path, ",", quoting),
+        "tsv": lambda: _raw_delimited(fs, fpath, opts, path, "\t", quoting),
+        "parquet": lambda: _raw_parquet(fs, fpath, opts),
+        "arrow": lambda: _raw_arrow(fs, fpath, opts, path),
     }
-    if fmt == "json" and _looks_like_jsonl(fs, fpath):
-        fmt = "jsonl"
-    for raw, raws, parse_rejects in parsers[fmt]():
+    pieces = _with_mapped_columns(_unique_columns(parsers[fmt](), mapping, path), mapping, path,
+                                  from_schema=fmt not in ("jsonl", "json"), records=opts.batch_rows)
+    for raw, raws, parse_rejects in pieces:
         batch = canonicalize(raw, mapping, path, opts.max_chars, raws, opts.row_ids)
         rejects = pa.concat_tables([parse_rejects, batch.rejects]).sort_by("line")
         if opts.on_bad_row == "fail" and rejects.num_rows:
@@ -681,6 +965,60 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
             where = f", column {first['column']!r}" if first["column"] else ""
             raise BadRowError(f"{first['source_file']}, line {first['line']}{where}: {first['reason']}")
         yield Batch(batch.rows, rejects)
+
+
+def _unique_columns(pieces, mapping: Mapping, source: str):
+    """The raw pieces with each column name once: a mapped name the file holds twice is an
+    AmbiguousColumnError; other repeats are kept, renamed ``name.2``, ``name.3``, … (a header's empty cells)."""
+    for raw, raws, rejects in pieces:
+        names = raw.column_names
+        if len(set(names)) < len(names):
+            seen: dict[str, int] = {}
+            renamed = []
+            for i, name in enumerate(names, 1):
+                if name in seen and name in mapping.columns.values():
+                    raise AmbiguousColumnError(f"{source} has two columns named {name!r} (columns {seen[name]} "
+                                               f"and {i}); which one to read is ambiguous")
+                seen.setdefault(name, i)
+                renamed.append(name if seen[name] == i else f"{name}.{sum(n == name for n in names[:i])}")
+            raw = raw.rename_columns(renamed)
+        yield raw, raws, rejects
+
+
+def _with_mapped_columns(pieces, mapping: Mapping, source: str, from_schema: bool, records: int):
+    """The raw pieces, once every required mapped column is known to be in the file: in its schema (a header,
+    Parquet, Arrow), or, for JSON, held by one of its first ``records`` records; else MissingColumnError."""
+    required = list(dict.fromkeys(mapping.required.values()))
+    buffered, held, seen = [], {}, 0
+    for piece in pieces:
+        buffered.append(piece)
+        held.update(dict.fromkeys(c for c in piece[0].column_names if c != "__line"))
+        seen += piece[0].num_rows
+        if from_schema or seen >= records or all(c in held for c in required):
+            break
+    missing = [c for c in required if c not in held]
+    if missing and buffered and (from_schema or seen):   # an empty file has no columns to tell
+        raise MissingColumnError(_missing_columns_message(source, missing, list(held), mapping))
+    yield from buffered
+    yield from pieces
+
+
+def _missing_columns_message(source: str, missing: list[str], columns: list[str], mapping: Mapping) -> str:
+    """``x.tsv has no column 'sentence1' (--preset snli); it has a, b, c; try --preset sick`` (one line)."""
+    listed = ", ".join(columns[:20]) + (f", … ({len(columns) - 20} more)" if len(columns) > 20 else "") \
+        if columns else "none"
+    hints = []
+    if mapping.preset is None:
+        hints += [f"did you mean {close[0]!r} for {c!r}?" for c in missing
+                  if (close := difflib.get_close_matches(c, columns, n=1, cutoff=0.6))]
+    fitting = [name for name, preset in PRESETS.items()
+               if name != mapping.preset and all(c in columns for c in preset.required.values())]
+    fitting.sort(key=lambda name: -sum(c in columns for c in PRESETS[name].columns.values()))
+    if fitting:
+        hints.append("try " + " or ".join(f"--preset {name}" for name in fitting[:3]))
+    how = f"--preset {mapping.preset}" if mapping.preset else "--map"
+    return (f"{source} has no column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} ({how}); "
+            f"it has {listed}" + "".join(f"; {h}" for h in hints))
 
 
 def _looks_like_jsonl(fs, path) -> bool:

@@ -49,13 +49,22 @@ class Mapping:
     names) to source column names.
     ``labels`` maps raw label values to class names; ``label_set`` is the declared set
     of classes (rows outside it are rejected), or None to accept any non-empty label.
+    ``optional`` names the canonical fields whose column a file may lack: a preset's ids are
+    then content hashes and its sentence ids left out, since releases differ in what they ship;
+    every other mapped column must be in every file (a ``--map`` names only what the user asked for).
+    ``format`` is the format of files whose extension names none; ``csv_quoting`` None
+    reads CSV by RFC 4180 and TSV without quoting (tab-separated values have no quotes).
+    ``field_names`` are the task's names for text_a and text_b (claim/evidence, question1/question2).
     """
 
     columns: dict
     labels: dict = field(default_factory=dict)
     label_set: tuple | None = None
-    format: str | None = None  # force jsonl|json|csv|tsv|parquet
-    csv_quoting: bool = True
+    format: str | None = None  # jsonl|json|csv|tsv|parquet|arrow, for files whose extension names none
+    csv_quoting: bool | None = None
+    optional: tuple = ("id", "node_a", "node_b")
+    field_names: tuple = ("premise", "hypothesis")
+    preset: str | None = None  # the preset's name, for messages
 
     def source(self, name: str) -> str | None:
         return self.columns.get(name)
@@ -64,24 +73,20 @@ class Mapping:
     def single_text(self) -> bool:
         return self.columns.get("text_b") is None
 
+    @property
+    def required(self) -> dict:
+        """Canonical field → source column, for the columns every file must have."""
+        return {k: v for k, v in self.columns.items() if v is not None and k not in self.optional}
+
 
 NLI3 = ("entailment", "neutral", "contradiction")
+NLI_PAIR = {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"}
+FEVER_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
 
-PRESETS: dict[str, Mapping] = {
-    "snli": Mapping(
-        {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"},
-        label_set=NLI3,
-    ),
-    "mnli": Mapping(
-        {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"},
-        label_set=NLI3,
-    ),
-    "hans": Mapping(
-        {"text_a": "sentence1", "text_b": "sentence2", "label": "gold_label", "id": "pairID"},
-        label_set=("entailment", "non-entailment"),
-        format="tsv",
-        csv_quoting=False,
-    ),
+PRESETS: dict[str, Mapping] = {name: replace(m, preset=name) for name, m in {
+    "snli": Mapping(NLI_PAIR, label_set=NLI3),
+    "mnli": Mapping(NLI_PAIR, label_set=NLI3),
+    "hans": Mapping(NLI_PAIR, label_set=("entailment", "non-entailment"), format="tsv"),
     "qqp": Mapping(
         {
             "text_a": "question1",
@@ -94,18 +99,23 @@ PRESETS: dict[str, Mapping] = {
         labels={"0": "not_duplicate", "1": "duplicate"},
         label_set=("not_duplicate", "duplicate"),
         format="tsv",
-        csv_quoting=False,
+        field_names=("question1", "question2"),
     ),
     "fever": Mapping(
         {"text_a": "claim", "text_b": "evidence", "label": "label", "id": "id"},
-        label_set=("SUPPORTS", "REFUTES", "NOT ENOUGH INFO"),
+        label_set=FEVER_LABELS,
+        field_names=("claim", "evidence"),
+    ),
+    "fever_claims": Mapping(  # FEVER's claims alone (its releases ship evidence as ids, not text)
+        {"text_a": "claim", "label": "label", "id": "id"},
+        label_set=FEVER_LABELS,
+        field_names=("claim", "evidence"),
     ),
     "sick": Mapping(
         {"text_a": "sentence_A", "text_b": "sentence_B", "label": "entailment_judgment", "id": "pair_ID"},
         labels={"ENTAILMENT": "entailment", "NEUTRAL": "neutral", "CONTRADICTION": "contradiction"},
         label_set=NLI3,
         format="tsv",
-        csv_quoting=False,
     ),
     "msrp": Mapping(
         {
@@ -118,9 +128,9 @@ PRESETS: dict[str, Mapping] = {
         labels={"0": "not_paraphrase", "1": "paraphrase"},
         label_set=("not_paraphrase", "paraphrase"),
         format="tsv",
-        csv_quoting=False,
+        field_names=("sentence1", "sentence2"),
     ),
-}
+}.items()}
 
 
 def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
@@ -137,7 +147,7 @@ def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
         if required not in columns:
             raise ValueError(f"--map must name {required}=COLUMN")
     label_set = tuple(s.strip() for s in labels.split(",")) if labels else None
-    return Mapping(columns, label_set=label_set)
+    return Mapping(columns, label_set=label_set, optional=())
 
 
 def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None = None) -> Mapping | None:
