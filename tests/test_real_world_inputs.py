@@ -229,7 +229,7 @@ def test_optional_and_pass_through_columns_are_normalized(tmp_path):
     pq.write_table(spark, tmp_path / "spark.parquet")               # strings stored as bytes without a UTF-8 mark
     rows, rejects = load([str(tmp_path / "spark.parquet")], parse_mapping("text_a=s,label=y"))
     assert rows["text_a"].to_pylist() == ["caf\u00e9", "ok"] and rejects["line"].to_pylist() == [2]
-    assert rejects["reason"][0].as_py() == "column 's' holds a value that is not UTF-8 text"
+    assert rejects["reason"][0].as_py() == "column 's' holds bytes that are not UTF-8"
 
 
 def test_absent_optional_columns_and_ambiguous_headers(cases, tmp_path):

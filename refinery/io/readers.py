@@ -872,7 +872,8 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
 # ids, QQP qid1/qid2 and MSRP #1/#2 ID)
 CANONICAL_TYPES = {**{f.name: f.type for f in CANONICAL_SCHEMA}, "node_a": pa.string(), "node_b": pa.string(),
                    **OPTIONAL_FIELDS}
-_KINDS = {pa.string(): "UTF-8 text", pa.float64(): "a number"}
+# target type → (what a column must hold, what a row whose value does not convert holds)
+_KINDS = {pa.string(): ("text", "bytes that are not UTF-8"), pa.float64(): ("a number", "a value that is not a number")}
 
 
 def _conform(col: pa.ChunkedArray, typ: pa.DataType, name: str):
@@ -884,9 +885,10 @@ def _conform(col: pa.ChunkedArray, typ: pa.DataType, name: str):
     t = col.type
     if t == typ:
         return col, None, None
+    expected, unconverted = _KINDS[typ]
     if pa.types.is_nested(t):
         return pa.chunked_array([pa.nulls(len(col), typ)]), pc.is_valid(col), \
-            f"column {name!r} holds {t} where {_KINDS.get(typ, typ)} is expected"
+            f"column {name!r} holds {t} where {expected} is expected"
     try:
         return col.cast(typ), None, None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -899,7 +901,7 @@ def _conform(col: pa.ChunkedArray, typ: pa.DataType, name: str):
             converted.append(None)
     unfit = pa.array([c is None and v.is_valid for c, v in zip(converted, col)], pa.bool_())
     return pa.chunked_array([pa.array([c.as_py() if c is not None else None for c in converted], typ)]), unfit, \
-        f"column {name!r} holds a value that is not {_KINDS.get(typ, typ)}"
+        f"column {name!r} holds {unconverted}"
 
 
 def _plain(col):
