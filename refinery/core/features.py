@@ -15,10 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.validation import NOT_EMPTY, Allowed, each_of, setting, validate
 from refinery.io.schema import is_pair
 
 FAMILIES = ("unigram", "bigram", "length", "ratio", "overlap", "null", "hypo-only")
 DEFAULT_FAMILIES = ("unigram", "bigram", "null")
+NULL_FEATURE = "null"                     # the one feature of every row: its p̂(l|null) is the label's share
 LENGTH_BUCKETS = (5, 10, 15, 20)          # hypo-len<5, hypo-len<10, ... , hypo-len>=20
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0)    # len-ratio<0.25, ... , len-ratio>=1
 OVERLAP_THRESHOLDS = (0.8, 0.9)
@@ -73,15 +75,15 @@ class TokenizerOptions:
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    families: tuple = DEFAULT_FAMILIES
+    families: tuple = setting(DEFAULT_FAMILIES, each_of(*FAMILIES), "Feature families (METHODS §1).")
     tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
-    field_names: tuple = ("premise", "hypothesis")
-    single_field_name: str = "text"
+    field_names: tuple = setting(("premise", "hypothesis"), Allowed(
+        lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(map(NOT_EMPTY.test, v)) and v[0] != v[1],
+        "two different names"), "Names of text_a and text_b in feature keys (w@hypothesis).")
+    single_field_name: str = setting("text", NOT_EMPTY, "Name of the one text in the keys of single-text corpora.")
 
     def __post_init__(self):
-        unknown = set(self.families) - set(FAMILIES)
-        if unknown:
-            raise ValueError(f"unknown feature families {sorted(unknown)}; choose from {FAMILIES}")
+        validate(self)
 
     def to_dict(self) -> dict:
         return {"families": list(self.families), "tokenizer": self.tokenizer.__dict__,
@@ -205,7 +207,7 @@ def extract(table: pa.Table, config: FeatureConfig) -> pa.Table:
         mask = (share >= 1.0) & (hyp_len > 0)
         add(all_rows[mask], pa.array(["full-lex-overlap"] * int(mask.sum()), pa.string()))
     if "null" in fam:
-        add(all_rows, pa.array(["null"] * n, pa.string()))
+        add(all_rows, pa.array([NULL_FEATURE] * n, pa.string()))
     if not rows:
         return pa.table({"row": pa.array([], pa.int64()),
                          "feature": pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))})

@@ -2,8 +2,10 @@
 
 For feature x in n rows and label l among C labels:
     p̂(l|x) = count(x,l) / n,     z*(x,l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n),
-with p0 = 1/C (uniform) or the label's empirical share. AUDAC's p*(x) = max_l p̂(l|x).
-The significance threshold is Bonferroni-corrected: Φ⁻¹(1 − α/m), m = hypotheses tested.
+with p0 = 1/C (uniform) or the label's empirical share (``auto``: uniform when the labels are
+balanced, see ``choose_prior``). AUDAC's p*(x) = max_l p̂(l|x). The significance threshold is
+Bonferroni-corrected: Φ⁻¹(1 − α/m), m = hypotheses tested. The ``null`` feature (in every row) has
+p̂(l|null) = the label's share: it is the label prior, reported apart from the biases.
 """
 from __future__ import annotations
 
@@ -15,7 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.features import NULL_FEATURE
+
 OTHER = "__other__"  # sketch mode: mass of n(x) not attributed to a tracked label
+PRIORS = ("auto", "uniform", "empirical")
+BALANCE_RATIO = 1.5  # auto: labels are balanced when every share lies within this factor of 1/C
+PRIOR_HELP = ("p0 of z*: uniform (1/C), empirical (each label's share of the rows), or auto: uniform when "
+              f"every label's share is within {BALANCE_RATIO:g}x of 1/C, else empirical.")
 
 
 @dataclass
@@ -65,14 +73,19 @@ class ZStats:
             "z": z.reshape(-1),
         })
 
-    def top_k(self, k: int, min_count: int | None = None) -> dict[str, list[dict]]:
+    def top_k(self, k: int, min_count: int | None = None, with_null: bool = False) -> dict[str, list[dict]]:
         """The k largest z*(x,l) per label among features with n ≥ min_count (ties by feature name,
-        so the answer does not depend on the order features were counted in)."""
+        so the answer does not depend on the order features were counted in). ``null`` is the label
+        prior, not a bias: ranked only ``with_null`` (z-filtering's B_Z, where it keeps Z's label
+        shares from drifting; Wu et al. 2022, Table 9)."""
         rows, p, z = self.eligible(min_count)
+        ranked = np.ones(len(rows), dtype=bool)
+        if not with_null:
+            ranked = pc.not_equal(self.features.take(pa.array(rows)), NULL_FEATURE).to_numpy(zero_copy_only=False)
         out = {}
         for j, label in enumerate(self.labels):
             zj = z[:, j]
-            finite = np.flatnonzero(np.isfinite(zj))
+            finite = np.flatnonzero(np.isfinite(zj) & ranked)
             if len(finite) > k:  # the k-th largest z, then every feature at least that large (ties included)
                 kth = np.partition(zj[finite], len(finite) - k)[len(finite) - k]
                 finite = finite[zj[finite] >= kth]
@@ -83,7 +96,9 @@ class ZStats:
         return out
 
     def biased_sets(self, k: int, min_count: int | None = None) -> dict[str, set]:
-        return {label: {e["feature"] for e in entries} for label, entries in self.top_k(k, min_count).items()}
+        """B(l) of z-filtering: the top-k per label, ``null`` included."""
+        return {label: {e["feature"] for e in entries}
+                for label, entries in self.top_k(k, min_count, with_null=True).items()}
 
     def significant(self) -> np.ndarray:
         """F×C mask of z*(x,l) above the Bonferroni threshold (n ≥ min_count)."""
@@ -149,14 +164,51 @@ def matrix_to_long(features: pa.Array, labels: list, matrix: np.ndarray, schema:
                      "count": pa.array(matrix[row, col], pa.int64())}, schema=schema)
 
 
+@dataclass(frozen=True)
+class Prior:
+    """The p0 a z-statistic was computed with, ``uniform`` or ``empirical``, and why."""
+
+    name: str
+    reason: str = "as configured"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.reason})"
+
+
+def choose_prior(prior: str, label_totals: dict) -> Prior:
+    """``uniform`` or ``empirical`` as given; ``auto``: uniform when every label's share s_l of the rows
+    has 1/(1.5·C) ≤ s_l ≤ 1.5/C, else empirical. Under p0 = 1/C an imbalanced corpus's commonest
+    words (and ``null``) rank as biases toward its majority label merely for being common."""
+    if prior not in PRIORS:
+        raise ValueError(f"prior must be one of {', '.join(PRIORS)}, got {prior!r}")
+    if prior != "auto":
+        return Prior(prior)
+    total, C = sum(label_totals.values()), len(label_totals)
+    if not total:
+        return Prior("uniform", "auto: no labelled rows to judge the balance by")
+    shares = [c / total for c in label_totals.values()]
+    balanced = min(shares) >= 1 / (BALANCE_RATIO * C) and max(shares) <= BALANCE_RATIO / C
+    return Prior("uniform" if balanced else "empirical",
+                 f"auto: label shares {max(shares):.2f}–{min(shares):.2f} are {'' if balanced else 'not '}"
+                 f"within {BALANCE_RATIO:g}× of 1/{C}")
+
+
 def prior_vector(labels: list, label_totals: dict, prior: str) -> np.ndarray:
-    """p0 per label: 1/C, or the label's empirical share."""
-    if prior not in ("uniform", "empirical"):
-        raise ValueError(f"prior must be uniform or empirical, not {prior!r}")
-    total = sum(label_totals.get(l, 0) for l in labels)
-    if prior == "uniform" or total == 0:
+    """p0 per label: 1/C, or the label's empirical share (``auto``: as ``choose_prior`` picks)."""
+    totals = np.array([label_totals.get(l, 0) for l in labels], dtype=np.float64)
+    if choose_prior(prior, dict(zip(labels, totals))).name == "uniform" or not totals.sum():
         return np.full(len(labels), 1.0 / len(labels))
-    return np.array([label_totals.get(l, 0) / total for l in labels])
+    return totals / totals.sum()
+
+
+def label_prior(labels: list, label_totals: dict, p0: np.ndarray) -> dict:
+    """Per label: its share of the rows, p0, and z*(null, l) = (share − p0) / sqrt(p0 (1 − p0) / rows)
+    (what the ``null`` feature, present in every row, measures)."""
+    rows = sum(label_totals.get(l, 0) for l in labels)
+    share = np.array([label_totals.get(l, 0) for l in labels]) / max(rows, 1)
+    z = z_score(share, rows, p0)
+    return {l: {"share": round(float(s), 4), "p0": round(float(q), 4), "z": round(float(x), 4)}
+            for l, s, q, x in zip(labels, share, p0, z)}
 
 
 def row_totals(counts: np.ndarray, columns: list[int] | None = None) -> np.ndarray:

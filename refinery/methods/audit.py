@@ -24,6 +24,7 @@ from refinery.core.counts import (
 )
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.features import FeatureConfig
+from refinery.core.validation import OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
 from refinery.io.readers import ReadOptions, expand_paths
 from refinery.io.schema import Mapping
@@ -36,15 +37,21 @@ from refinery.pipeline.stage import Stage, StageInput, StageResult
 @dataclass
 class AuditConfig:
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    mode: str = "exact"             # exact | sketch
-    prior: str = "uniform"          # uniform | empirical
-    min_count: int = 10
-    alpha: float = 0.01
-    k: int = 20
-    probe_folds: int = 5
-    sketch_lg_max_k: int = 16
-    sketch_recount: bool = True     # sketch mode: a second pass counts the sketches' candidates exactly
-    memory_budget: str | None = None  # exact mode: spill counts to disk past this (8G, 512M, 0.5 of memory; None: half)
+    mode: str = setting("exact", one_of("exact", "sketch"), "Counting: exact, or bounded-memory sketches.")
+    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP)
+    min_count: int = setting(10, at_least(1), "Rows a feature must be in for its z* to be computed.")
+    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the Bonferroni-corrected threshold.")
+    k: int = setting(20, at_least(1), "Top features per label.")
+    probe_folds: int = setting(5, at_least(2), "Folds of the cross-fitted hypothesis-only probe (hypo-only).")
+    sketch_lg_max_k: int = setting(16, at_least(3), "Sketch mode: log2 of the frequent-items map size.")
+    sketch_recount: bool = setting(True, help="Sketch mode: a second pass counts the sketches' candidates exactly.")
+    memory_budget: str | None = setting(None, help="Exact mode: spill counts to disk past this "
+                                                   "(8G, 512M, 0.5 of memory; none: half).")
+
+    def __post_init__(self):
+        validate(self)
+        if self.memory_budget is not None:
+            memory_budget(self.memory_budget)   # its own one-line error
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -64,13 +71,19 @@ class AuditResult:
     rejected: int = 0
     recounted: ExactCounts | None = None   # sketch mode's second pass: exact counts of the candidates
     features: int = 0                      # distinct features counted (the statistics hold those with n ≥ min_count)
+    prior: zstats.Prior = zstats.Prior("uniform")   # the p0 used, and why (config.prior may be auto)
 
     @property
     def rows(self) -> int:
         return self.counter.rows
 
     def top_k(self, k: int | None = None) -> dict:
+        """The k biggest biases per label (``null``, the label prior, apart: ``label_prior``)."""
         return self.stats.top_k(k or self.config.k)
+
+    def label_prior(self) -> dict:
+        """Per label: its share of the rows, p0 and z*(null, l), the label prior the ``null`` feature measures."""
+        return zstats.label_prior(self.stats.labels, self.counter.label_totals, self.stats.p0)
 
     def error_bounds(self) -> dict:
         bounds = self.counter.error_bounds()
@@ -234,9 +247,10 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
         features, matrix, n = zstats.long_to_matrix(source.counts(), labels)
         counted = len(features)
         features, matrix, n = zstats.at_least(features, matrix, n, config.min_count)
-    st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, config.prior),
+    prior = zstats.choose_prior(config.prior, {l: counter.label_totals[l] for l in labels})
+    st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, prior.name),
                             config.min_count, config.alpha, n=n)
-    return AuditResult(st, counter, config, rejected, recounted, counted)
+    return AuditResult(st, counter, config, rejected, recounted, counted, prior)
 
 
 def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditResult:
@@ -271,6 +285,8 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         "features": result.features,
         "features_with_min_count": int((st.n >= cfg.min_count).sum()),
         "threshold": st.threshold,
+        "prior": str(result.prior),
+        "label_prior": result.label_prior(),
         "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
         "error_bounds": result.error_bounds(),
@@ -290,8 +306,10 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
                                              "inputs": list(inputs)}, indent=1))
         d.write_text("report.html", page(title, [
-            ("Summary", dict_table({k: v for k, v in summary.items() if k != "config"})),
+            ("Summary", dict_table({k: v for k, v in summary.items() if k not in ("config", "label_prior")})),
             ("z-statistics (Gardner et al. 2021)", svg),
+            ("Label prior (the null feature, in every row: a baseline, not a bias)",
+             dict_table(summary["label_prior"])),
             (f"Top {cfg.k} features per label", topk_table(topk)),
             ("Configuration", dict_table(cfg.to_dict())),
         ]))
@@ -321,5 +339,6 @@ class AuditStage(Stage):
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
-                           f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}")
+                           f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
+                           f"prior {summary['prior']}")
 

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, setting, validate
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import publishes_run
@@ -23,19 +24,17 @@ CROSS_FIT = ("ngram", "transformer")
 
 @dataclass
 class ConfidenceConfig:
-    tau: float = 0.95
-    model: str | None = None          # ngram | transformer (cross-fitted on the input) | a saved classifier's folder
-    proba_column: str | None = None   # or a column holding p_M(label | text)
-    folds: int = 5                    # K of the cross-fitting
-    seed: int = 0
+    tau: float = setting(0.95, number_in(0, 1, open_high=True), "τ: the least p_M(label | text) a kept row exceeds.")
+    model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
+                                                           "saved classifier's folder.")
+    proba_column: str | None = setting(None, NOT_EMPTY.or_none(), "Or a column holding p_M(label | text).")
+    folds: int = setting(5, at_least(2), "K of the cross-fitting.")
+    seed: int = setting(0, SEED, "Seed of the folds.")
 
     def __post_init__(self):
+        validate(self)
         if (self.model is None) == (self.proba_column is None):
             raise ValueError("give exactly one of model (ngram, transformer or a saved classifier) or proba_column")
-        if not 0 <= self.tau < 1:
-            raise ValueError(f"tau must be in [0, 1), not {self.tau}")
-        if self.folds < 2:
-            raise ValueError("folds must be at least 2")
 
 
 def label_confidence(table: pa.Table, model=None, proba_column: str | None = None) -> np.ndarray:

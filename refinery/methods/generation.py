@@ -8,10 +8,12 @@ that produced no text, are listed with the error in ``failed.parquet``, so every
 from __future__ import annotations
 
 import json
+import string
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
+from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
 from refinery.io.storage import AtomicDir, join, publishes_run
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
@@ -27,16 +29,32 @@ DEFAULT_TEMPLATE = ("Premise: {text_a}\nWrite one short sentence that is {label_
                     "Reply with the sentence only.")
 
 
+TEMPLATE_FIELDS = ("id", "text_a", "text_b", "label", "label_description")
+
+
+def _is_template(value) -> bool:
+    """A format string whose ``{names}`` are all row fields."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+    except (ValueError, TypeError):
+        return False
+    return names <= set(TEMPLATE_FIELDS)
+
+
 @dataclass
 class GenerationConfig:
-    template: str = DEFAULT_TEMPLATE
-    target_labels: str = "own"     # own | all | comma-separated labels
-    limit: int | None = None       # prompt only the first rows of the input
-    sampling: Sampling = Sampling()
-    backend: Backend = Backend()
-    batch_size: int = 16           # prompts per generator call
-    actors: int = 1                # Ray Data actor pool size
-    gpus_per_actor: float = 0.0
+    template: str = setting(DEFAULT_TEMPLATE, Allowed(_is_template, "a prompt over " + " ".join(
+        "{" + f + "}" for f in TEMPLATE_FIELDS)), "Prompt template over the row's fields.")
+    target_labels: str = setting("own", NOT_EMPTY, "own, all, or comma-separated labels to generate for.")
+    limit: int | None = setting(None, at_least(1).or_none(), "Prompt only the first rows of the input.")
+    sampling: Sampling = setting(Sampling(), help="Sampling of every backend.")
+    backend: Backend = setting(Backend(), help="Where texts are generated.")
+    batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
+    actors: int = setting(1, at_least(1), "Ray Data actor pool size.")
+    gpus_per_actor: float = setting(0.0, number_in(0), "GPUs each actor asks for.")
+
+    def __post_init__(self):
+        validate(self)
 
 
 def prompts(table: pa.Table, config: GenerationConfig) -> pa.Table:

@@ -28,10 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import is_pair
 from refinery.io.storage import AtomicDir, get_fs, is_local, join, publishes_run
-from refinery.methods.confidence import label_confidence
+from refinery.methods.confidence import CROSS_FIT, label_confidence
 from refinery.models.generate import DEFAULT_GENERATOR, Sampling
+from refinery.models.precision import PRECISIONS
 from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
@@ -47,30 +49,35 @@ _SINGLE = re.compile(r"^\s*\[T\]\s*(?P<a>.*?)\s*$", re.S)
 
 @dataclass(frozen=True)
 class IbadrConfig:
-    groups: int = 5                       # N_bi
-    iterations: int = 5                   # N_iter
-    per_iteration: int = 200_000          # pseudo samples generated per iteration
-    shallow_rows: int = 2000              # θs's initial training sample
-    usm_rows: int = 2000                  # USM sample of the pool
-    shallow: str = "ngram"                # ngram | transformer
-    task_model: str = "ngram"             # the confidence filter's model M, fit on the corpus
-    tau: float = 0.5                      # ε
-    generator: str = DEFAULT_GENERATOR
-    first_epochs: int = 3
-    later_epochs: int = 1
-    lr: float = 5e-5
-    train_batch_size: int = 8
-    max_length: int = 128
-    train_precision: str = "auto"         # generator fine-tuning: auto | float32 | bfloat16 | float16
-    sampling: Sampling = Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64)
-    usm: bool = True
-    lowest_indicator: bool = False        # ablation b_r → b1
-    indicator: bool = True
-    iterate: bool = True
-    seed: int = 0
-    sample_rows: int | None = None        # start from a seeded random sample of the corpus
-    backend: str = "transformers"         # generation backend of the fine-tuned generator: transformers | vllm
-    batch_size: int = 16                  # prompts per generator call
+    groups: int = setting(5, at_least(2), "N_bi, the number of bias indicators (b_r draws r in 1..⌊N_bi/2⌋).")
+    iterations: int = setting(5, at_least(1), "N_iter.")
+    per_iteration: int = setting(200_000, at_least(1), "Pseudo samples generated per iteration.")
+    shallow_rows: int = setting(2000, at_least(1), "θs's initial training sample.")
+    usm_rows: int = setting(2000, at_least(1), "USM: pool rows the shallow model is updated on.")
+    shallow: str = setting("ngram", one_of(*CROSS_FIT), "The shallow model θs.")
+    task_model: str = setting("ngram", one_of(*CROSS_FIT), "The confidence filter's model M, fit on the corpus.")
+    tau: float = setting(0.5, number_in(0, 1, open_high=True), "ε: the task model's confidence a pseudo sample "
+                                                               "must exceed.")
+    generator: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Generator θg: a model name or folder.")
+    first_epochs: int = setting(3, at_least(1), "Generator epochs in the first iteration.")
+    later_epochs: int = setting(1, at_least(1), "Generator epochs in later iterations.")
+    lr: float = setting(5e-5, number_in(0, open_low=True), "Generator learning rate.")
+    train_batch_size: int = setting(8, at_least(1), "Generator fine-tuning batch size.")
+    max_length: int = setting(128, at_least(1), "Longest training sequence, in tokens.")
+    train_precision: str = setting("auto", one_of(*PRECISIONS), "Generator fine-tuning precision.")
+    sampling: Sampling = setting(Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64), help="θg's sampling.")
+    usm: bool = setting(True, help="Update the shallow model each iteration (ablation: off).")
+    lowest_indicator: bool = setting(False, help="Ablation: generate with b1 only (b_r → b1).")
+    indicator: bool = setting(True, help="Bias indicators (ablation: off).")
+    iterate: bool = setting(True, help="Iterate (ablation: one iteration generating all samples at once).")
+    seed: int = setting(0, SEED, "Seed of samples, draws and training.")
+    sample_rows: int | None = setting(None, at_least(1).or_none(), "Start from a seeded random sample of the corpus.")
+    backend: str = setting("transformers", one_of("transformers", "vllm"), "Generation backend of the fine-tuned "
+                                                                           "generator.")
+    batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
+
+    def __post_init__(self):
+        validate(self)
 
     def to_dict(self) -> dict:
         return asdict(self)

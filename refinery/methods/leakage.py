@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from refinery.core.validation import NOT_EMPTY, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io import queries
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
@@ -45,13 +46,13 @@ class GraphConfig:
     as in the reference code (else a simple graph).
     """
 
-    node_key: str = "auto"
-    transductive: bool = True
-    multigraph: bool = True
+    node_key: str = setting("auto", one_of("auto", "id", "text"), "Sentence identity: ids, normalized text, or "
+                                                                  "ids where present.")
+    transductive: bool = setting(True, help="One graph over all splits (the paper's setting), else one per split.")
+    multigraph: bool = setting(True, help="Duplicate pairs as parallel edges (the reference code), else collapsed.")
 
     def __post_init__(self):
-        if self.node_key not in ("auto", "id", "text"):
-            raise ValueError(f"node_key must be auto, id or text, not {self.node_key!r}")
+        validate(self)
 
 
 @dataclass
@@ -62,11 +63,15 @@ class ForestConfig:
     out-of-fold P̂(y|l) toward the middle, which leaves the IPS weights short of neutral.
     """
 
-    n_estimators: int = 100
-    min_samples_leaf: int = 1
-    max_depth: int | None = None
-    seed: int = 0
-    n_jobs: int = -1
+    n_estimators: int = setting(100, at_least(1), "Trees.")
+    min_samples_leaf: int = setting(1, at_least(1), "Least rows in a leaf.")
+    max_depth: int | None = setting(None, at_least(1).or_none(), "Deepest a tree grows (none: fully grown).")
+    seed: int = setting(0, SEED, "Seed of the forest.")
+    n_jobs: int = setting(-1, Allowed(lambda v: v == -1 or at_least(1).test(v), "a positive integer or -1"),
+                          "Threads (-1: every core).")
+
+    def __post_init__(self):
+        validate(self)
 
     def make(self):
         from sklearn.ensemble import RandomForestClassifier
@@ -264,8 +269,12 @@ def identical_pairs(rows: pa.Table, features: pa.Table, label: str) -> pa.Table:
 class LeakageConfig:
     graph: GraphConfig = field(default_factory=GraphConfig)
     forest: ForestConfig = field(default_factory=ForestConfig)
-    test_split: str | None = None        # default: the split named test, else the last
-    identical_label: str | None = None   # also write identical/: each sentence paired with itself
+    test_split: str | None = setting(None, NOT_EMPTY.or_none(), "The split to score (none: 'test', else the last).")
+    identical_label: str | None = setting(None, NOT_EMPTY.or_none(),
+                                          "Also write identical/: each sentence paired with itself, this label.")
+
+    def __post_init__(self):
+        validate(self)
 
 
 @publishes_run

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from scipy import sparse
 
 from refinery.core.features import TokenizerOptions
+from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.io.schema import is_pair
 from refinery.io.storage import AtomicDir, join, publishes_run
 from refinery.methods.generation import LABEL_DESCRIPTIONS
@@ -45,18 +46,24 @@ VERIFY_SINGLE = "Text: {text_a}\nWhich label fits this text? Answer with exactly
 
 @dataclass
 class RazorConfig:
-    dim: int = 64                      # λ, the positional-encoding size
-    top_k: int = 50                    # rows rewritten per round
-    candidates: int = 4                # m rewrites per row
-    rounds: int = 5
-    verify_mode: str = "answer"        # answer: free text, exact label match | choice: most likely label
+    dim: int = setting(64, at_least(1), "λ, the positional-encoding size.")
+    top_k: int = setting(50, at_least(1), "Rows rewritten per round.")
+    candidates: int = setting(4, at_least(1), "m rewrites per row.")
+    rounds: int = setting(5, at_least(0), "Rewriting rounds at most.")
+    verify_mode: str = setting("answer", one_of("answer", "choice"), "G_β: its answer must be exactly the label, "
+                                                                     "or (transformers) the most likely label.")
     tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
-    rewrite: Sampling = Sampling(temperature=0.7, top_p=0.9, max_new_tokens=48)
-    verify: Sampling = Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8)
-    backend: Backend = Backend()       # G_α (and G_β unless verifier_model)
-    verifier_model: str | None = None  # a saved classifier folder as G_β
-    score_only: bool = False           # only γ per row and the objective
-    batch_size: int = 16               # prompts per generator call
+    rewrite: Sampling = setting(Sampling(temperature=0.7, top_p=0.9, max_new_tokens=48), help="G_α's sampling.")
+    verify: Sampling = setting(Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8), help="G_β's sampling.")
+    backend: Backend = setting(Backend(), help="G_α (and G_β unless verifier_model).")
+    verifier_model: str | None = setting(None, NOT_EMPTY.or_none(), "A saved classifier's folder as G_β.")
+    score_only: bool = setting(False, help="Only γ per row and the objective.")
+    batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
+
+    def __post_init__(self):
+        validate(self)
+        if self.verify_mode == "choice" and self.verifier_model is None and self.backend.name != "transformers":
+            raise ValueError(f"verify_mode choice needs the transformers backend, got {self.backend.name!r}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -235,8 +242,6 @@ def verify(prompts: list[str], labels: list, config: RazorConfig, backend: str, 
         if not hasattr(generator, "choose"):
             raise ValueError(f"verify mode 'choice' needs the transformers backend, not {backend!r}")
         return generator.choose(prompts, labels) if prompts else []
-    if config.verify_mode != "answer":
-        raise ValueError(f"verify mode must be answer or choice, not {config.verify_mode!r}")
     outs, _ = _generate(prompts, config.verify, backend, backend_kwargs, engine, batch_size)
     return [verified_label(o[0] if o else "", labels) for o in outs]
 

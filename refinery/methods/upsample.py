@@ -5,7 +5,9 @@ s, round robin, draw d_l = ceil(D_l[s]·step) rows of label l from B[s] (rows co
 with replacement and a seeded hash; deficits are recomputed after every draw, since the
 added rows carry other tokens too. Stop when every D[s] is ~0 or after N iterations.
 A token that some label never co-occurs with cannot be made uniform by duplication: it is
-reported as uncorrectable and the next token is taken.
+reported as uncorrectable and the next token is taken. The report also names the top-k tokens by
+z* over every token (stopwords and the band aside) that S leaves out, with the option that would
+take each in (``--keep-stopwords``, or a ``--band`` that reaches its n).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
 from refinery.core.features import STOPWORD_LIST
+from refinery.core.validation import SEED, at_least, number_in, setting, validate
 from refinery.io import queries
 from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
@@ -33,15 +36,31 @@ from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 @dataclass
 class UpsampleConfig:
-    k: int = 10
-    step: float = 0.2
-    iterations: int = 10
-    band_min: float = 0.002      # n(s) ≥ max(min_count, band_min·|D|)  (paper: 1,000 on SNLI train)
-    band_max: float = 0.02       # n(s) ≤ band_max·|D|                  (paper: 10,000 on SNLI train)
-    min_count: int = 20
-    tolerance: float = 0.01      # stop when D[s] ≤ tolerance·n(s) for every s
-    remove_stopwords: bool = True
-    seed: int = 0
+    k: int = setting(10, at_least(1), "Tokens to correct (|S|).")
+    step: float = setting(0.2, number_in(0, 1, open_low=True), "Share of a token's deficit D[s] drawn per turn.")
+    iterations: int = setting(10, at_least(1), "Round-robin passes at most (N).")
+    band_min: float = setting(0.002, number_in(0), "Least n(s): a fraction of the rows (≤ 1) or a count (> 1) "
+                                                   "(paper: 1,000 on SNLI train).")
+    band_max: float = setting(0.02, number_in(0, open_low=True), "Most n(s): a fraction of the rows (≤ 1) or a "
+                                                                 "count (> 1) (paper: 10,000 on SNLI train).")
+    min_count: int = setting(20, at_least(1), "Least n(s) whatever the band.")
+    tolerance: float = setting(0.01, number_in(0, 1, open_high=True), "Stop when D[s] ≤ tolerance·n(s) for every s.")
+    remove_stopwords: bool = setting(True, help="Remove English stopwords (the paper does).")
+    seed: int = setting(0, SEED, "Seed of the draws.")
+
+    def __post_init__(self):
+        validate(self)
+        if (self.band_min > 1) == (self.band_max > 1) and self.band_min >= self.band_max:
+            raise ValueError(f"band_min must be less than band_max, got {self.band_min:g} and {self.band_max:g}")
+
+    def band(self, rows: int) -> tuple[int, int]:
+        """[lo, hi] of n(s) over a corpus of ``rows`` rows (lo at least min_count)."""
+        lo = max(self.min_count, math.ceil(_band_count(self.band_min, rows)))
+        return lo, max(lo, math.floor(_band_count(self.band_max, rows)))
+
+
+def _band_count(value: float, rows: int) -> float:
+    return value if value > 1 else value * rows
 
 
 def token_stats(con, num_labels: int) -> pa.Table:
@@ -54,24 +73,60 @@ def _as_zstats(table: pa.Table, labels: list, min_count: int) -> zstats.ZStats:
     return zstats.compute(counts, totals, min_count=min_count)
 
 
-def select_tokens(stats: pa.Table, labels: list, config: UpsampleConfig, rows: int) -> tuple[list, list]:
-    """(S, uncorrectable): the top-k correctable tokens by z* within the count band."""
-    lo = max(config.min_count, math.ceil(config.band_min * rows))
-    hi = max(lo, math.floor(config.band_max * rows))
+def _ranked_tokens(stats: pa.Table, min_count: int) -> list[dict]:
+    """Tokens with n(s) ≥ min_count by z*(s) = max_l z*(s,l), highest first (ties by token)."""
     d = stats.to_pydict()
     per_token: dict = {}
     for tok, lab, c, n, z in zip(d["token"], d["label"], d["c"], d["n"], d["z"]):
-        e = per_token.setdefault(tok, {"n": n, "z": -np.inf, "counts": {}})
-        e["z"] = max(e["z"], z)
+        e = per_token.setdefault(tok, {"token": tok, "n": int(n), "z": -np.inf, "label": None, "counts": {}})
+        if z > e["z"]:
+            e["z"], e["label"] = z, lab
         e["counts"][lab] = c
-    ranked = sorted(((t, e) for t, e in per_token.items() if lo <= e["n"] <= hi), key=lambda te: (-te[1]["z"], te[0]))
+    ranked = sorted((e for e in per_token.values() if e["n"] >= min_count), key=lambda e: (-e["z"], e["token"]))
+    return [{**e, "z": round(float(e["z"]), 4)} for e in ranked]
+
+
+def select_tokens(stats: pa.Table, labels: list, config: UpsampleConfig, rows: int) -> tuple[list, list]:
+    """(S, uncorrectable): the top-k correctable tokens by z* within the count band."""
+    lo, hi = config.band(rows)
     chosen, uncorrectable = [], []
-    for tok, e in ranked:
+    for e in _ranked_tokens(stats, lo):
         if len(chosen) == config.k:
             break
-        entry = {"token": tok, "n": int(e["n"]), "z": round(float(e["z"]), 4), "counts": e["counts"]}
-        (chosen if all(e["counts"].get(l, 0) > 0 for l in labels) else uncorrectable).append(entry)
+        if e["n"] <= hi:
+            entry = {k: e[k] for k in ("token", "n", "z", "counts")}
+            (chosen if all(e["counts"].get(l, 0) > 0 for l in labels) else uncorrectable).append(entry)
     return chosen, uncorrectable
+
+
+def left_out(every_token: pa.Table, chosen: list, config: UpsampleConfig, rows: int) -> tuple[list, str | None]:
+    """(tokens, band hint): the top-k of ``every_token`` (stopwords included) by z* that S leaves out, each
+    with the reason (a stopword, outside the band, uncorrectable), and the ``--band`` that would reach those
+    outside it (None if none is)."""
+    lo, hi = config.band(rows)
+    taken = {c["token"] for c in chosen}
+    out, outside = [], []
+    for e in _ranked_tokens(every_token, config.min_count)[: config.k]:
+        if e["token"] in taken:
+            continue
+        if config.remove_stopwords and e["token"] in STOPWORD_LIST:
+            reason = "a stopword (kept with --keep-stopwords)"
+        elif not lo <= e["n"] <= hi:
+            reason = f"n outside the band {lo:,}–{hi:,}"
+            outside.append(e["n"])
+        else:
+            reason = "uncorrectable: a label never co-occurs with it"
+        out.append({"token": e["token"], "n": e["n"], "z": e["z"], "label": e["label"], "reason": reason})
+    if not outside:
+        return out, None
+    lower = _widened(config.band_min, min(outside), rows, lower=True)
+    return out, f"{lower},{_widened(config.band_max, max(outside), rows, lower=False)}"
+
+
+def _widened(bound: float, n: int, rows: int, lower: bool) -> str:
+    """``bound`` moved out to reach n(s) = n, in its own unit: a count (> 1), or a fraction of the rows (4 decimals)."""
+    reach = n if bound > 1 else (math.floor if lower else math.ceil)(n / rows * 1e4) / 1e4
+    return f"{(min if lower else max)(bound, reach):g}"
 
 
 @publishes_run
@@ -94,9 +149,12 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, re
     con.execute("CREATE OR REPLACE TABLE extra (row_id BIGINT, extra BIGINT)")
     labels = [r[0] for r in con.execute("SELECT label FROM label_set").fetchall()]
     n_rows = con.execute("SELECT count(*) FROM rows").fetchone()[0]
-    queries.run_script(con, "audac_token_rows", {"remove_stopwords": config.remove_stopwords})
-
-    before = token_stats(con, len(labels))
+    queries.run_script(con, "audac_token_rows", {"remove_stopwords": False})  # every token, for left_out
+    every_token = token_stats(con, len(labels))
+    before = every_token
+    if config.remove_stopwords:
+        con.execute("DELETE FROM token_rows WHERE token IN (SELECT word FROM stopwords)")
+        before = every_token.filter(pc.invert(pc.is_in(every_token["token"], value_set=pa.array(STOPWORD_LIST))))
     chosen, uncorrectable = select_tokens(before, labels, config, n_rows)
     con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
     con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
@@ -136,6 +194,8 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, re
 
     after = token_stats(con, len(labels))
     report = _report(before, after, chosen, uncorrectable, labels, n_rows, len(added), trace, config, inputs)
+    report["band"] = list(config.band(n_rows))
+    report["left_out"], report["band_hint"] = left_out(every_token, chosen, config, n_rows)
     report["rejected"] = rejects.num_rows
     _write(con, out, added, trace, report, config, mode, labels, before, after, rejects, storage_options)
     return report
@@ -206,6 +266,9 @@ def _write(con, out, added, trace, report, config, mode, labels, before, after, 
             ("p̂(l|s) before", dict_table(report["p_hat_before"])),
             ("p̂(l|s) after", dict_table(report["p_hat_after"])),
             ("Uncorrectable tokens", dict_table({u["token"]: u["counts"] for u in report["uncorrectable"]})),
+            (f"Top {config.k} tokens by z* left out (band {report['band'][0]:,}–{report['band'][1]:,} rows"
+             + (f"; --band {report['band_hint']} would reach those outside it)" if report["band_hint"] else ")"),
+             dict_table({e["token"]: {k: e[k] for k in ("label", "z", "n", "reason")} for e in report["left_out"]})),
             ("Trace", dict_table({f"{t['iteration']}:{t['token']}": {k: v for k, v in t.items()
                                                                      if k.startswith("drawn") or k == "deficit_before"}
                                   for t in trace})),

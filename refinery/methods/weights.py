@@ -8,6 +8,9 @@ probability that the sampling intention S equals the label is
 and w = 1 / P(S=y | l), normalized to mean 1. The prior π is found by bisection so that the
 weighted label proportions equal the observed ones. Under w, P_w(y | l) = π_y: the label no
 longer depends on the leakage features, so a leakage-only model falls to the majority rate.
+When the effective sample size (Σw)²/Σw² is under 10% of the rows, a few rows carry the weight:
+the report warns and suggests the gentlest ``clip`` that lifts it past 10% (its ESS estimated by
+capping the weights found, without fitting the prior again).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import publishes_run
@@ -30,22 +34,26 @@ from refinery.methods.leakage import (
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
+LOW_ESS_SHARE = 0.1              # an effective sample size under this share of the rows is warned about
+SUGGESTED_CLIPS = (10.0, 5.0, 2.0)  # the clips a warning may suggest, gentlest first
+
+
 @dataclass
 class WeightsConfig:
-    folds: int = 10                 # the paper uses 100
-    features: str = "basic"         # basic | advanced (FEATURE_SETS)
-    min_proba: float = 1e-3         # P̂(y|l) is clipped below: a forest's 0 would give an infinite weight
-    clip: float | None = None       # optional cap on w (in units of the mean weight)
-    tolerance: float = 1e-9         # |weighted − observed label share| the prior search stops at
+    folds: int = setting(10, at_least(2), "K of the cross-prediction (the paper uses 100).")
+    features: str = setting("basic", one_of(*FEATURE_SETS), "Leakage features the forest reads.")
+    min_proba: float = setting(1e-3, OPEN_UNIT_INTERVAL, "Floor of P̂(y|l): a forest's 0 would give an infinite "
+                                                         "weight.")
+    clip: float | None = setting(None, number_in(1, open_low=True).or_none(),
+                                 "Cap on w, in units of the mean weight (none: no cap).")
+    tolerance: float = setting(1e-9, number_in(0, open_low=True),
+                               "|weighted − observed label share| the prior search stops at.")
     forest: ForestConfig = field(default_factory=ForestConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
-    seed: int = 0
+    seed: int = setting(0, SEED, "Seed of the fold assignment.")
 
     def __post_init__(self):
-        if self.features not in FEATURE_SETS:
-            raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}, not {self.features!r}")
-        if self.folds < 2:
-            raise ValueError("folds must be at least 2")
+        validate(self)
 
 
 def selection_probability(proba: np.ndarray, prior: np.ndarray) -> np.ndarray:
@@ -60,13 +68,19 @@ def ips_weights(proba: np.ndarray, y: np.ndarray, prior: np.ndarray, clip: float
     Capping lowers the mean, so cap and renormalize until the largest weight is within the cap.
     """
     w = 1.0 / selection_probability(proba, prior)[np.arange(len(y)), y]
-    w /= w.mean()
-    if clip is not None:
-        if clip <= 1:
-            raise ValueError("clip is a multiple of the mean weight and must exceed 1")
-        while w.max() > clip * (1 + 1e-12):
-            w = np.minimum(w, clip)
-            w /= w.mean()
+    return capped(w / w.mean(), clip)
+
+
+def capped(w: np.ndarray, clip: float | None) -> np.ndarray:
+    """Mean-1 weights ``w`` capped at ``clip`` times the mean: capping lowers the mean, so cap and
+    renormalize until the largest weight is within the cap."""
+    if clip is None:
+        return w
+    if clip <= 1:
+        raise ValueError(f"clip must be a number > 1 (a multiple of the mean weight), got {clip!r}")
+    while w.max() > clip * (1 + 1e-12):
+        w = np.minimum(w, clip)
+        w /= w.mean()
     return w
 
 
@@ -112,11 +126,34 @@ def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, toler
     return prior / prior.sum()
 
 
+def effective_sample_size(w: np.ndarray) -> float:
+    """(Σw)² / Σw²: the rows an unweighted sample of equal precision would hold."""
+    return float(w.sum() ** 2 / np.square(w).sum())
+
+
 def diagnostics(w: np.ndarray) -> dict:
-    """min, max, quantiles and effective sample size (Σw)² / Σw² of the weights."""
+    """min, max, quantiles and effective sample size of the weights."""
     return {"min": float(w.min()), "max": float(w.max()), "mean": float(w.mean()),
             **{f"q{q}": float(np.quantile(w, q / 100)) for q in (1, 5, 25, 50, 75, 95, 99)},
-            "effective_sample_size": float(w.sum() ** 2 / np.square(w).sum()), "rows": int(len(w))}
+            "effective_sample_size": effective_sample_size(w), "rows": int(len(w))}
+
+
+def low_ess_warning(w: np.ndarray, clip: float | None) -> dict | None:
+    """When the effective sample size is under ``LOW_ESS_SHARE`` of the rows: the warning, and the
+    gentlest of ``SUGGESTED_CLIPS`` below ``clip`` that lifts it past that share (else the tightest), with
+    the ESS it would give: ``w`` capped, the prior not fitted again, so an estimate. None otherwise."""
+    ess, floor = effective_sample_size(w), LOW_ESS_SHARE * len(w)
+    if ess >= floor:
+        return None
+    options = [c for c in SUGGESTED_CLIPS if clip is None or c < clip]
+    estimates = {c: effective_sample_size(capped(w, c)) for c in options}
+    suggestion = next((c for c in options if estimates[c] >= floor), options[-1] if options else None)
+    message = (f"effective sample size {ess:,.0f} is under {LOW_ESS_SHARE:.0%} of the {len(w):,} rows: "
+               f"a few rows carry the weight (max {w.max():,.1f}× the mean)")
+    if suggestion is not None:
+        message += f"; --clip {suggestion:g} gives about {estimates[suggestion]:,.0f}"
+    return {"message": message, "effective_sample_size": ess, "clip": suggestion,
+            "clipped_effective_sample_size": estimates.get(suggestion)}
 
 
 def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int
@@ -147,6 +184,7 @@ def leakage_neutral_weights(features: pa.Table, ids, config: WeightsConfig = Wei
     observed = np.bincount(y, minlength=len(labels)) / len(y)
     info = {
         "labels": labels,
+        "low_ess_warning": low_ess_warning(w, config.clip),
         "prior": dict(zip(labels, map(float, prior))),
         "observed_shares": dict(zip(labels, map(float, observed))),
         "weighted_shares": dict(zip(labels, map(float, label_shares(w, y, len(labels))))),
@@ -177,10 +215,9 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     table = rows.drop_columns([c for c in ("row_id", "weight") if c in rows.column_names])
     table = table.append_column("weight", pa.array(w))
     report = {**info, "inputs": inputs, "config": asdict(config)}
-    with CorpusWriter(out, mode=mode, config={"weights": report["config"]},
-                      storage_options=opts.storage_options, inputs=inputs,
-                      extra={"weights": {k: report[k] for k in ("prior", "observed_shares", "weighted_shares",
-                                                                 "diagnostics", "out_of_fold")}}) as writer:
+    in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
+    with CorpusWriter(out, mode=mode, config={"weights": report["config"]}, storage_options=opts.storage_options,
+                      inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer:
         writer.write(table, graph_input.rejects)  # the input's rejects stay accounted for
         manifest = writer.commit()
     report.update(rows=manifest["rows"], rejected=manifest["rejected"])
@@ -198,9 +235,11 @@ class WeightsStage(Stage):
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run({"all": list(source.paths)}, out, source.mapping, source.opts, self.config)
         d = r["diagnostics"]
+        warning = r["low_ess_warning"]
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, "
-                           f"effective sample size {d['effective_sample_size']:,.0f}")
+                           f"effective sample size {d['effective_sample_size']:,.0f}"
+                           + (f"; warning: {warning['message']}" if warning else ""))
 
 
 def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:

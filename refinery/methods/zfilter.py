@@ -5,12 +5,21 @@ features per label by z*(x,l | Z) (n ≥ min_count); a row (P, H, l) joins Z whe
 features(I) ∩ B_Z(l) = ∅, else it goes to Z⁻ with the features it hit. Accepted rows
 update Z's counts incrementally. The result depends on the order of the stream: keep the
 given order or shuffle with a seed.
+
+The prior p0 of z* is chosen once, from the label counts of the seed and the input (``auto``:
+uniform when they are balanced, else empirical; see ``stats.choose_prior``); an empirical p0
+then follows Z's own label shares as Z grows. ``null`` (in every row) stays a candidate for
+B_Z: under the uniform prior it enters B_Z(l) when Z's share of label l drifts above 1/C, and
+rows of l are rejected until it falls back, which is what Wu et al. add it for ("to avoid skewed
+label distribution", Table 9); under the empirical prior its z* is 0 and it never enters. The
+reports list it apart, as the label prior, not among the biases.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
@@ -22,6 +31,7 @@ from tqdm.auto import tqdm
 from refinery.core import stats as zstats
 from refinery.core.counts import IncrementalCounts
 from refinery.core.features import FeatureConfig, row_feature_lists
+from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io.corpus import (
     Corpus,
     CorpusWriter,
@@ -40,15 +50,18 @@ from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 @dataclass
 class ZFilterConfig:
-    k: int = 20
-    batch_size: int = 1000
-    min_count: int = 10
-    warmup: int = 0                 # rows Z must hold before any row is rejected
-    prior: str = "uniform"
-    alpha: float = 0.01
-    shuffle_seed: int | None = None  # None: the stream's own order
+    k: int = setting(20, at_least(1), "|B_Z(l)|: top-k biased features per label.")
+    batch_size: int = setting(1000, at_least(1), "Rows per decision batch.")
+    min_count: int = setting(10, at_least(1), "Rows a feature must be in (in Z) to be biased.")
+    warmup: int = setting(0, at_least(0), "Rows Z must hold before any row is rejected.")
+    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " auto looks at the input's labels.")
+    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
+    shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    seed: tuple[str, ...] = ()       # corpora Z starts as (conditional filtering); a pipeline step's name
+    seed: tuple[str, ...] = setting((), help="Corpora Z starts as (conditional filtering), or a pipeline step's name.")
+
+    def __post_init__(self):
+        validate(self)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "features": self.features.to_dict()}
@@ -92,6 +105,7 @@ class ZFilterResult:
     kept_by_label: dict
     rejections_by_feature: dict
     input_rejected: int = 0  # rows the readers rejected, kept in kept/'s rejects
+    prior: zstats.Prior = zstats.Prior("uniform")
 
 
 class BiasedSet:
@@ -179,13 +193,18 @@ class BiasedSet:
 
 
 class ZFilter:
-    """Algorithm 1 as a stateful operator: ``seed`` rows into Z, then ``filter`` batches in order."""
+    """Algorithm 1 as a stateful operator: ``seed`` rows into Z, then ``filter`` batches in order.
 
-    def __init__(self, labels: list, config: ZFilterConfig = ZFilterConfig()):
+    ``label_totals``: the rows per label of the seed and the input, from which an ``auto`` prior is
+    chosen (None: no counts, so ``auto`` is uniform).
+    """
+
+    def __init__(self, labels: list, config: ZFilterConfig = ZFilterConfig(), label_totals: dict | None = None):
         self.config = config
+        self.prior = zstats.choose_prior(config.prior, label_totals or {})
         self.Z = IncrementalCounts(labels)
         self.seen = IncrementalCounts(labels, vocabulary=self.Z)  # every streamed row: the input's audit
-        self.biased = BiasedSet(self.Z, config.k, config.min_count, config.prior)
+        self.biased = BiasedSet(self.Z, config.k, config.min_count, self.prior.name)
         self._touched: list[np.ndarray] = []  # features whose Z counts changed since B_Z was updated
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
@@ -265,7 +284,8 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
             if b.rows.num_rows:
                 yield b.rows
 
-    labels = _label_set(mapping, inputs, opts, seed_table)
+    label_totals = _label_counts(mapping, inputs, opts, seed_table, read_raw=config.prior == "auto")
+    labels = list(label_totals)
     if config.shuffle_seed is not None:
         whole = pa.concat_tables(list(rows()), promote_options="permissive")
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
@@ -276,7 +296,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         input_rejects.extend(c.read_rejects() for c in corpora if c.manifest.get("rejected"))
     else:
         source = rows()
-    zf = ZFilter(labels, config)
+    zf = ZFilter(labels, config, label_totals)
     kept_by, rej_by, by_feature = {l: 0 for l in labels}, {l: 0 for l in labels}, {}
     cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs)}
     writer = functools.partial(CorpusWriter, mode=mode, config=cfg_dict, storage_options=opts.storage_options,
@@ -316,36 +336,45 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         kept_m = kept_w.commit()
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
-                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"])
+                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"], zf.prior)
     return write_report(result, out, config)
 
 
-def _label_set(mapping, inputs, opts, seed_table) -> list:
-    """The declared label set, else the labels present: from a finished corpus's manifest, or a read of raw inputs."""
-    if mapping is not None and mapping.label_set:
-        return sorted(mapping.label_set)
-    labels = set(seed_table["label"].to_pylist()) if seed_table is not None else set()
+def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool) -> dict:
+    """Rows per label of the seed and the inputs, over the declared label set, else the labels present:
+    from a finished corpus's manifest, or a read of raw inputs. With a declared label set and not
+    ``read_raw``, raw inputs are not read (their labels count 0)."""
+    declared = mapping is not None and bool(mapping.label_set)
+    counts = Counter(dict.fromkeys(mapping.label_set, 0) if declared else {})
+    if seed_table is not None:
+        counts.update(_rows_per_label(seed_table["label"]))
     raw = []
     for url in inputs:
         if is_corpus(url, opts.storage_options):
-            labels.update(Corpus.open(url, opts.storage_options).manifest["labels"])
+            counts.update(Corpus.open(url, opts.storage_options).manifest["labels"])
         else:
             raw.append(url)
-    for _, b in iter_input_batches(raw, mapping, opts):
-        labels.update(pc.unique(b.rows["label"]).to_pylist())
-    return sorted(labels)
+    for _, b in iter_input_batches(raw if read_raw or not declared else [], mapping, opts):
+        counts.update(_rows_per_label(b.rows["label"]))
+    return dict(sorted(counts.items()))
 
 
-def _summary(counts: IncrementalCounts, config: ZFilterConfig, what: str) -> tuple[dict, str]:
+def _rows_per_label(labels) -> dict:
+    values = pc.value_counts(labels)
+    return dict(zip(values.field("values").to_pylist(), values.field("counts").to_pylist()))
+
+
+def _summary(counts: IncrementalCounts, config: ZFilterConfig, prior: str, what: str) -> tuple[dict, str]:
     """Top-k and the z-plot of one count matrix (its full statistics are freed on return)."""
-    stats = counts.stats(config.prior, config.min_count, config.alpha)
+    stats = counts.stats(prior, config.min_count, config.alpha)
     return stats.top_k(config.k), zplot_svg(stats, 6, what)
 
 
 def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict:
-    top_before, plot_before = _summary(result.input_counts, config, "input")
-    top_after, plot_after = _summary(result.kept_counts, config, "kept")
+    top_before, plot_before = _summary(result.input_counts, config, result.prior.name, "input")
+    top_after, plot_after = _summary(result.kept_counts, config, result.prior.name, "kept")
     report = {
+        "prior": str(result.prior),
         "kept": result.kept, "rejected": result.rejected, "seed": result.seed,
         "input": result.kept + result.rejected - result.seed, "input_rejected": result.input_rejected,
         "kept_by_label": result.kept_by_label, "rejected_by_label": result.rejected_by_label,
@@ -357,7 +386,7 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
     with AtomicDir(join(out, "report")) as d:
         d.write_text("report.json", json.dumps(report, indent=1))
         d.write_text("report.html", page("refinery zfilter", [
-            ("Rows", dict_table({k: report[k] for k in ("input", "input_rejected", "seed", "kept", "rejected",
+            ("Rows", dict_table({k: report[k] for k in ("prior", "input", "input_rejected", "seed", "kept", "rejected",
                                                          "kept_by_label",
                                                          "rejected_by_label", "max_z_before", "max_z_after")})),
             ("z-statistics of the input", plot_before),
@@ -405,7 +434,8 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
         kept = a["kept"] + b["kept"]
     union = {"kind": kind, "kept": kept, "seed": 0, "input": a["input"] + b["input"],
              "rejected": a["rejected"] + b["rejected"], "input_rejected": a["input_rejected"] + b["input_rejected"],
-             "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"]}
+             "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"],
+             "prior": a["prior"] if a["prior"] == b["prior"] else f"D0: {a['prior']}; G: {b['prior']}"}
     with AtomicDir(join(out, "report") if kind == "parz" else join(stages, "report"), opts.storage_options) as d:
         d.write_text("report.json", json.dumps({**union, "stages": {"original": a, "generated": b}}, indent=1,
                                                default=str))
@@ -415,7 +445,8 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
 
 def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> int:
     """Algorithm 1 over an in-memory table in batches; the number of rows kept (no outputs written)."""
-    zf = ZFilter(sorted(set(table["label"].to_pylist())), config)
+    label_totals = dict(sorted(_rows_per_label(table["label"]).items()))
+    zf = ZFilter(list(label_totals), config, label_totals)
     kept = 0
     for batch in rebatch(with_features(iter([table]), config.features), config.batch_size):
         keep, _ = zf.filter(batch)
@@ -443,13 +474,13 @@ class ZFilterStage(Stage):
 
 @dataclass
 class ComposeConfig:
-    kind: str = "seqz"                  # zaug | parz | seqz (Wu et al. §4.2)
-    original: tuple[str, ...] = ("input",)  # D0: corpora, or a pipeline step's name
+    kind: str = setting("seqz", one_of(*COMPOSITIONS), "Wu et al. §4.2: Z-Aug, Par-Z or Seq-Z.")
+    original: tuple[str, ...] = setting(("input",), Allowed(lambda v: len(v) > 0, "a non-empty list"),
+                                        "D0: corpora, or a pipeline step's name.")
     zfilter: ZFilterConfig = field(default_factory=ZFilterConfig)
 
     def __post_init__(self):
-        if self.kind not in COMPOSITIONS:
-            raise ValueError(f"kind must be {', '.join(COMPOSITIONS)}, not {self.kind!r}")
+        validate(self)
 
 
 class ComposeStage(Stage):

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import ModelRef, resolve
 from refinery.models.training import fit_loop
@@ -28,11 +29,14 @@ DEFAULT_GENERATOR = "HuggingFaceTB/SmolLM2-135M-Instruct"
 class Sampling:
     """Sampling parameters shared by every backend (RAZOR's defaults: top_p 0.9, temperature 0.7)."""
 
-    temperature: float = 0.7
-    top_p: float = 0.9
-    max_new_tokens: int = 48
-    n: int = 1
-    seed: int = 0
+    temperature: float = setting(0.7, number_in(0), "Softmax temperature (0: greedy).")
+    top_p: float = setting(0.9, number_in(0, 1, open_low=True), "Nucleus sampling's probability mass.")
+    max_new_tokens: int = setting(48, at_least(1), "Longest generation, in tokens.")
+    n: int = setting(1, at_least(1), "Samples per prompt.")
+    seed: int = setting(0, SEED, "Seed of the sampling.")
+
+    def __post_init__(self):
+        validate(self)
 
 
 @dataclass(frozen=True)
@@ -40,19 +44,18 @@ class Backend:
     """Where texts are generated: a backend and its model, as the CLI's generator options and a
     pipeline file's ``backend:`` name them (the API key is read from ``api_key_env``, never stored)."""
 
-    name: str = "transformers"          # transformers | vllm | openai
-    model: str = DEFAULT_GENERATOR
-    chat: bool = True
-    base_url: str | None = None         # openai
-    api_key_env: str = "OPENAI_API_KEY"  # openai
-    cache_dir: str | None = None        # openai
-    tensor_parallel: int = 1            # vllm
-    max_num_seqs: int = 64              # vllm
-    enforce_eager: bool = False         # vllm
+    name: str = setting("transformers", one_of("transformers", "vllm", "openai"), "Generation backend.")
+    model: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Model name or folder.")
+    chat: bool = setting(True, help="Send the prompt as the chat template's user turn.")
+    base_url: str | None = setting(None, NOT_EMPTY.or_none(), "openai: the endpoint, e.g. http://127.0.0.1:8000/v1.")
+    api_key_env: str = setting("OPENAI_API_KEY", NOT_EMPTY, "openai: the environment variable holding the key.")
+    cache_dir: str | None = setting(None, NOT_EMPTY.or_none(), "openai: prompt-hash cache of answers.")
+    tensor_parallel: int = setting(1, at_least(1), "vllm: tensor parallel size.")
+    max_num_seqs: int = setting(64, at_least(1), "vllm: batch limit.")
+    enforce_eager: bool = setting(False, help="vllm: run eagerly, without graph capture.")
 
     def __post_init__(self):
-        if self.name not in ("transformers", "vllm", "openai"):
-            raise ValueError(f"backend must be transformers, vllm or openai, not {self.name!r}")
+        validate(self)
         if self.name == "openai" and not self.base_url:
             raise ValueError("the openai backend needs base_url")
 

@@ -20,11 +20,13 @@ import dataclasses
 import os
 import re
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from refinery.core.validation import Allowed, at_least, one_of, setting, validate
+from refinery.io.schema import PRESETS
 from refinery.io.storage import get_fs, is_local
 
 
@@ -98,17 +100,19 @@ def _coerce(hint, value, where: str):
 class InputSpec:
     """The pipeline's input: named splits or plain paths, and how to read them."""
 
-    splits: dict = field(default_factory=dict)        # {split: path or [paths]}
-    paths: list = field(default_factory=list)
-    preset: str | None = None
-    map: dict | None = None
-    labels: list | None = None
-    on_bad_row: str = "quarantine"
-    max_chars: int = 20_000
-    batch_rows: int = 65_536
-    storage_options: dict = field(default_factory=dict)
+    splits: dict = setting(default_factory=dict, help="{split: path or [paths]}.")
+    paths: list = setting(default_factory=list, help="Files, folders, globs or corpora (one split).")
+    preset: str | None = setting(None, Allowed(lambda v: str(v).lower() in PRESETS, f"one of {', '.join(PRESETS)}"
+                                               ).or_none(), "Column mapping of a known release.")
+    map: dict | None = setting(None, help="Explicit column mapping {text_a: COL, text_b: COL, label: COL, id: COL}.")
+    labels: list | None = setting(None, help="Declared label set (rows outside it are rejected).")
+    on_bad_row: str = setting("quarantine", one_of("quarantine", "fail"), "Quarantine bad rows, or fail.")
+    max_chars: int = setting(20_000, at_least(1), "Reject rows whose text is longer.")
+    batch_rows: int = setting(65_536, at_least(1), "Rows read per batch.")
+    storage_options: dict = setting(default_factory=dict, help="fsspec storage options.")
 
     def __post_init__(self):
+        validate(self)
         if bool(self.splits) == bool(self.paths):
             raise ValueError("give exactly one of splits (named) or paths")
         if self.preset and self.map:

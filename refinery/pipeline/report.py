@@ -135,6 +135,14 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{
 </head><body><h1>{html.escape(title)}</h1>{body}</body></html>"""
 
 
+def terminal_label_prior(label_prior: dict) -> str:
+    """The label shares the ``null`` feature measures, one line; z*(null, l) where p0 is not the share."""
+    def cell(label, v):
+        z = f" (z* {v['z']:.1f})" if abs(v["share"] - v["p0"]) > 1e-9 else ""
+        return f"{label} {v['share']:.3f}{z}"
+    return "label prior (the null feature, not ranked): " + ", ".join(cell(l, v) for l, v in label_prior.items())
+
+
 def terminal_topk(topk: dict, k: int = 5) -> str:
     lines = []
     for label, entries in topk.items():
