@@ -111,7 +111,7 @@ def test_compressed_files_and_shard_folders(tmp_path):
     (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "has no good rows"),
 ])
 def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
-    (tmp_path / "empty.jsonl").write_text('{"sentence1": "only a premise"}\n')
+    (tmp_path / "empty.jsonl").write_text('{"sentence1": "only a premise", "sentence2": " ", "gold_label": "neutral"}\n')
     (tmp_path / "data.xyz").write_text("x\n")
     proc = run_cli(*[a.format(tmp=tmp_path) for a in args], check=False)
     assert proc.returncode == 2, proc.stderr

@@ -10,7 +10,7 @@ import click
 
 from refinery.io.corpus import OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery.io.schema import resolve_mapping
+from refinery.io.schema import PRESETS, resolve_mapping
 from refinery.io.storage import (
     CONNECT_TIMEOUT,
     IO_TIMEOUT,
@@ -24,8 +24,10 @@ from refinery.io.storage import (
 def input_options(f):
     """Options shared by every verb that reads a corpus."""
     options = [
-        click.option("--preset", type=click.Choice(["snli", "mnli", "hans", "qqp", "fever", "sick", "msrp"]),
-                     help="Column mapping of a known release."),
+        click.option("--preset", type=click.Choice(list(PRESETS)),
+                     help="Column mapping of a known release (see README, 'Bringing your own data')."),
+        click.option("--csv-multiline", is_flag=True,
+                     help="Let a quoted CSV field span lines (one record); by default each such line is a reject."),
         click.option("--map", "mapping", metavar="text_a=COL,text_b=COL,label=COL,id=COL",
                      help="Explicit column mapping."),
         click.option("--labels", metavar="A,B,C", help="Declared label set (rows outside it are rejected)."),
@@ -46,13 +48,14 @@ def input_options(f):
         f = option(f)
 
     @functools.wraps(f)
-    def wrapper(*args, preset, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options, io_timeout,
-                **kwargs):
+    def wrapper(*args, preset, csv_multiline, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options,
+                io_timeout, **kwargs):
         del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
         try:
             kwargs["mapping"] = resolve_mapping(preset, mapping, labels)
             kwargs["opts"] = ReadOptions(batch_rows=batch_rows, max_chars=max_chars, on_bad_row=on_bad_row,
-                                         storage_options=parse_storage_options(storage_options))
+                                         storage_options=parse_storage_options(storage_options),
+                                         csv_multiline=csv_multiline)
         except ValueError as e:
             raise click.UsageError(str(e)) from None
         # for --print-config's pipeline input: the preset by name (the Mapping has lost it), else the parsed map
@@ -60,7 +63,8 @@ def input_options(f):
         click.get_current_context().meta[_INPUT_ARGS] = {
             "preset": preset, "map": dict(parsed.columns) if mapping else None,
             "labels": list(parsed.label_set) if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
-            "batch_rows": batch_rows, "storage_options": kwargs["opts"].storage_options or None}
+            "batch_rows": batch_rows, "csv_multiline": csv_multiline or None,
+            "storage_options": kwargs["opts"].storage_options or None}
         return f(*args, **kwargs)
 
     return wrapper
@@ -199,8 +203,9 @@ def feature_options(f):
         click.option("--stopwords/--keep-stopwords", default=False, help="Remove English stopwords."),
         click.option("--strip-punct/--keep-punct", default=False, help="Remove punctuation tokens."),
         click.option("--no-lowercase", is_flag=True, help="Keep case."),
-        click.option("--field-names", default="premise,hypothesis", show_default=True,
-                     help="Names of text_a and text_b in feature keys (w@hypothesis)."),
+        click.option("--field-names", metavar="NAME_A,NAME_B",
+                     help="Names of text_a and text_b in feature keys (w@hypothesis)  [default: the preset's, "
+                          "else premise,hypothesis]"),
     ]
     for option in reversed(options):
         f = option(f)
@@ -210,10 +215,14 @@ def feature_options(f):
         from refinery.core.features import FAMILIES, FeatureConfig, TokenizerOptions
 
         fams = FAMILIES if families == "all" else tuple(x.strip() for x in families.split(",") if x.strip())
+        preset = PRESETS.get((kwargs.get("preset") or "").lower())
+        names = tuple(field_names.split(",")) if field_names else preset.field_names if preset else None
+        single = {"single_field_name": names[0]} if preset and not field_names and "text_b" not in preset.columns \
+            else {}
         try:
             kwargs["feature_config"] = FeatureConfig(
                 families=fams, tokenizer=TokenizerOptions(not no_lowercase, strip_punct, stopwords),
-                field_names=tuple(field_names.split(",")))
+                **({"field_names": names} if names else {}), **single)
         except ValueError as e:
             raise click.UsageError(str(e)) from None
         return f(*args, **kwargs)

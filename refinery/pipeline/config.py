@@ -109,6 +109,7 @@ class InputSpec:
     on_bad_row: str = setting("quarantine", one_of("quarantine", "fail"), "Quarantine bad rows, or fail.")
     max_chars: int = setting(20_000, at_least(1), "Reject rows whose text is longer.")
     batch_rows: int = setting(65_536, at_least(1), "Rows read per batch.")
+    csv_multiline: bool = setting(False, help="Let a quoted CSV field span lines (one record), not rejects.")
     storage_options: dict = setting(default_factory=dict, help="fsspec storage options.")
 
     def __post_init__(self):

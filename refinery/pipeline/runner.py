@@ -66,7 +66,7 @@ def fingerprint(*parts) -> str:
 
 def read_options(spec: InputSpec) -> ReadOptions:
     return ReadOptions(batch_rows=spec.batch_rows, max_chars=spec.max_chars, on_bad_row=spec.on_bad_row,
-                       storage_options=dict(spec.storage_options))
+                       storage_options=dict(spec.storage_options), csv_multiline=spec.csv_multiline)
 
 
 def _mapping(spec: InputSpec):
