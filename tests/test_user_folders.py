@@ -110,3 +110,48 @@ def test_a_file_as_out_is_refused(tmp_path):
     proc = run_cli("convert", *SNLI_HARD_ARGS, "--out", target, check=False)
     assert proc.returncode == 2 and "is a file" in proc.stderr
     assert target.read_text() == "mine\n"
+
+
+def test_every_option_of_every_verb_has_help_and_summaries_are_whole_sentences():
+    import click
+
+    from refinery.cli.main import main
+
+    bare = [(name, p.name) for name, cmd in main.commands.items() for p in cmd.params
+            if isinstance(p, click.Option) and not p.help]
+    assert bare == []
+    listing = run_cli("--help").stdout
+    assert "(Wu et al. 2022, Algorithm 1)" in " ".join(listing.split())
+    for name, cmd in main.commands.items():
+        assert cmd.get_short_help_str().endswith((".", "?", ")")), (name, cmd.get_short_help_str())
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    import subprocess
+
+    from conftest import REFINERY
+
+    proc = subprocess.run(f"'{REFINERY}' audit '{SNLI_HARD}' --preset snli --out '{tmp_path / 'a'}' | head -1",
+                          shell=True, capture_output=True, text=True, executable="/bin/bash")
+    assert proc.stdout.startswith("rows in 3,261 = ") and proc.stderr == "", proc.stderr
+
+
+def test_ctrl_c_exits_130_and_leaves_the_finished_output_as_it_was(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from conftest import REFINERY, SNLI_TEST
+
+    out = tmp_path / "conf"
+    args = ["confidence", SNLI_HARD, "--preset", "snli", "--model", "ngram", "--out", out]
+    run_cli(*args, "--folds", "2")
+    before = _snapshot(out)
+    proc = subprocess.Popen([REFINERY, *map(str, args), SNLI_DEV, SNLI_TEST, "--folds", "5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)          # reading done, the five cross-fitted models (about 15 s) under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().startswith("interrupted") and "Traceback" not in err, err
+    assert _snapshot(out) == before
+    assert not [p for p in os.listdir(tmp_path) if p != "conf"]

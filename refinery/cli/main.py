@@ -21,6 +21,7 @@ from refinery.cli.options import (
     precision_option,
     print_config_option,
     printing_config,
+    task_model_options,
 )
 from refinery.io import corpus as corpus_mod
 from refinery.io.readers import BadRowError
@@ -486,14 +487,7 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--eval", "evaluate_on", multiple=True, help="Corpora to score (repeatable).")
 @click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
 @click.option("--hypothesis-only", is_flag=True, help="Read text_b alone (the hypothesis-only probe).")
-@click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True,
-              help="An n-gram classifier, or a fine-tuned transformer encoder (--model).")
-@click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
-              help="Encoder of the transformer backend (name or folder).")
-@click.option("--epochs", type=int, default=2, show_default=True, help="Transformer fine-tuning epochs.")
-@click.option("--lr", type=float, default=5e-5, show_default=True, help="Transformer learning rate.")
-@click.option("--batch", "batch", type=int, default=32, show_default=True, help="Transformer batch size.")
-@click.option("--max-length", type=int, default=128, show_default=True, help="Transformer input length, in tokens.")
+@task_model_options
 @click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
 @finished_mode_option
 @precision_option
@@ -524,13 +518,7 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
 @click.option("--label-map", "label_maps", multiple=True, metavar="NAME=FROM:TO,...",
               help="Map training labels onto evaluation set NAME's labels (presets' maps built in: hans).")
 @click.option("--out", required=True, help="Folder: report/ (report.json, report.html, predictions.parquet), runs/.")
-@click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True)
-@click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
-              help="Encoder of the transformer backend (name or folder).")
-@click.option("--epochs", type=int, default=2, show_default=True)
-@click.option("--lr", type=float, default=5e-5, show_default=True)
-@click.option("--batch", "batch", type=int, default=32, show_default=True)
-@click.option("--max-length", type=int, default=128, show_default=True)
+@task_model_options
 @click.option("--seeds", type=int, default=1, show_default=True,
               help="Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: initialisations).")
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Draws of the paired bootstrap.")

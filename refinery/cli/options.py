@@ -133,6 +133,24 @@ MODE_HELP = ("What to do when OUT already holds a finished result: replace it (o
              "there), keep it when it was made from the same inputs and options, or stop.")
 
 
+def task_model_options(f):
+    """The task model of ``probe`` and ``compare``: an n-gram classifier or a fine-tuned encoder."""
+    options = [
+        click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True,
+                     help="An n-gram classifier, or a fine-tuned transformer encoder (--model)."),
+        click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
+                     help="Encoder of the transformer backend (name or folder)."),
+        click.option("--epochs", type=int, default=2, show_default=True, help="Transformer fine-tuning epochs."),
+        click.option("--lr", type=float, default=5e-5, show_default=True, help="Transformer learning rate."),
+        click.option("--batch", "batch", type=int, default=32, show_default=True, help="Transformer batch size."),
+        click.option("--max-length", type=int, default=128, show_default=True,
+                     help="Transformer input length, in tokens."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                         show_default=True, help=MODE_HELP)(f)

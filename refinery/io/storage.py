@@ -368,7 +368,7 @@ class AtomicDir:
 
     def _put_marker(self, files) -> None:
         with on_store(self.out, f"writing {OWNER_MARKER}"), self.fs.open(join(self.tmp, OWNER_MARKER), "wb") as fh:
-            fh.write(_marker_body(files).encode())
+            fh.write(_marker_body(files, run=self.run_id).encode())
 
     def commit(self) -> None:
         ours = self._written | {OWNER_MARKER}
@@ -444,7 +444,8 @@ class RunOutput:
 
     Entering claims the folder (``claim_output``; a new one gets refinery's marker at once) and removes
     ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the run reports. A folder
-    without ``_SUCCESS`` holds no finished run, even if each part looks whole.
+    without ``_SUCCESS`` holds no finished run, even if each part looks whole. A run that fails or is
+    interrupted before it replaced any part puts the previous ``_SUCCESS`` back: that run is still whole.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
@@ -452,12 +453,18 @@ class RunOutput:
         self.storage_options = storage_options
         self.fs, self.path = get_fs(self.out, storage_options)
         self.summary: dict = {}
+        self._previous: tuple[bytes, dict] | None = None   # the finished run's _SUCCESS and its parts' run ids
+
+    def _part_runs(self, parts) -> dict:
+        return {p: read_marker(join(self.out, p), self.storage_options).get("run") for p in parts}
 
     def __enter__(self) -> "RunOutput":
         claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER))
         marker = join(self.path, RUN_MARKER)
         with on_store(self.out, f"removing {RUN_MARKER}"):
             if self.fs.exists(marker):
+                body = self.fs.cat_file(marker)
+                self._previous = (body, self._part_runs(json.loads(body).get("parts", ())))
                 self.fs.rm(marker)
         return self
 
@@ -473,7 +480,14 @@ class RunOutput:
                 body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
                 with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
                     json.dump(body, fh, indent=2, default=str)
+        elif self._previous is not None:
+            body, runs = self._previous
+            with_deadline(CLEANUP_SECONDS, self._restore, body, runs)
         return False
+
+    def _restore(self, body: bytes, runs: dict) -> None:
+        if self._part_runs(runs) == runs:   # no part replaced: the previous run is whole again
+            self.fs.pipe_file(join(self.path, RUN_MARKER), body)
 
 
 def publishes_run(fn):
