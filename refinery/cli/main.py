@@ -374,7 +374,10 @@ def upsample(inputs, out, k, step, iterations, band, min_count, stopwords, seed,
     """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet)."""
     from refinery.methods import upsample as up
 
-    lo, hi = (float(x) for x in band.split(","))
+    try:
+        lo, hi = (float(x) for x in band.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{band!r} is not MIN,MAX (e.g. 0.002,0.02)", param_hint="--band") from None
     config = up.UpsampleConfig(k=k, step=step, iterations=iterations, band_min=lo, band_max=hi,
                                min_count=min_count, remove_stopwords=stopwords, seed=seed)
     as_pipeline("upsample", config, inputs, out)
