@@ -91,7 +91,7 @@ def add_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
 def with_features(tables, config: FeatureConfig, engine: str = "local", batch_rows: int = 65_536
                   ) -> Iterator[pa.Table]:
     """``add_features`` over a stream of tables or a ``ParquetSource``, in stream order (on Ray: on workers)."""
-    return stream_map(tables, add_features, engine, {"config": config}, batch_rows)
+    return stream_map(tables, add_features, engine, {"config": config}, batch_rows, stage="zfilter")
 
 
 @dataclass

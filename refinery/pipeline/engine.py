@@ -7,12 +7,19 @@ mapped batches as a stream, in input order, whichever engine runs them:
   ``map_batches`` on workers) or over a stream of tables read by the driver (a bounded window
   of Ray tasks). Nothing is materialized: the driver holds at most ``window`` batches.
 - ``actor_map``: a stateful, model-holding stage class as a Ray Data actor pool.
+
+Faults: a task whose worker process or node dies is rerun, and a dead actor restarted (its
+batch retried), at most ``TASK_RETRIES`` times; an exception raised by the stage's own code is
+never retried. When the retries are spent the stage fails with ``StageFailed``, one line that
+names the stage, and Ray's own traceback of the fault is kept off the console.
 """
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -24,6 +31,11 @@ ENGINES = ("local", "ray")
 # the store's size: 512 MiB keeps it bounded on a small machine and holds the streaming window twice.
 LOCAL_OBJECT_STORE_BYTES = 512 << 20
 STREAM_STORE_BYTES = 256 << 20      # what a streamed dataset may buffer ahead of the driver
+TASK_RETRIES = 3  # reruns of a task (restarts of an actor) whose worker or node died, then the stage fails
+
+
+class StageFailed(RuntimeError):
+    """A stage's work on Ray was lost more often than ``TASK_RETRIES`` allows."""
 
 
 def ray_init(num_cpus: int | None = None):
@@ -54,7 +66,19 @@ def ray_init(num_cpus: int | None = None):
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False
+    # Parquet reads as plain retried tasks: the V2 reader lists files through actors that are not
+    # restarted, so losing a node while it lists fails the read past any retry budget
+    ctx.use_datasource_v2 = False
+    for handler in logging.getLogger("ray.data").handlers:
+        if handler.get_name() == "console":
+            handler.addFilter(_below_error)
     return ray
+
+
+def _below_error(record: logging.LogRecord) -> bool:
+    """Ray Data's console shows no errors: a failed execution's tracebacks stay in its log file
+    (``ray-data.log`` in the session's logs), and the exception that ends the stage says it in one line."""
+    return record.levelno < logging.ERROR
 
 
 def actor_cpus() -> float:
@@ -102,6 +126,28 @@ def _bounded(ds, store_bytes: int = STREAM_STORE_BYTES):
     return ds
 
 
+@contextmanager
+def _quiet_remote_args_deprecation():
+    """Ray Data (2.60) takes a retry budget only as a remote argument, deprecated with no replacement yet."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
+@contextmanager
+def _faults_named(stage: str):
+    """A worker, actor, node or object lost past the retries, as one ``StageFailed`` line naming ``stage``."""
+    from ray import exceptions as rx
+
+    try:
+        yield
+    except (rx.WorkerCrashedError, rx.RayActorError, rx.NodeDiedError, rx.LocalRayletDiedError,
+            rx.ObjectLostError, rx.OutOfMemoryError) as e:
+        detail = next(iter(str(e).strip().splitlines()), "")
+        raise StageFailed(f"stage {stage}: a Ray worker or node died running its batches, past {TASK_RETRIES} "
+                          f"retries ({type(e).__name__}: {detail})") from e
+
+
 def _pyarrow_fs(url: str, storage_options: dict):
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
@@ -112,12 +158,13 @@ def _pyarrow_fs(url: str, storage_options: dict):
 
 
 def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.Table], engine: str = "local",
-               fn_kwargs: dict | None = None, batch_rows: int = 65_536, window: int | None = None
-               ) -> Iterator[pa.Table]:
+               fn_kwargs: dict | None = None, batch_rows: int = 65_536, window: int | None = None,
+               stage: str | None = None) -> Iterator[pa.Table]:
     """``fn(batch, **fn_kwargs)`` over every batch of ``source``, yielded in input order.
 
     ``local`` runs it in-process; ``ray`` runs it on workers: Parquet shards are read there by
     Ray Data, a driver-side stream is shipped in a window of at most ``window`` tasks in flight.
+    ``stage`` (default: ``fn``'s name) is what a failure past the retries names.
     """
     kwargs = fn_kwargs or {}
     if check_engine(engine) == "local":
@@ -129,24 +176,27 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
             yield fn(t, **kwargs)
         return
     ray = ray_init()
-    if isinstance(source, ParquetSource):
-        from refinery.io.storage import get_fs
+    with _faults_named(stage or fn.__name__):
+        if isinstance(source, ParquetSource):
+            from refinery.io.storage import get_fs
 
-        paths = [get_fs(f, source.storage_options)[1] for f in source.files]
-        filesystem = _pyarrow_fs(source.files[0], source.storage_options)
-        ds = _bounded(_ordered(ray.data.read_parquet(paths, filesystem=filesystem)))
-        ds = ds.map_batches(fn, fn_kwargs=kwargs, batch_format="pyarrow", batch_size=batch_rows)
-        yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
-        return
-    remote = ray.remote(fn)
-    in_flight: deque = deque()
-    limit = window or 2 * int(ray.cluster_resources().get("CPU", 1))
-    for t in source:
-        in_flight.append(remote.remote(t, **kwargs))
-        if len(in_flight) >= limit:
+            paths = [get_fs(f, source.storage_options)[1] for f in source.files]
+            filesystem = _pyarrow_fs(source.files[0], source.storage_options)
+            with _quiet_remote_args_deprecation():
+                ds = ray.data.read_parquet(paths, filesystem=filesystem, ray_remote_args={"max_retries": TASK_RETRIES})
+                ds = _bounded(_ordered(ds)).map_batches(fn, fn_kwargs=kwargs, batch_format="pyarrow",
+                                                        batch_size=batch_rows, max_retries=TASK_RETRIES)
+            yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
+            return
+        remote = ray.remote(max_retries=TASK_RETRIES)(fn)
+        in_flight: deque = deque()
+        limit = window or 2 * int(ray.cluster_resources().get("CPU", 1))
+        for t in source:
+            in_flight.append(remote.remote(t, **kwargs))
+            if len(in_flight) >= limit:
+                yield ray.get(in_flight.popleft())
+        while in_flight:
             yield ray.get(in_flight.popleft())
-    while in_flight:
-        yield ray.get(in_flight.popleft())
 
 
 def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,
@@ -159,8 +209,10 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
                  for s in tqdm(range(0, table.num_rows, batch_size), desc=desc, unit=" batch", disable=None)]
         return pa.concat_tables(parts) if parts else stage(table)
     ray = ray_init()
-    ds = _ordered(ray.data.from_arrow(table)).map_batches(
-        stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus_per_actor or None,
-        num_cpus=None if gpus_per_actor else actor_cpus())
-    return pa.concat_tables([ray.get(ref) for ref in ds.to_arrow_refs()])
+    with _faults_named(desc), _quiet_remote_args_deprecation():
+        ds = _ordered(ray.data.from_arrow(table)).map_batches(
+            stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus_per_actor or None,
+            num_cpus=None if gpus_per_actor else actor_cpus(),
+            max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES)
+        return pa.concat_tables([ray.get(ref) for ref in ds.to_arrow_refs()])

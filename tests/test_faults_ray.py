@@ -1,0 +1,227 @@
+"""Ray faults (#34): a killed worker's task is retried and the output equals an uninterrupted run;
+past the retry budget the stage fails with one line naming it; a two-node job whose second node
+dies mid-stage completes on the head or fails without marking the stage finished.
+
+Real Ray and real processes: workers and raylets are killed with signals, and only processes
+that descend from the test's own children are ever touched.
+"""
+import os
+import signal
+import subprocess
+import time
+from contextlib import suppress
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import yaml
+from conftest import REFINERY, REPO, run_cli
+from test_remote import BIN, free_port
+
+from refinery.io.corpus import Corpus
+from refinery.pipeline.engine import TASK_RETRIES, StageFailed, actor_map, stream_map
+
+pytestmark = pytest.mark.ray
+
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+STAGE_TASKS = ("ray::ReadParquet", "ray::MapBatches")  # titles of the workers running a stage's Ray Data tasks
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: command line} of every process below ``pid`` (a Ray worker's line is its title: ``ray::Task``)."""
+    children: dict[int, list] = {}
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        child, parent, *args = line.split(None, 2)
+        children.setdefault(int(parent), []).append((int(child), args[0] if args else ""))
+    found, todo = {}, [pid]
+    while todo:
+        for child, args in children.get(todo.pop(), []):
+            found[child] = args
+            todo.append(child)
+    return found
+
+
+def workers_running(pid: int, *titles: str) -> list[int]:
+    """Ray workers below ``pid`` running a task whose title starts with one of ``titles``."""
+    return [p for p, args in descendants(pid).items() if args.startswith(titles)]
+
+
+def refinery(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([REFINERY, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **RAY_ENV, **(env or {})}, cwd=REPO)
+
+
+def kill_workers(proc: subprocess.Popen, title: str, times: int) -> int:
+    """SIGKILL up to ``times`` of ``proc``'s Ray workers while they run a ``title`` task; how many died."""
+    killed: set[int] = set()
+    while proc.poll() is None and len(killed) < times:
+        for pid in workers_running(proc.pid, title):
+            if pid not in killed and len(killed) < times:
+                with suppress(ProcessLookupError):  # it may have finished its task and exited since
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+        time.sleep(0.05)
+    return len(killed)
+
+
+def zfilter_parts(out: Path) -> dict[str, pa.Table]:
+    return {part: Corpus.open(str(out / part)).read() for part in ("kept", "rejected")}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """200,000 synthetic pairs in 10 shards: a zfilter run on Ray takes several seconds of worker tasks."""
+    path = tmp_path_factory.mktemp("faults") / "synth"
+    run_cli("synth", "--rows", 200_000, "--shard-rows", 20_000, "--out", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus, tmp_path_factory) -> dict[str, pa.Table]:
+    """zfilter's kept and rejected rows from a local run: what every Ray run must give."""
+    out = tmp_path_factory.mktemp("faults") / "local"
+    run_cli("zfilter", corpus, "--out", out, "--engine", "local")
+    return zfilter_parts(out)
+
+
+def test_zfilter_on_ray_survives_a_killed_worker(corpus, uninterrupted, tmp_path):
+    """A worker killed while it maps a batch: the task is rerun and the rows equal a local run's."""
+    out = tmp_path / "z"
+    proc = refinery("zfilter", corpus, "--out", out, "--engine", "ray")
+    killed = kill_workers(proc, "ray::MapBatches", 1)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert killed == 1, "the run ended before a worker could be killed"
+    assert proc.returncode == 0, stdout + stderr
+    assert (out / "_SUCCESS").exists()
+    for part, table in zfilter_parts(out).items():
+        assert table.equals(uninterrupted[part]), part
+
+
+def test_zfilter_fails_in_one_line_naming_the_stage_when_retries_are_spent(corpus, uninterrupted, tmp_path):
+    """Every worker that picks up a batch is killed: the batch's task dies 1 + TASK_RETRIES times."""
+    out = tmp_path / "z"
+    proc = refinery("zfilter", corpus, "--out", out, "--engine", "ray")
+    killed = kill_workers(proc, "ray::MapBatches", 100)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and killed >= TASK_RETRIES + 1, (killed, stdout, stderr)
+    assert stderr.strip().splitlines()[-1].startswith(
+        f"error: stage zfilter: a Ray worker or node died running its batches, past {TASK_RETRIES} retries "
+        "(WorkerCrashedError: "), stderr
+    assert "Traceback" not in stdout + stderr
+    assert not (out / "_SUCCESS").exists() and not (out / "kept" / "manifest.json").exists()
+    proc = refinery("zfilter", corpus, "--out", out, "--engine", "ray")   # the rerun over what the failure left
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stdout + stderr
+    for part, table in zfilter_parts(out).items():
+        assert table.equals(uninterrupted[part]), part
+
+
+class RayNode:
+    """A ``ray start --block`` node on loopback: every process of the node is below ``proc``, and
+    killing the node's raylet makes ``ray start`` stop the rest of them and exit."""
+
+    def __init__(self, log: Path, *args):
+        self.log = log
+        with open(log, "w") as fh:
+            self.proc = subprocess.Popen(
+                [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+                 "--object-store-memory", str(300 << 20), "--dashboard-agent-listen-port", str(free_port()),
+                 "--disable-usage-stats", *args], stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV})
+        deadline = time.time() + 60
+        while "Ray runtime started" not in log.read_text():
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"ray start failed:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def kill_raylet(self) -> None:
+        for pid, args in descendants(self.proc.pid).items():
+            if args.split(" ", 1)[0].endswith("/raylet"):
+                os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        self.kill_raylet()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            for pid in descendants(self.proc.pid):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_two_node_job_whose_second_node_dies_mid_stage_never_marks_it_finished(corpus, uninterrupted, tmp_path):
+    """``refinery run`` on a head and a second node (one CPU each); the second node's raylet is
+    killed while a stage task runs there. The job completes on the head with the uninterrupted
+    rows, or fails in one line with the stage unmarked and the input stage intact, and its rerun
+    gives the uninterrupted rows."""
+    port = free_port()
+    head = RayNode(tmp_path / "head.log", "--head", "--port", str(port), "--include-dashboard=false")
+    second = None
+    try:
+        second = RayNode(tmp_path / "second.log", "--address", f"127.0.0.1:{port}")
+        spec = tmp_path / "pipeline.yaml"
+        spec.write_text(yaml.safe_dump({"input": {"paths": [str(corpus)]}, "stages": [{"zfilter": {}}]}))
+        out = tmp_path / "run"
+        job = ("run", spec, "--out", out, "--engine", "ray")
+        cluster = {"RAY_ADDRESS": f"127.0.0.1:{port}"}
+        proc = refinery(*job, env=cluster)
+        while proc.poll() is None and not workers_running(second.proc.pid, *STAGE_TASKS):
+            time.sleep(0.05)
+        assert proc.poll() is None, "the job ended before the second node ran a task"
+        second.kill_raylet()
+        assert second.proc.wait(30) != 0   # the node is gone: its ray start saw the raylet die and stopped the rest
+        stdout, stderr = proc.communicate(timeout=300)
+        if proc.returncode:
+            assert stderr.strip().splitlines()[-1].startswith("error: stage zfilter: "), stderr
+            assert "Traceback" not in stdout + stderr
+            assert not (out / "01-zfilter" / "_SUCCESS").exists() and (out / "00-input" / "_SUCCESS").exists()
+            proc = refinery(*job, env=cluster)
+            stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stdout + stderr
+        assert (out / "01-zfilter" / "_SUCCESS").exists()
+        for part, table in zfilter_parts(out / "01-zfilter").items():
+            assert table.equals(uninterrupted[part]), part
+    finally:
+        for node in (second, head):
+            if node is not None:
+                node.stop()
+
+
+@pytest.mark.parametrize("deaths", [1, TASK_RETRIES + 1], ids=["once", "past-the-budget"])
+def test_a_task_or_actor_whose_worker_dies_is_retried_up_to_the_budget(ray_local, tmp_path, deaths):
+    """A driver-side stream's task and an actor pool's actor whose process kills itself on its first
+    ``deaths`` attempts (each leaves a file named by its pid): one death is retried and gives every
+    row; 1 + TASK_RETRIES deaths end the stage with ``StageFailed`` naming it."""
+    table = pa.table({"text": ["a", "bb", "ccc"]})
+
+    def dying(attempts: Path):
+        def add_length(batch: pa.Table) -> pa.Table:
+            attempts.mkdir(exist_ok=True)
+            if len(list(attempts.iterdir())) < deaths:
+                (attempts / str(os.getpid())).touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return batch.append_column("n", pc.utf8_length(batch["text"]))
+        return add_length
+
+    class Length:
+        def __init__(self):
+            self.add_length = dying(tmp_path / "actor")
+
+        def __call__(self, batch: pa.Table) -> pa.Table:
+            return self.add_length(batch)
+
+    runs = {"task": lambda: list(stream_map(iter([table]), dying(tmp_path / "task"), engine="ray", stage="length"))[0],
+            "actor": lambda: actor_map(table, Length, {}, engine="ray", batch_size=len(table), desc="length")}
+    failed = (f"^stage length: a Ray worker or node died running its batches, past {TASK_RETRIES} retries "
+              "\\((WorkerCrashedError|ActorDiedError): ")
+    for path, run in runs.items():
+        if deaths <= TASK_RETRIES:
+            assert run().equals(table.append_column("n", pc.utf8_length(table["text"]))), path
+        else:
+            with pytest.raises(StageFailed, match=failed):
+                run()
+        assert len(list((tmp_path / path).iterdir())) == deaths, path
