@@ -30,7 +30,7 @@ from refinery.io.readers import ReadOptions, expand_paths
 from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
 from refinery.io.storage import AtomicDir, get_fs
-from refinery.pipeline.report import dict_table, page, topk_table, zplot_svg
+from refinery.pipeline.report import dict_table, label_prior_table, page, topk_table, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 
 
@@ -309,7 +309,7 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
             ("Summary", dict_table({k: v for k, v in summary.items() if k not in ("config", "label_prior")})),
             ("z-statistics (Gardner et al. 2021)", svg),
             ("Label prior (the null feature, in every row: a baseline, not a bias)",
-             dict_table(summary["label_prior"])),
+             label_prior_table(summary["label_prior"])),
             (f"Top {cfg.k} features per label", topk_table(topk)),
             ("Configuration", dict_table(cfg.to_dict())),
         ]))

@@ -135,6 +135,13 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{
 </head><body><h1>{html.escape(title)}</h1>{body}</body></html>"""
 
 
+def label_prior_table(label_prior: dict) -> str:
+    """The label shares the ``null`` feature measures, the prior p0 and z*(null, l), as an HTML table."""
+    rows = "".join(f"<tr><td>{html.escape(str(label))}</td><td>{v['share']:.1%}</td><td>{v['p0']:.3f}</td>"
+                   f"<td>{v['z']:.2f}</td></tr>" for label, v in label_prior.items())
+    return f"<table><tr><th>label</th><th>share of rows</th><th>prior p0</th><th>z*</th></tr>{rows}</table>"
+
+
 def terminal_label_prior(label_prior: dict) -> str:
     """The label shares the ``null`` feature measures, one line; z*(null, l) where p0 is not the share."""
     def cell(label, v):
