@@ -66,6 +66,7 @@ def ray_init(num_cpus: int | None = None):
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)   # its plan and progress notes stay in its log file
     # Parquet reads as plain retried tasks: the V2 reader lists files through actors that are not
     # restarted, so losing a node while it lists fails the read past any retry budget
     ctx.use_datasource_v2 = False
