@@ -12,6 +12,7 @@ import click
 
 from refinery.cli.options import (
     as_pipeline,
+    engine_option,
     feature_options,
     finished_mode_option,
     generator_options,
@@ -21,6 +22,8 @@ from refinery.cli.options import (
     precision_option,
     print_config_option,
     printing_config,
+    prior_option,
+    prompt_batch_option,
     task_model_options,
 )
 from refinery.io import corpus as corpus_mod
@@ -47,7 +50,8 @@ _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
 
 class RefineryCommand(click.Command):
     """A verb: its ``--io-timeout`` holds for every store call, its ``--out`` is checked before any work
-    (refinery writes only where it may: ``claim_output``), and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
+    (refinery writes only where it may: ``claim_output``), and its summary in ``refinery --help`` is its
+    docstring's first sentence, whole."""
 
     def invoke(self, ctx):
         if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
@@ -204,9 +208,7 @@ def _memory_budget_option(ctx, param, value):
 @click.option("--k", type=int, default=20, show_default=True, help="Top features per label.")
 @click.option("--min-count", type=int, default=10, show_default=True,
               help="Rows a feature must be in for its z* to be computed and ranked.")
-@click.option("--prior", type=click.Choice(["auto", "uniform", "empirical"]), default="auto", show_default=True,
-              help="p0 of z*: uniform (1/C), empirical (each label's share), or auto: uniform when every "
-                   "label's share is within 1.5x of 1/C, else empirical.")
+@prior_option
 @click.option("--alpha", type=float, default=0.01, show_default=True, help="Family-wise level (Bonferroni).")
 @click.option("--counting", type=click.Choice(["exact", "sketch"]), default="exact", show_default=True,
               help="Exact counts (spilling to disk past --memory-budget), or bounded-memory sketches.")
@@ -216,8 +218,7 @@ def _memory_budget_option(ctx, param, value):
 @click.option("--memory-budget", callback=_memory_budget_option,
               help="Exact counting: past this much memory, counts spill to disk and merge by partition "
                    "(8G, 512M, or a fraction of memory such as 0.5)  [default: half of memory]")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
+@engine_option
 @click.option("--update", "state", help="A previous audit folder: add INPUTS to its counts.")
 @finished_mode_option
 @feature_options
@@ -289,17 +290,14 @@ def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rat
 @click.option("--min-count", type=int, default=10, show_default=True,
               help="Rows of Z a feature must be in before it can be biased.")
 @click.option("--warmup", type=int, default=0, show_default=True, help="Accept all rows until Z holds this many.")
-@click.option("--prior", type=click.Choice(["auto", "uniform", "empirical"]), default="auto", show_default=True,
-              help="p0 of z*: uniform (1/C), empirical (each label's share), or auto: uniform when every "
-                   "label's share is within 1.5x of 1/C, else empirical.")
+@prior_option
 @click.option("--shuffle-seed", type=int, default=None, help="Shuffle the stream (the result depends on order).")
 @click.option("--seed-corpus", multiple=True, help="Z starts as this corpus (conditional filtering).")
 @click.option("--composition", "composition", type=click.Choice(["plain", "zaug", "parz", "seqz"]), default="plain",
               show_default=True, help="Wu et al. §4.2 with --original and --generated.")
 @click.option("--original", multiple=True, help="D0 for --composition.")
 @click.option("--generated", multiple=True, help="G for --composition.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
+@engine_option
 @mode_option
 @feature_options
 @print_config_option
@@ -583,9 +581,8 @@ def _label_map(spec: str) -> tuple[str, dict]:
 @click.option("--template", default=None, help="Prompt template over {text_a} {text_b} {label} {label_description}.")
 @click.option("--target-labels", default="own", show_default=True, help="own | all | A,B: labels to generate for.")
 @click.option("--limit", type=int, default=None, help="Use only the first N input rows.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Prompts per generator call.")
+@engine_option
+@prompt_batch_option
 @click.option("--actors", type=int, default=1, show_default=True, help="Ray Data actor pool size.")
 @click.option("--gpus-per-actor", type=float, default=0, show_default=True, help="GPUs each actor asks for.")
 @mode_option
@@ -623,9 +620,8 @@ def generate(inputs, out, template, target_labels, limit, engine, batch_size, ac
 @click.option("--verify", "verify_mode", type=click.Choice(["answer", "choice"]), default="answer", show_default=True,
               help="G_β: its answer must be exactly the label, or (transformers) the most likely label is taken.")
 @click.option("--verifier-model", help="A saved classifier as G_β instead of a second LLM call.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Prompts per generator call.")
+@engine_option
+@prompt_batch_option
 @mode_option
 @generator_options
 @print_config_option
@@ -681,9 +677,8 @@ def razor(inputs, out, score_only, top_k, candidates, rounds, dim, verify_mode, 
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of samples, draws and training.")
 @click.option("--backend", type=click.Choice(["transformers", "vllm"]), default="transformers", show_default=True,
               help="Generation backend for the fine-tuned generator.")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Prompts per generator call.")
+@engine_option
+@prompt_batch_option
 @click.option("--mode", type=click.Choice(["resume", "overwrite"]), default="resume", show_default=True,
               help="resume: continue from the last finished iteration in --out.")
 @precision_option

@@ -151,12 +151,28 @@ def task_model_options(f):
     return f
 
 
+def engine_option(f):
+    return click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                        help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")(f)
+
+
+def prompt_batch_option(f):
+    return click.option("--batch-size", type=int, default=16, show_default=True,
+                        help="Prompts per generator call.")(f)
+
+
+def prior_option(f):
+    return click.option("--prior", type=click.Choice(["auto", "uniform", "empirical"]), default="auto",
+                        show_default=True, help="p0 of z*: uniform (1/C), empirical (each label's share), or auto: "
+                        "uniform when every label's share is within 1.5x of 1/C, else empirical.")(f)
+
+
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                         show_default=True, help=MODE_HELP)(f)
 
 
-_INPUT_PARAMS = ("inputs", "train", "evals", "evaluate_on", "predictions", "weights_path")
+_INPUT_PARAMS = ("inputs", "train", "evals", "evaluate_on")   # the verbs' parameters that name corpora
 
 
 def finished_mode_option(f):
@@ -168,7 +184,7 @@ def finished_mode_option(f):
     @functools.wraps(f)
     def wrapper(*args, mode, **kwargs):
         ctx = click.get_current_context()
-        out, storage_options = kwargs["out"], _storage_options(ctx)
+        out, storage_options = kwargs["out"], parse_storage_options(ctx.params.get("storage_options"))
         stamp = command_fingerprint(ctx, storage_options)
         stored = read_marker(out, storage_options).get("command_fingerprint")
         if stored and mode == "error":
@@ -184,10 +200,6 @@ def finished_mode_option(f):
         return result
 
     return wrapper
-
-
-def _storage_options(ctx) -> dict:
-    return parse_storage_options(ctx.params.get("storage_options"))
 
 
 def command_fingerprint(ctx, storage_options: dict) -> str:

@@ -102,24 +102,21 @@ def on_store(url: str, operation: str):
         raise store_error(url, operation, e) from e
 
 
-def with_deadline(seconds: float, fn, *args) -> bool:
-    """``fn(*args)`` on a daemon thread, waited for at most ``seconds``; whether it finished without error.
-    For best-effort clean-up against a store that may not answer: an abandoned call ends with the process."""
+def with_deadline(seconds: float, fn, *args) -> None:
+    """``fn(*args)`` on a daemon thread, waited for at most ``seconds``, its errors dropped: best-effort
+    clean-up against a store that may not answer (an abandoned call ends with the process; what it did not
+    remove, the next run does)."""
     import threading
-
-    done = []
 
     def call():
         try:
             fn(*args)
-            done.append(True)
-        except Exception:  # noqa: BLE001 — best effort: the caller leaves what was not removed for the next run
+        except Exception:  # noqa: BLE001 — best effort: never mask the error that made the run clean up
             pass
 
     worker = threading.Thread(target=call, daemon=True, name="refinery-cleanup")
     worker.start()
     worker.join(seconds)
-    return bool(done)
 
 
 def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -234,15 +231,19 @@ def owned_files(fs, path: str) -> set[str]:
     """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote; for a folder
     written before markers existed, the files its corpus manifest lists."""
     for name, keys in ((OWNER_MARKER, ("files",)), (LEGACY_MANIFEST, ("files", "rejects"))):
-        marker = join(path, name)
-        if fs.exists(marker):
-            try:
-                with fs.open(marker, "r") as fh:
-                    body = json.load(fh)
-            except (ValueError, OSError):
-                continue
+        body = _json_file(fs, join(path, name))
+        if body is not None:
             return {name, *(f for key in keys for f in body.get(key, ()))}
     return set()
+
+
+def _json_file(fs, path: str) -> dict | None:
+    """The JSON object in ``path``, or None where there is no such file or it is not JSON."""
+    try:
+        with fs.open(path, "r") as fh:
+            return json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _marker_body(files, **extra) -> str:
@@ -252,11 +253,7 @@ def _marker_body(files, **extra) -> str:
 def read_marker(out: str, storage_options: dict | None = None) -> dict:
     """The body of refinery's marker in ``out`` ({} where there is none)."""
     fs, path = get_fs(out, storage_options)
-    try:
-        with fs.open(join(path, OWNER_MARKER), "r") as fh:
-            return json.load(fh)
-    except (FileNotFoundError, ValueError):
-        return {}
+    return _json_file(fs, join(path, OWNER_MARKER)) or {}
 
 
 def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
@@ -328,7 +325,8 @@ class AtomicDir:
         self.out = out.rstrip("/")
         self.fs, self.path = get_fs(self.out, storage_options)
         self.local = is_local(self.fs)
-        self.existing = claim_output(self.out, storage_options)
+        # an object store's folder is marked before the first file, so a cut run's files are ours to remove
+        (claim_output if self.local else claim_folder)(self.out, storage_options)
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self._written: set[str] = set()
         if self.local:
@@ -336,7 +334,6 @@ class AtomicDir:
             self.tmp = f"{self.path}.tmp-{os.getpid()}-{self.run_id}"
         else:
             self.tmp = self.path
-            claim_folder(self.out, storage_options)  # claimed before the first file: a cut run's are ours
         self.fs.makedirs(self.tmp, exist_ok=True)
 
     def versioned(self, name: str) -> str:
