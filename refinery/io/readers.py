@@ -708,21 +708,24 @@ def _raw_arrow(fs, path, opts, source) -> Iterator[tuple[pa.Table, object, pa.Ta
         except pa.ArrowInvalid as e:
             raise ValueError(f"{source}: not an Arrow IPC file or stream ({e})") from None
         batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if is_file else reader
-        yield from _numbered(_rebatched(batches, reader.schema, opts.batch_rows), reader.schema)
+        tables = (pa.Table.from_batches([rb], reader.schema) for rb in batches)
+        yield from _numbered(rebatch(tables, opts.batch_rows), reader.schema)
 
 
-def _rebatched(batches, schema: pa.Schema, rows: int) -> Iterator[pa.Table]:
-    """Record batches as tables of ``rows`` rows (the last one fewer)."""
-    pending, count = [], 0
-    for rb in batches:
-        pending.append(rb)
-        count += rb.num_rows
-        while count >= rows:
-            table = pa.Table.from_batches(pending, schema)
-            pending, count = table.slice(rows).to_batches(), count - rows
-            yield table.slice(0, rows)
-    if count:
-        yield pa.Table.from_batches(pending, schema)
+def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """Fixed-size batches (the last may be short) from a stream of tables."""
+    buf: list[pa.Table] = []
+    held = 0
+    for t in tables:
+        buf.append(t)
+        held += t.num_rows
+        while held >= size:
+            whole = pa.concat_tables(buf, promote_options="permissive")
+            yield whole.slice(0, size)
+            rest = whole.slice(size)
+            buf, held = ([rest] if rest.num_rows else []), rest.num_rows
+    if held:
+        yield pa.concat_tables(buf, promote_options="permissive")
 
 
 def _numbered(tables, schema: pa.Schema) -> Iterator[tuple[pa.Table, object, pa.Table]]:

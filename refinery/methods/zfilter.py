@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
-from refinery.core.counts import IncrementalCounts
+from refinery.core.counts import IncrementalCounts, label_totals as rows_per_label
 from refinery.core.features import FeatureConfig, row_feature_lists
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io.corpus import (
@@ -40,7 +40,7 @@ from refinery.io.corpus import (
     iter_input_batches,
     load,
 )
-from refinery.io.readers import ReadOptions
+from refinery.io.readers import ReadOptions, rebatch
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join, publishes_run
 from refinery.pipeline.engine import ParquetSource, stream_map
@@ -65,22 +65,6 @@ class ZFilterConfig:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "features": self.features.to_dict()}
-
-
-def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
-    """Fixed-size batches (the last may be short) from a stream of tables."""
-    buf: list[pa.Table] = []
-    held = 0
-    for t in tables:
-        buf.append(t)
-        held += t.num_rows
-        while held >= size:
-            whole = pa.concat_tables(buf, promote_options="permissive")
-            yield whole.slice(0, size)
-            rest = whole.slice(size)
-            buf, held = ([rest] if rest.num_rows else []), rest.num_rows
-    if held:
-        yield pa.concat_tables(buf, promote_options="permissive")
 
 
 def add_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
@@ -284,10 +268,10 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
             if b.rows.num_rows:
                 yield b.rows
 
-    label_totals = _label_counts(mapping, inputs, opts, seed_table, read_raw=config.prior == "auto")
+    whole = pa.concat_tables(list(rows()), promote_options="permissive") if config.shuffle_seed is not None else None
+    label_totals = _label_counts(mapping, inputs, opts, seed_table, read_raw=config.prior == "auto", whole=whole)
     labels = list(label_totals)
-    if config.shuffle_seed is not None:
-        whole = pa.concat_tables(list(rows()), promote_options="permissive")
+    if whole is not None:
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
         source = iter([whole.take(pa.array(order))])
     elif engine == "ray" and all(is_corpus(u, opts.storage_options) for u in inputs):
@@ -307,8 +291,8 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
             zf.seed(add_features(seed_table, config.features))
             kept_w.write(_tag(seed_table, "seed"))
             seeded = seed_table.num_rows
-            for l, c in zip(*np.unique(seed_table["label"].to_pylist(), return_counts=True)):
-                kept_by[l] += int(c)
+            for l, c in rows_per_label(seed_table["label"]).items():
+                kept_by[l] += c
         with tqdm(desc="zfilter", unit=" rows", disable=None) as bar:
             for batch in rebatch(with_features(source, config.features, engine, opts.batch_rows), config.batch_size):
                 keep, hits = zf.filter(batch)
@@ -340,28 +324,28 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     return write_report(result, out, config)
 
 
-def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool) -> dict:
+def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool, whole: pa.Table | None = None) -> dict:
     """Rows per label of the seed and the inputs, over the declared label set, else the labels present:
-    from a finished corpus's manifest, or a read of raw inputs. With a declared label set and not
-    ``read_raw``, raw inputs are not read (their labels count 0)."""
+    from the inputs already in memory (``whole``), a finished corpus's manifest, or a read of raw inputs
+    that computes no ids. With a declared label set and not ``read_raw``, raw inputs are not read (their
+    labels count 0)."""
     declared = mapping is not None and bool(mapping.label_set)
     counts = Counter(dict.fromkeys(mapping.label_set, 0) if declared else {})
     if seed_table is not None:
-        counts.update(_rows_per_label(seed_table["label"]))
+        counts.update(rows_per_label(seed_table["label"]))
+    if whole is not None:
+        counts.update(rows_per_label(whole["label"]))
+        return dict(sorted(counts.items()))
     raw = []
     for url in inputs:
         if is_corpus(url, opts.storage_options):
             counts.update(Corpus.open(url, opts.storage_options).manifest["labels"])
         else:
             raw.append(url)
-    for _, b in iter_input_batches(raw if read_raw or not declared else [], mapping, opts):
-        counts.update(_rows_per_label(b.rows["label"]))
+    unread = [] if declared and not read_raw else raw
+    for _, b in iter_input_batches(unread, mapping, dataclasses.replace(opts, row_ids=False)):
+        counts.update(rows_per_label(b.rows["label"]))
     return dict(sorted(counts.items()))
-
-
-def _rows_per_label(labels) -> dict:
-    values = pc.value_counts(labels)
-    return dict(zip(values.field("values").to_pylist(), values.field("counts").to_pylist()))
 
 
 def _summary(counts: IncrementalCounts, config: ZFilterConfig, prior: str, what: str) -> tuple[dict, str]:
@@ -445,7 +429,7 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
 
 def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> int:
     """Algorithm 1 over an in-memory table in batches; the number of rows kept (no outputs written)."""
-    label_totals = dict(sorted(_rows_per_label(table["label"]).items()))
+    label_totals = dict(sorted(rows_per_label(table["label"]).items()))
     zf = ZFilter(list(label_totals), config, label_totals)
     kept = 0
     for batch in rebatch(with_features(iter([table]), config.features), config.batch_size):
