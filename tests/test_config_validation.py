@@ -167,3 +167,10 @@ def test_weights_warn_when_a_few_rows_carry_the_weight(tmp_path, sick_like):
                       "--out", tmp_path / "w10")
     assert "warning" not in clipped.stderr
     assert low_ess_warning(np.ones(100), None) is None
+
+
+@pytest.mark.parametrize("flag, value", [("--batch-rows", "0"), ("--max-chars", "-1")])
+def test_read_options_are_refused_before_any_reading(tmp_path, flag, value):
+    proc = run_cli("convert", SNLI_HARD, "--preset", "snli", flag, value, "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 2 and f"must be a positive integer, got {value}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "o").exists()

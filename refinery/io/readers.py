@@ -81,6 +81,15 @@ class ReadOptions:
     row_ids: bool = True  # False: rows without an id column get a null id, not a content hash (a pass that reads no ids)
     csv_multiline: bool = False  # a CSV record whose quoted field runs over several lines is one row, not rejects
 
+    def __post_init__(self):
+        """Refuse what would break the reading later (a zero batch divides by zero), in the words of the configs."""
+        for name in ("batch_rows", "max_chars", "max_row_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.on_bad_row not in ("quarantine", "fail"):
+            raise ValueError(f"on_bad_row must be one of quarantine, fail, got {self.on_bad_row!r}")
+
 
 def data_extension(path: str) -> str:
     """The format extension of ``path`` once a compression suffix is removed (``x.jsonl.zst`` → ``.jsonl``)."""
