@@ -149,7 +149,7 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, re
     con.execute("CREATE OR REPLACE TABLE extra (row_id BIGINT, extra BIGINT)")
     labels = [r[0] for r in con.execute("SELECT label FROM label_set").fetchall()]
     n_rows = con.execute("SELECT count(*) FROM rows").fetchone()[0]
-    queries.run_script(con, "audac_token_rows", {"remove_stopwords": False})  # every token, for left_out
+    queries.run_script(con, "audac_token_rows")  # every token, for left_out
     every_token = token_stats(con, len(labels))
     before = every_token
     if config.remove_stopwords:

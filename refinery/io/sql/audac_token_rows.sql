@@ -1,5 +1,5 @@
 -- AUDAC token–row index: distinct tokens of each row, lowercased, punctuation removed,
--- pooled over both texts, stopwords (table `stopwords`) removed when $remove_stopwords.
+-- pooled over both texts (stopwords too: the caller removes them once it has ranked every token).
 CREATE OR REPLACE TABLE token_rows AS
 WITH tokens AS (
     SELECT row_id,
@@ -10,5 +10,4 @@ WITH tokens AS (
 )
 SELECT DISTINCT row_id, token
 FROM tokens
-WHERE token <> ''
-  AND NOT ($remove_stopwords AND token IN (SELECT word FROM stopwords));
+WHERE token <> '';
