@@ -26,7 +26,7 @@ from refinery.io.readers import (
     read_input,
 )
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
-from refinery.io.storage import AtomicDir, get_fs, redact
+from refinery.io.storage import AtomicDir, get_fs, on_store, redact
 
 MANIFEST = "manifest.json"
 FORMAT = "refinery.corpus/1"
@@ -192,9 +192,11 @@ class CorpusWriter:
         self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
         self.skipped = False
         self.manifest: dict | None = None
-        if self.fs.exists(posixpath.join(self.path, MANIFEST)):
+        with on_store(self.out, "looking for a finished corpus"):
+            finished = self.fs.exists(posixpath.join(self.path, MANIFEST))
+        if finished:
             if mode == "skip":
-                with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
+                with on_store(self.out, f"reading {MANIFEST}"), self.fs.open(posixpath.join(self.path, MANIFEST)) as fh:
                     stored = json.load(fh)
                 if stored.get("inputs") != self.inputs:
                     changed = sorted(set(stored.get("inputs") or {}) ^ set(self.inputs or {})) or \

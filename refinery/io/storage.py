@@ -334,7 +334,8 @@ class AtomicDir:
             self.tmp = f"{self.path}.tmp-{os.getpid()}-{self.run_id}"
         else:
             self.tmp = self.path
-        self.fs.makedirs(self.tmp, exist_ok=True)
+        with on_store(self.out, "making the output folder"):
+            self.fs.makedirs(self.tmp, exist_ok=True)
 
     def versioned(self, name: str) -> str:
         """The name a data file is published under: ``name`` locally, with the run id on object stores."""
