@@ -91,7 +91,7 @@ def child(mode: str, path: str, lg_k: int) -> dict:
         d = audit([path]).counter.counts().to_pydict()
         exact_counts = {(f, l): c for f, l, c in zip(d["feature"], d["label"], d["count"])}
         return {"time": t, "agree": all(exact_counts.get(k) == v for k, v in list(naive.items())[:200_000])}
-    config = AuditConfig(mode="exact" if mode == "exact-10m" else "sketch", sketch_lg_max_k=lg_k, min_count=1000,
+    config = AuditConfig(counting="exact" if mode == "exact-10m" else "sketch", sketch_lg_k=lg_k, min_count=1000,
                          k=50, sketch_recount=mode == "sketch")
     res = audit([path], config=config)
     return {"top": {l: [e["feature"] for e in es] for l, es in res.top_k(50).items()}, "rss_mb": peak_rss_mb()}

@@ -121,7 +121,7 @@ def planted(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["exact", "sketch"])
 def test_planted_tokens_recalled(planted, mode):
     path, spec = planted
-    res = audit([path], config=AuditConfig(mode=mode, k=10, sketch_lg_max_k=12))
+    res = audit([path], config=AuditConfig(counting=mode, k=10, sketch_lg_k=12))
     sets = res.stats.biased_sets(10)
     for word, (label, _) in spec.planted.items():
         assert f"{word}@hypothesis" in sets[label], (mode, word, res.top_k(10)[label])
@@ -129,7 +129,7 @@ def test_planted_tokens_recalled(planted, mode):
 
 def test_sketch_state_round_trip_and_bounds(planted):
     path, _ = planted
-    res = audit([path], config=AuditConfig(mode="sketch", sketch_lg_max_k=10))
+    res = audit([path], config=AuditConfig(counting="sketch", sketch_lg_k=10))
     from refinery.core.counts import counter_from_bytes
 
     again = counter_from_bytes(res.counter.to_bytes())
@@ -142,7 +142,7 @@ def test_sketch_recount_is_exact_on_its_candidates(planted):
     """Sketch mode's second pass: the candidates' counts equal exact counting, so their z* carry no
     sketch error, and the top-k matches exact where the one-pass estimates do not."""
     path, _ = planted
-    config = dict(mode="sketch", sketch_lg_max_k=14, min_count=100)
+    config = dict(counting="sketch", sketch_lg_k=14, min_count=100)
     exact = audit([path], config=AuditConfig(min_count=100))
     one_pass = audit([path], config=AuditConfig(**config, sketch_recount=False))
     two_pass = audit([path], config=AuditConfig(**config))
@@ -216,7 +216,7 @@ def test_counts_spilled_as_ids_then_merged_with_counted_tables():
     partition is then one merged file), counted further (a new run beside the merged files), then a
     saved counter merged in (counts as a table: the keyed runs are renamed to strings) and more batches
     counted: every sum equals the same counts held in memory."""
-    from refinery.core.counts import ExactCounts
+    from refinery.core.exact_counts import ExactCounts
     from refinery.io.corpus import load
 
     table, _ = load([SNLI_DEV], PRESETS["snli"])
@@ -256,7 +256,7 @@ def test_local_and_ray_identical(planted, ray_local):
 @pytest.mark.ray
 def test_sketch_recount_on_ray_is_exact(planted, ray_local):
     path, _ = planted
-    on_ray = audit([path], config=AuditConfig(mode="sketch", sketch_lg_max_k=12), engine="ray")
+    on_ray = audit([path], config=AuditConfig(counting="sketch", sketch_lg_k=12), engine="ray")
     exact = audit([path])
     exact_counts = {(f, l): c for f, l, c in zip(*exact.counter.counts().to_pydict().values())}
     recounted = on_ray.recounted.counts().to_pydict()

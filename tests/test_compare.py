@@ -24,7 +24,7 @@ def planted(tmp_path_factory):
 def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(planted, tmp_path):
     run_cli("zfilter", planted / "train", "--k", 20, "--out", tmp_path / "zf")
     # AUDAC's band must reach the planted words' frequency (about 6% of the rows each)
-    run_cli("upsample", planted / "train", "--k", 10, "--band", "0.01,0.2", "--iterations", 20, "--out", tmp_path / "up")
+    run_cli("upsample", planted / "train", "--k", 10, "--band-min", "0.01", "--band-max", "0.2", "--iterations", 20, "--out", tmp_path / "up")
     out = run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
                   "--train", f"upsample={tmp_path / 'up'}", "--eval", f"test={planted / 'test'}",
                   "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp").stdout

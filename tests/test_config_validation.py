@@ -48,7 +48,7 @@ def sick_like(tmp_path_factory):
     (lambda: AuditConfig(min_count=0), "min_count must be a positive integer, got 0"),
     (lambda: AuditConfig(alpha=1.5), r"alpha must be a number in \(0, 1\), got 1.5"),
     (lambda: AuditConfig(prior="emprical"), "prior must be one of auto, uniform, empirical, got 'emprical'"),
-    (lambda: AuditConfig(mode="fast"), "mode must be one of exact, sketch, got 'fast'"),
+    (lambda: AuditConfig(counting="fast"), "counting must be one of exact, sketch, got 'fast'"),
     (lambda: AuditConfig(probe_folds=1), "probe_folds must be an integer of at least 2, got 1"),
     (lambda: AuditConfig(memory_budget="lots"), "memory budget 'lots'"),
     (lambda: FeatureConfig(families=("unigram", "trigram")), "families must be a non-empty list of unigram"),
@@ -56,14 +56,14 @@ def sick_like(tmp_path_factory):
     (lambda: ZFilterConfig(warmup=-1), "warmup must be a non-negative integer, got -1"),
     (lambda: ZFilterConfig(k="5"), "k must be a positive integer, got '5'"),
     (lambda: ZFilterConfig(shuffle_seed=-1), "shuffle_seed must be a non-negative integer or none, got -1"),
-    (lambda: ComposeConfig(kind="zsum"), "kind must be one of zaug, parz, seqz, got 'zsum'"),
+    (lambda: ComposeConfig(composition="zsum"), "composition must be one of zaug, parz, seqz, got 'zsum'"),
     (lambda: UpsampleConfig(step=0), r"step must be a number in \(0, 1\], got 0"),
     (lambda: UpsampleConfig(band_min=0.02, band_max=0.002), "band_min must be less than band_max, got 0.02 and 0.002"),
     (lambda: UpsampleConfig(band_min=-1), "band_min must be a number ≥ 0, got -1"),
     (lambda: WeightsConfig(clip=0.5), "clip must be a number > 1 or none, got 0.5"),
     (lambda: WeightsConfig(folds=1), "folds must be an integer of at least 2, got 1"),
     (lambda: WeightsConfig(features="fancy"), "features must be one of basic, advanced, got 'fancy'"),
-    (lambda: ForestConfig(n_estimators=0), "n_estimators must be a positive integer, got 0"),
+    (lambda: ForestConfig(trees=0), "trees must be a positive integer, got 0"),
     (lambda: GraphConfig(node_key="qid"), "node_key must be one of auto, id, text, got 'qid'"),
     (lambda: ConfidenceConfig(tau=1.0, model="ngram"), r"tau must be a number in \[0, 1\), got 1.0"),
     (lambda: RazorConfig(verify_mode="vote"), "verify_mode must be one of answer, choice, got 'vote'"),
@@ -83,7 +83,8 @@ def test_every_config_rejects_a_bad_value_naming_key_value_and_what_is_allowed(b
     (["audit", "--k", "-5"], "k must be a positive integer, got -5"),
     (["audit", "--k", "0"], "k must be a positive integer, got 0"),
     (["zfilter", "--batch-size", "0"], "batch_size must be a positive integer, got 0"),
-    (["upsample", "--band", "0.02,0.002"], "band_min must be less than band_max, got 0.02 and 0.002"),
+    (["upsample", "--band-min", "0.02", "--band-max", "0.002"],
+     "band_min must be less than band_max, got 0.02 and 0.002"),
 ])
 def test_cli_bad_value_is_one_line_before_any_work(tmp_path, args, message):
     proc = run_cli(args[0], SNLI_DEV, "--preset", "snli", *args[1:], "--out", tmp_path / "o", check=False)
@@ -150,8 +151,10 @@ def test_upsample_names_the_top_tokens_its_band_and_stopwords_leave_out(tmp_path
     why = {e["token"]: e["reason"] for e in report["left_out"]}
     assert why["outside"] == "n outside the band 40–393" and why["for"].startswith("a stopword")
     assert report["band"] == [40, 393] and report["band_hint"] == "0.002,0.0609"
-    assert "left out of the top 10 tokens by z*" in out and "--band 0.002,0.0609 would take in" in out
-    run_cli("upsample", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--band", report["band_hint"],
+    assert "left out of the top 10 tokens by z*" in out
+    assert "--band-min 0.002 --band-max 0.0609 would take in" in out
+    lower, upper = report["band_hint"].split(",")
+    run_cli("upsample", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--band-min", lower, "--band-max", upper,
             "--out", tmp_path / "wider")
     wider = json.loads((tmp_path / "wider" / "report" / "report.json").read_text())
     assert "outside" in wider["tokens"] and wider["band_hint"] is None

@@ -175,7 +175,7 @@ def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):
 def test_leakage_stage_scores_the_pipelines_named_splits(tmp_path):
     spec = tmp_path / "p.yaml"
     spec.write_text(yaml.safe_dump({"input": {"splits": {"train": SNLI_HARD, "test": SNLI_HARD}, "preset": "snli"},
-                                    "stages": [{"leakage": {"forest": {"n_estimators": 20}}}, {"zfilter": {"k": 5}}]}))
+                                    "stages": [{"leakage": {"forest": {"trees": 20}}}, {"zfilter": {"k": 5}}]}))
     printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
     report = json.loads((tmp_path / "o" / "01-leakage" / "report.json").read_text())
     assert report["rows"] == {"train": 3261, "test": 3261} and report["test_split"] == "test"
@@ -192,7 +192,7 @@ def test_generation_pipeline_composes_generated_rows_with_the_filtered_original(
     spec.write_text(yaml.safe_dump({
         "input": {"paths": [SNLI_HARD], "preset": "snli"},
         "stages": [{"generate": {"limit": 6, "sampling": {"max_new_tokens": 24}, "batch_size": 6}},
-                   {"compose": {"kind": "seqz", "original": ["input"], "zfilter": {"k": 5, "min_count": 5}}}]}))
+                   {"compose": {"composition": "seqz", "original": ["input"], "zfilter": {"k": 5, "min_count": 5}}}]}))
     printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert printed.count("(ok)") == 3 and "MISMATCH" not in printed
     generated = Corpus.open(str(tmp_path / "o" / "01-generate")).read()
@@ -216,7 +216,7 @@ def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
     pipeline = {"input": {"splits": {"hard": "s3://bucket/raw/snli_hard.jsonl"}, "preset": "snli"},
                 "stages": [{"audit": {"k": 10}}, {"zfilter": {"k": 10, "batch_size": 500}},
                            {"confidence": {"model": "ngram", "folds": 3, "tau": 0.2}},
-                           {"weights": {"folds": 3, "forest": {"n_estimators": 20}}}]}
+                           {"weights": {"folds": 3, "forest": {"trees": 20}}}]}
     (s3.root / "bucket" / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
     port, dash = free_port(), free_port()
     env = {**os.environ, **s3.env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}

@@ -1,4 +1,5 @@
-"""Option groups shared by the verbs, and ``--print-config`` (a verb as a one-stage pipeline file)."""
+"""Options shared by the verbs: the input's, the engine, ``--mode``, the task model's, and a verb's pipeline
+as a file to save (``--print-config``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +10,6 @@ import os
 import click
 
 from refinery.io.corpus import OutputExists, input_fingerprints
-from refinery.io.readers import ReadOptions
-from refinery.io.schema import PRESETS, resolve_mapping
 from refinery.io.storage import (
     CONNECT_TIMEOUT,
     IO_TIMEOUT,
@@ -19,98 +18,52 @@ from refinery.io.storage import (
     read_marker,
     stamp_marker,
 )
+from refinery.pipeline.engine import ENGINES
 
 
 def input_options(f):
-    """Options shared by every verb that reads a corpus."""
-    options = [
-        click.option("--preset", type=click.Choice(list(PRESETS)),
-                     help="Column mapping of a known release (see README, 'Bringing your own data')."),
-        click.option("--csv-multiline", is_flag=True,
-                     help="Let a quoted CSV field span lines (one record); by default each such line is a reject."),
-        click.option("--map", "mapping", metavar="text_a=COL,text_b=COL,label=COL,id=COL",
-                     help="Explicit column mapping."),
-        click.option("--labels", metavar="A,B,C", help="Declared label set (rows outside it are rejected)."),
-        click.option("--on-bad-row", type=click.Choice(["quarantine", "fail"]), default="quarantine",
-                     show_default=True, help="Quarantine bad rows in rejects, or fail naming file and line."),
-        click.option("--max-chars", type=int, default=20_000, show_default=True,
-                     help="Reject rows whose text is longer."),
-        click.option("--batch-rows", type=int, default=65_536, show_default=True,
-                     help="Rows read per batch (memory grows with it)."),
-        click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
-                     help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000)."),
-        click.option("--io-timeout", type=click.FloatRange(min=0, min_open=True), default=IO_TIMEOUT,
-                     show_default=True, envvar="REFINERY_IO_TIMEOUT",
-                     help=f"Seconds an object store may take to answer a read; each call is tried "
-                          f"{STORE_ATTEMPTS} times, connections time out after {CONNECT_TIMEOUT:g} s."),
-    ]
-    for option in reversed(options):
-        f = option(f)
+    """The input options (``InputSpec``'s fields) of a verb that reads corpora, given to it as ``mapping`` and
+    ``opts``."""
+    from refinery.cli.config_options import config_options, given
+    from refinery.pipeline.config import InputSpec, from_dict
+
+    f = io_timeout_option(f)
 
     @functools.wraps(f)
-    def wrapper(*args, preset, csv_multiline, mapping, labels, on_bad_row, max_chars, batch_rows, storage_options,
-                io_timeout, **kwargs):
+    def wrapper(*args, io_timeout, **kwargs):
         del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
         try:
-            kwargs["mapping"] = resolve_mapping(preset, mapping, labels)
-            kwargs["opts"] = ReadOptions(batch_rows=batch_rows, max_chars=max_chars, on_bad_row=on_bad_row,
-                                         storage_options=parse_storage_options(storage_options),
-                                         csv_multiline=csv_multiline)
+            spec = from_dict(InputSpec, given(InputSpec, kwargs, "in"), where="input")
+            kwargs["mapping"], kwargs["opts"] = spec.mapping(), spec.read_options()
         except ValueError as e:
             raise click.UsageError(str(e)) from None
-        # for --print-config's pipeline input: the preset by name (the Mapping has lost it), else the parsed map
-        parsed = kwargs["mapping"]
-        click.get_current_context().meta[_INPUT_ARGS] = {
-            "preset": preset, "map": dict(parsed.columns) if mapping else None,
-            "labels": list(parsed.label_set) if labels else None, "on_bad_row": on_bad_row, "max_chars": max_chars,
-            "batch_rows": batch_rows, "csv_multiline": csv_multiline or None,
-            "storage_options": kwargs["opts"].storage_options or None}
         return f(*args, **kwargs)
 
-    return wrapper
+    return config_options(InputSpec, "in")(wrapper)
 
 
-_INPUT_ARGS = "refinery.input_args"
-_PRINT_CONFIG = "refinery.print_config"
+io_timeout_option = click.option(
+    "--io-timeout", type=click.FloatRange(min=0, min_open=True), default=IO_TIMEOUT, show_default=True,
+    envvar="REFINERY_IO_TIMEOUT", help=f"Seconds an object store may take to answer a read; each call is tried "
+                                       f"{STORE_ATTEMPTS} times, connections time out after {CONNECT_TIMEOUT:g} s.")
 
 
-def print_config_option(f):
-    """``--print-config``: print the verb as a one-stage pipeline file (same config keys) and exit."""
-    def remember(ctx, _param, value):
-        ctx.meta[_PRINT_CONFIG] = value
-
-    return click.option("--print-config", is_flag=True, expose_value=False, callback=remember,
-                        help="Print this command line as a pipeline file for `refinery run`, and exit.")(f)
-
-
-def printing_config() -> bool:
-    """Whether this command line was given ``--print-config``."""
-    return bool(click.get_current_context().meta.get(_PRINT_CONFIG))
-
-
-def as_pipeline(stage: str, config, inputs, out: str, engine: str = "local") -> None:
-    """With ``--print-config``: print ``stage`` with ``config`` over ``inputs`` (paths, or {split: path})
-    as a pipeline file and exit; otherwise return and let the verb run."""
-    if not printing_config():
-        return
-    ctx = click.get_current_context()
-    from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec
-    from refinery.pipeline.stage import stage_class
-
-    given = {k: v for k, v in ctx.meta[_INPUT_ARGS].items() if v is not None}
-    if "storage_options" in given:  # credentials never printed: the file reads them from the environment
-        given["storage_options"] = _secrets_as_variables(given["storage_options"])
-
-    def absolute(path):  # the file may be saved anywhere: relative paths would move with it
+def printable_pipeline(spec, references: tuple = ()) -> str:
+    """``spec`` as a pipeline file to save anywhere: paths absolute (the stage's ``references`` fields too),
+    credentials as ``${REFINERY_<NAME>}`` variables."""
+    def absolute(path):
         return path if "://" in path else os.path.abspath(path)
 
-    where = {"splits": {s: [absolute(p) for p in ps] for s, ps in inputs.items()}} if isinstance(inputs, dict) \
-        else {"paths": [absolute(p) for p in inputs]}
-    refs = stage_class(stage).references   # fields naming corpora: on the command line always paths
-    config = dataclasses.replace(config, **{f: tuple(absolute(p) for p in getattr(config, f)) for f in refs})
-    spec = PipelineSpec(InputSpec(**where, **given), [StageSpec(stage, config)], absolute(out), engine)
-    click.echo(spec.to_yaml(), nl=False)
-    ctx.exit(0)
+    spec_in = spec.input
+    changes = {"splits": {s: [absolute(p) for p in ([ps] if isinstance(ps, str) else ps)]
+                          for s, ps in spec_in.splits.items()},
+               "paths": [absolute(p) for p in spec_in.paths],
+               "storage_options": _secrets_as_variables(spec_in.storage_options)}
+    stages = [dataclasses.replace(s, config=dataclasses.replace(s.config, **{
+        f: tuple(absolute(p) for p in getattr(s.config, f)) if isinstance(getattr(s.config, f), tuple)
+        else absolute(getattr(s.config, f)) for f in references if getattr(s.config, f)})) for s in spec.stages]
+    return dataclasses.replace(spec, input=dataclasses.replace(spec_in, **changes), stages=stages,
+                               out=absolute(spec.out) if spec.out else None).to_yaml()
 
 
 def _secrets_as_variables(options: dict) -> dict:
@@ -152,19 +105,8 @@ def task_model_options(f):
 
 
 def engine_option(f):
-    return click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+    return click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
                         help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")(f)
-
-
-def prompt_batch_option(f):
-    return click.option("--batch-size", type=int, default=16, show_default=True,
-                        help="Prompts per generator call.")(f)
-
-
-def prior_option(f):
-    return click.option("--prior", type=click.Choice(["auto", "uniform", "empirical"]), default="auto",
-                        show_default=True, help="p0 of z*: uniform (1/C), empirical (each label's share), or auto: "
-                        "uniform when every label's share is within 1.5x of 1/C, else empirical.")(f)
 
 
 def mode_option(f):
@@ -225,116 +167,3 @@ def _as_tuple(value) -> tuple:
     return () if value is None else (value,) if isinstance(value, str) else tuple(value)
 
 
-def feature_options(f):
-    """Feature families and tokenization shared by the audit and the methods built on it."""
-    options = [
-        click.option("--features", "families", default="unigram,bigram,null", show_default=True,
-                     help="Feature families: unigram,bigram,length,ratio,overlap,null,hypo-only (or 'all')."),
-        click.option("--stopwords/--keep-stopwords", default=False, help="Remove English stopwords."),
-        click.option("--strip-punct/--keep-punct", default=False, help="Remove punctuation tokens."),
-        click.option("--no-lowercase", is_flag=True, help="Keep case."),
-        click.option("--field-names", metavar="NAME_A,NAME_B",
-                     help="Names of text_a and text_b in feature keys (w@hypothesis)  [default: the preset's, "
-                          "else premise,hypothesis]"),
-    ]
-    for option in reversed(options):
-        f = option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, families, stopwords, strip_punct, no_lowercase, field_names, **kwargs):
-        from refinery.core.features import FAMILIES, FeatureConfig, TokenizerOptions
-
-        fams = FAMILIES if families == "all" else tuple(x.strip() for x in families.split(",") if x.strip())
-        preset = PRESETS.get((kwargs.get("preset") or "").lower())
-        names = tuple(field_names.split(",")) if field_names else preset.field_names if preset else None
-        single = {"single_field_name": names[0]} if preset and not field_names and "text_b" not in preset.columns \
-            else {}
-        try:
-            kwargs["feature_config"] = FeatureConfig(
-                families=fams, tokenizer=TokenizerOptions(not no_lowercase, strip_punct, stopwords),
-                **({"field_names": names} if names else {}), **single)
-        except ValueError as e:
-            raise click.UsageError(str(e)) from None
-        return f(*args, **kwargs)
-
-    return wrapper
-
-
-def graph_options(f):
-    """The sentence graph and the forest of the leakage verbs (Zhang et al. 2019)."""
-    options = [
-        click.option("--input", "inputs", multiple=True, required=True, metavar="SPLIT=PATH",
-                     help="A split of the corpus (repeat: --input train=… --input test=…)."),
-        click.option("--node-key", type=click.Choice(["auto", "id", "text"]), default="auto", show_default=True,
-                     help="Sentence identity: given ids (node_a/node_b), normalized text, or ids where present."),
-        click.option("--graph", "graph_scope", type=click.Choice(["transductive", "inductive"]),
-                     default="transductive", show_default=True,
-                     help="One graph over all splits (the paper's setting) or one per split."),
-        click.option("--multigraph/--simple-graph", default=True, show_default=True,
-                     help="Duplicate pairs as parallel edges (the reference code) or collapsed."),
-        click.option("--trees", type=int, default=100, show_default=True, help="Random forest size."),
-        click.option("--seed", type=int, default=0, show_default=True,
-                     help="Seed of the random forest (and of the folds of weights)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, inputs, node_key, graph_scope, multigraph, trees, seed, **kwargs):
-        from refinery.io.queries import split_specs
-        from refinery.methods.leakage import ForestConfig, GraphConfig
-
-        try:
-            kwargs["inputs"] = split_specs(inputs)
-        except ValueError as e:
-            raise click.UsageError(str(e)) from None
-        kwargs["graph"] = GraphConfig(node_key=node_key, transductive=graph_scope == "transductive",
-                                      multigraph=multigraph)
-        kwargs["forest"] = ForestConfig(n_estimators=trees, seed=seed)
-        return f(*args, **kwargs)
-
-    return wrapper
-
-
-def generator_options(f):
-    """Backend, model and sampling of the generator verbs."""
-    options = [
-        click.option("--backend", type=click.Choice(["transformers", "vllm", "openai"]), default="transformers",
-                     show_default=True, help="Where texts are generated: in process, vLLM, or an OpenAI-compatible "
-                                             "endpoint (--base-url)."),
-        click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True,
-                     help="The generator: a model name or folder."),
-        click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (openai)."),
-        click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-                     help="Environment variable holding the endpoint's key (openai)."),
-        click.option("--no-chat", is_flag=True, help="Send raw prompts, not the chat template's user turn."),
-        click.option("--temperature", type=float, default=0.7, show_default=True,
-                     help="Softmax temperature (0: greedy)."),
-        click.option("--top-p", type=float, default=0.9, show_default=True,
-                     help="Nucleus sampling's probability mass."),
-        click.option("--max-new-tokens", type=int, default=48, show_default=True,
-                     help="Longest generation, in tokens."),
-        click.option("--n", "num", type=int, default=1, show_default=True, help="Samples per prompt."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling."),
-        click.option("--tensor-parallel", type=int, default=1, show_default=True, help="vLLM tensor parallel size."),
-        click.option("--max-num-seqs", type=int, default=64, show_default=True, help="vLLM batch limit."),
-        click.option("--enforce-eager", is_flag=True,
-                     help="vLLM: run eagerly, without graph capture or compilation (faster start, slower steps)."),
-        click.option("--cache-dir", help="Prompt-hash cache of answers (openai)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, backend, model_name, base_url, api_key_env, no_chat, temperature, top_p, max_new_tokens, num,
-                seed, tensor_parallel, max_num_seqs, enforce_eager, cache_dir, **kwargs):
-        from refinery.models.generate import Backend, Sampling
-
-        if backend == "openai" and not base_url:
-            raise click.UsageError("--backend openai needs --base-url")
-        kwargs.update(backend=Backend(backend, model_name, not no_chat, base_url, api_key_env, cache_dir,
-                                      tensor_parallel, max_num_seqs, enforce_eager),
-                      sampling=Sampling(temperature, top_p, max_new_tokens, num, seed))
-        return f(*args, **kwargs)
-
-    return wrapper

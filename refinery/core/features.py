@@ -9,7 +9,7 @@ Families: ``unigram``, ``bigram`` (per field: ``w@hypothesis``, ``w1 w2@premise`
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -55,9 +55,10 @@ def split_words(texts: pa.Array) -> pa.ListArray:
 
 @dataclass(frozen=True)
 class TokenizerOptions:
-    lowercase: bool = True
-    remove_punctuation: bool = False
-    remove_stopwords: bool = False
+    lowercase: bool = setting(True, help="Lowercase the text first.")
+    remove_punctuation: bool = setting(False, help="Remove punctuation tokens.", option="--strip-punct/--keep-punct")
+    remove_stopwords: bool = setting(False, help="Remove English stopwords (negations stay).",
+                                     option="--stopwords/--keep-stopwords")
 
     def tokenize(self, texts) -> pa.ListArray:
         """Split on whitespace and punctuation (punctuation marks become tokens unless removed)."""
@@ -75,24 +76,37 @@ class TokenizerOptions:
 
 @dataclass(frozen=True)
 class FeatureConfig:
-    families: tuple = setting(DEFAULT_FAMILIES, each_of(*FAMILIES), "Feature families (METHODS §1).")
+    families: tuple = setting(DEFAULT_FAMILIES, each_of(*FAMILIES), f"Feature families: {', '.join(FAMILIES)} "
+                              "(or all).", option="--features", parse=lambda v: FAMILIES if v.strip() == "all" else
+                              tuple(x.strip() for x in v.split(",") if x.strip()), metavar="A,B,…")
     tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
-    field_names: tuple = setting(("premise", "hypothesis"), Allowed(
-        lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(map(NOT_EMPTY.test, v)) and v[0] != v[1],
-        "two different names"), "Names of text_a and text_b in feature keys (w@hypothesis).")
-    single_field_name: str = setting("text", NOT_EMPTY, "Name of the one text in the keys of single-text corpora.")
+    field_names: tuple | None = setting(None, Allowed(
+        lambda v: v is None or isinstance(v, (list, tuple)) and len(v) == 2 and all(map(NOT_EMPTY.test, v))
+        and v[0] != v[1], "two different names or none"),
+        "Names of text_a and text_b in feature keys (w@hypothesis); none: the preset's, else premise,hypothesis.",
+        metavar="NAME_A,NAME_B")
+    single_field_name: str | None = setting(None, NOT_EMPTY.or_none(), "Name of the one text in the keys of "
+                                            "single-text corpora; none: the preset's, else text.")
 
     def __post_init__(self):
         validate(self)
 
     def to_dict(self) -> dict:
         return {"families": list(self.families), "tokenizer": self.tokenizer.__dict__,
-                "field_names": list(self.field_names), "single_field_name": self.single_field_name}
+                "field_names": list(self.field_names) if self.field_names else None,
+                "single_field_name": self.single_field_name}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FeatureConfig":
-        return cls(tuple(d["families"]), TokenizerOptions(**d["tokenizer"]), tuple(d["field_names"]),
-                   d["single_field_name"])
+        return cls(tuple(d["families"]), TokenizerOptions(**d["tokenizer"]),
+                   tuple(d["field_names"]) if d.get("field_names") else None, d.get("single_field_name"))
+
+    def named(self, field_names: tuple | None, single_text: bool = False) -> "FeatureConfig":
+        """This config with the names it leaves open taken from the input's preset (``field_names``)."""
+        if not field_names or self.field_names:
+            return self
+        return replace(self, field_names=tuple(field_names),
+                       single_field_name=self.single_field_name or (field_names[0] if single_text else None))
 
 
 def _as_array(x) -> pa.Array:
@@ -154,8 +168,9 @@ def _overlap_share(tok_a: pa.ListArray, tok_b: pa.ListArray) -> np.ndarray:
 def text_fields(table: pa.Table, config: FeatureConfig) -> list[tuple[str, str]]:
     """(column, feature suffix) of each text field: premise and hypothesis, or the one text."""
     if not is_pair(table):
-        return [("text_a", config.single_field_name)]
-    return [("text_a", config.field_names[0]), ("text_b", config.field_names[1])]
+        return [("text_a", config.single_field_name or "text")]
+    a, b = config.field_names or ("premise", "hypothesis")
+    return [("text_a", a), ("text_b", b)]
 
 
 class _LazyTokens(dict):

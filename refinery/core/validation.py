@@ -20,9 +20,10 @@ class Allowed:
 
     test: Callable[[Any], bool]
     text: str
+    choices: tuple | None = None   # the values, when they are a short list (a CLI offers them as choices)
 
     def or_none(self) -> "Allowed":
-        return Allowed(lambda v: v is None or self.test(v), f"{self.text} or none")
+        return Allowed(lambda v: v is None or self.test(v), f"{self.text} or none", self.choices)
 
 
 def _is_int(v) -> bool:
@@ -53,7 +54,7 @@ def number_in(low: float | None = None, high: float | None = None, *, open_low: 
 
 
 def one_of(*choices) -> Allowed:
-    return Allowed(lambda v: v in choices, f"one of {', '.join(map(str, choices))}")
+    return Allowed(lambda v: v in choices, f"one of {', '.join(map(str, choices))}", choices)
 
 
 def each_of(*choices) -> Allowed:
@@ -68,10 +69,13 @@ NOT_EMPTY = Allowed(lambda v: isinstance(v, str) and v.strip() != "", "a non-emp
 
 
 def setting(default=dataclasses.MISSING, allowed: Allowed | None = None, help: str = "", *,
-            default_factory=dataclasses.MISSING):
-    """A dataclass field whose metadata holds what it accepts and its help line."""
+            default_factory=dataclasses.MISSING, **cli):
+    """A dataclass field whose metadata holds what it accepts, its help line, and how a command line gives it
+    (``cli``: ``option="--name"`` or a flag pair ``"--on/--off"``, ``multiple=True`` for a repeated option
+    instead of a comma-separated list, ``parse=`` a function of the option's text, ``prefix=`` for the
+    options of a nested config, ``hidden=True`` for a field with no option; see ``refinery.cli.config_options``)."""
     return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={"allowed": allowed, "help": help})
+                             metadata={"allowed": allowed, "help": help, **cli})
 
 
 def validate(config) -> None:

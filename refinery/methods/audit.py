@@ -17,36 +17,47 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
-from refinery.core.counts import (
-    ExactCounts,
-    counter_from_bytes,
-    make_counter,
-)
+from refinery.core.counts import counter_from_bytes, make_counter
+from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.features import FeatureConfig
-from refinery.core.validation import OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
+from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
-from refinery.io.readers import ReadOptions, expand_paths
+from refinery.io.inputs import expand_paths
+from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
-from refinery.io.storage import AtomicDir, get_fs
-from refinery.pipeline.report import dict_table, label_prior_table, page, topk_table, zplot_svg
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.io.storage import AtomicDir, get_fs, join
+from refinery.pipeline.report import (
+    dict_table,
+    label_prior_table,
+    page,
+    terminal_label_prior,
+    terminal_topk,
+    topk_table,
+    zplot_svg,
+)
+from refinery.pipeline.engine import check_engine
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 
 @dataclass
 class AuditConfig:
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    mode: str = setting("exact", one_of("exact", "sketch"), "Counting: exact, or bounded-memory sketches.")
+    counting: str = setting("exact", one_of("exact", "sketch"), "Exact counts (spilling to disk past "
+                            "memory_budget), or bounded-memory sketches.")
     prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP)
     min_count: int = setting(10, at_least(1), "Rows a feature must be in for its z* to be computed.")
     alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the Bonferroni-corrected threshold.")
     k: int = setting(20, at_least(1), "Top features per label.")
     probe_folds: int = setting(5, at_least(2), "Folds of the cross-fitted hypothesis-only probe (hypo-only).")
-    sketch_lg_max_k: int = setting(16, at_least(3), "Sketch mode: log2 of the frequent-items map size.")
-    sketch_recount: bool = setting(True, help="Sketch mode: a second pass counts the sketches' candidates exactly.")
-    memory_budget: str | None = setting(None, help="Exact mode: spill counts to disk past this "
+    sketch_lg_k: int = setting(16, at_least(3), "Sketch counting: log2 of the frequent-items map size.")
+    sketch_recount: bool = setting(True, help="Sketch counting: a second pass counts the sketches' candidates "
+                                              "exactly.")
+    memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
                                                    "(8G, 512M, 0.5 of memory; none: half).")
+    update: str | None = setting(None, NOT_EMPTY.or_none(), "A previous audit's folder: add the input to its "
+                                 "counts (an incremental audit).")
 
     def __post_init__(self):
         validate(self)
@@ -61,6 +72,11 @@ class AuditConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "AuditConfig":
         return cls(**{**d, "features": FeatureConfig.from_dict(d["features"])})
+
+    @property
+    def counter_kind(self) -> tuple:
+        """What a saved state must share with an update of it."""
+        return self.features, self.counting
 
 
 @dataclass
@@ -97,9 +113,9 @@ def _counter(config: AuditConfig, only: pa.Array | None = None):
     """The configured counter; exact counts of just the features ``only`` in the recount pass."""
     if only is not None:
         return ExactCounts(only)
-    if config.mode == "sketch":
-        return make_counter("sketch", lg_max_k=config.sketch_lg_max_k)
-    return make_counter(config.mode, memory_budget=memory_budget(config.memory_budget))
+    if config.counting == "sketch":
+        return make_counter("sketch", lg_max_k=config.sketch_lg_k)
+    return make_counter(config.counting, memory_budget=memory_budget(config.memory_budget))
 
 
 def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Array | None = None):
@@ -208,24 +224,24 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-          config: AuditConfig = AuditConfig(), engine: str = "local", state: str | None = None) -> AuditResult:
-    """Count features over ``inputs`` (added to a saved ``state`` if given) and compute z-statistics.
+          config: AuditConfig = AuditConfig(), engine: str = "local") -> AuditResult:
+    """Count features over ``inputs`` (added to the saved state of ``config.update`` if given) and compute
+    z-statistics.
 
     Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
     bound memory and name the candidate features, then a second pass counts just those exactly,
     so their z* carry no sketch error. An update of a saved state keeps the sketch estimates.
     """
-    if engine not in ("local", "ray"):
-        raise ValueError(f"engine must be local or ray, not {engine!r}")
-    base = None
+    check_engine(engine)
+    base, state = None, config.update
     if state is not None:
         base, saved = load_state(state)
-        if saved.features != config.features or saved.mode != config.mode:
-            raise ValueError(f"{state}: saved with features {saved.features.to_dict()} in {saved.mode} mode; "
-                             "the update must use the same")
+        if saved.counter_kind != config.counter_kind:
+            raise ValueError(f"{state}: saved with features {saved.features.to_dict()} and {saved.counting} "
+                             "counting; the update must use the same")
     count = count_ray if engine == "ray" else count_local
     opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
-    recount = config.mode == "sketch" and config.sketch_recount and base is None
+    recount = config.counting == "sketch" and config.sketch_recount and base is None
     counter, rejected = count(inputs, mapping, opts, config, probe=not recount)
     if base is not None:
         counter = base.merge(counter)
@@ -265,7 +281,10 @@ STATE_META = "state.json"
 
 
 def load_state(path: str):
+    """The counter and config saved by an audit in ``path`` (its folder, or the folder's ``report/``)."""
     fs, root = get_fs(path)
+    if not fs.exists(os.path.join(root, STATE_META)) and fs.exists(os.path.join(root, "report", STATE_META)):
+        root = os.path.join(root, "report")
     with fs.open(os.path.join(root, STATE_META)) as fh:
         meta = json.load(fh)
     with fs.open(os.path.join(root, STATE_FILE), "rb") as fh:
@@ -324,21 +343,32 @@ def _write_state(d: AtomicDir, counter) -> None:
 
 
 class AuditStage(Stage):
-    """z-statistics of the stage's input into ``report/``; the rows pass on to the next stage unchanged."""
+    """z-statistics of surface features against the label (Gardner et al. 2021).
 
-    name, kind, Config = "audit", "aggregate", AuditConfig
+    Writes ``report/`` (stats.parquet, topk.json, summary.json, report.html and the mergeable counts);
+    in a pipeline the rows pass on to the next stage unchanged.
+    """
+
+    name, Config = "audit", AuditConfig
     needs = ("text_a", "label")
-    output = None
+    output = Output.INPUT
+    references = ("update",)
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        result = audit(source.paths, source.mapping, source.opts, self.config, engine=source.engine)
+        config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
+        result = audit(source.paths, source.mapping, source.opts, config, engine=source.engine)
         try:
-            summary = write_outputs(result, os.path.join(out, "report"), source.paths)
+            summary = write_outputs(result, join(out, "report"), source.paths)
         finally:
             result.counter.close()
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
+        lines = ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
+                 if summary["spilled_runs"] else []) + [
+            f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
+            f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
+            terminal_label_prior(summary["label_prior"]), terminal_topk(result.top_k())]
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
-                           f"prior {summary['prior']}")
+                           f"prior {summary['prior']}", tuple(lines))
 

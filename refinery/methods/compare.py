@@ -29,10 +29,10 @@ from tqdm.auto import tqdm
 from refinery.io.corpus import input_fingerprints, load
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS, Mapping
-from refinery.io.storage import AtomicDir, get_fs, join, publishes_run
+from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.models.base import make_classifier
 from refinery.pipeline.report import dict_table, img_tag, page
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 # predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
 PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
@@ -243,7 +243,6 @@ def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tupl
     return best, p[np.arange(len(best)), best]
 
 
-@publishes_run
 def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: CompareConfig = CompareConfig()) -> dict:
     """Train ``config``'s model on each of ``train`` ({name: paths}, a path may end in ``@SPLIT``; the first is
@@ -510,9 +509,10 @@ class CompareStage(Stage):
     """Does it help? The baseline corpora and this step's input trained alike and scored on the
     evaluation sets (report only; the rows pass on)."""
 
-    name, kind, Config = "compare", "corpus", CompareStageConfig
-    output = None
+    name, Config = "compare", CompareStageConfig
+    output = Output.INPUT
     references = ("baseline",)
+    verb = False   # ``refinery compare`` trains on several named corpora: a verb of its own (cli/tools.py)
 
     def run(self, source: StageInput, out: str) -> StageResult:
         c = self.config

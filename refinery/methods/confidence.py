@@ -6,7 +6,6 @@ so no row is judged by a model that saw it.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,10 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, setting, validate
-from refinery.io.readers import ReadOptions
-from refinery.io.schema import Mapping
-from refinery.io.storage import publishes_run
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.pipeline.filter import FilterStage
+from refinery.pipeline.stage import StageInput
 
 CROSS_FIT = ("ngram", "transformer")
 
@@ -70,11 +67,14 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig) -> np.ndarray:
 def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
     """(kept rows, rejected rows with ``reason``): kept iff p_M(label | text) > τ; both get ``confidence``."""
     keep = conf > tau
-    kept = table.filter(pa.array(keep)).append_column("confidence", pa.array(conf[keep]))
-    rejected = table.filter(pa.array(~keep)).append_column("confidence", pa.array(conf[~keep]))
-    rejected = rejected.append_column("reason", pa.array(
-        [f"p_M(label | text) = {c:.3f} <= tau {tau}" for c in conf[~keep]], pa.string()))
-    return kept, rejected
+    scored = table.append_column("confidence", pa.array(conf))
+    rejected = scored.filter(pa.array(~keep))
+    return scored.filter(pa.array(keep)), rejected.append_column("reason", pa.array(
+        [_reason(c, tau) for c in conf[~keep]], pa.string()))
+
+
+def _reason(confidence: float, tau: float) -> str:
+    return f"p_M(label | text) = {confidence:.3f} <= tau {tau}"
 
 
 def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
@@ -82,31 +82,28 @@ def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_colu
     return split_by_confidence(table, label_confidence(table, model, proba_column), tau)
 
 
-@publishes_run
-def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: ConfidenceConfig = ConfidenceConfig(proba_column="p_label"), mode: str = "overwrite") -> dict:
-    """The confidence filter over ``inputs`` into ``out/kept`` (with the input's rejects) and ``out/rejected``."""
-    from refinery.io.corpus import load, write_table
-    from refinery.pipeline.config import to_dict
+class ConfidenceStage(FilterStage):
+    """Keep the rows whose task-model confidence in their label exceeds tau.
 
-    table, rejects = load(inputs, mapping, opts)
-    kept, rejected = split_by_confidence(table, config_confidence(table, config), config.tau)
-    settings = {"confidence": to_dict(config)}
-    written = {part: write_table(rows, os.path.join(out, part), rejects=carried, mode=mode, config=settings,
-                                 storage_options=opts.storage_options, inputs=inputs)
-               for part, rows, carried in (("kept", kept, rejects), ("rejected", rejected, None))}
-    return {"rows_in": table.num_rows + rejects.num_rows, "kept": written["kept"]["rows"],
-            "rejected": written["rejected"]["rows"], "input_rejected": written["kept"]["rejected"],
-            "tau": config.tau}
+    Writes kept/ (with the input's rejects) and rejected/, each row with its confidence, and report/.
+    """
 
-
-class ConfidenceStage(Stage):
-    name, kind, Config = "confidence", "stream", ConfidenceConfig
+    name, Config = "confidence", ConfidenceConfig
     needs = ("id", "text_a", "label")
     adds = ("confidence",)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
-        r = run(source.paths, out, source.mapping, source.opts, self.config)
-        return StageResult(r["rows_in"], {"kept": r["kept"], "filtered out": r["rejected"],
-                                          "input rejects": r["input_rejected"]}, r,
-                           f"kept {r['kept']:,}, rejected {r['rejected']:,} (tau {r['tau']})")
+    def prepare(self, source: StageInput) -> None:
+        """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input)."""
+        table, _ = source.load()
+        self._confidence, self._next = config_confidence(table, self.config), 0
+
+    def annotate(self, batch: pa.Table) -> pa.Table:
+        return batch.append_column("confidence", pa.array(self._scores(batch)))
+
+    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+        conf = self._confidence[self._next: self._next + batch.num_rows]
+        self._next += batch.num_rows
+        return conf > self.config.tau, [_reason(c, self.config.tau) for c in conf]
+
+    def _scores(self, batch: pa.Table) -> np.ndarray:
+        return self._confidence[self._next - batch.num_rows: self._next]

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
-from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.io.storage import AtomicDir, join
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
-from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 
 LABEL_DESCRIPTIONS = {
     "entailment": "definitely true given the premise",
@@ -94,9 +94,8 @@ def generated_rows(result: pa.Table) -> tuple[pa.Table, pa.Table]:
     return pa.Table.from_pylist(rows, schema=schema), pa.Table.from_pylist(failed, schema=fail_schema)
 
 
-@publishes_run
 def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig(), engine: str = "local",
-        mode: str = "overwrite", input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
     """Generate into ``out`` (a corpus of generated rows, generation/failed.parquet and generation.json);
     the input's rejects are kept in the corpus's rejects. Rows past ``config.limit`` are counted, not prompted."""
     import pyarrow.parquet as pq
@@ -113,7 +112,7 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
               "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
               "model": config.backend.model, "engine": engine, "sampling": asdict(config.sampling),
               "template": config.template}
-    report["input_rejected"] = write_table(rows, out, rejects=input_rejects, mode=mode, config={"generation": report},
+    report["input_rejected"] = write_table(rows, out, rejects=input_rejects, config={"generation": report},
                                            storage_options=storage_options)["rejected"]
     with AtomicDir(join(out, "generation"), storage_options) as d:
         sink = pa.BufferOutputStream()
@@ -125,21 +124,24 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
 
 
 class GenerateStage(Stage):
-    """Label-conditioned generation: the input rows are prompts; the output is the generated rows."""
+    """Label-conditioned generation (e.g. hypotheses for a premise and a label) through a generator.
 
-    name, kind, Config = "generate", "corpus", GenerationConfig
+    The input rows are prompts; the output folder is the corpus of generated rows (the input's rejects in
+    its rejects), with ``generation/failed.parquet``.
+    """
+
+    name, Config = "generate", GenerationConfig
     needs = ("id", "text_a", "label")
     adds = ("source", "origin_id")
     resources = Resources(cpus=1, memory_gb=2)
-    output = ""
+    output = Output.FOLDER
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        from refinery.io.corpus import load
-
-        table, rejects = load(source.paths, source.mapping, source.opts)
+        table, rejects = source.load()
         r = run(table, out, self.config, source.engine, input_rejects=rejects,
                 storage_options=source.opts.storage_options)
+        headline = f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed"
         return StageResult(r["inputs"] + r["beyond_limit"] + r["input_rejected"],
                            {"prompted": r["inputs"], "beyond limit": r["beyond_limit"],
-                            "input rejects": r["input_rejected"]}, r,
-                           f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed")
+                            "input rejects": r["input_rejected"]}, r, headline,
+                           (f"{headline} ({self.config.backend.name}, {source.engine})",), report_file="")

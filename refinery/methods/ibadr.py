@@ -30,11 +30,11 @@ import pyarrow.parquet as pq
 
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import is_pair
-from refinery.io.storage import AtomicDir, get_fs, is_local, join, publishes_run
+from refinery.io.storage import AtomicDir, get_fs, is_local, join
 from refinery.methods.confidence import CROSS_FIT, label_confidence
 from refinery.models.generate import DEFAULT_GENERATOR, Sampling
 from refinery.models.precision import PRECISIONS
-from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                          ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
@@ -65,11 +65,15 @@ class IbadrConfig:
     train_batch_size: int = setting(8, at_least(1), "Generator fine-tuning batch size.")
     max_length: int = setting(128, at_least(1), "Longest training sequence, in tokens.")
     train_precision: str = setting("auto", one_of(*PRECISIONS), "Generator fine-tuning precision.")
-    sampling: Sampling = setting(Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64), help="θg's sampling.")
+    sampling: Sampling = setting(Sampling(temperature=1.0, top_p=0.9, max_new_tokens=64), help="θg's sampling.",
+                                 skip=("n", "seed"))   # one sample per prompt, drawn with ``seed``
     usm: bool = setting(True, help="Update the shallow model each iteration (ablation: off).")
+    resume: bool = setting(True, help="Continue from the last finished iteration checkpointed in the output folder "
+                                      "(off: start over).")
     lowest_indicator: bool = setting(False, help="Ablation: generate with b1 only (b_r → b1).")
     indicator: bool = setting(True, help="Bias indicators (ablation: off).")
-    iterate: bool = setting(True, help="Iterate (ablation: one iteration generating all samples at once).")
+    iterate: bool = setting(True, help="Iterate (ablation: one iteration generating all samples at once).",
+                            option="--iterate/--no-iteration")
     seed: int = setting(0, SEED, "Seed of samples, draws and training.")
     sample_rows: int | None = setting(None, at_least(1).or_none(), "Start from a seeded random sample of the corpus.")
     backend: str = setting("transformers", one_of("transformers", "vllm"), "Generation backend of the fine-tuned "
@@ -84,7 +88,7 @@ class IbadrConfig:
 
     def checkpoint_key(self) -> dict:
         """What a checkpoint must share with the run that resumes it (not where or how fast it generates)."""
-        return {k: v for k, v in json.loads(json.dumps(self.to_dict())).items() if k not in ("backend", "batch_size")}
+        return {k: v for k, v in json.loads(json.dumps(self.to_dict())).items() if k not in ("backend", "batch_size", "resume")}
 
     @classmethod
     def from_dict(cls, d: dict) -> "IbadrConfig":
@@ -313,7 +317,6 @@ def sample_input(table: pa.Table, config: IbadrConfig) -> pa.Table:
     return table.take(pa.array(pick))
 
 
-@publishes_run
 def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: str = "local", mode: str = "resume",
         input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
     """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus), ``generated`` (every
@@ -428,19 +431,30 @@ def accounting(report: dict) -> tuple[int, dict]:
 
 
 class IbadrStage(Stage):
-    """IBADR over the whole input; the pool (the corpus and the accepted pseudo samples) passes on."""
+    """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023).
 
-    name, kind, Config = "ibadr", "corpus", IbadrConfig
+    Writes ``pool/`` (the corpus and the accepted pseudo samples: what a pipeline's next stage reads),
+    ``generated/`` (every pseudo sample, its status and reason), ``report/`` and ``checkpoints/``.
+    """
+
+    name, Config = "ibadr", IbadrConfig
     needs = ("id", "text_a", "label")
     adds = ("source", "iteration", "indicator", "confidence")
     resources = Resources(cpus=1, memory_gb=4)
-    output = "pool"
+    output = Output.POOL
+    profiles = PROFILES
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        from refinery.io.corpus import load
-
-        table, rejects = load(source.paths, source.mapping, source.opts)
-        r = run(table, out, self.config, source.engine, "resume", input_rejects=rejects,
-                storage_options=source.opts.storage_options)
+        table, rejects = source.load()
+        r = run(table, out, self.config, source.engine, "resume" if self.config.resume else "overwrite",
+                input_rejects=rejects, storage_options=source.opts.storage_options)
+        z = {k: "n/a" if v is None else f"{v:.2f}" for k, v in r["mean_top_z"].items()}
+        used = r["iterations"][-1]["train_precision"] if r["iterations"] else None
+        lines = (*(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
+                   f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}"
+                   for h in r["iterations"]),
+                 f"mean z* of the original's top features: {z['original']} (original) vs "
+                 f"{z['accepted']} (accepted pseudo samples)",
+                 *([f"generator fine-tuned in {used['dtype']} ({used['requested']}: {used['reason']})"] if used else []))
         return StageResult(*accounting(r), r, f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted "
-                                              f"-> pool {r['pool_rows']:,}")
+                                              f"-> pool {r['pool_rows']:,}", lines)

@@ -21,10 +21,10 @@ from refinery.core.validation import NOT_EMPTY, SEED, Allowed, at_least, one_of,
 from refinery.io import queries
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.io.storage import AtomicDir, join
 from refinery.models.base import label_proba
 from refinery.pipeline.report import dict_table, img_tag, page
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
@@ -48,8 +48,10 @@ class GraphConfig:
 
     node_key: str = setting("auto", one_of("auto", "id", "text"), "Sentence identity: ids, normalized text, or "
                                                                   "ids where present.")
-    transductive: bool = setting(True, help="One graph over all splits (the paper's setting), else one per split.")
-    multigraph: bool = setting(True, help="Duplicate pairs as parallel edges (the reference code), else collapsed.")
+    transductive: bool = setting(True, help="One graph over all splits (the paper's setting), else one per split.",
+                                 option="--transductive/--inductive")
+    multigraph: bool = setting(True, help="Duplicate pairs as parallel edges (the reference code), else collapsed.",
+                               option="--multigraph/--simple-graph")
 
     def __post_init__(self):
         validate(self)
@@ -63,10 +65,10 @@ class ForestConfig:
     out-of-fold P̂(y|l) toward the middle, which leaves the IPS weights short of neutral.
     """
 
-    n_estimators: int = setting(100, at_least(1), "Trees.")
+    trees: int = setting(100, at_least(1), "Trees of the random forest.")
     min_samples_leaf: int = setting(1, at_least(1), "Least rows in a leaf.")
     max_depth: int | None = setting(None, at_least(1).or_none(), "Deepest a tree grows (none: fully grown).")
-    seed: int = setting(0, SEED, "Seed of the forest.")
+    seed: int = setting(0, SEED, "Seed of the random forest.")
     n_jobs: int = setting(-1, Allowed(lambda v: v == -1 or at_least(1).test(v), "a positive integer or -1"),
                           "Threads (-1: every core).")
 
@@ -76,7 +78,7 @@ class ForestConfig:
     def make(self):
         from sklearn.ensemble import RandomForestClassifier
 
-        return RandomForestClassifier(n_estimators=self.n_estimators, min_samples_leaf=self.min_samples_leaf,
+        return RandomForestClassifier(n_estimators=self.trees, min_samples_leaf=self.min_samples_leaf,
                                       max_depth=self.max_depth, random_state=self.seed, n_jobs=self.n_jobs)
 
 
@@ -178,6 +180,7 @@ def predictability(features: pa.Table, splits: list[str], test_split: str | None
         "advanced": dict(zip(ADVANCED_FEATURES, map(float, models["advanced_accuracy"].feature_importances_))),
     }
     model = models["leakage_accuracy"]
+    model.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
     proba = model.predict_proba(X_adv[test_mask][:, :len(BASIC_FEATURES)])
     predictions = pa.table({
         "row_id": features["row_id"].filter(pa.array(test_mask)),
@@ -270,14 +273,13 @@ class LeakageConfig:
     graph: GraphConfig = field(default_factory=GraphConfig)
     forest: ForestConfig = field(default_factory=ForestConfig)
     test_split: str | None = setting(None, NOT_EMPTY.or_none(), "The split to score (none: 'test', else the last).")
-    identical_label: str | None = setting(None, NOT_EMPTY.or_none(),
-                                          "Also write identical/: each sentence paired with itself, this label.")
+    identical_label: str | None = setting(None, NOT_EMPTY.or_none(), "Also write identical/: each sentence paired "
+                                          "with itself, with this label (paper §3).", option="--identical-pairs")
 
     def __post_init__(self):
         validate(self)
 
 
-@publishes_run
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: LeakageConfig = LeakageConfig()) -> dict:
     """Features, predictability and report of ``inputs`` ({split: path}; a corpus's own ``split``
@@ -317,19 +319,27 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
 
 
 class LeakageStage(Stage):
-    """How well the sentence graph alone predicts the label (report only; the rows pass on).
-    The input needs two splits or more (a pipeline's named splits)."""
+    """How well the sentence graph alone predicts the label (leakage features, random forest; Zhang et al. 2019).
 
-    name, kind, Config = "leakage", "corpus", LeakageConfig
+    The input needs two splits or more (``--input train=… --input test=…``, or a ``split`` column). Writes
+    features.parquet, predictions.parquet and the report; in a pipeline the rows pass on unchanged.
+    """
+
+    name, Config = "leakage", LeakageConfig
     needs = ("id", "text_a", "text_b", "label", "split")
-    output = None
+    output = Output.INPUT
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        r = run({"all": list(source.paths)}, out, source.mapping, source.opts, self.config)
+        r = run(source.splits if source.named else {"all": source.paths}, out, source.mapping, source.opts,
+                self.config)
         pairs = sum(r["rows"].values())
+        lines = (f"{r['edges']:,} pairs, {r['nodes']:,} sentences; test split {r['test_split']!r}",
+                 f"  leakage accuracy  {r['leakage_accuracy']:.4f}  (advanced {r['advanced_accuracy']:.4f})",
+                 f"  majority accuracy {r['majority_accuracy']:.4f}  ({r['majority_label']})",
+                 *(f"  {name:<22} {acc:.4f}" for name, acc in r["ablations"].items()))
         return StageResult(pairs + r["rejected"], {"pairs": pairs, "input rejects": r["rejected"]}, r,
                            f"leakage accuracy {r['leakage_accuracy']:.4f} against majority "
-                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})")
+                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})", lines, "report.html")
 
 
 def _summary(features: pa.Table) -> dict:

@@ -12,9 +12,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from refinery.io.corpus import load, split_name
+from refinery.io.corpus import load
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
+from refinery.io.splits import split_name
 from refinery.io.storage import AtomicDir
 from refinery.models.base import label_proba, make_classifier
 

@@ -29,10 +29,10 @@ from scipy import sparse
 from refinery.core.features import TokenizerOptions
 from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.io.schema import is_pair
-from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.io.storage import AtomicDir, join
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
-from refinery.pipeline.stage import Resources, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
                 "relation to the premise: it must stay {label_description} ({label}).\n"
@@ -51,10 +51,13 @@ class RazorConfig:
     candidates: int = setting(4, at_least(1), "m rewrites per row.")
     rounds: int = setting(5, at_least(0), "Rewriting rounds at most.")
     verify_mode: str = setting("answer", one_of("answer", "choice"), "G_β: its answer must be exactly the label, "
-                                                                     "or (transformers) the most likely label.")
+                                                                     "or (transformers) the most likely label.",
+                               option="--verify")
     tokenizer: TokenizerOptions = field(default_factory=TokenizerOptions)
-    rewrite: Sampling = setting(Sampling(temperature=0.7, top_p=0.9, max_new_tokens=48), help="G_α's sampling.")
-    verify: Sampling = setting(Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8), help="G_β's sampling.")
+    rewrite: Sampling = setting(Sampling(temperature=0.7, top_p=0.9, max_new_tokens=48), help="G_α's sampling.",
+                                skip=("n",))   # G_α draws ``candidates`` rewrites
+    verify: Sampling = setting(Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8), help="G_β's sampling.",
+                               prefix="verify", skip=("n",))
     backend: Backend = setting(Backend(), help="G_α (and G_β unless verifier_model).")
     verifier_model: str | None = setting(None, NOT_EMPTY.or_none(), "A saved classifier's folder as G_β.")
     score_only: bool = setting(False, help="Only γ per row and the objective.")
@@ -335,8 +338,7 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
     return table, scores, history
 
 
-@publishes_run
-def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: str = "local", mode: str = "overwrite",
+def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: str = "local",
         input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
     """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``; each
     corpus also holds the input's rejects, so each accounts for every input row."""
@@ -348,7 +350,7 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
     report = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
               "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
-    report["input_rejected"] = write_table(scored, join(out, "scores"), rejects=input_rejects, mode=mode,
+    report["input_rejected"] = write_table(scored, join(out, "scores"), rejects=input_rejects,
                                            config={"razor": report}, storage_options=storage_options)["rejected"]
     sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
     if not config.score_only:
@@ -358,7 +360,7 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
         backend = config.backend.name
         refined, after, history = refine(table, config, backend, config.backend.kwargs(), engine, config.batch_size,
                                          verifier, before)
-        write_table(refined, join(out, "corpus"), rejects=input_rejects, mode=mode, config={"razor": report},
+        write_table(refined, join(out, "corpus"), rejects=input_rejects, config={"razor": report},
                     storage_options=storage_options)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
@@ -378,25 +380,32 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
 
 
 class RazorStage(Stage):
-    """RAZOR over the whole input: γ per row, then (unless ``score_only``) rewriting rounds; the
-    rewritten corpus, the same size as the input, is what the next stage reads."""
+    """RAZOR: shortcut scores γ and the LLM rewrite/verify loop (Yang et al. 2024).
 
-    name, kind, Config = "razor", "corpus", RazorConfig
+    Writes ``scores/`` (γ per row) and, unless --score-only, ``corpus/`` (rewritten, the same size as the
+    input: what a pipeline's next stage reads) and ``report/``.
+    """
+
+    name, Config = "razor", RazorConfig
     needs = ("id", "text_a", "label")
     adds = ("source",)
     resources = Resources(cpus=1, memory_gb=2)
 
     @property
-    def output(self) -> str | None:
-        return None if self.config.score_only else "corpus"
+    def output(self) -> Output:
+        return Output.INPUT if self.config.score_only else Output.REWRITTEN
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        from refinery.io.corpus import load
-
-        table, rejects = load(source.paths, source.mapping, source.opts)
+        table, rejects = source.load()
         r = run(table, out, self.config, source.engine, input_rejects=rejects,
                 storage_options=source.opts.storage_options)
         done = f", {r['replaced_rows']:,} rows rewritten, objective -> {r['objective_after']:.4g}" \
             if not self.config.score_only else ""
+        lines = (f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.6g}, "
+                 f"median γ {r['gamma']['median']:.4g}",
+                 *(f"  round {x['round']}: {x['candidates']} candidates, {x['accepted']} accepted, {x['replaced']} "
+                   f"replaced, objective {x['objective_before']:.6g} -> {x['objective_after']:.6g}"
+                   + ("" if x["kept"] else " (undone)") for x in r.get("rounds", [])))
         return StageResult(r["rows"] + r["input_rejected"], {"scored": r["rows"], "input rejects": r["input_rejected"]},
-                           r, f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.4g}{done}")
+                           r, f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.4g}{done}", lines,
+                           "" if self.config.score_only else "report/report.html")

@@ -29,9 +29,9 @@ from refinery.io import queries
 from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir, publishes_run
+from refinery.io.storage import AtomicDir
 from refinery.pipeline.report import dict_table, page, zplot_svg
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 
 @dataclass
@@ -129,19 +129,18 @@ def _widened(bound: float, n: int, rows: int, lower: bool) -> str:
     return f"{(min if lower else max)(bound, reach):g}"
 
 
-@publishes_run
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: UpsampleConfig = UpsampleConfig(), mode: str = "overwrite", threads: int | None = None) -> dict:
+        config: UpsampleConfig = UpsampleConfig(), threads: int | None = None) -> dict:
     """Up-sample ``inputs`` into ``out`` (corpus + trace.parquet + report.json/html)."""
     with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
         corpora = queries.split_corpora({"": list(inputs)}, mapping, opts, work)
         con = queries.connect(threads=threads)
         queries.load_rows(con, queries.files_of(corpora), opts.storage_options, with_split=False)
-        return _upsample(con, out, config, mode, list(inputs), queries.corpora_rejects(corpora),
+        return _upsample(con, out, config, list(inputs), queries.corpora_rejects(corpora),
                          opts.storage_options)
 
 
-def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, rejects: pa.Table,
+def _upsample(con, out: str, config: UpsampleConfig, inputs: list, rejects: pa.Table,
               storage_options: dict | None = None) -> dict:
     con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
     con.execute("CREATE OR REPLACE TABLE stopwords AS SELECT * FROM __stopwords")
@@ -197,7 +196,7 @@ def _upsample(con, out: str, config: UpsampleConfig, mode: str, inputs: list, re
     report["band"] = list(config.band(n_rows))
     report["left_out"], report["band_hint"] = left_out(every_token, chosen, config, n_rows)
     report["rejected"] = rejects.num_rows
-    _write(con, out, added, trace, report, config, mode, labels, before, after, rejects, storage_options)
+    _write(con, out, added, trace, report, config, labels, before, after, rejects, storage_options)
     return report
 
 
@@ -225,13 +224,13 @@ def _report(before, after, chosen, uncorrectable, labels, n_rows, n_added, trace
     }
 
 
-def _write(con, out, added, trace, report, config, mode, labels, before, after, rejects, storage_options) -> None:
+def _write(con, out, added, trace, report, config, labels, before, after, rejects, storage_options) -> None:
     con.register("__added", pa.table({"draw_id": [a[0] for a in added], "iteration": [a[1] for a in added],
                                       "token": [a[2] for a in added], "row_id": [a[3] for a in added]}))
     has_source = "source" in [c[0] for c in con.execute("DESCRIBE rows").fetchall()]
     original_source = "coalesce(source, 'original')" if has_source else "'original'"
     star = "* EXCLUDE (row_id, source)" if has_source else "* EXCLUDE (row_id)"
-    with CorpusWriter(out, mode=mode, config={"audac": asdict(config)}, storage_options=storage_options,
+    with CorpusWriter(out, config={"audac": asdict(config)}, storage_options=storage_options,
                       inputs=report["inputs"]) as writer:
         if writer.skipped:
             writer.commit()
@@ -277,13 +276,36 @@ def _write(con, out, added, trace, report, config, mode, labels, before, after, 
 
 
 class UpsampleStage(Stage):
-    name, kind, Config = "upsample", "corpus", UpsampleConfig
+    """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet).
+
+    The output folder is the corpus (the input and its up-sampled copies), with ``trace.parquet`` and ``report/``.
+    """
+
+    name, Config = "upsample", UpsampleConfig
     needs = ("id", "text_a", "label")
-    output = ""
+    output = Output.FOLDER
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.paths, out, source.mapping, source.opts, self.config)
+        headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "
+                    f"{r['iterations_run']} iteration(s)")
         return StageResult(r["rows_before"] + r["rejected"], {"out": r["rows_before"], "input rejects": r["rejected"]},
-                           r, f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled "
-                              f"copies), {r['iterations_run']} iteration(s)")
+                           r, headline, (headline, *_lines(r, self.config.k)))
+
+
+def _lines(r: dict, k: int) -> list[str]:
+    """What the terminal shows of an up-sampling: each token's largest p̂ before and after, what was left out."""
+    lines = [f"  {tok:<16} max p̂ {max(r['p_hat_before'][tok].values()):.3f} -> {r['max_p_after'][tok]:.3f}"
+             for tok in r["tokens"]]
+    if r["uncorrectable"]:
+        lines.append("  uncorrectable: " + ", ".join(u["token"] for u in r["uncorrectable"]))
+    if r["left_out"]:
+        lo, hi = r["band"]
+        lines.append(f"  left out of the top {k} tokens by z* (band: n from {lo:,} to {hi:,}):")
+        lines += [f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}"
+                  for e in r["left_out"]]
+        if r["band_hint"]:
+            lower, upper = r["band_hint"].split(",")
+            lines.append(f"  --band-min {lower} --band-max {upper} would take in those outside the band")
+    return lines
 

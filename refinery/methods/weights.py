@@ -23,7 +23,6 @@ from tqdm.auto import tqdm
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import publishes_run
 from refinery.methods.leakage import (
     FEATURE_SETS,
     ForestConfig,
@@ -31,7 +30,7 @@ from refinery.methods.leakage import (
     corpus_features,
     matrix,
 )
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 
 LOW_ESS_SHARE = 0.1              # an effective sample size under this share of the rows is warned about
@@ -50,7 +49,7 @@ class WeightsConfig:
                                "|weighted − observed label share| the prior search stops at.")
     forest: ForestConfig = field(default_factory=ForestConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
-    seed: int = setting(0, SEED, "Seed of the fold assignment.")
+    fold_seed: int = setting(0, SEED, "Seed of the fold assignment.")
 
     def __post_init__(self):
         validate(self)
@@ -175,7 +174,7 @@ def leakage_neutral_weights(features: pa.Table, ids, config: WeightsConfig = Wei
     labels = sorted(set(features["label"].to_pylist()))
     y = np.searchsorted(np.array(labels, dtype=object), features["label"].to_numpy(zero_copy_only=False))
     X = matrix(features, FEATURE_SETS[config.features])
-    proba = cross_predict(X, y, fold_of(ids, config.folds, config.seed), config.forest, len(labels))
+    proba = cross_predict(X, y, fold_of(ids, config.folds, config.fold_seed), config.forest, len(labels))
     proba = np.clip(proba, config.min_proba, 1.0)
     proba /= proba.sum(axis=1, keepdims=True)
     prior = fit_prior(proba, y, config.clip, config.tolerance)
@@ -202,9 +201,8 @@ def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
     return float(np.sum(w * correct) / np.sum(w))
 
 
-@publishes_run
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: WeightsConfig = WeightsConfig(), mode: str = "overwrite") -> dict:
+        config: WeightsConfig = WeightsConfig()) -> dict:
     """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
     from refinery.io.corpus import CorpusWriter
 
@@ -216,7 +214,7 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     table = table.append_column("weight", pa.array(w))
     report = {**info, "inputs": inputs, "config": asdict(config)}
     in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
-    with CorpusWriter(out, mode=mode, config={"weights": report["config"]}, storage_options=opts.storage_options,
+    with CorpusWriter(out, config={"weights": report["config"]}, storage_options=opts.storage_options,
                       inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer:
         writer.write(table, graph_input.rejects)  # the input's rejects stay accounted for
         manifest = writer.commit()
@@ -225,21 +223,30 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
 
 
 class WeightsStage(Stage):
-    """Leakage-neutral weights over the whole input; splits come from its ``split`` column."""
+    """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1).
 
-    name, kind, Config = "weights", "corpus", WeightsConfig
+    The output folder is the corpus with ``split`` and ``weight`` columns (splits: ``--input SPLIT=PATH`` or the
+    input's ``split`` column); its manifest holds the diagnostics.
+    """
+
+    name, Config = "weights", WeightsConfig
     needs = ("id", "text_a", "text_b", "label")
     adds = ("weight", "split")
-    output = ""
+    output = Output.FOLDER
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        r = run({"all": list(source.paths)}, out, source.mapping, source.opts, self.config)
-        d = r["diagnostics"]
-        warning = r["low_ess_warning"]
+        r = run(source.splits if source.named else {"all": source.paths}, out, source.mapping, source.opts,
+                self.config)
+        d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
+        lines = (f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
+                 f"effective sample size {d['effective_sample_size']:,.0f}",
+                 f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
+                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})",
+                 *([f"warning: {warning['message']}"] if warning else []))
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, "
                            f"effective sample size {d['effective_sample_size']:,.0f}"
-                           + (f"; warning: {warning['message']}" if warning else ""))
+                           + (f"; warning: {warning['message']}" if warning else ""), lines, report_file="")
 
 
 def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:

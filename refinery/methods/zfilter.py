@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
-from refinery.core.counts import IncrementalCounts, label_totals as rows_per_label
+from refinery.core.incremental_counts import IncrementalCounts
 from refinery.core.features import FeatureConfig, row_feature_lists
+from refinery.core.stats import rows_per_label
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io.corpus import (
     Corpus,
@@ -40,9 +41,10 @@ from refinery.io.corpus import (
     iter_input_batches,
     load,
 )
-from refinery.io.readers import ReadOptions, rebatch
+from refinery.io.raw import rebatch
+from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir, join, publishes_run
+from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.engine import ParquetSource, stream_map
 from refinery.pipeline.report import dict_table, page, topk_table, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
@@ -58,7 +60,8 @@ class ZFilterConfig:
     alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
     shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    seed: tuple[str, ...] = setting((), help="Corpora Z starts as (conditional filtering), or a pipeline step's name.")
+    seed_corpus: tuple[str, ...] = setting((), help="A corpus Z starts as (conditional filtering; repeat for more), "
+                                           "or a pipeline step's name.", multiple=True)
 
     def __post_init__(self):
         validate(self)
@@ -252,12 +255,11 @@ def _strip(table: pa.Table) -> pa.Table:
     return table.drop_columns([c for c in ("features",) if c in table.column_names])
 
 
-@publishes_run
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: ZFilterConfig = ZFilterConfig(), engine: str = "local", mode: str = "overwrite") -> dict:
-    """Filter ``inputs`` (conditionally on ``config.seed``) into ``out/kept`` and ``out/rejected``; the
+        config: ZFilterConfig = ZFilterConfig(), engine: str = "local") -> dict:
+    """Filter ``inputs`` (conditionally on ``config.seed_corpus``) into ``out/kept`` and ``out/rejected``; the
     seed's rows lead ``kept``."""
-    seed_inputs = list(config.seed)
+    seed_inputs = list(config.seed_corpus)
     seed_table = load(seed_inputs, mapping, opts)[0] if seed_inputs else None
     input_rejects: list[pa.Table] = []
 
@@ -283,7 +285,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     zf = ZFilter(labels, config, label_totals)
     kept_by, rej_by, by_feature = {l: 0 for l in labels}, {l: 0 for l in labels}, {}
     cfg_dict = {"zfilter": config.to_dict(), "inputs": list(inputs)}
-    writer = functools.partial(CorpusWriter, mode=mode, config=cfg_dict, storage_options=opts.storage_options,
+    writer = functools.partial(CorpusWriter, config=cfg_dict, storage_options=opts.storage_options,
                                inputs=[*inputs, *seed_inputs])
     with writer(join(out, "kept")) as kept_w, writer(join(out, "rejected")) as rej_w:
         seeded = 0
@@ -386,10 +388,8 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
 COMPOSITIONS = ("zaug", "parz", "seqz")
 
 
-@publishes_run
 def compose(kind: str, original, generated, out: str, mapping: Mapping | None = None,
-            opts: ReadOptions = ReadOptions(), config: ZFilterConfig = ZFilterConfig(), engine: str = "local",
-            mode: str = "overwrite") -> dict:
+            opts: ReadOptions = ReadOptions(), config: ZFilterConfig = ZFilterConfig(), engine: str = "local") -> dict:
     """Wu et al. §4.2: ``zaug`` = D0 ∪ Z(G | D0); ``parz`` = Z(D0) ∪ Z(G); ``seqz`` = Z(D0) ∪ Z(G | Z(D0)).
 
     Intermediate filterings go under ``out/stages``; the final corpus is ``out/kept``. The report's
@@ -401,20 +401,19 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
     stages = join(out, "stages")
     with_seed = functools.partial(dataclasses.replace, config)
     if kind == "zaug":
-        r = run(generated, out, mapping, opts, with_seed(seed=tuple(original)), engine=engine, mode=mode)
+        r = run(generated, out, mapping, opts, with_seed(seed_corpus=tuple(original)), engine=engine)
         return {**r, "input": r["input"] + r["seed"], "seed": 0}
-    a = run(original, join(stages, "z_original"), mapping, opts, with_seed(seed=()), engine=engine, mode=mode)
+    a = run(original, join(stages, "z_original"), mapping, opts, with_seed(seed_corpus=()), engine=engine)
     if kind == "seqz":
-        b = run(generated, out, mapping, opts, with_seed(seed=(join(stages, "z_original", "kept"),)),
-                engine=engine, mode=mode)
+        b = run(generated, out, mapping, opts, with_seed(seed_corpus=(join(stages, "z_original", "kept"),)),
+                engine=engine)
         kept = b["kept"]
     else:
         from refinery.io.corpus import convert
 
-        b = run(generated, join(stages, "z_generated"), mapping, opts, with_seed(seed=()), engine=engine, mode=mode)
+        b = run(generated, join(stages, "z_generated"), mapping, opts, with_seed(seed_corpus=()), engine=engine)
         for part in ("kept", "rejected"):
-            convert([join(stages, s, part) for s in ("z_original", "z_generated")], join(out, part), None, opts,
-                    mode=mode)
+            convert([join(stages, s, part) for s in ("z_original", "z_generated")], join(out, part), None, opts)
         kept = a["kept"] + b["kept"]
     union = {"kind": kind, "kept": kept, "seed": 0, "input": a["input"] + b["input"],
              "rejected": a["rejected"] + b["rejected"], "input_rejected": a["input_rejected"] + b["input_rejected"],
@@ -444,23 +443,37 @@ def accounting(r: dict) -> tuple[int, dict]:
         "kept": r["kept"], "filtered out": r["rejected"], "input rejects": r["input_rejected"]}
 
 
+def _lines(r: dict) -> tuple:
+    """The terminal summary of a z-filter or composition report."""
+    return (f"kept {r['kept']:,}, rejected {r['rejected']:,}; prior {r['prior']}",
+            *(f"  max z* {label:<16} {r['max_z_before'][label]!s:>8} -> {r['max_z_after'][label]}"
+              for label in r["max_z_before"]))
+
+
 class ZFilterStage(Stage):
-    name, kind, Config = "zfilter", "stream", ZFilterConfig
+    """z-filtering (Wu et al. 2022, Algorithm 1): keep the rows that carry no top-k biased feature.
+
+    Writes ``kept/`` (with the input's rejects), ``rejected/`` (with the features each row hit) and ``report/``.
+    """
+
+    name, Config = "zfilter", ZFilterConfig
     needs = ("id", "text_a", "label")
     adds = ("source_stage",)
-    references = ("seed",)
+    references = ("seed_corpus",)
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        r = run(source.paths, out, source.mapping, source.opts, self.config, engine=source.engine)
+        config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
+        r = run(source.paths, out, source.mapping, source.opts, config, engine=source.engine)
         return StageResult(*accounting(r), r, f"kept {r['kept']:,}" + (f" ({r['seed']:,} seed rows)" if r["seed"]
-                                                                         else "") + f", rejected {r['rejected']:,}")
+                                                                         else "") + f", rejected {r['rejected']:,}",
+                           _lines(r))
 
 
 @dataclass
 class ComposeConfig:
-    kind: str = setting("seqz", one_of(*COMPOSITIONS), "Wu et al. §4.2: Z-Aug, Par-Z or Seq-Z.")
+    composition: str = setting("seqz", one_of(*COMPOSITIONS), "Wu et al. §4.2: Z-Aug, Par-Z or Seq-Z.")
     original: tuple[str, ...] = setting(("input",), Allowed(lambda v: len(v) > 0, "a non-empty list"),
-                                        "D0: corpora, or a pipeline step's name.")
+                                        "D0: a corpus (repeat for more), or a pipeline step's name.", multiple=True)
     zfilter: ZFilterConfig = field(default_factory=ZFilterConfig)
 
     def __post_init__(self):
@@ -468,15 +481,20 @@ class ComposeConfig:
 
 
 class ComposeStage(Stage):
-    """z-filtered composition of the original D0 (``original``) and generated rows G (the input)."""
+    """z-filtered composition of original rows D0 (--original) and generated rows G (the input; Wu et al. §4.2).
 
-    name, kind, Config = "compose", "corpus", ComposeConfig
+    Writes ``kept/``, ``rejected/`` and the intermediate filterings under ``stages/``.
+    """
+
+    name, Config = "compose", ComposeConfig
     needs = ("id", "text_a", "label")
     adds = ("source_stage",)
     references = ("original",)
 
     def run(self, source: StageInput, out: str) -> StageResult:
         c = self.config
-        r = compose(c.kind, list(c.original), source.paths, out, source.mapping, source.opts, c.zfilter,
+        zconfig = replace(c.zfilter, features=c.zfilter.features.named(source.field_names, source.single_text))
+        r = compose(c.composition, list(c.original), source.paths, out, source.mapping, source.opts, zconfig,
                     source.engine)
-        return StageResult(*accounting(r), r, f"{c.kind}: kept {r['kept']:,} of D0 and G, rejected {r['rejected']:,}")
+        return StageResult(*accounting(r), r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
+                                              f"rejected {r['rejected']:,}", _lines(r))

@@ -44,7 +44,8 @@ class Backend:
     """Where texts are generated: a backend and its model, as the CLI's generator options and a
     pipeline file's ``backend:`` name them (the API key is read from ``api_key_env``, never stored)."""
 
-    name: str = setting("transformers", one_of("transformers", "vllm", "openai"), "Generation backend.")
+    name: str = setting("transformers", one_of("transformers", "vllm", "openai"), "Where texts are generated: in "
+                        "process, vLLM, or an OpenAI-compatible endpoint (base_url).", option="--backend")
     model: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Model name or folder.")
     chat: bool = setting(True, help="Send the prompt as the chat template's user turn.")
     base_url: str | None = setting(None, NOT_EMPTY.or_none(), "openai: the endpoint, e.g. http://127.0.0.1:8000/v1.")

@@ -26,8 +26,10 @@ from typing import Any
 import yaml
 
 from refinery.core.validation import Allowed, at_least, one_of, setting, validate
-from refinery.io.schema import PRESETS
-from refinery.io.storage import get_fs, is_local
+from refinery.io.readers import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
+from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
+from refinery.io.storage import get_fs, is_local, parse_storage_options
+from refinery.pipeline.engine import ENGINES
 
 
 class ConfigError(ValueError):
@@ -61,7 +63,7 @@ def from_dict(cls: type, data: dict | None, where: str = "config"):
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {e}") from None
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
 
 # scalar field types: the Python types a YAML value may have, and how an error names them
@@ -96,34 +98,58 @@ def _coerce(hint, value, where: str):
     return value  # dict / Any: as given
 
 
+def _map_columns(text: str) -> dict:
+    """``text_a=COL,text_b=COL,…`` as {canonical field: column}."""
+    return dict(parse_mapping(text).columns)
+
+
 @dataclass
 class InputSpec:
-    """The pipeline's input: named splits or plain paths, and how to read them."""
+    """The input of a pipeline or a verb: named splits or plain paths, and how to read them. Its fields are the
+    ``input:`` keys of a pipeline file and the input options of every verb that reads corpora."""
 
-    splits: dict = setting(default_factory=dict, help="{split: path or [paths]}.")
-    paths: list = setting(default_factory=list, help="Files, folders, globs or corpora (one split).")
-    preset: str | None = setting(None, Allowed(lambda v: str(v).lower() in PRESETS, f"one of {', '.join(PRESETS)}"
-                                               ).or_none(), "Column mapping of a known release.")
-    map: dict | None = setting(None, help="Explicit column mapping {text_a: COL, text_b: COL, label: COL, id: COL}.")
-    labels: list | None = setting(None, help="Declared label set (rows outside it are rejected).")
-    on_bad_row: str = setting("quarantine", one_of("quarantine", "fail"), "Quarantine bad rows, or fail.")
-    max_chars: int = setting(20_000, at_least(1), "Reject rows whose text is longer.")
-    batch_rows: int = setting(65_536, at_least(1), "Rows read per batch.")
-    csv_multiline: bool = setting(False, help="Let a quoted CSV field span lines (one record), not rejects.")
-    storage_options: dict = setting(default_factory=dict, help="fsspec storage options.")
+    splits: dict = setting(default_factory=dict, help="{split: path or [paths]}.", hidden=True)
+    paths: list = setting(default_factory=list, help="Files, folders, globs or corpora (one split).", hidden=True)
+    preset: str | None = setting(None, Allowed(lambda v: str(v).lower() in PRESETS, f"one of {', '.join(PRESETS)}",
+                                               tuple(PRESETS)).or_none(),
+                                 "Column mapping of a known release (see README, 'Bringing your own data').")
+    map: dict | None = setting(None, help="Explicit column mapping.", parse=_map_columns,
+                               metavar="text_a=COL,text_b=COL,label=COL,id=COL")
+    labels: list | None = setting(None, help="Declared label set (rows outside it are rejected).", metavar="A,B,C",
+                                  parse=lambda v: [x.strip() for x in v.split(",") if x.strip()])
+    on_bad_row: str = setting("quarantine", one_of("quarantine", "fail"),
+                              "Quarantine bad rows in rejects, or fail naming file and line.")
+    max_chars: int = setting(DEFAULT_MAX_CHARS, at_least(1), "Reject rows whose text is longer.")
+    batch_rows: int = setting(DEFAULT_BATCH_ROWS, at_least(1), "Rows read per batch (memory grows with it).")
+    csv_multiline: bool = setting(False, help="Let a quoted CSV field span lines (one record); by default each such "
+                                              "line is a reject.")
+    storage_options: dict = setting(default_factory=dict, help="fsspec storage option (e.g. endpoint_url=http://"
+                                    "127.0.0.1:9000); repeat for more.", option="--storage-option", multiple=True,
+                                    parse=parse_storage_options, metavar="KEY=VALUE")
 
     def __post_init__(self):
         validate(self)
-        if bool(self.splits) == bool(self.paths):
-            raise ValueError("give exactly one of splits (named) or paths")
+        if self.splits and self.paths:
+            raise ValueError("give splits (named) or paths, not both")
         if self.preset and self.map:
             raise ValueError("give preset or map, not both")
 
     def split_paths(self) -> dict:
-        """{split: [paths]}: named splits, or one split per plain path's file stem (none for a corpus)."""
+        """{split: [paths]}: named splits, or the plain paths as one unnamed split."""
+        if not self.splits and not self.paths:
+            raise ValueError("no input: give paths or named splits")
         if self.splits:
             return {s: [p] if isinstance(p, str) else list(p) for s, p in self.splits.items()}
         return {"": list(self.paths)}
+
+    def mapping(self) -> Mapping | None:
+        """How raw files' columns become canonical ones (None: the inputs are canonical corpora)."""
+        text_map = ",".join(f"{k}={v}" for k, v in self.map.items()) if self.map else None
+        return resolve_mapping(self.preset, text_map, ",".join(self.labels) if self.labels else None)
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(batch_rows=self.batch_rows, max_chars=self.max_chars, on_bad_row=self.on_bad_row,
+                           storage_options=dict(self.storage_options), csv_multiline=self.csv_multiline)
 
 
 @dataclass
@@ -191,6 +217,8 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     if "input" not in data or not data.get("stages"):
         raise ConfigError(f"{where}: needs input and at least one stage")
     spec_in = from_dict(InputSpec, data["input"], f"{where}: input")
+    if not spec_in.splits and not spec_in.paths:
+        raise ConfigError(f"{where}: input: give paths or splits")
     spec_in.splits = {s: ([_anchor(p, base) for p in ps] if isinstance(ps, list) else _anchor(ps, base))
                       for s, ps in spec_in.splits.items()}
     spec_in.paths = [_anchor(p, base) for p in spec_in.paths]
@@ -206,8 +234,8 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
             raise ConfigError(f"{where}: stage {i}: {e}") from None
         stages.append(StageSpec(name, from_dict(cls.Config, params, f"{where}: stage {i} ({name})")))
     engine = data.get("engine", "local")
-    if engine not in ("local", "ray"):
-        raise ConfigError(f"{where}: engine must be local or ray, not {engine!r}")
+    if engine not in ENGINES:
+        raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = data.get("out")
     return PipelineSpec(spec_in, stages, _anchor(out, base) if out else None, engine)
 

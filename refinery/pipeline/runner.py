@@ -7,6 +7,9 @@ sha256 of the stage's name and config and of its inputs' manifests (raw files: s
 checksum). A rerun skips every stage whose fingerprint is unchanged and reruns from the first
 that changed; the engine is not part of it (local and Ray give the same outputs). A failed
 stage leaves the finished stages before it as they were.
+
+A stage's verb is ``run_stage``: the one-stage pipeline run on the raw input straight into ``OUT``,
+with the same files and accounting as ``OUT/01-NAME`` of the pipeline.
 """
 from __future__ import annotations
 
@@ -19,20 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-import pyarrow as pa
-
-from refinery.io.corpus import (
-    CorpusWriter,
-    EmptyInput,
-    input_fingerprints,
-    iter_input_batches,
-)
+from refinery.io.corpus import CorpusWriter, EmptyInput, OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery.io.schema import resolve_mapping
 from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, claim_folder, get_fs, join
-from refinery.pipeline.config import InputSpec, PipelineSpec, to_dict
+from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine
-from refinery.pipeline.stage import StageInput, StageResult, stage_class
+from refinery.pipeline.stage import Stage, StageInput, StageResult, stage_class
 
 INPUT_DIR = "00-input"
 
@@ -64,16 +59,6 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def read_options(spec: InputSpec) -> ReadOptions:
-    return ReadOptions(batch_rows=spec.batch_rows, max_chars=spec.max_chars, on_bad_row=spec.on_bad_row,
-                       storage_options=dict(spec.storage_options), csv_multiline=spec.csv_multiline)
-
-
-def _mapping(spec: InputSpec):
-    text_map = ",".join(f"{k}={v}" for k, v in spec.map.items()) if spec.map else None
-    return resolve_mapping(spec.preset, text_map, ",".join(spec.labels) if spec.labels else None)
-
-
 def _finished(folder: str, storage_options: dict) -> dict | None:
     """The ``_SUCCESS`` marker of a finished stage folder, or None."""
     fs, path = get_fs(folder, storage_options)
@@ -91,26 +76,30 @@ def _marked(summary: StageResult, fp: str, name: str) -> dict:
 
 def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
     """The pipeline's input as one canonical corpus; named splits become a ``split`` column."""
-    mapping = _mapping(spec)
-    splits = spec.split_paths()
-    named = bool(spec.splits)
-    raw = [p for paths in splits.values() for p in paths]
+    source = stage_input(spec, opts)
     with CorpusWriter(out, config={"input": to_dict(spec)}, storage_options=opts.storage_options,
-                      inputs=raw) as writer:
-        for split, paths in splits.items():
-            for _, batch in iter_input_batches(paths, mapping, opts):
-                table = batch.rows
-                if named:
-                    if "split" in table.column_names:
-                        table = table.drop_columns(["split"])
-                    table = table.append_column("split", pa.array([split] * table.num_rows, pa.string()))
-                writer.write(table if table.num_rows else None, batch.rejects)
+                      inputs=source.paths) as writer:
+        for batch in source.iter_batches():
+            writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
         manifest = writer.commit()
     rows, rejected = manifest["rows"], manifest["rejected"]
     if not rows:
-        raise EmptyInput(f"no good input rows in {', '.join(raw)} ({rejected:,} rejected)")
+        raise EmptyInput(f"no good input rows in {', '.join(source.paths)} ({rejected:,} rejected)")
     return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
-                       f"{rows:,} rows" + (f" in splits {', '.join(splits)}" if named else ""))
+                       f"{rows:,} rows" + (f" in splits {', '.join(source.splits)}" if source.named else ""))
+
+
+def stage_input(spec: InputSpec, opts: ReadOptions, engine: str = "local") -> StageInput:
+    """The raw input of ``spec`` as a stage reads it."""
+    mapping = spec.mapping()
+    return StageInput(spec.split_paths(), mapping, opts, engine, *_names(mapping))
+
+
+def _names(mapping) -> tuple:
+    """The field names and single-text flag a preset gives stages (none for an explicit map)."""
+    if mapping is None or mapping.preset is None:
+        return None, False
+    return mapping.field_names, mapping.columns.get("text_b") is None
 
 
 def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None = None,
@@ -120,10 +109,10 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     if not out:
         raise ValueError("no output folder: give --out or out: in the pipeline file")
     engine = check_engine(engine or spec.engine)
-    opts = read_options(spec.input)
+    opts = spec.input.read_options()
     claim_folder(out, opts.storage_options)
     run = PipelineRun(out, engine)
-    raw = [p for paths in spec.input.split_paths().values() for p in paths]
+    raw = StageInput(spec.input.split_paths()).paths
     upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
     folder = join(out, INPUT_DIR)
     run.stages.append(_step(folder, "input", upstream, opts, echo,
@@ -132,19 +121,41 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     current = folder
     steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
     for i, stage_spec in enumerate(spec.stages, 1):
-        cls = stage_class(stage_spec.name)
-        config, referenced = _resolve_references(cls, stage_spec.config, steps)
-        stage = cls(config)
         folder = join(out, f"{i:02d}-{stage_spec.name}")
-        source = StageInput([current], None, corpus_opts, engine)
-        fp = fingerprint(stage_spec.name, to_dict(stage_spec.config),
-                         sorted(input_fingerprints([current, *referenced], opts.storage_options).values()))
-        nxt = current if stage.output is None else (join(folder, stage.output) if stage.output else folder)
-        run.stages.append(_step(folder, stage_spec.name, fp, opts, echo,
-                                lambda: stage.run(source, folder)))
-        current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = nxt
+        source = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
+        step, stage = _stage_step(stage_spec, source, folder, steps, opts, echo)
+        run.stages.append(step)
+        current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder, current)
     _write_summary(run, spec, opts)
     return run
+
+
+def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str], None] = print) -> StageRun:
+    """Run the one stage of ``spec`` on its raw input, publishing into ``spec.out`` itself: a stage's verb.
+    The stage folder's files and accounting are those of the same stage in a pipeline (``OUT/01-NAME``).
+
+    ``mode``: ``overwrite`` runs; ``skip`` keeps a finished output of the same config and inputs (and
+    refuses one of others); ``error`` refuses any finished output.
+    """
+    (stage_spec,) = spec.stages
+    opts = spec.input.read_options()
+    source = stage_input(spec.input, opts, check_engine(spec.engine))
+    return _stage_step(stage_spec, source, spec.out.rstrip("/"), {}, opts, echo, mode, to_dict(spec.input))[0]
+
+
+def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: dict, opts: ReadOptions, echo,
+                mode: str = "rerun", *upstream) -> tuple[StageRun, Stage]:
+    cls = stage_class(stage_spec.name)
+    config, referenced = _resolve_references(cls, stage_spec.config, steps)
+    stage = cls(config)
+    fp = fingerprint(stage_spec.name, to_dict(stage_spec.config), *upstream,
+                     sorted(input_fingerprints([*source.paths, *referenced], opts.storage_options).values()))
+
+    def work():
+        stage.check_input(source.columns(), " and ".join(source.paths))
+        return stage.run(source, folder)
+
+    return _step(folder, stage_spec.name, fp, opts, echo, work, mode), stage
 
 
 def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
@@ -161,10 +172,18 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 
-def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work) -> StageRun:
+def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun") -> StageRun:
+    """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
+    says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
+    again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it."""
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
-    if done and done.get("fingerprint") == fp:
+    if done and mode == "error":
+        raise OutputExists(f"{folder} already holds a finished result (use --mode overwrite or skip)")
+    if done and mode == "skip" and done.get("fingerprint") != fp:
+        raise OutputExists(f"{folder} holds a result made from other inputs or options; --mode skip reuses "
+                           "only an identical run (use --mode overwrite)")
+    if done and mode in ("skip", "rerun") and done.get("fingerprint") == fp:
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
         return StageRun(label, name, "skipped", 0.0, result, fp)

@@ -1,59 +1,136 @@
-"""The stage contract: every method is a ``Stage`` of one of three kinds.
+"""The stage contract: a method is a ``Stage`` with a config dataclass, and its verb, its pipeline key and its
+Python call are that one class.
 
-- **stream**: batch in → kept rows and rejected rows with a reason, then a report (zfilter,
-  confidence). The engine may run the row-wise part on workers; the decision runs in order.
-- **aggregate**: partial state per batch, merged, finished into a report; the rows pass on
-  unchanged (audit).
-- **corpus**: whole splits in → a corpus and a report (upsample, weights, leakage, generate,
-  compose, razor, ibadr).
-
-A stage has a registered name, a config dataclass (validated on construction, round-tripping
-to YAML/JSON through ``pipeline.config``), the columns it needs and adds, and the resources a
-worker needs. ``run`` reads ``StageInput`` and publishes its parts under ``out``; the part the
-next stage reads is ``output`` (``None``: the stage's input passes on). Config fields named in
-``references`` may name an earlier step of the pipeline (``input``, a stage's name, or its folder
-``NN-name``) instead of a path; the runner resolves them to that step's output.
+A stage has a registered name, a config dataclass (validated on construction; its fields, with their
+defaults, allowed values and help, are the CLI options of the stage's verb and the keys of its pipeline
+entry), the canonical columns it ``needs`` (checked against the input before it runs) and ``adds``, and the
+``resources`` one of its workers asks the engine for. ``run(source, out)`` reads ``StageInput`` and
+publishes its parts under ``out``; the runner around it owns ``_SUCCESS``, fingerprints and ``--mode``.
+What the next stage reads is ``output``. Config fields named in ``references`` may name an earlier step
+of the pipeline (``input``, a stage's name, or its folder ``NN-name``) instead of a path; the runner
+resolves them to that step's output.
 """
 from __future__ import annotations
 
+import enum
 import importlib
+import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from refinery.io.canonical import Batch
+from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
 from refinery.io.readers import ReadOptions
-from refinery.io.schema import Mapping
+from refinery.io.schema import CANONICAL_FIELDS, Mapping
+from refinery.io.storage import get_fs
 
-KINDS = ("stream", "aggregate", "corpus")
+
+class Output(enum.Enum):
+    """What the next stage of a pipeline reads from a finished stage."""
+
+    INPUT = None           # the stage's own input: the rows pass on unchanged (audit, leakage, compare)
+    FOLDER = ""            # the stage folder itself is the corpus (upsample, weights, generate)
+    KEPT = "kept"          # the rows a filter kept
+    POOL = "pool"          # IBADR's pool: the corpus and its accepted pseudo samples
+    REWRITTEN = "corpus"   # RAZOR's rewritten corpus
+
+    def next_input(self, folder: str, current: str) -> str:
+        if self is Output.INPUT:
+            return current
+        return posixpath.join(folder, self.value) if self.value else folder
 
 
 @dataclass(frozen=True)
 class Resources:
-    """What one worker of the stage asks the engine for."""
+    """What one worker of the stage asks the engine for (Ray actors and ``map_batches`` tasks)."""
 
     cpus: float = 1.0
     gpus: float = 0.0
     memory_gb: float = 1.0
 
+    def ray_options(self) -> dict:
+        return {"num_cpus": self.cpus, "num_gpus": self.gpus, "memory": int(self.memory_gb * 2**30)}
+
 
 @dataclass
 class StageInput:
-    """The corpora a stage reads (finished corpora in a pipeline; raw files need ``mapping``)."""
+    """The corpora a stage reads: ``{split: [paths]}`` (split ``""``: unnamed, rows keep any ``split`` column
+    they have), raw files read through ``mapping`` or finished corpora (``mapping`` None). A pipeline's
+    stages read its input's corpus, and know the input's preset by its ``field_names``."""
 
-    paths: list
+    splits: dict
     mapping: Mapping | None = None
     opts: ReadOptions = field(default_factory=ReadOptions)
     engine: str = "local"
+    field_names: tuple | None = None   # the task's names of text_a and text_b (the input's preset's)
+    single_text: bool = False          # whether the input's preset has one text
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for paths in self.splits.values() for p in paths]
+
+    @property
+    def named(self) -> bool:
+        return any(self.splits)
+
+    def iter_batches(self) -> Iterator[Batch]:
+        """Canonical batches of every split in order, named splits in a ``split`` column; each input's
+        rejects come as batches of their own."""
+        for split, paths in self.splits.items():
+            for _, batch in iter_input_batches(paths, self.mapping, self.opts):
+                yield Batch(with_split(batch.rows, split), batch.rejects) if split else batch
+
+    def columns(self) -> list[str]:
+        """The canonical columns every input has: a corpus's schema, or what the mapping gives raw files."""
+        common = None
+        for split, paths in self.splits.items():
+            for path in paths:
+                cols = set(_columns(path, self.mapping, self.opts.storage_options)) | ({"split"} if split else set())
+                common = cols if common is None else common & cols
+        return sorted(common or ())
+
+    def load(self) -> tuple[pa.Table, pa.Table]:
+        """All rows (named splits in a ``split`` column) and all rejects, in memory."""
+        if not self.named:
+            return load(self.paths, self.mapping, self.opts)
+        rows, rejects = zip(*(load(paths, self.mapping, self.opts) for paths in self.splits.values()))
+        tables = [with_split(t, s) for s, t in zip(self.splits, rows)]
+        return pa.concat_tables(tables, promote_options="permissive"), pa.concat_tables(rejects)
+
+
+def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[str]:
+    if is_corpus(path, storage_options):
+        corpus = Corpus.open(path, storage_options)
+        if not corpus.files:
+            return list(CANONICAL_FIELDS)
+        fs, local = get_fs(corpus.files[0], storage_options)
+        with fs.open(local, "rb") as fh:
+            return pq.read_schema(fh).names
+    mapped = [name for name, column in (mapping.columns if mapping else {}).items() if column]
+    return ["id", *mapped]
+
+
+def with_split(table: pa.Table, split: str) -> pa.Table:
+    """``table`` with a ``split`` column holding ``split`` (replacing one it had)."""
+    if "split" in table.column_names:
+        table = table.drop_columns(["split"])
+    return table.append_column("split", pa.array([split] * table.num_rows, pa.string()))
 
 
 @dataclass
 class StageResult:
-    """A finished stage: the rows it read, where each went, and its report."""
+    """A finished stage: the rows it read, where each went, its report, and what the terminal shows."""
 
     rows_in: int
     parts: dict                 # {"kept": n, "filtered out": n, "input rejects": n}: sums to rows_in
     report: dict
-    headline: str = ""          # one line for the terminal
+    headline: str = ""          # one line for a pipeline's log
+    lines: tuple = ()           # further lines the stage's verb prints
+    report_file: str = "report/report.html"   # the HTML report, relative to the stage folder
 
     @property
     def balanced(self) -> bool:
@@ -69,20 +146,32 @@ def conservation(rows_in: int, **parts: int) -> str:
     return f"rows in {rows_in:,} = {terms} ({'ok' if rows_in == sum(parts.values()) else 'MISMATCH'})"
 
 
+class MissingColumns(ValueError):
+    """A stage's input lacks a column the stage needs."""
+
+
 class Stage(ABC):
     name: ClassVar[str]
-    kind: ClassVar[str]
     Config: ClassVar[type]
     needs: ClassVar[tuple] = ("id", "text_a", "label")
     adds: ClassVar[tuple] = ()
     resources: ClassVar[Resources] = Resources()
-    output: ClassVar[str | None] = "kept"
+    output: ClassVar[Output] = Output.KEPT
     references: ClassVar[tuple] = ()   # config fields holding corpora: paths or earlier steps' names
+    profiles: ClassVar[dict] = {}      # named starting configs (the verb's --profile)
+    verb: ClassVar[bool] = True        # whether ``refinery NAME`` runs the stage alone (compare's verb is its own)
 
     def __init__(self, config=None):
         self.config = config if config is not None else self.Config()
         if not isinstance(self.config, self.Config):
             raise TypeError(f"{self.name}: config must be a {self.Config.__name__}")
+
+    def check_input(self, columns, where: str) -> None:
+        """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``)."""
+        missing = [c for c in self.needs if c not in columns]
+        if missing:
+            raise MissingColumns(f"{self.name} needs column(s) {', '.join(missing)}, which {where} lacks "
+                                 f"(it has {', '.join(columns)})")
 
     @abstractmethod
     def run(self, source: StageInput, out: str) -> StageResult:
@@ -92,24 +181,37 @@ class Stage(ABC):
         return f"{type(self).__name__}({self.config!r})"
 
 
-# name → "module:Class", imported on first use so a pipeline loads only the methods it runs
+# name → "module:Class" (imported on first use, so a command loads only the methods it runs) or a registered class
 REGISTRY = {
     "audit": "refinery.methods.audit:AuditStage",
     "zfilter": "refinery.methods.zfilter:ZFilterStage",
+    "compose": "refinery.methods.zfilter:ComposeStage",
     "confidence": "refinery.methods.confidence:ConfidenceStage",
     "upsample": "refinery.methods.upsample:UpsampleStage",
-    "weights": "refinery.methods.weights:WeightsStage",
     "leakage": "refinery.methods.leakage:LeakageStage",
+    "weights": "refinery.methods.weights:WeightsStage",
     "generate": "refinery.methods.generation:GenerateStage",
-    "compose": "refinery.methods.zfilter:ComposeStage",
     "razor": "refinery.methods.razor:RazorStage",
     "ibadr": "refinery.methods.ibadr:IbadrStage",
     "compare": "refinery.methods.compare:CompareStage",
 }
 
 
+def register(cls: type[Stage]) -> type[Stage]:
+    """Add a stage class (e.g. one of your own) to the registry: its verb and pipeline key are its name."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def stage_names() -> list[str]:
+    return list(REGISTRY)
+
+
 def stage_class(name: str) -> type[Stage]:
     if name not in REGISTRY:
         raise ValueError(f"unknown stage {name!r}; stages: {', '.join(sorted(REGISTRY))}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    entry = REGISTRY[name]
+    if isinstance(entry, str):
+        module, cls = entry.split(":")
+        entry = getattr(importlib.import_module(module), cls)
+    return entry

@@ -1,0 +1,87 @@
+"""The command classes every verb shares: how options reach the store clients, how ``--out`` is claimed,
+and how errors, Ctrl-C and a closed pipe end a command."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import click
+
+from refinery.io.corpus import EmptyInput
+from refinery.io.readers import BadRowError
+from refinery.io.storage import claim_output, parse_storage_options, redact_text
+
+# what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
+# that refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line
+USER_ERRORS = (BadRowError, FileNotFoundError, FileExistsError, PermissionError, EmptyInput, ValueError,
+               KeyError, OSError)
+
+
+def _one_line(e: BaseException) -> str:
+    text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    text = " ".join(str(text).split()) or type(e).__name__
+    return redact_text(text if len(text) <= 500 else text[:500] + " …")
+
+
+_SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
+
+
+class RefineryCommand(click.Command):
+    """A verb: its ``--io-timeout`` holds for every store call, its ``--out`` is checked before any work
+    (refinery writes only where it may: ``claim_output``), and its summary in ``refinery --help`` is its
+    docstring's first sentence, whole."""
+
+    def invoke(self, ctx):
+        if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
+            os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])
+        if ctx.params.get("out"):
+            claim_output(ctx.params["out"], storage_options_of(ctx))
+        return super().invoke(ctx)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        if self.short_help:
+            return self.short_help
+        first = " ".join((self.help or "").split("\n\n")[0].split())
+        end = _SENTENCE_END.search(first)
+        return first[: end.end()] if end else first
+
+
+class RefineryGroup(click.Group):
+    """Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback.
+    Ctrl-C exits 130 (what a run wrote is removed, a finished output left as it was); a reader that closed
+    the pipe (``refinery … | head``) ends the command quietly."""
+
+    command_class = RefineryCommand
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was published; a finished output in --out is as it was", err=True)
+            raise click.exceptions.Exit(130) from None
+        except BrokenPipeError:
+            _quiet_stdout()
+            raise click.exceptions.Exit(0) from None
+        except Exception as e:  # noqa: BLE001 — the one place errors become messages
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"error: {_one_line(e)}", err=True)
+            sys.exit(2 if isinstance(e, USER_ERRORS) else 1)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and the interpreter's last flush must not fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+
+
+def storage_options_of(ctx: click.Context) -> dict:
+    """The storage options a command line gave (the generated input options parse them already)."""
+    if "in__storage_options" in ctx.params:
+        return ctx.params["in__storage_options"] or {}
+    return parse_storage_options(ctx.params.get("storage_options"))

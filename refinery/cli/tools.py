@@ -1,0 +1,261 @@
+"""The verbs that are not stages: converting and inspecting corpora, SQL over them, synthetic corpora,
+evaluating predictions, the task-model probe and comparison, and a local generator server."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from refinery.cli.base import RefineryCommand
+from refinery.cli.options import finished_mode_option, input_options, mode_option, precision_option, task_model_options
+from refinery.io import corpus as corpus_mod
+from refinery.io.storage import parse_storage_options
+from refinery.pipeline.stage import conservation
+
+
+@click.group()
+def tools():
+    """The verbs below are added to ``refinery`` itself."""
+
+
+@tools.command(cls=RefineryCommand)
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", required=True, help="Output folder or URL.")
+@click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True,
+              help="Rows per Parquet shard.")
+@mode_option
+@input_options
+def convert(inputs, out, shard_rows, mode, mapping, opts):
+    """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
+    reuse = mode == "skip" and corpus_mod.is_corpus(out, opts.storage_options)  # kept only if the config matches
+    manifest = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows,
+                                  config={"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None})
+    if reuse:
+        click.echo(f"{out}: skipped (same inputs and config)")
+    click.echo(f"{out}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected "
+               f"in {len(manifest['files'])} shard(s)")
+    click.echo(conservation(manifest["rows"] + manifest["rejected"], out=manifest["rows"],
+                            rejected=manifest["rejected"]))
+
+
+@tools.command(cls=RefineryCommand)
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@input_options
+def inspect(paths, as_json, mapping, opts):
+    """Rows, schema, label counts, rejects by reason and text lengths of PATHS."""
+    from refinery.core.inspect import format_inspection
+    from refinery.core.inspect import inspect as run_inspect
+
+    info = run_inspect(paths, mapping, opts)
+    click.echo(json.dumps(info, indent=2) if as_json else format_inspection(info))
+
+
+@tools.command(cls=RefineryCommand)
+@click.argument("query")
+@click.argument("corpora", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="How the result is printed (parquet: written to --output or QUERY.parquet).")
+@click.option("--output", "output", help="Write the result to this file instead of the terminal.")
+@click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a $NAME query parameter.")
+@input_options
+def sql(query, corpora, fmt, output, limit, params, mapping, opts):
+    """Run a named query from sql/ (or a .sql FILE) over CORPORA ([SPLIT=]PATH ...), exposed as view ``corpus``."""
+    import tempfile
+
+    from refinery.io import queries
+
+    bad = [p for p in params if "=" not in p]
+    if bad:
+        raise ValueError(f"--param {bad[0]!r} is not NAME=VALUE")
+    con = queries.connect()
+    with tempfile.TemporaryDirectory(prefix="refinery-sql-") as workdir:
+        files = queries.corpus_files(corpora, mapping, opts, workdir)
+        queries.register_corpora(con, files, opts.storage_options)
+        result = queries.run(con, query, dict(p.split("=", 1) for p in params))
+    if output or fmt == "parquet":
+        import pyarrow.csv as pcsv
+        import pyarrow.parquet as pq
+
+        target = output or f"{query.removesuffix('.sql')}.parquet"
+        if fmt == "parquet":
+            pq.write_table(result, target)
+        elif fmt == "csv":
+            pcsv.write_csv(result, target)
+        else:
+            with open(target, "w") as fh:
+                json.dump(result.to_pylist(), fh, default=str, indent=1)
+        click.echo(f"{result.num_rows:,} rows -> {target}")
+    elif fmt == "json":
+        click.echo(json.dumps(result.to_pylist(), default=str, indent=1))
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        buf = __import__("io").BytesIO()
+        pcsv.write_csv(result, buf)
+        click.echo(buf.getvalue().decode())
+    else:
+        click.echo(result.slice(0, limit).to_pandas().to_string(max_colwidth=60))
+        click.echo(f"({result.num_rows:,} rows)")
+
+
+@tools.command(cls=RefineryCommand)
+@click.option("--out", required=True, help="Output corpus.")
+@click.option("--rows", type=int, default=100_000, show_default=True, help="Rows to generate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same corpus.")
+@click.option("--planted", default=None, metavar="WORD:LABEL:RATE,...",
+              help="Spurious tokens to plant (default: six NLI-like shortcuts; none: no planted tokens).")
+@click.option("--leak", type=float, default=0.1, show_default=True, help="Rate in other labels, relative.")
+@click.option("--premise-pool", type=int, default=0, help="Draw premises from a pool with label-dependent degrees.")
+@click.option("--signal-words", type=int, default=0, show_default=True,
+              help="Genuine cue words per label (one per hypothesis): the signal a debiased model keeps.")
+@click.option("--signal-rate", type=float, default=0.8, show_default=True,
+              help="How often a row's cue word is of its own label.")
+@click.option("--split", type=click.Choice(["train", "test", "anti-shortcut"]), default="train", show_default=True,
+              help="test: other rows of the same distribution; anti-shortcut: the shortcuts reversed (planted words "
+                   "and pooled premises of other labels), over the same words as --seed's train split.")
+@click.option("--shard-rows", type=int, default=1_000_000, show_default=True, help="Rows per Parquet shard.")
+@mode_option
+def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rate, split, shard_rows, mode):
+    """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
+    from refinery.io import synth as synth_mod
+
+    kwargs = {"rows": rows, "seed": seed, "leak": leak, "premise_pool": premise_pool, "signal_words": signal_words,
+              "signal_rate": signal_rate, "split": split}
+    if planted:
+        kwargs["planted"] = synth_mod.parse_planted(planted)
+    manifest = synth_mod.write(synth_mod.SynthSpec(**kwargs), out, shard_rows=shard_rows, mode=mode)
+    click.echo(f"{out}: {manifest['rows']:,} rows in {len(manifest['files'])} shard(s)")
+
+
+@tools.command(cls=RefineryCommand)
+@click.option("--predictions", required=True, help="Parquet file or corpus with id, label and a prediction column.")
+@click.option("--weights", "weights_path", help="A weights corpus (refinery weights) joined on id (and split).")
+@click.option("--prediction-column", default="prediction", show_default=True,
+              help="Column holding the predicted label.")
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="fsspec storage option (e.g. endpoint_url=http://127.0.0.1:9000).")
+def evaluate(predictions, weights_path, prediction_column, storage_options):
+    """Accuracy and leakage-neutral ("Debiased Eva") accuracy of predictions, overall and per split."""
+    from refinery.io.corpus import read_any
+    from refinery.methods.weights import evaluate as evaluate_predictions
+
+    so = parse_storage_options(storage_options)
+    result = evaluate_predictions(read_any(predictions, so), read_any(weights_path, so) if weights_path else None,
+                                  prediction_column)
+    click.echo(json.dumps(result, indent=1))
+
+
+@tools.command(cls=RefineryCommand)
+@click.option("--train", "train", multiple=True, required=True, help="Training corpus (repeatable).")
+@click.option("--eval", "evaluate_on", multiple=True, help="Corpora to score (repeatable).")
+@click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
+@click.option("--hypothesis-only", is_flag=True, help="Read text_b alone (the hypothesis-only probe).")
+@task_model_options
+@click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
+@finished_mode_option
+@precision_option
+@input_options
+def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
+          train_precision, mapping, opts):
+    """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
+    from refinery.methods import probe as probe_mod
+
+    params = {} if backend == "ngram" else {"model": model_name, "epochs": epochs, "lr": lr,
+                                             "batch_size": batch, "max_length": max_length,
+                                             "precision": train_precision}
+    report = probe_mod.run(list(train), list(evaluate_on), out, mapping, opts, backend,
+                           "hypothesis" if hypothesis_only else "pair", params, save_model)
+    click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}) on "
+               f"{report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
+    for name, r in report["eval"].items():
+        click.echo(f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
+                   f"{r['rows']:,} rows)")
+
+
+@tools.command(cls=RefineryCommand)
+@click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH[@SPLIT]",
+              help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora; a "
+                   "corpus with a split column trains on its 'train' rows, or on @SPLIT's.")
+@click.option("--eval", "evals", multiple=True, required=True, metavar="NAME=PATH[:PRESET]",
+              help="An evaluation set with its own preset (default: the training --preset/--map).")
+@click.option("--label-map", "label_maps", multiple=True, metavar="NAME=FROM:TO,...",
+              help="Map training labels onto evaluation set NAME's labels (presets' maps built in: hans).")
+@click.option("--out", required=True, help="Folder: report/ (report.json, report.html, predictions.parquet), runs/.")
+@task_model_options
+@click.option("--seeds", type=int, default=1, show_default=True,
+              help="Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: initialisations).")
+@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Draws of the paired bootstrap.")
+@click.option("--by", "by", multiple=True, metavar="COL", help="Also break accuracy down by this column.")
+@click.option("--hypothesis-only", is_flag=True, help="Train the hypothesis-only bias probe instead.")
+@click.option("--allow-overlap", is_flag=True,
+              help="Score evaluation rows also found in a training corpus (marked in the report) instead of failing.")
+@finished_mode_option
+@precision_option
+@input_options
+def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batch, max_length, seeds, bootstrap, by,
+            hypothesis_only, allow_overlap, train_precision, mapping, opts):
+    """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
+    from refinery.methods import compare as cmp
+
+    try:
+        train_sets = cmp.parse_named(train, "--train")
+        maps = dict(_label_map(m) for m in label_maps)
+        eval_sets = [cmp.parse_eval_set(e, maps) for e in evals]
+        unknown = sorted(set(maps) - {e.name for e in eval_sets})
+        if unknown:
+            raise ValueError(f"--label-map names no evaluation set: {', '.join(unknown)}")
+        config = cmp.CompareConfig(backend=backend, inputs="hypothesis" if hypothesis_only else "pair",
+                                   model=model_name, epochs=epochs, lr=lr, batch_size=batch, max_length=max_length,
+                                   precision=train_precision, seeds=seeds, bootstrap=bootstrap, by=tuple(by),
+                                   allow_overlap=allow_overlap)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    report = cmp.run(train_sets, eval_sets, out, mapping, opts, config)
+    names = list(report["train"])
+    click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}), {seeds} seed(s); "
+               f"training rows: " + ", ".join(f"{n} {report['train'][n]['rows']:,}" for n in names))
+    width = max(len(n) for n in names) + 2
+    for ev, per in report["accuracy"].items():
+        info = report["eval"][ev]
+        click.echo(f"{ev} ({info['rows']:,} rows; majority class {info['majority']['label']} "
+                   f"{info['majority']['accuracy']:.1%})")
+        for n in names:
+            click.echo(f"  {n:<{width}} {cmp.accuracy_cell(per[n])}")
+    click.echo(f"report: {out}/report/report.html")
+
+
+def _label_map(spec: str) -> tuple[str, dict]:
+    name, sep, pairs = spec.partition("=")
+    out = {}
+    for pair in filter(None, pairs.split(",")):
+        src, colon, dst = pair.partition(":")
+        if not colon:
+            raise ValueError(f"--label-map {spec!r}: {pair!r} is not FROM:TO")
+        out[src] = dst
+    if not sep or not out:
+        raise ValueError(f"--label-map {spec!r} is not NAME=FROM:TO,...")
+    return name, out
+
+
+@tools.command(cls=RefineryCommand)
+@click.option("--model", "model_name", default="HuggingFaceTB/SmolLM2-135M-Instruct", show_default=True,
+              help="The model to serve: a name or folder.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port to listen on (0: any free one).")
+def serve(model_name, host, port):
+    """Serve a local transformers generator behind an OpenAI-compatible API (/v1/chat/completions)."""
+    from refinery.models.generate import TransformersGenerator
+    from refinery.models.server import make_server
+
+    generator = TransformersGenerator(model_name)
+    generator._load()
+    server = make_server(generator, model_name, host, port)
+    click.echo(f"serving {model_name} on http://{host}:{server.server_address[1]}/v1", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,90 @@
+"""``FilterStage``: a stage that keeps or drops each row, with the writers, rejects and accounting done once.
+
+A filter implements ``decide(batch) -> (keep, reasons)`` (datatrove's filter and exclusion writer are the
+model) and, when it must see the whole input first (a cross-fitted model), ``prepare(source)``. The base
+streams the input's batches through it into ``kept/`` (the input's rejects carried in its rejects) and
+``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
+and the commonest reasons. Rows in = kept + filtered out + input rejects.
+"""
+from __future__ import annotations
+
+import html
+import json
+from abc import abstractmethod
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.io.corpus import CorpusWriter, EmptyInput
+from refinery.io.storage import AtomicDir, join
+from refinery.pipeline.config import to_dict
+from refinery.pipeline.report import dict_table, page
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+
+TOP_REASONS = 20
+
+
+class FilterStage(Stage):
+    output = Output.KEPT
+
+    def prepare(self, source: StageInput) -> None:
+        """Look at the whole input before the first ``decide`` (nothing by default)."""
+
+    @abstractmethod
+    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+        """(keep: one bool per row, reasons: why each row would be dropped; read for dropped rows only)."""
+
+    def annotate(self, batch: pa.Table) -> pa.Table:
+        """The batch as written to kept/ and rejected/, after ``decide`` saw it (a filter may add its score)."""
+        return batch
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        self.prepare(source)
+        kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
+        input_rejects = 0
+        settings = {self.name: to_dict(self.config)}
+        options = {"config": settings, "storage_options": source.opts.storage_options, "inputs": source.paths}
+        with CorpusWriter(join(out, "kept"), **options) as kept_w, \
+                CorpusWriter(join(out, "rejected"), **options) as dropped_w:
+            for batch in source.iter_batches():
+                if batch.rejects.num_rows:
+                    kept_w.write(rejects=batch.rejects)
+                    input_rejects += batch.rejects.num_rows
+                if not batch.rows.num_rows:
+                    continue
+                keep, why = self.decide(batch.rows)
+                keep = np.asarray(keep, bool)
+                rows = self.annotate(batch.rows)
+                dropped = np.nonzero(~keep)[0]
+                why = [str(why[i]) for i in dropped]
+                kept_w.write(rows.filter(pa.array(keep)))
+                dropped_w.write(rows.take(pa.array(dropped)).append_column("reason", pa.array(why, pa.string())))
+                labels = np.asarray(batch.rows["label"].to_pylist(), object)
+                kept_by.update(labels[keep].tolist())
+                dropped_by.update(labels[~keep].tolist())
+                reasons.update(why)
+            if not kept_by and not dropped_by:
+                raise EmptyInput(f"no good input rows in {', '.join(source.paths)} ({input_rejects:,} rejected)")
+            kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
+        report = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
+                  "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
+                               for l in sorted(set(kept_by) | set(dropped_by))},
+                  "reasons": dict(reasons.most_common(TOP_REASONS)), "config": to_dict(self.config)}
+        self._write_report(report, out, source.opts.storage_options)
+        headline = f"kept {kept:,}, filtered out {dropped:,}"
+        return StageResult(kept + dropped + input_rejects,
+                           {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
+                           report, headline, (headline,))
+
+    def _write_report(self, report: dict, out: str, storage_options: dict) -> None:
+        doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
+        with AtomicDir(join(out, "report"), storage_options) as d:
+            d.write_text("report.json", json.dumps(report, indent=1, default=str))
+            d.write_text("report.html", page(f"refinery {self.name}", [
+                (html.escape(doc), dict_table({k: report[k] for k in ("kept", "filtered_out", "input_rejects")})),
+                ("Rows per label", dict_table(report["by_label"])),
+                ("Why rows were filtered out", dict_table(report["reasons"])),
+                ("Configuration", dict_table(report["config"])),
+            ]))
+            d.commit()

@@ -1,0 +1,193 @@
+"""One front door: each stage's verb is its one-stage pipeline (same files, part names and accounting), the
+verb's options are its config's fields, and a stage written outside refinery gets a verb and a pipeline key."""
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from conftest import SNLI_DEV, SNLI_TEST, run_cli
+
+from refinery.core.validation import at_least, setting, validate
+from refinery.io.corpus import write_table
+
+ACCOUNTING = re.compile(r"rows in [\d,]+ = .*\((?:ok|MISMATCH)\)")
+
+
+@pytest.fixture(scope="module")
+def snli_small(snli_pair, tmp_path_factory):
+    """2,000 SNLI rows (a third of them a 'test' split) as a corpus, and 600 as a raw JSONL file with a bad line."""
+    folder = tmp_path_factory.mktemp("front")
+    rows = snli_pair.slice(0, 2000)
+    rows = rows.append_column("split", pa.array(["train"] * 1400 + ["test"] * 600))
+    write_table(rows, str(folder / "corpus"))
+    lines = open(SNLI_DEV).read().splitlines()[:600]
+    (folder / "raw.jsonl").write_text("\n".join(lines[:300] + ['{"gold_label": "neutral"'] + lines[300:]) + "\n")
+    return folder
+
+
+def tree(root) -> dict:
+    return {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def assert_same_outputs(verb_out, stage_out, verb_input: str, stage_input: str) -> None:
+    """The verb's folder and the pipeline stage's hold the same files with the same content (the inputs they
+    name aside: the raw files, and the pipeline's 00-input)."""
+    verb_files, stage_files = tree(verb_out), tree(stage_out)
+    assert sorted(verb_files) == sorted(stage_files)
+    for name, path in verb_files.items():
+        other = stage_files[name]
+        if name.endswith(".parquet"):
+            assert pq.read_table(path).equals(pq.read_table(other)), name
+            assert path.read_bytes() == other.read_bytes(), name
+        elif name.endswith("_SUCCESS"):
+            a, b = (json.loads(p.read_text()) for p in (path, other))
+            assert (a["rows_in"], a["accounting"], a["parts"]) == (b["rows_in"], b["accounting"], b["parts"]), name
+        elif name.endswith("manifest.json"):
+            a, b = (json.loads(p.read_text()) for p in (path, other))
+            for key in ("rows", "rejected", "labels", "files", "rejects", "file_stats"):
+                assert a.get(key) == b.get(key), (name, key)
+        elif name.endswith((".json", ".html", ".svg")) and not name.endswith("_refinery.json"):  # not run ids
+            texts = [p.read_text().replace(verb_input, "INPUT").replace(stage_input, "INPUT")
+                     for p in (path, other)]
+            assert texts[0] == texts[1], name
+
+
+CASES = {
+    "audit": ("raw", ["--k", "5", "--features", "unigram,null"], "- audit: {k: 5, features: {families: [unigram, 'null']}}"),
+    "zfilter": ("raw", ["--k", "5", "--batch-size", "200"], "- zfilter: {k: 5, batch_size: 200}"),
+    "confidence": ("raw", ["--model", "ngram", "--tau", "0.4", "--folds", "3"],
+                   "- confidence: {model: ngram, tau: 0.4, folds: 3}"),
+    "upsample": ("corpus", ["--k", "5", "--band-min", "0.005"], "- upsample: {k: 5, band_min: 0.005}"),
+    "leakage": ("corpus", ["--trees", "10"], "- leakage: {forest: {trees: 10}}"),
+    "weights": ("corpus", ["--trees", "10", "--folds", "3", "--clip", "20"],
+                "- weights: {folds: 3, clip: 20, forest: {trees: 10}}"),
+    "compose": ("corpus", ["--composition", "parz", "--original", "CORPUS", "--k", "5"],
+                "- compose: {composition: parz, original: [CORPUS], zfilter: {k: 5}}"),
+    "razor": ("corpus", ["--score-only"], "- razor: {score_only: true}"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_verb_is_its_one_stage_pipeline(name, snli_small, tmp_path):
+    kind, options, stage_yaml = CASES[name]
+    corpus = str(snli_small / "corpus")
+    source = [str(snli_small / "raw.jsonl"), "--preset", "snli"] if kind == "raw" else [corpus]
+    options = [corpus if o == "CORPUS" else o for o in options]
+    verb = run_cli(name, *source, *options, "--out", tmp_path / "verb").stdout
+    where = (f"paths: [{snli_small / 'raw.jsonl'}]\n  preset: snli" if kind == "raw" else f"paths: [{corpus}]")
+    (tmp_path / "p.yaml").write_text(f"input:\n  {where}\nstages:\n  {stage_yaml.replace('CORPUS', corpus)}\n")
+    piped = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe").stdout
+    assert_same_outputs(tmp_path / "verb", tmp_path / "pipe" / f"01-{name}", source[0],
+                        str(tmp_path / "pipe" / "00-input"))
+    verb_line = ACCOUNTING.search(verb).group(0)
+    assert verb_line.endswith("(ok)") and verb_line == ACCOUNTING.findall(piped)[1]
+    if kind == "raw":   # the bad line is counted: rows in = the file's lines
+        assert verb_line.startswith("rows in 601 =") and "1 input rejects" in verb_line
+    printed = run_cli(name, *source, *options, "--out", tmp_path / "again", "--print-config").stdout
+    (tmp_path / "printed.yaml").write_text(printed)
+    run_cli("run", tmp_path / "printed.yaml", "--out", tmp_path / "printed")
+    assert_same_outputs(tmp_path / "verb", tmp_path / "printed" / f"01-{name}", source[0],
+                        str(tmp_path / "printed" / "00-input"))
+
+
+def test_mode_skip_reuses_and_error_refuses(snli_small, tmp_path):
+    args = ["zfilter", snli_small / "corpus", "--k", "5", "--out", tmp_path / "z"]
+    run_cli(*args)
+    before = (tmp_path / "z" / "kept" / "part-00000.parquet").stat().st_mtime_ns
+    assert "skipped" in run_cli(*args, "--mode", "skip").stdout
+    assert (tmp_path / "z" / "kept" / "part-00000.parquet").stat().st_mtime_ns == before
+    changed = run_cli(*args[:-4], "--k", "6", *args[-2:], "--mode", "skip", check=False)
+    assert changed.returncode == 2 and "other inputs or options" in changed.stderr
+    refused = run_cli(*args, "--mode", "error", check=False)
+    assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
+
+
+# ---------------------------------------------------------------- a stage from outside refinery
+
+@dataclass
+class ShortTextConfig:
+    min_words: int = setting(3, at_least(1), "Fewest words a hypothesis may have.")
+
+    def __post_init__(self):
+        validate(self)
+
+
+def short_text_stage():
+    """The README's 'Writing a new stage', as a user would write it in their own module."""
+    from refinery.pipeline.filter import FilterStage
+
+    class ShortText(FilterStage):
+        """Drop pairs whose hypothesis is shorter than min_words words."""
+
+        name, Config = "short-text", ShortTextConfig
+        needs = ("id", "text_b", "label")
+
+        def decide(self, batch):
+            words = np.array([len((t or "").split()) for t in batch["text_b"].to_pylist()])
+            return words >= self.config.min_words, [f"{n} words < {self.config.min_words}" for n in words]
+
+    return ShortText
+
+
+def test_a_new_stage_is_a_verb_and_a_pipeline_key(snli_small, tmp_path, monkeypatch):
+    from refinery.cli.base import RefineryGroup
+    from refinery.cli.main import add_stage_verbs, main
+    from refinery.pipeline import stage
+
+    monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
+    cls = stage.register(short_text_stage())
+    group = RefineryGroup("refinery", commands={"run": main.commands["run"]})
+    add_stage_verbs(group)
+    runner = CliRunner()
+    verb = runner.invoke(group, ["short-text", SNLI_TEST, "--preset", "snli", "--min-words", "6",
+                                 "--out", str(tmp_path / "verb")])
+    assert verb.exit_code == 0, verb.output
+    kept = pq.read_table(tmp_path / "verb" / "kept" / "part-00000.parquet")
+    assert min(len(t.split()) for t in kept["text_b"].to_pylist()) >= 6
+    line = ACCOUNTING.search(verb.output).group(0)
+    assert line.startswith("rows in 9,824 =") and line.endswith("(ok)")
+    report = json.loads((tmp_path / "verb" / "report" / "report.json").read_text())
+    assert report["kept"] == kept.num_rows and report["reasons"]
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_TEST}], preset: snli}}\n"
+                                     "stages: [{short-text: {min_words: 6}}]\n")
+    piped = runner.invoke(group, ["run", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "pipe")])
+    assert piped.exit_code == 0, piped.output
+    assert_same_outputs(tmp_path / "verb", tmp_path / "pipe" / "01-short-text", SNLI_TEST,
+                        str(tmp_path / "pipe" / "00-input"))
+    bad = runner.invoke(group, ["short-text", SNLI_TEST, "--preset", "snli", "--min-words", "0",
+                                "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "min_words must be a positive integer, got 0" in bad.output
+    assert cls.name == "short-text"
+
+
+def test_a_new_config_field_is_a_new_option():
+    from refinery.cli.config_options import leaves
+
+    @dataclass
+    class Grown(ShortTextConfig):
+        max_words: int = setting(40, at_least(1), "Most words a hypothesis may have.")
+
+    options = {name for leaf in leaves(Grown) for name in leaf.names}
+    assert options == {"--min-words", "--max-words"}
+
+
+def test_every_verb_option_is_a_config_field():
+    """No stage verb has an option that is not its config's or the input's (or one of the common few)."""
+    from refinery.cli.config_options import leaves
+    from refinery.cli.main import main
+    from refinery.pipeline.config import InputSpec
+    from refinery.pipeline.stage import REGISTRY, stage_class
+
+    common = {"--input", "--out", "--mode", "--engine", "--print-config", "--io-timeout", "--profile", "--help", "-h"}
+    for name in REGISTRY:
+        cls = stage_class(name)
+        if not cls.verb:
+            continue
+        fields = {o for leaf in leaves(cls.Config) + leaves(InputSpec) for o in leaf.names}
+        command = main.commands[name]
+        options = {o for p in command.params for o in p.opts + p.secondary_opts if o.startswith("-")}
+        assert options - common == fields, name
