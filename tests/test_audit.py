@@ -23,19 +23,19 @@ from refinery.methods.audit import (
 
 def test_snli_table10_words(tmp_path):
     run_cli("audit", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--out", tmp_path / "a")
-    topk = json.loads((tmp_path / "a" / "topk.json").read_text())
+    topk = json.loads((tmp_path / "a" / "report" / "topk.json").read_text())
     contra = [e["feature"] for e in topk["contradiction"][:5]]
     entail = [e["feature"] for e in topk["entailment"][:3]]
     assert "sleeping@hypothesis" in contra and "nobody@hypothesis" in contra
     assert "outside@hypothesis" in entail
     z = {e["feature"]: e["z"] for e in topk["contradiction"] + topk["entailment"]}
     assert 15 < z["sleeping@hypothesis"] < 20 and 12 < z["nobody@hypothesis"] < 16 and 17 < z["outside@hypothesis"] < 21
-    stats = pq.read_table(tmp_path / "a" / "stats.parquet")
+    stats = pq.read_table(tmp_path / "a" / "report" / "stats.parquet")
     assert set(stats.column_names) >= {"feature", "label", "n", "count", "p_hat", "z"}
     import pyarrow.compute as pc
     row = stats.filter(pc.equal(stats["feature"], "nobody@hypothesis")).to_pylist()
     assert {r["label"]: r["count"] for r in row}["contradiction"] == row[0]["n"]  # all 'nobody' rows contradict
-    html = (tmp_path / "a" / "report.html").read_text()
+    html = (tmp_path / "a" / "report" / "report.html").read_text()
     assert "<svg" in html and "sleeping@hypothesis" in html
 
 
@@ -105,7 +105,7 @@ def test_single_text_corpus(tmp_path):
     src = tmp_path / "claims.jsonl"
     src.write_text("\n".join(json.dumps({"claim": r["sentence2"], "label": r["gold_label"]}) for r in rows))
     run_cli("audit", src, "--map", "text_a=claim,label=label", "--out", tmp_path / "a", "--min-count", "5")
-    topk = json.loads((tmp_path / "a" / "topk.json").read_text())
+    topk = json.loads((tmp_path / "a" / "report" / "topk.json").read_text())
     feats = [e["feature"] for es in topk.values() for e in es]
     assert feats and all(f.endswith("@text") for f in feats)
 
@@ -179,7 +179,7 @@ def test_incremental_update_equals_full(planted, tmp_path):
     shards = [str(tmp_path / f"s{i}") for i in range(len(files))]
     first = audit(shards[:1])
     write_outputs(first, str(tmp_path / "a1"), shards[:1])
-    updated = audit(shards[1:], state=str(tmp_path / "a1"))
+    updated = audit(shards[1:], config=AuditConfig(update=str(tmp_path / "a1")))
     full = audit([path])
     assert updated.counter.counts().equals(full.counter.counts())
     np.testing.assert_allclose(by_feature(updated.stats)["z"], by_feature(full.stats)["z"])

@@ -117,21 +117,21 @@ def test_auto_prior_is_uniform_on_balanced_snli_and_empirical_on_sick_shares(tmp
     out = run_cli("audit", sick_like, "--preset", "sick", "--out", tmp_path / "sick").stdout
     expected = "empirical (auto: label shares 0.57–0.14 are not within 1.5× of 1/3)"
     assert f"prior: {expected}" in out
-    summary = json.loads((tmp_path / "sick" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "sick" / "report" / "summary.json").read_text())
     assert summary["prior"] == expected and summary["config"]["prior"] == "auto"
     assert summary["label_prior"]["neutral"] == {"share": 0.57, "p0": 0.57, "z": 0.0}
-    assert expected in (tmp_path / "sick" / "report.html").read_text()
+    assert expected in (tmp_path / "sick" / "report" / "report.html").read_text()
 
 
 def test_imbalanced_corpus_ranks_content_words_and_shows_null_apart(tmp_path, sick_like):
     run_cli("audit", sick_like, "--preset", "sick", "--out", tmp_path / "auto")
-    top = json.loads((tmp_path / "auto" / "topk.json").read_text())
+    top = json.loads((tmp_path / "auto" / "report" / "topk.json").read_text())
     function_tokens = {"null", "a@premise", "a@hypothesis", ".@premise", ".@hypothesis"}
     assert not function_tokens & {e["feature"] for es in top.values() for e in es[:5]}
     assert "sleeping@hypothesis" in [e["feature"] for e in top["contradiction"][:3]]
     # the uniform prior (the old default) ranks the majority label's commonest tokens; null is never ranked
     out = run_cli("audit", sick_like, "--preset", "sick", "--prior", "uniform", "--out", tmp_path / "uniform").stdout
-    top = json.loads((tmp_path / "uniform" / "topk.json").read_text())
+    top = json.loads((tmp_path / "uniform" / "report" / "topk.json").read_text())
     assert {".@premise", "a@premise"} <= {e["feature"] for e in top["neutral"][:3]}
     assert "null" not in {e["feature"] for es in top.values() for e in es}
     assert "label prior (the null feature, not ranked): contradiction 0.140 (z* -41.0)" in out

@@ -90,14 +90,14 @@ def test_overwriting_a_refinery_output_keeps_what_the_user_added(tmp_path, verb)
 def test_modes_skip_and_error_mean_the_same_in_every_verb(tmp_path):
     out = tmp_path / "a"
     run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "3")
-    stamp = (out / "summary.json").stat().st_mtime_ns
+    stamp = (out / "report" / "summary.json").stat().st_mtime_ns
     skipped = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "3", "--mode", "skip")
-    assert "skipped" in skipped.stdout and (out / "summary.json").stat().st_mtime_ns == stamp
+    assert "skipped" in skipped.stdout and (out / "report" / "summary.json").stat().st_mtime_ns == stamp
     other = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "4", "--mode", "skip", check=False)
     assert other.returncode == 2 and "other inputs or options" in other.stderr
     refused = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--mode", "error", check=False)
     assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
-    assert (out / "summary.json").stat().st_mtime_ns == stamp
+    assert (out / "report" / "summary.json").stat().st_mtime_ns == stamp
     corpus = tmp_path / "c"
     run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus)
     refused = run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus, "--mode", "error", check=False)

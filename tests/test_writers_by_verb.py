@@ -56,7 +56,7 @@ def test_every_verb_reads_what_every_writer_writes(written, tmp_path, writer, ve
     assert _rows_in(out) == ROWS * (2 if verb in SPLIT_VERBS else 1)
     if verb == "audit" and writer not in HARD:   # the same rows from JSONL: the same statistics
         run_cli(*VERBS[verb](jsonl, jsonl, tmp_path / "j"), "--preset", "snli")
-        assert (tmp_path / "o" / "topk.json").read_text() == (tmp_path / "j" / "topk.json").read_text()
+        assert (tmp_path / "o" / "report" / "topk.json").read_text() == (tmp_path / "j" / "report" / "topk.json").read_text()
 
 
 @pytest.mark.parametrize("writer", WRITERS)

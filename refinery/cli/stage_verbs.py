@@ -35,9 +35,11 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
         result = step.result
         if step.status == "skipped":
             click.echo(f"{out}: skipped (same inputs and options)")
+        click.echo(result.conservation())
         for line in result.lines:
             click.echo(line)
-        click.echo(result.conservation())
+        for warning in result.warnings:
+            click.echo(f"warning: {warning}", err=True)
         if result.report_file:
             click.echo(f"report: {join(out, result.report_file)}")
 

@@ -37,7 +37,7 @@ from refinery.pipeline.report import (
     topk_table,
     zplot_svg,
 )
-from refinery.pipeline.engine import check_engine
+from refinery.pipeline.engine import ParquetSource, check_engine, stream_map
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 
@@ -167,6 +167,7 @@ def _add_probe(counter, tables, config):
 
 def _ray_partial(batch: pa.Table, config_dict: dict, only: pa.Array | None) -> pa.Table:
     config = AuditConfig.from_dict(config_dict)
+    batch = batch.select([c for c in ("id", "text_a", "text_b", "label") if c in batch.column_names])
     return pa.table({"state": [count_table(batch, config, only=only).to_bytes()], "rows": [batch.num_rows]})
 
 
@@ -189,34 +190,28 @@ def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, con
 
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
               only: pa.Array | None = None, probe: bool = True):
-    """The same pass as ``count_local`` as a Ray Data pipeline: map_batches emit partial states, merged here."""
-    from refinery.pipeline.engine import ray_init
-
-    ray = ray_init()
+    """The same pass as ``count_local`` on Ray workers: each batch (a corpus's shards) or raw file becomes a
+    partial state, merged here in whatever order they finish."""
     corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
     raw = [u for u in inputs if u not in corpora]
+    if raw and mapping is None:
+        raise ValueError("raw inputs need --preset or --map")
     counter, rejected = _counter(config, only), 0
     cfg = config.to_dict()
-    datasets = []
+    parts = []
     if corpora:
-        files = [f for u in corpora for f in Corpus.open(u, opts.storage_options).files]
-        ds = ray.data.read_parquet(files).select_columns(["id", "text_a", "text_b", "label"])
-        datasets.append(ds.map_batches(_ray_partial, fn_kwargs={"config_dict": cfg, "only": only},
-                                       batch_format="pyarrow", batch_size=opts.batch_rows))
+        files = tuple(f for u in corpora for f in Corpus.open(u, opts.storage_options).files)
+        parts.append(stream_map(ParquetSource(files, opts.storage_options), _ray_partial, "ray",
+                                {"config_dict": cfg, "only": only}, opts.batch_rows, stage="audit"))
     if raw:
-        if mapping is None:
-            raise ValueError("raw inputs need --preset or --map")
-        paths = expand_paths(raw, opts.storage_options)
-        ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=len(paths))
-        datasets.append(ds.map_batches(_ray_partial_files, fn_kwargs={"mapping": mapping, "opts": opts,
-                                                                       "config_dict": cfg, "only": only},
-                                       batch_format="pyarrow", batch_size=1))
-    for ds in datasets:
-        for part in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            for blob in part["state"].to_pylist():
-                counter.merge(counter_from_bytes(blob))
-            if "rejected" in part.column_names:
-                rejected += sum(part["rejected"].to_pylist())
+        paths = (pa.table({"path": [p]}) for p in expand_paths(raw, opts.storage_options))
+        parts.append(stream_map(paths, _ray_partial_files, "ray", {"mapping": mapping, "opts": opts,
+                                                                   "config_dict": cfg, "only": only}, stage="audit"))
+    for part in (p for stream in parts for p in stream):
+        for blob in part["state"].to_pylist():
+            counter.merge(counter_from_bytes(blob))
+        if "rejected" in part.column_names:
+            rejected += sum(part["rejected"].to_pylist())
     if probe and "hypo-only" in config.features.families:
         table, _ = load(inputs, mapping, opts)
         _add_probe(counter, [table], config)

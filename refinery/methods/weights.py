@@ -241,12 +241,12 @@ class WeightsStage(Stage):
         lines = (f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
                  f"effective sample size {d['effective_sample_size']:,.0f}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
-                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})",
-                 *([f"warning: {warning['message']}"] if warning else []))
+                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})")
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, "
                            f"effective sample size {d['effective_sample_size']:,.0f}"
-                           + (f"; warning: {warning['message']}" if warning else ""), lines, report_file="")
+                           + (f"; warning: {warning['message']}" if warning else ""), lines,
+                           (warning["message"],) if warning else (), report_file="")
 
 
 def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:

@@ -130,6 +130,7 @@ class StageResult:
     report: dict
     headline: str = ""          # one line for a pipeline's log
     lines: tuple = ()           # further lines the stage's verb prints
+    warnings: tuple = ()        # what a user should act on (the verb prints them to stderr)
     report_file: str = "report/report.html"   # the HTML report, relative to the stage folder
 
     @property
