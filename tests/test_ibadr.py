@@ -158,3 +158,22 @@ def _loaded(path):
     generator = TransformersGenerator(path, chat=False)
     generator._load()
     return generator
+
+
+@pytest.mark.parametrize("name, options", [
+    ("generate", ["--limit", 6, "--max-new-tokens", 8, "--target-labels", "all"]),
+    ("razor", ["--top-k", 4, "--candidates", 2, "--rounds", 1, "--max-new-tokens", 8]),
+    ("ibadr", ["--iterations", 1, "--per-iteration", 4, "--max-new-tokens", 16, "--first-epochs", 1, "--tau", 0]),
+])
+def test_model_stage_verbs_are_their_one_stage_pipelines(name, options, snli_sample, tiny_generator, tmp_path):
+    """The generating stages too: the verb and the pipeline its --print-config prints write the same files."""
+    from test_front_door import ACCOUNTING, assert_same_outputs
+
+    model = ["--generator" if name == "ibadr" else "--model", tiny_generator]
+    args = [name, snli_sample, *model, *options]
+    verb = run_cli(*args, "--out", tmp_path / "verb").stdout
+    (tmp_path / "p.yaml").write_text(run_cli(*args, "--out", tmp_path / "x", "--print-config").stdout)
+    piped = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe").stdout
+    assert_same_outputs(tmp_path / "verb", tmp_path / "pipe" / f"01-{name}", str(snli_sample),
+                        str(tmp_path / "pipe" / "00-input"))
+    assert ACCOUNTING.search(verb).group(0) == ACCOUNTING.findall(piped)[1]
