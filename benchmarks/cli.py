@@ -79,7 +79,7 @@ def convert_work(path: str) -> int:
     import pyarrow.json as pajson
     import pyarrow.parquet as pq
 
-    from refinery.io.queries import load_sql
+    from refinery.io.db import load_sql
 
     table = pajson.read_json(path)
     rows = pa.table({"line": pa.array(range(1, table.num_rows + 1), pa.int64()), "text_a": table["sentence1"],

@@ -14,13 +14,8 @@ from conftest import SNLI_DEV, run_cli
 from realworld import NAMES, write_cases, snli_rows
 
 from refinery.io.corpus import Corpus, load
-from refinery.io.readers import (
-    AmbiguousColumnError,
-    MissingColumnError,
-    ReadOptions,
-    expand_paths,
-    hf_splits,
-)
+from refinery.io.inputs import expand_paths, hf_splits
+from refinery.io.readers import AmbiguousColumnError, MissingColumnError, ReadOptions
 from refinery.io.schema import CANONICAL_SCHEMA, PRESETS, Mapping, parse_mapping
 
 BOM = b"\xef\xbb\xbf"

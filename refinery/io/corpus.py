@@ -16,16 +16,11 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refinery.io.readers import (
-    COMPRESSIONS,
-    EMPTY_CANONICAL,
-    FORMATS,
-    Batch,
-    ReadOptions,
-    expand_paths,
-    read_input,
-)
+from refinery.io.canonical import EMPTY_CANONICAL, Batch
+from refinery.io.inputs import expand_paths
+from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
+from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.storage import AtomicDir, get_fs, on_store, redact
 
 MANIFEST = "manifest.json"
@@ -154,23 +149,6 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
     return concat(rows), (pa.concat_tables(rejects) if rejects else empty_table(REJECTS_SCHEMA))
 
 
-def parse_split_spec(spec: str) -> tuple[str | None, str]:
-    """``SPLIT=PATH`` → (SPLIT, PATH); a plain path (which may hold ``=`` after a ``/``) → (None, PATH)."""
-    name, sep, path = spec.partition("=")
-    if not sep or "://" in name or "/" in name:
-        return None, spec
-    return name, path
-
-
-def split_name(url: str) -> str:
-    """The file or folder name without its compression and format extensions (``dev.jsonl.gz`` → ``dev``)."""
-    base = posixpath.basename(url.rstrip("/"))
-    for suffix in COMPRESSIONS:
-        base = base.removesuffix(suffix)
-    stem, ext = posixpath.splitext(base)
-    return stem if ext.lower() in FORMATS else base
-
-
 class CorpusWriter:
     """Write canonical shards, rejects and a manifest; publish atomically on ``commit``.
 
@@ -239,10 +217,6 @@ class CorpusWriter:
             self._rejected_buffered += rejects.num_rows
             if self._rejected_buffered >= self.shard_rows:
                 self._flush_rejects()
-
-    def write_batches(self, batches: Iterable[Batch]) -> None:
-        for batch in batches:
-            self.write(batch.rows, batch.rejects)
 
     def _flush_rows(self, final: bool = False) -> None:
         """Buffered rows to the writer thread a row group (≥ ``ROW_GROUP_ROWS``, or all with ``final``) at a

@@ -1,35 +1,22 @@
-"""DuckDB over Parquet: named queries from ``sql/`` (one query a file) or a user's .sql file.
+"""DuckDB over finished corpora: the inputs of each split made corpora, their Parquet files exposed as a
+view or a table, and named queries from ``sql/`` (or a user's .sql file) run over them.
 
-Corpora are exposed as views; user-given names are bound as parameters or quoted as
-identifiers, never spliced raw into SQL.
+User-given names are bound as parameters or quoted as identifiers, never spliced raw into SQL.
 """
 from __future__ import annotations
 
 import os
 import re
-import tempfile
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from refinery.io import db
+from refinery.io.corpus import Corpus, EmptyInput, convert, is_corpus
+from refinery.io.db import load_sql, quote_literal
+from refinery.io.schema import REJECTS_SCHEMA, empty_table
+from refinery.io.splits import split_specs
 from refinery.io.storage import get_fs, is_local
-
-SQL_DIR = Path(__file__).resolve().parent / "sql"  # shipped inside the package (top-level sql/ links here)
-
-
-def named_queries() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(SQL_DIR.glob("*.sql"))}
-
-
-def load_sql(name_or_file: str) -> str:
-    """The text of ``sql/NAME.sql`` or of a user's ``FILE.sql``."""
-    if name_or_file.endswith(".sql") and Path(name_or_file).exists():
-        return Path(name_or_file).read_text()
-    queries = named_queries()
-    if name_or_file not in queries:
-        raise KeyError(f"no query named {name_or_file!r}; named queries: {', '.join(queries)}")
-    return queries[name_or_file].read_text()
 
 
 def quote_ident(name: str) -> str:
@@ -37,19 +24,11 @@ def quote_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
 
 
-def quote_literal(value: str) -> str:
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def connect(threads: int | None = None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    # spill to the system temp folder, not to ./.tmp of wherever the user happens to stand
-    con.execute("SET temp_directory = " + quote_literal(os.path.join(tempfile.gettempdir(), f"refinery-duckdb-{os.getpid()}")))
+def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A connection for queries (``db.connect``), on at most ``threads`` threads (None: DuckDB's default)."""
+    con = db.connect()
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    if memory_limit:
-        con.execute("SET memory_limit = " + quote_literal(memory_limit))
-    con.execute("SET preserve_insertion_order = true")
     return con
 
 
@@ -125,23 +104,9 @@ def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
     return con.sql(sql, params=_bind(sql, name_or_file, params) or None).to_arrow_table()
 
 
-def split_specs(specs) -> dict[str, list[str]]:
-    """``[SPLIT=]PATH`` arguments into {split: [paths]}; the split defaults to the file's stem, and a
-    split given more than once (SICK train + trial) is made of all its files."""
-    from refinery.io.corpus import parse_split_spec, split_name
-
-    out: dict[str, list[str]] = {}
-    for spec in specs:
-        name, path = parse_split_spec(spec)
-        out.setdefault(name or split_name(path), []).append(path)
-    return out
-
-
 def split_corpora(specs, mapping, opts, workdir: str) -> dict:
     """Finished corpora per split (``[SPLIT=]PATH`` specs, or a {split: path or [paths]} dict): a finished
     corpus as it is, raw inputs converted under ``workdir``. A split without good rows is an error."""
-    from refinery.io.corpus import Corpus, EmptyInput, convert, is_corpus
-
     specs = specs if isinstance(specs, dict) else split_specs(specs)
     corpora: dict[str, list] = {}
     for j, (split, paths) in enumerate(specs.items()):
@@ -171,7 +136,5 @@ def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
 
 def corpora_rejects(corpora: dict) -> pa.Table:
     """The rejects of every corpus of :func:`split_corpora`, to be carried into an output."""
-    from refinery.io.schema import REJECTS_SCHEMA, empty_table
-
     tables = [c.read_rejects() for cs in corpora.values() for c in cs]
     return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)

@@ -12,7 +12,6 @@ OPTIONAL_FIELDS = {
     "origin_id": pa.string(),
     "split": pa.string(),
 }
-SOURCES = ("original", "generated", "rewritten", "upsampled")
 
 
 def is_pair(table: pa.Table) -> bool:
@@ -65,13 +64,6 @@ class Mapping:
     optional: tuple = ("id", "node_a", "node_b")
     field_names: tuple = ("premise", "hypothesis")
     preset: str | None = None  # the preset's name, for messages
-
-    def source(self, name: str) -> str | None:
-        return self.columns.get(name)
-
-    @property
-    def single_text(self) -> bool:
-        return self.columns.get("text_b") is None
 
     @property
     def required(self) -> dict:

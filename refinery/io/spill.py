@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from refinery.io.db import connect, load_sql, quote_literal
+
 DEFAULT_PARTITIONS = 64
 
 
@@ -50,8 +52,6 @@ class _Runs:
         self._con = None
 
     def _connection(self):
-        from refinery.io.queries import connect
-
         if self._con is None:
             self._con = connect()
         return self._con
@@ -60,8 +60,6 @@ class _Runs:
         """Each partition's rows summed over the runs (empty partitions skipped). A partition merged from
         several files is written back as one merged file in their place, so a later pass (the state after
         the statistics) reads it as it is instead of merging again."""
-        from refinery.io.queries import load_sql
-
         con = self._connection()
         for p in range(self.partitions):
             files = sorted(glob.glob(os.path.join(self.root, self.FILES.format(p=p))))
@@ -83,10 +81,6 @@ class _Runs:
             os.remove(f)
         os.replace(merged + ".tmp", merged)
 
-    @property
-    def bytes_on_disk(self) -> int:
-        return sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.root, "**", "*.parquet"), recursive=True))
-
     def close(self) -> None:
         if self._con is not None:
             self._con.close()
@@ -103,8 +97,6 @@ class PartitionedRuns(_Runs):
     MERGED = os.path.join("run-merged", "part={p}", "merged.parquet")
 
     def write(self, counts: pa.Table) -> None:
-        from refinery.io.queries import load_sql, quote_literal
-
         con = self._connection()
         con.register("run", counts)
         try:

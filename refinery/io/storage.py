@@ -9,12 +9,23 @@ cannot remove in time stays listed for the next run on the same output, which re
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
+import glob
+import inspect
 import json
 import os
 import posixpath
 import re
+import shutil
+import threading
+import time
+import uuid
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from refinery import __version__
@@ -75,9 +86,6 @@ def get_fs(url: str, storage_options: dict | None = None) -> tuple[fsspec.Abstra
 def store_error(url: str, operation: str, error: BaseException) -> OSError:
     """One line naming what failed where: the URL, the operation, and the store's or the disk's answer (a full
     disk with the space left on it)."""
-    import errno
-    import shutil
-
     text = " ".join(str(error).split()) or type(error).__name__
     if isinstance(error, OSError) and error.errno == errno.ENOSPC and "://" not in url:
         probe = url
@@ -106,8 +114,6 @@ def with_deadline(seconds: float, fn, *args) -> None:
     """``fn(*args)`` on a daemon thread, waited for at most ``seconds``, its errors dropped: best-effort
     clean-up against a store that may not answer (an abandoned call ends with the process; what it did not
     remove, the next run does)."""
-    import threading
-
     def call():
         try:
             fn(*args)
@@ -119,17 +125,8 @@ def with_deadline(seconds: float, fn, *args) -> None:
     worker.join(seconds)
 
 
-def unstrip(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    """The full URL of ``path`` on ``fs`` (fsspec strips the protocol)."""
-    return fs.unstrip_protocol(path) if not _is_local(fs) else path
-
-
-def _is_local(fs) -> bool:
-    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
 def is_local(fs) -> bool:
-    return _is_local(fs)
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
 
 def join(base: str, *parts: str) -> str:
@@ -152,9 +149,6 @@ def parse_storage_options(pairs) -> dict:
 
 def remove_stale_temps(path: str) -> list[str]:
     """Remove ``<path>.tmp-<pid>-*`` folders left by runs whose process is gone (a kill -9, a crash)."""
-    import glob
-    import shutil
-
     removed = []
     for tmp in glob.glob(glob.escape(path) + ".tmp-*-*"):
         pid = os.path.basename(tmp).rsplit(".tmp-", 1)[1].split("-", 1)[0]
@@ -291,8 +285,6 @@ def _foreign_entries(root: str, owned: set[str]) -> list[str]:
 
 def _exchange(a: str, b: str) -> bool:
     """Swap two local paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
-    import ctypes
-
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
@@ -319,9 +311,6 @@ class AtomicDir:
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
-        import time
-        import uuid
-
         self.out = out.rstrip("/")
         self.fs, self.path = get_fs(self.out, storage_options)
         self.local = is_local(self.fs)
@@ -357,9 +346,6 @@ class AtomicDir:
         self.write_bytes(name, text.encode("utf-8"))
 
     def write_parquet(self, name: str, table) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink)
         self.write_bytes(name, sink.getvalue().to_pybytes())
@@ -388,8 +374,6 @@ class AtomicDir:
             self._put_marker(ours)
 
     def _publish_local(self) -> None:
-        import shutil
-
         if not os.path.lexists(self.path):
             os.rename(self.tmp, self.path)
             return
@@ -420,8 +404,6 @@ class AtomicDir:
         """Remove this run's files: the temporary folder, or on a store the run's id-named files within
         ``CLEANUP_SECONDS`` (the store may be why the run failed; what is left, the next run removes)."""
         if self.local:
-            import shutil
-
             shutil.rmtree(self.tmp, ignore_errors=True)
             return
         own = [join(self.path, name) for name in sorted(self._written) if self.run_id in name]
@@ -468,8 +450,6 @@ class RunOutput:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            import time
-
             with on_store(self.out, f"writing {RUN_MARKER}"):
                 self.fs.makedirs(self.path, exist_ok=True)
                 parts = sorted(name for name in _entries(self.fs, self.path)
@@ -491,9 +471,6 @@ class RunOutput:
 def publishes_run(fn):
     """Wrap an API function that writes several parts under its ``out`` argument in a ``RunOutput``:
     the marker goes when it starts and comes back, with the report's scalar figures, when it returns."""
-    import functools
-    import inspect
-
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)

@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.io.corpus import CorpusWriter
+
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 DEFAULT_PLANTED = {
     "nobody": ("contradiction", 0.15),
@@ -157,8 +159,6 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
 
 def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "overwrite", **kwargs) -> dict:
     """Write the corpus as a canonical corpus (shards + manifest, atomically)."""
-    from refinery.io.corpus import CorpusWriter
-
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config={"synth": _spec_dict(spec)},
                       extra={"planted": {w: list(v) for w, v in spec.planted.items()}}, **kwargs) as writer:
         if not writer.skipped:
