@@ -5,9 +5,10 @@ import pyarrow.compute as pc
 import pytest
 from conftest import DATA, SNLI_DEV
 
-from refinery.core.counts import COUNTS_SCHEMA
-from refinery.core.feature_counts import FeatureCounts, KeyCounts, TokenIds, token_ids
+from refinery.core.feature_counts import FeatureCounts, KeyCounts
 from refinery.core.features import FeatureConfig, TokenizerOptions, extract
+from refinery.core.stats import COUNTS_SCHEMA
+from refinery.core.vocabulary import TokenIds, token_ids
 from refinery.io.corpus import load
 from refinery.io.schema import PRESETS
 

@@ -1,16 +1,16 @@
 """Exact feature × label counts of whole corpora on integer ids (the audit's hot path, METHODS §1).
 
 Unigram and bigram presence per field is counted without materializing ``(row, "w1 w2@field")``
-strings. Per field, each batch is tokenized (a compiled byte scanner for ASCII text, the
-reference Arrow tokenizer otherwise; both give the tokens of ``TokenizerOptions.tokenize``),
-each token interned to a dense id, and a bigram packed into the key ``id1 << 32 | id2``. Keys
-are counted in a table whose int32 rows are ``[key high, key low, stamp, count per label…]``: a
-key counts for a row only when its stamp is not already that row, so presence counts once per
-row. Feature strings (``"w1 w2@hypothesis"``) are built once per distinct feature, at the end.
+strings. Per field, each batch is tokenized to dense token ids (``vocabulary``) and a bigram packed
+into the key ``id1 << 32 | id2``. Keys are counted in a table (``KeyCounts``) whose int32 rows are
+``[key high, key low, stamp, count per label…]``: a key counts for a row only when its stamp is not
+already that row, so presence counts once per row. Feature strings (``"w1 w2@hypothesis"``) are built
+once per distinct feature, at the end.
 
-The kernels are numba-compiled and release the GIL, so the fields of a pair corpus are counted
-in parallel threads. Row-level families count in a dense table of their own: ``null`` directly,
-length, ratio and overlap from ``features.extract``.
+The kernels (``kernels``) are numba-compiled and release the GIL, so the fields of a pair corpus are
+tokenized and counted in parallel, on a thread pool of this module's (a forked child starts its own).
+Row-level families count in a dense table of their own: ``null`` directly, length, ratio and overlap
+from ``features.extract``.
 """
 from __future__ import annotations
 
@@ -18,415 +18,19 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.features import (
-    STOPWORD_LIST,
-    FeatureConfig,
-    TokenizerOptions,
-    dictionary_ids,
-    extract,
-    text_fields,
-)
+from refinery.core.features import STOPWORD_LIST, FeatureConfig, dictionary_ids, extract, text_fields
+from refinery.core.kernels import EMPTY, by_region, count_present, hash_shift, rehash, used_slots
 from refinery.core.stats import matrix_to_long, row_totals
-
-_EMPTY = -1
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing multiplier
-_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
-
-# ASCII byte classes of TokenizerOptions.tokenize: RE2's \w is a word byte; Arrow's
-# utf8_split_whitespace splits on 9–13, 28–32; every other byte is a one-byte punctuation token.
-WORD, SPACE, PUNCT = 0, 1, 2
-BYTE_CLASS = np.full(128, PUNCT, dtype=np.uint8)
-for _c in b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz":
-    BYTE_CLASS[_c] = WORD
-BYTE_CLASS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = SPACE
-
-
-# ---------------------------------------------------------------- kernels
-
-@numba.njit(nogil=True, cache=True)
-def _shift(capacity):
-    """64 − log2(capacity): Fibonacci hashing keeps the top bits of key × golden ratio."""
-    bits = 0
-    while (1 << bits) < capacity:
-        bits += 1
-    return np.uint64(64 - bits)
-
-
-@numba.njit(nogil=True, cache=True)
-def _find(table, key, shift):
-    """Slot of ``key`` in a linear-probing table (or the empty slot where it goes); a row holds
-    the key as two int32 halves."""
-    mask = len(table) - 1
-    hi, lo = np.int32(key >> 32), np.int32(key & 0xFFFFFFFF)
-    slot = np.int64((np.uint64(key) * _GOLDEN) >> shift)
-    while table[slot, 0] != _EMPTY and (table[slot, 0] != hi or table[slot, 1] != lo):
-        slot = (slot + 1) & mask
-    return slot
-
-
-@numba.njit(nogil=True, cache=True)
-def _count_present(values, rows, labels, first_row, table, dense, pairs, start, size, limit):
-    """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``.
-
-    The key at position i (≥ ``start``) is ``values[i]``, or with ``pairs`` the bigram
-    ``values[i-1] << 32 | values[i]`` when both are in the same row; keys are ≥ 0. ``table`` rows
-    are int32 ``[key high, key low, stamp (last row counted), count per label…]`` (24 bytes for
-    3 labels), so a probe touches one cache line; ``dense``: the key is its own slot. Stops before
-    a new key would make the table hold more than ``limit`` keys; returns (keys held, position
-    reached).
-    """
-    shift = _shift(len(table))
-    for i in range(max(start, 1 if pairs else 0), len(values)):
-        if pairs:
-            if rows[i] != rows[i - 1]:
-                continue
-            key = (values[i - 1] << 32) | values[i]
-        else:
-            key = values[i]
-        slot = key if dense else _find(table, key, shift)
-        if table[slot, 0] == _EMPTY:
-            if size >= limit:
-                return size, i
-            table[slot, 0], table[slot, 1] = key >> 32, key & 0xFFFFFFFF
-            size += 1
-        row = first_row + rows[i]
-        if table[slot, 2] != row:
-            table[slot, 2] = row
-            table[slot, 3 + labels[rows[i]]] += 1
-    return size, len(values)
-
-
-@numba.njit(nogil=True, cache=True)
-def _by_region(values, rows, pairs, shift, region_bits):
-    """The keys of ``values`` (with ``pairs``: bigrams of adjacent ids of a row, as ``_count_present``
-    forms them) and their rows, stably sorted by the region of the table their slot falls in (the
-    top ``region_bits`` of the slot): counted in this order, the probes of a region stay in cache
-    instead of missing it on nearly every key of a table larger than the caches. Stable, so each
-    key's rows stay in order (presence is counted once per row)."""
-    n = len(values)
-    regions = np.zeros((1 << region_bits) + 1, dtype=np.int64)
-    drop = np.uint64(64) - shift - np.uint64(region_bits)   # slot >> drop: its region
-    region = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        if pairs and (i == 0 or rows[i] != rows[i - 1]):
-            region[i] = -1
-            continue
-        key = (values[i - 1] << 32) | values[i] if pairs else values[i]
-        region[i] = np.int64((np.uint64(key) * _GOLDEN) >> shift >> drop)
-        regions[region[i] + 1] += 1
-    for r in range(1, len(regions)):
-        regions[r] += regions[r - 1]
-    keys = np.empty(regions[-1], dtype=np.int64)
-    key_rows = np.empty(regions[-1], dtype=rows.dtype)
-    for i in range(n):
-        r = region[i]
-        if r < 0:
-            continue
-        at = regions[r]
-        keys[at] = (values[i - 1] << 32) | values[i] if pairs else values[i]
-        key_rows[at] = rows[i]
-        regions[r] = at + 1
-    return keys, key_rows
-
-
-@numba.njit(nogil=True, cache=True)
-def _rehash(table, new_table):
-    shift = _shift(len(new_table))
-    for s in range(len(table)):
-        if table[s, 0] != _EMPTY:
-            key = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
-            new_table[_find(new_table, key, shift)] = table[s]
-
-
-@numba.njit(nogil=True, cache=True)
-def _used_slots(table, start, end, keys, counts):
-    """Copy the key and counts of each used slot in [start, end) of a ``_count_present`` table, in slot
-    order (one sequential pass: a boolean mask and a gather would read the table three times); the
-    number copied."""
-    i = 0
-    for s in range(start, end):
-        if table[s, 0] != _EMPTY:
-            keys[i] = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
-            for j in range(counts.shape[1]):
-                counts[i, j] = table[s, 3 + j]
-            i += 1
-    return i
-
-
-@numba.njit(nogil=True, cache=True)
-def _scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents, hashes):
-    """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
-    out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
-    ``keep_punct``), space bytes separators. Writes the (lowercased) bytes to ``out`` and each
-    token's span, row and FNV-1a hash (computed as the bytes go by); returns the number of tokens."""
-    n = 0
-    for r in range(len(offsets) - 1):
-        if skip[r]:
-            continue
-        start = -1
-        h = _FNV_OFFSET
-        for i in range(offsets[r], offsets[r + 1]):
-            b = data[i]
-            if lowercase and 65 <= b <= 90:
-                b += 32
-            out[i] = b
-            cls = byte_class[b]
-            if cls == WORD:
-                if start < 0:
-                    start = i
-                    h = _FNV_OFFSET
-                h = (h ^ np.uint64(b)) * _FNV_PRIME
-                continue
-            if start >= 0:
-                starts[n], ends[n], parents[n], hashes[n] = start, i, r, h
-                n += 1
-                start = -1
-            if cls == PUNCT and keep_punct:
-                starts[n], ends[n], parents[n], hashes[n] = i, i + 1, r, (_FNV_OFFSET ^ np.uint64(b)) * _FNV_PRIME
-                n += 1
-        if start >= 0:
-            starts[n], ends[n], parents[n], hashes[n] = start, offsets[r + 1], r, h
-            n += 1
-    return n
-
-
-@numba.njit(nogil=True, cache=True)
-def _fnv(data, starts, ends):
-    """FNV-1a hash of each token ``data[starts[i]:ends[i]]``."""
-    hashes = np.empty(len(starts), dtype=np.uint64)
-    for i in range(len(starts)):
-        h = _FNV_OFFSET
-        for j in range(starts[i], ends[i]):
-            h = (h ^ np.uint64(data[j])) * _FNV_PRIME
-        hashes[i] = h
-    return hashes
-
-
-@numba.njit(nogil=True, cache=True)
-def _token_start(token_ends, t):
-    return token_ends[t - 1] if t > 0 else 0
-
-
-@numba.njit(nogil=True, cache=True)
-def _intern(data, starts, ends, token_hashes, ids, start, arena, arena_used, token_ends, hashes, n_ids, table, limit):
-    """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
-    hash ``token_hashes[i]``), adding unseen tokens to the arena; stops before the vocabulary
-    would pass ``limit`` tokens.
-
-    ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
-    ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end per
-    token locates it); ``hashes[id]`` keeps the low 32 bits of its hash, all a table of at most
-    2³¹ slots places by. Returns (arena_used, n_ids, position reached)."""
-    mask = len(table) - 1
-    for i in range(start, len(starts)):
-        h = np.uint32(token_hashes[i] & np.uint64(0xFFFFFFFF))
-        slot = np.int64(h) & mask
-        length = ends[i] - starts[i]
-        while True:
-            t = table[slot]
-            if t == _EMPTY:
-                if n_ids >= limit:
-                    return arena_used, n_ids, i
-                arena[arena_used:arena_used + length] = data[starts[i]:ends[i]]
-                token_ends[n_ids] = arena_used + length
-                hashes[n_ids] = h
-                table[slot] = n_ids
-                ids[i] = n_ids
-                arena_used += length
-                n_ids += 1
-                break
-            a = _token_start(token_ends, t)
-            if hashes[t] == h and token_ends[t] - a == length:
-                same = True
-                for j in range(length):
-                    if arena[a + j] != data[starts[i] + j]:
-                        same = False
-                        break
-                if same:
-                    ids[i] = t
-                    break
-            slot = (slot + 1) & mask
-    return arena_used, n_ids, len(starts)
-
-
-@numba.njit(nogil=True, cache=True)
-def _reinsert(hashes, table):
-    """Place ids ``0..len(hashes)-1`` by their hashes in a new (larger) ``_intern`` table."""
-    mask = len(table) - 1
-    for t in range(len(hashes)):
-        slot = np.int64(hashes[t]) & mask
-        while table[slot] != _EMPTY:
-            slot = (slot + 1) & mask
-        table[slot] = t
-
-
-@numba.njit(nogil=True, cache=True)
-def _copy(src, start, end, dst, pos):
-    for j in range(start, end):
-        dst[pos] = src[j]
-        pos += 1
-    return pos
-
-
-@numba.njit(nogil=True, cache=True)
-def _gram_strings(arena, token_ends, first, second, suffix, offsets):
-    """Bytes of ``"w1@suffix"`` (``second[i] < 0``) or ``"w1 w2@suffix"`` per gram, the words
-    being the arena bytes of token ids; fills ``offsets`` (n + 1)."""
-    n = len(first)
-    offsets[0] = 0
-    for i in range(n):
-        size = token_ends[first[i]] - _token_start(token_ends, first[i]) + len(suffix)
-        if second[i] >= 0:
-            size += 1 + token_ends[second[i]] - _token_start(token_ends, second[i])
-        offsets[i + 1] = offsets[i] + size
-    out = np.empty(offsets[n], dtype=np.uint8)
-    for i in range(n):
-        pos = _copy(arena, _token_start(token_ends, first[i]), token_ends[first[i]], out, offsets[i])
-        if second[i] >= 0:
-            out[pos] = 32
-            pos = _copy(arena, _token_start(token_ends, second[i]), token_ends[second[i]], out, pos + 1)
-        _copy(suffix, 0, len(suffix), out, pos)
-    return out
-
-
-# ---------------------------------------------------------------- containers
-
-def _grown(array: np.ndarray, size: int) -> np.ndarray:
-    """``array`` with room for at least ``size`` rows (capacity doubled; new rows uninitialized)."""
-    if len(array) >= size:
-        return array
-    capacity = max(len(array), 1)
-    while capacity < size:
-        capacity *= 2
-    out = np.empty((capacity,) + array.shape[1:], dtype=array.dtype)
-    out[:len(array)] = array
-    return out
-
-
-class TokenIds:
-    """Interned tokens: byte strings → dense ids, in a compiled hash table (see ``_intern``)."""
-
-    def __init__(self, seed: tuple = ()):
-        self.arena = np.empty(1 << 20, dtype=np.uint8)
-        self.used = 0
-        self.token_ends = np.empty(1 << 14, dtype=np.int64)
-        self.hashes = np.empty(1 << 14, dtype=np.uint32)  # low halves: placement and a quick reject
-        self.table = np.full(1 << 15, _EMPTY, dtype=np.int32)
-        self.size = 0
-        if seed:
-            self.ids(pa.array(seed, pa.string()))
-
-    def __len__(self) -> int:
-        return self.size
-
-    def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray | None = None
-               ) -> np.ndarray:
-        """Ids of the tokens ``data[starts[i]:ends[i]]`` (``hashes``: their FNV-1a hashes, computed
-        if not given); the table doubles whenever it would pass half full (sized by the
-        vocabulary, not the batch, so it stays in cache)."""
-        hashes = _fnv(data, starts, ends) if hashes is None else hashes
-        ids = np.empty(len(starts), dtype=np.int64)
-        self.arena = _grown(self.arena, self.used + int((ends - starts).sum()))
-        done = 0
-        while done < len(starts):
-            limit = len(self.table) // 2
-            self.token_ends = _grown(self.token_ends, limit)
-            self.hashes = _grown(self.hashes, limit)
-            self.used, self.size, done = _intern(data, starts, ends, hashes, ids, done, self.arena, self.used,
-                                                 self.token_ends, self.hashes, self.size, self.table, limit)
-            if done < len(starts):
-                size, self.table = 2 * len(self.table), None  # free the old table before the new one
-                self.table = np.full(size, _EMPTY, dtype=np.int32)
-                _reinsert(self.hashes[:self.size], self.table)
-        return ids
-
-    def ids(self, strings: pa.Array) -> np.ndarray:
-        """Ids of the strings of an Arrow string array (no nulls)."""
-        data, offsets = string_buffers(strings)
-        return self.intern(data, offsets[:-1], offsets[1:])
-
-    def grams(self, first: np.ndarray, second: np.ndarray, suffix: str) -> pa.Array:
-        """Strings ``"w1@suffix"`` or, where ``second`` ≥ 0, ``"w1 w2@suffix"`` of token ids."""
-        suffix = np.frombuffer(suffix.encode(), np.uint8)
-        offsets = np.empty(len(first) + 1, dtype=np.int64)
-        data = _gram_strings(self.arena, self.token_ends, first, second, suffix, offsets)
-        if offsets[-1] < 2**31:
-            return pa.StringArray.from_buffers(len(first), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
-        return pa.LargeStringArray.from_buffers(len(first), pa.py_buffer(offsets), pa.py_buffer(data))
-
-
-def string_buffers(strings) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes, offsets as int64) of an Arrow string array without nulls."""
-    if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
-    if strings.null_count:
-        raise ValueError("string_buffers: nulls must be filled first")
-    width = np.int64 if pa.types.is_large_string(strings.type) else np.int32
-    _, off_buf, data_buf = strings.buffers()
-    offsets = np.frombuffer(off_buf, dtype=width)[strings.offset:strings.offset + len(strings) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-    return data, offsets.astype(np.int64)
-
-
-class ByteScanner:
-    """``_scan_ascii`` with its work buffers kept from batch to batch (fresh large arrays would
-    page-fault on every batch)."""
-
-    def __init__(self):
-        self.out = np.empty(0, dtype=np.uint8)
-        self.spans = np.empty((0, 3), dtype=np.int64)   # start, end, row of each token
-        self.hashes = np.empty(0, dtype=np.uint64)
-
-    def scan(self, data: np.ndarray, offsets: np.ndarray, skip: np.ndarray, options: TokenizerOptions
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(lowercased bytes, token starts, ends, hashes, rows); the rows are a copy, the rest
-        are views of the buffers, valid until the next scan."""
-        most = int(offsets[-1] - offsets[0])   # ≥ 1 byte a token
-        self.out = _grown(self.out, len(data))
-        self.spans, self.hashes = _grown(self.spans, most), _grown(self.hashes, most)
-        starts, ends, rows = self.spans[:, 0], self.spans[:, 1], self.spans[:, 2]
-        n = _scan_ascii(data, offsets, skip, options.lowercase, not options.remove_punctuation, BYTE_CLASS,
-                        self.out, starts, ends, rows, self.hashes)
-        return self.out, starts[:n], ends[:n], self.hashes[:n], rows[:n].copy()
-
-
-def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: int = 0,
-              scanner: ByteScanner | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(token ids, row of each token) of ``texts`` as ``options.tokenize`` splits them.
-
-    ASCII rows go through the byte scanner, the others (if any) through the Arrow tokenizer,
-    merged back in row order. With stopword removal the vocabulary is seeded with the
-    stopwords, so ids below ``stopword_ids`` are stopwords and are dropped here.
-    """
-    texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
-    data, offsets = string_buffers(texts)
-    used = data[offsets[0]:offsets[-1]]
-    mixed = len(used) > 0 and used.max() >= 128
-    other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) if mixed \
-        else np.zeros(len(texts), dtype=bool)
-    out, starts, ends, hashes, parents = (scanner or ByteScanner()).scan(data, offsets, other, options)
-    ids = vocab.intern(out, starts, ends, hashes)
-    if mixed:
-        rows = np.flatnonzero(other)
-        tokens = options.tokenize(texts.take(pa.array(rows)))
-        ids = np.concatenate([ids, vocab.ids(pc.list_flatten(tokens))])
-        parents = np.concatenate([parents, rows[pc.list_parent_indices(tokens).to_numpy()]])
-        order = np.argsort(parents, kind="stable")   # each row's tokens come from one side, in order
-        ids, parents = ids[order], parents[order]
-    if stopword_ids:
-        keep = ids >= stopword_ids
-        ids, parents = ids[keep], parents[keep]
-    return ids, parents
+from refinery.core.vocabulary import ByteScanner, TokenIds, token_ids
 
 
 class KeyCounts:
     """Counts per label of int64 keys ≥ 0, each counted at most once per row (see
-    ``_count_present``); rows and counts are int32, so one table counts fewer than 2**31 rows.
+    ``count_present``); rows and counts are int32, so one table counts fewer than 2**31 rows.
 
     ``dense``: keys are small ids stored at their own index; otherwise a linear-probing hash
     table, doubled whenever it would be more than ``MAX_LOAD`` full.
@@ -444,7 +48,7 @@ class KeyCounts:
     @staticmethod
     def _empty(capacity: int, labels: int) -> np.ndarray:
         table = np.zeros((capacity, 3 + labels), dtype=np.int32)
-        table[:, [0, 2]] = _EMPTY
+        table[:, [0, 2]] = EMPTY
         return table
 
     def _resize(self, capacity: int, labels: int) -> None:
@@ -456,7 +60,7 @@ class KeyCounts:
         if self.dense:
             self.table[:len(old)] = old
         else:
-            _rehash(old, self.table)
+            rehash(old, self.table)
 
     def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, first_row: int, n_labels: int,
             pairs: bool = False) -> None:
@@ -472,12 +76,12 @@ class KeyCounts:
             self._resize(capacity, n_labels)
         if not self.dense and len(self.table) > self.CACHED_SLOTS:
             bits = int(len(self.table)).bit_length() - int(self.CACHED_SLOTS).bit_length()
-            keys, rows = _by_region(keys, rows, pairs, _shift(len(self.table)), bits)
+            keys, rows = by_region(keys, rows, pairs, hash_shift(len(self.table)), bits)
             pairs = False
         done = 0
         while True:
             limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
-            self.size, done = _count_present(keys, rows, labels, first_row, self.table, self.dense, pairs, done,
+            self.size, done = count_present(keys, rows, labels, first_row, self.table, self.dense, pairs, done,
                                              self.size, limit)
             if done == len(keys):
                 return
@@ -487,7 +91,7 @@ class KeyCounts:
         """(keys, counts[key, label]) of the used slots, in slot order."""
         keys = np.empty(self.size, dtype=np.int64)
         counts = np.empty((self.size, self.table.shape[1] - 3), dtype=np.int32)
-        _used_slots(self.table, 0, len(self.table), keys, counts)
+        used_slots(self.table, 0, len(self.table), keys, counts)
         return keys, counts
 
     def chunks(self, slots: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -495,7 +99,7 @@ class KeyCounts:
         keys = np.empty(min(slots, len(self.table)), dtype=np.int64)
         counts = np.empty((len(keys), self.table.shape[1] - 3), dtype=np.int32)
         for start in range(0, len(self.table), slots):
-            used = _used_slots(self.table, start, min(start + slots, len(self.table)), keys, counts)
+            used = used_slots(self.table, start, min(start + slots, len(self.table)), keys, counts)
             if used:
                 yield keys[:used], counts[:used]
 

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from refinery.core.features import NULL_FEATURE
 
+COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 OTHER = "__other__"  # sketch mode: mass of n(x) not attributed to a tracked label
 PRIORS = ("auto", "uniform", "empirical")
 BALANCE_RATIO = 1.5  # auto: labels are balanced when every share lies within this factor of 1/C
@@ -209,6 +210,18 @@ def label_prior(labels: list, label_totals: dict, p0: np.ndarray) -> dict:
     z = z_score(share, rows, p0)
     return {l: {"share": round(float(s), 4), "p0": round(float(q), 4), "z": round(float(x), 4)}
             for l, s, q, x in zip(labels, share, p0, z)}
+
+
+def rows_per_label(labels) -> dict:
+    """Rows per label of a label column."""
+    vc = pc.value_counts(labels)
+    return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
+
+
+def add_totals(into: dict, more: dict | None) -> None:
+    """Add the rows per label of ``more`` to ``into``."""
+    for label, rows in (more or {}).items():
+        into[label] = into.get(label, 0) + rows
 
 
 def row_totals(counts: np.ndarray, columns: list[int] | None = None) -> np.ndarray:

@@ -1,0 +1,62 @@
+"""Incremental feature–label counts (``IncrementalCounts``): z-filter's Z, whose z-statistics follow each row added."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.core import stats as zstats
+from refinery.core.vocabulary import TokenIds
+
+
+class IncrementalCounts:
+    """Feature × label counts that grow row by row (z-filter's Z): a feature index and an F×C matrix.
+
+    Adding accepted rows is O(their features); z-statistics are recomputed from the matrix
+    without recounting Z (Wu et al. 2022, Algorithm 1, incremental). ``vocabulary`` shares
+    another counter's feature index, so ids mean the same features in both. The index is the
+    compiled interning table of the audit (about 60 bytes a feature, against 200 for a Python
+    dict and list) and counts are int32: tens of millions of features fit in a few GB.
+    """
+
+    def __init__(self, labels: list, vocabulary: "IncrementalCounts | None" = None):
+        self.labels = list(labels)
+        self.label_index = {l: j for j, l in enumerate(self.labels)}
+        self.vocabulary = vocabulary.vocabulary if vocabulary else TokenIds()
+        self.matrix = np.zeros((1024, len(self.labels)), dtype=np.int32)
+        self.label_totals = {l: 0 for l in self.labels}
+
+    @property
+    def num_features(self) -> int:
+        return len(self.vocabulary)
+
+    def ids(self, features: pa.Array) -> np.ndarray:
+        """Feature ids of an Arrow string array, registering unseen features."""
+        return self.vocabulary.ids(features)
+
+    def names(self, ids) -> pa.Array:
+        """The feature strings of ``ids``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return self.vocabulary.grams(ids, np.full(len(ids), -1, dtype=np.int64), "")
+
+    def add(self, feature_ids, label_ids, row_labels=None) -> None:
+        """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""
+        F, C = self.num_features, len(self.labels)
+        if F > self.matrix.shape[0]:  # grown by half: the copy briefly holds both
+            grown = np.zeros((max(F, self.matrix.shape[0] * 3 // 2), C), dtype=self.matrix.dtype)
+            grown[: self.matrix.shape[0]] = self.matrix
+            self.matrix = grown
+        cells, counts = np.unique(np.asarray(feature_ids) * C + label_ids, return_counts=True)
+        self.matrix.reshape(-1)[cells] += counts.astype(self.matrix.dtype)  # distinct cells: the add is exact
+        for l in row_labels if row_labels is not None else ():
+            self.label_totals[l] += 1
+
+    @property
+    def rows(self) -> int:
+        return sum(self.label_totals.values())
+
+    def stats(self, prior: str = "uniform", min_count: int = 10, alpha: float = 0.01):
+        """z-statistics of the features with n ≥ ``min_count`` (the only ones z* is defined for)."""
+        counts = self.matrix[: self.num_features]
+        keep = np.flatnonzero(zstats.row_totals(counts) >= min_count)
+        return zstats.from_matrix(self.names(keep), self.labels, counts[keep].astype(np.float64),
+                                  zstats.prior_vector(self.labels, self.label_totals, prior), min_count, alpha)

@@ -1,0 +1,268 @@
+"""The compiled kernels of feature counting (numba; they release the GIL and cache their machine code):
+probing and counting in the count tables of ``feature_counts`` (int32 rows ``[key high, key low, stamp,
+count per label…]``), the ASCII byte scanner of ``TokenizerOptions.tokenize`` with FNV-1a hashing, and the
+token interning table of ``vocabulary``."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+EMPTY = -1   # an unused slot of a table
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)     # Fibonacci hashing multiplier
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+
+# ASCII byte classes of TokenizerOptions.tokenize: RE2's \w is a word byte; Arrow's
+# utf8_split_whitespace splits on 9–13, 28–32; every other byte is a one-byte punctuation token.
+WORD, SPACE, PUNCT = 0, 1, 2
+BYTE_CLASS = np.full(128, PUNCT, dtype=np.uint8)
+for _c in b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz":
+    BYTE_CLASS[_c] = WORD
+BYTE_CLASS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = SPACE
+
+
+@numba.njit(nogil=True, cache=True)
+def hash_shift(capacity):
+    """64 − log2(capacity): Fibonacci hashing keeps the top bits of key × golden ratio."""
+    bits = 0
+    while (1 << bits) < capacity:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@numba.njit(nogil=True, cache=True)
+def _find(table, key, shift):
+    """Slot of ``key`` in a linear-probing table (or the empty slot where it goes); a row holds
+    the key as two int32 halves."""
+    mask = len(table) - 1
+    hi, lo = np.int32(key >> 32), np.int32(key & 0xFFFFFFFF)
+    slot = np.int64((np.uint64(key) * _GOLDEN) >> shift)
+    while table[slot, 0] != EMPTY and (table[slot, 0] != hi or table[slot, 1] != lo):
+        slot = (slot + 1) & mask
+    return slot
+
+
+@numba.njit(nogil=True, cache=True)
+def count_present(values, rows, labels, first_row, table, dense, pairs, start, size, limit):
+    """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``.
+
+    The key at position i (≥ ``start``) is ``values[i]``, or with ``pairs`` the bigram
+    ``values[i-1] << 32 | values[i]`` when both are in the same row; keys are ≥ 0. ``table`` rows
+    are int32 ``[key high, key low, stamp (last row counted), count per label…]`` (24 bytes for
+    3 labels), so a probe touches one cache line; ``dense``: the key is its own slot. Stops before
+    a new key would make the table hold more than ``limit`` keys; returns (keys held, position
+    reached).
+    """
+    shift = hash_shift(len(table))
+    for i in range(max(start, 1 if pairs else 0), len(values)):
+        if pairs:
+            if rows[i] != rows[i - 1]:
+                continue
+            key = (values[i - 1] << 32) | values[i]
+        else:
+            key = values[i]
+        slot = key if dense else _find(table, key, shift)
+        if table[slot, 0] == EMPTY:
+            if size >= limit:
+                return size, i
+            table[slot, 0], table[slot, 1] = key >> 32, key & 0xFFFFFFFF
+            size += 1
+        row = first_row + rows[i]
+        if table[slot, 2] != row:
+            table[slot, 2] = row
+            table[slot, 3 + labels[rows[i]]] += 1
+    return size, len(values)
+
+
+@numba.njit(nogil=True, cache=True)
+def by_region(values, rows, pairs, shift, region_bits):
+    """The keys of ``values`` (with ``pairs``: bigrams of adjacent ids of a row, as ``count_present``
+    forms them) and their rows, stably sorted by the region of the table their slot falls in (the
+    top ``region_bits`` of the slot): counted in this order, the probes of a region stay in cache
+    instead of missing it on nearly every key of a table larger than the caches. Stable, so each
+    key's rows stay in order (presence is counted once per row)."""
+    n = len(values)
+    regions = np.zeros((1 << region_bits) + 1, dtype=np.int64)
+    drop = np.uint64(64) - shift - np.uint64(region_bits)   # slot >> drop: its region
+    region = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        if pairs and (i == 0 or rows[i] != rows[i - 1]):
+            region[i] = -1
+            continue
+        key = (values[i - 1] << 32) | values[i] if pairs else values[i]
+        region[i] = np.int64((np.uint64(key) * _GOLDEN) >> shift >> drop)
+        regions[region[i] + 1] += 1
+    for r in range(1, len(regions)):
+        regions[r] += regions[r - 1]
+    keys = np.empty(regions[-1], dtype=np.int64)
+    key_rows = np.empty(regions[-1], dtype=rows.dtype)
+    for i in range(n):
+        r = region[i]
+        if r < 0:
+            continue
+        at = regions[r]
+        keys[at] = (values[i - 1] << 32) | values[i] if pairs else values[i]
+        key_rows[at] = rows[i]
+        regions[r] = at + 1
+    return keys, key_rows
+
+
+@numba.njit(nogil=True, cache=True)
+def rehash(table, new_table):
+    shift = hash_shift(len(new_table))
+    for s in range(len(table)):
+        if table[s, 0] != EMPTY:
+            key = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
+            new_table[_find(new_table, key, shift)] = table[s]
+
+
+@numba.njit(nogil=True, cache=True)
+def used_slots(table, start, end, keys, counts):
+    """Copy the key and counts of each used slot in [start, end) of a ``count_present`` table, in slot
+    order (one sequential pass: a boolean mask and a gather would read the table three times); the
+    number copied."""
+    i = 0
+    for s in range(start, end):
+        if table[s, 0] != EMPTY:
+            keys[i] = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
+            for j in range(counts.shape[1]):
+                counts[i, j] = table[s, 3 + j]
+            i += 1
+    return i
+
+
+@numba.njit(nogil=True, cache=True)
+def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents, hashes):
+    """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
+    out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
+    ``keep_punct``), space bytes separators. Writes the (lowercased) bytes to ``out`` and each
+    token's span, row and FNV-1a hash (computed as the bytes go by); returns the number of tokens."""
+    n = 0
+    for r in range(len(offsets) - 1):
+        if skip[r]:
+            continue
+        start = -1
+        h = _FNV_OFFSET
+        for i in range(offsets[r], offsets[r + 1]):
+            b = data[i]
+            if lowercase and 65 <= b <= 90:
+                b += 32
+            out[i] = b
+            cls = byte_class[b]
+            if cls == WORD:
+                if start < 0:
+                    start = i
+                    h = _FNV_OFFSET
+                h = (h ^ np.uint64(b)) * _FNV_PRIME
+                continue
+            if start >= 0:
+                starts[n], ends[n], parents[n], hashes[n] = start, i, r, h
+                n += 1
+                start = -1
+            if cls == PUNCT and keep_punct:
+                starts[n], ends[n], parents[n], hashes[n] = i, i + 1, r, (_FNV_OFFSET ^ np.uint64(b)) * _FNV_PRIME
+                n += 1
+        if start >= 0:
+            starts[n], ends[n], parents[n], hashes[n] = start, offsets[r + 1], r, h
+            n += 1
+    return n
+
+
+@numba.njit(nogil=True, cache=True)
+def fnv(data, starts, ends):
+    """FNV-1a hash of each token ``data[starts[i]:ends[i]]``."""
+    hashes = np.empty(len(starts), dtype=np.uint64)
+    for i in range(len(starts)):
+        h = _FNV_OFFSET
+        for j in range(starts[i], ends[i]):
+            h = (h ^ np.uint64(data[j])) * _FNV_PRIME
+        hashes[i] = h
+    return hashes
+
+
+@numba.njit(nogil=True, cache=True)
+def _token_start(token_ends, t):
+    return token_ends[t - 1] if t > 0 else 0
+
+
+@numba.njit(nogil=True, cache=True)
+def intern_tokens(data, starts, ends, token_hashes, ids, start, arena, arena_used, token_ends, hashes, n_ids, table,
+                  limit):
+    """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
+    hash ``token_hashes[i]``), adding unseen tokens to the arena; stops before the vocabulary
+    would pass ``limit`` tokens.
+
+    ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
+    ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end per
+    token locates it); ``hashes[id]`` keeps the low 32 bits of its hash, all a table of at most
+    2³¹ slots places by. Returns (arena_used, n_ids, position reached)."""
+    mask = len(table) - 1
+    for i in range(start, len(starts)):
+        h = np.uint32(token_hashes[i] & np.uint64(0xFFFFFFFF))
+        slot = np.int64(h) & mask
+        length = ends[i] - starts[i]
+        while True:
+            t = table[slot]
+            if t == EMPTY:
+                if n_ids >= limit:
+                    return arena_used, n_ids, i
+                arena[arena_used:arena_used + length] = data[starts[i]:ends[i]]
+                token_ends[n_ids] = arena_used + length
+                hashes[n_ids] = h
+                table[slot] = n_ids
+                ids[i] = n_ids
+                arena_used += length
+                n_ids += 1
+                break
+            a = _token_start(token_ends, t)
+            if hashes[t] == h and token_ends[t] - a == length:
+                same = True
+                for j in range(length):
+                    if arena[a + j] != data[starts[i] + j]:
+                        same = False
+                        break
+                if same:
+                    ids[i] = t
+                    break
+            slot = (slot + 1) & mask
+    return arena_used, n_ids, len(starts)
+
+
+@numba.njit(nogil=True, cache=True)
+def reinsert(hashes, table):
+    """Place ids ``0..len(hashes)-1`` by their hashes in a new (larger) ``intern_tokens`` table."""
+    mask = len(table) - 1
+    for t in range(len(hashes)):
+        slot = np.int64(hashes[t]) & mask
+        while table[slot] != EMPTY:
+            slot = (slot + 1) & mask
+        table[slot] = t
+
+
+@numba.njit(nogil=True, cache=True)
+def _copy(src, start, end, dst, pos):
+    for j in range(start, end):
+        dst[pos] = src[j]
+        pos += 1
+    return pos
+
+
+@numba.njit(nogil=True, cache=True)
+def gram_bytes(arena, token_ends, first, second, suffix, offsets):
+    """Bytes of ``"w1@suffix"`` (``second[i] < 0``) or ``"w1 w2@suffix"`` per gram, the words
+    being the arena bytes of token ids; fills ``offsets`` (n + 1)."""
+    n = len(first)
+    offsets[0] = 0
+    for i in range(n):
+        size = token_ends[first[i]] - _token_start(token_ends, first[i]) + len(suffix)
+        if second[i] >= 0:
+            size += 1 + token_ends[second[i]] - _token_start(token_ends, second[i])
+        offsets[i + 1] = offsets[i] + size
+    out = np.empty(offsets[n], dtype=np.uint8)
+    for i in range(n):
+        pos = _copy(arena, _token_start(token_ends, first[i]), token_ends[first[i]], out, offsets[i])
+        if second[i] >= 0:
+            out[pos] = 32
+            pos = _copy(arena, _token_start(token_ends, second[i]), token_ends[second[i]], out, pos + 1)
+        _copy(suffix, 0, len(suffix), out, pos)
+    return out
+
