@@ -1,0 +1,101 @@
+"""refinery's modules along their layers: each imports alone in a fresh interpreter, the import graph (top-level
+and function-level imports alike) has no cycle and no import of a higher layer, and io/ and core/ import
+refinery's own modules at the top of the file only (a function-level import there would hide a cycle)."""
+import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import networkx as nx
+
+import refinery
+
+ROOT = Path(refinery.__file__).resolve().parent
+# lowest first: a module may import its own layer and those before it (core stands on io: the spill runs, the
+# schema; models on pipeline: models.stages maps generators with pipeline.engine's actor pool)
+LAYERS = ("refinery", "refinery.io", "refinery.core", "refinery.pipeline", "refinery.models", "refinery.methods",
+          "refinery.cli")
+TOP_ONLY = ("refinery.io", "refinery.core")   # layers whose own imports are all at the top of the file
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _layer(module: str) -> int:
+    return max(i for i, layer in enumerate(LAYERS) if module == layer or module.startswith(layer + "."))
+
+
+def _imports(module: str, path: Path):
+    """(imported refinery module, line, whether inside a function) of each import in ``path``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def targets(node):
+        if isinstance(node, ast.Import):
+            return [alias.name for alias in node.names]
+        base = node.module or ""
+        if node.level:
+            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+        return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+
+    def walk(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in targets(child):
+                    if target in MODULES:
+                        yield target, child.lineno, in_function
+            yield from walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                      ast.Lambda)))
+
+    yield from walk(ast.parse(path.read_text(), str(path)), False)
+
+
+EDGES = [(module, target, line, in_function) for module, path in MODULES.items()
+         for target, line, in_function in _imports(module, path)]
+
+
+def _where(module: str, line: int) -> str:
+    return f"{MODULES[module].relative_to(ROOT.parent)}:{line}"
+
+
+def test_every_module_imports_alone():
+    def imports(module):
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+        return module, proc.returncode, proc.stderr.strip().splitlines()[-3:]
+
+    with ThreadPoolExecutor(2) as pool:
+        failed = [f"{module}: {' | '.join(tail)}" for module, code, tail in pool.map(imports, MODULES) if code]
+    assert not failed, "modules that do not import alone in a fresh interpreter:\n" + "\n".join(failed)
+
+
+def test_no_import_cycles():
+    graph = nx.DiGraph()
+    for module, target, line, _ in EDGES:
+        if module != target:
+            graph.add_edge(module, target, where=_where(module, line))
+    cycles = []
+    for component in nx.strongly_connected_components(graph):
+        if len(component) > 1:
+            cycle = nx.find_cycle(graph.subgraph(component))
+            cycles.append(f"{', '.join(sorted(component))}; for one: " + " -> ".join(a for a, _ in cycle)
+                          + f" -> {cycle[0][0]} ({', '.join(graph.edges[a, b]['where'] for a, b in cycle)})")
+    assert not cycles, "modules in an import cycle (function-level imports included):\n" + "\n".join(cycles)
+
+
+def test_no_upward_imports():
+    upward = [f"{_where(module, line)}: {module} ({LAYERS[_layer(module)]}) imports {target} "
+              f"({LAYERS[_layer(target)]}, a higher layer)"
+              for module, target, line, _ in EDGES if _layer(target) > _layer(module)]
+    assert not upward, f"imports of a higher layer (order: {' < '.join(LAYERS)}):\n" + "\n".join(upward)
+
+
+def test_io_and_core_import_refinery_at_the_top():
+    hidden = [f"{_where(module, line)}: {module} imports {target} inside a function"
+              for module, target, line, in_function in EDGES
+              if in_function and any(module.startswith(layer + ".") for layer in TOP_ONLY)]
+    assert not hidden, "function-level imports of refinery's modules in io/ or core/:\n" + "\n".join(hidden)
