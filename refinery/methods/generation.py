@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import string
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import pyarrow as pa
 
@@ -105,8 +105,9 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
     unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
     table = table.slice(0, table.num_rows - unused)
     requests = prompts(table, config)
+    resources = replace(GenerateStage.resources, gpus=config.gpus_per_actor)
     result = generate_table(requests, config.backend.name, config.backend.kwargs(), config.sampling, engine,
-                            config.batch_size, config.actors, config.gpus_per_actor)
+                            config.batch_size, config.actors, resources)
     rows, failed = generated_rows(result)
     report = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
               "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,

@@ -213,7 +213,8 @@ def run_iteration(pool: pa.Table, iteration: int, count: int, shallow, task_mode
     prompts = [conditioning(y, r if config.indicator else None) for y, r in zip(ys, rs)]
     sampling = replace(config.sampling, n=1, seed=config.sampling.seed + 1000 * iteration)
     out = generate_table(pa.table({"prompt": pa.array(prompts, pa.string())}), backend,
-                         {**backend_kwargs, "model": path, "chat": False}, sampling, engine, batch_size)
+                         {**backend_kwargs, "model": path, "chat": False}, sampling, engine, batch_size,
+                         resources=IbadrStage.resources)
     texts, errors = out["generated"].to_pylist(), out["generation_error"].to_pylist()
     rows = []
     for k, (prompt, y, r, outs, err) in enumerate(zip(prompts, ys, rs, texts, errors)):

@@ -227,7 +227,7 @@ def _generate(prompts: list[str], sampling: Sampling, backend: str, backend_kwar
     if not prompts:
         return [], []
     out = generate_table(pa.table({"prompt": pa.array(prompts, pa.string())}), backend, backend_kwargs, sampling,
-                         engine, batch_size)
+                         engine, batch_size, resources=RazorStage.resources)
     return out["generated"].to_pylist(), out["generation_error"].to_pylist()
 
 

@@ -31,8 +31,9 @@ def shared_generator(backend: str, backend_kwargs: dict):
     return _loaded_generator(backend, json.dumps(backend_kwargs, sort_keys=True), version)
 
 
-class GenerateStage:
-    """Adds ``generated`` (list of n texts) and ``generation_error`` to batches with a prompt column."""
+class GeneratorActor:
+    """A loaded generator as a batch function (an actor on Ray): adds ``generated`` (a list of n texts) and
+    ``generation_error`` to batches with a prompt column."""
 
     def __init__(self, backend: str, backend_kwargs: dict | None = None, sampling: dict | None = None,
                  prompt_column: str = "prompt"):
@@ -57,7 +58,7 @@ class GenerateStage:
                 .append_column("generation_error", pa.array(errors, pa.string())))
 
 
-class ClassifyStage:
+class ClassifierActor:
     """Adds ``proba`` (per class, in ``classes`` order) and ``prediction`` from a saved classifier."""
 
     def __init__(self, model_path: str):
@@ -73,14 +74,17 @@ class ClassifyStage:
 
 
 def generate_table(table: pa.Table, backend: str, backend_kwargs: dict | None = None, sampling: Sampling = Sampling(),
-                   engine: str = "local", batch_size: int = 32, actors: int = 1, gpus_per_actor: float = 0,
+                   engine: str = "local", batch_size: int = 32, actors: int = 1, resources=None,
                    prompt_column: str = "prompt") -> pa.Table:
+    """``table``'s prompts through a generator: in-process, or an actor pool of ``actors`` with ``resources``
+    (a ``Resources``) each."""
     kwargs = {"backend": backend, "backend_kwargs": backend_kwargs or {}, "sampling": asdict(sampling),
               "prompt_column": prompt_column}
-    return actor_map(table, GenerateStage, kwargs, engine, batch_size, actors, gpus_per_actor, desc="generate")
+    return actor_map(table, GeneratorActor, kwargs, engine, batch_size, actors, resources, desc="generate")
 
 
 def classify_table(table: pa.Table, model_path: str, engine: str = "local", batch_size: int = 256,
-                   actors: int = 1, gpus_per_actor: float = 0) -> pa.Table:
-    return actor_map(table, ClassifyStage, {"model_path": model_path}, engine, batch_size, actors, gpus_per_actor,
+                   actors: int = 1, resources=None) -> pa.Table:
+    """``proba`` and ``prediction`` of a saved classifier over ``table``: in-process, or an actor pool."""
+    return actor_map(table, ClassifierActor, {"model_path": model_path}, engine, batch_size, actors, resources,
                      desc="classify")

@@ -201,19 +201,21 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
 
 
 def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,
-              actors: int = 1, gpus_per_actor: float = 0, desc: str = "stage") -> pa.Table:
+              actors: int = 1, resources=None, desc: str = "stage") -> pa.Table:
     """A stateful stage class (a model loaded once) over ``table``: in-process, or a Ray Data actor
-    pool of ``actors`` (``gpus_per_actor`` each); rows keep their order."""
+    pool of ``actors``, each asking for the stage's ``resources`` (cpus, gpus, memory); rows keep their order."""
     if check_engine(engine) == "local":
         stage = stage_cls(**stage_kwargs)
         parts = [stage(table.slice(s, batch_size))
                  for s in tqdm(range(0, table.num_rows, batch_size), desc=desc, unit=" batch", disable=None)]
         return pa.concat_tables(parts) if parts else stage(table)
     ray = ray_init()
+    gpus, cpus = (resources.gpus, resources.cpus) if resources else (0, 1)
+    memory = int(resources.memory_gb * 2**30) if resources else None
     with _faults_named(desc), _quiet_remote_args_deprecation():
         ds = _ordered(ray.data.from_arrow(table)).map_batches(
             stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus_per_actor or None,
-            num_cpus=None if gpus_per_actor else actor_cpus(),
+            compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus or None,
+            num_cpus=None if gpus else min(cpus, actor_cpus()), memory=memory,
             max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES)
         return pa.concat_tables([ray.get(ref) for ref in ds.to_arrow_refs()])
