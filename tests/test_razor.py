@@ -46,7 +46,7 @@ def test_scores_equal_the_quadratic_definition(snli_pair):
 
 def test_score_only_on_snli_and_biased_words_in_high_gamma_rows(snli_pair, tmp_path):
     out = run_cli("razor", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--out", tmp_path / "rz", "--score-only").stdout
-    assert "rows in 19,666 = 19,666 scored + 0 rejected (ok)" in out, out
+    assert "rows in 19,666 = 19,666 scored + 0 input rejects (ok)" in out, out
     scores = read_any(str(tmp_path / "rz" / "scores")).sort_by("id")
     table = snli_pair.sort_by("id")
     assert scores.num_rows == table.num_rows == 19_666

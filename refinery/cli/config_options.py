@@ -98,12 +98,9 @@ def click_option(leaf: Leaf, group: str):
     """The ``click.option`` of one field."""
     meta, hint = leaf.field.metadata, leaf.hint
     allowed = meta.get("allowed")
-    kwargs = {"default": None, "help": meta.get("help") or None}
-    shown = _shown(leaf.default)
-    if shown is not None and hint is not bool:
-        kwargs["show_default"] = shown
+    shown = leaf.names[0 if leaf.default else 1] if hint is bool else _shown(leaf.default)
+    kwargs = {"default": None, "help": " ".join(filter(None, [meta.get("help"), shown and f"[default: {shown}]"]))}
     if hint is bool:
-        kwargs["show_default"] = leaf.names[0 if leaf.default else 1]
         return click.option(leaf.declaration, leaf.dest(group), **kwargs)
     if "parse" in meta:
         kwargs["callback"] = lambda ctx, param, value, parse=meta["parse"]: None if not value else parse(value)

@@ -171,8 +171,9 @@ class Stage(ABC):
         """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``)."""
         missing = [c for c in self.needs if c not in columns]
         if missing:
+            hint = "; name the splits: --input train=PATH --input test=PATH" if "split" in missing else ""
             raise MissingColumns(f"{self.name} needs column(s) {', '.join(missing)}, which {where} lacks "
-                                 f"(it has {', '.join(columns)})")
+                                 f"(it has {', '.join(columns)}){hint}")
 
     @abstractmethod
     def run(self, source: StageInput, out: str) -> StageResult:
