@@ -122,16 +122,20 @@ def click_option(leaf: Leaf, group: str):
     return click.option(leaf.option, leaf.dest(group), **kwargs)
 
 
+def check_unique(fields: list[Leaf], taken: dict) -> None:
+    """Refuse an option name given twice: ``taken`` maps the names already in use to what uses them."""
+    for leaf in fields:
+        for name in leaf.names:
+            if name in taken:
+                raise TypeError(f"option {name} of {'.'.join(leaf.path)} is also {taken[name]}'s (rename the "
+                                "field, or give it a prefix or option in its metadata)")
+            taken[name] = ".".join(leaf.path)
+
+
 def config_options(cls: type, group: str):
     """A decorator adding the options of every field of config class ``cls`` (parameters named ``group__…``)."""
     fields = leaves(cls)
-    seen = {}
-    for leaf in fields:
-        for name in leaf.names:
-            if name in seen:
-                raise TypeError(f"{cls.__name__}: option {name} of {'.'.join(leaf.path)} is also "
-                                f"{'.'.join(seen[name])}'s (give one a prefix or option in its metadata)")
-            seen[name] = leaf.path
+    check_unique(fields, {})
 
     def decorate(f):
         for leaf in reversed(fields):
@@ -152,12 +156,4 @@ def given(cls: type, params: dict, group: str) -> dict:
         for key in leaf.path[:-1]:
             node = node.setdefault(key, {})
         node[leaf.path[-1]] = value
-    return out
-
-
-def merged(base: dict, changes: dict) -> dict:
-    """``base`` with ``changes`` laid over it, nested dicts merged key by key."""
-    out = dict(base)
-    for key, value in changes.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out

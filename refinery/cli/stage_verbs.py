@@ -11,10 +11,10 @@ import inspect
 
 import click
 
-from refinery.cli.config_options import config_options, given, leaves, merged
+from refinery.cli.config_options import check_unique, config_options, given, leaves
 from refinery.cli.options import MODE_HELP, engine_option, io_timeout_option, printable_pipeline
 from refinery.io.splits import split_specs
-from refinery.io.storage import join
+from refinery.io.storage import join, merged
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
 from refinery.pipeline.stage import stage_class
 
@@ -70,12 +70,8 @@ def _common_options() -> list:
 
 def _check_options(cls) -> None:
     """Refuse a stage whose config and input options would share a name (a config field to rename)."""
-    common = {"--input", "--out", "--mode", "--engine", "--print-config", "--io-timeout", "--profile"}
-    for leaf in leaves(cls.Config) + leaves(InputSpec):
-        for option in leaf.names:
-            if option in common:
-                raise TypeError(f"{cls.__name__}: the option {option} of {'.'.join(leaf.path)} is a common option")
-            common.add(option)
+    common = ("--input", "--out", "--mode", "--engine", "--print-config", "--io-timeout", "--profile")
+    check_unique(leaves(cls.Config) + leaves(InputSpec), dict.fromkeys(common, "a common option"))
 
 
 def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profile: str | None,

@@ -67,17 +67,17 @@ def storage_options_from_env(protocol: str) -> dict:
     return options
 
 
-def _merged(base: dict, extra: dict) -> dict:
-    """``extra`` over ``base``, nested dicts (client_kwargs, config_kwargs) merged key by key."""
+def merged(base: dict, extra: dict) -> dict:
+    """``extra`` over ``base``, nested dicts (client_kwargs, config_kwargs; nested configs) merged key by key."""
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 
 def get_fs(url: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
     protocol = url.split("://", 1)[0] if "://" in url else "file"
-    fs, path = url_to_fs(url, **_merged(storage_options_from_env(protocol), storage_options or {}))
+    fs, path = url_to_fs(url, **merged(storage_options_from_env(protocol), storage_options or {}))
     if protocol in S3_PROTOCOLS:
         fs.retries = 1   # botocore retries (STORE_ATTEMPTS); s3fs's loop around it would multiply them
     return fs, path
