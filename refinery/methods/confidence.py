@@ -105,5 +105,8 @@ class ConfidenceStage(FilterStage):
         self._next += batch.num_rows
         return conf > self.config.tau, [_reason(c, self.config.tau) for c in conf]
 
+    def reason_kind(self, reason: str) -> str:
+        return f"p_M(label | text) <= tau {self.config.tau}"
+
     def _scores(self, batch: pa.Table) -> np.ndarray:
         return self._confidence[self._next - batch.num_rows: self._next]

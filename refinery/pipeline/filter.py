@@ -35,6 +35,11 @@ class FilterStage(Stage):
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         """(keep: one bool per row, reasons: why each row would be dropped; read for dropped rows only)."""
 
+    def reason_kind(self, reason: str) -> str:
+        """The group a reason is counted under in the report (the reason itself by default; a filter whose
+        reasons carry a per-row value groups them)."""
+        return reason
+
     def annotate(self, batch: pa.Table) -> pa.Table:
         """The batch as written to kept/ and rejected/, after ``decide`` saw it (a filter may add its score)."""
         return batch
@@ -63,7 +68,7 @@ class FilterStage(Stage):
                 labels = np.asarray(batch.rows["label"].to_pylist(), object)
                 kept_by.update(labels[keep].tolist())
                 dropped_by.update(labels[~keep].tolist())
-                reasons.update(why)
+                reasons.update(map(self.reason_kind, why))
             if not kept_by and not dropped_by:
                 raise EmptyInput(f"no good input rows in {', '.join(source.paths)} ({input_rejects:,} rejected)")
             kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
@@ -82,9 +87,18 @@ class FilterStage(Stage):
         with AtomicDir(join(out, "report"), storage_options) as d:
             d.write_text("report.json", json.dumps(report, indent=1, default=str))
             d.write_text("report.html", page(f"refinery {self.name}", [
-                (html.escape(doc), dict_table({k: report[k] for k in ("kept", "filtered_out", "input_rejects")})),
-                ("Rows per label", dict_table(report["by_label"])),
-                ("Why rows were filtered out", dict_table(report["reasons"])),
+                (html.escape(doc), dict_table({k.replace("_", " "): f"{report[k]:,}"
+                                               for k in ("kept", "filtered_out", "input_rejects")})),
+                ("Rows per label", _label_table(report["by_label"])),
+                ("Why rows were filtered out", dict_table({k: f"{n:,}" for k, n in report["reasons"].items()})),
                 ("Configuration", dict_table(report["config"])),
             ]))
             d.commit()
+
+
+def _label_table(by_label: dict) -> str:
+    """Rows kept and filtered out per label, with the share kept."""
+    rows = "".join(f"<tr><td>{html.escape(str(label))}</td><td>{c['kept']:,}</td><td>{c['filtered out']:,}</td>"
+                   f"<td>{c['kept'] / max(c['kept'] + c['filtered out'], 1):.1%}</td></tr>"
+                   for label, c in by_label.items())
+    return f"<table><tr><th>label</th><th>kept</th><th>filtered out</th><th>share kept</th></tr>{rows}</table>"
