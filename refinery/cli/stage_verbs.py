@@ -11,7 +11,8 @@ import inspect
 
 import click
 
-from refinery.cli.config_options import check_unique, config_options, given, leaves
+from refinery.cli.config_options import config_options, given
+from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import MODE_HELP, engine_option, io_timeout_option, printable_pipeline
 from refinery.io.splits import split_specs
 from refinery.io.storage import join, merged

@@ -339,7 +339,8 @@ class LeakageStage(Stage):
                  *(f"  {name:<22} {acc:.4f}" for name, acc in r["ablations"].items()))
         return StageResult(pairs + r["rejected"], {"pairs": pairs, "input rejects": r["rejected"]}, r,
                            f"leakage accuracy {r['leakage_accuracy']:.4f} against majority "
-                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})", lines, "report.html")
+                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})", lines,
+                           report_file="report.html")
 
 
 def _summary(features: pa.Table) -> dict:

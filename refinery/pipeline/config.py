@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from refinery.core.validation import Allowed, at_least, one_of, setting, validate
+from refinery.io.inputs import hf_splits
 from refinery.io.readers import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
 from refinery.io.storage import get_fs, is_local, parse_storage_options
@@ -135,11 +136,14 @@ class InputSpec:
             raise ValueError("give preset or map, not both")
 
     def split_paths(self) -> dict:
-        """{split: [paths]}: named splits, or the plain paths as one unnamed split."""
+        """{split: [paths]}: named splits, the splits of a Hugging Face ``DatasetDict`` folder given alone, or
+        the plain paths as one unnamed split."""
         if not self.splits and not self.paths:
             raise ValueError("no input: give paths or named splits")
         if self.splits:
             return {s: [p] if isinstance(p, str) else list(p) for s, p in self.splits.items()}
+        if len(self.paths) == 1 and (named := hf_splits(self.paths[0], self.storage_options)):
+            return named
         return {"": list(self.paths)}
 
     def mapping(self) -> Mapping | None:
@@ -197,7 +201,7 @@ def _expand(value, where: str):
     return value
 
 
-def _anchor(path: str, base: str) -> str:
+def anchor_path(path: str, base: str) -> str:
     """A relative local path taken from the pipeline file's folder; URLs as they are."""
     fs, _ = get_fs(path)
     if not is_local(fs) or "://" in path or os.path.isabs(path):
@@ -219,9 +223,9 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     spec_in = from_dict(InputSpec, data["input"], f"{where}: input")
     if not spec_in.splits and not spec_in.paths:
         raise ConfigError(f"{where}: input: give paths or splits")
-    spec_in.splits = {s: ([_anchor(p, base) for p in ps] if isinstance(ps, list) else _anchor(ps, base))
+    spec_in.splits = {s: ([anchor_path(p, base) for p in ps] if isinstance(ps, list) else anchor_path(ps, base))
                       for s, ps in spec_in.splits.items()}
-    spec_in.paths = [_anchor(p, base) for p in spec_in.paths]
+    spec_in.paths = [anchor_path(p, base) for p in spec_in.paths]
     stages = []
     for i, entry in enumerate(data["stages"], 1):
         name, params = (entry, {}) if isinstance(entry, str) else next(iter(entry.items())) \
@@ -237,7 +241,7 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     if engine not in ENGINES:
         raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = data.get("out")
-    return PipelineSpec(spec_in, stages, _anchor(out, base) if out else None, engine)
+    return PipelineSpec(spec_in, stages, anchor_path(out, base) if out else None, engine)
 
 
 def load_pipeline(path: str) -> PipelineSpec:

@@ -1,0 +1,614 @@
+"""The Python API: ``import refinery as rf``, one function per stage over the data a notebook holds.
+
+``rf.audit(data, k=20)``, ``rf.zfilter(data, k=20)``, … take ``data`` as any of: a path, URL, glob or list of
+them; a pandas or polars DataFrame; a pyarrow Table, RecordBatch, RecordBatchReader or Dataset; a Hugging Face
+``Dataset``; a Ray Dataset; or named splits: a ``DatasetDict`` or ``{split: any of these}``. The keyword
+arguments are the stage config's keys, named as in a pipeline file (a nested config also by its options'
+flat names, as on the CLI: ``band_min=``), with the input's (``preset=``, ``map=``, ``labels=``, …): one
+``from_dict`` builds and validates them for the CLI, the pipeline file and this API alike. The stage runs
+through the same runner as its verb; in-memory data is written as Parquet first, into the run's folder.
+
+Each function returns a ``Result``: the accounting, the report as data, the refined corpus in the caller's
+kind (``result.data``; ``to_pandas()``, ``to_arrow()``, ``to_polars()``, ``to_hf()``), the rows set aside
+with their reasons, and the report's HTML inline in Jupyter.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import html
+import inspect
+import json
+import os
+import re
+import tempfile
+import typing
+import warnings
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from refinery.io.corpus import Corpus, convert, is_corpus
+from refinery.io.schema import PRESETS
+from refinery.io.storage import get_fs, join
+from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
+                                      to_dict)
+from refinery.pipeline.fields import Leaf, leaves
+from refinery.pipeline.runner import PipelineRun, StageRun, ingest, run_pipeline, run_stage, stage_input
+from refinery.pipeline.stage import Output, StageResult, conservation, stage_class, stage_names
+
+RUN_KEYS = ("out", "engine", "mode")
+CANONICAL = ("text_a", "label")   # the columns that make a table readable without a preset or map
+
+
+# ---------------------------------------------------------------- what the caller gives
+
+@dataclass
+class Source:
+    """The caller's data, as the runner reads it: ``paths`` or named ``splits`` (in-memory data written as
+    Parquet under ``folder``), and the kind the refined corpus is handed back in."""
+
+    kind: str            # path | pandas | polars | arrow | hf | ray (of every split)
+    given: object        # the caller's object
+    paths: list = field(default_factory=list)
+    splits: dict = field(default_factory=dict)
+    columns: tuple = ()  # in-memory data's columns
+
+    @property
+    def canonical(self) -> bool:
+        """In-memory data already in refinery's columns (text_a, label, …): read without a preset or map."""
+        return all(c in self.columns for c in CANONICAL)
+
+    def input_spec(self, keys: dict) -> InputSpec:
+        keys = dict(keys)
+        if self.canonical and not keys.get("preset") and not keys.get("map"):
+            keys["map"] = {c: c for c in ("id", "text_a", "text_b", "label", "node_a", "node_b") if c in self.columns}
+        return from_dict(InputSpec, {**keys, **({"splits": self.splits} if self.splits else {"paths": self.paths})},
+                         "input")
+
+
+def _kind(data) -> str:
+    """What ``data`` is, by its type's module (so that no library is imported to tell)."""
+    if isinstance(data, (str, os.PathLike)) or (isinstance(data, (list, tuple)) and data
+                                                and all(isinstance(d, (str, os.PathLike)) for d in data)):
+        return "path"
+    module = type(data).__module__.split(".")[0]
+    name = type(data).__name__
+    if module == "pandas" and name == "DataFrame":
+        return "pandas"
+    if module == "polars" and name == "DataFrame":
+        return "polars"
+    if module == "pyarrow" and name in ("Table", "RecordBatch", "RecordBatchReader", "FileSystemDataset",
+                                        "InMemoryDataset", "UnionDataset", "Dataset"):
+        return "arrow"
+    if module == "datasets" and name == "Dataset":
+        return "hf"
+    if module == "datasets" and name == "DatasetDict":
+        return "hf_dict"
+    if module == "ray" and name in ("Dataset", "MaterializedDataset"):
+        return "ray"
+    if isinstance(data, dict) and data:
+        return "splits"
+    raise TypeError(f"cannot read a {type(data).__module__}.{name}: give a path, a pandas or polars DataFrame, a "
+                    "pyarrow Table/RecordBatchReader/Dataset, a Hugging Face Dataset or DatasetDict, a Ray Dataset, "
+                    "or {split: one of these}")
+
+
+def as_source(data, folder: str) -> Source:
+    """``data`` as the runner's input; in-memory data is written to ``folder/input/``."""
+    kind = _kind(data)
+    if kind == "path":
+        return Source(kind, data, paths=[os.fspath(p) for p in ([data] if isinstance(data, (str, os.PathLike))
+                                                                else data)])
+    if kind in ("hf_dict", "splits"):
+        splits, kinds, columns = {}, set(), {}
+        for split, part in dict(data).items():
+            one = as_source(part, join(folder, str(split)))
+            splits[str(split)] = one.paths
+            kinds.add(one.kind)
+            columns.update(dict.fromkeys(one.columns))
+        return Source("hf" if kind == "hf_dict" else (kinds.pop() if len(kinds) == 1 else "arrow"), data,
+                      splits=splits, columns=tuple(columns))
+    path = _write_parquet(data, kind, join(folder, "input", "data.parquet"))
+    return Source(kind, data, paths=[path], columns=tuple(pq.read_schema(path).names))
+
+
+def _batches(data, kind: str):
+    """(schema, batches) of in-memory ``data``, streamed where the data is a stream."""
+    if kind == "pandas":
+        index_named = any(n is not None for n in data.index.names)
+        try:
+            table = pa.Table.from_pandas(data.reset_index() if index_named else data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            column = re.search(r"column (.+?) with type", str(e))
+            which = f"column {column.group(1)!r}" if column else "a column"
+            raise ValueError(f"the DataFrame's {which} holds values of more than one type ({e}); make it one "
+                             f"type, e.g. df[{column.group(1) if column else 'col'!r}].astype(str)") from None
+        return table.schema, table.to_batches()
+    if kind == "polars":
+        table = data.to_arrow()
+        return table.schema, table.to_batches()
+    if kind == "hf":
+        return data.features.arrow_schema, (b for t in data.with_format("arrow").iter(batch_size=65_536)
+                                             for b in t.to_batches())
+    if kind == "ray":
+        first = None
+        stream = data.iter_batches(batch_format="pyarrow", batch_size=65_536)
+        for first in stream:
+            break
+        if first is None:
+            raise ValueError("the Ray Dataset has no rows")
+        return first.schema, (b for t in (first, *stream) for b in t.to_batches())
+    if isinstance(data, pa.RecordBatch):
+        return data.schema, [data]
+    if isinstance(data, pa.Table):
+        return data.schema, data.to_batches()
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, data
+    return data.schema, data.to_batches()   # a pyarrow.dataset.Dataset
+
+
+def _write_parquet(data, kind: str, path: str) -> str:
+    schema, batches = _batches(data, kind)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with pq.ParquetWriter(path, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
+    return path
+
+
+def _hand_back(table: pa.Table, kind: str, path: str | None):
+    """The refined rows in the kind the caller gave (a path: the corpus folder's path)."""
+    if kind == "path":
+        return path
+    if kind == "pandas":
+        return table.to_pandas()
+    if kind == "polars":
+        import polars
+        return polars.from_arrow(table)
+    if kind == "hf":
+        return _to_hf(table)
+    if kind == "ray":
+        import ray.data
+        return ray.data.from_arrow(table)
+    return table
+
+
+def _to_hf(table: pa.Table):
+    """A ``datasets.Dataset``; a ``DatasetDict`` when the rows carry named splits."""
+    try:
+        import datasets
+    except ImportError:
+        raise ImportError("to_hf() needs the datasets package: pip install 'refinery[hf]'") from None
+    if "split" not in table.column_names or table["split"].null_count == table.num_rows:
+        return datasets.Dataset(table)
+    import pyarrow.compute as pc
+    names = [s for s in dict.fromkeys(table["split"].to_pylist()) if s is not None]
+    return datasets.DatasetDict({s: datasets.Dataset(table.filter(pc.equal(table["split"], s)).drop_columns(["split"]))
+                                 for s in names})
+
+
+# ---------------------------------------------------------------- results
+
+@dataclass(repr=False)
+class Result:
+    """A finished stage: where each row went, its report, and its refined corpus in the caller's kind."""
+
+    stage: str
+    out: str                       # the stage's folder
+    rows_in: int
+    parts: dict                    # {"kept": n, "filtered out": n, "input rejects": n}: sums to rows_in
+    headline: str
+    corpus: str | None             # the refined corpus's folder; None when the rows pass on unchanged
+    source: Source
+    input: InputSpec
+    warnings: tuple = ()
+    report_file: str = "report/report.html"
+    _report: dict | None = None
+
+    @classmethod
+    def of(cls, name: str, folder: str, result: StageResult, source: Source, spec: InputSpec) -> "Result":
+        output = stage_class(name).output
+        corpus = None if output is Output.INPUT else output.next_input(folder, "")
+        return cls(name, folder, result.rows_in, dict(result.parts), result.headline, corpus, source, spec,
+                   tuple(result.warnings), result.report_file, result.report or None)
+
+    @property
+    def accounting(self) -> str:
+        """``rows in N = a kept + b filtered out + … (ok)``."""
+        return conservation(self.rows_in, **self.parts)
+
+    @property
+    def report(self) -> dict:
+        """The stage's report as data (its ``report.json``)."""
+        if self._report is None:
+            self._report = next((self._json(f) for f in ("report/report.json", "report/summary.json", "report.json")
+                                 if self._exists(f)), {})
+        return self._report
+
+    def to_arrow(self) -> pa.Table:
+        """The refined corpus (for a stage that passes its rows on unchanged: the input) as a pyarrow Table."""
+        if self.corpus is not None:
+            return Corpus.open(self.corpus, self._storage).read()
+        return stage_input(self.input, self.input.read_options()).load()[0]
+
+    def to_pandas(self):
+        return self.to_arrow().to_pandas()
+
+    def to_polars(self):
+        import polars
+        return polars.from_arrow(self.to_arrow())
+
+    def to_hf(self):
+        """A ``datasets.Dataset`` (a ``DatasetDict`` when the rows carry named splits)."""
+        return _to_hf(self.to_arrow())
+
+    @property
+    def data(self):
+        """The refined corpus in the kind of the data given: a DataFrame for a DataFrame, a ``Dataset`` for a
+        ``Dataset``, …; for paths, the corpus folder's path (for a stage that passes its rows on: the input)."""
+        if self.source.kind == "path":
+            return self.corpus if self.corpus is not None else self.source.given
+        if self.corpus is None:
+            return self.source.given
+        return _hand_back(self.to_arrow(), self.source.kind, self.corpus)
+
+    @property
+    def rejected(self):
+        """The rows the stage set aside, each with its ``reason``, as a DataFrame (none: no rows)."""
+        folder = join(self.out, "rejected")
+        table = Corpus.open(folder, self._storage).read() if is_corpus(folder, self._storage) else pa.table({})
+        return table.to_pandas()
+
+    @property
+    def input_rejects(self):
+        """The input rows refused on reading (file, line, column, reason, raw text), as a DataFrame."""
+        if self.corpus is not None:
+            return Corpus.open(self.corpus, self._storage).read_rejects().to_pandas()
+        return stage_input(self.input, self.input.read_options()).load()[1].to_pandas()
+
+    @property
+    def report_path(self) -> str | None:
+        return join(self.out, self.report_file) if self.report_file else None
+
+    def __repr__(self) -> str:
+        return f"<refinery {self.stage}: {self.accounting}; {self.out}>"
+
+    def _repr_html_(self) -> str:
+        """The report's own HTML (the body of ``report.html``) under a line with the accounting."""
+        head = (f"<p><b>refinery {html.escape(self.stage)}</b>: {html.escape(self.accounting)}<br>"
+                f"<code>{html.escape(self.out)}</code></p>")
+        body = ""
+        if self.report_path and self._exists(self.report_file):
+            fs, path = get_fs(self.report_path, self._storage)
+            page = fs.cat_file(path).decode()
+            match = re.search(r"<body>(.*)</body>", page, re.S)
+            body = re.sub(r"<h1>.*?</h1>", "", match.group(1) if match else "", count=1, flags=re.S)
+        return f'<div class="refinery-report">{head}{body}</div>'
+
+    @property
+    def _storage(self) -> dict:
+        return dict(self.input.storage_options)
+
+    def _exists(self, name: str) -> bool:
+        fs, path = get_fs(join(self.out, name), self._storage)
+        return fs.exists(path)
+
+    def _json(self, name: str) -> dict:
+        fs, path = get_fs(join(self.out, name), self._storage)
+        return json.loads(fs.cat_file(path))
+
+
+class AuditResult(Result):
+    """An audit: ``stats`` (every feature's n, count, p̂ and z* per label) and ``top(k)``."""
+
+    @property
+    def stats(self):
+        """Features × labels with n (rows with the feature), count, p̂(label|feature) and z*, as a DataFrame."""
+        fs, path = get_fs(join(self.out, "report", "stats.parquet"), self._storage)
+        with fs.open(path, "rb") as fh:
+            return pq.read_table(fh).to_pandas()
+
+    def top(self, k: int = 10, label: str | None = None):
+        """The ``k`` features of highest z* per label (or of ``label``), ranked, as a DataFrame."""
+        stats = self.stats
+        if label is not None:
+            if label not in set(stats["label"]):
+                raise ValueError(f"no label {label!r}; labels: {', '.join(sorted(set(stats['label'])))}")
+            stats = stats[stats["label"] == label]
+        top = (stats[stats["feature"] != "null"].sort_values(["label", "z"], ascending=[True, False], kind="stable")
+               .groupby("label", sort=True).head(k).reset_index(drop=True))
+        top.insert(0, "rank", top.groupby("label").cumcount() + 1)
+        return top[["label", "rank", "feature", "z", "n", "count", "p_hat"]]
+
+    @property
+    def threshold(self) -> float:
+        """The Bonferroni-corrected z* a feature must exceed to count as a bias."""
+        return self.report["threshold"]
+
+
+class CompareResult(Result):
+    """A comparison: ``table``, the accuracy of each training corpus on each evaluation set."""
+
+    @property
+    def table(self):
+        """One row per (evaluation set, training corpus): mean accuracy over seeds and its std, the gain on the
+        baseline with its paired-bootstrap 95% interval, and the evaluation set's majority-class accuracy."""
+        import pandas as pd
+        rows = []
+        for ev, per in self.report["accuracy"].items():
+            majority = self.report["eval"][ev]["majority"]["accuracy"]
+            for name, cell in per.items():
+                gain = cell.get("gain") or {}
+                low, high = gain.get("ci95") or (None, None)
+                rows.append({"eval": ev, "train": name, "accuracy": cell["mean"], "std": cell["std"],
+                             "gain": gain.get("delta"), "gain_ci_low": low, "gain_ci_high": high,
+                             "majority": majority})
+        return pd.DataFrame(rows)
+
+
+RESULTS = {"audit": AuditResult, "compare": CompareResult}
+
+
+# ---------------------------------------------------------------- keyword arguments
+
+def _keywords(cls: type) -> dict[str, Leaf]:
+    """A stage config's keyword arguments: top-level fields by their pipeline keys, nested ones by the flat
+    names of their CLI options."""
+    out: dict[str, Leaf] = {}
+    for leaf in leaves(cls):
+        name = leaf.path[0] if len(leaf.path) == 1 else leaf.keyword
+        if name in out:
+            raise TypeError(f"{cls.__name__}: keyword {name} names both {'.'.join(out[name].path)} and "
+                            f"{'.'.join(leaf.path)}")
+        out[name] = leaf
+    return out
+
+
+INPUT_KEYS = _keywords(InputSpec)   # preset=, map=, labels=, on_bad_row=, …
+
+
+def _nested_fields(cls: type) -> set[str]:
+    return {name for name, hint in typing.get_type_hints(cls).items() if dataclasses.is_dataclass(hint)}
+
+
+def config_dict(cls: type, kwargs: dict, where: str) -> dict:
+    """The nested dict a pipeline file holds for config ``cls``, from keyword arguments."""
+    keywords, nested = _keywords(cls), _nested_fields(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    out: dict = {}
+    for key, value in kwargs.items():
+        if key in nested and isinstance(value, dict):
+            out.setdefault(key, {}).update(value)
+        elif key in keywords:
+            node = out
+            for part in keywords[key].path[:-1]:
+                node = node.setdefault(part, {})
+            node[keywords[key].path[-1]] = value
+        elif key in fields:
+            out[key] = value
+        else:
+            known = sorted(set(keywords) | fields | set(INPUT_KEYS) | set(RUN_KEYS))
+            close = difflib.get_close_matches(key, known, n=1)
+            raise TypeError(f"{where}() got an unknown keyword {key!r}"
+                            + (f"; did you mean {close[0]!r}?" if close else "") + f" (keywords: {', '.join(known)})")
+    return out
+
+
+def _split_keywords(kwargs: dict) -> tuple[dict, dict]:
+    """(the input's keywords, the rest)."""
+    given = {k: v for k, v in kwargs.items() if k in INPUT_KEYS}
+    for key, value in list(given.items()):
+        parse = INPUT_KEYS[key].field.metadata.get("parse")
+        if parse and isinstance(value, str):
+            given[key] = parse(value)
+    return given, {k: v for k, v in kwargs.items() if k not in INPUT_KEYS}
+
+
+def _check_preset(keys: dict, source: Source) -> None:
+    """In-memory data needs a preset or map unless it is in refinery's columns: say which fits."""
+    if keys.get("preset") or keys.get("map") or source.kind == "path" or source.canonical:
+        return
+    columns = list(source.columns)
+    fitting = [n for n, p in PRESETS.items() if all(c in columns for c in p.required.values())]
+    hint = f"; try preset={fitting[0]!r}" if fitting else ""
+    raise ValueError(f"name the data's columns: preset= (one of {', '.join(PRESETS)}) or map={{'text_a': COL, "
+                     f"'text_b': COL, 'label': COL}}; it has {', '.join(columns)}{hint}")
+
+
+class Run:
+    """Where a call writes: ``out`` when given (the input's Parquet in a temporary folder beside it, removed
+    with the result), else a new temporary run folder that is kept and named in the result."""
+
+    def __init__(self, out: str | None, name: str):
+        if out is None:
+            self.folder = tempfile.mkdtemp(prefix=f"refinery-{name}-")
+            self.out, self._tmp = join(self.folder, name), None
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"refinery-{name}-input-")
+            self.folder, self.out = self._tmp.name, os.fspath(out)
+
+
+def _run_one(name: str, data, out, engine: str, mode: str, kwargs: dict) -> Result:
+    cls = stage_class(name)
+    input_keys, rest = _split_keywords(kwargs)
+    config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
+    run = Run(out, name)
+    source = as_source(data, run.folder)
+    _check_preset(input_keys, source)
+    spec_in = source.input_spec(input_keys)
+    spec = PipelineSpec(spec_in, [StageSpec(name, config)], run.out, engine)
+    step = run_stage(spec, mode, echo=lambda line: None)
+    return _result(name, step, source, spec_in, run)
+
+
+def _result(name: str, step: StageRun, source: Source, spec_in: InputSpec, run: Run | None = None,
+            folder: str | None = None) -> Result:
+    folder = folder or run.out
+    result = RESULTS.get(name, Result).of(name, folder, step.result, source, spec_in)
+    result._run = run   # keeps a temporary input folder as long as the result lives
+    for warning in result.warnings:
+        warnings.warn(f"{name}: {warning}", stacklevel=3)
+    return result
+
+
+def _stage_function(name: str):
+    cls = stage_class(name)
+    keywords = _keywords(cls.Config)
+
+    def call(data, /, *, out=None, engine="local", mode="overwrite", **kwargs):
+        return _run_one(name, data, out, engine, mode, kwargs)
+
+    params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY),
+              inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
+              inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, default="local"),
+              inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="overwrite")]
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=leaf.default)
+               for k, leaf in {**keywords, **INPUT_KEYS}.items()]
+    call.__signature__ = inspect.Signature(params)
+    call.__name__ = call.__qualname__ = name
+    doc = inspect.getdoc(cls) or name
+    lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip() for k, leaf in keywords.items()]
+    call.__doc__ = (f"{doc}\n\n``data``: a path, DataFrame, Arrow table, HF Dataset/DatasetDict, Ray Dataset or "
+                    "{split: data}; ``out``: the stage's folder (default: a new temporary run folder); ``engine``: "
+                    "local | ray; ``mode``: overwrite | skip | error.\n\nThe stage's keywords (its pipeline keys):\n"
+                    + "\n".join(lines) + "\n\nThe input's keywords: " + ", ".join(INPUT_KEYS) + ".")
+    return call
+
+
+# ---------------------------------------------------------------- functions that are not one stage
+
+def read(data, /, *, out=None, **kwargs) -> Result:
+    """``data`` read into a refinery corpus (canonical columns; bad rows in its rejects with their reasons)."""
+    input_keys, rest = _split_keywords(kwargs)
+    if rest:
+        config_dict(InputSpec, rest, "read")   # names the unknown keyword
+    run = Run(out, "corpus")
+    source = as_source(data, run.folder)
+    _check_preset(input_keys, source)
+    spec_in = source.input_spec(input_keys)
+    opts = spec_in.read_options()
+    manifest = convert(list(stage_input(spec_in, opts).paths), run.out, spec_in.mapping(), opts,
+                       config={"input": to_dict(spec_in)}) if not spec_in.splits else _read_splits(spec_in, run.out)
+    rows, rejected = manifest["rows"], manifest["rejected"]
+    result = Result("read", run.out, rows + rejected, {"rows": rows, "rejected": rejected}, f"{rows:,} rows",
+                    run.out, source, spec_in, report_file="")
+    result._run = run
+    return result
+
+
+def _read_splits(spec_in: InputSpec, out: str) -> dict:
+    result = ingest(spec_in, out, spec_in.read_options())
+    return {"rows": result.parts["rows"], "rejected": result.parts["rejected"]}
+
+
+def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> "PipelineResult":
+    """Run a pipeline (the CLI's ``refinery run``): a YAML file's path, YAML text, or the dict a pipeline file holds. With ``data`` (and
+    the input's keywords), the pipeline reads it instead of its file's ``input``; ``out`` replaces its ``out``
+    (none at all: a new temporary run folder)."""
+    import yaml
+    if isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
+        with open(spec) as fh:
+            raw, base = yaml.safe_load(fh), os.path.dirname(os.path.abspath(spec))
+    else:
+        raw, base = (yaml.safe_load(spec) if isinstance(spec, str) else dict(spec)), "."
+    if not isinstance(raw, dict):
+        raise ValueError(f"a pipeline is a mapping with input and stages, not {type(raw).__name__}")
+    target = os.path.abspath(out) if out is not None else (anchor_path(raw["out"], base) if raw.get("out") else None)
+    run = Run(target, "pipeline")
+    raw = {**raw, "out": run.out}
+    source = None
+    if data is not None:
+        source = as_source(data, run.folder)
+        input_keys, rest = _split_keywords(kwargs)
+        if rest:
+            config_dict(InputSpec, rest, "run")   # names the unknown keyword
+        _check_preset(input_keys, source)
+        raw["input"] = to_dict(source.input_spec(input_keys))
+    elif kwargs:
+        raise TypeError(f"run(): the input's keywords ({', '.join(kwargs)}) go with data=")
+    parsed = parse_pipeline(raw, base)
+    source = source or Source("path", parsed.input.paths or parsed.input.splits, paths=parsed.input.paths,
+                              splits=parsed.input.splits)
+    return PipelineResult(run_pipeline(parsed, engine=engine, echo=lambda line: None), source, parsed, run)
+
+
+class PipelineResult:
+    """A finished pipeline: each stage's ``Result`` (``result["zfilter"]`` or ``result[2]``) and the final corpus."""
+
+    def __init__(self, done: PipelineRun, source: Source, spec: PipelineSpec, run: Run):
+        self.out, self._run, self._source = done.out, run, source
+        self.stages: dict[str, Result] = {}
+        for step, stage_spec in zip(done.stages[1:], spec.stages):
+            self.stages[step.folder] = _result(stage_spec.name, step, source, spec.input,
+                                               folder=join(done.out, step.folder))
+        self.final = self.stages[done.stages[-1].folder] if len(done.stages) > 1 else None
+        self.lines = [f"{s.folder}: {s.status}, {s.result.conservation()}" for s in done.stages]
+
+    def __getitem__(self, key):
+        if isinstance(key, int):
+            return list(self.stages.values())[key]
+        matches = [r for folder, r in self.stages.items() if key in (folder, r.stage)]
+        if not matches:
+            raise KeyError(f"no stage {key!r}; stages: {', '.join(self.stages)}")
+        return matches[-1]
+
+    @property
+    def data(self):
+        """The pipeline's final corpus in the caller's kind (see ``Result.data``)."""
+        corpus = next((r for r in reversed(self.stages.values()) if r.corpus is not None), None)
+        return corpus.data if corpus else self._source.given
+
+    def __repr__(self) -> str:
+        return f"<refinery pipeline: {len(self.stages)} stage(s); {self.out}>"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        return f"<div><b>refinery pipeline</b> <code>{html.escape(self.out)}</code><ul>{rows}</ul></div>"
+
+
+def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) -> CompareResult:
+    """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
+    baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
+    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset)."""
+    from refinery.methods import compare as cmp
+
+    input_keys, rest = _split_keywords(kwargs)
+    config = from_dict(cmp.CompareConfig, config_dict(cmp.CompareConfig, rest, "compare"), "compare")
+    run = Run(out, "compare")
+    train_paths = {}
+    for name, data in train.items():
+        if isinstance(data, Result):
+            train_paths[name] = [data.corpus or data.out]
+            continue
+        source = as_source(data, join(run.folder, "train", name))
+        _check_preset(input_keys, source)
+        train_paths[name] = source.paths or [p for ps in source.splits.values() for p in ps]
+    evals = []
+    for name, value in eval.items():
+        data, preset = value if isinstance(value, tuple) else (value, None)
+        source = as_source(data, join(run.folder, "eval", name))
+        evals.append(cmp.EvalSet(name, tuple(source.paths or [p for ps in source.splits.values() for p in ps]),
+                                 preset.lower() if preset else None, dict((label_maps or {}).get(name, {}))))
+    spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
+    report = cmp.run(train_paths, evals, run.out, spec_in.mapping(), spec_in.read_options(), config)
+    first = report["train"][next(iter(report["train"]))]
+    step = StageResult(first["rows"] + first["rejected"], {"trained on": first["rows"],
+                                                           "input rejects": first["rejected"]}, report,
+                       f"{len(train)} corpora on {len(evals)} evaluation set(s)")
+    return _result("compare", StageRun("compare", "compare", "ran", 0.0, step),
+                   Source("path", train, paths=spec_in.paths), spec_in, run)
+
+
+__all__ = [*(n for n in stage_names() if n != "compare"), "compare", "read", "run", "Result", "AuditResult",
+           "CompareResult", "PipelineResult"]
+
+
+def __getattr__(name: str):
+    """``rf.audit``, ``rf.zfilter``, …: the function of every registered stage, made on first use."""
+    if name in stage_names() and name != "compare":
+        function = _stage_function(name)
+        globals()[name] = function
+        return function
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
