@@ -1,0 +1,162 @@
+"""The Python API (``import refinery as rf``) over the data a notebook holds: the same statistics and kept rows
+from every kind of input as from the CLI on the file, results in the caller's kind, and the mistakes a
+notebook user makes answered in one clear sentence."""
+import inspect
+import json
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import refinery as rf
+from conftest import DATA, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+from refinery.pipeline.config import ConfigError
+
+HANS = str(DATA / "hans" / "hans_regenerated.tsv")
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return pd.read_json(SNLI_DEV, lines=True)
+
+
+@pytest.fixture(scope="module")
+def dev_test():
+    return {"train": pd.read_json(SNLI_DEV, lines=True), "test": pd.read_json(SNLI_TEST, lines=True)}
+
+
+def test_audit_gives_the_same_statistics_from_every_kind_of_input(dev, tmp_path):
+    import datasets
+    import polars
+
+    table = pa.Table.from_pandas(dev)
+    kinds = {"path": SNLI_DEV, "arrow": table, "reader": pa.RecordBatchReader.from_batches(table.schema,
+                                                                                           table.to_batches(1000)),
+             "hf": datasets.Dataset.from_pandas(dev), "polars": polars.from_pandas(dev)}
+    first = rf.audit(dev, preset="snli", k=20)
+    assert first.rows_in == len(dev) == 9842 and first.parts == {"counted": 9842, "input rejects": 0}
+    stats = first.stats
+    assert len(stats) > 10_000 and set(stats["label"]) == {"entailment", "neutral", "contradiction"}
+    for name, data in kinds.items():
+        other = rf.audit(data, preset="snli", k=20)
+        pd.testing.assert_frame_equal(other.stats, stats, obj=name)
+    top = first.top(3)
+    assert list(top.columns) == ["label", "rank", "feature", "z", "n", "count", "p_hat"]
+    assert top.groupby("label")["rank"].apply(list).tolist() == [[1, 2, 3]] * 3
+    assert (top["z"] > first.threshold).all() and "null" not in set(first.top(50)["feature"])
+    assert top[top.label == "contradiction"].feature.iloc[0] == "sleeping@hypothesis"
+
+
+def test_zfilter_on_a_dataframe_keeps_the_rows_the_cli_keeps(dev, tmp_path):
+    result = rf.zfilter(dev, preset="snli", k=20)
+    assert isinstance(result.data, pd.DataFrame)
+    run_cli("zfilter", SNLI_DEV, "--preset", "snli", "--k", "20", "--out", tmp_path / "cli")
+    cli = pq.read_table(tmp_path / "cli" / "kept" / "part-00000.parquet").to_pandas()
+    rows = ["text_a", "text_b", "label"]
+    pd.testing.assert_frame_equal(result.data[rows], cli[rows])   # ids of rows without one: hashes salted by file
+    with_ids = dev.assign(pairID=[f"dev-{i}" for i in range(len(dev))])
+    with_ids.to_json(tmp_path / "dev.jsonl", orient="records", lines=True)
+    run_cli("zfilter", tmp_path / "dev.jsonl", "--preset", "snli", "--k", "20", "--out", tmp_path / "ids")
+    kept = pq.read_table(tmp_path / "ids" / "kept" / "part-00000.parquet")["id"].to_pylist()
+    assert rf.zfilter(with_ids, preset="snli", k=20).data["id"].tolist() == kept
+    assert len(kept) == len(result.data) < len(dev)
+    assert result.rows_in == len(dev) == len(result.data) + len(result.rejected)
+    assert result.rejected["reason"].str.startswith("hits B_Z").all()
+    assert result.accounting == f"rows in 9,842 = {len(result.data):,} kept + {len(result.rejected):,} filtered out " \
+                                "+ 0 input rejects (ok)"
+    assert isinstance(result.to_arrow(), pa.Table) and len(result.to_hf()) == len(result.data)
+
+
+def test_results_in_the_kind_given(dev):
+    import datasets
+
+    hf = rf.zfilter(datasets.Dataset.from_pandas(dev), preset="snli", k=20)
+    assert isinstance(hf.data, datasets.Dataset) and hf.data.num_rows == len(hf.to_pandas())
+    arrow = rf.upsample(pa.Table.from_pandas(dev), preset="snli", k=5, iterations=1)
+    assert isinstance(arrow.data, pa.Table) and arrow.data.num_rows > len(dev)
+    on_disk = rf.zfilter(SNLI_DEV, preset="snli", k=20)
+    assert on_disk.data == on_disk.corpus and on_disk.corpus.endswith("/kept")
+    audit = rf.audit(dev, preset="snli")
+    assert audit.data is dev and audit.corpus is None
+
+
+def test_a_result_shows_one_line_and_its_report_inline(dev):
+    audit = rf.audit(dev, preset="snli", k=20)
+    line = repr(audit)
+    assert "\n" not in line and line.startswith("<refinery audit: rows in 9,842 = 9,842 counted")
+    page = audit._repr_html_()
+    assert "<svg" in page and "sleeping@hypothesis" in page and "<html" not in page
+    zf = rf.zfilter(dev, preset="snli", k=20)
+    assert zf._repr_html_().count("<svg") == 2 and "z-statistics of the kept corpus" in zf._repr_html_()
+
+
+def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_path):
+    import datasets
+
+    dd = datasets.DatasetDict({s: datasets.Dataset.from_pandas(df) for s, df in dev_test.items()})
+    dd.save_to_disk(str(tmp_path / "snli_dd"))
+    in_memory = rf.leakage(dd, preset="snli")
+    from_dict = rf.leakage(dev_test, preset="snli")
+    assert in_memory.report["test_split"] == "test" and in_memory.rows_in == 19_666
+    assert in_memory.report["leakage_accuracy"] == from_dict.report["leakage_accuracy"]
+    run_cli("leakage", tmp_path / "snli_dd", "--preset", "snli", "--out", tmp_path / "leak")
+    cli = json.loads((tmp_path / "leak" / "report.json").read_text())
+    assert cli["leakage_accuracy"] == in_memory.report["leakage_accuracy"] > cli["majority_accuracy"]
+    weights = rf.weights(str(tmp_path / "snli_dd"), preset="snli", folds=3)
+    assert weights.corpus and isinstance(rf.weights(dd, preset="snli", folds=3).data, datasets.DatasetDict)
+    assert set(weights.to_pandas()["split"]) == {"train", "test"}
+
+
+def test_compare_reads_dataframes_results_and_files(dev):
+    zf = rf.zfilter(dev, preset="snli", k=20)
+    result = rf.compare({"snli": dev, "z-filtered": zf}, {"hard": (SNLI_HARD, "snli"), "hans": (HANS, "hans")},
+                        preset="snli", bootstrap=200)
+    table = result.table
+    assert list(table["eval"]) == ["hard", "hard", "hans", "hans"] and list(table["train"][:2]) == ["snli", "z-filtered"]
+    assert table["accuracy"].between(0, 1).all() and table["gain"].isna().tolist() == [True, False, True, False]
+    assert table.loc[0, "majority"] == pytest.approx(0.348, abs=0.01)
+
+
+def test_a_pipeline_over_a_dataframe(dev):
+    spec = {"stages": [{"audit": {"k": 5}}, {"zfilter": {"k": 20}}]}
+    done = rf.run(spec, data=dev, preset="snli")
+    assert list(done.stages) == ["01-audit", "02-zfilter"]
+    assert done["zfilter"].data["id"].tolist() == rf.zfilter(dev, preset="snli", k=20).data["id"].tolist()
+    assert isinstance(done.data, pd.DataFrame) and done["audit"].top(1)["feature"].tolist()
+
+
+def test_keywords_are_the_config_and_validate_as_everywhere(dev):
+    from refinery.methods.zfilter import ZFilterConfig
+
+    params = inspect.signature(rf.zfilter).parameters
+    assert params["k"].default == ZFilterConfig().k and "preset" in params and "band_min" in inspect.signature(
+        rf.upsample).parameters
+    with pytest.raises(TypeError, match=r"unknown keyword 'kk'; did you mean 'k'\?"):
+        rf.zfilter(dev, preset="snli", kk=20)
+    with pytest.raises(ConfigError, match=r"zfilter\.k: expected an integer, got '20'"):
+        rf.zfilter(dev, preset="snli", k="20")
+    with pytest.raises(ValueError, match=r"name the data's columns: preset=.*try preset='snli'"):
+        rf.audit(dev)
+    with pytest.raises(ValueError, match="unknown preset|one of"):
+        rf.audit(dev, preset="snil")
+    with pytest.raises(TypeError, match="cannot read a builtins.int"):
+        rf.audit(42, preset="snli")
+    mixed = dev.assign(extra=[1, "a"] * (len(dev) // 2))
+    with pytest.raises(ValueError, match=r"column 'extra' holds values of more than one type"):
+        rf.audit(mixed, preset="snli")
+    flat = rf.audit(dev, preset="snli", lowercase=False, min_count=5)        # a nested config's field by its flat name
+    nested = rf.audit(dev, preset="snli", features={"tokenizer": {"lowercase": False}}, min_count=5)
+    assert flat.report["config"]["features"]["tokenizer"]["lowercase"] is False
+    assert flat.report["config"] == nested.report["config"]
+    pd.testing.assert_frame_equal(flat.stats, nested.stats)
+
+
+def test_canonical_columns_need_no_preset_and_bad_rows_are_accounted(dev):
+    table = pa.table({"text_a": ["a dog runs", "a cat", None, "two men"], "text_b": ["an animal moves", "x", "y", "z"],
+                      "label": ["entailment", "neutral", "neutral", None]})
+    corpus = rf.read(table)
+    assert corpus.rows_in == 4 and corpus.parts == {"rows": 2, "rejected": 2}
+    bad = corpus.input_rejects
+    assert sorted(bad["line"]) == [3, 4] and bad["reason"].str.len().gt(0).all()
+    assert corpus.to_pandas()["text_a"].tolist() == ["a dog runs", "a cat"]
