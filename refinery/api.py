@@ -341,11 +341,16 @@ class CompareResult(Result):
             majority = self.report["eval"][ev]["majority"]["accuracy"]
             for name, cell in per.items():
                 gain = cell.get("gain") or {}
-                low, high = gain.get("ci95") or (None, None)
-                rows.append({"eval": ev, "train": name, "accuracy": cell["mean"], "std": cell["std"],
-                             "gain": gain.get("delta"), "gain_ci_low": low, "gain_ci_high": high,
+                low, high = map(_number, gain.get("ci95") or (None, None))
+                rows.append({"eval": ev, "train": name, "accuracy": cell["mean"], "std": _number(cell["std"]),
+                             "gain": _number(gain.get("delta")), "gain_ci_low": low, "gain_ci_high": high,
                              "majority": majority})
         return pd.DataFrame(rows)
+
+
+def _number(value) -> float:
+    """A figure of a table: NaN where there is none (one seed has no std; the baseline no gain)."""
+    return float("nan") if value is None else value
 
 
 RESULTS = {"audit": AuditResult, "compare": CompareResult}
