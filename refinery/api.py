@@ -133,10 +133,8 @@ def _batches(data, kind: str):
         return data.features.arrow_schema, (b for t in data.with_format("arrow").iter(batch_size=65_536)
                                              for b in t.to_batches())
     if kind == "ray":
-        first = None
-        stream = data.iter_batches(batch_format="pyarrow", batch_size=65_536)
-        for first in stream:
-            break
+        stream = iter(data.iter_batches(batch_format="pyarrow", batch_size=65_536))   # an iterable that restarts
+        first = next(stream, None)
         if first is None:
             raise ValueError("the Ray Dataset has no rows")
         return first.schema, (b for t in (first, *stream) for b in t.to_batches())

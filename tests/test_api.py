@@ -160,3 +160,16 @@ def test_canonical_columns_need_no_preset_and_bad_rows_are_accounted(dev):
     bad = corpus.input_rejects
     assert sorted(bad["line"]) == [3, 4] and bad["reason"].str.len().gt(0).all()
     assert corpus.to_pandas()["text_a"].tolist() == ["a dog runs", "a cat"]
+
+
+def test_a_ray_dataset_in_and_out_on_either_engine(dev, ray_local):
+    import ray
+
+    ds = ray.data.from_pandas(dev)
+    key = ["feature", "label"]
+    local = rf.audit(dev, preset="snli").stats.sort_values(key, ignore_index=True)
+    on_ray = rf.audit(ds, preset="snli", engine="ray").stats.sort_values(key, ignore_index=True)
+    pd.testing.assert_frame_equal(on_ray, local)
+    kept = rf.zfilter(ds, preset="snli", k=20)
+    assert kept.rows_in == len(dev) and type(kept.data).__module__.startswith("ray.data")
+    assert kept.data.count() == len(rf.zfilter(dev, preset="snli", k=20).data)
