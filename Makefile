@@ -3,9 +3,9 @@ PYTHON      ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
-# CPU machines pin torch to the local CPU wheel; on GPU machines: make CONSTRAINTS= EXTRAS=dev,models,gpu
+# CPU machines pin torch to the local CPU wheel; on GPU machines: make CONSTRAINTS= EXTRAS=dev,models,hf,gpu
 CONSTRAINTS ?= constraints-cpu.txt
-EXTRAS      ?= dev,models
+EXTRAS      ?= dev,models,hf
 DATA        ?= ../shared/data
 DEMO_OUT    ?= demo-out
 PIP         := $(PY) -m pip install --quiet --disable-pip-version-check $(if $(CONSTRAINTS),-c $(CONSTRAINTS))

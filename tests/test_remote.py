@@ -147,17 +147,17 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
     assert "rows in 9,842 = 9,842 out + 0 rejected (ok)" in done
     first = Corpus.open("s3://bucket/snli")
     assert first.read().equals(local)
-    assert listed() == sorted(["_refinery.json", "manifest.json", *first.manifest["files"]])
+    assert listed() == sorted(["README.md", "_refinery.json", "manifest.json", *first.manifest["files"]])
 
     cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
-    half = set(listed()) - {"_refinery.json", "manifest.json", *first.manifest["files"]}
+    half = set(listed()) - {"README.md", "_refinery.json", "manifest.json", *first.manifest["files"]}
     assert len(half) >= 3                                               # the cut run's shards, listed nowhere
     still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
     assert still.manifest == first.manifest and still.read().equals(local)
     run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
     last = Corpus.open("s3://bucket/snli")
     assert last.read().equals(local) and len(last.manifest["files"]) == 20
-    assert listed() == sorted(["_refinery.json", "manifest.json", *last.manifest["files"]])
+    assert listed() == sorted(["README.md", "_refinery.json", "manifest.json", *last.manifest["files"]])
 
 
 def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
@@ -185,7 +185,7 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
             env=s3.env)
     last = Corpus.open("s3://bucket/ours")
     names = sorted(p.name for p in (s3.root / "bucket" / "ours").iterdir())
-    assert names == sorted(["_refinery.json", "manifest.json", "notes.txt", *last.manifest["files"]])
+    assert names == sorted(["README.md", "_refinery.json", "manifest.json", "notes.txt", *last.manifest["files"]])
     assert (s3.root / "bucket" / "ours" / "notes.txt").read_text() == "added by a user\n"
 
 

@@ -3,6 +3,7 @@ evaluating predictions, the task-model probe and comparison, and a local generat
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -21,21 +22,29 @@ def tools():
 @tools.command(cls=RefineryCommand)
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder or URL.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "hf"]), default="parquet", show_default=True,
+              help="parquet: a refinery corpus (Parquet shards, rejects, manifest.json, a dataset card); hf: a Hugging "
+                   "Face save_to_disk folder (a DatasetDict where the rows have splits), its rejects in "
+                   "OUT/rejects.parquet.")
 @click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True,
-              help="Rows per Parquet shard.")
+              help="Rows per Parquet shard (per Arrow file with --format hf).")
 @mode_option
 @input_options
-def convert(inputs, out, shard_rows, mode, mapping, opts):
+def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
     """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
-    reuse = mode == "skip" and corpus_mod.is_corpus(out, opts.storage_options)  # kept only if the config matches
-    manifest = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows,
-                                  config={"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None})
+    reuse = mode == "skip" and corpus_mod.finished_run(out, opts.storage_options) is not None  # kept if it matches
+    config = {"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None}
+    if fmt == "hf":
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")   # the accounting line is the progress
+        result = corpus_mod.convert_hf(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
+        where = "a Hugging Face " + (f"DatasetDict ({', '.join(result['splits'])})" if result["splits"] else "Dataset")
+    else:
+        result = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
+        where = f"{len(result['files'])} shard(s)"
     if reuse:
         click.echo(f"{out}: skipped (same inputs and config)")
-    click.echo(f"{out}: {manifest['rows']:,} rows, {manifest['rejected']:,} rejected "
-               f"in {len(manifest['files'])} shard(s)")
-    click.echo(conservation(manifest["rows"] + manifest["rejected"], out=manifest["rows"],
-                            rejected=manifest["rejected"]))
+    click.echo(f"{out}: {result['rows']:,} rows, {result['rejected']:,} rejected in {where}")
+    click.echo(conservation(result["rows"] + result["rejected"], out=result["rows"], rejected=result["rejected"]))
 
 
 @tools.command(cls=RefineryCommand)

@@ -1,4 +1,5 @@
-"""Canonical corpora on any fsspec filesystem: Parquet shards + rejects + manifest.json.
+"""Canonical corpora on any fsspec filesystem: Parquet shards + rejects + a dataset card (README.md) +
+manifest.json.
 
 Publishing is atomic: everything is written under ``<out>.tmp-<token>`` with the manifest
 last, then renamed onto ``<out>``; a folder without a manifest is never a finished corpus.
@@ -17,11 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
+from refinery.io.hf import CARD, dataset_card, datasets_package, save_to_disk
 from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
-from refinery.io.storage import AtomicDir, get_fs, on_store, redact
+from refinery.io.storage import AtomicDir, get_fs, on_store, read_marker, redact, stamp_marker
 
 MANIFEST = "manifest.json"
 FORMAT = "refinery.corpus/1"
@@ -170,24 +172,8 @@ class CorpusWriter:
         self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
         self.skipped = False
         self.manifest: dict | None = None
-        with on_store(self.out, "looking for a finished corpus"):
-            finished = self.fs.exists(posixpath.join(self.path, MANIFEST))
-        if finished:
-            if mode == "skip":
-                with on_store(self.out, f"reading {MANIFEST}"), self.fs.open(posixpath.join(self.path, MANIFEST)) as fh:
-                    stored = json.load(fh)
-                if stored.get("inputs") != self.inputs:
-                    changed = sorted(set(stored.get("inputs") or {}) ^ set(self.inputs or {})) or \
-                        sorted(k for k in self.inputs or {} if stored["inputs"].get(k) != self.inputs[k])
-                    raise OutputExists(f"{out} was made from other inputs or inputs that have changed since "
-                                       f"({', '.join(changed[:3]) or 'inputs'}); --mode skip reuses only an "
-                                       "identical run (use --mode overwrite)")
-                if stored.get("config") != json.loads(json.dumps(redact(self.config), default=str)):
-                    raise OutputExists(f"{out} holds a corpus made with another configuration; "
-                                       "--mode skip reuses only an identical run (use --mode overwrite)")
-                self.skipped = True
-            elif mode == "error":
-                raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
+        if mode != "overwrite":
+            self.skipped = reusable(out, mode, finished_run(out, storage_options), self.inputs, self.config)
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
@@ -197,6 +183,9 @@ class CorpusWriter:
         self._reject_files: list = []
         self._tasks: list[Future] = []   # work handed to the writer thread, not yet known to be done
         self._labels: dict[str, int] = {}
+        self._splits: dict[str, int] = {}   # for the card: the rows of each value of a ``split`` column,
+        self._schemas: list[pa.Schema] = []   # the shards' columns
+        self._nbytes = 0                      # and the rows' size in Arrow
         self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
         # shards are encoded and written a row group at a time on one background thread (Arrow releases the
         # GIL), so the next batches are read meanwhile and a shard's end costs one row group, not the shard
@@ -209,8 +198,12 @@ class CorpusWriter:
         if rows is not None and rows.num_rows:
             self._buffer.append(rows)
             self._buffered += rows.num_rows
+            self._nbytes += rows.nbytes
             for lab, cnt in zip(*value_counts(rows["label"])):
                 self._labels[lab] = self._labels.get(lab, 0) + cnt
+            if "split" in rows.column_names:
+                for split, cnt in zip(*value_counts(rows["split"])):
+                    self._splits[split] = self._splits.get(split, 0) + cnt
             self._flush_rows()
         if rejects is not None and rejects.num_rows:
             self._rejects.append(rejects)
@@ -238,6 +231,7 @@ class CorpusWriter:
             if self._shard is None:
                 self._shard = _ShardWriter(self._dir, f"part-{len(self._files):05d}.parquet", head.schema)
                 self._files.append(None)
+                self._schemas.append(head.schema)
             self._shard.rows += head.num_rows
             self._submit(self._shard.append, head)
             if self._shard.rows >= self.shard_rows:
@@ -293,6 +287,9 @@ class CorpusWriter:
             "command": redact(_command_line()),
             "config": redact(self.config),
         }
+        schema = pa.unify_schemas(self._schemas, promote_options="permissive") if self._schemas else None
+        card = dataset_card(self.manifest, schema, self._nbytes, dict(sorted(self._splits.items())))
+        self._dir.write_text(CARD, card)
         self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
         self._dir.commit()
         return self.manifest
@@ -373,6 +370,37 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
     return prints
 
 
+def finished_run(out: str, storage_options: dict | None = None) -> dict | None:
+    """What the finished output at ``out`` records of its run (its inputs and config): a corpus's manifest, a
+    Hugging Face folder's stamp in refinery's marker; None where there is none."""
+    fs, path = get_fs(out, storage_options)
+    with on_store(out, "looking for a finished corpus"):
+        if not fs.exists(posixpath.join(path, MANIFEST)):
+            return read_marker(out, storage_options).get("hf")
+        with fs.open(posixpath.join(path, MANIFEST), "r") as fh:
+            return json.load(fh)
+
+
+def reusable(out: str, mode: str, stored: dict | None, inputs: dict | None, config: dict) -> bool:
+    """Whether the finished output at ``out`` (``stored``: what it records of its run, ``finished_run``) is kept
+    as it is: ``skip`` keeps an identical run's (and refuses another's), ``error`` refuses any, ``overwrite``
+    replaces it."""
+    if stored is None or mode == "overwrite":
+        return False
+    if mode == "error":
+        raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
+    if stored.get("inputs") != inputs:
+        changed = sorted(set(stored.get("inputs") or {}) ^ set(inputs or {})) or \
+            sorted(k for k in inputs or {} if stored["inputs"].get(k) != inputs[k])
+        raise OutputExists(f"{out} was made from other inputs or inputs that have changed since "
+                           f"({', '.join(changed[:3]) or 'inputs'}); --mode skip reuses only an "
+                           "identical run (use --mode overwrite)")
+    if stored.get("config") != json.loads(json.dumps(redact(config), default=str)):
+        raise OutputExists(f"{out} holds a corpus made with another configuration; "
+                           "--mode skip reuses only an identical run (use --mode overwrite)")
+    return True
+
+
 def value_counts(arr) -> tuple[list, list]:
     vc = arr.value_counts()
     if isinstance(vc, pa.ChunkedArray):
@@ -400,3 +428,23 @@ def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadO
             for _, batch in iter_input_batches(inputs, mapping, opts):
                 writer.write(batch.rows, batch.rejects)
         return writer.commit()
+
+
+def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(), mode: str = "overwrite",
+               shard_rows: int | None = None, config: dict | None = None) -> dict:
+    """Read raw inputs (or corpora) into a Hugging Face ``save_to_disk`` folder (``hf.save_to_disk``: a
+    ``DatasetDict`` where the rows have splits, their rejects in ``rejects.parquet``), in memory. ``mode`` as for a
+    corpus: the run's inputs and config are kept in the folder's marker for ``skip``. Returns {"rows", "rejected",
+    "splits"}."""
+    datasets_package()   # before any input is read
+    config = {**(config or {}), "format": "hf"}
+    inputs = list(inputs)
+    prints = input_fingerprints(inputs, opts.storage_options)
+    stored = finished_run(out, opts.storage_options) if mode != "overwrite" else None
+    if reusable(out, mode, stored, prints, config):
+        return stored
+    rows, rejects = load(inputs, mapping, opts)
+    result = save_to_disk(rows, out, opts.storage_options, rejects, shard_rows)
+    stamp_marker(out, opts.storage_options, hf={**result, "inputs": prints,
+                                                "config": json.loads(json.dumps(redact(config), default=str))})
+    return result

@@ -323,14 +323,15 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
         fmt = "jsonl"
     text_columns = frozenset(mapping.columns[k] for k in ("text_a", "text_b", "label", "id", "node_a", "node_b")
                              if mapping.columns.get(k))
+    mapped = frozenset(c for c in mapping.columns.values() if c)
     quoting = fmt == "csv" if mapping.csv_quoting is None else mapping.csv_quoting
     parsers = {
         "jsonl": lambda: _jsonl_pieces(fs, fpath, opts, path, text_columns),
         "json": lambda: _json_array_pieces(fs, fpath, opts, path, text_columns),
         "csv": lambda: delimited_pieces(fs, fpath, opts, path, ",", quoting),
         "tsv": lambda: delimited_pieces(fs, fpath, opts, path, "\t", quoting),
-        "parquet": lambda: parquet_pieces(fs, fpath, opts),
-        "arrow": lambda: arrow_pieces(fs, fpath, opts, path),
+        "parquet": lambda: parquet_pieces(fs, fpath, opts, path, mapped),
+        "arrow": lambda: arrow_pieces(fs, fpath, opts, path, mapped),
     }
     pieces = _with_mapped_columns(_unique_columns(parsers[fmt](), mapping, path), mapping, path,
                                   from_schema=fmt not in ("jsonl", "json"), records=opts.batch_rows)
