@@ -14,6 +14,7 @@ with their reasons, and the report's HTML inline in Jupyter.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import html
@@ -111,12 +112,18 @@ def as_source(data, folder: str) -> Source:
         return Source("hf" if kind == "hf_dict" else (kinds.pop() if len(kinds) == 1 else "arrow"), data,
                       splits=splits, columns=tuple(columns))
     path = _write_parquet(data, kind, join(folder, "input", "data.parquet"))
+    if not pq.read_metadata(path).num_rows:
+        raise ValueError(f"the {type(data).__name__} has no rows")
     return Source(kind, data, paths=[path], columns=tuple(pq.read_schema(path).names))
 
 
 def _batches(data, kind: str):
     """(schema, batches) of in-memory ``data``, streamed where the data is a stream."""
     if kind == "pandas":
+        repeated = sorted({str(c) for c in data.columns[data.columns.duplicated()]})
+        if repeated:
+            raise ValueError(f"the DataFrame has more than one column named {', '.join(map(repr, repeated))}; "
+                             "rename them so each column has a name of its own")
         index_named = any(n is not None for n in data.index.names)
         try:
             table = pa.Table.from_pandas(data.reset_index() if index_named else data, preserve_index=False)
@@ -204,6 +211,7 @@ class Result:
     warnings: tuple = ()
     report_file: str = "report/report.html"
     _report: dict | None = None
+    _stamp: bytes | None = None
 
     @classmethod
     def of(cls, name: str, folder: str, result: StageResult, source: Source, spec: InputSpec) -> "Result":
@@ -211,6 +219,21 @@ class Result:
         corpus = None if output is Output.INPUT else output.next_input(folder, "")
         return cls(name, folder, result.rows_in, dict(result.parts), result.headline, corpus, source, spec,
                    tuple(result.warnings), result.report_file, result.report or None)
+
+    def stamp(self) -> bytes | None:
+        """The run's mark in its folder (``_SUCCESS``; a corpus's manifest), to tell this run from a later one."""
+        for name in ("_SUCCESS", "manifest.json"):
+            if self._exists(name):
+                fs, path = get_fs(join(self.out, name), self._storage)
+                return fs.cat_file(path)
+        return None
+
+    def _current(self) -> "Result":
+        """This result, if its folder still holds its run (a later call with the same ``out`` replaces it)."""
+        if self._stamp is not None and self.stamp() != self._stamp:
+            raise RuntimeError(f"{self.out} now holds a later run than this result's; use that run's result, "
+                               "or give each run an out= of its own")
+        return self
 
     @property
     def accounting(self) -> str:
@@ -221,13 +244,13 @@ class Result:
     def report(self) -> dict:
         """The stage's report as data (its ``report.json``)."""
         if self._report is None:
-            self._report = next((self._json(f) for f in ("report/report.json", "report/summary.json", "report.json")
+            self._current()._report = next((self._json(f) for f in ("report/report.json", "report/summary.json", "report.json")
                                  if self._exists(f)), {})
         return self._report
 
     def to_arrow(self) -> pa.Table:
         """The refined corpus (for a stage that passes its rows on unchanged: the input) as a pyarrow Table."""
-        if self.corpus is not None:
+        if self._current().corpus is not None:
             return Corpus.open(self.corpus, self._storage).read()
         return stage_input(self.input, self.input.read_options()).load()[0]
 
@@ -255,14 +278,14 @@ class Result:
     @property
     def rejected(self):
         """The rows the stage set aside, each with its ``reason``, as a DataFrame (none: no rows)."""
-        folder = join(self.out, "rejected")
+        folder = join(self._current().out, "rejected")
         table = Corpus.open(folder, self._storage).read() if is_corpus(folder, self._storage) else pa.table({})
         return table.to_pandas()
 
     @property
     def input_rejects(self):
         """The input rows refused on reading (file, line, column, reason, raw text), as a DataFrame."""
-        if self.corpus is not None:
+        if self._current().corpus is not None:
             return Corpus.open(self.corpus, self._storage).read_rejects().to_pandas()
         return stage_input(self.input, self.input.read_options()).load()[1].to_pandas()
 
@@ -304,7 +327,7 @@ class AuditResult(Result):
     @property
     def stats(self):
         """Features × labels with n (rows with the feature), count, p̂(label|feature) and z*, as a DataFrame."""
-        fs, path = get_fs(join(self.out, "report", "stats.parquet"), self._storage)
+        fs, path = get_fs(join(self._current().out, "report", "stats.parquet"), self._storage)
         with fs.open(path, "rb") as fh:
             return pq.read_table(fh).to_pandas()
 
@@ -433,16 +456,52 @@ class Run:
             self.folder, self.out = self._tmp.name, os.fspath(out)
 
 
+_SPLITS_HINT = re.compile(r"--input train=PATH --input test=PATH")
+_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?: ([\w.:/-]+))?")
+
+
+def in_python_terms(message: str, source: Source | None = None) -> str:
+    """A message of the CLI's in the API's words: ``--preset snli`` → ``preset='snli'``, named splits as a
+    dict, and the Parquet refinery wrote in-memory data to as "the data"."""
+    for path in (source.paths + [p for ps in source.splits.values() for p in ps]) if source else ():
+        if source.kind != "path":
+            message = message.replace(path, f"the data ({path})")
+    message = _SPLITS_HINT.sub("{'train': data, 'test': data} (a DatasetDict, or a split column)", message)
+
+    def keyword(m):
+        name, value = m.group(1).replace("-", "_"), m.group(2)
+        if value is None:
+            return f"{name}=True" if name in _FLAGS else f"{name}=…"
+        return f"{name}={value}" if re.fullmatch(r"[\d.]+", value) else f"{name}={value!r}"
+    return _OPTION.sub(keyword, message)
+
+
+_FLAGS = ("allow_overlap", "csv_multiline", "score_only", "transductive", "multigraph")
+
+
+@contextlib.contextmanager
+def python_terms(source: Source | None):
+    """Errors raised inside worded for the caller (``in_python_terms``)."""
+    try:
+        yield
+    except (ValueError, OSError) as e:
+        e.args = (in_python_terms(str(e), source), *e.args[1:])
+        raise
+
+
 def _run_one(name: str, data, out, engine: str, mode: str, kwargs: dict) -> Result:
     cls = stage_class(name)
     input_keys, rest = _split_keywords(kwargs)
     config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
+    if mode not in ("overwrite", "skip", "error"):
+        raise ValueError(f"mode must be one of overwrite, skip, error, got {mode!r}")
     run = Run(out, name)
     source = as_source(data, run.folder)
     _check_preset(input_keys, source)
     spec_in = source.input_spec(input_keys)
     spec = PipelineSpec(spec_in, [StageSpec(name, config)], run.out, engine)
-    step = run_stage(spec, mode, echo=lambda line: None)
+    with python_terms(source):
+        step = run_stage(spec, mode, echo=lambda line: None)
     return _result(name, step, source, spec_in, run)
 
 
@@ -451,8 +510,9 @@ def _result(name: str, step: StageRun, source: Source, spec_in: InputSpec, run: 
     folder = folder or run.out
     result = RESULTS.get(name, Result).of(name, folder, step.result, source, spec_in)
     result._run = run   # keeps a temporary input folder as long as the result lives
+    result._stamp = result.stamp()
     for warning in result.warnings:
-        warnings.warn(f"{name}: {warning}", stacklevel=3)
+        warnings.warn(f"{name}: {in_python_terms(warning, source)}", stacklevel=3)
     return result
 
 
@@ -492,12 +552,13 @@ def read(data, /, *, out=None, **kwargs) -> Result:
     _check_preset(input_keys, source)
     spec_in = source.input_spec(input_keys)
     opts = spec_in.read_options()
-    manifest = convert(list(stage_input(spec_in, opts).paths), run.out, spec_in.mapping(), opts,
-                       config={"input": to_dict(spec_in)}) if not spec_in.splits else _read_splits(spec_in, run.out)
+    with python_terms(source):
+        manifest = convert(list(stage_input(spec_in, opts).paths), run.out, spec_in.mapping(), opts,
+                           config={"input": to_dict(spec_in)}) if not spec_in.splits else _read_splits(spec_in, run.out)
     rows, rejected = manifest["rows"], manifest["rejected"]
     result = Result("read", run.out, rows + rejected, {"rows": rows, "rejected": rejected}, f"{rows:,} rows",
                     run.out, source, spec_in, report_file="")
-    result._run = run
+    result._run, result._stamp = run, result.stamp()
     return result
 
 
@@ -516,8 +577,10 @@ def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> "PipelineResu
             raw, base = yaml.safe_load(fh), os.path.dirname(os.path.abspath(spec))
     else:
         raw, base = (yaml.safe_load(spec) if isinstance(spec, str) else dict(spec)), "."
+    if isinstance(raw, str) and re.search(r"\.(ya?ml|json)$", raw):
+        raise FileNotFoundError(f"no pipeline file {raw}")
     if not isinstance(raw, dict):
-        raise ValueError(f"a pipeline is a mapping with input and stages, not {type(raw).__name__}")
+        raise ValueError(f"a pipeline is a file, YAML text or a dict with input and stages, not {raw!r:.80}")
     target = os.path.abspath(out) if out is not None else (anchor_path(raw["out"], base) if raw.get("out") else None)
     run = Run(target, "pipeline")
     raw = {**raw, "out": run.out}
@@ -534,7 +597,9 @@ def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> "PipelineResu
     parsed = parse_pipeline(raw, base)
     source = source or Source("path", parsed.input.paths or parsed.input.splits, paths=parsed.input.paths,
                               splits=parsed.input.splits)
-    return PipelineResult(run_pipeline(parsed, engine=engine, echo=lambda line: None), source, parsed, run)
+    with python_terms(source):
+        done = run_pipeline(parsed, engine=engine, echo=lambda line: None)
+    return PipelineResult(done, source, parsed, run)
 
 
 class PipelineResult:
@@ -577,6 +642,9 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
     ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset)."""
     from refinery.methods import compare as cmp
 
+    if not isinstance(train, dict) or not isinstance(eval, dict):
+        raise TypeError("compare(train, eval): give each as {name: data}, e.g. compare({'original': df, "
+                        "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
     input_keys, rest = _split_keywords(kwargs)
     config = from_dict(cmp.CompareConfig, config_dict(cmp.CompareConfig, rest, "compare"), "compare")
     run = Run(out, "compare")
@@ -595,7 +663,8 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
         evals.append(cmp.EvalSet(name, tuple(source.paths or [p for ps in source.splits.values() for p in ps]),
                                  preset.lower() if preset else None, dict((label_maps or {}).get(name, {}))))
     spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
-    report = cmp.run(train_paths, evals, run.out, spec_in.mapping(), spec_in.read_options(), config)
+    with python_terms(None):
+        report = cmp.run(train_paths, evals, run.out, spec_in.mapping(), spec_in.read_options(), config)
     first = report["train"][next(iter(report["train"]))]
     step = StageResult(first["rows"] + first["rejected"], {"trained on": first["rows"],
                                                            "input rejects": first["rejected"]}, report,

@@ -131,13 +131,15 @@ def _widened(bound: float, n: int, rows: int, lower: bool) -> str:
 
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: UpsampleConfig = UpsampleConfig(), threads: int | None = None) -> dict:
-    """Up-sample ``inputs`` into ``out`` (corpus + trace.parquet + report.json/html)."""
+    """Up-sample ``inputs`` (paths, or named splits {split: paths}, each row keeping its ``split``) into ``out``
+    (corpus + trace.parquet + report.json/html)."""
+    splits = inputs if isinstance(inputs, dict) else {"": list(inputs)}
     with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
-        corpora = queries.split_corpora({"": list(inputs)}, mapping, opts, work)
+        corpora = queries.split_corpora(splits, mapping, opts, work)
         con = queries.connect(threads=threads)
-        queries.load_rows(con, queries.files_of(corpora), opts.storage_options, with_split=False)
-        return _upsample(con, out, config, list(inputs), queries.corpora_rejects(corpora),
-                         opts.storage_options)
+        queries.load_rows(con, queries.files_of(corpora), opts.storage_options, with_split=any(splits))
+        return _upsample(con, out, config, [p for ps in splits.values() for p in ps],
+                         queries.corpora_rejects(corpora), opts.storage_options)
 
 
 def _upsample(con, out: str, config: UpsampleConfig, inputs: list, rejects: pa.Table,
@@ -286,7 +288,7 @@ class UpsampleStage(Stage):
     output = Output.FOLDER
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        r = run(source.paths, out, source.mapping, source.opts, self.config)
+        r = run(source.splits, out, source.mapping, source.opts, self.config)
         headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "
                     f"{r['iterations_run']} iteration(s)")
         return StageResult(r["rows_before"] + r["rejected"], {"out": r["rows_before"], "input rejects": r["rejected"]},

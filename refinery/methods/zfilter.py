@@ -256,15 +256,16 @@ def _strip(table: pa.Table) -> pa.Table:
 
 
 def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: ZFilterConfig = ZFilterConfig(), engine: str = "local") -> dict:
+        config: ZFilterConfig = ZFilterConfig(), engine: str = "local", batches=None) -> dict:
     """Filter ``inputs`` (conditionally on ``config.seed_corpus``) into ``out/kept`` and ``out/rejected``; the
-    seed's rows lead ``kept``."""
+    seed's rows lead ``kept``. ``batches``: a callable giving the inputs' canonical batches when they are not
+    read file by file (named splits, each row's ``split`` its own)."""
     seed_inputs = list(config.seed_corpus)
     seed_table = load(seed_inputs, mapping, opts)[0] if seed_inputs else None
     input_rejects: list[pa.Table] = []
 
     def rows():  # the input's rejects are set aside here and written with the kept rows' corpus
-        for _, b in iter_input_batches(inputs, mapping, opts):
+        for b in batches() if batches else (b for _, b in iter_input_batches(inputs, mapping, opts)):
             if b.rejects.num_rows:
                 input_rejects.append(b.rejects)
             if b.rows.num_rows:
@@ -276,7 +277,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
     if whole is not None:
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
         source = iter([whole.take(pa.array(order))])
-    elif engine == "ray" and all(is_corpus(u, opts.storage_options) for u in inputs):
+    elif engine == "ray" and batches is None and all(is_corpus(u, opts.storage_options) for u in inputs):
         corpora = [Corpus.open(u, opts.storage_options) for u in inputs]  # workers read the shards
         source = ParquetSource(tuple(f for c in corpora for f in c.files), storage_options=opts.storage_options)
         input_rejects.extend(c.read_rejects() for c in corpora if c.manifest.get("rejected"))
@@ -463,7 +464,8 @@ class ZFilterStage(Stage):
 
     def run(self, source: StageInput, out: str) -> StageResult:
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        r = run(source.paths, out, source.mapping, source.opts, config, engine=source.engine)
+        r = run(source.paths, out, source.mapping, source.opts, config, engine=source.engine,
+                batches=source.iter_batches if source.named else None)
         return StageResult(*accounting(r), r, f"kept {r['kept']:,}" + (f" ({r['seed']:,} seed rows)" if r["seed"]
                                                                          else "") + f", rejected {r['rejected']:,}",
                            _lines(r))

@@ -17,6 +17,7 @@ are read from the environment.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import re
 import typing
@@ -87,10 +88,12 @@ def _coerce(hint, value, where: str):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping of {hint.__name__} keys, got {value!r}")
         return from_dict(hint, value, where)
-    if hint is tuple or origin is tuple:
+    if hint in (tuple, list) or origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return tuple(value)
+        return tuple(value) if tuple in (hint, origin) else list(value)
+    if hint in (int, float) and isinstance(value, numbers.Number) and not isinstance(value, bool):
+        value = value.item() if hasattr(value, "item") else value   # a numpy scalar
     if hint in _SCALARS:
         types, what = _SCALARS[hint]
         if not isinstance(value, types) or (isinstance(value, bool) and hint is not bool):

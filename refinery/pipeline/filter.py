@@ -23,6 +23,7 @@ from refinery.pipeline.report import dict_table, page
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 TOP_REASONS = 20
+MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
 
 
 class FilterStage(Stage):
@@ -78,9 +79,13 @@ class FilterStage(Stage):
                   "reasons": dict(reasons.most_common(TOP_REASONS)), "config": to_dict(self.config)}
         self._write_report(report, out, source.opts.storage_options)
         headline = f"kept {kept:,}, filtered out {dropped:,}"
+        share = kept / max(kept + dropped, 1)
+        warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}); check the settings "
+                    f"({', '.join(f'{k} {v}' for k, v in to_dict(self.config).items() if v is not None)})",) \
+            if share < MIN_KEPT_SHARE else ()
         return StageResult(kept + dropped + input_rejects,
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
-                           report, headline, (headline,))
+                           report, headline, (headline,), warnings)
 
     def _write_report(self, report: dict, out: str, storage_options: dict) -> None:
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]

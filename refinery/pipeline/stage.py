@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from refinery.io.canonical import Batch
 from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
-from refinery.io.readers import ReadOptions
+from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
 from refinery.io.storage import get_fs
 
@@ -111,7 +111,14 @@ def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[
         with fs.open(local, "rb") as fh:
             return pq.read_schema(fh).names
     mapped = [name for name, column in (mapping.columns if mapping else {}).items() if column]
-    return ["id", *mapped]
+    return ["id", *mapped, *(["split"] if mapping and _carries_split(path, mapping, storage_options) else [])]
+
+
+def _carries_split(path: str, mapping: Mapping, storage_options: dict) -> bool:
+    """Whether a raw input's rows carry a ``split`` column of their own (its first batch tells)."""
+    opts = ReadOptions(batch_rows=1_000, storage_options=storage_options, row_ids=False)
+    first = next((batch for _, batch in read_input(path, mapping, opts) if batch.rows.num_rows), None)
+    return first is not None and "split" in first.rows.column_names
 
 
 def with_split(table: pa.Table, split: str) -> pa.Table:
