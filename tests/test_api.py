@@ -173,3 +173,30 @@ def test_a_ray_dataset_in_and_out_on_either_engine(dev, ray_local):
     kept = rf.zfilter(ds, preset="snli", k=20)
     assert kept.rows_in == len(dev) and type(kept.data).__module__.startswith("ray.data")
     assert kept.data.count() == len(rf.zfilter(dev, preset="snli", k=20).data)
+
+
+def test_filters_keep_named_splits_and_a_split_column_names_them(dev):
+    import datasets
+
+    halves = {"train": dev[:7000], "test": dev[7000:]}
+    for name, kwargs in (("zfilter", {"k": 20}), ("upsample", {"k": 5, "iterations": 1})):
+        out = getattr(rf, name)(halves, preset="snli", **kwargs).to_pandas()
+        assert set(out["split"]) == {"train", "test"}, name
+        assert (out["split"] == "train").sum() <= 7000 if name == "zfilter" else (out["split"] == "test").sum() >= 2842
+    dd = datasets.DatasetDict({s: datasets.Dataset.from_pandas(df, preserve_index=False) for s, df in halves.items()})
+    assert set(rf.zfilter(dd, preset="snli", k=20).data) == {"train", "test"}
+    with_column = dev.assign(split=["train"] * 7000 + ["test"] * (len(dev) - 7000))
+    assert rf.leakage(with_column, preset="snli").report["test_split"] == "test"
+    with pytest.raises(ValueError, match=r"name the splits: \{'train': data, 'test': data\}"):
+        rf.leakage(dev, preset="snli")
+
+
+def test_a_result_refuses_a_folder_a_later_run_replaced(dev, tmp_path):
+    first = rf.zfilter(dev, preset="snli", k=20, out=tmp_path / "z")
+    kept = len(first.data)
+    second = rf.zfilter(dev, preset="snli", k=5, out=tmp_path / "z")
+    assert len(second.data) != kept
+    with pytest.raises(RuntimeError, match="now holds a later run than this result's"):
+        first.data
+    with pytest.raises(FileExistsError, match=r"already holds a finished result \(use mode='overwrite' or skip\)"):
+        rf.zfilter(dev, preset="snli", k=5, out=tmp_path / "z", mode="error")
