@@ -244,8 +244,8 @@ class Result:
     def report(self) -> dict:
         """The stage's report as data (its ``report.json``)."""
         if self._report is None:
-            self._current()._report = next((self._json(f) for f in ("report/report.json", "report/summary.json", "report.json")
-                                 if self._exists(f)), {})
+            names = ("report/report.json", "report/summary.json", "report.json")
+            self._current()._report = next((self._json(f) for f in names if self._exists(f)), {})
         return self._report
 
     def to_arrow(self) -> pa.Table:
@@ -568,9 +568,9 @@ def _read_splits(spec_in: InputSpec, out: str) -> dict:
 
 
 def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> "PipelineResult":
-    """Run a pipeline (the CLI's ``refinery run``): a YAML file's path, YAML text, or the dict a pipeline file holds. With ``data`` (and
-    the input's keywords), the pipeline reads it instead of its file's ``input``; ``out`` replaces its ``out``
-    (none at all: a new temporary run folder)."""
+    """Run a pipeline (the CLI's ``refinery run``): a YAML file's path, YAML text, or the dict a pipeline file
+    holds. With ``data`` (and the input's keywords), the pipeline reads it instead of its file's ``input``;
+    ``out`` replaces its ``out`` (none at all: a new temporary run folder)."""
     import yaml
     if isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
         with open(spec) as fh:

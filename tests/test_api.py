@@ -113,7 +113,8 @@ def test_compare_reads_dataframes_results_and_files(dev):
     result = rf.compare({"snli": dev, "z-filtered": zf}, {"hard": (SNLI_HARD, "snli"), "hans": (HANS, "hans")},
                         preset="snli", bootstrap=200)
     table = result.table
-    assert list(table["eval"]) == ["hard", "hard", "hans", "hans"] and list(table["train"][:2]) == ["snli", "z-filtered"]
+    assert list(table["eval"]) == ["hard", "hard", "hans", "hans"]
+    assert list(table["train"][:2]) == ["snli", "z-filtered"]
     assert table["accuracy"].between(0, 1).all() and table["gain"].isna().tolist() == [True, False, True, False]
     assert table.loc[0, "majority"] == pytest.approx(0.348, abs=0.01)
 
