@@ -106,6 +106,10 @@ def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_pat
     weights = rf.weights(str(tmp_path / "snli_dd"), preset="snli", folds=3)
     assert weights.corpus and isinstance(rf.weights(dd, preset="snli", folds=3).data, datasets.DatasetDict)
     assert set(weights.to_pandas()["split"]) == {"train", "test"}
+    run_cli("compare", "--train", f"snli={tmp_path / 'snli_dd'}@train", "--eval", f"hard={SNLI_HARD}:snli",
+            "--preset", "snli", "--out", tmp_path / "cmp", "--bootstrap", "200")
+    trained = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())["train"]["snli"]
+    assert trained["rows"] == len(dev_test["train"])
 
 
 def test_compare_reads_dataframes_results_and_files(dev):

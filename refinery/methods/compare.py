@@ -289,7 +289,8 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
         raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
                          f"corpus {n} (same texts): its scores would be inflated. Train on another split "
                          f"({n}=PATH@train), remove those rows, or pass --allow-overlap to report them marked")
-    train_prints = {n: input_fingerprints(list(paths), so) for n, paths in train.items()}
+    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so), [train_split(p)[1] for p in paths])
+                    for n, paths in train.items()}
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
                    for e in evals]
 
