@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.corpus import Corpus, convert, is_corpus
+from refinery.io.hf import as_dataset
 from refinery.io.schema import PRESETS
 from refinery.io.storage import get_fs, join
 from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
@@ -181,17 +182,8 @@ def _hand_back(table: pa.Table, kind: str, path: str | None):
 
 
 def _to_hf(table: pa.Table):
-    """A ``datasets.Dataset``; a ``DatasetDict`` when the rows carry named splits."""
-    try:
-        import datasets
-    except ImportError:
-        raise ImportError("to_hf() needs the datasets package: pip install 'refinery[hf]'") from None
-    if "split" not in table.column_names or table["split"].null_count == table.num_rows:
-        return datasets.Dataset(table)
-    import pyarrow.compute as pc
-    names = [s for s in dict.fromkeys(table["split"].to_pylist()) if s is not None]
-    return datasets.DatasetDict({s: datasets.Dataset(table.filter(pc.equal(table["split"], s)).drop_columns(["split"]))
-                                 for s in names})
+    """A ``datasets.Dataset``; a ``DatasetDict`` when every row carries a named split."""
+    return as_dataset(table, needed_by="to_hf()")
 
 
 # ---------------------------------------------------------------- results

@@ -31,13 +31,25 @@ _STORAGE_OPTION = re.compile(r"\s--storage-option(?:=|\s+)\S+")
 _SPLIT_NAME = re.compile(r"[^/\\]+")
 
 
-def datasets_package():
+def datasets_package(needed_by: str = "--format hf"):
     """The ``datasets`` module, or one line saying how to install it."""
     try:
         import datasets
     except ImportError:
-        raise ModuleNotFoundError("--format hf needs the datasets package: pip install 'refinery[hf]'") from None
+        raise ModuleNotFoundError(f"{needed_by} needs the datasets package: pip install 'refinery[hf]'") from None
     return datasets
+
+
+def as_dataset(table: pa.Table, needed_by: str = "--format hf"):
+    """A ``DatasetDict`` of the table's splits when every row has a ``split`` (the column becomes the dict's
+    keys, in the order the rows name them), else a ``Dataset``."""
+    datasets = datasets_package(needed_by)
+    names = pc.unique(table["split"]).to_pylist() if "split" in table.column_names \
+        and not table["split"].null_count else []
+    if not names:
+        return datasets.Dataset(table)
+    return datasets.DatasetDict({n: datasets.Dataset(table.filter(pc.equal(table["split"], n)).drop_columns(["split"]))
+                                 for n in names})
 
 
 # ---------------------------------------------------------------- the dataset card of a corpus
@@ -129,16 +141,12 @@ def save_to_disk(table: pa.Table, out: str, storage_options: dict | None = None,
     corpus (``AtomicDir``: a folder refinery did not write is refused; locally, a sibling folder renamed into
     place; on an object store the Arrow files get the run's id and the metadata naming them comes last).
     Returns {"rows", "rejected", "splits": {split: rows}} ({} for a ``Dataset``)."""
-    datasets = datasets_package()
-    names = pc.unique(table["split"]).to_pylist() if "split" in table.column_names \
-        and not table["split"].null_count else []
-    bad = [n for n in names if not _SPLIT_NAME.fullmatch(n) or n in (".", "..")]
+    dataset = as_dataset(table)
+    parts = dict(dataset) if isinstance(dataset, dict) else {}   # a DatasetDict is a dict of its splits
+    bad = [n for n in parts if not _SPLIT_NAME.fullmatch(n) or n in (".", "..")]
     if bad:
         raise ValueError(f"split {bad[0]!r} cannot name a folder of a Hugging Face DatasetDict")
-    parts = {n: table.filter(pc.equal(table["split"], n)).drop_columns(["split"]) for n in names}
-    dataset = datasets.DatasetDict({n: datasets.Dataset(t) for n, t in parts.items()}) if names \
-        else datasets.Dataset(table)
-    shards = {n: _shards(t.num_rows, shard_rows) for n, t in parts.items()} if names \
+    shards = {n: _shards(d.num_rows, shard_rows) for n, d in parts.items()} if parts \
         else _shards(table.num_rows, shard_rows)
     with AtomicDir(out, storage_options) as directory:
         if directory.local:
