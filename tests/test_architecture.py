@@ -13,10 +13,11 @@ import refinery
 
 ROOT = Path(refinery.__file__).resolve().parent
 # lowest first: a module may import its own layer and those before it (core stands on io: the spill runs, the
-# schema; models on pipeline: models.stages maps generators with pipeline.engine's actor pool)
-LAYERS = ("refinery", "refinery.io", "refinery.core", "refinery.pipeline", "refinery.models", "refinery.methods",
-          "refinery.api", "refinery.cli")
-TOP_ONLY = ("refinery.io", "refinery.core")   # layers whose own imports are all at the top of the file
+# schema; report draws core's statistics; models on pipeline: models.stages maps generators with pipeline.engine's
+# actor pool)
+LAYERS = ("refinery", "refinery.io", "refinery.core", "refinery.report", "refinery.pipeline", "refinery.models",
+          "refinery.methods", "refinery.api", "refinery.cli")
+TOP_ONLY = ("refinery.io", "refinery.core", "refinery.report")   # layers whose own imports are all at the top of the file
 
 
 def _module(path: Path) -> str:

@@ -2,6 +2,7 @@
 unchanged stages, and a pipeline submitted as a Ray job to a two-node cluster over S3."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -120,6 +121,9 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     assert a["04-weights"].num_rows == a["03-confidence/kept"].num_rows
     audit = json.loads((local / "01-audit" / "report" / "summary.json").read_text())
     assert audit["rows"] == 19_666
+    receipt = assert_receipt(local, ["00-input", "02-zfilter", "03-confidence", "04-weights"], "02-zfilter")
+    zfiltered = {s["step"]: s for s in receipt["steps"]}["02-zfilter"]["audit"]
+    assert max(zfiltered["max_z"].values()) < 6 < 17 < min(receipt["steps"][0]["audit"]["max_z"].values())
 
     again = run_cli("run", EXAMPLE, "--out", local).stdout                    # nothing changed: all skipped
     assert again.count("unchanged, skipped") == 5
@@ -135,6 +139,31 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     assert now["03-confidence/kept"].num_rows < a["03-confidence/kept"].num_rows
     run_json = json.loads((local / "pipeline" / "run.json").read_text())
     assert [s["status"] for s in run_json["stages"]] == ["skipped"] * 3 + ["ran"] * 2
+    assert all(s["seconds"] > 0 for s in run_json["stages"])      # a reused stage keeps the time it took
+
+
+def assert_receipt(out: Path, audited: list, filter_step: str, targeted=lambda feature: True) -> dict:
+    """The pipeline report's receipt: every step's rows add up, the input's top features are significant and
+    those ``targeted`` fall below their input z* after ``filter_step``, and each stage's report it links to
+    exists."""
+    receipt = json.loads((out / "pipeline" / "receipt.json").read_text())
+    steps = {s["step"]: s for s in receipt["steps"]}
+    assert [s["step"] for s in receipt["steps"] if "audit" in s] == audited
+    assert all(sum(s["parts"].values()) == s["rows_in"] and s["seconds"] > 0 and s["peak_rss"] > 2**20
+               for s in receipt["steps"])
+    before, after = steps["00-input"]["audit"], steps[filter_step]["audit"]
+    assert receipt["tracked"]
+    for feature in receipt["tracked"]:
+        assert before["tracked"][feature] > before["threshold"], feature
+        if targeted(feature):
+            assert after["tracked"][feature] is None or after["tracked"][feature] < before["tracked"][feature], feature
+    html = (out / "pipeline" / "report.html").read_text()
+    for step in receipt["steps"]:
+        if step["report"]:
+            assert f'href="{step["report"]}"' in html and (out / "pipeline" / step["report"]).is_file()
+    shown = re.sub(r"<pre>.*?</pre>", "", html.split("<body>")[1], flags=re.S)   # the pipeline file aside
+    assert "<svg" in shown and "{" not in shown and not re.search(r"\d\.\d{5}", shown)   # no raw dicts, long floats
+    return receipt
 
 
 def test_failed_stage_leaves_earlier_stages_finished(tmp_path):
@@ -171,13 +200,21 @@ def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):
     upsampled = Corpus.open(str(out / "02-upsample")).read()
     assert upsampled.num_rows == 6000 + report["rows_added"] and report["rows_added"] > 0
     assert all(report["max_p_after"][t] < max(report["p_hat_before"][t].values()) for t in report["tokens"])
+    receipt = assert_receipt(out, ["00-input", "02-upsample"], "02-upsample",   # the tokens AUDAC up-sampled
+                             lambda feature: feature.split("@")[0] in report["tokens"])
+    assert {"nobody@text → REFUTES", "sleeping@text → REFUTES"} <= set(receipt["tracked"])
+    flow = {s["step"]: s for s in receipt["steps"]}["02-upsample"]
+    assert flow["rows"] == 6000 + report["rows_added"]
 
 
 def test_leakage_stage_scores_the_pipelines_named_splits(tmp_path):
     spec = tmp_path / "p.yaml"
     spec.write_text(yaml.safe_dump({"input": {"splits": {"train": SNLI_HARD, "test": SNLI_HARD}, "preset": "snli"},
                                     "stages": [{"leakage": {"forest": {"trees": 20}}}, {"zfilter": {"k": 5}}]}))
-    printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
+    printed = run_cli("run", spec, "--out", tmp_path / "o", "--no-audit-steps").stdout
+    receipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
+    assert not any("audit" in s for s in receipt["steps"]) and "auditing" not in printed
+    assert [s["report"] for s in receipt["steps"]] == [None, "../01-leakage/report.html", "../02-zfilter/report/report.html"]
     report = json.loads((tmp_path / "o" / "01-leakage" / "report.json").read_text())
     assert report["rows"] == {"train": 3261, "test": 3261} and report["test_split"] == "test"
     assert 0 < report["majority_accuracy"] < 0.5 and 0 < report["leakage_accuracy"] < 1

@@ -10,8 +10,10 @@ import sys
 import click
 
 from refinery.cli.base import RefineryCommand, RefineryGroup
+from refinery.cli.config_options import config_options, given
 from refinery.cli.stage_verbs import stage_command
 from refinery.cli.tools import tools
+from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES
 from refinery.pipeline.stage import stage_class, stage_names
 
@@ -30,15 +32,20 @@ def main(debug):
 @click.option("--out", help="Output root (default: the file's out:): OUT/00-input, OUT/01-<stage>, …")
 @click.option("--engine", type=click.Choice(ENGINES), help="Where stages run (default: the file's engine:).")
 @click.option("--print-config", is_flag=True, help="Print the pipeline with every default filled in, and exit.")
-def run_pipeline_command(pipeline_file, out, engine, print_config):
+@config_options(ReportConfig, "report")
+def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
     """Run a pipeline file: its input, then each stage on the previous stage's output.
 
-    Stages whose config and inputs are unchanged since the last run are skipped.
+    Stages whose config and inputs are unchanged since the last run are skipped. OUT/pipeline/report.html
+    shows what each stage did to the rows and to the input's top features (the report options below
+    override the file's report: key).
     """
-    from refinery.pipeline.config import load_pipeline
+    from refinery.pipeline.config import from_dict, load_pipeline, to_dict
     from refinery.pipeline.runner import run_pipeline
 
     spec = load_pipeline(pipeline_file)
+    spec.report = from_dict(ReportConfig, {**to_dict(spec.report), **given(ReportConfig, report, "report")},
+                            "report options")
     if print_config:
         if out:
             spec.out = out

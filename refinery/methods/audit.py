@@ -28,17 +28,12 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
 from refinery.io.storage import AtomicDir, get_fs, join
-from refinery.pipeline.report import (
-    dict_table,
-    label_prior_table,
-    page,
-    terminal_label_prior,
-    terminal_topk,
-    topk_table,
-    zplot_svg,
-)
 from refinery.pipeline.engine import ParquetSource, check_engine, stream_map
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.report import figures, terminal
+from refinery.report import format as fmt
+from refinery.report.page import (Report, config_table, corpus_name, fields, figure, humanize, per_label,
+                                  top_features)
 
 
 @dataclass
@@ -287,7 +282,7 @@ def load_state(path: str):
     return counter, AuditConfig.from_dict(meta["config"])
 
 
-def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refinery audit") -> dict:
+def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "Audit: which features leak the label") -> dict:
     """stats.parquet (features with n ≥ min_count), topk.json, summary.json, zplot.svg, report.html and the
     mergeable state (every feature's counts)."""
     st, cfg = result.stats, result.config
@@ -310,7 +305,8 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
     }
     with AtomicDir(out) as d, ThreadPoolExecutor(1) as background:
         state = background.submit(_write_state, d, result.counter)   # releases the GIL: overlaps the rest
-        svg = zplot_svg(st, k=min(cfg.k, 8), title=title)
+        corpus = corpus_name(inputs)
+        svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
         sink = pa.BufferOutputStream()
         pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
         d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
@@ -319,17 +315,33 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "refine
         state.result()
         d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
                                              "inputs": list(inputs)}, indent=1))
-        d.write_text("report.html", page(title, [
-            ("Summary", dict_table({k: v for k, v in summary.items() if k not in ("config", "label_prior")})),
-            ("z-statistics (Gardner et al. 2021)", svg),
-            ("Label prior (the null feature, in every row: a baseline, not a bias)",
-             label_prior_table(summary["label_prior"])),
-            (f"Top {cfg.k} features per label", topk_table(topk)),
-            ("Configuration", dict_table(cfg.to_dict())),
-        ]))
+        d.write_text("report.html", _html(summary, svg, topk, title, corpus))
         d.write_text("summary.json", json.dumps(summary, indent=1, default=str))
         d.commit()
     return summary
+
+
+def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
+    cfg = summary["config"]
+    return (Report(title, corpus, summary["inputs"])
+            .section("Summary", fields({
+                "rows": summary["rows"], "input rejects": summary["rejected"],
+                "features counted": summary["features"],
+                f"features in ≥ {cfg['min_count']:,} rows": summary["features_with_min_count"],
+                "significance threshold": f"z* > {fmt.z(summary['threshold'])} (Bonferroni, α = {cfg['alpha']:g})",
+                "prior p0": summary["prior"],
+                "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in summary["error_bounds"].items()
+                                      if not isinstance(v, dict))
+                + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}))
+            .section("Labels", per_label(summary["label_prior"], **{
+                "significant features": summary["significant"], "max z*": summary["max_z"]}, formats={"max z*": fmt.z}))
+            .section("z-statistics (Gardner et al. 2021)", figure(svg, (
+                "Each dot is a feature: the share of its rows with the label against the number of rows it is in. "
+                "Above the red curve a feature's z* exceeds the threshold: it predicts the label more often than "
+                "the prior allows.")))
+            .section(f"Top {cfg['k']} features per label", top_features(topk))
+            .section("Configuration", config_table(cfg))
+            .html())
 
 
 def _write_state(d: AtomicDir, counter) -> None:
@@ -349,9 +361,13 @@ class AuditStage(Stage):
     output = Output.INPUT
     references = ("update",)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def measure(self, source: StageInput) -> AuditResult:
+        """The audit of ``source``, written nowhere: what a pipeline's report measures at each step."""
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        result = audit(source.paths, source.mapping, source.opts, config, engine=source.engine)
+        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine)
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        result = self.measure(source)
         try:
             summary = write_outputs(result, join(out, "report"), source.paths)
         finally:
@@ -361,7 +377,7 @@ class AuditStage(Stage):
                  if summary["spilled_runs"] else []) + [
             f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
             f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
-            terminal_label_prior(summary["label_prior"]), terminal_topk(result.top_k())]
+            terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k())]
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "

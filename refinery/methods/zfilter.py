@@ -46,8 +46,10 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.engine import ParquetSource, stream_map
-from refinery.pipeline.report import dict_table, page, topk_table, zplot_svg
 from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, fields, figure, table, top_features
 
 
 @dataclass
@@ -324,7 +326,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
                            dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"], zf.prior)
-    return write_report(result, out, config)
+    return write_report(result, out, config, [*inputs, *seed_inputs])
 
 
 def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool, whole: pa.Table | None = None) -> dict:
@@ -351,15 +353,16 @@ def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool, whole: pa.T
     return dict(sorted(counts.items()))
 
 
-def _summary(counts: IncrementalCounts, config: ZFilterConfig, prior: str, what: str) -> tuple[dict, str]:
+def _summary(counts: IncrementalCounts, config: ZFilterConfig, prior: str, title: str) -> tuple[dict, str]:
     """Top-k and the z-plot of one count matrix (its full statistics are freed on return)."""
     stats = counts.stats(prior, config.min_count, config.alpha)
-    return stats.top_k(config.k), zplot_svg(stats, 6, what)
+    return stats.top_k(config.k), figures.zplot(stats, 6, title)
 
 
-def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict:
-    top_before, plot_before = _summary(result.input_counts, config, result.prior.name, "input")
-    top_after, plot_after = _summary(result.kept_counts, config, result.prior.name, "kept")
+def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=()) -> dict:
+    corpus = corpus_name(inputs)
+    top_before, plot_before = _summary(result.input_counts, config, result.prior.name, f"{corpus}: input")
+    top_after, plot_after = _summary(result.kept_counts, config, result.prior.name, f"{corpus}: kept rows")
     report = {
         "prior": str(result.prior),
         "kept": result.kept, "rejected": result.rejected, "seed": result.seed,
@@ -372,18 +375,36 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig) -> dict
     }
     with AtomicDir(join(out, "report")) as d:
         d.write_text("report.json", json.dumps(report, indent=1))
-        d.write_text("report.html", page("refinery zfilter", [
-            ("Rows", dict_table({k: report[k] for k in ("prior", "input", "input_rejected", "seed", "kept", "rejected",
-                                                         "kept_by_label",
-                                                         "rejected_by_label", "max_z_before", "max_z_after")})),
-            ("z-statistics of the input", plot_before),
-            ("z-statistics of the kept corpus", plot_after),
-            ("Features that caused most rejections", dict_table(report["top_rejecting_features"])),
-            ("Top features before", topk_table(top_before)),
-            ("Top features after", topk_table(top_after)),
-        ]))
+        d.write_text("report.html", _html(report, plot_before, plot_after, corpus, list(inputs)))
         d.commit()
     return report
+
+
+def _html(report: dict, plot_before: str, plot_after: str, corpus: str, inputs: list) -> str:
+    labels = list(report["kept_by_label"])
+    by_label = [{"label": l, "kept": report["kept_by_label"][l], "filtered out": report["rejected_by_label"][l],
+                 "share kept": report["kept_by_label"][l] / max(report["kept_by_label"][l]
+                                                                + report["rejected_by_label"][l], 1),
+                 "max z* before": report["max_z_before"].get(l), "max z* after": report["max_z_after"].get(l)}
+                for l in labels]
+    rows = {"input rows": report["input"], "input rejects": report["input_rejected"]}
+    if report["seed"]:
+        rows["seed rows (kept as they are)"] = report["seed"]
+    rows |= {"kept": report["kept"], "filtered out": report["rejected"],
+             "prior p0": report["prior"]}
+    return (Report("z-filter: rows whose features leak the label, filtered out (Wu et al. 2022)", corpus, inputs)
+            .section("Rows", fields(rows))
+            .section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
+                                                            "max z* after": fmt.z}))
+            .section("z-statistics of the input", figure(plot_before))
+            .section("z-statistics of the kept rows", figure(plot_after, (
+                "The same statistics over the rows the filter kept: the top features fall towards the prior.")))
+            .section("Features that caused most rows to be filtered out", table(
+                [{"feature": f, "rows filtered out": n} for f, n in report["top_rejecting_features"].items()]))
+            .section("Top features of the input", top_features(report["topk_before"]))
+            .section("Top features of the kept rows", top_features(report["topk_after"]))
+            .section("Configuration", config_table(report["config"]))
+            .html())
 
 
 COMPOSITIONS = ("zaug", "parz", "seqz")

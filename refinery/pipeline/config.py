@@ -21,7 +21,7 @@ import numbers
 import os
 import re
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -169,16 +169,31 @@ class StageSpec:
 
 
 @dataclass
+class ReportConfig:
+    """The pipeline report's settings (the file's ``report:`` key; ``refinery run``'s options)."""
+
+    audit_steps: bool = setting(True, help="Audit the input and each stage's output for the report (z* of the top "
+                                           "features stage by stage; a cheap pass). Off: the rows' flow only.")
+    top_features: int = setting(3, at_least(1), "The input's top features per label followed through the stages.")
+    screenshots: bool = setting(False, help="Save PNG screenshots of every report of the run under "
+                                            "OUT/pipeline/screenshots (needs chromium).")
+
+    def __post_init__(self):
+        validate(self)
+
+
+@dataclass
 class PipelineSpec:
     input: InputSpec
     stages: list
     out: str | None = None
     engine: str = "local"
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     def to_dict(self) -> dict:
         return {"input": {k: v for k, v in to_dict(self.input).items() if v not in ({}, [], None)},
                 "engine": self.engine, **({"out": self.out} if self.out else {}),
-                "stages": [s.to_dict() for s in self.stages]}
+                "stages": [s.to_dict() for s in self.stages], "report": to_dict(self.report)}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=100)
@@ -218,9 +233,10 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with input and stages")
     data = _expand(data, where)
-    unknown = sorted(set(data) - {"input", "stages", "out", "engine"})
+    known = ("input", "stages", "out", "engine", "report")
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: input, stages, out, engine")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
     if "input" not in data or not data.get("stages"):
         raise ConfigError(f"{where}: needs input and at least one stage")
     spec_in = from_dict(InputSpec, data["input"], f"{where}: input")
@@ -244,7 +260,8 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     if engine not in ENGINES:
         raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = data.get("out")
-    return PipelineSpec(spec_in, stages, anchor_path(out, base) if out else None, engine)
+    report = from_dict(ReportConfig, data.get("report") or {}, f"{where}: report")
+    return PipelineSpec(spec_in, stages, anchor_path(out, base) if out else None, engine, report)
 
 
 def load_pipeline(path: str) -> PipelineSpec:

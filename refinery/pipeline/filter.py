@@ -8,7 +8,6 @@ and the commonest reasons. Rows in = kept + filtered out + input rejects.
 """
 from __future__ import annotations
 
-import html
 import json
 from abc import abstractmethod
 from collections import Counter
@@ -19,8 +18,9 @@ import pyarrow as pa
 from refinery.io.corpus import CorpusWriter, EmptyInput
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.report import dict_table, page
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, fields, note, table
 
 TOP_REASONS = 20
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
@@ -77,7 +77,7 @@ class FilterStage(Stage):
                   "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
                                for l in sorted(set(kept_by) | set(dropped_by))},
                   "reasons": dict(reasons.most_common(TOP_REASONS)), "config": to_dict(self.config)}
-        self._write_report(report, out, source.opts.storage_options)
+        self._write_report(report, out, source.opts.storage_options, source.paths)
         headline = f"kept {kept:,}, filtered out {dropped:,}"
         share = kept / max(kept + dropped, 1)
         warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}); check the settings "
@@ -87,23 +87,20 @@ class FilterStage(Stage):
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
                            report, headline, (headline,), warnings)
 
-    def _write_report(self, report: dict, out: str, storage_options: dict) -> None:
+    def _write_report(self, report: dict, out: str, storage_options: dict, inputs: list) -> None:
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
+        by_label = [{"label": l, **c, "share kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
+                    for l, c in report["by_label"].items()]
+        page = (Report(f"{self.name}: {doc.rstrip('.')}", corpus_name(inputs, storage_options), inputs)
+                .section("Rows", fields({k.replace("_", " "): report[k]
+                                         for k in ("kept", "filtered_out", "input_rejects")}))
+                .section("Rows per label", table(by_label, formats={"share kept": fmt.percent}))
+                .section("Why rows were filtered out", table(
+                    [{"reason": r, "rows": n} for r, n in report["reasons"].items()]),
+                    note(f"The {TOP_REASONS} commonest reasons; each filtered-out row carries its own in "
+                         "rejected/.") if len(report["reasons"]) >= TOP_REASONS else "")
+                .section("Configuration", config_table(report["config"])))
         with AtomicDir(join(out, "report"), storage_options) as d:
             d.write_text("report.json", json.dumps(report, indent=1, default=str))
-            d.write_text("report.html", page(f"refinery {self.name}", [
-                (html.escape(doc), dict_table({k.replace("_", " "): f"{report[k]:,}"
-                                               for k in ("kept", "filtered_out", "input_rejects")})),
-                ("Rows per label", _label_table(report["by_label"])),
-                ("Why rows were filtered out", dict_table({k: f"{n:,}" for k, n in report["reasons"].items()})),
-                ("Configuration", dict_table(report["config"])),
-            ]))
+            d.write_text("report.html", page.html())
             d.commit()
-
-
-def _label_table(by_label: dict) -> str:
-    """Rows kept and filtered out per label, with the share kept."""
-    rows = "".join(f"<tr><td>{html.escape(str(label))}</td><td>{c['kept']:,}</td><td>{c['filtered out']:,}</td>"
-                   f"<td>{c['kept'] / max(c['kept'] + c['filtered out'], 1):.1%}</td></tr>"
-                   for label, c in by_label.items())
-    return f"<table><tr><th>label</th><th>kept</th><th>filtered out</th><th>share kept</th></tr>{rows}</table>"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import html
 import json
 import posixpath
 import time
@@ -27,6 +26,7 @@ from refinery.io.readers import ReadOptions
 from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, claim_folder, get_fs, join
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine
+from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import Stage, StageInput, StageResult, stage_class
 
 INPUT_DIR = "00-input"
@@ -40,6 +40,8 @@ class StageRun:
     seconds: float
     result: StageResult
     fingerprint: str = ""
+    peak_rss: int | None = None   # bytes: this process's peak resident memory while the stage ran
+    passes_on: str = ""           # the corpus the next step reads
 
 
 @dataclass
@@ -51,8 +53,9 @@ class PipelineRun:
     def to_dict(self) -> dict:
         return {"out": self.out, "engine": self.engine, "stages": [
             {"folder": s.folder, "stage": s.name, "status": s.status, "seconds": round(s.seconds, 1),
-             "rows_in": s.result.rows_in, "parts": s.result.parts, "balanced": s.result.balanced,
-             "headline": s.result.headline, "fingerprint": s.fingerprint} for s in self.stages]}
+             "peak_rss": s.peak_rss, "rows_in": s.result.rows_in, "parts": s.result.parts,
+             "balanced": s.result.balanced, "headline": s.result.headline, "fingerprint": s.fingerprint}
+            for s in self.stages]}
 
 
 def fingerprint(*parts) -> str:
@@ -69,9 +72,31 @@ def _finished(folder: str, storage_options: dict) -> dict | None:
         return json.load(fh)
 
 
-def _marked(summary: StageResult, fp: str, name: str) -> dict:
+def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None) -> dict:
     return {"stage": name, "fingerprint": fp, "rows_in": summary.rows_in, "accounting": summary.parts,
-            "headline": summary.headline}
+            "headline": summary.headline, "report_file": summary.report_file, "seconds": round(seconds, 3),
+            "peak_rss": peak}
+
+
+def _reset_peak_rss() -> None:
+    """Start a new high-water mark of this process's resident memory (Linux: ``clear_refs`` 5 resets VmHWM)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss() -> int | None:
+    """This process's peak resident memory in bytes since the last reset (VmHWM), where the OS tells."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
@@ -117,6 +142,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     folder = join(out, INPUT_DIR)
     run.stages.append(_step(folder, "input", upstream, opts, echo,
                             lambda: ingest(spec.input, folder, opts)))
+    run.stages[-1].passes_on = folder
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     current = folder
     steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
@@ -126,7 +152,8 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
         step, stage = _stage_step(stage_spec, source, folder, steps, opts, echo)
         run.stages.append(step)
         current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder, current)
-    _write_summary(run, spec, opts)
+        step.passes_on = current
+    write_pipeline_report(run, spec, opts, _names(spec.input.mapping()), echo)
     return run
 
 
@@ -184,34 +211,17 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         raise OutputExists(f"{folder} holds a result made from other inputs or options; --mode skip reuses "
                            "only an identical run (use --mode overwrite)")
     if done and mode in ("skip", "rerun") and done.get("fingerprint") == fp:
-        result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""))
+        result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
+                             report_file=done.get("report_file", StageResult.report_file))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
-        return StageRun(label, name, "skipped", 0.0, result, fp)
+        return StageRun(label, name, "skipped", done.get("seconds", 0.0), result, fp, done.get("peak_rss"))
     echo(f"== {label}")
     t = time.perf_counter()
+    _reset_peak_rss()
     with RunOutput(folder, opts.storage_options) as marker:
         result = work()
-        marker.summary = _marked(result, fp, name)
-    seconds = time.perf_counter() - t
+        seconds, peak = time.perf_counter() - t, _peak_rss()
+        marker.summary = _marked(result, fp, name, seconds, peak)
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    return StageRun(label, name, "ran", seconds, result, fp)
-
-
-def _write_summary(run: PipelineRun, spec: PipelineSpec, opts: ReadOptions) -> None:
-    """``OUT/pipeline/``: the resolved pipeline file, the stages' accounting (JSON) and a one-page report."""
-    from refinery.pipeline.report import page
-
-    rows = "".join(
-        f"<tr><td>{s.folder}</td><td>{s.status}</td><td>{s.result.rows_in:,}</td>"
-        f"<td>{' + '.join(f'{n:,} {k}' for k, n in s.result.parts.items())}</td>"
-        f"<td>{'ok' if s.result.balanced else 'MISMATCH'}</td><td>{s.seconds:.1f}s</td>"
-        f"<td>{html.escape(s.result.headline)}</td></tr>" for s in run.stages)
-    table = ("<table><tr><th>stage</th><th>status</th><th>rows in</th><th>where they went</th><th>balance</th>"
-             f"<th>time</th><th>result</th></tr>{rows}</table>")
-    with AtomicDir(join(run.out, "pipeline"), opts.storage_options) as d:
-        d.write_text("pipeline.yaml", spec.to_yaml())
-        d.write_text("run.json", json.dumps(run.to_dict(), indent=1))
-        d.write_text("report.html", page("refinery pipeline", [("Stages", table)]))
-        d.commit()
-
+    return StageRun(label, name, "ran", seconds, result, fp, peak)

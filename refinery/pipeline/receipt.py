@@ -1,0 +1,230 @@
+"""The pipeline's report, a debias receipt: what each stage did to the rows and to the shortcuts.
+
+For the input and after each stage that changes the rows it gives the label distribution, where every row
+went (kept, filtered out, added, re-weighted, rejected), max z* per label and the input's top features'
+z* followed through every stage against the Bonferroni threshold (Gardner et al. 2021), each stage's time
+and peak memory, and links to the stages' own reports. The z* come from an audit of each step's corpus
+(``report.audit_steps``), with the prior the input's audit chose so that the steps compare; the audit's
+settings are those of the pipeline's first ``audit`` stage, or its defaults.
+
+Writes ``OUT/pipeline/``: ``pipeline.yaml`` (the resolved file), ``run.json`` (each step's accounting),
+``receipt.json`` (every figure of the report, exact) and ``report.html``; with ``report.screenshots``,
+``screenshots/`` (PNGs of every report of the run, where Chromium is installed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import tempfile
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from refinery.io.corpus import Corpus, is_corpus
+from refinery.io.readers import ReadOptions
+from refinery.pipeline.config import ReportConfig
+from refinery.io.storage import AtomicDir, get_fs, is_local, join
+from refinery.pipeline.stage import Output, StageInput, stage_class
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report.page import Report, code, corpus_name, figure, link, note, table
+
+
+def _kind_of_change(stage) -> str:
+    """What a stage does to the rows it passes on."""
+    if stage is None:
+        return "input"
+    return {Output.INPUT: "unchanged", Output.KEPT: "filtered", Output.FOLDER: "rewritten",
+            Output.POOL: "augmented", Output.REWRITTEN: "rewritten"}[stage.output]
+
+
+def _audit_config(spec):
+    """The pipeline's first audit stage's settings (the receipt's statistics then match its report)."""
+    for stage in spec.stages:
+        if stage.name == "audit":
+            return dataclasses.replace(stage.config, update=None)
+    return stage_class("audit").Config()
+
+
+def _measure(corpus: str, opts: ReadOptions, config, field_names) -> dict:
+    """An audit of one step's corpus, kept as the figures the receipt shows."""
+    source = StageInput({"": [corpus]}, None, opts, "local", *field_names)
+    result = stage_class("audit")(config).measure(source)
+    try:
+        st = result.stats
+        top = result.top_k(max(config.k, 1))
+        return {"rows": result.rows, "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
+                "threshold": st.threshold, "prior": str(result.prior), "prior_name": result.prior.name,
+                "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
+                "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
+                "top": top, "_stats": st}
+    finally:
+        result.counter.close()
+
+
+def _z_of(st, feature: str, label: str) -> float | None:
+    """z*(feature, label) in ``st``, or None where the feature is in fewer than min_count rows."""
+    i = pc.index(st.features, feature).as_py()
+    if i < 0 or label not in st.labels or st.n[i] < st.min_count:
+        return None
+    return round(float(st.z[i, st.labels.index(label)]), 4)
+
+
+def measure_steps(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> list[dict]:
+    """One entry per step: its accounting, what it passed on, and (``audit_steps``) the audit of that corpus
+    (``names``: the input preset's field names and single-text flag, as the stages get them)."""
+    corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
+    audit_config = _audit_config(spec)
+    steps, previous = [], None
+    stages = [None, *spec.stages]
+    for step, stage_spec in zip(run.stages, stages):
+        stage = stage_class(stage_spec.name) if stage_spec else None
+        entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
+                 "peak_rss": step.peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
+                 "balanced": step.result.balanced, "headline": step.result.headline,
+                 "report": _report_link(run.out, step, opts.storage_options), "change": _kind_of_change(stage),
+                 "passes_on": step.passes_on}
+        if is_corpus(step.passes_on, opts.storage_options):
+            entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
+        if config.audit_steps and step.passes_on != previous:
+            echo(f"   report: auditing {posixpath.basename(step.passes_on.rstrip('/'))} of {step.folder}")
+            entry["audit"] = _measure(step.passes_on, corpus_opts, audit_config, names)
+            if previous is None:   # the input's prior decides every step's, so that their z* compare
+                audit_config = dataclasses.replace(audit_config, prior=entry["audit"]["prior_name"])
+        previous = step.passes_on
+        steps.append(entry)
+    return steps
+
+
+def _report_link(out: str, step, storage_options: dict) -> str | None:
+    """The stage's own report, relative to ``OUT/pipeline/report.html``, where it exists."""
+    if not step.result.report_file:
+        return None
+    fs, root = get_fs(out, storage_options)
+    path = join(root, step.folder, step.result.report_file)
+    return f"../{step.folder}/{step.result.report_file}" if fs.exists(path) else None
+
+
+def tracked_features(steps: list[dict], top: int) -> list[tuple[str, str]]:
+    """(feature, label): the input's ``top`` features per label, biggest z* first."""
+    first = next((s["audit"] for s in steps if "audit" in s), None)
+    if first is None:
+        return []
+    return [(e["feature"], label) for label, entries in first["top"].items() for e in entries[:top]]
+
+
+def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> tuple[dict, object]:
+    """Everything the report shows, exact (``receipt.json``), and the statistics of the last corpus audited."""
+    steps = measure_steps(run, spec, opts, config, names, echo)
+    tracked = tracked_features(steps, config.top_features)
+    last = None
+    for s in steps:
+        if "audit" in s:
+            last = s["audit"].pop("_stats")
+            s["audit"]["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}
+            s["audit"]["top"] = {l: v[:5] for l, v in s["audit"]["top"].items()}
+    return {"out": run.out, "engine": run.engine, "steps": steps, "tracked": [f"{f} → {l}" for f, l in tracked],
+            "report": dataclasses.asdict(config)}, last
+
+
+# ---------------------------------------------------------------- the page
+
+def _flow_steps(steps: list[dict]) -> list[dict]:
+    """``figures.row_flow``'s steps: where each step's rows went, rows added beyond what it read."""
+    flow = []
+    for s in steps:
+        parts = dict(s["parts"])
+        passes = next(iter(parts)) if parts else None
+        added = (s.get("rows") or 0) - parts.get(passes, 0) if s["change"] in ("rewritten", "augmented") else 0
+        if added > 0:
+            parts["added"] = added
+        flow.append({"name": s["step"], "rows_in": s["rows_in"], "parts": parts, "passes": passes})
+    return flow
+
+
+def _step_rows(steps: list[dict]) -> list[dict]:
+    return [{"step": s["step"] + (" (reused)" if s["status"] == "skipped" else ""),
+             "what it did": s["headline"] or s["change"], "rows passed on": s.get("rows"),
+             "time": s["seconds"], "peak memory": s["peak_rss"]} for s in steps]
+
+
+def _links(steps: list[dict]) -> str:
+    items = "".join(f"<li>{link(s['report'], s['step'])}</li>" for s in steps if s.get("report"))
+    return f"<ul>{items}</ul>" if items else note("No stage wrote a report of its own.")
+
+
+def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
+    steps = data["steps"]
+    audited = [s for s in steps if "audit" in s]
+    page = Report("Pipeline report: what each stage did to the rows and the shortcuts", corpus, inputs)
+    if len(audited) >= 2:
+        first, last = audited[0]["audit"], audited[-1]["audit"]
+        page.section("Before and after", table([
+            {"label": l, "rows before": first["labels"].get(l), "rows after": last["labels"].get(l),
+             "max z* before": first["max_z"].get(l), "max z* after": last["max_z"].get(l),
+             "significant features before": first["significant"].get(l),
+             "significant features after": last["significant"].get(l)} for l in first["labels"]],
+            formats={"max z* before": fmt.z, "max z* after": fmt.z}),
+            note(f"z* > {fmt.z(last['threshold'])} is significant (Bonferroni, α = "
+                 f"{_audit_alpha(spec):g}); prior p0: {first['prior']}, the same at every step."))
+    if data["tracked"] and audited:
+        series = {name: [s["audit"]["tracked"][name] for s in audited] for name in data["tracked"]}
+        page.section("The input's top features, stage by stage", figure(
+            figures.small_multiples(series, [s["step"] for s in audited], [s["audit"]["threshold"] for s in audited],
+                                    title=f"z* of {corpus}'s top features after each stage"),
+            "The red dashed line is the Bonferroni threshold: below it a feature no longer predicts its label "
+            "more than chance allows. A hollow marker: the feature is in fewer rows than the audit's min_count."))
+    page.section("Where the rows went", figure(figures.row_flow(_flow_steps(steps))),
+                 note("Every input line is in one part: rows in = the parts' sum at every step. Rejected input "
+                      "rows are in 00-input/rejects with their reasons; a filter's rows in its rejected/ folder."))
+    if audited:
+        page.section("Labels at each step", figure(figures.shares(
+            {s["step"]: s["audit"]["labels"] for s in audited})))
+    page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds, "peak memory": fmt.size}),
+                 note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray). "
+                      "A reused stage was unchanged since an earlier run, whose time and memory are shown."))
+    page.section("Stage reports", _links(steps))
+    if final_stats is not None:
+        last = audited[-1]["step"]
+        page.section(f"z-statistics of the corpus the pipeline made ({last})",
+                     figure(figures.zplot(final_stats, 6, f"{corpus}: after {last}")))
+    page.section("Pipeline", code(spec.to_yaml()))
+    return page.html()
+
+
+def _audit_alpha(spec) -> float:
+    return _audit_config(spec).alpha
+
+
+def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> None:
+    """``OUT/pipeline/``: the resolved pipeline file, the run's accounting, the receipt and its report."""
+    spec = dataclasses.replace(spec, out=run.out, engine=run.engine)   # as run (--out, --engine)
+    config = spec.report
+    data, final_stats = receipt(run, spec, opts, config, names, echo)
+    inputs = [p for paths in spec.input.split_paths().values() for p in paths]
+    corpus = corpus_name(inputs, opts.storage_options)
+    with AtomicDir(join(run.out, "pipeline"), opts.storage_options) as d:
+        d.write_text("pipeline.yaml", spec.to_yaml())
+        d.write_text("run.json", json.dumps(run.to_dict(), indent=1))
+        d.write_text("receipt.json", json.dumps(data, indent=1, default=str))
+        d.write_text("report.html", render(data, final_stats, spec, corpus, inputs))
+        if config.screenshots:
+            _screenshots(run.out, d, opts.storage_options, echo)
+        d.commit()
+
+
+def _screenshots(out: str, d: AtomicDir, storage_options: dict, echo) -> None:
+    """PNGs of every report of the run (and of the pipeline report being written) into ``screenshots/``."""
+    from refinery.report import browser
+
+    if browser.find_chromium() is None:
+        echo("   screenshots: chromium is not installed; none taken")
+        return
+    fs, root = get_fs(out, storage_options)
+    if not is_local(fs):
+        echo("   screenshots: only for a local output folder; none taken")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for png in browser.screenshot_reports(Path(root), Path(tmp)):
+            d.write_bytes(f"screenshots/{png.name}", png.read_bytes())

@@ -1,0 +1,80 @@
+"""Numbers for people: thousands separators, three significant digits, percentages with one decimal.
+
+JSON reports keep the exact values; these strings are what HTML reports and terminals show.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+MISSING = "—"
+
+
+def count(n) -> str:
+    """12771 → "12,771"."""
+    return f"{int(n):,}"
+
+
+def number(x, digits: int = 3) -> str:
+    """A float to ``digits`` significant digits without exponent where a person reads it easily:
+    4.8979 → "4.9", 0.56038 → "0.56", 150.74 → "151", 12345.6 → "12,346", 3.2e-7 → "3.2e-07"."""
+    if x is None:
+        return MISSING
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, numbers.Integral):
+        return count(x)
+    x = float(x)
+    if not math.isfinite(x):
+        return "∞" if x > 0 else ("−∞" if x < 0 else "NaN")
+    if x == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(x)))
+    if magnitude >= digits - 1:
+        return f"{round(x):,}"
+    if magnitude < -4:
+        return f"{x:.{digits - 1}e}"
+    text = f"{x:.{digits - 1 - magnitude}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def z(x) -> str:
+    """z* with two decimals: "16.48"; the Bonferroni threshold reads the same way."""
+    return MISSING if x is None else f"{float(x):.2f}"
+
+
+def percent(share, decimals: int = 1) -> str:
+    """0.1234 → "12.3%"."""
+    return MISSING if share is None else f"{100 * float(share):.{decimals}f}%"
+
+
+def seconds(s) -> str:
+    """0.42 → "0.4 s", 95 → "1 min 35 s", 4000 → "1 h 7 min"."""
+    s = float(s)
+    if s < 60:
+        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+def size(nbytes) -> str:
+    """1.5e9 → "1.5 GB" (powers of 1,000)."""
+    value = float(nbytes)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{number(value)} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def value(v) -> str:
+    """Any scalar for a table cell: counts with separators, floats to 3 significant digits, true/false,
+    an unset option as "—", lists joined with commas."""
+    if v is None:
+        return MISSING
+    if isinstance(v, (bool, numbers.Number)):
+        return number(v)
+    if isinstance(v, (list, tuple)):
+        return ", ".join(value(x) for x in v) if v else MISSING
+    return str(v)
