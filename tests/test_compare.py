@@ -86,6 +86,8 @@ def test_an_snli_model_is_scored_on_hans_and_mnli_hard_in_one_run(tmp_path):
     # SNLI test-hard rows are SNLI test rows, not dev rows: the leak check finds none
     assert report["eval"]["snli-hard"]["leaked_rows"] == {"snli": 0}
     assert "hans (30,000 rows; majority class " in out
+    page = (tmp_path / "cmp" / "report" / "report.html").read_text()   # the bar chart is an SVG, not a PNG
+    assert "<img" not in page and page.count("<svg") == 1 and "(majority class: non-entailment)" in page
     predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet")
     assert set(predictions.filter(pc.equal(predictions["eval"], "hans"))["prediction"].to_pylist()) <= \
         {"entailment", "non-entailment"}

@@ -9,6 +9,7 @@ from conftest import SNLI_DEV, SNLI_TEST, run_cli
 
 from refinery.core.features import STOPWORD_LIST
 from refinery.io.corpus import Corpus
+from refinery.report.format import number
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,9 @@ def test_corrected_tokens_near_uniform(upsampled):
     assert "sleeping" in report["tokens"]
     assert "nobody" in [u["token"] for u in report["uncorrectable"]]  # every 'nobody' row contradicts
     assert 0 < report["growth"] < 0.15  # modest growth (paper: +7.5% on SNLI train)
+    page = (out / "report" / "report.html").read_text()   # z-plots before and after, p̂ before → after
+    sleeping = [report[f"p_hat_{when}"]["sleeping"]["contradiction"] for when in ("before", "after")]
+    assert page.count("<svg") == 2 and f"{number(sleeping[0])} → {number(sleeping[1])}" in page
 
 
 def _tokens(text):

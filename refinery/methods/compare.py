@@ -31,8 +31,10 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS, Mapping
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.models.base import make_classifier
-from refinery.pipeline.report import dict_table, img_tag, page
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, figure, note, table
 
 # predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
 PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
@@ -327,7 +329,7 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
 
     report = _summarize(config, names, tables, rejects, other_splits, evals, eval_tables, eval_rejects, eval_labels,
                         label_maps, leaks, {k: np.vstack(v) for k, v in correct.items()})
-    _write_report(out, report, pa.concat_tables(preds), so)
+    _write_report(out, report, pa.concat_tables(preds), so, train, {e.name: list(e.paths) for e in evals})
     return report
 
 
@@ -399,11 +401,12 @@ def _summarize(config, names, tables, rejects, other_splits, evals, eval_tables,
     }
 
 
-def _write_report(out: str, report: dict, predictions: pa.Table, storage_options) -> None:
+def _write_report(out: str, report: dict, predictions: pa.Table, storage_options, train: dict | None = None,
+                  evals: dict | None = None) -> None:
     with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_parquet("predictions.parquet", predictions)
         d.write_text("report.json", json.dumps(report, indent=1))
-        d.write_text("report.html", page("refinery compare", _sections(report)))
+        d.write_text("report.html", _html(report, train or {}, evals or {}, storage_options))
         d.commit()
 
 
@@ -418,65 +421,107 @@ def accuracy_cell(entry: dict) -> str:
     return cell
 
 
-def _sections(report: dict) -> list:
-    acc = report["accuracy"]
-    names = list(report["train"])
-    rows = {}
+def _points(delta) -> str:
+    """An accuracy difference in percentage points: 0.0123 → "+1.2 pts"; a rounded zero unsigned."""
+    return f"{100 * delta:+.1f} pts" if round(100 * delta, 1) else "0.0 pts"
+
+
+def _interval(ci) -> str:
+    return f"{_points(ci[0])[:-4]} to {_points(ci[1])}"
+
+
+def _html(report: dict, train: dict, evals: dict, storage_options=None) -> str:
+    acc, names, base = report["accuracy"], list(report["train"]), report["baseline"]
+    seeds = report["config"]["seeds"]
+    train_paths = {n: [train_split(p)[0] for p in paths] for n, paths in train.items()}
+    corpus = corpus_name([p for paths in train_paths.values() for p in paths], storage_options)
+    read = [f"{n}: {p}" for n, paths in train.items() for p in paths] + \
+           [f"{n} (evaluation): {p}" for n, paths in evals.items() for p in paths]
+    title = "Compare: the same model trained on each corpus, scored on evaluation sets"
+    page = Report(title, corpus, read)
+    page.section("Accuracy", figure(_bars(report), (
+        f"Bars: accuracy on each evaluation set{' (mean over seeds)' if seeds > 1 else ''}. Dashed line: always "
+        "answering the set's majority class."
+        + (f" Whiskers on a refined corpus: the paired bootstrap 95% interval of its gain over {base}, placed on "
+           f"{base}'s bar height; a whisker that clears {base}'s accuracy is a significant gain."
+           if len(names) > 1 else ""))), table(*_accuracy_rows(report)))
     for ev, per in acc.items():
-        for n in names:
-            rows.setdefault(n, {})[ev] = accuracy_cell(per[n])
-    sections = [("Accuracy (mean ± std over seeds; gain over the baseline [paired bootstrap 95% interval])",
-                 img_tag(_bar_chart(report), "accuracy per evaluation set") + _grid(rows, list(acc)))]
-    sections.append(("Training corpora", dict_table({n: f"{v['rows']:,} rows" + (" (weighted)" if v["weighted"] else "")
-                                                     for n, v in report["train"].items()})))
-    sections.append(("Evaluation sets", dict_table({
-        n: f"{v['rows']:,} rows; labels {', '.join(v['labels'])}; majority class {v['majority']['label']} "
-           f"{v['majority']['accuracy']:.1%}; rows also in training: "
-           + ", ".join(f"{k} {c:,}" for k, c in v["leaked_rows"].items()) for n, v in report["eval"].items()})))
+        for what in per[base]["breakdown"]:
+            cells = {n: per[n]["breakdown"][what] for n in names}
+            if isinstance(cells[base], str):
+                page.section(f"{ev} by {what}", note(f"Not broken down: {cells[base]}."))
+                continue
+            rows = [{what: value, "rows": cells[base][value]["rows"],
+                     **{n: cells[n][value]["accuracy"] for n in names}} for value in cells[base]]
+            page.section(f"{ev} by {what}", table(rows, [what, "rows", *names], {n: fmt.percent for n in names}))
+    page.section("Training corpora", table([
+        {"corpus": n, "role": "baseline" if n == base else "refined", "rows": v["rows"], "input rejects": v["rejected"],
+         "other splits left out": v["other_splits_left_out"], "weighted": "yes" if v["weighted"] else "no"}
+        for n, v in report["train"].items()]))
+    page.section("Evaluation sets", table([
+        {"set": n, "rows": v["rows"], "input rejects": v["rejected"], "majority class": v["majority"]["label"],
+         "its accuracy": v["majority"]["accuracy"],
+         "training labels mapped": ", ".join(f"{a} → {b}" for a, b in v["label_map"].items() if a != b) or "none",
+         "rows also in training": ", ".join(f"{k} {c:,}" for k, c in v["leaked_rows"].items() if c) or "none"}
+        for n, v in report["eval"].items()], formats={"its accuracy": fmt.percent}),
+        note("A prediction of a mapped training label counts as the label it maps to (the probabilities of the "
+             "training labels mapping to one label are summed)."))
+    config = dict(report["config"])
+    if config.get("backend") == "ngram":
+        for key in ("model", "epochs", "lr", "batch_size", "max_length", "precision"):
+            config.pop(key, None)
+    page.section("Configuration", config_table(config), note(
+        "The n-gram backend: the transformer's settings (model, epochs, learning rate, batch size, length, "
+        "precision) do not apply.") if report["config"].get("backend") == "ngram" else "")
+    return page.html()
+
+
+def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
+    """One row per (evaluation set, corpus) after the set's majority class: accuracy, ± std over seeds, the gain
+    over the baseline and its 95% interval, the weighted accuracy and overlapping rows where there are any."""
+    acc, base = report["accuracy"], report["baseline"]
+    rows = []
     for ev, per in acc.items():
-        for n in names:
-            for what, table in per[n]["breakdown"].items():
-                if isinstance(table, dict):
-                    sections.append((f"{ev}: {n} by {what}", dict_table(
-                        {k: f"{v['accuracy']:.1%} ({v['rows']:,} rows)" for k, v in table.items()})))
-    return sections
+        majority = report["eval"][ev]["majority"]
+        rows.append({"evaluation set": ev, "training corpus": f"(majority class: {majority['label']})",
+                     "accuracy": majority["accuracy"]})
+        for n, e in per.items():
+            gain = e.get("gain")
+            rows.append({"evaluation set": ev, "training corpus": n + (" (baseline)" if n == base else ""),
+                         "accuracy": e["mean"], "± std over seeds": e["std"],
+                         f"gain over {base}": gain and gain["delta"], "95% interval": gain and gain["ci95"],
+                         "significant": gain and ("yes" if gain["significant"] else "no"),
+                         "weighted accuracy": e.get("weighted_accuracy"),
+                         "evaluation rows also in training": e.get("overlap_rows")})
+    columns = ["evaluation set", "training corpus", "accuracy", "± std over seeds", f"gain over {base}",
+               "95% interval", "significant", "weighted accuracy", "evaluation rows also in training"]
+    columns = columns[:2] + [c for c in columns[2:] if any(r.get(c) is not None for r in rows)]
+    rows = [{c: "" if r.get(c) is None else r[c] for c in columns} for r in rows]   # blank where it does not apply
+    formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": _points,
+               "95% interval": _interval, "weighted accuracy": fmt.percent,
+               "evaluation rows also in training": fmt.count}
+    return rows, columns, {c: _or_blank(f) for c, f in formats.items() if c in columns}
 
 
-def _grid(rows: dict, columns: list) -> str:
-    import html
-
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(f"<tr><th>{html.escape(n)}</th>" + "".join(f"<td>{html.escape(r[c])}</td>" for c in columns)
-                   + "</tr>" for n, r in rows.items())
-    return f"<table><tr><th></th>{head}</tr>{body}</table>"
+def _or_blank(format_):
+    return lambda v: "" if v == "" else format_(v)
 
 
-def _bar_chart(report: dict) -> bytes:
-    """Grouped bars: one group per evaluation set, one bar per training corpus, std as error bars."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    acc, names = report["accuracy"], list(report["train"])
+def _bars(report: dict) -> str:
+    """Grouped bars: one group per evaluation set, one bar per training corpus; a refined corpus's whisker is the
+    95% interval of its gain placed on the baseline's accuracy; the majority class as each group's reference."""
+    acc, names, base = report["accuracy"], list(report["train"]), report["baseline"]
     evals = list(acc)
-    width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(evals) * max(1, len(names) / 3)), 3.8))
-    for i, n in enumerate(names):
-        x = np.arange(len(evals)) + (i - (len(names) - 1) / 2) * width
-        ax.bar(x, [acc[e][n]["mean"] for e in evals], width, label=n,
-               yerr=[acc[e][n]["std"] or 0 for e in evals], capsize=3)
-    ax.set_xticks(np.arange(len(evals)), evals)
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8, ncols=min(len(names), 4))
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    values = [[acc[ev][n]["mean"] for ev in evals] for n in names]     # values[series][group]
+    low = [[acc[ev][base]["mean"] + acc[ev][n]["gain"]["ci95"][0] if "gain" in acc[ev][n] else None for ev in evals]
+           for n in names]
+    high = [[acc[ev][base]["mean"] + acc[ev][n]["gain"]["ci95"][1] if "gain" in acc[ev][n] else None for ev in evals]
+            for n in names]
+    reference = [report["eval"][ev]["majority"]["accuracy"] for ev in evals]
+    if len(names) == 1:     # no refined corpus: no gain, no whisker
+        low = high = None
+    return figures.bars(evals, names, values, low, high, reference, reference_label="majority class",
+                        y_label="accuracy", percent=True)
 
 
 @dataclass

@@ -35,6 +35,8 @@ from refinery.methods.confidence import CROSS_FIT, label_confidence
 from refinery.models.generate import DEFAULT_GENERATOR, Sampling
 from refinery.models.precision import PRECISIONS
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, fields, note, table
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                          ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
@@ -319,10 +321,10 @@ def sample_input(table: pa.Table, config: IbadrConfig) -> pa.Table:
 
 
 def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: str = "local", mode: str = "resume",
-        input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None, inputs=()) -> dict:
     """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus), ``generated`` (every
     pseudo sample with its status and reason), ``report``; checkpoints under ``checkpoint_root(out)/checkpoints``
-    (``mode=resume`` continues from the last one)."""
+    (``mode=resume`` continues from the last one); ``inputs``: the paths the table was read from, for the report."""
     from tqdm.auto import tqdm
 
     from refinery.methods.audit import audit_table
@@ -371,16 +373,15 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
         if iteration > 1:  # only the last generator is needed to go on
             shutil.rmtree(os.path.join(_checkpoint(work, iteration - 1), "generator"), ignore_errors=True)
     report = write_outputs(out, work, table, pool, history, config, iterations, original_top, input_rejects,
-                           storage_options)
+                           storage_options, inputs)
     report["not_sampled"] = rows_given - table.num_rows
     return report
 
 
 def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig,
                   iterations: int, original_top: dict, input_rejects: pa.Table | None = None,
-                  storage_options: dict | None = None) -> dict:
+                  storage_options: dict | None = None, inputs=()) -> dict:
     from refinery.io.corpus import write_table
-    from refinery.pipeline.report import dict_table, page
 
     generated = pa.concat_tables([pq.read_table(os.path.join(_checkpoint(work, i), "generated.parquet"))
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
@@ -405,18 +406,50 @@ def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history:
         d.commit()
     with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
-        d.write_text("report.html", page("refinery ibadr", [
-            ("Summary", dict_table({k: report[k] for k in ("original_rows", "pool_rows", "generated", "accepted",
-                                                           "by_status", "mean_top_z", "train_precision")})),
-            ("Iterations", "".join(dict_table({k: v for k, v in h.items() if k != "original_top_features"})
-                                   for h in history)),
-            ("The original's top biased features: z* in the original vs in the accepted pseudo samples",
-             dict_table({label: ", ".join(f"{e['feature']}: {e['z_original']:.1f} → "
-                                          f"{'absent' if e['z_generated'] is None else round(e['z_generated'], 1)}"
-                                          for e in entries) for label, entries in summary.items()})),
-        ]))
+        d.write_text("report.html", _html(report, list(inputs), storage_options))
         d.commit()
     return report
+
+
+def _html(report: dict, inputs: list, storage_options: dict | None = None) -> str:
+    precision = report["train_precision"]
+    facts = {"original rows": report["original_rows"], "pseudo samples generated": report["generated"],
+             "accepted into the pool": report["accepted"], "pool rows": report["pool_rows"],
+             "input rejects": report["input_rejected"], "generator backend": report["backend"]}
+    if precision:
+        facts["generator fine-tuned in"] = (f"{precision['dtype']} on {precision['device']} "
+                                            f"({precision['requested']}: {precision['reason']})")
+    generated = max(report["generated"], 1)
+    statuses = [{"status": s, "pseudo samples": n, "share": n / generated} for s, n in report["by_status"].items()]
+    history = report["iterations"]
+    columns = {f"iteration {h['iteration']}": h for h in history}   # one column per iteration, a row per measure
+    measures = [("pool before", lambda h: h["pool_before"]), ("generated", lambda h: h["generated"]),
+                ("malformed", lambda h: h["malformed"]), ("low confidence", lambda h: h["low_confidence"]),
+                ("accepted", lambda h: h["accepted"]), ("acceptance rate", lambda h: fmt.percent(h["acceptance_rate"])),
+                ("distinct-1", lambda h: h["distinct_1"]), ("distinct-2", lambda h: h["distinct_2"])]
+    measures += [(f"prompts with indicator {b}", lambda h, b=b: h["indicators"].get(b, 0))
+                 for b in sorted({b for h in history for b in h["indicators"]})]
+    measures.append(("pool after", lambda h: h.get("pool_after")))
+    iterations = [{"": name, **{c: get(h) for c, h in columns.items()}} for name, get in measures]
+    as_text = lambda v: v if isinstance(v, str) else fmt.value(v)  # noqa: E731
+    top = [{"label": label, "feature": e["feature"], "z* in the original": e["z_original"],
+            "z* in the accepted": e["z_generated"] if e["z_generated"] is not None else "absent"}
+           for label, entries in report["original_top_features_in_accepted"].items() for e in entries]
+    mean = report["mean_top_z"]
+    return (Report("IBADR: iterative bias-aware dataset refinement (Wang et al. 2023)",
+                   corpus_name(inputs, storage_options), inputs)
+            .section("Pool", fields(facts))
+            .section("Pseudo samples by status", table(statuses, formats={"share": fmt.percent}),
+                     note("generated/ holds every pseudo sample with its status and the reason it was set aside."))
+            .section("Iterations", table(iterations, ["", *columns], {c: as_text for c in columns}),
+                     note("distinct-n: the share of distinct n-grams among the well-formed pseudo samples."))
+            .section("The original's top biased features in the accepted pseudo samples", table(
+                top, formats={"z* in the original": fmt.z, "z* in the accepted": lambda v: v if isinstance(v, str)
+                              else fmt.z(v)}),
+                note(f"Mean z* of these features: {fmt.z(mean['original'])} in the original, "
+                     f"{fmt.z(mean['accepted'])} in the accepted pseudo samples (absent counts as 0)."))
+            .section("Configuration", config_table(report["config"]))
+            .html())
 
 
 def _mean(values) -> float | None:
@@ -448,7 +481,7 @@ class IbadrStage(Stage):
     def run(self, source: StageInput, out: str) -> StageResult:
         table, rejects = source.load()
         r = run(table, out, self.config, source.engine, "resume" if self.config.resume else "overwrite",
-                input_rejects=rejects, storage_options=source.opts.storage_options)
+                input_rejects=rejects, storage_options=source.opts.storage_options, inputs=source.paths)
         z = {k: "n/a" if v is None else f"{v:.2f}" for k, v in r["mean_top_z"].items()}
         used = r["iterations"][-1]["train_precision"] if r["iterations"] else None
         lines = (*(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "

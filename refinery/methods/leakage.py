@@ -23,8 +23,10 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.models.base import label_proba
-from refinery.pipeline.report import dict_table, img_tag, page
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, figure, fields, note, table
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
@@ -217,33 +219,16 @@ def degree_table(features: pa.Table, min_cell: int = 10) -> dict:
     return {"shares": shares, "counts": total}
 
 
-def degree_heatmap_png(features: pa.Table) -> bytes:
-    """Label share against the degrees of both sentences, one panel per label (paper Fig. 2)."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = degree_table(features)
+def degree_heatmaps(features: pa.Table, min_cell: int = 10) -> list[str]:
+    """Label share against the degrees of both sentences, one SVG heatmap per label (paper Fig. 2), cropped
+    to the degrees the corpus has; cells with fewer than ``min_cell`` pairs are left empty."""
+    shares = degree_table(features, min_cell)["shares"]
     ticks = [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(DEGREE_BINS, DEGREE_BINS[1:])]
     ticks.append(f"{DEGREE_BINS[-1]}+")
-    C = len(table["shares"])
-    fig, axes = plt.subplots(1, C, figsize=(4.4 * C, 4.0), squeeze=False)
-    for ax, (label, share) in zip(axes[0], table["shares"].items()):
-        im = ax.imshow(np.ma.masked_invalid(share), origin="lower", cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"share of '{label}'")
-        ax.set_xlabel("S2_freq (degree of sentence 2)")
-        ax.set_ylabel("S1_freq (degree of sentence 1)")
-        ax.set_xticks(range(len(ticks)), ticks, rotation=60, fontsize=7)
-        ax.set_yticks(range(len(ticks)), ticks, fontsize=7)
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
+    return [figures.heatmap(share, ticks, ticks, title=f"share of {label}",
+                            x_label="S2_freq: pairs sentence 2 is in", y_label="S1_freq",
+                            value_label="share")
+            for label, share in shares.items()]
 
 
 def identical_pairs(rows: pa.Table, features: pa.Table, label: str) -> pa.Table:
@@ -305,12 +290,12 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
                   nodes=int(np.unique(np.concatenate([features["u"].to_numpy(), features["v"].to_numpy()])).size),
                   edges=features.num_rows, feature_summary=_summary(features))
     with AtomicDir(out, opts.storage_options) as d:
-        for name, table in (("features.parquet", features), ("predictions.parquet", predictions)):
+        for name, data in (("features.parquet", features), ("predictions.parquet", predictions)):
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression="zstd")
+            pq.write_table(data, sink, compression="zstd")
             d.write_bytes(name, sink.getvalue().to_pybytes())
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
-        d.write_text("report.html", _html(report, features))
+        d.write_text("report.html", _html(report, features, opts.storage_options))
         d.commit()
     if config.identical_label is not None:
         write_table(identical_pairs(rows, features, config.identical_label), join(out, "identical"),
@@ -352,14 +337,83 @@ def _summary(features: pa.Table) -> dict:
     return out
 
 
-def _html(report: dict, features: pa.Table) -> str:
-    head = {k: report[k] for k in ("test_split", "train_splits", "nodes", "edges", "majority_label",
-                                   "majority_accuracy", "leakage_accuracy", "advanced_accuracy")}
-    return page("refinery leakage (Zhang et al. 2019)", [
-        ("Predictability of the label from the graph alone", dict_table(head)),
-        ("Ablations (paper Table 2)", dict_table(report["ablations"])),
-        ("Label share by the degrees of both sentences (paper Fig. 2)",
-         img_tag(degree_heatmap_png(features), "degree heatmap")),
-        ("Feature importances", dict_table(report["importances"])),
-        ("Feature distribution", dict_table(report["feature_summary"])),
-    ])
+FEATURE_MEANINGS = {
+    "s1_freq": "pairs sentence 1 is in (its degree)",
+    "s2_freq": "pairs sentence 2 is in (its degree)",
+    "s1s2_inter": "sentences paired with both (2-step paths between them)",
+    "s1s2_paths3": "3-step paths between the two sentences",
+    "s1_hop2": "sentences 2 steps from sentence 1",
+    "s2_hop2": "sentences 2 steps from sentence 2",
+    "s1_hop3": "sentences 3 steps from sentence 1",
+    "s2_hop3": "sentences 3 steps from sentence 2",
+    "resource_allocation": "Σ 1/degree over the sentences paired with both",
+    "jaccard": "sentences paired with both / paired with either",
+    "preferential_attachment": "S1_freq × S2_freq",
+    "adamic_adar": "Σ 1/log degree over the sentences paired with both",
+}
+
+
+def _points(delta) -> str:
+    """An accuracy difference in percentage points: 0.0047 → "+0.5 pts" (text passes through)."""
+    if isinstance(delta, str):
+        return delta
+    return f"{100 * delta:+.1f} pts" if round(100 * delta, 1) else "0.0 pts"
+
+
+def _share(v) -> str:
+    return v if isinstance(v, str) else fmt.percent(v)
+
+
+def _html(report: dict, features: pa.Table, storage_options: dict | None = None) -> str:
+    inputs = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in report["inputs"].items()}
+    corpus = corpus_name([p for paths in inputs.values() for p in paths], storage_options)
+    read = [f"{split}: {p}" for split, paths in inputs.items() for p in paths]
+    majority, rows = report["majority_accuracy"], report["rows"]
+    test = report["test_split"]
+    basic = ", ".join(BASIC_FEATURES)
+    forests = [
+        {"forest": f"majority class ({report['majority_label']}), no features", "accuracy": majority,
+         "vs majority class": "—"},
+        {"forest": f"basic leakage features ({basic})", "accuracy": report["leakage_accuracy"],
+         "vs majority class": report["leakage_accuracy"] - majority},
+        {"forest": f"advanced: the {len(ADVANCED_FEATURES)} features below", "accuracy": report["advanced_accuracy"],
+         "vs majority class": report["advanced_accuracy"] - majority},
+    ]
+    ablations = [{"forest reads": "all three basic features", "accuracy": report["leakage_accuracy"],
+                  "vs majority class": report["leakage_accuracy"] - majority}]
+    ablations += [{"forest reads": f"{'all but' if kind == 'without' else 'only'} {name}", "accuracy": acc,
+                   "vs majority class": acc - majority}
+                  for kind_name, acc in report["ablations"].items() for kind, name in [kind_name.split(":", 1)]]
+    importances = report["importances"]
+    features_table = [{"feature": name, "what it counts": FEATURE_MEANINGS.get(name, ""),
+                       "basic forest": importances["basic"].get(name, "not read"),
+                       "advanced forest": importances["advanced"].get(name, "not read")}
+                      for name in importances["advanced"]]
+    distribution = [{"feature": name, "mean": s["mean"], "median": s["q50"], "90th percentile": s["q90"],
+                     "99th percentile": s["q99"], "max": s["max"]} for name, s in report["feature_summary"].items()]
+    accuracy = {"accuracy": fmt.percent, "vs majority class": _points}
+    return (Report("Leakage: the label predicted from the sentence graph alone (Zhang et al. 2019)", corpus, read)
+            .section("Predictability of the label from the graph alone", fields({
+                "test split": f"{test} ({rows.get(test, 0):,} pairs)",
+                "training splits": ", ".join(f"{s} ({rows.get(s, 0):,} pairs)" for s in report["train_splits"]),
+                "sentences (graph nodes)": report["nodes"], "pairs (graph edges)": report["edges"],
+                "input rejects": report["rejected"]}),
+                table(forests, ["forest", "accuracy", "vs majority class"], accuracy),
+                note(f"A random forest fit on the training split(s) reads only how often each sentence recurs and how "
+                     f"the pairs connect, never the text, and predicts the label of the {test} split. Accuracy above "
+                     "the majority class means the way the pairs were sampled gives the label away."))
+            .section("Ablations (paper Table 2)", table(ablations, ["forest reads", "accuracy", "vs majority class"],
+                                                        accuracy))
+            .section("Label share by the degrees of both sentences (paper Fig. 2)",
+                     *(figure(svg) for svg in degree_heatmaps(features)),
+                     note("Every pair of the training and test splits, binned by how many pairs each of its sentences "
+                          "is in (rows: S1_freq, sentence 1; columns: S2_freq, sentence 2); cells with fewer than 10 "
+                          "pairs are left empty. A label whose share changes across the cells is predictable from the "
+                          "degrees alone."))
+            .section("Feature importances", table(
+                features_table, formats={"basic forest": _share, "advanced forest": _share}),
+                note("Each feature's importance: its share of its forest's impurity decrease (100% per forest); the "
+                     f"basic forest reads {basic} only."))
+            .section("Feature distribution (over all pairs)", table(distribution))
+            .section("Configuration", config_table({"graph": report["graph"], "forest": report["forest"]}))
+            .html())

@@ -33,6 +33,8 @@ from refinery.io.storage import AtomicDir, join
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, fields, note, table, top_features
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
                 "relation to the premise: it must stay {label_description} ({label}).\n"
@@ -339,12 +341,12 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
 
 
 def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: str = "local",
-        input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None, inputs=()) -> dict:
     """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``; each
-    corpus also holds the input's rejects, so each accounts for every input row."""
+    corpus also holds the input's rejects, so each accounts for every input row. ``inputs``: the paths the table
+    was read from, named in the report's header."""
     from refinery.io.corpus import write_table
     from refinery.methods.audit import audit_table
-    from refinery.pipeline.report import dict_table, page, topk_table
 
     before = score(table, config)
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
@@ -352,7 +354,6 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
               "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
     report["input_rejected"] = write_table(scored, join(out, "scores"), rejects=input_rejects,
                                            config={"razor": report}, storage_options=storage_options)["rejected"]
-    sections = [("Scores", dict_table({k: report[k] for k in ("rows", "field", "objective", "gamma")}))]
     if not config.score_only:
         from refinery.models import load_classifier
 
@@ -367,16 +368,50 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
                       if "source" in refined.column_names else 0,
                       backend=backend, top_features_before=audit_table(table).top_k(10),
                       top_features_after=audit_table(refined).top_k(10))
-        sections += [("Rounds", "".join(dict_table({k: v for k, v in r.items() if k != "examples"})
-                                        for r in history)),
-                     ("Before / after examples", "".join(dict_table(e) for r in history for e in r["examples"][:5])),
-                     ("Top features before", topk_table(report["top_features_before"])),
-                     ("Top features after", topk_table(report["top_features_after"]))]
     with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
-        d.write_text("report.html", page("refinery razor", sections))
+        d.write_text("report.html", _html(report, list(inputs), storage_options))
         d.commit()
     return report
+
+
+def _html(report: dict, inputs: list, storage_options: dict | None = None) -> str:
+    rewritten = "rounds" in report
+    field_name = {"text_b": "text_b (the hypothesis or claim of each pair)", "text_a": "text_a (the text)"}
+    facts = {"rows scored": report["rows"], "text scored": field_name.get(report["field"], report["field"]),
+             "objective": report["objective"], "input rejects": report["input_rejected"]}
+    if rewritten:
+        facts |= {"objective after rewriting": report["objective_after"], "rows rewritten": report["replaced_rows"],
+                  "generator backend": report["backend"]}
+    names = {"min": "min", "p25": "25%", "median": "median", "p75": "75%", "p90": "90%", "p99": "99%", "max": "max"}
+    gamma = [{"": what, **{names.get(k, k): v for k, v in g.items()}}
+             for what, g in (("input", report["gamma"]), ("rewritten", report.get("gamma_after"))) if g]
+    page = (Report("RAZOR: shortcut scores γ and LLM rewriting (Yang, Prenkaj & Kasneci 2024)",
+                   corpus_name(inputs, storage_options), inputs)
+            .section("Scores", fields(facts, {"objective": fmt.number, "objective after rewriting": fmt.number}),
+                     note("The objective sums the cosine similarity of the surface embeddings of every two rows of "
+                          "different labels; rewriting raises it (the labels' rows look alike)."))
+            .section("Shortcut score γ over the rows", table(gamma, ["", *names.values()]),
+                     note("Percentiles of γ = 1 − a row's mean cosine to the rows of the other labels: a high γ "
+                          "sets the row apart by its surface features alone. scores/ holds each row's γ.")))
+    if rewritten:
+        columns = {f"round {r['round']}": r for r in report["rounds"]}   # one column per round, a row per measure
+        measures = [("rows tried", "rows"), ("candidates", "candidates"), ("verified", "accepted"),
+                    ("replaced", "replaced"), ("generation errors", "generation_errors"),
+                    ("objective before", "objective_before"), ("objective after", "objective_after")]
+        rounds = [{"": name, **{c: r[key] for c, r in columns.items()}} for name, key in measures]
+        rounds += [{"": "median γ after", **{c: r["gamma"]["median"] for c, r in columns.items()}},
+                   {"": "outcome", **{c: "kept" if r["kept"] else "undone" for c, r in columns.items()}}]
+        examples = [{"round": r["round"], "label": e["label"], "before": e["before"], "after": e["after"],
+                     "γ": (e["gamma_before"], e["gamma_after"])} for r in report["rounds"] for e in r["examples"][:5]]
+        as_text = lambda v: v if isinstance(v, str) else fmt.value(v)  # noqa: E731
+        page.section("Rounds", table(rounds, ["", *columns], {c: as_text for c in columns}),
+                     note("A round whose objective does not increase is undone and ends the loop."))
+        page.section("Before / after examples (five per round)", table(
+            examples, formats={"γ": lambda g: f"{fmt.number(g[0])} → {fmt.number(g[1])}"}))
+        page.section("Top features before", top_features(report["top_features_before"]))
+        page.section("Top features after", top_features(report["top_features_after"]))
+    return page.section("Configuration", config_table(report["config"])).html()
 
 
 class RazorStage(Stage):
@@ -398,7 +433,7 @@ class RazorStage(Stage):
     def run(self, source: StageInput, out: str) -> StageResult:
         table, rejects = source.load()
         r = run(table, out, self.config, source.engine, input_rejects=rejects,
-                storage_options=source.opts.storage_options)
+                storage_options=source.opts.storage_options, inputs=source.paths)
         done = f", {r['replaced_rows']:,} rows rewritten, objective -> {r['objective_after']:.4g}" \
             if not self.config.score_only else ""
         lines = (f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.6g}, "

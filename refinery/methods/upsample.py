@@ -30,8 +30,10 @@ from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir
-from refinery.pipeline.report import dict_table, page, zplot_svg
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report.page import Report, config_table, corpus_name, fields, figure, note, table
 
 
 @dataclass
@@ -257,24 +259,67 @@ def _write(con, out, added, trace, report, config, labels, before, after, reject
         pq.write_table(pa.Table.from_pylist(trace) if trace else pa.table({"iteration": pa.array([], pa.int64())}),
                        sink)
         d.write_bytes("trace.parquet", sink.getvalue().to_pybytes())
-        d.write_text("report.html", page("refinery upsample (AUDAC)", [
-            ("Summary", dict_table({k: report[k] for k in ("rows_before", "rows_added", "rows_after", "growth",
-                                                          "iterations_run", "max_p_after")})),
-            ("Token z-statistics before", zplot_svg(_as_zstats(before, labels, config.min_count), 6,
-                                                      "tokens before")),
-            ("Token z-statistics after", zplot_svg(_as_zstats(after, labels, config.min_count), 6,
-                                                     "tokens after")),
-            ("p̂(l|s) before", dict_table(report["p_hat_before"])),
-            ("p̂(l|s) after", dict_table(report["p_hat_after"])),
-            ("Uncorrectable tokens", dict_table({u["token"]: u["counts"] for u in report["uncorrectable"]})),
-            (f"Top {config.k} tokens by z* left out (band {report['band'][0]:,}–{report['band'][1]:,} rows"
-             + (f"; --band {report['band_hint']} would reach those outside it)" if report["band_hint"] else ")"),
-             dict_table({e["token"]: {k: e[k] for k in ("label", "z", "n", "reason")} for e in report["left_out"]})),
-            ("Trace", dict_table({f"{t['iteration']}:{t['token']}": {k: v for k, v in t.items()
-                                                                     if k.startswith("drawn") or k == "deficit_before"}
-                                  for t in trace})),
-        ]))
+        d.write_text("report.html", _html(report, trace, config, labels, before, after, storage_options))
         d.commit()
+
+
+SHOWN = 20   # uncorrectable tokens listed in the HTML report (report.json has them all)
+
+
+def _html(report: dict, trace: list, config: UpsampleConfig, labels: list, before: pa.Table, after: pa.Table,
+          storage_options: dict | None = None) -> str:
+    corpus = corpus_name(report["inputs"], storage_options)
+    lo, hi = report["band"]
+    selected = {c["token"]: c for c in report["selected"]}
+    pb, pa_ = report["p_hat_before"], report["p_hat_after"]
+    change = lambda pair: f"{fmt.number(pair[0])} → {fmt.number(pair[1])}"  # noqa: E731
+    p_rows = [{"token": t, "rows with it": selected[t]["n"], "z* before": selected[t]["z"],
+               **{l: (pb[t][l], pa_[t][l]) for l in labels},
+               "largest p̂": (max(pb[t].values()), report["max_p_after"][t])} for t in report["tokens"]]
+    uncorrectable = [{"token": u["token"], "rows with it": u["n"], "z*": u["z"],
+                      **{f"rows labelled {l}": u["counts"].get(l, 0) for l in labels}} for u in report["uncorrectable"]]
+    left = [{"token": e["token"], "label": e["label"], "z*": e["z"], "rows with it": e["n"],
+             "why left out": e["reason"]} for e in report["left_out"]]
+    iterations = sorted({t["iteration"] for t in trace})
+    drawn = {}
+    for t in trace:
+        drawn.setdefault(t["token"], {"token": t["token"]})[str(t["iteration"])] = t["drawn"]
+    for row in drawn.values():
+        row["total"] = sum(row[str(i)] for i in iterations if str(i) in row)
+    plot = lambda stats, what: figures.zplot(_as_zstats(stats, labels, config.min_count), 6,  # noqa: E731
+                                             f"{corpus}: tokens {what}" if corpus else f"tokens {what}")
+    page = (Report("AUDAC up-sampling: rows of biased tokens duplicated until their labels even out "
+                   "(arXiv 2401.13907)", corpus, report["inputs"])
+            .section("Rows", fields({
+                "rows before": report["rows_before"], "up-sampled copies added": report["rows_added"],
+                "growth": report["growth"], "rows after": report["rows_after"], "input rejects": report["rejected"],
+                f"tokens corrected (k = {config.k:,})": len(report["tokens"]),
+                f"iterations run (at most {config.iterations:,})": report["iterations_run"],
+                "count band": f"tokens in {lo:,} to {hi:,} rows"}, {"growth": fmt.percent}))
+            .section("p̂(label | token) of the corrected tokens, before → after", table(
+                p_rows, formats={"z* before": fmt.z, **{l: change for l in labels}, "largest p̂": change}),
+                note(f"The share of each label among the rows with the token, before up-sampling → after. AUDAC "
+                     f"draws copies of those rows until every label's share nears 1/{len(labels)} = "
+                     f"{fmt.number(1 / len(labels))}, or for {config.iterations:,} iterations at most."))
+            .section("Token z-statistics before", figure(plot(before, "before")))
+            .section("Token z-statistics after", figure(plot(after, "after"), (
+                "The same statistics after up-sampling: the corrected tokens (the table above) fall towards the "
+                "prior; tokens left out or uncorrectable stay where they were.")))
+            .section("Uncorrectable tokens", table(uncorrectable[:SHOWN], formats={"z*": fmt.z}),
+                     note("A label never occurs with these tokens: duplicating rows cannot even their labels out, "
+                          "so the next token was taken."
+                          + (f" The first {SHOWN} of {len(uncorrectable):,}; report.json lists them all."
+                             if len(uncorrectable) > SHOWN else "")))
+            .section(f"Top {config.k} tokens by z* left out", table(left, formats={"z*": fmt.z}),
+                     note(f"Tokens are taken from the band of {lo:,} to {hi:,} rows"
+                          + (f"; --band-min {report['band_hint'].split(',')[0]} --band-max "
+                             f"{report['band_hint'].split(',')[1]} would take in those outside it."
+                             if report["band_hint"] else ".")))
+            .section("Copies drawn per token and iteration", table(
+                list(drawn.values()), ["token", *map(str, iterations), "total"]),
+                note("trace.parquet holds each draw's deficit and the copies of each label."))
+            .section("Configuration", config_table(report["config"])))
+    return page.html()
 
 
 class UpsampleStage(Stage):
