@@ -79,7 +79,7 @@ def measure_steps(run, spec, opts: ReadOptions, config: ReportConfig, names: tup
     steps, previous = [], None
     stages = [None, *spec.stages]
     for step, stage_spec in zip(run.stages, stages):
-        stage = stage_class(stage_spec.name) if stage_spec else None
+        stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
                  "peak_rss": step.peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
                  "balanced": step.result.balanced, "headline": step.result.headline,

@@ -645,12 +645,12 @@ def _thin(pitch: float, need: float) -> int:
 def heatmap(matrix, row_labels: list[str], col_labels: list[str], title: str = "", x_label: str = "",
             y_label: str = "", value_label: str = "") -> str:
     """A matrix as cells on a sequential (ColorBrewer Blues) scale with a colour bar outside, cropped of the
-    trailing rows and columns whose cells are all zero or NaN; cell values written where cells are ≥ 28 px
+    trailing rows and columns whose cells are all NaN (no data; a 0 is data); cell values written where cells are ≥ 28 px
     wide, row and column labels thinned so that none overlap."""
     m = np.array(matrix, dtype=float)
     if m.ndim != 2:
         m = m.reshape(len(row_labels), -1) if m.size else np.zeros((0, 0))
-    filled = np.isfinite(m) & (m != 0)
+    filled = np.isfinite(m)
     rows = int(np.flatnonzero(filled.any(axis=1))[-1] + 1) if filled.any() else 0
     cols = int(np.flatnonzero(filled.any(axis=0))[-1] + 1) if filled.any() else 0
     m = m[:rows, :cols]
@@ -667,7 +667,7 @@ def heatmap(matrix, row_labels: list[str], col_labels: list[str], title: str = "
     y = svg.title(title, 6)
     top = y + 22
     if not rows:
-        svg.text(svg.width / 2, top + 20, "no nonzero cell", 12, "middle", fill=MUTED)
+        svg.text(svg.width / 2, top + 20, "no data", 12, "middle", fill=MUTED)
         return svg.render(top + 40, title or "heatmap")
     finite = m[np.isfinite(m)]
     vmin, vmax = min(0.0, float(finite.min())), float(finite.max())
