@@ -292,12 +292,8 @@ class Result:
         """The report's own HTML (the body of ``report.html``) under a line with the accounting."""
         head = (f"<p><b>refinery {html.escape(self.stage)}</b>: {html.escape(self.accounting)}<br>"
                 f"<code>{html.escape(self.out)}</code></p>")
-        body = ""
-        if self.report_path and self._exists(self.report_file):
-            fs, path = get_fs(self.report_path, self._storage)
-            page = fs.cat_file(path).decode()
-            match = re.search(r"<body>(.*)</body>", page, re.S)
-            body = re.sub(r"<h1>.*?</h1>", "", match.group(1) if match else "", count=1, flags=re.S)
+        body = _report_body(self.report_path, self._storage) if self.report_path and self._exists(self.report_file) \
+            else ""
         return f'<div class="refinery-report">{head}{body}</div>'
 
     @property
@@ -599,6 +595,7 @@ class PipelineResult:
 
     def __init__(self, done: PipelineRun, source: Source, spec: PipelineSpec, run: Run):
         self.out, self._run, self._source = done.out, run, source
+        self._storage = dict(spec.input.storage_options)
         self.stages: dict[str, Result] = {}
         for step, stage_spec in zip(done.stages[1:], spec.stages):
             self.stages[step.folder] = _result(stage_spec.name, step, source, spec.input,
@@ -623,9 +620,25 @@ class PipelineResult:
     def __repr__(self) -> str:
         return f"<refinery pipeline: {len(self.stages)} stage(s); {self.out}>"
 
+    @property
+    def receipt(self) -> dict:
+        """The pipeline report as data (``pipeline/receipt.json``): each step's rows, labels, max z* and the
+        input's top features' z*."""
+        fs, path = get_fs(join(self.out, "pipeline", "receipt.json"), self._storage)
+        return json.loads(fs.cat_file(path))
+
     def _repr_html_(self) -> str:
         rows = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
-        return f"<div><b>refinery pipeline</b> <code>{html.escape(self.out)}</code><ul>{rows}</ul></div>"
+        body = _report_body(join(self.out, "pipeline", "report.html"), self._storage)
+        return (f'<div class="refinery-report"><b>refinery pipeline</b> <code>{html.escape(self.out)}</code>'
+                f"<ul>{rows}</ul>{body}</div>")
+
+
+def _report_body(report: str, storage_options: dict) -> str:
+    """A report page's body without its title: what a notebook shows under a result's own line."""
+    fs, path = get_fs(report, storage_options)
+    match = re.search(r"<body>(.*)</body>", fs.cat_file(path).decode(), re.S)
+    return re.sub(r"<h1>.*?</h1>", "", match.group(1) if match else "", count=1, flags=re.S)
 
 
 def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) -> CompareResult:

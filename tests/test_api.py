@@ -88,7 +88,7 @@ def test_a_result_shows_one_line_and_its_report_inline(dev):
     page = audit._repr_html_()
     assert "<svg" in page and "sleeping@hypothesis" in page and "<html" not in page
     zf = rf.zfilter(dev, preset="snli", k=20)
-    assert zf._repr_html_().count("<svg") == 2 and "z-statistics of the kept corpus" in zf._repr_html_()
+    assert zf._repr_html_().count("<svg") == 2 and "z-statistics of the kept rows" in zf._repr_html_()
 
 
 def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_path):
@@ -129,6 +129,9 @@ def test_a_pipeline_over_a_dataframe(dev):
     assert list(done.stages) == ["01-audit", "02-zfilter"]
     assert done["zfilter"].data["id"].tolist() == rf.zfilter(dev, preset="snli", k=20).data["id"].tolist()
     assert isinstance(done.data, pd.DataFrame) and done["audit"].top(1)["feature"].tolist()
+    steps = {s["step"]: s for s in done.receipt["steps"]}                 # the pipeline report, as data
+    assert steps["02-zfilter"]["rows"] == len(done.data) and "<svg" in done._repr_html_()
+    assert max(steps["02-zfilter"]["audit"]["max_z"].values()) < max(steps["00-input"]["audit"]["max_z"].values())
 
 
 def test_keywords_are_the_config_and_validate_as_everywhere(dev):
