@@ -14,7 +14,7 @@ PIP         := $(PY) -m pip install --quiet --disable-pip-version-check $(if $(C
 VLLM_VENV   ?= .venv-vllm
 VLLM_STAMP  := $(if $(VLLM_VENV),$(VLLM_VENV)/.installed)
 
-.PHONY: setup demo test bench clean
+.PHONY: setup browser demo test bench clean
 
 setup: $(STAMP)
 
@@ -34,10 +34,25 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
+# Headless Chromium for the browser checks of the reports (tests/test_browser.py). Best effort: installed with
+# apt-get when running as root, else (or when that fails) those tests are skipped; never fails the build.
+browser:
+	-@if [ -n "$$REFINERY_CHROMIUM" ] || command -v chromium >/dev/null 2>&1 || command -v chromium-browser \
+		>/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1 || command -v google-chrome-stable \
+		>/dev/null 2>&1 || command -v chrome >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (apt-get) for the browser checks of the reports"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		     --no-install-recommends chromium >/dev/null; } \
+		|| echo "could not install chromium: the browser tests of the reports will be skipped"; \
+	else echo "chromium is not installed (apt-get install chromium, or set REFINERY_CHROMIUM):" \
+		"the browser tests of the reports will be skipped"; fi
+
 demo: $(STAMP)
 	DATA=$(abspath $(DATA)) $(VENV)/bin/refinery run examples/snli.yaml --out $(DEMO_OUT) --engine ray
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) browser
 	REFINERY_VLLM_PYTHON=$(if $(VLLM_VENV),$(abspath $(VLLM_VENV))/bin/python,$(abspath $(PY))) \
 		$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
