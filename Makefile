@@ -49,8 +49,8 @@ browser:
 	else echo "chromium is not installed (apt-get install chromium, or set REFINERY_CHROMIUM):" \
 		"the browser tests of the reports will be skipped"; fi
 
-demo: $(STAMP)
-	DATA=$(abspath $(DATA)) $(VENV)/bin/refinery run examples/snli.yaml --out $(DEMO_OUT) --engine ray
+demo: $(STAMP) browser
+	DATA=$(abspath $(DATA)) $(VENV)/bin/refinery run examples/snli.yaml --out $(DEMO_OUT) --engine ray --screenshots
 
 test: $(STAMP) $(VLLM_STAMP) browser
 	REFINERY_VLLM_PYTHON=$(if $(VLLM_VENV),$(abspath $(VLLM_VENV))/bin/python,$(abspath $(PY))) \

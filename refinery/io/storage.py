@@ -339,6 +339,8 @@ class AtomicDir:
 
     def write_bytes(self, name: str, data: bytes) -> None:
         target = self.file(name)
+        if self.local and "/" in name:
+            self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
         with on_store(f"{self.out}/{name}", "writing"), self.fs.open(target, "wb") as fh:
             fh.write(data)
 

@@ -26,7 +26,7 @@ from refinery.io.readers import ReadOptions
 from refinery.pipeline.config import ReportConfig
 from refinery.io.storage import AtomicDir, get_fs, is_local, join
 from refinery.pipeline.stage import Output, StageInput, stage_class
-from refinery.report import figures
+from refinery.report import browser, figures
 from refinery.report import format as fmt
 from refinery.report.page import Report, code, corpus_name, figure, link, note, table
 
@@ -216,8 +216,6 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
 
 def _screenshots(out: str, d: AtomicDir, storage_options: dict, echo) -> None:
     """PNGs of every report of the run (and of the pipeline report being written) into ``screenshots/``."""
-    from refinery.report import browser
-
     if browser.find_chromium() is None:
         echo("   screenshots: chromium is not installed; none taken")
         return
@@ -226,5 +224,7 @@ def _screenshots(out: str, d: AtomicDir, storage_options: dict, echo) -> None:
         echo("   screenshots: only for a local output folder; none taken")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        for png in browser.screenshot_reports(Path(root), Path(tmp)):
+        pngs = browser.screenshot_reports(Path(root), Path(tmp))
+        for png in pngs:
             d.write_bytes(f"screenshots/{png.name}", png.read_bytes())
+    echo(f"   screenshots: {len(pngs)} reports in {join(out, 'pipeline', 'screenshots')}")
