@@ -71,14 +71,14 @@ def _z_of(st, feature: str, label: str) -> float | None:
     return round(float(st.z[i, st.labels.index(label)]), 4)
 
 
-def measure_steps(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> list[dict]:
-    """One entry per step: its accounting, what it passed on, and (``audit_steps``) the audit of that corpus
-    (``names``: the input preset's field names and single-text flag, as the stages get them)."""
+def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> tuple[dict, object]:
+    """Everything the report shows, exact (``receipt.json``): per step its accounting, what it passed on and
+    (``audit_steps``) the audit of that corpus, with the z* of the input's ``top_features`` per label; and the
+    statistics of the last corpus audited (``names``: the input preset's field names and single-text flag)."""
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     audit_config = _audit_config(spec)
-    steps, previous = [], None
-    stages = [None, *spec.stages]
-    for step, stage_spec in zip(run.stages, stages):
+    steps, previous, tracked, last = [], None, None, None
+    for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
                  "peak_rss": step.peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
@@ -89,12 +89,18 @@ def measure_steps(run, spec, opts: ReadOptions, config: ReportConfig, names: tup
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
         if config.audit_steps and step.passes_on != previous:
             echo(f"   report: auditing {posixpath.basename(step.passes_on.rstrip('/'))} of {step.folder}")
-            entry["audit"] = _measure(step.passes_on, corpus_opts, audit_config, names)
-            if previous is None:   # the input's prior decides every step's, so that their z* compare
-                audit_config = dataclasses.replace(audit_config, prior=entry["audit"]["prior_name"])
+            entry["audit"] = audited = _measure(step.passes_on, corpus_opts, audit_config, names)
+            last = audited.pop("_stats")
+            if tracked is None:   # the input's top features and prior, followed through every step
+                tracked = [(e["feature"], label) for label, entries in audited["top"].items()
+                           for e in entries[:config.top_features]]
+                audit_config = dataclasses.replace(audit_config, prior=audited["prior_name"])
+            audited["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}
+            audited["top"] = {l: v[:5] for l, v in audited["top"].items()}
         previous = step.passes_on
         steps.append(entry)
-    return steps
+    return {"out": run.out, "engine": run.engine, "steps": steps,
+            "tracked": [f"{f} → {l}" for f, l in tracked or ()], "report": dataclasses.asdict(config)}, last
 
 
 def _report_link(out: str, step, storage_options: dict) -> str | None:
@@ -104,28 +110,6 @@ def _report_link(out: str, step, storage_options: dict) -> str | None:
     fs, root = get_fs(out, storage_options)
     path = join(root, step.folder, step.result.report_file)
     return f"../{step.folder}/{step.result.report_file}" if fs.exists(path) else None
-
-
-def tracked_features(steps: list[dict], top: int) -> list[tuple[str, str]]:
-    """(feature, label): the input's ``top`` features per label, biggest z* first."""
-    first = next((s["audit"] for s in steps if "audit" in s), None)
-    if first is None:
-        return []
-    return [(e["feature"], label) for label, entries in first["top"].items() for e in entries[:top]]
-
-
-def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> tuple[dict, object]:
-    """Everything the report shows, exact (``receipt.json``), and the statistics of the last corpus audited."""
-    steps = measure_steps(run, spec, opts, config, names, echo)
-    tracked = tracked_features(steps, config.top_features)
-    last = None
-    for s in steps:
-        if "audit" in s:
-            last = s["audit"].pop("_stats")
-            s["audit"]["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}
-            s["audit"]["top"] = {l: v[:5] for l, v in s["audit"]["top"].items()}
-    return {"out": run.out, "engine": run.engine, "steps": steps, "tracked": [f"{f} → {l}" for f, l in tracked],
-            "report": dataclasses.asdict(config)}, last
 
 
 # ---------------------------------------------------------------- the page
