@@ -1,8 +1,8 @@
 """refinery: audit and debias labeled text corpora (z-filtering, AUDAC, leakage-neutral weights, RAZOR, IBADR).
 
 ``import refinery as rf`` gives the Python API (``refinery.api``): ``rf.audit(data, k=20)``, ``rf.zfilter``,
-``rf.confidence``, ``rf.upsample``, ``rf.leakage``, ``rf.weights``, ``rf.generate``, ``rf.razor``, ``rf.ibadr``,
-``rf.compare``, ``rf.read`` and ``rf.pipeline``. They are imported on first use, so ``import refinery`` (and the
+``rf.compose``, ``rf.confidence``, ``rf.upsample``, ``rf.leakage``, ``rf.weights``, ``rf.generate``, ``rf.razor``,
+``rf.ibadr``, ``rf.compare``, ``rf.read`` and ``rf.run`` (a pipeline). They are imported on first use, so ``import refinery`` (and the
 CLI's start) stays light.
 """
 from importlib import import_module

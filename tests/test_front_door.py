@@ -117,7 +117,7 @@ class ShortTextConfig:
 
 
 def short_text_stage():
-    """The README's 'Writing a new stage', as a user would write it in their own module."""
+    """docs/extending.md's new stage, as a user would write it in their own module."""
     from refinery.pipeline.filter import FilterStage
 
     class ShortText(FilterStage):

@@ -7,7 +7,7 @@ added rows carry other tokens too. Stop when every D[s] is ~0 or after N iterati
 A token that some label never co-occurs with cannot be made uniform by duplication: it is
 reported as uncorrectable and the next token is taken. The report also names the top-k tokens by
 z* over every token (stopwords and the band aside) that S leaves out, with the option that would
-take each in (``--keep-stopwords``, or a ``--band`` that reaches its n).
+take each in (``--no-remove-stopwords``, or a ``--band`` that reaches its n).
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def left_out(every_token: pa.Table, chosen: list, config: UpsampleConfig, rows: 
         if e["token"] in taken:
             continue
         if config.remove_stopwords and e["token"] in STOPWORD_LIST:
-            reason = "a stopword (kept with --keep-stopwords)"
+            reason = "a stopword (kept with --no-remove-stopwords)"
         elif not lo <= e["n"] <= hi:
             reason = f"n outside the band {lo:,}–{hi:,}"
             outside.append(e["n"])

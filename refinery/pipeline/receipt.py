@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import posixpath
 import tempfile
 from pathlib import Path
 
@@ -88,7 +87,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
         if is_corpus(step.passes_on, opts.storage_options):
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
         if config.audit_steps and step.passes_on != previous:
-            echo(f"   report: auditing {posixpath.basename(step.passes_on.rstrip('/'))} of {step.folder}")
+            echo(f"   report: auditing the rows {step.folder} passes on")
             entry["audit"] = audited = _measure(step.passes_on, corpus_opts, audit_config, names)
             last = audited.pop("_stats")
             if tracked is None:   # the input's top features and prior, followed through every step
