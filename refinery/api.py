@@ -39,6 +39,7 @@ from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor
 from refinery.pipeline.fields import Leaf, leaves
 from refinery.pipeline.runner import PipelineRun, StageRun, ingest, run_pipeline, run_stage, stage_input
 from refinery.pipeline.stage import Output, StageResult, conservation, stage_class, stage_names
+from refinery.report.page import scoped_style
 
 RUN_KEYS = ("out", "engine", "mode")
 CANONICAL = ("text_a", "label")   # the columns that make a table readable without a preset or map
@@ -638,7 +639,8 @@ def _report_body(report: str, storage_options: dict) -> str:
     """A report page's body without its title: what a notebook shows under a result's own line."""
     fs, path = get_fs(report, storage_options)
     match = re.search(r"<body>(.*)</body>", fs.cat_file(path).decode(), re.S)
-    return re.sub(r"<h1>.*?</h1>", "", match.group(1) if match else "", count=1, flags=re.S)
+    body = re.sub(r"<h1>.*?</h1>", "", match.group(1) if match else "", count=1, flags=re.S)
+    return f"<style>{scoped_style('.refinery-report')}</style>{body}"
 
 
 def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) -> CompareResult:

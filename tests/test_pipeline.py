@@ -111,7 +111,7 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     first = run_cli("run", EXAMPLE, "--out", local).stdout
     assert first.count("(ok)") == 5 and "MISMATCH" not in first
     assert "rows in 19,666 = 19,666 rows + 0 rejected (ok)" in first             # SNLI dev + test
-    run_cli("run", EXAMPLE, "--out", ray, "--engine", "ray")
+    run_cli("run", EXAMPLE, "--out", ray, "--engine", "ray", "--no-audit-steps")
     a, b = _tables(local), _tables(ray)
     for part in CORPUS_PARTS:
         assert a[part].equals(b[part]), part
@@ -124,13 +124,14 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     receipt = assert_receipt(local, ["00-input", "02-zfilter", "03-confidence", "04-weights"], "02-zfilter")
     zfiltered = {s["step"]: s for s in receipt["steps"]}["02-zfilter"]["audit"]
     assert max(zfiltered["max_z"].values()) < 6 < 17 < min(receipt["steps"][0]["audit"]["max_z"].values())
+    assert "made the shortcuts" not in (local / "pipeline" / "report.html").read_text()
 
-    again = run_cli("run", EXAMPLE, "--out", local).stdout                    # nothing changed: all skipped
+    again = run_cli("run", EXAMPLE, "--out", local, "--no-audit-steps").stdout  # nothing changed: all skipped
     assert again.count("unchanged, skipped") == 5
 
     changed = tmp_path / "changed.yaml"                                       # a new tau for the confidence stage
     changed.write_text(EXAMPLE.read_text().replace("tau: 0.2", "tau: 0.3"))
-    out = run_cli("run", changed, "--out", local, env={"DATA": str(DATA)}).stdout
+    out = run_cli("run", changed, "--out", local, "--no-audit-steps", env={"DATA": str(DATA)}).stdout
     assert [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("== ")] == \
         ["00-input", "01-audit", "02-zfilter", "03-confidence", "04-weights"]
     assert out.count("unchanged, skipped") == 3 and "== 03-confidence\n" in out and "== 04-weights\n" in out
@@ -205,6 +206,11 @@ def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):
     assert {"nobody@text → REFUTES", "sleeping@text → REFUTES"} <= set(receipt["tracked"])
     flow = {s["step"]: s for s in receipt["steps"]}["02-upsample"]
     assert flow["rows"] == 6000 + report["rows_added"]
+    html = (out / "pipeline" / "report.html").read_text()     # up-sampling raised NEI's top z*: the report says so
+    assert flow["audit"]["max_z"]["NOT ENOUGH INFO"] > receipt["steps"][0]["audit"]["max_z"]["NOT ENOUGH INFO"] + 0.5
+    assert re.search(r'<p class="bad">The pipeline made the shortcuts of \d label\(s\) stronger: [^<]*NOT ENOUGH INFO',
+                     html)
+    assert any(e["label"] == "NOT ENOUGH INFO" for e in receipt["final_top"])
 
 
 def test_leakage_stage_scores_the_pipelines_named_splits(tmp_path):

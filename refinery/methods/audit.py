@@ -235,6 +235,10 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     counter, rejected = count(inputs, mapping, opts, config, probe=not recount)
     if base is not None:
         counter = base.merge(counter)
+    present = [label for label, n in counter.label_totals.items() if n]
+    if len(present) == 1:
+        raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read ({rejected:,} rejected): "
+                         "z-statistics compare labels; check --preset or --map, and the rejects' reasons")
     recounted = count(inputs, mapping, opts, config, only=counter.candidates())[0] if recount else None
     return finish(counter, config, rejected, recounted)
 

@@ -14,13 +14,15 @@ Writes ``OUT/pipeline/``: ``pipeline.yaml`` (the resolved file), ``run.json`` (e
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
+import os
 import tempfile
 from pathlib import Path
 
 import pyarrow.compute as pc
 
-from refinery.io.corpus import Corpus, is_corpus
+from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.readers import ReadOptions
 from refinery.pipeline.config import ReportConfig
 from refinery.io.storage import AtomicDir, get_fs, is_local, join
@@ -76,7 +78,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
     statistics of the last corpus audited (``names``: the input preset's field names and single-text flag)."""
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     audit_config = _audit_config(spec)
-    steps, previous, tracked, last = [], None, None, None
+    steps, previous, tracked, first, last = [], None, None, None, None
     for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
@@ -88,9 +90,16 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
         if config.audit_steps and step.passes_on != previous:
             echo(f"   report: auditing the rows {step.folder} passes on")
-            entry["audit"] = audited = _measure(step.passes_on, corpus_opts, audit_config, names)
+            try:
+                entry["audit"] = audited = _measure(step.passes_on, corpus_opts, audit_config, names)
+            except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
+                entry["audit_skipped"] = str(e)
+                previous = step.passes_on
+                steps.append(entry)
+                continue
             last = audited.pop("_stats")
             if tracked is None:   # the input's top features and prior, followed through every step
+                first = last
                 tracked = [(e["feature"], label) for label, entries in audited["top"].items()
                            for e in entries[:config.top_features]]
                 audit_config = dataclasses.replace(audit_config, prior=audited["prior_name"])
@@ -98,8 +107,12 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             audited["top"] = {l: v[:5] for l, v in audited["top"].items()}
         previous = step.passes_on
         steps.append(entry)
-    return {"out": run.out, "engine": run.engine, "steps": steps,
-            "tracked": [f"{f} → {l}" for f, l in tracked or ()], "report": dataclasses.asdict(config)}, last
+    final = next((s["audit"]["top"] for s in reversed(steps) if "audit" in s), {})
+    final_top = [{"label": label, "feature": e["feature"], "z* of the input": _z_of(first, e["feature"], label),
+                  "z* after": e["z"], "n after": e["n"]}
+                 for label, entries in final.items() for e in entries[:config.top_features]]
+    return {"out": run.out, "engine": run.engine, "steps": steps, "tracked": [f"{f} → {l}" for f, l in tracked or ()],
+            "final_top": final_top, "report": dataclasses.asdict(config)}, last
 
 
 def _report_link(out: str, step, storage_options: dict) -> str | None:
@@ -128,7 +141,9 @@ def _flow_steps(steps: list[dict]) -> list[dict]:
 
 def _step_rows(steps: list[dict]) -> list[dict]:
     return [{"step": s["step"] + (" (reused)" if s["status"] == "skipped" else ""),
-             "what it did": s["headline"] or s["change"], "rows passed on": s.get("rows"),
+             "what it did": (s["headline"] or s["change"])
+             + (f" (not audited for this report: {s['audit_skipped']})" if "audit_skipped" in s else ""),
+             "rows passed on": s.get("rows"),
              "time": s["seconds"], "peak memory": s["peak_rss"]} for s in steps]
 
 
@@ -143,14 +158,16 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
     page = Report("Pipeline report: what each stage did to the rows and the shortcuts", corpus, inputs)
     if len(audited) >= 2:
         first, last = audited[0]["audit"], audited[-1]["audit"]
-        page.section("Before and after", table([
+        page.section("Before and after", _worse(first, last), table([
             {"label": l, "rows before": first["labels"].get(l), "rows after": last["labels"].get(l),
              "max z* before": first["max_z"].get(l), "max z* after": last["max_z"].get(l),
-             "significant features before": first["significant"].get(l),
-             "significant features after": last["significant"].get(l)} for l in first["labels"]],
+             "significant before": first["significant"].get(l),
+             "significant after": last["significant"].get(l)} for l in first["labels"]],
             formats={"max z* before": fmt.z, "max z* after": fmt.z}),
-            note(f"z* > {fmt.z(last['threshold'])} is significant (Bonferroni, α = "
-                 f"{_audit_alpha(spec):g}); prior p0: {first['prior']}, the same at every step."))
+            note(f"Significant: the features whose z* is above the Bonferroni threshold (α = {_audit_alpha(spec):g}), "
+                 f"{fmt.z(first['threshold'])} for the input and {fmt.z(last['threshold'])} after "
+                 f"{audited[-1]['step']} (it depends on how many features are counted). Prior p0: "
+                 f"{first['prior']}, the same at every step."))
     if data["tracked"] and audited:
         series = {name: [s["audit"]["tracked"][name] for s in audited] for name in data["tracked"]}
         page.section("The input's top features, stage by stage", figure(
@@ -168,12 +185,28 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
                  note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray). "
                       "A reused stage was unchanged since an earlier run, whose time and memory are shown."))
     page.section("Stage reports", _links(steps))
+    if data["final_top"] and len(audited) >= 2:
+        page.section(f"The top features after {audited[-1]['step']}", table(
+            data["final_top"], formats={"z* of the input": fmt.z, "z* after": fmt.z}),
+            note("The corpus the pipeline made, ranked again: a feature the input's ranking did not lead with can "
+                 "lead now (— : in fewer rows than min_count at the input)."))
     if final_stats is not None:
         last = audited[-1]["step"]
         page.section(f"z-statistics of the corpus the pipeline made ({last})",
                      figure(figures.zplot(final_stats, 6, f"{corpus}: after {last}")))
     page.section("Pipeline", code(spec.to_yaml()))
     return page.html()
+
+
+def _worse(first: dict, last: dict) -> str:
+    """A warning where the pipeline left a label with more significant features or a higher max z*."""
+    worse = [f"{label}: {first['significant'].get(label, 0):,} → {last['significant'].get(label, 0):,} significant "
+             f"features, max z* {fmt.z(first['max_z'].get(label))} → {fmt.z(last['max_z'].get(label))}"
+             for label in first["labels"]
+             if last["significant"].get(label, 0) > first["significant"].get(label, 0)
+             or (last["max_z"].get(label) or 0) > (first["max_z"].get(label) or 0) + 0.5]
+    return (f'<p class="bad">The pipeline made the shortcuts of {len(worse)} label(s) stronger: '
+            f'{html.escape("; ".join(worse))}. See the top features after the last stage below.</p>' if worse else "")
 
 
 def _audit_alpha(spec) -> float:
@@ -200,7 +233,10 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
 def _screenshots(out: str, d: AtomicDir, storage_options: dict, echo) -> None:
     """PNGs of every report of the run (and of the pipeline report being written) into ``screenshots/``."""
     if browser.find_chromium() is None:
-        echo("   screenshots: chromium is not installed; none taken")
+        given = os.environ.get("REFINERY_CHROMIUM")
+        echo(f"   screenshots: none taken: REFINERY_CHROMIUM={given} is not a browser" if given else
+             "   screenshots: none taken: chromium is not installed (apt-get install chromium, or set "
+             "REFINERY_CHROMIUM to a Chromium or Chrome)")
         return
     fs, root = get_fs(out, storage_options)
     if not is_local(fs):

@@ -371,7 +371,7 @@ def zplot(stats: ZStats, k: int = 8, title: str = "", max_points: int = 6000) ->
     svg = _Svg(W)
     y = svg.title(title, 6)
     finite = math.isfinite(stats.threshold)
-    legend = [("dot", BLUE, f"feature in ≥ {stats.min_count:,} rows"), ("marker", ORANGE, f"top {k} features"),
+    legend = [("dot", BLUE, f"feature in ≥ {stats.min_count:,} rows"), ("marker", ORANGE, f"top {k} features" + (" (5 named)" if k > 5 else "")),
               ("dash", MUTED, "prior p0")]
     legend.append(("line", RED, f"Bonferroni α={stats.alpha:g} (z* > {stats.threshold:.2f})") if finite
                   else ("none", "", "no significance threshold"))
@@ -711,7 +711,9 @@ def heatmap(matrix, row_labels: list[str], col_labels: list[str], title: str = "
             svg.text(cx, cy, _fit(col_labels[j], long_w, fs), fs, "end", rotate=(-90, cx, cy))
         below = base + 12 + long_w
     if x_label:
-        svg.text(x0 + cols * cell / 2, below + 14, _fit(x_label, max(cols * cell, 200), 11), 11, "middle", fill=MUTED)
+        label = _fit(x_label, max(cols * cell, 200), 11)
+        half = text_width(label, 11) / 2 + 2   # centred under the cells, moved in where it would leave the figure
+        svg.text(min(max(x0 + cols * cell / 2, half), svg.width - half), below + 14, label, 11, "middle", fill=MUTED)
         below += 20
     if y_label:
         svg.text(14, top + rows * cell / 2, _fit(y_label, max(rows * cell, 120), 11), 11, "middle", fill=MUTED,

@@ -40,7 +40,7 @@ def number(x, digits: int = 3) -> str:
 
 def z(x) -> str:
     """z* with two decimals: "16.48"; the Bonferroni threshold reads the same way."""
-    return MISSING if x is None else f"{float(x):.2f}"
+    return MISSING if x is None or not math.isfinite(float(x)) else f"{float(x):.2f}"
 
 
 def percent(share, decimals: int = 1) -> str:

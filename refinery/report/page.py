@@ -5,10 +5,12 @@ formatted by ``report.format``, dicts as tables); each report's JSON keeps the e
 from __future__ import annotations
 
 import datetime
+import hashlib
 import html
 import os
 import platform
 import posixpath
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -27,6 +29,13 @@ font-variant-numeric:tabular-nums;white-space:nowrap}table table{margin:0}figure
 figcaption{font-size:13px;color:#555}svg{max-width:100%;height:auto}.bad{color:#b00020;font-weight:600}
 @media print{body{max-width:none;padding:0}nav{display:none}h2{break-after:avoid}figure,table{break-inside:avoid}}
 """
+
+
+def scoped_style(scope: str) -> str:
+    """The reports' CSS for a report shown inside another page (a notebook): every rule under ``scope``."""
+    rules = re.sub(r"@media print\{.*\}\s*$", "", _STYLE.strip(), flags=re.S)
+    return "".join(",".join(f"{scope} {sel.strip()}" if sel.strip() != "body" else scope for sel in head.split(","))
+                   + "{" + body + "}" for head, body in re.findall(r"([^{}]+)\{([^{}]*)\}", rules))
 
 
 @lru_cache(1)
@@ -184,7 +193,8 @@ class Report:
         return "<header>" + "".join(lines) + "</header>"
 
     def html(self) -> str:
-        anchors = [f"s{i}" for i in range(len(self.sections))]
+        key = hashlib.sha1(f"{self.title}\n{self.corpus}".encode()).hexdigest()[:6]   # ids apart from other reports'
+        anchors = [f"r{key}-{i}" for i in range(len(self.sections))]
         nav = "<nav>" + "".join(f'<a href="#{a}">{html.escape(h)}</a>'
                                 for a, (h, _) in zip(anchors, self.sections)) + "</nav>" if len(self.sections) > 2 else ""
         body = "".join(f'<section id="{a}"><h2>{html.escape(h)}</h2>{content}</section>'
@@ -207,7 +217,8 @@ def top_features(topk: dict) -> str:
 def per_label(label_prior: dict, formats: dict | None = None, **columns: dict) -> str:
     """One row per label: its rows' share, the prior p0, z*(null, l) (the ``null`` feature, in every row: a
     baseline, not a bias) and any further ``{column: {label: value}}``."""
-    rows = [{"label": label, "share of rows": v["share"], "prior p0": v["p0"], "z*(null)": v["z"],
+    rows = [{"label": label, "share of rows": v["share"], "prior p0": v["p0"],
+             "z*(null)": None if abs(v["share"] - v["p0"]) < 1e-9 else v["z"],   # p0 is the label's share
              **{name: col.get(label) for name, col in columns.items()}} for label, v in label_prior.items()]
     return table(rows, formats={"share of rows": fmt.percent, "prior p0": fmt.number, "z*(null)": fmt.z,
                                 **(formats or {})})
