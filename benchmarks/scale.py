@@ -1,0 +1,106 @@
+"""Every stage at scale: each verb with its CLI defaults on N synthetic pairs, each a whole process.
+
+Per stage it prints the wall time, the process's peak resident memory (``wait4``'s ru_maxrss: the process
+itself, not Ray's workers), rows per second and the ratio to the audit's time in the same run. Then the
+SNLI example's shape (audit → zfilter → confidence → upsample → weights) as one pipeline on the Ray engine,
+with the driver's peak memory (the pipeline's own per-stage figures, from ``OUT/pipeline/run.json``).
+
+    .venv/bin/python benchmarks/scale.py --rows 1000000 [--test-rows 100000] [--skip confidence,razor]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_line  # noqa: E402 (benchmarks/machine.py)
+
+REFINERY = os.path.join(os.path.dirname(sys.executable), "refinery")
+
+
+def run(args: list, log: str) -> tuple[float, int]:
+    """(wall seconds, peak RSS in bytes) of one ``refinery`` process; its output goes to ``log``."""
+    with open(log, "w") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen([REFINERY, *map(str, args)], stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"refinery {' '.join(map(str, args[:2]))} failed; see {log}")
+    return seconds, usage.ru_maxrss * 1024
+
+
+def stages(root: str, train: str, test: str) -> dict:
+    """Each verb as a user runs it, with its defaults (the confidence model and folds must be given)."""
+    splits = ["--input", f"train={train}", "--input", f"test={test}"]
+    return {
+        "audit": ["audit", train, "--out", f"{root}/audit"],
+        "zfilter": ["zfilter", train, "--out", f"{root}/zfilter"],
+        "confidence": ["confidence", train, "--model", "ngram", "--folds", 5, "--out", f"{root}/confidence"],
+        "upsample": ["upsample", train, "--out", f"{root}/upsample"],
+        "leakage": ["leakage", *splits, "--out", f"{root}/leakage"],
+        "weights": ["weights", *splits, "--folds", 5, "--out", f"{root}/weights"],
+        "razor --score-only": ["razor", train, "--score-only", "--out", f"{root}/razor"],
+        "audit --engine ray": ["audit", train, "--engine", "ray", "--out", f"{root}/audit-ray"],
+    }
+
+
+def pipeline(root: str, train: str, test: str) -> str:
+    path = f"{root}/pipeline.yaml"
+    with open(path, "w") as fh:
+        yaml.safe_dump({"input": {"splits": {"train": train, "test": test}}, "engine": "ray", "stages": [
+            {"audit": {}}, {"zfilter": {}}, {"confidence": {"model": "ngram", "folds": 5}}, {"upsample": {}},
+            {"weights": {"folds": 5}}]}, fh)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--test-rows", type=int, default=None, help="Rows of the test split (default: rows / 10).")
+    parser.add_argument("--premise-pool", type=int, default=None, help="Default: rows / 20.")
+    parser.add_argument("--skip", default="", help="Comma-separated stages not to run (e.g. confidence,pipeline).")
+    parser.add_argument("--keep", help="Folder to keep the outputs in (default: a temporary folder).")
+    args = parser.parse_args()
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    test_rows = args.test_rows or max(args.rows // 10, 1000)
+    pool = args.premise_pool or max(args.rows // 20, 100)
+    root = args.keep or tempfile.mkdtemp(prefix="refinery-scale-")
+    os.makedirs(root, exist_ok=True)
+    print(f"{machine_line()}; {args.rows:,} synthetic pairs (premise pool {pool:,}), test split {test_rows:,}; "
+          f"outputs in {root}", flush=True)
+    train, test = f"{root}/train", f"{root}/test"
+    run(["synth", "--rows", args.rows, "--premise-pool", pool, "--out", train], f"{root}/synth-train.log")
+    run(["synth", "--rows", test_rows, "--premise-pool", pool, "--split", "test", "--out", test],
+        f"{root}/synth-test.log")
+    print(f"\n| stage | time | peak RSS | rows/s | × audit |\n|---|---|---|---|---|", flush=True)
+    audit_seconds = None
+    for name, command in stages(root, train, test).items():
+        if name.split()[0] in skip or name in skip:
+            continue
+        seconds, peak = run(command, f"{root}/{command[0]}-{len(name)}.log")
+        audit_seconds = audit_seconds or (seconds if name == "audit" else None)
+        ratio = f"{seconds / audit_seconds:.1f}×" if audit_seconds else "—"
+        rows = args.rows + (test_rows if "--input" in command else 0)   # leakage and weights read both splits
+        print(f"| {name} | {seconds:,.1f} s | {peak / 1e9:.2f} GB | {rows / seconds:,.0f} | {ratio} |", flush=True)
+    if "pipeline" not in skip:
+        out = f"{root}/pipeline-out"
+        seconds, peak = run(["run", pipeline(root, train, test), "--out", out], f"{root}/pipeline.log")
+        with open(f"{out}/pipeline/run.json") as fh:
+            steps = json.load(fh)["stages"]
+        print(f"\npipeline on Ray (audit → zfilter → confidence → upsample → weights): {seconds:,.1f} s, "
+              f"driver peak RSS {peak / 1e9:.2f} GB", flush=True)
+        for step in steps:
+            print(f"  {step['folder']:<16} {step['rows_in']:>11,} rows in {step['seconds']:>8,.1f} s  "
+                  f"peak {(step['peak_rss'] or 0) / 1e9:.2f} GB")
+
+
+if __name__ == "__main__":
+    main()
