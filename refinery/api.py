@@ -113,7 +113,8 @@ def as_source(data, folder: str) -> Source:
             columns.update(dict.fromkeys(one.columns))
         return Source("hf" if kind == "hf_dict" else (kinds.pop() if len(kinds) == 1 else "arrow"), data,
                       splits=splits, columns=tuple(columns))
-    path = _write_parquet(data, kind, join(folder, "input", "data.parquet"))
+    named = f"{type(data).__module__.split('.')[0]}.{type(data).__name__}.parquet"   # "pandas.DataFrame.parquet":
+    path = _write_parquet(data, kind, join(folder, "input", named))                   # what reports name the corpus
     if not pq.read_metadata(path).num_rows:
         raise ValueError(f"the {type(data).__name__} has no rows")
     return Source(kind, data, paths=[path], columns=tuple(pq.read_schema(path).names))
