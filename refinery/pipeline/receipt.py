@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.readers import ReadOptions
-from refinery.pipeline.config import ReportConfig
 from refinery.io.storage import AtomicDir, get_fs, is_local, join
+from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser, figures
 from refinery.report import format as fmt
@@ -91,20 +91,19 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
         if config.audit_steps and step.passes_on != previous:
             echo(f"   report: auditing the rows {step.folder} passes on")
             try:
-                entry["audit"] = audited = _measure(step.passes_on, corpus_opts, audit_config, names)
+                audited = _measure(step.passes_on, corpus_opts, audit_config, names)
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
                 entry["audit_skipped"] = str(e)
-                previous = step.passes_on
-                steps.append(entry)
-                continue
-            last = audited.pop("_stats")
-            if tracked is None:   # the input's top features and prior, followed through every step
-                first = last
-                tracked = [(e["feature"], label) for label, entries in audited["top"].items()
-                           for e in entries[:config.top_features]]
-                audit_config = dataclasses.replace(audit_config, prior=audited["prior_name"])
-            audited["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}
-            audited["top"] = {l: v[:5] for l, v in audited["top"].items()}
+            else:
+                entry["audit"] = audited
+                last = audited.pop("_stats")
+                if tracked is None:   # the input's top features and prior, followed through every step
+                    first = last
+                    tracked = [(e["feature"], label) for label, entries in audited["top"].items()
+                               for e in entries[:config.top_features]]
+                    audit_config = dataclasses.replace(audit_config, prior=audited["prior_name"])
+                audited["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}
+                audited["top"] = {l: v[:5] for l, v in audited["top"].items()}
         previous = step.passes_on
         steps.append(entry)
     final = next((s["audit"]["top"] for s in reversed(steps) if "audit" in s), {})

@@ -38,19 +38,24 @@ def scoped_style(scope: str) -> str:
                    + "{" + body + "}" for head, body in re.findall(r"([^{}]+)\{([^{}]*)\}", rules))
 
 
-@lru_cache(1)
-def machine() -> str:
-    """The CPU model and its core count, e.g. "AMD EPYC, 2 cores"."""
-    name = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """CPU model, family/model numbers and the wide-vector instruction sets (AVX2, AVX512, BF16, AMX)."""
     try:
         with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
+            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
     except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores"
+        return platform.processor() or platform.machine() or "unknown CPU"
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    flags = set(info.get("flags", "").split())
+    wide = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return (f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family')}, model {info.get('model')}; "
+            f"{', '.join(wide) or 'no AVX2'})")
+
+
+@lru_cache(1)
+def machine() -> str:
+    """The CPU (``cpu_name``) and its core count: what every figure of a report was measured on."""
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 @lru_cache(1)
