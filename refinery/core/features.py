@@ -43,7 +43,7 @@ def _stopwords() -> pa.Array:
     would import pandas: 0.2 s of every command's start)."""
     return pa.array(sorted(STOPWORD_LIST), pa.string())
 
-_PUNCT = r"([^\w\s])"
+_PUNCT = r"([^\p{L}\p{M}\p{N}_\s])"   # not a letter, mark, digit or _ of any script (RE2 \w is ASCII-only)
 
 
 def split_words(texts: pa.Array) -> pa.ListArray:

@@ -138,3 +138,27 @@ def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: i
         ids, parents = ids[keep], parents[keep]
     return ids, parents
 
+
+
+def token_hashes(texts, options: TokenizerOptions, scanner: ByteScanner | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(FNV-1a hash of each token, row of each token) of ``texts`` as ``options.tokenize`` splits them, in row
+    order: ``token_ids`` without a vocabulary, for hashed features."""
+    texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
+    data, offsets = string_buffers(texts)
+    used = data[offsets[0]:offsets[-1]]
+    mixed = len(used) > 0 and used.max() >= 128
+    other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) if mixed \
+        else np.zeros(len(texts), dtype=bool)
+    _, _, _, hashes, rows = (scanner or ByteScanner()).scan(data, offsets, other, options)
+    hashes = hashes.copy()
+    if mixed:
+        tokens = options.tokenize(texts.take(pa.array(np.flatnonzero(other))))
+        token_data, token_offsets = string_buffers(pc.list_flatten(tokens))
+        hashes = np.concatenate([hashes, fnv(token_data, token_offsets[:-1], token_offsets[1:])])
+        rows = np.concatenate([rows, np.flatnonzero(other)[pc.list_parent_indices(tokens).to_numpy()]])
+        order = np.argsort(rows, kind="stable")
+        hashes, rows = hashes[order], rows[order]
+    if options.remove_stopwords:
+        raise ValueError("token_hashes keeps stopwords (hashed features have no vocabulary to seed)")
+    return hashes, rows

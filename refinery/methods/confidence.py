@@ -2,7 +2,9 @@
 
 p_M comes from a column, a saved classifier, or a classifier cross-fitted on the input itself
 (``model: ngram`` or ``transformer``): each row is scored by a model fit on the other K−1 folds,
-so no row is judged by a model that saw it.
+so no row is judged by a model that saw it. The n-gram model is a logistic regression on hashed
+TF-IDF n-grams, fit by averaged SGD in a few passes over the rows (``solver: sgd``, the K fold models
+side by side, on Ray tasks under the Ray engine) or by L-BFGS to convergence (``solver: lbfgs``).
 """
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, setting, validate
+from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.filter import FilterStage
 from refinery.pipeline.stage import StageInput
 
 CROSS_FIT = ("ngram", "transformer")
+SOLVERS = ("sgd", "lbfgs")
 
 
 @dataclass
@@ -26,7 +29,10 @@ class ConfidenceConfig:
                                                            "saved classifier's folder.")
     proba_column: str | None = setting(None, NOT_EMPTY.or_none(), "Or a column holding p_M(label | text).")
     folds: int = setting(5, at_least(2), "K of the cross-fitting.")
-    seed: int = setting(0, SEED, "Seed of the folds.")
+    seed: int = setting(0, SEED, "Seed of the folds (and of SGD's order).")
+    solver: str = setting("sgd", one_of(*SOLVERS), "How the ngram model is fit: averaged SGD in a few passes "
+                                                     "(streams millions of rows), or L-BFGS to convergence.")
+    epochs: int = setting(3, at_least(1), "Passes of SGD over the rows (solver sgd).")
 
     def __post_init__(self):
         validate(self)
@@ -47,7 +53,7 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
     return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
 
 
-def config_confidence(table: pa.Table, config: ConfidenceConfig) -> np.ndarray:
+def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "local") -> np.ndarray:
     """p_M(label | text) as ``config`` says: a column, a saved classifier, or K-fold cross-fitting."""
     if config.proba_column is not None:
         return label_confidence(table, proba_column=config.proba_column)
@@ -58,6 +64,11 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig) -> np.ndarray:
         make_classifier,
     )
 
+    if config.model == "ngram" and config.solver == "sgd":
+        from refinery.models.ngram import cross_fit_sgd
+
+        proba, classes = cross_fit_sgd(table, config.folds, config.seed, epochs=config.epochs, engine=engine)
+        return label_proba(proba, classes, table["label"].to_pylist())
     if config.model in CROSS_FIT:
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed)
         return label_proba(proba, classes, table["label"].to_pylist())
@@ -95,7 +106,7 @@ class ConfidenceStage(FilterStage):
     def prepare(self, source: StageInput) -> None:
         """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input)."""
         table, _ = source.load()
-        self._confidence, self._next = config_confidence(table, self.config), 0
+        self._confidence, self._next = config_confidence(table, self.config, source.engine), 0
 
     def annotate(self, batch: pa.Table) -> pa.Table:
         return batch.append_column("confidence", pa.array(self._scores(batch)))
