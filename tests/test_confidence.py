@@ -1,0 +1,58 @@
+"""The confidence stage's cross-fitted n-gram model at streaming speed: hashed n-grams from the compiled
+scanner, TF-IDF as scikit-learn computes it, and averaged SGD as good as L-BFGS on SNLI."""
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import SNLI_DEV
+from sklearn.feature_extraction.text import TfidfTransformer
+
+from refinery.core.features import TokenizerOptions
+from refinery.core.hashed_ngrams import ngram_counts
+from refinery.io.corpus import load
+from refinery.io.schema import PRESETS
+from refinery.models.base import cross_fit_proba
+from refinery.models.ngram import NGramClassifier, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
+
+
+@pytest.fixture(scope="module")
+def snli_dev():
+    return load([SNLI_DEV], PRESETS["snli"])[0]
+
+
+def test_ngram_counts_count_the_reference_tokenizers_unigrams_and_bigrams(snli_dev):
+    texts = pa.concat_arrays([snli_dev["text_b"].combine_chunks(),
+                              pa.array(["Un café à Paris, naïve!", "", None, "東京 タワー"])])
+    counts = ngram_counts(texts, len(texts), 2 ** 20)
+    tokens = np.array([len(t) for t in TokenizerOptions().tokenize(texts).to_pylist()])
+    assert np.array_equal(np.asarray(counts.sum(axis=1)).ravel(), tokens + np.maximum(tokens - 1, 0))
+    assert tokens[-4] == 7                                              # un café à paris , naïve !
+    # a row's columns do not depend on the batch it came in (ASCII scanner and Arrow tokenizer agree)
+    alone = ngram_counts(pa.array(["a man, a plan."]), 1, 2 ** 20)
+    mixed = ngram_counts(pa.array(["a man, a plan.", "ünïcode row"]), 2, 2 ** 20)
+    assert (alone[0] != mixed[0]).nnz == 0
+
+
+def test_tf_idf_is_scikit_learns_sublinear_smooth_l2_tf_idf(snli_dev):
+    tf = sublinear_tf(snli_dev)
+    counts = tf.copy()
+    counts.data = np.exp(counts.data - 1)
+    expected = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
+    got = tf_idf(tf, smooth_idf(np.bincount(tf.indices, minlength=tf.shape[1]), tf.shape[0]))
+    assert abs(got - expected).max() < 1e-5
+
+
+def test_sgd_cross_fit_is_as_good_as_lbfgs_out_of_fold(snli_dev):
+    """Held-out log-loss and accuracy of the averaged-SGD fold models against L-BFGS's, same folds."""
+    y = snli_dev["label"].to_numpy(zero_copy_only=False)
+
+    def scores(proba, classes):
+        codes = np.searchsorted(np.array(classes, dtype=object), y)
+        return (-np.log(np.clip(proba[np.arange(len(y)), codes], 1e-15, 1)).mean(),
+                (proba.argmax(axis=1) == codes).mean())
+
+    sgd = cross_fit_sgd(snli_dev, 5, 0)
+    sgd_loss, sgd_acc = scores(*sgd)
+    lbfgs_loss, lbfgs_acc = scores(*cross_fit_proba(lambda: NGramClassifier(), snli_dev, 5, 0))
+    assert sgd_loss <= lbfgs_loss + 0.005 and sgd_acc >= lbfgs_acc - 0.005
+    assert sgd_acc > 0.4                                                   # above the 1/3 of three balanced labels
+    assert np.array_equal(sgd[0], cross_fit_sgd(snli_dev, 5, 0)[0])      # the fold models' threads change nothing
