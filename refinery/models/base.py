@@ -35,11 +35,18 @@ def predict(model: Classifier, table: pa.Table) -> list:
 
 
 def fold_of(ids, k: int, seed: int = 0) -> np.ndarray:
-    """Deterministic fold per row id (stable under reordering and appends)."""
+    """Deterministic fold per row id (stable under reordering and appends); ``ids`` a list or an Arrow
+    array, read a million at a time."""
     import hashlib
 
-    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "little") % k
-                     for i in ids], dtype=np.int64)
+    def folds(chunk) -> np.ndarray:
+        return np.fromiter((int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(),
+                                           "little") % k for i in chunk), dtype=np.int64, count=len(chunk))
+
+    if not isinstance(ids, (pa.Array, pa.ChunkedArray)):
+        return folds(list(ids))
+    step = 1 << 20
+    return np.concatenate([folds([]), *(folds(ids.slice(s, step).to_pylist()) for s in range(0, len(ids), step))])
 
 
 def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0) -> tuple[np.ndarray, list]:

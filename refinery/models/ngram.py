@@ -136,50 +136,45 @@ def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:
     return (np.log((1.0 + documents) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
 
 
-def sgd_fold_proba(fold: int, tf, y: np.ndarray, folds: np.ndarray, num_classes: int, document_frequency,
-                   C: float = 1.0, epochs: int = 5, block_rows: int = 65_536, seed: int = 0, on_block=None):
-    """p(y | x) of fold ``fold``'s rows from a model fit on the other folds' rows, streamed in blocks.
+def sgd_fold_proba(fold: int, blocks: list, y: np.ndarray, folds: np.ndarray, num_classes: int,
+                   document_frequency: np.ndarray, C: float = 1.0, epochs: int = 3, seed: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, p(y | x)) of fold ``fold``'s rows from a model fit on the other folds' rows, streamed in blocks.
 
     The model minimizes (1/n) Σ_{i ∉ fold} log-loss_i + (α/2)‖w‖² with α = 1/(C·n), which is
-    ``NGramClassifier``'s objective C·Σ log-loss + ½‖w‖² divided by C·n, one-vs-rest: SGD with
-    scikit-learn's "optimal" step size 1/(α(t + t0)), ``epochs`` passes over the training rows, each in
-    a fresh seeded order cut into blocks of ``block_rows`` (``partial_fit``). TF-IDF's idf counts the
-    training rows only (``document_frequency``: over all rows; the fold's own are taken off).
+    ``NGramClassifier``'s objective C·Σ log-loss + ½‖w‖² divided by C·n, one-vs-rest: averaged SGD with
+    scikit-learn's "optimal" step size 1/(α(t + t0)), ``epochs`` passes over the training rows
+    (``partial_fit``), each pass through ``blocks`` — (row numbers, ``sublinear_tf``) of the corpus in a
+    seeded random order — in a fresh order, and through each block's rows in a fresh order. TF-IDF's idf
+    counts the training rows only (``document_frequency`` counts all rows; the fold's own are taken off).
     """
     from sklearn.linear_model import SGDClassifier
 
-    held_out = folds == fold
-    train = np.nonzero(~held_out)[0]
-    fold_tf = tf[np.nonzero(held_out)[0]]
-    idf = smooth_idf(document_frequency - np.bincount(fold_tf.indices, minlength=tf.shape[1]), len(train))
-    model = SGDClassifier(loss="log_loss", alpha=1.0 / (C * len(train)), learning_rate="optimal", shuffle=False, average=True,
-                          random_state=seed)
+    held_out = [folds[rows] == fold for rows, _ in blocks]
+    train_rows = sum(int((~h).sum()) for h in held_out)
+    fold_df = sum(np.bincount(tf[h].indices, minlength=tf.shape[1]) for (_, tf), h in zip(blocks, held_out))
+    idf = smooth_idf(document_frequency - fold_df, train_rows)
+    model = SGDClassifier(loss="log_loss", alpha=1.0 / (C * train_rows), learning_rate="optimal", average=True,
+                          shuffle=False, random_state=seed)
     classes = np.arange(num_classes)
     rng = np.random.default_rng([seed, fold])
     for _ in range(epochs):
-        order = train[rng.permutation(len(train))]
-        for start in range(0, len(order), block_rows):
-            block = order[start:start + block_rows]
-            model.partial_fit(tf_idf(tf[block], idf), y[block], classes=classes)
-            if on_block is not None:
-                on_block()
-    return model.predict_proba(tf_idf(fold_tf, idf))
-
-
-def blocks_per_fold(rows: int, k: int, block_rows: int) -> int:
-    """Blocks one epoch of one fold's model reads (for progress)."""
-    return -(-(rows - rows // k) // block_rows)
+        for b in rng.permutation(len(blocks)):
+            (rows, tf), train = blocks[b], np.nonzero(~held_out[b])[0]
+            train = train[rng.permutation(len(train))]
+            model.partial_fit(tf_idf(tf[train], idf), y[rows[train]], classes=classes)
+    scored = [(rows[h], model.predict_proba(tf_idf(tf[h], idf))) for (rows, tf), h in zip(blocks, held_out) if h.any()]
+    return np.concatenate([r for r, _ in scored]), np.concatenate([p for _, p in scored])
 
 
 def cross_fit_sgd(table: pa.Table, k: int = 5, seed: int = 0, *, inputs: str = "pair", C: float = 1.0,
-                  epochs: int = 5, block_rows: int = 65_536, engine: str = "local") -> tuple[np.ndarray, list]:
+                  epochs: int = 3, block_rows: int = 65_536, engine: str = "local") -> tuple[np.ndarray, list]:
     """Out-of-fold p(y | x) of every row by ``sgd_fold_proba``: (probabilities, classes).
 
-    The rows are hashed once; the K fold models then train side by side (threads, or Ray tasks reading
-    the one copy of the counts from the object store), so the work is K·epochs passes of sparse SGD.
+    The rows are hashed once, in blocks of ``block_rows`` rows drawn in a seeded random order (so a block
+    is a sample of the corpus even when its rows come sorted by label); the K fold models then train side
+    by side (threads, or Ray tasks reading one copy of the blocks from the object store).
     """
-    import scipy.sparse as sp
-
     from refinery.models.base import fold_of
     from refinery.pipeline.engine import map_calls
     from refinery.progress import progress
@@ -187,21 +182,20 @@ def cross_fit_sgd(table: pa.Table, k: int = 5, seed: int = 0, *, inputs: str = "
     labels = table["label"].to_numpy(zero_copy_only=False)
     classes = sorted(set(labels.tolist()))
     y = np.searchsorted(np.array(classes, dtype=object), labels)
-    folds = fold_of(table["id"].to_pylist(), k, seed)
+    folds = fold_of(table["id"], k, seed)
+    order = np.random.default_rng(seed).permutation(table.num_rows)
+    blocks = []
     with progress(total=table.num_rows, desc="confidence: n-grams", unit=" rows") as bar:
-        parts = []
         for start in range(0, table.num_rows, block_rows):
-            parts.append(sublinear_tf(table.slice(start, block_rows), inputs))
-            bar.update(parts[-1].shape[0])
-    tf = sp.vstack(parts, format="csr")
-    del parts
-    shared = {"tf": tf, "y": y, "folds": folds, "num_classes": len(classes), "C": C, "epochs": epochs,
-              "block_rows": block_rows, "seed": seed,
-              "document_frequency": np.bincount(tf.indices, minlength=tf.shape[1])}
+            rows = order[start:start + block_rows]
+            blocks.append((rows, sublinear_tf(table.take(rows), inputs)))
+            bar.update(len(rows))
+    document_frequency = sum(np.bincount(tf.indices, minlength=tf.shape[1]) for _, tf in blocks)
+    shared = {"blocks": blocks, "y": y, "folds": folds, "num_classes": len(classes), "C": C, "epochs": epochs,
+              "seed": seed, "document_frequency": document_frequency}
     present = [f for f in range(k) if (folds == f).any()]
-    fold_proba = map_calls(sgd_fold_proba, [{"fold": f} for f in present], shared, engine,
-                           desc=f"confidence: {len(present)} fold models, {epochs} epochs")
     proba = np.zeros((table.num_rows, len(classes)))
-    for f, p in zip(present, fold_proba):
-        proba[folds == f] = p
+    for rows, p in map_calls(sgd_fold_proba, [{"fold": f} for f in present], shared, engine,
+                             desc=f"confidence: {len(present)} fold models, {epochs} epochs"):
+        proba[rows] = p
     return proba, classes
