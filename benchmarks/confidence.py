@@ -35,7 +35,7 @@ def out_of_fold(table: pa.Table, solver: str, folds: int) -> dict:
     """The confidence stage's cross-fitted n-gram model with ``solver``: probabilities, classes, seconds."""
     start = time.perf_counter()
     if solver == "sgd":
-        proba, classes = cross_fit_sgd(table, folds, 0)
+        proba, classes, _ = cross_fit_sgd(table, folds, 0)
     else:
         proba, classes = cross_fit_proba(lambda: NGramClassifier(), table, folds, 0)
     return {"proba": proba, "classes": classes, "seconds": time.perf_counter() - start}

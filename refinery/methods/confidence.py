@@ -65,10 +65,7 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
     )
 
     if config.model == "ngram" and config.solver == "sgd":
-        from refinery.models.ngram import cross_fit_sgd
-
-        proba, classes = cross_fit_sgd(table, config.folds, config.seed, epochs=config.epochs, engine=engine)
-        return label_proba(proba, classes, table["label"].to_pylist())
+        return sgd_confidence(table, config, engine)
     if config.model in CROSS_FIT:
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed)
         return label_proba(proba, classes, table["label"].to_pylist())
@@ -88,6 +85,33 @@ def _reason(confidence: float, tau: float) -> str:
     return f"p_M(label | text) = {confidence:.3f} <= tau {tau}"
 
 
+class _Reasons:
+    """Each row's reason, written only for the rows a filter drops (the many kept rows need none)."""
+
+    def __init__(self, confidence: np.ndarray, tau: float):
+        self.confidence, self.tau = confidence, tau
+
+    def __getitem__(self, i: int) -> str:
+        return _reason(self.confidence[i], self.tau)
+
+
+def sgd_confidence(batches, config: ConfidenceConfig, engine: str = "local") -> np.ndarray:
+    """p_M(label | text) of every row of ``batches`` (tables, or one) by the cross-fitted SGD n-gram model."""
+    from refinery.models.ngram import cross_fit_sgd
+
+    proba, _, y = cross_fit_sgd(batches, config.folds, config.seed, epochs=config.epochs, engine=engine)
+    return proba[np.arange(len(y)), y]
+
+
+def source_confidence(source: StageInput, config: ConfidenceConfig) -> np.ndarray:
+    """p_M(label | text) of every row of ``source``, in its batches' order (the SGD model reads them one at a
+    time; the others see the whole input at once)."""
+    if config.model == "ngram" and config.solver == "sgd":
+        return sgd_confidence((b.rows for b in source.iter_batches() if b.rows.num_rows), config, source.engine)
+    table, _ = source.load()
+    return config_confidence(table, config, source.engine)
+
+
 def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
     """(kept rows, rejected rows with ``reason``) by a fitted model or a probability column."""
     return split_by_confidence(table, label_confidence(table, model, proba_column), tau)
@@ -104,9 +128,18 @@ class ConfidenceStage(FilterStage):
     adds = ("confidence",)
 
     def prepare(self, source: StageInput) -> None:
-        """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input)."""
-        table, _ = source.load()
-        self._confidence, self._next = config_confidence(table, self.config, source.engine), 0
+        """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input).
+
+        On Ray the input is read and the models fit on the cluster: the driver receives the scores only.
+        """
+        if source.engine == "ray":
+            from refinery.pipeline.engine import map_calls
+
+            [confidence] = map_calls(source_confidence, [{}], {"source": source, "config": self.config}, "ray",
+                                     desc="confidence", cpus=0)
+        else:
+            confidence = source_confidence(source, self.config)
+        self._confidence, self._next = confidence, 0
 
     def annotate(self, batch: pa.Table) -> pa.Table:
         return batch.append_column("confidence", pa.array(self._scores(batch)))
@@ -114,7 +147,7 @@ class ConfidenceStage(FilterStage):
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         conf = self._confidence[self._next: self._next + batch.num_rows]
         self._next += batch.num_rows
-        return conf > self.config.tau, [_reason(c, self.config.tau) for c in conf]
+        return conf > self.config.tau, _Reasons(conf, self.config.tau)
 
     def reason_kind(self, reason: str) -> str:
         return f"p_M(label | text) <= tau {self.config.tau}"

@@ -167,35 +167,75 @@ def sgd_fold_proba(fold: int, blocks: list, y: np.ndarray, folds: np.ndarray, nu
     return np.concatenate([r for r, _ in scored]), np.concatenate([p for _, p in scored])
 
 
-def cross_fit_sgd(table: pa.Table, k: int = 5, seed: int = 0, *, inputs: str = "pair", C: float = 1.0,
-                  epochs: int = 3, block_rows: int = 65_536, engine: str = "local") -> tuple[np.ndarray, list]:
-    """Out-of-fold p(y | x) of every row by ``sgd_fold_proba``: (probabilities, classes).
+class HashedCorpus:
+    """A corpus read batch by batch into what the SGD fold models need: ``blocks`` of (row numbers,
+    ``sublinear_tf``) holding ``block_rows`` rows each, drawn in a seeded random order (so a block samples
+    the corpus even when its rows come sorted by label), each row's label code (``classes`` sorted) and fold.
 
-    The rows are hashed once, in blocks of ``block_rows`` rows drawn in a seeded random order (so a block
-    is a sample of the corpus even when its rows come sorted by label); the K fold models then train side
-    by side (threads, or Ray tasks reading one copy of the blocks from the object store).
+    No batch's text is kept: the hashed rows are the largest thing held (about 35 nonzeros a pair).
     """
-    from refinery.models.base import fold_of
-    from refinery.pipeline.engine import map_calls
-    from refinery.progress import progress
 
-    labels = table["label"].to_numpy(zero_copy_only=False)
-    classes = sorted(set(labels.tolist()))
-    y = np.searchsorted(np.array(classes, dtype=object), labels)
-    folds = fold_of(table["id"], k, seed)
-    order = np.random.default_rng(seed).permutation(table.num_rows)
-    blocks = []
-    with progress(total=table.num_rows, desc="confidence: n-grams", unit=" rows") as bar:
-        for start in range(0, table.num_rows, block_rows):
-            rows = order[start:start + block_rows]
-            blocks.append((rows, sublinear_tf(table.take(rows), inputs)))
-            bar.update(len(rows))
-    document_frequency = sum(np.bincount(tf.indices, minlength=tf.shape[1]) for _, tf in blocks)
-    shared = {"blocks": blocks, "y": y, "folds": folds, "num_classes": len(classes), "C": C, "epochs": epochs,
-              "seed": seed, "document_frequency": document_frequency}
-    present = [f for f in range(k) if (folds == f).any()]
-    proba = np.zeros((table.num_rows, len(classes)))
+    def __init__(self, batches, k: int, seed: int = 0, inputs: str = "pair", block_rows: int = 65_536):
+        import pyarrow.compute as pc
+        import scipy.sparse as sp
+
+        from refinery.models.base import fold_of
+        from refinery.progress import progress
+
+        slices, codes, folds, index = [], [], [], {}
+        with progress(desc="confidence: n-grams", unit=" rows") as bar:
+            for batch in batches:
+                encoded = pc.dictionary_encode(batch["label"]).combine_chunks()
+                local = np.array([index.setdefault(v, len(index)) for v in encoded.dictionary.to_pylist()], np.int64)
+                codes.append(local[encoded.indices.to_numpy(zero_copy_only=False)])
+                folds.append(fold_of(batch["id"], k, seed))
+                slices.append(sublinear_tf(batch, inputs))
+                bar.update(batch.num_rows)
+        self.classes = sorted(index)
+        rank = np.argsort(np.argsort(np.array(list(index), dtype=object)))
+        self.y = rank[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
+        self.folds = np.concatenate(folds) if folds else np.zeros(0, np.int64)
+        rows = len(self.y)
+        block_of = np.empty(rows, np.int64)
+        block_of[np.random.default_rng(seed).permutation(rows)] = np.arange(rows) // block_rows
+        pieces: list[list] = [[] for _ in range(-(-rows // block_rows))]
+        start = 0
+        while slices:   # hand each slice's rows to their blocks, then let the slice go
+            tf = slices.pop(0)
+            mine = block_of[start:start + tf.shape[0]]
+            for b in np.unique(mine):
+                local_rows = np.nonzero(mine == b)[0]
+                pieces[b].append((start + local_rows, tf[local_rows]))
+            start += tf.shape[0]
+            del tf
+        self.blocks = []
+        for b in range(len(pieces)):
+            parts, pieces[b] = pieces[b], None
+            self.blocks.append((np.concatenate([r for r, _ in parts]), sp.vstack([t for _, t in parts], format="csr")))
+
+    @property
+    def rows(self) -> int:
+        return len(self.y)
+
+
+def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C: float = 1.0,
+                  epochs: int = 3, block_rows: int = 65_536, engine: str = "local"
+                  ) -> tuple[np.ndarray, list, np.ndarray]:
+    """Out-of-fold p(y | x) of every row of ``batches`` (Arrow tables, or one table) by ``sgd_fold_proba``:
+    (probabilities, classes, each row's class index).
+
+    The rows are hashed once (``HashedCorpus``); the K fold models then train side by side (threads, or Ray
+    tasks reading one copy of the blocks from the object store).
+    """
+    from refinery.pipeline.engine import map_calls
+
+    corpus = HashedCorpus([batches] if isinstance(batches, pa.Table) else batches, k, seed, inputs, block_rows)
+    document_frequency = sum(np.bincount(tf.indices, minlength=tf.shape[1]) for _, tf in corpus.blocks)
+    shared = {"blocks": corpus.blocks, "y": corpus.y, "folds": corpus.folds, "num_classes": len(corpus.classes),
+              "C": C, "epochs": epochs, "seed": seed, "document_frequency": document_frequency}
+    present = [f for f in range(k) if (corpus.folds == f).any()]
+    proba = np.zeros((corpus.rows, len(corpus.classes)))
     for rows, p in map_calls(sgd_fold_proba, [{"fold": f} for f in present], shared, engine,
                              desc=f"confidence: {len(present)} fold models, {epochs} epochs"):
         proba[rows] = p
-    return proba, classes
+    return proba, corpus.classes, corpus.y

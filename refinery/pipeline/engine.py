@@ -222,13 +222,14 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
 
 
 def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engine: str = "local",
-              desc: str | None = None, threads: int | None = None) -> list:
+              desc: str | None = None, threads: int | None = None, cpus: float = 1) -> list:
     """``[fn(**shared, **call) for call in calls]``, independent calls run side by side, with a bar of those done.
 
     ``local`` runs them on ``threads`` threads (default: the machine's cores; ``fn`` should spend its time
     in code that releases the GIL, as NumPy and scikit-learn's solvers do); ``ray`` runs each as a task,
     the large ``shared`` arguments put in the object store once and read zero-copy by every task.
-    ``desc`` names the work in the bar and in a failure past the retries.
+    ``desc`` names the work in the bar and in a failure past the retries; ``cpus``: what each task asks for
+    (0 for a task that mostly waits on tasks of its own).
     """
     from refinery.progress import progress
 
@@ -247,7 +248,7 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
         ray = ray_init()
         with _faults_named(desc):
             refs = {name: ray.put(value) for name, value in shared.items()}
-            remote = ray.remote(max_retries=TASK_RETRIES)(fn)
+            remote = ray.remote(max_retries=TASK_RETRIES, num_cpus=cpus)(fn)
             pending = {remote.remote(**refs, **call): i for i, call in enumerate(calls)}
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
