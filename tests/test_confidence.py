@@ -1,14 +1,21 @@
-"""The confidence stage's cross-fitted n-gram model at streaming speed: hashed n-grams from the compiled
-scanner, TF-IDF as scikit-learn computes it, and averaged SGD as good as L-BFGS on SNLI."""
+"""The confidence stage: its cross-fitted n-gram model at streaming speed (hashed n-grams from the compiled
+scanner, TF-IDF as scikit-learn computes it, averaged SGD as good as L-BFGS on SNLI), and a transformer's
+cross-fitting that resumes from its finished folds after a kill."""
+import os
+import signal
+import subprocess
+import time
+
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SNLI_DEV
+from conftest import REFINERY, SNLI_DEV, run_cli
 from sklearn.feature_extraction.text import TfidfTransformer
 
 from refinery.core.features import TokenizerOptions
 from refinery.core.hashed_ngrams import ngram_counts
-from refinery.io.corpus import load
+from refinery.io.checkpoints import CHECKPOINTS
+from refinery.io.corpus import Corpus, load
 from refinery.io.schema import PRESETS
 from refinery.models.base import cross_fit_proba
 from refinery.models.ngram import NGramClassifier, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
@@ -58,3 +65,34 @@ def test_sgd_cross_fit_is_as_good_as_lbfgs_out_of_fold(snli_dev):
     # threads, and batches of any size, change nothing: rows are hashed alike and blocks drawn by position
     batches = [snli_dev.slice(s, 1000) for s in range(0, snli_dev.num_rows, 1000)]
     assert np.array_equal(sgd[0], cross_fit_sgd(batches, 5, 0)[0])
+
+
+def test_killed_transformer_confidence_resumes_from_its_finished_folds(tmp_path):
+    """kill -9 once a fold's scores are checkpointed, run again: the same scores as an uninterrupted run."""
+    data = tmp_path / "snli.jsonl"
+    with open(SNLI_DEV) as fh:
+        data.write_text("".join(fh.readline() for _ in range(150)))
+    args = ["confidence", str(data), "--preset", "snli", "--model", "transformer", "--folds", "3", "--tau", "0.3"]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([REFINERY, *args, "--out", str(killed)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    folds = killed / CHECKPOINTS / "confidence"
+    while not list(folds.glob("fold-*.parquet")):
+        assert proc.poll() is None, "the run ended before its first fold was checkpointed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = len(list(folds.glob("fold-*.parquet")))
+    assert 1 <= finished < 3 and not (killed / "_SUCCESS").exists()
+    assert f"resumed: {finished} of 3 folds" in run_cli(*args, "--out", killed).stdout
+    assert not (killed / CHECKPOINTS).exists()                        # gone once the output is published
+    run_cli(*args, "--out", tmp_path / "straight")
+
+    def scores(out):
+        parts = [Corpus.open(str(out / part)).read() for part in ("kept", "rejected")]
+        table = pa.concat_tables([p.select(["id", "confidence"]) for p in parts if p.num_rows]).sort_by("id")
+        return table["id"].to_pylist(), table["confidence"].to_numpy()
+
+    (ids, resumed), (straight_ids, straight) = scores(killed), scores(tmp_path / "straight")
+    assert ids == straight_ids and len(ids) == 150
+    np.testing.assert_allclose(resumed, straight, atol=1e-6)

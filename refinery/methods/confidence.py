@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.pipeline.config import to_dict
 from refinery.pipeline.filter import FilterStage
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage import StageInput, StageResult
 
 CROSS_FIT = ("ngram", "transformer")
 SOLVERS = ("sgd", "lbfgs")
@@ -53,8 +54,10 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
     return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
 
 
-def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "local") -> np.ndarray:
-    """p_M(label | text) as ``config`` says: a column, a saved classifier, or K-fold cross-fitting."""
+def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "local", checkpoints=None
+                      ) -> np.ndarray:
+    """p_M(label | text) as ``config`` says: a column, a saved classifier, or K-fold cross-fitting (its
+    finished folds kept in ``checkpoints``, an ``io.checkpoints.Checkpoints``)."""
     if config.proba_column is not None:
         return label_confidence(table, proba_column=config.proba_column)
     from refinery.models.base import (
@@ -67,7 +70,8 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
     if config.model == "ngram" and config.solver == "sgd":
         return sgd_confidence(table, config, engine)
     if config.model in CROSS_FIT:
-        proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed)
+        proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed,
+                                         checkpoints)
         return label_proba(proba, classes, table["label"].to_pylist())
     return label_confidence(table, model=load_classifier(config.model))
 
@@ -103,13 +107,13 @@ def sgd_confidence(batches, config: ConfidenceConfig, engine: str = "local") -> 
     return proba[np.arange(len(y)), y]
 
 
-def source_confidence(source: StageInput, config: ConfidenceConfig) -> np.ndarray:
+def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=None) -> np.ndarray:
     """p_M(label | text) of every row of ``source``, in its batches' order (the SGD model reads them one at a
-    time; the others see the whole input at once)."""
+    time; the others see the whole input at once, and keep finished folds in ``checkpoints``)."""
     if config.model == "ngram" and config.solver == "sgd":
         return sgd_confidence((b.rows for b in source.iter_batches() if b.rows.num_rows), config, source.engine)
     table, _ = source.load()
-    return config_confidence(table, config, source.engine)
+    return config_confidence(table, config, source.engine, checkpoints)
 
 
 def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
@@ -127,19 +131,39 @@ class ConfidenceStage(FilterStage):
     needs = ("id", "text_a", "label")
     adds = ("confidence",)
 
-    def prepare(self, source: StageInput) -> None:
+    def prepare(self, source: StageInput, out: str) -> None:
         """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input).
 
-        On Ray the input is read and the models fit on the cluster: the driver receives the scores only.
+        A cross-fitting that fits a model per fold keeps each finished fold's scores under ``out``, so a
+        killed run continues from them. On Ray the input is read and the models fit on the cluster: the
+        driver receives the scores only.
         """
+        from refinery.io.checkpoints import Checkpoints
+        from refinery.io.corpus import input_fingerprints
+
+        self._checkpoints, self._resumed = None, 0
+        if self.config.model == "transformer" or (self.config.model == "ngram" and self.config.solver == "lbfgs"):
+            key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
+                                                                                 source.opts.storage_options)}
+            self._checkpoints = Checkpoints(out, self.name, key, source.opts.storage_options)
+            self._resumed = len(self._checkpoints.done())
+        args = {"source": source, "config": self.config, "checkpoints": self._checkpoints}
         if source.engine == "ray":
             from refinery.pipeline.engine import map_calls
 
-            [confidence] = map_calls(source_confidence, [{}], {"source": source, "config": self.config}, "ray",
-                                     desc="confidence", cpus=0)
+            [confidence] = map_calls(source_confidence, [{}], args, "ray", desc="confidence", cpus=0)
         else:
-            confidence = source_confidence(source, self.config)
+            confidence = source_confidence(**args)
         self._confidence, self._next = confidence, 0
+
+    def run(self, source: StageInput, out: str) -> StageResult:
+        result = super().run(source, out)
+        if self._checkpoints is not None:
+            self._checkpoints.clear()
+        if self._resumed:
+            result.lines += (f"resumed: {self._resumed} of {self.config.folds} folds' scores from the interrupted "
+                             "run before",)
+        return result
 
     def annotate(self, batch: pa.Table) -> pa.Table:
         return batch.append_column("confidence", pa.array(self._scores(batch)))

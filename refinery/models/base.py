@@ -49,19 +49,29 @@ def fold_of(ids, k: int, seed: int = 0) -> np.ndarray:
     return np.concatenate([folds([]), *(folds(ids.slice(s, step).to_pylist()) for s in range(0, len(ids), step))])
 
 
-def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0) -> tuple[np.ndarray, list]:
-    """Out-of-fold probabilities: row i is scored by a model fit on the other k−1 folds."""
-    folds = fold_of(table["id"].to_pylist(), k, seed)
+def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0, checkpoints=None
+                    ) -> tuple[np.ndarray, list]:
+    """Out-of-fold probabilities: row i is scored by a model fit on the other k−1 folds.
+
+    With ``checkpoints`` (``io.checkpoints.Checkpoints``) each finished fold's scores are kept, and a rerun
+    after a kill fits only the folds that had not finished.
+    """
+    folds = fold_of(table["id"], k, seed)
     classes = sorted(set(table["label"].to_pylist()))
     proba = np.zeros((table.num_rows, len(classes)))
     for f in range(k):
         test = folds == f
         if not test.any():
             continue
-        model = make_model().fit(table.filter(pa.array(~test)))
-        p = model.predict_proba(table.filter(pa.array(test)))
-        cols = [classes.index(c) for c in model.classes_]
-        proba[np.ix_(np.nonzero(test)[0], cols)] = p
+        scores = checkpoints.get(f"fold-{f}") if checkpoints is not None else None
+        if scores is None:
+            model = make_model().fit(table.filter(pa.array(~test)))
+            p = model.predict_proba(table.filter(pa.array(test)))
+            scores = pa.table({str(c): p[:, j] for j, c in enumerate(model.classes_)})
+            if checkpoints is not None:
+                checkpoints.put(f"fold-{f}", scores)
+        cols = [classes.index(c) for c in scores.column_names]
+        proba[np.ix_(np.nonzero(test)[0], cols)] = np.column_stack([scores[c].to_numpy() for c in scores.column_names])
     return proba, classes
 
 

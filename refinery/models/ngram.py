@@ -189,7 +189,8 @@ class HashedCorpus:
                 local = np.array([index.setdefault(v, len(index)) for v in encoded.dictionary.to_pylist()], np.int64)
                 codes.append(local[encoded.indices.to_numpy(zero_copy_only=False)])
                 folds.append(fold_of(batch["id"], k, seed))
-                slices.append(sublinear_tf(batch, inputs))
+                for start in range(0, batch.num_rows, block_rows):   # the scanner's buffers grow with the text
+                    slices.append(sublinear_tf(batch.slice(start, block_rows), inputs))
                 bar.update(batch.num_rows)
         self.classes = sorted(index)
         rank = np.argsort(np.argsort(np.array(list(index), dtype=object)))

@@ -1,7 +1,7 @@
 """``FilterStage``: a stage that keeps or drops each row, with the writers, rejects and accounting done once.
 
 A filter implements ``decide(batch) -> (keep, reasons)`` (datatrove's filter and exclusion writer are the
-model) and, when it must see the whole input first (a cross-fitted model), ``prepare(source)``. The base
+model) and, when it must see the whole input first (a cross-fitted model), ``prepare(source, out)``. The base
 streams the input's batches through it into ``kept/`` (the input's rejects carried in its rejects) and
 ``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
 and the commonest reasons. Rows in = kept + filtered out + input rejects.
@@ -29,8 +29,9 @@ MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not
 class FilterStage(Stage):
     output = Output.KEPT
 
-    def prepare(self, source: StageInput) -> None:
-        """Look at the whole input before the first ``decide`` (nothing by default)."""
+    def prepare(self, source: StageInput, out: str) -> None:
+        """Look at the whole input before the first ``decide`` (nothing by default); long work may keep
+        checkpoints under ``out`` (``io.checkpoints``)."""
 
     @abstractmethod
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
@@ -46,7 +47,7 @@ class FilterStage(Stage):
         return batch
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        self.prepare(source)
+        self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
         settings = {self.name: to_dict(self.config)}
