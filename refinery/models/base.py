@@ -8,6 +8,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from refinery.core.folds import fold_of
+
 
 @runtime_checkable
 class Classifier(Protocol):
@@ -32,21 +34,6 @@ def label_proba(proba: np.ndarray, classes, labels) -> np.ndarray:
 def predict(model: Classifier, table: pa.Table) -> list:
     proba = model.predict_proba(table)
     return [model.classes_[i] for i in proba.argmax(axis=1)]
-
-
-def fold_of(ids, k: int, seed: int = 0) -> np.ndarray:
-    """Deterministic fold per row id (stable under reordering and appends); ``ids`` a list or an Arrow
-    array, read a million at a time."""
-    import hashlib
-
-    def folds(chunk) -> np.ndarray:
-        return np.fromiter((int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(),
-                                           "little") % k for i in chunk), dtype=np.int64, count=len(chunk))
-
-    if not isinstance(ids, (pa.Array, pa.ChunkedArray)):
-        return folds(list(ids))
-    step = 1 << 20
-    return np.concatenate([folds([]), *(folds(ids.slice(s, step).to_pylist()) for s in range(0, len(ids), step))])
 
 
 def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0, checkpoints=None

@@ -179,7 +179,7 @@ class HashedCorpus:
         import pyarrow.compute as pc
         import scipy.sparse as sp
 
-        from refinery.models.base import fold_of
+        from refinery.core.folds import fold_of
         from refinery.progress import progress
 
         slices, codes, folds, index = [], [], [], {}
