@@ -61,7 +61,8 @@ class GraphConfig:
 
 @dataclass
 class ForestConfig:
-    """The random forest that reads labels off leakage features (scikit-learn).
+    """The random forest that reads labels off leakage features (``models.forest.CellForest``: scikit-learn's
+    forest grown on distinct feature vectors weighted by their counts, the same forest in distribution).
 
     Fully grown trees (min_samples_leaf 1, scikit-learn's default): larger leaves pull the
     out-of-fold P̂(y|l) toward the middle, which leaves the IPS weights short of neutral.
@@ -70,6 +71,8 @@ class ForestConfig:
     trees: int = setting(100, at_least(1), "Trees of the random forest.")
     min_samples_leaf: int = setting(1, at_least(1), "Least rows in a leaf.")
     max_depth: int | None = setting(None, at_least(1).or_none(), "Deepest a tree grows (none: fully grown).")
+    max_samples: int | None = setting(1_000_000, at_least(1).or_none(),
+                                      "Rows each tree draws with replacement (none: as many as it trains on).")
     seed: int = setting(0, SEED, "Seed of the random forest.")
     n_jobs: int = setting(-1, Allowed(lambda v: v == -1 or at_least(1).test(v), "a positive integer or -1"),
                           "Threads (-1: every core).")
@@ -78,10 +81,10 @@ class ForestConfig:
         validate(self)
 
     def make(self):
-        from sklearn.ensemble import RandomForestClassifier
+        from refinery.models.forest import CellForest
 
-        return RandomForestClassifier(n_estimators=self.trees, min_samples_leaf=self.min_samples_leaf,
-                                      max_depth=self.max_depth, random_state=self.seed, n_jobs=self.n_jobs)
+        return CellForest(n_estimators=self.trees, min_samples_leaf=self.min_samples_leaf, max_depth=self.max_depth,
+                          max_samples=self.max_samples, random_state=self.seed, n_jobs=self.n_jobs)
 
 
 def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
