@@ -16,13 +16,18 @@ from refinery.cli.tools import tools
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES
 from refinery.pipeline.stage import stage_class, stage_names
+from refinery.progress import QUIET_ENV, set_quiet
 
 
 @click.group(cls=RefineryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, envvar="REFINERY_DEBUG", help="Show tracebacks instead of one-line errors.")
+@click.option("--quiet", "-q", is_flag=True, envvar=QUIET_ENV,
+              help="No progress bars (they are drawn only on a terminal anyway).")
 @click.version_option(package_name="refinery")
-def main(debug):
+def main(debug, quiet):
     """refinery: audit and debias labeled text corpora."""
+    if quiet:
+        set_quiet()
     if not debug:  # fsspec's event loop logs a traceback for every request a dead endpoint cut short
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 

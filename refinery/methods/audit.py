@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes, make_counter
@@ -30,6 +29,7 @@ from refinery.io.spill import memory_budget
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.pipeline.engine import ParquetSource, check_engine, stream_map
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.progress import progress
 from refinery.report import figures, terminal
 from refinery.report import format as fmt
 from refinery.report.page import (Report, config_table, corpus_name, fields, figure, humanize, per_label,
@@ -143,7 +143,7 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
     load_kernels_in_background()
     rejected = 0
     probe_tables = []
-    with tqdm(desc="audit" if only is None else "recount", unit=" rows", disable=None) as bar:
+    with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
         for _, batch in iter_input_batches(inputs, mapping, opts):
             count_table(batch.rows, config, counter, only)
             rejected += batch.rejects.num_rows

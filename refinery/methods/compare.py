@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from refinery.io.corpus import input_fingerprints, load
 from refinery.io.readers import ReadOptions
@@ -32,6 +31,7 @@ from refinery.io.schema import PRESETS, Mapping
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.models.base import make_classifier
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.progress import progress
 from refinery.report import figures
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, figure, note, table
@@ -300,7 +300,7 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
     correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
     preds: list[pa.Table] = []
     jobs = [(n, s) for n in names for s in range(config.seeds)]
-    for name, seed in tqdm(jobs, desc="compare", unit=" run", disable=None):
+    for name, seed in progress(jobs, desc="compare", unit=" run"):
         key = _fingerprint(config, train_prints[name], seed, eval_prints)
         folder = join(runs_root, f"{_safe(name)}-seed{seed}")
         table = _finished_run(folder, key, so)

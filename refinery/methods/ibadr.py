@@ -325,7 +325,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
     """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus), ``generated`` (every
     pseudo sample with its status and reason), ``report``; checkpoints under ``checkpoint_root(out)/checkpoints``
     (``mode=resume`` continues from the last one); ``inputs``: the paths the table was read from, for the report."""
-    from tqdm.auto import tqdm
+    from refinery.progress import progress
 
     from refinery.methods.audit import audit_table
     from refinery.models.base import load_classifier
@@ -351,7 +351,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
             _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
     task_model = _classifier(config.task_model, config).fit(table)
     original_top = audit_table(table).top_k(10)
-    for iteration in tqdm(range(done + 1, iterations + 1), desc="ibadr iterations", disable=None):
+    for iteration in progress(range(done + 1, iterations + 1), desc="ibadr iterations"):
         generator_from = os.path.join(_checkpoint(work, iteration - 1), "generator") if iteration > 1 \
             else config.generator
         with AtomicDir(_checkpoint(work, iteration)) as ckpt:

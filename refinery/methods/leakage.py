@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from refinery.core.validation import NOT_EMPTY, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io import queries
@@ -24,6 +23,7 @@ from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.models.base import label_proba
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.progress import progress
 from refinery.report import figures
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, figure, fields, note, table
@@ -101,7 +101,7 @@ def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
             con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
     params = {"use_ids": config.node_key != "text" and has_ids, "per_split": not config.transductive,
               "simple": not config.multigraph}
-    for name in tqdm(GRAPH_QUERIES, desc="leakage graph", unit=" query", disable=None):
+    for name in progress(GRAPH_QUERIES, desc="leakage graph", unit=" query"):
         queries.run_script(con, name, params)
     return queries.run(con, "leakage_features")
 
@@ -171,7 +171,7 @@ def predictability(features: pa.Table, splits: list[str], test_split: str | None
     runs += [(f"only:{f}", [f]) for f in BASIC_FEATURES]
     index = {n: i for i, n in enumerate(ADVANCED_FEATURES)}
     ablations, models = {}, {}
-    for name, names in tqdm(runs, desc="leakage forests", unit=" fit", disable=None):
+    for name, names in progress(runs, desc="leakage forests", unit=" fit"):
         cols = [index[n] for n in names]
         acc, model = _accuracy(forest, X_adv[train][:, cols], y_train, X_adv[test_mask][:, cols], y_test)
         models[name] = model

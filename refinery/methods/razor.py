@@ -322,11 +322,11 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
 
     Returns the refined table, its scores and the rounds; ``scores`` are the input's, if already computed.
     """
-    from tqdm.auto import tqdm
+    from refinery.progress import progress
 
     scores = scores if scores is not None else score(table, config)
     history = []
-    for round_no in tqdm(range(1, config.rounds + 1), desc="razor rounds", disable=None):
+    for round_no in progress(range(1, config.rounds + 1), desc="razor rounds"):
         candidate, stats = rewrite_round(table, scores, config, backend, backend_kwargs, engine, batch_size,
                                          round_no, verifier)
         new_scores = score(candidate, config)

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
 from refinery.core.features import STOPWORD_LIST
@@ -31,6 +30,7 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.progress import progress
 from refinery.report import figures
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, fields, figure, note, table
@@ -167,7 +167,7 @@ def _upsample(con, out: str, config: UpsampleConfig, inputs: list, rejects: pa.T
 
     trace, added = [], []
     draw_id = 0
-    with tqdm(total=config.iterations, desc="audac", unit=" iter", disable=None) as bar:
+    with progress(total=config.iterations, desc="audac", unit=" iter") as bar:
         for it in range(1, config.iterations + 1):
             deficits = queries.run(con, "audac_deficits").to_pylist()
             if all(sum(r["deficit"] for r in deficits if r["token"] == c["token"]) <= config.tolerance * c["n"]

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from tqdm.auto import tqdm
 
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.readers import ReadOptions
@@ -31,6 +30,7 @@ from refinery.methods.leakage import (
     matrix,
 )
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.progress import progress
 
 
 LOW_ESS_SHARE = 0.1              # an effective sample size under this share of the rows is warned about
@@ -159,7 +159,7 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
                   ) -> np.ndarray:
     """Out-of-fold P̂(y | l): row i is scored by a forest that never saw fold(i)."""
     proba = np.zeros((len(y), num_labels))
-    for f in tqdm(np.unique(folds), desc="cross-predict", unit=" fold", disable=None):
+    for f in progress(np.unique(folds), desc="cross-predict", unit=" fold"):
         test = folds == f
         model = forest.make().fit(X[~test], y[~test])
         model.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run

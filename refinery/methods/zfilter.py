@@ -26,7 +26,6 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm.auto import tqdm
 
 from refinery.core import stats as zstats
 from refinery.core.incremental_counts import IncrementalCounts
@@ -47,6 +46,7 @@ from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.engine import ParquetSource, stream_map
 from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.progress import progress
 from refinery.report import figures
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, fields, figure, table, top_features
@@ -298,7 +298,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
             seeded = seed_table.num_rows
             for l, c in rows_per_label(seed_table["label"]).items():
                 kept_by[l] += c
-        with tqdm(desc="zfilter", unit=" rows", disable=None) as bar:
+        with progress(desc="zfilter", unit=" rows") as bar:
             for batch in rebatch(with_features(source, config.features, engine, opts.batch_rows), config.batch_size):
                 keep, hits = zf.filter(batch)
                 plain = _strip(batch)

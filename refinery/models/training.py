@@ -5,9 +5,9 @@ import math
 from typing import Callable
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from refinery.models.precision import Precision
+from refinery.progress import progress
 
 GROUP_BATCHES = 50  # batches per length-sorted group
 
@@ -52,7 +52,7 @@ def fit_loop(params, rows: int, loss_of: Callable, *, precision: Precision, epoc
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(steps, 1)))
     scaler = torch.amp.GradScaler(precision.device, enabled=precision.dtype == "float16")
     rng = np.random.default_rng(seed)
-    with tqdm(total=steps, desc=f"{desc} ({precision.dtype})", unit=" step", disable=None) as bar:
+    with progress(total=steps, desc=f"{desc} ({precision.dtype})", unit=" step") as bar:
         for _ in range(epochs):
             for batch in epoch_batches(rows, batch_size, rng, lengths):
                 with precision.autocast():

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
-from tqdm.auto import tqdm
+
+from refinery.progress import progress
 
 ENGINES = ("local", "ray")
 # The driver maps every object-store page it has read from, so over a long stream its RSS grows by
@@ -207,7 +208,7 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
     if check_engine(engine) == "local":
         stage = stage_cls(**stage_kwargs)
         parts = [stage(table.slice(s, batch_size))
-                 for s in tqdm(range(0, table.num_rows, batch_size), desc=desc, unit=" batch", disable=None)]
+                 for s in progress(range(0, table.num_rows, batch_size), desc=desc, unit=" batch")]
         return pa.concat_tables(parts) if parts else stage(table)
     ray = ray_init()
     gpus, cpus = (resources.gpus, resources.cpus) if resources else (0, 1)
@@ -231,8 +232,6 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
     ``desc`` names the work in the bar and in a failure past the retries; ``cpus``: what each task asks for
     (0 for a task that mostly waits on tasks of its own).
     """
-    from refinery.progress import progress
-
     shared, results = shared or {}, [None] * len(calls)
     desc = desc or fn.__name__
     with progress(total=len(calls), desc=desc, unit=" task") as bar:

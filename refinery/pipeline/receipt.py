@@ -85,7 +85,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                  "peak_rss": step.peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
                  "balanced": step.result.balanced, "headline": step.result.headline,
                  "report": _report_link(run.out, step, opts.storage_options), "change": _kind_of_change(stage),
-                 "passes_on": step.passes_on}
+                 "passes_on": step.passes_on, "phases": step.phases}
         if is_corpus(step.passes_on, opts.storage_options):
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
         if config.audit_steps and step.passes_on != previous:
@@ -146,6 +146,13 @@ def _step_rows(steps: list[dict]) -> list[dict]:
              "time": s["seconds"], "peak memory": s["peak_rss"]} for s in steps]
 
 
+def _phase_rows(steps: list[dict]) -> list[dict]:
+    """Where each step's time went: its progress bars' counts, times and rates."""
+    return [{"step": s["step"], "phase": p["what"], "done": f"{fmt.count(p['count'])} {p['unit']}".strip(),
+             "time": p["seconds"], "per second": p["count"] / p["seconds"] if p["seconds"] else None}
+            for s in steps for p in s.get("phases", ()) if p["count"]]
+
+
 def _links(steps: list[dict]) -> str:
     items = "".join(f"<li>{link(s['report'], s['step'])}</li>" for s in steps if s.get("report"))
     return f"<ul>{items}</ul>" if items else note("No stage wrote a report of its own.")
@@ -183,6 +190,11 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
     page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds, "peak memory": fmt.size}),
                  note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray). "
                       "A reused stage was unchanged since an earlier run, whose time and memory are shown."))
+    if any(s.get("phases") for s in steps):
+        page.section("Where the time went", table(_phase_rows(steps), formats={"time": fmt.seconds,
+                                                                               "per second": fmt.number}),
+                     note("The progress bars each step showed on the terminal, as counted when they finished "
+                          "(work done on Ray workers is counted in the step's total time only)."))
     page.section("Stage reports", _links(steps))
     if data["final_top"] and len(audited) >= 2:
         page.section(f"The top features after {audited[-1]['step']}", table(

@@ -28,6 +28,7 @@ from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import Stage, StageInput, StageResult, stage_class
+from refinery.progress import recording
 
 INPUT_DIR = "00-input"
 
@@ -42,6 +43,7 @@ class StageRun:
     fingerprint: str = ""
     peak_rss: int | None = None   # bytes: this process's peak resident memory while the stage ran
     passes_on: str = ""           # the corpus the next step reads
+    phases: list = field(default_factory=list)   # its progress bars: {what, count, unit, seconds}
 
 
 @dataclass
@@ -54,7 +56,8 @@ class PipelineRun:
         return {"out": self.out, "engine": self.engine, "stages": [
             {"folder": s.folder, "stage": s.name, "status": s.status, "seconds": round(s.seconds, 1),
              "peak_rss": s.peak_rss, "rows_in": s.result.rows_in, "parts": s.result.parts,
-             "balanced": s.result.balanced, "headline": s.result.headline, "fingerprint": s.fingerprint}
+             "balanced": s.result.balanced, "headline": s.result.headline, "fingerprint": s.fingerprint,
+             "phases": s.phases}
             for s in self.stages]}
 
 
@@ -72,10 +75,10 @@ def _finished(folder: str, storage_options: dict) -> dict | None:
         return json.load(fh)
 
 
-def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None) -> dict:
+def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None, phases: list) -> dict:
     return {"stage": name, "fingerprint": fp, "rows_in": summary.rows_in, "accounting": summary.parts,
             "headline": summary.headline, "report_file": summary.report_file, "seconds": round(seconds, 3),
-            "peak_rss": peak}
+            "peak_rss": peak, "phases": phases}
 
 
 def _reset_peak_rss() -> None:
@@ -214,14 +217,16 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
                              report_file=done.get("report_file", StageResult.report_file))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
-        return StageRun(label, name, "skipped", done.get("seconds", 0.0), result, fp, done.get("peak_rss"))
+        return StageRun(label, name, "skipped", done.get("seconds", 0.0), result, fp, done.get("peak_rss"),
+                        phases=done.get("phases", []))
     echo(f"== {label}")
     t = time.perf_counter()
     _reset_peak_rss()
     with RunOutput(folder, opts.storage_options) as marker:
-        result = work()
+        with recording() as phases:
+            result = work()
         seconds, peak = time.perf_counter() - t, _peak_rss()
-        marker.summary = _marked(result, fp, name, seconds, peak)
+        marker.summary = _marked(result, fp, name, seconds, peak, phases)
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    return StageRun(label, name, "ran", seconds, result, fp, peak)
+    return StageRun(label, name, "ran", seconds, result, fp, peak, phases=phases)

@@ -1,0 +1,61 @@
+"""Progress bars: drawn on a terminal with rows and a rate, never in a pipe or under --quiet, and the same
+counts kept for the pipeline's report."""
+import fcntl
+import json
+import os
+import pty
+import struct
+import subprocess
+import termios
+
+from conftest import REFINERY, SNLI_DEV, run_cli
+
+
+def on_a_terminal(*args, env=None) -> str:
+    """What ``refinery ARGS`` shows on a 120-column pseudo-terminal (stdout and stderr together)."""
+    master, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([REFINERY, *map(str, args)], stdin=terminal, stdout=terminal, stderr=terminal,
+                            env={**os.environ, **(env or {})})
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:   # the terminal closed with the process
+            break
+        if not data:
+            break
+        shown += data
+    assert proc.wait() == 0, shown.decode(errors="replace")
+    return shown.decode(errors="replace")
+
+
+def test_bars_show_rows_and_rate_on_a_terminal_only(tmp_path):
+    args = ["zfilter", SNLI_DEV, "--preset", "snli", "--mode", "overwrite", "--out", tmp_path / "z"]
+    shown = on_a_terminal(*args)
+    assert "zfilter: 9842 rows" in shown and "rows/s" in shown, shown[-800:]
+    for quiet in (on_a_terminal("--quiet", *args), on_a_terminal(*args, env={"REFINERY_QUIET": "1"})):
+        assert "rows/s" not in quiet and "rows in 9,842" in quiet
+    piped = run_cli(*args)
+    assert "\r" not in piped.stderr and "rows/s" not in piped.stderr
+
+
+def test_pipeline_keeps_each_steps_phases_in_its_marker_and_report(tmp_path):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"input: {{paths: [{SNLI_DEV}], preset: snli}}\nout: {tmp_path / 'out'}\n"
+                        "stages:\n  - zfilter: {}\n  - confidence: {model: ngram, folds: 3, tau: 0.2}\n"
+                        "report: {audit_steps: false}\n")
+    run_cli("run", pipeline)
+    marker = json.loads((tmp_path / "out" / "01-zfilter" / "_SUCCESS").read_text())
+    assert [(p["what"], p["count"], p["unit"]) for p in marker["phases"]] == [("zfilter", 9842, "rows")]
+    receipt = json.loads((tmp_path / "out" / "pipeline" / "receipt.json").read_text())
+    confidence = next(s for s in receipt["steps"] if s["step"] == "02-confidence")
+    kept = json.loads((tmp_path / "out" / "01-zfilter" / "kept" / "manifest.json").read_text())["rows"]
+    assert [(p["what"], p["count"]) for p in confidence["phases"]] == [
+        ("confidence: n-grams", kept), ("confidence: 3 fold models, 3 epochs", 3)]
+    assert "Where the time went" in (tmp_path / "out" / "pipeline" / "report.html").read_text()
+    rerun = run_cli("run", pipeline)                 # a reused step keeps the phases it ran with
+    assert "unchanged, skipped" in rerun.stdout
+    again = json.loads((tmp_path / "out" / "pipeline" / "receipt.json").read_text())
+    assert next(s for s in again["steps"] if s["step"] == "01-zfilter")["phases"] == marker["phases"]
