@@ -29,9 +29,22 @@ def quote_literal(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def memory_limit() -> str:
+    """DuckDB's memory limit: ``REFINERY_DUCKDB_MEMORY`` (e.g. ``6GB``), else a quarter of the machine's memory
+    up to 4 GiB. DuckDB's own default, 80% of the memory, lets one query take what the process's Arrow
+    tables, models and other stages need; beyond the limit it spills to disk."""
+    given = os.environ.get("REFINERY_DUCKDB_MEMORY")
+    if given:
+        return given
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{max(1 << 30, min(4 << 30, total // 4)) >> 20}MB"
+
+
 def connect() -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that spills to the system temp folder and keeps the insertion order."""
+    """A DuckDB connection that spills to the system temp folder past ``memory_limit()`` and keeps the
+    insertion order."""
     con = duckdb.connect()
+    con.execute("SET memory_limit = " + quote_literal(memory_limit()))
     # spill to the system temp folder, not to ./.tmp of wherever the user happens to stand
     con.execute("SET temp_directory = " + quote_literal(os.path.join(tempfile.gettempdir(), f"refinery-duckdb-{os.getpid()}")))
     con.execute("SET preserve_insertion_order = true")
