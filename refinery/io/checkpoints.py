@@ -17,7 +17,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refinery.io.storage import get_fs, join, on_store
+from refinery.io.storage import claim_folder, get_fs, join, on_store
 
 CHECKPOINTS = "_checkpoints"
 
@@ -26,6 +26,7 @@ class Checkpoints:
     """The finished pieces of ``task`` for a run into ``out`` made with ``key``."""
 
     def __init__(self, out: str, task: str, key: dict, storage_options: dict | None = None):
+        claim_folder(out, storage_options)   # never inside a folder refinery did not write
         self.root = join(out, CHECKPOINTS, task)
         self.fs, self.path = get_fs(self.root, storage_options)
         self.key = json.loads(json.dumps(key, sort_keys=True, default=str))

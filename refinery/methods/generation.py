@@ -4,9 +4,13 @@ Each input row yields one prompt per target label (its own label, every label, o
 the stage (in-process or a Ray Data actor pool) samples n texts per prompt; every text becomes a
 canonical row with ``source=generated`` and ``origin_id``. Prompts whose generation failed, or
 that produced no text, are listed with the error in ``failed.parquet``, so every prompt is accounted for.
+The prompts are generated ``shard_rows`` at a time, each finished shard checkpointed under the output
+(``io.checkpoints``): a killed run continues after its last finished shard, and since every batch is
+sampled from the sampling seed, the rows are those an uninterrupted run makes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import string
 from dataclasses import asdict, dataclass, replace
@@ -14,10 +18,12 @@ from dataclasses import asdict, dataclass, replace
 import pyarrow as pa
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
-from refinery.io.storage import AtomicDir, join
+from refinery.io.checkpoints import Checkpoints
+from refinery.io.storage import AtomicDir, join, redact
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
+from refinery.progress import progress
 
 LABEL_DESCRIPTIONS = {
     "entailment": "definitely true given the premise",
@@ -50,6 +56,8 @@ class GenerationConfig:
     sampling: Sampling = setting(Sampling(), help="Sampling of every backend.")
     backend: Backend = setting(Backend(), help="Where texts are generated.")
     batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
+    shard_rows: int = setting(1024, at_least(1), "Prompts per checkpointed shard (rounded to whole batches): a "
+                                                 "killed run continues after its last finished shard.")
     actors: int = setting(1, at_least(1), "Ray Data actor pool size.")
     gpus_per_actor: float = setting(0.0, number_in(0), "GPUs each actor asks for.")
 
@@ -105,14 +113,14 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
     unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
     table = table.slice(0, table.num_rows - unused)
     requests = prompts(table, config)
-    resources = replace(GenerateStage.resources, gpus=config.gpus_per_actor)
-    result = generate_table(requests, config.backend.name, config.backend.kwargs(), config.sampling, engine,
-                            config.batch_size, config.actors, resources)
-    rows, failed = generated_rows(result)
+    checkpoints = Checkpoints(out, "generate", {"config": redact(asdict(config)), "prompts": digest(requests)},
+                              storage_options)
+    resumed = len(checkpoints.done())
+    rows, failed = generated_rows(generate_in_shards(requests, config, engine, checkpoints))
     report = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
               "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
               "model": config.backend.model, "engine": engine, "sampling": asdict(config.sampling),
-              "template": config.template}
+              "template": config.template, "resumed_shards": resumed}
     report["input_rejected"] = write_table(rows, out, rejects=input_rejects, config={"generation": report},
                                            storage_options=storage_options)["rejected"]
     with AtomicDir(join(out, "generation"), storage_options) as d:
@@ -121,7 +129,41 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
         d.write_bytes("failed.parquet", sink.getvalue().to_pybytes())
         d.write_text("generation.json", json.dumps(report, indent=1))
         d.commit()
+    checkpoints.clear()
     return report
+
+
+def digest(table: pa.Table) -> str:
+    """sha256 of a table's Arrow IPC stream: what a checkpoint was made from."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()
+
+
+def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str, checkpoints: Checkpoints
+                       ) -> pa.Table:
+    """The generator's output for every prompt, shard by shard, each shard read from ``checkpoints`` if a
+    previous run finished it, else generated and checkpointed."""
+    resources = replace(GenerateStage.resources, gpus=config.gpus_per_actor)
+    shard = max(1, config.shard_rows // config.batch_size) * config.batch_size
+
+    def generate(part: pa.Table) -> pa.Table:
+        return generate_table(part, config.backend.name, config.backend.kwargs(), config.sampling, engine,
+                              config.batch_size, config.actors, resources)
+
+    if not requests.num_rows:
+        return generate(requests)
+    parts = []
+    for number, start in enumerate(progress(range(0, requests.num_rows, shard), desc="generate: shards",
+                                            unit=" shard")):
+        name = f"shard-{number:05d}"
+        part = checkpoints.get(name)
+        if part is None:
+            part = generate(requests.slice(start, shard))
+            checkpoints.put(name, part)
+        parts.append(part)
+    return pa.concat_tables(parts)
 
 
 class GenerateStage(Stage):
@@ -145,4 +187,6 @@ class GenerateStage(Stage):
         return StageResult(r["inputs"] + r["beyond_limit"] + r["input_rejected"],
                            {"prompted": r["inputs"], "beyond limit": r["beyond_limit"],
                             "input rejects": r["input_rejected"]}, r, headline,
-                           (f"{headline} ({self.config.backend.name}, {source.engine})",), report_file="")
+                           (f"{headline} ({self.config.backend.name}, {source.engine})",)
+                           + ((f"resumed: {r['resumed_shards']} shards from the interrupted run before",)
+                              if r["resumed_shards"] else ()), report_file="")

@@ -1,0 +1,53 @@
+"""Checkpoints of long stages: generation resumes after a kill from its last finished shard, to the rows an
+uninterrupted run makes; checkpoints of other settings are never reused."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import REFINERY, SNLI_TEST, run_cli
+from test_ibadr import tiny_generator  # noqa: F401 (the fixture)
+
+from refinery.io.checkpoints import CHECKPOINTS, Checkpoints
+from refinery.io.corpus import Corpus
+from refinery.io.storage import ForeignOutput
+
+
+def test_killed_generation_resumes_from_its_last_finished_shard(tiny_generator, tmp_path):  # noqa: F811
+    args = ["generate", SNLI_TEST, "--preset", "snli", "--limit", 4, "--target-labels", "all",
+            "--model", tiny_generator, "--max-new-tokens", 8, "--batch-size", 2, "--shard-rows", 4]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(killed)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    shards = killed / CHECKPOINTS / "generate"
+    while not list(shards.glob("shard-*.parquet")):
+        assert proc.poll() is None, "the run ended before its first shard was checkpointed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = sorted(p.name for p in shards.glob("shard-*.parquet"))
+    assert 1 <= len(finished) < 3 and not (killed / "_SUCCESS").exists()      # 12 prompts: 3 shards of 4
+    assert f"resumed: {len(finished)} shards" in run_cli(*args, "--out", killed).stdout
+    assert not (killed / CHECKPOINTS).exists()                          # gone once the output is published
+    run_cli(*args, "--out", tmp_path / "straight")
+    resumed, straight = Corpus.open(str(killed)).read(), Corpus.open(str(tmp_path / "straight")).read()
+    assert resumed.num_rows == straight.num_rows >= 10 and resumed.equals(straight)
+
+
+def test_checkpoints_of_other_settings_are_cleared_not_reused(tmp_path):
+    import pyarrow as pa
+
+    piece = pa.table({"x": [1, 2]})
+    first = Checkpoints(str(tmp_path / "out"), "task", {"config": {"tau": 0.5}, "inputs": "abc"})
+    first.put("shard-00000", piece)
+    assert Checkpoints(str(tmp_path / "out"), "task", {"config": {"tau": 0.5}, "inputs": "abc"}).get(
+        "shard-00000").equals(piece)
+    other = Checkpoints(str(tmp_path / "out"), "task", {"config": {"tau": 0.6}, "inputs": "abc"})
+    assert other.done() == [] and other.get("shard-00000") is None
+    other.clear()
+    assert not (tmp_path / "out" / CHECKPOINTS).exists() and (tmp_path / "out" / "_refinery.json").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's file")
+    with pytest.raises(ForeignOutput):
+        Checkpoints(str(tmp_path / "mine"), "task", {})
