@@ -1,5 +1,6 @@
-"""Checkpoints of long stages: generation resumes after a kill from its last finished shard, to the rows an
-uninterrupted run makes; checkpoints of other settings are never reused."""
+"""Checkpoints of long stages: generation and RAZOR's rewriting resume after a kill from their last finished
+shard or round, to the output an uninterrupted run makes; checkpoints of other settings are never reused."""
+import json
 import os
 import signal
 import subprocess
@@ -28,7 +29,7 @@ def test_killed_generation_resumes_from_its_last_finished_shard(tiny_generator, 
     proc.wait()
     finished = sorted(p.name for p in shards.glob("shard-*.parquet"))
     assert 1 <= len(finished) < 3 and not (killed / "_SUCCESS").exists()      # 12 prompts: 3 shards of 4
-    assert f"resumed: {len(finished)} shards" in run_cli(*args, "--out", killed).stdout
+    assert f"resumed: {len(finished)} finished shard(s)" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()                          # gone once the output is published
     run_cli(*args, "--out", tmp_path / "straight")
     resumed, straight = Corpus.open(str(killed)).read(), Corpus.open(str(tmp_path / "straight")).read()
@@ -51,3 +52,26 @@ def test_checkpoints_of_other_settings_are_cleared_not_reused(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("a user's file")
     with pytest.raises(ForeignOutput):
         Checkpoints(str(tmp_path / "mine"), "task", {})
+
+
+def test_killed_razor_resumes_from_its_last_finished_round(tiny_generator, tmp_path):  # noqa: F811
+    args = ["razor", SNLI_TEST, "--preset", "snli", "--model", tiny_generator, "--top-k", 6, "--candidates", 2,
+            "--rounds", 3, "--max-new-tokens", 8, "--verify-max-new-tokens", 4]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(killed)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    rounds = killed / CHECKPOINTS / "razor"
+    while not list(rounds.glob("round-*.parquet")):
+        assert proc.poll() is None, "the run ended before its first round was checkpointed"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "_SUCCESS").exists()
+    assert "resumed: 1 finished round(s)" in run_cli(*args, "--out", killed).stdout
+    assert not (killed / CHECKPOINTS).exists()
+    run_cli(*args, "--out", tmp_path / "straight")
+    for part in ("corpus", "scores"):
+        assert Corpus.open(str(killed / part)).read().equals(Corpus.open(str(tmp_path / "straight" / part)).read())
+    resumed, straight = (json.loads((out / "report" / "report.json").read_text())["rounds"]
+                         for out in (killed, tmp_path / "straight"))
+    assert resumed == straight and len(straight) >= 1

@@ -10,6 +10,7 @@ a kill leaves either the piece or nothing.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -20,6 +21,14 @@ import pyarrow.parquet as pq
 from refinery.io.storage import claim_folder, get_fs, join, on_store
 
 CHECKPOINTS = "_checkpoints"
+
+
+def table_digest(table: pa.Table) -> str:
+    """sha256 of a table's Arrow IPC stream: part of a checkpoint's key, the rows it was made from."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue()).hexdigest()
 
 
 class Checkpoints:

@@ -10,7 +10,6 @@ sampled from the sampling seed, the rows are those an uninterrupted run makes.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import string
 from dataclasses import asdict, dataclass, replace
@@ -18,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 import pyarrow as pa
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
-from refinery.io.checkpoints import Checkpoints
+from refinery.io.checkpoints import Checkpoints, table_digest
 from refinery.io.storage import AtomicDir, join, redact
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
@@ -113,7 +112,7 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
     unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
     table = table.slice(0, table.num_rows - unused)
     requests = prompts(table, config)
-    checkpoints = Checkpoints(out, "generate", {"config": redact(asdict(config)), "prompts": digest(requests)},
+    checkpoints = Checkpoints(out, "generate", {"config": redact(asdict(config)), "prompts": table_digest(requests)},
                               storage_options)
     resumed = len(checkpoints.done())
     rows, failed = generated_rows(generate_in_shards(requests, config, engine, checkpoints))
@@ -131,14 +130,6 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
         d.commit()
     checkpoints.clear()
     return report
-
-
-def digest(table: pa.Table) -> str:
-    """sha256 of a table's Arrow IPC stream: what a checkpoint was made from."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return hashlib.sha256(sink.getvalue()).hexdigest()
 
 
 def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str, checkpoints: Checkpoints
@@ -188,5 +179,5 @@ class GenerateStage(Stage):
                            {"prompted": r["inputs"], "beyond limit": r["beyond_limit"],
                             "input rejects": r["input_rejected"]}, r, headline,
                            (f"{headline} ({self.config.backend.name}, {source.engine})",)
-                           + ((f"resumed: {r['resumed_shards']} shards from the interrupted run before",)
+                           + ((f"resumed: {r['resumed_shards']} finished shard(s) from the interrupted run before",)
                               if r["resumed_shards"] else ()), report_file="")

@@ -29,7 +29,8 @@ from scipy import sparse
 from refinery.core.features import TokenizerOptions
 from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.io.schema import is_pair
-from refinery.io.storage import AtomicDir, join
+from refinery.io.checkpoints import Checkpoints, table_digest
+from refinery.io.storage import AtomicDir, join, redact
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
@@ -317,22 +318,34 @@ def gamma_summary(gamma: np.ndarray) -> dict:
 
 
 def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: dict, engine: str = "local",
-           batch_size: int = 16, verifier=None, scores: Scores | None = None) -> tuple[pa.Table, Scores, list[dict]]:
+           batch_size: int = 16, verifier=None, scores: Scores | None = None, checkpoints=None
+           ) -> tuple[pa.Table, Scores, list[dict]]:
     """Rounds of ``rewrite_round`` while the objective increases; a round that lowers it is undone.
 
     Returns the refined table, its scores and the rounds; ``scores`` are the input's, if already computed.
+    With ``checkpoints`` (``io.checkpoints.Checkpoints``) each finished round's table and figures are kept,
+    and a rerun after a kill reads them instead of rewriting again (each round samples from its own seed).
     """
     from refinery.progress import progress
 
     scores = scores if scores is not None else score(table, config)
     history = []
     for round_no in progress(range(1, config.rounds + 1), desc="razor rounds"):
-        candidate, stats = rewrite_round(table, scores, config, backend, backend_kwargs, engine, batch_size,
-                                         round_no, verifier)
-        new_scores = score(candidate, config)
-        stats.update(objective_before=scores.objective, objective_after=new_scores.objective,
-                     gamma=gamma_summary(new_scores.gamma))
-        stats["kept"] = stats["replaced"] > 0 and new_scores.objective > scores.objective
+        saved = checkpoints.get(f"round-{round_no:03d}") if checkpoints is not None else None
+        if saved is not None:
+            stats = json.loads(saved.schema.metadata[b"razor_round"])
+            candidate = saved.replace_schema_metadata(None)
+            new_scores = score(candidate, config)
+        else:
+            candidate, stats = rewrite_round(table, scores, config, backend, backend_kwargs, engine, batch_size,
+                                             round_no, verifier)
+            new_scores = score(candidate, config)
+            stats.update(objective_before=scores.objective, objective_after=new_scores.objective,
+                         gamma=gamma_summary(new_scores.gamma))
+            stats["kept"] = stats["replaced"] > 0 and new_scores.objective > scores.objective
+            if checkpoints is not None:
+                checkpoints.put(f"round-{round_no:03d}", candidate.replace_schema_metadata(
+                    {"razor_round": json.dumps(stats, default=float)}))
         history.append(stats)
         if not stats["kept"]:
             break
@@ -359,8 +372,11 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
 
         verifier = load_classifier(config.verifier_model) if config.verifier_model else None
         backend = config.backend.name
+        checkpoints = Checkpoints(out, "razor", {"config": redact(config.to_dict()), "rows": table_digest(table)},
+                                  storage_options)
+        report["resumed_rounds"] = len(checkpoints.done())
         refined, after, history = refine(table, config, backend, config.backend.kwargs(), engine, config.batch_size,
-                                         verifier, before)
+                                         verifier, before, checkpoints)
         write_table(refined, join(out, "corpus"), rejects=input_rejects, config={"razor": report},
                     storage_options=storage_options)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
@@ -372,6 +388,8 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
         d.write_text("report.html", _html(report, list(inputs), storage_options))
         d.commit()
+    if not config.score_only:
+        checkpoints.clear()
     return report
 
 
@@ -440,7 +458,8 @@ class RazorStage(Stage):
                  f"median γ {r['gamma']['median']:.4g}",
                  *(f"  round {x['round']}: {x['candidates']} candidates, {x['accepted']} accepted, {x['replaced']} "
                    f"replaced, objective {x['objective_before']:.6g} -> {x['objective_after']:.6g}"
-                   + ("" if x["kept"] else " (undone)") for x in r.get("rounds", [])))
+                   + ("" if x["kept"] else " (undone)") for x in r.get("rounds", [])),
+                 *((f"resumed: {r['resumed_rounds']} finished round(s) from the interrupted run before",)
+                   if r.get("resumed_rounds") else ()))
         return StageResult(r["rows"] + r["input_rejected"], {"scored": r["rows"], "input rejects": r["input_rejected"]},
-                           r, f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.4g}{done}", lines,
-                           "" if self.config.score_only else "report/report.html")
+                           r, f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.4g}{done}", lines)
