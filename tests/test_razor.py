@@ -36,7 +36,9 @@ def brute_force(table, dim=64):
     return gamma, objective
 
 
-def test_scores_equal_the_quadratic_definition(snli_pair):
+@pytest.mark.parametrize("block_rows", [1 << 18, 64])   # one block, and the rows embedded 64 at a time
+def test_scores_equal_the_quadratic_definition(snli_pair, monkeypatch, block_rows):
+    monkeypatch.setattr(razor, "SCORE_BLOCK_ROWS", block_rows)
     sample = snli_pair.slice(0, 400)
     gamma, objective = brute_force(sample)
     scores = razor.score(sample)

@@ -145,13 +145,12 @@ class LabelSums:
     sums: np.ndarray      # C × λ
     sizes: np.ndarray     # C
 
-    @classmethod
-    def of(cls, unit: np.ndarray, labels: np.ndarray) -> "LabelSums":
-        names = sorted(set(labels.tolist()))
-        codes = np.searchsorted(names, labels)
-        sums = np.zeros((len(names), unit.shape[1]))
-        np.add.at(sums, codes, unit)
-        return cls(names, sums, np.bincount(codes, minlength=len(names)))
+    def add(self, unit: np.ndarray, labels: np.ndarray) -> None:
+        """Add the unit embeddings of rows with ``labels`` (each one of ``self.labels``)."""
+        codes = np.searchsorted(self.labels, labels)
+        for c in np.unique(codes):
+            self.sums[c] += unit[codes == c].sum(axis=0)
+        self.sizes += np.bincount(codes, minlength=len(self.labels))
 
     def gamma(self, unit: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """γ = 1 − u·(Σ U − U_y) / (|D| − |D_y|)."""
@@ -179,14 +178,32 @@ class Scores:
     sums: LabelSums
 
 
+SCORE_BLOCK_ROWS = 1 << 18   # rows embedded at a time: an n × λ float64 matrix is 5 GB at 10M rows
+
+
 def score(table: pa.Table, config: RazorConfig = RazorConfig()) -> Scores:
-    """γ for every row and the objective, over the scored field (``scored_field``)."""
-    tokens = config.tokenizer.tokenize(table[scored_field(table)])
-    vocab = Vocabulary.fit(tokens)
-    unit = unit_rows(surface_embeddings(tokens, vocab, config.dim))
+    """γ for every row and the objective, over the scored field (``scored_field``).
+
+    The rows are embedded ``SCORE_BLOCK_ROWS`` at a time, twice: once for the per-label sums, once for each
+    row's γ against them, so memory holds the tokens and one block's embeddings, never all of them.
+    """
+    from refinery.progress import progress
+
+    field_tokens = config.tokenizer.tokenize(table[scored_field(table)])
+    vocab = Vocabulary.fit(field_tokens)
     labels = np.asarray(table["label"].to_pylist(), dtype=object)
-    sums = LabelSums.of(unit, labels)
-    return Scores(sums.gamma(unit, labels), sums.objective(), vocab, sums)
+    blocks = range(0, table.num_rows, SCORE_BLOCK_ROWS)
+
+    def unit(start: int) -> np.ndarray:
+        return unit_rows(surface_embeddings(field_tokens.slice(start, SCORE_BLOCK_ROWS), vocab, config.dim))
+
+    names = sorted(set(labels.tolist()))
+    sums = LabelSums(names, np.zeros((len(names), config.dim)), np.zeros(len(names), np.int64))
+    for start in progress(blocks, desc="razor: label sums", unit=" block"):
+        sums.add(unit(start), labels[start:start + SCORE_BLOCK_ROWS])
+    gamma = np.concatenate([np.zeros(0)] + [sums.gamma(unit(start), labels[start:start + SCORE_BLOCK_ROWS])
+                                            for start in progress(blocks, desc="razor: γ", unit=" block")])
+    return Scores(gamma, sums.objective(), vocab, sums)
 
 
 def candidate_gamma(texts: list[str], labels: list[str], scores: Scores, config: RazorConfig) -> np.ndarray:
