@@ -96,14 +96,19 @@ class Vocabulary:
     docs: int
 
     @classmethod
-    def fit(cls, tokens: pa.ListArray) -> "Vocabulary":
-        flat = pc.list_flatten(tokens)
-        parents = pc.list_parent_indices(tokens).to_numpy()
-        enc = pc.dictionary_encode(flat)
-        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    def fit(cls, tokens: pa.ListArray, block_rows: int = 1 << 18) -> "Vocabulary":
+        """df of every token, counting the distinct tokens of ``block_rows`` rows at a time."""
+        enc = pc.dictionary_encode(pc.list_flatten(tokens))
+        codes = enc.indices.to_numpy(zero_copy_only=False)
         V = len(enc.dictionary)
-        distinct = np.unique(parents.astype(np.int64) * V + codes) % V
-        return cls(enc.dictionary, np.bincount(distinct, minlength=V), len(tokens))
+        df = np.zeros(V, np.int64)
+        offsets = tokens.offsets.to_numpy() - tokens.offsets[0].as_py()
+        for start in range(0, len(tokens), block_rows):
+            block = tokens.slice(start, block_rows)
+            lo, hi = offsets[start], offsets[min(start + block_rows, len(tokens))]
+            parents = pc.list_parent_indices(block).to_numpy().astype(np.int64)
+            df += np.bincount(np.unique(parents * V + codes[lo:hi]) % V, minlength=V)
+        return cls(enc.dictionary, df, len(tokens))
 
     def idf(self, flat: pa.Array) -> np.ndarray:
         at = pc.index_in(flat, value_set=self.tokens).to_numpy(zero_copy_only=False)
@@ -190,18 +195,22 @@ def score(table: pa.Table, config: RazorConfig = RazorConfig()) -> Scores:
     from refinery.progress import progress
 
     field_tokens = config.tokenizer.tokenize(table[scored_field(table)])
-    vocab = Vocabulary.fit(field_tokens)
-    labels = np.asarray(table["label"].to_pylist(), dtype=object)
+    if isinstance(field_tokens, pa.ChunkedArray):
+        field_tokens = field_tokens.combine_chunks()
+    vocab = Vocabulary.fit(field_tokens, SCORE_BLOCK_ROWS)
     blocks = range(0, table.num_rows, SCORE_BLOCK_ROWS)
 
     def unit(start: int) -> np.ndarray:
         return unit_rows(surface_embeddings(field_tokens.slice(start, SCORE_BLOCK_ROWS), vocab, config.dim))
 
-    names = sorted(set(labels.tolist()))
+    def labels(start: int) -> np.ndarray:
+        return np.asarray(table["label"].slice(start, SCORE_BLOCK_ROWS).to_pylist(), dtype=object)
+
+    names = sorted(set(pc.unique(table["label"]).to_pylist()))
     sums = LabelSums(names, np.zeros((len(names), config.dim)), np.zeros(len(names), np.int64))
     for start in progress(blocks, desc="razor: label sums", unit=" block"):
-        sums.add(unit(start), labels[start:start + SCORE_BLOCK_ROWS])
-    gamma = np.concatenate([np.zeros(0)] + [sums.gamma(unit(start), labels[start:start + SCORE_BLOCK_ROWS])
+        sums.add(unit(start), labels(start))
+    gamma = np.concatenate([np.zeros(0)] + [sums.gamma(unit(start), labels(start))
                                             for start in progress(blocks, desc="razor: γ", unit=" block")])
     return Scores(gamma, sums.objective(), vocab, sums)
 
