@@ -38,3 +38,20 @@ def ray_local():
     ray_init(num_cpus=2)
     yield
     ray_shutdown()
+
+
+def killed_when(args, out, finished: str, at_least: int = 1) -> list:
+    """Start ``refinery ARGS --out OUT`` in its own process group, kill -9 it once ``at_least`` files under
+    OUT match the glob ``finished`` (e.g. a stage's first checkpoint), and return those files' names."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+    while len(list(Path(out).glob(finished))) < at_least:
+        assert proc.poll() is None, f"the run ended before {finished} appeared under {out}"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (Path(out) / "_SUCCESS").exists()
+    return sorted(p.name for p in Path(out).glob(finished))

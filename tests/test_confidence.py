@@ -1,15 +1,10 @@
 """The confidence stage: its cross-fitted n-gram model at streaming speed (hashed n-grams from the compiled
 scanner, TF-IDF as scikit-learn computes it, averaged SGD as good as L-BFGS on SNLI), and a transformer's
 cross-fitting that resumes from its finished folds after a kill."""
-import os
-import signal
-import subprocess
-import time
-
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REFINERY, SNLI_DEV, run_cli
+from conftest import SNLI_DEV, killed_when, run_cli
 from sklearn.feature_extraction.text import TfidfTransformer
 
 from refinery.core.features import TokenizerOptions
@@ -74,16 +69,8 @@ def test_killed_transformer_confidence_resumes_from_its_finished_folds(tmp_path)
         data.write_text("".join(fh.readline() for _ in range(150)))
     args = ["confidence", str(data), "--preset", "snli", "--model", "transformer", "--folds", "3", "--tau", "0.3"]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([REFINERY, *args, "--out", str(killed)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    folds = killed / CHECKPOINTS / "confidence"
-    while not list(folds.glob("fold-*.parquet")):
-        assert proc.poll() is None, "the run ended before its first fold was checkpointed"
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    finished = len(list(folds.glob("fold-*.parquet")))
-    assert 1 <= finished < 3 and not (killed / "_SUCCESS").exists()
+    finished = len(killed_when(args, killed, f"{CHECKPOINTS}/confidence/fold-*.parquet"))
+    assert finished < 3
     assert f"resumed: {finished} of 3 folds" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()                        # gone once the output is published
     run_cli(*args, "--out", tmp_path / "straight")

@@ -1,13 +1,9 @@
 """Checkpoints of long stages: generation and RAZOR's rewriting resume after a kill from their last finished
 shard or round, to the output an uninterrupted run makes; checkpoints of other settings are never reused."""
 import json
-import os
-import signal
-import subprocess
-import time
 
 import pytest
-from conftest import REFINERY, SNLI_TEST, run_cli
+from conftest import SNLI_TEST, killed_when, run_cli
 from test_ibadr import tiny_generator  # noqa: F401 (the fixture)
 
 from refinery.io.checkpoints import CHECKPOINTS, Checkpoints
@@ -19,16 +15,8 @@ def test_killed_generation_resumes_from_its_last_finished_shard(tiny_generator, 
     args = ["generate", SNLI_TEST, "--preset", "snli", "--limit", 4, "--target-labels", "all",
             "--model", tiny_generator, "--max-new-tokens", 8, "--batch-size", 2, "--shard-rows", 4]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(killed)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    shards = killed / CHECKPOINTS / "generate"
-    while not list(shards.glob("shard-*.parquet")):
-        assert proc.poll() is None, "the run ended before its first shard was checkpointed"
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    finished = sorted(p.name for p in shards.glob("shard-*.parquet"))
-    assert 1 <= len(finished) < 3 and not (killed / "_SUCCESS").exists()      # 12 prompts: 3 shards of 4
+    finished = killed_when(args, killed, f"{CHECKPOINTS}/generate/shard-*.parquet")
+    assert len(finished) < 3                                                  # 12 prompts: 3 shards of 4
     assert f"resumed: {len(finished)} finished shard(s)" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()                          # gone once the output is published
     run_cli(*args, "--out", tmp_path / "straight")
@@ -58,15 +46,7 @@ def test_killed_razor_resumes_from_its_last_finished_round(tiny_generator, tmp_p
     args = ["razor", SNLI_TEST, "--preset", "snli", "--model", tiny_generator, "--top-k", 6, "--candidates", 2,
             "--rounds", 3, "--max-new-tokens", 8, "--verify-max-new-tokens", 4]
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(killed)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    rounds = killed / CHECKPOINTS / "razor"
-    while not list(rounds.glob("round-*.parquet")):
-        assert proc.poll() is None, "the run ended before its first round was checkpointed"
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (killed / "_SUCCESS").exists()
+    assert killed_when(args, killed, f"{CHECKPOINTS}/razor/round-*.parquet") == ["round-001.parquet"]
     assert "resumed: 1 finished round(s)" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()
     run_cli(*args, "--out", tmp_path / "straight")

@@ -110,6 +110,17 @@ class ByteScanner:
         return self.out, starts[:n], ends[:n], self.hashes[:n], rows[:n].copy()
 
 
+def _ascii_split(texts) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray]:
+    """(texts with nulls as "", their bytes, offsets, which rows are not ASCII): the byte scanner reads the
+    ASCII rows, the Arrow tokenizer the others."""
+    texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
+    data, offsets = string_buffers(texts)
+    used = data[offsets[0]:offsets[-1]]
+    other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) \
+        if len(used) > 0 and used.max() >= 128 else np.zeros(len(texts), dtype=bool)
+    return texts, data, offsets, other
+
+
 def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: int = 0,
               scanner: ByteScanner | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(token ids, row of each token) of ``texts`` as ``options.tokenize`` splits them.
@@ -118,12 +129,8 @@ def token_ids(texts, options: TokenizerOptions, vocab: TokenIds, stopword_ids: i
     merged back in row order. With stopword removal the vocabulary is seeded with the
     stopwords, so ids below ``stopword_ids`` are stopwords and are dropped here.
     """
-    texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
-    data, offsets = string_buffers(texts)
-    used = data[offsets[0]:offsets[-1]]
-    mixed = len(used) > 0 and used.max() >= 128
-    other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) if mixed \
-        else np.zeros(len(texts), dtype=bool)
+    texts, data, offsets, other = _ascii_split(texts)
+    mixed = bool(other.any())
     out, starts, ends, hashes, parents = (scanner or ByteScanner()).scan(data, offsets, other, options)
     ids = vocab.intern(out, starts, ends, hashes)
     if mixed:
@@ -144,12 +151,8 @@ def token_hashes(texts, options: TokenizerOptions, scanner: ByteScanner | None =
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(FNV-1a hash of each token, row of each token) of ``texts`` as ``options.tokenize`` splits them, in row
     order: ``token_ids`` without a vocabulary, for hashed features."""
-    texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
-    data, offsets = string_buffers(texts)
-    used = data[offsets[0]:offsets[-1]]
-    mixed = len(used) > 0 and used.max() >= 128
-    other = pc.invert(pc.string_is_ascii(texts)).to_numpy(zero_copy_only=False) if mixed \
-        else np.zeros(len(texts), dtype=bool)
+    texts, data, offsets, other = _ascii_split(texts)
+    mixed = bool(other.any())
     _, _, _, hashes, rows = (scanner or ByteScanner()).scan(data, offsets, other, options)
     hashes = hashes.copy()
     if mixed:
