@@ -81,7 +81,7 @@ def main():
         src = os.path.join(work, "synth")
         synth.write(synth.SynthSpec(rows=args.rows, seed=11, premise_pool=args.pool), src)
         t = time.perf_counter()
-        features = leakage.corpus_features({"train": src}).features
+        features = leakage.corpus_features({"train": src}).features()
         wall = time.perf_counter() - t
     u, v = features["u"].to_numpy(), features["v"].to_numpy()
     nodes = np.unique(np.concatenate([u, v])).size

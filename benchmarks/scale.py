@@ -5,7 +5,7 @@ itself, not Ray's workers), rows per second and the ratio to the audit's time in
 SNLI example's shape (audit → zfilter → confidence → upsample → weights) as one pipeline on the Ray engine,
 with the driver's peak memory (the pipeline's own per-stage figures, from ``OUT/pipeline/run.json``).
 
-    .venv/bin/python benchmarks/scale.py --rows 1000000 [--test-rows 100000] [--skip confidence,razor]
+    .venv/bin/python benchmarks/scale.py --rows 1000000 [--test-rows 100000] [--skip confidence,razor | --only leakage,weights]
 """
 from __future__ import annotations
 
@@ -56,9 +56,25 @@ def pipeline(root: str, train: str, test: str) -> str:
     path = f"{root}/pipeline.yaml"
     with open(path, "w") as fh:
         yaml.safe_dump({"input": {"splits": {"train": train, "test": test}}, "engine": "ray", "stages": [
-            {"audit": {}}, {"zfilter": {}}, {"confidence": {"model": "ngram", "folds": 5}}, {"upsample": {}},
+            {"audit": {}}, {"zfilter": {}}, {"confidence": {"model": "ngram", "folds": 5, "tau": 0.2}}, {"upsample": {}},
             {"weights": {"folds": 5}}]}, fh)
     return path
+
+
+def confidence_quality(train: str, rows: int) -> None:
+    """Out-of-fold log-loss and accuracy of the confidence stage's SGD fit against L-BFGS's, on the first
+    ``rows`` rows of the train split (L-BFGS takes about 20 minutes at a million)."""
+    from confidence import out_of_fold, quality   # benchmarks/confidence.py
+
+    from refinery.io.corpus import Corpus
+
+    table = Corpus.open(train).read().slice(0, rows)
+    print(f"\nconfidence model on the first {table.num_rows:,} rows, 5 folds (benchmarks/confidence.py):", flush=True)
+    runs = {solver: out_of_fold(table, solver, 5) for solver in ("lbfgs", "sgd")}
+    for solver, r in runs.items():
+        q = quality(table, r, 0.95)
+        print(f"  {solver:<5} log-loss {q['log_loss']:.4f}, accuracy {q['accuracy']:.4f}, {r['seconds']:.1f} s "
+              f"({r['seconds'] / runs['lbfgs']['seconds']:.3f}× L-BFGS)", flush=True)
 
 
 def main() -> None:
@@ -67,9 +83,15 @@ def main() -> None:
     parser.add_argument("--test-rows", type=int, default=None, help="Rows of the test split (default: rows / 10).")
     parser.add_argument("--premise-pool", type=int, default=None, help="Default: rows / 20.")
     parser.add_argument("--skip", default="", help="Comma-separated stages not to run (e.g. confidence,pipeline).")
+    parser.add_argument("--only", default="", help="Comma-separated stages to run, the others skipped (e.g. "
+                                                   "leakage,weights; a verb names all its variants).")
     parser.add_argument("--keep", help="Folder to keep the outputs in (default: a temporary folder).")
+    parser.add_argument("--quality-rows", type=int, default=100_000,
+                        help="Rows of the train split on which the confidence model's SGD fit is compared with "
+                             "L-BFGS's (benchmarks/confidence.py; 0: skip).")
     args = parser.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
     test_rows = args.test_rows or max(args.rows // 10, 1000)
     pool = args.premise_pool or max(args.rows // 20, 100)
     root = args.keep or tempfile.mkdtemp(prefix="refinery-scale-")
@@ -83,14 +105,14 @@ def main() -> None:
     print(f"\n| stage | time | peak RSS | rows/s | × audit |\n|---|---|---|---|---|", flush=True)
     audit_seconds = None
     for name, command in stages(root, train, test).items():
-        if name.split()[0] in skip or name in skip:
+        if name.split()[0] in skip or name in skip or only and not (name.split()[0] in only or name in only):
             continue
         seconds, peak = run(command, f"{root}/{command[0]}-{len(name)}.log")
         audit_seconds = audit_seconds or (seconds if name == "audit" else None)
         ratio = f"{seconds / audit_seconds:.1f}×" if audit_seconds else "—"
         rows = args.rows + (test_rows if "--input" in command else 0)   # leakage and weights read both splits
         print(f"| {name} | {seconds:,.1f} s | {peak / 1e9:.2f} GB | {rows / seconds:,.0f} | {ratio} |", flush=True)
-    if "pipeline" not in skip:
+    if "pipeline" not in skip and (not only or "pipeline" in only):
         out = f"{root}/pipeline-out"
         seconds, peak = run(["run", pipeline(root, train, test), "--out", out], f"{root}/pipeline.log")
         with open(f"{out}/pipeline/run.json") as fh:

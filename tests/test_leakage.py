@@ -174,11 +174,31 @@ def test_snli_dev_test_graph_end_to_end(tmp_path):
 
 def test_inductive_graphs_are_per_split():
     both = {"dev": SNLI_DEV, "test": SNLI_TEST}
-    transductive = leakage.corpus_features(both, PRESETS["snli"]).features
-    inductive = leakage.corpus_features(both, PRESETS["snli"], config=leakage.GraphConfig(transductive=False)).features
-    dev_alone = leakage.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]).features
+    transductive = leakage.corpus_features(both, PRESETS["snli"]).features()
+    inductive = leakage.corpus_features(both, PRESETS["snli"], config=leakage.GraphConfig(transductive=False)).features()
+    dev_alone = leakage.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]).features()
     dev = inductive.filter(pc.equal(inductive["split"], "dev"))
     for name in leakage.ADVANCED_FEATURES:
         assert dev[name].equals(dev_alone[name]), name
     # sentences shared across splits raise degrees only in the transductive graph
     assert (transductive["s1_freq"].to_numpy() >= inductive["s1_freq"].to_numpy()).all()
+
+
+def test_cell_forest_is_sklearns_forest_in_distribution(planted):
+    """The forest grown on count-weighted cells gives the P̂(y|l) of scikit-learn's forest grown on the rows, as
+    closely as two seeds of scikit-learn's forest agree with each other (planted corpus, basic features)."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    with leakage.corpus_features({"train": str(planted / "train"), "test": str(planted / "test")}) as graph:
+        labels = graph.labels()
+        X, y = graph.matrix(leakage.BASIC_FEATURES, ["train"]), graph.codes("label", labels, ["train"])
+        X_test, y_test = graph.matrix(leakage.BASIC_FEATURES, ["test"]), graph.codes("label", labels, ["test"])
+    rows = [RandomForestClassifier(100, random_state=seed, n_jobs=2).fit(X, y).predict_proba(X_test) for seed in (0, 1)]
+    forest = leakage.ForestConfig(trees=100, max_samples=None).make().fit(X, y)
+    cells = forest.predict_proba(X_test)
+    assert len(X) == 18_000 and forest.cells_ < len(X) / 10   # the rows fall into few cells
+    noise = np.abs(rows[0] - rows[1]).mean()
+    assert 0 < noise < 0.05
+    assert np.abs(cells - rows[0]).mean() < 1.25 * noise and np.abs(cells - rows[1]).mean() < 1.25 * noise
+    accuracy = [(p.argmax(1) == y_test).mean() for p in (cells, *rows)]
+    assert accuracy[0] > np.bincount(y_test).max() / len(y_test) + 0.2 and abs(accuracy[0] - accuracy[1]) < 0.01

@@ -98,6 +98,12 @@ def run_script(con, name: str, params: dict | None = None) -> None:
     con.execute(sql, _bind(sql, name, params) or None)
 
 
+def create_table(con, table: str, name: str, params: dict | None = None) -> None:
+    """Table ``table`` made of a named query's result (kept in DuckDB, spilled past its memory limit)."""
+    sql = load_sql(name)
+    con.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS {sql}", _bind(sql, name, params) or None)
+
+
 def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
     """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``."""
     sql = load_sql(name_or_file)

@@ -9,6 +9,7 @@ sampled gives the label away (paper Table 1, ablations as Table 2).
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 
@@ -36,6 +37,8 @@ ADVANCED_FEATURES = BASIC_FEATURES + (
 FEATURE_SETS = {"basic": BASIC_FEATURES, "advanced": ADVANCED_FEATURES}
 GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
                  "leakage_paths3")
+GRAPH_TABLES = ("pairs", "adj", "nodes", "pair_ends", "pair_common", "pair_paths3")   # what the queries create
+TABLES_MEMORY = "1GB"   # DuckDB's memory once the graph is built: its tables go to disk, not beside the forests' arrays
 
 
 @dataclass
@@ -87,10 +90,12 @@ class ForestConfig:
                           max_samples=self.max_samples, random_state=self.seed, n_jobs=self.n_jobs)
 
 
-def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
-    """Per-pair leakage features of table ``rows`` (row_id, split, label, text_a, text_b[, node_a, node_b])."""
+def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
+    """Table ``features`` (row_id, split, label, u, v and the leakage features; input order) of table ``rows``
+    (row_id, split, label, text_a, text_b[, node_a, node_b]), built in DuckDB, which spills past its memory
+    limit; the graph's working tables are dropped. Returns the number of sentences (graph nodes)."""
     columns = {c[0] for c in con.execute("DESCRIBE rows").fetchall()}
-    missing_b = con.execute("SELECT count(*) FROM rows WHERE text_b IS NULL").fetchone()[0]
+    missing_b = con.sql("SELECT count(*) FROM rows WHERE text_b IS NULL").fetchall()[0][0]
     if missing_b:
         raise ValueError(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs")
     has_ids = {"node_a", "node_b"} <= columns
@@ -101,36 +106,93 @@ def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
             con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
     params = {"use_ids": config.node_key != "text" and has_ids, "per_split": not config.transductive,
               "simple": not config.multigraph}
-    for name in progress(GRAPH_QUERIES, desc="leakage graph", unit=" query"):
-        queries.run_script(con, name, params)
-    return queries.run(con, "leakage_features")
+    for name in progress(GRAPH_QUERIES + ("leakage_features",), desc="leakage graph", unit=" query"):
+        if name == "leakage_features":
+            queries.create_table(con, "features", name)
+        else:
+            queries.run_script(con, name, params)
+    nodes = con.sql("SELECT count(*) FROM nodes").fetchall()[0][0]
+    for table in GRAPH_TABLES:
+        con.execute(f"DROP TABLE {table}")
+    return nodes
 
 
-@dataclass
+def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
+    """Per-pair leakage features of table ``rows`` (see :func:`build_graph`) as one Arrow table."""
+    build_graph(con, config)
+    return con.sql("SELECT * FROM features").to_arrow_table()
+
+
 class GraphInput:
-    """The rows of the named splits (input order, with ``row_id`` and ``split``), their leakage
-    features, and the input's rejects (carried into outputs, so no row goes missing)."""
+    """The rows of the named splits and their leakage features as DuckDB tables ``rows`` and ``features`` (input
+    order, ``row_id`` the position; on disk past DuckDB's memory limit), the number of sentences, and the
+    input's rejects (carried into outputs, so no row goes missing). Columns come out as NumPy arrays or
+    Arrow batches, never as a Python object per row."""
 
-    rows: pa.Table
-    features: pa.Table
-    rejects: pa.Table
+    def __init__(self, con, nodes: int, rejects: pa.Table):
+        self.con, self.nodes, self.rejects = con, nodes, rejects
+
+    def __enter__(self) -> "GraphInput":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.con.close()
+
+    @property
+    def num_rows(self) -> int:
+        return self.con.sql("SELECT count(*) FROM features").fetchall()[0][0]
+
+    def splits(self) -> list[str]:
+        """The splits in input order."""
+        return [s for s, in self.con.sql("SELECT split FROM rows GROUP BY split ORDER BY min(row_id)").fetchall()]
+
+    def labels(self) -> list[str]:
+        return [s for s, in self.con.sql("SELECT DISTINCT label FROM features ORDER BY label").fetchall()]
+
+    @staticmethod
+    def _where(splits) -> tuple[str, dict]:
+        return ("WHERE list_contains($splits, split)", {"splits": list(splits)}) if splits is not None else ("", {})
+
+    def codes(self, column: str, values: list[str], splits=None) -> np.ndarray:
+        """Each row's position of its ``column`` value in ``values`` (rows of ``splits``, default all)."""
+        where, params = self._where(splits)
+        sql = f"SELECT (list_position($values, {queries.quote_ident(column)}) - 1)::BIGINT AS c FROM features {where}"
+        return self.con.sql(sql, params={"values": list(values), **params}).fetchnumpy()["c"]
+
+    def matrix(self, names, splits=None) -> np.ndarray:
+        """The named features as float64 columns, a row per pair (of ``splits``, default all), filled a column at
+        a time."""
+        where, params = self._where(splits)
+        X = None
+        for j, name in enumerate(names):
+            column = self.con.sql(f"SELECT {queries.quote_ident(name)}::DOUBLE AS x FROM features {where}",
+                                  params=params or None).fetchnumpy()["x"]
+            if X is None:
+                X = np.empty((len(column), len(names)))
+            X[:, j] = column
+        return X
+
+    def batches(self, sql: str, params: dict | None = None, rows: int = 1 << 17):
+        """Record batches of a query over ``rows`` and ``features`` (a full scan keeps the input order)."""
+        return self.con.sql(sql, params=params).to_arrow_reader(batch_size=rows)
+
+    def features(self) -> pa.Table:
+        """Every pair's features as one Arrow table (small corpora; large ones go by :meth:`batches`)."""
+        return self.con.sql("SELECT * FROM features").to_arrow_table()
 
 
 def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
                     config: GraphConfig = GraphConfig(), threads: int | None = None) -> GraphInput:
-    """Rows, features and rejects of named inputs ``{split: path or [paths]}``."""
+    """The rows and leakage features of named inputs ``{split: path or [paths]}``, in DuckDB."""
     con = queries.connect(threads=threads)
     with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
         corpora = queries.split_corpora(inputs, mapping, opts, work)
         queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
-        features = graph_features(con, config)
-        rows = con.sql("SELECT * FROM rows ORDER BY row_id").to_arrow_table()
         rejects = queries.corpora_rejects(corpora)
-    return GraphInput(rows, features, rejects)
-
-
-def matrix(features: pa.Table, names) -> np.ndarray:
-    return np.column_stack([features[n].to_numpy(zero_copy_only=False).astype(np.float64) for n in names])
+    graph = GraphInput(con, build_graph(con, config), rejects)
+    if not os.environ.get("REFINERY_DUCKDB_MEMORY"):   # a limit the user set stands
+        con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
+    return graph
 
 
 def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
@@ -143,56 +205,57 @@ def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[
     return [s for s in splits if s != test], test
 
 
-def _accuracy(forest_config: ForestConfig, X_train, y_train, X_test, y_test) -> tuple[float, object]:
-    model = forest_config.make().fit(X_train, y_train)
-    return float((model.predict(X_test) == y_test).mean()), model
+def _columns(names) -> slice | list[int]:
+    """Where ``names`` sit among ADVANCED_FEATURES: a slice (a view, no copy) when they are adjacent."""
+    cols = [ADVANCED_FEATURES.index(n) for n in names]
+    return slice(cols[0], cols[-1] + 1) if cols == list(range(cols[0], cols[-1] + 1)) else cols
 
 
-def predictability(features: pa.Table, splits: list[str], test_split: str | None = None,
+def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
                    forest: ForestConfig = ForestConfig()) -> tuple[dict, pa.Table]:
     """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2).
 
-    Returns the report and the test split's predictions (row_id, label, prediction, p(label)).
+    Returns the report and the test split's predictions (row_id, split, label, prediction, p(label), id). Each
+    forest is kept only as long as its accuracy and importances take, the basic one for the predictions.
     """
     train_splits, test = split_roles(splits, test_split)
-    split_col = features["split"].to_numpy(zero_copy_only=False)
-    labels = features["label"].to_numpy(zero_copy_only=False)
-    train, test_mask = np.isin(split_col, train_splits), split_col == test
-    y_train, y_test = labels[train], labels[test_mask]
-    values, counts = np.unique(y_train, return_counts=True)
-    majority = values[np.argmax(counts)]
-
-    X_adv = matrix(features, ADVANCED_FEATURES)  # BASIC_FEATURES are its first columns
-    report = {"train_splits": train_splits, "test_split": test,
-              "rows": {s: int((split_col == s).sum()) for s in splits},
-              "majority_label": str(majority), "majority_accuracy": float((y_test == majority).mean())}
-    runs = [("leakage_accuracy", list(BASIC_FEATURES)), ("advanced_accuracy", list(ADVANCED_FEATURES))]
-    runs += [(f"without:{f}", [g for g in BASIC_FEATURES if g != f]) for f in BASIC_FEATURES]
-    runs += [(f"only:{f}", [f]) for f in BASIC_FEATURES]
-    index = {n: i for i, n in enumerate(ADVANCED_FEATURES)}
-    ablations, models = {}, {}
-    for name, names in progress(runs, desc="leakage forests", unit=" fit"):
-        cols = [index[n] for n in names]
-        acc, model = _accuracy(forest, X_adv[train][:, cols], y_train, X_adv[test_mask][:, cols], y_test)
-        models[name] = model
+    labels = graph.labels()
+    names = pa.array(labels, pa.string())
+    X_train, y_train = graph.matrix(ADVANCED_FEATURES, train_splits), graph.codes("label", labels, train_splits)
+    X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
+    majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
+    rows = dict(graph.con.sql("SELECT split, count(*) FROM features GROUP BY split").fetchall())
+    report = {"train_splits": train_splits, "test_split": test, "rows": {s: int(rows.get(s, 0)) for s in splits},
+              "majority_label": labels[majority], "majority_accuracy": float((y_test == majority).mean())}
+    runs = [("leakage_accuracy", BASIC_FEATURES), ("advanced_accuracy", ADVANCED_FEATURES)]
+    runs += [(f"without:{f}", tuple(g for g in BASIC_FEATURES if g != f)) for f in BASIC_FEATURES]
+    runs += [(f"only:{f}", (f,)) for f in BASIC_FEATURES]
+    ablations, importances = {}, {}
+    for name, features in progress(runs, desc="leakage forests", unit=" fit"):
+        cols = _columns(features)
+        model = forest.make().fit(X_train[:, cols], y_train)
+        accuracy = float((model.predict(X_test[:, cols]) == y_test).mean())
         if name.startswith(("without:", "only:")):
-            ablations[name] = acc
-        else:
-            report[name] = acc
+            ablations[name] = accuracy
+            continue
+        report[name] = accuracy
+        kind = "basic" if features == BASIC_FEATURES else "advanced"
+        importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
+        if kind == "basic":
+            basic = model
     report["ablations"] = ablations
-    report["importances"] = {
-        "basic": dict(zip(BASIC_FEATURES, map(float, models["leakage_accuracy"].feature_importances_))),
-        "advanced": dict(zip(ADVANCED_FEATURES, map(float, models["advanced_accuracy"].feature_importances_))),
-    }
-    model = models["leakage_accuracy"]
-    model.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
-    proba = model.predict_proba(X_adv[test_mask][:, :len(BASIC_FEATURES)])
+    report["importances"] = importances
+    del X_train
+    basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
+    proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
+    keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
+    ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
     predictions = pa.table({
-        "row_id": features["row_id"].filter(pa.array(test_mask)),
-        "split": pa.array([test] * int(test_mask.sum()), pa.string()),
-        "label": pa.array(y_test, pa.string()),
-        "prediction": pa.array(model.classes_[proba.argmax(axis=1)], pa.string()),
-        "p_label": pa.array(label_proba(proba, model.classes_, y_test)),
+        "row_id": keys["row_id"], "split": keys["split"],
+        "label": pc.take(names, pa.array(y_test)),
+        "prediction": pc.take(names, pa.array(basic.classes_[proba.argmax(axis=1)])),
+        "p_label": pa.array(label_proba(proba, basic.classes_, y_test)),
+        "id": ids["id"],
     })
     return report, predictions
 
@@ -200,32 +263,27 @@ def predictability(features: pa.Table, splits: list[str], test_split: str | None
 DEGREE_BINS = (1, 2, 3, 4, 5, 6, 11, 21, 51)
 
 
-def _degree_bin(deg: np.ndarray) -> np.ndarray:
-    return np.searchsorted(np.array(DEGREE_BINS), deg, side="right") - 1
-
-
-def degree_table(features: pa.Table, min_cell: int = 10) -> dict:
+def degree_table(graph: GraphInput, min_cell: int = 10) -> dict:
     """Label shares per (S1_freq, S2_freq) degree cell (paper Fig. 2): {label: matrix}, and the cell counts.
 
     Cells with fewer than ``min_cell`` pairs are left empty (NaN) rather than shown as 0 or 1.
     """
-    a = _degree_bin(features["s1_freq"].to_numpy())
-    b = _degree_bin(features["s2_freq"].to_numpy())
-    labels = features["label"].to_numpy(zero_copy_only=False)
     B = len(DEGREE_BINS)
-    cell = a * B + b
-    total = np.bincount(cell, minlength=B * B).reshape(B, B)
-    shares = {}
-    for lab in sorted(set(labels)):
-        hit = np.bincount(cell[labels == lab], minlength=B * B).reshape(B, B)
-        shares[str(lab)] = np.where(total >= min_cell, hit / np.maximum(total, 1), np.nan)
-    return {"shares": shares, "counts": total}
+    cells = graph.con.sql(
+        "SELECT len(list_filter($bins, lambda b: b <= s1_freq)) - 1, len(list_filter($bins, lambda b: b <= s2_freq)) - 1, "
+        "label, count(*) FROM features GROUP BY ALL", params={"bins": list(DEGREE_BINS)}).fetchall()
+    hits = {label: np.zeros((B, B)) for label in sorted({c[2] for c in cells})}
+    for a, b, label, n in cells:
+        hits[label][a, b] = n
+    total = sum(hits.values())
+    shares = {str(label): np.where(total >= min_cell, hit / np.maximum(total, 1), np.nan) for label, hit in hits.items()}
+    return {"shares": shares, "counts": total.astype(np.int64)}
 
 
-def degree_heatmaps(features: pa.Table, min_cell: int = 10) -> list[str]:
+def degree_heatmaps(graph: GraphInput, min_cell: int = 10) -> list[str]:
     """Label share against the degrees of both sentences, one SVG heatmap per label (paper Fig. 2), cropped
     to the degrees the corpus has; cells with fewer than ``min_cell`` pairs are left empty."""
-    shares = degree_table(features, min_cell)["shares"]
+    shares = degree_table(graph, min_cell)["shares"]
     ticks = [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(DEGREE_BINS, DEGREE_BINS[1:])]
     ticks.append(f"{DEGREE_BINS[-1]}+")
     return [figures.heatmap(share, ticks, ticks, title=f"share of {label}",
@@ -234,26 +292,26 @@ def degree_heatmaps(features: pa.Table, min_cell: int = 10) -> list[str]:
             for label, share in shares.items()]
 
 
-def identical_pairs(rows: pa.Table, features: pa.Table, label: str) -> pa.Table:
+def identical_pairs(graph: GraphInput, label: str) -> pa.Table:
     """The probe corpus of paper §3: every distinct sentence paired with itself, labelled ``label``.
 
     ``s_freq`` is the sentence's degree in the corpus graph: all three basic leakage features of
-    such a pair equal it, so a model's scores against ``s_freq`` expose reliance on leakage.
+    such a pair equal it, so a model's scores against ``s_freq`` expose reliance on leakage. A sentence's
+    text is that of its first occurrence, as sentence 1 before sentence 2.
     """
-    u, v = features["u"].to_numpy(), features["v"].to_numpy()
-    deg = dict(zip(u, features["s1_freq"].to_numpy()))
-    deg.update(zip(v, features["s2_freq"].to_numpy()))
-    nodes = np.concatenate([u, v])
-    texts = pa.concat_arrays([rows["text_a"].combine_chunks(), rows["text_b"].combine_chunks()])
-    first = np.unique(nodes, return_index=True)[1]
-    text = pc.take(texts, pa.array(first))
-    node = nodes[first]
-    return pa.table({
-        "id": pa.array([f"identical-{n}" for n in node], pa.string()),
-        "text_a": text, "text_b": text,
-        "label": pa.array([label] * len(node), pa.string()),
-        "s_freq": pa.array([int(deg[n]) for n in node], pa.int64()),
-    })
+    return graph.con.sql("""
+        WITH ends AS (
+            SELECT f.u AS node, 0 AS side, f.row_id, r.text_a AS text, f.s1_freq AS s_freq
+            FROM features f POSITIONAL JOIN (SELECT text_a FROM rows) r
+            UNION ALL
+            SELECT f.v, 1, f.row_id, r.text_b, f.s2_freq FROM features f POSITIONAL JOIN (SELECT text_b FROM rows) r
+        ),
+        sentences AS (
+            SELECT node, first(text ORDER BY side, row_id) AS text, any_value(s_freq)::BIGINT AS s_freq
+            FROM ends GROUP BY node
+        )
+        SELECT 'identical-' || node AS id, text AS text_a, text AS text_b, $label AS label, s_freq
+        FROM sentences ORDER BY node""", params={"label": label}).to_arrow_table()
 
 
 @dataclass
@@ -276,34 +334,37 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     Writes features.parquet, predictions.parquet (test split), report.json, report.html, and
     with ``identical_label`` the identical-pair probe corpus under ``identical/``.
     """
-    import pyarrow.parquet as pq
-
     from refinery.io.corpus import write_table
 
-    graph, forest = config.graph, config.forest
-    graph_input = corpus_features(inputs, mapping, opts, graph)
-    rows, features = graph_input.rows, graph_input.features
-    splits = list(dict.fromkeys(rows["split"].to_pylist()))  # in input order
-    report, predictions = predictability(features, splits, config.test_split, forest)
-    report["rejected"] = graph_input.rejects.num_rows
-    ids = rows["id"]
-    predictions = predictions.append_column("id", pc.take(ids, predictions["row_id"]))
-    features = features.append_column("id", ids)
-    report.update(graph=asdict(graph), forest=asdict(forest), inputs=inputs,
-                  nodes=int(np.unique(np.concatenate([features["u"].to_numpy(), features["v"].to_numpy()])).size),
-                  edges=features.num_rows, feature_summary=_summary(features))
-    with AtomicDir(out, opts.storage_options) as d:
-        for name, data in (("features.parquet", features), ("predictions.parquet", predictions)):
-            sink = pa.BufferOutputStream()
-            pq.write_table(data, sink, compression="zstd")
-            d.write_bytes(name, sink.getvalue().to_pybytes())
-        d.write_text("report.json", json.dumps(report, indent=1, default=str))
-        d.write_text("report.html", _html(report, features, opts.storage_options))
-        d.commit()
-    if config.identical_label is not None:
-        write_table(identical_pairs(rows, features, config.identical_label), join(out, "identical"),
-                    storage_options=opts.storage_options)
+    with corpus_features(inputs, mapping, opts, config.graph) as graph:
+        report, predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
+        report.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
+                      inputs=inputs, nodes=graph.nodes, edges=graph.num_rows, feature_summary=_summary(graph))
+        with AtomicDir(out, opts.storage_options) as d:
+            _write_parquet(d, "features.parquet", report["edges"],
+                           graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r"))
+            _write_parquet(d, "predictions.parquet", predictions.num_rows, predictions.to_batches())
+            d.write_text("report.json", json.dumps(report, indent=1, default=str))
+            d.write_text("report.html", _html(report, degree_heatmaps(graph), opts.storage_options))
+            d.commit()
+        if config.identical_label is not None:
+            write_table(identical_pairs(graph, config.identical_label), join(out, "identical"),
+                        storage_options=opts.storage_options)
     return report
+
+
+def _write_parquet(d: AtomicDir, name: str, rows: int, batches) -> None:
+    """Record batches into one zstd Parquet file of ``d``, streamed (a row group per batch or so)."""
+    import pyarrow.parquet as pq
+
+    with d.fs.open(d.file(name), "wb") as sink, progress(total=rows, desc=f"leakage: {name}", unit=" rows") as bar:
+        writer = None
+        for batch in batches:
+            writer = writer or pq.ParquetWriter(sink, batch.schema, compression="zstd")
+            writer.write_batch(batch)
+            bar.update(batch.num_rows)
+        if writer is not None:
+            writer.close()
 
 
 class LeakageStage(Stage):
@@ -331,12 +392,16 @@ class LeakageStage(Stage):
                            report_file="report.html")
 
 
-def _summary(features: pa.Table) -> dict:
+def _summary(graph: GraphInput) -> dict:
+    """Mean, max and the 50th, 90th and 99th percentiles (interpolated, as NumPy's) of every feature."""
+    quantiles = ", ".join(f"quantile_cont({queries.quote_ident(n)}, [0.5, 0.9, 0.99]), avg({queries.quote_ident(n)}), "
+                          f"max({queries.quote_ident(n)})" for n in ADVANCED_FEATURES)
+    values = graph.con.sql(f"SELECT {quantiles} FROM features").fetchall()[0]
     out = {}
-    for name in ADVANCED_FEATURES:
-        x = features[name].to_numpy().astype(float)
-        out[name] = {"mean": round(float(x.mean()), 4), "max": float(x.max()),
-                     **{f"q{q}": float(np.quantile(x, q / 100)) for q in (50, 90, 99)}}
+    for i, name in enumerate(ADVANCED_FEATURES):
+        q, mean, top = values[3 * i: 3 * i + 3]
+        out[name] = {"mean": round(float(mean), 4), "max": float(top),
+                     **{f"q{p}": float(v) for p, v in zip((50, 90, 99), q)}}
     return out
 
 
@@ -367,7 +432,7 @@ def _share(v) -> str:
     return v if isinstance(v, str) else fmt.percent(v)
 
 
-def _html(report: dict, features: pa.Table, storage_options: dict | None = None) -> str:
+def _html(report: dict, heatmaps: list[str], storage_options: dict | None = None) -> str:
     inputs = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in report["inputs"].items()}
     corpus = corpus_name([p for paths in inputs.values() for p in paths], storage_options)
     read = [f"{split}: {p}" for split, paths in inputs.items() for p in paths]
@@ -408,7 +473,7 @@ def _html(report: dict, features: pa.Table, storage_options: dict | None = None)
             .section("Ablations (paper Table 2)", table(ablations, ["forest reads", "accuracy", "vs majority class"],
                                                         accuracy))
             .section("Label share by the degrees of both sentences (paper Fig. 2)",
-                     *(figure(svg) for svg in degree_heatmaps(features)),
+                     *(figure(svg) for svg in heatmaps),
                      note("Every pair of the training and test splits, binned by how many pairs each of its sentences "
                           "is in (rows: S1_freq, sentence 1; columns: S2_freq, sentence 2); cells with fewer than 10 "
                           "pairs are left empty. A label whose share changes across the cells is predictable from the "

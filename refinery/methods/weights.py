@@ -22,13 +22,8 @@ import pyarrow as pa
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.methods.leakage import (
-    FEATURE_SETS,
-    ForestConfig,
-    GraphConfig,
-    corpus_features,
-    matrix,
-)
+from refinery.core.folds import fold_of
+from refinery.methods.leakage import FEATURE_SETS, ForestConfig, GraphConfig, GraphInput, corpus_features
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 
@@ -167,14 +162,16 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
     return proba
 
 
-def leakage_neutral_weights(features: pa.Table, ids, config: WeightsConfig = WeightsConfig()) -> tuple[np.ndarray, dict]:
-    """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a table of leakage features."""
-    from refinery.models.base import fold_of
-
-    labels = sorted(set(features["label"].to_pylist()))
-    y = np.searchsorted(np.array(labels, dtype=object), features["label"].to_numpy(zero_copy_only=False))
-    X = matrix(features, FEATURE_SETS[config.features])
-    proba = cross_predict(X, y, fold_of(ids, config.folds, config.fold_seed), config.forest, len(labels))
+def leakage_neutral_weights(graph: GraphInput, config: WeightsConfig = WeightsConfig()) -> tuple[np.ndarray, dict]:
+    """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a corpus's leakage features."""
+    labels = graph.labels()
+    y = graph.codes("label", labels)
+    X = graph.matrix(FEATURE_SETS[config.features])
+    folds = np.concatenate([fold_of(batch.column(0), config.folds, config.fold_seed) for batch in
+                            progress(graph.batches("SELECT id FROM rows", rows=1 << 20), desc="weights: folds",
+                                     unit=" batch")])
+    proba = cross_predict(X, y, folds, config.forest, len(labels))
+    del X, folds
     proba = np.clip(proba, config.min_proba, 1.0)
     proba /= proba.sum(axis=1, keepdims=True)
     prior = fit_prior(proba, y, config.clip, config.tolerance)
@@ -206,18 +203,23 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
     from refinery.io.corpus import CorpusWriter
 
-    graph_input = corpus_features(inputs, mapping, opts, config.graph)
-    rows, features = graph_input.rows, graph_input.features
-    w, info = leakage_neutral_weights(features, rows["id"].to_pylist(), config)
-    info.pop("p_hat")
-    table = rows.drop_columns([c for c in ("row_id", "weight") if c in rows.column_names])
-    table = table.append_column("weight", pa.array(w))
-    report = {**info, "inputs": inputs, "config": asdict(config)}
-    in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
-    with CorpusWriter(out, config={"weights": report["config"]}, storage_options=opts.storage_options,
-                      inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer:
-        writer.write(table, graph_input.rejects)  # the input's rejects stay accounted for
-        manifest = writer.commit()
+    with corpus_features(inputs, mapping, opts, config.graph) as graph:
+        w, info = leakage_neutral_weights(graph, config)
+        info.pop("p_hat")
+        report = {**info, "inputs": inputs, "config": asdict(config)}
+        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
+        exclude = ", ".join(c for c in ("row_id", "weight") if c in graph.con.sql("SELECT * FROM rows LIMIT 0").columns)
+        with CorpusWriter(out, config={"weights": report["config"]}, storage_options=opts.storage_options,
+                          inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
+                progress(total=len(w), desc="weights: write", unit=" rows") as bar:
+            start = 0
+            for batch in graph.batches(f"SELECT * EXCLUDE ({exclude}) FROM rows"):
+                weight = pa.array(w[start:start + batch.num_rows])
+                writer.write(pa.Table.from_batches([batch]).append_column("weight", weight))
+                start += batch.num_rows
+                bar.update(batch.num_rows)
+            writer.write(None, graph.rejects)  # the input's rejects stay accounted for
+            manifest = writer.commit()
     report.update(rows=manifest["rows"], rejected=manifest["rejected"])
     return report
 
