@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 
 from refinery.core.validation import NOT_EMPTY, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io import queries
+from refinery.io.db import memory_limit
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
@@ -38,7 +40,7 @@ FEATURE_SETS = {"basic": BASIC_FEATURES, "advanced": ADVANCED_FEATURES}
 GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
                  "leakage_paths3")
 GRAPH_TABLES = ("pairs", "adj", "nodes", "pair_ends", "pair_common", "pair_paths3")   # what the queries create
-TABLES_MEMORY = "1GB"   # DuckDB's memory once the graph is built: its tables go to disk, not beside the forests' arrays
+TABLES_MEMORY = "1GB"   # DuckDB's memory while the forests run: its tables go to disk, not beside the forests' arrays
 
 
 @dataclass
@@ -142,6 +144,19 @@ class GraphInput:
     def num_rows(self) -> int:
         return self.con.sql("SELECT count(*) FROM features").fetchall()[0][0]
 
+    @contextmanager
+    def tables_on_disk(self):
+        """DuckDB's memory limit lowered to ``TABLES_MEMORY`` meanwhile, so its tables wait on disk while NumPy
+        arrays and forests take the memory (a limit set with ``REFINERY_DUCKDB_MEMORY`` stands)."""
+        if os.environ.get("REFINERY_DUCKDB_MEMORY"):
+            yield
+            return
+        self.con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET memory_limit = '{memory_limit()}'")
+
     def splits(self) -> list[str]:
         """The splits in input order."""
         return [s for s, in self.con.sql("SELECT split FROM rows GROUP BY split ORDER BY min(row_id)").fetchall()]
@@ -189,10 +204,7 @@ def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOpti
         corpora = queries.split_corpora(inputs, mapping, opts, work)
         queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
         rejects = queries.corpora_rejects(corpora)
-    graph = GraphInput(con, build_graph(con, config), rejects)
-    if not os.environ.get("REFINERY_DUCKDB_MEMORY"):   # a limit the user set stands
-        con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
-    return graph
+    return GraphInput(con, build_graph(con, config), rejects)
 
 
 def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
@@ -221,33 +233,33 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
     train_splits, test = split_roles(splits, test_split)
     labels = graph.labels()
     names = pa.array(labels, pa.string())
-    X_train, y_train = graph.matrix(ADVANCED_FEATURES, train_splits), graph.codes("label", labels, train_splits)
-    X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
-    majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
     rows = dict(graph.con.sql("SELECT split, count(*) FROM features GROUP BY split").fetchall())
-    report = {"train_splits": train_splits, "test_split": test, "rows": {s: int(rows.get(s, 0)) for s in splits},
-              "majority_label": labels[majority], "majority_accuracy": float((y_test == majority).mean())}
+    report = {"train_splits": train_splits, "test_split": test, "rows": {s: int(rows.get(s, 0)) for s in splits}}
     runs = [("leakage_accuracy", BASIC_FEATURES), ("advanced_accuracy", ADVANCED_FEATURES)]
     runs += [(f"without:{f}", tuple(g for g in BASIC_FEATURES if g != f)) for f in BASIC_FEATURES]
     runs += [(f"only:{f}", (f,)) for f in BASIC_FEATURES]
     ablations, importances = {}, {}
-    for name, features in progress(runs, desc="leakage forests", unit=" fit"):
-        cols = _columns(features)
-        model = forest.make().fit(X_train[:, cols], y_train)
-        accuracy = float((model.predict(X_test[:, cols]) == y_test).mean())
-        if name.startswith(("without:", "only:")):
-            ablations[name] = accuracy
-            continue
-        report[name] = accuracy
-        kind = "basic" if features == BASIC_FEATURES else "advanced"
-        importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
-        if kind == "basic":
-            basic = model
-    report["ablations"] = ablations
-    report["importances"] = importances
-    del X_train
-    basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
-    proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
+    with graph.tables_on_disk():
+        X_train, y_train = graph.matrix(ADVANCED_FEATURES, train_splits), graph.codes("label", labels, train_splits)
+        X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
+        for name, features in progress(runs, desc="leakage forests", unit=" fit"):
+            cols = _columns(features)
+            model = forest.make().fit(X_train[:, cols], y_train)
+            accuracy = float((model.predict(X_test[:, cols]) == y_test).mean())
+            if name.startswith(("without:", "only:")):
+                ablations[name] = accuracy
+                continue
+            report[name] = accuracy
+            kind = "basic" if features == BASIC_FEATURES else "advanced"
+            importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
+            if kind == "basic":
+                basic = model
+        majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
+        del X_train
+        basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
+        proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
+    report.update(majority_label=labels[majority], majority_accuracy=float((y_test == majority).mean()),
+                  ablations=ablations, importances=importances)
     keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
     ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
     predictions = pa.table({
@@ -393,15 +405,12 @@ class LeakageStage(Stage):
 
 
 def _summary(graph: GraphInput) -> dict:
-    """Mean, max and the 50th, 90th and 99th percentiles (interpolated, as NumPy's) of every feature."""
-    quantiles = ", ".join(f"quantile_cont({queries.quote_ident(n)}, [0.5, 0.9, 0.99]), avg({queries.quote_ident(n)}), "
-                          f"max({queries.quote_ident(n)})" for n in ADVANCED_FEATURES)
-    values = graph.con.sql(f"SELECT {quantiles} FROM features").fetchall()[0]
+    """Mean, max and the 50th, 90th and 99th percentiles of every feature, a column at a time."""
     out = {}
-    for i, name in enumerate(ADVANCED_FEATURES):
-        q, mean, top = values[3 * i: 3 * i + 3]
-        out[name] = {"mean": round(float(mean), 4), "max": float(top),
-                     **{f"q{p}": float(v) for p, v in zip((50, 90, 99), q)}}
+    for name in ADVANCED_FEATURES:
+        x = graph.matrix([name])[:, 0]
+        out[name] = {"mean": round(float(x.mean()), 4), "max": float(x.max()),
+                     **{f"q{q}": float(np.quantile(x, q / 100)) for q in (50, 90, 99)}}
     return out
 
 

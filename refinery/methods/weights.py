@@ -165,12 +165,12 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
 def leakage_neutral_weights(graph: GraphInput, config: WeightsConfig = WeightsConfig()) -> tuple[np.ndarray, dict]:
     """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a corpus's leakage features."""
     labels = graph.labels()
-    y = graph.codes("label", labels)
-    X = graph.matrix(FEATURE_SETS[config.features])
     folds = np.concatenate([fold_of(batch.column(0), config.folds, config.fold_seed) for batch in
                             progress(graph.batches("SELECT id FROM rows", rows=1 << 20), desc="weights: folds",
                                      unit=" batch")])
-    proba = cross_predict(X, y, folds, config.forest, len(labels))
+    with graph.tables_on_disk():
+        y, X = graph.codes("label", labels), graph.matrix(FEATURE_SETS[config.features])
+        proba = cross_predict(X, y, folds, config.forest, len(labels))
     del X, folds
     proba = np.clip(proba, config.min_proba, 1.0)
     proba /= proba.sum(axis=1, keepdims=True)
