@@ -161,12 +161,15 @@ def test_upsample_names_the_top_tokens_its_band_and_stopwords_leave_out(tmp_path
 
 
 def test_weights_warn_when_a_few_rows_carry_the_weight(tmp_path, sick_like):
-    proc = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--out", tmp_path / "w")
+    # SICK-like's rarest cell makes the largest weight depend on the forest's seed: most seeds give it about
+    # 565× the mean (effective sample size ~255), a few about 157× (~1,100-1,400), for a forest grown row by
+    # row as for one grown on cells; seed 1 is one of the many
+    proc = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--seed", 1, "--out", tmp_path / "w")
     warning = Corpus.open(str(tmp_path / "w")).manifest["weights"]["low_ess_warning"]
     assert warning["effective_sample_size"] < 1000 and warning["clip"] == 10
     assert warning["clipped_effective_sample_size"] > 1000
     assert f"warning: {warning['message']}" in proc.stderr and "--clip 10 gives about" in warning["message"]
-    clipped = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--clip", "10",
+    clipped = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--seed", 1, "--clip", "10",
                       "--out", tmp_path / "w10")
     assert "warning" not in clipped.stderr
     assert low_ess_warning(np.ones(100), None) is None
