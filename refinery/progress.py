@@ -1,7 +1,7 @@
 """Progress of long work: a bar (count, rate, ETA) on a terminal, silent in a pipe or under ``--quiet``.
 
-Every bar also records what it measured (what, how many, in how long) in this process's ``phases()``,
-so a pipeline's report can show where each stage spent its time, the same figures the terminal showed.
+Every bar closed inside ``recording()`` records what it measured (what, how many, in how long), so a
+pipeline's report can show where each stage spent its time, the same figures the terminal showed.
 
     for batch in progress(batches, desc="confidence: score", unit=" batch"):
         ...
@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 QUIET_ENV = "REFINERY_QUIET"   # set by ``refinery --quiet``; inherited by Ray workers and subprocesses
 
-_phases: list[dict] = []
+_recordings: list[list[dict]] = []   # the phases of each open ``recording()``, innermost last
 
 
 def quiet() -> bool:
@@ -41,7 +41,7 @@ class Progress(tqdm):
         self._started = time.perf_counter()
         self._logged = False
         super().__init__(*args, **kwargs)
-        if self.disable:     # a disabled tqdm counts nothing; keep counting for phases()
+        if self.disable:     # a disabled tqdm counts nothing; keep counting for recording()
             self.n, self._desc = 0, kwargs.get("desc") or (args[1] if len(args) > 1 else "")
             self._unit = kwargs.get("unit", "it")
 
@@ -60,11 +60,11 @@ class Progress(tqdm):
             self.n += 1
 
     def close(self):
-        if not self._logged:
+        if not self._logged and _recordings:
             self._logged = True
             desc = self._desc if self.disable else self.desc
             unit = self._unit if self.disable else self.unit
-            _phases.append({"what": (desc or "").rstrip(": "), "count": int(self.n), "unit": unit.strip(),
+            _recordings[-1].append({"what": (desc or "").rstrip(": "), "count": int(self.n), "unit": unit.strip(),
                             "seconds": round(time.perf_counter() - self._started, 3)})
         super().close()
 
@@ -76,16 +76,11 @@ def progress(iterable=None, *, desc: str, unit: str = " it", total=None, **kwarg
 
 @contextmanager
 def recording():
-    """Collect the phases the bars inside log (``with recording() as phases: …``); nested calls see their own."""
-    start = len(_phases)
+    """Collect the phases the bars closed inside log (``with recording() as phases: …``); nested calls see
+    their own."""
     found: list[dict] = []
+    _recordings.append(found)
     try:
         yield found
     finally:
-        found.extend(_phases[start:])
-        del _phases[start:]
-
-
-def phases() -> list[dict]:
-    """The phases logged so far in this process and not yet collected by ``recording``."""
-    return list(_phases)
+        _recordings.remove(found)
