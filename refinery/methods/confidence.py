@@ -35,6 +35,16 @@ class ConfidenceConfig:
                                                      "(streams millions of rows), or L-BFGS to convergence.")
     epochs: int = setting(3, at_least(1), "Passes of SGD over the rows (solver sgd).")
 
+    @property
+    def streams(self) -> bool:
+        """Whether p_M comes from the n-gram model fit by SGD, which reads the input a batch at a time."""
+        return self.model == "ngram" and self.solver == "sgd"
+
+    @property
+    def fits_per_fold(self) -> bool:
+        """Whether p_M comes from a model fit per fold to convergence (checkpointed fold by fold)."""
+        return self.model == "transformer" or (self.model == "ngram" and self.solver == "lbfgs")
+
     def __post_init__(self):
         validate(self)
         if (self.model is None) == (self.proba_column is None):
@@ -67,7 +77,7 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
         make_classifier,
     )
 
-    if config.model == "ngram" and config.solver == "sgd":
+    if config.streams:
         return sgd_confidence(table, config, engine)
     if config.model in CROSS_FIT:
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed,
@@ -110,7 +120,7 @@ def sgd_confidence(batches, config: ConfidenceConfig, engine: str = "local") -> 
 def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=None) -> np.ndarray:
     """p_M(label | text) of every row of ``source``, in its batches' order (the SGD model reads them one at a
     time; the others see the whole input at once, and keep finished folds in ``checkpoints``)."""
-    if config.model == "ngram" and config.solver == "sgd":
+    if config.streams:
         return sgd_confidence((b.rows for b in source.iter_batches() if b.rows.num_rows), config, source.engine)
     table, _ = source.load()
     return config_confidence(table, config, source.engine, checkpoints)
@@ -142,7 +152,7 @@ class ConfidenceStage(FilterStage):
         from refinery.io.corpus import input_fingerprints
 
         self._checkpoints, self._resumed = None, 0
-        if self.config.model == "transformer" or (self.config.model == "ngram" and self.config.solver == "lbfgs"):
+        if self.config.fits_per_fold:
             key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
                                                                                  source.opts.storage_options)}
             self._checkpoints = Checkpoints(out, self.name, key, source.opts.storage_options)
