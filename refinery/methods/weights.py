@@ -24,6 +24,7 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.core.folds import fold_of
 from refinery.methods.leakage import FEATURE_SETS, ForestConfig, GraphConfig, GraphInput, corpus_features
+from refinery.models.forest import distinct_rows
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 
@@ -56,30 +57,30 @@ def selection_probability(proba: np.ndarray, prior: np.ndarray) -> np.ndarray:
     return odds / odds.sum(axis=1, keepdims=True)
 
 
-def ips_weights(proba: np.ndarray, y: np.ndarray, prior: np.ndarray, clip: float | None = None) -> np.ndarray:
-    """w = 1 / P(S=y | l), mean 1; with ``clip`` capped at that many times the mean weight.
-
-    Capping lowers the mean, so cap and renormalize until the largest weight is within the cap.
-    """
+def ips_weights(proba: np.ndarray, y: np.ndarray, prior: np.ndarray, clip: float | None = None,
+                counts: np.ndarray | None = None) -> np.ndarray:
+    """w = 1 / P(S=y | l), mean 1; with ``clip`` capped at that many times the mean weight. With ``counts``, row i
+    stands for counts[i] rows (the mean is taken over them)."""
     w = 1.0 / selection_probability(proba, prior)[np.arange(len(y)), y]
-    return capped(w / w.mean(), clip)
+    return capped(w / np.average(w, weights=counts), clip, counts)
 
 
-def capped(w: np.ndarray, clip: float | None) -> np.ndarray:
-    """Mean-1 weights ``w`` capped at ``clip`` times the mean: capping lowers the mean, so cap and
-    renormalize until the largest weight is within the cap."""
+def capped(w: np.ndarray, clip: float | None, counts: np.ndarray | None = None) -> np.ndarray:
+    """Mean-1 weights ``w`` (of rows standing for ``counts`` rows each, if given) capped at ``clip`` times the
+    mean: capping lowers the mean, so cap and renormalize until the largest weight is within the cap."""
     if clip is None:
         return w
     if clip <= 1:
         raise ValueError(f"clip must be a number > 1 (a multiple of the mean weight), got {clip!r}")
     while w.max() > clip * (1 + 1e-12):
         w = np.minimum(w, clip)
-        w /= w.mean()
+        w /= np.average(w, weights=counts)
     return w
 
 
-def label_shares(w: np.ndarray, y: np.ndarray, num_labels: int) -> np.ndarray:
-    return np.bincount(y, weights=w, minlength=num_labels) / w.sum()
+def label_shares(w: np.ndarray, y: np.ndarray, num_labels: int, counts: np.ndarray | None = None) -> np.ndarray:
+    mass = w if counts is None else w * counts
+    return np.bincount(y, weights=mass, minlength=num_labels) / mass.sum()
 
 
 def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, tolerance: float = 1e-9,
@@ -89,23 +90,30 @@ def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, toler
     The weighted share of label c grows with π_c, so each coordinate is bracketed and found by
     safeguarded bisection (Brent) on log π_c with the others fixed, cycling over labels until every
     share is within ``tolerance`` (for two labels one search suffices; the reference code bisects).
+    Rows with the same P̂ and label get the same weight, so the search runs over those distinct (P̂, y)
+    cells weighted by their rows (a forest's out-of-fold P̂ takes a value per fold and feature vector:
+    a few thousand cells for millions of rows).
     """
     from scipy.optimize import brentq
 
     C = proba.shape[1]
-    target = np.bincount(y, minlength=C) / len(y)
+    cells, index = distinct_rows(np.column_stack([proba, y]))
+    proba, y, counts = cells[:, :C], cells[:, C].astype(np.int64), np.bincount(index).astype(np.float64)
+    target = np.bincount(y, weights=counts, minlength=C) / counts.sum()
     if np.any(target == 0):
         raise ValueError("every label needs at least one row to fit the prior")
     log_prior = np.log(target)
 
+    def shares_at(lp: np.ndarray) -> np.ndarray:
+        return label_shares(ips_weights(proba, y, np.exp(lp - lp.max()), clip, counts), y, C, counts)
+
     def share(c: int, t: float) -> float:
         lp = log_prior.copy()
         lp[c] = t
-        return label_shares(ips_weights(proba, y, np.exp(lp - lp.max()), clip), y, C)[c]
+        return shares_at(lp)[c]
 
     for _ in range(max_rounds):
-        shares = label_shares(ips_weights(proba, y, np.exp(log_prior - log_prior.max()), clip), y, C)
-        if np.max(np.abs(shares - target)) <= tolerance:
+        if np.max(np.abs(shares_at(log_prior) - target)) <= tolerance:
             break
         for c in range(C if C > 2 else 1):
             lo, hi = log_prior[c] - 1.0, log_prior[c] + 1.0
