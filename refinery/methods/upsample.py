@@ -161,9 +161,9 @@ def _upsample(con, out: str, config: UpsampleConfig, inputs: list, rejects: pa.T
     chosen, uncorrectable = select_tokens(before, labels, config, n_rows)
     con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
     con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
-    # B[s] for the selected tokens only: every later query touches these rows, not the whole index
-    con.execute("CREATE OR REPLACE TABLE selected_rows AS "
-                "SELECT t.row_id, t.token FROM token_rows t JOIN selected USING (token) ORDER BY token, row_id")
+    # B[s] for the selected tokens only, with each row's label: the draws touch these rows, not the whole corpus
+    con.execute("CREATE OR REPLACE TABLE selected_rows AS SELECT t.row_id, t.token, r.label "
+                "FROM token_rows t JOIN selected USING (token) JOIN rows r USING (row_id) ORDER BY token, row_id")
 
     trace, added = [], []
     draw_id = 0

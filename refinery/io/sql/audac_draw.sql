@@ -1,12 +1,11 @@
 -- One AUDAC draw for token $token: from each deficit label l, d_l = ceil(D_l[s] · $step) rows of B[s]
 -- (rows containing s with label l), sampled with replacement by a seeded hash.
 WITH counts AS (
-    SELECT r.label, sum(1 + coalesce(e.extra, 0))::BIGINT AS c
+    SELECT t.label, sum(1 + coalesce(e.extra, 0))::BIGINT AS c
     FROM selected_rows t
-    JOIN rows r USING (row_id)
     LEFT JOIN extra e USING (row_id)
     WHERE t.token = $token
-    GROUP BY r.label
+    GROUP BY t.label
 ),
 grid AS (
     SELECT ls.label, coalesce(c.c, 0) AS c FROM label_set ls LEFT JOIN counts c USING (label)
@@ -15,11 +14,11 @@ wanted AS (
     SELECT label, ceil((max(c) OVER () - c) * $step)::BIGINT AS d FROM grid
 ),
 candidates AS (
-    SELECT r.label, t.row_id,
-           row_number() OVER (PARTITION BY r.label ORDER BY t.row_id) - 1 AS k,
-           count(*) OVER (PARTITION BY r.label)                            AS m
-    FROM selected_rows t JOIN rows r USING (row_id)
-    WHERE t.token = $token
+    SELECT label, row_id,
+           row_number() OVER (PARTITION BY label ORDER BY row_id) - 1 AS k,
+           count(*) OVER (PARTITION BY label)                          AS m
+    FROM selected_rows
+    WHERE token = $token
 ),
 draws AS (
     SELECT label, unnest(range(d)) AS i FROM wanted WHERE d > 0
