@@ -99,8 +99,10 @@ def main() -> None:
     print(f"{machine_line()}; {args.rows:,} synthetic pairs (premise pool {pool:,}), test split {test_rows:,}; "
           f"outputs in {root}", flush=True)
     train, test = f"{root}/train", f"{root}/test"
-    run(["synth", "--rows", args.rows, "--premise-pool", pool, "--out", train], f"{root}/synth-train.log")
-    run(["synth", "--rows", test_rows, "--premise-pool", pool, "--split", "test", "--out", test],
+    # --keep a folder of an earlier run: its corpora are reused when made with the same settings
+    run(["synth", "--rows", args.rows, "--premise-pool", pool, "--out", train, "--mode", "skip"],
+        f"{root}/synth-train.log")
+    run(["synth", "--rows", test_rows, "--premise-pool", pool, "--split", "test", "--out", test, "--mode", "skip"],
         f"{root}/synth-test.log")
     print(f"\n| stage | time | peak RSS | rows/s | × audit |\n|---|---|---|---|---|", flush=True)
     audit_seconds = None
@@ -117,11 +119,13 @@ def main() -> None:
         seconds, peak = run(["run", pipeline(root, train, test), "--out", out], f"{root}/pipeline.log")
         with open(f"{out}/pipeline/run.json") as fh:
             steps = json.load(fh)["stages"]
+        driver = max(step["peak_rss"] or 0 for step in steps)
         print(f"\npipeline on Ray (audit → zfilter → confidence → upsample → weights): {seconds:,.1f} s, "
-              f"driver peak RSS {peak / 1e9:.2f} GB", flush=True)
-        for step in steps:
+              f"driver peak RSS {driver / 1e9:.2f} GB (wait4: {peak / 1e9:.2f} GB)", flush=True)
+        for step in steps:   # upsample and weights run as one Ray task each: the task's peak is its own
+            task = f", its Ray task {step['task_peak_rss'] / 1e9:.2f} GB" if step.get("task_peak_rss") else ""
             print(f"  {step['folder']:<16} {step['rows_in']:>11,} rows in {step['seconds']:>8,.1f} s  "
-                  f"peak {(step['peak_rss'] or 0) / 1e9:.2f} GB")
+                  f"driver peak {(step['peak_rss'] or 0) / 1e9:.2f} GB{task}")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,11 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     a, b = _tables(local), _tables(ray)
     for part in CORPUS_PARTS:
         assert a[part].equals(b[part]), part
+    on_ray = {s["stage"]: s for s in json.loads((ray / "pipeline" / "run.json").read_text())["stages"]}
+    # weights' work is one process (DuckDB, a forest): on Ray it ran as one task, whose bars the driver recorded
+    assert on_ray["weights"]["task_peak_rss"] > 2**20 and on_ray["zfilter"]["task_peak_rss"] is None
+    assert [p["what"] for p in on_ray["weights"]["phases"]] == ["leakage graph", "weights: folds", "cross-predict",
+                                                                "weights: write"]
     assert set(a["04-weights"]["split"].to_pylist()) == {"dev", "test"}
     kept = a["02-zfilter/kept"].num_rows
     assert a["03-confidence/kept"].num_rows + a["03-confidence/rejected"].num_rows == kept

@@ -7,6 +7,9 @@ import pty
 import struct
 import subprocess
 import termios
+import time
+
+import pytest
 
 from conftest import REFINERY, SNLI_DEV, run_cli
 
@@ -59,3 +62,25 @@ def test_pipeline_keeps_each_steps_phases_in_its_marker_and_report(tmp_path):
     assert "unchanged, skipped" in rerun.stdout
     again = json.loads((tmp_path / "out" / "pipeline" / "receipt.json").read_text())
     assert next(s for s in again["steps"] if s["step"] == "01-zfilter")["phases"] == marker["phases"]
+
+
+def test_a_stage_run_as_a_ray_task_relays_its_bars_and_raises_its_own_errors(ray_local):
+    from refinery.pipeline.engine import run_as_task
+    from refinery.progress import progress, recording
+
+    def _counts(steps: int) -> int:   # defined here: Ray pickles it by value (workers cannot import tests)
+        for _ in progress(range(steps), desc="counting", unit=" step"):
+            time.sleep(0.2)
+        return steps
+
+    def _refuses(value: str):
+        raise ValueError(f"column {value!r} is not in the input")
+
+    with recording() as phases:
+        value, task_peak = run_as_task(_counts, (6,), desc="counting")
+    assert value == 6 and task_peak > 2**20
+    assert [(p["what"], p["count"], p["unit"]) for p in phases] == [("counting", 6, "step")]
+    assert phases[0]["seconds"] >= 1.0                        # the task's own time, not the mirror's
+    with pytest.raises(ValueError) as refused:                # the stage's error itself, not Ray's wrapper
+        run_as_task(_refuses, ("lable",), desc="refusing")
+    assert str(refused.value) == "column 'lable' is not in the input"

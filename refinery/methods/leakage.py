@@ -389,6 +389,7 @@ class LeakageStage(Stage):
     name, Config = "leakage", LeakageConfig
     needs = ("id", "text_a", "text_b", "label", "split")
     output = Output.INPUT
+    one_task = True
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.splits if source.named else {"all": source.paths}, out, source.mapping, source.opts,

@@ -331,6 +331,7 @@ class UpsampleStage(Stage):
     name, Config = "upsample", UpsampleConfig
     needs = ("id", "text_a", "label")
     output = Output.FOLDER
+    one_task = True
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.splits, out, source.mapping, source.opts, self.config)

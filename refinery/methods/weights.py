@@ -243,6 +243,7 @@ class WeightsStage(Stage):
     needs = ("id", "text_a", "text_b", "label")
     adds = ("weight", "split")
     output = Output.FOLDER
+    one_task = True
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.splits if source.named else {"all": source.paths}, out, source.mapping, source.opts,

@@ -7,6 +7,9 @@ mapped batches as a stream, in input order, whichever engine runs them:
   ``map_batches`` on workers) or over a stream of tables read by the driver (a bounded window
   of Ray tasks). Nothing is materialized: the driver holds at most ``window`` batches.
 - ``actor_map``: a stateful, model-holding stage class as a Ray Data actor pool.
+- ``map_calls``: independent calls side by side (threads, or Ray tasks).
+- ``run_as_task``: a stage whose work is one process (DuckDB, NumPy) as one Ray task, so the driver only
+  orchestrates; its progress bars are relayed to the driver and drawn there.
 
 Faults: a task whose worker process or node dies is rerun, and a dead actor restarted (its
 batch retried), at most ``TASK_RETRIES`` times; an exception raised by the stage's own code is
@@ -25,13 +28,14 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from refinery.progress import progress
+from refinery.progress import Mirror, peak_rss, progress, relayed, reset_peak_rss
 
 ENGINES = ("local", "ray")
 # The driver maps every object-store page it has read from, so over a long stream its RSS grows by
 # the store's size: 512 MiB keeps it bounded on a small machine and holds the streaming window twice.
 LOCAL_OBJECT_STORE_BYTES = 512 << 20
 STREAM_STORE_BYTES = 256 << 20      # what a streamed dataset may buffer ahead of the driver
+RELAY_POLL_SECONDS = 0.5            # how often the driver reads the progress bars of a stage run as a task
 TASK_RETRIES = 3  # reruns of a task (restarts of an actor) whose worker or node died, then the stage fails
 
 
@@ -254,3 +258,64 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
                 results[pending.pop(done[0])] = ray.get(done[0])
                 bar.update(1)
     return results
+
+
+def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", on_this_node: bool = True
+                ) -> tuple[object, int | None]:
+    """``(fn(*args), the task's peak resident memory)`` with ``fn`` run as one Ray task asking for ``resources``
+    (cpus; gpus); ``on_this_node`` keeps it on the driver's node (outputs on the driver's local disk).
+
+    The task's progress bars are drawn by the driver as they advance (and recorded there); an exception
+    raised by ``fn`` is raised here as itself, not wrapped in Ray's traceback; Ctrl-C cancels the task.
+    """
+    from ray import exceptions as rx
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray = ray_init()
+    board = ray.remote(num_cpus=0)(_ProgressBoard).remote()
+    options = {"num_cpus": resources.cpus if resources else 1, "num_gpus": resources.gpus if resources else 0,
+               "max_retries": TASK_RETRIES}
+    if on_this_node:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                                        soft=False)
+    ref = ray.remote(_relaying).options(**options).remote(fn, args, board)
+    mirror = Mirror()
+    try:
+        with _faults_named(desc):
+            while True:
+                done, _ = ray.wait([ref], timeout=RELAY_POLL_SECONDS)
+                mirror.update(ray.get(board.states.remote()))
+                if done:
+                    return ray.get(ref)
+    except rx.RayTaskError as e:
+        raise (e.cause if isinstance(e.cause, Exception) else e) from None
+    except KeyboardInterrupt:
+        ray.cancel(ref, force=True)
+        raise
+    finally:
+        mirror.close()
+        ray.kill(board)
+
+
+class _ProgressBoard:
+    """The latest state of each progress bar of a task (a Ray actor the task writes and the driver reads)."""
+
+    def __init__(self):
+        self._states: dict = {}
+
+    def put(self, key: int, state: dict) -> None:
+        self._states[key] = state
+
+    def states(self) -> dict:
+        return self._states
+
+
+def _relaying(fn: Callable, args: tuple, board) -> tuple[object, int | None]:
+    """In the task: ``fn(*args)`` with every progress bar's state sent to ``board``, and this process's peak memory."""
+    import ray
+
+    reset_peak_rss()
+    with relayed(lambda key, state: board.put.remote(key, state)):
+        value = fn(*args)
+    ray.get(board.states.remote())   # after this task's own puts, in order: the driver reads the last states
+    return value, peak_rss()

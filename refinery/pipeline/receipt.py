@@ -82,7 +82,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
     for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
-                 "peak_rss": step.peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
+                 "peak_rss": step.peak_rss, "task_peak_rss": step.task_peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
                  "balanced": step.result.balanced, "headline": step.result.headline,
                  "report": _report_link(run.out, step, opts.storage_options), "change": _kind_of_change(stage),
                  "passes_on": step.passes_on, "phases": step.phases}
@@ -143,7 +143,9 @@ def _step_rows(steps: list[dict]) -> list[dict]:
              "what it did": (s["headline"] or s["change"])
              + (f" (not audited for this report: {s['audit_skipped']})" if "audit_skipped" in s else ""),
              "rows passed on": s.get("rows"),
-             "time": s["seconds"], "peak memory": s["peak_rss"]} for s in steps]
+             "time": s["seconds"], "peak memory": s["peak_rss"],
+             **({"its Ray task's peak": s.get("task_peak_rss")} if any(t.get("task_peak_rss") for t in steps) else {})}
+            for s in steps]
 
 
 def _phase_rows(steps: list[dict]) -> list[dict]:
@@ -187,14 +189,17 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
     if audited:
         page.section("Labels at each step", figure(figures.shares(
             {s["step"]: s["audit"]["labels"] for s in audited})))
-    page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds, "peak memory": fmt.size}),
-                 note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray). "
-                      "A reused stage was unchanged since an earlier run, whose time and memory are shown."))
+    page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds, "peak memory": fmt.size,
+                                                            "its Ray task's peak": fmt.size}),
+                 note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray; a "
+                      "stage whose work is one process runs there as one Ray task, whose peak has a column of its "
+                      "own). A reused stage was unchanged since an earlier run, whose time and memory are shown."))
     if any(s.get("phases") for s in steps):
         page.section("Where the time went", table(_phase_rows(steps), formats={"time": fmt.seconds,
                                                                                "per second": fmt.number}),
                      note("The progress bars each step showed on the terminal, as counted when they finished "
-                          "(work done on Ray workers is counted in the step's total time only)."))
+                          "(work done on Ray workers is counted in the step's total time only, except a stage run as one task, "
+                          "whose bars the driver drew as they advanced)."))
     page.section("Stage reports", _links(steps))
     if data["final_top"] and len(audited) >= 2:
         page.section(f"The top features after {audited[-1]['step']}", table(

@@ -23,12 +23,12 @@ from typing import Callable
 
 from refinery.io.corpus import CorpusWriter, EmptyInput, OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, claim_folder, get_fs, join
+from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, claim_folder, get_fs, is_local, join
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
-from refinery.pipeline.engine import check_engine
+from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import Stage, StageInput, StageResult, stage_class
-from refinery.progress import recording
+from refinery.progress import peak_rss, recording, reset_peak_rss
 
 INPUT_DIR = "00-input"
 
@@ -42,6 +42,7 @@ class StageRun:
     result: StageResult
     fingerprint: str = ""
     peak_rss: int | None = None   # bytes: this process's peak resident memory while the stage ran
+    task_peak_rss: int | None = None   # bytes: the Ray task's, for a stage run as one task (``Stage.one_task``)
     passes_on: str = ""           # the corpus the next step reads
     phases: list = field(default_factory=list)   # its progress bars: {what, count, unit, seconds}
 
@@ -55,7 +56,7 @@ class PipelineRun:
     def to_dict(self) -> dict:
         return {"out": self.out, "engine": self.engine, "stages": [
             {"folder": s.folder, "stage": s.name, "status": s.status, "seconds": round(s.seconds, 1),
-             "peak_rss": s.peak_rss, "rows_in": s.result.rows_in, "parts": s.result.parts,
+             "peak_rss": s.peak_rss, "task_peak_rss": s.task_peak_rss, "rows_in": s.result.rows_in, "parts": s.result.parts,
              "balanced": s.result.balanced, "headline": s.result.headline, "fingerprint": s.fingerprint,
              "phases": s.phases}
             for s in self.stages]}
@@ -75,31 +76,11 @@ def _finished(folder: str, storage_options: dict) -> dict | None:
         return json.load(fh)
 
 
-def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None, phases: list) -> dict:
+def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None, task_peak: int | None,
+            phases: list) -> dict:
     return {"stage": name, "fingerprint": fp, "rows_in": summary.rows_in, "accounting": summary.parts,
             "headline": summary.headline, "report_file": summary.report_file, "seconds": round(seconds, 3),
-            "peak_rss": peak, "phases": phases}
-
-
-def _reset_peak_rss() -> None:
-    """Start a new high-water mark of this process's resident memory (Linux: ``clear_refs`` 5 resets VmHWM)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
-
-
-def _peak_rss() -> int | None:
-    """This process's peak resident memory in bytes since the last reset (VmHWM), where the OS tells."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+            "peak_rss": peak, "task_peak_rss": task_peak, "phases": phases}
 
 
 def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
@@ -181,11 +162,17 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     fp = fingerprint(stage_spec.name, to_dict(stage_spec.config), *upstream,
                      sorted(input_fingerprints([*source.paths, *referenced], opts.storage_options).values()))
 
+    task: dict = {}
+
     def work():
         stage.check_input(source.columns(), " and ".join(source.paths))
+        if source.engine == "ray" and stage.one_task:
+            result, task["peak_rss"] = run_as_task(stage.run, (source, folder), stage.resources, stage.name,
+                                                   on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
+            return result
         return stage.run(source, folder)
 
-    return _step(folder, stage_spec.name, fp, opts, echo, work, mode), stage
+    return _step(folder, stage_spec.name, fp, opts, echo, work, mode, task), stage
 
 
 def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
@@ -202,10 +189,13 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 
-def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun") -> StageRun:
+def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun",
+          task: dict | None = None) -> StageRun:
     """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
     says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
-    again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it."""
+    again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it. ``task``
+    holds the ``peak_rss`` of the Ray task ``work`` ran the stage as, if it did."""
+    task = task if task is not None else {}
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
     if done and mode == "error":
@@ -218,15 +208,15 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
                              report_file=done.get("report_file", StageResult.report_file))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
         return StageRun(label, name, "skipped", done.get("seconds", 0.0), result, fp, done.get("peak_rss"),
-                        phases=done.get("phases", []))
+                        done.get("task_peak_rss"), phases=done.get("phases", []))
     echo(f"== {label}")
     t = time.perf_counter()
-    _reset_peak_rss()
+    reset_peak_rss()
     with RunOutput(folder, opts.storage_options) as marker:
         with recording() as phases:
             result = work()
-        seconds, peak = time.perf_counter() - t, _peak_rss()
-        marker.summary = _marked(result, fp, name, seconds, peak, phases)
+        seconds, peak = time.perf_counter() - t, peak_rss()
+        marker.summary = _marked(result, fp, name, seconds, peak, task.get("peak_rss"), phases)
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    return StageRun(label, name, "ran", seconds, result, fp, peak, phases=phases)
+    return StageRun(label, name, "ran", seconds, result, fp, peak, task.get("peak_rss"), phases=phases)

@@ -4,7 +4,8 @@ Python call are that one class.
 A stage has a registered name, a config dataclass (validated on construction; its fields, with their
 defaults, allowed values and help, are the CLI options of the stage's verb and the keys of its pipeline
 entry), the canonical columns it ``needs`` (checked against the input before it runs) and ``adds``, and the
-``resources`` one of its workers asks the engine for. ``run(source, out)`` reads ``StageInput`` and
+``resources`` one of its workers asks the engine for (a ``one_task`` stage, whose work is one process, runs
+as one such task on the Ray engine, so the driver only orchestrates). ``run(source, out)`` reads ``StageInput`` and
 publishes its parts under ``out``; the runner around it owns ``_SUCCESS``, fingerprints and ``--mode``.
 What the next stage reads is ``output``. Config fields named in ``references`` may name an earlier step
 of the pipeline (``input``, a stage's name, or its folder ``NN-name``) instead of a path; the runner
@@ -168,6 +169,7 @@ class Stage(ABC):
     references: ClassVar[tuple] = ()   # config fields holding corpora: paths or earlier steps' names
     profiles: ClassVar[dict] = {}      # named starting configs (the verb's --profile)
     verb: ClassVar[bool] = True        # whether ``refinery NAME`` runs the stage alone (compare's verb is its own)
+    one_task: ClassVar[bool] = False   # its work is one process (DuckDB, NumPy): on Ray it runs as one task there
 
     def __init__(self, config=None):
         self.config = config if config is not None else self.Config()
