@@ -59,6 +59,8 @@ def ray_init(num_cpus: int | None = None):
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
     else:
+        # a private instance turns on Ray's token authentication and says so on every start: keep it, unsaid
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         ray.init(
             address="local",  # a fresh local instance, never a stray head found on the machine
             num_cpus=num_cpus or os.cpu_count(),
