@@ -74,6 +74,8 @@ def ray_init(num_cpus: int | None = None):
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)   # its plan and progress notes stay in its log file
+    # refinery draws its own bars: Ray Data's notice that its bars are off is kept off the console
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     # Parquet reads as plain retried tasks: the V2 reader lists files through actors that are not
     # restarted, so losing a node while it lists fails the read past any retry budget
     ctx.use_datasource_v2 = False
