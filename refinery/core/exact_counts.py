@@ -37,6 +37,7 @@ class ExactCounts:
     CHUNK_FEATURES = 4_000_000   # ``only``: the compiled counter's features before its counts are filtered
     SPILL_FACTOR = 4             # peak memory of turning held counts into a table, over their size
     KEYED_SHARE = 0.75           # of the budget, for the count tables (the rest: reading, vocabularies, Python)
+    COMPACT_ROWS = 8_000_000     # count-table rows merged in before they are summed
 
     def __init__(self, only: pa.Array | None = None, memory_budget: int | None = None):
         self.only = only
@@ -44,7 +45,8 @@ class ExactCounts:
         self._runs = None      # KeyedRuns or PartitionedRuns once spilled
         self._spilled_labels: set = set()
         self._parts: list[pa.Table] = []
-        self._pending = 0
+        self._pending = 0      # rows of the count tables held
+        self._compacted = 0    # rows of the last sum of them (the first table held)
         self._sorted = True
         self._batches = None   # FeatureCounts of the batches added with add_table
         self._matrix = None    # (labels, matrix()) until the next add
@@ -96,7 +98,7 @@ class ExactCounts:
             self._runs = PartitionedRuns()
         run = pa.concat_tables(self._parts)
         self._spilled_labels.update(pc.unique(run["label"]).to_pylist())
-        self._parts, self._pending, self._matrix = [], 0, None
+        self._parts, self._pending, self._compacted, self._matrix = [], 0, 0, None
         self._runs.write(run)
 
     def _name_keyed_runs(self) -> None:
@@ -134,7 +136,9 @@ class ExactCounts:
         self._sorted = False
         self._matrix = None
         zstats.add_totals(self.label_totals, label_totals)
-        if self._pending > 8_000_000 and len(self._parts) > 1:
+        # summed once the rows added since the last sum outnumber both COMPACT_ROWS and that sum's rows: each
+        # sum at least doubles what it reads, so merging n rows costs O(n log n), not a sum per merge
+        if len(self._parts) > 1 and self._pending - self._compacted > max(self.COMPACT_ROWS, self._compacted):
             self._compact()
         self._within_budget()
 
@@ -239,7 +243,7 @@ class ExactCounts:
         t = con.sql("SELECT feature, label, sum(count)::BIGINT AS count FROM parts GROUP BY feature, label"
                     + order).to_arrow_table().cast(zstats.COUNTS_SCHEMA)
         con.close()
-        self._parts, self._pending = [t], t.num_rows
+        self._parts, self._pending, self._compacted = [t], t.num_rows, t.num_rows
 
     def counts(self) -> pa.Table:
         """Every (feature, label, count), sorted by feature and label (all in memory, spilled or not)."""

@@ -104,13 +104,22 @@ class AuditResult:
         return bounds
 
 
-def _counter(config: AuditConfig, only: pa.Array | None = None):
-    """The configured counter; exact counts of just the features ``only`` in the recount pass."""
+# On Ray each task counts this many rows into one partial state (fewer, larger states: less for the driver
+# to merge, since the common features recur in every state), and the driver merges the states within at most
+# RAY_DRIVER_BUDGET bytes, spilling past it, whatever one process's budget (--memory-budget) allows.
+RAY_PARTIAL_ROWS = 1 << 20
+RAY_DRIVER_BUDGET = 1 << 30
+
+
+def _counter(config: AuditConfig, only: pa.Array | None = None, budget_cap: int | None = None):
+    """The configured counter; exact counts of just the features ``only`` in the recount pass; exact counts
+    spill past ``config.memory_budget`` or ``budget_cap``, the smaller."""
     if only is not None:
         return ExactCounts(only)
     if config.counting == "sketch":
         return make_counter("sketch", lg_max_k=config.sketch_lg_k)
-    return make_counter(config.counting, memory_budget=memory_budget(config.memory_budget))
+    budget = memory_budget(config.memory_budget)
+    return make_counter(config.counting, memory_budget=min(budget, budget_cap) if budget_cap else budget)
 
 
 def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Array | None = None):
@@ -171,7 +180,7 @@ def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, con
     from refinery.io.readers import read_file
 
     config = AuditConfig.from_dict(config_dict)
-    states, rejected = [], []
+    states, rejected, rows = [], [], []
     for path in batch["path"].to_pylist():
         counter = _counter(config, only)
         bad = 0
@@ -180,7 +189,8 @@ def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, con
             bad += b.rejects.num_rows
         states.append(counter.to_bytes())
         rejected.append(bad)
-    return pa.table({"state": states, "rejected": rejected})
+        rows.append(counter.rows)
+    return pa.table({"state": states, "rejected": rejected, "rows": rows})
 
 
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
@@ -191,22 +201,25 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     raw = [u for u in inputs if u not in corpora]
     if raw and mapping is None:
         raise ValueError("raw inputs need --preset or --map")
-    counter, rejected = _counter(config, only), 0
+    counter, rejected = _counter(config, only, RAY_DRIVER_BUDGET), 0
     cfg = config.to_dict()
     parts = []
     if corpora:
         files = tuple(f for u in corpora for f in Corpus.open(u, opts.storage_options).files)
         parts.append(stream_map(ParquetSource(files, opts.storage_options), _ray_partial, "ray",
-                                {"config_dict": cfg, "only": only}, opts.batch_rows, stage="audit"))
+                                {"config_dict": cfg, "only": only}, max(opts.batch_rows, RAY_PARTIAL_ROWS),
+                                stage="audit"))
     if raw:
         paths = (pa.table({"path": [p]}) for p in expand_paths(raw, opts.storage_options))
         parts.append(stream_map(paths, _ray_partial_files, "ray", {"mapping": mapping, "opts": opts,
                                                                    "config_dict": cfg, "only": only}, stage="audit"))
-    for part in (p for stream in parts for p in stream):
-        for blob in part["state"].to_pylist():
-            counter.merge(counter_from_bytes(blob))
-        if "rejected" in part.column_names:
-            rejected += sum(part["rejected"].to_pylist())
+    with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
+        for part in (p for stream in parts for p in stream):
+            for blob in part["state"].to_pylist():
+                counter.merge(counter_from_bytes(blob))
+            if "rejected" in part.column_names:
+                rejected += sum(part["rejected"].to_pylist())
+            bar.update(sum(part["rows"].to_pylist()))
     if probe and "hypo-only" in config.features.families:
         table, _ = load(inputs, mapping, opts)
         _add_probe(counter, [table], config)
