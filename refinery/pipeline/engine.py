@@ -74,21 +74,25 @@ def ray_init(num_cpus: int | None = None):
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)   # its plan and progress notes stay in its log file
-    # refinery draws its own bars: Ray Data's notice that its bars are off is kept off the console
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     # Parquet reads as plain retried tasks: the V2 reader lists files through actors that are not
     # restarted, so losing a node while it lists fails the read past any retry budget
     ctx.use_datasource_v2 = False
     for handler in logging.getLogger("ray.data").handlers:
         if handler.get_name() == "console":
-            handler.addFilter(_below_error)
+            handler.addFilter(_for_the_console)
     return ray
 
 
-def _below_error(record: logging.LogRecord) -> bool:
+# Ray Data's notes about its own machinery, kept in its log file: refinery draws its own progress bars, and
+# the memory its tasks use is the stages' business (a stage states its resources), not the user's
+_NOTES_OFF_THE_CONSOLE = ("ray.data._internal.progress", "ray.data._internal.issue_detection")
+
+
+def _for_the_console(record: logging.LogRecord) -> bool:
     """Ray Data's console shows no errors: a failed execution's tracebacks stay in its log file
-    (``ray-data.log`` in the session's logs), and the exception that ends the stage says it in one line."""
-    return record.levelno < logging.ERROR
+    (``ray-data.log`` in the session's logs), and the exception that ends the stage says it in one line;
+    nor the notes of ``_NOTES_OFF_THE_CONSOLE``."""
+    return record.levelno < logging.ERROR and not record.name.startswith(_NOTES_OFF_THE_CONSOLE)
 
 
 def actor_cpus() -> float:
@@ -267,7 +271,8 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
 def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", on_this_node: bool = True
                 ) -> tuple[object, int | None]:
     """``(fn(*args), the task's peak resident memory)`` with ``fn`` run as one Ray task asking for ``resources``
-    (cpus; gpus); ``on_this_node`` keeps it on the driver's node (outputs on the driver's local disk).
+    (cpus; gpus); ``on_this_node`` keeps it on the driver's node (outputs on the driver's local disk), asking
+    for no CPUs there.
 
     The task's progress bars are drawn by the driver as they advance (and recorded there); an exception
     raised by ``fn`` is raised here as itself, not wrapped in Ray's traceback; Ctrl-C cancels the task.
@@ -279,9 +284,9 @@ def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", 
     board = ray.remote(num_cpus=0)(_ProgressBoard).remote()
     options = {"num_cpus": resources.cpus if resources else 1, "num_gpus": resources.gpus if resources else 0,
                "max_retries": TASK_RETRIES}
-    if on_this_node:
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
-                                                                        soft=False)
+    if on_this_node:   # beside the driver, as in-process work would be: asking no CPUs, as a head may have none
+        options.update(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False))
     ref = ray.remote(_relaying).options(**options).remote(fn, args, board)
     mirror = Mirror()
     try:
