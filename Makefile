@@ -13,6 +13,8 @@ PIP         := $(PY) -m pip install --quiet --disable-pip-version-check $(if $(C
 # used by the tests of the vLLM backend. On GPU machines: make VLLM_VENV= test (vllm in .venv).
 VLLM_VENV   ?= .venv-vllm
 VLLM_STAMP  := $(if $(VLLM_VENV),$(VLLM_VENV)/.installed)
+# test processes (pytest-xdist): one per core, at most 4; a module's tests stay in one (tests/conftest.py)
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: setup browser demo test bench clean
 
@@ -54,7 +56,7 @@ demo: $(STAMP) browser
 
 test: $(STAMP) $(VLLM_STAMP) browser
 	REFINERY_VLLM_PYTHON=$(if $(VLLM_VENV),$(abspath $(VLLM_VENV))/bin/python,$(abspath $(PY))) \
-		$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+		$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/audit.py

@@ -104,7 +104,7 @@ def main() -> None:
         f"{root}/synth-train.log")
     run(["synth", "--rows", test_rows, "--premise-pool", pool, "--split", "test", "--out", test, "--mode", "skip"],
         f"{root}/synth-test.log")
-    print(f"\n| stage | time | peak RSS | rows/s | × audit |\n|---|---|---|---|---|", flush=True)
+    print("\n| stage | time | peak RSS | rows/s | × audit |\n|---|---|---|---|---|", flush=True)
     audit_seconds = None
     for name, command in stages(root, train, test).items():
         if name.split()[0] in skip or name in skip or only and not (name.split()[0] in only or name in only):

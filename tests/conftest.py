@@ -1,6 +1,10 @@
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,78 @@ DATA = Path(os.environ.get("REFINERY_DATA", REPO.parent / "shared" / "data"))
 SNLI_DEV = str(DATA / "snli" / "snli_dev.jsonl")
 SNLI_TEST = str(DATA / "snli" / "snli_test.jsonl")
 SNLI_HARD = str(DATA / "snli" / "snli_test_hard.jsonl")
-REFINERY = str(Path(sys.executable).parent / "refinery")
+BIN = Path(sys.executable).parent
+REFINERY = str(BIN / "refinery")
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+# test modules that start Ray nodes of their own (``RayNode``): run one after another on one test worker
+RAY_CLUSTER_MODULES = ("test_faults_ray", "test_pipeline", "test_remote")
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``--dist loadgroup``, as ``make test`` runs) a module's tests stay on one worker, so
+    its module fixtures are made once; the modules that start Ray nodes share one worker."""
+    for item in items:
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group("ray-cluster" if module in RAY_CLUSTER_MODULES else module))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: command line} of every process below ``pid`` (a Ray worker's line is its title: ``ray::Task``)."""
+    children: dict[int, list] = {}
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        child, parent, *args = line.split(None, 2)
+        children.setdefault(int(parent), []).append((int(child), args[0] if args else ""))
+    found, todo = {}, [pid]
+    while todo:
+        for child, args in children.get(todo.pop(), []):
+            found[child] = args
+            todo.append(child)
+    return found
+
+
+class RayNode:
+    """A ``ray start --block`` node on loopback: every process of the node is below ``proc``, and
+    killing the node's raylet makes ``ray start`` stop the rest of them and exit. Stopping it touches
+    no other Ray on the machine (``ray stop`` would stop them all, another test worker's too)."""
+
+    def __init__(self, log: Path, *args, cpus: int = 1, object_store: int = 300 << 20, env: dict | None = None):
+        self.log = log
+        ports = ["--ray-client-server-port", str(free_port())] if "--head" in args else []
+        with open(log, "w") as fh:
+            self.proc = subprocess.Popen(
+                [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus),
+                 "--object-store-memory", str(object_store), "--dashboard-agent-listen-port", str(free_port()),
+                 *ports, "--disable-usage-stats", *args], stdout=fh, stderr=subprocess.STDOUT,
+                env={**os.environ, **RAY_ENV, **(env or {})})
+        deadline = time.time() + 60
+        while "Ray runtime started" not in log.read_text():
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"ray start failed:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def kill_raylet(self) -> None:
+        for pid, args in descendants(self.proc.pid).items():
+            if args.split(" ", 1)[0].endswith("/raylet"):
+                os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        self.kill_raylet()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            for pid in descendants(self.proc.pid):
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc.kill()
+            self.proc.wait()
 
 
 def run_cli(*args, check=True, env=None):

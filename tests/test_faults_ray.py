@@ -16,31 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
-from conftest import REFINERY, REPO, run_cli
-from test_remote import BIN, free_port
+from conftest import RAY_ENV, REFINERY, REPO, RayNode, descendants, free_port, run_cli
 
 from refinery.io.corpus import Corpus
 from refinery.pipeline.engine import TASK_RETRIES, StageFailed, actor_map, stream_map
 
 pytestmark = pytest.mark.ray
 
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 STAGE_TASKS = ("ray::ReadParquet", "ray::MapBatches")  # titles of the workers running a stage's Ray Data tasks
-
-
-def descendants(pid: int) -> dict[int, str]:
-    """{pid: command line} of every process below ``pid`` (a Ray worker's line is its title: ``ray::Task``)."""
-    children: dict[int, list] = {}
-    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
-    for line in listing.splitlines():
-        child, parent, *args = line.split(None, 2)
-        children.setdefault(int(parent), []).append((int(child), args[0] if args else ""))
-    found, todo = {}, [pid]
-    while todo:
-        for child, args in children.get(todo.pop(), []):
-            found[child] = args
-            todo.append(child)
-    return found
 
 
 def workers_running(pid: int, *titles: str) -> list[int]:
@@ -116,41 +99,6 @@ def test_zfilter_fails_in_one_line_naming_the_stage_when_retries_are_spent(corpu
     assert proc.returncode == 0, stdout + stderr
     for part, table in zfilter_parts(out).items():
         assert table.equals(uninterrupted[part]), part
-
-
-class RayNode:
-    """A ``ray start --block`` node on loopback: every process of the node is below ``proc``, and
-    killing the node's raylet makes ``ray start`` stop the rest of them and exit."""
-
-    def __init__(self, log: Path, *args):
-        self.log = log
-        with open(log, "w") as fh:
-            self.proc = subprocess.Popen(
-                [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                 "--object-store-memory", str(300 << 20), "--dashboard-agent-listen-port", str(free_port()),
-                 "--disable-usage-stats", *args], stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV})
-        deadline = time.time() + 60
-        while "Ray runtime started" not in log.read_text():
-            if self.proc.poll() is not None or time.time() > deadline:
-                self.stop()
-                raise RuntimeError(f"ray start failed:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-
-    def kill_raylet(self) -> None:
-        for pid, args in descendants(self.proc.pid).items():
-            if args.split(" ", 1)[0].endswith("/raylet"):
-                os.kill(pid, signal.SIGKILL)
-
-    def stop(self) -> None:
-        self.kill_raylet()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            for pid in descendants(self.proc.pid):
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            self.proc.kill()
-            self.proc.wait()
 
 
 def test_two_node_job_whose_second_node_dies_mid_stage_never_marks_it_finished(corpus, uninterrupted, tmp_path):

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 import yaml
-from conftest import DATA, REPO, SNLI_DEV, SNLI_HARD, run_cli
-from test_remote import BIN, S3Server, free_port
+from conftest import BIN, DATA, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, RayNode, free_port, run_cli
+from test_remote import S3Server
 
 from refinery.io.corpus import Corpus
 from refinery.pipeline.config import (
@@ -268,15 +268,13 @@ def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
                            {"weights": {"folds": 3, "forest": {"trees": 20}}}]}
     (s3.root / "bucket" / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
     port, dash = free_port(), free_port()
-    env = {**os.environ, **s3.env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    env = {**os.environ, **s3.env, **RAY_ENV}
     ray = str(BIN / "ray")
-    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--object-store-memory", str(300 * 2**20),
-              "--disable-usage-stats"]
-    subprocess.run([ray, "start", "--head", "--port", str(port), "--dashboard-host", "127.0.0.1",
-                    "--dashboard-port", str(dash), *common], check=True, env=env, capture_output=True)
+    nodes = [RayNode(tmp_path / "head.log", "--head", "--port", str(port), "--dashboard-host", "127.0.0.1",
+                     "--dashboard-port", str(dash), env=s3.env)]
     try:
-        subprocess.run([ray, "start", "--address", f"127.0.0.1:{port}", "--resources", '{"second_node": 1}',
-                        *common], check=True, env=env, capture_output=True)
+        nodes.append(RayNode(tmp_path / "second.log", "--address", f"127.0.0.1:{port}", "--resources",
+                             '{"second_node": 1}', env=s3.env))
         # refinery is installed on every node (as cluster.yaml's setup does), so no working dir is shipped:
         # two nodes on one machine share Ray's session folder, and one node's runtime-env cleanup can
         # delete the unpacked working dir that the other node's job driver runs in
@@ -289,11 +287,12 @@ def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "pipeline finished: 5 steps under s3://bucket/run" in proc.stdout
         assert proc.stdout.count("(ok)") == 5 and "MISMATCH" not in proc.stdout
-        nodes = json.loads(subprocess.run([ray, "list", "nodes", "--address", f"http://127.0.0.1:{dash}",
+        listed = json.loads(subprocess.run([ray, "list", "nodes", "--address", f"http://127.0.0.1:{dash}",
                                            "--format", "json"], env=env, capture_output=True, text=True).stdout)
-        assert sum(n["state"] == "ALIVE" for n in nodes) == 2
+        assert sum(n["state"] == "ALIVE" for n in listed) == 2
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
+        for node in reversed(nodes):
+            node.stop()
     os.environ.update(s3.env)
     try:
         local = tmp_path / "local"

@@ -10,18 +10,10 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from conftest import REPO, SNLI_DEV, SNLI_HARD, run_cli
+from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, RayNode, free_port, run_cli
 
 from refinery.io.corpus import Corpus, convert, is_corpus, load
 from refinery.io.schema import PRESETS
-
-BIN = Path(sys.executable).parent
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port, timeout=30):
@@ -86,12 +78,10 @@ def test_s3_round_trip_identical(s3, tmp_path):
 
 def test_ray_job_submit_to_local_head(tmp_path):
     port, dash = free_port(), free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    env = {**os.environ, **RAY_ENV}
     ray = str(BIN / "ray")
-    subprocess.run([ray, "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
-                    "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--num-cpus", "2",
-                    "--object-store-memory", str(500 * 2**20), "--disable-usage-stats"],
-                   check=True, env=env, capture_output=True)
+    head = RayNode(tmp_path / "head.log", "--head", "--port", str(port), "--dashboard-host", "127.0.0.1",
+                   "--dashboard-port", str(dash), cpus=2, object_store=500 << 20)
     try:
         out = tmp_path / "job-out"
         pipeline = tmp_path / "audit.yaml"   # a verb as a pipeline file, run by the one job entrypoint
@@ -108,7 +98,7 @@ def test_ray_job_submit_to_local_head(tmp_path):
         top = json.loads((out / "01-audit" / "report" / "topk.json").read_text())
         assert sorted(top) == ["contradiction", "entailment", "neutral"] and all(len(v) == 5 for v in top.values())
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
+        head.stop()
 
 
 def _stop_when(server: S3Server, proc: subprocess.Popen, pattern: str, count: int, timeout=120):

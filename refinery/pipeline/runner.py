@@ -23,7 +23,7 @@ from typing import Callable
 
 from refinery.io.corpus import CorpusWriter, EmptyInput, OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery.io.storage import RUN_MARKER, AtomicDir, RunOutput, claim_folder, get_fs, is_local, join
+from refinery.io.storage import RUN_MARKER, RunOutput, claim_folder, get_fs, is_local, join
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.receipt import write_pipeline_report
