@@ -82,8 +82,8 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
     for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
-                 "peak_rss": step.peak_rss, "task_peak_rss": step.task_peak_rss, "rows_in": step.result.rows_in, "parts": step.result.parts,
-                 "balanced": step.result.balanced, "headline": step.result.headline,
+                 "peak_rss": step.peak_rss, "task_peak_rss": step.task_peak_rss, "rows_in": step.result.rows_in,
+                 "parts": step.result.parts, "balanced": step.result.balanced, "headline": step.result.headline,
                  "report": _report_link(run.out, step, opts.storage_options), "change": _kind_of_change(stage),
                  "passes_on": step.passes_on, "phases": step.phases}
         if is_corpus(step.passes_on, opts.storage_options):
@@ -198,8 +198,8 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
         page.section("Where the time went", table(_phase_rows(steps), formats={"time": fmt.seconds,
                                                                                "per second": fmt.number}),
                      note("The progress bars each step showed on the terminal, as counted when they finished "
-                          "(work done on Ray workers is counted in the step's total time only, except a stage run as one task, "
-                          "whose bars the driver drew as they advanced)."))
+                          "(work done on Ray workers is counted in the step's total time only, except a stage "
+                          "run as one task, whose bars the driver drew as they advanced)."))
     page.section("Stage reports", _links(steps))
     if data["final_top"] and len(audited) >= 2:
         page.section(f"The top features after {audited[-1]['step']}", table(

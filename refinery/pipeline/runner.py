@@ -56,9 +56,9 @@ class PipelineRun:
     def to_dict(self) -> dict:
         return {"out": self.out, "engine": self.engine, "stages": [
             {"folder": s.folder, "stage": s.name, "status": s.status, "seconds": round(s.seconds, 1),
-             "peak_rss": s.peak_rss, "task_peak_rss": s.task_peak_rss, "rows_in": s.result.rows_in, "parts": s.result.parts,
-             "balanced": s.result.balanced, "headline": s.result.headline, "fingerprint": s.fingerprint,
-             "phases": s.phases}
+             "peak_rss": s.peak_rss, "task_peak_rss": s.task_peak_rss, "rows_in": s.result.rows_in,
+             "parts": s.result.parts, "balanced": s.result.balanced, "headline": s.result.headline,
+             "fingerprint": s.fingerprint, "phases": s.phases}
             for s in self.stages]}
 
 
@@ -125,7 +125,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
     folder = join(out, INPUT_DIR)
     run.stages.append(_step(folder, "input", upstream, opts, echo,
-                            lambda: ingest(spec.input, folder, opts)))
+                            lambda: (ingest(spec.input, folder, opts), None)))
     run.stages[-1].passes_on = folder
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     current = folder
@@ -162,17 +162,14 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     fp = fingerprint(stage_spec.name, to_dict(stage_spec.config), *upstream,
                      sorted(input_fingerprints([*source.paths, *referenced], opts.storage_options).values()))
 
-    task: dict = {}
-
-    def work():
+    def work() -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
         if source.engine == "ray" and stage.one_task:
-            result, task["peak_rss"] = run_as_task(stage.run, (source, folder), stage.resources, stage.name,
-                                                   on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
-            return result
-        return stage.run(source, folder)
+            return run_as_task(stage.run, (source, folder), stage.resources, stage.name,
+                               on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
+        return stage.run(source, folder), None
 
-    return _step(folder, stage_spec.name, fp, opts, echo, work, mode, task), stage
+    return _step(folder, stage_spec.name, fp, opts, echo, work, mode), stage
 
 
 def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
@@ -189,13 +186,11 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 
-def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun",
-          task: dict | None = None) -> StageRun:
+def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun") -> StageRun:
     """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
     says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
-    again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it. ``task``
-    holds the ``peak_rss`` of the Ray task ``work`` ran the stage as, if it did."""
-    task = task if task is not None else {}
+    again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it. ``work``
+    returns the stage's result and the peak memory of the Ray task it ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
     if done and mode == "error":
@@ -214,9 +209,9 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     reset_peak_rss()
     with RunOutput(folder, opts.storage_options) as marker:
         with recording() as phases:
-            result = work()
+            result, task_peak = work()
         seconds, peak = time.perf_counter() - t, peak_rss()
-        marker.summary = _marked(result, fp, name, seconds, peak, task.get("peak_rss"), phases)
+        marker.summary = _marked(result, fp, name, seconds, peak, task_peak, phases)
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    return StageRun(label, name, "ran", seconds, result, fp, peak, task.get("peak_rss"), phases=phases)
+    return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases)
