@@ -55,3 +55,25 @@ def test_killed_razor_resumes_from_its_last_finished_round(tiny_generator, tmp_p
     resumed, straight = (json.loads((out / "report" / "report.json").read_text())["rounds"]
                          for out in (killed, tmp_path / "straight"))
     assert resumed == straight and len(straight) >= 1
+
+
+def test_a_rerun_recomputes_what_new_code_would_compute_differently(tmp_path, monkeypatch):
+    """A step's fingerprint holds refinery's version and its stage's ``version``: after either changes, an
+    otherwise unchanged pipeline reruns the step (before, it said "unchanged, skipped")."""
+    from refinery.methods.audit import AuditStage
+    from refinery.pipeline import runner
+    from refinery.pipeline.config import parse_pipeline
+
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(open(SNLI_TEST).readlines()[:300]))
+    spec = parse_pipeline({"input": {"paths": [str(small)], "preset": "snli"}, "stages": [{"audit": {"k": 3}}]})
+
+    def statuses():
+        return [s.status for s in runner.run_pipeline(spec, str(tmp_path / "out"), echo=lambda line: None).stages]
+
+    assert statuses() == ["ran", "ran"]
+    assert statuses() == ["skipped", "skipped"]
+    monkeypatch.setattr(AuditStage, "version", AuditStage.version + 1)   # the audit's code changed
+    assert statuses() == ["skipped", "ran"]
+    monkeypatch.setattr(runner, "__version__", "999.0")                  # refinery upgraded
+    assert statuses() == ["ran", "ran"]

@@ -156,3 +156,71 @@ def test_ctrl_c_exits_130_and_leaves_the_finished_output_as_it_was(tmp_path):
     after = _snapshot(out)     # the folds the interrupted run finished are kept for a rerun to resume from
     assert {k: v for k, v in after.items() if not k.startswith("_checkpoints/")} == before
     assert not [p for p in os.listdir(tmp_path) if p != "conf"]
+
+
+@pytest.mark.parametrize("files", [
+    {"notes.txt": "mine\n", "_SUCCESS": '{"mine": true}'},           # a user's _SUCCESS
+    {"notes.txt": "mine\n", "manifest.json": "{}"},                   # a user's manifest.json
+    {"_SUCCESS": "", "part-00000-1a2b.snappy.parquet": "PAR1"},      # a Spark job's output folder
+    {"_refinery.json": '{"files": ["notes.txt"]}', "notes.txt": "x"},  # a marker not in refinery's format
+], ids=["success", "manifest", "spark", "fake-marker"])
+def test_only_refinerys_own_marker_makes_a_folder_refinerys(tmp_path, files):
+    out = tmp_path / "theirs"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    before = _snapshot(out)
+    proc = run_cli(*VERBS["zfilter"], "--out", out, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "refinery did not write" in lines[0], proc.stderr
+    assert any(name in lines[0] for name in files)
+    assert _snapshot(out) == before
+
+
+def test_out_on_around_or_inside_the_input_is_refused_and_in_place_replaces_a_corpus(tmp_path):
+    corpus = tmp_path / "corpus"
+    run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus)
+    before = _snapshot(corpus)
+    refusals = {   # --out: what the one line says
+        corpus: "is the input",
+        corpus / "sub": "lies inside the input",
+        tmp_path: "holds the input",
+    }
+    for out, says in refusals.items():
+        proc = run_cli("upsample", corpus, "--out", out, "--iterations", "2", check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], (out, proc.stderr)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "dev.jsonl").write_bytes(open(SNLI_HARD, "rb").read())
+    proc = run_cli("zfilter", raw / "*.jsonl", "--preset", "snli", "--out", raw, check=False)   # a glob's folder
+    assert proc.returncode == 2 and "holds the input" in proc.stderr
+    assert sorted(os.listdir(raw)) == ["dev.jsonl"]
+    proc = run_cli("zfilter", corpus, "--out", corpus, "--in-place", check=False)   # parts beside a corpus
+    assert proc.returncode == 2 and "cannot replace its input" in proc.stderr
+    proc = run_cli("zfilter", raw / "dev.jsonl", "--preset", "snli", "--out", raw / "dev.jsonl", "--in-place",
+                   check=False)
+    assert proc.returncode == 2 and "is a file" in proc.stderr
+    assert _snapshot(corpus) == before and sorted(os.listdir(tmp_path)) == ["corpus", "raw"]
+
+    run_cli("upsample", corpus, "--out", corpus, "--in-place", "--iterations", "2", "--k", "20")
+    from refinery.io.corpus import Corpus
+
+    replaced = Corpus.open(str(corpus))
+    assert replaced.manifest["rows"] > 3261 and replaced.read().num_rows == replaced.manifest["rows"]
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "raw"]   # published in one step, nothing left beside
+
+
+def test_a_failed_run_removes_the_folders_it_created(tmp_path):
+    spec = tmp_path / "p.yaml"
+    spec.write_text(json.dumps({"input": {"paths": [SNLI_HARD], "preset": "qqp"}, "stages": [{"audit": {}}]}))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    attempts = [("zfilter", SNLI_HARD, "--preset", "qqp", "--out", tmp_path / "a" / "b" / "zf"),   # wrong preset
+                ("audit", SNLI_HARD, "--map", "text_a=premise,label=nope", "--out", tmp_path / "au"),  # bad --map
+                ("run", spec, "--out", tmp_path / "pipe"),
+                ("upsample", SNLI_HARD, "--preset", "qqp", "--out", empty)]
+    for args in attempts:
+        proc = run_cli(*args, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["empty", "p.yaml"] and os.listdir(empty) == []

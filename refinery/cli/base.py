@@ -2,6 +2,7 @@
 and how errors, Ctrl-C and a closed pipe end a command."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import sys
@@ -10,7 +11,7 @@ import click
 
 from refinery.io.corpus import EmptyInput
 from refinery.io.readers import BadRowError
-from refinery.io.storage import claim_output, parse_storage_options, redact_text
+from refinery.io.storage import check_out_apart, claim_output, parse_storage_options, redact_text
 
 # what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
 # that refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line
@@ -27,16 +28,34 @@ def _one_line(e: BaseException) -> str:
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
 
 
+INPUT_PARAMS = ("inputs", "named", "train", "evals", "evaluate_on", "original", "predictions")  # corpora verbs read
+
+
+def input_paths(params: dict) -> list[str]:
+    """The paths a verb's parameters name as inputs (``PATH``, ``NAME=PATH``, ``NAME=PATH:PRESET``,
+    ``NAME=PATH@SPLIT``): each as it exists (a URL, or a local path or glob that matches), in order."""
+    paths = []
+    for name in INPUT_PARAMS:
+        value = params.get(name)
+        for spec in () if value is None else (value,) if isinstance(value, str) else value:
+            path = spec.partition("=")[2] if "=" in spec.split("://")[0] else spec
+            found = [p for p in (path, path.rsplit(":", 1)[0], path.rsplit("@", 1)[0]) if "://" in p or glob.glob(p)]
+            paths += found[:1]
+    return paths
+
+
 class RefineryCommand(click.Command):
     """A verb: its ``--io-timeout`` holds for every store call, its ``--out`` is checked before any work
-    (refinery writes only where it may: ``claim_output``), and its summary in ``refinery --help`` is its
-    docstring's first sentence, whole."""
+    (refinery writes only where it may: ``claim_output``, never into, onto or around an input:
+    ``check_out_apart``), and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
 
     def invoke(self, ctx):
         if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
             os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])
         if ctx.params.get("out"):
-            claim_output(ctx.params["out"], storage_options_of(ctx))
+            options = storage_options_of(ctx)
+            check_out_apart(ctx.params["out"], input_paths(ctx.params), bool(ctx.params.get("in_place")), options)
+            claim_output(ctx.params["out"], options)
         return super().invoke(ctx)
 
     def get_short_help_str(self, limit: int = 45) -> str:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import functools
 import glob
-import inspect
 import json
 import os
 import posixpath
@@ -170,14 +168,22 @@ def _alive(pid: int) -> bool:
 
 # ---------------------------------------------------------------- what refinery wrote, and nothing else
 
-OWNER_MARKER = "_refinery.json"   # in every folder refinery publishes: the files it wrote there
+OWNER_MARKER = "_refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
 RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
-LEGACY_MANIFEST = "manifest.json"
+MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
 _RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # the run id in an object-store file's name
 
 
 class ForeignOutput(FileExistsError):
     """``--out`` names a folder (or a file) that refinery did not write: refused whatever ``--mode``."""
+
+
+class OutputOverlapsInput(ValueError):
+    """``--out`` is, holds or lies inside an input: refused unless the run replaces a corpus in place."""
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
 def _entries(fs, path: str) -> list[str]:
@@ -188,25 +194,110 @@ def _entries(fs, path: str) -> list[str]:
         return []
 
 
+def is_marker(body) -> bool:
+    """Whether ``body`` (a parsed ``_refinery.json``) is refinery's own marker: its format, the files it
+    lists and the run that wrote them. A ``_SUCCESS`` or ``manifest.json`` proves nothing: other tools
+    (Spark, Hadoop, a user's notes) write files of those names."""
+    return (isinstance(body, dict) and body.get("format") == MARKER_FORMAT and isinstance(body.get("files"), list)
+            and isinstance(body.get("run"), str))
+
+
 def claim_output(out: str, storage_options: dict | None = None) -> str:
-    """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder with
-    refinery's marker, a run's ``_SUCCESS`` or a corpus manifest). Anything else raises ``ForeignOutput``:
-    refinery never deletes or replaces what it did not write."""
+    """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
+    ``_refinery.json`` is refinery's marker, ``is_marker``). Anything else raises ``ForeignOutput`` naming a
+    file found there: refinery never deletes or replaces what it did not write."""
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
     with on_store(out, "looking at the output folder"):
         is_file = fs.isfile(path)
         entries = [] if is_file or not fs.exists(path) else _entries(fs, path)
+        ours = OWNER_MARKER in entries and is_marker(json_object(fs, join(path, OWNER_MARKER)))
     if is_file:
         raise ForeignOutput(f"--out {out} is a file, not a folder; give a folder for refinery's outputs")
     if not entries:
         return "new"
-    if {OWNER_MARKER, RUN_MARKER, LEGACY_MANIFEST} & set(entries):
+    if ours:
         return "ours"
     shown = ", ".join(sorted(entries)[:4]) + (" …" if len(entries) > 4 else "")
     raise ForeignOutput(f"--out {out} already holds files refinery did not write ({shown}); refinery never "
                         "deletes or replaces them: give a new or empty folder (e.g. "
                         f"{join(out.rstrip('/'), 'refinery-out')})")
+
+
+def _location(url: str) -> tuple[str, str]:
+    """(protocol, absolute normalized path) of a path or URL; a glob keeps its pattern below its folder."""
+    protocol, sep, rest = url.partition("://")
+    if not sep:
+        protocol, rest = "file", url
+    magic = re.search(r"[*?[]", rest)
+    folder = rest[:magic.start()].rpartition("/")[0] if magic else rest
+    pattern = rest[len(folder):].lstrip("/") if magic else ""
+    if protocol == "file":
+        folder = os.path.realpath(os.path.expanduser(folder or "."))
+    else:
+        folder = posixpath.normpath("/" + folder.strip("/"))
+    return protocol, posixpath.join(folder, pattern) if pattern else folder
+
+
+def check_out_apart(out: str, inputs, in_place: bool = False, storage_options: dict | None = None) -> None:
+    """Refuse an ``out`` that is, holds or lies inside one of ``inputs``: writing there would replace or mix
+    with the data the run reads. ``in_place`` allows ``out`` equal to an input that is a corpus refinery
+    wrote (its marker proves it): the run then replaces that corpus, atomically, once it has read it."""
+    o_protocol, o_path = _location(out)
+    for given in inputs:
+        i_protocol, i_path = _location(str(given))
+        if i_protocol != o_protocol:
+            continue
+        if o_path == i_path:
+            if in_place and claim_output(out, storage_options) == "ours":
+                continue
+            why = ("it is not a corpus refinery wrote, so it is never replaced" if in_place else
+                   "refinery would replace the data it reads; give another folder, or --in-place to replace "
+                   "a corpus refinery wrote")
+            raise OutputOverlapsInput(f"--out {out} is the input {given}: {why}")
+        if i_path.startswith(o_path.rstrip("/") + "/"):
+            raise OutputOverlapsInput(f"--out {out} holds the input {given}: refinery would write among the data "
+                                      "it reads; give a folder outside it")
+        if o_path.startswith(i_path.rstrip("/") + "/"):
+            raise OutputOverlapsInput(f"--out {out} lies inside the input {given}: refinery would write into the "
+                                      "data it reads; give a folder outside it")
+
+
+def made_folder(out: str, storage_options: dict | None = None) -> str | None:
+    """The outermost folder that writing ``out`` would create (``out`` itself or an absent parent on a local
+    disk), or None where ``out`` exists: what a failed run removes again."""
+    fs, path = get_fs(out, storage_options)
+    fs.invalidate_cache(path)
+    with on_store(out, "looking at the output folder"):
+        if fs.exists(path):
+            return None
+        if not is_local(fs):
+            return path
+        top = path
+        while os.path.dirname(top) != top and not os.path.exists(os.path.dirname(top)):
+            top = os.path.dirname(top)
+        return top
+
+
+def remove_failed_output(out: str, made: str | None, storage_options: dict | None = None,
+                         keep_finished: bool = False) -> None:
+    """After a failed run into ``out``, remove what it left: the folder ``made`` that it created (or, where
+    ``out`` was an empty folder already, what it put in it), unless the run kept finished work to continue
+    from: ``_checkpoints``, or with ``keep_finished`` anything beside refinery's marker (a pipeline's finished
+    steps). Best effort within ``CLEANUP_SECONDS``; never touches a folder refinery did not make or find empty."""
+    fs, path = get_fs(out, storage_options)
+
+    def remove():
+        entries = _entries(fs, path)
+        if "_checkpoints" in entries or (keep_finished and set(entries) - {OWNER_MARKER}):
+            return
+        if made is not None:
+            fs.rm(made, recursive=True)
+        else:
+            for name in entries:
+                fs.rm(join(path, name), recursive=True)
+
+    with_deadline(CLEANUP_SECONDS, remove)
 
 
 def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MARKER,)) -> str:
@@ -217,45 +308,45 @@ def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MAR
         with on_store(out, f"writing {OWNER_MARKER}"):
             fs.makedirs(path, exist_ok=True)
             with fs.open(join(path, OWNER_MARKER), "wb") as fh:
-                fh.write(_marker_body(files).encode())
+                fh.write(_marker_body(files, run=new_run_id()).encode())
     return claim
 
 
 def owned_files(fs, path: str) -> set[str]:
-    """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote; for a folder
-    written before markers existed, the files its corpus manifest lists."""
-    for name, keys in ((OWNER_MARKER, ("files",)), (LEGACY_MANIFEST, ("files", "rejects"))):
-        body = _json_file(fs, join(path, name))
-        if body is not None:
-            return {name, *(f for key in keys for f in body.get(key, ()))}
-    return set()
+    """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote."""
+    body = json_object(fs, join(path, OWNER_MARKER))
+    return {OWNER_MARKER, *body["files"]} if is_marker(body) else set()
 
 
-def _json_file(fs, path: str) -> dict | None:
-    """The JSON object in ``path``, or None where there is no such file or it is not JSON."""
+def json_object(fs, path: str) -> dict | None:
+    """The JSON object in ``path``, or None where there is no such file or it is not a JSON object."""
     try:
         with fs.open(path, "r") as fh:
-            return json.load(fh)
-    except (FileNotFoundError, ValueError):
+            body = json.load(fh)
+    except (FileNotFoundError, IsADirectoryError, ValueError):
         return None
+    return body if isinstance(body, dict) else None
 
 
 def _marker_body(files, **extra) -> str:
-    return json.dumps({"written_by": f"refinery {__version__}", "files": sorted(files), **extra}, indent=1)
+    return json.dumps({"format": MARKER_FORMAT, "written_by": f"refinery {__version__}", "files": sorted(files),
+                       **extra}, indent=1)
 
 
 def read_marker(out: str, storage_options: dict | None = None) -> dict:
     """The body of refinery's marker in ``out`` ({} where there is none)."""
     fs, path = get_fs(out, storage_options)
-    return _json_file(fs, join(path, OWNER_MARKER)) or {}
+    body = json_object(fs, join(path, OWNER_MARKER))
+    return body if is_marker(body) else {}
 
 
 def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
     """Add ``extra`` keys (a finished command's fingerprint) to refinery's marker in ``out``."""
     fs, path = get_fs(out, storage_options)
-    body = {**read_marker(out, storage_options), **extra}
+    body = {"run": new_run_id(), **read_marker(out, storage_options), **extra}
     files = body.pop("files", [OWNER_MARKER])
     body.pop("written_by", None)
+    body.pop("format", None)
     with on_store(out, f"writing {OWNER_MARKER}"), fs.open(join(path, OWNER_MARKER), "wb") as fh:
         fh.write(_marker_body(files, **body).encode())
 
@@ -316,7 +407,7 @@ class AtomicDir:
         self.local = is_local(self.fs)
         # an object store's folder is marked before the first file, so a cut run's files are ours to remove
         (claim_output if self.local else claim_folder)(self.out, storage_options)
-        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self.run_id = new_run_id()
         self._written: set[str] = set()
         if self.local:
             remove_stale_temps(self.path)
@@ -428,6 +519,7 @@ class RunOutput:
     ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the run reports. A folder
     without ``_SUCCESS`` holds no finished run, even if each part looks whole. A run that fails or is
     interrupted before it replaced any part puts the previous ``_SUCCESS`` back: that run is still whole.
+    One that fails in a folder it created (or found empty) removes what it wrote (``remove_failed_output``).
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
@@ -441,12 +533,14 @@ class RunOutput:
         return {p: read_marker(join(self.out, p), self.storage_options).get("run") for p in parts}
 
     def __enter__(self) -> "RunOutput":
-        claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER))
+        self._made = made_folder(self.out, self.storage_options)
+        self._new = claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER)) == "new"
         marker = join(self.path, RUN_MARKER)
         with on_store(self.out, f"removing {RUN_MARKER}"):
+            previous = json_object(self.fs, marker)
+            if previous is not None:
+                self._previous = (self.fs.cat_file(marker), self._part_runs(previous.get("parts", ())))
             if self.fs.exists(marker):
-                body = self.fs.cat_file(marker)
-                self._previous = (body, self._part_runs(json.loads(body).get("parts", ())))
                 self.fs.rm(marker)
         return self
 
@@ -460,6 +554,8 @@ class RunOutput:
                 body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
                 with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
                     json.dump(body, fh, indent=2, default=str)
+        elif self._new:
+            remove_failed_output(self.out, self._made, self.storage_options)
         elif self._previous is not None:
             body, runs = self._previous
             with_deadline(CLEANUP_SECONDS, self._restore, body, runs)
@@ -468,26 +564,6 @@ class RunOutput:
     def _restore(self, body: bytes, runs: dict) -> None:
         if self._part_runs(runs) == runs:   # no part replaced: the previous run is whole again
             self.fs.pipe_file(join(self.path, RUN_MARKER), body)
-
-
-def publishes_run(fn):
-    """Wrap an API function that writes several parts under its ``out`` argument in a ``RunOutput``:
-    the marker goes when it starts and comes back, with the report's scalar figures, when it returns."""
-    signature = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        opts = bound.arguments.get("opts")
-        storage_options = getattr(opts, "storage_options", None) or bound.arguments.get("storage_options")
-        with RunOutput(bound.arguments["out"], storage_options) as run:
-            result = fn(*args, **kwargs)
-            if isinstance(result, dict):
-                run.summary = {k: v for k, v in result.items() if isinstance(v, (bool, int, float, str))}
-        return result
-
-    return wrapper
 
 
 # ---------------------------------------------------------------- secrets never leave the process

@@ -3,10 +3,11 @@
 ``OUT/00-input`` is the input as one canonical corpus (named splits in a ``split`` column, bad
 rows in its rejects). Stage N reads the part its predecessor passes on and publishes its own
 parts under ``OUT/NN-name/``; ``_SUCCESS`` is written last and carries the stage's fingerprint:
-sha256 of the stage's name and config and of its inputs' manifests (raw files: size and
-checksum). A rerun skips every stage whose fingerprint is unchanged and reruns from the first
+sha256 of the stage's name, code version (refinery's version and the stage's ``version``) and config and
+of its inputs' manifests (raw files: size and checksum). A rerun skips every stage whose fingerprint is unchanged and reruns from the first
 that changed; the engine is not part of it (local and Ray give the same outputs). A failed
-stage leaves the finished stages before it as they were.
+stage leaves the finished stages before it as they were, and removes the folders it created; ``OUT`` is never
+an input's folder, nor inside one (``check_out_apart``).
 
 A stage's verb is ``run_stage``: the one-stage pipeline run on the raw input straight into ``OUT``,
 with the same files and accounting as ``OUT/01-NAME`` of the pipeline.
@@ -23,11 +24,13 @@ from typing import Callable
 
 from refinery.io.corpus import CorpusWriter, EmptyInput, OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery.io.storage import RUN_MARKER, RunOutput, claim_folder, get_fs, is_local, join
+from refinery import __version__
+from refinery.io.storage import (RUN_MARKER, RunOutput, check_out_apart, claim_folder, get_fs, is_local, join,
+                                 json_object, made_folder, remove_failed_output)
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.receipt import write_pipeline_report
-from refinery.pipeline.stage import Stage, StageInput, StageResult, stage_class
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
 
 INPUT_DIR = "00-input"
@@ -63,17 +66,14 @@ class PipelineRun:
 
 
 def fingerprint(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    """sha256 of ``parts`` and refinery's version: an upgraded refinery computes every step again."""
+    return hashlib.sha256(json.dumps([__version__, *parts], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _finished(folder: str, storage_options: dict) -> dict | None:
     """The ``_SUCCESS`` marker of a finished stage folder, or None."""
     fs, path = get_fs(folder, storage_options)
-    marker = join(path, RUN_MARKER)
-    if not fs.exists(marker):
-        return None
-    with fs.open(marker, "r") as fh:
-        return json.load(fh)
+    return json_object(fs, join(path, RUN_MARKER))
 
 
 def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None, task_peak: int | None,
@@ -119,9 +119,20 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
         raise ValueError("no output folder: give --out or out: in the pipeline file")
     engine = check_engine(engine or spec.engine)
     opts = spec.input.read_options()
-    claim_folder(out, opts.storage_options)
-    run = PipelineRun(out, engine)
     raw = StageInput(spec.input.split_paths()).paths
+    check_out_apart(out, raw, storage_options=opts.storage_options)
+    made = made_folder(out, opts.storage_options)
+    if claim_folder(out, opts.storage_options) == "new":
+        try:
+            return _run_steps(spec, out, engine, opts, raw, echo)
+        except BaseException:
+            remove_failed_output(out, made, opts.storage_options, keep_finished=True)
+            raise
+    return _run_steps(spec, out, engine, opts, raw, echo)
+
+
+def _run_steps(spec: PipelineSpec, out: str, engine: str, opts: ReadOptions, raw: list, echo) -> PipelineRun:
+    run = PipelineRun(out, engine)
     upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
     folder = join(out, INPUT_DIR)
     run.stages.append(_step(folder, "input", upstream, opts, echo,
@@ -141,16 +152,23 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     return run
 
 
-def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str], None] = print) -> StageRun:
+def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str], None] = print,
+              in_place: bool = False) -> StageRun:
     """Run the one stage of ``spec`` on its raw input, publishing into ``spec.out`` itself: a stage's verb.
     The stage folder's files and accounting are those of the same stage in a pipeline (``OUT/01-NAME``).
 
     ``mode``: ``overwrite`` runs; ``skip`` keeps a finished output of the same config and inputs (and
-    refuses one of others); ``error`` refuses any finished output.
+    refuses one of others); ``error`` refuses any finished output. ``in_place``: ``spec.out`` may be the
+    input itself, a corpus refinery wrote, which a stage whose output is the corpus (``Output.FOLDER``)
+    replaces once it has read it.
     """
     (stage_spec,) = spec.stages
     opts = spec.input.read_options()
     source = stage_input(spec.input, opts, check_engine(spec.engine))
+    if in_place and stage_class(stage_spec.name).output is not Output.FOLDER:
+        raise ValueError(f"--in-place: {stage_spec.name} writes its output in parts beside the corpus, so it cannot "
+                         "replace its input; give a new --out")
+    check_out_apart(spec.out, source.paths, in_place, opts.storage_options)
     return _stage_step(stage_spec, source, spec.out.rstrip("/"), {}, opts, echo, mode, to_dict(spec.input))[0]
 
 
@@ -159,7 +177,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     cls = stage_class(stage_spec.name)
     config, referenced = _resolve_references(cls, stage_spec.config, steps)
     stage = cls(config)
-    fp = fingerprint(stage_spec.name, to_dict(stage_spec.config), *upstream,
+    fp = fingerprint(stage_spec.name, cls.version, to_dict(stage_spec.config), *upstream,
                      sorted(input_fingerprints([*source.paths, *referenced], opts.storage_options).values()))
 
     def work() -> tuple[StageResult, int | None]:

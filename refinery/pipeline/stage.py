@@ -122,6 +122,14 @@ def _carries_split(path: str, mapping: Mapping, storage_options: dict) -> bool:
     return first is not None and "split" in first.rows.column_names
 
 
+def set_column(table: pa.Table, name: str, values) -> pa.Table:
+    """``table`` with column ``name`` holding ``values``: a column of that name is replaced in place (a stage
+    run again, or after another that added the same column, replaces it rather than adding a second)."""
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, values)
+    return table.append_column(name, values)
+
+
 def with_split(table: pa.Table, split: str) -> pa.Table:
     """``table`` with a ``split`` column holding ``split`` (replacing one it had)."""
     if "split" in table.column_names:
@@ -170,6 +178,7 @@ class Stage(ABC):
     profiles: ClassVar[dict] = {}      # named starting configs (the verb's --profile)
     verb: ClassVar[bool] = True        # whether ``refinery NAME`` runs the stage alone (compare's verb is its own)
     one_task: ClassVar[bool] = False   # its work is one process (DuckDB, NumPy): on Ray it runs as one task there
+    version: ClassVar[int] = 1         # part of its fingerprint: raise it when the stage's output changes
 
     def __init__(self, config=None):
         self.config = config if config is not None else self.Config()
