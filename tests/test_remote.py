@@ -76,6 +76,26 @@ def test_s3_round_trip_identical(s3, tmp_path):
     assert '"contradiction"' in out.stdout
 
 
+def test_credentials_given_only_as_storage_options_reach_every_writer(s3, tmp_path, monkeypatch):
+    """No credentials in the environment: --storage-option carries them to every part a verb writes, its
+    report pages and their figures included (audit, zfilter and upsample wrote their reports without them)."""
+    from conftest import REFINERY
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(open(SNLI_DEV).readlines()[:400]))
+    options = ["--storage-option", "key=testkey", "--storage-option", "secret=testsecret",
+               "--storage-option", f"endpoint_url=http://127.0.0.1:{s3.port}"]
+    for verb, extra in (("audit", ()), ("zfilter", ("--k", "5")), ("upsample", ("--iterations", "2"))):
+        proc = subprocess.run([REFINERY, verb, str(small), "--preset", "snli", *extra, "--out",
+                               f"s3://bucket/{verb}", *options], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        assert (s3.root / "bucket" / verb / "report" / "report.html").exists(), verb
+        assert "testsecret" not in proc.stdout + proc.stderr
+    assert (s3.root / "bucket" / "zfilter" / "_SUCCESS").exists()
+
+
 def test_ray_job_submit_to_local_head(tmp_path):
     port, dash = free_port(), free_port()
     env = {**os.environ, **RAY_ENV}

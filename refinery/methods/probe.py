@@ -50,7 +50,7 @@ def run(train: list[str], evaluate: list[str], out: str, mapping: Mapping | None
         report["accuracy"] = report["eval"][split_name(evaluate[0])]["accuracy"]
     if save_model:
         model.save(save_model)
-    with AtomicDir(out) as d:
+    with AtomicDir(out, opts.storage_options) as d:
         d.write_parquet("predictions.parquet", pa.concat_tables(predictions) if predictions else pa.table({}))
         d.write_text("report.json", json.dumps(report, indent=1))
         d.commit()

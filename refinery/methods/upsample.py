@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import tempfile
 from dataclasses import asdict, dataclass
 
@@ -28,7 +27,7 @@ from refinery.io import queries
 from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir
+from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -251,7 +250,7 @@ def _write(con, out, added, trace, report, config, labels, before, after, reject
                 writer.write(pa.Table.from_batches([rb]))
         writer.write(rejects=rejects)  # the input's rejects stay accounted for
         writer.commit()
-    with AtomicDir(os.path.join(out, "report")) as d:
+    with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
         sink = pa.BufferOutputStream()
         import pyarrow.parquet as pq

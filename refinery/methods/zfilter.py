@@ -326,7 +326,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
                            dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"], zf.prior)
-    return write_report(result, out, config, [*inputs, *seed_inputs])
+    return write_report(result, out, config, [*inputs, *seed_inputs], opts.storage_options)
 
 
 def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool, whole: pa.Table | None = None) -> dict:
@@ -359,8 +359,9 @@ def _summary(counts: IncrementalCounts, config: ZFilterConfig, prior: str, title
     return stats.top_k(config.k), figures.zplot(stats, 6, title)
 
 
-def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=()) -> dict:
-    corpus = corpus_name(inputs)
+def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=(),
+                 storage_options: dict | None = None) -> dict:
+    corpus = corpus_name(inputs, storage_options)
     top_before, plot_before = _summary(result.input_counts, config, result.prior.name, f"{corpus}: input")
     top_after, plot_after = _summary(result.kept_counts, config, result.prior.name, f"{corpus}: kept rows")
     report = {
@@ -373,7 +374,7 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=
         "top_rejecting_features": dict(list(result.rejections_by_feature.items())[:30]),
         "topk_before": top_before, "topk_after": top_after, "config": config.to_dict(),
     }
-    with AtomicDir(join(out, "report")) as d:
+    with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1))
         d.write_text("report.html", _html(report, plot_before, plot_after, corpus, list(inputs)))
         d.commit()
