@@ -25,11 +25,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.validation import NOT_EMPTY, at_least, number_in, one_of, setting, validate
 from refinery.io.corpus import input_fingerprints, load
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS, Mapping
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.models.base import make_classifier
+from refinery.models.precision import PRECISIONS
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -62,28 +64,30 @@ class EvalSet:
 class CompareConfig:
     """The task model (``backend`` ngram | transformer, the transformer's encoder and training),
     what it reads (``inputs`` pair | hypothesis: the bias probe), seeds, bootstrap draws, and the
-    extra columns to break accuracy down by."""
+    extra columns to break accuracy down by. Its fields are the options of ``refinery compare`` and the
+    keys under ``model:`` of a pipeline's ``compare`` step."""
 
-    backend: str = "ngram"
-    inputs: str = "pair"
-    model: str = "sentence-transformers/all-MiniLM-L6-v2"
-    epochs: int = 2
-    lr: float = 5e-5
-    batch_size: int = 32
-    max_length: int = 128
-    precision: str = "auto"
-    seeds: int = 1
-    bootstrap: int = 1000
-    by: tuple = ()
-    allow_overlap: bool = False
+    backend: str = setting("ngram", one_of("ngram", "transformer"),
+                           "An n-gram classifier, or a fine-tuned transformer encoder (--model).")
+    inputs: str = setting("pair", one_of("pair", "hypothesis"),
+                          "What the model reads: the pair, or the hypothesis alone (the hypothesis-only bias probe).")
+    model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,
+                         "Encoder of the transformer backend (name or folder).")
+    epochs: int = setting(2, at_least(1), "Transformer fine-tuning epochs.")
+    lr: float = setting(5e-5, number_in(0, open_low=True), "Transformer learning rate.")
+    batch_size: int = setting(32, at_least(1), "Transformer batch size.", option="--batch")
+    max_length: int = setting(128, at_least(1), "Transformer input length, in tokens.")
+    precision: str = setting("auto", one_of(*PRECISIONS), "Transformer fine-tuning precision. auto: bf16 autocast "
+                             "where the device computes bf16 natively, float32 elsewhere.", option="--train-precision")
+    seeds: int = setting(1, at_least(1), "Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: "
+                                         "initialisations).")
+    bootstrap: int = setting(1000, at_least(100), "Draws of the paired bootstrap.")
+    by: tuple = setting((), help="Also break accuracy down by this column (repeat for more).", multiple=True)
+    allow_overlap: bool = setting(False, help="Score evaluation rows also found in a training corpus (marked in the "
+                                              "report) instead of failing.")
 
     def __post_init__(self):
-        if self.backend not in ("ngram", "transformer"):
-            raise ValueError(f"backend must be ngram or transformer, not {self.backend!r}")
-        if self.inputs not in ("pair", "hypothesis"):
-            raise ValueError(f"inputs must be pair or hypothesis, not {self.inputs!r}")
-        if self.seeds < 1 or self.bootstrap < 100:
-            raise ValueError("seeds must be at least 1 and bootstrap at least 100")
+        validate(self)
 
     def classifier(self, seed: int):
         if self.backend == "ngram":
@@ -121,18 +125,21 @@ def train_split(path: str) -> tuple[str, str | None]:
     return (path[: match.start()], match.group(1)) if match and "/" not in match.group(1) else (path, None)
 
 
+SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
+
+
 def training_rows(name: str, table: pa.Table, split: str | None) -> tuple[pa.Table, int]:
-    """The rows a model trains on: a corpus with a ``split`` column gives its ``split`` rows (default
-    ``train``); the number of rows of other splits left out."""
-    if "split" not in table.column_names:
+    """The rows a model trains on: a corpus with named splits gives its ``split`` rows (default: ``train``, or
+    its only split); the number of rows of other splits left out."""
+    present = sorted(set(table["split"].drop_null().to_pylist())) if "split" in table.column_names else []
+    if not present:
         if split:
-            raise ValueError(f"training corpus {name}: @{split} asks for a split, but it has no split column")
+            raise ValueError(f"training corpus {name}: split {split!r} was asked for, but it has no named splits")
         return table, 0
-    present = sorted(set(table["split"].drop_null().to_pylist()))
-    chosen = split or "train"
+    chosen = split or ("train" if "train" in present or len(present) > 1 else present[0])
     if chosen not in present:
         raise ValueError(f"training corpus {name} has splits {', '.join(present)} and no {chosen!r} split; "
-                         f"name the one to train on: {name}=PATH@SPLIT")
+                         f"name the one to train on ({SPLIT_HINT})")
     keep = pc.fill_null(pc.equal(table["split"], chosen), False)
     kept = table.filter(keep)
     return kept, table.num_rows - kept.num_rows
@@ -246,9 +253,10 @@ def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tupl
 
 
 def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: CompareConfig = CompareConfig()) -> dict:
-    """Train ``config``'s model on each of ``train`` ({name: paths}, a path may end in ``@SPLIT``; the first is
-    the baseline) for each seed, score every ``EvalSet``; write ``out/runs/`` (checkpoints) and ``out/report/``.
+        config: CompareConfig = CompareConfig(), split: str | None = None) -> dict:
+    """Train ``config``'s model on each of ``train`` ({name: paths}, a path may end in ``@SPLIT``, else it trains
+    on ``split``: see ``training_rows``; the first is the baseline) for each seed, score every ``EvalSet``; write
+    ``out/runs/`` (checkpoints) and ``out/report/``.
 
     Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
     ``config.allow_overlap`` (then the report marks those cells)."""
@@ -266,7 +274,7 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
         if len(splits) > 1:
             raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")
         table, rejects[name] = load([p for p, _ in selected], mapping, opts)
-        tables[name], other_splits[name] = training_rows(name, table, splits.pop())
+        tables[name], other_splits[name] = training_rows(name, table, splits.pop() or split)
         if not tables[name].num_rows:
             raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
     train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))
@@ -290,9 +298,10 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
         ev, n, c = overlap[0]
         raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
                          f"corpus {n} (same texts): its scores would be inflated. Train on another split "
-                         f"({n}=PATH@train), remove those rows, or pass --allow-overlap to report them marked")
-    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so), [train_split(p)[1] for p in paths])
-                    for n, paths in train.items()}
+                         f"({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
+                         "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
+    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so),
+                        [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
                    for e in evals]
 
@@ -529,12 +538,17 @@ class CompareStageConfig:
     """The pipeline's ``compare`` step: ``baseline`` corpora (earlier steps' names or paths; the first
     is the baseline) against this step's input, scored on ``evals`` (``NAME=PATH[:PRESET]``)."""
 
-    evals: tuple = ()
-    baseline: tuple = ("input",)
-    label_maps: dict = field(default_factory=dict)
+    evals: tuple = setting((), help="Evaluation sets, NAME=PATH[:PRESET] (required).")
+    baseline: tuple = setting(("input",), help="Corpora this step's input is compared with: names of preceding "
+                                               "steps, or paths; the first is the baseline.")
+    split: str | None = setting(None, NOT_EMPTY.or_none(), "The split every training corpus trains on (none: its "
+                                                           "train split, or its only one).")
+    label_maps: dict = setting(default_factory=dict, help="{EVAL_NAME: {TRAINING_LABEL: EVAL_LABEL}}, besides the "
+                                                          "built-in HANS map.")
     model: CompareConfig = field(default_factory=CompareConfig)
 
     def __post_init__(self):
+        validate(self)
         if not self.evals:
             raise ValueError("compare needs at least one evaluation set (evals: [NAME=PATH[:PRESET], …])")
         sets = [parse_eval_set(e, self.label_maps) for e in self.evals]
@@ -551,6 +565,18 @@ def step_name(path: str) -> str:
     return parts[-1] if parts else path
 
 
+def training_corpora(baseline: tuple, own: list) -> tuple[dict, str]:
+    """({name: paths} of the baseline corpora and then the step's own input, the name of the step's input): each
+    named by its step (``step_name``), or by its whole path where two share a step name; a baseline that is the
+    step's input itself is trained once."""
+    entries = {(p,): [p] for p in baseline}
+    entries.setdefault(tuple(own), list(own))
+    names = [step_name(paths[0]) for paths in entries.values()]
+    names = [name if names.count(name) == 1 else paths[0] for name, paths in zip(names, entries.values())]
+    train = dict(zip(names, entries.values()))
+    return train, names[list(entries).index(tuple(own))]
+
+
 class CompareStage(Stage):
     """Does it help? The baseline corpora and this step's input trained alike and scored on the
     evaluation sets (report only; the rows pass on)."""
@@ -562,11 +588,9 @@ class CompareStage(Stage):
 
     def run(self, source: StageInput, out: str) -> StageResult:
         c = self.config
-        train = {step_name(p): [p] for p in c.baseline}
-        train.setdefault(step_name(source.paths[0]), list(source.paths))
+        train, mine = training_corpora(c.baseline, source.paths)
         evals = [parse_eval_set(e, c.label_maps) for e in c.evals]
-        r = run(train, evals, out, source.mapping, source.opts, c.model)
-        mine = list(train)[-1]
+        r = run(train, evals, out, source.mapping, source.opts, c.model, c.split)
         rows = r["train"][mine]["rows"]
         gains = ", ".join(f"{ev} {per[mine]['gain']['delta']:+.1%}" for ev, per in r["accuracy"].items()
                           if "gain" in per[mine])

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.filter import FilterStage
-from refinery.pipeline.stage import StageInput, StageResult
+from refinery.pipeline.stage import StageInput, StageResult, set_column
 
 CROSS_FIT = ("ngram", "transformer")
 SOLVERS = ("sgd", "lbfgs")
@@ -89,9 +89,9 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
 def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
     """(kept rows, rejected rows with ``reason``): kept iff p_M(label | text) > τ; both get ``confidence``."""
     keep = conf > tau
-    scored = table.append_column("confidence", pa.array(conf))
+    scored = set_column(table, "confidence", pa.array(conf))
     rejected = scored.filter(pa.array(~keep))
-    return scored.filter(pa.array(keep)), rejected.append_column("reason", pa.array(
+    return scored.filter(pa.array(keep)), set_column(rejected, "reason", pa.array(
         [_reason(c, tau) for c in conf[~keep]], pa.string()))
 
 
@@ -176,7 +176,7 @@ class ConfidenceStage(FilterStage):
         return result
 
     def annotate(self, batch: pa.Table) -> pa.Table:
-        return batch.append_column("confidence", pa.array(self._scores(batch)))
+        return set_column(batch, "confidence", pa.array(self._scores(batch)))
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         conf = self._confidence[self._next: self._next + batch.num_rows]

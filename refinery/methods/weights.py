@@ -206,9 +206,14 @@ def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
     return float(np.sum(w * correct) / np.sum(w))
 
 
+UNNAMED = ""   # the split name of an input given without names: no split is written for it
+
+
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
         config: WeightsConfig = WeightsConfig()) -> dict:
-    """Write ``inputs`` back as one corpus with ``weight`` (and ``split``) columns; diagnostics in the manifest."""
+    """Write ``inputs`` ({split: paths}; split ``""``: unnamed) back as one corpus with a ``weight`` column;
+    diagnostics in the manifest. Rows keep their split: the name given, or their own ``split`` column; a corpus
+    whose rows have neither has no ``split`` column."""
     from refinery.io.corpus import CorpusWriter
 
     with corpus_features(inputs, mapping, opts, config.graph) as graph:
@@ -216,12 +221,11 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
         info.pop("p_hat")
         report = {**info, "inputs": inputs, "config": asdict(config)}
         in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
-        exclude = ", ".join(c for c in ("row_id", "weight") if c in graph.con.sql("SELECT * FROM rows LIMIT 0").columns)
         with CorpusWriter(out, config={"weights": report["config"]}, storage_options=opts.storage_options,
                           inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
             start = 0
-            for batch in graph.batches(f"SELECT * EXCLUDE ({exclude}) FROM rows"):
+            for batch in graph.batches(_output_rows(graph)):
                 weight = pa.array(w[start:start + batch.num_rows])
                 writer.write(pa.Table.from_batches([batch]).append_column("weight", weight))
                 start += batch.num_rows
@@ -235,18 +239,18 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
 class WeightsStage(Stage):
     """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1).
 
-    The output folder is the corpus with ``split`` and ``weight`` columns (splits: ``--input SPLIT=PATH`` or the
-    input's ``split`` column); its manifest holds the diagnostics.
+    The output folder is the corpus with a ``weight`` column, and a ``split`` column where the input has named
+    splits (``--input SPLIT=PATH`` or the input's ``split`` column); its manifest holds the diagnostics.
     """
 
     name, Config = "weights", WeightsConfig
     needs = ("id", "text_a", "text_b", "label")
-    adds = ("weight", "split")
+    adds = ("weight",)
     output = Output.FOLDER
     one_task = True
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        r = run(source.splits if source.named else {"all": source.paths}, out, source.mapping, source.opts,
+        r = run(source.splits if source.named else {UNNAMED: source.paths}, out, source.mapping, source.opts,
                 self.config)
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
         lines = (f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
@@ -258,6 +262,17 @@ class WeightsStage(Stage):
                            f"effective sample size {d['effective_sample_size']:,.0f}"
                            + (f"; warning: {warning['message']}" if warning else ""), lines,
                            (warning["message"],) if warning else (), report_file="")
+
+
+def _output_rows(graph: GraphInput) -> str:
+    """The query of the rows as written: the input's columns but an earlier ``weight`` (replaced), with the split
+    named only where the input named one (an unnamed input's rows keep a ``split`` column of their own)."""
+    columns = graph.con.sql("SELECT * FROM rows LIMIT 0").columns
+    exclude = [c for c in ("row_id", "weight", "split") if c in columns]
+    named = graph.con.sql("SELECT count(*) FROM rows WHERE split <> $unnamed", params={"unnamed": UNNAMED}
+                          ).fetchall()[0][0]
+    split = f", nullif(split, '{UNNAMED}') AS split" if named else ""
+    return f"SELECT * EXCLUDE ({', '.join(exclude)}){split} FROM rows"
 
 
 def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:

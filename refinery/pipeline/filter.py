@@ -18,7 +18,7 @@ import pyarrow as pa
 from refinery.io.corpus import CorpusWriter, EmptyInput
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, fields, note, table
 
@@ -43,7 +43,8 @@ class FilterStage(Stage):
         return reason
 
     def annotate(self, batch: pa.Table) -> pa.Table:
-        """The batch as written to kept/ and rejected/, after ``decide`` saw it (a filter may add its score)."""
+        """The batch as written to kept/ and rejected/, after ``decide`` saw it (a filter may add its score, with
+        ``set_column``: a column of the same name from an earlier stage is replaced)."""
         return batch
 
     def run(self, source: StageInput, out: str) -> StageResult:
@@ -66,7 +67,7 @@ class FilterStage(Stage):
                 dropped = np.nonzero(~keep)[0]
                 why = [str(why[i]) for i in dropped]
                 kept_w.write(rows.filter(pa.array(keep)))
-                dropped_w.write(rows.take(pa.array(dropped)).append_column("reason", pa.array(why, pa.string())))
+                dropped_w.write(set_column(rows.take(pa.array(dropped)), "reason", pa.array(why, pa.string())))
                 labels = np.asarray(batch.rows["label"].to_pylist(), object)
                 kept_by.update(labels[keep].tolist())
                 dropped_by.update(labels[~keep].tolist())

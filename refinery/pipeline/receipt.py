@@ -13,23 +13,32 @@ Writes ``OUT/pipeline/``: ``pipeline.yaml`` (the resolved file), ``run.json`` (e
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 import html
 import json
 import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.readers import ReadOptions
 from refinery.io.storage import AtomicDir, get_fs, is_local, join
-from refinery.pipeline.config import ReportConfig
+from refinery.core.stats import ZStats
+from refinery.pipeline.config import ReportConfig, to_dict
 from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser, figures
 from refinery.report import format as fmt
 from refinery.report.page import Report, code, corpus_name, figure, link, note, table
+
+
+AUDITS = "audits"   # OUT/pipeline/audits/KEY.parquet: each step's audit for the report, reused while it is unchanged
 
 
 def _kind_of_change(stage) -> str:
@@ -48,20 +57,56 @@ def _audit_config(spec):
     return stage_class("audit").Config()
 
 
-def _measure(corpus: str, opts: ReadOptions, config, field_names) -> dict:
-    """An audit of one step's corpus, kept as the figures the receipt shows."""
+def _measure(corpus: str, opts: ReadOptions, config, field_names) -> tuple[dict, ZStats]:
+    """An audit of one step's corpus: the figures the receipt shows, and the statistics of the features in at
+    least min_count rows (all the report reads: z* of rarer features is not computed)."""
     source = StageInput({"": [corpus]}, None, opts, "local", *field_names)
     result = stage_class("audit")(config).measure(source)
     try:
         st = result.stats
         top = result.top_k(max(config.k, 1))
-        return {"rows": result.rows, "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
-                "threshold": st.threshold, "prior": str(result.prior), "prior_name": result.prior.name,
-                "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
-                "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
-                "top": top, "_stats": st}
+        figures = {"rows": result.rows, "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
+                   "threshold": st.threshold, "prior": str(result.prior), "prior_name": result.prior.name,
+                   "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
+                   "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top}
+        rows = np.flatnonzero(st.n >= st.min_count)
+        return figures, dataclasses.replace(st, features=pc.take(st.features, pa.array(rows)), counts=st.counts[rows],
+                                            n=st.n[rows])
     finally:
         result.counter.close()
+
+
+def _audit_key(step, out: str, config, field_names) -> str:
+    """What a step's audit for the report depends on: the step's fingerprint (its code, config and inputs), the
+    corpus it passes on (within ``out``), the audit's settings and the input's field names."""
+    passes_on = step.passes_on[len(out):] if step.passes_on.startswith(out) else step.passes_on
+    return hashlib.sha256(json.dumps([step.fingerprint, passes_on, to_dict(config), field_names],
+                                     sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _audit_table(figures: dict, st: ZStats) -> pa.Table:
+    """A step's audit as kept in ``OUT/pipeline/audits/``: its statistics, the figures in the schema's metadata."""
+    meta = {"figures": figures, "labels": st.labels, "p0": st.p0.tolist(), "threshold": st.threshold,
+            "min_count": st.min_count, "alpha": st.alpha}
+    table = pa.table({"feature": st.features, "n": pa.array(st.n, pa.int64()),
+                      "counts": pa.FixedSizeListArray.from_arrays(pa.array(st.counts.reshape(-1), pa.int64()),
+                                                                  max(len(st.labels), 1))})
+    return table.replace_schema_metadata({"refinery_audit": json.dumps(meta, default=str)})
+
+
+def _kept_audit(out: str, key: str, storage_options: dict) -> tuple[dict, ZStats] | None:
+    """The audit an earlier run kept for ``key`` (figures, statistics), or None."""
+    fs, root = get_fs(join(out, "pipeline", AUDITS, f"{key}.parquet"), storage_options)
+    if not fs.exists(root):
+        return None
+    with fs.open(root, "rb") as fh:
+        table = pq.read_table(fh)
+    meta = json.loads(table.schema.metadata[b"refinery_audit"])
+    labels = meta["labels"]
+    counts = table["counts"].combine_chunks().flatten().to_numpy().reshape(table.num_rows, len(labels))
+    st = ZStats(table["feature"].combine_chunks(), labels, counts, table["n"].to_numpy(), np.asarray(meta["p0"]),
+                meta["threshold"], meta["min_count"], meta["alpha"])
+    return meta["figures"], st
 
 
 def _z_of(st, feature: str, label: str) -> float | None:
@@ -72,13 +117,15 @@ def _z_of(st, feature: str, label: str) -> float | None:
     return round(float(st.z[i, st.labels.index(label)]), 4)
 
 
-def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> tuple[dict, object]:
+def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, echo) -> tuple[dict, object, dict]:
     """Everything the report shows, exact (``receipt.json``): per step its accounting, what it passed on and
-    (``audit_steps``) the audit of that corpus, with the z* of the input's ``top_features`` per label; and the
-    statistics of the last corpus audited (``names``: the input preset's field names and single-text flag)."""
+    (``audit_steps``) the audit of that corpus, with the z* of the input's ``top_features`` per label; the
+    statistics of the last corpus audited (``names``: the input preset's field names and single-text flag); and
+    each audit as kept for the next run ({key: table}). A step whose audit an earlier run kept under the same key
+    (``_audit_key``: an unchanged step) is not audited again."""
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     audit_config = _audit_config(spec)
-    steps, previous, tracked, first, last = [], None, None, None, None
+    steps, previous, tracked, first, last, audits = [], None, None, None, None, {}
     for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
@@ -86,17 +133,19 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                  "parts": step.result.parts, "balanced": step.result.balanced, "headline": step.result.headline,
                  "report": _report_link(run.out, step, opts.storage_options), "change": _kind_of_change(stage),
                  "passes_on": step.passes_on, "phases": step.phases}
-        if is_corpus(step.passes_on, opts.storage_options):
+        if step.passes_on and is_corpus(step.passes_on, opts.storage_options):
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
-        if config.audit_steps and step.passes_on != previous:
-            echo(f"   report: auditing the rows {step.folder} passes on")
+        if config.audit_steps and step.passes_on and step.passes_on != previous:
+            key = _audit_key(step, run.out, audit_config, names)
+            kept = _kept_audit(run.out, key, opts.storage_options)
+            echo(f"   report: {'reusing the audit' if kept else 'auditing the rows'} {step.folder} passes on")
             try:
-                audited = _measure(step.passes_on, corpus_opts, audit_config, names)
+                audited, last = kept or _measure(step.passes_on, corpus_opts, audit_config, names)
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
                 entry["audit_skipped"] = str(e)
             else:
-                entry["audit"] = audited
-                last = audited.pop("_stats")
+                audits[key] = _audit_table(audited, last)
+                audited = entry["audit"] = copy.deepcopy(audited)
                 if tracked is None:   # the input's top features and prior, followed through every step
                     first = last
                     tracked = [(e["feature"], label) for label, entries in audited["top"].items()
@@ -111,7 +160,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                   "z* after": e["z"], "n after": e["n"]}
                  for label, entries in final.items() for e in entries[:config.top_features]]
     return {"out": run.out, "engine": run.engine, "steps": steps, "tracked": [f"{f} → {l}" for f, l in tracked or ()],
-            "final_top": final_top, "report": dataclasses.asdict(config)}, last
+            "final_top": final_top, "report": dataclasses.asdict(config)}, last, audits
 
 
 def _report_link(out: str, step, storage_options: dict) -> str | None:
@@ -139,7 +188,7 @@ def _flow_steps(steps: list[dict]) -> list[dict]:
 
 
 def _step_rows(steps: list[dict]) -> list[dict]:
-    return [{"step": s["step"] + (" (reused)" if s["status"] == "skipped" else ""),
+    return [{"step": s["step"] + {"skipped": " (reused)", "failed": " (failed)"}.get(s["status"], ""),
              "what it did": (s["headline"] or s["change"])
              + (f" (not audited for this report: {s['audit_skipped']})" if "audit_skipped" in s else ""),
              "rows passed on": s.get("rows"),
@@ -164,6 +213,11 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
     steps = data["steps"]
     audited = [s for s in steps if "audit" in s]
     page = Report("Pipeline report: what each stage did to the rows and the shortcuts", corpus, inputs)
+    failed = next((s for s in steps if s["status"] == "failed"), None)
+    if failed:
+        page.section("The run failed", f'<p class="bad">{html.escape(failed["step"])} {html.escape(failed["headline"])}'
+                     '</p>', note("The steps before it finished and are shown below; a rerun reuses them and starts "
+                                  "again at the failed step."))
     if len(audited) >= 2:
         first, last = audited[0]["audit"], audited[-1]["audit"]
         page.section("Before and after", _worse(first, last), table([
@@ -233,7 +287,7 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
     """``OUT/pipeline/``: the resolved pipeline file, the run's accounting, the receipt and its report."""
     spec = dataclasses.replace(spec, out=run.out, engine=run.engine)   # as run (--out, --engine)
     config = spec.report
-    data, final_stats = receipt(run, spec, opts, config, names, echo)
+    data, final_stats, audits = receipt(run, spec, opts, config, names, echo)
     inputs = [p for paths in spec.input.split_paths().values() for p in paths]
     corpus = corpus_name(inputs, opts.storage_options)
     with AtomicDir(join(run.out, "pipeline"), opts.storage_options) as d:
@@ -241,6 +295,8 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
         d.write_text("run.json", json.dumps(run.to_dict(), indent=1))
         d.write_text("receipt.json", json.dumps(data, indent=1, default=str))
         d.write_text("report.html", render(data, final_stats, spec, corpus, inputs))
+        for key, table in audits.items():
+            d.write_parquet(f"{AUDITS}/{key}.parquet", table)
         if config.screenshots:
             _screenshots(run.out, d, opts.storage_options, echo)
         d.commit()
