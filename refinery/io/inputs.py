@@ -3,7 +3,9 @@ any fsspec URL) and the format each is read in."""
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
+import re
 
 from refinery.io.schema import Mapping
 from refinery.io.storage import get_fs
@@ -13,6 +15,13 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"
            ".ipc": "arrow"}
 HF_METADATA = ("dataset_dict.json", "dataset_info.json", "state.json")  # Hugging Face save_to_disk: never data
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # read through fsspec's compression="infer" (.zst: zstandard)
+# what releases ship beside their data, whatever the extension: documentation, licences, checksums
+NOT_DATA = re.compile(r"(readme|licen[cs]e|copying|notice|authors|contributors|citation|changelog|changes|"
+                      r"checksums?|(md5|sha1|sha256|sha512|b2)sums?)([-_. ].*)?|.*\.(md|markdown|rst|html?|pdf|"
+                      r"sha1|sha256|sha512|md5|sig|asc)|thumbs\.db|desktop\.ini", re.IGNORECASE)
+NOTICES_SHOWN = 8   # the skipped files a notice names
+log = logging.getLogger("refinery.inputs")
+_noticed: set[str] = set()   # the folders whose skipped files were already named
 
 
 def data_extension(path: str) -> str:
@@ -34,26 +43,57 @@ def detect_format(path: str, mapping: Mapping | None) -> str:
                      f"use one of {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)})")
 
 
+def is_data_name(name: str) -> bool:
+    """Whether a file found in a folder or by a glob may be data by its name: not hidden (``.DS_Store``), not
+    another tool's bookkeeping (``_SUCCESS``), not what releases ship beside the data (``readme.txt``,
+    ``LICENSE``, ``SHA256SUMS``, ``*.md``, ``*.pdf``, ``*.html``)."""
+    return not name.startswith((".", "_")) and not NOT_DATA.fullmatch(name)
+
+
 def expand_paths(inputs, storage_options=None) -> list[str]:
     """Files named by each input: a file, a folder of shards, or a glob (any fsspec URL).
 
     In a folder each file is read by its extension; a Hugging Face ``save_to_disk`` dataset gives its
-    Arrow files in the order its ``state.json`` lists them, and its JSON metadata is never data."""
+    Arrow files in the order its ``state.json`` lists them, and its JSON metadata is never data. Files
+    that are not data (``is_data_name``) are skipped, in a folder or a glob's matches, and named once in a
+    notice; a file named on its own is always read."""
     out: list[str] = []
     for url in inputs:
         fs, path = get_fs(url, storage_options)
+        skipped: list[str] = []
         if any(ch in path for ch in "*?["):
             found = fs.glob(path, detail=True)
-            matches = [f for m in sorted(found) for f in
-                       (_folder_files(fs, m) if found[m].get("type") == "directory" else [m])]
+            matches = []
+            for m in sorted(found):
+                if found[m].get("type") == "directory":
+                    matches += _folder_files(fs, m, skipped)
+                elif is_data_name(posixpath.basename(m)):
+                    matches.append(m)
+                else:
+                    skipped.append(posixpath.basename(m))
         elif fs.isdir(path):
-            matches = _folder_files(fs, path)
+            matches = _folder_files(fs, path, skipped)
         else:
             matches = [path] if fs.exists(path) else []
+        _notice(url, skipped)
         if not matches:
-            raise FileNotFoundError(f"no input files at {url}")
+            raise FileNotFoundError(f"no input files at {url}" + (f" (only {_listed(skipped)}, which are not data)"
+                                                                   if skipped else ""))
         out.extend(_as_url(fs, url, m) for m in matches)
     return out
+
+
+def _notice(url: str, skipped: list[str]) -> None:
+    """Name, once per input, the files of a folder or glob that are not read as data."""
+    if skipped and url not in _noticed:
+        _noticed.add(url)
+        log.warning(f"notice: {url}: skipped {len(skipped)} file{'s' if len(skipped) > 1 else ''} that "
+                    f"{'are' if len(skipped) > 1 else 'is'} not data: {_listed(skipped)}")
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:NOTICES_SHOWN])
+    return shown + (f" and {len(names) - NOTICES_SHOWN:,} more" if len(names) > NOTICES_SHOWN else "")
 
 
 def hf_splits(url: str, storage_options=None) -> dict[str, list[str]]:
@@ -69,19 +109,26 @@ def hf_splits(url: str, storage_options=None) -> dict[str, list[str]]:
             for split in splits}
 
 
-def _folder_files(fs, root: str) -> list[str]:
-    """The data files under ``root`` in name order, a Hugging Face dataset's in its own order."""
+def _folder_files(fs, root: str, skipped: list[str]) -> list[str]:
+    """The data files under ``root`` in name order, a Hugging Face dataset's in its own order; the others'
+    paths (relative to ``root``) are added to ``skipped``, but for what lies in hidden or ``_`` folders
+    (``.git``, ``_temporary``, a corpus's ``.refinery``) and a Hugging Face dataset's metadata."""
     files = sorted(fs.find(root))
     datasets = {posixpath.dirname(f) for f in files if posixpath.basename(f) == "state.json"}
     out, listed = [], set()
     for f in files:
         folder, name = posixpath.split(f)
+        relative = posixpath.relpath(f, root)
         if folder in datasets:
             if folder not in listed:
                 listed.add(folder)
                 out.extend(_hf_data_files(fs, folder))
-        elif data_extension(f) in FORMATS and name not in HF_METADATA and not name.startswith((".", "_")):
+        elif any(part.startswith((".", "_")) for part in relative.split("/")[:-1]) or name in HF_METADATA:
+            continue
+        elif data_extension(f) in FORMATS and is_data_name(name):
             out.append(f)
+        else:
+            skipped.append(relative)
     return out
 
 
