@@ -22,17 +22,20 @@ import inspect
 import json
 import os
 import re
+import shutil
 import tempfile
 import typing
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refinery.io.corpus import Corpus, convert, is_corpus
-from refinery.io.hf import as_dataset
-from refinery.io.schema import PRESETS
+from refinery.io.hf import as_dataset, datasets_package
+from refinery.io.schema import PRESETS, Mapping, parse_mapping
 from refinery.io.storage import get_fs, join
 from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
@@ -41,7 +44,7 @@ from refinery.pipeline.runner import PipelineRun, StageRun, ingest, run_pipeline
 from refinery.pipeline.stage import Output, StageResult, conservation, stage_class, stage_names
 from refinery.report.page import scoped_style
 
-RUN_KEYS = ("out", "engine", "mode")
+RUN_KEYS = ("out", "engine", "mode", "split")
 CANONICAL = ("text_a", "label")   # the columns that make a table readable without a preset or map
 
 
@@ -50,25 +53,65 @@ CANONICAL = ("text_a", "label")   # the columns that make a table readable witho
 @dataclass
 class Source:
     """The caller's data, as the runner reads it: ``paths`` or named ``splits`` (in-memory data written as
-    Parquet under ``folder``), and the kind the refined corpus is handed back in."""
+    Parquet under the run's folder), and what it takes to hand the refined rows back as they came: the kind,
+    the caller's object of each split (``parts``), whether the splits came from a ``split`` column, and the
+    columns and types the caller's data had (``schema``, HF ``features``)."""
 
     kind: str            # path | pandas | polars | arrow | hf | ray (of every split)
     given: object        # the caller's object
     paths: list = field(default_factory=list)
     splits: dict = field(default_factory=dict)
     columns: tuple = ()  # in-memory data's columns
+    parts: dict = field(default_factory=dict)   # in-memory splits: {split: (kind, the caller's object)}
+    split_column: bool = False                  # the splits are the values of the data's ``split`` column
+    schema: pa.Schema | None = None             # in-memory data's columns and types, as written
+    features: dict = field(default_factory=dict)   # HF ClassLabel columns: {column: ClassLabel}
 
     @property
     def canonical(self) -> bool:
         """In-memory data already in refinery's columns (text_a, label, …): read without a preset or map."""
         return all(c in self.columns for c in CANONICAL)
 
-    def input_spec(self, keys: dict) -> InputSpec:
+    def input_spec(self, keys: dict, splits: list | None = None) -> InputSpec:
+        """The runner's input: the caller's keywords over these paths, or over the named ``splits`` of them."""
         keys = dict(keys)
         if self.canonical and not keys.get("preset") and not keys.get("map"):
             keys["map"] = {c: c for c in ("id", "text_a", "text_b", "label", "node_a", "node_b") if c in self.columns}
-        return from_dict(InputSpec, {**keys, **({"splits": self.splits} if self.splits else {"paths": self.paths})},
+        if keys.get("labels") is not None:
+            keys["labels"] = self.label_names(keys["labels"], keys)
+        elif self.features and not keys.get("preset"):
+            label = _label_column(keys)
+            if label in self.features:   # a ClassLabel's names are the label set: -1 ("no label") is a reject
+                keys["labels"] = list(self.features[label].names)
+        spec = from_dict(InputSpec, {**keys, **({"splits": self.splits} if self.splits else {"paths": self.paths})},
                          "input")
+        if splits is None or set(splits) == set(self.split_names(spec)):
+            return spec
+        return dataclasses.replace(spec, splits={s: p for s, p in spec.split_paths().items() if s in splits},
+                                   paths=[])
+
+    def label_names(self, labels, keys: dict) -> list[str]:
+        """``labels=`` as the text the reader compares labels as: a ClassLabel's names for its integers, any
+        other value as Arrow writes it as text (``0`` → ``"0"``, ``True`` → ``"true"``)."""
+        names = getattr(self.features.get(_label_column(keys)), "names", None)
+        if isinstance(labels, str) or not isinstance(labels, typing.Iterable):
+            labels = [labels]
+        return [label if isinstance(label, str) else names[int(label)]
+                if names and isinstance(label, int) and 0 <= label < len(names)
+                else pa.array([label]).cast(pa.string())[0].as_py() for label in labels]
+
+    def split_names(self, spec: InputSpec) -> list[str]:
+        """The input's named splits (none: an unnamed corpus)."""
+        return [s for s in spec.split_paths() if s] if self.kind == "path" else list(self.splits)
+
+
+def _label_column(keys: dict) -> str | None:
+    """The caller's column the input's keywords map to ``label``."""
+    mapping = keys.get("map") or {}
+    if isinstance(mapping, str):
+        mapping = dict(parse_mapping(mapping).columns)
+    preset = PRESETS.get(str(keys.get("preset") or "").lower())
+    return mapping.get("label") or (preset.columns.get("label") if preset else None)
 
 
 def _kind(data) -> str:
@@ -99,25 +142,79 @@ def _kind(data) -> str:
 
 
 def as_source(data, folder: str) -> Source:
-    """``data`` as the runner's input; in-memory data is written to ``folder/input/``."""
+    """``data`` as the runner's input; in-memory data is written to ``folder/input/``, each named split (a
+    ``DatasetDict``'s, a dict's, or a ``split`` column's) to a file of its own."""
     kind = _kind(data)
     if kind == "path":
         return Source(kind, data, paths=[os.fspath(p) for p in ([data] if isinstance(data, (str, os.PathLike))
                                                                 else data)])
-    if kind in ("hf_dict", "splits"):
-        splits, kinds, columns = {}, set(), {}
-        for split, part in dict(data).items():
-            one = as_source(part, join(folder, str(split)))
-            splits[str(split)] = one.paths
-            kinds.add(one.kind)
-            columns.update(dict.fromkeys(one.columns))
-        return Source("hf" if kind == "hf_dict" else (kinds.pop() if len(kinds) == 1 else "arrow"), data,
-                      splits=splits, columns=tuple(columns))
-    named = f"{type(data).__module__.split('.')[0]}.{type(data).__name__}.parquet"   # "pandas.DataFrame.parquet":
-    path = _write_parquet(data, kind, join(folder, "input", named))                   # what reports name the corpus
-    if not pq.read_metadata(path).num_rows:
-        raise ValueError(f"the {type(data).__name__} has no rows")
-    return Source(kind, data, paths=[path], columns=tuple(pq.read_schema(path).names))
+    name = f"{type(data).__module__.split('.')[0]}.{type(data).__name__}"   # "pandas.DataFrame": what reports
+    if isinstance(data, pa.RecordBatchReader):                                # name the corpus by
+        data = data.read_all()   # a stream is read once: its split column is looked at, its rows written
+    by_column = _split_column_parts(data, kind) if kind not in ("hf_dict", "splits") else None
+    if by_column is None and kind not in ("hf_dict", "splits"):
+        path, features = _write_parquet(data, kind, join(folder, "input", f"{name}.parquet"))
+        return Source(kind, data, paths=[path], columns=tuple(pq.read_schema(path).names),
+                      schema=pq.read_schema(path), features=features)
+    parts = {str(s): (kind, part) for s, part in by_column.items()} if by_column is not None \
+        else {str(s): (_kind(part), part) for s, part in dict(data).items()}
+    splits, kinds, columns, schema, features = {}, set(), {}, None, {}
+    for split, (part_kind, part) in parts.items():
+        safe = re.sub(r"[^\w.-]", "_", split)
+        if part_kind == "path":
+            splits[split] = as_source(part, folder).paths
+        else:   # "datasets.DatasetDict-train.parquet": a report names the split it read
+            path, part_features = _write_parquet(part, part_kind, join(folder, "input", safe, f"{name}-{safe}.parquet"))
+            splits[split] = [path]
+            schema, features = schema or pq.read_schema(path), {**part_features, **features}
+            columns.update(dict.fromkeys(pq.read_schema(path).names))
+        kinds.add(part_kind)
+    kind = kind if kind != "splits" else (kinds.pop() if len(kinds) == 1 else "arrow")
+    return Source("hf" if kind == "hf_dict" else kind, data, splits=splits, columns=tuple(columns), parts=parts,
+                  split_column=by_column is not None, schema=schema, features=features)
+
+
+def _split_column_parts(data, kind: str) -> dict | None:
+    """{split: the rows of ``data`` whose ``split`` column holds it, in ``data``'s kind}, in the order the rows
+    name them; None when ``data`` has no ``split`` column."""
+    if kind == "ray":
+        if "split" not in data.schema().names:
+            return None
+        values = data.unique("split")
+    elif kind == "hf":
+        if "split" not in data.column_names:
+            return None
+        values = list(dict.fromkeys(data.data.column("split").to_pylist()))
+    elif kind == "arrow" and not isinstance(data, (pa.Table, pa.RecordBatch)):   # a pyarrow.dataset.Dataset
+        if "split" not in data.schema.names:
+            return None
+        values = list(dict.fromkeys(data.to_table(columns=["split"])["split"].to_pylist()))
+    else:
+        if "split" not in data.columns if kind != "arrow" else "split" not in data.schema.names:
+            return None
+        column = data["split"]
+        values = list(dict.fromkeys(column.to_list() if kind == "pandas" else column.to_pylist()))
+    empty = [v for v in values if v is None or (isinstance(v, float) and v != v) or str(v) == ""]
+    if empty:
+        raise ValueError("the data's split column is empty in some rows: give every row a split, or rename the "
+                         "column if it is no split")
+    return {str(v): _rows_of_split(data, kind, v) for v in values}
+
+
+def _rows_of_split(data, kind: str, value):
+    if kind == "pandas":
+        return data[data["split"] == value]
+    if kind == "polars":
+        import polars
+        return data.filter(polars.col("split") == value)
+    if kind == "hf":
+        import numpy as np
+        return data.select(np.flatnonzero(pc.equal(data.data.column("split"), value).to_numpy(zero_copy_only=False)))
+    if kind == "ray":
+        return data.filter(lambda row: row["split"] == value)
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        return data.filter(pc.equal(data["split"], value))
+    return data.filter(pc.field("split") == value)   # a pyarrow.dataset.Dataset
 
 
 def _batches(data, kind: str):
@@ -140,8 +237,12 @@ def _batches(data, kind: str):
         table = data.to_arrow()
         return table.schema, table.to_batches()
     if kind == "hf":
-        return data.features.arrow_schema, (b for t in data.with_format("arrow").iter(batch_size=65_536)
-                                             for b in t.to_batches())
+        names = _class_labels(data)
+        schema = data.features.arrow_schema
+        for column in names:
+            schema = schema.set(schema.get_field_index(column), pa.field(column, pa.string()))
+        return schema, (_names_of_class_labels(b, names) for t in data.with_format("arrow").iter(batch_size=65_536)
+                        for b in t.to_batches())
     if kind == "ray":
         stream = iter(data.iter_batches(batch_format="pyarrow", batch_size=65_536))   # an iterable that restarts
         first = next(stream, None)
@@ -157,35 +258,118 @@ def _batches(data, kind: str):
     return data.schema, data.to_batches()   # a pyarrow.dataset.Dataset
 
 
-def _write_parquet(data, kind: str, path: str) -> str:
+def _class_labels(data) -> dict:
+    """{column: ClassLabel} of a Hugging Face ``Dataset``'s class-label columns."""
+    return {name: feature for name, feature in data.features.items() if type(feature).__name__ == "ClassLabel"}
+
+
+def _names_of_class_labels(batch: pa.RecordBatch, class_labels: dict) -> pa.RecordBatch:
+    """``batch`` with each ClassLabel column's integers as their names (an integer outside the names, such as
+    SNLI's -1 for "no gold label", as its digits: the label set the names declare rejects it)."""
+    for column, feature in class_labels.items():
+        i = batch.schema.get_field_index(column)
+        codes = batch.column(i)
+        inside = pc.and_(pc.greater_equal(codes, 0), pc.less(codes, len(feature.names)))
+        named = pc.take(pa.array(feature.names, pa.string()), pc.if_else(inside, codes, 0))
+        batch = batch.set_column(i, column, pc.if_else(inside, named, codes.cast(pa.string())))
+    return batch
+
+
+def _write_parquet(data, kind: str, path: str) -> tuple[str, dict]:
+    """(the Parquet file ``data`` is written to, its HF ClassLabel columns)."""
     schema, batches = _batches(data, kind)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with pq.ParquetWriter(path, schema) as writer:
         for batch in batches:
             writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
-    return path
+    if not pq.read_metadata(path).num_rows:
+        raise ValueError(f"the {type(data).__name__} has no rows")
+    return path, (_class_labels(data) if kind == "hf" else {})
 
 
-def _hand_back(table: pa.Table, kind: str, path: str | None):
-    """The refined rows in the kind the caller gave (a path: the corpus folder's path)."""
-    if kind == "path":
-        return path
+# ---------------------------------------------------------------- handing rows back as they came
+
+def in_callers_columns(table: pa.Table, source: Source, mapping: Mapping | None) -> pa.Table:
+    """Canonical rows in the caller's columns and types: each mapped column under the caller's name and of its
+    type (int labels as ints), refinery's own id, sentence ids and empty text_b left out, the caller's column order first,
+    then the columns the stage added."""
+    schema = source.schema
+    if schema is None or mapping is None:
+        return table
+    renames = {key: column for key, column in mapping.columns.items()
+               if column and key in table.column_names and column in schema.names}
+    own = ("id", "text_b", "node_a", "node_b")   # refinery's own where the caller mapped none
+    columns = {}
+    for name in table.column_names:
+        if name in own and name not in renames:
+            continue
+        original = renames.get(name, name)
+        column = table[name]
+        if original in schema.names and column.type != schema.field(original).type:
+            column = _as_type(column, schema.field(original).type, name == "label" and mapping,
+                              source.paths + [p for ps in source.splits.values() for p in ps], original)
+        columns[original] = column
+    order = [c for c in schema.names if c in columns] + [c for c in columns if c not in schema.names]
+    return pa.table({c: columns[c] for c in order})
+
+
+def _as_type(column: pa.ChunkedArray, typ: pa.DataType, mapping, files: list, original: str) -> pa.ChunkedArray:
+    """``column`` (text) as the caller's type ``typ``: labels through the caller's own values (a preset's
+    renamed labels too), anything else by a cast; left as text where a value does not convert (a generated
+    row's id)."""
+    if mapping:
+        chunks = [chunk for f in files if original in pq.read_schema(f).names
+                  for chunk in pq.read_table(f, columns=[original])[original].chunks]
+        values = pc.unique(pa.chunked_array(chunks, typ)).drop_null()
+        texts = [mapping.labels.get(t, t) for t in values.cast(pa.string()).to_pylist()]
+        at = pc.index_in(column, value_set=pa.array(texts, pa.string()))
+        if at.null_count == column.null_count:
+            return pc.take(values, at)
+        return column
+    try:
+        return column.cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return column
+
+
+def _with_split(table: pa.Table, split: str) -> pa.Table:
+    column = pa.array([split] * table.num_rows, pa.string())
+    if "split" in table.column_names:
+        return table.set_column(table.schema.get_field_index("split"), "split", column)
+    return table.append_column("split", column)
+
+
+def _as_kind(table: pa.Table, kind: str, features: dict):
+    """The rows of ``table`` in the caller's kind."""
     if kind == "pandas":
         return table.to_pandas()
     if kind == "polars":
         import polars
         return polars.from_arrow(table)
     if kind == "hf":
-        return _to_hf(table)
+        return _to_hf(table, features, by_split=False)
     if kind == "ray":
         import ray.data
         return ray.data.from_arrow(table)
     return table
 
 
-def _to_hf(table: pa.Table):
-    """A ``datasets.Dataset``; a ``DatasetDict`` when every row carries a named split."""
-    return as_dataset(table, needed_by="to_hf()")
+def _to_hf(table: pa.Table, features: dict | None = None, by_split: bool = True):
+    """A ``datasets.Dataset``; with ``by_split``, a ``DatasetDict`` when every row carries a named split. The
+    class-label columns of the caller's data (``features``) are ClassLabel again."""
+    datasets = datasets_package("to_hf()")
+    if by_split and isinstance(dataset := as_dataset(table, needed_by="to_hf()"), dict):
+        return datasets.DatasetDict({s: _to_hf(part.data.table, features, False) for s, part in dataset.items()})
+    wanted = {c: f for c, f in (features or {}).items() if c in table.column_names}
+    for column, feature in wanted.items():
+        text = table[column].cast(pa.string())
+        codes = pc.index_in(text, value_set=pa.array(feature.names, pa.string())).cast(pa.int64())
+        unnamed = pc.is_null(codes)   # an integer outside the names (-1: no class), as it came
+        if pc.any(unnamed).as_py():
+            codes = pc.if_else(unnamed, pc.if_else(unnamed, text, pa.scalar("0")).cast(pa.int64()), codes)
+        table = table.set_column(table.schema.get_field_index(column), column, codes)
+    hub = datasets.Features({**datasets.Features.from_arrow_schema(table.schema), **wanted})
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=hub))
 
 
 # ---------------------------------------------------------------- results
@@ -206,13 +390,17 @@ class Result:
     report_file: str = "report/report.html"
     _report: dict | None = None
     _stamp: bytes | None = None
+    splits: tuple = ()       # the named splits the stage read
+    untouched: tuple = ()    # the named splits it passed through untouched
 
     @classmethod
-    def of(cls, name: str, folder: str, result: StageResult, source: Source, spec: InputSpec) -> "Result":
+    def of(cls, name: str, folder: str, result: StageResult, source: Source, spec: InputSpec,
+           splits: tuple = (), untouched: tuple = ()) -> "Result":
         output = stage_class(name).output
         corpus = None if output is Output.INPUT else output.next_input(folder, "")
         return cls(name, folder, result.rows_in, dict(result.parts), result.headline, corpus, source, spec,
-                   tuple(result.warnings), result.report_file, result.report or None)
+                   tuple(result.warnings), result.report_file, result.report or None, splits=tuple(splits),
+                   untouched=tuple(untouched))
 
     def stamp(self) -> bytes | None:
         """The run's mark in its folder (``_SUCCESS``; a corpus's manifest), to tell this run from a later one."""
@@ -242,38 +430,74 @@ class Result:
             self._current()._report = next((self._json(f) for f in names if self._exists(f)), {})
         return self._report
 
-    def to_arrow(self) -> pa.Table:
-        """The refined corpus (for a stage that passes its rows on unchanged: the input) as a pyarrow Table."""
+    def to_arrow(self, canonical: bool = False) -> pa.Table:
+        """The refined corpus (for a stage that passes its rows on unchanged: the input) as a pyarrow Table.
+        For in-memory data, in the caller's columns and types, the splits passed through untouched included
+        (named splits in a ``split`` column). ``canonical=True``: as refinery holds it, in refinery's columns
+        (``id``, ``text_a``, ``text_b``, ``label`` as text, …), the splits the stage read only; data given as
+        paths always comes back so."""
         if self._current().corpus is not None:
-            return Corpus.open(self.corpus, self._storage).read()
-        return stage_input(self.input, self.input.read_options()).load()[0]
+            table = Corpus.open(self.corpus, self._storage).read()
+        else:
+            table = stage_input(self.input, self.input.read_options()).load()[0]
+        if canonical or self.source.kind == "path":
+            return table
+        pieces = [in_callers_columns(table, self.source, self.input.mapping())]
+        for split in self.untouched:
+            pieces.append(self._untouched(split))
+        return pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
 
-    def to_pandas(self):
-        return self.to_arrow().to_pandas()
+    def _untouched(self, split: str) -> pa.Table:
+        """A split the stage passed through, as the caller gave it (as refinery wrote it to Parquet), in a
+        ``split`` column."""
+        kind, _ = self.source.parts[split]
+        if kind == "path":
+            spec = dataclasses.replace(self.input, splits={split: self.source.splits[split]}, paths=[])
+            return in_callers_columns(stage_input(spec, spec.read_options()).load()[0], self.source, spec.mapping())
+        return _with_split(pa.concat_tables([pq.read_table(p) for p in self.source.splits[split]]), split)
 
-    def to_polars(self):
+    def to_pandas(self, canonical: bool = False):
+        return self.to_arrow(canonical).to_pandas()
+
+    def to_polars(self, canonical: bool = False):
         import polars
-        return polars.from_arrow(self.to_arrow())
+        return polars.from_arrow(self.to_arrow(canonical))
 
-    def to_hf(self):
-        """A ``datasets.Dataset`` (a ``DatasetDict`` when the rows carry named splits)."""
-        return _to_hf(self.to_arrow())
+    def to_hf(self, canonical: bool = False):
+        """A ``datasets.Dataset`` (a ``DatasetDict`` when every row carries a named split)."""
+        return _to_hf(self.to_arrow(canonical), None if canonical else self.source.features)
 
     @property
     def data(self):
-        """The refined corpus in the kind of the data given: a DataFrame for a DataFrame, a ``Dataset`` for a
-        ``Dataset``, …; for paths, the corpus folder's path (for a stage that passes its rows on: the input)."""
+        """The refined corpus in the kind of the data given, with the caller's columns and types: a DataFrame
+        for a DataFrame, a ``DatasetDict`` for a ``DatasetDict`` (the splits the stage did not read as they
+        were given), …; for paths, the corpus folder's path (for a stage that passes its rows on: the input)."""
         if self.source.kind == "path":
             return self.corpus if self.corpus is not None else self.source.given
         if self.corpus is None:
             return self.source.given
-        return _hand_back(self.to_arrow(), self.source.kind, self.corpus)
+        if not self.source.parts or self.source.split_column:
+            return _as_kind(self.to_arrow(), self.source.kind, self.source.features)
+        read = self.to_arrow(canonical=True)
+        read = in_callers_columns(read, self.source, self.input.mapping())
+        parts = {}
+        for split, (kind, part) in self.source.parts.items():
+            if split in self.untouched:
+                parts[split] = part
+                continue
+            rows = read.filter(pc.equal(read["split"], split)) if "split" in read.column_names else read
+            rows = rows.drop_columns([c for c in ("split",) if c in rows.column_names])
+            parts[split] = _as_kind(rows, "arrow" if kind == "path" else kind, self.source.features)
+        return datasets_package().DatasetDict(parts) if _kind(self.source.given) == "hf_dict" else parts
 
     @property
     def rejected(self):
-        """The rows the stage set aside, each with its ``reason``, as a DataFrame (none: no rows)."""
+        """The rows the stage set aside, each with its ``reason``, as a DataFrame (none: no rows), in the
+        caller's columns as ``data`` is."""
         folder = join(self._current().out, "rejected")
         table = Corpus.open(folder, self._storage).read() if is_corpus(folder, self._storage) else pa.table({})
+        if table.num_rows and self.source.kind != "path":
+            table = in_callers_columns(table, self.source, self.input.mapping())
         return table.to_pandas()
 
     @property
@@ -287,12 +511,21 @@ class Result:
     def report_path(self) -> str | None:
         return join(self.out, self.report_file) if self.report_file else None
 
+    @property
+    def splits_line(self) -> str:
+        """Which named splits the stage read and which it passed through ("" for data without splits)."""
+        if not self.untouched:
+            return f"split {', '.join(self.splits)}" if self.splits else ""
+        return f"split {', '.join(self.splits)}; {', '.join(self.untouched)} untouched"
+
     def __repr__(self) -> str:
-        return f"<refinery {self.stage}: {self.accounting}; {self.out}>"
+        splits = f" [{self.splits_line}]" if self.splits_line else ""
+        return f"<refinery {self.stage}{splits}: {self.accounting}; {self.out}>"
 
     def _repr_html_(self) -> str:
         """The report's own HTML (the body of ``report.html``) under a line with the accounting."""
-        head = (f"<p><b>refinery {html.escape(self.stage)}</b>: {html.escape(self.accounting)}<br>"
+        splits = f" [{html.escape(self.splits_line)}]" if self.splits_line else ""
+        head = (f"<p><b>refinery {html.escape(self.stage)}</b>{splits}: {html.escape(self.accounting)}<br>"
                 f"<code>{html.escape(self.out)}</code></p>")
         body = _report_body(self.report_path, self._storage) if self.report_path and self._exists(self.report_file) \
             else ""
@@ -434,16 +667,35 @@ def _check_preset(keys: dict, source: Source) -> None:
 
 
 class Run:
-    """Where a call writes: ``out`` when given (the input's Parquet in a temporary folder beside it, removed
-    with the result), else a new temporary run folder that is kept and named in the result."""
+    """Where a call writes: ``out`` when given (in-memory input's Parquet in a temporary folder beside it),
+    else a new temporary folder. The temporary folder is removed when the call fails, when no result needs it
+    any more (the results hold their ``Run``), and at the latest when the process exits."""
 
     def __init__(self, out: str | None, name: str):
         if out is None:
             self.folder = tempfile.mkdtemp(prefix=f"refinery-{name}-")
-            self.out, self._tmp = join(self.folder, name), None
+            self.out = join(self.folder, name)
         else:
-            self._tmp = tempfile.TemporaryDirectory(prefix=f"refinery-{name}-input-")
-            self.folder, self.out = self._tmp.name, os.fspath(out)
+            self.folder = tempfile.mkdtemp(prefix=f"refinery-{name}-input-")
+            self.out = os.fspath(out)
+        self.remove = weakref.finalize(self, shutil.rmtree, self.folder, True)
+
+    def keep_until_exit(self) -> None:
+        """Keep the folder until the process exits, whatever holds a result: its path was handed out (a
+        refined corpus of files is ``result.data``, a path)."""
+        _UNTIL_EXIT.append(self)
+
+    @contextlib.contextmanager
+    def removed_on_failure(self):
+        """The folder removed at once when the work inside fails."""
+        try:
+            yield self
+        except BaseException:
+            self.remove()
+            raise
+
+
+_UNTIL_EXIT: list[Run] = []   # runs whose folders are removed only when the process exits
 
 
 _SPLITS_HINT = re.compile(r"--input train=PATH --input test=PATH")
@@ -479,27 +731,61 @@ def python_terms(source: Source | None):
         raise
 
 
-def _run_one(name: str, data, out, engine: str, mode: str, kwargs: dict) -> Result:
+class SplitsNotice(UserWarning):
+    """A stage read some of the data's named splits and passed the others through untouched."""
+
+
+def chosen_splits(stage: str, names: list[str], split) -> tuple[list[str], list[str]]:
+    """(the named splits ``stage`` reads, those it passes through untouched). A stage that needs splits
+    (leakage) reads them all; any other reads ``train``, or the data's only split, or those ``split=`` names
+    (a name or a list of names, pooled)."""
+    if split is None:
+        if len(names) < 2 or "split" in stage_class(stage).needs:
+            return list(names), []
+        if "train" not in names:
+            raise ValueError(f"the data has splits {', '.join(names)} and none named 'train': name the one {stage} "
+                             f"reads, e.g. split={names[0]!r} (a list of splits pools them)")
+        chosen = ["train"]
+    else:
+        chosen = [split] if isinstance(split, str) else list(split)
+        if not names:
+            raise ValueError(f"split={split!r}: the data has no named splits (give a DatasetDict, {{split: data}} "
+                             "or a split column)")
+        unknown = [s for s in chosen if s not in names]
+        if unknown or not chosen:
+            raise ValueError(f"no split {unknown[0] if unknown else ''!r}; the data's splits: {', '.join(names)}")
+    return chosen, [s for s in names if s not in chosen]
+
+
+def _run_one(name: str, data, out, engine: str, mode: str, split, kwargs: dict) -> Result:
     cls = stage_class(name)
     input_keys, rest = _split_keywords(kwargs)
     config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
     if mode not in ("overwrite", "skip", "error"):
         raise ValueError(f"mode must be one of overwrite, skip, error, got {mode!r}")
     run = Run(out, name)
-    source = as_source(data, run.folder)
-    _check_preset(input_keys, source)
-    spec_in = source.input_spec(input_keys)
-    spec = PipelineSpec(spec_in, [StageSpec(name, config)], run.out, engine)
-    with python_terms(source):
-        step = run_stage(spec, mode, echo=lambda line: None)
-    return _result(name, step, source, spec_in, run)
+    with run.removed_on_failure():
+        source = as_source(data, run.folder)
+        _check_preset(input_keys, source)
+        with python_terms(source):
+            read, untouched = chosen_splits(name, source.split_names(source.input_spec(input_keys)), split)
+            spec_in = source.input_spec(input_keys, read)
+            spec = PipelineSpec(spec_in, [StageSpec(name, config)], run.out, engine)
+            step = run_stage(spec, mode, echo=lambda line: None)
+    if untouched:
+        where = "result.data holds them as given" if source.kind != "path" else "they stay in your files only"
+        warnings.warn(f"{name} read split {', '.join(map(repr, read))} and passed {', '.join(map(repr, untouched))} "
+                      f"through untouched ({where}); split= names the splits to read", SplitsNotice, stacklevel=3)
+    return _result(name, step, source, spec_in, run, splits=(read, untouched))
 
 
-def _result(name: str, step: StageRun, source: Source, spec_in: InputSpec, run: Run | None = None,
-            folder: str | None = None) -> Result:
+def _result(name: str, step: StageRun, source: Source, spec_in: InputSpec, run: Run,
+            folder: str | None = None, splits: tuple = ((), ())) -> Result:
     folder = folder or run.out
-    result = RESULTS.get(name, Result).of(name, folder, step.result, source, spec_in)
-    result._run = run   # keeps a temporary input folder as long as the result lives
+    result = RESULTS.get(name, Result).of(name, folder, step.result, source, spec_in, *splits)
+    result._run = run   # keeps the run's temporary folder as long as the result lives
+    if source.kind == "path" and result.corpus is not None and folder.startswith(run.folder):
+        run.keep_until_exit()   # result.data is a path into it
     result._stamp = result.stamp()
     for warning in result.warnings:
         warnings.warn(f"{name}: {in_python_terms(warning, source)}", stacklevel=3)
@@ -510,13 +796,14 @@ def _stage_function(name: str):
     cls = stage_class(name)
     keywords = _keywords(cls.Config)
 
-    def call(data, /, *, out=None, engine="local", mode="overwrite", **kwargs):
-        return _run_one(name, data, out, engine, mode, kwargs)
+    def call(data, /, *, out=None, engine="local", mode="overwrite", split=None, **kwargs):
+        return _run_one(name, data, out, engine, mode, split, kwargs)
 
     params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY),
               inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
               inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, default="local"),
-              inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="overwrite")]
+              inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="overwrite"),
+              inspect.Parameter("split", inspect.Parameter.KEYWORD_ONLY, default=None)]
     params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=leaf.default)
                for k, leaf in {**keywords, **INPUT_KEYS}.items()]
     call.__signature__ = inspect.Signature(params)
@@ -524,8 +811,10 @@ def _stage_function(name: str):
     doc = inspect.getdoc(cls) or name
     lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip() for k, leaf in keywords.items()]
     call.__doc__ = (f"{doc}\n\n``data``: a path, DataFrame, Arrow table, HF Dataset/DatasetDict, Ray Dataset or "
-                    "{split: data}; ``out``: the stage's folder (default: a new temporary run folder); ``engine``: "
-                    "local | ray; ``mode``: overwrite | skip | error.\n\nThe stage's keywords (its pipeline keys):\n"
+                    "{split: data}; ``out``: the stage's folder (default: a temporary folder, removed with the result "
+                    "or at exit); ``engine``: local | ray; ``mode``: overwrite | skip | error; ``split``: the named "
+                    "split(s) to read (default: train, or every split for a stage that needs them); the others pass "
+                    "through untouched.\n\nThe stage's keywords (its pipeline keys):\n"
                     + "\n".join(lines) + "\n\nThe input's keywords: " + ", ".join(INPUT_KEYS) + ".")
     return call
 
@@ -538,17 +827,22 @@ def read(data, /, *, out=None, **kwargs) -> Result:
     if rest:
         config_dict(InputSpec, rest, "read")   # names the unknown keyword
     run = Run(out, "corpus")
-    source = as_source(data, run.folder)
-    _check_preset(input_keys, source)
-    spec_in = source.input_spec(input_keys)
-    opts = spec_in.read_options()
-    with python_terms(source):
-        manifest = convert(list(stage_input(spec_in, opts).paths), run.out, spec_in.mapping(), opts,
-                           config={"input": to_dict(spec_in)}) if not spec_in.splits else _read_splits(spec_in, run.out)
+    with run.removed_on_failure():
+        source = as_source(data, run.folder)
+        _check_preset(input_keys, source)
+        spec_in = source.input_spec(input_keys)
+        opts = spec_in.read_options()
+        with python_terms(source):
+            manifest = convert(list(stage_input(spec_in, opts).paths), run.out, spec_in.mapping(), opts,
+                               config={"input": to_dict(spec_in)}) if not spec_in.splits \
+                else _read_splits(spec_in, run.out)
     rows, rejected = manifest["rows"], manifest["rejected"]
+    canonical = dataclasses.replace(source, schema=None, features={}, parts={})   # read's corpus: refinery's columns
     result = Result("read", run.out, rows + rejected, {"rows": rows, "rejected": rejected}, f"{rows:,} rows",
-                    run.out, source, spec_in, report_file="")
+                    run.out, canonical, spec_in, report_file="")
     result._run, result._stamp = run, result.stamp()
+    if source.kind == "path" and out is None:
+        run.keep_until_exit()
     return result
 
 
@@ -572,23 +866,24 @@ def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> "PipelineResu
     if not isinstance(raw, dict):
         raise ValueError(f"a pipeline is a file, YAML text or a dict with input and stages, not {raw!r:.80}")
     target = os.path.abspath(out) if out is not None else (anchor_path(raw["out"], base) if raw.get("out") else None)
+    if data is None and kwargs:
+        raise TypeError(f"run(): the input's keywords ({', '.join(kwargs)}) go with data=")
     run = Run(target, "pipeline")
     raw = {**raw, "out": run.out}
     source = None
-    if data is not None:
-        source = as_source(data, run.folder)
-        input_keys, rest = _split_keywords(kwargs)
-        if rest:
-            config_dict(InputSpec, rest, "run")   # names the unknown keyword
-        _check_preset(input_keys, source)
-        raw["input"] = to_dict(source.input_spec(input_keys))
-    elif kwargs:
-        raise TypeError(f"run(): the input's keywords ({', '.join(kwargs)}) go with data=")
-    parsed = parse_pipeline(raw, base)
-    source = source or Source("path", parsed.input.paths or parsed.input.splits, paths=parsed.input.paths,
-                              splits=parsed.input.splits)
-    with python_terms(source):
-        done = run_pipeline(parsed, engine=engine, echo=lambda line: None)
+    with run.removed_on_failure():
+        if data is not None:
+            source = as_source(data, run.folder)
+            input_keys, rest = _split_keywords(kwargs)
+            if rest:
+                config_dict(InputSpec, rest, "run")   # names the unknown keyword
+            _check_preset(input_keys, source)
+            raw["input"] = to_dict(source.input_spec(input_keys))
+        parsed = parse_pipeline(raw, base)
+        source = source or Source("path", parsed.input.paths or parsed.input.splits, paths=parsed.input.paths,
+                                  splits=parsed.input.splits)
+        with python_terms(source):
+            done = run_pipeline(parsed, engine=engine, echo=lambda line: None)
     return PipelineResult(done, source, parsed, run)
 
 
@@ -600,7 +895,7 @@ class PipelineResult:
         self._storage = dict(spec.input.storage_options)
         self.stages: dict[str, Result] = {}
         for step, stage_spec in zip(done.stages[1:], spec.stages):
-            self.stages[step.folder] = _result(stage_spec.name, step, source, spec.input,
+            self.stages[step.folder] = _result(stage_spec.name, step, source, spec.input, run,
                                                folder=join(done.out, step.folder))
         self.final = self.stages[done.stages[-1].folder] if len(done.stages) > 1 else None
         self.lines = [f"{s.folder}: {s.status}, {s.result.conservation()}" for s in done.stages]
@@ -656,23 +951,24 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
     input_keys, rest = _split_keywords(kwargs)
     config = from_dict(cmp.CompareConfig, config_dict(cmp.CompareConfig, rest, "compare"), "compare")
     run = Run(out, "compare")
-    train_paths = {}
-    for name, data in train.items():
-        if isinstance(data, Result):
-            train_paths[name] = [data.corpus or data.out]
-            continue
-        source = as_source(data, join(run.folder, "train", name))
-        _check_preset(input_keys, source)
-        train_paths[name] = source.paths or [p for ps in source.splits.values() for p in ps]
-    evals = []
-    for name, value in eval.items():
-        data, preset = value if isinstance(value, tuple) else (value, None)
-        source = as_source(data, join(run.folder, "eval", name))
-        evals.append(cmp.EvalSet(name, tuple(source.paths or [p for ps in source.splits.values() for p in ps]),
-                                 preset.lower() if preset else None, dict((label_maps or {}).get(name, {}))))
-    spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
-    with python_terms(None):
-        report = cmp.run(train_paths, evals, run.out, spec_in.mapping(), spec_in.read_options(), config)
+    with run.removed_on_failure():
+        train_paths = {}
+        for name, data in train.items():
+            if isinstance(data, Result):
+                train_paths[name] = [data.corpus or data.out]
+                continue
+            source = as_source(data, join(run.folder, "train", name))
+            _check_preset(input_keys, source)
+            train_paths[name] = source.paths or [p for ps in source.splits.values() for p in ps]
+        evals = []
+        for name, value in eval.items():
+            data, preset = value if isinstance(value, tuple) else (value, None)
+            source = as_source(data, join(run.folder, "eval", name))
+            evals.append(cmp.EvalSet(name, tuple(source.paths or [p for ps in source.splits.values() for p in ps]),
+                                     preset.lower() if preset else None, dict((label_maps or {}).get(name, {}))))
+        spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
+        with python_terms(None):
+            report = cmp.run(train_paths, evals, run.out, spec_in.mapping(), spec_in.read_options(), config)
     first = report["train"][next(iter(report["train"]))]
     step = StageResult(first["rows"] + first["rejected"], {"trained on": first["rows"],
                                                            "input rejects": first["rejected"]}, report,
@@ -682,7 +978,7 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
 
 
 __all__ = [*(n for n in stage_names() if n != "compare"), "compare", "read", "run", "Result", "AuditResult",
-           "CompareResult", "PipelineResult"]
+           "CompareResult", "PipelineResult", "SplitsNotice"]
 
 
 def __getattr__(name: str):

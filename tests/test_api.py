@@ -54,12 +54,14 @@ def test_zfilter_on_a_dataframe_keeps_the_rows_the_cli_keeps(dev, tmp_path):
     run_cli("zfilter", SNLI_DEV, "--preset", "snli", "--k", "20", "--out", tmp_path / "cli")
     cli = pq.read_table(tmp_path / "cli" / "kept" / "part-00000.parquet").to_pandas()
     rows = ["text_a", "text_b", "label"]
-    pd.testing.assert_frame_equal(result.data[rows], cli[rows])   # ids of rows without one: hashes salted by file
+    canonical = result.to_pandas(canonical=True)                   # ids of rows without one: hashes salted by file
+    pd.testing.assert_frame_equal(canonical[rows], cli[rows])
+    assert list(result.data.columns) == ["sentence1", "sentence2", "gold_label", "source_stage"]
     with_ids = dev.assign(pairID=[f"dev-{i}" for i in range(len(dev))])
     with_ids.to_json(tmp_path / "dev.jsonl", orient="records", lines=True)
     run_cli("zfilter", tmp_path / "dev.jsonl", "--preset", "snli", "--k", "20", "--out", tmp_path / "ids")
     kept = pq.read_table(tmp_path / "ids" / "kept" / "part-00000.parquet")["id"].to_pylist()
-    assert rf.zfilter(with_ids, preset="snli", k=20).data["id"].tolist() == kept
+    assert rf.zfilter(with_ids, preset="snli", k=20).data["pairID"].tolist() == kept
     assert len(kept) == len(result.data) < len(dev)
     assert result.rows_in == len(dev) == len(result.data) + len(result.rejected)
     assert result.rejected["reason"].str.startswith("hits B_Z").all()
@@ -103,9 +105,11 @@ def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_pat
     run_cli("leakage", tmp_path / "snli_dd", "--preset", "snli", "--out", tmp_path / "leak")
     cli = json.loads((tmp_path / "leak" / "report.json").read_text())
     assert cli["leakage_accuracy"] == in_memory.report["leakage_accuracy"] > cli["majority_accuracy"]
-    weights = rf.weights(str(tmp_path / "snli_dd"), preset="snli", folds=3)
+    weights = rf.weights(str(tmp_path / "snli_dd"), preset="snli", folds=3, split=["train", "test"])
     assert weights.corpus and isinstance(rf.weights(dd, preset="snli", folds=3).data, datasets.DatasetDict)
     assert set(weights.to_pandas()["split"]) == {"train", "test"}
+    with pytest.warns(rf.SplitsNotice, match="passed 'test' through untouched"):   # a DatasetDict on disk too
+        assert set(rf.weights(str(tmp_path / "snli_dd"), preset="snli", folds=3).to_pandas()["split"]) == {"train"}
     run_cli("compare", "--train", f"snli={tmp_path / 'snli_dd'}@train", "--eval", f"hard={SNLI_HARD}:snli",
             "--preset", "snli", "--out", tmp_path / "cmp", "--bootstrap", "200")
     trained = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())["train"]["snli"]
@@ -127,7 +131,8 @@ def test_a_pipeline_over_a_dataframe(dev):
     spec = {"stages": [{"audit": {"k": 5}}, {"zfilter": {"k": 20}}]}
     done = rf.run(spec, data=dev, preset="snli")
     assert list(done.stages) == ["01-audit", "02-zfilter"]
-    assert done["zfilter"].data["id"].tolist() == rf.zfilter(dev, preset="snli", k=20).data["id"].tolist()
+    assert done["zfilter"].to_pandas(canonical=True)["id"].tolist() == \
+        rf.zfilter(dev, preset="snli", k=20).to_pandas(canonical=True)["id"].tolist()
     assert isinstance(done.data, pd.DataFrame) and done["audit"].top(1)["feature"].tolist()
     steps = {s["step"]: s for s in done.receipt["steps"]}                 # the pipeline report, as data
     assert steps["02-zfilter"]["rows"] == len(done.data) and "<svg" in done._repr_html_()
@@ -183,20 +188,117 @@ def test_a_ray_dataset_in_and_out_on_either_engine(dev, ray_local):
     assert kept.data.count() == len(rf.zfilter(dev, preset="snli", k=20).data)
 
 
-def test_filters_keep_named_splits_and_a_split_column_names_them(dev):
+NLI = {"entailment": 0, "neutral": 1, "contradiction": 2}
+COLS = {"text_a": "premise", "text_b": "hypothesis", "label": "label"}
+
+
+@pytest.fixture(scope="module")
+def notebook_frames():
+    """SNLI rows as a notebook holds them: the user's own column names, integer labels, an extra column;
+    3,000 training rows (enough for the z-filter to remove some) and 300 test rows."""
+    def frame(path, rows):
+        raw = pd.read_json(path, lines=True).head(rows)
+        return pd.DataFrame({"premise": raw.sentence1, "hypothesis": raw.sentence2,
+                             "label": raw.gold_label.map(NLI).astype("int64"), "note": "mine"})
+    return {"train": frame(SNLI_DEV, 3000), "test": frame(SNLI_TEST, 300)}
+
+
+@pytest.fixture(scope="module")
+def class_label_dict(notebook_frames):
+    """A ``DatasetDict`` whose labels are a ClassLabel; three test rows have no gold label (-1)."""
     import datasets
 
-    halves = {"train": dev[:7000], "test": dev[7000:]}
-    for name, kwargs in (("zfilter", {"k": 20}), ("upsample", {"k": 5, "iterations": 1})):
-        out = getattr(rf, name)(halves, preset="snli", **kwargs).to_pandas()
-        assert set(out["split"]) == {"train", "test"}, name
-        assert (out["split"] == "train").sum() <= 7000 if name == "zfilter" else (out["split"] == "test").sum() >= 2842
-    dd = datasets.DatasetDict({s: datasets.Dataset.from_pandas(df, preserve_index=False) for s, df in halves.items()})
-    assert set(rf.zfilter(dd, preset="snli", k=20).data) == {"train", "test"}
-    with_column = dev.assign(split=["train"] * 7000 + ["test"] * (len(dev) - 7000))
-    assert rf.leakage(with_column, preset="snli").report["test_split"] == "test"
+    features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=list(NLI))})
+    parts = {s: df.drop(columns="note").assign(label=[-1] * 3 + df.label.tolist()[3:]) if s == "test"
+             else df.drop(columns="note") for s, df in notebook_frames.items()}
+    return datasets.DatasetDict({s: datasets.Dataset.from_pandas(df, features=features, preserve_index=False)
+                                 for s, df in parts.items()})
+
+
+def test_int_labels_and_the_callers_columns_come_back_as_they_came(notebook_frames):
+    train = notebook_frames["train"]
+    audit = rf.audit(train, map=COLS, labels=[0, 1, 2], k=5)        # integer labels: was a TypeError
+    assert audit.parts == {"counted": 3000, "input rejects": 0} and set(audit.stats["label"]) == {"0", "1", "2"}
+    assert rf.audit(train, map=COLS, labels=[0, 1]).parts["input rejects"] == (train.label == 2).sum()
+    kept = rf.zfilter(train, map=COLS, k=20)
+    data = kept.data
+    assert list(data.columns) == ["premise", "hypothesis", "label", "note", "source_stage"]
+    assert data["label"].dtype == "int64" and set(data["label"]) == {0, 1, 2} and 0 < len(data) < 3000
+    merged = data.merge(train, on=["premise", "hypothesis"], suffixes=("", "_given"))
+    assert (merged["label"] == merged["label_given"]).all() and (merged["note"] == "mine").all()
+    canonical = kept.to_pandas(canonical=True)
+    assert {"id", "text_a", "text_b", "label"} <= set(canonical.columns) and set(canonical["label"]) == {"0", "1", "2"}
+    assert set(kept.rejected.columns) >= {"premise", "label", "reason"} and kept.rejected["label"].dtype == "int64"
+    upsampled = rf.upsample(train, map=COLS, k=5, iterations=1).data
+    assert upsampled["label"].dtype == "int64" and len(upsampled) > 3000
+
+
+def test_a_datasetdict_keeps_its_splits_and_its_class_labels(class_label_dict):
+    import datasets
+
+    dd = class_label_dict
+    with pytest.warns(rf.SplitsNotice, match=r"zfilter read split 'train' and passed 'test' through untouched"):
+        kept = rf.zfilter(dd, map=COLS, k=20)
+    assert kept.rows_in == 3000 and kept.splits == ("train",) and kept.untouched == ("test",)
+    assert "[split train; test untouched]" in repr(kept)
+    data = kept.data
+    assert isinstance(data, datasets.DatasetDict) and data["test"] is dd["test"]    # the test split as given
+    assert 0 < data["train"].num_rows < 3000 and data["train"].features["label"] == dd["train"].features["label"]
+    assert set(data["train"]["label"]) == {0, 1, 2}
+    with pytest.warns(rf.SplitsNotice):
+        audit = rf.audit(dd, map=COLS)                                     # train, by default
+    assert audit.parts == {"counted": 3000, "input rejects": 0}
+    assert "datasets.DatasetDict-train.parquet" in open(audit.report_path).read()   # the header names the split
+    with pytest.warns(rf.SplitsNotice):
+        test = rf.audit(dd, map=COLS, split="test", labels=[0, 1, 2])      # ClassLabel ints name the classes
+    assert test.parts == {"counted": 297, "input rejects": 3}
+    assert test.input_rejects["reason"].str.startswith("label not in the label set entailment|neutral").all()
+    pooled = rf.audit(dd, map=COLS, split=["train", "test"])
+    assert pooled.parts["counted"] == 3297 and pooled.untouched == ()
+    with pytest.raises(ValueError, match=r"no split 'dev'; the data's splits: train, test"):
+        rf.audit(dd, map=COLS, split="dev")
+    with pytest.raises(ValueError, match=r"splits a, b and none named 'train': .*split='a'"):
+        rf.audit({"a": dd["train"], "b": dd["test"]}, map=COLS)
+
+
+def test_a_split_column_keeps_its_splits(notebook_frames):
+    frame = pd.concat([df.assign(split=s) for s, df in notebook_frames.items()], ignore_index=True)
+    with pytest.warns(rf.SplitsNotice):
+        kept = rf.zfilter(frame, map=COLS, k=20).data
+    test = frame[frame.split == "test"].reset_index(drop=True)
+    assert list(kept.columns) == ["premise", "hypothesis", "label", "note", "split", "source_stage"]
+    pd.testing.assert_frame_equal(kept[kept.split == "test"][test.columns].reset_index(drop=True), test)
+    assert 0 < (kept.split == "train").sum() < 3000
+    with pytest.warns(rf.SplitsNotice):
+        up = rf.upsample(frame, map=COLS, k=5, iterations=1).data
+    assert (up.split == "test").sum() == 300 and (up.split == "train").sum() > 3000
+    assert rf.leakage(frame, map=COLS).report["test_split"] == "test"      # a stage that needs splits reads all
     with pytest.raises(ValueError, match=r"name the splits: \{'train': data, 'test': data\}"):
-        rf.leakage(dev, preset="snli")
+        rf.leakage(notebook_frames["train"], map=COLS)
+
+
+def test_temporary_folders_are_removed(notebook_frames, tmp_path, monkeypatch):
+    import gc
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    train = notebook_frames["train"].head(300)
+    result = rf.zfilter(train, map=COLS, k=20)
+    assert [p.name.startswith("refinery-zfilter-") for p in tmp_path.iterdir()] == [True]
+    data = result.data
+    del result
+    gc.collect()
+    assert not list(tmp_path.iterdir()) and len(data) == 300            # gone with its result; the data stays
+    with pytest.raises(ValueError):
+        rf.audit(train, map={"text_a": "premise", "label": "nope"})      # a failed call leaves nothing
+    assert not list(tmp_path.iterdir())
+    script = ("import refinery as rf, tempfile; tempfile.tempdir = %r\n"
+              "kept = rf.zfilter(%r, preset='snli', k=20).data\nprint(kept)") % (str(tmp_path), SNLI_TEST)
+    printed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert printed.startswith(str(tmp_path)) and not list(tmp_path.iterdir())   # a path's corpus: until exit
 
 
 def test_a_result_refuses_a_folder_a_later_run_replaced(dev, tmp_path):
