@@ -134,3 +134,27 @@ def test_a_corpus_with_splits_trains_on_its_train_split(tmp_path):
     nosplit = run_cli("compare", "--train", f"w={tmp_path / 'w'}@dev", "--eval", f"hard={SNLI_HARD}", "--preset",
                       "snli", "--out", tmp_path / "d", check=False)
     assert nosplit.returncode == 2 and "has splits test, train and no 'dev' split" in nosplit.stderr
+
+
+def test_a_corpus_of_one_named_split_trains_on_it_and_print_config_gives_the_same_comparison(tmp_path):
+    """weights over one named split writes that split's name (no 'all'); compare trains on a corpus's only split.
+    --print-config prints the comparison as a pipeline whose run scores the same."""
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "dev.jsonl").write_text("\n".join(lines[:800]) + "\n")
+    (tmp_path / "hard.jsonl").write_text("\n".join(open(SNLI_HARD).read().splitlines()[:300]) + "\n")
+    run_cli("zfilter", tmp_path / "dev.jsonl", "--preset", "snli", "--k", 5, "--out", tmp_path / "zf")
+    run_cli("weights", "--input", f"dev={tmp_path / 'dev.jsonl'}", "--preset", "snli", "--folds", 2, "--trees", 5,
+            "--out", tmp_path / "w")
+    args = ["compare", "--train", f"z={tmp_path / 'zf' / 'kept'}", "--train", f"w={tmp_path / 'w'}", "--eval",
+            f"hard={tmp_path / 'hard.jsonl'}", "--preset", "snli", "--bootstrap", 100]
+    run_cli(*args, "--out", tmp_path / "c")
+    verb = json.loads((tmp_path / "c" / "report" / "report.json").read_text())
+    assert verb["train"]["w"]["rows"] == 800 and verb["train"]["w"]["other_splits_left_out"] == 0
+    printed = run_cli(*args, "--out", tmp_path / "c2", "--print-config").stdout
+    assert not (tmp_path / "c2").exists()                                   # printing runs nothing
+    (tmp_path / "c.yaml").write_text(printed)
+    run_cli("run", tmp_path / "c.yaml", "--out", tmp_path / "p", "--no-audit-steps")
+    piped = json.loads((tmp_path / "p" / "01-compare" / "report" / "report.json").read_text())
+    assert [v["rows"] for v in piped["train"].values()] == [v["rows"] for v in verb["train"].values()]
+    assert [v["mean"] for v in piped["accuracy"]["hard"].values()] == \
+        [v["mean"] for v in verb["accuracy"]["hard"].values()]

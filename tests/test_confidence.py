@@ -83,3 +83,17 @@ def test_killed_transformer_confidence_resumes_from_its_finished_folds(tmp_path)
     (ids, resumed), (straight_ids, straight) = scores(killed), scores(tmp_path / "straight")
     assert ids == straight_ids and len(ids) == 150
     np.testing.assert_allclose(resumed, straight, atol=1e-6)
+
+
+def test_confidence_after_confidence_replaces_the_column(tmp_path):
+    """A filter's added column replaces the one an earlier stage added (it failed: duplicate field names)."""
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "dev.jsonl").write_text("\n".join(lines[:600]) + "\n")
+    (tmp_path / "p.yaml").write_text("input: {paths: [dev.jsonl], preset: snli}\nstages:\n"
+                                     "  - confidence: {model: ngram, folds: 2, tau: 0.2}\n"
+                                     "  - confidence: {model: ngram, folds: 2, tau: 0.3}\n")
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o")
+    kept = Corpus.open(str(tmp_path / "o" / "02-confidence" / "kept")).read()
+    rejected = Corpus.open(str(tmp_path / "o" / "02-confidence" / "rejected")).read()
+    assert kept.column_names.count("confidence") == 1 and rejected.column_names.count("confidence") == 1
+    assert min(kept["confidence"].to_pylist()) > 0.3 >= max(rejected["confidence"].to_pylist())

@@ -191,3 +191,35 @@ def test_every_verb_option_is_a_config_field():
         command = main.commands[name]
         options = {o for p in command.params for o in p.opts + p.secondary_opts if o.startswith("-")}
         assert options - common == fields, name
+
+
+def test_every_stage_key_is_in_the_pipeline_reference():
+    """docs/pipelines.md has a row for every key of every stage's config (nested keys dotted), under the stage's
+    own heading, with the verb's option where the key has one."""
+    from refinery.cli.config_options import leaves
+    from refinery.pipeline.stage import REGISTRY, stage_class
+
+    from conftest import REPO
+
+    sections = re.split(r"^### ", (REPO / "docs" / "pipelines.md").read_text(), flags=re.M)
+    tables = {s.split("\n", 1)[0].strip(): s for s in sections}
+    for name in REGISTRY:
+        documented = dict(re.findall(r"^\| `([\w.]+)` \| [^|]*\| ([^|]*) \|", tables[name], flags=re.M))
+        for leaf in leaves(stage_class(name).Config):
+            key = ".".join(leaf.path)
+            assert key in documented, f"{name}: {key} is not in docs/pipelines.md"
+            if stage_class(name).verb or leaf.path[0] == "model":
+                assert documented[key].strip().startswith(f"`{leaf.names[0]}"), (name, key, documented[key])
+
+
+def test_compare_options_are_its_config_fields():
+    """refinery compare's options: its named corpora, and CompareConfig's and the input's fields."""
+    from refinery.cli.config_options import leaves
+    from refinery.cli.main import main
+    from refinery.methods.compare import CompareConfig
+    from refinery.pipeline.config import InputSpec
+
+    named = {"--train", "--eval", "--label-map", "--out", "--mode", "--print-config", "--io-timeout", "--help", "-h"}
+    fields = {o for leaf in leaves(CompareConfig) + leaves(InputSpec) for o in leaf.names}
+    options = {o for p in main.commands["compare"].params for o in p.opts + p.secondary_opts if o.startswith("-")}
+    assert options - named == fields

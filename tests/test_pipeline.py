@@ -180,8 +180,41 @@ def test_failed_stage_leaves_earlier_stages_finished(tmp_path):
     assert proc.returncode == 2 and "no column 'missing'" in proc.stderr
     assert (tmp_path / "o" / "01-zfilter" / "_SUCCESS").exists()
     assert not (tmp_path / "o" / "02-confidence" / "_SUCCESS").exists()
+    # the pipeline report is still written: the finished step, and the failed one with its error
+    steps = json.loads((tmp_path / "o" / "pipeline" / "run.json").read_text())["stages"]
+    assert [(s["folder"], s["status"]) for s in steps] == [("00-input", "ran"), ("01-zfilter", "ran"),
+                                                           ("02-confidence", "failed")]
+    assert "no column 'missing'" in steps[-1]["headline"]
+    page = (tmp_path / "o" / "pipeline" / "report.html").read_text()
+    assert "The run failed" in page and "02-confidence (failed)" in page
     rerun = run_cli("run", spec, "--out", tmp_path / "o", check=False)
     assert "== 01-zfilter: unchanged, skipped" in rerun.stdout
+
+
+def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audits_nothing(tmp_path):
+    """A file read as one unnamed split goes through every stage: weights names no split, compare trains on
+    the weighted corpus; a rerun reuses every step and the report's audits."""
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "dev.jsonl").write_text("\n".join(lines[:900]) + "\n")
+    (tmp_path / "hard.jsonl").write_text("\n".join(open(SNLI_HARD).read().splitlines()[:300]) + "\n")
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({"input": {"paths": ["dev.jsonl"], "preset": "snli"}, "stages": [
+        {"audit": {"k": 5}}, {"zfilter": {"k": 5}}, {"weights": {"folds": 2, "forest": {"trees": 5}}},
+        {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "model": {"bootstrap": 100}}}]}))
+    first = run_cli("run", spec, "--out", tmp_path / "o").stdout
+    assert first.count("report: auditing the rows") == 3
+    weighted = Corpus.open(str(tmp_path / "o" / "03-weights")).read()
+    assert "split" not in weighted.column_names and "weight" in weighted.column_names
+    report = json.loads((tmp_path / "o" / "04-compare" / "report" / "report.json").read_text())
+    assert list(report["train"]) == ["00-input", "03-weights"] and report["train"]["03-weights"]["weighted"]
+    assert report["train"]["03-weights"]["rows"] == weighted.num_rows and report["eval"]["hard"]["rows"] == 300
+    receipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
+    again = run_cli("run", spec, "--out", tmp_path / "o").stdout
+    assert again.count("unchanged, skipped") == 5 and "auditing" not in again
+    assert again.count("report: reusing the audit") == 3
+    rereceipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
+    assert [s.get("audit") for s in rereceipt["steps"]] == [s.get("audit") for s in receipt["steps"]]
+    assert rereceipt["final_top"] == receipt["final_top"]
 
 
 def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import os
 
 import click
 
+from refinery import __version__
+from refinery.cli.base import input_paths
 from refinery.io.corpus import OutputExists, input_fingerprints
 from refinery.io.storage import (
     CONNECT_TIMEOUT,
@@ -74,12 +75,21 @@ def _secrets_as_variables(options: dict) -> dict:
                 _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
 
 
-def precision_option(f):
-    from refinery.models.precision import PRECISIONS
+def _model_option(name: str, dest: str | None = None):
+    """The option of ``CompareConfig``'s field ``name`` as ``probe`` takes it: the field's option name, default,
+    help and choices (the task model's settings are written once, in ``CompareConfig``)."""
+    from refinery.methods.compare import CompareConfig
+    from refinery.pipeline.fields import leaves
 
-    return click.option("--train-precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-                        help="Fine-tuning precision. auto: bf16 autocast where the device computes bf16 natively "
-                             "(CUDA with bf16, CPUs with AVX512-BF16 or AMX), float32 elsewhere.")(f)
+    leaf = next(leaf for leaf in leaves(CompareConfig) if leaf.path == (name,))
+    allowed = leaf.field.metadata.get("allowed")
+    kind = click.Choice(list(allowed.choices)) if allowed and allowed.choices else leaf.hint
+    return click.option(leaf.option, dest or name, type=kind, default=leaf.default, show_default=True,
+                        help=leaf.field.metadata["help"])
+
+
+def precision_option(f):
+    return _model_option("precision", "train_precision")(f)
 
 
 MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "
@@ -87,18 +97,9 @@ MODE_HELP = ("What to do when OUT already holds a finished result: replace it (o
 
 
 def task_model_options(f):
-    """The task model of ``probe`` and ``compare``: an n-gram classifier or a fine-tuned encoder."""
-    options = [
-        click.option("--backend", type=click.Choice(["ngram", "transformer"]), default="ngram", show_default=True,
-                     help="An n-gram classifier, or a fine-tuned transformer encoder (--model)."),
-        click.option("--model", "model_name", default="sentence-transformers/all-MiniLM-L6-v2", show_default=True,
-                     help="Encoder of the transformer backend (name or folder)."),
-        click.option("--epochs", type=int, default=2, show_default=True, help="Transformer fine-tuning epochs."),
-        click.option("--lr", type=float, default=5e-5, show_default=True, help="Transformer learning rate."),
-        click.option("--batch", "batch", type=int, default=32, show_default=True, help="Transformer batch size."),
-        click.option("--max-length", type=int, default=128, show_default=True,
-                     help="Transformer input length, in tokens."),
-    ]
+    """The task model of ``probe``: an n-gram classifier or a fine-tuned encoder (``CompareConfig``'s fields)."""
+    options = [_model_option("backend"), _model_option("model", "model_name"), _model_option("epochs"),
+               _model_option("lr"), _model_option("batch_size", "batch"), _model_option("max_length")]
     for option in reversed(options):
         f = option(f)
     return f
@@ -112,9 +113,6 @@ def engine_option(f):
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                         show_default=True, help=MODE_HELP)(f)
-
-
-_INPUT_PARAMS = ("inputs", "train", "evals", "evaluate_on")   # the verbs' parameters that name corpora
 
 
 def finished_mode_option(f):
@@ -138,6 +136,8 @@ def finished_mode_option(f):
             click.echo(f"{out}: skipped (same inputs and options)")
             return None
         result = f(*args, **kwargs)
+        if kwargs.get("print_config"):   # printed, not run: there is no output to stamp
+            return result
         stamp_marker(out, storage_options, command_fingerprint=stamp)
         return result
 
@@ -145,25 +145,13 @@ def finished_mode_option(f):
 
 
 def command_fingerprint(ctx, storage_options: dict) -> str:
-    """sha256 of the verb, its options (but --mode) and the fingerprints of the inputs it names."""
+    """sha256 of refinery's version, the verb, its options (but --mode) and the fingerprints of the inputs it
+    names: an upgraded refinery computes the result again."""
     import hashlib
     import json
 
     params = {k: v for k, v in ctx.params.items() if k not in ("mode", "debug")}
-    inputs = []
-    for name in _INPUT_PARAMS:
-        for spec in _as_tuple(params.get(name)):
-            path = spec.partition("=")[2] if "=" in spec.split("://")[0] else spec
-            # NAME=PATH:PRESET, NAME=PATH@SPLIT: the path is what exists; one that does not is the verb's to report
-            found = [p for p in (path, path.rsplit(":", 1)[0], path.rsplit("@", 1)[0])
-                     if "://" in p or glob.glob(p)]
-            inputs += found[:1]
+    inputs = input_paths(params)
     prints = input_fingerprints(inputs, storage_options)
-    body = json.dumps([ctx.info_name, params, prints], sort_keys=True, default=str)
+    body = json.dumps([__version__, ctx.info_name, params, prints], sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
-
-
-def _as_tuple(value) -> tuple:
-    return () if value is None else (value,) if isinstance(value, str) else tuple(value)
-
-

@@ -7,13 +7,16 @@ prints that pipeline.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
 
 import click
 
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import MODE_HELP, engine_option, io_timeout_option, printable_pipeline
+from refinery.io.corpus import is_corpus
 from refinery.io.splits import split_specs
 from refinery.io.storage import join, merged
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
@@ -25,14 +28,14 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
     cls = stage_class(name)
     _check_options(cls)
 
-    def verb(inputs, named, out, mode, engine, print_config, profile=None, **params):
+    def verb(inputs, named, out, mode, in_place, engine, print_config, profile=None, **params):
         from refinery.pipeline.runner import run_stage
 
         spec = verb_pipeline(cls, inputs, named, out, engine, profile, params)
         if print_config:
             click.echo(printable_pipeline(spec, cls.references), nl=False)
             return
-        step = run_stage(spec, mode, echo=lambda line: None)
+        step = run_stage(spec, mode, echo=lambda line: None, in_place=in_place)
         result = step.result
         if step.status == "skipped":
             click.echo(f"{out}: skipped (same inputs and options)")
@@ -62,6 +65,9 @@ def _common_options() -> list:
         click.option("--out", required=True, help="Output folder or URL."),
         click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                      show_default=True, help=MODE_HELP),
+        click.option("--in-place", is_flag=True,
+                     help="Replace the input corpus with the output: --out names the input itself, a corpus "
+                          "refinery wrote (stages whose output is the corpus: upsample, weights, generate)."),
         engine_option,
         click.option("--print-config", is_flag=True,
                      help="Print this command line as a pipeline file for `refinery run`, and exit."),
@@ -71,7 +77,7 @@ def _common_options() -> list:
 
 def _check_options(cls) -> None:
     """Refuse a stage whose config and input options would share a name (a config field to rename)."""
-    common = ("--input", "--out", "--mode", "--engine", "--print-config", "--io-timeout", "--profile")
+    common = ("--input", "--out", "--mode", "--in-place", "--engine", "--print-config", "--io-timeout", "--profile")
     check_unique(leaves(cls.Config) + leaves(InputSpec), dict.fromkeys(common, "a common option"))
 
 
@@ -90,3 +96,33 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
     spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), **where}, where="")
     return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine)
 
+
+def compare_pipeline(train: dict, evals: list, spec_in: InputSpec, model, out: str) -> PipelineSpec:
+    """The pipeline ``refinery compare`` spells: its last training corpus as the input, the others as the
+    ``compare`` step's baseline, every one trained on the same split. A pipeline reads the input through the
+    preset or map; its compare step reads the baseline corpora and the evaluation sets as refinery corpora or
+    through their own preset (``NAME=PATH:PRESET``), so the command line's preset is written onto each set."""
+    from refinery.methods.compare import CompareStageConfig, train_split
+
+    paths = {name: train_split(path) for name, (path,) in train.items()}
+    splits = {split for _, split in paths.values()}
+    if len(splits) > 1:
+        raise click.UsageError(f"--print-config: a pipeline's compare trains every corpus on one split; these name "
+                               f"{', '.join(sorted(map(str, splits)))}")
+    *baseline, (last, _) = paths.values()
+    so = spec_in.storage_options
+    raw = next((p for p, _ in baseline if not is_corpus(p, so)), None)
+    if raw:
+        raise click.UsageError(f"--print-config: a pipeline reads only its input through --preset or --map; "
+                               f"convert the baseline {raw} into a corpus first (refinery convert {raw} …)")
+    sets = []
+    for e in evals:
+        path = e.paths[0] if "://" in e.paths[0] else os.path.abspath(e.paths[0])
+        preset = e.preset or (None if is_corpus(path, so) else spec_in.preset)
+        if preset is None and not is_corpus(path, so):
+            raise click.UsageError(f"--print-config: evaluation set {e.name} ({path}) needs its own preset in a "
+                                   f"pipeline: {e.name}=PATH:PRESET, or a corpus")
+        sets.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
+    maps = {e.name: e.label_map for e in evals if e.label_map}
+    config = CompareStageConfig(tuple(sets), tuple(p for p, _ in baseline) or ("input",), splits.pop(), maps, model)
+    return PipelineSpec(dataclasses.replace(spec_in, paths=[last]), [StageSpec("compare", config)], out)

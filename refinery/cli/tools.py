@@ -8,9 +8,20 @@ import os
 import click
 
 from refinery.cli.base import RefineryCommand
-from refinery.cli.options import finished_mode_option, input_options, mode_option, precision_option, task_model_options
+from refinery.cli.config_options import config_options, given
+from refinery.cli.options import (
+    finished_mode_option,
+    input_options,
+    io_timeout_option,
+    mode_option,
+    precision_option,
+    printable_pipeline,
+    task_model_options,
+)
 from refinery.io import corpus as corpus_mod
 from refinery.io.storage import parse_storage_options
+from refinery.methods.compare import CompareConfig
+from refinery.pipeline.config import InputSpec, from_dict
 from refinery.pipeline.stage import conservation
 
 
@@ -186,28 +197,24 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
 @tools.command(cls=RefineryCommand)
 @click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH[@SPLIT]",
               help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora; a "
-                   "corpus with a split column trains on its 'train' rows, or on @SPLIT's.")
+                   "corpus with named splits trains on its 'train' rows (or its only split), or on @SPLIT's.")
 @click.option("--eval", "evals", multiple=True, required=True, metavar="NAME=PATH[:PRESET]",
               help="An evaluation set with its own preset (default: the training --preset/--map).")
 @click.option("--label-map", "label_maps", multiple=True, metavar="NAME=FROM:TO,...",
               help="Map training labels onto evaluation set NAME's labels (presets' maps built in: hans).")
 @click.option("--out", required=True, help="Folder: report/ (report.json, report.html, predictions.parquet), runs/.")
-@task_model_options
-@click.option("--seeds", type=int, default=1, show_default=True,
-              help="Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: initialisations).")
-@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Draws of the paired bootstrap.")
-@click.option("--by", "by", multiple=True, metavar="COL", help="Also break accuracy down by this column.")
-@click.option("--hypothesis-only", is_flag=True, help="Train the hypothesis-only bias probe instead.")
-@click.option("--allow-overlap", is_flag=True,
-              help="Score evaluation rows also found in a training corpus (marked in the report) instead of failing.")
+@click.option("--print-config", is_flag=True, help="Print this command line as a pipeline file for `refinery run`, "
+                                                   "and exit.")
+@config_options(CompareConfig, "model")
 @finished_mode_option
-@precision_option
-@input_options
-def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batch, max_length, seeds, bootstrap, by,
-            hypothesis_only, allow_overlap, train_precision, mapping, opts):
+@config_options(InputSpec, "in")
+@io_timeout_option
+def compare(train, evals, label_maps, out, print_config, io_timeout, **params):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
+    from refinery.cli.stage_verbs import compare_pipeline
     from refinery.methods import compare as cmp
 
+    del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
     try:
         train_sets = cmp.parse_named(train, "--train")
         maps = dict(_label_map(m) for m in label_maps)
@@ -215,16 +222,19 @@ def compare(train, evals, label_maps, out, backend, model_name, epochs, lr, batc
         unknown = sorted(set(maps) - {e.name for e in eval_sets})
         if unknown:
             raise ValueError(f"--label-map names no evaluation set: {', '.join(unknown)}")
-        config = cmp.CompareConfig(backend=backend, inputs="hypothesis" if hypothesis_only else "pair",
-                                   model=model_name, epochs=epochs, lr=lr, batch_size=batch, max_length=max_length,
-                                   precision=train_precision, seeds=seeds, bootstrap=bootstrap, by=tuple(by),
-                                   allow_overlap=allow_overlap)
+        config = from_dict(CompareConfig, given(CompareConfig, params, "model"), where="")
+        spec_in = from_dict(InputSpec, given(InputSpec, params, "in"), where="")
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    report = cmp.run(train_sets, eval_sets, out, mapping, opts, config)
+    if print_config:
+        click.echo(printable_pipeline(compare_pipeline(train_sets, eval_sets, spec_in, config, out), ("baseline",)),
+                   nl=False)
+        return
+    report = cmp.run(train_sets, eval_sets, out, spec_in.mapping(), spec_in.read_options(), config)
     names = list(report["train"])
-    click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}), {seeds} seed(s); "
-               f"training rows: " + ", ".join(f"{n} {report['train'][n]['rows']:,}" for n in names))
+    click.echo(f"{config.backend} ({'hypothesis-only' if config.inputs == 'hypothesis' else 'full input'}), "
+               f"{config.seeds} seed(s); training rows: " + ", ".join(f"{n} {report['train'][n]['rows']:,}"
+                                                                      for n in names))
     width = max(len(n) for n in names) + 2
     for ev, per in report["accuracy"].items():
         info = report["eval"][ev]

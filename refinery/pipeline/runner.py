@@ -26,7 +26,7 @@ from refinery.io.corpus import CorpusWriter, EmptyInput, OutputExists, input_fin
 from refinery.io.readers import ReadOptions
 from refinery import __version__
 from refinery.io.storage import (RUN_MARKER, RunOutput, check_out_apart, claim_folder, get_fs, is_local, join,
-                                 json_object, made_folder, remove_failed_output)
+                                 json_object, made_folder, redact_text, remove_failed_output)
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.receipt import write_pipeline_report
@@ -132,22 +132,37 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
 
 
 def _run_steps(spec: PipelineSpec, out: str, engine: str, opts: ReadOptions, raw: list, echo) -> PipelineRun:
+    """The input, then each stage; the pipeline report after the last, or after a step that failed once a step
+    before it finished (the report marks the failed step with its error; the error is raised again)."""
     run = PipelineRun(out, engine)
-    upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
-    folder = join(out, INPUT_DIR)
-    run.stages.append(_step(folder, "input", upstream, opts, echo,
-                            lambda: (ingest(spec.input, folder, opts), None)))
-    run.stages[-1].passes_on = folder
-    corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
-    current = folder
-    steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
-    for i, stage_spec in enumerate(spec.stages, 1):
-        folder = join(out, f"{i:02d}-{stage_spec.name}")
-        source = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
-        step, stage = _stage_step(stage_spec, source, folder, steps, opts, echo)
-        run.stages.append(step)
-        current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder, current)
-        step.passes_on = current
+    folder, name, started = join(out, INPUT_DIR), "input", time.perf_counter()
+    try:
+        upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
+        run.stages.append(_step(folder, "input", upstream, opts, echo,
+                                lambda: (ingest(spec.input, folder, opts), None)))
+        run.stages[-1].passes_on = folder
+        corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
+        current = folder
+        steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
+        for i, stage_spec in enumerate(spec.stages, 1):
+            folder, name, started = join(out, f"{i:02d}-{stage_spec.name}"), stage_spec.name, time.perf_counter()
+            source = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
+            step, stage = _stage_step(stage_spec, source, folder, steps, opts, echo)
+            run.stages.append(step)
+            current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder,
+                                                                                                          current)
+            step.passes_on = current
+    except Exception as error:
+        if run.stages:   # the finished steps stay: the report shows them and where the run stopped
+            message = redact_text(" ".join(str(error).split()) or type(error).__name__)
+            run.stages.append(StageRun(posixpath.basename(folder), name, "failed", time.perf_counter() - started,
+                                       StageResult(0, {}, {}, f"failed: {message}", report_file="")))
+            try:
+                write_pipeline_report(run, spec, opts, _names(spec.input.mapping()), echo)
+                echo(f"report: {out}/pipeline/report.html (the run failed at {posixpath.basename(folder)})")
+            except Exception as report_error:  # noqa: BLE001 — the step's error is the one to raise
+                echo(f"   report: not written ({' '.join(str(report_error).split())})")
+        raise
     write_pipeline_report(run, spec, opts, _names(spec.input.mapping()), echo)
     return run
 
