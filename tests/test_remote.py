@@ -12,7 +12,7 @@ import fsspec
 import pytest
 from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, RayNode, free_port, run_cli
 
-from refinery.io.corpus import Corpus, convert, is_corpus, load
+from refinery.io.corpus import MANIFEST, META_DIR, Corpus, convert, is_corpus, load
 from refinery.io.schema import PRESETS
 
 
@@ -36,9 +36,7 @@ class S3Server:
         self.root, self.port, self.proc = root, free_port(), None
         (root / "bucket").mkdir(parents=True)
         self.env = {"AWS_ACCESS_KEY_ID": "testkey", "AWS_SECRET_ACCESS_KEY": "testsecret",
-                    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}", "AWS_DEFAULT_REGION": "us-east-1",
-                    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
-                    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required"}
+                    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}", "AWS_DEFAULT_REGION": "us-east-1"}
 
     def start(self):
         self.proc = subprocess.Popen([self.rclone, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
@@ -66,7 +64,7 @@ def test_s3_round_trip_identical(s3, tmp_path):
     local = load([SNLI_HARD], PRESETS["snli"])[0]
     manifest = convert([SNLI_HARD], "s3://bucket/snli_hard", PRESETS["snli"], shard_rows=1000)
     assert manifest["rows"] == 3261 and len(manifest["files"]) == 4
-    assert (root / "bucket" / "snli_hard" / "manifest.json").exists()
+    assert (root / "bucket" / "snli_hard" / MANIFEST).exists()
     back = Corpus.open("s3://bucket/snli_hard").read()
     assert back.equals(local)
     # the CLI reads object storage too, and DuckDB queries it through fsspec
@@ -94,6 +92,24 @@ def test_credentials_given_only_as_storage_options_reach_every_writer(s3, tmp_pa
         assert (s3.root / "bucket" / verb / "report" / "report.html").exists(), verb
         assert "testsecret" not in proc.stdout + proc.stderr
     assert (s3.root / "bucket" / "zfilter" / "_SUCCESS").exists()
+
+
+def test_an_s3_compatible_store_works_out_of_the_box_and_buckets_are_never_created(s3, tmp_path, monkeypatch):
+    """No checksum settings in the environment (recent botocore's default checksums broke reads of refinery
+    corpora on rclone, older MinIO and Ceph); a missing bucket is refused, not created; a store that refuses
+    (no credentials) exits 2 in one line naming the URL."""
+    for variable in ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION"):
+        monkeypatch.delenv(variable, raising=False)
+    run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/hard")
+    assert '"rows": 3261' in run_cli("inspect", "s3://bucket/hard", "--json").stdout
+    run_cli("audit", "s3://bucket/hard", "--k", "3", "--out", "s3://bucket/audit")
+    proc = run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", "s3://nobucket/zf", check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://nobucket does not exist" in proc.stderr
+    assert not (s3.root / "nobucket").exists()
+    proc = run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/zf", check=False,
+                   env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://bucket/zf" in proc.stderr, proc.stderr
+    assert "credentials" in proc.stderr
 
 
 def test_ray_job_submit_to_local_head(tmp_path):
@@ -152,22 +168,22 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
         return sorted(Path(p).name for p in fsspec.filesystem("s3", skip_instance_cache=True).ls("bucket/snli"))
 
     cut("--shard-rows", "200")                                          # fresh output, cut
-    assert not (prefix / "manifest.json").exists() and not is_corpus("s3://bucket/snli")  # not marked finished
+    assert not (prefix / MANIFEST).exists() and not is_corpus("s3://bucket/snli")  # not marked finished
     done = run_cli(*cli[1:], "--shard-rows", "2000", env=s3.env).stdout   # the rerun completes
     assert "rows in 9,842 = 9,842 out + 0 rejected (ok)" in done
     first = Corpus.open("s3://bucket/snli")
     assert first.read().equals(local)
-    assert listed() == sorted(["README.md", "_refinery.json", "manifest.json", *first.manifest["files"]])
+    assert listed() == sorted([META_DIR, "_refinery.json", *first.manifest["files"]])
 
     cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
-    half = set(listed()) - {"README.md", "_refinery.json", "manifest.json", *first.manifest["files"]}
+    half = set(listed()) - {META_DIR, "_refinery.json", *first.manifest["files"]}
     assert len(half) >= 3                                               # the cut run's shards, listed nowhere
     still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
     assert still.manifest == first.manifest and still.read().equals(local)
     run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
     last = Corpus.open("s3://bucket/snli")
     assert last.read().equals(local) and len(last.manifest["files"]) == 20
-    assert listed() == sorted(["README.md", "_refinery.json", "manifest.json", *last.manifest["files"]])
+    assert listed() == sorted([META_DIR, "_refinery.json", *last.manifest["files"]])
 
 
 def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
@@ -195,7 +211,7 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
             env=s3.env)
     last = Corpus.open("s3://bucket/ours")
     names = sorted(p.name for p in (s3.root / "bucket" / "ours").iterdir())
-    assert names == sorted(["README.md", "_refinery.json", "manifest.json", "notes.txt", *last.manifest["files"]])
+    assert names == sorted([META_DIR, "_refinery.json", "notes.txt", *last.manifest["files"]])
     assert (s3.root / "bucket" / "ours" / "notes.txt").read_text() == "added by a user\n"
 
 
@@ -204,7 +220,7 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
 STOP_POINTS = {  # where a write is cut: (verb, what appears on the store just before the server is stopped)
     "early": (("convert",), "bucket/out/_refinery.json", 1),
     "middle": (("convert",), "bucket/out/part-*.parquet", 8),
-    "publishing the manifest": (("convert",), "bucket/out/manifest.json", 1),
+    "publishing the manifest": (("convert",), f"bucket/out/{MANIFEST}", 1),
     "a multi-part verb": (("zfilter", "--k", "5", "--batch-size", "200"), "bucket/out/kept/*.parquet", 1),
 }
 DEADLINE_S = 90   # the defaults: a call is tried 3 times, clean-up gets 30 s
@@ -217,7 +233,7 @@ def test_a_store_stopped_mid_write_fails_within_its_deadline_and_the_rerun_is_cl
     shards = ["--shard-rows", "200"] if verb[0] == "convert" else []
     if point == "publishing the manifest":    # an older finished version whose files the commit must remove
         run_cli(*args, "--shard-rows", "5000", env=s3.env)
-        (s3.root / "bucket" / "out" / "manifest.json").unlink()
+        (s3.root / "bucket" / "out" / MANIFEST).unlink()
         s3.stop()
         s3.start()
     started = time.time()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import glob
 import json
 import os
@@ -34,6 +35,7 @@ IO_TIMEOUT = 60.0
 STORE_ATTEMPTS = 3
 CLEANUP_SECONDS = 30.0
 S3_PROTOCOLS = ("s3", "s3a")
+BUCKET_PROTOCOLS = (*S3_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")   # stores whose paths start with a bucket
 
 
 def io_timeout() -> float:
@@ -52,17 +54,43 @@ def storage_options_from_env(protocol: str) -> dict:
     """Storage options taken from the environment (credentials are never logged), with the deadlines.
 
     S3: ``AWS_ENDPOINT_URL`` / ``REFINERY_S3_ENDPOINT`` choose an S3-compatible endpoint;
-    credentials come from the usual AWS variables, read by botocore itself.
+    credentials come from the usual AWS variables, read by botocore itself. Checksums are asked for and
+    checked only where an operation requires them (``CHECKSUM_SETTINGS``), as S3-compatible stores (rclone,
+    older MinIO, Ceph) support no more, unless the environment or the AWS profile sets them.
     """
     if protocol not in S3_PROTOCOLS:
         return {}
     timeout = io_timeout()
     options = {"config_kwargs": {"connect_timeout": min(CONNECT_TIMEOUT, timeout), "read_timeout": timeout,
-                                 "retries": {"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"}}}
+                                 "retries": {"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"},
+                                 **_checksum_defaults()}}
     endpoint = os.environ.get("REFINERY_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
         options["client_kwargs"] = {"endpoint_url": endpoint}
     return options
+
+
+# botocore's checksum settings: {Config keyword: environment variable}; refinery's default is "when_required"
+CHECKSUM_SETTINGS = {"request_checksum_calculation": "AWS_REQUEST_CHECKSUM_CALCULATION",
+                     "response_checksum_validation": "AWS_RESPONSE_CHECKSUM_VALIDATION"}
+
+
+def _checksum_defaults() -> dict:
+    """``when_required`` for each checksum setting that neither the environment nor the AWS profile sets."""
+    profile = _aws_profile_settings()
+    return {key: "when_required" for key, variable in CHECKSUM_SETTINGS.items()
+            if not os.environ.get(variable) and key not in profile}
+
+
+@functools.lru_cache(maxsize=1)
+def _aws_profile_settings() -> frozenset:
+    """The keys the AWS config file's active profile sets (``~/.aws/config``), or none without botocore."""
+    try:
+        import botocore.session
+
+        return frozenset(botocore.session.Session().get_scoped_config())
+    except Exception:  # noqa: BLE001 — no botocore, or an unreadable profile: botocore itself will say so
+        return frozenset()
 
 
 def merged(base: dict, extra: dict) -> dict:
@@ -91,6 +119,9 @@ def store_error(url: str, operation: str, error: BaseException) -> OSError:
             probe = os.path.dirname(probe)
         free = shutil.disk_usage(probe or ".").free
         text = f"no space left on device ({free / 2**20:,.1f} MiB free there)"
+    elif "checksum" in text.lower():
+        text += (" (a store that does not support checksums: set " +
+                 " and ".join(f"{variable}=when_required" for variable in CHECKSUM_SETTINGS.values()) + ")")
     wrapped = OSError(f"{url}: {operation} failed: {text}")
     wrapped.errno = getattr(error, "errno", None)
     return wrapped
@@ -209,6 +240,7 @@ def claim_output(out: str, storage_options: dict | None = None) -> str:
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
     with on_store(out, "looking at the output folder"):
+        check_bucket(out, fs, path)
         is_file = fs.isfile(path)
         entries = [] if is_file or not fs.exists(path) else _entries(fs, path)
         ours = OWNER_MARKER in entries and is_marker(json_object(fs, join(path, OWNER_MARKER)))
@@ -222,6 +254,26 @@ def claim_output(out: str, storage_options: dict | None = None) -> str:
     raise ForeignOutput(f"--out {out} already holds files refinery did not write ({shown}); refinery never "
                         "deletes or replaces them: give a new or empty folder (e.g. "
                         f"{join(out.rstrip('/'), 'refinery-out')})")
+
+
+class MissingBucket(FileNotFoundError):
+    """An object-store URL whose bucket does not exist: refinery never creates buckets."""
+
+
+def check_bucket(url: str, fs, path: str) -> None:
+    """Raise ``MissingBucket`` where ``url`` is on an object store and its bucket does not exist (writing
+    there would create it: a new bucket on the user's account that nobody asked for). A store that refuses
+    to say (no credentials, no permission) raises its own error, which ``on_store`` names with the URL."""
+    scheme = url.split("://", 1)[0] if "://" in url else "file"
+    if scheme not in BUCKET_PROTOCOLS:
+        return
+    bucket = path.split("/", 1)[0]
+    fs.invalidate_cache(bucket)
+    try:
+        fs.info(bucket)
+    except FileNotFoundError:
+        raise MissingBucket(f"{url}: the bucket {scheme}://{bucket} does not exist; refinery never creates "
+                            "buckets: create it, or name one that exists") from None
 
 
 def _location(url: str) -> tuple[str, str]:
@@ -554,7 +606,7 @@ class RunOutput:
                 body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
                 with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
                     json.dump(body, fh, indent=2, default=str)
-        elif self._new:
+        elif self._new and not getattr(exc, "keeps_output", False):   # an error may leave what the user must read
             remove_failed_output(self.out, self._made, self.storage_options)
         elif self._previous is not None:
             body, runs = self._previous
