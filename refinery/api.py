@@ -193,7 +193,7 @@ def _split_column_parts(data, kind: str) -> dict | None:
         if "split" not in data.columns if kind != "arrow" else "split" not in data.schema.names:
             return None
         column = data["split"]
-        values = list(dict.fromkeys(column.to_list() if kind == "pandas" else column.to_pylist()))
+        values = list(dict.fromkeys(column.to_list() if kind in ("pandas", "polars") else column.to_pylist()))
     empty = [v for v in values if v is None or (isinstance(v, float) and v != v) or str(v) == ""]
     if empty:
         raise ValueError("the data's split column is empty in some rows: give every row a split, or rename the "
