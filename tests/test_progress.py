@@ -13,6 +13,8 @@ import pytest
 
 from conftest import REFINERY, SNLI_DEV, run_cli
 
+from refinery.io.corpus import Corpus
+
 
 def on_a_terminal(*args, env=None) -> str:
     """What ``refinery ARGS`` shows on a 120-column pseudo-terminal (stdout and stderr together)."""
@@ -54,7 +56,7 @@ def test_pipeline_keeps_each_steps_phases_in_its_marker_and_report(tmp_path):
     assert [(p["what"], p["count"], p["unit"]) for p in marker["phases"]] == [("zfilter", 9842, "rows")]
     receipt = json.loads((tmp_path / "out" / "pipeline" / "receipt.json").read_text())
     confidence = next(s for s in receipt["steps"] if s["step"] == "02-confidence")
-    kept = json.loads((tmp_path / "out" / "01-zfilter" / "kept" / "manifest.json").read_text())["rows"]
+    kept = Corpus.open(str(tmp_path / "out" / "01-zfilter" / "kept")).manifest["rows"]
     assert [(p["what"], p["count"]) for p in confidence["phases"]] == [
         ("confidence: n-grams", kept), ("confidence: 3 fold models, 3 epochs", 3)]
     assert "Where the time went" in (tmp_path / "out" / "pipeline" / "report.html").read_text()

@@ -8,7 +8,7 @@ import pytest
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
 
 from refinery.core.features import STOPWORD_LIST
-from refinery.io.corpus import Corpus
+from refinery.io.corpus import MANIFEST, Corpus
 from refinery.report.format import number
 
 
@@ -59,8 +59,8 @@ def test_only_rows_with_corrected_tokens_duplicated_and_traced(upsampled):
 
 def test_same_seed_byte_identical(upsampled):
     a, b = upsampled
-    ma = json.loads((a / "manifest.json").read_text())
-    mb = json.loads((b / "manifest.json").read_text())
+    ma = json.loads((a / MANIFEST).read_text())
+    mb = json.loads((b / MANIFEST).read_text())
     for f in ma["files"]:
         assert hashlib.sha256((a / f).read_bytes()).digest() == hashlib.sha256((b / f).read_bytes()).digest()
     assert (a / "report" / "trace.parquet").read_bytes() == (b / "report" / "trace.parquet").read_bytes()

@@ -1,5 +1,7 @@
-"""Canonical corpora on any fsspec filesystem: Parquet shards + rejects + a dataset card (README.md) +
-manifest.json.
+"""Canonical corpora on any fsspec filesystem: Parquet shards, and beside them, in the hidden folder
+``.refinery/``, the rejects, the manifest and a dataset card. The folder's visible files are its shards alone,
+so ``pandas.read_parquet(folder)``, ``pyarrow.dataset`` and ``datasets.load_dataset("parquet", data_dir=folder)``
+read it as the rows.
 
 Publishing is atomic: everything is written under ``<out>.tmp-<token>`` with the manifest
 last, then renamed onto ``<out>``; a folder without a manifest is never a finished corpus.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 import posixpath
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,14 +21,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
-from refinery.io.hf import CARD, dataset_card, datasets_package, save_to_disk
+from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.storage import AtomicDir, get_fs, on_store, read_marker, redact, stamp_marker
 
-MANIFEST = "manifest.json"
+META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
+MANIFEST = f"{META_DIR}/manifest.json"
+LEGACY_MANIFEST = "manifest.json"   # where corpora written by refinery 0.x keep it (still read)
+CARD = f"{META_DIR}/README.md"
+REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
+TOP_REASONS = 3                     # the reasons an all-rejected error names
 FORMAT = "refinery.corpus/1"
 DEFAULT_SHARD_ROWS = 250_000
 ROW_GROUP_ROWS = 65_536   # the least a shard's row group holds (but the last)
@@ -37,6 +45,40 @@ class OutputExists(FileExistsError):
 
 class EmptyInput(ValueError):
     """An input or split with no good rows: refused unless the caller allows it."""
+
+
+class AllRejected(EmptyInput):
+    """Every row of the inputs was rejected. ``rejects`` is where they were written, each with its reason
+    (None where they were written nowhere): a run that fails with it leaves them there for the user to read."""
+
+    def __init__(self, inputs, reasons: Counter, rejects: str | None = None):
+        self.reasons, self.rejects = reasons, rejects
+        self.keeps_output = rejects is not None   # a failed run's folder stays: the rejects are in it
+        total = sum(reasons.values())
+        named = ", ".join(inputs)
+        if not total:
+            super().__init__(f"{named}: no rows (an empty input); give a file that holds rows")
+            return
+        top = "; ".join(f"{reason} ({n:,})" for reason, n in reasons.most_common(TOP_REASONS))
+        more = f"; {len(reasons) - TOP_REASONS:,} other reasons" if len(reasons) > TOP_REASONS else ""
+        where = f"; the rejects, each with its reason, are in {rejects}" if rejects else ""
+        super().__init__(f"no good rows in {named}: all {total:,} rejected: {top}{more}{where}; "
+                         "check --preset or --map and --labels")
+
+
+def reject_reasons(rejects: pa.Table) -> Counter:
+    """The rows of a rejects table per reason."""
+    return Counter(dict(zip(*value_counts(rejects["reason"])))) if rejects.num_rows else Counter()
+
+
+def manifest_path(fs, path: str) -> str | None:
+    """Where the corpus at ``path`` keeps its manifest (``.refinery/manifest.json``, or ``manifest.json`` in a
+    corpus written by refinery 0.x), or None where it has none: not a finished corpus."""
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        candidate = posixpath.join(path, name)
+        if fs.isfile(candidate):
+            return candidate
+    return None
 
 
 @dataclass
@@ -51,8 +93,8 @@ class Corpus:
     def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
         fs, path = get_fs(url, storage_options)
         fs.invalidate_cache(path)  # another process may have published it since this one last looked
-        mpath = posixpath.join(path, MANIFEST)
-        if not fs.exists(mpath):
+        mpath = manifest_path(fs, path)
+        if mpath is None:
             raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
         with fs.open(mpath, "r") as fh:
             return cls(url.rstrip("/"), json.load(fh), storage_options)
@@ -106,7 +148,7 @@ def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
 def is_corpus(url: str, storage_options=None) -> bool:
     fs, path = get_fs(url, storage_options)
     fs.invalidate_cache(path)
-    return fs.isdir(path) and fs.exists(posixpath.join(path, MANIFEST))
+    return fs.isdir(path) and manifest_path(fs, path) is not None
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:
@@ -119,7 +161,8 @@ def concat(tables: list[pa.Table]) -> pa.Table:
 
 def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: ReadOptions = ReadOptions()
                        ) -> Iterator[tuple[str, Batch]]:
-    """Canonical batches from raw inputs (with a mapping) or finished corpora (without one)."""
+    """Canonical batches from raw inputs (with a mapping) or finished corpora (without one). A raw input that
+    holds no rows at all (an empty file, a header alone) is an ``EmptyInput`` naming it."""
     for url in inputs:
         if is_corpus(url, opts.storage_options):
             corpus = Corpus.open(url, opts.storage_options)
@@ -130,7 +173,12 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
             continue
         if mapping is None:
             raise ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
-        yield from read_input(url, mapping, opts)
+        empty = True
+        for path, batch in read_input(url, mapping, opts):
+            empty = empty and not batch.rows.num_rows and not batch.rejects.num_rows
+            yield path, batch
+        if empty:
+            raise AllRejected([url], Counter())
 
 
 def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
@@ -179,6 +227,7 @@ class CorpusWriter:
         self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
         self._rejects: list[pa.Table] = []
         self._rejected_buffered = 0
+        self.reasons: Counter = Counter()     # the rejects per reason
         self._files: list = []           # futures of the shards' stats, in order
         self._reject_files: list = []
         self._tasks: list[Future] = []   # work handed to the writer thread, not yet known to be done
@@ -206,6 +255,7 @@ class CorpusWriter:
                     self._splits[split] = self._splits.get(split, 0) + cnt
             self._flush_rows()
         if rejects is not None and rejects.num_rows:
+            self.reasons.update(reject_reasons(rejects))
             self._rejects.append(rejects)
             self._rejected_buffered += rejects.num_rows
             if self._rejected_buffered >= self.shard_rows:
@@ -247,7 +297,7 @@ class CorpusWriter:
         table = pa.concat_tables(self._rejects)
         self._rejects, self._rejected_buffered = [], 0
         if table.num_rows:
-            shard = _ShardWriter(self._dir, f"rejects-{len(self._reject_files):05d}.parquet", table.schema)
+            shard = _ShardWriter(self._dir, f"{REJECTS}-{len(self._reject_files):05d}.parquet", table.schema)
             self._reject_files.append(self._submit(shard.write, table))
 
     def _submit(self, fn, *args) -> Future:
@@ -263,7 +313,7 @@ class CorpusWriter:
     def commit(self) -> dict:
         """Flush, write the manifest last, and move the result into place."""
         if self.skipped:
-            with self.fs.open(posixpath.join(self.path, MANIFEST), "r") as fh:
+            with self.fs.open(manifest_path(self.fs, self.path), "r") as fh:
                 self.manifest = json.load(fh)
             return self.manifest
         self._flush_rows(final=True)
@@ -281,6 +331,7 @@ class CorpusWriter:
             "labels": dict(sorted(self._labels.items())),
             "files": [f["path"] for f in self._files],
             "rejects": [f["path"] for f in self._reject_files],
+            "reject_reasons": dict(self.reasons.most_common()),
             "file_stats": self._files + self._reject_files,
             **self.extra,
             **({"inputs": self.inputs} if self.inputs is not None else {}),
@@ -293,6 +344,12 @@ class CorpusWriter:
         self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
         self._dir.commit()
         return self.manifest
+
+    def commit_all_rejected(self, inputs) -> None:
+        """Publish this writer's rejects (it was given no row) and raise ``AllRejected`` naming their reasons and
+        where they are: the error of a run whose inputs held no good row."""
+        self.commit()
+        raise AllRejected(inputs, self.reasons, posixpath.join(self.out, f"{REJECTS}-*.parquet"))
 
     def abort(self) -> None:
         self._writer.shutdown(wait=False, cancel_futures=True)   # a write stuck on a dead store is not waited for
@@ -338,7 +395,8 @@ class _ShardWriter:
     def close(self) -> dict:
         self._writer.close()
         data = self._sink.getvalue().to_pybytes()
-        name = self.dir.versioned(self.name)
+        folder, base = posixpath.split(self.name)
+        name = posixpath.join(folder, self.dir.versioned(base))
         self.dir.write_bytes(name, data)
         return {"path": name, "rows": self.rows, "sha256": hashlib.sha256(data).hexdigest()}
 
@@ -362,7 +420,7 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
         prefix = f"{split}=" if split else ""
         if is_corpus(url, storage_options):
             fs, path = get_fs(url, storage_options)
-            prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(posixpath.join(path, MANIFEST))).hexdigest()
+            prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(manifest_path(fs, path))).hexdigest()
             continue
         for path in expand_paths([url], storage_options):
             fs, local = get_fs(path, storage_options)
@@ -375,9 +433,10 @@ def finished_run(out: str, storage_options: dict | None = None) -> dict | None:
     Hugging Face folder's stamp in refinery's marker; None where there is none."""
     fs, path = get_fs(out, storage_options)
     with on_store(out, "looking for a finished corpus"):
-        if not fs.exists(posixpath.join(path, MANIFEST)):
+        mpath = manifest_path(fs, path)
+        if mpath is None:
             return read_marker(out, storage_options).get("hf")
-        with fs.open(posixpath.join(path, MANIFEST), "r") as fh:
+        with fs.open(mpath, "r") as fh:
             return json.load(fh)
 
 
@@ -421,12 +480,18 @@ def write_table(table: pa.Table, out: str, rejects: pa.Table | None = None, **kw
 
 def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(),
             mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> dict:
-    """Read raw inputs and write the canonical corpus with its rejects and manifest."""
+    """Read raw inputs and write the canonical corpus with its rejects and manifest; inputs without a good row
+    are an ``EmptyInput`` (their rejects published)."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
                       storage_options=opts.storage_options, inputs=inputs) as writer:
-        if not writer.skipped:
-            for _, batch in iter_input_batches(inputs, mapping, opts):
-                writer.write(batch.rows, batch.rejects)
+        if writer.skipped:
+            return writer.commit()
+        rows = 0
+        for _, batch in iter_input_batches(inputs, mapping, opts):
+            writer.write(batch.rows, batch.rejects)
+            rows += batch.rows.num_rows
+        if not rows:
+            writer.commit_all_rejected(inputs)
         return writer.commit()
 
 
@@ -445,6 +510,8 @@ def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = Re
         return stored
     rows, rejects = load(inputs, mapping, opts)
     result = save_to_disk(rows, out, opts.storage_options, rejects, shard_rows)
+    if not rows.num_rows:
+        raise AllRejected(inputs, reject_reasons(rejects), posixpath.join(out, "rejects.parquet"))
     stamp_marker(out, opts.storage_options, hf={**result, "inputs": prints,
                                                 "config": json.loads(json.dumps(redact(config), default=str))})
     return result

@@ -1,5 +1,5 @@
-"""Hugging Face ``datasets`` interop: the dataset card every corpus carries (YAML front matter as the Hub reads it,
-so that ``datasets.load_dataset(folder)`` loads the shards), and ``save_to_disk`` folders written from a table.
+"""Hugging Face ``datasets`` interop: the dataset card every corpus carries (YAML front matter as the Hub reads it:
+the shards, their features and counts), and ``save_to_disk`` folders written from a table.
 ``datasets`` is optional: imported only where a folder of its own is written."""
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import yaml
 from refinery import __version__
 from refinery.io.storage import AtomicDir, on_store, redact
 
-CARD = "README.md"
 MAX_INPUTS = 10      # the inputs a card names
 HF_SPLIT = "train"   # the one split a corpus is to the Hub: refinery keeps its splits in the ``split`` column
 # Arrow's names of types whose ``datasets`` dtype is spelled otherwise
@@ -70,9 +69,9 @@ def hub_feature(t: pa.DataType) -> dict:
 
 
 def dataset_card(manifest: dict, schema: pa.Schema | None, num_bytes: int, splits: dict[str, int]) -> str:
-    """A corpus's ``README.md``: the Hub's front matter (its shards as the one split ``train`` of ``num_bytes``
-    bytes in Arrow, the columns of ``schema`` (the shards', None without rows) as features) and what refinery did,
-    from ``manifest``: the command and configuration (never storage options or credentials), the accounting, the
+    """A corpus's card (``.refinery/README.md``): the Hub's front matter (its shards as the one split ``train`` of
+    ``num_bytes`` bytes in Arrow, the columns of ``schema`` (the shards', None without rows) as features) and what
+    refinery did, from ``manifest``: the command and configuration (never storage options or credentials), the accounting, the
     label distribution, the counts of the ``split`` column (``splits``) and the columns."""
     rows, rejected = manifest["rows"], manifest["rejected"]
     front = {}
@@ -86,7 +85,8 @@ def dataset_card(manifest: dict, schema: pa.Schema | None, num_bytes: int, split
              "# A refinery corpus", "",
              f"Written by refinery {__version__} ({manifest['format']}): {rows:,} rows in "
              f"{len(manifest['files'])} Parquet shard(s), and "
-             + (f"{rejected:,} rejected, each with its reason, in `rejects-*.parquet` (not part of the dataset)"
+             + (f"{rejected:,} rejected, each with its reason, in `.refinery/rejects-*.parquet` (not part of the "
+                "dataset)"
                 if rejected else "no row rejected") + f": {rows + rejected:,} rows in = {rows:,} + {rejected:,}.", ""]
     if schema is not None:
         lines += ["```python", "from datasets import load_dataset", "",

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 
 import duckdb
 import pyarrow as pa
 
 from refinery.io import db
-from refinery.io.corpus import Corpus, EmptyInput, convert, is_corpus
+from refinery.io.corpus import AllRejected, Corpus, convert, is_corpus
 from refinery.io.db import load_sql, quote_literal
 from refinery.io.schema import REJECTS_SCHEMA, empty_table
 from refinery.io.splits import split_specs
@@ -117,16 +118,22 @@ def split_corpora(specs, mapping, opts, workdir: str) -> dict:
     corpora: dict[str, list] = {}
     for j, (split, paths) in enumerate(specs.items()):
         paths = [paths] if isinstance(paths, str) else list(paths)
+        named = [f"{split}={p}" if split else p for p in paths]
+        reasons = Counter()
         for i, path in enumerate(paths):
             if not is_corpus(path, opts.storage_options):
                 out = os.path.join(workdir, f"split{j}-{i}")  # never a user-given name in a path
-                convert([path], out, mapping, opts)
+                try:
+                    convert([path], out, mapping, opts)
+                except AllRejected as e:   # converted into a temporary folder: its rejects are named by reason
+                    raise AllRejected(named, e.reasons) from None
                 path = out
-            corpora.setdefault(split, []).append(Corpus.open(path, opts.storage_options))
+            corpus = Corpus.open(path, opts.storage_options)
+            corpora.setdefault(split, []).append(corpus)
+            reasons.update(corpus.manifest.get("reject_reasons") or {})
         if not sum(c.manifest["rows"] for c in corpora[split]):
-            rejected = sum(c.manifest.get("rejected", 0) for c in corpora[split])
-            what = f"split {split!r}" if split else "the input"
-            raise EmptyInput(f"{what} ({', '.join(paths)}) has no good rows ({rejected:,} rejected)")
+            raise AllRejected(named, reasons or Counter({"reason not recorded": sum(
+                c.manifest.get("rejected", 0) for c in corpora[split])}))   # the rejects are in those corpora
     return corpora
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
@@ -21,7 +22,16 @@ from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.features import FeatureConfig
 from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
-from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
+from refinery.io.corpus import (
+    AllRejected,
+    Corpus,
+    CorpusWriter,
+    EmptyInput,
+    is_corpus,
+    iter_input_batches,
+    load,
+    reject_reasons,
+)
 from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
@@ -147,8 +157,9 @@ def probe_counts(table: pa.Table, config: AuditConfig) -> ExactCounts:
 
 
 def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
-                only: pa.Array | None = None, probe: bool = True):
-    """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts."""
+                only: pa.Array | None = None, probe: bool = True, on_rejects=None):
+    """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts;
+    ``on_rejects``: called with each batch of the input's rejects."""
     counter = _counter(config, only)
     load_kernels_in_background()
     rejected = 0
@@ -157,6 +168,8 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
         for _, batch in iter_input_batches(inputs, mapping, opts):
             count_table(batch.rows, config, counter, only)
             rejected += batch.rejects.num_rows
+            if on_rejects is not None and batch.rejects.num_rows:
+                on_rejects(batch.rejects)
             if probe and "hypo-only" in config.features.families:
                 probe_tables.append(batch.rows.select(["id", "text_a", "text_b", "label"]))
             bar.update(batch.rows.num_rows)
@@ -181,23 +194,32 @@ def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, con
     from refinery.io.readers import read_file
 
     config = AuditConfig.from_dict(config_dict)
-    states, rejected, rows = [], [], []
+    states, rejected, rows, rejects = [], [], [], []
     for path in batch["path"].to_pylist():
         counter = _counter(config, only)
-        bad = 0
+        bad = []
         for b in read_file(path, mapping, opts):
             count_table(b.rows, config, counter, only)
-            bad += b.rejects.num_rows
+            bad.append(b.rejects)
         states.append(counter.to_bytes())
-        rejected.append(bad)
+        rejected.append(sum(t.num_rows for t in bad))
+        rejects.append(_ipc_bytes(pa.concat_tables(bad)) if rejected[-1] else b"")
         rows.append(counter.rows)
-    return pa.table({"state": states, "rejected": rejected, "rows": rows})
+    return pa.table({"state": states, "rejected": rejected, "rows": rows, "rejects": pa.array(rejects, pa.binary())})
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
-              only: pa.Array | None = None, probe: bool = True):
+              only: pa.Array | None = None, probe: bool = True, on_rejects=None):
     """The same pass as ``count_local`` on Ray workers: each batch (a corpus's shards) or raw file becomes a
-    partial state, merged here in whatever order they finish."""
+    partial state, merged here in whatever order they finish; a raw file's rejects come back with its state,
+    a corpus's are read here."""
     corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
     raw = [u for u in inputs if u not in corpora]
     if raw and mapping is None:
@@ -206,7 +228,12 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     cfg = config.to_dict()
     parts = []
     if corpora:
-        files = tuple(f for u in corpora for f in Corpus.open(u, opts.storage_options).files)
+        opened = [Corpus.open(u, opts.storage_options) for u in corpora]
+        files = tuple(f for corpus in opened for f in corpus.files)
+        for corpus in opened:
+            if on_rejects is not None and corpus.manifest.get("rejected"):
+                on_rejects(corpus.read_rejects())
+                rejected += corpus.manifest["rejected"]
         parts.append(stream_map(ParquetSource(files, opts.storage_options), _ray_partial, "ray",
                                 {"config_dict": cfg, "only": only}, max(opts.batch_rows, RAY_PARTIAL_ROWS),
                                 stage="audit"))
@@ -220,6 +247,9 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
                 counter.merge(counter_from_bytes(blob))
             if "rejected" in part.column_names:
                 rejected += sum(part["rejected"].to_pylist())
+                for blob in part["rejects"].to_pylist():
+                    if blob and on_rejects is not None:
+                        on_rejects(pa.ipc.open_stream(blob).read_all())
             bar.update(sum(part["rows"].to_pylist()))
     if probe and "hypo-only" in config.features.families:
         table, _ = load(inputs, mapping, opts)
@@ -228,9 +258,10 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-          config: AuditConfig = AuditConfig(), engine: str = "local") -> AuditResult:
+          config: AuditConfig = AuditConfig(), engine: str = "local", rejects_out: str | None = None) -> AuditResult:
     """Count features over ``inputs`` (added to the saved state of ``config.update`` if given) and compute
-    z-statistics.
+    z-statistics. ``rejects_out``: publish the input's rejects there, as a corpus of no rows (an
+    ``AllRejected`` error names it when no row was good).
 
     Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
     bound memory and name the candidate features, then a second pass counts just those exactly,
@@ -246,15 +277,33 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     count = count_ray if engine == "ray" else count_local
     opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
     recount = config.counting == "sketch" and config.sketch_recount and base is None
-    counter, rejected = count(inputs, mapping, opts, config, probe=not recount)
+    counter, reasons = _count_with_rejects(count, inputs, mapping, opts, config, recount, rejects_out)
+    rejected = sum(reasons.values())
     if base is not None:
         counter = base.merge(counter)
+    if not counter.rows:
+        raise AllRejected(inputs, reasons, rejects_out and f"{rejects_out} (refinery inspect {rejects_out})")
     present = [label for label, n in counter.label_totals.items() if n]
     if len(present) == 1:
         raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read ({rejected:,} rejected): "
                          "z-statistics compare labels; check --preset or --map, and the rejects' reasons")
     recounted = count(inputs, mapping, opts, config, only=counter.candidates())[0] if recount else None
     return finish(counter, config, rejected, recounted)
+
+
+def _count_with_rejects(count, inputs, mapping, opts, config, recount: bool, rejects_out: str | None):
+    """The first counting pass: (counter, the rejects per reason), the rejects published at ``rejects_out``."""
+    reasons = Counter()
+    if rejects_out is None:
+        counter, _ = count(inputs, mapping, opts, config, probe=not recount,
+                           on_rejects=lambda t: reasons.update(reject_reasons(t)))
+        return counter, reasons
+    with CorpusWriter(rejects_out, config={"audit": config.to_dict()}, storage_options=opts.storage_options,
+                      inputs=inputs) as writer:
+        counter, _ = count(inputs, mapping, opts, config, probe=not recount,
+                           on_rejects=lambda t: writer.write(rejects=t))
+        writer.commit()
+    return counter, writer.reasons
 
 
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
@@ -300,7 +349,8 @@ def load_state(path: str):
     return counter, AuditConfig.from_dict(meta["config"])
 
 
-def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "Audit: which features leak the label") -> dict:
+def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "Audit: which features leak the label",
+                  storage_options: dict | None = None) -> dict:
     """stats.parquet (features with n ≥ min_count), topk.json, summary.json, zplot.svg, report.html and the
     mergeable state (every feature's counts)."""
     st, cfg = result.stats, result.config
@@ -321,9 +371,9 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "Audit:
         "config": cfg.to_dict(),
         "inputs": list(inputs),
     }
-    with AtomicDir(out) as d, ThreadPoolExecutor(1) as background:
+    with AtomicDir(out, storage_options) as d, ThreadPoolExecutor(1) as background:
         state = background.submit(_write_state, d, result.counter)   # releases the GIL: overlaps the rest
-        corpus = corpus_name(inputs)
+        corpus = corpus_name(inputs, storage_options)
         svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
         sink = pa.BufferOutputStream()
         pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
@@ -370,8 +420,9 @@ def _write_state(d: AtomicDir, counter) -> None:
 class AuditStage(Stage):
     """z-statistics of surface features against the label (Gardner et al. 2021).
 
-    Writes ``report/`` (stats.parquet, topk.json, summary.json, report.html and the mergeable counts);
-    in a pipeline the rows pass on to the next stage unchanged.
+    Writes ``report/`` (stats.parquet, topk.json, summary.json, report.html and the mergeable counts) and
+    ``rejects/`` (the input's rejects, each with its reason); in a pipeline the rows pass on to the next stage
+    unchanged.
     """
 
     name, Config = "audit", AuditConfig
@@ -379,15 +430,17 @@ class AuditStage(Stage):
     output = Output.INPUT
     references = ("update",)
 
-    def measure(self, source: StageInput) -> AuditResult:
-        """The audit of ``source``, written nowhere: what a pipeline's report measures at each step."""
+    def measure(self, source: StageInput, rejects_out: str | None = None) -> AuditResult:
+        """The audit of ``source``; its input's rejects published at ``rejects_out`` (else written nowhere:
+        what a pipeline's report measures at each step)."""
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine)
+        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects_out=rejects_out)
 
     def run(self, source: StageInput, out: str) -> StageResult:
-        result = self.measure(source)
+        result = self.measure(source, join(out, "rejects"))
         try:
-            summary = write_outputs(result, join(out, "report"), source.paths)
+            summary = write_outputs(result, join(out, "report"), source.paths,
+                                    storage_options=source.opts.storage_options)
         finally:
             result.counter.close()
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)

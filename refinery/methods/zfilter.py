@@ -35,7 +35,6 @@ from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least
 from refinery.io.corpus import (
     Corpus,
     CorpusWriter,
-    EmptyInput,
     is_corpus,
     iter_input_batches,
     load,
@@ -320,8 +319,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         for rejects in input_rejects:
             kept_w.write(rejects=rejects)
         if not sum(kept_by.values()) + sum(rej_by.values()):
-            bad = sum(r.num_rows for r in input_rejects)
-            raise EmptyInput(f"no good input rows in {', '.join(inputs)} ({bad:,} rejected)")
+            kept_w.commit_all_rejected(inputs)   # the rejects stay in kept/, named by the error
         kept_m = kept_w.commit()
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,

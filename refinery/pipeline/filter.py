@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
-from refinery.io.corpus import CorpusWriter, EmptyInput
+from refinery.io.corpus import CorpusWriter
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
@@ -73,7 +73,7 @@ class FilterStage(Stage):
                 dropped_by.update(labels[~keep].tolist())
                 reasons.update(map(self.reason_kind, why))
             if not kept_by and not dropped_by:
-                raise EmptyInput(f"no good input rows in {', '.join(source.paths)} ({input_rejects:,} rejected)")
+                kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
             kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
         report = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
                   "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}

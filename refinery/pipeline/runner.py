@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from refinery.io.corpus import CorpusWriter, EmptyInput, OutputExists, input_fingerprints
+from refinery.io.corpus import CorpusWriter, OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
 from refinery import __version__
 from refinery.io.storage import (RUN_MARKER, RunOutput, check_out_apart, claim_folder, get_fs, is_local, join,
@@ -88,12 +88,14 @@ def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
     source = stage_input(spec, opts)
     with CorpusWriter(out, config={"input": to_dict(spec)}, storage_options=opts.storage_options,
                       inputs=source.paths) as writer:
+        rows = 0
         for batch in source.iter_batches():
             writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
+            rows += batch.rows.num_rows
+        if not rows:
+            writer.commit_all_rejected(source.paths)   # the rejects stay in the input's folder, named by the error
         manifest = writer.commit()
     rows, rejected = manifest["rows"], manifest["rejected"]
-    if not rows:
-        raise EmptyInput(f"no good input rows in {', '.join(source.paths)} ({rejected:,} rejected)")
     return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
                        f"{rows:,} rows" + (f" in splits {', '.join(source.splits)}" if source.named else ""))
 
