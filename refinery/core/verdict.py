@@ -1,0 +1,277 @@
+"""A refining stage's verdict: did its output lose the shortcuts its input had, and did it make none?
+
+A stage's input and output are audited with the same features, the same prior rule and the same
+``min_count`` (two ``ZStats``; weighted counts where rows carry weights), and compared feature by
+feature on the z-statistic of Gardner et al. 2021 (their §3; METHODS §1):
+
+    p̂(l|x) = count(x, l) / n(x),     z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n(x)),
+
+against the significance threshold t = Φ⁻¹(1 − α/m), the one-sided normal quantile Bonferroni-corrected
+for the m (feature, label) tests of the *input's* audit (the curve p0 + t·sqrt(p0(1 − p0)/n) Gardner et al.
+draw). One threshold is used for both sides, so "before → after" compares like with like; a feature is
+significant when z* > t. The ``null`` feature (in every row) is the label prior, never a bias, and is left
+out. Weighted rows: pass a ``ZStats`` whose counts are sums of weights (``count(x, l) = Σ w`` over the rows
+of x with label l, n(x) = Σ w), as ``stats.from_matrix`` builds from a float matrix; z* is then computed on
+the weighted n and counts.
+
+The verdict reports
+- each label's max z* before → after (and the feature that holds it), against t;
+- the features still over t after the stage (``remaining``);
+- every feature that *worsened*: crossed t (not significant before, significant after, including features
+  too rare to be tested before) or, already significant, rose by at least ``margin``;
+- how many significant features of the input are no longer significant (``fixed``).
+
+A stage states its promise: ``under_threshold=True`` (a filter: every label's max z* ends under t) or
+``False`` (it must only make nothing worse: no label's max z* above the input's while over t, no feature
+worsened). ``ok`` is True when the promise held. Its rendering: ``Verdict.line`` (one console line when
+ok), ``Verdict.lines`` (the console summary: the line, then the warning with the features and the remedy),
+``Verdict.to_dict`` (report.json), and ``refinery.report.verdict.section`` (the HTML section).
+
+Usage::
+
+    from refinery.core.verdict import judge
+    v = judge(input_stats, output_stats, stage="upsample", under_threshold=False,
+              remedy_remaining="…", remedy_worsened="lower --max-copies (now 5) …")
+    print(*v.lines(), sep="\\n"); report["verdict"] = v.to_dict()
+
+The cost follows the features over the threshold, not the vocabulary: both sides' z* are computed once
+(vectorised), and only the significant cells are matched by name.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.core.features import NULL_FEATURE
+from refinery.core.stats import ZStats
+
+MARGIN = 1.0        # a significant feature whose z* rose by at least this much has worsened
+LISTED = 10         # features listed per label (remaining) and in all (worsened, fixed); the totals are kept
+TOLERANCE = 0.005   # z* differences below half the printed precision are no change
+
+
+@dataclass(frozen=True)
+class FeatureChange:
+    """One (feature, label) cell before and after: z* (None: n < min_count on that side), n and p̂(l|x) after."""
+
+    feature: str
+    label: str
+    z_before: float | None
+    z_after: float | None
+    n_before: float
+    n_after: float
+    p_after: float | None = None
+
+    def text(self) -> str:
+        """``not@hypothesis`` (contradiction) z* 3.10 → 6.20, n 40 → 120."""
+        def z(v):
+            return "untested" if v is None else f"{v:.2f}"
+        return (f"{self.feature} ({self.label}) z* {z(self.z_before)} → {z(self.z_after)}, "
+                f"n {_count(self.n_before)} → {_count(self.n_after)}")
+
+
+@dataclass(frozen=True)
+class LabelMax:
+    """A label's largest z* before and after, and the features that hold them (None: no feature tested)."""
+
+    before: float | None
+    after: float | None
+    feature_before: str | None = None
+    feature_after: str | None = None
+
+
+@dataclass
+class Verdict:
+    """What a stage did to its corpus's shortcuts; see the module's docstring for each field."""
+
+    stage: str
+    threshold: float
+    margin: float
+    under_threshold: bool
+    max_z: dict[str, LabelMax]
+    remaining: dict[str, list[FeatureChange]]       # per label, by z* after, at most LISTED
+    remaining_total: dict[str, int]
+    worsened: list[FeatureChange]                   # by z* after, at most LISTED
+    worsened_total: int
+    fixed: list[FeatureChange]                      # by z* before, at most LISTED
+    fixed_total: int
+    significant_before: int
+    remedy_remaining: str = ""
+    remedy_worsened: str = ""
+    prior: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def risen(self) -> list[str]:
+        """Labels whose max z* is over the threshold and above the input's."""
+        return [l for l, m in self.max_z.items() if m.after is not None and m.after > self.threshold
+                and (m.before is None or m.after > m.before + TOLERANCE)]
+
+    @property
+    def over(self) -> list[str]:
+        """Labels whose max z* ends over the threshold."""
+        return [l for l, m in self.max_z.items() if m.after is not None and m.after > self.threshold]
+
+    @property
+    def ok(self) -> bool:
+        if self.worsened_total or self.risen:
+            return False
+        return not (self.under_threshold and self.over)
+
+    def _maxima(self) -> str:
+        return ", ".join(f"{l} {_z(m.before)} → {_z(m.after)}" for l, m in self.max_z.items())
+
+    def line(self) -> str:
+        """One line: the verdict and each label's max z* before → after against the threshold."""
+        head = f"verdict {'ok' if self.ok else 'WARNING'}: max z* {self._maxima()} (threshold {self.threshold:.2f})"
+        if self.ok:
+            done = ("every label under the threshold" if not self.over
+                    else "no label's max z* rose")
+            return f"{head}; {done}, no feature crossed it" + (
+                f", {self.fixed_total:,} of {self.significant_before:,} significant features no longer are"
+                if self.significant_before else "")
+        return head
+
+    def warnings(self) -> list[str]:
+        """What went wrong, one finding a line with the features named, then the remedy (empty when ok)."""
+        if self.ok:
+            return []
+        out = []
+        if self.worsened_total:
+            out.append(f"{self.worsened_total:,} feature(s) crossed the threshold or rose by ≥ {self.margin:g}: "
+                       + "; ".join(c.text() for c in self.worsened[:5])
+                       + (f"; +{self.worsened_total - 5:,} more" if self.worsened_total > 5 else ""))
+        for label in self.risen if not self.under_threshold else self.over:
+            feats = self.remaining.get(label, [])
+            total = self.remaining_total.get(label, 0)
+            out.append(f"{label}: max z* {_z(self.max_z[label].after)} over the threshold, "
+                       f"{total:,} feature(s) over it: " + ", ".join(f"{c.feature} {_z(c.z_after)}" for c in feats[:5])
+                       + (f", +{total - 5:,} more" if total > 5 else ""))
+        remedy = self.remedy_worsened if self.worsened_total or self.risen else ""
+        if self.under_threshold and self.over and self.remedy_remaining:
+            remedy = f"{remedy} {self.remedy_remaining}".strip()
+        if remedy:
+            out.append(f"remedy: {remedy}")
+        return out
+
+    def lines(self) -> list[str]:
+        """The console summary: ``line()``, then the warnings, indented."""
+        return [self.line(), *(f"  {w}" for w in self.warnings()), *(f"  note: {n}" for n in self.notes)]
+
+    def to_dict(self) -> dict:
+        """report.json's ``verdict``: exact values, the lists and their totals."""
+        return {"stage": self.stage, "ok": self.ok, "line": self.line(), "warnings": self.warnings(),
+                "threshold": round(self.threshold, 4), "margin": self.margin, "prior": self.prior,
+                "promise": "every label's max z* under the threshold" if self.under_threshold
+                else "no label's max z* above the input's, no feature crossing the threshold",
+                "max_z": {l: asdict(m) for l, m in self.max_z.items()},
+                "labels_over_threshold": self.over, "labels_risen": self.risen,
+                "remaining": {l: [asdict(c) for c in cs] for l, cs in self.remaining.items()},
+                "remaining_total": self.remaining_total,
+                "worsened": [asdict(c) for c in self.worsened], "worsened_total": self.worsened_total,
+                "fixed": [asdict(c) for c in self.fixed], "fixed_total": self.fixed_total,
+                "significant_before": self.significant_before,
+                "remedy": self.warnings()[-1][len("remedy: "):] if self.warnings()
+                and self.warnings()[-1].startswith("remedy: ") else None,
+                "notes": self.notes}
+
+
+def _z(v) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+
+
+class _Side:
+    """One audit's tested cells (n ≥ min_count, ``null`` left out): names, n, p̂, z*, and a name → row index."""
+
+    def __init__(self, stats: ZStats, labels: list):
+        rows, p, z = stats.eligible()
+        names = stats.features.take(pa.array(rows, pa.int64()))
+        ranked = pc.not_equal(names, NULL_FEATURE).to_numpy(zero_copy_only=False) if len(rows) else \
+            np.zeros(0, bool)
+        order = [stats.labels.index(l) for l in labels]
+        self.names = names.filter(pa.array(ranked))
+        self.n = stats.n[rows][ranked]
+        self.p = p[ranked][:, order]
+        self.z = z[ranked][:, order]
+
+    def lookup(self, names: pa.Array) -> np.ndarray:
+        """Row of each of ``names`` here, −1 where it is not tested."""
+        return pc.fill_null(pc.index_in(names, value_set=self.names), -1).to_numpy(zero_copy_only=False)
+
+
+def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = True,
+          threshold: float | None = None, margin: float = MARGIN, remedy_remaining: str = "",
+          remedy_worsened: str = "", prior: str = "", listed: int = LISTED) -> Verdict:
+    """The verdict on a stage whose input audits as ``before`` and whose output audits as ``after``.
+
+    Both must be audits of the same features with the same prior rule and ``min_count`` (z* of Gardner et
+    al. 2021 per (feature, label); ``after`` may carry weighted counts). ``threshold`` defaults to
+    ``before.threshold`` (Φ⁻¹(1 − α/m) for the input's m tests). ``under_threshold``: the stage promised that
+    every label's max z* ends under the threshold (a filter); else only that nothing got worse.
+    ``remedy_remaining`` / ``remedy_worsened``: what the user should do, naming the option that applies,
+    when features remain over the threshold / when something got worse.
+    """
+    labels = list(before.labels)
+    if sorted(labels) != sorted(after.labels):
+        raise ValueError(f"the audits' labels differ: {before.labels} before, {after.labels} after")
+    t = before.threshold if threshold is None else float(threshold)
+    b, a = _Side(before, labels), _Side(after, labels)
+
+    max_z = {label: _label_max(b, a, j) for j, label in enumerate(labels)}
+
+    # cells significant after: remaining; of those, the ones not significant before (or rose): worsened
+    ra, ja = np.nonzero(a.z > t)
+    rb_of = b.lookup(a.names.take(pa.array(ra, pa.int64()))) if len(ra) else np.empty(0, np.int64)
+    z_before = np.where(rb_of >= 0, b.z[np.maximum(rb_of, 0), ja] if len(ra) else 0.0, np.nan)
+    changes = [FeatureChange(a.names[int(r)].as_py(), labels[j], None if rb < 0 else round(float(zb), 4),
+                             round(float(a.z[r, j]), 4), float(b.n[rb]) if rb >= 0 else 0.0, float(a.n[r]),
+                             round(float(a.p[r, j]), 4))
+               for r, j, rb, zb in _by(-a.z[ra, ja], ra, ja, rb_of, z_before)]
+    remaining = {l: [] for l in labels}
+    remaining_total = {l: 0 for l in labels}
+    worsened: list[FeatureChange] = []
+    for c in changes:
+        remaining_total[c.label] += 1
+        if len(remaining[c.label]) < listed:
+            remaining[c.label].append(c)
+        if c.z_before is None or c.z_before <= t or c.z_after - c.z_before >= margin - TOLERANCE:
+            worsened.append(c)
+
+    # cells significant before and not after (untested after counts as not significant): fixed
+    rb, jb = np.nonzero(b.z > t)
+    ra_of = a.lookup(b.names.take(pa.array(rb, pa.int64()))) if len(rb) else np.empty(0, np.int64)
+    z_after = np.where(ra_of >= 0, a.z[np.maximum(ra_of, 0), jb] if len(rb) else 0.0, -np.inf)
+    gone = z_after <= t
+    fixed = [FeatureChange(b.names[int(r)].as_py(), labels[j], round(float(b.z[r, j]), 4),
+                           None if ro < 0 else round(float(za), 4), float(b.n[r]),
+                           float(a.n[ro]) if ro >= 0 else 0.0, None if ro < 0 else round(float(a.p[ro, j]), 4))
+             for r, j, ro, za in _by(-b.z[rb[gone], jb[gone]], rb[gone], jb[gone], ra_of[gone], z_after[gone])][:listed]
+    return Verdict(stage=stage, threshold=t, margin=margin, under_threshold=under_threshold, max_z=max_z,
+                   remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
+                   worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
+                   significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
+                   prior=prior)
+
+
+def _by(key: np.ndarray, *columns):
+    """Rows of ``columns`` in the order of ``key`` (ascending, stable)."""
+    order = np.argsort(key, kind="stable")
+    return zip(*(c[order] for c in columns))
+
+
+def _label_max(b: _Side, a: _Side, j: int) -> LabelMax:
+    def best(side: _Side):
+        if not len(side.z):
+            return None, None
+        r = int(np.argmax(side.z[:, j]))
+        return round(float(side.z[r, j]), 4), side.names[r].as_py()
+    zb, fb = best(b)
+    za, fa = best(a)
+    return LabelMax(zb, za, fb, fa)

@@ -1,0 +1,50 @@
+"""A stage's verdict (``refinery.core.verdict``) as a report section: the one line, each label's max z*
+before → after against the threshold, the warnings with the remedy, and the tables of the features still over
+the threshold, the features that worsened and those no longer significant.
+
+    Report(…).section(HEADING, section(verdict))…
+"""
+from __future__ import annotations
+
+import html
+
+from refinery.core.verdict import FeatureChange, Verdict
+from refinery.report import format as fmt
+from refinery.report.page import note, table
+
+HEADING = "Verdict: the shortcuts before and after"
+
+
+def section(v: Verdict) -> str:
+    """The verdict's HTML: a headline (red when the stage broke its promise) and its tables."""
+    css = "" if v.ok else ' class="bad"'
+    parts = [f"<p{css}>{html.escape(v.line())}</p>"]
+    parts += [f"<p{css}>{html.escape(w)}</p>" for w in v.warnings()]
+    parts += [note(n) for n in v.notes]
+    parts.append(table([{"label": l, "max z* before": m.before, "feature before": m.feature_before,
+                         "max z* after": m.after, "feature after": m.feature_after,
+                         "over the threshold": fmt.z(v.threshold) if m.after is None
+                         else ("yes" if m.after > v.threshold else "no")}
+                        for l, m in v.max_z.items()],
+                       ["label", "max z* before", "feature before", "max z* after", "feature after",
+                        "over the threshold"], {"max z* before": fmt.z, "max z* after": fmt.z}))
+    parts.append(note(f"z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n) (Gardner et al. 2021); a feature is "
+                      f"significant when z* > {fmt.z(v.threshold)}, the input's Bonferroni-corrected threshold"
+                      + (f"; prior {v.prior}" if v.prior else "") + "."))
+    remaining = [c for cs in v.remaining.values() for c in cs]
+    total = sum(v.remaining_total.values())
+    parts.append(f"<h3>Features still over the threshold ({total:,})</h3>"
+                 + _changes(remaining, total, "z* after"))
+    parts.append(f"<h3>Features that crossed the threshold or rose by ≥ {v.margin:g} ({v.worsened_total:,})</h3>"
+                 + _changes(v.worsened, v.worsened_total, "z* after"))
+    parts.append(f"<h3>Significant features of the input no longer significant ({v.fixed_total:,} of "
+                 f"{v.significant_before:,})</h3>" + _changes(v.fixed, v.fixed_total, "z* before"))
+    return "".join(parts)
+
+
+def _changes(changes: list[FeatureChange], total: int, by: str) -> str:
+    rows = [{"feature": c.feature, "label": c.label, "z* before": c.z_before, "z* after": c.z_after,
+             "n before": c.n_before, "n after": c.n_after} for c in changes]
+    more = note(f"the {len(changes):,} largest by {by} of {total:,}") if total > len(changes) else ""
+    return table(rows, ["feature", "label", "z* before", "z* after", "n before", "n after"],
+                 {"z* before": fmt.z, "z* after": fmt.z, "n before": fmt.number, "n after": fmt.number}) + more
