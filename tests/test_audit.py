@@ -265,7 +265,34 @@ def test_sketch_recount_on_ray_is_exact(planted, ray_local):
 
 
 @pytest.mark.ray
-def test_ray_reads_raw_files(ray_local):
-    local = audit([SNLI_DEV], PRESETS["snli"], engine="local")
-    on_ray = audit([SNLI_DEV], PRESETS["snli"], engine="ray")
+def test_ray_reads_raw_files(ray_local, tmp_path):
+    bad = tmp_path / "bad.jsonl"   # rows whose rejects the workers send back
+    bad.write_text("".join(json.dumps({"sentence1": "A b .", "sentence2": "C d .", "gold_label": "-"}) + "\n"
+                           for _ in range(20)) + "{not json\n")
+    inputs = [SNLI_DEV, str(bad)]
+    local = audit(inputs, PRESETS["snli"], engine="local", rejects_out=str(tmp_path / "local"))
+    on_ray = audit(inputs, PRESETS["snli"], engine="ray", rejects_out=str(tmp_path / "ray"))
     assert local.counter.counts().equals(on_ray.counter.counts())
+    local_rejects, ray_rejects = (Corpus.open(str(tmp_path / e)).read_rejects() for e in ("local", "ray"))
+    assert local.rejected == on_ray.rejected == local_rejects.num_rows == 21
+    assert local_rejects.equals(ray_rejects)
+
+
+def test_audit_writes_the_rows_it_rejects_with_their_reasons(tmp_path):
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    src = tmp_path / "numeric.csv"   # numeric labels, some hypotheses empty: their rows reached no file
+    lines = [f"A man {i} walks .,{'' if i % 10 == 0 else f'Someone {i % 9} moves .'},{i % 3}" for i in range(300)]
+    src.write_text("premise,hypothesis,label\n" + "\n".join(lines) + "\n")
+    out = tmp_path / "audit"
+    result = CliRunner().invoke(main, ["audit", str(src), "--map", "text_a=premise,text_b=hypothesis,label=label",
+                                       "--out", str(out), "--k", "3"])
+    assert result.exit_code == 0, result.output
+    assert "rows in 300 = 270 counted + 30 input rejects (ok)" in result.output
+    rejects = Corpus.open(str(out / "rejects")).read_rejects()
+    assert rejects["line"].to_pylist() == list(range(2, 302, 10))
+    assert set(rejects["reason"].to_pylist()) == {"empty text in column 'hypothesis'"}
+    assert json.loads((out / "report" / "summary.json").read_text())["rejected"] == 30
+    assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["rejects", "report"]

@@ -1,12 +1,25 @@
 """Corpus I/O: formats, presets, rejects with reasons, manifests, atomic idempotent publishing."""
 import json
+import posixpath
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli
 
-from refinery.io.corpus import Corpus, CorpusWriter, OutputExists, convert, load
+from refinery.io.corpus import (
+    MANIFEST,
+    META_DIR,
+    AllRejected,
+    Corpus,
+    CorpusWriter,
+    OutputExists,
+    convert,
+    is_corpus,
+    load,
+)
+from refinery.io.inputs import expand_paths
 from refinery.io.schema import PRESETS, parse_mapping
 
 
@@ -222,3 +235,136 @@ def test_qqp_preset_keeps_sentence_ids(tmp_path):
     assert table["label"].to_pylist() == ["duplicate", "not_duplicate"]
     assert table["node_a"].to_pylist() == ["1", "3"] and table["node_b"].to_pylist() == ["2", "4"]
     assert rejects["line"].to_pylist() == [4] and "expected 6 columns" in rejects["reason"][0].as_py()
+
+
+# ---------------------------------------------------------------- release folders, output folders, empty inputs
+
+def _nli_rows(n: int, labels=("entailment", "neutral", "contradiction")) -> list[dict]:
+    return [{"sentence1": f"A person number {i} walks .", "sentence2": f"Someone {i % 7} moves .",
+             "gold_label": labels[i % len(labels)]} for i in range(n)]
+
+
+def _write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_a_release_folder_reads_its_data_and_names_the_files_it_skips(tmp_path, caplog):
+    release = tmp_path / "SICK"   # as the release ships: readme.txt was read as data and refused
+    release.mkdir()
+    (release / "SICK.txt").write_text("pair_ID\tsentence_A\tsentence_B\tentailment_judgment\n" + "".join(
+        f"{i}\tA man {i} plays .\tSomeone {i} plays .\t{['ENTAILMENT', 'NEUTRAL'][i % 2]}\n" for i in range(1, 41)))
+    for name, text in {"readme.txt": "SICK: Sentences Involving Compositional Knowledge\n", "LICENSE": "CC BY\n",
+                       "SHA256SUMS": "0" * 64 + "  SICK.txt\n", "SICK.txt.md5": "0  SICK.txt\n", "README.md": "#\n",
+                       "paper.pdf": "%PDF", "index.html": "<html>", ".DS_Store": "\0"}.items():
+        (release / name).write_text(text)
+    (release / ".git").mkdir()
+    (release / ".git" / "notes.txt").write_text("a\tb\n")
+    with caplog.at_level("WARNING", logger="refinery.inputs"):
+        assert expand_paths([str(release)]) == [str(release / "SICK.txt")]
+        assert expand_paths([str(release / "*")]) == [str(release / "SICK.txt")]
+        table, rejects = load([str(release)], PRESETS["sick"])
+    assert table.num_rows == 40 and rejects.num_rows == 0
+    notices = [r.getMessage() for r in caplog.records]
+    assert len(notices) == 2   # once per input, however often it is listed
+    assert notices[0] == (f"notice: {release}: skipped 8 files that are not data: .DS_Store, LICENSE, README.md, "
+                          "SHA256SUMS, SICK.txt.md5, index.html, paper.pdf, readme.txt")
+    assert expand_paths([str(release / "readme.txt")]) == [str(release / "readme.txt")]   # named: read
+
+
+def test_a_corpus_folder_reads_as_its_rows_in_pandas_pyarrow_and_datasets(tmp_path):
+    import pandas as pd
+    import pyarrow.dataset as pads
+
+    datasets = pytest.importorskip("datasets")
+    src = _write_jsonl(tmp_path / "in.jsonl", _nli_rows(200) + [{"sentence1": "x", "gold_label": "neutral"}])
+    out = tmp_path / "c"
+    manifest = convert([src], str(out), PRESETS["snli"], shard_rows=80)
+    rows = Corpus.open(str(out)).read()
+    assert manifest["rows"] == 200 and manifest["rejected"] == 1   # the reject is not among the rows below
+    assert pd.read_parquet(out).equals(rows.to_pandas())
+    assert pads.dataset(out).to_table().equals(rows)
+    assert datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf")).num_rows == 200
+    assert sorted(p.name for p in out.iterdir()) == [".refinery", "_refinery.json", *manifest["files"]]
+
+
+@pytest.mark.xfail(strict=True, reason="the ownership marker _refinery.json (io/storage.py) is in every folder "
+                                       "refinery publishes, and datasets' parquet builder reads every file not "
+                                       "hidden: it needs a hidden name")
+def test_a_corpus_folder_is_a_data_dir_for_datasets_parquet(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "c"
+    convert([_write_jsonl(tmp_path / "in.jsonl", _nli_rows(60))], str(out), PRESETS["snli"])
+    loaded = datasets.load_dataset("parquet", data_dir=str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    assert loaded.num_rows == 60
+
+
+def test_a_corpus_written_with_manifest_json_beside_its_shards_still_opens(tmp_path):
+    out = tmp_path / "old"
+    src = _write_jsonl(tmp_path / "in.jsonl", _nli_rows(30) + [{"sentence1": "x", "gold_label": "neutral"}])
+    convert([src], str(out), PRESETS["snli"])
+    manifest = json.loads((out / MANIFEST).read_text())   # as refinery 0.x laid it out: all beside the shards
+    for name in manifest["rejects"]:
+        (out / name).rename(out / posixpath.basename(name))
+    manifest["rejects"] = [posixpath.basename(name) for name in manifest["rejects"]]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(out / META_DIR)
+    corpus = Corpus.open(str(out))
+    assert is_corpus(str(out)) and corpus.read().num_rows == 30 and corpus.read_rejects().num_rows == 1
+    assert load([str(out)])[0].num_rows == 30
+
+
+EMPTY_INPUTS = {"empty.jsonl": "", "blank.jsonl": "\n\n", "header.csv": "sentence1,sentence2,gold_label\n"}
+
+
+@pytest.mark.parametrize("verb", ["convert", "inspect", "audit", "zfilter"])
+def test_an_empty_input_is_refused_by_every_verb_naming_the_file(tmp_path, verb):
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    for name, text in EMPTY_INPUTS.items():
+        (tmp_path / name).write_text(text)
+        out = ["--out", str(tmp_path / "out")] if verb != "inspect" else []
+        result = CliRunner().invoke(main, [verb, str(tmp_path / name), "--preset", "snli", *out])
+        assert result.exit_code == 2, (name, result.output)
+        assert result.output == f"error: {tmp_path / name}: no rows (an empty input); give a file that holds rows\n"
+        assert not (tmp_path / "out").exists()
+
+
+def test_convert_of_an_input_whose_every_row_is_rejected_fails_naming_reasons_and_the_rejects(tmp_path):
+    src = _write_jsonl(tmp_path / "bad.jsonl", _nli_rows(30, ("yes", "no")) + [{"sentence1": "x", "gold_label": "no"}])
+    out = tmp_path / "c"
+    with pytest.raises(AllRejected) as refused:
+        convert([src], str(out), PRESETS["snli"])
+    assert str(refused.value) == (
+        f"no good rows in {src}: all 31 rejected: label not in the label set entailment|neutral|contradiction (30); "
+        f"missing or null value in column 'sentence2' (1); the rejects, each with its reason, are in "
+        f"{out}/.refinery/rejects-*.parquet; check --preset or --map and --labels")
+    corpus = Corpus.open(str(out))   # written, for the user to read
+    assert corpus.manifest["rows"] == 0 and corpus.read_rejects().num_rows == 31
+    assert corpus.manifest["reject_reasons"] == {
+        "label not in the label set entailment|neutral|contradiction": 30,
+        "missing or null value in column 'sentence2'": 1}
+
+
+ALL_REJECTED = {"convert": "c/.refinery/rejects-*.parquet", "audit": "c/rejects (refinery inspect {out}/rejects)",
+                "zfilter": "c/kept/.refinery/rejects-*.parquet"}
+
+
+@pytest.mark.parametrize("verb", sorted(ALL_REJECTED))
+def test_every_verb_fails_an_all_rejected_input_in_one_line_and_leaves_its_rejects(tmp_path, verb):
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    src = _write_jsonl(tmp_path / "bad.jsonl", _nli_rows(40, ("0", "1", "2")))   # numeric labels, a word label set
+    out = tmp_path / "c"
+    result = CliRunner().invoke(main, [verb, src, "--preset", "snli", "--out", str(out)])
+    where = str(tmp_path / ALL_REJECTED[verb].format(out=out))
+    assert result.exit_code == 2 and result.output == (
+        f"error: no good rows in {src}: all 40 rejected: label not in the label set entailment|neutral|contradiction "
+        f"(40); the rejects, each with its reason, are in {where}; check --preset or --map and --labels\n")
+    rejects = Corpus.open(str(out / {"convert": "", "audit": "rejects", "zfilter": "kept"}[verb])).read_rejects()
+    assert rejects.num_rows == 40 and rejects["line"].to_pylist() == list(range(1, 41))
+    assert not (out / "_SUCCESS").exists()   # not a finished run

@@ -45,3 +45,25 @@ def test_user_sql_file_and_quoting(tmp_path):
     assert json.loads(out.stdout) == [{"n": 1068}]
     assert queries.quote_ident('a"b') == '"a""b"'
     assert queries.quote_literal("it's") == "'it''s'"
+
+
+def test_csv_writes_list_columns_as_json_text(tmp_path):
+    import csv
+    import io
+
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    src = tmp_path / "dups.jsonl"   # failed with 'Unsupported Type:list<l: string>'
+    src.write_text("".join(json.dumps({"sentence1": f"A man {i % 5} .", "sentence2": "He is .", "pairID": str(i),
+                                       "gold_label": "neutral"}) + "\n" for i in range(20)))
+    convert([str(src)], str(tmp_path / "c"), PRESETS["snli"])
+    printed = CliRunner().invoke(main, ["sql", "duplicates_exact", str(tmp_path / "c"), "--format", "csv"])
+    assert printed.exit_code == 0, printed.output
+    rows = list(csv.DictReader(io.StringIO(printed.output.strip())))
+    assert len(rows) == 5 and all(json.loads(r["in_splits"]) == ["c"] for r in rows)
+    assert sorted(i for r in rows for i in json.loads(r["ids"])) == sorted(map(str, range(20)))
+    written = CliRunner().invoke(main, ["sql", "duplicates_exact", str(tmp_path / "c"), "--format", "csv",
+                                        "--output", str(tmp_path / "dups.csv")])
+    assert written.exit_code == 0 and (tmp_path / "dups.csv").read_text() == printed.output.strip() + "\n"

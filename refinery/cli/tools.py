@@ -34,8 +34,8 @@ def tools():
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--out", required=True, help="Output folder or URL.")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "hf"]), default="parquet", show_default=True,
-              help="parquet: a refinery corpus (Parquet shards, rejects, manifest.json, a dataset card); hf: a Hugging "
-                   "Face save_to_disk folder (a DatasetDict where the rows have splits), its rejects in "
+              help="parquet: a refinery corpus (Parquet shards; its rejects, manifest and card in .refinery/); hf: a "
+                   "Hugging Face save_to_disk folder (a DatasetDict where the rows have splits), its rejects in "
                    "OUT/rejects.parquet.")
 @click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True,
               help="Rows per Parquet shard (per Arrow file with --format hf).")
@@ -75,7 +75,8 @@ def inspect(paths, as_json, mapping, opts):
 @click.argument("query")
 @click.argument("corpora", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-              show_default=True, help="How the result is printed (parquet: written to --output or QUERY.parquet).")
+              show_default=True, help="How the result is printed (csv: list columns as JSON text; parquet: written to "
+                                      "--output or QUERY.parquet).")
 @click.option("--output", "output", help="Write the result to this file instead of the terminal.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Rows shown in table format.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind a $NAME query parameter.")
@@ -102,7 +103,7 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
         if fmt == "parquet":
             pq.write_table(result, target)
         elif fmt == "csv":
-            pcsv.write_csv(result, target)
+            pcsv.write_csv(queries.csv_ready(result), target)
         else:
             with open(target, "w") as fh:
                 json.dump(result.to_pylist(), fh, default=str, indent=1)
@@ -113,7 +114,7 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
         import pyarrow.csv as pcsv
 
         buf = __import__("io").BytesIO()
-        pcsv.write_csv(result, buf)
+        pcsv.write_csv(queries.csv_ready(result), buf)
         click.echo(buf.getvalue().decode())
     else:
         click.echo(result.slice(0, limit).to_pandas().to_string(max_colwidth=60))

@@ -66,7 +66,8 @@ def expand_paths(inputs, storage_options=None) -> list[str]:
             matches = []
             for m in sorted(found):
                 if found[m].get("type") == "directory":
-                    matches += _folder_files(fs, m, skipped)
+                    if not posixpath.basename(m).startswith((".", "_")):   # .git, _temporary: never data
+                        matches += _folder_files(fs, m, skipped)
                 elif is_data_name(posixpath.basename(m)):
                     matches.append(m)
                 else:

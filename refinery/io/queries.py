@@ -5,6 +5,7 @@ User-given names are bound as parameters or quoted as identifiers, never spliced
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -109,6 +110,17 @@ def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
     """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``."""
     sql = load_sql(name_or_file)
     return con.sql(sql, params=_bind(sql, name_or_file, params) or None).to_arrow_table()
+
+
+def csv_ready(table: pa.Table) -> pa.Table:
+    """``table`` with its nested columns (lists, structs, maps), which CSV cannot hold, as JSON text:
+    ``["dev", "test"]``."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_nested(field.type):
+            text = [None if v is None else json.dumps(v, ensure_ascii=False, default=str)
+                    for v in table.column(i).to_pylist()]
+            table = table.set_column(i, field.name, pa.array(text, pa.string()))
+    return table
 
 
 def split_corpora(specs, mapping, opts, workdir: str) -> dict:
