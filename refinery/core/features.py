@@ -24,9 +24,17 @@ NULL_FEATURE = "null"                     # the one feature of every row: its pÌ
 LENGTH_BUCKETS = (5, 10, 15, 20)          # hypo-len<5, hypo-len<10, ... , hypo-len>=20
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0)    # len-ratio<0.25, ... , len-ratio>=1
 OVERLAP_THRESHOLDS = (0.8, 0.9)
-# NLTK's English stopword list: function words only (negations such as "nobody", "never",
-# "nothing" stay, since they are exactly the shortcuts an audit must see).
-STOPWORD_LIST = tuple("""i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
+# Negations and quantifiers: never stopwords. An NLI label often turns on them, and they are among the
+# strongest shortcuts of NLI corpora (SICK's contradictions are mostly written with "no" or "not", SNLI's
+# with "nobody"): an audit or a correction that dropped them would never see those. The contracted
+# negations are listed in both forms, since removing punctuation turns "isn't" into "isn" and "t".
+NEGATIONS = tuple("""no not nor never none nobody nothing nowhere neither cannot ain aren aren't couldn couldn't
+didn didn't doesn doesn't don don't hadn hadn't hasn hasn't haven haven't isn isn't mightn mightn't mustn mustn't
+needn needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't wouldn wouldn't""".split())
+QUANTIFIERS = tuple("""all any both each every few more most some several many much only""".split())
+KEPT_WORDS = frozenset(NEGATIONS + QUANTIFIERS)
+# NLTK's English stopword list less the negations and quantifiers: function words only.
+STOPWORD_LIST = tuple(w for w in """i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself
 yourselves he him his himself she she's her hers herself it it's its itself they them their theirs themselves what
 which who whom this that that'll these those am is are was were be been being have has had having do does did doing
 a an the and but if or because as until while of at by for with about against between into through during before
@@ -34,7 +42,7 @@ after above below to from up down in out on off over under again further then on
 any both each few more most other some such no nor not only own same so than too very s t can will just don don't
 should should've now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn
 hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn
-wasn't weren weren't won won't wouldn wouldn't""".split())
+wasn't weren weren't won won't wouldn wouldn't""".split() if w not in KEPT_WORDS)
 
 
 @functools.cache
