@@ -128,6 +128,9 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
 @click.option("--planted", default=None, metavar="WORD:LABEL:RATE,...",
               help="Spurious tokens to plant (default: six NLI-like shortcuts; none: no planted tokens).")
 @click.option("--leak", type=float, default=0.1, show_default=True, help="Rate in other labels, relative.")
+@click.option("--label-shares", default=None, metavar="S1,S2,S3",
+              help="Each label's share of the rows, in the order entailment, neutral, contradiction (default: equal); "
+                   "e.g. 0.56,0.29,0.15 for an imbalanced corpus like SICK.")
 @click.option("--premise-pool", type=int, default=0, help="Draw premises from a pool with label-dependent degrees.")
 @click.option("--signal-words", type=int, default=0, show_default=True,
               help="Genuine cue words per label (one per hypothesis): the signal a debiased model keeps.")
@@ -138,7 +141,8 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
                    "and pooled premises of other labels), over the same words as --seed's train split.")
 @click.option("--shard-rows", type=int, default=1_000_000, show_default=True, help="Rows per Parquet shard.")
 @mode_option
-def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rate, split, shard_rows, mode):
+def synth(out, rows, seed, planted, leak, label_shares, premise_pool, signal_words, signal_rate, split, shard_rows,
+          mode):
     """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
     from refinery.io import synth as synth_mod
 
@@ -146,6 +150,8 @@ def synth(out, rows, seed, planted, leak, premise_pool, signal_words, signal_rat
               "signal_rate": signal_rate, "split": split}
     if planted:
         kwargs["planted"] = synth_mod.parse_planted(planted)
+    if label_shares:
+        kwargs["label_shares"] = synth_mod.parse_shares(label_shares)
     manifest = synth_mod.write(synth_mod.SynthSpec(**kwargs), out, shard_rows=shard_rows, mode=mode)
     click.echo(f"{out}: {manifest['rows']:,} rows in {len(manifest['files'])} shard(s)")
 

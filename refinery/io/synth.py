@@ -14,7 +14,11 @@ model should keep. ``split`` draws other rows over the same vocabulary and cue w
 from the same distribution, ``anti-shortcut`` with the shortcuts reversed (each hypothesis
 carries a planted word of another label and a cue word of its own; pooled premises are drawn
 with another label's popularity), so that a model's reliance on the shortcuts can be measured
-where the truth is known. Deterministic from the seed; generated in Arrow, batch by batch.
+where the truth is known. ``label_shares`` makes the labels imbalanced (each row's label drawn with
+these shares instead of uniformly): with negations planted in the smallest label
+(``planted={"no": ("contradiction", 0.5), "not": ("contradiction", 0.4)}``, a small ``leak``) it is a
+corpus like SICK, whose minority label is mostly written with a negation. Deterministic from the seed;
+generated in Arrow, batch by batch.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ DEFAULT_PLANTED = {
 class SynthSpec:
     rows: int = 100_000
     labels: tuple = ("entailment", "neutral", "contradiction")
+    label_shares: tuple | None = None   # each label's share of the rows, in the order of labels (None: equal)
     planted: dict = field(default_factory=lambda: dict(DEFAULT_PLANTED))
     leak: float = 0.1
     vocab_size: int = 20_000
@@ -56,6 +61,12 @@ class SynthSpec:
     seed: int = 0
 
     def __post_init__(self):
+        if self.label_shares is not None:
+            shares = tuple(float(x) for x in self.label_shares)
+            if len(shares) != len(self.labels) or min(shares) <= 0:
+                raise ValueError(f"label_shares must give a positive share to each of the {len(self.labels)} labels "
+                                 f"({', '.join(self.labels)}), got {', '.join(map(str, self.label_shares))}")
+            object.__setattr__(self, "label_shares", tuple(x / sum(shares) for x in shares))
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}")
         if self.split == "anti-shortcut" and not (self.planted or self.premise_pool):
@@ -115,7 +126,7 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         n = min(batch_rows, spec.rows - start)
         anti = spec.split == "anti-shortcut"
         rng = np.random.default_rng([spec.seed, start] + ([SPLITS.index(spec.split)] if spec.split != "train" else []))
-        label_idx = rng.integers(0, C, n)
+        label_idx = rng.integers(0, C, n) if spec.label_shares is None else rng.choice(C, n, p=spec.label_shares)
         other = (label_idx + rng.integers(1, C, n)) % C if anti else None  # another label, uniformly
         if pool_text is not None:
             pick = np.empty(n, dtype=np.int64)
@@ -169,6 +180,14 @@ def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "o
 
 def _spec_dict(spec: SynthSpec) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.__dict__.items()}
+
+
+def parse_shares(text: str) -> tuple:
+    """``0.56,0.29,0.15`` (or percentages ``56,29,15``) into label shares."""
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"label shares are numbers separated by commas (0.56,0.29,0.15), got {text!r}") from None
 
 
 def parse_planted(text: str) -> dict:
