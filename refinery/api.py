@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from refinery.io.corpus import Corpus, convert, is_corpus
+from refinery.io.corpus import MANIFEST, Corpus, convert, is_corpus
 from refinery.io.hf import as_dataset, datasets_package
 from refinery.io.schema import PRESETS, Mapping, parse_mapping
 from refinery.io.storage import get_fs, join
@@ -404,7 +404,7 @@ class Result:
 
     def stamp(self) -> bytes | None:
         """The run's mark in its folder (``_SUCCESS``; a corpus's manifest), to tell this run from a later one."""
-        for name in ("_SUCCESS", "manifest.json"):
+        for name in ("_SUCCESS", MANIFEST):
             if self._exists(name):
                 fs, path = get_fs(join(self.out, name), self._storage)
                 return fs.cat_file(path)
