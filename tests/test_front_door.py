@@ -182,7 +182,8 @@ def test_every_verb_option_is_a_config_field():
     from refinery.pipeline.config import InputSpec
     from refinery.pipeline.stage import REGISTRY, stage_class
 
-    common = {"--input", "--out", "--mode", "--engine", "--print-config", "--io-timeout", "--profile", "--help", "-h"}
+    common = {"--input", "--out", "--mode", "--in-place", "--engine", "--print-config", "--io-timeout", "--profile",
+              "--help", "-h"}
     for name in REGISTRY:
         cls = stage_class(name)
         if not cls.verb:
