@@ -7,7 +7,9 @@ that descend from the test's own children are ever touched.
 """
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -16,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
-from conftest import RAY_ENV, REFINERY, REPO, RayNode, descendants, free_port, run_cli
+from conftest import RAY_ENV, REFINERY, REPO, SNLI_DEV, RayNode, descendants, free_port, run_cli
 
 from refinery.io.corpus import Corpus, is_corpus
 from refinery.pipeline.engine import TASK_RETRIES, StageFailed, actor_map, stream_map
@@ -173,3 +175,31 @@ def test_a_task_or_actor_whose_worker_dies_is_retried_up_to_the_budget(ray_local
             with pytest.raises(StageFailed, match=failed):
                 run()
         assert len(list((tmp_path / path).iterdir())) == deaths, path
+
+
+def test_a_ray_address_that_does_not_answer_fails_in_one_line_before_any_work(tmp_path):
+    """RAY_ADDRESS at a closed port (Ray's own ray.init retried it for minutes): a verb, ``refinery run`` and
+    jobs/run.py each exit 2 at once with one line naming the address, and write nothing; at a port that accepts
+    connections but is no Ray head, within --ray-timeout seconds."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(open(SNLI_DEV).readlines()[:50]))
+    spec = tmp_path / "pipeline.yaml"
+    spec.write_text(yaml.safe_dump({"input": {"paths": [str(rows)], "preset": "snli"}, "stages": [{"zfilter": {}}]}))
+    closed = f"127.0.0.1:{free_port()}"
+    with socket.create_server(("127.0.0.1", 0)) as silent:   # accepts connections, never speaks gRPC
+        commands = {
+            "verb": ([REFINERY, "zfilter", rows, "--preset", "snli", "--engine", "ray", "--out", tmp_path / "z"],
+                     closed),
+            "run": ([REFINERY, "run", spec, "--engine", "ray", "--out", tmp_path / "r"], closed),
+            "job": ([sys.executable, "jobs/run.py", spec, "--out", tmp_path / "j"], closed),
+            "silent": ([REFINERY, "--ray-timeout", "2", "zfilter", rows, "--preset", "snli", "--engine", "ray",
+                        "--out", tmp_path / "s"], f"127.0.0.1:{silent.getsockname()[1]}")}
+        for name, (command, address) in commands.items():
+            started = time.monotonic()
+            proc = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=60, cwd=REPO,
+                                  env={**os.environ, **RAY_ENV, "RAY_ADDRESS": address})
+            assert proc.returncode == 2 and time.monotonic() - started < 30, (name, proc.stderr)
+            assert proc.stderr.count("\n") == 1 and f"RAY_ADDRESS={address}" in proc.stderr, (name, proc.stderr)
+            said = "error: RAY_ADDRESS=" if name == "silent" else "error: the Ray cluster at "
+            assert proc.stderr.startswith(said), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml", "rows.jsonl"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import re
 import sys
 
@@ -11,7 +12,9 @@ import click
 
 from refinery.io.corpus import EmptyInput
 from refinery.io.readers import BadRowError
-from refinery.io.storage import check_out_apart, claim_output, parse_storage_options, redact_text
+from refinery.io.storage import (check_out_apart, claim_output, parse_storage_options, published_folders,
+                                 redact_text)
+from refinery.pipeline.engine import check_ray_address
 
 # what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
 # that refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line
@@ -45,13 +48,16 @@ def input_paths(params: dict) -> list[str]:
 
 
 class RefineryCommand(click.Command):
-    """A verb: its ``--io-timeout`` holds for every store call, its ``--out`` is checked before any work
+    """A verb: its ``--io-timeout`` holds for every store call, ``--engine ray`` needs a cluster that answers
+    (``check_ray_address``), its ``--out`` is checked before any work
     (refinery writes only where it may: ``claim_output``, never into, onto or around an input:
     ``check_out_apart``), and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
 
     def invoke(self, ctx):
         if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
             os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])
+        if ctx.params.get("engine") == "ray":   # a cluster that does not answer fails before any work
+            check_ray_address()
         if ctx.params.get("out"):
             options = storage_options_of(ctx)
             check_out_apart(ctx.params["out"], input_paths(ctx.params), bool(ctx.params.get("in_place")), options)
@@ -78,17 +84,51 @@ class RefineryGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
-        except KeyboardInterrupt:
-            click.echo("interrupted: nothing was published; a finished output in --out is as it was", err=True)
-            raise click.exceptions.Exit(130) from None
-        except BrokenPipeError:
-            _quiet_stdout()
-            raise click.exceptions.Exit(0) from None
-        except Exception as e:  # noqa: BLE001 — the one place errors become messages
-            if ctx.params.get("debug"):
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 — the one place errors become messages
+            if ctx.params.get("debug") and not isinstance(e, (KeyboardInterrupt, BrokenPipeError)):
                 raise
-            click.echo(f"error: {_one_line(e)}", err=True)
-            sys.exit(2 if isinstance(e, USER_ERRORS) else 1)
+            raise click.exceptions.Exit(ended(e)) from None
+
+
+def ended(e: BaseException) -> int:
+    """Say on stderr, in one line, how the command that raised ``e`` ended, and give its exit code: 130 for
+    Ctrl-C (naming what the run had already published), 0 for a reader that closed the pipe (nothing said),
+    2 for what the user can fix (``USER_ERRORS``), 1 for refinery's own fault. ``jobs/run.py`` ends the same."""
+    if isinstance(e, KeyboardInterrupt):
+        click.echo(f"interrupted: {_published_before()}", err=True)
+        return 130
+    if isinstance(e, BrokenPipeError):
+        _quiet_stdout()
+        return 0
+    click.echo(f"error: {_one_line(e)}", err=True)
+    return 2 if isinstance(e, USER_ERRORS) else 1
+
+
+SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
+
+
+def _published_before() -> str:
+    """What an interrupted run had published and left, named under their common parent: each folder is
+    whole (``AtomicDir``); nothing else was published."""
+    folders = published_folders()
+    if not folders:
+        return "nothing was published; a finished output in --out is as it was"
+    parent = _common_parent(folders)
+    names = [f[len(parent):].lstrip("/") if parent else f for f in folders]
+    more = f" and {len(names) - SHOWN_PUBLISHED} more" if len(names) > SHOWN_PUBLISHED else ""
+    where = f" in {parent}" if parent else ""
+    return f"published before the interrupt{where}: {', '.join(names[:SHOWN_PUBLISHED])}{more}; nothing else was"
+
+
+def _common_parent(paths: list[str]) -> str:
+    """The longest folder (``/``-separated, URLs too) above every one of ``paths``."""
+    split = [p.split("/") for p in paths]
+    common = []
+    for parts in zip(*split):
+        if len(set(parts)) > 1:
+            break
+        common.append(parts[0])
+    return "/".join(common[:min(map(len, split)) - 1])
 
 
 def _quiet_stdout() -> None:

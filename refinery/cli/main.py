@@ -14,7 +14,7 @@ from refinery.cli.config_options import config_options, given
 from refinery.cli.stage_verbs import stage_command
 from refinery.cli.tools import tools
 from refinery.pipeline.config import ReportConfig
-from refinery.pipeline.engine import ENGINES
+from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
 from refinery.pipeline.stage import stage_class, stage_names
 from refinery.progress import QUIET_ENV, set_quiet
 
@@ -23,11 +23,15 @@ from refinery.progress import QUIET_ENV, set_quiet
 @click.option("--debug", is_flag=True, envvar="REFINERY_DEBUG", help="Show tracebacks instead of one-line errors.")
 @click.option("--quiet", "-q", is_flag=True, envvar=QUIET_ENV,
               help="No progress bars (they are drawn only on a terminal anyway).")
+@click.option("--ray-timeout", type=click.FloatRange(min=0, min_open=True), default=RAY_TIMEOUT, show_default=True,
+              envvar=RAY_TIMEOUT_ENV, metavar="SECONDS",
+              help="With --engine ray: seconds the cluster at RAY_ADDRESS may take to answer before the run fails.")
 @click.version_option(package_name="refinery")
-def main(debug, quiet):
+def main(debug, quiet, ray_timeout):
     """refinery: audit and debias labeled text corpora."""
     if quiet:
         set_quiet()
+    os.environ[RAY_TIMEOUT_ENV] = str(ray_timeout)   # read where Ray is joined (pipeline/engine.py)
     if not debug:  # fsspec's event loop logs a traceback for every request a dead endpoint cut short
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
@@ -58,6 +62,8 @@ def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
             spec.engine = engine
         click.echo(spec.to_yaml(), nl=False)
         return
+    if (engine or spec.engine) == "ray":   # a cluster that does not answer fails before any work
+        check_ray_address()
     result = run_pipeline(spec, out, engine, echo=click.echo)
     click.echo(f"report: {result.out}/pipeline/report.html")
     if not all(s.result.balanced for s in result.stages):

@@ -15,11 +15,17 @@ Faults: a task whose worker process or node dies is rerun, and a dead actor rest
 batch retried), at most ``TASK_RETRIES`` times; an exception raised by the stage's own code is
 never retried. When the retries are spent the stage fails with ``StageFailed``, one line that
 names the stage, and Ray's own traceback of the fault is kept off the console.
+
+A cluster named by ``RAY_ADDRESS`` must answer within ``ray_timeout()`` seconds (``--ray-timeout``,
+``REFINERY_RAY_TIMEOUT``): one that does not, or that refuses the driver, ends the run with one
+``RayUnreachable`` line naming the address, before any work.
 """
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import time
 import warnings
 from collections import deque
 from contextlib import contextmanager
@@ -37,17 +43,93 @@ LOCAL_OBJECT_STORE_BYTES = 512 << 20
 STREAM_STORE_BYTES = 256 << 20      # what a streamed dataset may buffer ahead of the driver
 RELAY_POLL_SECONDS = 0.5            # how often the driver reads the progress bars of a stage run as a task
 TASK_RETRIES = 3  # reruns of a task (restarts of an actor) whose worker or node died, then the stage fails
+RAY_TIMEOUT = 30.0  # seconds the cluster at RAY_ADDRESS may take to answer before the run fails
+RAY_TIMEOUT_ENV = "REFINERY_RAY_TIMEOUT"   # set by ``refinery --ray-timeout`` and ``jobs/run.py --ray-timeout``
 
 
 class StageFailed(RuntimeError):
     """A stage's work on Ray was lost more often than ``TASK_RETRIES`` allows."""
 
 
+class RayUnreachable(ConnectionError):
+    """The cluster at ``RAY_ADDRESS`` did not answer in time, or refused the driver: the user's setting
+    to fix (a ``ConnectionError``, so the command line exits 2)."""
+
+
+def ray_timeout() -> float:
+    """Seconds the cluster at ``RAY_ADDRESS`` may take to answer: ``REFINERY_RAY_TIMEOUT``, else ``RAY_TIMEOUT``."""
+    value = os.environ.get(RAY_TIMEOUT_ENV)
+    try:
+        timeout = float(value) if value else RAY_TIMEOUT
+    except ValueError:
+        timeout = 0.0
+    if not timeout > 0:
+        raise ValueError(f"{RAY_TIMEOUT_ENV}={value!r} is not a number of seconds above 0")
+    return timeout
+
+
+def check_ray_address() -> None:
+    """Fail in one line, within ``ray_timeout()`` seconds, unless the cluster at ``RAY_ADDRESS`` (when set)
+    answers: something must accept a connection there, and speak gRPC as a Ray head's GCS (or its Ray
+    Client server, ``ray://``) does. Ray's own ``ray.init`` retries a silent address for many minutes."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address in ("", "auto", "local"):
+        return
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if "://" in target or not host or not port.isdigit():
+        hint = " (that is the address `ray job submit` takes, the head's dashboard)" if "://" in target else ""
+        raise RayUnreachable(f"RAY_ADDRESS={address} is not a Ray cluster's address{hint}: give the head's "
+                             "HOST:PORT as `ray start --head` printed it (port 6379 by default), or unset "
+                             "RAY_ADDRESS for a local Ray")
+    timeout, started = ray_timeout(), time.monotonic()
+    fix = f"is the head running? (`ray status --address {target}`); --ray-timeout sets the deadline"
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        reason = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else \
+            (e.strerror or type(e).__name__).lower()
+        raise RayUnreachable(f"the Ray cluster at RAY_ADDRESS={address} does not answer ({reason}); {fix}") from None
+    if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true"):
+        return   # a TLS cluster's handshake needs its certificates: ray.init does it
+    import grpc
+
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=max(0.1, timeout - (time.monotonic() - started)))
+        if target == address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+            _check_no_token_needed(channel, address, max(0.1, timeout - (time.monotonic() - started)))
+    except grpc.FutureTimeoutError:
+        raise RayUnreachable(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there within "
+                             f"{timeout:g} s: give the head's GCS port (6379 by default), not the dashboard's "
+                             f"(8265); {fix}") from None
+    finally:
+        channel.close()
+
+
+def _check_no_token_needed(channel, address: str, timeout: float) -> None:
+    """A head started with ``RAY_AUTH_MODE=token`` refuses a driver without the token: say so at once (Ray
+    retries it for many seconds, warning on every try). Asks the GCS its cluster id, as ``ray.init``
+    does."""
+    import grpc
+
+    ask = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+    try:
+        ask(b"", timeout=timeout)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+            raise RayUnreachable(f"the Ray cluster at RAY_ADDRESS={address} asks for a token (its head runs with "
+                                 "token authentication); set RAY_AUTH_MODE to token here too, with the head's token "
+                                 "in RAY_AUTH_TOKEN or in ~/.ray/auth_token") from None
+
+
 def ray_init(num_cpus: int | None = None):
     """Connect to the cluster named by ``RAY_ADDRESS``, else start a quiet local Ray.
 
-    The local instance has no dashboard, a bounded object store and quiet logs. Actor pools
-    on it must ask for fractional CPUs (see ``actor_cpus``) or they starve the read tasks.
+    A cluster that does not answer, or refuses the driver (say, a head with token authentication and no
+    token here), ends it with one ``RayUnreachable`` line naming the address. The local instance has no
+    dashboard, a bounded object store and quiet logs. Actor pools on it must ask for fractional CPUs (see
+    ``actor_cpus``) or they starve the read tasks.
     """
     import ray
 
@@ -57,7 +139,12 @@ def ray_init(num_cpus: int | None = None):
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        check_ray_address()
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            detail = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise RayUnreachable(f"joining the Ray cluster at RAY_ADDRESS={address} failed: {detail}") from e
     else:
         # a private instance turns on Ray's token authentication and says so on every start: keep it, unsaid
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
