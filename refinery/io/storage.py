@@ -436,6 +436,15 @@ def _exchange(a: str, b: str) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
+_published: dict[str, tuple] = {}   # each folder this process published (``AtomicDir.commit``): (fs, path)
+
+
+def published_folders() -> list[str]:
+    """The folders this process published (``AtomicDir.commit``) that still hold refinery's marker (a failed
+    run removes the folders it made), in the order they were first published: what an interrupt leaves."""
+    return [out for out, (fs, path) in _published.items() if fs.exists(join(path, OWNER_MARKER))]
+
+
 class AtomicDir:
     """Publish a folder so that a reader finds either the previous finished version or the new one.
 
@@ -504,6 +513,7 @@ class AtomicDir:
         if self.local:
             self._put_marker(ours)
             self._publish_local()
+            _published.setdefault(self.out, (self.fs, self.path))
             return
         with on_store(self.out, "listing the previous version's files"):
             old = owned_files(self.fs, self.path)
@@ -512,6 +522,7 @@ class AtomicDir:
         stale |= {p for p in (posixpath.relpath(f, self.path) for f in listed)
                   if p not in ours and _RUN_ID.search(posixpath.basename(p))}
         self._put_marker(ours | stale)   # a cut clean-up leaves them listed for the next run to remove
+        _published.setdefault(self.out, (self.fs, self.path))
         if stale:
             with on_store(self.out, "removing the previous version's files (the new one is published; the "
                                     "next run removes them)"):
