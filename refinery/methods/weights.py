@@ -248,6 +248,7 @@ class WeightsStage(Stage):
     adds = ("weight",)
     output = Output.FOLDER
     one_task = True
+    version = 2   # 2: an input without named splits gets no split column (1 named it "all")
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.splits if source.named else {UNNAMED: source.paths}, out, source.mapping, source.opts,
