@@ -158,3 +158,83 @@ def test_confidence_filter_keeps_only_above_tau():
     col = test.append_column("p", pa.array(np.linspace(0, 1, test.num_rows)))
     kept2, _ = confidence_filter(col, 0.95, proba_column="p")
     assert kept2.num_rows == int((np.linspace(0, 1, test.num_rows) > 0.95).sum())
+
+
+# ---------------------------------------------------------------- the verdict (issue 45) and settling
+
+def _contains(table: pa.Table, word: str) -> np.ndarray:
+    tokens = pa.compute.utf8_lower(table["text_b"])
+    return pa.compute.match_substring_regex(tokens, rf"\b{word}\b").to_numpy(zero_copy_only=False)
+
+
+def test_verdict_catches_a_stage_that_worsens_a_feature_and_credits_one_that_fixes_it():
+    """Real audit counts of SNLI dev: a 'stage' that copies the contradiction rows holding `nobody` four
+    times is caught naming nobody@hypothesis; one that drops the contradiction rows holding `sleeping` is ok
+    and credited with sleeping@hypothesis no longer significant."""
+    from refinery.core.verdict import judge
+    from refinery.methods.audit import AuditConfig
+
+    table, _ = load([SNLI_DEV], PRESETS["snli"])
+    cfg = AuditConfig(prior="uniform")
+    before = audit_table(table, cfg).stats
+    contradiction = pa.compute.equal(table["label"], "contradiction").to_numpy(zero_copy_only=False)
+    copies = table.filter(pa.array(contradiction & _contains(table, "nobody")))
+    worse = judge(before, audit_table(pa.concat_tables([table] + [copies] * 4), cfg).stats, stage="copying",
+                  under_threshold=False, remedy_worsened="lower --max-copies")
+    assert not worse.ok
+    assert any(c.feature == "nobody@hypothesis" and c.label == "contradiction" and c.z_after > c.z_before + 1
+               for c in worse.worsened)
+    assert worse.max_z["contradiction"].after > worse.max_z["contradiction"].before
+    text = "\n".join(worse.lines())
+    assert "nobody@hypothesis" in text and "remedy: lower --max-copies" in text
+    assert worse.to_dict()["ok"] is False and worse.to_dict()["remedy"] == "lower --max-copies"
+
+    fixed = judge(before, audit_table(table.filter(pa.array(~(contradiction & _contains(table, "sleeping")))),
+                                      cfg).stats, stage="dropping", under_threshold=False)
+    assert fixed.ok and fixed.worsened_total == 0 and len(fixed.lines()) == 1
+    assert fixed.max_z["contradiction"].after < fixed.max_z["contradiction"].before
+    assert "sleeping@hypothesis" in {c.feature for c in fixed.fixed}
+    # promised to end under the threshold, it is not ok: other shortcuts remain, and they are named
+    strict = judge(before, audit_table(table, cfg).stats, stage="nothing", remedy_remaining="raise --k")
+    assert not strict.ok and strict.remaining_total["contradiction"] > 0
+    assert strict.warnings()[-1] == "remedy: raise --k"
+
+
+def _imbalanced_snli(path, rows_per_share: int = 40) -> dict:
+    """SNLI dev resampled to label shares 56/29/15 with contradiction the smallest, in file order."""
+    import random
+
+    lines = [json.loads(x) for x in open(SNLI_DEV)]
+    by = {l: [r for r in lines if r["gold_label"] == l] for l in ("entailment", "neutral", "contradiction")}
+    rng = random.Random(0)
+    sizes = {"entailment": 56 * rows_per_share, "neutral": 29 * rows_per_share, "contradiction": 15 * rows_per_share}
+    keep = {id(r) for l, n in sizes.items() for r in rng.sample(by[l], n)}
+    with open(path, "w") as out:
+        out.writelines(json.dumps(r) + "\n" for r in lines if id(r) in keep)
+    return sizes
+
+
+def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
+    """4,000 rows, 56/29/15: with defaults each label's max z* ends under the threshold (the rows admitted before
+    their shortcut could be ranked are taken back); with Algorithm 1's letter (settle off) the verdict names
+    the features left over it and the option that removes them."""
+    path = tmp_path / "imbalanced.jsonl"
+    sizes = _imbalanced_snli(path)
+    r = zfilter.run([str(path)], str(tmp_path / "z"), PRESETS["snli"])
+    assert r["kept"] + r["rejected"] == sum(sizes.values())
+    v = json.loads((tmp_path / "z" / "report" / "report.json").read_text())["verdict"]
+    assert v["ok"] and r["prior"].startswith("empirical")
+    assert all(m["after"] < v["threshold"] for m in v["max_z"].values())
+    assert r["settled_out"] > 0
+    rejected = Corpus.open(str(tmp_path / "z" / "rejected")).read().to_pylist()
+    assert sum(x["reason"].startswith("over the threshold") for x in rejected) == r["settled_out"]
+    html = (tmp_path / "z" / "report" / "report.html").read_text()
+    assert "Verdict: the shortcuts before and after" in html and "verdict ok" in html
+
+    letter = zfilter.run([str(path)], str(tmp_path / "letter"), PRESETS["snli"], config=zfilter.ZFilterConfig(
+        settle=False))
+    v = letter["verdict"]
+    assert not v["ok"] and v["labels_over_threshold"] and letter["settled_out"] == 0
+    named = {c["feature"] for cs in v["remaining"].values() for c in cs}
+    assert named and all(f in " ".join(v["warnings"]) for f in list(named)[:1])
+    assert "--no-settle" in v["remedy"] and "--k" in v["remedy"]

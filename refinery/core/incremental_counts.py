@@ -50,6 +50,14 @@ class IncrementalCounts:
         for l in row_labels if row_labels is not None else ():
             self.label_totals[l] += 1
 
+    def subtract(self, feature_ids, label_ids, row_labels) -> None:
+        """Take back rows counted by ``add`` (their pairs, and ``row_labels`` one per row)."""
+        C = len(self.labels)
+        cells, counts = np.unique(np.asarray(feature_ids) * C + label_ids, return_counts=True)
+        self.matrix.reshape(-1)[cells] -= counts.astype(self.matrix.dtype)
+        for l in row_labels:
+            self.label_totals[l] -= 1
+
     @property
     def rows(self) -> int:
         return sum(self.label_totals.values())

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
+import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator
@@ -26,11 +28,13 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import feather
 
 from refinery.core import stats as zstats
 from refinery.core.incremental_counts import IncrementalCounts
-from refinery.core.features import FeatureConfig, row_feature_lists
+from refinery.core.features import NULL_FEATURE, FeatureConfig, row_feature_lists
 from refinery.core.stats import rows_per_label
+from refinery.core.verdict import Verdict, judge
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
 from refinery.io.corpus import (
     Corpus,
@@ -48,6 +52,7 @@ from refinery.pipeline.stage import Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
 from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
 from refinery.report.page import Report, config_table, corpus_name, fields, figure, table, top_features
 
 
@@ -57,6 +62,9 @@ class ZFilterConfig:
     batch_size: int = setting(1000, at_least(1), "Rows per decision batch.")
     min_count: int = setting(10, at_least(1), "Rows a feature must be in (in Z) to be biased.")
     warmup: int = setting(0, at_least(0), "Rows Z must hold before any row is rejected.")
+    settle: bool = setting(True, help="After the stream, reject the fewest earliest-admitted kept rows that bring "
+                           "every feature of Z under the significance threshold (rows admitted before their shortcut "
+                           "could be ranked); off: Algorithm 1 as written.")
     prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " auto looks at the input's labels.")
     alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
     shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")
@@ -94,6 +102,48 @@ class ZFilterResult:
     rejections_by_feature: dict
     input_rejected: int = 0  # rows the readers rejected, kept in kept/'s rejects
     prior: zstats.Prior = zstats.Prior("uniform")
+    settled_out: int = 0   # of ``rejected``: rows taken back by ``ZFilter.settle`` after the stream
+
+
+STREAM_REASON = "hits B_Z(label): "
+
+
+class DecidedBatches:
+    """The stream's decided batches (rows, keep mask, hit features), spilled to a local temporary folder as
+    Arrow files of about 65,536 rows, and read back in order once ``ZFilter.settle`` has decided."""
+
+    def __init__(self, chunk_rows: int = 65_536):
+        self.dir = tempfile.TemporaryDirectory(prefix="refinery-zfilter-")
+        self.chunk_rows, self.files, self._held, self._rows = chunk_rows, [], [], 0
+
+    def add(self, plain: pa.Table, keep: np.ndarray, reasons: list) -> None:
+        self._held.append(plain.append_column("_keep", pa.array(keep)).append_column(
+            "_hits", pa.array([h for _, h in reasons], pa.list_(pa.string()))))
+        self._rows += plain.num_rows
+        if self._rows >= self.chunk_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._held:
+            path = os.path.join(self.dir.name, f"{len(self.files):06d}.arrow")
+            feather.write_feather(pa.concat_tables(self._held, promote_options="permissive"), path,
+                                  compression="lz4")
+            self.files.append(path)
+        self._held, self._rows = [], 0
+
+    def read(self) -> Iterator[tuple[int, pa.Table, np.ndarray, list]]:
+        """(stream position of the first row, rows, keep mask, [(reason, hit features)]) per spilled file."""
+        self._flush()
+        start = 0
+        try:
+            for path in self.files:
+                t = feather.read_table(path)
+                keep = t["_keep"].to_numpy(zero_copy_only=False).copy()
+                reasons = [(STREAM_REASON, h) for h in t["_hits"].to_pylist()]
+                yield start, t.drop_columns(["_keep", "_hits"]), keep, reasons
+                start += t.num_rows
+        finally:
+            self.dir.cleanup()
 
 
 class BiasedSet:
@@ -194,6 +244,8 @@ class ZFilter:
         self.seen = IncrementalCounts(labels, vocabulary=self.Z)  # every streamed row: the input's audit
         self.biased = BiasedSet(self.Z, config.k, config.min_count, self.prior.name)
         self._touched: list[np.ndarray] = []  # features whose Z counts changed since B_Z was updated
+        self.kept = KeptRows() if config.settle else None   # what ``settle`` may take back
+        self.streamed = 0                                     # rows filtered so far: the next row's position
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
         feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
@@ -239,10 +291,103 @@ class ZFilter:
         keep = ~hit_rows
         acc = keep[rows]
         self._add_to_z(fids[acc], lab[rows[acc]], [l for l, k in zip(table["label"].to_pylist(), keep) if k])
+        if self.kept is not None:
+            kept_rows = np.flatnonzero(keep)
+            self.kept.add(self.streamed + kept_rows, lab[kept_rows],
+                          np.bincount(rows[acc], minlength=table.num_rows)[kept_rows], fids[acc])
+        self.streamed += table.num_rows
         hits: list[list[str]] = [[] for _ in range(table.num_rows)]
         for r, name in zip(rows[pair_hit], self.Z.names(fids[pair_hit]).to_pylist()):
             hits[r].append(name)
         return keep, hits
+
+
+    def threshold(self) -> float:
+        """The significance threshold of the input's audit: Φ⁻¹(1 − α/m), m its tested (feature, label) cells."""
+        return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha).threshold
+
+    def settle(self, threshold: float, max_rounds: int = 100) -> dict[int, list[str]]:
+        """Bring every feature of Z under ``threshold`` by taking back the fewest of its earliest-admitted rows.
+
+        While some (x, l) has z*(x, l | Z) > threshold (n ≥ min_count; ``null``, the label prior, aside), the
+        r earliest kept stream rows of label l that carry x leave Z, r the least for which z*(x, l) falls to the
+        threshold or n(x) under min_count; cells are settled together and the round repeats on the new counts.
+        Seed rows stay. Returns {stream position: the features that took the row back}.
+        """
+        if self.kept is None:
+            return {}
+        fids, row_of_pair, labels, positions = self.kept.arrays()
+        C = len(self.Z.labels)
+        key = fids * C + labels[row_of_pair]
+        alive = np.ones(len(positions), dtype=bool)
+        taken: dict[int, list[str]] = {}
+        for _ in range(max_rounds):
+            cells, need = self._over(threshold)
+            if not len(cells):
+                break
+            m = np.flatnonzero(np.isin(key, cells) & alive[row_of_pair])
+            order = m[np.lexsort((row_of_pair[m], key[m]))]          # by cell, then by stream order
+            k, r = key[order], row_of_pair[order]
+            first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+            rank = np.arange(len(k)) - np.repeat(first, np.diff(np.r_[first, len(k)]))
+            chosen = rank < need[np.searchsorted(cells, k)]
+            if not chosen.any():   # what is over the threshold lies in the seed's rows
+                break
+            names = self.Z.names(k[chosen] // C).to_pylist()
+            for row, name in zip(r[chosen], names):
+                taken.setdefault(int(positions[row]), []).append(name)
+            out = np.unique(r[chosen])
+            alive[out] = False
+            gone = np.isin(row_of_pair, out)
+            self.Z.subtract(fids[gone], labels[row_of_pair[gone]], [self.Z.labels[j] for j in labels[out]])
+        self._touched.append(np.unique(fids))
+        return taken
+
+    def _over(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        """Cells ``feature · C + label`` of Z over ``threshold`` (sorted) and, for each, the rows of that label
+        to take back: the least r ≥ 1 with z*((c − r)/(n − r)) ≤ threshold or n − r < min_count."""
+        counts = self.Z.matrix[: self.Z.num_features]
+        n = zstats.row_totals(counts)
+        ids = np.flatnonzero(n >= self.config.min_count)
+        p0 = zstats.prior_vector(self.Z.labels, self.Z.label_totals, self.prior.name)
+        z = zstats.z_score(counts[ids] / n[ids, None], n[ids, None], p0[None, :])
+        f, j = np.nonzero(z > threshold)
+        keep = pc.not_equal(self.Z.names(ids[f]), NULL_FEATURE).to_numpy(zero_copy_only=False) if len(f) else \
+            np.zeros(0, dtype=bool)
+        f, j = ids[f[keep]], j[keep]
+        need = np.empty(len(f), dtype=np.int64)
+        for i, (x, l) in enumerate(zip(f, j)):
+            c, total = int(counts[x, l]), int(n[x])
+            r = np.arange(1, c + 1)
+            left = np.maximum(total - r, 1)
+            fine = (zstats.z_score((c - r) / left, left, p0[l]) <= threshold) \
+                | (total - r < self.config.min_count)
+            need[i] = r[np.argmax(fine)] if fine.any() else c
+        cells = f * len(self.Z.labels) + j
+        order = np.argsort(cells)
+        return cells[order], need[order]
+
+
+class KeptRows:
+    """The stream's kept rows as ``ZFilter.settle`` reads them: position, label id and feature ids (about
+    4 bytes a feature and 20 a row)."""
+
+    def __init__(self):
+        self._parts: list[tuple] = []
+
+    def add(self, positions: np.ndarray, label_ids: np.ndarray, sizes: np.ndarray, feature_ids: np.ndarray):
+        self._parts.append((positions.astype(np.int64), label_ids.astype(np.int32), sizes.astype(np.int32),
+                            feature_ids.astype(np.int32)))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(feature ids, each pair's row, each row's label id, each row's stream position)."""
+        if not self._parts:
+            e = np.empty(0, dtype=np.int64)
+            return e, e, e, e
+        positions, labels, sizes, fids = (np.concatenate(c) for c in zip(*self._parts))
+        self._parts = []
+        return (fids.astype(np.int64), np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
+                labels.astype(np.int64), positions)
 
 
 def _tag(table: pa.Table, stage: str) -> pa.Table:
@@ -297,25 +442,39 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
             seeded = seed_table.num_rows
             for l, c in rows_per_label(seed_table["label"]).items():
                 kept_by[l] += c
+        def decided(plain: pa.Table, keep: np.ndarray, reasons: list) -> None:
+            """Write a decided batch: kept rows to kept/, the others to rejected/ with their features and reason."""
+            kept_w.write(_tag(plain.filter(pa.array(keep)), "filtered"))
+            rej_idx = np.nonzero(~keep)[0]
+            hit_lists = [sorted(reasons[i][1]) for i in rej_idx]
+            rejected = plain.take(pa.array(rej_idx))
+            rejected = rejected.append_column("biased_features", pa.array(hit_lists, pa.list_(pa.string())))
+            rej_w.write(rejected.append_column("reason", pa.array(
+                [reasons[i][0] + ", ".join(h) for i, h in zip(rej_idx, hit_lists)], pa.string())))
+            for l, k in zip(plain["label"].to_pylist(), keep):
+                (kept_by if k else rej_by)[l] += 1
+            for h in hit_lists:
+                for f in h:
+                    by_feature[f] = by_feature.get(f, 0) + 1
+
+        spill = DecidedBatches() if config.settle else None   # held until settle has had its say
         with progress(desc="zfilter", unit=" rows") as bar:
             for batch in rebatch(with_features(source, config.features, engine, opts.batch_rows), config.batch_size):
                 keep, hits = zf.filter(batch)
-                plain = _strip(batch)
-                kept = plain.filter(pa.array(keep))
-                kept_w.write(_tag(kept, "filtered"))
-                rej_idx = np.nonzero(~keep)[0]
-                rejected = plain.take(pa.array(rej_idx))
-                hit_lists = [sorted(hits[i]) for i in rej_idx]
-                rejected = rejected.append_column("biased_features", pa.array(hit_lists, pa.list_(pa.string())))
-                rejected = rejected.append_column("reason", pa.array(
-                    ["hits B_Z(label): " + ", ".join(h) for h in hit_lists], pa.string()))
-                rej_w.write(rejected)
-                for l, k in zip(batch["label"].to_pylist(), keep):
-                    (kept_by if k else rej_by)[l] += 1
-                for h in hit_lists:
-                    for f in h:
-                        by_feature[f] = by_feature.get(f, 0) + 1
+                (spill.add if spill else decided)(_strip(batch), keep, [(STREAM_REASON, h) for h in hits])
                 bar.update(batch.num_rows)
+        if spill is not None:
+            threshold = zf.threshold()
+            taken = zf.settle(threshold)
+            reason = f"over the threshold z* > {threshold:.2f} in the kept rows after the stream: "
+            for start, plain, keep, reasons in spill.read():
+                for i in np.flatnonzero(keep):
+                    if start + i in taken:
+                        keep[i], reasons[i] = False, (reason, taken[start + i])
+                decided(plain, keep, reasons)
+            settled_out = len(taken)
+        else:
+            settled_out = 0
         for rejects in input_rejects:
             kept_w.write(rejects=rejects)
         if not sum(kept_by.values()) + sum(rej_by.values()):
@@ -323,7 +482,8 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         kept_m = kept_w.commit()
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
-                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"], zf.prior)
+                           dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"], zf.prior,
+                           settled_out)
     return write_report(result, out, config, [*inputs, *seed_inputs], opts.storage_options)
 
 
@@ -351,20 +511,36 @@ def _label_counts(mapping, inputs, opts, seed_table, read_raw: bool, whole: pa.T
     return dict(sorted(counts.items()))
 
 
-def _summary(counts: IncrementalCounts, config: ZFilterConfig, prior: str, title: str) -> tuple[dict, str]:
-    """Top-k and the z-plot of one count matrix (its full statistics are freed on return)."""
-    stats = counts.stats(prior, config.min_count, config.alpha)
+def _summary(stats: zstats.ZStats, config: ZFilterConfig, title: str) -> tuple[dict, str]:
+    """Top-k and the z-plot of one audit."""
     return stats.top_k(config.k), figures.zplot(stats, 6, title)
+
+
+def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept") -> str:
+    """What removes the features a z-filtering left over the threshold, with the option that applies."""
+    if not config.settle:
+        return ("drop --no-settle (settle: true): after the stream it takes back the fewest earliest-admitted rows "
+                f"that bring these under the threshold; or raise --k (now {config.k}).")
+    if seeded:
+        return ("the seed's rows are kept as they are, so its own shortcuts stay: filter the seed corpus first "
+                "(refinery compose --composition seqz).")
+    return f"raise --k (now {config.k}), or run refinery zfilter on {where} again."
 
 
 def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=(),
                  storage_options: dict | None = None) -> dict:
     corpus = corpus_name(inputs, storage_options)
-    top_before, plot_before = _summary(result.input_counts, config, result.prior.name, f"{corpus}: input")
-    top_after, plot_after = _summary(result.kept_counts, config, result.prior.name, f"{corpus}: kept rows")
+    before = result.input_counts.stats(result.prior.name, config.min_count, config.alpha)
+    after = result.kept_counts.stats(result.prior.name, config.min_count, config.alpha)
+    remedy = remedies(config, bool(result.seed), join(out, "kept"))
+    verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
+                    prior=str(result.prior))
+    top_before, plot_before = _summary(before, config, f"{corpus}: input")
+    top_after, plot_after = _summary(after, config, f"{corpus}: kept rows")
+    del before, after
     report = {
-        "prior": str(result.prior),
-        "kept": result.kept, "rejected": result.rejected, "seed": result.seed,
+        "prior": str(result.prior), "threshold": round(verdict.threshold, 4), "verdict": verdict.to_dict(),
+        "kept": result.kept, "rejected": result.rejected, "seed": result.seed, "settled_out": result.settled_out,
         "input": result.kept + result.rejected - result.seed, "input_rejected": result.input_rejected,
         "kept_by_label": result.kept_by_label, "rejected_by_label": result.rejected_by_label,
         "max_z_before": {l: (v[0]["z"] if v else None) for l, v in top_before.items()},
@@ -374,12 +550,12 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=
     }
     with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1))
-        d.write_text("report.html", _html(report, plot_before, plot_after, corpus, list(inputs)))
+        d.write_text("report.html", _html(report, verdict, plot_before, plot_after, corpus, list(inputs)))
         d.commit()
     return report
 
 
-def _html(report: dict, plot_before: str, plot_after: str, corpus: str, inputs: list) -> str:
+def _html(report: dict, verdict: Verdict, plot_before: str, plot_after: str, corpus: str, inputs: list) -> str:
     labels = list(report["kept_by_label"])
     by_label = [{"label": l, "kept": report["kept_by_label"][l], "filtered out": report["rejected_by_label"][l],
                  "share kept": report["kept_by_label"][l] / max(report["kept_by_label"][l]
@@ -389,9 +565,12 @@ def _html(report: dict, plot_before: str, plot_after: str, corpus: str, inputs: 
     rows = {"input rows": report["input"], "input rejects": report["input_rejected"]}
     if report["seed"]:
         rows["seed rows (kept as they are)"] = report["seed"]
-    rows |= {"kept": report["kept"], "filtered out": report["rejected"],
-             "prior p0": report["prior"]}
+    rows |= {"kept": report["kept"], "filtered out": report["rejected"]}
+    if report["settled_out"]:
+        rows["of them, taken back after the stream (settle)"] = report["settled_out"]
+    rows["prior p0"] = report["prior"]
     return (Report("z-filter: rows whose features leak the label, filtered out (Wu et al. 2022)", corpus, inputs)
+            .section(verdict_html.HEADING, verdict_html.section(verdict))
             .section("Rows", fields(rows))
             .section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
                                                             "max z* after": fmt.z}))
@@ -450,6 +629,7 @@ def compose(kind: str, original, generated, out: str, mapping: Mapping | None = 
     union = {"kind": kind, "kept": kept, "seed": 0, "input": a["input"] + b["input"],
              "rejected": a["rejected"] + b["rejected"], "input_rejected": a["input_rejected"] + b["input_rejected"],
              "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"],
+             "verdicts": {"D0 (original)": a["verdict"], "G (generated)": b["verdict"]},
              "prior": a["prior"] if a["prior"] == b["prior"] else f"D0: {a['prior']}; G: {b['prior']}"}
     with AtomicDir(join(out, "report") if kind == "parz" else join(stages, "report"), opts.storage_options) as d:
         d.write_text("report.json", json.dumps({**union, "stages": {"original": a, "generated": b}}, indent=1,
@@ -476,10 +656,11 @@ def accounting(r: dict) -> tuple[int, dict]:
 
 
 def _lines(r: dict) -> tuple:
-    """The terminal summary of a z-filter or composition report."""
-    return (f"kept {r['kept']:,}, rejected {r['rejected']:,}; prior {r['prior']}",
-            *(f"  max z* {label:<16} {r['max_z_before'][label]!s:>8} -> {r['max_z_after'][label]}"
-              for label in r["max_z_before"]))
+    """The terminal summary of a z-filter or composition report: the rows, then each filtering's verdict."""
+    settled = f" ({r['settled_out']:,} of them taken back after the stream)" if r.get("settled_out") else ""
+    verdicts = {"": r["verdict"]} if "verdict" in r else {f"{part}: ": v for part, v in r["verdicts"].items()}
+    return (f"kept {r['kept']:,}, rejected {r['rejected']:,}{settled}; prior {r['prior']}",
+            *(line for part, v in verdicts.items() for line in (part + v["line"], *(f"  {w}" for w in v["warnings"]))))
 
 
 class ZFilterStage(Stage):
