@@ -106,9 +106,9 @@ def test_compressed_files_and_shard_folders(tmp_path):
     (["convert", SNLI_DEV, "--out", "{tmp}/o"], "name its columns with --preset or --map"),
     (["convert", "{tmp}/data.xyz", "--preset", "snli", "--out", "{tmp}/o"], "data.xyz"),
     (["sql", "label_distribution", SNLI_DEV, "--preset", "snli", "--param", "x"], "--param 'x' is not NAME=VALUE"),
-    (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows"),
-    (["zfilter", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/z"], "no good input rows"),
-    (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "has no good rows"),
+    (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows in"),
+    (["zfilter", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/z"], "no good rows in"),
+    (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "no good rows in"),
 ])
 def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
     (tmp_path / "empty.jsonl").write_text('{"sentence1": "only a premise", "sentence2": " ", "gold_label": "neutral"}\n')
