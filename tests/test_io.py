@@ -303,7 +303,7 @@ def test_a_corpus_written_with_manifest_json_beside_its_shards_still_opens(tmp_p
     out = tmp_path / "old"
     src = _write_jsonl(tmp_path / "in.jsonl", _nli_rows(30) + [{"sentence1": "x", "gold_label": "neutral"}])
     convert([src], str(out), PRESETS["snli"])
-    manifest = json.loads((out / MANIFEST).read_text())   # as refinery 0.x laid it out: all beside the shards
+    manifest = json.loads((out / MANIFEST).read_text())   # as earlier versions laid it out: all beside the shards
     for name in manifest["rejects"]:
         (out / name).rename(out / posixpath.basename(name))
     manifest["rejects"] = [posixpath.basename(name) for name in manifest["rejects"]]

@@ -30,7 +30,7 @@ from refinery.io.storage import AtomicDir, get_fs, on_store, read_marker, redact
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"
-LEGACY_MANIFEST = "manifest.json"   # where corpora written by refinery 0.x keep it (still read)
+LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
 CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
 TOP_REASONS = 3                     # the reasons an all-rejected error names
@@ -73,7 +73,7 @@ def reject_reasons(rejects: pa.Table) -> Counter:
 
 def manifest_path(fs, path: str) -> str | None:
     """Where the corpus at ``path`` keeps its manifest (``.refinery/manifest.json``, or ``manifest.json`` in a
-    corpus written by refinery 0.x), or None where it has none: not a finished corpus."""
+    corpus written before ``.refinery/``), or None where it has none: not a finished corpus."""
     for name in (MANIFEST, LEGACY_MANIFEST):
         candidate = posixpath.join(path, name)
         if fs.isfile(candidate):
