@@ -33,18 +33,21 @@ def section(v: Verdict) -> str:
                       + (f"; prior {v.prior}" if v.prior else "") + "."))
     remaining = [c for cs in v.remaining.values() for c in cs]
     total = sum(v.remaining_total.values())
-    parts.append(f"<h3>Features still over the threshold ({total:,})</h3>"
-                 + _changes(remaining, total, "z* after"))
-    parts.append(f"<h3>Features that crossed the threshold or rose by ≥ {v.margin:g} ({v.worsened_total:,})</h3>"
-                 + _changes(v.worsened, v.worsened_total, "z* after"))
-    parts.append(f"<h3>Significant features of the input no longer significant ({v.fixed_total:,} of "
-                 f"{v.significant_before:,})</h3>" + _changes(v.fixed, v.fixed_total, "z* before"))
+    parts.append(_changes("Features still over the threshold", remaining, total, "z* after"))
+    parts.append(_changes(f"Features that crossed the threshold or rose by ≥ {v.margin:g}", v.worsened,
+                          v.worsened_total, "z* after"))
+    parts.append(_changes("Significant features of the input no longer significant", v.fixed, v.fixed_total,
+                          "z* before", f" of {v.significant_before:,}"))
     return "".join(parts)
 
 
-def _changes(changes: list[FeatureChange], total: int, by: str) -> str:
+def _changes(title: str, changes: list[FeatureChange], total: int, by: str, of: str = "") -> str:
+    """A titled table of feature changes ("none" on the title's line when there are none)."""
+    head = f"<p><b>{html.escape(title)}</b> ({total:,}{of})" + (": none</p>" if not total else "</p>")
+    if not total:
+        return head
     rows = [{"feature": c.feature, "label": c.label, "z* before": c.z_before, "z* after": c.z_after,
              "n before": c.n_before, "n after": c.n_after} for c in changes]
     more = note(f"the {len(changes):,} largest by {by} of {total:,}") if total > len(changes) else ""
-    return table(rows, ["feature", "label", "z* before", "z* after", "n before", "n after"],
+    return head + table(rows, ["feature", "label", "z* before", "z* after", "n before", "n after"],
                  {"z* before": fmt.z, "z* after": fmt.z, "n before": fmt.number, "n after": fmt.number}) + more
