@@ -1,5 +1,6 @@
--- One AUDAC draw for token $token: from each deficit label l, d_l = ceil(D_l[s] · $step) rows of B[s]
--- (rows containing s with label l), sampled with replacement by a seeded hash.
+-- One AUDAC turn for token $token: from each short label l, d_l = ceil(D_l[s] · $step) distinct rows of B[s]
+-- (rows containing s with label l), those with the fewest copies first (ties in a seeded hash order),
+-- never a row that already has $max_copies copies or that was refused (blocked).
 WITH counts AS (
     SELECT t.label, sum(1 + coalesce(e.extra, 0))::BIGINT AS c
     FROM selected_rows t
@@ -8,26 +9,22 @@ WITH counts AS (
     GROUP BY t.label
 ),
 grid AS (
-    SELECT ls.label, coalesce(c.c, 0) AS c FROM label_set ls LEFT JOIN counts c USING (label)
+    SELECT ls.label, ls.p0, coalesce(c.c, 0) AS c FROM label_set ls LEFT JOIN counts c USING (label)
 ),
 wanted AS (
-    SELECT label, ceil((max(c) OVER () - c) * $step)::BIGINT AS d FROM grid
+    SELECT label, ceil(greatest(0, ceil(p0 * max(c / p0) OVER () - c - 1e-6)) * $step)::BIGINT AS d FROM grid
 ),
 candidates AS (
-    SELECT label, row_id,
-           row_number() OVER (PARTITION BY label ORDER BY row_id) - 1 AS k,
-           count(*) OVER (PARTITION BY label)                          AS m
-    FROM selected_rows
-    WHERE token = $token
-),
-draws AS (
-    SELECT label, unnest(range(d)) AS i FROM wanted WHERE d > 0
-),
-picks AS (
-    SELECT d.label, d.i, hash($seed, $round, $token, d.label, d.i) % any_value(c.m) AS k
-    FROM draws d JOIN candidates c USING (label)
-    GROUP BY d.label, d.i
+    SELECT t.label, t.row_id,
+           row_number() OVER (PARTITION BY t.label
+                              ORDER BY coalesce(e.extra, 0), hash($seed, $round, $token, t.row_id), t.row_id) AS k
+    FROM selected_rows t
+    LEFT JOIN extra e USING (row_id)
+    WHERE t.token = $token
+      AND coalesce(e.extra, 0) < $max_copies
+      AND t.row_id NOT IN (SELECT row_id FROM blocked)
 )
-SELECT p.label, p.i AS draw, c.row_id
-FROM picks p JOIN candidates c ON c.label = p.label AND c.k = p.k
-ORDER BY p.label, p.i;
+SELECT c.label, c.row_id
+FROM candidates c JOIN wanted w USING (label)
+WHERE c.k <= w.d
+ORDER BY c.label, c.k;
