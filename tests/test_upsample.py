@@ -1,13 +1,19 @@
-"""AUDAC up-sampling on SNLI dev+test: corrected tokens near uniform, reproducible, every added row traced."""
+"""AUDAC up-sampling on SNLI dev+test: corrected tokens fall towards the prior, reproducible, every added row traced;
+on an imbalanced corpus whose smallest label is written with negations: nothing made worse, the copy cap held,
+negations reported with why they could not be corrected."""
+import collections
 import hashlib
 import json
 import re
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
 
-from refinery.core.features import STOPWORD_LIST
+from refinery.core import stats as zstats
+from refinery.core.features import KEPT_WORDS, NULL_FEATURE, STOPWORD_LIST, TokenizerOptions
 from refinery.io.corpus import MANIFEST, Corpus
 from refinery.report.format import number
 
@@ -21,19 +27,21 @@ def upsampled(tmp_path_factory):
     return out, out.parent / "b"
 
 
-def test_corrected_tokens_near_uniform(upsampled):
+def test_corrected_tokens_fall_towards_the_prior(upsampled):
     out, _ = upsampled
     report = json.loads((out / "report" / "report.json").read_text())
-    assert len(report["tokens"]) == 10
-    for tok in report["tokens"]:
-        assert max(report["p_hat_after"][tok].values()) <= 0.40, tok
-        assert max(report["p_hat_before"][tok].values()) > 0.5, tok
-    assert "sleeping" in report["tokens"]
+    assert report["prior"].startswith("uniform (auto")   # SNLI's labels are balanced: the paper's 1/3
+    assert len(report["tokens"]) == 10 and "sleeping" in report["tokens"]
+    for c in report["selected"]:
+        assert report["z_after"][c["token"]] < c["z"] - 2, c["token"]
+        assert report["p_hat_after"][c["token"]][c["label"]] < report["p_hat_before"][c["token"]][c["label"]] - 0.1
     assert "nobody" in [u["token"] for u in report["uncorrectable"]]  # every 'nobody' row contradicts
     assert 0 < report["growth"] < 0.15  # modest growth (paper: +7.5% on SNLI train)
-    page = (out / "report" / "report.html").read_text()   # z-plots before and after, p̂ before → after
+    assert report["verdict"]["ok"] and report["most_copies_of_a_row"] <= 3
+    page = (out / "report" / "report.html").read_text()   # z-plots before and after, p̂ before → after, verdict
     sleeping = [report[f"p_hat_{when}"]["sleeping"]["contradiction"] for when in ("before", "after")]
     assert page.count("<svg") == 2 and f"{number(sleeping[0])} → {number(sleeping[1])}" in page
+    assert "Verdict: the shortcuts before and after" in page
 
 
 def _tokens(text):
@@ -73,5 +81,123 @@ def test_trace_adds_up(upsampled):
     out, _ = upsampled
     trace = pq.read_table(out / "report" / "trace.parquet").to_pylist()
     report = json.loads((out / "report" / "report.json").read_text())
-    assert sum(t["drawn"] for t in trace) == report["rows_added"]
+    assert sum(t["drawn"] for t in trace if not t["undone"]) == report["rows_added"]
     assert all(t["drawn"] == sum(v for k, v in t.items() if k.startswith("drawn:")) for t in trace)
+
+
+# ---------------------------------------------------------------- an imbalanced corpus written with negations
+
+NEGATION_PLANTED = {"no": ("contradiction", 0.5), "not": ("contradiction", 0.4), "sleeping": ("contradiction", 0.1),
+                    "outdoors": ("entailment", 0.12), "tall": ("neutral", 0.1)}
+CAP = 3
+
+
+@pytest.fixture(scope="module")
+def negation_corpus(tmp_path_factory):
+    """4,000 rows, label shares 56/29/15, `no`/`not` in half the contradictions and few rows elsewhere (SICK-like)."""
+    from refinery.io import synth
+
+    out = tmp_path_factory.mktemp("neg") / "corpus"
+    synth.write(synth.SynthSpec(rows=4000, seed=1, label_shares=(0.56, 0.29, 0.15), planted=NEGATION_PLANTED,
+                                leak=0.03), str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def negation_defaults(negation_corpus):
+    """upsample with its defaults, as a user runs it: (output folder, console)."""
+    out = negation_corpus.parent / "up"
+    proc = run_cli("upsample", negation_corpus, "--out", out)
+    return out, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def negation_in_band(negation_corpus):
+    """upsample with a band wide enough to take in `no` and `not` (the old code copied one row 21 times)."""
+    from refinery.methods import upsample
+
+    out = negation_corpus.parent / "up-wide"
+    report = upsample.run([str(negation_corpus)], str(out), config=upsample.UpsampleConfig(band_max=0.2))
+    return out, report
+
+
+def _label_max(stats: zstats.ZStats, p0=None) -> dict:
+    """Each label's largest z* over the features in ≥ min_count rows (``null``, the label prior, left out)."""
+    rows, p, _ = stats.eligible()
+    z = zstats.z_score(p, stats.n[rows][:, None], (stats.p0 if p0 is None else p0)[None, :])
+    ranked = np.array(stats.features.take(rows).to_pylist()) != NULL_FEATURE
+    return {label: float(z[ranked, j].max()) for j, label in enumerate(stats.labels)}
+
+
+def _audits(out):
+    """The audits (refinery's defaults, prior auto) of an up-sampled folder's original rows and of all its rows."""
+    from refinery.methods.audit import audit_table
+
+    table = Corpus.open(str(out)).read()
+    columns = ["id", "text_a", "text_b", "label"]
+    original = table.filter(pc.equal(table["source"], "original")).select(columns)
+    return audit_table(original), audit_table(table.select(columns)), table
+
+
+@pytest.mark.parametrize("run", ["negation_defaults", "negation_in_band"])
+def test_no_label_max_z_rises_and_no_row_copied_past_the_cap(run, request):
+    """The output's audit, made apart from the stage (prior auto: the output's own label shares; and the input's
+    p0), shows no label's max z* above the input's, and no row is copied more than the cap."""
+    out, _ = request.getfixturevalue(run)
+    before, after, table = _audits(out)
+    assert before.prior.name == "empirical"
+    limit = _label_max(before.stats)
+    # under the input's p0 exactly; under the output's own shares within what z* prints (2 decimals): whole rows
+    # cannot restore label shares to the last digit
+    for p0, tolerance in ((before.stats.p0, 1e-9), (None, 0.005)):
+        for label, z in _label_max(after.stats, p0).items():
+            assert z <= limit[label] + tolerance, (label, z, limit[label])
+    copies = collections.Counter(pc.drop_null(table["origin_id"]).to_pylist())
+    assert max(copies.values()) <= CAP
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["verdict"]["ok"] and report["most_copies_of_a_row"] == max(copies.values())
+    shares = [report[f"labels_{w}"]["contradiction"] / report[f"rows_{w}"] for w in ("before", "after")]
+    assert abs(shares[0] - shares[1]) < 0.002    # copies of other rows keep the label shares
+
+
+def test_copies_spread_over_distinct_rows_and_correction_stops_when_rows_run_out(negation_in_band):
+    """`no` needs 57 copies of each of its entailment and neutral rows: it is corrected as far as 3 copies go,
+    each turn's copies are distinct rows, and the report says why it stopped."""
+    import pyarrow.parquet as pq
+
+    out, report = negation_in_band
+    assert {"no", "not"} <= set(report["tokens"])
+    table = Corpus.open(str(out)).read()
+    added = table.filter(pc.equal(table["source"], "upsampled")).to_pylist()
+    turns = collections.Counter((r["upsample_iteration"], r["upsample_token"], r["origin_id"]) for r in added)
+    assert max(turns.values()) == 1       # a turn never copies one row twice
+    trace = pq.read_table(out / "report" / "trace.parquet").to_pylist()
+    assert sum(t["drawn"] for t in trace if not t["undone"]) == report["rows_added"]
+    why = {e["token"]: e["reason"] for e in report["not_corrected"]}
+    assert re.search(r"\d+ entailment rows contain `no` and \d+ neutral rows contain `no`; correcting it would copy "
+                     r"each \d+ times \(--max-copies 3\); consider generation \(refinery ibadr\)", why["no"])
+    assert report["z_after"]["no"] < report["selected"][report["tokens"].index("no")]["z"]
+
+
+def test_negations_reported_with_why(negation_defaults):
+    """With the defaults `no` and `not` (in 9% and 7% of the rows) are outside the count band, and the report and the
+    console say so, with the copies their correction would need."""
+    out, console = negation_defaults
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["prior"].startswith("empirical (auto") and "prior p0: empirical (auto" in console
+    left = {e["token"]: e for e in report["left_out"]}
+    for word in ("no", "not"):
+        assert left[word]["label"] == "contradiction" and left[word]["copies_needed"] > CAP
+        assert f"rows contain `{word}`; correcting it would copy each" in left[word]["reason"]
+        assert f"    {word} " in console
+    assert "verdict ok" in console
+    page = (out / "report" / "report.html").read_text()
+    assert "rows contain `no`; correcting it would copy each" in page.replace("&#x27;", "'").replace("&#96;", "`")
+
+
+def test_negations_and_quantifiers_are_never_stopwords():
+    assert {"no", "not", "nobody", "never", "nothing", "none", "only", "all", "every", "isn", "don't"} <= KEPT_WORDS
+    assert not KEPT_WORDS & set(STOPWORD_LIST) and {"the", "a", "is"} <= set(STOPWORD_LIST)
+    tokens = TokenizerOptions(remove_punctuation=True, remove_stopwords=True).tokenize(
+        pa.array(["Nobody is not here, and all of them don't sing"]))
+    assert tokens.to_pylist() == [["nobody", "not", "all", "don", "sing"]]
