@@ -153,7 +153,7 @@ class Verdict:
                        f"{total:,} feature(s) over it: " + ", ".join(f"{c.feature} {_z(c.z_after)}" for c in feats[:5])
                        + (f", +{total - 5:,} more" if total > 5 else ""))
         remedy = self.remedy_worsened if self.worsened_total or self.risen else ""
-        if self.under_threshold and self.over and self.remedy_remaining:
+        if self.under_threshold and self.over and self.remedy_remaining and self.remedy_remaining != remedy:
             remedy = f"{remedy} {self.remedy_remaining}".strip()
         if remedy:
             out.append(f"remedy: {remedy}")

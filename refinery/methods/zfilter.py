@@ -318,16 +318,18 @@ class ZFilter:
             return {}
         fids, row_of_pair, labels, positions = self.kept.arrays()
         C = len(self.Z.labels)
-        key = fids * C + labels[row_of_pair]
         alive = np.ones(len(positions), dtype=bool)
         taken: dict[int, list[str]] = {}
         for _ in range(max_rounds):
             cells, need = self._over(threshold)
             if not len(cells):
                 break
-            m = np.flatnonzero(np.isin(key, cells) & alive[row_of_pair])
-            order = m[np.lexsort((row_of_pair[m], key[m]))]          # by cell, then by stream order
-            k, r = key[order], row_of_pair[order]
+            m = np.flatnonzero(np.isin(fids, np.unique(cells // C)))   # the pairs of the features over it
+            m = m[alive[row_of_pair[m]]]
+            key = fids[m].astype(np.int64) * C + labels[row_of_pair[m]]
+            m, key = m[np.isin(key, cells)], key[np.isin(key, cells)]
+            order = np.lexsort((row_of_pair[m], key))                  # by cell, then by stream order
+            k, r = key[order], row_of_pair[m][order]
             first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
             rank = np.arange(len(k)) - np.repeat(first, np.diff(np.r_[first, len(k)]))
             chosen = rank < need[np.searchsorted(cells, k)]
@@ -380,14 +382,13 @@ class KeptRows:
                             feature_ids.astype(np.int32)))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(feature ids, each pair's row, each row's label id, each row's stream position)."""
+        """(feature ids, each pair's row, each row's label id, each row's stream position); int32 but the last."""
         if not self._parts:
             e = np.empty(0, dtype=np.int64)
             return e, e, e, e
         positions, labels, sizes, fids = (np.concatenate(c) for c in zip(*self._parts))
         self._parts = []
-        return (fids.astype(np.int64), np.repeat(np.arange(len(sizes), dtype=np.int64), sizes),
-                labels.astype(np.int64), positions)
+        return fids, np.repeat(np.arange(len(sizes), dtype=np.int32), sizes), labels, positions
 
 
 def _tag(table: pa.Table, stage: str) -> pa.Table:
