@@ -201,3 +201,13 @@ def test_negations_and_quantifiers_are_never_stopwords():
     tokens = TokenizerOptions(remove_punctuation=True, remove_stopwords=True).tokenize(
         pa.array(["Nobody is not here, and all of them don't sing"]))
     assert tokens.to_pylist() == [["nobody", "not", "all", "don", "sing"]]
+
+
+def test_zplot_names_no_feature_below_the_prior_as_top():
+    """A label whose features all fall below p0 has no top features: the plot names none of them for it."""
+    from refinery.report import figures
+
+    stats = zstats.from_matrix(pa.array(["alpha", "bravo", "charlie"]), ["x", "y"],
+                               np.array([[30, 0], [25, 5], [20, 10]]), np.array([0.5, 0.5]), 10)
+    svg = figures.zplot(stats, 3)
+    assert all(svg.count(name) == 1 for name in ("alpha", "bravo", "charlie"))   # in x's list only

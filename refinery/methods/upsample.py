@@ -556,7 +556,8 @@ def _not_corrected(chosen: list, p_after: dict, supply: list, config: UpsampleCo
                            + " not copied: a copy would have strengthened a shortcut")
         if not reasons:
             reasons.append(f"stopped after {config.iterations} iterations (more with --iterations)")
-        out.append({"token": tok, "label": c["label"], "p_hat_after": max(p_after[tok].values()),
+        out.append({"token": tok, "label": c["label"], "p_hat_before": c["counts"][c["label"]] / c["n"],
+                    "p_hat_after": p_after[tok][c["label"]], "p0": p0[c["label"]],
                     "deficit_after": {l: d for l, d in left.items() if d}, "copies_needed": need,
                     "reason": "; ".join(reasons)})
     return out
@@ -641,8 +642,8 @@ def _html(report: dict, trace: list, config: UpsampleConfig, labels: list, befor
                **{l: (pb[t][l], pa_[t][l]) for l in labels},
                "largest p̂": (max(pb[t].values()), report["max_p_after"][t])} for t in report["tokens"]]
     p_rows.append({"token": "target p0", **{l: fmt.number(p0[l]) for l in labels}})
-    not_corrected = [{"token": e["token"], "label": e["label"], "largest p̂ after": e["p_hat_after"],
-                      "why": e["reason"]} for e in report["not_corrected"]]
+    not_corrected = [{"token": e["token"], "label": e["label"], "p̂(label)": (e["p_hat_before"], e["p_hat_after"]),
+                      "p0": e["p0"], "why": e["reason"]} for e in report["not_corrected"]]
     uncorrectable = [{"token": u["token"], "rows with it": u["n"], "z*": u["z"],
                       **{f"rows labelled {l}": u["counts"].get(l, 0) for l in labels}} for u in report["uncorrectable"]]
     left = [{"token": e["token"], "label": e["label"], "z*": e["z"], "rows with it": e["n"],
@@ -686,7 +687,7 @@ def _html(report: dict, trace: list, config: UpsampleConfig, labels: list, befor
                 note(f"The share of each label among the rows with the token, before up-sampling → after. Copies "
                      f"of those rows are drawn until every label's share nears its prior p0 ({report['prior']}), "
                      f"for {config.iterations:,} iterations at most."))
-            .section("Tokens not fully corrected", table(not_corrected, formats={"largest p̂ after": fmt.number}),
+            .section("Tokens not fully corrected", table(not_corrected, formats={"p̂(label)": change, "p0": fmt.number}),
                      note(f"A row is copied at most {config.max_copies:,} times (--max-copies): a token whose short "
                           "labels have too few rows is corrected as far as they go."))
             .section("Token z-statistics before", figure(plot(before, "before")))

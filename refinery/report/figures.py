@@ -391,6 +391,7 @@ def zplot(stats: ZStats, k: int = 8, title: str = "", max_points: int = 6000) ->
     hi = max(math.log10(max(float(n_all.max(initial=1.0)), 1.0)), lo + 1)
     lo, hi = lo - 0.03 * (hi - lo), hi + 0.04 * (hi - lo)
     top = stats.top_k(k) if len(rows) else {label: [] for label in stats.labels}
+    top = {label: [e for e in entries if e["z"] > 0] for label, entries in top.items()}  # below p0 is no bias
 
     pw = W / cols
     left, right = 50, 12
