@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 from contextlib import contextmanager
 
@@ -37,6 +38,27 @@ def set_quiet(value: bool = True) -> None:
         os.environ[QUIET_ENV] = "1"
     else:
         os.environ.pop(QUIET_ENV, None)
+
+
+# what other libraries' bars obey: transformers' ("Loading weights", "Writing model shards") and the Hugging Face
+# Hub's downloads follow the first, read when they are imported (here, in Ray workers and subprocesses alike)
+OTHER_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+
+
+def quiet_other_bars() -> None:
+    """Other libraries' progress bars are drawn only where refinery's are: on a terminal, not under ``--quiet``
+    (in a pipe, a log file or a Ray worker they would print a line per update). Call before they load a model."""
+    if not quiet() and sys.stderr.isatty():
+        return
+    os.environ.update(OTHER_BARS_OFF)
+    if "transformers" in sys.modules:        # imported already: its switch was read
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
 class Progress(tqdm):
@@ -92,6 +114,12 @@ class Progress(tqdm):
                 _recordings[-1].append({k: state[k] for k in ("what", "count", "unit", "seconds")})
             self._relay(closed=True)
         super().close()
+
+
+def announce(text: str) -> None:
+    """A line about the work as it starts (a resume from checkpoints) on stderr, above any bar: on a terminal,
+    in a pipe and under ``--quiet`` alike, for it is no bar."""
+    tqdm.write(text, file=sys.stderr)
 
 
 def progress(iterable=None, *, desc: str, unit: str = " it", total=None, **kwargs) -> Progress:

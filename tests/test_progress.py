@@ -4,6 +4,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import struct
 import subprocess
 import termios
@@ -12,6 +13,7 @@ import time
 import pytest
 
 from conftest import REFINERY, SNLI_DEV, run_cli
+from test_ibadr import tiny_generator  # noqa: F401 (the fixture)
 
 from refinery.io.corpus import Corpus
 
@@ -86,3 +88,54 @@ def test_a_stage_run_as_a_ray_task_relays_its_bars_and_raises_its_own_errors(ray
     with pytest.raises(ValueError) as refused:                # the stage's error itself, not Ray's wrapper
         run_as_task(_refuses, ("lable",), desc="refusing")
     assert str(refused.value) == "column 'lable' is not in the input"
+
+
+def interrupted_when(args, finished: str) -> tuple[int, str]:
+    """Run ``refinery ARGS`` in a pipe, press Ctrl-C (SIGINT) once a file matches the glob ``finished``:
+    its exit code and what it said on stderr."""
+    import glob
+    import signal
+
+    proc = subprocess.Popen([REFINERY, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not glob.glob(str(finished)):
+        assert proc.poll() is None, f"the run ended before {finished} appeared: {proc.communicate()}"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    return proc.wait(60), proc.stderr.read()
+
+
+@pytest.fixture(scope="module")
+def small_test_set(tmp_path_factory):
+    """The first 200 pairs of SNLI's test set."""
+    from conftest import SNLI_TEST
+
+    path = tmp_path_factory.mktemp("small") / "test.jsonl"
+    path.write_text("".join(open(SNLI_TEST).readlines()[:200]))
+    return path
+
+
+def test_an_interrupt_names_what_the_run_had_already_published(tiny_generator, small_test_set, tmp_path):
+    """RAZOR interrupted in its rewrite rounds, after scores/ was published: the message names it (it said
+    'nothing was published'), and scores/ reads whole."""
+    out = tmp_path / "rz"
+    code, said = interrupted_when(["razor", small_test_set, "--preset", "snli", "--model", tiny_generator,
+                                   "--top-k", 100, "--rounds", 3, "--max-new-tokens", 8, "--out", out],
+                                  out / "_checkpoints" / "razor" / "key.json")   # made once scores/ is published
+    assert code == 130 and said == f"interrupted: published before the interrupt in {out}: scores; nothing else was\n"
+    assert Corpus.open(str(out / "scores")).manifest["rows"] == 200
+
+
+def test_generation_counts_prompts_per_batch_and_announces_a_resume_as_it_starts(tiny_generator, small_test_set,
+                                                                                 tmp_path):
+    """In a pipe transformers' 'Loading weights' bar is not drawn; on a terminal one bar counts prompts batch by
+    batch across the checkpointed shards (it sat at shard 0/1), and a resume is said before the work, not at the end."""
+    out = tmp_path / "gen"
+    args = ["generate", small_test_set, "--preset", "snli", "--limit", 4, "--target-labels", "all", "--model",
+            tiny_generator, "--max-new-tokens", 4, "--batch-size", 3, "--shard-rows", 6, "--out", out]
+    code, said = interrupted_when(args, out / "_checkpoints" / "generate" / "shard-00000.parquet")
+    assert code == 130 and said == "interrupted: nothing was published; a finished output in --out is as it was\n"
+    shown = on_a_terminal(*args)
+    assert shown.startswith(f"generate: resuming after 1 finished shard(s) of an interrupted run (checkpoints in "
+                            f"{out}/_checkpoints)"), shown[:300]
+    assert re.search(r"generate: +\d+%\|[^|]*\| 9/12 ", shown), shown   # mid-shard: per batch
+    assert "resumed: 1 finished shard(s)" in shown

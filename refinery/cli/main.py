@@ -16,7 +16,7 @@ from refinery.cli.tools import tools
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
 from refinery.pipeline.stage import stage_class, stage_names
-from refinery.progress import QUIET_ENV, set_quiet
+from refinery.progress import QUIET_ENV, quiet_other_bars, set_quiet
 
 
 @click.group(cls=RefineryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -31,6 +31,7 @@ def main(debug, quiet, ray_timeout):
     """refinery: audit and debias labeled text corpora."""
     if quiet:
         set_quiet()
+    quiet_other_bars()
     os.environ[RAY_TIMEOUT_ENV] = str(ray_timeout)   # read where Ray is joined (pipeline/engine.py)
     if not debug:  # fsspec's event loop logs a traceback for every request a dead endpoint cut short
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)

@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, replace
 import pyarrow as pa
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
-from refinery.io.checkpoints import Checkpoints, table_digest
+from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
 from refinery.io.storage import AtomicDir, join, redact
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
-from refinery.progress import progress
+from refinery.progress import announce, progress
 
 LABEL_DESCRIPTIONS = {
     "entailment": "definitely true given the premise",
@@ -115,6 +115,9 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
     checkpoints = Checkpoints(out, "generate", {"config": redact(asdict(config)), "prompts": table_digest(requests)},
                               storage_options)
     resumed = len(checkpoints.done())
+    if resumed:
+        announce(f"generate: resuming after {resumed} finished shard(s) of an interrupted run "
+                 f"(checkpoints in {join(out, CHECKPOINTS)})")
     rows, failed = generated_rows(generate_in_shards(requests, config, engine, checkpoints))
     report = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
               "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
@@ -135,25 +138,28 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
 def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str, checkpoints: Checkpoints
                        ) -> pa.Table:
     """The generator's output for every prompt, shard by shard, each shard read from ``checkpoints`` if a
-    previous run finished it, else generated and checkpointed."""
+    previous run finished it, else generated and checkpointed. One bar counts the prompts done, batch by
+    batch, across the shards (a finished shard counts at once)."""
     resources = replace(GenerateStage.resources, gpus=config.gpus_per_actor)
     shard = max(1, config.shard_rows // config.batch_size) * config.batch_size
 
-    def generate(part: pa.Table) -> pa.Table:
+    def generate(part: pa.Table, bar=None) -> pa.Table:
         return generate_table(part, config.backend.name, config.backend.kwargs(), config.sampling, engine,
-                              config.batch_size, config.actors, resources)
+                              config.batch_size, config.actors, resources, bar=bar)
 
     if not requests.num_rows:
         return generate(requests)
     parts = []
-    for number, start in enumerate(progress(range(0, requests.num_rows, shard), desc="generate: shards",
-                                            unit=" shard")):
-        name = f"shard-{number:05d}"
-        part = checkpoints.get(name)
-        if part is None:
-            part = generate(requests.slice(start, shard))
-            checkpoints.put(name, part)
-        parts.append(part)
+    with progress(total=requests.num_rows, desc="generate", unit=" prompt") as bar:
+        for number, start in enumerate(range(0, requests.num_rows, shard)):
+            name = f"shard-{number:05d}"
+            part = checkpoints.get(name)
+            if part is None:
+                part = generate(requests.slice(start, shard), bar)
+                checkpoints.put(name, part)
+            else:
+                bar.update(part.num_rows)
+            parts.append(part)
     return pa.concat_tables(parts)
 
 

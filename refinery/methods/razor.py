@@ -29,11 +29,12 @@ from scipy import sparse
 from refinery.core.features import TokenizerOptions
 from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.io.schema import is_pair
-from refinery.io.checkpoints import Checkpoints, table_digest
+from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
 from refinery.io.storage import AtomicDir, join, redact
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
+from refinery.progress import announce
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, fields, note, table, top_features
 
@@ -401,6 +402,9 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
         checkpoints = Checkpoints(out, "razor", {"config": redact(config.to_dict()), "rows": table_digest(table)},
                                   storage_options)
         report["resumed_rounds"] = len(checkpoints.done())
+        if report["resumed_rounds"]:
+            announce(f"razor: resuming after {report['resumed_rounds']} finished round(s) of an interrupted run "
+                     f"(checkpoints in {join(out, CHECKPOINTS)})")
         refined, after, history = refine(table, config, backend, config.backend.kwargs(), engine, config.batch_size,
                                          verifier, before, checkpoints)
         write_table(refined, join(out, "corpus"), rejects=input_rejects, config={"razor": report},

@@ -21,6 +21,7 @@ from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_o
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import ModelRef, resolve
 from refinery.models.training import fit_loop
+from refinery.progress import quiet_other_bars
 
 DEFAULT_GENERATOR = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -99,6 +100,7 @@ def hf_folder(ref: ModelRef, cache_dir: str | None = None) -> str:
     target = cache / (Path(ref.gguf_file).stem + "-hf")
     if (target / "config.json").exists():
         return str(target)
+    quiet_other_bars()   # transformers' own bars: only where refinery's are drawn
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -135,6 +137,7 @@ class TransformersGenerator:
     def _load(self):
         if self.model is not None:
             return
+        quiet_other_bars()   # transformers' own bars: only where refinery's are drawn
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -75,12 +75,12 @@ class ClassifierActor:
 
 def generate_table(table: pa.Table, backend: str, backend_kwargs: dict | None = None, sampling: Sampling = Sampling(),
                    engine: str = "local", batch_size: int = 32, actors: int = 1, resources=None,
-                   prompt_column: str = "prompt") -> pa.Table:
+                   prompt_column: str = "prompt", bar=None) -> pa.Table:
     """``table``'s prompts through a generator: in-process, or an actor pool of ``actors`` with ``resources``
-    (a ``Resources``) each."""
+    (a ``Resources``) each; ``bar``: the caller's bar to advance per batch (``actor_map``)."""
     kwargs = {"backend": backend, "backend_kwargs": backend_kwargs or {}, "sampling": asdict(sampling),
               "prompt_column": prompt_column}
-    return actor_map(table, GeneratorActor, kwargs, engine, batch_size, actors, resources, desc="generate")
+    return actor_map(table, GeneratorActor, kwargs, engine, batch_size, actors, resources, desc="generate", bar=bar)
 
 
 def classify_table(table: pa.Table, model_path: str, engine: str = "local", batch_size: int = 256,

@@ -15,6 +15,7 @@ import pyarrow as pa
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import resolve
 from refinery.models.training import fit_loop
+from refinery.progress import quiet_other_bars
 
 
 class TransformerClassifier:
@@ -64,6 +65,7 @@ class TransformerClassifier:
 
         ``warm_start`` continues from the current weights (IBADR's USM) instead of the base model.
         """
+        quiet_other_bars()   # transformers' own bars: only where refinery's are drawn
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -121,6 +123,7 @@ class TransformerClassifier:
 
     @classmethod
     def load(cls, path: str, device: str | None = None) -> "TransformerClassifier":
+        quiet_other_bars()   # transformers' own bars: only where refinery's are drawn
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         with open(os.path.join(path, "classifier.json")) as fh:

@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from refinery.progress import Mirror, peak_rss, progress, relayed, reset_peak_rss
+from refinery.progress import Mirror, Progress, peak_rss, progress, relayed, reset_peak_rss
 
 ENGINES = ("local", "ray")
 # The driver maps every object-store page it has read from, so over a long stream its RSS grows by
@@ -301,24 +301,38 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
 
 
 def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,
-              actors: int = 1, resources=None, desc: str = "stage") -> pa.Table:
+              actors: int = 1, resources=None, desc: str = "stage", bar: Progress | None = None) -> pa.Table:
     """A stateful stage class (a model loaded once) over ``table``: in-process, or a Ray Data actor
-    pool of ``actors``, each asking for the stage's ``resources`` (cpus, gpus, memory); rows keep their order."""
-    if check_engine(engine) == "local":
-        stage = stage_cls(**stage_kwargs)
-        parts = [stage(table.slice(s, batch_size))
-                 for s in progress(range(0, table.num_rows, batch_size), desc=desc, unit=" batch")]
-        return pa.concat_tables(parts) if parts else stage(table)
-    ray = ray_init()
-    gpus, cpus = (resources.gpus, resources.cpus) if resources else (0, 1)
-    memory = int(resources.memory_gb * 2**30) if resources else None
-    with _faults_named(desc), _quiet_remote_args_deprecation():
-        ds = _ordered(ray.data.from_arrow(table)).map_batches(
-            stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus or None,
-            num_cpus=None if gpus else min(cpus, actor_cpus()), memory=memory,
-            max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES)
-        return pa.concat_tables([ray.get(ref) for ref in ds.to_arrow_refs()])
+    pool of ``actors``, each asking for the stage's ``resources`` (cpus, gpus, memory); rows keep their order.
+
+    Progress is shown per batch, as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that
+    spans several calls (generation's shards)."""
+    own = bar is None
+    bar = progress(total=table.num_rows, desc=desc, unit=" row") if own else bar
+    try:
+        if check_engine(engine) == "local":
+            stage, parts = stage_cls(**stage_kwargs), []
+            for start in range(0, table.num_rows, batch_size):
+                parts.append(stage(table.slice(start, batch_size)))
+                bar.update(parts[-1].num_rows)
+            return pa.concat_tables(parts) if parts else stage(table)
+        ray = ray_init()
+        gpus, cpus = (resources.gpus, resources.cpus) if resources else (0, 1)
+        memory = int(resources.memory_gb * 2**30) if resources else None
+        with _faults_named(desc), _quiet_remote_args_deprecation():
+            ds = _ordered(ray.data.from_arrow(table)).map_batches(
+                stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus or None,
+                num_cpus=None if gpus else min(cpus, actor_cpus()), memory=memory,
+                max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES)
+            parts = []
+            for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                parts.append(block)
+                bar.update(block.num_rows)
+            return pa.concat_tables(parts) if parts else table.slice(0, 0)
+    finally:
+        if own:
+            bar.close()
 
 
 def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engine: str = "local",
