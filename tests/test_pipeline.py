@@ -353,3 +353,12 @@ def test_compare_stage_scores_the_filtered_corpus_against_the_input(tmp_path):
     assert "heuristic × label" in report["accuracy"]["hans"]["01-zfilter"]["breakdown"]
     gain = report["accuracy"]["snli-hard"]["01-zfilter"]["gain"]
     assert gain["ci95"][0] <= gain["delta"] <= gain["ci95"][1]
+
+
+def test_the_examples_write_only_where_out_says():
+    """The shipped pipeline files name no out: (snli.yaml wrote ../snli-out, beside the checkout, when --out was
+    forgotten): without --out they refuse in one line, before any work."""
+    examples = sorted((REPO / "examples").glob("*.yaml"))
+    assert len(examples) == 4 and all("out" not in yaml.safe_load(p.read_text()) for p in examples)
+    proc = run_cli("run", REPO / "examples" / "snli.yaml", check=False)
+    assert proc.returncode == 2 and proc.stderr == "error: no output folder: give --out or out: in the pipeline file\n"
