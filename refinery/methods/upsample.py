@@ -761,7 +761,8 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
         lines.append(f"  {r['undone_turns']} turn(s) undone: the output's label shares moved its prior")
     if r["left_out"]:
         lo, hi = r["band"]
-        lines.append(f"  significant tokens left out (band: n from {lo:,} to {hi:,}; z* > {r['token_threshold']:.2f}):")
+        lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "
+                     f"{lo:,} to {hi:,}; significant: z* > {r['token_threshold']:.2f}):")
         lines += [f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}"
                   for e in r["left_out"]]
         if r["band_hint"]:
