@@ -9,7 +9,8 @@ is ~0 or after N iterations.
 What refinery adds, and why (docs/upsample.md):
 
 - p0 follows the audit's prior rule (``auto``: the label shares when the labels are imbalanced, else 1/C;
-  ``uniform`` is the paper's). A token's target is p(l|s) = p0_l: D_l[s] = p0_l · max_l′(c_l′(s)/p0_l′) − c_l(s),
+  ``uniform`` is the paper's). A token's target is p(l|s) = p0_l:
+  D_l[s] = p0_l · max_l′(c_l′(s)/p0_l′) − c_l(s),
   the paper's max_l′ c_l′(s) − c_l(s) under the uniform prior. Under 1/C an imbalanced corpus's common words
   rank as biases toward its majority label merely for being common, and "correcting" them copies the
   minority labels wholesale.
@@ -21,9 +22,11 @@ What refinery adds, and why (docs/upsample.md):
 - Every copy is checked against the audit of the output (the audit's features, unigrams and bigrams per
   field, under the input's p0), a ``ShortcutGuard``: a copy that would take a feature over the significance
   threshold, raise a significant one by more than ``RISE``, or raise a label's max z* is refused, and its row
-  is not drawn again. After the last turn the output's audit is judged against the input's
-  (``refinery.core.verdict``, both under the output's own prior rule and under the input's p0); turns are
-  undone, last first, until nothing is worse.
+  is not drawn again.
+- Under the empirical prior, copies of rows without a selected token (checked the same way) bring the label
+  shares back to the input's, so that the output's p0 is the input's.
+- After the last turn the output's audit is judged against the input's (``refinery.core.verdict``, under the
+  output's own prior rule and under the input's p0); turns are undone, last first, until both verdicts hold.
 """
 from __future__ import annotations
 
@@ -687,7 +690,8 @@ def _html(report: dict, trace: list, config: UpsampleConfig, labels: list, befor
                 note(f"The share of each label among the rows with the token, before up-sampling → after. Copies "
                      f"of those rows are drawn until every label's share nears its prior p0 ({report['prior']}), "
                      f"for {config.iterations:,} iterations at most."))
-            .section("Tokens not fully corrected", table(not_corrected, formats={"p̂(label)": change, "p0": fmt.number}),
+            .section("Tokens not fully corrected",
+                     table(not_corrected, formats={"p̂(label)": change, "p0": fmt.number}),
                      note(f"A row is copied at most {config.max_copies:,} times (--max-copies): a token whose short "
                           "labels have too few rows is corrected as far as they go."))
             .section("Token z-statistics before", figure(plot(before, "before")))
@@ -749,7 +753,8 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
     for c in r["selected"]:
         tok, label = c["token"], c["label"]
         lines.append(f"  {tok:<16} z* {c['z']:5.1f} -> {r['z_after'][tok]:5.1f}   p̂({label}) "
-                     f"{r['p_hat_before'][tok][label]:.3f} -> {r['p_hat_after'][tok][label]:.3f} (p0 {r['p0'][label]:.3f})")
+                     f"{r['p_hat_before'][tok][label]:.3f} -> {r['p_hat_after'][tok][label]:.3f} "
+                     f"(p0 {r['p0'][label]:.3f})")
     for e in r["not_corrected"]:
         lines.append(f"  not fully corrected: {e['token']}: {e['reason']}")
     for u in r["uncorrectable"]:
