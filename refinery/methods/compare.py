@@ -17,6 +17,7 @@ baseline's), with a paired bootstrap 95% interval over the evaluation rows.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 from dataclasses import dataclass, field
@@ -25,10 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.features import FeatureConfig
 from refinery.core.validation import NOT_EMPTY, at_least, number_in, one_of, setting, validate
 from refinery.io.corpus import input_fingerprints, load
 from refinery.io.readers import ReadOptions
-from refinery.io.schema import PRESETS, Mapping
+from refinery.io.schema import PRESETS, Mapping, is_pair
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.models.base import make_classifier
 from refinery.models.precision import PRECISIONS
@@ -83,6 +85,8 @@ class CompareConfig:
                                          "initialisations).")
     bootstrap: int = setting(1000, at_least(100), "Draws of the paired bootstrap.")
     by: tuple = setting((), help="Also break accuracy down by this column (repeat for more).", multiple=True)
+    slices: int = setting(10, at_least(0), "Top biased features of the baseline corpus whose slices (rows of the "
+                                           "feature's label and the others) are scored (0: none).")
     allow_overlap: bool = setting(False, help="Score evaluation rows also found in a training corpus (marked in the "
                                               "report) instead of failing.")
 
@@ -189,13 +193,65 @@ def project(proba: np.ndarray, classes: list, label_map: dict, eval_labels: list
     return out
 
 
-def text_keys(table: pa.Table) -> pa.Array:
-    """Normalized ``text_a \\t text_b``, the leak check's identity: case-folded, with only letters and digits
-    kept, so that a tokenized release (``dog 's .``) and its raw text (``dog's.``) are the same row."""
+# What the models read: both texts, the hypothesis (text_b) alone, or the one text of single-text corpora
+READS = {"pair": "the pair (text_a and text_b)", "text_b": "the hypothesis (text_b) alone",
+         "text_a": "one text (text_a) alone"}
+
+
+def model_reads(tables: dict, inputs: str) -> str:
+    """What every model reads (a ``READS`` key): the training corpora must agree, being all pairs or all single
+    texts; ``inputs`` hypothesis reads text_b of pairs (the n-gram and transformer models read a single text's
+    text_a either way)."""
+    pairs = {n: is_pair(t) for n, t in tables.items()}
+    if len(set(pairs.values())) > 1:
+        one = [n for n, p in pairs.items() if not p]
+        two = [n for n, p in pairs.items() if p]
+        raise ValueError(f"training corpora {', '.join(two)} hold pairs and {', '.join(one)} single texts: their "
+                         "models would read different things; compare corpora of one kind")
+    if not any(pairs.values()):
+        return "text_a"
+    return "text_b" if inputs == "hypothesis" else "pair"
+
+
+def model_view(table: pa.Table, reads: str, where: str) -> pa.Table:
+    """The evaluation rows as the models read them: a model trained on single texts scores a pair on its text_a
+    alone (text_b dropped); a model of pairs cannot score single texts (a clear error)."""
+    if reads == "text_a" and "text_b" in table.column_names:
+        return table.drop_columns(["text_b"])
+    if reads == "pair" and not is_pair(table):
+        raise ValueError(f"evaluation set {where} holds single texts, and the models read pairs (trained on "
+                         "text_a and text_b): evaluate them on pairs (its pair preset), or train on single texts")
+    return table
+
+
+def text_keys(table: pa.Table, reads: str = "pair") -> pa.Array:
+    """Normalized text of what the model reads (``model_reads``: ``text_a \t text_b``, the hypothesis, or the
+    one text), the identity of the leak check and of the inputs that carry several gold labels: case-folded, with
+    only letters and digits kept, so that a tokenized release (``dog 's .``) and its raw text (``dog's.``) are
+    the same row."""
     def norm(col):
         return pc.replace_substring_regex(pc.utf8_lower(col), r"[^\w]+|_", "")
+    a = table["text_a"]
     b = table["text_b"] if "text_b" in table.column_names else pa.nulls(table.num_rows, pa.string())
-    return pc.binary_join_element_wise(norm(table["text_a"]), pc.fill_null(norm(b), ""), "\t")
+    if reads == "text_a":
+        return norm(a)
+    if reads == "text_b":
+        return norm(pc.coalesce(b, a))
+    return pc.binary_join_element_wise(norm(a), pc.fill_null(norm(b), ""), "\t")
+
+
+def several_labels(keys: pa.Array, gold: pa.ChunkedArray) -> dict:
+    """Inputs that appear with more than one gold label: the rows that carry them, and the best accuracy any
+    model can reach (a model gives one input one answer: per input, the share of its commonest label)."""
+    t = pa.table({"key": keys, "gold": gold}).group_by(["key", "gold"]).aggregate([([], "count_all")])
+    per_key = t.group_by("key").aggregate([("count_all", "sum"), ("count_all", "max"), ("gold", "count")])
+    labels = per_key["gold_count"].to_numpy()
+    rows, best = per_key["count_all_sum"].to_numpy(), per_key["count_all_max"].to_numpy()
+    shared = labels > 1
+    total = int(rows.sum())
+    return {"rows": int(rows[shared].sum()), "inputs": int(shared.sum()),
+            "best_possible_accuracy": round(float(best.sum() / max(total, 1)), 4),
+            "separates_models": bool(rows[shared].sum() < total)}
 
 
 def _weights(table: pa.Table) -> np.ndarray | None:
@@ -204,14 +260,31 @@ def _weights(table: pa.Table) -> np.ndarray | None:
     return table["weight"].to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def paired_bootstrap(diff: np.ndarray, draws: int, seed: int = 0, chunk: int = 50) -> tuple[float, float]:
-    """95% percentile interval of the mean of ``diff`` over rows resampled with replacement."""
+def bootstrapintervals(values: np.ndarray, draws: int, seed: int = 0, chunk: int = 50) -> list[tuple[float, float]]:
+    """95% percentile interval of the mean of each row of ``values`` (series × evaluation rows), the evaluation
+    rows resampled with replacement, the same draws for every series (paired)."""
+    values = np.atleast_2d(values)
+    n = values.shape[1]
+    if not n:
+        return [(float("nan"), float("nan"))] * len(values)
     rng = np.random.default_rng(seed)
-    n = len(diff)
-    means = np.concatenate([diff[rng.integers(0, n, (min(chunk, draws - s), n))].mean(axis=1)
-                            for s in range(0, draws, chunk)])
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+    means = np.concatenate([values[:, rng.integers(0, n, (min(chunk, draws - s), n))].mean(axis=2)
+                            for s in range(0, draws, chunk)], axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5], axis=1)
+    return [(float(a), float(b)) for a, b in zip(lo, hi)]
+
+
+def paired_bootstrap(diff: np.ndarray, draws: int, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``diff`` over rows resampled with replacement."""
+    return bootstrapintervals(diff, draws, seed)[0]
+
+
+def gain(diff: np.ndarray, draws: int) -> dict:
+    """A refined corpus's gain over the baseline from the per-row differences of correctness: its mean, the paired
+    bootstrap 95% interval, and whether that interval excludes zero."""
+    lo, hi = paired_bootstrap(diff, draws)
+    return {"delta": round(float(diff.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)],
+            "significant": bool(lo > 0 or hi < 0)}
 
 
 def breakdown(correct: np.ndarray, table: pa.Table, columns: list) -> dict | str:
@@ -278,11 +351,14 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
         if not tables[name].num_rows:
             raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
     train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))
-    eval_tables, eval_rejects, label_maps, eval_labels = {}, {}, {}, {}
+    reads = model_reads(tables, config.inputs)
+    eval_tables, eval_rejects, label_maps, eval_labels, eval_pairs = {}, {}, {}, {}, {}
     for e in evals:
-        eval_tables[e.name], eval_rejects[e.name] = load(list(e.paths), e.mapping(mapping), opts)
-        if not eval_tables[e.name].num_rows:
+        table, eval_rejects[e.name] = load(list(e.paths), e.mapping(mapping), opts)
+        if not table.num_rows:
             raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
+        eval_pairs[e.name] = is_pair(table)
+        eval_tables[e.name] = model_view(table, reads, e.name)
         eval_labels[e.name] = sorted(set(eval_tables[e.name]["label"].to_pylist()))
         label_maps[e.name] = resolve_label_map(train_labels, eval_labels[e.name], e.full_label_map(), e.name)
     for col in config.by:
@@ -290,20 +366,21 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
             if col not in eval_tables[e.name].column_names:
                 raise ValueError(f"evaluation set {e.name} has no column {col!r} to break down by "
                                  f"(columns: {', '.join(eval_tables[e.name].column_names)})")
-    train_keys = {n: text_keys(t) for n, t in tables.items()}
-    leaks = {e.name: {n: int(pc.sum(pc.is_in(text_keys(eval_tables[e.name]), value_set=keys)).as_py() or 0)
+    train_keys = {n: text_keys(t, reads) for n, t in tables.items()}
+    eval_keys = {e.name: text_keys(eval_tables[e.name], reads) for e in evals}
+    leaks = {e.name: {n: int(pc.sum(pc.is_in(eval_keys[e.name], value_set=keys)).as_py() or 0)
                       for n, keys in train_keys.items()} for e in evals}
     overlap = [(ev, n, c) for ev, per in leaks.items() for n, c in per.items() if c]
     if overlap and not config.allow_overlap:
         ev, n, c = overlap[0]
         raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
-                         f"corpus {n} (same texts): its scores would be inflated. Train on another split "
+                         f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. Train on another split "
                          f"({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
                          "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
     train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so),
                         [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
-                   for e in evals]
+                   for e in evals] + [("reads", reads)]
 
     runs_root = join(out, "runs")
     correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
@@ -336,8 +413,19 @@ def run(train: dict, evals: list, out: str, mapping: Mapping | None = None, opts
             ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
             correct.setdefault((name, e.name), []).append(ok)
 
+    correct = {k: np.vstack(v) for k, v in correct.items()}
     report = _summarize(config, names, tables, rejects, other_splits, evals, eval_tables, eval_rejects, eval_labels,
-                        label_maps, leaks, {k: np.vstack(v) for k, v in correct.items()})
+                        label_maps, leaks, correct)
+    report["reads"] = reads
+    for e in evals:
+        report["eval"][e.name]["pairs_read_as_one_text"] = reads == "text_a" and eval_pairs[e.name]
+        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(eval_keys[e.name],
+                                                                              eval_tables[e.name]["label"])
+    features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=reads == "text_a")
+    report["bias_slices"] = bias_slices(config, names, tables[names[0]], features, reads, evals, eval_tables,
+                                        label_maps, correct)
+    report["warnings"] = label_collapses(report)
+    report["notes"] = reading_notes(report)
     _write_report(out, report, pa.concat_tables(preds), so, train, {e.name: list(e.paths) for e in evals})
     return report
 
@@ -390,11 +478,11 @@ def _summarize(config, names, tables, rejects, other_splits, evals, eval_tables,
             if leaks[e.name][n]:
                 entry["overlap_rows"] = leaks[e.name][n]
             if n != base:
-                diff = c.mean(axis=0) - correct[(base, e.name)].mean(axis=0)
-                lo, hi = paired_bootstrap(diff, config.bootstrap)
-                entry["gain"] = {"delta": round(float(diff.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)],
-                                 "significant": bool(lo > 0 or hi < 0)}
+                entry["gain"] = gain(c.mean(axis=0) - correct[(base, e.name)].mean(axis=0), config.bootstrap)
             per[n] = entry
+        own = bootstrapintervals(np.vstack([correct[(n, e.name)].mean(axis=0) for n in names]), config.bootstrap)
+        for n, (lo, hi) in zip(names, own):
+            per[n]["ci95"] = [round(lo, 4), round(hi, 4)]
         summary[e.name] = per
     return {
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()},
@@ -410,6 +498,118 @@ def _summarize(config, names, tables, rejects, other_splits, evals, eval_tables,
     }
 
 
+# ---------------------------------------------------------------- what the summary finds
+
+COLLAPSE = 0.10     # a label's accuracy falling by more than this against the baseline is a collapse
+
+
+def bias_features(stats, k: int, reads: str, hypothesis_suffix: str) -> list[dict]:
+    """The baseline corpus's k most biased features: its audit's top-k by z* over every label, each feature once
+    (at the label of its largest z*, the label it leans to), significant ones only, the ``null`` prior apart; a
+    model of the hypothesis alone reads only features of the hypothesis."""
+    ranked = sorted((e["z"], e["feature"], label, e["n"]) for label, entries in stats.top_k(k).items()
+                    for e in entries if e["z"] > stats.threshold
+                    and (reads != "text_b" or e["feature"].endswith("@" + hypothesis_suffix)))
+    out: dict = {}
+    for z, feature, label, n in reversed(ranked):
+        if feature not in out and len(out) < k:
+            out[feature] = {"feature": feature, "label": label, "z": z, "n": n}
+    return list(out.values())
+
+
+def bias_slices(config, names, base_table, features, reads, evals, eval_tables, label_maps, correct) -> dict:
+    """Per evaluation set, AUDAC's test of a shortcut (Figures 2 and 4, Table 1): for each of the baseline's top
+    biased features present in the set, the accuracy of every corpus's model on the rows that contain it whose
+    gold label is the feature's label (the label the shortcut points to) and on the others, with 95% intervals,
+    each refined corpus's gain, and the gap between the two slices (how far the model follows the shortcut)."""
+    from refinery.core.features import extract, text_fields
+    from refinery.methods.audit import AuditConfig, audit_table
+
+    if not config.slices:
+        return {}
+    audit = audit_table(base_table, AuditConfig(features=features, k=config.slices))
+    suffix = text_fields(base_table, features)[-1][1]
+    top = bias_features(audit.stats, config.slices, reads, suffix)
+    head = {"threshold": round(audit.stats.threshold, 4), "prior": str(audit.prior), "features": top}
+    out = {}
+    for e in evals:
+        t = eval_tables[e.name]
+        long = extract(t, features)
+        names_of = pc.dictionary_decode(long["feature"].combine_chunks())
+        wanted = pc.is_in(names_of, value_set=pa.array([f["feature"] for f in top], pa.string()))
+        rows = long["row"].filter(wanted).to_numpy()
+        which = names_of.filter(wanted).to_pylist()
+        gold = np.asarray(t["label"].to_pylist(), dtype=object)
+        per_row = {n: correct[(n, e.name)].mean(axis=0) for n in names}
+        present, absent = [], []
+        for f in top:
+            contain = rows[[w == f["feature"] for w in which]] if which else np.empty(0, np.int64)
+            target = label_maps[e.name].get(f["label"])
+            if not len(contain) or target is None:
+                absent.append(f["feature"])
+                continue
+            majority = contain[gold[contain] == target]
+            others = contain[gold[contain] != target]
+            entry = {**f, "eval_label": target, "rows": len(contain),
+                     "majority": _slice(per_row, names, majority, config.bootstrap),
+                     "others": _slice(per_row, names, others, config.bootstrap)}
+            entry["gap"] = {n: None if entry["majority"]["rows"] == 0 or entry["others"]["rows"] == 0 else
+                            round(entry["majority"]["accuracy"][n] - entry["others"]["accuracy"][n], 4)
+                            for n in names}
+            present.append(entry)
+        out[e.name] = {**head, "features": present, "absent": absent}
+    return out
+
+
+def _slice(per_row: dict, names: list, rows: np.ndarray, draws: int) -> dict:
+    """Accuracy of each corpus's model on ``rows`` with its 95% interval, and each refined corpus's gain."""
+    if not len(rows):
+        return {"rows": 0, "accuracy": {n: None for n in names}, "ci95": {n: None for n in names}, "gain": {}}
+    values = np.vstack([per_row[n][rows] for n in names])
+    intervals = bootstrapintervals(values, draws)
+    return {"rows": int(len(rows)), "accuracy": {n: round(float(v.mean()), 4) for n, v in zip(names, values)},
+            "ci95": {n: [round(lo, 4), round(hi, 4)] for n, (lo, hi) in zip(names, intervals)},
+            "gain": {n: gain(values[i] - values[0], draws) for i, n in enumerate(names) if i}}
+
+
+def label_collapses(report: dict) -> list[str]:
+    """A warning for every (evaluation set, refined corpus, gold label) whose accuracy fell by more than
+    ``COLLAPSE`` against the baseline's: the headline's mean over labels can hide one label's collapse."""
+    base, out = report["baseline"], []
+    for ev, per in report["accuracy"].items():
+        by_label = {n: e["breakdown"]["label"] for n, e in per.items()}
+        for n, cells in by_label.items():
+            if n == base or isinstance(cells, str):
+                continue
+            for label, cell in cells.items():
+                before = by_label[base][label]["accuracy"]
+                if before - cell["accuracy"] > COLLAPSE:
+                    out.append(f"{ev}: {n}'s accuracy on {label} fell from {before:.1%} to {cell['accuracy']:.1%} "
+                               f"({points(cell['accuracy'] - before)}, {cell['rows']:,} rows) against {base}, while "
+                               f"its accuracy overall changed by {points(per[n]['gain']['delta'])}")
+    return out
+
+
+def reading_notes(report: dict) -> list[str]:
+    """Notes on what the models read: pairs scored on one text, and evaluation sets in which one input carries
+    several gold labels (a model answers an input one way: those rows cap every model's accuracy alike)."""
+    out = []
+    for ev, info in report["eval"].items():
+        if info["pairs_read_as_one_text"]:
+            out.append(f"{ev}: the models were trained on single texts, so its pairs are scored on their text_a "
+                       "alone (text_b is not read)")
+        shared = info["inputs_with_several_labels"]
+        if not shared["rows"]:
+            continue
+        what = f"{ev}: {shared['rows']:,} of its {info['rows']:,} rows share what the models read " \
+               f"({READS[report['reads']]}) with a row of another gold label, so no model can score over " \
+               f"{shared['best_possible_accuracy']:.1%}"
+        if not shared["separates_models"]:
+            what += "; every input carries several labels: this set cannot separate the models"
+        out.append(what)
+    return out
+
+
 def _write_report(out: str, report: dict, predictions: pa.Table, storage_options, train: dict | None = None,
                   evals: dict | None = None) -> None:
     with AtomicDir(join(out, "report"), storage_options) as d:
@@ -420,23 +620,60 @@ def _write_report(out: str, report: dict, predictions: pa.Table, storage_options
 
 
 def accuracy_cell(entry: dict) -> str:
-    """``mean ± std`` of one (corpus, evaluation set), and its gain over the baseline with the 95% interval."""
+    """``mean ± std`` of one (corpus, evaluation set), and its gain over the baseline in points with the 95%
+    interval."""
     cell = f"{entry['mean']:.1%}" + (f" ± {entry['std']:.1%}" if entry["std"] is not None else "")
     if "gain" in entry:
         g = entry["gain"]
-        cell += f"   {g['delta']:+.1%} [{g['ci95'][0]:+.1%}, {g['ci95'][1]:+.1%}]"
+        cell += f"   {points(g['delta'])} [{interval(g['ci95'])}]"
     if entry.get("overlap_rows"):
         cell += f"   (! {entry['overlap_rows']:,} evaluation rows also in training)"
     return cell
 
 
-def _points(delta) -> str:
-    """An accuracy difference in percentage points: 0.0123 → "+1.2 pts"; a rounded zero unsigned."""
-    return f"{100 * delta:+.1f} pts" if round(100 * delta, 1) else "0.0 pts"
+def points(delta) -> str:
+    """An accuracy difference in percentage points: 0.0123 → "+1.2 points"; a rounded zero unsigned."""
+    return f"{100 * delta:+.1f} points" if round(100 * delta, 1) else "0.0 points"
 
 
-def _interval(ci) -> str:
-    return f"{_points(ci[0])[:-4]} to {_points(ci[1])}"
+def interval(ci) -> str:
+    """A 95% interval of a difference in points: "-1.5 to +0.3 points"."""
+    return f"{points(ci[0]).split()[0]} to {points(ci[1])}"
+
+
+SLICES_SHOWN = 5     # features per evaluation set in the console summary (the report has them all)
+
+
+def console_lines(report: dict) -> list[str]:
+    """The console summary: what the models read, each set's accuracies and gains in points, its slices of the
+    baseline's most biased features (majority label vs the others, and the gap), then the warnings and notes."""
+    names = list(report["train"])
+    config = report["config"]
+    lines = [f"{config['backend']} reading {READS[report['reads']]}, {config['seeds']} seed(s); training rows: "
+             + ", ".join(f"{n} {report['train'][n]['rows']:,}" for n in names)]
+    width = max(len(n) for n in names) + 2
+    for ev, per in report["accuracy"].items():
+        info = report["eval"][ev]
+        lines.append(f"{ev} ({info['rows']:,} rows; majority class {info['majority']['label']} "
+                     f"{info['majority']['accuracy']:.1%})")
+        lines += [f"  {n:<{width}} {accuracy_cell(per[n])}" for n in names]
+        slices = report.get("bias_slices", {}).get(ev)
+        if slices and slices["features"]:
+            lines.append(f"  {report['baseline']}'s most biased features: accuracy on rows of the feature's label "
+                         "vs the others (gap)")
+            for f in slices["features"][:SLICES_SHOWN]:
+                lines.append(f"    {f['feature']} → {f['eval_label']} ({f['rows']:,} rows): " + "; ".join(
+                    f"{n} {_pct(f['majority']['accuracy'][n])} vs {_pct(f['others']['accuracy'][n])}"
+                    + (f" (gap {100 * f['gap'][n]:.1f} points)" if f["gap"][n] is not None else "") for n in names))
+            if len(slices["features"]) > SLICES_SHOWN:
+                lines.append(f"    +{len(slices['features']) - SLICES_SHOWN} more in the report")
+    lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
+    lines += [f"note: {n}" for n in report.get("notes", [])]
+    return lines
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{v:.1%}"
 
 
 def _html(report: dict, train: dict, evals: dict, storage_options=None) -> str:
@@ -448,12 +685,18 @@ def _html(report: dict, train: dict, evals: dict, storage_options=None) -> str:
            [f"{n} (evaluation): {p}" for n, paths in evals.items() for p in paths]
     title = "Compare: the same model trained on each corpus, scored on evaluation sets"
     page = Report(title, corpus, read)
+    findings = [f'<p class="bad">{html.escape("Warning: " + w)}</p>' for w in report.get("warnings", [])]
+    findings += [note(n) for n in report.get("notes", [])]
+    if findings:
+        page.section("Warnings and notes", *findings)
     page.section("Accuracy", figure(_bars(report), (
-        f"Bars: accuracy on each evaluation set{' (mean over seeds)' if seeds > 1 else ''}. Dashed line: always "
-        "answering the set's majority class."
-        + (f" Whiskers on a refined corpus: the paired bootstrap 95% interval of its gain over {base}, placed on "
-           f"{base}'s bar height; a whisker that clears {base}'s accuracy is a significant gain."
-           if len(names) > 1 else ""))), table(*_accuracy_rows(report)))
+        f"Bars: accuracy on each evaluation set{' (mean over seeds)' if seeds > 1 else ''}, from 0%; whiskers: "
+        "its 95% interval (bootstrap over the evaluation rows). Dashed line: always answering the set's majority "
+        "class." + (f" A refined corpus's gain over {base}, in points, and its paired bootstrap 95% interval are in "
+                    "the table; a gain whose interval excludes 0 is significant." if len(names) > 1 else ""))),
+        table(*_accuracy_rows(report)), note(f"The models read {READS[report['reads']]}."))
+    for ev, slices in report.get("bias_slices", {}).items():
+        page.section(f"{ev}: does the model follow {base}'s shortcuts?", *_slice_blocks(slices, names, base))
     for ev, per in acc.items():
         for what in per[base]["breakdown"]:
             cells = {n: per[n]["breakdown"][what] for n in names}
@@ -485,6 +728,58 @@ def _html(report: dict, train: dict, evals: dict, storage_options=None) -> str:
     return page.html()
 
 
+def _slice_blocks(slices: dict, names: list, base: str) -> list[str]:
+    """An evaluation set's bias-slice figure and table (AUDAC's Figures 2 and 4 and Table 1)."""
+    about = note(f"The {len(slices['features']) + len(slices['absent'])} features of {base} with the largest z* "
+                 f"over the threshold {slices['threshold']:.2f} (prior {slices['prior']}), each at the label it leans "
+                 "to. For each feature in this set: the accuracy on its rows whose gold label is that label (the "
+                 "shortcut points the right way) and on its other rows (the shortcut misleads). A model that relies "
+                 "on the shortcut scores high on the first and low on the second; a smaller gap relies on it less.")
+    if not slices["features"]:
+        return [about, note("None of them is in this set." if slices["absent"] else
+                            f"{base} has no feature over the threshold.")]
+    rows = []
+    for f in slices["features"]:
+        for which, title in (("majority", f"label {f['eval_label']}"), ("others", "other labels")):
+            part = f[which]
+            row = {"feature": f["feature"], "z*": f["z"], "rows of": title, "rows": part["rows"]}
+            for n in names:
+                row[n] = part["accuracy"][n]
+                row[f"{n} 95% interval"] = part["ci95"][n]
+                if n in part["gain"]:
+                    row[f"{n} gain"] = part["gain"][n]["delta"]
+                    row[f"{n} gain 95% interval"] = part["gain"][n]["ci95"]
+            rows.append(row)
+    columns = ["feature", "z*", "rows of", "rows"] + [c for n in names for c in (
+        n, f"{n} 95% interval") + ((f"{n} gain", f"{n} gain 95% interval") if n != base else ())]
+    formats = {"z*": fmt.z, **{n: fmt.percent for n in names}, **{f"{n} 95% interval": _percent_range for n in names},
+               **{f"{n} gain": points for n in names}, **{f"{n} gain 95% interval": interval for n in names}}
+    blocks = [about, figure(_slice_bars(slices, names), (
+        "Bars: accuracy on each feature's rows of its label (solid) and of the other labels (light), per training "
+        "corpus, from 0%; whiskers: 95% intervals (bootstrap over the rows).")), table(rows, columns, formats)]
+    if slices["absent"]:
+        blocks.append(note(f"Not in this set: {', '.join(slices['absent'])}."))
+    return blocks
+
+
+def _percent_range(ci) -> str:
+    return "—" if ci is None else f"{ci[0]:.1%} to {ci[1]:.1%}"
+
+
+def _slice_bars(slices: dict, names: list) -> str:
+    """Per feature, per corpus, the accuracy on the rows of its label and on the others, with their intervals."""
+    features = slices["features"]
+    series, values, low, high = [], [], [], []
+    for n in names:
+        for which, title in (("majority", "its label"), ("others", "other labels")):
+            series.append(f"{n}: {title}")
+            values.append([f[which]["accuracy"][n] for f in features])
+            low.append([f[which]["ci95"][n] and f[which]["ci95"][n][0] for f in features])
+            high.append([f[which]["ci95"][n] and f[which]["ci95"][n][1] for f in features])
+    return figures.bars([f"{f['feature']} → {f['eval_label']}" for f in features], series, values, low, high,
+                        y_label="accuracy", percent=True, paired=True)
+
+
 def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
     """One row per (evaluation set, corpus) after the set's majority class: accuracy, ± std over seeds, the gain
     over the baseline and its 95% interval, the weighted accuracy and overlapping rows where there are any."""
@@ -495,19 +790,19 @@ def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
         rows.append({"evaluation set": ev, "training corpus": f"(majority class: {majority['label']})",
                      "accuracy": majority["accuracy"]})
         for n, e in per.items():
-            gain = e.get("gain")
+            g = e.get("gain")
             rows.append({"evaluation set": ev, "training corpus": n + (" (baseline)" if n == base else ""),
                          "accuracy": e["mean"], "± std over seeds": e["std"],
-                         f"gain over {base}": gain and gain["delta"], "95% interval": gain and gain["ci95"],
-                         "significant": gain and ("yes" if gain["significant"] else "no"),
+                         f"gain over {base}": g and g["delta"], "95% interval": g and g["ci95"],
+                         "significant": g and ("yes" if g["significant"] else "no"),
                          "weighted accuracy": e.get("weighted_accuracy"),
                          "evaluation rows also in training": e.get("overlap_rows")})
     columns = ["evaluation set", "training corpus", "accuracy", "± std over seeds", f"gain over {base}",
                "95% interval", "significant", "weighted accuracy", "evaluation rows also in training"]
     columns = columns[:2] + [c for c in columns[2:] if any(r.get(c) is not None for r in rows)]
     rows = [{c: "" if r.get(c) is None else r[c] for c in columns} for r in rows]   # blank where it does not apply
-    formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": _points,
-               "95% interval": _interval, "weighted accuracy": fmt.percent,
+    formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": points,
+               "95% interval": interval, "weighted accuracy": fmt.percent,
                "evaluation rows also in training": fmt.count}
     return rows, columns, {c: _or_blank(f) for c, f in formats.items() if c in columns}
 
@@ -517,18 +812,14 @@ def _or_blank(format_):
 
 
 def _bars(report: dict) -> str:
-    """Grouped bars: one group per evaluation set, one bar per training corpus; a refined corpus's whisker is the
-    95% interval of its gain placed on the baseline's accuracy; the majority class as each group's reference."""
-    acc, names, base = report["accuracy"], list(report["train"]), report["baseline"]
+    """Grouped bars from 0%: one group per evaluation set, one bar per training corpus, whiskers its accuracy's
+    95% interval; the majority class as each group's reference."""
+    acc, names = report["accuracy"], list(report["train"])
     evals = list(acc)
     values = [[acc[ev][n]["mean"] for ev in evals] for n in names]     # values[series][group]
-    low = [[acc[ev][base]["mean"] + acc[ev][n]["gain"]["ci95"][0] if "gain" in acc[ev][n] else None for ev in evals]
-           for n in names]
-    high = [[acc[ev][base]["mean"] + acc[ev][n]["gain"]["ci95"][1] if "gain" in acc[ev][n] else None for ev in evals]
-            for n in names]
+    low = [[acc[ev][n]["ci95"][0] for ev in evals] for n in names]
+    high = [[acc[ev][n]["ci95"][1] for ev in evals] for n in names]
     reference = [report["eval"][ev]["majority"]["accuracy"] for ev in evals]
-    if len(names) == 1:     # no refined corpus: no gain, no whisker
-        low = high = None
     return figures.bars(evals, names, values, low, high, reference, reference_label="majority class",
                         y_label="accuracy", percent=True)
 
@@ -592,8 +883,9 @@ class CompareStage(Stage):
         evals = [parse_eval_set(e, c.label_maps) for e in c.evals]
         r = run(train, evals, out, source.mapping, source.opts, c.model, c.split)
         rows = r["train"][mine]["rows"]
-        gains = ", ".join(f"{ev} {per[mine]['gain']['delta']:+.1%}" for ev, per in r["accuracy"].items()
+        gains = ", ".join(f"{ev} {points(per[mine]['gain']['delta'])}" for ev, per in r["accuracy"].items()
                           if "gain" in per[mine])
+        gains += "".join(f"; WARNING: {w}" for w in r["warnings"])
         return StageResult(rows + r["train"][mine]["rejected"], {"passed on": rows,
                                                                  "input rejects": r["train"][mine]["rejected"]},
                            r, f"{mine} against {r['baseline']}: {gains or 'no baseline'}")

@@ -236,6 +236,12 @@ def _tick_label(v: float, step: float, percent: bool = False) -> str:
     return (f"{v:,.{d}f}" if abs(v) >= 1000 else f"{v:.{d}f}").replace("-", "−")
 
 
+def _lighter(color: str, amount: float = 0.55) -> str:
+    """``color`` mixed with white (``amount`` of white)."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in (r, g, b))
+
+
 def _on(color: str) -> str:
     """Ink readable on ``color``: white on dark fills, near-black on light ones."""
     r, g, b = (int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
@@ -524,11 +530,15 @@ def _place_number(svg: _Svg, text: str, sx: float, sy: float, bounds, dots) -> b
 def bars(groups: list[str], series: list[str], values: list[list[float]], low: list[list[float]] | None = None,
          high: list[list[float]] | None = None, reference: list[float] | None = None,
          reference_label: str = "majority class", title: str = "", y_label: str = "accuracy",
-         percent: bool = True) -> str:
+         percent: bool = True, paired: bool = False) -> str:
     """Grouped vertical bars: ``values[s][g]`` = series s (e.g. a training corpus, one colour) on group g (e.g. an
     evaluation set; a G×S nesting is read too when G ≠ S), whiskers from ``low``/``high``, a dashed reference
-    line per group, the y axis zoomed to the data at nice ticks, value labels above the bars where they fit."""
+    line per group, value labels above the bars where they fit. The y axis starts at 0 (a bar's length is its
+    value: a 2-point difference looks like 2 points), below 0 only for negative values. ``paired``: series come
+    in pairs (a corpus on two slices), a pair in one hue, its second bar lighter."""
     G, S = len(groups), len(series)
+    colors = [_lighter(PALETTE[(s // 2) % len(PALETTE)]) if paired and s % 2 else
+              PALETTE[(s // 2 if paired else s) % len(PALETTE)] for s in range(S)]
 
     def grid(m):
         if m is None:
@@ -548,7 +558,7 @@ def bars(groups: list[str], series: list[str], values: list[list[float]], low: l
     W = float(min(MAX_WIDTH, max(520, 100 + G * (S * 60 + 50))))
     svg = _Svg(W)
     y = svg.title(title, 6)
-    items = [("rect", PALETTE[i % len(PALETTE)], str(s)) for i, s in enumerate(series)]
+    items = [("rect", colors[i], str(s)) for i, s in enumerate(series)]
     if lows is not None or highs is not None:
         items.append(("whisker", INK, "confidence interval"))
     if ref is not None and np.isfinite(ref).any():
@@ -560,11 +570,9 @@ def bars(groups: list[str], series: list[str], values: list[list[float]], low: l
     if not data.size:
         svg.text(W / 2, top + plot_h / 2, "no values", 12, "middle", fill=MUTED)
         return svg.render(top + plot_h + 10, title or "bars")
-    dmin, dmax = float(data.min()), float(data.max())
-    span = dmax - dmin if dmax > dmin else max(abs(dmax) * 0.05, 0.01 if percent else 1e-3)
-    lo = dmin - 0.15 * span
-    if percent or dmin >= 0:
-        lo = max(lo, 0.0)
+    dmin, dmax = min(float(data.min()), 0.0), max(float(data.max()), 0.0)
+    span = dmax - dmin if dmax > dmin else (0.01 if percent else 1e-3)
+    lo = dmin - 0.05 * span if dmin < 0 else 0.0
     hi = dmax + 0.05 * span
     gw = plot_w / max(G, 1)
     pitch = min(56.0, 0.8 * gw / max(S, 1))
@@ -573,7 +581,7 @@ def bars(groups: list[str], series: list[str], values: list[list[float]], low: l
     labels = [[fmt(v) if math.isfinite(v) else "" for v in row] for row in vals]
     size = next((s for s in (10, 9) if max((text_width(t, s) for row in labels for t in row), default=0) + 3 <= pitch),
                 None)
-    _, _, _, step = _ticks(lo, hi, 6)       # the axis starts at a half tick below the data, ends where labels need it
+    _, _, _, step = _ticks(lo, hi, 6)       # the axis starts at 0 (or a half tick below negative data)
     a = math.floor(lo / (step / 2) + 1e-9) * (step / 2)
     tops = np.fmax(highs, vals) if highs is not None else vals
     tallest = float(np.nanmax(tops)) if np.isfinite(tops).any() else hi
@@ -603,8 +611,9 @@ def bars(groups: list[str], series: list[str], values: list[list[float]], low: l
             bx = gx + s * pitch + (pitch - bw) / 2
             if not math.isfinite(v):
                 continue
-            color = PALETTE[s % len(PALETTE)]
-            svg.rect(bx, ypx(v), bw, top + plot_h - ypx(v), color,
+            color = colors[s]
+            base_y = ypx(max(a, 0.0))
+            svg.rect(bx, min(ypx(v), base_y), bw, abs(base_y - ypx(v)), color,
                      tip=f"{series[s]} · {name}: {fmt(v)}")
             peak = ypx(v)
             lo_v = lows[s, g] if lows is not None else np.nan
