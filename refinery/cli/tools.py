@@ -238,17 +238,7 @@ def compare(train, evals, label_maps, out, print_config, io_timeout, **params):
                    nl=False)
         return
     report = cmp.run(train_sets, eval_sets, out, spec_in.mapping(), spec_in.read_options(), config)
-    names = list(report["train"])
-    click.echo(f"{config.backend} ({'hypothesis-only' if config.inputs == 'hypothesis' else 'full input'}), "
-               f"{config.seeds} seed(s); training rows: " + ", ".join(f"{n} {report['train'][n]['rows']:,}"
-                                                                      for n in names))
-    width = max(len(n) for n in names) + 2
-    for ev, per in report["accuracy"].items():
-        info = report["eval"][ev]
-        click.echo(f"{ev} ({info['rows']:,} rows; majority class {info['majority']['label']} "
-                   f"{info['majority']['accuracy']:.1%})")
-        for n in names:
-            click.echo(f"  {n:<{width}} {cmp.accuracy_cell(per[n])}")
+    click.echo("\n".join(cmp.console_lines(report)))
     click.echo(f"report: {out}/report/report.html")
 
 
