@@ -1,6 +1,7 @@
 """Real services on loopback: an S3-compatible server (rclone) and a Ray head with job submission."""
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, RayNode, free_port, run_cli
+from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, RayNode, free_port, run_cli
 
 from refinery.io.corpus import MANIFEST, META_DIR, Corpus, convert, is_corpus, load
 from refinery.io.schema import PRESETS
@@ -112,29 +113,46 @@ def test_an_s3_compatible_store_works_out_of_the_box_and_buckets_are_never_creat
     assert "credentials" in proc.stderr
 
 
-def test_ray_job_submit_to_local_head(tmp_path):
+def test_ray_job_submit_to_local_head(tmp_path, monkeypatch):
+    """docs/cluster.md's path: a head started with token authentication; the SNLI example submitted as a job
+    whose corpora (DATA) and output are on the S3 server, its credentials and endpoint passed only in the
+    runtime environment's env_vars, no checksum variables anywhere; a job that fails ends its log in one line."""
+    for variable in ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION"):
+        monkeypatch.delenv(variable, raising=False)
+    s3 = S3Server(tmp_path / "s3root")
+    s3.start()
+    data = s3.root / "bucket" / "data" / "snli"
+    data.mkdir(parents=True)
+    for name, source in (("snli_dev.jsonl", SNLI_DEV), ("snli_test.jsonl", SNLI_TEST)):
+        (data / name).write_text("".join(open(source).readlines()[:1000]))
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     port, dash = free_port(), free_port()
-    env = {**os.environ, **RAY_ENV}
-    ray = str(BIN / "ray")
     head = RayNode(tmp_path / "head.log", "--head", "--port", str(port), "--dashboard-host", "127.0.0.1",
-                   "--dashboard-port", str(dash), cpus=2, object_store=500 << 20)
+                   "--dashboard-port", str(dash), cpus=2, object_store=500 << 20, env=auth)
+    runtime = json.dumps({"env_vars": {**s3.env, "DATA": "s3://bucket/data"},
+                          "excludes": [".venv", ".git", "demo-out", "*.parquet"]})
+    env = {k: v for k, v in {**os.environ, **RAY_ENV, **auth}.items() if not k.startswith("AWS_")}
+
+    def submit(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dash}",
+                               "--working-dir", str(REPO), "--runtime-env-json", runtime, "--",
+                               sys.executable, "jobs/run.py", "examples/snli.yaml", "--out", out],
+                              env=env, capture_output=True, text=True, timeout=600)
     try:
-        out = tmp_path / "job-out"
-        pipeline = tmp_path / "audit.yaml"   # a verb as a pipeline file, run by the one job entrypoint
-        pipeline.write_text(run_cli("audit", SNLI_HARD, "--preset", "snli", "--k", "5", "--out", out,
-                                    "--print-config").stdout)
-        proc = subprocess.run(
-            [ray, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(REPO),
-             "--runtime-env-json", '{"excludes": [".venv", ".git", "demo-out", "*.parquet"]}',
-             "--", sys.executable, "jobs/run.py", str(pipeline)],
-            env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "pipeline finished: 2 steps" in proc.stdout
-        assert Corpus.open(str(out / "00-input")).manifest["rows"] == 3261
-        top = json.loads((out / "01-audit" / "report" / "topk.json").read_text())
-        assert sorted(top) == ["contradiction", "entailment", "neutral"] and all(len(v) == 5 for v in top.values())
+        proc = submit("s3://bucket/snli-run")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "pipeline finished: 5 steps under s3://bucket/snli-run" in proc.stdout
+        run = s3.root / "bucket" / "snli-run"
+        assert Corpus.open(str(run / "00-input"), {"endpoint_url": s3.env["AWS_ENDPOINT_URL"], "key": "testkey",
+                                                    "secret": "testsecret"}).manifest["rows"] == 2000
+        assert (run / "04-weights" / "_SUCCESS").exists() and (run / "pipeline" / "report.html").exists()
+        failed = submit("s3://nobucket/run")
+        said = {line for line in failed.stdout.splitlines() if line.startswith("error: ")}   # Ray shows it twice
+        assert failed.returncode != 0 and "Traceback" not in failed.stdout + failed.stderr, failed.stdout[-3000:]
+        assert len(said) == 1 and "the bucket s3://nobucket does not exist" in said.pop(), failed.stdout[-3000:]
     finally:
         head.stop()
+        s3.stop()
 
 
 def _stop_when(server: S3Server, proc: subprocess.Popen, pattern: str, count: int, timeout=120):
