@@ -740,35 +740,48 @@ def _slice_blocks(slices: dict, names: list, base: str) -> list[str]:
                             f"{base} has no feature over the threshold.")]
     rows = []
     for f in slices["features"]:
-        for which, title in (("majority", f"label {f['eval_label']}"), ("others", "other labels")):
+        for which, title in (("majority", f["eval_label"]), ("others", "other labels")):
             part = f[which]
-            row = {"feature": f["feature"], "z*": f["z"], "rows of": title, "rows": part["rows"]}
+            row = {"feature → its label": f"{f['feature']} → {f['eval_label']}", "z*": f["z"], "gold label": title,
+                   "rows": part["rows"]}
             for n in names:
-                row[n] = part["accuracy"][n]
-                row[f"{n} 95% interval"] = part["ci95"][n]
+                row[n] = (part["accuracy"][n], part["ci95"][n])
                 if n in part["gain"]:
-                    row[f"{n} gain"] = part["gain"][n]["delta"]
-                    row[f"{n} gain 95% interval"] = part["gain"][n]["ci95"]
+                    row[f"{n} gain, points"] = part["gain"][n]
             rows.append(row)
-    columns = ["feature", "z*", "rows of", "rows"] + [c for n in names for c in (
-        n, f"{n} 95% interval") + ((f"{n} gain", f"{n} gain 95% interval") if n != base else ())]
-    formats = {"z*": fmt.z, **{n: fmt.percent for n in names}, **{f"{n} 95% interval": _percent_range for n in names},
-               **{f"{n} gain": points for n in names}, **{f"{n} gain 95% interval": interval for n in names}}
+    columns = ["feature → its label", "z*", "gold label", "rows"] + [c for n in names for c in (
+        (n,) if n == base else (n, f"{n} gain, points"))]
+    formats = {"z*": fmt.z, **{n: _accuracy_interval for n in names},
+               **{f"{n} gain, points": _gain_interval for n in names}}
+    shown = min(len(slices["features"]), FIGURE_FEATURES)
     blocks = [about, figure(_slice_bars(slices, names), (
-        "Bars: accuracy on each feature's rows of its label (solid) and of the other labels (light), per training "
-        "corpus, from 0%; whiskers: 95% intervals (bootstrap over the rows).")), table(rows, columns, formats)]
+        f"Bars: accuracy on the rows of each feature's label (solid) and of the other labels (light), per training "
+        f"corpus, from 0%; whiskers: 95% intervals (bootstrap over the rows). The {shown} features of largest z*"
+        + (f"; all {len(slices['features'])} are in the table." if shown < len(slices["features"]) else "."))),
+        table(rows, columns, formats), note("Accuracy [95% interval, in %]; gain over the baseline in points "
+                                            "[paired bootstrap 95% interval].")]
     if slices["absent"]:
         blocks.append(note(f"Not in this set: {', '.join(slices['absent'])}."))
     return blocks
 
 
-def _percent_range(ci) -> str:
-    return "—" if ci is None else f"{ci[0]:.1%} to {ci[1]:.1%}"
+FIGURE_FEATURES = 6     # features drawn in a bias-slice figure (the table lists them all)
+
+
+def _accuracy_interval(cell) -> str:
+    """``70.7% [58.6–82.8]``: an accuracy and its 95% interval."""
+    accuracy, ci = cell
+    return "—" if accuracy is None else f"{accuracy:.1%} [{100 * ci[0]:.1f}–{100 * ci[1]:.1f}]"
+
+
+def _gain_interval(g) -> str:
+    """``+10.3 [0.0 to +20.7]``: a gain in points and its 95% interval."""
+    return f"{points(g['delta']).split()[0]} [{interval(g['ci95']).removesuffix(' points')}]"
 
 
 def _slice_bars(slices: dict, names: list) -> str:
     """Per feature, per corpus, the accuracy on the rows of its label and on the others, with their intervals."""
-    features = slices["features"]
+    features = slices["features"][:FIGURE_FEATURES]
     series, values, low, high = [], [], [], []
     for n in names:
         for which, title in (("majority", "its label"), ("others", "other labels")):
