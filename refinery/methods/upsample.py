@@ -267,19 +267,27 @@ class ShortcutGuard:
         ceiling[pc.equal(names, NULL_FEATURE).to_numpy(zero_copy_only=False)] = np.inf  # the label prior
         return ceiling
 
-    def admit(self, row_ids: list) -> tuple[list, dict]:
-        """(the rows whose copies were admitted, {refused row: the feature its copy would have raised})."""
+    def admit(self, row_ids: list, strict: bool = False) -> tuple[list, dict]:
+        """(the rows whose copies were admitted, {refused row: the feature its copy would have raised}).
+        ``strict``: a copy may not raise a significant feature at all (the copies that keep the label shares)."""
         admitted, refused = [], {}
         for r in row_ids:
             i, label = self.slot[r], self.label_of[r]
             f = self.fids[self.offsets[i]:self.offsets[i + 1]]
             c = self.counts[f].astype(np.float64)
+            ceiling = self.ceiling[f]
+            if strict:
+                n_now = c.sum(axis=1)
+                z_now = zstats.z_score(c[:, label] / np.maximum(n_now, 1), n_now, self.p0[label])
+                significant = (n_now >= AUDIT_MIN_COUNT) & (z_now > self.before.threshold)
+                ceiling = ceiling.copy()
+                ceiling[significant, label] = np.minimum(ceiling[significant, label], z_now[significant])
             c[:, label] += 1
             n = c.sum(axis=1)
             z = zstats.z_score(c / n[:, None], n[:, None], self.p0[None, :])
-            over = (z > self.ceiling[f]) & (n >= AUDIT_MIN_COUNT)[:, None]
+            over = (z > ceiling) & (n >= AUDIT_MIN_COUNT)[:, None]
             if over.any():
-                worst = int(np.argmax(np.where(over, z - self.ceiling[f], -np.inf).max(axis=1)))
+                worst = int(np.argmax(np.where(over, z - ceiling, -np.inf).max(axis=1)))
                 refused[r] = self.names[int(self.in_kept[f[worst]])].as_py()
                 continue
             self.counts[f, label] += 1
@@ -462,9 +470,9 @@ def _padding_pool(con, config: UpsampleConfig) -> dict:
 
 
 def _pad(guard: ShortcutGuard, pool: dict, turns: list, trace: list, labels: list) -> None:
-    """Under the empirical prior, copies of rows without a selected token (``pool``) bring the label shares back
-    to the input's: otherwise the copies would move the output's p0, and with it every feature's z*. One turn
-    (token None) at the end, replaced whenever the turns before it change."""
+    """Under the empirical prior, copies of rows without a selected token (``pool``) that raise no significant
+    feature bring the label shares back to the input's: otherwise the copies would move the output's p0, and with
+    it every feature's z*. One turn (token None) at the end, replaced whenever the turns before it change."""
     if turns and trace[turns[-1][0]]["token"] is None:
         j, rows = turns.pop()
         guard.remove(rows)
@@ -479,7 +487,7 @@ def _pad(guard: ShortcutGuard, pool: dict, turns: list, trace: list, labels: lis
         for r in pool.get(label, []):
             if wanted <= 0:
                 break
-            admitted, _ = guard.admit([r])
+            admitted, _ = guard.admit([r], strict=True)
             rows += admitted
             wanted -= len(admitted)
     if rows:
