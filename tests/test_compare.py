@@ -6,6 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli
+from refinery.io.schema import PRESETS
+from refinery.methods import compare as cmp
 
 HANS = DATA / "hans" / "hans_regenerated.tsv"
 MNLI_HARD = DATA / "mnli" / "mnli_dev_matched_hard.jsonl"
@@ -160,3 +162,127 @@ def test_a_corpus_of_one_named_split_trains_on_it_and_print_config_gives_the_sam
     assert [v["rows"] for v in piped["train"].values()] == [v["rows"] for v in verb["train"].values()]
     assert [v["mean"] for v in piped["accuracy"]["hard"].values()] == \
         [v["mean"] for v in verb["accuracy"]["hard"].values()]
+
+
+# ------------------------------------------------------------------------------- does the model rely less on it?
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _cue_rows(n, seed, cue_share, start=0):
+    """NLI rows whose hypothesis carries a signal word of its label in half the rows, and the cue word ``zzcue`` in
+    ``cue_share[label]`` of each label's rows: a shortcut to contradiction where that share is high."""
+    import random
+    rng = random.Random(seed)
+    signal = {"entailment": ["outside", "together", "someone"], "neutral": ["tall", "friends", "because"],
+              "contradiction": ["sleeping", "cat", "moon"]}
+    fill = "man woman child dog walks sits runs near park street table road".split()
+    rows = []
+    for i in range(n):
+        label = ("entailment", "neutral", "contradiction")[i % 3]
+        words = rng.sample(fill, 4) + ([rng.choice(signal[label])] if rng.random() < 0.5 else []) + \
+            (["zzcue"] if rng.random() < cue_share[label] else [])
+        rng.shuffle(words)
+        rows.append({"pairID": f"r{start + i}", "sentence1": " ".join(rng.sample(fill, 6)),
+                     "sentence2": " ".join(words), "gold_label": label})
+    return rows
+
+
+def test_bias_slices_score_the_rows_of_the_baselines_top_feature_by_label(tmp_path):
+    """AUDAC's Figure 2/4 and Table 1: the rows of a biased feature split by whether their gold label is the
+    feature's label; the numbers are checked by hand from the predictions."""
+    train = _jsonl(tmp_path / "train.jsonl", _cue_rows(900, 1, {"contradiction": 0.9, "entailment": 0.05,
+                                                                "neutral": 0.05}))
+    test = _jsonl(tmp_path / "test.jsonl", _cue_rows(300, 2, {"contradiction": 0.5, "entailment": 0.5,
+                                                              "neutral": 0.5}, start=10_000))
+    report = cmp.run({"base": [str(train)]}, [cmp.EvalSet("test", (str(test),))], str(tmp_path / "cmp"),
+                     PRESETS["snli"], config=cmp.CompareConfig(bootstrap=200))
+    out = "\n".join(cmp.console_lines(report))
+    assert report == json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
+    slices = report["bias_slices"]["test"]
+    top = slices["features"][0]
+    assert (top["feature"], top["label"], top["eval_label"]) == ("zzcue@hypothesis", "contradiction", "contradiction")
+    assert top["z"] > slices["threshold"]
+    # by hand: the test rows with zzcue, split by gold label, scored from predictions.parquet
+    rows = [json.loads(line) for line in test.read_text().splitlines()]
+    cue = {r["pairID"]: r["gold_label"] for r in rows if "zzcue" in r["sentence2"].split()}
+    predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet").to_pylist()
+    hits = {p["id"]: p["prediction"] == p["gold"] for p in predictions if p["id"] in cue}
+    majority = [hits[i] for i, gold in cue.items() if gold == "contradiction"]
+    others = [hits[i] for i, gold in cue.items() if gold != "contradiction"]
+    assert top["rows"] == len(cue) and top["majority"]["rows"] == len(majority) > 30
+    assert top["others"]["rows"] == len(others)
+    assert top["majority"]["accuracy"]["base"] == round(sum(majority) / len(majority), 4)
+    assert top["others"]["accuracy"]["base"] == round(sum(others) / len(others), 4)
+    assert top["gap"]["base"] > 0.2              # the model follows the shortcut: the cue's rows of other labels suffer
+    lo, hi = top["others"]["ci95"]["base"]
+    assert lo <= top["others"]["accuracy"]["base"] <= hi and hi - lo > 0
+    assert "base's most biased features" in out and f"zzcue@hypothesis → contradiction ({len(cue)} rows): base " in out
+    page = (tmp_path / "cmp" / "report" / "report.html").read_text()
+    assert "test: does the model follow base&#x27;s shortcuts?" in page and page.count("<svg") == 2
+
+
+@pytest.fixture(scope="module")
+def snli_small(tmp_path_factory):
+    """1,500 SNLI dev rows, the same with 95% of its contradictions left out, a balanced 90% of it, and 600
+    SNLI-hard rows."""
+    root = tmp_path_factory.mktemp("small")
+    rows = [json.loads(line) for line in open(SNLI_DEV).read().splitlines()[:1_500]]
+    contradictions = [r for r in rows if r["gold_label"] == "contradiction"]
+    few = [r for r in rows if r["gold_label"] != "contradiction"] + contradictions[::20]
+    return {"dev": _jsonl(root / "dev.jsonl", rows), "few": _jsonl(root / "few.jsonl", few),
+            "most": _jsonl(root / "most.jsonl", [r for i, r in enumerate(rows) if i % 10]),
+            "hard": _jsonl(root / "hard.jsonl", [json.loads(line) for line in
+                                                 open(SNLI_HARD).read().splitlines()[:600]])}
+
+
+def test_a_label_that_collapses_is_a_warning_the_headline_cannot_hide(snli_small, tmp_path):
+    """After z-filtering SICK the headline said -2.5 points while contradiction fell from 28.3% to 1.2%."""
+    out = run_cli("compare", "--train", f"dev={snli_small['dev']}", "--train", f"few={snli_small['few']}",
+                  "--train", f"most={snli_small['most']}", "--eval", f"hard={snli_small['hard']}", "--preset", "snli",
+                  "--bootstrap", 200, "--out", tmp_path / "cmp").stdout
+    report = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
+    labels = report["accuracy"]["hard"]
+    before = labels["dev"]["breakdown"]["label"]["contradiction"]["accuracy"]
+    after = labels["few"]["breakdown"]["label"]["contradiction"]["accuracy"]
+    assert before - after > 0.10
+    assert len(report["warnings"]) == 1                      # few's contradictions, not most (a balanced 90%)
+    warning = report["warnings"][0]
+    assert warning.startswith(f"hard: few's accuracy on contradiction fell from {before:.1%} to {after:.1%}")
+    assert f"WARNING: {warning}" in out
+    assert "Warning: " + warning.replace("'", "&#x27;") in (tmp_path / "cmp" / "report" / "report.html").read_text()
+    # gains in points, on the console too
+    delta = labels["few"]["gain"]["delta"]
+    assert f"{100 * delta:+.1f} points [" in out and "%]" not in out
+    lo, hi = labels["most"]["ci95"]                           # each bar's own interval around its accuracy
+    assert lo <= labels["most"]["mean"] <= hi
+
+
+def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_read_the_claim(tmp_path):
+    """A claim-only model on a FEVER-Symmetric-style set scored 50.0% ± 0.0 for every corpus and nothing said
+    why; its overlap with the training claims went unseen because the check read claim and evidence."""
+    claims = [json.loads(line)["sentence1"] for line in open(SNLI_DEV).read().splitlines()[:1_200:3]]
+    labels = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
+    train = _jsonl(tmp_path / "claims.jsonl", [{"id": f"t{i}", "claim": c, "label": labels[i % 3]}
+                                               for i, c in enumerate(claims[:300])])
+    symmetric = [{"id": f"s{i}-{j}", "claim": c, "evidence": f"evidence {j} of claim {i}", "label": label}
+                 for i, c in enumerate(claims[300:]) for j, label in enumerate(labels)]
+    test = _jsonl(tmp_path / "symmetric.jsonl", symmetric)
+    report = cmp.run({"claims": [str(train)], "again": [str(train)]}, [cmp.parse_eval_set(f"sym={test}:fever")],
+                     str(tmp_path / "cmp"), PRESETS["fever_claims"], config=cmp.CompareConfig(bootstrap=100))
+    out = "\n".join(cmp.console_lines(report))
+    assert report["reads"] == "text_a"
+    assert report["accuracy"]["sym"]["claims"]["mean"] == pytest.approx(1 / 3, abs=1e-4)
+    shared = report["eval"]["sym"]["inputs_with_several_labels"]
+    assert shared == {"rows": 300, "inputs": 100, "best_possible_accuracy": round(1 / 3, 4), "separates_models": False}
+    assert "this set cannot separate the models" in out and "scored on their text_a alone" in out
+    assert "cannot separate the models" in (tmp_path / "cmp" / "report" / "report.html").read_text()
+    # the overlap is judged on the claims the model reads: the evidence differs, the claims do not
+    leaked = _jsonl(tmp_path / "leaked.jsonl", [{"id": f"l{i}", "claim": c, "evidence": "other evidence",
+                                                 "label": labels[i % 3]} for i, c in enumerate(claims[:30])])
+    with pytest.raises(ValueError, match=r"30 of the 30 rows of evaluation set leak are also in training corpus "
+                                         r"claims \(same texts where the models read one text \(text_a\) alone\)"):
+        cmp.run({"claims": [str(train)]}, [cmp.parse_eval_set(f"leak={leaked}:fever")], str(tmp_path / "cmp2"),
+                PRESETS["fever_claims"])

@@ -153,22 +153,35 @@ def bar_rects(root):
             if r.find(SVG + "title") is not None}
 
 
-def test_bars_zoom_to_a_one_point_difference():
+def test_bars_start_at_zero_so_a_bar_is_as_long_as_its_value():
+    """The compare chart's axis started at 55%, making 2.5 points look three times their size."""
     svg = F.bars(["snli_test", "snli_test_hard"], ["original", "z-filtered"], [[0.801, 0.690], [0.811, 0.700]],
                  low=[[0.795, 0.68], [0.805, 0.69]], high=[[0.807, 0.70], [0.817, 0.71]], reference=[0.34, 0.35],
                  title="accuracy by evaluation set")
     root = check(svg)
     words = texts(root)
-    assert {"80.1%", "81.1%", "69.0%", "70.0%", "majority class", "original", "z-filtered"} <= set(words)
+    assert {"80.1%", "81.1%", "69.0%", "70.0%", "majority class", "original", "z-filtered", "0%"} <= set(words)
     heights = bar_rects(root)
-    one_point = heights["z-filtered · snli_test: 81.1%"] - heights["original · snli_test: 80.1%"]
-    assert one_point > 4                                           # visible, though the reference is 34%
-    zoomed = F.bars(["dev"], ["a", "b"], [[0.801], [0.811]])
-    root = check(zoomed)
-    ticks = [float(w[:-1]) for w in texts(root) if w.endswith("%") and w not in ("80.1%", "81.1%")]
-    assert min(ticks) >= 70 and max(ticks) <= 90                  # not 0–100%
+    assert heights["z-filtered · snli_test: 81.1%"] / heights["original · snli_test: 80.1%"] == \
+        pytest.approx(0.811 / 0.801, rel=1e-3)
+    close = F.bars(["dev"], ["a", "b"], [[0.575], [0.60]])
+    root = check(close)
+    ticks = [float(w[:-1]) for w in texts(root) if w.endswith("%") and w not in ("57.5%", "60.0%")]
+    assert min(ticks) == 0
     heights = bar_rects(root)
-    assert heights["b · dev: 81.1%"] - heights["a · dev: 80.1%"] > 20
+    assert heights["b · dev: 60.0%"] / heights["a · dev: 57.5%"] == pytest.approx(0.60 / 0.575, rel=1e-3)
+
+
+def test_paired_bars_give_a_pair_one_hue_its_second_bar_lighter():
+    svg = F.bars(["not@hypothesis → contradiction", "nobody@hypothesis → contradiction"],
+                 ["dev: its label", "dev: other labels", "zfilter: its label", "zfilter: other labels"],
+                 [[0.9, 0.95], [0.3, None], [0.8, 0.85], [0.5, 0.4]], paired=True)
+    root = check(svg)
+    fills = {r.find(SVG + "title").text.split(" · ")[0]: r.get("fill") for r in root.iter(SVG + "rect")
+             if r.find(SVG + "title") is not None}
+    assert fills["dev: its label"] == F.PALETTE[0] and fills["zfilter: its label"] == F.PALETTE[1]
+    assert fills["dev: other labels"] == F._lighter(F.PALETTE[0]) != F.PALETTE[0]
+    assert len(bar_rects(root)) == 7                                # no bar where there is no value
 
 
 def test_bars_drop_value_labels_that_do_not_fit():
