@@ -11,22 +11,43 @@ longer depends on the leakage features, so a leakage-only model falls to the maj
 When the effective sample size (Σw)²/Σw² is under 10% of the rows, a few rows carry the weight:
 the report warns and suggests the gentlest ``clip`` that lifts it past 10% (its ESS estimated by
 capping the weights found, without fitting the prior again).
+
+The verdict (``core.verdict``): as the rows are written, the audit's features are counted once plain and once
+weighted (``core.weighted_counts``: count(x, l) = Σ w, z* on the weighted n and counts, what a model trained on
+rows drawn ∝ w sees), with the same p0 and threshold. Weights promise to make no shortcut of the text stronger:
+a row of weight 300 makes each of its words a feature "in 300 rows" of one label. The same pass counts the
+weights ``--clip`` would give for each of ``SUGGESTED_CLIPS`` below the largest weight (the prior fitted again
+for each: a search over the few distinct cells of P̂), so the remedy names the gentlest cap under which the
+verdict holds. ``report/`` holds report.json and
+report.html: the verdict, the weights' histogram, the ESS, the label shares and the leakage-only model's
+accuracy with and without the weights.
 """
 from __future__ import annotations
 
+import html
+import json
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from refinery.core import stats as zstats
+from refinery.core.features import FeatureConfig
+from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, judge_weightings
+
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
+from refinery.io.storage import AtomicDir, join
 from refinery.core.folds import fold_of
 from refinery.methods.leakage import FEATURE_SETS, ForestConfig, GraphConfig, GraphInput, corpus_features
 from refinery.models.forest import distinct_rows
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
+from refinery.report.page import Report, config_table, corpus_name, fields, figure, note, table
 
 
 LOW_ESS_SHARE = 0.1              # an effective sample size under this share of the rows is warned about
@@ -46,6 +67,8 @@ class WeightsConfig:
     forest: ForestConfig = field(default_factory=ForestConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
     fold_seed: int = setting(0, SEED, "Seed of the fold assignment.")
+    prior: str = setting("auto", one_of(*zstats.PRIORS), "p0 of the verdict's audit of the words, plain and "
+                         "weighted: " + zstats.PRIOR_HELP)
 
     def __post_init__(self):
         validate(self)
@@ -198,7 +221,7 @@ def leakage_neutral_weights(graph: GraphInput, config: WeightsConfig = WeightsCo
                         "majority_accuracy": float(observed.max()),
                         "weighted_majority_accuracy": float(label_shares(w, y, len(labels)).max())},
     }
-    return w, {**info, "p_hat": proba}
+    return w, {**info, "p_hat": proba, "y": y}
 
 
 def weighted_accuracy(correct: np.ndarray, w: np.ndarray) -> float:
@@ -210,37 +233,139 @@ UNNAMED = ""   # the split name of an input given without names: no split is wri
 
 
 def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: WeightsConfig = WeightsConfig()) -> dict:
+        config: WeightsConfig = WeightsConfig(), features: FeatureConfig | None = None) -> dict:
     """Write ``inputs`` ({split: paths}; split ``""``: unnamed) back as one corpus with a ``weight`` column;
-    diagnostics in the manifest. Rows keep their split: the name given, or their own ``split`` column; a corpus
-    whose rows have neither has no ``split`` column."""
+    diagnostics in the manifest, the verdict and the report in ``out/report/``. Rows keep their split: the name
+    given, or their own ``split`` column; a corpus whose rows have neither has no ``split`` column.
+    ``features``: the audit's features the verdict counts (default: the audit's defaults)."""
     from refinery.io.corpus import CorpusWriter
 
     with corpus_features(inputs, mapping, opts, config.graph) as graph:
         w, info = leakage_neutral_weights(graph, config)
-        info.pop("p_hat")
+        proba, y = info.pop("p_hat"), info.pop("y")
         report = {**info, "inputs": inputs, "config": asdict(config)}
         in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
+        clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (config.clip is None or c < config.clip)]
+        capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance), c) for c in clips]
+        del proba, y
+        counts = WeightedCounts(info["labels"], features or FeatureConfig(), 2 + len(clips))
         with CorpusWriter(out, config={"weights": report["config"]}, storage_options=opts.storage_options,
                           inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
             start = 0
             for batch in graph.batches(_output_rows(graph)):
-                weight = pa.array(w[start:start + batch.num_rows])
-                writer.write(pa.Table.from_batches([batch]).append_column("weight", weight))
+                rows = slice(start, start + batch.num_rows)
+                table_ = pa.Table.from_batches([batch])
+                counts.add(table_, None, w[rows], *(c[rows] for c in capped_w))
+                writer.write(table_.append_column("weight", pa.array(w[rows])))
                 start += batch.num_rows
                 bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
             manifest = writer.commit()
-    report.update(rows=manifest["rows"], rejected=manifest["rejected"])
+    report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
+    verdict = _verdict(counts, config, clips, capped_w, report)
+    corpus = corpus_name([p for paths in inputs.values() for p in paths], opts.storage_options)
+    with AtomicDir(join(out, "report"), opts.storage_options) as d:
+        d.write_text("report.json", json.dumps(report, indent=1, default=str))
+        d.write_text("report.html", _html(report, verdict, corpus, [p for ps in inputs.values() for p in ps]))
+        d.commit()
+    report["_verdict_lines"] = verdict.lines()
     return report
+
+
+HISTOGRAM_BINS = 30
+
+
+def weight_histogram(w: np.ndarray) -> dict:
+    """Rows per bin of the weights over log-spaced edges from the least weight to the largest."""
+    lo, hi = float(w.min()), float(w.max())
+    edges = np.geomspace(lo, hi, HISTOGRAM_BINS + 1) if hi > lo * (1 + 1e-9) else np.array([lo, lo * 1.01 + 1e-12])
+    rows, _ = np.histogram(w, edges)
+    return {"edges": edges.tolist(), "rows": rows.tolist()}
+
+
+def _verdict(counts: WeightedCounts, config: WeightsConfig, clips: list, capped_w: list, report: dict):
+    """The weighted audit's verdict against the plain one; each cap of ``clips`` judged the same way, the gentlest
+    under which it holds named as the remedy (``report``: ``verdict``, ``clips_checked``)."""
+    options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,)}
+    checked = []
+    for i, (clip, cw) in enumerate(zip(clips, capped_w)):
+        v = judge_weightings(counts, after=2 + i, **options)
+        checked.append({"clip": clip, "ok": v.ok, "worsened": v.worsened_total, "labels_risen": v.risen,
+                        "effective_sample_size": effective_sample_size(cw),
+                        "max_z": {l: m.after for l, m in v.max_z.items()}})
+    now = "no cap now" if config.clip is None else f"now {config.clip:g}"
+    others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
+              f"fewer leakage features (--features basic) or a larger --min-proba (now {config.min_proba:g})")
+    holds = next((c for c in checked if c["ok"]), None)
+    if holds:
+        remedy = (f"cap the weights: --clip {holds['clip']:g} ({now}) keeps every row under {holds['clip']:g}× "
+                  f"the mean weight; under it this verdict holds (effective sample size "
+                  f"{holds['effective_sample_size']:,.0f}).")
+    elif checked:
+        tightest = checked[-1]
+        remedy = (f"cap the weights: even --clip {tightest['clip']:g} ({now}) leaves {tightest['worsened']:,} "
+                  f"feature(s) worsened; the leakage features single out a few rows: try {others}.")
+    else:
+        remedy = f"the leakage features single out a few rows: try {others}."
+    verdict = judge_weightings(counts, after=1, remedy_worsened=remedy, **options)
+    report["verdict"], report["clips_checked"] = verdict.to_dict(), checked
+    return verdict
+
+
+def _html(report: dict, verdict, corpus: str, inputs: list) -> str:
+    d, oof, warning = report["diagnostics"], report["out_of_fold"], report["low_ess_warning"]
+    labels = report["labels"]
+    ess_share = d["effective_sample_size"] / max(d["rows"], 1)
+    hist = report["histogram"]
+    marks = [(1.0, "mean weight 1")]
+    if report["config"]["clip"] is not None:
+        marks.append((report["config"]["clip"], f"--clip {report['config']['clip']:g}"))
+    weights_block = [
+        f'<p class="bad">{html.escape(warning["message"])}</p>' if warning else "",
+        fields({"rows weighted": d["rows"],
+                "effective sample size (Σw)² / Σw²": f"{d['effective_sample_size']:,.0f} ({fmt.percent(ess_share)} of "
+                                                     f"the rows)",
+                "least weight": d["min"], "largest weight (× the mean)": d["max"],
+                "quantiles 1% · 50% · 99%": f"{fmt.number(d['q1'])} · {fmt.number(d['q50'])} · {fmt.number(d['q99'])}"}),
+        figure(figures.histogram(hist["edges"], hist["rows"], title=f"{corpus}: rows per weight",
+                                 x_label="weight, in units of the mean (log scale)", log_x=True, marks=tuple(marks)),
+               "Rows per weight bin; the count axis starts at zero and a bar too short to see carries its count. "
+               "The effective sample size is the number of unweighted rows that would estimate as precisely: "
+               f"under {LOW_ESS_SHARE:.0%} of the rows, a few rows carry the weight."),
+    ]
+    shares = [{"label": l, "share of rows": report["observed_shares"][l],
+               "weighted share": report["weighted_shares"][l], "prior π": report["prior"][l]} for l in labels]
+    clips = [{"--clip": c["clip"], "effective sample size": c["effective_sample_size"],
+              "verdict": "ok" if c["ok"] else "WARNING", "features worsened": c["worsened"]}
+             for c in report["clips_checked"]]
+    return (Report("weights: leakage-neutral inverse-propensity weights (Zhang et al. 2019)", corpus, inputs)
+            .section(verdict_html.HEADING, verdict_html.section(verdict))
+            .section("The weights", *weights_block)
+            .section("Caps checked", table(clips, formats={"effective sample size": fmt.count}) if clips
+                     else note("No cap below the largest weight to check."),
+                     note("The weights each --clip would give (the prior fitted again under the cap), audited as "
+                          "these weights were: the verdict each would get."))
+            .section("Labels", table(shares, formats={"share of rows": fmt.percent, "weighted share": fmt.percent,
+                                                      "prior π": fmt.number}),
+                     note("π is fitted so that the weighted label shares equal the observed ones."))
+            .section("The leakage-only model", fields({
+                "out-of-fold accuracy": fmt.percent(oof["accuracy"]),
+                "weighted accuracy": fmt.percent(oof["weighted_accuracy"]),
+                "majority class": fmt.percent(oof["majority_accuracy"]),
+                "weighted majority class": fmt.percent(oof["weighted_majority_accuracy"])}),
+                note("A random forest on the sentence-graph features alone, cross-predicted. Under the weights its "
+                     "accuracy should fall to the weighted majority rate: the label no longer depends on them."))
+            .section("Configuration", config_table(report["config"]))
+            .html())
 
 
 class WeightsStage(Stage):
     """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1).
 
     The output folder is the corpus with a ``weight`` column, and a ``split`` column where the input has named
-    splits (``--input SPLIT=PATH`` or the input's ``split`` column); its manifest holds the diagnostics.
+    splits (``--input SPLIT=PATH`` or the input's ``split`` column); its manifest holds the diagnostics, and
+    ``report/`` the verdict, the weights' distribution and effective sample size.
     """
 
     name, Config = "weights", WeightsConfig
@@ -248,21 +373,22 @@ class WeightsStage(Stage):
     adds = ("weight",)
     output = Output.FOLDER
     one_task = True
-    version = 2   # 2: an input without named splits gets no split column (1 named it "all")
+    version = 3   # 3: report/ (the verdict, the histogram); 2: an unnamed input's output has no 'all' split column
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.splits if source.named else {UNNAMED: source.paths}, out, source.mapping, source.opts,
-                self.config)
+                self.config, FeatureConfig().named(source.field_names, source.single_text))
+        verdict_lines = r.pop("_verdict_lines")
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
-        lines = (f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}, "
-                 f"effective sample size {d['effective_sample_size']:,.0f}",
+        ess = f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows"
+        lines = (f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}× the mean, {ess}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
-                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})")
+                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict_lines)
+        warnings = ((warning["message"],) if warning else ()) + tuple(r["verdict"]["warnings"])
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
-                           f"weights min {d['min']:.3f}, max {d['max']:.2f}, "
-                           f"effective sample size {d['effective_sample_size']:,.0f}"
-                           + (f"; warning: {warning['message']}" if warning else ""), lines,
-                           (warning["message"],) if warning else (), report_file="")
+                           f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}; "
+                           f"verdict {'ok' if r['verdict']['ok'] else 'WARNING'}"
+                           + (f"; warning: {warning['message']}" if warning else ""), lines, warnings)
 
 
 def _output_rows(graph: GraphInput) -> str:
