@@ -211,3 +211,27 @@ def test_zplot_names_no_feature_below_the_prior_as_top():
                                np.array([[30, 0], [25, 5], [20, 10]]), np.array([0.5, 0.5]), 10)
     svg = figures.zplot(stats, 3)
     assert all(svg.count(name) == 1 for name in ("alpha", "bravo", "charlie"))   # in x's list only
+
+
+def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negation_corpus):
+    """The paper's letter copied one SICK row 44 times and made its rarer words shortcuts (`hooded`: z* 8.9). The
+    verdict on such an output names them; the guard admits copies of that row only while none crosses the
+    threshold, and its verdict holds."""
+    from refinery.core.features import FeatureConfig
+    from refinery.core.verdict import judge
+    from refinery.methods.audit import audit_table
+    from refinery.methods.upsample import ShortcutGuard
+
+    table = Corpus.open(str(negation_corpus)).read().select(["id", "text_a", "text_b", "label"])
+    row = next(i for i, (text, label) in enumerate(zip(table["text_b"].to_pylist(), table["label"].to_pylist()))
+               if label == "entailment" and text.startswith("no "))
+    copied = pa.concat_tables([table, *[table.slice(row, 1)] * 44])
+    before = audit_table(table)
+    worse = judge(before.stats, audit_table(copied).stats, stage="upsample", under_threshold=False)
+    assert not worse.ok and worse.worsened_total > 0
+    assert all(c.label == "entailment" for c in worse.worsened)   # the row's own words, now entailment shortcuts
+
+    guard = ShortcutGuard(table, np.array([row]), sorted(before.stats.labels), FeatureConfig(), "auto")
+    admitted = sum(len(guard.admit([row])[0]) for _ in range(44))
+    assert 0 < admitted < 44
+    assert all(v.ok for v in guard.verdicts())

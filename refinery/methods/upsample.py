@@ -395,7 +395,6 @@ def _upsample(con, out: str, config: UpsampleConfig, features: FeatureConfig, in
     verdict, verdict_input_p0 = guard.verdicts(_REMEDY.format(cap=config.max_copies))
     report["verdict"], report["verdict_input_p0"] = verdict.to_dict(), verdict_input_p0.to_dict()
     _write(con, out, added, trace, report, config, labels, before, after, rejects, storage_options, verdict)
-    report["_verdict_lines"] = verdict.lines()
     return report
 
 
@@ -744,7 +743,8 @@ class UpsampleStage(Stage):
     def run(self, source: StageInput, out: str) -> StageResult:
         features = FeatureConfig().named(source.field_names, source.single_text)
         r = run(source.splits, out, source.mapping, source.opts, self.config, features=features)
-        lines = r.pop("_verdict_lines")
+        v = r["verdict"]
+        lines = [v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"])]
         headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "
                     f"{r['iterations_run']} iteration(s)")
         ok = r["verdict"]["ok"] and r["verdict_input_p0"]["ok"]
