@@ -50,7 +50,7 @@ def assert_same_outputs(verb_out, stage_out, verb_input: str, stage_input: str) 
             a, b = (json.loads(p.read_text()) for p in (path, other))
             for key in ("rows", "rejected", "labels", "files", "rejects", "file_stats"):
                 assert a.get(key) == b.get(key), (name, key)
-        elif name.endswith((".json", ".html", ".svg")) and not name.endswith("_refinery.json"):  # not run ids
+        elif name.endswith((".json", ".html", ".svg")) and not name.endswith(".refinery.json"):  # not run ids
             texts = [re.sub(r"<time>[^<]*</time>", "", p.read_text()).replace(verb_input, "INPUT")
                      .replace(stage_input, "INPUT") for p in (path, other)]   # a report's header has its date
             assert texts[0] == texts[1], name

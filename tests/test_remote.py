@@ -191,17 +191,17 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
     assert "rows in 9,842 = 9,842 out + 0 rejected (ok)" in done
     first = Corpus.open("s3://bucket/snli")
     assert first.read().equals(local)
-    assert listed() == sorted([META_DIR, "_refinery.json", *first.manifest["files"]])
+    assert listed() == sorted([META_DIR, ".refinery.json", *first.manifest["files"]])
 
     cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
-    half = set(listed()) - {META_DIR, "_refinery.json", *first.manifest["files"]}
+    half = set(listed()) - {META_DIR, ".refinery.json", *first.manifest["files"]}
     assert len(half) >= 3                                               # the cut run's shards, listed nowhere
     still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
     assert still.manifest == first.manifest and still.read().equals(local)
     run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
     last = Corpus.open("s3://bucket/snli")
     assert last.read().equals(local) and len(last.manifest["files"]) == 20
-    assert listed() == sorted([META_DIR, "_refinery.json", *last.manifest["files"]])
+    assert listed() == sorted([META_DIR, ".refinery.json", *last.manifest["files"]])
 
 
 def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
@@ -229,14 +229,14 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
             env=s3.env)
     last = Corpus.open("s3://bucket/ours")
     names = sorted(p.name for p in (s3.root / "bucket" / "ours").iterdir())
-    assert names == sorted([META_DIR, "_refinery.json", "notes.txt", *last.manifest["files"]])
+    assert names == sorted([META_DIR, ".refinery.json", "notes.txt", *last.manifest["files"]])
     assert (s3.root / "bucket" / "ours" / "notes.txt").read_text() == "added by a user\n"
 
 
 # ---------------------------------------------------------------- a store that dies or stops answering
 
 STOP_POINTS = {  # where a write is cut: (verb, what appears on the store just before the server is stopped)
-    "early": (("convert",), "bucket/out/_refinery.json", 1),
+    "early": (("convert",), "bucket/out/.refinery.json", 1),
     "middle": (("convert",), "bucket/out/part-*.parquet", 8),
     "publishing the manifest": (("convert",), f"bucket/out/{MANIFEST}", 1),
     "a multi-part verb": (("zfilter", "--k", "5", "--batch-size", "200"), "bucket/out/kept/*.parquet", 1),

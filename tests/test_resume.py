@@ -35,7 +35,7 @@ def test_checkpoints_of_other_settings_are_cleared_not_reused(tmp_path):
     other = Checkpoints(str(tmp_path / "out"), "task", {"config": {"tau": 0.6}, "inputs": "abc"})
     assert other.done() == [] and other.get("shard-00000") is None
     other.clear()
-    assert not (tmp_path / "out" / CHECKPOINTS).exists() and (tmp_path / "out" / "_refinery.json").exists()
+    assert not (tmp_path / "out" / CHECKPOINTS).exists() and (tmp_path / "out" / ".refinery.json").exists()
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("a user's file")
     with pytest.raises(ForeignOutput):

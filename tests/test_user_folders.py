@@ -83,7 +83,7 @@ def test_overwriting_a_refinery_output_keeps_what_the_user_added(tmp_path, verb)
     run_cli(*VERBS[verb], "--out", out, "--mode", "overwrite")
     after = _snapshot(out)
     assert {k: after.get(k) for k in added} == added               # the user's files, as they were
-    assert set(after) - set(added) - {"_refinery.json"} <= ours | {"_refinery.json"}
+    assert set(after) - set(added) - {".refinery.json"} <= ours | {".refinery.json"}
     assert not [p for p in os.listdir(tmp_path) if p != "out"]     # no temporary or stale folder left
 
 
@@ -162,7 +162,7 @@ def test_ctrl_c_exits_130_and_leaves_the_finished_output_as_it_was(tmp_path):
     {"notes.txt": "mine\n", "_SUCCESS": '{"mine": true}'},           # a user's _SUCCESS
     {"notes.txt": "mine\n", "manifest.json": "{}"},                   # a user's manifest.json
     {"_SUCCESS": "", "part-00000-1a2b.snappy.parquet": "PAR1"},      # a Spark job's output folder
-    {"_refinery.json": '{"files": ["notes.txt"]}', "notes.txt": "x"},  # a marker not in refinery's format
+    {".refinery.json": '{"files": ["notes.txt"]}', "notes.txt": "x"},  # a marker not in refinery's format
 ], ids=["success", "manifest", "spark", "fake-marker"])
 def test_only_refinerys_own_marker_makes_a_folder_refinerys(tmp_path, files):
     out = tmp_path / "theirs"
@@ -175,6 +175,23 @@ def test_only_refinerys_own_marker_makes_a_folder_refinerys(tmp_path, files):
     assert proc.returncode == 2 and len(lines) == 1 and "refinery did not write" in lines[0], proc.stderr
     assert any(name in lines[0] for name in files)
     assert _snapshot(out) == before
+
+
+def test_an_output_of_refinery_0_1_is_still_refinerys(tmp_path):
+    """Its marker was ``_refinery.json`` beside the files (which datasets' parquet builder took for data): a
+    rerun into it replaces the files that marker lists and keeps the user's."""
+    out = tmp_path / "old"
+    (out / "report").mkdir(parents=True)
+    (out / "report" / "report.json").write_text("{}")
+    (out / "report" / "_refinery.json").write_text(json.dumps({"written_by": "refinery 0.1.0", "run": "r",
+                                                                "files": ["report.json"]}))
+    (out / "_refinery.json").write_text(json.dumps({"written_by": "refinery 0.1.0", "files": ["_SUCCESS"]}))
+    (out / "_SUCCESS").write_text("{}")
+    (out / "notes.md").write_text("mine\n")
+    run_cli(*VERBS["audit"], "--out", out)
+    assert (out / "notes.md").read_text() == "mine\n" and not (out / "_refinery.json").exists()
+    assert json.loads((out / "report" / "summary.json").read_text())["rows"] == 3261
+    assert not (out / "report" / "_refinery.json").exists() and (out / "report" / ".refinery.json").exists()
 
 
 def test_out_on_around_or_inside_the_input_is_refused_and_in_place_replaces_a_corpus(tmp_path):

@@ -8,7 +8,7 @@ import posixpath
 import re
 
 from refinery.io.schema import Mapping
-from refinery.io.storage import get_fs
+from refinery.io.storage import check_bucket, get_fs, on_store
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
@@ -61,27 +61,36 @@ def expand_paths(inputs, storage_options=None) -> list[str]:
     for url in inputs:
         fs, path = get_fs(url, storage_options)
         skipped: list[str] = []
-        if any(ch in path for ch in "*?["):
-            found = fs.glob(path, detail=True)
-            matches = []
-            for m in sorted(found):
-                if found[m].get("type") == "directory":
-                    if not posixpath.basename(m).startswith((".", "_")):   # .git, _temporary: never data
-                        matches += _folder_files(fs, m, skipped)
-                elif is_data_name(posixpath.basename(m)):
-                    matches.append(m)
-                else:
-                    skipped.append(posixpath.basename(m))
-        elif fs.isdir(path):
-            matches = _folder_files(fs, path, skipped)
-        else:
-            matches = [path] if fs.exists(path) else []
+        with on_store(url, "listing the input"):
+            matches = _matches(fs, path, skipped)
+            if not matches:
+                check_bucket(url, fs, path)
         _notice(url, skipped)
         if not matches:
             raise FileNotFoundError(f"no input files at {url}" + (f" (only {_listed(skipped)}, which are not data)"
                                                                    if skipped else ""))
         out.extend(_as_url(fs, url, m) for m in matches)
     return out
+
+
+def _matches(fs, path: str, skipped: list[str]) -> list[str]:
+    """The data files at ``path``: a glob's matches, a folder's files, or the file itself; what is not data
+    goes to ``skipped``."""
+    if any(ch in path for ch in "*?["):
+        found = fs.glob(path, detail=True)
+        matches = []
+        for m in sorted(found):
+            if found[m].get("type") == "directory":
+                if not posixpath.basename(m).startswith((".", "_")):   # .git, _temporary: never data
+                    matches += _folder_files(fs, m, skipped)
+            elif is_data_name(posixpath.basename(m)):
+                matches.append(m)
+            else:
+                skipped.append(posixpath.basename(m))
+        return matches
+    if fs.isdir(path):
+        return _folder_files(fs, path, skipped)
+    return [path] if fs.exists(path) else []
 
 
 def _notice(url: str, skipped: list[str]) -> None:

@@ -199,7 +199,8 @@ def _alive(pid: int) -> bool:
 
 # ---------------------------------------------------------------- what refinery wrote, and nothing else
 
-OWNER_MARKER = "_refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
+OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
+EARLIER_MARKER = "_refinery.json"  # the marker of refinery 0.1 (readers of a data folder took it for data)
 RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
 MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
 _RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # the run id in an object-store file's name
@@ -226,16 +227,31 @@ def _entries(fs, path: str) -> list[str]:
 
 
 def is_marker(body) -> bool:
-    """Whether ``body`` (a parsed ``_refinery.json``) is refinery's own marker: its format, the files it
+    """Whether ``body`` (a parsed ``.refinery.json``) is refinery's own marker: its format, the files it
     lists and the run that wrote them. A ``_SUCCESS`` or ``manifest.json`` proves nothing: other tools
     (Spark, Hadoop, a user's notes) write files of those names."""
     return (isinstance(body, dict) and body.get("format") == MARKER_FORMAT and isinstance(body.get("files"), list)
             and isinstance(body.get("run"), str))
 
 
+def _is_earlier_marker(body) -> bool:
+    """Whether ``body`` (a parsed ``_refinery.json``) is the marker refinery 0.1 wrote: its name and the files."""
+    return (isinstance(body, dict) and str(body.get("written_by", "")).startswith("refinery ")
+            and isinstance(body.get("files"), list))
+
+
+def _marker(fs, path: str) -> tuple[str, dict] | None:
+    """(name, body) of refinery's marker in folder ``path`` (this version's, else refinery 0.1's), or None."""
+    for name, valid in ((OWNER_MARKER, is_marker), (EARLIER_MARKER, _is_earlier_marker)):
+        body = json_object(fs, join(path, name))
+        if valid(body):
+            return name, body
+    return None
+
+
 def claim_output(out: str, storage_options: dict | None = None) -> str:
     """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
-    ``_refinery.json`` is refinery's marker, ``is_marker``). Anything else raises ``ForeignOutput`` naming a
+    ``.refinery.json`` is refinery's marker, ``is_marker``). Anything else raises ``ForeignOutput`` naming a
     file found there: refinery never deletes or replaces what it did not write."""
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
@@ -243,7 +259,7 @@ def claim_output(out: str, storage_options: dict | None = None) -> str:
         check_bucket(out, fs, path)
         is_file = fs.isfile(path)
         entries = [] if is_file or not fs.exists(path) else _entries(fs, path)
-        ours = OWNER_MARKER in entries and is_marker(json_object(fs, join(path, OWNER_MARKER)))
+        ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
     if is_file:
         raise ForeignOutput(f"--out {out} is a file, not a folder; give a folder for refinery's outputs")
     if not entries:
@@ -353,21 +369,26 @@ def remove_failed_output(out: str, made: str | None, storage_options: dict | Non
 
 
 def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MARKER,)) -> str:
-    """``claim_output``, then a new folder is made with refinery's marker (listing ``files``) in it."""
+    """``claim_output``, then a new folder is made with refinery's marker (listing ``files``) in it; a folder
+    of refinery 0.1 gets this version's marker in place of its ``_refinery.json``."""
     claim = claim_output(out, storage_options)
-    if claim == "new":
-        fs, path = get_fs(out, storage_options)
+    fs, path = get_fs(out, storage_options)
+    earlier = None if claim == "new" else json_object(fs, join(path, EARLIER_MARKER))
+    if claim == "new" or (_is_earlier_marker(earlier) and not is_marker(json_object(fs, join(path, OWNER_MARKER)))):
+        listed = sorted({*files, *(earlier or {}).get("files", ())} - {EARLIER_MARKER})
         with on_store(out, f"writing {OWNER_MARKER}"):
             fs.makedirs(path, exist_ok=True)
             with fs.open(join(path, OWNER_MARKER), "wb") as fh:
-                fh.write(_marker_body(files, run=new_run_id()).encode())
+                fh.write(_marker_body(listed, run=new_run_id()).encode())
+            if earlier is not None:
+                fs.rm(join(path, EARLIER_MARKER))
     return claim
 
 
 def owned_files(fs, path: str) -> set[str]:
     """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote."""
-    body = json_object(fs, join(path, OWNER_MARKER))
-    return {OWNER_MARKER, *body["files"]} if is_marker(body) else set()
+    found = _marker(fs, path)
+    return {found[0], *found[1]["files"]} if found else set()
 
 
 def json_object(fs, path: str) -> dict | None:
@@ -388,8 +409,8 @@ def _marker_body(files, **extra) -> str:
 def read_marker(out: str, storage_options: dict | None = None) -> dict:
     """The body of refinery's marker in ``out`` ({} where there is none)."""
     fs, path = get_fs(out, storage_options)
-    body = json_object(fs, join(path, OWNER_MARKER))
-    return body if is_marker(body) else {}
+    found = _marker(fs, path)
+    return found[1] if found else {}
 
 
 def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
@@ -449,7 +470,7 @@ class AtomicDir:
     """Publish a folder so that a reader finds either the previous finished version or the new one.
 
     Refinery only ever removes files it wrote: a folder it did not write is refused (``claim_output``), and
-    each published folder carries ``_refinery.json``, the list of its files, so that replacing it removes
+    each published folder carries ``.refinery.json``, the list of its files, so that replacing it removes
     those and leaves anything a user put beside them.
 
     Local disks: every file is written under ``<out>.tmp-<pid>-<token>``, then swapped with ``<out>`` in
