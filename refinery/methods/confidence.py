@@ -186,5 +186,10 @@ class ConfidenceStage(FilterStage):
     def reason_kind(self, reason: str) -> str:
         return f"p_M(label | text) <= tau {self.config.tau}"
 
+    def remedy(self) -> str:
+        return (f"a model is most confident where a shortcut gives the label away, so the rows it keeps carry the "
+                f"shortcut more often: lower --tau (now {self.config.tau:g}), or z-filter the kept rows "
+                "(refinery zfilter OUT/kept).")
+
     def _scores(self, batch: pa.Table) -> np.ndarray:
         return self._confidence[self._next - batch.num_rows: self._next]

@@ -42,6 +42,7 @@ from refinery.io.storage import AtomicDir, join
 from refinery.core.folds import fold_of
 from refinery.methods.leakage import FEATURE_SETS, ForestConfig, GraphConfig, GraphInput, corpus_features
 from refinery.models.forest import distinct_rows
+from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -386,9 +387,9 @@ class WeightsStage(Stage):
                  f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict_lines)
         warnings = ((warning["message"],) if warning else ()) + tuple(r["verdict"]["warnings"])
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
-                           f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}; "
-                           f"verdict {'ok' if r['verdict']['ok'] else 'WARNING'}"
-                           + (f"; warning: {warning['message']}" if warning else ""), lines, warnings)
+                           f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}"
+                           + (f"; warning: {warning['message']}" if warning else "")
+                           + f"; {verdict_headline(r['verdict'])}", lines, warnings)
 
 
 def _output_rows(graph: GraphInput) -> str:

@@ -5,6 +5,11 @@ model) and, when it must see the whole input first (a cross-fitted model), ``pre
 streams the input's batches through it into ``kept/`` (the input's rejects carried in its rejects) and
 ``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
 and the commonest reasons. Rows in = kept + filtered out + input rejects.
+
+Its verdict (``core.verdict``): as rows are decided, the audit's features are counted over the input and over
+the kept rows (``core.weighted_counts``, weights 1 and keep ∈ {0, 1}: one tokenization), with the input's prior
+rule, and compared. A filter promises to make no shortcut stronger; where it did, the warning names the features
+and ``remedy()``, the filter's own advice. The verdict is on the console, in report.json and on the report page.
 """
 from __future__ import annotations
 
@@ -15,15 +20,32 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
+from refinery.core.features import FeatureConfig
+from refinery.core.weighted_counts import WeightedCounts, judge_weightings
 from refinery.io.corpus import CorpusWriter
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
 from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
 from refinery.report.page import Report, config_table, corpus_name, fields, note, table
 
 TOP_REASONS = 20
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
+
+
+def verdict_headline(verdict: dict) -> str:
+    """A stage's verdict (``Verdict.to_dict()``) in a pipeline log's line: ok, or what went wrong and the remedy."""
+    if verdict["ok"]:
+        return "verdict ok"
+    shown = []
+    for c in verdict["worsened"][:3]:
+        before = "untested" if c["z_before"] is None else f"{c['z_before']:.2f}"
+        shown.append(f"{c['feature']} ({c['label']}) z* {before} → {c['z_after']:.2f}")
+    found = [f"{verdict['worsened_total']:,} feature(s) crossed the threshold or rose: {', '.join(shown)}"
+             + (", …" if verdict["worsened_total"] > len(shown) else "")] if verdict["worsened_total"] else []
+    found += [f"{l}'s max z* rose to {verdict['max_z'][l]['after']:.2f}" for l in verdict["labels_risen"]]
+    return f"verdict WARNING: {', '.join(found)}" + (f"; remedy: {verdict['remedy']}" if verdict["remedy"] else "")
 
 
 class FilterStage(Stage):
@@ -42,6 +64,11 @@ class FilterStage(Stage):
         reasons carry a per-row value groups them)."""
         return reason
 
+    def remedy(self) -> str:
+        """What to do when the filter made a shortcut stronger, naming the option that applies."""
+        return ("the rows this filter keeps carry the shortcut more often than those it drops: change its settings ("
+                + ", ".join(f"{k} {v}" for k, v in to_dict(self.config).items() if v is not None) + ").")
+
     def annotate(self, batch: pa.Table) -> pa.Table:
         """The batch as written to kept/ and rejected/, after ``decide`` saw it (a filter may add its score, with
         ``set_column``: a column of the same name from an earlier stage is replaced)."""
@@ -51,6 +78,7 @@ class FilterStage(Stage):
         self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
+        audit = WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
         settings = {self.name: to_dict(self.config)}
         options = {"config": settings, "storage_options": source.opts.storage_options, "inputs": source.paths}
         with CorpusWriter(join(out, "kept"), **options) as kept_w, \
@@ -63,6 +91,7 @@ class FilterStage(Stage):
                     continue
                 keep, why = self.decide(batch.rows)
                 keep = np.asarray(keep, bool)
+                audit.add(batch.rows, None, keep.astype(np.float64))
                 rows = self.annotate(batch.rows)
                 dropped = np.nonzero(~keep)[0]
                 why = [str(why[i]) for i in dropped]
@@ -79,21 +108,31 @@ class FilterStage(Stage):
                   "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
                                for l in sorted(set(kept_by) | set(dropped_by))},
                   "reasons": dict(reasons.most_common(TOP_REASONS)), "config": to_dict(self.config)}
-        self._write_report(report, out, source.opts.storage_options, source.paths)
-        headline = f"kept {kept:,}, filtered out {dropped:,}"
+        verdict = judge_weightings(audit, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
+            if audit.rows else None
+        if verdict is not None:
+            report["verdict"] = verdict.to_dict()
+        self._write_report(report, out, source.opts.storage_options, source.paths, verdict)
+        rows_line = f"kept {kept:,}, filtered out {dropped:,}"
+        headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else "")
         share = kept / max(kept + dropped, 1)
         warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}); check the settings "
                     f"({', '.join(f'{k} {v}' for k, v in to_dict(self.config).items() if v is not None)})",) \
             if share < MIN_KEPT_SHARE else ()
+        if verdict is not None and not verdict.ok:
+            warnings += tuple(verdict.warnings())
         return StageResult(kept + dropped + input_rejects,
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
-                           report, headline, (headline,), warnings)
+                           report, headline, (rows_line, *(verdict.lines() if verdict else ())), warnings)
 
-    def _write_report(self, report: dict, out: str, storage_options: dict, inputs: list) -> None:
+    def _write_report(self, report: dict, out: str, storage_options: dict, inputs: list, verdict=None) -> None:
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
         by_label = [{"label": l, **c, "share kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
                     for l, c in report["by_label"].items()]
-        page = (Report(f"{self.name}: {doc.rstrip('.')}", corpus_name(inputs, storage_options), inputs)
+        page = Report(f"{self.name}: {doc.rstrip('.')}", corpus_name(inputs, storage_options), inputs)
+        if verdict is not None:
+            page.section(verdict_html.HEADING, verdict_html.section(verdict))
+        page = (page
                 .section("Rows", fields({k.replace("_", " "): report[k]
                                          for k in ("kept", "filtered_out", "input_rejects")}))
                 .section("Rows per label", table(by_label, formats={"share kept": fmt.percent}))
