@@ -191,6 +191,8 @@ def test_negations_reported_with_why(negation_defaults):
         assert f"rows contain `{word}`; correcting it would copy each" in left[word]["reason"]
         assert f"    {word} " in console
     assert "verdict ok" in console
+    assert all(e["reason"].startswith("z* under the threshold") for e in report["left_out"]
+               if e["token"] in KEPT_WORDS and e["z"] <= report["token_threshold"])   # every negation has its line
     page = (out / "report" / "report.html").read_text()
     assert "rows contain `no`; correcting it would copy each" in page.replace("&#x27;", "'").replace("&#96;", "`")
 

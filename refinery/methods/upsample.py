@@ -154,20 +154,25 @@ def select_tokens(stats: pa.Table, labels: list, config: UpsampleConfig, rows: i
 
 def left_out(every_token: pa.Table, chosen: list, config: UpsampleConfig, rows: int, threshold: float,
              p0: dict) -> tuple[list, str | None]:
-    """(tokens, band hint): the significant tokens S leaves out (stopwords included) among the top k by z* and
-    every negation or quantifier, each with the reason and the copies per row its correction would need; and
-    the ``--band`` that would take in those outside the band whose correction fits ``max_copies`` (None if none)."""
+    """(tokens, band hint): the tokens S leaves out, stopwords included: the significant ones among the top k by
+    z*, and every negation or quantifier in at least min_count rows, each with the reason and the copies per row
+    its correction would need; and the ``--band`` that would take in those outside the band whose correction fits
+    ``max_copies`` (None if none)."""
     lo, hi = config.band(rows)
     taken = {c["token"] for c in chosen}
-    ranked = [e for e in _ranked_tokens(every_token, config.min_count) if e["z"] > threshold]
-    shown = ranked[: config.k] + [e for e in ranked[config.k:] if e["token"] in KEPT_WORDS]
+    ranked = _ranked_tokens(every_token, config.min_count)
+    significant = [e for e in ranked if e["z"] > threshold]
+    shown = significant[: config.k] + [e for e in ranked if e["token"] in KEPT_WORDS and e not in
+                                       significant[: config.k]]
     out, outside = [], []
     for e in shown:
         if e["token"] in taken:
             continue
         need = copies_needed(e["counts"], p0)
         most = max(need.values(), default=0)
-        if config.remove_stopwords and e["token"] in STOPWORD_LIST:
+        if e["z"] <= threshold:
+            reason = f"z* under the threshold {threshold:.2f}: not a shortcut here, nothing to correct"
+        elif config.remove_stopwords and e["token"] in STOPWORD_LIST:
             reason = "a stopword (kept with --no-remove-stopwords)"
         elif math.isinf(most):
             reason = _never(e["token"], [l for l, c in need.items() if math.isinf(c)])
@@ -710,7 +715,7 @@ def _html(report: dict, trace: list, config: UpsampleConfig, labels: list, befor
                           f"the next token was taken; {IBADR}."
                           + (f" The first {SHOWN} of {len(uncorrectable):,}; report.json lists them all."
                              if len(uncorrectable) > SHOWN else "")))
-            .section("Significant tokens left out, negations and quantifiers included",
+            .section("Tokens left out: the significant ones, and every negation and quantifier",
                      table(left, formats={"z*": fmt.z}),
                      note(f"Tokens whose z* passes the threshold {fmt.z(report['token_threshold'])} are taken from "
                           f"the band of {lo:,} to {hi:,} rows"
@@ -772,12 +777,16 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
         lines.append(f"  {r['refused']['rows']:,} rows not copied: a copy would have strengthened a shortcut ({feats})")
     if r["undone_turns"]:
         lines.append(f"  {r['undone_turns']} turn(s) undone: the output's label shares moved its prior")
-    if r["left_out"]:
+    shown = [e for e in r["left_out"] if e["z"] > r["token_threshold"]]
+    if shown:
         lo, hi = r["band"]
         lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "
                      f"{lo:,} to {hi:,}; significant: z* > {r['token_threshold']:.2f}):")
-        lines += [f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}"
-                  for e in r["left_out"]]
+        lines += [f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}" for e in shown]
+    calm = [e for e in r["left_out"] if e["z"] <= r["token_threshold"]]
+    if calm:
+        lines.append("  negations and quantifiers under the threshold, nothing to correct: "
+                     + ", ".join(f"{e['token']} {e['z']:.1f}" for e in calm))
         if r["band_hint"]:
             lower, upper = r["band_hint"].split(",")
             lines.append(f"  --band-min {lower} --band-max {upper} would take in those outside the band")
