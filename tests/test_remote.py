@@ -111,6 +111,10 @@ def test_an_s3_compatible_store_works_out_of_the_box_and_buckets_are_never_creat
                    env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://bucket/zf" in proc.stderr, proc.stderr
     assert "credentials" in proc.stderr
+    proc = run_cli("inspect", "s3://bucket/hard", check=False, env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://bucket/hard" in proc.stderr, proc.stderr
+    proc = run_cli("audit", "s3://nobucket/train.jsonl", "--preset", "snli", "--out", "s3://bucket/a2", check=False)
+    assert proc.returncode == 2 and "s3://nobucket does not exist" in proc.stderr, proc.stderr
 
 
 def test_ray_job_submit_to_local_head(tmp_path, monkeypatch):

@@ -93,11 +93,12 @@ class Corpus:
     def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
         fs, path = get_fs(url, storage_options)
         fs.invalidate_cache(path)  # another process may have published it since this one last looked
-        mpath = manifest_path(fs, path)
-        if mpath is None:
-            raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
-        with fs.open(mpath, "r") as fh:
-            return cls(url.rstrip("/"), json.load(fh), storage_options)
+        with on_store(url, "reading the corpus manifest"):
+            mpath = manifest_path(fs, path)
+            if mpath is None:
+                raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
+            with fs.open(mpath, "r") as fh:
+                return cls(url.rstrip("/"), json.load(fh), storage_options)
 
     @property
     def files(self) -> list[str]:
@@ -146,9 +147,11 @@ def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
 
 
 def is_corpus(url: str, storage_options=None) -> bool:
+    """Whether ``url`` is a folder with a corpus manifest (a store that refuses to say is named with ``url``)."""
     fs, path = get_fs(url, storage_options)
     fs.invalidate_cache(path)
-    return fs.isdir(path) and manifest_path(fs, path) is not None
+    with on_store(url, "looking at the input"):
+        return fs.isdir(path) and manifest_path(fs, path) is not None
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:
