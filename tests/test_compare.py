@@ -91,7 +91,12 @@ def test_an_snli_model_is_scored_on_hans_and_mnli_hard_in_one_run(tmp_path):
     assert report["eval"]["snli-hard"]["leaked_rows"] == {"snli": 0}
     assert "hans (30,000 rows; majority class " in out
     page = (tmp_path / "cmp" / "report" / "report.html").read_text()   # the bar chart is an SVG, not a PNG
-    assert "<img" not in page and page.count("<svg") == 1 and "(majority class: non-entailment)" in page
+    assert "<img" not in page and "(majority class: non-entailment)" in page
+    # charts: the accuracy, and the bias slices of the sets that hold the baseline's top features (not HANS)
+    slices = report["bias_slices"]
+    assert slices["snli-hard"]["features"] and slices["mnli-hard"]["features"] and not slices["hans"]["features"]
+    assert len(slices["hans"]["absent"]) == 10 and page.count("<svg") == 3
+    assert {f["eval_label"] for f in slices["snli-hard"]["features"]} <= {"entailment", "neutral", "contradiction"}
     predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet")
     assert set(predictions.filter(pc.equal(predictions["eval"], "hans"))["prediction"].to_pylist()) <= \
         {"entailment", "non-entailment"}
