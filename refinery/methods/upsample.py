@@ -185,7 +185,7 @@ def left_out(every_token: pa.Table, chosen: list, config: UpsampleConfig, rows: 
         else:
             reason = f"not among the top {config.k} in the band (a larger --k takes it in)"
         out.append({"token": e["token"], "n": e["n"], "z": e["z"], "label": e["label"], "counts": e["counts"],
-                    "copies_needed": None if math.isinf(most) else most, "reason": reason})
+                    "copies_needed": None if math.isinf(most) or e["z"] <= threshold else most, "reason": reason})
     if not outside:
         return out, None
     lower = _widened(config.band_min, min(outside), rows, lower=True)
