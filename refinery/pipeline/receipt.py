@@ -5,7 +5,10 @@ went (kept, filtered out, added, re-weighted, rejected), max z* per label and th
 z* followed through every stage against the Bonferroni threshold (Gardner et al. 2021), each stage's time
 and peak memory, and links to the stages' own reports. The z* come from an audit of each step's corpus
 (``report.audit_steps``), with the prior the input's audit chose so that the steps compare; the audit's
-settings are those of the pipeline's first ``audit`` stage, or its defaults.
+settings are those of the pipeline's first ``audit`` stage, or its defaults. A corpus whose rows carry a
+``weight`` column (after ``weights``) is audited weighted (``core.weighted_counts``: count(x, l) = Σ w, z* on the
+weighted n and counts), so its z* show what the weights do to the shortcuts. Each step's verdict (``core.verdict``)
+is read from its report.json and shown with the step.
 
 Writes ``OUT/pipeline/``: ``pipeline.yaml`` (the resolved file), ``run.json`` (each step's accounting),
 ``receipt.json`` (every figure of the report, exact) and ``report.html``; with ``report.screenshots``,
@@ -19,6 +22,7 @@ import hashlib
 import html
 import json
 import os
+import posixpath
 import tempfile
 from pathlib import Path
 
@@ -30,7 +34,9 @@ import pyarrow.parquet as pq
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.readers import ReadOptions
 from refinery.io.storage import AtomicDir, get_fs, is_local, join
+from refinery.core import stats as zstats
 from refinery.core.stats import ZStats
+from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts
 from refinery.pipeline.config import ReportConfig, to_dict
 from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser, figures
@@ -76,20 +82,46 @@ def _measure(corpus: str, opts: ReadOptions, config, field_names) -> tuple[dict,
         result.counter.close()
 
 
-def _audit_key(step, out: str, config, field_names) -> str:
+def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, columns: list) -> tuple[dict, ZStats]:
+    """The audit of a corpus whose rows carry a ``weight``: the same figures as ``_measure``, on weighted counts
+    (rows and label counts stay counts of rows; ``weighted``: True)."""
+    source = Corpus.open(corpus, opts.storage_options)
+    counts = WeightedCounts(None, config.features.named(*field_names), 1)
+    read = [c for c in ("text_a", "text_b", "label", "weight") if c in columns]
+    for table in source.iter_tables(read, opts.batch_rows):
+        counts.add(table, table["weight"].to_numpy(zero_copy_only=False))
+    rows_per_label = {l: int(source.manifest["labels"].get(l, 0)) for l in sorted(counts.labels)}
+    if not counts.rows:
+        raise EmptyInput(f"{corpus}: no rows to audit")
+    prior = zstats.choose_prior(config.prior, rows_per_label)
+    st = counts.stats(0, zstats.prior_vector(list(rows_per_label), rows_per_label, prior.name), config.min_count,
+                      config.alpha)
+    top = st.top_k(max(config.k, 1))
+    figures = {"rows": counts.rows, "labels": rows_per_label, "threshold": st.threshold, "prior": str(prior),
+               "prior_name": prior.name, "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
+               "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top,
+               "weighted": True}
+    rows = np.flatnonzero(st.n >= st.min_count)
+    return figures, dataclasses.replace(st, features=pc.take(st.features, pa.array(rows)), counts=st.counts[rows],
+                                        n=st.n[rows])
+
+
+def _audit_key(step, out: str, config, field_names, weighted: bool = False) -> str:
     """What a step's audit for the report depends on: the step's fingerprint (its code, config and inputs), the
-    corpus it passes on (within ``out``), the audit's settings and the input's field names."""
+    corpus it passes on (within ``out``), the audit's settings, the input's field names and whether it is
+    weighted."""
     passes_on = step.passes_on[len(out):] if step.passes_on.startswith(out) else step.passes_on
-    return hashlib.sha256(json.dumps([step.fingerprint, passes_on, to_dict(config), field_names],
-                                     sort_keys=True, default=str).encode()).hexdigest()[:32]
+    key = [step.fingerprint, passes_on, to_dict(config), field_names] + (["weighted"] if weighted else [])
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def _audit_table(figures: dict, st: ZStats) -> pa.Table:
     """A step's audit as kept in ``OUT/pipeline/audits/``: its statistics, the figures in the schema's metadata."""
     meta = {"figures": figures, "labels": st.labels, "p0": st.p0.tolist(), "threshold": st.threshold,
             "min_count": st.min_count, "alpha": st.alpha}
-    table = pa.table({"feature": st.features, "n": pa.array(st.n, pa.int64()),
-                      "counts": pa.FixedSizeListArray.from_arrays(pa.array(st.counts.reshape(-1), pa.int64()),
+    kind = pa.float64() if figures.get("weighted") else pa.int64()   # weighted counts are sums of weights
+    table = pa.table({"feature": st.features, "n": pa.array(st.n, kind),
+                      "counts": pa.FixedSizeListArray.from_arrays(pa.array(st.counts.reshape(-1), kind),
                                                                   max(len(st.labels), 1))})
     return table.replace_schema_metadata({"refinery_audit": json.dumps(meta, default=str)})
 
@@ -135,12 +167,19 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                  "passes_on": step.passes_on, "phases": step.phases}
         if step.passes_on and is_corpus(step.passes_on, opts.storage_options):
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
+        verdicts = _step_verdicts(run.out, step, opts.storage_options)
+        if verdicts:
+            entry["verdicts"] = verdicts
         if config.audit_steps and step.passes_on and step.passes_on != previous:
-            key = _audit_key(step, run.out, audit_config, names)
+            columns = StageInput({"": [step.passes_on]}, None, corpus_opts).columns()
+            weighted = "weight" in columns
+            key = _audit_key(step, run.out, audit_config, names, weighted)
             kept = _kept_audit(run.out, key, opts.storage_options)
-            echo(f"   report: {'reusing the audit' if kept else 'auditing the rows'} {step.folder} passes on")
+            echo(f"   report: {'reusing the audit' if kept else 'auditing the rows'} {step.folder} passes on"
+                 + (" (weighted)" if weighted and not kept else ""))
             try:
-                audited, last = kept or _measure(step.passes_on, corpus_opts, audit_config, names)
+                audited, last = kept or (_measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns)
+                                         if weighted else _measure(step.passes_on, corpus_opts, audit_config, names))
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
                 entry["audit_skipped"] = str(e)
             else:
@@ -161,6 +200,23 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                  for label, entries in final.items() for e in entries[:config.top_features]]
     return {"out": run.out, "engine": run.engine, "steps": steps, "tracked": [f"{f} → {l}" for f, l in tracked or ()],
             "final_top": final_top, "report": dataclasses.asdict(config)}, last, audits
+
+
+def _step_verdicts(out: str, step, storage_options: dict) -> dict:
+    """The verdicts in the step's report.json ({part: {ok, line, warnings}}; part "" for a stage's one verdict),
+    or {} where it has none (a stage without a verdict, a step that wrote no report)."""
+    if not step.result.report_file:
+        return {}
+    fs, root = get_fs(out, storage_options)
+    path = join(root, step.folder, posixpath.dirname(step.result.report_file), "report.json")
+    if not fs.exists(path):
+        return {}
+    with fs.open(path, "r") as fh:
+        report = json.load(fh)
+    found = {"": report["verdict"]} if "verdict" in report else dict(report.get("verdicts") or {})
+    if "verdict_input_p0" in report:
+        found["under the input's p0"] = report["verdict_input_p0"]
+    return {part: {"ok": v["ok"], "line": v["line"], "warnings": v["warnings"]} for part, v in found.items()}
 
 
 def _report_link(out: str, step, storage_options: dict) -> str | None:
@@ -229,14 +285,19 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
             note(f"Significant: the features whose z* is above the Bonferroni threshold (α = {_audit_alpha(spec):g}), "
                  f"{fmt.z(first['threshold'])} for the input and {fmt.z(last['threshold'])} after "
                  f"{audited[-1]['step']} (it depends on how many features are counted). Prior p0: "
-                 f"{first['prior']}, the same at every step."))
+                 f"{first['prior']}, the same at every step." + _weighted_note(audited)))
+    if any(s.get("verdicts") for s in steps):
+        page.section("Each stage's verdict", _verdicts(steps),
+                     note("Each refining stage audits its output with its input's features and prior and compares "
+                          "(its own report shows the tables): ok when it kept its promise."))
     if data["tracked"] and audited:
         series = {name: [s["audit"]["tracked"][name] for s in audited] for name in data["tracked"]}
         page.section("The input's top features, stage by stage", figure(
             figures.small_multiples(series, [s["step"] for s in audited], [s["audit"]["threshold"] for s in audited],
                                     title=f"z* of {corpus}'s top features after each stage"),
             "The red dashed line is the Bonferroni threshold: below it a feature no longer predicts its label "
-            "more than chance allows. A hollow marker: the feature is in fewer rows than the audit's min_count."))
+            "more than chance allows. A hollow marker: the feature is in fewer rows than the audit's min_count."
+            + _weighted_note(audited)))
     page.section("Where the rows went", figure(figures.row_flow(_flow_steps(steps))),
                  note("Every input line is in one part: rows in = the parts' sum at every step. Rejected input "
                       "rows are in 00-input/rejects with their reasons; a filter's rows in its rejected/ folder."))
@@ -266,6 +327,25 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
                      figure(figures.zplot(final_stats, 6, f"{corpus}: after {last}")))
     page.section("Pipeline", code(spec.to_yaml()))
     return page.html()
+
+
+def _weighted_note(audited: list[dict]) -> str:
+    """Which steps' z* are weighted, and what that means ("" where none is)."""
+    weighted = [s["step"] for s in audited if s["audit"].get("weighted")]
+    return f" After {', '.join(weighted)} the rows carry weights: {WEIGHTED_NOTE}." if weighted else ""
+
+
+def _verdicts(steps: list[dict]) -> str:
+    """Each step's verdicts: the line (red when the stage broke its promise) and its warnings with the remedy."""
+    out = []
+    for s in steps:
+        for part, v in s.get("verdicts", {}).items():
+            css = "" if v["ok"] else ' class="bad"'
+            name = s["step"] + (f" ({part})" if part else "")
+            out.append(f"<p{css}><b>{html.escape(name)}</b>: {html.escape(v['line'])}</p>")
+            if v["warnings"]:
+                out.append("<ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in v["warnings"]) + "</ul>")
+    return "".join(out)
 
 
 def _worse(first: dict, last: dict) -> str:
