@@ -601,8 +601,8 @@ def reading_notes(report: dict) -> list[str]:
         shared = info["inputs_with_several_labels"]
         if not shared["rows"]:
             continue
-        what = f"{ev}: {shared['rows']:,} of its {info['rows']:,} rows share what the models read " \
-               f"({READS[report['reads']]}) with a row of another gold label, so no model can score over " \
+        what = f"{ev}: {shared['rows']:,} of its {info['rows']:,} rows share what the models read, " \
+               f"{READS[report['reads']]}, with a row of another gold label, so no model can score over " \
                f"{shared['best_possible_accuracy']:.1%}"
         if not shared["separates_models"]:
             what += "; every input carries several labels: this set cannot separate the models"
@@ -730,7 +730,8 @@ def _html(report: dict, train: dict, evals: dict, storage_options=None) -> str:
 
 def _slice_blocks(slices: dict, names: list, base: str) -> list[str]:
     """An evaluation set's bias-slice figure and table (AUDAC's Figures 2 and 4 and Table 1)."""
-    about = note(f"The {len(slices['features']) + len(slices['absent'])} features of {base} with the largest z* "
+    count = len(slices["features"]) + len(slices["absent"])
+    about = note(f"The {count} feature{'s' if count != 1 else ''} of {base} with the largest z* "
                  f"over the threshold {slices['threshold']:.2f} (prior {slices['prior']}), each at the label it leans "
                  "to. For each feature in this set: the accuracy on its rows whose gold label is that label (the "
                  "shortcut points the right way) and on its other rows (the shortcut misleads). A model that relies "
@@ -806,16 +807,16 @@ def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
             g = e.get("gain")
             rows.append({"evaluation set": ev, "training corpus": n + (" (baseline)" if n == base else ""),
                          "accuracy": e["mean"], "± std over seeds": e["std"],
-                         f"gain over {base}": g and g["delta"], "95% interval": g and g["ci95"],
+                         f"gain over {base}": g and g["delta"], "gain 95% interval": g and g["ci95"],
                          "significant": g and ("yes" if g["significant"] else "no"),
                          "weighted accuracy": e.get("weighted_accuracy"),
                          "evaluation rows also in training": e.get("overlap_rows")})
     columns = ["evaluation set", "training corpus", "accuracy", "± std over seeds", f"gain over {base}",
-               "95% interval", "significant", "weighted accuracy", "evaluation rows also in training"]
+               "gain 95% interval", "significant", "weighted accuracy", "evaluation rows also in training"]
     columns = columns[:2] + [c for c in columns[2:] if any(r.get(c) is not None for r in rows)]
     rows = [{c: "" if r.get(c) is None else r[c] for c in columns} for r in rows]   # blank where it does not apply
     formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": points,
-               "95% interval": interval, "weighted accuracy": fmt.percent,
+               "gain 95% interval": interval, "weighted accuracy": fmt.percent,
                "evaluation rows also in training": fmt.count}
     return rows, columns, {c: _or_blank(f) for c, f in formats.items() if c in columns}
 
