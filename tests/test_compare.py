@@ -291,3 +291,17 @@ def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_r
                                          r"claims \(same texts where the models read one text \(text_a\) alone\)"):
         cmp.run({"claims": [str(train)]}, [cmp.parse_eval_set(f"leak={leaked}:fever")], str(tmp_path / "cmp2"),
                 PRESETS["fever_claims"])
+
+
+def test_models_of_pairs_and_of_single_texts_are_not_compared_or_scored_on_what_they_do_not_read():
+    import pyarrow as pa
+
+    pairs = pa.table({"text_a": ["a dog runs"], "text_b": ["an animal moves"], "label": ["entailment"]})
+    single = pa.table({"text_a": ["a dog runs"], "label": ["SUPPORTS"]})
+    assert cmp.model_reads({"a": pairs}, "pair") == "pair" and cmp.model_reads({"a": pairs}, "hypothesis") == "text_b"
+    assert cmp.model_reads({"a": single}, "hypothesis") == "text_a"
+    with pytest.raises(ValueError, match="training corpora a hold pairs and b single texts"):
+        cmp.model_reads({"a": pairs, "b": single}, "pair")
+    assert cmp.model_view(pairs, "text_a", "e").column_names == ["text_a", "label"]     # the claim alone
+    with pytest.raises(ValueError, match="evaluation set e holds single texts, and the models read pairs"):
+        cmp.model_view(single, "pair", "e")
