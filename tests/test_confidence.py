@@ -1,8 +1,12 @@
 """The confidence stage: its cross-fitted n-gram model at streaming speed (hashed n-grams from the compiled
 scanner, TF-IDF as scikit-learn computes it, averaged SGD as good as L-BFGS on SNLI), and a transformer's
 cross-fitting that resumes from its finished folds after a kill."""
+import html
+import json
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from conftest import SNLI_DEV, killed_when, run_cli
 from sklearn.feature_extraction.text import TfidfTransformer
@@ -10,7 +14,7 @@ from sklearn.feature_extraction.text import TfidfTransformer
 from refinery.core.features import TokenizerOptions
 from refinery.core.hashed_ngrams import ngram_counts
 from refinery.io.checkpoints import CHECKPOINTS
-from refinery.io.corpus import Corpus, load
+from refinery.io.corpus import Corpus, load, write_table
 from refinery.io.schema import PRESETS
 from refinery.models.base import cross_fit_proba
 from refinery.models.ngram import NGramClassifier, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
@@ -97,3 +101,35 @@ def test_confidence_after_confidence_replaces_the_column(tmp_path):
     rejected = Corpus.open(str(tmp_path / "o" / "02-confidence" / "rejected")).read()
     assert kept.column_names.count("confidence") == 1 and rejected.column_names.count("confidence") == 1
     assert min(kept["confidence"].to_pylist()) > 0.3 >= max(rejected["confidence"].to_pylist())
+
+
+@pytest.fixture(scope="module")
+def scored_dev(tmp_path_factory, snli_dev):
+    """SNLI dev with two probability columns: ``keeps_shortcut`` drops the rows that contradict its shortcuts
+    (non-contradictions with sleeping/nobody), ``drops_shortcut`` drops the contradictions that carry them."""
+    root = tmp_path_factory.mktemp("scored")
+    hypothesis = pc.utf8_lower(snli_dev["text_b"])
+    shortcut = pc.or_(pc.match_substring_regex(hypothesis, r"\bsleeping\b"),
+                      pc.match_substring_regex(hypothesis, r"\bnobody\b")).to_numpy(zero_copy_only=False)
+    contradiction = (snli_dev["label"].to_numpy(zero_copy_only=False) == "contradiction")
+    table = snli_dev.append_column("keeps_shortcut", pa.array(np.where(shortcut & ~contradiction, 0.0, 1.0)))
+    table = table.append_column("drops_shortcut", pa.array(np.where(shortcut & contradiction, 0.0, 1.0)))
+    write_table(table, str(root / "dev"))
+    return root
+
+
+@pytest.mark.parametrize("column, ok", [("drops_shortcut", True), ("keeps_shortcut", False)])
+def test_confidence_verdict_credits_a_filter_that_removes_a_shortcut_and_catches_one_that_feeds_it(
+        scored_dev, column, ok):
+    out = scored_dev / column
+    proc = run_cli("confidence", scored_dev / "dev", "--proba-column", column, "--tau", "0.5", "--out", out)
+    verdict = json.loads((out / "report" / "report.json").read_text())["verdict"]
+    assert verdict["ok"] is ok, verdict["warnings"]
+    page = (out / "report" / "report.html").read_text()
+    assert "Verdict: the shortcuts before and after" in page and verdict["line"] in html.unescape(page)
+    if ok:   # the contradictions' sleeping/nobody are no longer significant
+        fixed = {c["feature"] for c in verdict["fixed"] if c["label"] == "contradiction"}
+        assert {"sleeping@hypothesis", "nobody@hypothesis"} <= fixed and verdict["line"] in proc.stdout
+    else:    # its counter-examples gone, sleeping rises (by ≥ 1 z*); the remedy names --tau
+        assert "sleeping@hypothesis" in {c["feature"] for c in verdict["worsened"] if c["label"] == "contradiction"}
+        assert "lower --tau (now 0.5)" in verdict["remedy"] and "remedy: a model is most confident" in proc.stderr

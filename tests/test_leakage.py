@@ -1,5 +1,6 @@
 """Leakage features (DuckDB vs networkx), predictability on planted leakage, IPS weights, debiased evaluation."""
 import json
+import re
 import sys
 
 import networkx as nx
@@ -111,7 +112,7 @@ def test_planted_leakage_is_predictable_and_weights_neutralize_it(planted):
     assert "<img" not in page and page.count("<svg") == len(set(features["label"].to_pylist())) >= 2
 
     run_cli("weights", *inputs, "--out", planted / "weighted", "--folds", "5", "--trees", "50")
-    weighted = Corpus.open(str(planted / "weighted"))
+    weighted = Corpus.open(str(planted / "weighted" / "corpus"))
     table = weighted.read()
     assert table.num_rows == 24_000 and set(table["split"].to_pylist()) == {"train", "test"}
     w, y = table["weight"].to_numpy(), np.array(table["label"].to_pylist())
@@ -168,7 +169,7 @@ def test_snli_dev_test_graph_end_to_end(tmp_path):
     assert set(identical["label"].to_pylist()) == {"entailment"}
 
     run_cli("weights", *inputs, "--out", tmp_path / "w", "--folds", "3", "--trees", "30")
-    table = Corpus.open(str(tmp_path / "w")).read()
+    table = Corpus.open(str(tmp_path / "w" / "corpus")).read()
     assert table.num_rows == 19_666 and abs(table["weight"].to_numpy().mean() - 1) < 1e-9
 
 
@@ -202,3 +203,65 @@ def test_cell_forest_is_sklearns_forest_in_distribution(planted):
     assert np.abs(cells - rows[0]).mean() < 1.25 * noise and np.abs(cells - rows[1]).mean() < 1.25 * noise
     accuracy = [(p.argmax(1) == y_test).mean() for p in (cells, *rows)]
     assert accuracy[0] > np.bincount(y_test).max() / len(y_test) + 0.2 and abs(accuracy[0] - accuracy[1]) < 0.01
+
+
+def test_weighted_counts_are_the_audits_counts_and_sums_of_weights():
+    """Weight 1: the audit's own counts, row-level families included, over batches that bring a label late;
+    weight 2 doubles every count; z* is then computed on the weighted n."""
+    from refinery.core.features import FeatureConfig
+    from refinery.core.weighted_counts import WeightedCounts
+    from refinery.io.corpus import load
+    from refinery.methods.audit import AuditConfig, audit_table
+
+    table = load([SNLI_DEV], PRESETS["snli"])[0].slice(0, 1500)
+    table = table.take(np.argsort(table["label"].to_numpy(zero_copy_only=False), kind="stable"))  # a label per batch
+    config = FeatureConfig(("unigram", "bigram", "length", "overlap", "null")).named(("premise", "hypothesis"))
+    counts = WeightedCounts(None, config, 2)
+    for batch in table.to_batches(400):
+        counts.add(pa.Table.from_batches([batch]), None, np.full(batch.num_rows, 2.0))
+    audit = audit_table(table, AuditConfig(features=config, min_count=1)).stats
+    plain, doubled = counts.stats(0, audit.p0, 1), counts.stats(1, audit.p0, 1)
+    assert plain.labels == audit.labels and abs(plain.threshold - audit.threshold) < 1e-12
+    expected = dict(zip(audit.features.to_pylist(), audit.counts.tolist()))
+    assert dict(zip(plain.features.to_pylist(), plain.counts.tolist())) == expected
+    assert "hypo-len<5" in expected and "lex-overlap>0.8" in expected
+    np.testing.assert_array_equal(doubled.counts, 2 * plain.counts)
+    np.testing.assert_allclose(doubled.z, np.sqrt(2) * plain.z)    # the same p̂ on twice the n
+    assert counts.label_totals(1) == {l: 2.0 * n for l, n in counts.label_totals(0).items()}
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory):
+    """A corpus whose premises come from a pool whose popularity depends on the label (no planted words): the
+    pooled premises' words are the shortcuts, and the sentence graph sees them."""
+    root = tmp_path_factory.mktemp("pooled")
+    write_synth(SynthSpec(rows=6_000, premise_pool=400, planted={}, seed=7), str(root / "corpus"))
+    return root
+
+
+def test_weights_verdict_credits_weights_that_neutralize_the_leak_and_catches_heavy_rows(pooled):
+    """Weights capped at 3 neutralize the pooled premises' words: the verdict holds and most significant features
+    of the input are no longer significant. Uncapped, a few rows weigh 100× the mean and make each of their
+    words a feature of hundreds of rows of one label: caught, the features named, the remedy a --clip checked."""
+    run_cli("weights", pooled / "corpus", "--out", pooled / "capped", "--folds", "5", "--trees", "50", "--clip", "3")
+    capped = json.loads((pooled / "capped" / "report" / "report.json").read_text())["verdict"]
+    assert capped["ok"], capped["warnings"]
+    assert capped["fixed_total"] > capped["significant_before"] / 2 and not capped["worsened_total"]
+    assert capped["max_z"]["entailment"]["after"] < capped["max_z"]["entailment"]["before"] / 2
+
+    proc = run_cli("weights", pooled / "corpus", "--out", pooled / "heavy", "--folds", "5", "--trees", "50")
+    report = json.loads((pooled / "heavy" / "report" / "report.json").read_text())
+    verdict = report["verdict"]
+    assert not verdict["ok"] and verdict["worsened_total"] > 10
+    top = verdict["worsened"][0]   # a heavy row's premise word: hardly in the input's rows, now in hundreds
+    assert top["feature"].endswith("@premise") and top["z_after"] > 20 and top["n_after"] > 100
+    assert top["z_before"] is None or top["z_before"] < 0
+    assert report["diagnostics"]["max"] > 50 and report["low_ess_warning"]
+    holds = next(c for c in report["clips_checked"] if c["ok"])   # the remedy: the gentlest cap that holds
+    assert f"--clip {holds['clip']:g}" in verdict["remedy"] and all(not c["ok"] for c in report["clips_checked"]
+                                                                     if c["clip"] > holds["clip"])
+    assert "verdict WARNING" in proc.stdout and "remedy: cap the weights: --clip" in proc.stderr
+    page = (pooled / "heavy" / "report" / "report.html").read_text()
+    assert "Verdict: the shortcuts before and after" in page and "rows per weight" in page
+    assert "effective sample size" in page and not re.search(r"\bnan\b", page, re.IGNORECASE)
+    assert report["rows"] == 6_000 and report["histogram"]["rows"] and sum(report["histogram"]["rows"]) == 6_000

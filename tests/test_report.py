@@ -53,3 +53,40 @@ def test_header_names_corpus_followed_through_manifests_date_machine_and_version
     header = page.split("<header>")[1].split("</header>")[0]
     assert "snli_dev.jsonl" in header and "refinery " in header and " cores" in header
     assert re.search(r"<time>\d{4}-\d\d-\d\d \d\d:\d\d UTC</time>", header)
+
+
+def test_weight_histogram_counts_from_zero_and_labels_a_tail_of_one_row():
+    from refinery.report.figures import histogram, text_outside
+
+    svg = histogram([0.5, 1, 2, 100, 300], [4000, 5000, 0, 1], title="rows per weight", log_x=True,
+                    marks=((1.0, "mean weight 1"),))
+    labels = re.findall(r">([^<>]+)</text>", svg)
+    assert "0" in labels and "1" in labels            # the count axis starts at zero; the one heavy row is labelled
+    assert "1 to 300" not in svg and "100 to 300: 1 rows" in svg and not text_outside(svg)
+
+
+def test_pipeline_report_shows_weighted_z_and_each_stages_verdict(tmp_path):
+    """After weights the pipeline's audit is weighted (its max z* are the weights verdict's), and each stage's
+    verdict (here confidence's and weights') has its line in the report."""
+    import json
+
+    import yaml
+    from conftest import run_cli
+
+    from refinery.io.synth import SynthSpec
+    from refinery.io.synth import write as write_synth
+
+    write_synth(SynthSpec(rows=3_000, premise_pool=200, planted={}, seed=3), str(tmp_path / "corpus"))
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"input": {"paths": [str(tmp_path / "corpus")]}, "stages": [
+        {"confidence": {"model": "ngram", "folds": 2, "tau": 0.2}}, {"weights": {"folds": 3}}]}))
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o")
+    receipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
+    steps = {s["stage"]: s for s in receipt["steps"]}
+    weights = steps["weights"]
+    verdict = json.loads((tmp_path / "o" / weights["step"] / "report" / "report.json").read_text())["verdict"]
+    assert weights["audit"]["weighted"] and "weighted" not in steps["confidence"]["audit"]
+    assert weights["audit"]["max_z"] == pytest.approx({l: m["after"] for l, m in verdict["max_z"].items()}, abs=1e-3)
+    assert {s: set(steps[s]["verdicts"]) for s in ("confidence", "weights")} == {"confidence": {""}, "weights": {""}}
+    page = (tmp_path / "o" / "pipeline" / "report.html").read_text()
+    assert "Each stage&#x27;s verdict" in page or "Each stage's verdict" in page
+    assert "a row of weight w counts as w rows" in page and verdict["line"].split(":")[0] in page
