@@ -28,7 +28,7 @@ def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(plante
     # AUDAC's band must reach the planted words' frequency (about 6% of the rows each)
     run_cli("upsample", planted / "train", "--k", 10, "--band-min", "0.01", "--band-max", "0.2", "--iterations", 20, "--out", tmp_path / "up")
     out = run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
-                  "--train", f"upsample={tmp_path / 'up'}", "--eval", f"test={planted / 'test'}",
+                  "--train", f"upsample={tmp_path / 'up' / 'corpus'}", "--eval", f"test={planted / 'test'}",
                   "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp").stdout
     assert "anti (2,000 rows; majority class " in out
     report = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
@@ -48,7 +48,7 @@ def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(plante
     runs = sorted((tmp_path / "cmp" / "runs").iterdir())
     stamps = [(r / "run.json").stat().st_mtime_ns for r in runs]
     run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
-            "--train", f"upsample={tmp_path / 'up'}", "--eval", f"test={planted / 'test'}",
+            "--train", f"upsample={tmp_path / 'up' / 'corpus'}", "--eval", f"test={planted / 'test'}",
             "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp")
     assert [(r / "run.json").stat().st_mtime_ns for r in runs] == stamps
     assert json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())["accuracy"] == acc
@@ -134,13 +134,13 @@ def test_a_corpus_with_splits_trains_on_its_train_split(tmp_path):
     """refinery weights over train+test writes one corpus with a split column: compare trains on 'train' only."""
     run_cli("weights", "--input", f"train={SNLI_DEV}", "--input", f"test={SNLI_HARD}", "--preset", "snli",
             "--folds", 2, "--trees", 10, "--out", tmp_path / "w")
-    out = run_cli("compare", "--train", f"w={tmp_path / 'w'}", "--eval", f"hard={SNLI_HARD}", "--preset", "snli",
+    out = run_cli("compare", "--train", f"w={tmp_path / 'w' / 'corpus'}", "--eval", f"hard={SNLI_HARD}", "--preset", "snli",
                   "--out", tmp_path / "c").stdout
     report = json.loads((tmp_path / "c" / "report" / "report.json").read_text())
     assert report["train"]["w"] == {**report["train"]["w"], "rows": 9_842, "other_splits_left_out": 3_261}
     assert report["eval"]["hard"]["leaked_rows"] == {"w": 0} and "also in training" not in out
     assert report["eval"]["hard"]["majority"] == {"label": "contradiction", "accuracy": round(1_135 / 3_261, 4)}
-    nosplit = run_cli("compare", "--train", f"w={tmp_path / 'w'}@dev", "--eval", f"hard={SNLI_HARD}", "--preset",
+    nosplit = run_cli("compare", "--train", f"w={tmp_path / 'w' / 'corpus'}@dev", "--eval", f"hard={SNLI_HARD}", "--preset",
                       "snli", "--out", tmp_path / "d", check=False)
     assert nosplit.returncode == 2 and "has splits test, train and no 'dev' split" in nosplit.stderr
 
@@ -154,7 +154,7 @@ def test_a_corpus_of_one_named_split_trains_on_it_and_print_config_gives_the_sam
     run_cli("zfilter", tmp_path / "dev.jsonl", "--preset", "snli", "--k", 5, "--out", tmp_path / "zf")
     run_cli("weights", "--input", f"dev={tmp_path / 'dev.jsonl'}", "--preset", "snli", "--folds", 2, "--trees", 5,
             "--out", tmp_path / "w")
-    args = ["compare", "--train", f"z={tmp_path / 'zf' / 'kept'}", "--train", f"w={tmp_path / 'w'}", "--eval",
+    args = ["compare", "--train", f"z={tmp_path / 'zf' / 'kept'}", "--train", f"w={tmp_path / 'w' / 'corpus'}", "--eval",
             f"hard={tmp_path / 'hard.jsonl'}", "--preset", "snli", "--bootstrap", 100]
     run_cli(*args, "--out", tmp_path / "c")
     verb = json.loads((tmp_path / "c" / "report" / "report.json").read_text())

@@ -165,7 +165,7 @@ def test_weights_warn_when_a_few_rows_carry_the_weight(tmp_path, sick_like):
     # 565× the mean (effective sample size ~255), a few about 157× (~1,100-1,400), for a forest grown row by
     # row as for one grown on cells; seed 1 is one of the many
     proc = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--seed", 1, "--out", tmp_path / "w")
-    warning = Corpus.open(str(tmp_path / "w")).manifest["weights"]["low_ess_warning"]
+    warning = Corpus.open(str(tmp_path / "w" / "corpus")).manifest["weights"]["low_ess_warning"]
     assert warning["effective_sample_size"] < 1000 and warning["clip"] == 10
     assert warning["clipped_effective_sample_size"] > 1000
     assert f"warning: {warning['message']}" in proc.stderr and "--clip 10 gives about" in warning["message"]

@@ -66,7 +66,7 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
 
     up = tmp_path / "up"
     _conserved(run_cli("upsample", raw, "--preset", "snli", "--out", up, *STORAGE).stdout, n)
-    rows, m = read_any(str(up)), Corpus.open(str(up)).manifest
+    rows, m = read_any(str(up / "corpus")), Corpus.open(str(up / "corpus")).manifest
     copies = pc.equal(rows["source"], "upsampled")
     assert m["rows"] - pc.sum(copies).as_py() + m["rejected"] == n
     originals = rows.filter(pc.invert(copies))
@@ -77,8 +77,8 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
     w = tmp_path / "w"
     _conserved(run_cli("weights", "--input", f"train={raw}", "--preset", "snli", "--out", w, "--folds", 2,
                        "--trees", 5, *STORAGE).stdout, n)
-    m = Corpus.open(str(w)).manifest
-    assert m["rows"] + m["rejected"] == n and _unaltered(fuzzed, read_any(str(w))) == m["rows"]
+    m = Corpus.open(str(w / "corpus")).manifest
+    assert m["rows"] + m["rejected"] == n and _unaltered(fuzzed, read_any(str(w / "corpus"))) == m["rows"]
 
     out = run_cli("leakage", "--input", f"train={raw}", "--input", f"test={raw}", "--preset", "snli",
                   "--out", tmp_path / "leak", "--trees", 5, *STORAGE).stdout

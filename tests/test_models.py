@@ -109,8 +109,8 @@ def test_label_conditioned_generation_local_and_ray_stage(tmp_path, ray_local):
     out = run_cli(*args, "--out", tmp_path / "local").stdout
     assert "rows in 9,824 = 3 prompted + 9,821 beyond limit + 0 input rejects (ok)" in out, out
     run_cli(*args, "--out", tmp_path / "ray", "--engine", "ray")
-    local = Corpus.open(str(tmp_path / "local")).read()
-    ray_rows = Corpus.open(str(tmp_path / "ray")).read()
+    local = Corpus.open(str(tmp_path / "local" / "corpus")).read()
+    ray_rows = Corpus.open(str(tmp_path / "ray" / "corpus")).read()
     assert local.num_rows == 9 and set(local["label"].to_pylist()) == {"entailment", "neutral", "contradiction"}
     assert set(local["source"].to_pylist()) == {"generated"}
     assert all(t.strip() for t in local["text_b"].to_pylist())
@@ -163,7 +163,7 @@ def test_openai_backend_round_trips_with_a_local_server_and_caches(server, tmp_p
 def test_generate_verb_through_openai_backend(server, tmp_path):
     run_cli("generate", SNLI_TEST, "--preset", "snli", "--limit", "2", "--backend", "openai", "--base-url",
             f"{server}/v1", "--out", tmp_path / "g", "--max-new-tokens", "16")
-    rows = Corpus.open(str(tmp_path / "g")).read()
+    rows = Corpus.open(str(tmp_path / "g" / "corpus")).read()
     assert rows.num_rows == 2 and all(rows["text_b"].to_pylist())
 
 
@@ -186,6 +186,6 @@ def test_vllm_backend_runs_the_same_ray_data_stage(tmp_path):
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                                "RAY_ADDRESS": ""}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = Corpus.open(str(tmp_path / "v")).read()
+    rows = Corpus.open(str(tmp_path / "v" / "corpus")).read()
     assert rows.num_rows == 12 and set(rows["label"].to_pylist()) == {"entailment", "neutral", "contradiction"}
     assert all(t.strip() for t in rows["text_b"].to_pylist())

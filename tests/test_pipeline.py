@@ -28,7 +28,7 @@ from refinery.pipeline.stage import REGISTRY, Output, stage_class
 
 EXAMPLE = REPO / "examples" / "snli.yaml"
 CORPUS_PARTS = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-confidence/kept",
-                "03-confidence/rejected", "04-weights"]
+                "03-confidence/rejected", "04-weights/corpus"]
 
 
 def _tables(out: Path | str, storage_options=None) -> dict:
@@ -203,7 +203,7 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
         {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "model": {"bootstrap": 100}}}]}))
     first = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert first.count("report: auditing the rows") == 3
-    weighted = Corpus.open(str(tmp_path / "o" / "03-weights")).read()
+    weighted = Corpus.open(str(tmp_path / "o" / "03-weights" / "corpus")).read()
     assert "split" not in weighted.column_names and "weight" in weighted.column_names
     report = json.loads((tmp_path / "o" / "04-compare" / "report" / "report.json").read_text())
     assert list(report["train"]) == ["00-input", "03-weights"] and report["train"]["03-weights"]["weighted"]
@@ -236,7 +236,7 @@ def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):
     top = json.loads((out / "01-audit" / "report" / "topk.json").read_text())["REFUTES"]
     assert {"nobody@text", "no@text", "not@text"} & {e["feature"] for e in top[:10]}     # the claim-only shortcut
     report = json.loads((out / "02-upsample" / "report" / "report.json").read_text())
-    upsampled = Corpus.open(str(out / "02-upsample")).read()
+    upsampled = Corpus.open(str(out / "02-upsample" / "corpus")).read()
     assert upsampled.num_rows == 6000 + report["rows_added"] and report["rows_added"] > 0
     assert all(report["max_p_after"][t] < max(report["p_hat_before"][t].values()) for t in report["tokens"])
     receipt = assert_receipt(out, ["00-input", "02-upsample"], "02-upsample",   # the tokens AUDAC up-sampled
@@ -277,7 +277,7 @@ def test_generation_pipeline_composes_generated_rows_with_the_filtered_original(
                    {"compose": {"composition": "seqz", "original": ["input"], "zfilter": {"k": 5, "min_count": 5}}}]}))
     printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert printed.count("(ok)") == 3 and "MISMATCH" not in printed
-    generated = Corpus.open(str(tmp_path / "o" / "01-generate")).read()
+    generated = Corpus.open(str(tmp_path / "o" / "01-generate" / "corpus")).read()
     assert 0 < generated.num_rows <= 6 and set(generated["source"].to_pylist()) == {"generated"}
     kept = Corpus.open(str(tmp_path / "o" / "02-compose" / "kept")).read()
     z_original = Corpus.open(str(tmp_path / "o" / "02-compose" / "stages" / "z_original" / "kept")).read()

@@ -20,7 +20,7 @@ def test_killed_generation_resumes_from_its_last_finished_shard(tiny_generator, 
     assert f"resumed: {len(finished)} finished shard(s)" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()                          # gone once the output is published
     run_cli(*args, "--out", tmp_path / "straight")
-    resumed, straight = Corpus.open(str(killed)).read(), Corpus.open(str(tmp_path / "straight")).read()
+    resumed, straight = (Corpus.open(str(tmp_path / run / "corpus")).read() for run in ("killed", "straight"))
     assert resumed.num_rows == straight.num_rows >= 10 and resumed.equals(straight)
 
 

@@ -52,7 +52,7 @@ def _tokens(text):
 def test_only_rows_with_corrected_tokens_duplicated_and_traced(upsampled):
     out, _ = upsampled
     report = json.loads((out / "report" / "report.json").read_text())
-    table = Corpus.open(str(out)).read()
+    table = Corpus.open(str(out / "corpus")).read()
     original = table.filter(pc.equal(table["source"], "original"))
     added = table.filter(pc.equal(table["source"], "upsampled"))
     assert original.num_rows == 19666 and added.num_rows == report["rows_added"] > 0
@@ -133,7 +133,7 @@ def _audits(out):
     """The audits (refinery's defaults, prior auto) of an up-sampled folder's original rows and of all its rows."""
     from refinery.methods.audit import audit_table
 
-    table = Corpus.open(str(out)).read()
+    table = Corpus.open(str(out / "corpus")).read()
     columns = ["id", "text_a", "text_b", "label"]
     original = table.filter(pc.equal(table["source"], "original")).select(columns)
     return audit_table(original), audit_table(table.select(columns)), table
@@ -167,7 +167,7 @@ def test_copies_spread_over_distinct_rows_and_correction_stops_when_rows_run_out
 
     out, report = negation_in_band
     assert {"no", "not"} <= set(report["tokens"])
-    table = Corpus.open(str(out)).read()
+    table = Corpus.open(str(out / "corpus")).read()
     added = table.filter(pc.equal(table["source"], "upsampled")).to_pylist()
     turns = collections.Counter((r["upsample_iteration"], r["upsample_token"], r["origin_id"]) for r in added)
     assert max(turns.values()) == 1       # a turn never copies one row twice

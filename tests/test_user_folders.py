@@ -194,7 +194,7 @@ def test_an_output_of_refinery_0_1_is_still_refinerys(tmp_path):
     assert not (out / "report" / "_refinery.json").exists() and (out / "report" / ".refinery.json").exists()
 
 
-def test_out_on_around_or_inside_the_input_is_refused_and_in_place_replaces_a_corpus(tmp_path):
+def test_out_on_around_or_inside_the_input_is_refused_and_in_place_reruns_a_stage_on_its_output(tmp_path):
     corpus = tmp_path / "corpus"
     run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus)
     before = _snapshot(corpus)
@@ -204,28 +204,31 @@ def test_out_on_around_or_inside_the_input_is_refused_and_in_place_replaces_a_co
         tmp_path: "holds the input",
     }
     for out, says in refusals.items():
-        proc = run_cli("upsample", corpus, "--out", out, "--iterations", "2", check=False)
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], (out, proc.stderr)
+        for in_place in ((), ("--in-place",)):
+            proc = run_cli("upsample", corpus, "--out", out, "--iterations", "2", *in_place, check=False)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1, (out, proc.stderr)
+            assert says in lines[0] or (in_place and "refinery did not write" in lines[0]), (out, proc.stderr)
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "dev.jsonl").write_bytes(open(SNLI_HARD, "rb").read())
     proc = run_cli("zfilter", raw / "*.jsonl", "--preset", "snli", "--out", raw, check=False)   # a glob's folder
     assert proc.returncode == 2 and "holds the input" in proc.stderr
     assert sorted(os.listdir(raw)) == ["dev.jsonl"]
-    proc = run_cli("zfilter", corpus, "--out", corpus, "--in-place", check=False)   # parts beside a corpus
-    assert proc.returncode == 2 and "cannot replace its input" in proc.stderr
     proc = run_cli("zfilter", raw / "dev.jsonl", "--preset", "snli", "--out", raw / "dev.jsonl", "--in-place",
                    check=False)
     assert proc.returncode == 2 and "is a file" in proc.stderr
     assert _snapshot(corpus) == before and sorted(os.listdir(tmp_path)) == ["corpus", "raw"]
 
-    run_cli("upsample", corpus, "--out", corpus, "--in-place", "--iterations", "2", "--k", "20")
-    from refinery.io.corpus import Corpus
-
-    replaced = Corpus.open(str(corpus))
-    assert replaced.manifest["rows"] > 3261 and replaced.read().num_rows == replaced.manifest["rows"]
-    assert sorted(os.listdir(tmp_path)) == ["corpus", "raw"]   # published in one step, nothing left beside
+    zf = tmp_path / "zf"   # --in-place: a stage run again on the corpus part of its own output, replacing it
+    run_cli("zfilter", corpus, "--k", "5", "--no-settle", "--out", zf)
+    first = json.loads((zf / "_SUCCESS").read_text())["accounting"]
+    proc = run_cli("zfilter", zf / "kept", "--k", "5", "--out", zf, check=False)
+    assert proc.returncode == 2 and "--in-place to rerun a stage on its own output" in proc.stderr
+    run_cli("zfilter", zf / "kept", "--k", "5", "--no-settle", "--out", zf, "--in-place")
+    again = json.loads((zf / "_SUCCESS").read_text())["accounting"]
+    assert again["kept"] + again["filtered out"] == first["kept"] and again["filtered out"] > 0
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "raw", "zf"]   # published in place, nothing left beside
 
 
 def test_a_failed_run_removes_the_folders_it_created(tmp_path):

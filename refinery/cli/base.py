@@ -60,7 +60,8 @@ class RefineryCommand(click.Command):
             check_ray_address()
         if ctx.params.get("out"):
             options = storage_options_of(ctx)
-            check_out_apart(ctx.params["out"], input_paths(ctx.params), bool(ctx.params.get("in_place")), options)
+            if not ctx.params.get("in_place"):   # with it, the runner checks: it knows the part replaced
+                check_out_apart(ctx.params["out"], input_paths(ctx.params), storage_options=options)
             claim_output(ctx.params["out"], options)
         return super().invoke(ctx)
 

@@ -66,8 +66,8 @@ def _common_options() -> list:
         click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                      show_default=True, help=MODE_HELP),
         click.option("--in-place", is_flag=True,
-                     help="Replace the input corpus with the output: --out names the input itself, a corpus "
-                          "refinery wrote (stages whose output is the corpus: upsample, weights, generate)."),
+                     help="Rerun the stage on its own output: the input is OUT/kept or OUT/corpus of this "
+                          "--out, which the run replaces once it has read it."),
         engine_option,
         click.option("--print-config", is_flag=True,
                      help="Print this command line as a pipeline file for `refinery run`, and exit."),
@@ -77,7 +77,8 @@ def _common_options() -> list:
 
 def _check_options(cls) -> None:
     """Refuse a stage whose config and input options would share a name (a config field to rename)."""
-    common = ("--input", "--out", "--mode", "--in-place", "--engine", "--print-config", "--io-timeout", "--profile")
+    common = ("--input", "--out", "--mode", "--in-place", "--engine", "--print-config", "--io-timeout",
+              "--profile")
     check_unique(leaves(cls.Config) + leaves(InputSpec), dict.fromkeys(common, "a common option"))
 
 

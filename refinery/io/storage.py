@@ -307,25 +307,29 @@ def _location(url: str) -> tuple[str, str]:
     return protocol, posixpath.join(folder, pattern) if pattern else folder
 
 
-def check_out_apart(out: str, inputs, in_place: bool = False, storage_options: dict | None = None) -> None:
+def check_out_apart(out: str, inputs, replaces: str | None = None, storage_options: dict | None = None) -> None:
     """Refuse an ``out`` that is, holds or lies inside one of ``inputs``: writing there would replace or mix
-    with the data the run reads. ``in_place`` allows ``out`` equal to an input that is a corpus refinery
-    wrote (its marker proves it): the run then replaces that corpus, atomically, once it has read it."""
+    with the data the run reads. ``replaces`` (``--in-place``) is the part of ``out`` the run publishes its
+    corpus as (``OUT/kept``, ``OUT/corpus``): an input that is that part of a folder refinery wrote is allowed,
+    and the run replaces it, atomically, once it has read it."""
     o_protocol, o_path = _location(out)
     for given in inputs:
         i_protocol, i_path = _location(str(given))
         if i_protocol != o_protocol:
             continue
+        if replaces is not None and i_path == _location(replaces)[1] and claim_output(out, storage_options) == "ours":
+            continue
+        if replaces is not None:
+            hint = f"; --in-place reruns a stage on its own output: --out {out} for the input {replaces}"
+        else:   # a part of an earlier output (OUT/kept): the user may mean to run the stage on it again
+            hint = ("; or --in-place to rerun a stage on its own output, replacing it"
+                    if posixpath.dirname(i_path) == o_path else "")
         if o_path == i_path:
-            if in_place and claim_output(out, storage_options) == "ours":
-                continue
-            why = ("it is not a corpus refinery wrote, so it is never replaced" if in_place else
-                   "refinery would replace the data it reads; give another folder, or --in-place to replace "
-                   "a corpus refinery wrote")
-            raise OutputOverlapsInput(f"--out {out} is the input {given}: {why}")
+            raise OutputOverlapsInput(f"--out {out} is the input {given}: refinery would replace the data it reads; "
+                                      f"give another folder{hint}")
         if i_path.startswith(o_path.rstrip("/") + "/"):
             raise OutputOverlapsInput(f"--out {out} holds the input {given}: refinery would write among the data "
-                                      "it reads; give a folder outside it")
+                                      f"it reads; give a folder outside it{hint}")
         if o_path.startswith(i_path.rstrip("/") + "/"):
             raise OutputOverlapsInput(f"--out {out} lies inside the input {given}: refinery would write into the "
                                       "data it reads; give a folder outside it")

@@ -103,7 +103,7 @@ def generated_rows(result: pa.Table) -> tuple[pa.Table, pa.Table]:
 
 def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig(), engine: str = "local",
         input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
-    """Generate into ``out`` (a corpus of generated rows, generation/failed.parquet and generation.json);
+    """Generate into ``out`` (the generated rows' corpus ``corpus/``, generation/failed.parquet and generation.json);
     the input's rejects are kept in the corpus's rejects. Rows past ``config.limit`` are counted, not prompted."""
     import pyarrow.parquet as pq
 
@@ -123,7 +123,7 @@ def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig()
               "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
               "model": config.backend.model, "engine": engine, "sampling": asdict(config.sampling),
               "template": config.template, "resumed_shards": resumed}
-    report["input_rejected"] = write_table(rows, out, rejects=input_rejects, config={"generation": report},
+    report["input_rejected"] = write_table(rows, join(out, Output.CORPUS.value), rejects=input_rejects, config={"generation": report},
                                            storage_options=storage_options)["rejected"]
     with AtomicDir(join(out, "generation"), storage_options) as d:
         sink = pa.BufferOutputStream()
@@ -166,15 +166,16 @@ def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str
 class GenerateStage(Stage):
     """Label-conditioned generation (e.g. hypotheses for a premise and a label) through a generator.
 
-    The input rows are prompts; the output folder is the corpus of generated rows (the input's rejects in
-    its rejects), with ``generation/failed.parquet``.
+    The input rows are prompts; the output's ``corpus/`` holds the generated rows (the input's rejects in its
+    rejects), and ``generation/`` the failed prompts (``failed.parquet``) and the run's figures.
     """
 
     name, Config = "generate", GenerationConfig
     needs = ("id", "text_a", "label")
     adds = ("source", "origin_id")
     resources = Resources(cpus=1, memory_gb=2)
-    output = Output.FOLDER
+    output = Output.CORPUS
+    version = 2   # 2: the corpus in corpus/ (generation/ sat inside it: pandas read its files as data)
 
     def run(self, source: StageInput, out: str) -> StageResult:
         table, rejects = source.load()

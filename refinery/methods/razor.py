@@ -476,7 +476,7 @@ class RazorStage(Stage):
 
     @property
     def output(self) -> Output:
-        return Output.INPUT if self.config.score_only else Output.REWRITTEN
+        return Output.INPUT if self.config.score_only else Output.CORPUS
 
     def run(self, source: StageInput, out: str) -> StageResult:
         table, rejects = source.load()

@@ -611,18 +611,22 @@ def _write(con, out, added, trace, report, config, labels, before, after, reject
                                       "iteration": pa.array([a[1] for a in added], pa.int64()),
                                       "token": pa.array([a[2] for a in added], pa.string()),
                                       "row_id": pa.array([a[3] for a in added], pa.int64())}))
-    has_source = _has(con, "source")
-    original_source = "coalesce(source, 'original')" if has_source else "'original'"
-    star = "* EXCLUDE (row_id, source)" if has_source else "* EXCLUDE (row_id)"
-    with CorpusWriter(out, config={"audac": asdict(config)}, storage_options=storage_options,
+    # an input that was up-sampled before keeps its rows' provenance; a copy's origin is the original row
+    present = [c for c in ("source", "origin_id", "upsample_iteration", "upsample_token") if _has(con, c)]
+    star = f"* EXCLUDE ({', '.join(['row_id', *present])})"
+    original_source = "coalesce(source, 'original')" if "source" in present else "'original'"
+    original_origin = "origin_id" if "origin_id" in present else "NULL::VARCHAR"
+    copy_origin = "coalesce(r.origin_id, r.id)" if "origin_id" in present else "r.id"
+    earlier_draws = "".join(f", {c}" for c in ("upsample_iteration", "upsample_token") if c in present)
+    with CorpusWriter(join(out, Output.CORPUS.value), config={"audac": asdict(config)}, storage_options=storage_options,
                       inputs=report["inputs"]) as writer:
         if writer.skipped:
             writer.commit()
             return
-        originals = con.sql(f"SELECT {star}, {original_source} AS source, NULL::VARCHAR AS origin_id "
-                            "FROM rows ORDER BY row_id")
+        originals = con.sql(f"SELECT {star}, {original_source} AS source, {original_origin} AS origin_id"
+                            f"{earlier_draws} FROM rows ORDER BY row_id")
         upsampled = con.sql(f"SELECT {star.replace('*', 'r.*', 1)} REPLACE (r.id || '#up' || a.draw_id AS id), "
-                            "'upsampled' AS source, r.id AS origin_id, a.iteration AS upsample_iteration, "
+                            f"'upsampled' AS source, {copy_origin} AS origin_id, a.iteration AS upsample_iteration, "
                             "a.token AS upsample_token FROM __added a JOIN rows r USING (row_id) ORDER BY a.draw_id")
         for rel in (originals, upsampled):
             reader = rel.to_arrow_reader(batch_size=100_000) if hasattr(rel, "to_arrow_reader") else \
@@ -737,12 +741,13 @@ def _pair_or_text(change):
 class UpsampleStage(Stage):
     """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet).
 
-    The output folder is the corpus (the input and its up-sampled copies), with ``trace.parquet`` and ``report/``.
+    The output's ``corpus/`` holds the input and its up-sampled copies; ``report/`` the trace and the verdict.
     """
 
     name, Config = "upsample", UpsampleConfig
     needs = ("id", "text_a", "label")
-    output = Output.FOLDER
+    output = Output.CORPUS
+    version = 2   # 2: the corpus in corpus/ (report/ sat inside it: pandas read its files as data)
     one_task = True
 
     def run(self, source: StageInput, out: str) -> StageResult:

@@ -250,8 +250,8 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance), c) for c in clips]
         del proba, y
         counts = WeightedCounts(info["labels"], features or FeatureConfig(), 2 + len(clips))
-        with CorpusWriter(out, config={"weights": report["config"]}, storage_options=opts.storage_options,
-                          inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
+        with CorpusWriter(join(out, Output.CORPUS.value), config={"weights": report["config"]},
+                          storage_options=opts.storage_options, inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
             start = 0
             for batch in graph.batches(_output_rows(graph)):
@@ -364,17 +364,17 @@ def _html(report: dict, verdict, corpus: str, inputs: list) -> str:
 class WeightsStage(Stage):
     """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1).
 
-    The output folder is the corpus with a ``weight`` column, and a ``split`` column where the input has named
-    splits (``--input SPLIT=PATH`` or the input's ``split`` column); its manifest holds the diagnostics, and
-    ``report/`` the verdict, the weights' distribution and effective sample size.
+    The output's ``corpus/`` is the input with a ``weight`` column, and a ``split`` column where the input has
+    named splits (``--input SPLIT=PATH`` or the input's ``split`` column); its manifest holds the diagnostics,
+    and ``report/`` the verdict, the weights' distribution and effective sample size.
     """
 
     name, Config = "weights", WeightsConfig
     needs = ("id", "text_a", "text_b", "label")
     adds = ("weight",)
-    output = Output.FOLDER
+    output = Output.CORPUS
     one_task = True
-    version = 3   # 3: report/ (the verdict, the histogram); 2: an unnamed input's output has no 'all' split column
+    version = 4   # 4: the corpus in corpus/; 3: report/ (the verdict, the histogram); 2: no invented 'all' split
 
     def run(self, source: StageInput, out: str) -> StageResult:
         r = run(source.splits if source.named else {UNNAMED: source.paths}, out, source.mapping, source.opts,

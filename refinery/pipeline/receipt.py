@@ -51,8 +51,8 @@ def _kind_of_change(stage) -> str:
     """What a stage does to the rows it passes on."""
     if stage is None:
         return "input"
-    return {Output.INPUT: "unchanged", Output.KEPT: "filtered", Output.FOLDER: "rewritten",
-            Output.POOL: "augmented", Output.REWRITTEN: "rewritten"}[stage.output]
+    return {Output.INPUT: "unchanged", Output.KEPT: "filtered", Output.POOL: "augmented",
+            Output.CORPUS: "rewritten"}[stage.output]
 
 
 def _audit_config(spec):

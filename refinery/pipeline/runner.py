@@ -175,17 +175,19 @@ def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str],
     The stage folder's files and accounting are those of the same stage in a pipeline (``OUT/01-NAME``).
 
     ``mode``: ``overwrite`` runs; ``skip`` keeps a finished output of the same config and inputs (and
-    refuses one of others); ``error`` refuses any finished output. ``in_place``: ``spec.out`` may be the
-    input itself, a corpus refinery wrote, which a stage whose output is the corpus (``Output.FOLDER``)
+    refuses one of others); ``error`` refuses any finished output. ``in_place``: the input may be the corpus
+    part of ``spec.out`` (``OUT/kept``, ``OUT/corpus``: the stage's own earlier output), which the run
     replaces once it has read it.
     """
     (stage_spec,) = spec.stages
     opts = spec.input.read_options()
     source = stage_input(spec.input, opts, check_engine(spec.engine))
-    if in_place and stage_class(stage_spec.name).output is not Output.FOLDER:
-        raise ValueError(f"--in-place: {stage_spec.name} writes its output in parts beside the corpus, so it cannot "
-                         "replace its input; give a new --out")
-    check_out_apart(spec.out, source.paths, in_place, opts.storage_options)
+    output = stage_class(stage_spec.name)(stage_spec.config).output
+    if in_place and output is Output.INPUT:
+        raise ValueError(f"--in-place: {stage_spec.name} writes no corpus of its own, so it replaces nothing; "
+                         "give a new --out")
+    check_out_apart(spec.out, source.paths, output.next_input(spec.out, "") if in_place else None,
+                    opts.storage_options)
     return _stage_step(stage_spec, source, spec.out.rstrip("/"), {}, opts, echo, mode, to_dict(spec.input))[0]
 
 

@@ -34,15 +34,12 @@ class Output(enum.Enum):
     """What the next stage of a pipeline reads from a finished stage."""
 
     INPUT = None           # the stage's own input: the rows pass on unchanged (audit, leakage, compare)
-    FOLDER = ""            # the stage folder itself is the corpus (upsample, weights, generate)
     KEPT = "kept"          # the rows a filter kept
     POOL = "pool"          # IBADR's pool: the corpus and its accepted pseudo samples
-    REWRITTEN = "corpus"   # RAZOR's rewritten corpus
+    CORPUS = "corpus"      # the corpus a stage made: up-sampled, weighted, generated, rewritten (RAZOR)
 
     def next_input(self, folder: str, current: str) -> str:
-        if self is Output.INPUT:
-            return current
-        return posixpath.join(folder, self.value) if self.value else folder
+        return current if self is Output.INPUT else posixpath.join(folder, self.value)
 
 
 @dataclass(frozen=True)
