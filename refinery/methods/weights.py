@@ -9,8 +9,8 @@ and w = 1 / P(S=y | l), normalized to mean 1. The prior π is found by bisection
 weighted label proportions equal the observed ones. Under w, P_w(y | l) = π_y: the label no
 longer depends on the leakage features, so a leakage-only model falls to the majority rate.
 When the effective sample size (Σw)²/Σw² is under 10% of the rows, a few rows carry the weight:
-the report warns and suggests the gentlest ``clip`` that lifts it past 10% (its ESS estimated by
-capping the weights found, without fitting the prior again).
+the report warns and suggests the gentlest ``clip`` that lifts it past 10%, with the ESS that ``--clip``
+gives (the prior fitted again under the cap, as the verdict's caps below).
 
 The verdict (``core.verdict``): as the rows are written, the audit's features are counted once plain and once
 weighted (``core.weighted_counts``: count(x, l) = Σ w, z* on the weighted n and counts, what a model trained on
@@ -164,20 +164,23 @@ def diagnostics(w: np.ndarray) -> dict:
             "effective_sample_size": effective_sample_size(w), "rows": int(len(w))}
 
 
-def low_ess_warning(w: np.ndarray, clip: float | None) -> dict | None:
+def low_ess_warning(w: np.ndarray, clip: float | None, refit: dict | None = None) -> dict | None:
     """When the effective sample size is under ``LOW_ESS_SHARE`` of the rows: the warning, and the
     gentlest of ``SUGGESTED_CLIPS`` below ``clip`` that lifts it past that share (else the tightest), with
-    the ESS it would give: ``w`` capped, the prior not fitted again, so an estimate. None otherwise."""
+    the ESS it would give: exact from ``refit`` ({clip: the weights that --clip gives, prior fitted again})
+    where it holds that clip, else ``w`` capped, the prior not fitted again, an estimate. None otherwise."""
     ess, floor = effective_sample_size(w), LOW_ESS_SHARE * len(w)
     if ess >= floor:
         return None
+    refit = refit or {}
     options = [c for c in SUGGESTED_CLIPS if clip is None or c < clip]
-    estimates = {c: effective_sample_size(capped(w, c)) for c in options}
+    estimates = {c: effective_sample_size(refit[c] if c in refit else capped(w, c)) for c in options}
     suggestion = next((c for c in options if estimates[c] >= floor), options[-1] if options else None)
     message = (f"effective sample size {ess:,.0f} is under {LOW_ESS_SHARE:.0%} of the {len(w):,} rows: "
                f"a few rows carry the weight (max {w.max():,.1f}× the mean)")
     if suggestion is not None:
-        message += f"; --clip {suggestion:g} gives about {estimates[suggestion]:,.0f}"
+        message += f"; --clip {suggestion:g} gives {'' if suggestion in refit else 'about '}" \
+                   f"{estimates[suggestion]:,.0f}"
     return {"message": message, "effective_sample_size": ess, "clip": suggestion,
             "clipped_effective_sample_size": estimates.get(suggestion)}
 
@@ -244,11 +247,12 @@ def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: 
     with corpus_features(inputs, mapping, opts, config.graph) as graph:
         w, info = leakage_neutral_weights(graph, config)
         proba, y = info.pop("p_hat"), info.pop("y")
-        report = {**info, "inputs": inputs, "config": asdict(config)}
-        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
         clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (config.clip is None or c < config.clip)]
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance), c) for c in clips]
         del proba, y
+        info["low_ess_warning"] = low_ess_warning(w, config.clip, dict(zip(clips, capped_w)))   # exact ESS
+        report = {**info, "inputs": inputs, "config": asdict(config)}
+        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
         counts = WeightedCounts(info["labels"], features or FeatureConfig(), 2 + len(clips))
         with CorpusWriter(join(out, Output.CORPUS.value), config={"weights": report["config"]},
                           storage_options=opts.storage_options, inputs=inputs, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
@@ -382,7 +386,7 @@ class WeightsStage(Stage):
         verdict_lines = r.pop("_verdict_lines")
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
         ess = f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows"
-        lines = (f"{d['rows']:,} rows -> {out}: weight min {d['min']:.3f}, max {d['max']:.2f}× the mean, {ess}",
+        lines = (f"{d['rows']:,} rows -> {join(out, Output.CORPUS.value)}: weight min {d['min']:.3f}, max {d['max']:.2f}× the mean, {ess}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
                  f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict_lines)
         warnings = ((warning["message"],) if warning else ()) + tuple(r["verdict"]["warnings"])
