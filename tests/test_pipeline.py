@@ -281,9 +281,9 @@ def test_generation_pipeline_composes_generated_rows_with_the_filtered_original(
     assert 0 < generated.num_rows <= 6 and set(generated["source"].to_pylist()) == {"generated"}
     kept = Corpus.open(str(tmp_path / "o" / "02-compose" / "kept")).read()
     z_original = Corpus.open(str(tmp_path / "o" / "02-compose" / "stages" / "z_original" / "kept")).read()
-    stages = kept["source_stage"].to_pylist()
-    assert stages.count("seed") == z_original.num_rows < 3261
-    assert kept.num_rows == z_original.num_rows + stages.count("filtered")
+    sources = kept["source"].to_pylist()
+    assert sources.count("original") == z_original.num_rows < 3261
+    assert kept.num_rows == z_original.num_rows + sources.count("generated")
     assert f"rows in {3261 + generated.num_rows:,} = " in printed
 
 

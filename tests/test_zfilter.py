@@ -1,5 +1,6 @@
 """z-filtering (Algorithm 1) on SNLI and planted corpora; compositions; the confidence filter."""
 import json
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -96,30 +97,52 @@ def test_planted_tokens_filtered_out(tmp_path):
         assert abs(p_of(after, word, label) - 1 / 3) < 0.5 * abs(p_of(before, word, label) - 1 / 3), word
 
 
-def test_seed_and_compositions(tmp_path):
+def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
+    """Z-Aug, Par-Z and Seq-Z write the whole composition: kept/ and rejected/ hold D0's rows and G's (Seq-Z's
+    rejected/ held G's alone and its report was G's filtering: "filtered out 24" beside the console's 3,700), each
+    row's source says its part (D0's was null, and kept/ had an undocumented source_stage), and the report and
+    the console count each part and the two together as the folders do."""
     lines = open(SNLI_DEV).read().splitlines()
-    (tmp_path / "d0.jsonl").write_text("\n".join(lines[:3000]) + "\n")
+    (tmp_path / "d0.jsonl").write_text("\n".join(lines[:3000]) + "\n{not json\n")
     (tmp_path / "g.jsonl").write_text("\n".join(lines[3000:6000]) + "\n")
     d0, g = str(tmp_path / "d0.jsonl"), str(tmp_path / "g.jsonl")
-    for kind in ("zaug", "parz", "seqz"):
-        r = zfilter.compose(kind, [d0], [g], str(tmp_path / kind), PRESETS["snli"],
-                            config=zfilter.ZFilterConfig(batch_size=500))
-        kept = Corpus.open(str(tmp_path / kind / "kept")).manifest["rows"]
-        rejected = Corpus.open(str(tmp_path / kind / "rejected")).manifest["rows"]
-        if kind == "zaug":   # D0 kept whole, G filtered conditionally
-            assert kept + rejected == 6000 and kept >= 3000
-        elif kind == "parz":
-            assert kept + rejected == 6000
-        else:                # Z(D0) is the seed; G filtered on top
-            z_d0 = Corpus.open(str(tmp_path / kind / "stages" / "z_original" / "kept")).manifest["rows"]
-            assert kept + rejected == z_d0 + 3000
-    assert r["kept"] > 0
+    printed = run_cli("compose", g, "--original", d0, "--preset", "snli", "--batch-size", 500,
+                      "--out", tmp_path / "seqz").stdout
+    reports = {"seqz": json.loads((tmp_path / "seqz" / "report" / "report.json").read_text())}
+    for kind in ("zaug", "parz"):
+        reports[kind] = zfilter.compose(kind, [d0], [g], str(tmp_path / kind), PRESETS["snli"],
+                                        config=zfilter.ZFilterConfig(batch_size=500))
+    for kind, r in reports.items():
+        kept, rejected = (Corpus.open(str(tmp_path / kind / part)) for part in ("kept", "rejected"))
+        sources = {part: Counter(c.read(["source"])["source"].to_pylist()) for part, c in (("kept", kept),
+                                                                                         ("rejected", rejected))}
+        assert "source_stage" not in kept.read().column_names, kind
+        parts = r["parts"]
+        for part in ("original", "generated"):
+            assert (parts[part]["kept"], parts[part]["rejected"]) == (sources["kept"][part],
+                                                                       sources["rejected"][part]), (kind, part)
+            assert parts[part]["input"] == 3000 and sum(parts[part]["kept_by_label"].values()) == parts[part]["kept"]
+        assert (parts["original"]["input_rejected"], parts["generated"]["input_rejected"]) == (1, 0)
+        assert (r["kept"], r["rejected"], r["input_rejected"]) == (kept.manifest["rows"], rejected.manifest["rows"],
+                                                                    kept.manifest["rejected"]) == (
+            parts["together"]["kept"], parts["together"]["rejected"], 1)
+        assert r["input"] == 6000 and set(r["verdicts"]) == set(zfilter.PARTS.values())
+        assert (tmp_path / kind / "report" / "report.html").is_file()
+    assert reports["zaug"]["parts"]["original"]["kept"] == 3000                 # Z-Aug keeps D0 whole
+    assert 0 < reports["seqz"]["parts"]["original"]["rejected"] < 3000          # Seq-Z filters it
+    seqz = reports["seqz"]
+    assert f"rows in 6,001 = {seqz['kept']:,} kept + {seqz['rejected']:,} filtered out + 1 input rejects (ok)" \
+        in printed
+    for part, label in zfilter.PARTS.items():
+        v = seqz["parts"][part]
+        assert f"{label}: {v['input']:,} rows read, kept {v['kept']:,} " in printed
+        assert f"{label}: {seqz['verdicts'][label]['line']}" in printed
 
     def ids(path):
         return set(Corpus.open(str(path)).read(["id"])["id"].to_pylist())
 
     d0_ids = set(load([d0], PRESETS["snli"])[0]["id"].to_pylist())
-    assert d0_ids <= ids(tmp_path / "zaug" / "kept")                          # Z-Aug keeps D0 whole
+    assert d0_ids <= ids(tmp_path / "zaug" / "kept")
     st = tmp_path / "parz" / "stages"
     assert ids(tmp_path / "parz" / "kept") == ids(st / "z_original" / "kept") | ids(st / "z_generated" / "kept")
     z_d0 = ids(tmp_path / "seqz" / "stages" / "z_original" / "kept")

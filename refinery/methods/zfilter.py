@@ -53,7 +53,7 @@ from refinery.progress import progress
 from refinery.report import figures
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
-from refinery.report.page import Report, config_table, corpus_name, fields, figure, table, top_features
+from refinery.report.page import Report, config_table, corpus_name, fields, figure, link, note, table, top_features
 
 
 @dataclass
@@ -579,8 +579,8 @@ def _html(report: dict, verdict: Verdict, plot_before: str, plot_after: str, cor
             .section("z-statistics of the kept rows", figure(plot_after, _after_caption(report)))
             .section("Features that caused most rows to be filtered out", table(
                 [{"feature": f, "rows filtered out": n} for f, n in report["top_rejecting_features"].items()]))
-            .section("Top features of the input", top_features(report["topk_before"]))
-            .section("Top features of the kept rows", top_features(report["topk_after"]))
+            .section("Top features of the input", top_features(report["topk_before"], report["threshold"]))
+            .section("Top features of the kept rows", top_features(report["topk_after"], report["threshold"]))
             .section("Configuration", config_table(report["config"]))
             .html())
 
@@ -598,45 +598,188 @@ def _after_caption(report: dict) -> str:
 
 
 COMPOSITIONS = ("zaug", "parz", "seqz")
+PARTS = {"original": "original (D0)", "generated": "generated (G)", "together": "together (D0 ∪ G)"}
 
 
 def compose(kind: str, original, generated, out: str, mapping: Mapping | None = None,
             opts: ReadOptions = ReadOptions(), config: ZFilterConfig = ZFilterConfig(), engine: str = "local") -> dict:
     """Wu et al. §4.2: ``zaug`` = D0 ∪ Z(G | D0); ``parz`` = Z(D0) ∪ Z(G); ``seqz`` = Z(D0) ∪ Z(G | Z(D0)).
 
-    Intermediate filterings go under ``out/stages``; the final corpus is ``out/kept``. The report's
-    ``input``, ``rejected`` and ``input_rejected`` count the rows of D0 and G together, so
-    input + input_rejected = kept + rejected + input_rejected… of both.
+    Each filtering runs under ``out/stages`` with its own report (``z_original``, ``z_generated``; Z-Aug reads
+    D0 unfiltered into ``stages/original``). The composition is then written whole: ``out/kept`` (the rows kept,
+    with the input rejects of D0 and G), ``out/rejected`` (every row filtered out, of D0 and of G), each row's
+    ``source`` set to ``original`` or ``generated`` where it has none, and ``out/report``: each part and the two
+    together, counted and audited before and after with one prior (``compose_report``). The report's ``input``,
+    ``kept``, ``rejected`` and ``input_rejected`` are the output folders' rows.
     """
     if kind not in COMPOSITIONS:
         raise ValueError(f"composition must be {', '.join(COMPOSITIONS)}, not {kind!r}")
-    stages = join(out, "stages")
-    with_seed = functools.partial(dataclasses.replace, config)
-    if kind == "zaug":
-        r = run(generated, out, mapping, opts, with_seed(seed_corpus=tuple(original)), engine=engine)
-        return {**r, "input": r["input"] + r["seed"], "seed": 0}
-    a = run(original, join(stages, "z_original"), mapping, opts, with_seed(seed_corpus=()), engine=engine)
-    if kind == "seqz":
-        b = run(generated, out, mapping, opts, with_seed(seed_corpus=(join(stages, "z_original", "kept"),)),
-                engine=engine)
-        kept = b["kept"]
-    else:
-        from refinery.io.corpus import convert
+    from refinery.io.corpus import convert
 
-        b = run(generated, join(stages, "z_generated"), mapping, opts, with_seed(seed_corpus=()), engine=engine)
-        for part in ("kept", "rejected"):
-            convert([join(stages, s, part) for s in ("z_original", "z_generated")], join(out, part), None, opts)
-        kept = a["kept"] + b["kept"]
-    union = {"kind": kind, "kept": kept, "seed": 0, "input": a["input"] + b["input"],
-             "rejected": a["rejected"] + b["rejected"], "input_rejected": a["input_rejected"] + b["input_rejected"],
-             "max_z_before": a["max_z_before"], "max_z_after": b["max_z_after"],
-             "verdicts": {"D0 (original)": a["verdict"], "G (generated)": b["verdict"]},
-             "prior": a["prior"] if a["prior"] == b["prior"] else f"D0: {a['prior']}; G: {b['prior']}"}
-    with AtomicDir(join(out, "report") if kind == "parz" else join(stages, "report"), opts.storage_options) as d:
-        d.write_text("report.json", json.dumps({**union, "stages": {"original": a, "generated": b}}, indent=1,
-                                               default=str))
+    stages = join(out, "stages")
+    filtering = functools.partial(dataclasses.replace, config)
+    if kind == "zaug":
+        d0_kept, d0_rejected = join(stages, "original"), None
+        convert(list(original), d0_kept, mapping, opts, config={"compose": kind, "original": "D0 as it is"})
+    else:
+        run(original, join(stages, "z_original"), mapping, opts, filtering(seed_corpus=()), engine=engine)
+        d0_kept, d0_rejected = join(stages, "z_original", "kept"), join(stages, "z_original", "rejected")
+    run(generated, join(stages, "z_generated"), mapping, opts,
+        filtering(seed_corpus=() if kind == "parz" else (d0_kept,)), engine=engine)
+    g_kept = join(stages, "z_generated", "kept")
+    kept = [(d0_kept, "original"), (g_kept, "generated")] if kind == "parz" else [(g_kept, "generated")]
+    rejected = [(d0_rejected, "original")] * (d0_rejected is not None) + [(join(stages, "z_generated", "rejected"),
+                                                                         "generated")]
+    audit, input_rejects = _write_composition(kept, rejected, [(d0_kept, "original"), (g_kept, "generated")], out,
+                                              config, opts, {"compose": kind, "zfilter": config.to_dict()},
+                                              [*original, *generated])
+    return compose_report(kind, audit, input_rejects, out, config, [*original, *generated], opts.storage_options)
+
+
+class PartCounts:
+    """Feature–label counts of a composition's rows read (``input``) and kept (``kept``), per part (original,
+    generated) and together, on one vocabulary: every part is audited on the same features."""
+
+    def __init__(self, labels: list, features: FeatureConfig):
+        self.features = features
+        first = IncrementalCounts(labels)
+        self.counts = {(side, part): IncrementalCounts(labels, vocabulary=first)
+                       for side in ("input", "kept") for part in PARTS}
+
+    def add(self, table: pa.Table, parts: np.ndarray, kept: bool) -> None:
+        """Count ``table``'s rows (``parts``: each row's part) as read and, when ``kept``, as kept."""
+        first = self.counts["input", "together"]
+        feats = row_feature_lists(table, self.features)
+        rows = pc.list_parent_indices(feats).to_numpy()
+        fids = first.ids(pc.list_flatten(feats))
+        labels = table["label"].to_pylist()
+        lab = np.array([first.label_index[l] for l in labels], dtype=np.int64)
+        for part in ("original", "generated"):
+            mine = parts == part
+            pairs = mine[rows]
+            row_labels = [l for l, m in zip(labels, mine) if m]
+            for side in ("input", "kept") if kept else ("input",):
+                for counted in (part, "together"):
+                    self.counts[side, counted].add(fids[pairs], lab[rows[pairs]], row_labels)
+
+    def stats(self, side: str, part: str, prior: str, config: ZFilterConfig) -> zstats.ZStats:
+        return self.counts[side, part].stats(prior, config.min_count, config.alpha)
+
+
+def _write_composition(kept: list, rejected: list, reject_sources: list, out: str, config: ZFilterConfig,
+                       opts: ReadOptions, cfg: dict, inputs: list) -> tuple[PartCounts, dict]:
+    """``out/kept`` and ``out/rejected`` from the filterings' folders ([(corpus, part)]; a row a filtering kept
+    as its seed (``source_stage`` seed) is D0's), ``source`` set where it has none and ``source_stage`` left
+    out, and the input rejects of ``reject_sources``' corpora with the kept rows. Returns the rows counted per
+    part and the input rejects per part."""
+    folders = [p for p, _ in kept + rejected]
+    labels = sorted({l for p in folders for l in Corpus.open(p, opts.storage_options).manifest["labels"]})
+    audit = PartCounts(labels, config.features)
+    input_rejects = {"original": 0, "generated": 0}
+    writer = functools.partial(CorpusWriter, config=cfg, storage_options=opts.storage_options, inputs=inputs)
+    with writer(join(out, "kept")) as kept_w, writer(join(out, "rejected")) as rej_w:
+        for sources, w, is_kept in ((kept, kept_w, True), (rejected, rej_w, False)):
+            for path, part in sources:
+                for table in Corpus.open(path, opts.storage_options).iter_tables(batch_rows=opts.batch_rows):
+                    parts = np.full(table.num_rows, part, dtype=object)
+                    if "source_stage" in table.column_names:
+                        parts[np.asarray(table["source_stage"].to_pylist(), dtype=object) == "seed"] = "original"
+                        table = table.drop_columns(["source_stage"])
+                    audit.add(table, parts, is_kept)
+                    w.write(_with_source(table, parts))
+        for path, part in reject_sources:
+            corpus = Corpus.open(path, opts.storage_options)
+            if corpus.manifest.get("rejected"):
+                rejects = corpus.read_rejects()
+                input_rejects[part] += rejects.num_rows
+                kept_w.write(rejects=rejects)
+        kept_w.commit()
+        rej_w.commit()
+    return audit, input_rejects
+
+
+def _with_source(table: pa.Table, parts: np.ndarray) -> pa.Table:
+    """``source`` = the row's part where the row has no source of its own (``original``, ``generated``)."""
+    part = pa.array(parts.tolist(), pa.string())
+    if "source" not in table.column_names:
+        return table.append_column("source", part)
+    i = table.column_names.index("source")
+    return table.set_column(i, "source", pc.coalesce(table["source"].cast(pa.string()), part))
+
+
+def compose_report(kind: str, audit: PartCounts, input_rejects: dict, out: str, config: ZFilterConfig,
+                   inputs: list, storage_options: dict | None = None) -> dict:
+    """Each part of a composition and the two together: rows read, kept and filtered out per label, and a
+    verdict (``core.verdict``) of its rows read against its rows kept, all under one prior (``auto``: from the
+    labels of D0 and G together); written to ``out/report`` (report.json, report.html)."""
+    prior = zstats.choose_prior(config.prior, audit.counts["input", "together"].label_totals)
+    remedy = remedies(config, False, join(out, "kept"))
+    # a filtered part promises every label under the threshold; D0 kept whole (zaug), or G filtered on D0's
+    # counts (its rows alone), promise only to make nothing worse
+    promised = {"original": kind != "zaug", "generated": kind == "parz", "together": kind != "zaug"}
+    verdicts, parts, summaries = {}, {}, {}
+    for part in PARTS:
+        before = audit.stats("input", part, prior.name, config)
+        after = audit.stats("kept", part, prior.name, config)
+        verdicts[part] = judge(before, after, stage="compose", under_threshold=promised[part],
+                               remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior))
+        if kind == "zaug" and part != "generated":
+            verdicts[part].notes.append("Z-Aug keeps D0 as it is, shortcuts included; --composition seqz filters "
+                                        "D0 first.")
+        read = audit.counts["input", part].label_totals
+        kept_by = audit.counts["kept", part].label_totals
+        rejects = sum(input_rejects.values()) if part == "together" else input_rejects[part]
+        parts[part] = {"input": sum(read.values()), "input_rejected": rejects, "kept": sum(kept_by.values()),
+                       "rejected": sum(read.values()) - sum(kept_by.values()), "kept_by_label": dict(kept_by),
+                       "rejected_by_label": {l: read[l] - kept_by[l] for l in read}}
+        if part == "together":
+            summaries = {"before": _summary(before, config, f"{corpus_name(inputs, storage_options)}: D0 ∪ G"),
+                         "after": _summary(after, config, "kept rows")}
+        del before, after
+    together = parts["together"]
+    report = {"kind": kind, "input": together["input"], "seed": 0, "kept": together["kept"],
+              "rejected": together["rejected"], "input_rejected": together["input_rejected"], "prior": str(prior),
+              "threshold": round(verdicts["together"].threshold, 4), "parts": parts,
+              "verdicts": {PARTS[p]: v.to_dict() for p, v in verdicts.items()},
+              "max_z_before": {l: m.before for l, m in verdicts["together"].max_z.items()},
+              "max_z_after": {l: m.after for l, m in verdicts["together"].max_z.items()},
+              "topk_before": summaries["before"][0], "topk_after": summaries["after"][0],
+              "stages": {name: f"stages/{name}/report/report.html" for name in ("z_original", "z_generated")
+                         if kind != "zaug" or name == "z_generated"},
+              "config": config.to_dict()}
+    with AtomicDir(join(out, "report"), storage_options) as d:
+        d.write_text("report.json", json.dumps(report, indent=1))
+        d.write_text("report.html", _compose_html(report, verdicts, summaries["before"][1], summaries["after"][1],
+                                                  corpus_name(inputs, storage_options), inputs))
         d.commit()
-    return union
+    return report
+
+
+def _compose_html(report: dict, verdicts: dict, plot_before: str, plot_after: str, corpus: str, inputs: list) -> str:
+    parts = report["parts"]
+    rows = [{"part": PARTS[p], "rows read": v["input"], "input rejects": v["input_rejected"], "kept": v["kept"],
+             "filtered out": v["rejected"], "share kept": v["kept"] / max(v["input"], 1)} for p, v in parts.items()]
+    by_label = [{"label": l, "part": PARTS[p], "kept": v["kept_by_label"][l], "filtered out": v["rejected_by_label"][l],
+                 "share kept": v["kept_by_label"][l] / max(v["kept_by_label"][l] + v["rejected_by_label"][l], 1),
+                 "max z* before": verdicts[p].max_z[l].before, "max z* after": verdicts[p].max_z[l].after}
+                for l in parts["together"]["kept_by_label"] for p, v in parts.items()]
+    page = Report(f"compose ({report['kind']}): original and generated rows, z-filtered (Wu et al. 2022 §4.2)",
+                  corpus, inputs)
+    page.section("Rows", table(rows, formats={"share kept": fmt.percent}),
+                 note(f"Every row read is kept or filtered out: kept/ holds {report['kept']:,} rows, rejected/ "
+                      f"{report['rejected']:,}; each row's source column says its part. prior p0: {report['prior']}."))
+    for p, v in verdicts.items():
+        page.section(f"Verdict: {PARTS[p]}", verdict_html.section(v))
+    page.section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
+                                                       "max z* after": fmt.z}))
+    page.section("z-statistics of D0 ∪ G", figure(plot_before))
+    page.section("z-statistics of the kept rows", figure(plot_after))
+    page.section("Top features of D0 ∪ G", top_features(report["topk_before"], report["threshold"]))
+    page.section("Top features of the kept rows", top_features(report["topk_after"], report["threshold"]))
+    page.section("Each filtering", note("Each filtering's own report (its input against the corpus it kept; Z "
+                                        "includes the seed's rows): ")
+                 + "".join(f"<p>{link('../' + path, path)}</p>" for path in report["stages"].values()))
+    return page.section("Configuration", config_table(report["config"])).html()
 
 
 def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> int:
@@ -657,11 +800,18 @@ def accounting(r: dict) -> tuple[int, dict]:
 
 
 def _lines(r: dict) -> tuple:
-    """The terminal summary of a z-filter or composition report: the rows, then each filtering's verdict."""
+    """The terminal summary of a z-filter or composition report: the rows (a composition's per part), then each
+    verdict."""
     settled = f" ({r['settled_out']:,} of them taken back after the stream)" if r.get("settled_out") else ""
     verdicts = {"": r["verdict"]} if "verdict" in r else {f"{part}: ": v for part, v in r["verdicts"].items()}
-    return (f"kept {r['kept']:,}, rejected {r['rejected']:,}{settled}; prior {r['prior']}",
-            *(line for part, v in verdicts.items() for line in (part + v["line"], *(f"  {w}" for w in v["warnings"]))))
+    rows = ([f"{PARTS[p]}: {v['input']:,} rows read, kept {v['kept']:,} ({fmt.percent(v['kept'] / max(v['input'], 1))}),"
+             f" filtered out {v['rejected']:,}, input rejects {v['input_rejected']:,}" for p, v in r["parts"].items()]
+            if "parts" in r else [])
+    head = f"prior {r['prior']}" if rows else f"kept {r['kept']:,}, rejected {r['rejected']:,}{settled}; prior {r['prior']}"
+    return (*rows, head,
+            *(line for part, v in verdicts.items()
+              for line in (part + v["line"], *(f"  {w}" for w in v["warnings"]),
+                           *(f"  note: {n}" for n in v.get("notes", [])))))
 
 
 class ZFilterStage(Stage):
@@ -698,12 +848,14 @@ class ComposeConfig:
 class ComposeStage(Stage):
     """z-filtered composition of original rows D0 (--original) and generated rows G (the input; Wu et al. §4.2).
 
-    Writes ``kept/``, ``rejected/`` and the intermediate filterings under ``stages/``.
+    Writes ``kept/`` (each row's ``source``: original or generated, where it had none), ``rejected/``,
+    ``report/`` (each part and the two together) and each filtering under ``stages/``.
     """
 
     name, Config = "compose", ComposeConfig
+    version = 2   # kept/ and rejected/ hold the whole composition, rows carry source, report/ per part
     needs = ("id", "text_a", "label")
-    adds = ("source_stage",)
+    adds = ("source",)
     references = ("original",)
 
     def run(self, source: StageInput, out: str) -> StageResult:
