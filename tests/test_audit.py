@@ -296,3 +296,36 @@ def test_audit_writes_the_rows_it_rejects_with_their_reasons(tmp_path):
     assert set(rejects["reason"].to_pylist()) == {"empty text in column 'hypothesis'"}
     assert json.loads((out / "report" / "summary.json").read_text())["rejected"] == 30
     assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["rejects", "report"]
+
+
+@pytest.mark.parametrize("shortcut", [True, False], ids=["shortcut", "labels-at-random"])
+def test_top_k_marks_the_significant_features_and_calls_nothing_a_bias_when_none_is(tmp_path, shortcut):
+    """The console's and the report's top-k say which features are over the threshold; on a corpus whose labels
+    are drawn at random they say none is a bias (both listed the largest z* as top features, significant or not)."""
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    rng = np.random.default_rng(7)
+    words = [f"word{i}" for i in range(20)]
+    labels = rng.integers(0, 3, 600)
+    lines = [f"A person {i} is here .,{' '.join(rng.choice(words, 3))}{' nobody' if shortcut and l == 0 else ''},{l}"
+             for i, l in enumerate(labels)]
+    (tmp_path / "rows.csv").write_text("premise,hypothesis,label\n" + "\n".join(lines) + "\n")
+    out = tmp_path / "audit"
+    result = CliRunner().invoke(main, ["audit", str(tmp_path / "rows.csv"), "--out", str(out), "--k", "3",
+                                       "--map", "text_a=premise,text_b=hypothesis,label=label"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    html = (out / "report" / "report.html").read_text()
+    marked = [line for line in result.output.splitlines() if line.startswith(" *")]
+    if shortcut:
+        assert summary["significant"]["0"] >= 1 and marked and all(
+            float(line.split()[1]) > summary["threshold"] for line in marked)
+        assert any(line.endswith("nobody@hypothesis") for line in marked)
+        assert f"* = significant; {len(marked)} of the 9 features listed are significant" in result.output
+        assert "<td>yes</td>" in html and f"{len(marked)} of the 9 features listed are significant" in html
+    else:
+        assert not any(summary["significant"].values()) and not marked
+        assert "No feature is significant" in result.output and "Nothing here is a bias" in result.output
+        assert "Nothing here is a bias" in html and "<td>yes</td>" not in html

@@ -90,3 +90,20 @@ def test_pipeline_report_shows_weighted_z_and_each_stages_verdict(tmp_path):
     page = (tmp_path / "o" / "pipeline" / "report.html").read_text()
     assert "Each stage&#x27;s verdict" in page or "Each stage's verdict" in page
     assert "a row of weight w counts as w rows" in page and verdict["line"].split(":")[0] in page
+
+
+def test_top_features_mark_significance_against_the_threshold():
+    from refinery.report.page import top_features
+    from refinery.report.terminal import topk as console_topk
+
+    topk = {"contradiction": [{"feature": "nobody@hypothesis", "z": 9.5, "n": 40, "p": 0.9},
+                              {"feature": "cat@hypothesis", "z": 3.2, "n": 12, "p": 0.6}],
+            "entailment": [{"feature": "outdoors@hypothesis", "z": 4.1, "n": 30, "p": 0.6}]}
+    page = top_features(topk, 4.5)
+    assert re.findall(r"<td>(yes|no)</td>", page) == ["yes", "no", "no"]
+    assert "1 of the 3 features listed are significant (z* &gt; 4.50" in page
+    lines = console_topk(topk, threshold=4.5).splitlines()
+    assert lines[1].startswith(" *") and lines[2].startswith("  ") and lines[-1].startswith("* = significant; 1 of")
+    calm = top_features(topk, 10.0)
+    assert "No feature is significant" in calm and "Nothing here is a bias" in calm and "<td>yes</td>" not in calm
+    assert "significant" not in top_features(topk)                  # no threshold: the table as it was

@@ -99,7 +99,7 @@ class AuditResult:
         return self.counter.rows
 
     def top_k(self, k: int | None = None) -> dict:
-        """The k biggest biases per label (``null``, the label prior, apart: ``label_prior``)."""
+        """The k largest z* per label, significant or not (``null``, the label prior, apart: ``label_prior``)."""
         return self.stats.top_k(k or self.config.k)
 
     def label_prior(self) -> dict:
@@ -407,7 +407,7 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
                 "Each dot is a feature: the share of its rows with the label against the number of rows it is in. "
                 "Above the red curve a feature's z* exceeds the threshold: it predicts the label more often than "
                 "the prior allows.")))
-            .section(f"Top {cfg['k']} features per label", top_features(topk))
+            .section(f"Top {cfg['k']} features per label", top_features(topk, summary["threshold"]))
             .section("Configuration", config_table(cfg))
             .html())
 
@@ -448,7 +448,7 @@ class AuditStage(Stage):
                  if summary["spilled_runs"] else []) + [
             f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
             f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
-            terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k())]
+            terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k(), threshold=summary["threshold"])]
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "

@@ -78,3 +78,12 @@ def value(v) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(value(x) for x in v) if v else MISSING
     return str(v)
+
+
+def significance(significant: int, listed: int, threshold: float) -> str:
+    """One line on a top-k list: how many of its features are significant, or that none is a bias."""
+    if not significant:
+        return (f"No feature is significant: every z* is at most the threshold {z(threshold)} (Bonferroni). "
+                "Nothing here is a bias; the largest z* are listed for reference.")
+    return (f"{significant:,} of the {listed:,} features listed are significant (z* > {z(threshold)}, "
+            "Bonferroni): these are the biases; the others are within what chance gives.")

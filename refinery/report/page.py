@@ -212,11 +212,19 @@ class Report:
 
 # ---------------------------------------------------------------- blocks shared by the z-statistics reports
 
-def top_features(topk: dict) -> str:
-    """``ZStats.top_k``'s features per label: rank, feature, z*, n and p̂(l|x)."""
+def top_features(topk: dict, threshold: float | None = None) -> str:
+    """``ZStats.top_k``'s features per label: rank, feature, z*, n and p̂(l|x); with the audit's ``threshold``,
+    whether each is significant (z* > threshold), and a line saying how many are, or that none is a bias."""
     rows = [{"label": label, "#": rank, "feature": e["feature"], "z*": e["z"], "n": e["n"], "p̂": e["p"]}
             for label, entries in topk.items() for rank, e in enumerate(entries, 1)]
-    return table(rows, ["label", "#", "feature", "z*", "n", "p̂"], {"z*": fmt.z, "p̂": fmt.number})
+    columns = ["label", "#", "feature", "z*", "n", "p̂"]
+    if threshold is None or not rows:
+        return table(rows, columns, {"z*": fmt.z, "p̂": fmt.number})
+    for r in rows:
+        r["significant"] = "yes" if r["z*"] > threshold else "no"
+    significant = sum(r["significant"] == "yes" for r in rows)
+    summary = note(fmt.significance(significant, len(rows), threshold))
+    return summary + table(rows, [*columns, "significant"], {"z*": fmt.z, "p̂": fmt.number})
 
 
 def per_label(label_prior: dict, formats: dict | None = None, **columns: dict) -> str:
