@@ -68,7 +68,7 @@ class WeightsConfig:
     forest: ForestConfig = field(default_factory=ForestConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
     fold_seed: int = setting(0, SEED, "Seed of the fold assignment.")
-    prior: str = setting("auto", one_of(*zstats.PRIORS), "p0 of the verdict's audit of the words, plain and "
+    prior: str = setting("auto", one_of(*zstats.PRIORS), "The verdict's audit of the words, plain and "
                          "weighted: " + zstats.PRIOR_HELP)
 
     def __post_init__(self):
