@@ -177,3 +177,51 @@ def test_model_stage_verbs_are_their_one_stage_pipelines(name, options, snli_sam
     assert_same_outputs(tmp_path / "verb", tmp_path / "pipe" / f"01-{name}", str(snli_sample),
                         str(tmp_path / "pipe" / "00-input"))
     assert ACCOUNTING.search(verb).group(0) == ACCOUNTING.findall(piped)[1]
+
+
+def _pseudo_samples(rows):
+    """Accepted pseudo samples (text_a, text_b, label) as the pool holds them."""
+    return pa.Table.from_pylist([{"id": f"ibadr-1-{i}", "text_a": a, "text_b": b, "label": y, "source": "generated",
+                                  "iteration": 1} for i, (a, b, y) in enumerate(rows)], schema=ibadr.POOL_SCHEMA)
+
+
+def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_path):
+    """A tiny pool, no generation: samples of one label that carry a new shortcut are caught (and the original's top
+    features, absent from them, gave nan: the other labels' p0 was 0); counter-examples of the original's
+    significant hypothesis words, one copy per label, are credited. The console and the page say the same."""
+    import html
+    import re
+
+    from refinery.core.features import FeatureConfig
+
+    table = snli_pair.slice(0, 1500)
+    config = ibadr.IbadrConfig(tau=0.4)
+
+    def outputs(accepted, name):
+        audit = ibadr.ShortcutAudit(table, FeatureConfig())
+        pool = pa.concat_tables([ibadr.initial_pool(table), accepted])
+        out = tmp_path / name
+        report = ibadr.write_outputs(str(out), str(out), table, pool, [], config, 0, audit)
+        return audit, report, (out / "report" / "report.html").read_text(), "\n".join(ibadr._lines(report))
+
+    audit, report, page, console = outputs(_pseudo_samples([("A man walks.", "Nobody is sleeping.",
+                                                              "contradiction")] * 40), "worse")
+    verdict, mean = report["verdict"], report["mean_top_z"]
+    assert not verdict["ok"] and "nobody@hypothesis" in {c["feature"] for c in verdict["worsened"]}
+    assert "lower --tau (now 0.4" in verdict["remedy"] and verdict["warnings"][0] in console
+    assert mean["accepted_rows"] == 40 and 0 < mean["absent"] < mean["features"] == 30
+    sentence = ibadr.top_z_text(mean)
+    assert f"in the 40 accepted pseudo samples ({mean['absent']} of these 30 absent from them, counted as 0)" \
+        in sentence
+    assert sentence in console and html.escape(sentence) in page and verdict["line"] in console
+    assert not re.search(r"\bnan\b", console + json.dumps(report), re.I)
+
+    significant = {e["feature"].split("@")[0] for entries in audit.top.values() for e in entries
+                   if e["z"] > audit.before.threshold and re.fullmatch(r"\w+@hypothesis", e["feature"])}
+    counter = [(r["text_a"], r["text_b"], label) for r in table.to_pylist()
+               if significant & set(r["text_b"].lower().split())
+               for label in ("contradiction", "entailment", "neutral")]
+    _, report, page, console = outputs(_pseudo_samples(counter), "counter")
+    verdict = report["verdict"]
+    assert verdict["ok"] and verdict["fixed_total"] == verdict["significant_before"] > 0, verdict["line"]
+    assert console.count("verdict ok") == 1 and "WARNING" not in page

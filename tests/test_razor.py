@@ -1,5 +1,6 @@
 """RAZOR: shortcut scores against a brute-force reference and the audit, and the rewrite loop with SmolLM2."""
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +50,7 @@ def test_scores_equal_the_quadratic_definition(snli_pair, monkeypatch, block_row
 def test_score_only_on_snli_and_biased_words_in_high_gamma_rows(snli_pair, tmp_path):
     out = run_cli("razor", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--out", tmp_path / "rz", "--score-only").stdout
     assert "rows in 19,666 = 19,666 scored + 0 input rejects (ok)" in out, out
+    assert re.search(r"objective \d{3},\d{3},\d{3}, median γ", out), out   # every digit (it printed 1.2687e+08)
     scores = read_any(str(tmp_path / "rz" / "scores")).sort_by("id")
     table = snli_pair.sort_by("id")
     assert scores.num_rows == table.num_rows == 19_666
@@ -76,6 +78,42 @@ def test_multiclass_gamma_uses_all_other_labels():
     assert scores.objective == pytest.approx(objective)
 
 
+def test_verdict_catches_a_shortcut_the_rewrites_carry_and_credits_rewrites_that_remove_it(snli_pair):
+    """The rewritten corpus is audited against the input: appending 'nobody' to contradictions is caught, and so
+    is renaming a shortcut word (sleeping → resting: the same shortcut); giving the shortcut rows the hypotheses
+    of other labels is credited. The console prints the objective with the digits that show the change."""
+    from refinery.core.features import FeatureConfig
+
+    table = snli_pair.slice(0, 3000)
+    hypotheses, labels = table["text_b"].to_pylist(), table["label"].to_pylist()
+    config = razor.RazorConfig(top_k=20, rounds=3)
+
+    def judged(rewrite):
+        texts = [rewrite(i, h) if y == "contradiction" else h for i, (h, y) in enumerate(zip(hypotheses, labels))]
+        refined = table.set_column(table.column_names.index("text_b"), "text_b", pa.array(texts))
+        return razor.verdict(table, refined, FeatureConfig(), config)
+
+    worse = judged(lambda i, h: h + " nobody" if i % 3 == 0 else h)
+    assert not worse.ok and worse.worsened[0].feature == "nobody@hypothesis"
+    assert "--top-k, now 20; --rounds, now 3" in worse.remedy_worsened
+    renamed = judged(lambda i, h: h.replace("sleeping", "resting"))
+    assert not renamed.ok and "resting@hypothesis" in {c.feature for c in renamed.worsened}
+    others = [h for h, y in zip(hypotheses, labels) if y != "contradiction"]
+    shortcut = re.compile(r"\b(sleeping|nobody|asleep|cat|alone)\b", re.I)
+    swapped = judged(lambda i, h: others[i % len(others)] if shortcut.search(h) else h)
+    assert swapped.ok and swapped.fixed_total >= 5 and not swapped.notes
+    assert swapped.max_z["contradiction"].after < swapped.max_z["contradiction"].before - 1
+
+    report = {"rows": 3000, "field": "text_b", "objective": 31_782_330.4, "gamma": {"median": 0.0134},
+              "rounds": [{"round": 1, "candidates": 4, "accepted": 2, "replaced": 1, "kept": False,
+                          "objective_before": 31_782_330.4, "objective_after": 31_782_265.1}],
+              "verdict": swapped.to_dict()}
+    lines = razor._lines(report)
+    assert "objective 31,782,330 → 31,782,265 (undone)" in lines[1]   # it printed 3.17823e+07 -> 3.17823e+07
+    assert lines[2] == swapped.line() and len(lines) == 3              # a verdict that holds is one line
+    assert razor.change(0.512341, 0.512349) == ("0.51234", "0.51235")
+
+
 def test_verifier_answers_match_labels_exactly():
     labels = ["contradiction", "entailment", "neutral"]
     assert razor.verified_label("Entailment.", labels) == "entailment"
@@ -90,8 +128,8 @@ def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_pat
     table = snli_pair.slice(0, 3000)
     write_table(table, str(tmp_path / "in"))
     out = tmp_path / "rw"
-    run_cli("razor", tmp_path / "in", "--out", out, "--top-k", 12,
-            "--candidates", 2, "--rounds", 2, "--max-new-tokens", 32, "--verify", "choice")
+    printed = run_cli("razor", tmp_path / "in", "--out", out, "--top-k", 12,
+                      "--candidates", 2, "--rounds", 2, "--max-new-tokens", 32, "--verify", "choice").stdout
     refined = read_any(str(out / "corpus"))
     report = json.loads((out / "report" / "report.json").read_text())
     assert refined.num_rows == report["rows"] == 3000
@@ -108,3 +146,5 @@ def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_pat
     assert set(refined["label"].to_pylist()) == {"entailment", "neutral", "contradiction"}
     for r in report["rounds"]:
         assert r["accepted"] <= r["candidates"] and r["replaced"] <= r["accepted"]
+    # the verdict on the rewritten corpus: on the console and in report.json (judged both ways in the test above)
+    assert report["verdict"]["stage"] == "razor" and report["verdict"]["line"] in printed

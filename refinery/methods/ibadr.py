@@ -12,6 +12,13 @@ The pool S starts as the corpus. Each iteration:
 Each finished iteration is a checkpoint (pool, shallow model, generator, report); a killed run
 resumes from the last one and, with the same seed, ends with the same pool. Ablations (paper
 Table 5): ``usm=False``, ``lowest_indicator=True`` (b_r → b1), ``indicator=False``, ``iterate=False``.
+
+What it did to the shortcuts (``ShortcutAudit``): the original rows are audited once (the audit's features and
+prior rule); the original's top features are measured in each iteration's accepted pseudo samples under the
+original's p0, and the pool is judged against the original (``core.verdict``). IBADR promises to make no shortcut
+stronger and to weaken the original's: the verdict warns when a feature crossed the threshold or a label's max z*
+rose, and notes when nothing was weakened. The pool is counted as the original plus the accepted samples (one
+tokenization of each).
 """
 from __future__ import annotations
 
@@ -28,14 +35,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refinery.core import stats as zstats
+from refinery.core.features import FeatureConfig
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import is_pair
 from refinery.io.storage import AtomicDir, get_fs, is_local, join
+from refinery.core.verdict import Verdict, judge
+from refinery.core.weighted_counts import WeightedCounts
 from refinery.methods.confidence import CROSS_FIT, label_confidence
+from refinery.methods.razor import weakened_nothing
 from refinery.models.generate import DEFAULT_GENERATOR, Sampling
 from refinery.models.precision import PRECISIONS
+from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
 from refinery.report.page import Report, config_table, corpus_name, fields, note, table
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
@@ -289,17 +303,77 @@ def last_checkpoint(out: str, config: IbadrConfig) -> int:
     return done
 
 
-def z_in(top: dict, rows: pa.Table) -> dict:
-    """For each of the original's top features (``{label: [{"feature", "z", …}]}``) its z* in ``rows``
-    (every feature counted, min count 1; None where absent)."""
-    from refinery.methods.audit import AuditConfig, audit_table
+class ShortcutAudit:
+    """The audit of the original rows and of the pool they grow into, on the audit's ``features`` and prior rule.
 
-    z = {}
-    if rows.num_rows:
-        stats = audit_table(rows, AuditConfig(min_count=1)).stats.to_table()
-        z = dict(zip(zip(stats["feature"].to_pylist(), stats["label"].to_pylist()), stats["z"].to_pylist()))
-    return {label: [{"feature": e["feature"], "z_original": e["z"], "z_generated": z.get((e["feature"], label))}
-                    for e in entries] for label, entries in top.items()}
+    The original is counted once (``WeightedCounts``, two weightings: the original and the pool); ``top`` are its
+    k most biased features per label (z* under its p0, n ≥ 10). ``in_rows``: those features' z* in other rows (the
+    pseudo samples) under the same p0. ``judge_pool``: the verdict on the pool (the original and the accepted
+    samples) against the original. Under an empirical prior each side's p0 is its own label shares: the samples'
+    labels are drawn uniformly, so the pool's shares move, and under the original's shares every common word of
+    a label that gained rows would read as a bias.
+    """
+
+    def __init__(self, table: pa.Table, features: FeatureConfig, k: int = 10):
+        self.features = features
+        self.counts = WeightedCounts(None, features, 2).add(table, None, None)
+        self.prior = zstats.choose_prior("auto", self.counts.label_totals(0))
+        self.before = self.counts.stats(0, self._p0(0))
+        self.top = self.before.top_k(k)
+
+    def _p0(self, weighting: int) -> np.ndarray:
+        totals = self.counts.label_totals(weighting)
+        return zstats.prior_vector(list(totals), totals, self.prior.name)
+
+    def in_rows(self, rows: pa.Table) -> dict:
+        """For each of the original's top features (``{label: [{"feature", "z_original", "z_generated"}]}``) its z*
+        in ``rows`` under the original's p0 (every feature counted, min count 1; None where absent)."""
+        z = {}
+        if rows.num_rows:
+            counts = WeightedCounts(self.before.labels, self.features).add(rows, None)
+            stats = counts.stats(0, self.before.p0, min_count=1).to_table(1)
+            z = dict(zip(zip(stats["feature"].to_pylist(), stats["label"].to_pylist()), stats["z"].to_pylist()))
+        return {label: [{"feature": e["feature"], "z_original": e["z"], "z_generated": z.get((e["feature"], label))}
+                        for e in entries] for label, entries in self.top.items()}
+
+    def judge_pool(self, accepted: pa.Table, config: "IbadrConfig") -> Verdict:
+        """The verdict on the pool, the original with the ``accepted`` pseudo samples (call once)."""
+        if accepted.num_rows:
+            self.counts.add(accepted, np.zeros(accepted.num_rows), None)
+        v = judge(self.before, self.counts.stats(1, self._p0(1)), stage="ibadr", under_threshold=False,
+                  prior=str(self.prior), remedy_worsened=(
+                      f"the accepted pseudo samples carry these features: lower --tau (now {config.tau}; the task "
+                      "model, fit on the corpus, is surest of samples that carry its shortcuts) or generate from the "
+                      "least biased group only (--lowest-indicator); generated/ holds each sample and its "
+                      "confidence."))
+        if self.prior.name == "empirical":
+            v.notes.append("p0 of each side is its own label shares (the pseudo samples' labels are drawn uniformly)")
+        if v.ok and weakened_nothing(v):
+            v.notes.append(f"no shortcut weakened by the {accepted.num_rows:,} accepted pseudo samples; to add more, "
+                           f"raise --per-iteration (now {config.per_iteration:,}) or --iterations (now "
+                           f"{config.iterations}).")
+        return v
+
+
+def top_z(summary: dict, accepted: int) -> dict:
+    """The mean z* of the original's top features (``ShortcutAudit.in_rows``) in the original and in the
+    ``accepted`` samples, where a feature absent from them counts as 0 (None: no sample accepted), and how many
+    features there are and are absent."""
+    entries = [e for v in summary.values() for e in v]
+    return {"original": _mean([e["z_original"] for e in entries]), "features": len(entries),
+            "absent": sum(e["z_generated"] is None for e in entries), "accepted_rows": accepted,
+            "accepted": _mean([e["z_generated"] or 0.0 for e in entries]) if accepted else None}
+
+
+def top_z_text(m: dict) -> str:
+    """``top_z``'s figures as the console and the report page say them."""
+    if not m["features"]:
+        return "The original has no feature in enough rows to rank its top features"
+    head = f"Mean z* of the original's top features: {fmt.z(m['original'])} in the original"
+    if not m["accepted_rows"]:
+        return f"{head}; no pseudo sample accepted"
+    absent = f" ({m['absent']} of these {m['features']} absent from them, counted as 0)" if m["absent"] else ""
+    return f"{head}, {fmt.z(m['accepted'])} in the {m['accepted_rows']:,} accepted pseudo samples{absent}"
 
 
 def checkpoint_root(out: str, storage_options: dict | None = None) -> str:
@@ -321,13 +395,14 @@ def sample_input(table: pa.Table, config: IbadrConfig) -> pa.Table:
 
 
 def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: str = "local", mode: str = "resume",
-        input_rejects: pa.Table | None = None, storage_options: dict | None = None, inputs=()) -> dict:
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None, inputs=(),
+        features: FeatureConfig | None = None) -> dict:
     """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus), ``generated`` (every
     pseudo sample with its status and reason), ``report``; checkpoints under ``checkpoint_root(out)/checkpoints``
-    (``mode=resume`` continues from the last one); ``inputs``: the paths the table was read from, for the report."""
+    (``mode=resume`` continues from the last one); ``inputs``: the paths the table was read from, for the report;
+    ``features``: the audit's features of the top features and the verdict (default: the audit's defaults)."""
     from refinery.progress import progress
 
-    from refinery.methods.audit import audit_table
     from refinery.models.base import load_classifier
 
     rows_given = table.num_rows
@@ -350,7 +425,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
         shallow = _classifier(config.shallow, config).fit(
             _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
     task_model = _classifier(config.task_model, config).fit(table)
-    original_top = audit_table(table).top_k(10)
+    audit = ShortcutAudit(table, features or FeatureConfig())
     for iteration in progress(range(done + 1, iterations + 1), desc="ibadr iterations"):
         generator_from = os.path.join(_checkpoint(work, iteration - 1), "generator") if iteration > 1 \
             else config.generator
@@ -362,7 +437,7 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
             if config.usm:
                 shallow = fine_tune_shallow(shallow, _sample(pool, config.usm_rows, _rng(config, iteration, "usm")))
             stats["pool_after"] = pool.num_rows
-            stats["original_top_features"] = z_in(original_top, accepted)
+            stats["original_top_features"] = audit.in_rows(accepted)
             history.append(stats)
             pq.write_table(pool, ckpt.file("pool.parquet"))
             pq.write_table(generated, ckpt.file("generated.parquet"))
@@ -372,14 +447,14 @@ def run(table: pa.Table, out: str, config: IbadrConfig = IbadrConfig(), engine: 
             ckpt.commit()
         if iteration > 1:  # only the last generator is needed to go on
             shutil.rmtree(os.path.join(_checkpoint(work, iteration - 1), "generator"), ignore_errors=True)
-    report = write_outputs(out, work, table, pool, history, config, iterations, original_top, input_rejects,
+    report = write_outputs(out, work, table, pool, history, config, iterations, audit, input_rejects,
                            storage_options, inputs)
     report["not_sampled"] = rows_given - table.num_rows
     return report
 
 
 def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history: list, config: IbadrConfig,
-                  iterations: int, original_top: dict, input_rejects: pa.Table | None = None,
+                  iterations: int, audit: ShortcutAudit, input_rejects: pa.Table | None = None,
                   storage_options: dict | None = None, inputs=()) -> dict:
     from refinery.io.corpus import write_table
 
@@ -389,13 +464,13 @@ def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history:
     pool_manifest = write_table(pool, join(out, "pool"), rejects=input_rejects, mode="overwrite",
                                 config={"ibadr": config.to_dict()}, storage_options=storage_options)
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
-    summary = z_in(original_top, accepted)
+    summary = audit.in_rows(accepted)
+    verdict = audit.judge_pool(accepted, config)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
               "generated": generated.num_rows,
               "by_status": dict(sorted(Counter(generated["status"].to_pylist()).items())),
               "iterations": history, "original_top_features_in_accepted": summary,
-              "mean_top_z": {"original": _mean([e["z_original"] for v in summary.values() for e in v]),
-                             "accepted": _mean([e["z_generated"] or 0.0 for v in summary.values() for e in v])},
+              "mean_top_z": top_z(summary, accepted.num_rows), "verdict": verdict.to_dict(),
               "train_precision": history[-1]["train_precision"] if history else None,
               "input_rejected": pool_manifest["rejected"],
               "backend": config.backend, "config": config.to_dict()}
@@ -406,12 +481,12 @@ def write_outputs(out: str, work: str, table: pa.Table, pool: pa.Table, history:
         d.commit()
     with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
-        d.write_text("report.html", _html(report, list(inputs), storage_options))
+        d.write_text("report.html", _html(report, verdict, list(inputs), storage_options))
         d.commit()
     return report
 
 
-def _html(report: dict, inputs: list, storage_options: dict | None = None) -> str:
+def _html(report: dict, verdict: Verdict, inputs: list, storage_options: dict | None = None) -> str:
     precision = report["train_precision"]
     facts = {"original rows": report["original_rows"], "pseudo samples generated": report["generated"],
              "accepted into the pool": report["accepted"], "pool rows": report["pool_rows"],
@@ -433,21 +508,23 @@ def _html(report: dict, inputs: list, storage_options: dict | None = None) -> st
     iterations = [{"": name, **{c: get(h) for c, h in columns.items()}} for name, get in measures]
     as_text = lambda v: v if isinstance(v, str) else fmt.value(v)  # noqa: E731
     top = [{"label": label, "feature": e["feature"], "z* in the original": e["z_original"],
+            "significant": "yes" if e["z_original"] > verdict.threshold else "no",
             "z* in the accepted": e["z_generated"] if e["z_generated"] is not None else "absent"}
            for label, entries in report["original_top_features_in_accepted"].items() for e in entries]
-    mean = report["mean_top_z"]
     return (Report("IBADR: iterative bias-aware dataset refinement (Wang et al. 2023)",
                    corpus_name(inputs, storage_options), inputs)
+            .section(verdict_html.HEADING, verdict_html.section(verdict))
             .section("Pool", fields(facts))
             .section("Pseudo samples by status", table(statuses, formats={"share": fmt.percent}),
                      note("generated/ holds every pseudo sample with its status and the reason it was set aside."))
             .section("Iterations", table(iterations, ["", *columns], {c: as_text for c in columns}),
                      note("distinct-n: the share of distinct n-grams among the well-formed pseudo samples."))
-            .section("The original's top biased features in the accepted pseudo samples", table(
+            .section("The original's top features in the accepted pseudo samples", table(
                 top, formats={"z* in the original": fmt.z, "z* in the accepted": lambda v: v if isinstance(v, str)
                               else fmt.z(v)}),
-                note(f"Mean z* of these features: {fmt.z(mean['original'])} in the original, "
-                     f"{fmt.z(mean['accepted'])} in the accepted pseudo samples (absent counts as 0)."))
+                note(f"{top_z_text(report['mean_top_z'])}. The ten largest z* per label of the original; "
+                     f"significant: over its threshold {fmt.z(verdict.threshold)}. z* in the accepted samples is computed with the "
+                     "original's p0; absent: no accepted sample has the feature."))
             .section("Configuration", config_table(report["config"]))
             .html())
 
@@ -477,18 +554,27 @@ class IbadrStage(Stage):
     resources = Resources(cpus=1, memory_gb=4)
     output = Output.POOL
     profiles = PROFILES
+    version = 2   # 2: the verdict on the pool and the original's top features measured under its p0 in report/
 
     def run(self, source: StageInput, out: str) -> StageResult:
         table, rejects = source.load()
         r = run(table, out, self.config, source.engine, "resume" if self.config.resume else "overwrite",
-                input_rejects=rejects, storage_options=source.opts.storage_options, inputs=source.paths)
-        z = {k: "n/a" if v is None else f"{v:.2f}" for k, v in r["mean_top_z"].items()}
-        used = r["iterations"][-1]["train_precision"] if r["iterations"] else None
-        lines = (*(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
-                   f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}"
-                   for h in r["iterations"]),
-                 f"mean z* of the original's top features: {z['original']} (original) vs "
-                 f"{z['accepted']} (accepted pseudo samples)",
-                 *([f"generator fine-tuned in {used['dtype']} ({used['requested']}: {used['reason']})"] if used else []))
+                input_rejects=rejects, storage_options=source.opts.storage_options, inputs=source.paths,
+                features=FeatureConfig().named(source.field_names, source.single_text))
+        v = r["verdict"]
         return StageResult(*accounting(r), r, f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted "
-                                              f"-> pool {r['pool_rows']:,}", lines)
+                                              f"-> pool {r['pool_rows']:,}; {verdict_headline(v)}", _lines(r),
+                           () if v["ok"] else tuple(v["warnings"]))
+
+
+def _lines(r: dict) -> tuple:
+    """What the terminal shows of a run's report: each iteration, the original's top features in the accepted
+    samples (the report page's sentence), the precision the generator was tuned in, and the verdict."""
+    used = r["iterations"][-1]["train_precision"] if r["iterations"] else None
+    v = r["verdict"]
+    return (*(f"iteration {h['iteration']}: generated {h['generated']:,}, malformed {h['malformed']:,}, "
+              f"low confidence {h['low_confidence']:,}, accepted {h['accepted']:,} -> pool {h['pool_after']:,}"
+              for h in r["iterations"]),
+            top_z_text(r["mean_top_z"]),
+            *([f"generator fine-tuned in {used['dtype']} ({used['requested']}: {used['reason']})"] if used else []),
+            v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"]))

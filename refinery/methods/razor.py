@@ -14,6 +14,13 @@ the premise/evidence kept), each verified by a separate G_β call and accepted o
 answer is exactly the row's label; of the accepted, the one with the lowest γ replaces the row
 (``source=rewritten``, ``origin_id``). Rounds repeat until the objective stops increasing (a round
 that lowers it is undone) or the round limit.
+
+The verdict (``core.verdict``): the rewritten corpus is audited with the input's features and prior rule and
+compared with the input. RAZOR promises to make no shortcut stronger (no feature crossing the threshold, no
+label's max z* rising) and to weaken the shortcuts of the rows it rewrites; where no label's max z* fell and no
+significant feature stopped being one, the verdict says so in a note. The audit counts the input once and only
+the rewritten rows again (``WeightedCounts``: the input with weights 1 and, for the output, 0 on the replaced
+rows; the rewrites with weights 0 and 1), so it costs a tokenization of the input.
 """
 from __future__ import annotations
 
@@ -26,17 +33,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import sparse
 
-from refinery.core.features import TokenizerOptions
+from refinery.core.features import FeatureConfig, TokenizerOptions
+from refinery.core.verdict import JITTER, Verdict
+from refinery.core.weighted_counts import WeightedCounts, judge_weightings
 from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.io.schema import is_pair
 from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
 from refinery.io.storage import AtomicDir, join, redact
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
+from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 from refinery.progress import announce
 from refinery.report import format as fmt
-from refinery.report.page import Report, config_table, corpus_name, fields, note, table, top_features
+from refinery.report import verdict as verdict_html
+from refinery.report.page import Report, config_table, corpus_name, fields, note, table
 
 REWRITE_PAIR = ("Rewrite the hypothesis with different words and a different sentence structure, keeping its "
                 "relation to the premise: it must stay {label_description} ({label}).\n"
@@ -380,13 +391,50 @@ def refine(table: pa.Table, config: RazorConfig, backend: str, backend_kwargs: d
     return table, scores, history
 
 
+def change(before: float, after: float) -> tuple[str, str]:
+    """``before`` and ``after`` as ``fmt.number`` writes them, with the significant digits (3 to 15) that tell them
+    apart: an objective of 31,782,330 → 31,782,265 (``:.6g`` printed 3.17823e+07 → 3.17823e+07)."""
+    for digits in range(3, 16):
+        a, b = fmt.number(before, digits), fmt.number(after, digits)
+        if a != b:
+            break
+    return a, b
+
+
+def weakened_nothing(v: Verdict) -> bool:
+    """Whether a verdict shows no shortcut weakened where the input had some: no significant feature of the input
+    stopped being one and no label's max z* fell by more than jitter."""
+    fell = any(m.before is not None and m.after is not None and m.after < m.before - JITTER for m in v.max_z.values())
+    return v.significant_before > 0 and not v.fixed_total and not fell
+
+
+def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config: RazorConfig) -> Verdict:
+    """The audit of ``refined`` (``table`` with the scored field of some rows rewritten, row for row) against the
+    audit of ``table``: the same features, the input's prior rule (the labels do not change). The input is counted
+    once; only the rewritten rows are counted again."""
+    target = scored_field(table)
+    rewritten = pc.fill_null(pc.not_equal(table[target], refined[target]), False).to_numpy(zero_copy_only=False)
+    counts = WeightedCounts(None, features, 2).add(table, None, (~rewritten).astype(np.float64))
+    if rewritten.any():
+        counts.add(refined.filter(pa.array(rewritten)), np.zeros(int(rewritten.sum())), None)
+    v = judge_weightings(counts, stage="razor", under_threshold=False, remedy_worsened=(
+        f"the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (--top-k, "
+        f"now {config.top_k}; --rounds, now {config.rounds}) or use another generator (--model); the report's "
+        "examples show what the rewrites add."))
+    if v.ok and weakened_nothing(v):
+        v.notes.append(f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise "
+                       f"--top-k (now {config.top_k}) or --rounds (now {config.rounds}).")
+    return v
+
+
 def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: str = "local",
-        input_rejects: pa.Table | None = None, storage_options: dict | None = None, inputs=()) -> dict:
+        input_rejects: pa.Table | None = None, storage_options: dict | None = None, inputs=(),
+        features: FeatureConfig | None = None) -> dict:
     """``out/scores`` (γ per row) and with rewriting ``out/corpus`` (same size) and ``out/report``; each
     corpus also holds the input's rejects, so each accounts for every input row. ``inputs``: the paths the table
-    was read from, named in the report's header."""
+    was read from, named in the report's header; ``features``: the audit's features the verdict compares (default:
+    the audit's defaults)."""
     from refinery.io.corpus import write_table
-    from refinery.methods.audit import audit_table
 
     before = score(table, config)
     scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
@@ -394,6 +442,7 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
               "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
     report["input_rejected"] = write_table(scored, join(out, "scores"), rejects=input_rejects,
                                            config={"razor": report}, storage_options=storage_options)["rejected"]
+    judged = None
     if not config.score_only:
         from refinery.models import load_classifier
 
@@ -409,46 +458,50 @@ def run(table: pa.Table, out: str, config: RazorConfig = RazorConfig(), engine: 
                                          verifier, before, checkpoints)
         write_table(refined, join(out, "corpus"), rejects=input_rejects, config={"razor": report},
                     storage_options=storage_options)
+        judged = verdict(table, refined, features or FeatureConfig(), config)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,
-                      backend=backend, top_features_before=audit_table(table).top_k(10),
-                      top_features_after=audit_table(refined).top_k(10))
+                      backend=backend, verdict=judged.to_dict())
     with AtomicDir(join(out, "report"), storage_options) as d:
         d.write_text("report.json", json.dumps(report, indent=1, default=str))
-        d.write_text("report.html", _html(report, list(inputs), storage_options))
+        d.write_text("report.html", _html(report, list(inputs), storage_options, judged))
         d.commit()
     if not config.score_only:
         checkpoints.clear()
     return report
 
 
-def _html(report: dict, inputs: list, storage_options: dict | None = None) -> str:
+def _html(report: dict, inputs: list, storage_options: dict | None = None, judged: Verdict | None = None) -> str:
     rewritten = "rounds" in report
     field_name = {"text_b": "text_b (the hypothesis or claim of each pair)", "text_a": "text_a (the text)"}
     facts = {"rows scored": report["rows"], "text scored": field_name.get(report["field"], report["field"]),
-             "objective": report["objective"], "input rejects": report["input_rejected"]}
+             "objective": fmt.number(report["objective"]), "input rejects": report["input_rejected"]}
     if rewritten:
-        facts |= {"objective after rewriting": report["objective_after"], "rows rewritten": report["replaced_rows"],
-                  "generator backend": report["backend"]}
+        facts["objective"], facts["objective after rewriting"] = change(report["objective"], report["objective_after"])
+        facts |= {"rows rewritten": report["replaced_rows"], "generator backend": report["backend"]}
     names = {"min": "min", "p25": "25%", "median": "median", "p75": "75%", "p90": "90%", "p99": "99%", "max": "max"}
     gamma = [{"": what, **{names.get(k, k): v for k, v in g.items()}}
              for what, g in (("input", report["gamma"]), ("rewritten", report.get("gamma_after"))) if g]
-    page = (Report("RAZOR: shortcut scores γ and LLM rewriting (Yang, Prenkaj & Kasneci 2024)",
-                   corpus_name(inputs, storage_options), inputs)
-            .section("Scores", fields(facts, {"objective": fmt.number, "objective after rewriting": fmt.number}),
-                     note("The objective sums the cosine similarity of the surface embeddings of every two rows of "
-                          "different labels; rewriting raises it (the labels' rows look alike)."))
+    page = Report("RAZOR: shortcut scores γ and LLM rewriting (Yang, Prenkaj & Kasneci 2024)",
+                  corpus_name(inputs, storage_options), inputs)
+    if judged is not None:
+        page.section(verdict_html.HEADING, verdict_html.section(judged))
+    page = (page.section("Scores", fields(facts),
+                         note("The objective sums the cosine similarity of the surface embeddings of every two rows "
+                              "of different labels; rewriting raises it (the labels' rows look alike)."))
             .section("Shortcut score γ over the rows", table(gamma, ["", *names.values()]),
                      note("Percentiles of γ = 1 − a row's mean cosine to the rows of the other labels: a high γ "
                           "sets the row apart by its surface features alone. scores/ holds each row's γ.")))
     if rewritten:
         columns = {f"round {r['round']}": r for r in report["rounds"]}   # one column per round, a row per measure
         measures = [("rows tried", "rows"), ("candidates", "candidates"), ("verified", "accepted"),
-                    ("replaced", "replaced"), ("generation errors", "generation_errors"),
-                    ("objective before", "objective_before"), ("objective after", "objective_after")]
+                    ("replaced", "replaced"), ("generation errors", "generation_errors")]
         rounds = [{"": name, **{c: r[key] for c, r in columns.items()}} for name, key in measures]
-        rounds += [{"": "median γ after", **{c: r["gamma"]["median"] for c, r in columns.items()}},
+        objectives = {c: change(r["objective_before"], r["objective_after"]) for c, r in columns.items()}
+        rounds += [{"": "objective before", **{c: o[0] for c, o in objectives.items()}},
+                   {"": "objective after", **{c: o[1] for c, o in objectives.items()}},
+                   {"": "median γ after", **{c: r["gamma"]["median"] for c, r in columns.items()}},
                    {"": "outcome", **{c: "kept" if r["kept"] else "undone" for c, r in columns.items()}}]
         examples = [{"round": r["round"], "label": e["label"], "before": e["before"], "after": e["after"],
                      "γ": (e["gamma_before"], e["gamma_after"])} for r in report["rounds"] for e in r["examples"][:5]]
@@ -457,22 +510,38 @@ def _html(report: dict, inputs: list, storage_options: dict | None = None) -> st
                      note("A round whose objective does not increase is undone and ends the loop."))
         page.section("Before / after examples (five per round)", table(
             examples, formats={"γ": lambda g: f"{fmt.number(g[0])} → {fmt.number(g[1])}"}))
-        page.section("Top features before", top_features(report["top_features_before"]))
-        page.section("Top features after", top_features(report["top_features_after"]))
     return page.section("Configuration", config_table(report["config"])).html()
+
+
+def _lines(r: dict) -> tuple:
+    """What the terminal shows of a run's report: the scores, each round with its objective before → after (with
+    the digits that show the change), and the verdict (one line when it holds, else the warning and remedy)."""
+    def objective(x: dict) -> str:
+        return " → ".join(change(x["objective_before"], x["objective_after"]))
+    lines = [f"{r['rows']:,} rows scored on {r['field']}: objective {fmt.number(r['objective'])}, "
+             f"median γ {r['gamma']['median']:.4g}",
+             *(f"  round {x['round']}: {x['candidates']} candidates, {x['accepted']} accepted, {x['replaced']} "
+               f"replaced, objective {objective(x)}" + ("" if x["kept"] else " (undone)") for x in r.get("rounds", []))]
+    if r.get("resumed_rounds"):
+        lines.append(f"resumed: {r['resumed_rounds']} finished round(s) from the interrupted run before")
+    if "verdict" in r:
+        v = r["verdict"]
+        lines += [v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"])]
+    return tuple(lines)
 
 
 class RazorStage(Stage):
     """RAZOR: shortcut scores γ and the LLM rewrite/verify loop (Yang et al. 2024).
 
     Writes ``scores/`` (γ per row) and, unless --score-only, ``corpus/`` (rewritten, the same size as the
-    input: what a pipeline's next stage reads) and ``report/``.
+    input: what a pipeline's next stage reads) and ``report/`` (with the verdict on the rewritten corpus).
     """
 
     name, Config = "razor", RazorConfig
     needs = ("id", "text_a", "label")
     adds = ("source",)
     resources = Resources(cpus=1, memory_gb=2)
+    version = 2   # 2: the verdict on the rewritten corpus in report/
 
     @property
     def output(self) -> Output:
@@ -481,15 +550,13 @@ class RazorStage(Stage):
     def run(self, source: StageInput, out: str) -> StageResult:
         table, rejects = source.load()
         r = run(table, out, self.config, source.engine, input_rejects=rejects,
-                storage_options=source.opts.storage_options, inputs=source.paths)
-        done = f", {r['replaced_rows']:,} rows rewritten, objective -> {r['objective_after']:.4g}" \
-            if not self.config.score_only else ""
-        lines = (f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.6g}, "
-                 f"median γ {r['gamma']['median']:.4g}",
-                 *(f"  round {x['round']}: {x['candidates']} candidates, {x['accepted']} accepted, {x['replaced']} "
-                   f"replaced, objective {x['objective_before']:.6g} -> {x['objective_after']:.6g}"
-                   + ("" if x["kept"] else " (undone)") for x in r.get("rounds", [])),
-                 *((f"resumed: {r['resumed_rounds']} finished round(s) from the interrupted run before",)
-                   if r.get("resumed_rounds") else ()))
+                storage_options=source.opts.storage_options, inputs=source.paths,
+                features=FeatureConfig().named(source.field_names, source.single_text))
+        headline = f"{r['rows']:,} rows scored on {r['field']}: objective {fmt.number(r['objective'])}"
+        if not self.config.score_only:
+            headline = (f"{r['rows']:,} rows scored on {r['field']}, {r['replaced_rows']:,} rows rewritten, "
+                        f"objective {' → '.join(change(r['objective'], r['objective_after']))}; "
+                        f"{verdict_headline(r['verdict'])}")
+        warnings = () if self.config.score_only or r["verdict"]["ok"] else tuple(r["verdict"]["warnings"])
         return StageResult(r["rows"] + r["input_rejected"], {"scored": r["rows"], "input rejects": r["input_rejected"]},
-                           r, f"{r['rows']:,} rows scored on {r['field']}: objective {r['objective']:.4g}{done}", lines)
+                           r, headline, _lines(r), warnings)
