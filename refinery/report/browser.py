@@ -66,6 +66,8 @@ class PageCheck:
     overlaps: list[tuple[str, str, str]] = field(default_factory=list)   # (text, text, which figure)
     outside: list[tuple[str, str, str]] = field(default_factory=list)    # (text, which figure, by how much)
     broken_images: list[str] = field(default_factory=list)     # images (and other resources) that did not load
+    scrolled: list[str] = field(default_factory=list)   # boxes scrolled sideways: content past them hidden until
+                                                         # scrolled (allowed by ``ok``; "nothing clipped" asks none)
     scroll_height: int = 0                # document.documentElement.scrollHeight (at least the window's height)
     page_height: int = 0                  # the page's full height at this width (a short page: its content's)
     svgs: int = 0                         # figures (outermost <svg> elements) examined
@@ -94,6 +96,7 @@ class PageCheck:
         lines += block("overlapping SVG text", self.overlaps, lambda o: f"{o[0]!r} × {o[1]!r} in {o[2]}")
         lines += block("SVG text outside its figure", self.outside, lambda o: f"{o[0]!r} in {o[1]}: {o[2]}")
         lines += block("resources that did not load", self.broken_images, str)
+        lines += block("boxes whose content is wider than they are (scrolled sideways)", self.scrolled, str)
         return "\n".join(lines)
 
 
@@ -163,6 +166,15 @@ _SCRIPT = r"""
       for (var c = el.firstElementChild; c; c = c.nextElementSibling) visit(c, clipped || clips, out);
     }
     visit(document.documentElement, false, false);
+    return found;
+  }
+  function scrolled() {
+    var found = [];
+    document.querySelectorAll("body *").forEach(function (el) {
+      if (el.closest("svg") || getComputedStyle(el).overflowX === "visible") return;
+      if (el.scrollWidth > el.clientWidth + 1)
+        found.push(name(el) + ": " + el.scrollWidth + " px of content in " + el.clientWidth + " px");
+    });
     return found;
   }
   function quad(t) {
@@ -263,6 +275,7 @@ _SCRIPT = r"""
       R.page_height = R.scroll_height > window.innerHeight ? R.scroll_height
                                                             : Math.ceil(de.getBoundingClientRect().height);
       R.overflowing = overflow(vw);
+      R.scrolled = scrolled();
       var f = figures();
       R.overlaps = f.overlaps; R.outside = f.outside;
       document.querySelectorAll("img").forEach(function (im) {
@@ -391,7 +404,7 @@ def check_page(html_path, width: int = 1000, height: int = 1400) -> PageCheck:
                      overflow_px=int(round(r.get("overflow_px", 0))), overflowing=r.get("overflowing", []),
                      overlaps=[tuple(o) for o in r.get("overlaps", [])],
                      outside=[tuple(o) for o in r.get("outside", [])],
-                     broken_images=list(dict.fromkeys(r.get("failed", []))),
+                     broken_images=list(dict.fromkeys(r.get("failed", []))), scrolled=r.get("scrolled", []),
                      scroll_height=int(r.get("scroll_height", 0)), page_height=int(r.get("page_height", 0)),
                      svgs=int(r.get("svgs", 0)), texts=int(r.get("texts", 0)))
 
