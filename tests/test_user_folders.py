@@ -244,3 +244,21 @@ def test_a_failed_run_removes_the_folders_it_created(tmp_path):
         proc = run_cli(*args, check=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["empty", "p.yaml"] and os.listdir(empty) == []
+
+
+def test_a_stage_folder_reads_as_the_corpus_it_made_and_a_filters_folder_names_its_parts(tmp_path):
+    """upsample, weights, generate and razor publish their corpus as OUT/corpus beside OUT/report (a data folder
+    holds only data); the stage's folder still reads as that corpus, and a filter's folder names its parts."""
+    import pandas as pd
+
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(open(SNLI_HARD).readlines()[:400]))
+    run_cli("upsample", small, "--preset", "snli", "--iterations", "2", "--out", tmp_path / "up")
+    corpus = pd.read_parquet(tmp_path / "up" / "corpus")   # pandas reads the data folder as its rows
+    rows = len(corpus)
+    assert (corpus["source"] == "original").sum() == 400
+    assert f"rows in {rows:,} = {rows:,} counted" in run_cli("audit", tmp_path / "up", "--out", tmp_path / "a").stdout
+    run_cli("zfilter", small, "--preset", "snli", "--k", "5", "--out", tmp_path / "zf")
+    proc = run_cli("audit", tmp_path / "zf", "--out", tmp_path / "a3", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith(f"{tmp_path / 'zf' / 'kept'} or "
+                                                                 f"{tmp_path / 'zf' / 'rejected'}"), proc.stderr

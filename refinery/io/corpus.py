@@ -30,6 +30,7 @@ from refinery.io.storage import AtomicDir, get_fs, on_store, read_marker, redact
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"
+STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
 LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
 CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
@@ -135,8 +136,37 @@ def iter_parquet(files, storage_options: dict | None = None, columns=None, batch
                 yield pa.Table.from_batches([rb])
 
 
+def corpus_of(url: str, storage_options: dict | None = None) -> str:
+    """``url``, or the ``corpus/`` part of a stage's folder (upsample, weights, generate and razor publish the
+    corpus they make there, beside ``report/``): a stage's folder reads as the corpus it made."""
+    part = posixpath.join(url.rstrip("/"), STAGE_CORPUS)
+    if any(ch in url for ch in "*?[") or is_corpus(url, storage_options) or not is_corpus(part, storage_options):
+        return url
+    return part
+
+
+def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
+    """The corpora inside a stage's folder ``url`` (``kept``, ``rejected``, ``pool``, …), or none."""
+    fs, path = get_fs(url, storage_options)
+    with on_store(url, "looking at the input"):
+        if not fs.isdir(path) or not fs.exists(posixpath.join(path, "_SUCCESS")):
+            return []
+        folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False) if fs.isdir(p))
+    return [posixpath.join(url.rstrip("/"), f) for f in folders if is_corpus(posixpath.join(url, f), storage_options)]
+
+
+def not_a_corpus(url: str, storage_options: dict | None = None) -> ValueError:
+    """The error for ``url`` read without a mapping where it is no corpus: a stage's folder names its parts."""
+    parts = stage_parts(url, storage_options)
+    if parts:
+        return ValueError(f"{url} is a refinery stage's folder, not a corpus: read one of its parts, "
+                          f"{' or '.join(parts)}")
+    return ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
+
+
 def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
-    """A finished corpus or a single Parquet file, whole."""
+    """A finished corpus (a stage's folder: the corpus it made) or a single Parquet file, whole."""
+    url = corpus_of(url, storage_options)
     if is_corpus(url, storage_options):
         return Corpus.open(url, storage_options).read()
     fs, path = get_fs(url, storage_options)
@@ -175,7 +205,7 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
                 yield url, Batch(EMPTY_CANONICAL, corpus.read_rejects())
             continue
         if mapping is None:
-            raise ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
+            raise not_a_corpus(url, opts.storage_options)
         empty = True
         for path, batch in read_input(url, mapping, opts):
             empty = empty and not batch.rows.num_rows and not batch.rejects.num_rows

@@ -119,6 +119,9 @@ def hf_splits(url: str, storage_options=None) -> dict[str, list[str]]:
             for split in splits}
 
 
+BOOKKEEPING = {".refinery.json", "_refinery.json", "_SUCCESS"}   # refinery's and Spark's markers: not worth a notice
+
+
 def _folder_files(fs, root: str, skipped: list[str]) -> list[str]:
     """The data files under ``root`` in name order, a Hugging Face dataset's in its own order; the others'
     paths (relative to ``root``) are added to ``skipped``, but for what lies in hidden or ``_`` folders
@@ -137,7 +140,7 @@ def _folder_files(fs, root: str, skipped: list[str]) -> list[str]:
             continue
         elif data_extension(f) in FORMATS and is_data_name(name):
             out.append(f)
-        else:
+        elif name not in BOOKKEEPING:
             skipped.append(relative)
     return out
 

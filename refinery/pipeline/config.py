@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from refinery.core.validation import Allowed, at_least, one_of, setting, validate
+from refinery.io.corpus import corpus_of
 from refinery.io.inputs import hf_splits
 from refinery.io.readers import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
@@ -140,14 +141,15 @@ class InputSpec:
 
     def split_paths(self) -> dict:
         """{split: [paths]}: named splits, the splits of a Hugging Face ``DatasetDict`` folder given alone, or
-        the plain paths as one unnamed split."""
+        the plain paths as one unnamed split. A stage's folder stands for the corpus it made (``corpus_of``)."""
         if not self.splits and not self.paths:
             raise ValueError("no input: give paths or named splits")
         if self.splits:
-            return {s: [p] if isinstance(p, str) else list(p) for s, p in self.splits.items()}
+            return {s: [corpus_of(p, self.storage_options) for p in ([p] if isinstance(p, str) else p)]
+                    for s, p in self.splits.items()}
         if len(self.paths) == 1 and (named := hf_splits(self.paths[0], self.storage_options)):
             return named
-        return {"": list(self.paths)}
+        return {"": [corpus_of(p, self.storage_options) for p in self.paths]}
 
     def mapping(self) -> Mapping | None:
         """How raw files' columns become canonical ones (None: the inputs are canonical corpora)."""

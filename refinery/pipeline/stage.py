@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.canonical import Batch
-from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
+from refinery.io.corpus import STAGE_CORPUS, Corpus, is_corpus, iter_input_batches, load, not_a_corpus
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
 from refinery.io.storage import get_fs
@@ -36,7 +36,7 @@ class Output(enum.Enum):
     INPUT = None           # the stage's own input: the rows pass on unchanged (audit, leakage, compare)
     KEPT = "kept"          # the rows a filter kept
     POOL = "pool"          # IBADR's pool: the corpus and its accepted pseudo samples
-    CORPUS = "corpus"      # the corpus a stage made: up-sampled, weighted, generated, rewritten (RAZOR)
+    CORPUS = STAGE_CORPUS  # the corpus a stage made: up-sampled, weighted, generated, rewritten (RAZOR)
 
     def next_input(self, folder: str, current: str) -> str:
         return current if self is Output.INPUT else posixpath.join(folder, self.value)
@@ -108,7 +108,9 @@ def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[
         fs, local = get_fs(corpus.files[0], storage_options)
         with fs.open(local, "rb") as fh:
             return pq.read_schema(fh).names
-    mapped = [name for name, column in (mapping.columns if mapping else {}).items() if column]
+    if mapping is None:
+        raise not_a_corpus(path, storage_options)
+    mapped = [name for name, column in mapping.columns.items() if column]
     return ["id", *mapped, *(["split"] if mapping and _carries_split(path, mapping, storage_options) else [])]
 
 
