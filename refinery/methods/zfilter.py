@@ -713,7 +713,7 @@ def compose_report(kind: str, audit: PartCounts, input_rejects: dict, out: str, 
     verdict (``core.verdict``) of its rows read against its rows kept, all under one prior (``auto``: from the
     labels of D0 and G together); written to ``out/report`` (report.json, report.html)."""
     prior = zstats.choose_prior(config.prior, audit.counts["input", "together"].label_totals)
-    remedy = remedies(config, False, join(out, "kept"))
+    remedy = remedies(config, False)   # OUT/kept: the same words for the verb and a pipeline step
     # a filtered part promises every label under the threshold; D0 kept whole (zaug), or G filtered on D0's
     # counts (its rows alone), promise only to make nothing worse
     promised = {"original": kind != "zaug", "generated": kind == "parz", "together": kind != "zaug"}
