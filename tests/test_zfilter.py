@@ -129,6 +129,11 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
         assert r["input"] == 6000 and set(r["verdicts"]) == set(zfilter.PARTS.values())
         assert (tmp_path / kind / "report" / "report.html").is_file()
     assert reports["zaug"]["parts"]["original"]["kept"] == 3000                 # Z-Aug keeps D0 whole
+    g_filtering = json.loads((tmp_path / "seqz" / "stages" / "z_generated" / "report" / "report.json").read_text())
+    assert {l: n - g_filtering["seed_by_label"][l] for l, n in g_filtering["kept_by_label"].items()} == \
+        reports["seqz"]["parts"]["generated"]["kept_by_label"]   # its share kept counts G's rows, not the seed's
+    assert sum(g_filtering["seed_by_label"].values()) == g_filtering["seed"] == reports["seqz"]["parts"]["original"]["kept"]
+    assert ">seed rows</th>" in (tmp_path / "seqz" / "stages" / "z_generated" / "report" / "report.html").read_text()
     assert 0 < reports["seqz"]["parts"]["original"]["rejected"] < 3000          # Seq-Z filters it
     seqz = reports["seqz"]
     assert f"rows in 6,001 = {seqz['kept']:,} kept + {seqz['rejected']:,} filtered out + 1 input rejects (ok)" \

@@ -103,6 +103,7 @@ class ZFilterResult:
     input_rejected: int = 0  # rows the readers rejected, kept in kept/'s rejects
     prior: zstats.Prior = zstats.Prior("uniform")
     settled_out: int = 0   # of ``rejected``: rows taken back by ``ZFilter.settle`` after the stream
+    seed_by_label: dict = field(default_factory=dict)   # of ``kept_by_label``: the seed's rows, kept as they are
 
 
 STREAM_REASON = "hits B_Z(label): "
@@ -484,7 +485,7 @@ def run(inputs, out: str, mapping: Mapping | None = None, opts: ReadOptions = Re
         rej_m = rej_w.commit()
     result = ZFilterResult(kept_m["rows"], rej_m["rows"], seeded, zf.seen, zf.Z, rej_by, kept_by,
                            dict(sorted(by_feature.items(), key=lambda kv: -kv[1])), kept_m["rejected"], zf.prior,
-                           settled_out)
+                           settled_out, rows_per_label(seed_table["label"]) if seeded else {})
     return write_report(result, out, config, [*inputs, *seed_inputs], opts.storage_options)
 
 
@@ -544,6 +545,7 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=
         "kept": result.kept, "rejected": result.rejected, "seed": result.seed, "settled_out": result.settled_out,
         "input": result.kept + result.rejected - result.seed, "input_rejected": result.input_rejected,
         "kept_by_label": result.kept_by_label, "rejected_by_label": result.rejected_by_label,
+        "seed_by_label": {l: result.seed_by_label.get(l, 0) for l in result.kept_by_label},
         "max_z_before": {l: (v[0]["z"] if v else None) for l, v in top_before.items()},
         "max_z_after": {l: (v[0]["z"] if v else None) for l, v in top_after.items()},
         "top_rejecting_features": dict(list(result.rejections_by_feature.items())[:30]),
@@ -557,16 +559,17 @@ def write_report(result: ZFilterResult, out: str, config: ZFilterConfig, inputs=
 
 
 def _html(report: dict, verdict: Verdict, plot_before: str, plot_after: str, corpus: str, inputs: list) -> str:
-    labels = list(report["kept_by_label"])
-    by_label = [{"label": l, "kept": report["kept_by_label"][l], "filtered out": report["rejected_by_label"][l],
-                 "share kept": report["kept_by_label"][l] / max(report["kept_by_label"][l]
-                                                                + report["rejected_by_label"][l], 1),
+    seeds = report["seed_by_label"]
+    by_label = [{"label": l, **({"seed rows": seeds[l]} if report["seed"] else {}),
+                 "kept": kept - seeds[l], "filtered out": report["rejected_by_label"][l],   # of the input's rows
+                 "share kept": (kept - seeds[l]) / max(kept - seeds[l] + report["rejected_by_label"][l], 1),
                  "max z* before": report["max_z_before"].get(l), "max z* after": report["max_z_after"].get(l)}
-                for l in labels]
+                for l, kept in report["kept_by_label"].items()]
     rows = {"input rows": report["input"], "input rejects": report["input_rejected"]}
     if report["seed"]:
         rows["seed rows (kept as they are)"] = report["seed"]
-    rows |= {"kept": report["kept"], "filtered out": report["rejected"]}
+    rows |= {"kept (seed rows included)" if report["seed"] else "kept": report["kept"],
+             "filtered out": report["rejected"]}
     if report["settled_out"]:
         rows["of them, taken back after the stream (settle)"] = report["settled_out"]
     rows["prior p0"] = report["prior"]
