@@ -126,7 +126,9 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
         assert (r["kept"], r["rejected"], r["input_rejected"]) == (kept.manifest["rows"], rejected.manifest["rows"],
                                                                     kept.manifest["rejected"]) == (
             parts["together"]["kept"], parts["together"]["rejected"], 1)
-        assert r["input"] == 6000 and set(r["verdicts"]) == set(zfilter.PARTS.values())
+        judged = {"zaug": ["together"], "seqz": ["original", "together"], "parz": list(zfilter.PARTS)}[kind]
+        assert r["input"] == 6000 and list(r["verdicts"]) == [zfilter.PARTS[p] for p in judged]
+        assert [n.split(":")[0] for n in r["notes"]] == [zfilter.PARTS[p] for p in zfilter.PARTS if p not in judged]
         assert (tmp_path / kind / "report" / "report.html").is_file()
     assert reports["zaug"]["parts"]["original"]["kept"] == 3000                 # Z-Aug keeps D0 whole
     g_filtering = json.loads((tmp_path / "seqz" / "stages" / "z_generated" / "report" / "report.json").read_text())
@@ -141,7 +143,8 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
     for part, label in zfilter.PARTS.items():
         v = seqz["parts"][part]
         assert f"{label}: {v['input']:,} rows read, kept {v['kept']:,} " in printed
-        assert f"{label}: {seqz['verdicts'][label]['line']}" in printed
+    assert all(f"{label}: {v['line']}" in printed for label, v in seqz["verdicts"].items())
+    assert f"note: {seqz['notes'][0]}" in printed and "G together, not on its own" in seqz["notes"][0]
 
     def ids(path):
         return set(Corpus.open(str(path)).read(["id"])["id"].to_pylist())

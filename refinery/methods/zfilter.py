@@ -717,16 +717,21 @@ def compose_report(kind: str, audit: PartCounts, input_rejects: dict, out: str, 
     labels of D0 and G together); written to ``out/report`` (report.json, report.html)."""
     prior = zstats.choose_prior(config.prior, audit.counts["input", "together"].label_totals)
     remedy = remedies(config, False)   # OUT/kept: the same words for the verb and a pipeline step
-    # a filtered part promises every label under the threshold; D0 kept whole (zaug), or G filtered on D0's
-    # counts (its rows alone), promise only to make nothing worse
-    promised = {"original": kind != "zaug", "generated": kind == "parz", "together": kind != "zaug"}
-    verdicts, parts, summaries = {}, {}, {}
+    # A part filtered on its own, and a composition of filtered parts, promise every label under the threshold;
+    # Z-Aug's composition (D0 whole) only that nothing got worse. D0 kept whole (Z-Aug) and G filtered against
+    # the counts of D0 and G together (Seq-Z, Z-Aug) promise nothing of their own (None): such G rows lean
+    # against D0's shortcuts on purpose. Every part is still counted and audited.
+    promise = {"original": True if kind != "zaug" else None, "generated": True if kind == "parz" else None,
+               "together": kind != "zaug"}
+    verdicts, parts, summaries, notes = {}, {}, {}, []
     for part in PARTS:
         before = audit.stats("input", part, prior.name, config)
         after = audit.stats("kept", part, prior.name, config)
-        verdicts[part] = judge(before, after, stage="compose", under_threshold=promised[part],
+        verdicts[part] = judge(before, after, stage="compose", under_threshold=bool(promise[part]),
                                remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior))
-        if kind == "zaug" and part != "generated":
+        if promise[part] is None:
+            notes.append(_unjudged(kind, part, verdicts[part]))
+        if kind == "zaug" and part == "together":
             verdicts[part].notes.append("Z-Aug keeps D0 as it is, shortcuts included; --composition seqz filters "
                                         "D0 first.")
         read = audit.counts["input", part].label_totals
@@ -743,7 +748,8 @@ def compose_report(kind: str, audit: PartCounts, input_rejects: dict, out: str, 
     report = {"kind": kind, "input": together["input"], "seed": 0, "kept": together["kept"],
               "rejected": together["rejected"], "input_rejected": together["input_rejected"], "prior": str(prior),
               "threshold": round(verdicts["together"].threshold, 4), "parts": parts,
-              "verdicts": {PARTS[p]: v.to_dict() for p, v in verdicts.items()},
+              "verdicts": {PARTS[p]: v.to_dict() for p, v in verdicts.items() if promise[p] is not None},
+              "notes": notes,
               "max_z_before": {l: m.before for l, m in verdicts["together"].max_z.items()},
               "max_z_after": {l: m.after for l, m in verdicts["together"].max_z.items()},
               "topk_before": summaries["before"][0], "topk_after": summaries["after"][0],
@@ -758,6 +764,19 @@ def compose_report(kind: str, audit: PartCounts, input_rejects: dict, out: str, 
     return report
 
 
+def _unjudged(kind: str, part: str, verdict: Verdict) -> str:
+    """Why a part of the composition has no verdict of its own, with what its rows alone show."""
+    if part == "original":
+        return f"{PARTS[part]}: kept as it is (Z-Aug), so no verdict of its own."
+    over = sorted((c for cs in verdict.remaining.values() for c in cs), key=lambda c: -c.z_after)
+    shown = "; ".join(f"{c.feature} ({c.label}) z* {c.z_after:.2f}" for c in over[:3])
+    return (f"{PARTS[part]}: filtered against the counts of {'D0' if kind == 'zaug' else 'Z(D0)'} and G together, "
+            "not on its own, so its rows alone may lean against D0's shortcuts on purpose"
+            + (f" ({sum(verdict.remaining_total.values()):,} feature(s) over the threshold {verdict.threshold:.2f}: "
+               f"{shown})" if over else "; none of their features is over the threshold")
+            + "; the verdict on D0 ∪ G is the one that holds them to it.")
+
+
 def _compose_html(report: dict, verdicts: dict, plot_before: str, plot_after: str, corpus: str, inputs: list) -> str:
     parts = report["parts"]
     rows = [{"part": PARTS[p], "rows read": v["input"], "input rejects": v["input_rejected"], "kept": v["kept"],
@@ -770,9 +789,11 @@ def _compose_html(report: dict, verdicts: dict, plot_before: str, plot_after: st
                   corpus, inputs)
     page.section("Rows", table(rows, formats={"share kept": fmt.percent}),
                  note(f"Every row read is kept or filtered out: kept/ holds {report['kept']:,} rows, rejected/ "
-                      f"{report['rejected']:,}; each row's source column says its part. prior p0: {report['prior']}."))
+                      f"{report['rejected']:,}; each row's source column says its part. prior p0: {report['prior']}."),
+                 *(note(n) for n in report["notes"]))
     for p, v in verdicts.items():
-        page.section(f"Verdict: {PARTS[p]}", verdict_html.section(v))
+        if PARTS[p] in report["verdicts"]:
+            page.section(f"Verdict: {PARTS[p]}", verdict_html.section(v))
     page.section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
                                                        "max z* after": fmt.z}))
     page.section("z-statistics of D0 ∪ G", figure(plot_before))
@@ -814,7 +835,8 @@ def _lines(r: dict) -> tuple:
     return (*rows, head,
             *(line for part, v in verdicts.items()
               for line in (part + v["line"], *(f"  {w}" for w in v["warnings"]),
-                           *(f"  note: {n}" for n in v.get("notes", [])))))
+                           *(f"  note: {n}" for n in v.get("notes", [])))),
+            *(f"note: {n}" for n in r.get("notes", [])))
 
 
 class ZFilterStage(Stage):
