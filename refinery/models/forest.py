@@ -12,8 +12,6 @@ the features are many and continuous (the advanced set). Predictions are made on
 from __future__ import annotations
 
 import numpy as np
-from joblib import Parallel, delayed
-from sklearn.tree import DecisionTreeClassifier
 
 
 def distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,6 +38,9 @@ class CellForest:
         self.max_samples, self.random_state, self.n_jobs = max_samples, random_state, n_jobs
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CellForest":
+        from joblib import Parallel, delayed   # scikit-learn is loaded when a forest is grown, not with the CLI
+        from sklearn.tree import DecisionTreeClassifier
+
         self.classes_, codes = np.unique(y, return_inverse=True)
         cells, index = distinct_rows(np.column_stack([X, codes.ravel()]))
         counts = np.bincount(index, minlength=len(cells)).astype(np.float64)
