@@ -67,10 +67,11 @@ def test_only_rows_with_corrected_tokens_duplicated_and_traced(upsampled):
 
 def test_same_seed_byte_identical(upsampled):
     a, b = upsampled
-    ma = json.loads((a / MANIFEST).read_text())
-    mb = json.loads((b / MANIFEST).read_text())
+    ma = json.loads((a / "corpus" / MANIFEST).read_text())
+    mb = json.loads((b / "corpus" / MANIFEST).read_text())
     for f in ma["files"]:
-        assert hashlib.sha256((a / f).read_bytes()).digest() == hashlib.sha256((b / f).read_bytes()).digest()
+        assert hashlib.sha256((a / "corpus" / f).read_bytes()).digest() == \
+            hashlib.sha256((b / "corpus" / f).read_bytes()).digest()
     assert (a / "report" / "trace.parquet").read_bytes() == (b / "report" / "trace.parquet").read_bytes()
     assert [s["sha256"] for s in ma["file_stats"]] == [s["sha256"] for s in mb["file_stats"]]
 

@@ -8,6 +8,7 @@ last, then renamed onto ``<out>``; a folder without a manifest is never a finish
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import Counter
@@ -195,8 +196,9 @@ def concat(tables: list[pa.Table]) -> pa.Table:
 def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: ReadOptions = ReadOptions()
                        ) -> Iterator[tuple[str, Batch]]:
     """Canonical batches from raw inputs (with a mapping) or finished corpora (without one). A raw input that
-    holds no rows at all (an empty file, a header alone) is an ``EmptyInput`` naming it."""
-    for url in inputs:
+    holds no rows at all (an empty file, a header alone) is an ``EmptyInput`` naming it. A stage's folder reads
+    as the corpus it made (``corpus_of``)."""
+    for url in map(functools.partial(corpus_of, storage_options=opts.storage_options), inputs):
         if is_corpus(url, opts.storage_options):
             corpus = Corpus.open(url, opts.storage_options)
             for table in corpus.iter_tables(batch_rows=opts.batch_rows):
@@ -451,6 +453,7 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
     for spec in inputs:
         split, url = parse_split_spec(spec)
         prefix = f"{split}=" if split else ""
+        url = corpus_of(url, storage_options)
         if is_corpus(url, storage_options):
             fs, path = get_fs(url, storage_options)
             prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(manifest_path(fs, path))).hexdigest()
