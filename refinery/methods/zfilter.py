@@ -48,6 +48,7 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.engine import ParquetSource, stream_map
+from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -854,9 +855,9 @@ class ZFilterStage(Stage):
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
         r = run(source.paths, out, source.mapping, source.opts, config, engine=source.engine,
                 batches=source.iter_batches if source.named else None)
-        return StageResult(*accounting(r), r, f"kept {r['kept']:,}" + (f" ({r['seed']:,} seed rows)" if r["seed"]
-                                                                         else "") + f", rejected {r['rejected']:,}",
-                           _lines(r))
+        seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
+        return StageResult(*accounting(r), r, f"kept {r['kept']:,}{seeded}, rejected {r['rejected']:,}; "
+                           f"{verdict_headline(r['verdict'])}", _lines(r))
 
 
 @dataclass
