@@ -352,6 +352,8 @@ def test_compare_stage_scores_the_filtered_corpus_against_the_input(tmp_path):
     assert "heuristic × label" in report["accuracy"]["hans"]["01-zfilter"]["breakdown"]
     gain = report["accuracy"]["snli-hard"]["01-zfilter"]["gain"]
     assert gain["ci95"][0] <= gain["delta"] <= gain["ci95"][1]
+    page = (out / "pipeline" / "report.html").read_text()    # compare's answer is in the pipeline's report
+    assert "Does it help? (02-compare)" in page and f"{100 * gain['delta']:+.1f} points" in page
 
 
 def test_the_examples_write_only_where_out_says():

@@ -585,8 +585,8 @@ def label_collapses(report: dict) -> list[str]:
                 before = by_label[base][label]["accuracy"]
                 if before - cell["accuracy"] > COLLAPSE:
                     out.append(f"{ev}: {n}'s accuracy on {label} fell from {before:.1%} to {cell['accuracy']:.1%} "
-                               f"({points(cell['accuracy'] - before)}, {cell['rows']:,} rows) against {base}, while "
-                               f"its accuracy overall changed by {points(per[n]['gain']['delta'])}")
+                               f"({fmt.points(cell['accuracy'] - before)}, {cell['rows']:,} rows) against {base}, "
+                               f"while its accuracy overall changed by {fmt.points(per[n]['gain']['delta'])}")
     return out
 
 
@@ -625,20 +625,12 @@ def accuracy_cell(entry: dict) -> str:
     cell = f"{entry['mean']:.1%}" + (f" ± {entry['std']:.1%}" if entry["std"] is not None else "")
     if "gain" in entry:
         g = entry["gain"]
-        cell += f"   {points(g['delta'])} [{interval(g['ci95'])}]"
+        cell += f"   {fmt.points(g['delta'])} [{fmt.interval(g['ci95'])}]"
     if entry.get("overlap_rows"):
         cell += f"   (! {entry['overlap_rows']:,} evaluation rows also in training)"
     return cell
 
 
-def points(delta) -> str:
-    """An accuracy difference in percentage points: 0.0123 → "+1.2 points"; a rounded zero unsigned."""
-    return f"{100 * delta:+.1f} points" if round(100 * delta, 1) else "0.0 points"
-
-
-def interval(ci) -> str:
-    """A 95% interval of a difference in points: "-1.5 to +0.3 points"."""
-    return f"{points(ci[0]).split()[0]} to {points(ci[1])}"
 
 
 SLICES_SHOWN = 5     # features per evaluation set in the console summary (the report has them all)
@@ -777,7 +769,7 @@ def _accuracy_interval(cell) -> str:
 
 def _gain_interval(g) -> str:
     """``+10.3 [0.0 to +20.7]``: a gain in points and its 95% interval."""
-    return f"{points(g['delta']).split()[0]} [{interval(g['ci95']).removesuffix(' points')}]"
+    return f"{fmt.points(g['delta']).split()[0]} [{fmt.interval(g['ci95']).removesuffix(' points')}]"
 
 
 def _slice_bars(slices: dict, names: list) -> str:
@@ -815,8 +807,8 @@ def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
                "gain 95% interval", "significant", "weighted accuracy", "evaluation rows also in training"]
     columns = columns[:2] + [c for c in columns[2:] if any(r.get(c) is not None for r in rows)]
     rows = [{c: "" if r.get(c) is None else r[c] for c in columns} for r in rows]   # blank where it does not apply
-    formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": points,
-               "gain 95% interval": interval, "weighted accuracy": fmt.percent,
+    formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": fmt.points,
+               "gain 95% interval": fmt.interval, "weighted accuracy": fmt.percent,
                "evaluation rows also in training": fmt.count}
     return rows, columns, {c: _or_blank(f) for c, f in formats.items() if c in columns}
 
@@ -897,7 +889,7 @@ class CompareStage(Stage):
         evals = [parse_eval_set(e, c.label_maps) for e in c.evals]
         r = run(train, evals, out, source.mapping, source.opts, c.model, c.split)
         rows = r["train"][mine]["rows"]
-        gains = ", ".join(f"{ev} {points(per[mine]['gain']['delta'])}" for ev, per in r["accuracy"].items()
+        gains = ", ".join(f"{ev} {fmt.points(per[mine]['gain']['delta'])}" for ev, per in r["accuracy"].items()
                           if "gain" in per[mine])
         gains += "".join(f"; WARNING: {w}" for w in r["warnings"])
         return StageResult(rows + r["train"][mine]["rejected"], {"passed on": rows,

@@ -167,9 +167,12 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                  "passes_on": step.passes_on, "phases": step.phases}
         if step.passes_on and is_corpus(step.passes_on, opts.storage_options):
             entry["rows"] = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
-        verdicts = _step_verdicts(run.out, step, opts.storage_options)
+        report = _step_report(run.out, step, opts.storage_options)
+        verdicts = _step_verdicts(report)
         if verdicts:
             entry["verdicts"] = verdicts
+        if "accuracy" in report and "baseline" in report:   # a compare step: does it help?
+            entry["comparison"] = _comparison(report)
         if config.audit_steps and step.passes_on and step.passes_on != previous:
             columns = StageInput({"": [step.passes_on]}, None, corpus_opts).columns()
             weighted = "weight" in columns
@@ -202,9 +205,8 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             "final_top": final_top, "report": dataclasses.asdict(config)}, last, audits
 
 
-def _step_verdicts(out: str, step, storage_options: dict) -> dict:
-    """The verdicts in the step's report.json ({part: {ok, line, warnings}}; part "" for a stage's one verdict),
-    or {} where it has none (a stage without a verdict, a step that wrote no report)."""
+def _step_report(out: str, step, storage_options: dict) -> dict:
+    """The step's report.json, or {} where it wrote none."""
     if not step.result.report_file:
         return {}
     fs, root = get_fs(out, storage_options)
@@ -212,7 +214,25 @@ def _step_verdicts(out: str, step, storage_options: dict) -> dict:
     if not fs.exists(path):
         return {}
     with fs.open(path, "r") as fh:
-        report = json.load(fh)
+        return json.load(fh)
+
+
+def _comparison(report: dict) -> dict:
+    """A compare step's answer: each refined corpus's accuracy and gain over the baseline per evaluation set (points,
+    95% interval, significance), and its warnings (a label's collapse) and notes (a set that cannot separate)."""
+    baseline = report["baseline"]
+    rows = [{"evaluation set": name, "corpus": corpus, "accuracy": acc["mean"],
+             "gain": acc["gain"]["delta"], "95% interval of the gain": acc["gain"]["ci95"],
+             "significant": "yes" if acc["gain"]["significant"] else "no"}
+            for name, by_corpus in report["accuracy"].items() for corpus, acc in by_corpus.items()
+            if corpus != baseline and "gain" in acc]
+    return {"baseline": baseline, "rows": rows, "warnings": list(report.get("warnings") or ()),
+            "notes": list(report.get("notes") or ())}
+
+
+def _step_verdicts(report: dict) -> dict:
+    """The verdicts in a step's report.json ({part: {ok, line, warnings}}; part "" for a stage's one verdict), or
+    {} where it has none (a stage without a verdict, a step that wrote no report)."""
     found = {"": report["verdict"]} if "verdict" in report else dict(report.get("verdicts") or {})
     if "verdict_input_p0" in report:
         found["under the input's p0"] = report["verdict_input_p0"]
@@ -290,6 +310,15 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
         page.section("Each stage's verdict", _verdicts(steps),
                      note("Each refining stage audits its output with its input's features and prior and compares "
                           "(its own report shows the tables): ok when it kept its promise."))
+    for s in (s for s in steps if s.get("comparison")):
+        c = s["comparison"]
+        warned = "".join(f'<p class="bad">{html.escape(w)}</p>' for w in c["warnings"])
+        page.section(f"Does it help? ({s['step']})", warned + table(
+            [{**r, "gain": fmt.points(r["gain"]),
+              "95% interval of the gain": fmt.interval(r["95% interval of the gain"])} for r in c["rows"]],
+            formats={"accuracy": fmt.percent}),
+            note(f"The same model trained on each corpus and on the baseline, {c['baseline']}; the gain is in points "
+                 "of accuracy with its paired-bootstrap 95% interval. " + " ".join(c["notes"])))
     if data["tracked"] and audited:
         series = {name: [s["audit"]["tracked"][name] for s in audited] for name in data["tracked"]}
         page.section("The input's top features, stage by stage", figure(

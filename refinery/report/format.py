@@ -48,6 +48,16 @@ def percent(share, decimals: int = 1) -> str:
     return MISSING if share is None else f"{100 * float(share):.{decimals}f}%"
 
 
+def points(delta) -> str:
+    """An accuracy difference in percentage points: 0.0123 → "+1.2 points"; a rounded zero unsigned."""
+    return f"{100 * delta:+.1f} points" if round(100 * delta, 1) else "0.0 points"
+
+
+def interval(ci) -> str:
+    """A 95% interval of a difference in points: "-1.5 to +0.3 points"."""
+    return f"{points(ci[0]).split()[0]} to {points(ci[1])}"
+
+
 def seconds(s) -> str:
     """0.42 → "0.4 s", 95 → "1 min 35 s", 4000 → "1 h 7 min"."""
     s = float(s)
