@@ -27,7 +27,7 @@ from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
-from refinery.io.storage import AtomicDir, get_fs, on_store, read_marker, redact, stamp_marker
+from refinery.io.storage import RUN_MARKER, AtomicDir, get_fs, on_store, read_marker, redact, stamp_marker
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"
@@ -150,7 +150,7 @@ def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
     """The corpora inside a stage's folder ``url`` (``kept``, ``rejected``, ``pool``, …), or none."""
     fs, path = get_fs(url, storage_options)
     with on_store(url, "looking at the input"):
-        if not fs.isdir(path) or not fs.exists(posixpath.join(path, "_SUCCESS")):
+        if not fs.isdir(path) or not fs.exists(posixpath.join(path, RUN_MARKER)):
             return []
         folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False) if fs.isdir(p))
     return [posixpath.join(url.rstrip("/"), f) for f in folders if is_corpus(posixpath.join(url, f), storage_options)]

@@ -8,7 +8,7 @@ import posixpath
 import re
 
 from refinery.io.schema import Mapping
-from refinery.io.storage import check_bucket, get_fs, on_store
+from refinery.io.storage import EARLIER_MARKER, OWNER_MARKER, RUN_MARKER, check_bucket, get_fs, on_store
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
@@ -119,7 +119,7 @@ def hf_splits(url: str, storage_options=None) -> dict[str, list[str]]:
             for split in splits}
 
 
-BOOKKEEPING = {".refinery.json", "_refinery.json", "_SUCCESS"}   # refinery's and Spark's markers: not worth a notice
+BOOKKEEPING = {OWNER_MARKER, EARLIER_MARKER, RUN_MARKER}   # refinery's and Spark's markers: not worth a notice
 
 
 def _folder_files(fs, root: str, skipped: list[str]) -> list[str]:

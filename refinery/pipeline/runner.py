@@ -3,11 +3,12 @@
 ``OUT/00-input`` is the input as one canonical corpus (named splits in a ``split`` column, bad
 rows in its rejects). Stage N reads the part its predecessor passes on and publishes its own
 parts under ``OUT/NN-name/``; ``_SUCCESS`` is written last and carries the stage's fingerprint:
-sha256 of the stage's name, code version (refinery's version and the stage's ``version``) and config and
-of its inputs' manifests (raw files: size and checksum). A rerun skips every stage whose fingerprint is unchanged and reruns from the first
-that changed; the engine is not part of it (local and Ray give the same outputs). A failed
-stage leaves the finished stages before it as they were, and removes the folders it created; ``OUT`` is never
-an input's folder, nor inside one (``check_out_apart``).
+sha256 of the stage's name, code version (refinery's version and the stage's ``version``) and config
+and of its inputs' manifests (raw files: size and checksum). A rerun skips every stage whose
+fingerprint is unchanged and reruns from the first that changed; the engine is not part of it (local
+and Ray give the same outputs). A failed stage leaves the finished stages before it as they were,
+and removes the folders it created; ``OUT`` is never an input's folder, nor inside one
+(``check_out_apart``).
 
 A stage's verb is ``run_stage``: the one-stage pipeline run on the raw input straight into ``OUT``,
 with the same files and accounting as ``OUT/01-NAME`` of the pipeline.
@@ -22,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from refinery import __version__
 from refinery.io.corpus import CorpusWriter, OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery import __version__
 from refinery.io.storage import (RUN_MARKER, RunOutput, check_out_apart, claim_folder, get_fs, is_local, join,
                                  json_object, made_folder, redact_text, remove_failed_output)
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
@@ -124,13 +125,13 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     raw = StageInput(spec.input.split_paths()).paths
     check_out_apart(out, raw, storage_options=opts.storage_options)
     made = made_folder(out, opts.storage_options)
-    if claim_folder(out, opts.storage_options) == "new":
-        try:
-            return _run_steps(spec, out, engine, opts, raw, echo)
-        except BaseException:
+    created = claim_folder(out, opts.storage_options) == "new"
+    try:
+        return _run_steps(spec, out, engine, opts, raw, echo)
+    except BaseException:
+        if created:   # the folders this run made and no step finished in
             remove_failed_output(out, made, opts.storage_options, keep_finished=True)
-            raise
-    return _run_steps(spec, out, engine, opts, raw, echo)
+        raise
 
 
 def _run_steps(spec: PipelineSpec, out: str, engine: str, opts: ReadOptions, raw: list, echo) -> PipelineRun:
