@@ -38,6 +38,7 @@ from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.pipeline.engine import ParquetSource, check_engine, stream_map
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures, terminal
@@ -436,10 +437,10 @@ class AuditStage(Stage):
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
         return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects_out=rejects_out)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
-        result = self.measure(source, join(out, "rejects"))
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        result = self.measure(source, join(out.folder, "rejects"))
         try:
-            summary = write_outputs(result, join(out, "report"), source.paths,
+            summary = write_outputs(result, join(out.folder, "report"), source.paths,
                                     storage_options=source.opts.storage_options)
         finally:
             result.counter.close()

@@ -34,6 +34,7 @@ from refinery.io.schema import PRESETS, Mapping, is_pair
 from refinery.io.storage import AtomicDir, get_fs, join
 from refinery.models.base import make_classifier
 from refinery.models.precision import PRECISIONS
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -883,11 +884,11 @@ class CompareStage(Stage):
     references = ("baseline",)
     verb = False   # ``refinery compare`` trains on several named corpora: a verb of its own (cli/tools.py)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         c = self.config
         train, mine = training_corpora(c.baseline, source.paths)
         evals = [parse_eval_set(e, c.label_maps) for e in c.evals]
-        r = run(train, evals, out, source.mapping, source.opts, c.model, c.split)
+        r = run(train, evals, out.folder, source.mapping, source.opts, c.model, c.split)
         rows = r["train"][mine]["rows"]
         gains = ", ".join(f"{ev} {fmt.points(per[mine]['gain']['delta'])}" for ev, per in r["accuracy"].items()
                           if "gain" in per[mine])

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.filter import FilterStage
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
 
 CROSS_FIT = ("ngram", "transformer")
@@ -141,21 +142,20 @@ class ConfidenceStage(FilterStage):
     needs = ("id", "text_a", "label")
     adds = ("confidence",)
 
-    def prepare(self, source: StageInput, out: str) -> None:
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
         """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input).
 
         A cross-fitting that fits a model per fold keeps each finished fold's scores under ``out``, so a
         killed run continues from them. On Ray the input is read and the models fit on the cluster: the
         driver receives the scores only.
         """
-        from refinery.io.checkpoints import Checkpoints
         from refinery.io.corpus import input_fingerprints
 
         self._checkpoints, self._resumed = None, 0
         if self.config.fits_per_fold:
             key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
                                                                                  source.opts.storage_options)}
-            self._checkpoints = Checkpoints(out, self.name, key, source.opts.storage_options)
+            self._checkpoints = out.checkpoints(self.name, key)
             self._resumed = len(self._checkpoints.done())
         args = {"source": source, "config": self.config, "checkpoints": self._checkpoints}
         if source.engine == "ray":
@@ -166,7 +166,7 @@ class ConfidenceStage(FilterStage):
             confidence = source_confidence(**args)
         self._confidence, self._next = confidence, 0
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         result = super().run(source, out)
         if self._checkpoints is not None:
             self._checkpoints.clear()

@@ -21,6 +21,7 @@ from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
 from refinery.io.storage import AtomicDir, join, redact
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 from refinery.progress import announce, progress
 
@@ -177,9 +178,9 @@ class GenerateStage(Stage):
     output = Output.CORPUS
     version = 2   # 2: the corpus in corpus/ (generation/ sat inside it: pandas read its files as data)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         table, rejects = source.load()
-        r = run(table, out, self.config, source.engine, input_rejects=rejects,
+        r = run(table, out.folder, self.config, source.engine, input_rejects=rejects,
                 storage_options=source.opts.storage_options)
         headline = f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed"
         return StageResult(r["inputs"] + r["beyond_limit"] + r["input_rejected"],

@@ -47,6 +47,7 @@ from refinery.methods.razor import weakened_nothing
 from refinery.models.generate import DEFAULT_GENERATOR, Sampling
 from refinery.models.precision import PRECISIONS
 from refinery.pipeline.filter import verdict_headline
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
@@ -556,9 +557,9 @@ class IbadrStage(Stage):
     profiles = PROFILES
     version = 2   # 2: the verdict on the pool and the original's top features measured under its p0 in report/
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         table, rejects = source.load()
-        r = run(table, out, self.config, source.engine, "resume" if self.config.resume else "overwrite",
+        r = run(table, out.folder, self.config, source.engine, "resume" if self.config.resume else "overwrite",
                 input_rejects=rejects, storage_options=source.opts.storage_options, inputs=source.paths,
                 features=FeatureConfig().named(source.field_names, source.single_text))
         v = r["verdict"]

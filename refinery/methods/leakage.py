@@ -25,6 +25,7 @@ from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.models.base import label_proba
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -391,8 +392,8 @@ class LeakageStage(Stage):
     output = Output.INPUT
     one_task = True
 
-    def run(self, source: StageInput, out: str) -> StageResult:
-        r = run(source.splits if source.named else {"all": source.paths}, out, source.mapping, source.opts,
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        r = run(source.splits if source.named else {"all": source.paths}, out.folder, source.mapping, source.opts,
                 self.config)
         pairs = sum(r["rows"].values())
         lines = (f"{r['edges']:,} pairs, {r['nodes']:,} sentences; test split {r['test_split']!r}",

@@ -43,6 +43,7 @@ from refinery.io.storage import AtomicDir, join, redact
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.filter import verdict_headline
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 from refinery.progress import announce
 from refinery.report import format as fmt
@@ -547,9 +548,9 @@ class RazorStage(Stage):
     def output(self) -> Output:
         return Output.INPUT if self.config.score_only else Output.CORPUS
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         table, rejects = source.load()
-        r = run(table, out, self.config, source.engine, input_rejects=rejects,
+        r = run(table, out.folder, self.config, source.engine, input_rejects=rejects,
                 storage_options=source.opts.storage_options, inputs=source.paths,
                 features=FeatureConfig().named(source.field_names, source.single_text))
         headline = f"{r['rows']:,} rows scored on {r['field']}: objective {fmt.number(r['objective'])}"

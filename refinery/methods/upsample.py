@@ -49,6 +49,7 @@ from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -750,9 +751,9 @@ class UpsampleStage(Stage):
     version = 2   # 2: the corpus in corpus/ (report/ sat inside it: pandas read its files as data)
     one_task = True
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         features = FeatureConfig().named(source.field_names, source.single_text)
-        r = run(source.splits, out, source.mapping, source.opts, self.config, features=features)
+        r = run(source.splits, out.folder, source.mapping, source.opts, self.config, features=features)
         v = r["verdict"]
         lines = [v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"])]
         headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "

@@ -43,6 +43,7 @@ from refinery.core.folds import fold_of
 from refinery.methods.leakage import FEATURE_SETS, ForestConfig, GraphConfig, GraphInput, corpus_features
 from refinery.models.forest import distinct_rows
 from refinery.pipeline.filter import verdict_headline
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -380,13 +381,13 @@ class WeightsStage(Stage):
     one_task = True
     version = 4   # 4: the corpus in corpus/; 3: report/ (the verdict, the histogram); 2: no invented 'all' split
 
-    def run(self, source: StageInput, out: str) -> StageResult:
-        r = run(source.splits if source.named else {UNNAMED: source.paths}, out, source.mapping, source.opts,
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        r = run(source.splits if source.named else {UNNAMED: source.paths}, out.folder, source.mapping, source.opts,
                 self.config, FeatureConfig().named(source.field_names, source.single_text))
         verdict_lines = r.pop("_verdict_lines")
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
         ess = f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows"
-        lines = (f"{d['rows']:,} rows -> {join(out, Output.CORPUS.value)}: weight min {d['min']:.3f}, max {d['max']:.2f}× the mean, {ess}",
+        lines = (f"{d['rows']:,} rows -> {join(out.folder, Output.CORPUS.value)}: weight min {d['min']:.3f}, max {d['max']:.2f}× the mean, {ess}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
                  f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict_lines)
         warnings = ((warning["message"],) if warning else ()) + tuple(r["verdict"]["warnings"])

@@ -49,6 +49,7 @@ from refinery.io.schema import Mapping
 from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.engine import ParquetSource, stream_map
 from refinery.pipeline.filter import verdict_headline
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Stage, StageInput, StageResult
 from refinery.progress import progress
 from refinery.report import figures
@@ -851,9 +852,9 @@ class ZFilterStage(Stage):
     adds = ("source_stage",)
     references = ("seed_corpus",)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        r = run(source.paths, out, source.mapping, source.opts, config, engine=source.engine,
+        r = run(source.paths, out.folder, source.mapping, source.opts, config, engine=source.engine,
                 batches=source.iter_batches if source.named else None)
         seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
         return StageResult(*accounting(r), r, f"kept {r['kept']:,}{seeded}, rejected {r['rejected']:,}; "
@@ -884,10 +885,10 @@ class ComposeStage(Stage):
     adds = ("source",)
     references = ("original",)
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         c = self.config
         zconfig = replace(c.zfilter, features=c.zfilter.features.named(source.field_names, source.single_text))
-        r = compose(c.composition, list(c.original), source.paths, out, source.mapping, source.opts, zconfig,
+        r = compose(c.composition, list(c.original), source.paths, out.folder, source.mapping, source.opts, zconfig,
                     source.engine)
         return StageResult(*accounting(r), r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
                                               f"rejected {r['rejected']:,}", _lines(r))

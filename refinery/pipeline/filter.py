@@ -13,7 +13,6 @@ and ``remedy()``, the filter's own advice. The verdict is on the console, in rep
 """
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
 from collections import Counter
 
@@ -22,13 +21,12 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.weighted_counts import WeightedCounts, judge_weightings
-from refinery.io.corpus import CorpusWriter
-from refinery.io.storage import AtomicDir, join
 from refinery.pipeline.config import to_dict
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
-from refinery.report.page import Report, config_table, corpus_name, fields, note, table
+from refinery.report.page import config_table, fields, note, table
 
 TOP_REASONS = 20
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
@@ -51,9 +49,9 @@ def verdict_headline(verdict: dict) -> str:
 class FilterStage(Stage):
     output = Output.KEPT
 
-    def prepare(self, source: StageInput, out: str) -> None:
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Look at the whole input before the first ``decide`` (nothing by default); long work may keep
-        checkpoints under ``out`` (``io.checkpoints``)."""
+        checkpoints through ``out.checkpoints``."""
 
     @abstractmethod
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
@@ -74,15 +72,12 @@ class FilterStage(Stage):
         ``set_column``: a column of the same name from an earlier stage is replaced)."""
         return batch
 
-    def run(self, source: StageInput, out: str) -> StageResult:
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
         self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
         audit = WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
-        settings = {self.name: to_dict(self.config)}
-        options = {"config": settings, "storage_options": source.opts.storage_options, "inputs": source.paths}
-        with CorpusWriter(join(out, "kept"), **options) as kept_w, \
-                CorpusWriter(join(out, "rejected"), **options) as dropped_w:
+        with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
             for batch in source.iter_batches():
                 if batch.rejects.num_rows:
                     kept_w.write(rejects=batch.rejects)
@@ -112,7 +107,7 @@ class FilterStage(Stage):
             if audit.rows else None
         if verdict is not None:
             report["verdict"] = verdict.to_dict()
-        self._write_report(report, out, source.opts.storage_options, source.paths, verdict)
+        self._write_report(report, out, verdict)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else "")
         share = kept / max(kept + dropped, 1)
@@ -125,11 +120,11 @@ class FilterStage(Stage):
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
                            report, headline, (rows_line, *(verdict.lines() if verdict else ())), warnings)
 
-    def _write_report(self, report: dict, out: str, storage_options: dict, inputs: list, verdict=None) -> None:
+    def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
         by_label = [{"label": l, **c, "share kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
                     for l, c in report["by_label"].items()]
-        page = Report(f"{self.name}: {doc.rstrip('.')}", corpus_name(inputs, storage_options), inputs)
+        page = out.report_page(f"{self.name}: {doc.rstrip('.')}")
         if verdict is not None:
             page.section(verdict_html.HEADING, verdict_html.section(verdict))
         page = (page
@@ -141,7 +136,4 @@ class FilterStage(Stage):
                     note(f"The {TOP_REASONS} commonest reasons; each filtered-out row carries its own in "
                          "rejected/.") if len(report["reasons"]) >= TOP_REASONS else "")
                 .section("Configuration", config_table(report["config"])))
-        with AtomicDir(join(out, "report"), storage_options) as d:
-            d.write_text("report.json", json.dumps(report, indent=1, default=str))
-            d.write_text("report.html", page.html())
-            d.commit()
+        out.publish_report(report, page)

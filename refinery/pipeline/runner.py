@@ -30,6 +30,7 @@ from refinery.io.storage import (RUN_MARKER, RunOutput, check_out_apart, claim_f
                                  json_object, made_folder, redact_text, remove_failed_output)
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
@@ -202,10 +203,11 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
 
     def work() -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
+        out = StageOutput(folder, opts.storage_options, source.paths, {stage_spec.name: to_dict(config)})
         if source.engine == "ray" and stage.one_task:
-            return run_as_task(stage.run, (source, folder), stage.resources, stage.name,
+            return run_as_task(stage.run, (source, out), stage.resources, stage.name,
                                on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
-        return stage.run(source, folder), None
+        return stage.run(source, out), None
 
     return _step(folder, stage_spec.name, fp, opts, echo, work, mode), stage
 

@@ -6,7 +6,7 @@ defaults, allowed values and help, are the CLI options of the stage's verb and t
 entry), the canonical columns it ``needs`` (checked against the input before it runs) and ``adds``, and the
 ``resources`` one of its workers asks the engine for (a ``one_task`` stage, whose work is one process, runs
 as one such task on the Ray engine, so the driver only orchestrates). ``run(source, out)`` reads ``StageInput`` and
-publishes its parts under ``out``; the runner around it owns ``_SUCCESS``, fingerprints and ``--mode``.
+publishes its parts through ``out``, the ``StageOutput`` the runner hands it; the runner around it owns ``_SUCCESS``, fingerprints and ``--mode``.
 What the next stage reads is ``output``. Config fields named in ``references`` may name an earlier step
 of the pipeline (``input``, a stage's name, or its folder ``NN-name``) instead of a path; the runner
 resolves them to that step's output.
@@ -18,7 +18,7 @@ import importlib
 import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +28,9 @@ from refinery.io.corpus import STAGE_CORPUS, Corpus, is_corpus, iter_input_batch
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
 from refinery.io.storage import get_fs
+
+if TYPE_CHECKING:
+    from refinery.pipeline.output import StageOutput
 
 
 class Output(enum.Enum):
@@ -193,8 +196,9 @@ class Stage(ABC):
                                  f"(it has {', '.join(columns)}){hint}")
 
     @abstractmethod
-    def run(self, source: StageInput, out: str) -> StageResult:
-        """Read ``source``, publish the stage's parts under ``out``, return its accounting."""
+    def run(self, source: StageInput, out: "StageOutput") -> StageResult:
+        """Read ``source``, publish the stage's parts through ``out`` (``pipeline.output.StageOutput``: the stage
+        opens no path itself), return its accounting."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"

@@ -1,0 +1,92 @@
+"""``StageOutput``: the one object through which a stage publishes everything it writes.
+
+The runner makes one per stage run and hands it to ``Stage.run(source, out)``. It carries the stage's folder with
+its storage options (a local path or any fsspec URL: reports, corpora and checkpoints all reach the same store with
+the same credentials), the inputs the stage read (named in each corpus's manifest and each report's header) and
+the stage's settings (kept in each corpus's manifest). Through it a stage opens its part writers — a corpus
+(``corpus``/``write_corpus``: kept, rejected, corpus, pool, scores …), a folder of files (``files``), its report
+(``publish_report``, the page from ``report_page``) and its checkpoints — every one published atomically by io/.
+A stage never opens a path itself (tests/test_architecture.py checks that nothing outside io/ and this module
+writes to a filesystem).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from refinery.io.checkpoints import Checkpoints
+from refinery.io.corpus import AllRejected, CorpusWriter, reject_reasons
+from refinery.io.storage import AtomicDir, join
+from refinery.report.page import Report, corpus_name
+
+REPORT = "report"   # the part holding report.json and report.html
+
+
+@dataclass
+class StageOutput:
+    """Where and how one stage run writes: ``folder`` on the store ``storage_options`` reach."""
+
+    folder: str
+    storage_options: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)     # the corpora or files the stage read
+    settings: dict = field(default_factory=dict)   # {stage name: its config as a dict}, kept in each manifest
+
+    def __post_init__(self):
+        self.folder = self.folder.rstrip("/")
+        self.storage_options = dict(self.storage_options or {})
+        self.inputs = [str(p) for p in self.inputs]
+
+    def url(self, *parts: str) -> str:
+        """Where a part is published (for messages and for the next stage to read; never to open)."""
+        return join(self.folder, *parts) if parts else self.folder
+
+    def corpus(self, part: str, *, settings: dict | None = None, **options) -> CorpusWriter:
+        """A streaming writer of the corpus ``part`` (shards, rejects, manifest; published on ``commit``)."""
+        return CorpusWriter(self.url(part), config=self.settings if settings is None else settings,
+                            storage_options=self.storage_options, inputs=self.inputs, **options)
+
+    def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
+                     settings: dict | None = None, **options) -> dict:
+        """Publish an in-memory table (and the input rejects it answers for) as the corpus ``part``; its manifest."""
+        with self.corpus(part, settings=settings, **options) as writer:
+            writer.write(rows, rejects)
+            return writer.commit()
+
+    def files(self, part: str = REPORT) -> AtomicDir:
+        """A folder of files (``write_text``, ``write_bytes``, ``write_parquet``, ``file`` for a library's own
+        writer), published atomically by its ``commit``."""
+        return AtomicDir(self.url(part), self.storage_options)
+
+    def report_page(self, title: str) -> Report:
+        """The stage's report page, headed by the corpus it read."""
+        return Report(title, corpus_name(self.inputs, self.storage_options), self.inputs)
+
+    def publish_report(self, report: dict, page: Report | str, files: dict | None = None, part: str = REPORT) -> str:
+        """Publish ``report.json``, ``report.html`` and ``files`` ({name: text, bytes or an Arrow table}) as the
+        folder ``part``; the HTML's URL."""
+        with self.files(part) as d:
+            d.write_text("report.json", json.dumps(report, indent=1, default=str))
+            for name, content in (files or {}).items():
+                if isinstance(content, pa.Table):
+                    d.write_parquet(name, content)
+                elif isinstance(content, str):
+                    d.write_text(name, content)
+                else:
+                    d.write_bytes(name, content)
+            d.write_text("report.html", page if isinstance(page, str) else page.html())
+            d.commit()
+        return self.url(part, "report.html")
+
+    def checkpoints(self, task: str, key: dict) -> Checkpoints:
+        """The finished pieces of a long ``task`` kept under the folder, reused while ``key`` is unchanged."""
+        return Checkpoints(self.folder, task, key, self.storage_options)
+
+    def check_rows(self, rows: int, rejects: pa.Table | None = None, published: str | None = None) -> None:
+        """Refuse an input that left no row to work on: ``AllRejected`` naming the inputs, the commonest reasons
+        and where the rejects were published."""
+        if not rows:
+            reasons = reject_reasons(rejects) if rejects is not None else Counter()
+            raise AllRejected(self.inputs, reasons, published)
