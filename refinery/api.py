@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from refinery.io.corpus import MANIFEST, Corpus, convert, is_corpus
 from refinery.io.hf import as_dataset, datasets_package
 from refinery.io.schema import PRESETS, Mapping, parse_mapping
-from refinery.io.storage import get_fs, join
+from refinery.io.location import get_fs, join
 from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.fields import Leaf, leaves

@@ -8,7 +8,7 @@ from test_ibadr import tiny_generator  # noqa: F401 (the fixture)
 
 from refinery.io.checkpoints import CHECKPOINTS, Checkpoints
 from refinery.io.corpus import Corpus
-from refinery.io.storage import ForeignOutput
+from refinery.io.location import ForeignOutput
 
 
 def test_killed_generation_resumes_from_its_last_finished_shard(tiny_generator, tmp_path):  # noqa: F811

@@ -12,8 +12,10 @@ import click
 
 from refinery.io.corpus import EmptyInput
 from refinery.io.readers import BadRowError
-from refinery.io.storage import (check_out_apart, claim_output, parse_storage_options, published_folders,
-                                 redact_text)
+from refinery.io.location import parse_storage_options
+from refinery.io.ownership import check_out_apart, claim_output
+from refinery.io.publishing import published_folders
+from refinery.io.redaction import redact_text
 from refinery.pipeline.engine import check_ray_address
 
 # what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage

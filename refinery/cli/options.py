@@ -11,14 +11,8 @@ import click
 from refinery import __version__
 from refinery.cli.base import input_paths
 from refinery.io.corpus import OutputExists, input_fingerprints
-from refinery.io.storage import (
-    CONNECT_TIMEOUT,
-    IO_TIMEOUT,
-    STORE_ATTEMPTS,
-    parse_storage_options,
-    read_marker,
-    stamp_marker,
-)
+from refinery.io.location import CONNECT_TIMEOUT, IO_TIMEOUT, STORE_ATTEMPTS, parse_storage_options
+from refinery.io.ownership import read_marker, stamp_marker
 from refinery.pipeline.engine import ENGINES
 
 
@@ -69,7 +63,7 @@ def printable_pipeline(spec, references: tuple = ()) -> str:
 
 def _secrets_as_variables(options: dict) -> dict:
     """Storage options with credential values replaced by ``${REFINERY_<NAME>}`` references."""
-    from refinery.io.storage import value_is_secret
+    from refinery.io.redaction import value_is_secret
 
     return {k: (f"${{REFINERY_{k.upper()}}}" if value_is_secret(k, v) else
                 _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}

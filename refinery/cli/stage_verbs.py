@@ -18,7 +18,7 @@ from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import MODE_HELP, engine_option, io_timeout_option, printable_pipeline
 from refinery.io.corpus import is_corpus
 from refinery.io.splits import split_specs
-from refinery.io.storage import join, merged
+from refinery.io.location import join, merged
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
 from refinery.pipeline.stage import stage_class
 

@@ -19,7 +19,7 @@ from refinery.cli.options import (
     task_model_options,
 )
 from refinery.io import corpus as corpus_mod
-from refinery.io.storage import parse_storage_options
+from refinery.io.location import parse_storage_options
 from refinery.methods.compare import CompareConfig
 from refinery.pipeline.config import InputSpec, from_dict
 from refinery.pipeline.stage import conservation

@@ -18,7 +18,8 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refinery.io.storage import claim_folder, get_fs, join, on_store
+from refinery.io.location import get_fs, join, on_store
+from refinery.io.ownership import claim_folder
 
 CHECKPOINTS = "_checkpoints"
 

@@ -27,7 +27,10 @@ from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
-from refinery.io.storage import RUN_MARKER, AtomicDir, get_fs, on_store, read_marker, redact, stamp_marker
+from refinery.io.location import get_fs, on_store
+from refinery.io.ownership import RUN_MARKER, read_marker, stamp_marker
+from refinery.io.publishing import AtomicDir
+from refinery.io.redaction import redact
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"

@@ -14,7 +14,9 @@ import pyarrow.compute as pc
 import yaml
 
 from refinery import __version__
-from refinery.io.storage import AtomicDir, on_store, redact
+from refinery.io.location import on_store
+from refinery.io.publishing import AtomicDir
+from refinery.io.redaction import redact
 
 MAX_INPUTS = 10      # the inputs a card names
 HF_SPLIT = "train"   # the one split a corpus is to the Hub: refinery keeps its splits in the ``split`` column

@@ -8,7 +8,8 @@ import posixpath
 import re
 
 from refinery.io.schema import Mapping
-from refinery.io.storage import EARLIER_MARKER, OWNER_MARKER, RUN_MARKER, check_bucket, get_fs, on_store
+from refinery.io.location import check_bucket, get_fs, on_store
+from refinery.io.ownership import EARLIER_MARKER, OWNER_MARKER, RUN_MARKER
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",

@@ -18,7 +18,7 @@ from refinery.io.corpus import AllRejected, Corpus, convert, is_corpus
 from refinery.io.db import load_sql, quote_literal
 from refinery.io.schema import REJECTS_SCHEMA, empty_table
 from refinery.io.splits import split_specs
-from refinery.io.storage import get_fs, is_local
+from refinery.io.location import get_fs, is_local
 
 
 def quote_ident(name: str) -> str:

@@ -25,7 +25,7 @@ from refinery.io.inputs import detect_format, expand_paths, hf_splits
 from refinery.io.lines import BLOCK_BYTES, BOM, LineTexts, line_blocks
 from refinery.io.raw import arrow_pieces, parquet_pieces, rejects_table, with_lines
 from refinery.io.schema import PRESETS, Mapping
-from refinery.io.storage import get_fs
+from refinery.io.location import get_fs
 
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_MAX_CHARS = 20_000

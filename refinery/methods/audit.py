@@ -36,7 +36,8 @@ from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
-from refinery.io.storage import AtomicDir, get_fs, join
+from refinery.io.location import get_fs, join
+from refinery.io.publishing import AtomicDir
 from refinery.pipeline.engine import ParquetSource, check_engine, stream_map
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult

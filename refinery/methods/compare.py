@@ -31,7 +31,8 @@ from refinery.core.validation import NOT_EMPTY, at_least, number_in, one_of, set
 from refinery.io.corpus import input_fingerprints, load
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS, Mapping, is_pair
-from refinery.io.storage import AtomicDir, get_fs, join
+from refinery.io.location import get_fs, join
+from refinery.io.publishing import AtomicDir
 from refinery.models.base import make_classifier
 from refinery.models.precision import PRECISIONS
 from refinery.pipeline.output import StageOutput

@@ -18,7 +18,9 @@ import pyarrow as pa
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
 from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
-from refinery.io.storage import AtomicDir, join, redact
+from refinery.io.location import join
+from refinery.io.publishing import AtomicDir
+from refinery.io.redaction import redact
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
 from refinery.pipeline.output import StageOutput

@@ -39,7 +39,8 @@ from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import is_pair
-from refinery.io.storage import AtomicDir, get_fs, is_local, join
+from refinery.io.location import get_fs, is_local, join
+from refinery.io.publishing import AtomicDir
 from refinery.core.verdict import Verdict, judge
 from refinery.core.weighted_counts import WeightedCounts
 from refinery.methods.confidence import CROSS_FIT, label_confidence

@@ -16,7 +16,7 @@ from refinery.io.corpus import load
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.splits import split_name
-from refinery.io.storage import AtomicDir
+from refinery.io.publishing import AtomicDir
 from refinery.models.base import label_proba, make_classifier
 
 

@@ -39,7 +39,9 @@ from refinery.core.weighted_counts import WeightedCounts, judge_weightings
 from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.io.schema import is_pair
 from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
-from refinery.io.storage import AtomicDir, join, redact
+from refinery.io.location import join
+from refinery.io.publishing import AtomicDir
+from refinery.io.redaction import redact
 from refinery.methods.generation import LABEL_DESCRIPTIONS
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.filter import verdict_headline

@@ -48,7 +48,8 @@ from refinery.io import queries
 from refinery.io.corpus import CorpusWriter
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir, join
+from refinery.io.location import join
+from refinery.io.publishing import AtomicDir
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress

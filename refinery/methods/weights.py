@@ -38,7 +38,8 @@ from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, judge_w
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir, join
+from refinery.io.location import join
+from refinery.io.publishing import AtomicDir
 from refinery.core.folds import fold_of
 from refinery.methods.leakage import FEATURE_SETS, ForestConfig, GraphConfig, GraphInput, corpus_features
 from refinery.models.forest import distinct_rows

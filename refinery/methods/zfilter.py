@@ -46,7 +46,8 @@ from refinery.io.corpus import (
 from refinery.io.raw import rebatch
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.storage import AtomicDir, join
+from refinery.io.location import join
+from refinery.io.publishing import AtomicDir
 from refinery.pipeline.engine import ParquetSource, stream_map
 from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.output import StageOutput

@@ -31,7 +31,7 @@ from refinery.io.corpus import corpus_of
 from refinery.io.inputs import hf_splits
 from refinery.io.readers import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
-from refinery.io.storage import get_fs, is_local, parse_storage_options
+from refinery.io.location import get_fs, is_local, parse_storage_options
 from refinery.pipeline.engine import ENGINES
 
 

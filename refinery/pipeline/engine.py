@@ -252,7 +252,7 @@ def _faults_named(stage: str):
 def _pyarrow_fs(url: str, storage_options: dict):
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-    from refinery.io.storage import get_fs, is_local
+    from refinery.io.location import get_fs, is_local
 
     fs, _ = get_fs(url, storage_options)
     return None if is_local(fs) else PyFileSystem(FSSpecHandler(fs))
@@ -279,7 +279,7 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
     ray = ray_init()
     with _faults_named(stage or fn.__name__):
         if isinstance(source, ParquetSource):
-            from refinery.io.storage import get_fs
+            from refinery.io.location import get_fs
 
             paths = [get_fs(f, source.storage_options)[1] for f in source.files]
             filesystem = _pyarrow_fs(source.files[0], source.storage_options)

@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from refinery.io.checkpoints import Checkpoints
 from refinery.io.corpus import AllRejected, CorpusWriter, reject_reasons
-from refinery.io.storage import AtomicDir, join
+from refinery.io.location import join
+from refinery.io.publishing import AtomicDir, RunOutput
 from refinery.report.page import Report, corpus_name
 
 REPORT = "report"   # the part holding report.json and report.html
@@ -41,10 +42,17 @@ class StageOutput:
 
     def url(self, *parts: str) -> str:
         """Where a part is published (for messages and for the next stage to read; never to open)."""
+        parts = [p for p in parts if p]
         return join(self.folder, *parts) if parts else self.folder
 
-    def corpus(self, part: str, *, settings: dict | None = None, **options) -> CorpusWriter:
-        """A streaming writer of the corpus ``part`` (shards, rejects, manifest; published on ``commit``)."""
+    def publishing(self) -> RunOutput:
+        """The stage folder's run: ``_SUCCESS`` (its ``summary``) written last on success; on failure the folders
+        the run created are removed and a finished earlier run is left as it was."""
+        return RunOutput(self.folder, self.storage_options)
+
+    def corpus(self, part: str = "", *, settings: dict | None = None, **options) -> CorpusWriter:
+        """A streaming writer of the corpus ``part`` (the folder itself for ``""``: shards, rejects, manifest;
+        published on ``commit``)."""
         return CorpusWriter(self.url(part), config=self.settings if settings is None else settings,
                             storage_options=self.storage_options, inputs=self.inputs, **options)
 

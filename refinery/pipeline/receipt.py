@@ -33,11 +33,12 @@ import pyarrow.parquet as pq
 
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.readers import ReadOptions
-from refinery.io.storage import AtomicDir, get_fs, is_local, join
+from refinery.io.location import get_fs, is_local, join
 from refinery.core import stats as zstats
 from refinery.core.stats import ZStats
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts
 from refinery.pipeline.config import ReportConfig, to_dict
+from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser, figures
 from refinery.report import format as fmt
@@ -399,7 +400,7 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
     data, final_stats, audits = receipt(run, spec, opts, config, names, echo)
     inputs = [p for paths in spec.input.split_paths().values() for p in paths]
     corpus = corpus_name(inputs, opts.storage_options)
-    with AtomicDir(join(run.out, "pipeline"), opts.storage_options) as d:
+    with StageOutput(run.out, opts.storage_options).files("pipeline") as d:
         d.write_text("pipeline.yaml", spec.to_yaml())
         d.write_text("run.json", json.dumps(run.to_dict(), indent=1))
         d.write_text("receipt.json", json.dumps(data, indent=1, default=str))
@@ -411,7 +412,7 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
         d.commit()
 
 
-def _screenshots(out: str, d: AtomicDir, storage_options: dict, echo) -> None:
+def _screenshots(out: str, d, storage_options: dict, echo) -> None:
     """PNGs of every report of the run (and of the pipeline report being written) into ``screenshots/``."""
     if browser.find_chromium() is None:
         given = os.environ.get("REFINERY_CHROMIUM")

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from refinery import __version__
-from refinery.io.corpus import CorpusWriter, OutputExists, input_fingerprints
+from refinery.io.corpus import OutputExists, input_fingerprints
 from refinery.io.readers import ReadOptions
-from refinery.io.storage import (RUN_MARKER, RunOutput, check_out_apart, claim_folder, get_fs, is_local, join,
-                                 json_object, made_folder, redact_text, remove_failed_output)
+from refinery.io.location import get_fs, is_local, join, json_object
+from refinery.io.ownership import RUN_MARKER, check_out_apart, claim_folder, made_folder, remove_failed_output
+from refinery.io.redaction import redact_text
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput
@@ -88,8 +89,7 @@ def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int 
 def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
     """The pipeline's input as one canonical corpus; named splits become a ``split`` column."""
     source = stage_input(spec, opts)
-    with CorpusWriter(out, config={"input": to_dict(spec)}, storage_options=opts.storage_options,
-                      inputs=source.paths) as writer:
+    with StageOutput(out, opts.storage_options, source.paths).corpus(settings={"input": to_dict(spec)}) as writer:
         rows = 0
         for batch in source.iter_batches():
             writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
@@ -247,7 +247,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     echo(f"== {label}")
     t = time.perf_counter()
     reset_peak_rss()
-    with RunOutput(folder, opts.storage_options) as marker:
+    with StageOutput(folder, opts.storage_options).publishing() as marker:
         with recording() as phases:
             result, task_peak = work()
         seconds, peak = time.perf_counter() - t, peak_rss()

@@ -13,9 +13,13 @@ resolves them to that step's output.
 """
 from __future__ import annotations
 
+import ast
 import enum
 import importlib
+import importlib.util
+import inspect
 import posixpath
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Iterator
@@ -27,7 +31,7 @@ from refinery.io.canonical import Batch
 from refinery.io.corpus import STAGE_CORPUS, Corpus, is_corpus, iter_input_batches, load, not_a_corpus
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
-from refinery.io.storage import get_fs
+from refinery.io.location import get_fs
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
@@ -226,15 +230,63 @@ def register(cls: type[Stage]) -> type[Stage]:
     return cls
 
 
+PLUGIN_GROUP = "refinery.stages"   # the entry-point group of installed packages' stages: name = "module:Class"
+_plugins_added: list[bool] = []    # holds True once the installed plugins are in REGISTRY
+
+
+def _add_plugins() -> None:
+    """Add the stages that installed packages declare under the entry-point group ``refinery.stages`` to
+    ``REGISTRY`` (once; a built-in or registered stage keeps its name). Their modules are imported when
+    their stage is first used, as the built-in ones are."""
+    if _plugins_added:
+        return
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=PLUGIN_GROUP):
+        REGISTRY.setdefault(entry.name, entry.value)
+    _plugins_added.append(True)
+
+
 def stage_names() -> list[str]:
+    """Every stage's name: the built-in ones, those registered in this process and the installed plugins'."""
+    _add_plugins()
     return list(REGISTRY)
 
 
-def stage_class(name: str) -> type[Stage]:
+def _entry(name: str):
+    if name not in REGISTRY:
+        _add_plugins()
     if name not in REGISTRY:
         raise ValueError(f"unknown stage {name!r}; stages: {', '.join(sorted(REGISTRY))}")
-    entry = REGISTRY[name]
+    return REGISTRY[name]
+
+
+def stage_class(name: str) -> type[Stage]:
+    entry = _entry(name)
     if isinstance(entry, str):
         module, cls = entry.split(":")
         entry = getattr(importlib.import_module(module), cls)
     return entry
+
+
+def stage_doc(name: str) -> str:
+    """The docstring of stage ``name``'s class, read from its module's source while that module is not imported
+    (``refinery --help`` lists every stage's verb without importing the methods)."""
+    entry = _entry(name)
+    if isinstance(entry, str) and entry.split(":")[0] not in sys.modules:
+        doc = _source_docstring(*entry.split(":"))
+        if doc is not None:
+            return doc
+    return inspect.getdoc(stage_class(name)) or ""
+
+
+def _source_docstring(module: str, cls: str) -> str | None:
+    """The docstring of class ``cls`` defined at the top of ``module``'s source file; None when the module has no
+    source or defines the class some other way."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not (spec.origin or "").endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), spec.origin)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    return None if node is None else ast.get_docstring(node) or ""

@@ -1,0 +1,217 @@
+"""Where refinery reads and writes: one place that turns a user's path or URL into (filesystem, path), with
+the storage options, the deadlines and the errors of the stores.
+
+Every call to an object store has a deadline: S3 clients connect within ``CONNECT_TIMEOUT`` seconds, wait at
+most the I/O timeout (``--io-timeout``, ``REFINERY_IO_TIMEOUT``; ``IO_TIMEOUT`` by default) for each read,
+and try a call ``STORE_ATTEMPTS`` times in all (botocore's standard retry mode, s3fs's own retry loop off,
+so the two do not multiply). Clean-up after a failure has its own budget, ``CLEANUP_SECONDS``: what it
+cannot remove in time stays listed for the next run on the same output, which removes it.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import os
+import posixpath
+import shutil
+import threading
+
+import fsspec
+from fsspec.core import url_to_fs
+
+
+CONNECT_TIMEOUT = 10.0
+IO_TIMEOUT = 60.0
+STORE_ATTEMPTS = 3
+CLEANUP_SECONDS = 30.0
+S3_PROTOCOLS = ("s3", "s3a")
+BUCKET_PROTOCOLS = (*S3_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")   # stores whose paths start with a bucket
+
+
+def io_timeout() -> float:
+    """Seconds a store may take to answer one read: ``REFINERY_IO_TIMEOUT`` (set by ``--io-timeout``)."""
+    value = os.environ.get("REFINERY_IO_TIMEOUT")
+    try:
+        timeout = float(value) if value else IO_TIMEOUT
+    except ValueError:
+        raise ValueError(f"REFINERY_IO_TIMEOUT={value!r} is not a number of seconds") from None
+    if timeout <= 0:
+        raise ValueError(f"the I/O timeout must be a positive number of seconds, got {value}")
+    return timeout
+
+
+def storage_options_from_env(protocol: str) -> dict:
+    """Storage options taken from the environment (credentials are never logged), with the deadlines.
+
+    S3: ``AWS_ENDPOINT_URL`` / ``REFINERY_S3_ENDPOINT`` choose an S3-compatible endpoint;
+    credentials come from the usual AWS variables, read by botocore itself. Checksums are asked for and
+    checked only where an operation requires them (``CHECKSUM_SETTINGS``), as S3-compatible stores (rclone,
+    older MinIO, Ceph) support no more, unless the environment or the AWS profile sets them.
+    """
+    if protocol not in S3_PROTOCOLS:
+        return {}
+    timeout = io_timeout()
+    options = {"config_kwargs": {"connect_timeout": min(CONNECT_TIMEOUT, timeout), "read_timeout": timeout,
+                                 "retries": {"total_max_attempts": STORE_ATTEMPTS, "mode": "standard"},
+                                 **_checksum_defaults()}}
+    endpoint = os.environ.get("REFINERY_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options
+
+
+# botocore's checksum settings: {Config keyword: environment variable}; refinery's default is "when_required"
+
+
+# botocore's checksum settings: {Config keyword: environment variable}; refinery's default is "when_required"
+CHECKSUM_SETTINGS = {"request_checksum_calculation": "AWS_REQUEST_CHECKSUM_CALCULATION",
+                     "response_checksum_validation": "AWS_RESPONSE_CHECKSUM_VALIDATION"}
+
+
+def _checksum_defaults() -> dict:
+    """``when_required`` for each checksum setting that neither the environment nor the AWS profile sets."""
+    profile = _aws_profile_settings()
+    return {key: "when_required" for key, variable in CHECKSUM_SETTINGS.items()
+            if not os.environ.get(variable) and key not in profile}
+
+
+@functools.lru_cache(maxsize=1)
+def _aws_profile_settings() -> frozenset:
+    """The keys the AWS config file's active profile sets (``~/.aws/config``), or none without botocore."""
+    try:
+        import botocore.session
+
+        return frozenset(botocore.session.Session().get_scoped_config())
+    except Exception:  # noqa: BLE001 — no botocore, or an unreadable profile: botocore itself will say so
+        return frozenset()
+
+
+def merged(base: dict, extra: dict) -> dict:
+    """``extra`` over ``base``, nested dicts (client_kwargs, config_kwargs; nested configs) merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def get_fs(url: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    fs, path = url_to_fs(url, **merged(storage_options_from_env(protocol), storage_options or {}))
+    if protocol in S3_PROTOCOLS:
+        fs.retries = 1   # botocore retries (STORE_ATTEMPTS); s3fs's loop around it would multiply them
+    return fs, path
+
+
+def is_local(fs) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts)
+
+
+def parse_storage_options(pairs) -> dict:
+    """``key=value`` pairs from ``--storage-option`` into an fsspec options dict."""
+    options: dict = {}
+    for pair in pairs or ():
+        key, _, value = pair.partition("=")
+        if not _:
+            raise ValueError(f"--storage-option {pair!r} is not KEY=VALUE")
+        if key == "endpoint_url":
+            options.setdefault("client_kwargs", {})["endpoint_url"] = value
+        else:
+            options[key] = value
+    return options
+
+
+def folder_entries(fs, path: str) -> list[str]:
+    """The names in folder ``path`` (none where it is absent), listed afresh."""
+    fs.invalidate_cache(path)
+    try:
+        return [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return []
+
+
+def json_object(fs, path: str) -> dict | None:
+    """The JSON object in ``path``, or None where there is no such file or it is not a JSON object."""
+    try:
+        with fs.open(path, "r") as fh:
+            body = json.load(fh)
+    except (FileNotFoundError, IsADirectoryError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+
+# ---------------------------------------------------------------- what a store answered, and what refinery refuses
+
+class ForeignOutput(FileExistsError):
+    """``--out`` names a folder (or a file) that refinery did not write: refused whatever ``--mode``."""
+
+
+class MissingBucket(FileNotFoundError):
+    """An object-store URL whose bucket does not exist: refinery never creates buckets."""
+
+
+def check_bucket(url: str, fs, path: str) -> None:
+    """Raise ``MissingBucket`` where ``url`` is on an object store and its bucket does not exist (writing
+    there would create it: a new bucket on the user's account that nobody asked for). A store that refuses
+    to say (no credentials, no permission) raises its own error, which ``on_store`` names with the URL."""
+    scheme = url.split("://", 1)[0] if "://" in url else "file"
+    if scheme not in BUCKET_PROTOCOLS:
+        return
+    bucket = path.split("/", 1)[0]
+    fs.invalidate_cache(bucket)
+    try:
+        fs.info(bucket)
+    except FileNotFoundError:
+        raise MissingBucket(f"{url}: the bucket {scheme}://{bucket} does not exist; refinery never creates "
+                            "buckets: create it, or name one that exists") from None
+
+
+def store_error(url: str, operation: str, error: BaseException) -> OSError:
+    """One line naming what failed where: the URL, the operation, and the store's or the disk's answer (a full
+    disk with the space left on it)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC and "://" not in url:
+        probe = url
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        free = shutil.disk_usage(probe or ".").free
+        text = f"no space left on device ({free / 2**20:,.1f} MiB free there)"
+    elif "checksum" in text.lower():
+        text += (" (a store that does not support checksums: set " +
+                 " and ".join(f"{variable}=when_required" for variable in CHECKSUM_SETTINGS.values()) + ")")
+    wrapped = OSError(f"{url}: {operation} failed: {text}")
+    wrapped.errno = getattr(error, "errno", None)
+    return wrapped
+
+
+@contextlib.contextmanager
+def on_store(url: str, operation: str):
+    """Errors of the calls inside (a store's, a disk's) raised again as one line naming ``url`` and
+    ``operation``; a missing file stays ``FileNotFoundError`` for the callers that look for one."""
+    try:
+        yield
+    except (FileNotFoundError, ForeignOutput):
+        raise
+    except Exception as e:  # noqa: BLE001 — any store or disk error, named with where it happened
+        raise store_error(url, operation, e) from e
+
+
+def with_deadline(seconds: float, fn, *args) -> None:
+    """``fn(*args)`` on a daemon thread, waited for at most ``seconds``, its errors dropped: best-effort
+    clean-up against a store that may not answer (an abandoned call ends with the process; what it did not
+    remove, the next run does)."""
+    def call():
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 — best effort: never mask the error that made the run clean up
+            pass
+
+    worker = threading.Thread(target=call, daemon=True, name="refinery-cleanup")
+    worker.start()
+    worker.join(seconds)

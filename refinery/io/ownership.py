@@ -1,0 +1,202 @@
+"""What refinery wrote, and nothing else: the marker (``.refinery.json``) in every folder it publishes, the
+claim on an output folder before the first write, and the clean-up of a failed run's folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import time
+import uuid
+
+from refinery import __version__
+from refinery.io.location import (CLEANUP_SECONDS, ForeignOutput, check_bucket, folder_entries, get_fs, is_local,
+                                  join, json_object, on_store, with_deadline)
+
+
+OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
+EARLIER_MARKER = "_refinery.json"  # the marker of refinery 0.1 (readers of a data folder took it for data)
+RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
+MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
+
+
+class OutputOverlapsInput(ValueError):
+    """``--out`` is, holds or lies inside an input: refused unless the run replaces a corpus in place."""
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def is_marker(body) -> bool:
+    """Whether ``body`` (a parsed ``.refinery.json``) is refinery's own marker: its format, the files it
+    lists and the run that wrote them. A ``_SUCCESS`` or ``manifest.json`` proves nothing: other tools
+    (Spark, Hadoop, a user's notes) write files of those names."""
+    return (isinstance(body, dict) and body.get("format") == MARKER_FORMAT and isinstance(body.get("files"), list)
+            and isinstance(body.get("run"), str))
+
+
+def _is_earlier_marker(body) -> bool:
+    """Whether ``body`` (a parsed ``_refinery.json``) is the marker refinery 0.1 wrote: its name and the files."""
+    return (isinstance(body, dict) and str(body.get("written_by", "")).startswith("refinery ")
+            and isinstance(body.get("files"), list))
+
+
+def _marker(fs, path: str) -> tuple[str, dict] | None:
+    """(name, body) of refinery's marker in folder ``path`` (this version's, else refinery 0.1's), or None."""
+    for name, valid in ((OWNER_MARKER, is_marker), (EARLIER_MARKER, _is_earlier_marker)):
+        body = json_object(fs, join(path, name))
+        if valid(body):
+            return name, body
+    return None
+
+
+def claim_output(out: str, storage_options: dict | None = None) -> str:
+    """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
+    ``.refinery.json`` is refinery's marker, ``is_marker``). Anything else raises ``ForeignOutput`` naming a
+    file found there: refinery never deletes or replaces what it did not write."""
+    fs, path = get_fs(out, storage_options)
+    fs.invalidate_cache(path)
+    with on_store(out, "looking at the output folder"):
+        check_bucket(out, fs, path)
+        is_file = fs.isfile(path)
+        entries = [] if is_file or not fs.exists(path) else folder_entries(fs, path)
+        ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
+    if is_file:
+        raise ForeignOutput(f"--out {out} is a file, not a folder; give a folder for refinery's outputs")
+    if not entries:
+        return "new"
+    if ours:
+        return "ours"
+    shown = ", ".join(sorted(entries)[:4]) + (" …" if len(entries) > 4 else "")
+    raise ForeignOutput(f"--out {out} already holds files refinery did not write ({shown}); refinery never "
+                        "deletes or replaces them: give a new or empty folder (e.g. "
+                        f"{join(out.rstrip('/'), 'refinery-out')})")
+
+
+def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MARKER,)) -> str:
+    """``claim_output``, then a new folder is made with refinery's marker (listing ``files``) in it; a folder
+    of refinery 0.1 gets this version's marker in place of its ``_refinery.json``."""
+    claim = claim_output(out, storage_options)
+    fs, path = get_fs(out, storage_options)
+    earlier = None if claim == "new" else json_object(fs, join(path, EARLIER_MARKER))
+    if claim == "new" or (_is_earlier_marker(earlier) and not is_marker(json_object(fs, join(path, OWNER_MARKER)))):
+        listed = sorted({*files, *(earlier or {}).get("files", ())} - {EARLIER_MARKER})
+        with on_store(out, f"writing {OWNER_MARKER}"):
+            fs.makedirs(path, exist_ok=True)
+            with fs.open(join(path, OWNER_MARKER), "wb") as fh:
+                fh.write(marker_body(listed, run=new_run_id()).encode())
+            if earlier is not None:
+                fs.rm(join(path, EARLIER_MARKER))
+    return claim
+
+
+def owned_files(fs, path: str) -> set[str]:
+    """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote."""
+    found = _marker(fs, path)
+    return {found[0], *found[1]["files"]} if found else set()
+
+
+def marker_body(files, **extra) -> str:
+    """The text of refinery's marker listing ``files``, with ``extra`` keys (the run id, a fingerprint)."""
+    return json.dumps({"format": MARKER_FORMAT, "written_by": f"refinery {__version__}", "files": sorted(files),
+                       **extra}, indent=1)
+
+
+def read_marker(out: str, storage_options: dict | None = None) -> dict:
+    """The body of refinery's marker in ``out`` ({} where there is none)."""
+    fs, path = get_fs(out, storage_options)
+    found = _marker(fs, path)
+    return found[1] if found else {}
+
+
+def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
+    """Add ``extra`` keys (a finished command's fingerprint) to refinery's marker in ``out``."""
+    fs, path = get_fs(out, storage_options)
+    body = {"run": new_run_id(), **read_marker(out, storage_options), **extra}
+    files = body.pop("files", [OWNER_MARKER])
+    body.pop("written_by", None)
+    body.pop("format", None)
+    with on_store(out, f"writing {OWNER_MARKER}"), fs.open(join(path, OWNER_MARKER), "wb") as fh:
+        fh.write(marker_body(files, **body).encode())
+
+
+def _location(url: str) -> tuple[str, str]:
+    """(protocol, absolute normalized path) of a path or URL; a glob keeps its pattern below its folder."""
+    protocol, sep, rest = url.partition("://")
+    if not sep:
+        protocol, rest = "file", url
+    magic = re.search(r"[*?[]", rest)
+    folder = rest[:magic.start()].rpartition("/")[0] if magic else rest
+    pattern = rest[len(folder):].lstrip("/") if magic else ""
+    if protocol == "file":
+        folder = os.path.realpath(os.path.expanduser(folder or "."))
+    else:
+        folder = posixpath.normpath("/" + folder.strip("/"))
+    return protocol, posixpath.join(folder, pattern) if pattern else folder
+
+
+def check_out_apart(out: str, inputs, replaces: str | None = None, storage_options: dict | None = None) -> None:
+    """Refuse an ``out`` that is, holds or lies inside one of ``inputs``: writing there would replace or mix
+    with the data the run reads. ``replaces`` (``--in-place``) is the part of ``out`` the run publishes its
+    corpus as (``OUT/kept``, ``OUT/corpus``): an input that is that part of a folder refinery wrote is allowed,
+    and the run replaces it, atomically, once it has read it."""
+    o_protocol, o_path = _location(out)
+    for given in inputs:
+        i_protocol, i_path = _location(str(given))
+        if i_protocol != o_protocol:
+            continue
+        if replaces is not None and i_path == _location(replaces)[1] and claim_output(out, storage_options) == "ours":
+            continue
+        if replaces is not None:
+            hint = f"; --in-place reruns a stage on its own output: --out {out} for the input {replaces}"
+        else:   # a part of an earlier output (OUT/kept): the user may mean to run the stage on it again
+            hint = ("; or --in-place to rerun a stage on its own output, replacing it"
+                    if posixpath.dirname(i_path) == o_path else "")
+        if o_path == i_path:
+            raise OutputOverlapsInput(f"--out {out} is the input {given}: refinery would replace the data it reads; "
+                                      f"give another folder{hint}")
+        if i_path.startswith(o_path.rstrip("/") + "/"):
+            raise OutputOverlapsInput(f"--out {out} holds the input {given}: refinery would write among the data "
+                                      f"it reads; give a folder outside it{hint}")
+        if o_path.startswith(i_path.rstrip("/") + "/"):
+            raise OutputOverlapsInput(f"--out {out} lies inside the input {given}: refinery would write into the "
+                                      "data it reads; give a folder outside it")
+
+
+def made_folder(out: str, storage_options: dict | None = None) -> str | None:
+    """The outermost folder that writing ``out`` would create (``out`` itself or an absent parent on a local
+    disk), or None where ``out`` exists: what a failed run removes again."""
+    fs, path = get_fs(out, storage_options)
+    fs.invalidate_cache(path)
+    with on_store(out, "looking at the output folder"):
+        if fs.exists(path):
+            return None
+        if not is_local(fs):
+            return path
+        top = path
+        while os.path.dirname(top) != top and not os.path.exists(os.path.dirname(top)):
+            top = os.path.dirname(top)
+        return top
+
+
+def remove_failed_output(out: str, made: str | None, storage_options: dict | None = None,
+                         keep_finished: bool = False) -> None:
+    """After a failed run into ``out``, remove what it left: the folder ``made`` that it created (or, where
+    ``out`` was an empty folder already, what it put in it), unless the run kept finished work to continue
+    from: ``_checkpoints``, or with ``keep_finished`` anything beside refinery's marker (a pipeline's finished
+    steps). Best effort within ``CLEANUP_SECONDS``; never touches a folder refinery did not make or find empty."""
+    fs, path = get_fs(out, storage_options)
+
+    def remove():
+        entries = folder_entries(fs, path)
+        if "_checkpoints" in entries or (keep_finished and set(entries) - {OWNER_MARKER}):
+            return
+        if made is not None:
+            fs.rm(made, recursive=True)
+        else:
+            for name in entries:
+                fs.rm(join(path, name), recursive=True)
+
+    with_deadline(CLEANUP_SECONDS, remove)
