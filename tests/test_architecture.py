@@ -100,3 +100,82 @@ def test_io_and_core_import_refinery_at_the_top():
               for module, target, line, in_function in EDGES
               if in_function and any(module.startswith(layer + ".") for layer in TOP_ONLY)]
     assert not hidden, "function-level imports of refinery's modules in io/ or core/:\n" + "\n".join(hidden)
+
+
+# ---------------------------------------------------------------- one output contract (issue 42)
+
+WRITERS = ("refinery.io", "refinery.pipeline.output")   # the only modules that write to a filesystem
+# model serialization: a model writes its weights with its library's writer into the folder it is handed (a
+# folder of the output object's or a checkpoint's); Chromium's scratch profile and screenshots are a temporary
+# folder of the browser's, copied into a report through the output object
+# folder of the output object's or a checkpoint's); Chromium's scratch profile and screenshots are a temporary
+# folder of the browser's, copied into a report through the output object; /proc/self/clear_refs resets the
+# kernel's peak-memory counter (no file)
+SERIALIZERS = {("refinery.models", "save"), ("refinery.report.browser", None), ("refinery.progress", "reset_peak_rss")}
+PUBLISHERS = {"AtomicDir", "CorpusWriter", "RunOutput", "Checkpoints", "ParquetWriter", "write_feather",
+              "save_to_disk", "to_parquet", "to_csv", "save_pretrained", "makedirs", "mkdir", "rmdir", "rmtree",
+              "unlink", "rename", "move", "copyfile", "copytree", "touch"}
+FILESYSTEMS = {"os", "shutil", "fs"}   # their put, rm, mv, remove, replace, copy move files (str.replace does not)
+WRITES_ON_FILESYSTEMS = {"put", "put_file", "rm", "mv", "remove", "replace", "copy"}
+
+
+def _mode(call: ast.Call, index: int):
+    given = [k.value for k in call.keywords if k.arg == "mode"] or call.args[index:index + 1]
+    return given[0].value if given and isinstance(given[0], ast.Constant) else None
+
+
+def _direct_writes(path: Path):
+    """(line, what) of each call in ``path`` that writes, moves or removes a file or folder by itself."""
+    tree = ast.parse(path.read_text(), str(path))
+    scopes = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                scopes.setdefault(id(node), fn.name)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        receiver = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+        scope = scopes.get(id(node))
+        if name == "open" and any(c in (_mode(node, 1) or "") for c in "wax+"):
+            yield node.lineno, f"{receiver + '.' if receiver else ''}open(…, {_mode(node, 1)!r})", scope
+        elif name in ("write_text", "write_bytes") and len(node.args) + len(node.keywords) == 1:
+            yield node.lineno, f"Path.{name}", scope   # the output object's folders take (name, data)
+        elif name in PUBLISHERS or (name in WRITES_ON_FILESYSTEMS and receiver in FILESYSTEMS) \
+                or (name == "write_table" and receiver in ("", "pq", "parquet")):
+            yield node.lineno, f"{receiver + '.' if receiver else ''}{name}(…)", scope
+        elif name == "dump" and receiver == "json":
+            yield node.lineno, "json.dump(…)", scope
+
+
+def test_only_the_output_object_and_io_write():
+    """Issue 42: every file a stage publishes goes through ``pipeline.output.StageOutput`` and io/ (atomic,
+    owned, on the output's store with its storage options); nothing else opens a path to write."""
+    found = []
+    for module, path in MODULES.items():
+        if any(module == w or module.startswith(w + ".") for w in WRITERS):
+            continue
+        for line, what, scope in _direct_writes(path):
+            if any(module.startswith(prefix) and (fn is None or scope == fn) for prefix, fn in SERIALIZERS):
+                continue
+            found.append(f"{_where(module, line)}: {what}" + (f" in {scope}()" if scope else ""))
+    assert not found, ("files written outside io/ and the output object (pipeline/output.py):\n"
+                       + "\n".join(found))
+
+
+def test_modules_and_signatures_stay_small():
+    """Issue 42: a module holds one concern (≤ 500 lines); a function takes ≤ 8 positional parameters (its
+    options keyword-only)."""
+    long = [f"{path.relative_to(ROOT.parent)}: {n} lines" for path in MODULES.values()
+            if (n := len(path.read_text().splitlines())) > 500]
+    wide = []
+    for module, path in MODULES.items():
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+                n = len(params) - (params[:1] in (["self"], ["cls"]))
+                if n > 8:
+                    wide.append(f"{_where(module, fn.lineno)}: {fn.name} takes {n} positional parameters")
+    assert not long and not wide, "\n".join(long + wide)
