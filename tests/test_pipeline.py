@@ -363,3 +363,16 @@ def test_the_examples_write_only_where_out_says():
     assert len(examples) == 4 and all("out" not in yaml.safe_load(p.read_text()) for p in examples)
     proc = run_cli("run", REPO / "examples" / "snli.yaml", check=False)
     assert proc.returncode == 2 and proc.stderr == "error: no output folder: give --out or out: in the pipeline file\n"
+
+
+def test_a_step_needing_a_column_no_earlier_step_gives_is_refused_before_any_work(tmp_path):
+    """``Stage.needs`` against the input's columns and the earlier steps' ``adds``: leakage needs the splits an
+    unnamed input lacks, and the run stops before its input is read into OUT."""
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({"input": {"paths": [SNLI_HARD], "preset": "snli"},
+                                    "stages": [{"zfilter": {"k": 5}}, {"leakage": {}}]}))
+    proc = run_cli("run", spec, "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "step 02-leakage needs column(s) split" in proc.stderr and "name the splits" in proc.stderr
+    assert "the steps before it add source_stage" in proc.stderr
+    assert not (tmp_path / "o").exists()

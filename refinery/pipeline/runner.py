@@ -33,7 +33,7 @@ from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, stage_class
+from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
 
 INPUT_DIR = "00-input"
@@ -125,6 +125,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     opts = spec.input.read_options()
     raw = StageInput(spec.input.split_paths()).paths
     check_out_apart(out, raw, storage_options=opts.storage_options)
+    check_columns(spec, stage_input(spec.input, opts).columns())
     made = made_folder(out, opts.storage_options)
     created = claim_folder(out, opts.storage_options) == "new"
     try:
@@ -133,6 +134,23 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
         if created:   # the folders this run made and no step finished in
             remove_failed_output(out, made, opts.storage_options, keep_finished=True)
         raise
+
+
+def check_columns(spec: PipelineSpec, columns) -> None:
+    """Refuse a pipeline before any work when a step needs a column that neither the input has nor a step before
+    it adds (``Stage.needs`` against the input's columns and the earlier steps' ``Stage.adds``)."""
+    available = set(columns)
+    for i, stage_spec in enumerate(spec.stages, 1):
+        cls = stage_class(stage_spec.name)
+        missing = [c for c in cls.needs if c not in available]
+        if missing:
+            added = sorted({c for s in spec.stages[:i - 1] for c in stage_class(s.name).adds})
+            raise MissingColumns(f"step {i:02d}-{stage_spec.name} needs column(s) {', '.join(missing)}: the input "
+                                 f"has {', '.join(sorted(columns))}" + (f" and the steps before it add "
+                                                                         f"{', '.join(added)}" if added else "")
+                                 + ("; name the splits: --input train=PATH --input test=PATH"
+                                    if "split" in missing else ""))
+        available |= set(cls.adds)
 
 
 def _run_steps(spec: PipelineSpec, out: str, engine: str, opts: ReadOptions, raw: list, echo) -> PipelineRun:

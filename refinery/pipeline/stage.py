@@ -3,7 +3,8 @@ Python call are that one class.
 
 A stage has a registered name, a config dataclass (validated on construction; its fields, with their
 defaults, allowed values and help, are the CLI options of the stage's verb and the keys of its pipeline
-entry), the canonical columns it ``needs`` (checked against the input before it runs) and ``adds``, and the
+entry), the canonical columns it ``needs`` (checked against the input before it runs) and ``adds`` (a pipeline whose
+step needs a column neither its input has nor an earlier step adds is refused before any work), and the
 ``resources`` one of its workers asks the engine for (a ``one_task`` stage, whose work is one process, runs
 as one such task on the Ray engine, so the driver only orchestrates). ``run(source, out)`` reads ``StageInput`` and
 publishes its parts through ``out``, the ``StageOutput`` the runner hands it; the runner around it owns ``_SUCCESS``, fingerprints and ``--mode``.
