@@ -2,8 +2,9 @@
 
 ``import refinery as rf`` gives the Python API (``refinery.api``): ``rf.audit(data, k=20)``, ``rf.zfilter``,
 ``rf.compose``, ``rf.confidence``, ``rf.upsample``, ``rf.leakage``, ``rf.weights``, ``rf.generate``, ``rf.razor``,
-``rf.ibadr``, ``rf.compare``, ``rf.read`` and ``rf.run`` (a pipeline). They are imported on first use, so ``import refinery`` (and the
-CLI's start) stays light.
+``rf.ibadr``, ``rf.compare``, ``rf.read`` and ``rf.run`` (a pipeline), and ``rf.NAME`` for any stage registered
+later (``my-filter``: ``rf.my_filter``). They are imported on first use, so ``import refinery`` (and the CLI's
+start) stays light.
 """
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
@@ -16,10 +17,10 @@ except PackageNotFoundError:  # a source tree that was never installed
 
 def __getattr__(name: str):
     api = import_module("refinery.api")
-    if name in api.__all__:
+    if name in api.public_names():
         return getattr(api, name)
     raise AttributeError(f"module 'refinery' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted([*globals(), *import_module("refinery.api").__all__])
+    return sorted([*globals(), *import_module("refinery.api").public_names()])

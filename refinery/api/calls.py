@@ -1,0 +1,211 @@
+"""The calls: one function per registered stage, made from its class (``stage_function``), and the three that
+are not one stage: ``read`` (data into a corpus), ``run`` (a pipeline) and ``compare``. Each adapts the
+caller's data (``inputs``), builds the stage's config from the keywords (``keywords``), runs through the same
+runner as the CLI, words errors for the caller (``errors``) and returns a result (``results``)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import os
+import re
+import warnings
+
+from refinery.api.errors import python_terms
+from refinery.api.folders import CallFolder
+from refinery.api.inputs import Source, as_source, check_preset
+from refinery.api.keywords import INPUT_KEYS, config_dict, config_keywords, input_keywords
+from refinery.api.results import CompareResult, PipelineResult, Result, stage_result
+from refinery.io.corpus_writer import convert
+from refinery.io.location import join
+from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
+                                      to_dict)
+from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
+from refinery.pipeline.stage import StageResult, stage_class
+
+MODES = ("overwrite", "skip", "error")
+
+
+class SplitsNotice(UserWarning):
+    """A stage read some of the data's named splits and passed the others through untouched."""
+
+
+def chosen_splits(stage: str, names: list[str], split) -> tuple[list[str], list[str]]:
+    """(the named splits ``stage`` reads, those it passes through untouched). A stage that needs splits
+    (leakage) reads them all; any other reads ``train``, or the data's only split, or those ``split=`` names
+    (a name or a list of names, pooled)."""
+    if split is None:
+        if len(names) < 2 or "split" in stage_class(stage).needs:
+            return list(names), []
+        if "train" not in names:
+            raise ValueError(f"the data has splits {', '.join(names)} and none named 'train': name the one {stage} "
+                             f"reads, e.g. split={names[0]!r} (a list of splits pools them)")
+        chosen = ["train"]
+    else:
+        chosen = [split] if isinstance(split, str) else list(split)
+        if not names:
+            raise ValueError(f"split={split!r}: the data has no named splits (give a DatasetDict, {{split: data}} "
+                             "or a split column)")
+        unknown = [s for s in chosen if s not in names]
+        if unknown or not chosen:
+            raise ValueError(f"no split {unknown[0] if unknown else ''!r}; the data's splits: {', '.join(names)}")
+    return chosen, [s for s in names if s not in chosen]
+
+
+def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode="overwrite", split=None) -> Result:
+    """Stage ``name`` over ``data`` with the keywords ``kwargs`` (its config's and the input's), as its verb
+    runs it: one stage into ``out``."""
+    cls = stage_class(name)
+    input_keys, rest = input_keywords(kwargs)
+    config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    folder = CallFolder(out, name)
+    with folder.removed_on_failure():
+        source = as_source(data, folder.scratch)
+        check_preset(input_keys, source)
+        with python_terms(source, (cls.Config,)):
+            read, untouched = chosen_splits(name, source.split_names(source.input_spec(input_keys)), split)
+            spec_in = source.input_spec(input_keys, read)
+            spec = PipelineSpec(spec_in, [StageSpec(name, config)], folder.out, engine)
+            step = run_stage(spec, mode, echo=lambda line: None)
+    if untouched:
+        where = "result.data holds them as given" if source.kind != "path" else "they stay in your files only"
+        warnings.warn(f"{name} read split {', '.join(map(repr, read))} and passed {', '.join(map(repr, untouched))} "
+                      f"through untouched ({where}); split= names the splits to read", SplitsNotice, stacklevel=3)
+    return stage_result(name, step.result, source, spec_in, folder, splits=(read, untouched))
+
+
+@functools.lru_cache(maxsize=None)
+def stage_function(name: str, cls: type):
+    """``rf.NAME``: the function of stage ``name`` (registered as class ``cls``), with its config's keywords in
+    its signature and their help in its docstring."""
+    keywords = config_keywords(cls.Config)
+
+    def call(data, /, *, out=None, engine="local", mode="overwrite", split=None, **kwargs):
+        return call_stage(name, data, kwargs, out=out, engine=engine, mode=mode, split=split)
+
+    params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY),
+              inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
+              inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, default="local"),
+              inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="overwrite"),
+              inspect.Parameter("split", inspect.Parameter.KEYWORD_ONLY, default=None)]
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=leaf.default)
+               for k, leaf in {**keywords, **INPUT_KEYS}.items()]
+    call.__signature__ = inspect.Signature(params)
+    call.__name__ = call.__qualname__ = name.replace("-", "_")
+    doc = inspect.getdoc(cls) or name
+    lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip() for k, leaf in keywords.items()]
+    call.__doc__ = (f"{doc}\n\n``data``: a path, DataFrame, Arrow table, HF Dataset/DatasetDict, Ray Dataset or "
+                    "{split: data}; ``out``: the stage's folder (default: a temporary folder, removed with the result "
+                    "or at exit); ``engine``: local | ray; ``mode``: overwrite | skip | error; ``split``: the named "
+                    "split(s) to read (default: train, or every split for a stage that needs them); the others pass "
+                    "through untouched.\n\nThe stage's keywords (its pipeline keys):\n"
+                    + "\n".join(lines) + "\n\nThe input's keywords: " + ", ".join(INPUT_KEYS) + ".")
+    return call
+
+
+# ---------------------------------------------------------------- functions that are not one stage
+
+def read(data, /, *, out=None, **kwargs) -> Result:
+    """``data`` read into a refinery corpus (canonical columns; bad rows in its rejects with their reasons)."""
+    input_keys, _ = input_keywords(kwargs, "read")
+    folder = CallFolder(out, "corpus")
+    with folder.removed_on_failure():
+        source = as_source(data, folder.scratch)
+        check_preset(input_keys, source)
+        spec_in = source.input_spec(input_keys)
+        opts = spec_in.read_options()
+        with python_terms(source):
+            if spec_in.splits:
+                parts = ingest(spec_in, folder.out, opts).parts
+            else:
+                parts = convert(list(stage_input(spec_in, opts).paths), folder.out, spec_in.mapping(), opts,
+                                config={"input": to_dict(spec_in)})
+    rows, rejected = parts["rows"], parts["rejected"]
+    canonical = dataclasses.replace(source, schema=None, features={}, parts={})   # read's corpus: refinery's columns
+    result = Result("read", folder.out, rows + rejected, {"rows": rows, "rejected": rejected},
+                    headline=f"{rows:,} rows", corpus=folder.out, source=canonical, input=spec_in, report_file="")
+    result._folder, result._stamp = folder, result.stamp()
+    if source.kind == "path" and out is None:
+        folder.keep_until_exit()
+    return result
+
+
+def _pipeline_dict(spec) -> tuple[dict, str]:
+    """(the dict a pipeline file holds, the folder its relative paths start from) of a pipeline given as a
+    file's path, YAML text or a dict."""
+    import yaml
+    if isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
+        with open(spec) as fh:
+            raw, base = yaml.safe_load(fh), os.path.dirname(os.path.abspath(spec))
+    else:
+        raw, base = (yaml.safe_load(spec) if isinstance(spec, str) else dict(spec)), "."
+    if isinstance(raw, str) and re.search(r"\.(ya?ml|json)$", raw):
+        raise FileNotFoundError(f"no pipeline file {raw}")
+    if not isinstance(raw, dict):
+        raise ValueError(f"a pipeline is a file, YAML text or a dict with input and stages, not {raw!r:.80}")
+    return raw, base
+
+
+def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> PipelineResult:
+    """Run a pipeline (the CLI's ``refinery run``): a YAML file's path, YAML text, or the dict a pipeline file
+    holds. With ``data`` (and the input's keywords), the pipeline reads it instead of its file's ``input``;
+    ``out`` replaces its ``out`` (none at all: a new temporary run folder)."""
+    raw, base = _pipeline_dict(spec)
+    target = os.path.abspath(out) if out is not None else (anchor_path(raw["out"], base) if raw.get("out") else None)
+    if data is None and kwargs:
+        raise TypeError(f"run(): the input's keywords ({', '.join(kwargs)}) go with data=")
+    folder = CallFolder(target, "pipeline")
+    raw = {**raw, "out": folder.out}
+    source = None
+    with folder.removed_on_failure():
+        if data is not None:
+            source = as_source(data, folder.scratch)
+            input_keys, _ = input_keywords(kwargs, "run")
+            check_preset(input_keys, source)
+            raw["input"] = to_dict(source.input_spec(input_keys))
+        parsed = parse_pipeline(raw, base)
+        source = source or Source("path", parsed.input.paths or parsed.input.splits, paths=parsed.input.paths,
+                                  splits=parsed.input.splits)
+        with python_terms(source, tuple(stage_class(s.name).Config for s in parsed.stages)):
+            done = run_pipeline(parsed, engine=engine, echo=lambda line: None)
+    return PipelineResult(done, source, parsed, folder)
+
+
+def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) -> CompareResult:
+    """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
+    baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
+    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset)."""
+    from refinery.methods import compare as cmp
+
+    if not isinstance(train, dict) or not isinstance(eval, dict):
+        raise TypeError("compare(train, eval): give each as {name: data}, e.g. compare({'original': df, "
+                        "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
+    input_keys, rest = input_keywords(kwargs)
+    config = from_dict(cmp.CompareConfig, config_dict(cmp.CompareConfig, rest, "compare"), "compare")
+    folder = CallFolder(out, "compare")
+    with folder.removed_on_failure():
+        train_paths = {}
+        for name, data in train.items():
+            if isinstance(data, Result):
+                train_paths[name] = [data.corpus or data.out]
+                continue
+            source = as_source(data, join(folder.scratch, "train", name))
+            check_preset(input_keys, source)
+            train_paths[name] = source.paths or [p for ps in source.splits.values() for p in ps]
+        evals = []
+        for name, value in eval.items():
+            data, preset = value if isinstance(value, tuple) else (value, None)
+            source = as_source(data, join(folder.scratch, "eval", name))
+            evals.append(cmp.EvalSet(name, tuple(source.paths or [p for ps in source.splits.values() for p in ps]),
+                                     preset.lower() if preset else None, dict((label_maps or {}).get(name, {}))))
+        spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
+        with python_terms(None, (cmp.CompareConfig,)):
+            report = cmp.run(train_paths, evals, folder.out, spec_in.mapping(), spec_in.read_options(), config)
+    first = report["train"][next(iter(report["train"]))]
+    trained = StageResult(first["rows"] + first["rejected"], {"trained on": first["rows"],
+                                                              "input rejects": first["rejected"]}, report,
+                          f"{len(train)} corpora on {len(evals)} evaluation set(s)")
+    return stage_result("compare", trained, Source("path", train, paths=spec_in.paths), spec_in, folder,
+                        result_class=CompareResult)

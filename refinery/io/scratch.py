@@ -1,0 +1,34 @@
+"""A local scratch folder and the Parquet written into it: what the Python API needs to hand in-memory data
+(a DataFrame, a Hugging Face ``Dataset``, …) to the runner, which reads files. The folder is the caller's to
+remove (``remove_folder``) once nothing reads it any more."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def scratch_folder(prefix: str) -> str:
+    """A new, empty local folder under the temporary directory (``tempfile.tempdir``), named ``prefix…``."""
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+def remove_folder(path: str) -> None:
+    """Remove a scratch folder and all it holds; one already gone is no error."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_parquet_file(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+    """Write ``batches`` (cast to ``schema`` where a batch's schema differs) as one local Parquet file,
+    making its folder; the rows written."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rows = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
+            rows += batch.num_rows
+    return rows
