@@ -212,8 +212,8 @@ class Stage(ABC):
 # name → "module:Class" (imported on first use, so a command loads only the methods it runs) or a registered class
 REGISTRY = {
     "audit": "refinery.methods.audit:AuditStage",
-    "zfilter": "refinery.methods.zfilter:ZFilterStage",
-    "compose": "refinery.methods.zfilter:ComposeStage",
+    "zfilter": "refinery.methods.zfilter.stage:ZFilterStage",
+    "compose": "refinery.methods.zfilter.stage:ComposeStage",
     "confidence": "refinery.methods.confidence:ConfidenceStage",
     "upsample": "refinery.methods.upsample:UpsampleStage",
     "leakage": "refinery.methods.leakage:LeakageStage",

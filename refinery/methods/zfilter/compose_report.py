@@ -1,0 +1,104 @@
+"""compose's report (Wu et al. 2022 §4.2): each part of the composition (D0, G) and the two together, counted
+and audited before and after under one prior, with a verdict where the composition promises one."""
+from __future__ import annotations
+
+from refinery.core import stats as zstats
+from refinery.core.verdict import Verdict, judge
+from refinery.methods.zfilter.composition import Composition
+from refinery.methods.zfilter.report import audit_summary, remedies
+from refinery.methods.zfilter.stage import PARTS, ZFilterConfig
+from refinery.pipeline.output import StageOutput
+from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
+from refinery.report.page import Report, config_table, figure, link, note, table, top_features
+
+
+def compose_report(composition: Composition, out: StageOutput, config: ZFilterConfig) -> dict:
+    """Each part of a composition and the two together: rows read, kept and filtered out per label, and a
+    verdict (``core.verdict``) of its rows read against its rows kept, all under one prior (``auto``: from the
+    labels of D0 and G together); published as ``out``'s report (report.json, report.html)."""
+    kind, audit, input_rejects = composition.kind, composition.audit, composition.input_rejects
+    page = out.report_page(f"compose ({kind}): original and generated rows, z-filtered (Wu et al. 2022 §4.2)")
+    prior = zstats.choose_prior(config.prior, audit.counts["input", "together"].label_totals)
+    remedy = remedies(config, False)   # OUT/kept: the same words for the verb and a pipeline step
+    # A part filtered on its own, and a composition of filtered parts, promise every label under the threshold;
+    # Z-Aug's composition (D0 whole) only that nothing got worse. D0 kept whole (Z-Aug) and G filtered against
+    # the counts of D0 and G together (Seq-Z, Z-Aug) promise nothing of their own (None): such G rows lean
+    # against D0's shortcuts on purpose. Every part is still counted and audited.
+    promise = {"original": True if kind != "zaug" else None, "generated": True if kind == "parz" else None,
+               "together": kind != "zaug"}
+    verdicts, parts, summaries, notes = {}, {}, {}, []
+    for part in PARTS:
+        before = audit.stats("input", part, prior.name, config)
+        after = audit.stats("kept", part, prior.name, config)
+        verdicts[part] = judge(before, after, stage="compose", under_threshold=bool(promise[part]),
+                               remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior))
+        if promise[part] is None:
+            notes.append(_unjudged(kind, part, verdicts[part]))
+        if kind == "zaug" and part == "together":
+            verdicts[part].notes.append("Z-Aug keeps D0 as it is, shortcuts included; --composition seqz filters "
+                                        "D0 first.")
+        read = audit.counts["input", part].label_totals
+        kept_by = audit.counts["kept", part].label_totals
+        rejects = sum(input_rejects.values()) if part == "together" else input_rejects[part]
+        parts[part] = {"input": sum(read.values()), "input_rejected": rejects, "kept": sum(kept_by.values()),
+                       "rejected": sum(read.values()) - sum(kept_by.values()), "kept_by_label": dict(kept_by),
+                       "rejected_by_label": {l: read[l] - kept_by[l] for l in read}}
+        if part == "together":
+            summaries = {"before": audit_summary(before, config, f"{page.corpus}: D0 ∪ G"),
+                         "after": audit_summary(after, config, "kept rows")}
+        del before, after
+    together = parts["together"]
+    report = {"kind": kind, "input": together["input"], "seed": 0, "kept": together["kept"],
+              "rejected": together["rejected"], "input_rejected": together["input_rejected"], "prior": str(prior),
+              "threshold": round(verdicts["together"].threshold, 4), "parts": parts,
+              "verdicts": {PARTS[p]: v.to_dict() for p, v in verdicts.items() if promise[p] is not None},
+              "notes": notes,
+              "max_z_before": {l: m.before for l, m in verdicts["together"].max_z.items()},
+              "max_z_after": {l: m.after for l, m in verdicts["together"].max_z.items()},
+              "topk_before": summaries["before"][0], "topk_after": summaries["after"][0],
+              "stages": {name: f"stages/{name}/report/report.html" for name in ("z_original", "z_generated")
+                         if kind != "zaug" or name == "z_generated"},
+              "config": config.to_dict()}
+    out.publish_report(report, _page(page, report, verdicts, summaries["before"][1], summaries["after"][1]))
+    return report
+
+
+def _unjudged(kind: str, part: str, verdict: Verdict) -> str:
+    """Why a part of the composition has no verdict of its own, with what its rows alone show."""
+    if part == "original":
+        return f"{PARTS[part]}: kept as it is (Z-Aug), so no verdict of its own."
+    over = sorted((c for cs in verdict.remaining.values() for c in cs), key=lambda c: -c.z_after)
+    shown = "; ".join(f"{c.feature} ({c.label}) z* {c.z_after:.2f}" for c in over[:3])
+    return (f"{PARTS[part]}: filtered against the counts of {'D0' if kind == 'zaug' else 'Z(D0)'} and G together, "
+            "not on its own, so its rows alone may lean against D0's shortcuts on purpose"
+            + (f" ({sum(verdict.remaining_total.values()):,} feature(s) over the threshold {verdict.threshold:.2f}: "
+               f"{shown})" if over else "; none of their features is over the threshold")
+            + "; the verdict on D0 ∪ G is the one that holds them to it.")
+
+
+def _page(page: Report, report: dict, verdicts: dict, plot_before: str, plot_after: str) -> Report:
+    parts = report["parts"]
+    rows = [{"part": PARTS[p], "rows read": v["input"], "input rejects": v["input_rejected"], "kept": v["kept"],
+             "filtered out": v["rejected"], "share kept": v["kept"] / max(v["input"], 1)} for p, v in parts.items()]
+    by_label = [{"label": l, "part": PARTS[p], "kept": v["kept_by_label"][l], "filtered out": v["rejected_by_label"][l],
+                 "share kept": v["kept_by_label"][l] / max(v["kept_by_label"][l] + v["rejected_by_label"][l], 1),
+                 "max z* before": verdicts[p].max_z[l].before, "max z* after": verdicts[p].max_z[l].after}
+                for l in parts["together"]["kept_by_label"] for p, v in parts.items()]
+    page.section("Rows", table(rows, formats={"share kept": fmt.percent}),
+                 note(f"Every row read is kept or filtered out: kept/ holds {report['kept']:,} rows, rejected/ "
+                      f"{report['rejected']:,}; each row's source column says its part. prior p0: {report['prior']}."),
+                 *(note(n) for n in report["notes"]))
+    for p, v in verdicts.items():
+        if PARTS[p] in report["verdicts"]:
+            page.section(f"Verdict: {PARTS[p]}", verdict_html.section(v))
+    page.section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
+                                                       "max z* after": fmt.z}))
+    page.section("z-statistics of D0 ∪ G", figure(plot_before))
+    page.section("z-statistics of the kept rows", figure(plot_after))
+    page.section("Top features of D0 ∪ G", top_features(report["topk_before"], report["threshold"]))
+    page.section("Top features of the kept rows", top_features(report["topk_after"], report["threshold"]))
+    page.section("Each filtering", note("Each filtering's own report (its input against the corpus it kept; Z "
+                                        "includes the seed's rows): ")
+                 + "".join(f"<p>{link('../' + path, path)}</p>" for path in report["stages"].values()))
+    return page.section("Configuration", config_table(report["config"]))

@@ -1,0 +1,164 @@
+"""Wu et al. 2022 §4.2, the filterings of a composition: ``zaug`` = D0 ∪ Z(G | D0); ``parz`` = Z(D0) ∪ Z(G);
+``seqz`` = Z(D0) ∪ Z(G | Z(D0)).
+
+Each filtering is a ``ZFilterStage`` run under OUT/stages with its own report (``z_original``, ``z_generated``;
+Z-Aug reads D0 unfiltered into ``stages/original``). The composition's kept/ is D0's rows (as kept by its
+filtering, or whole) and then G's; rejected/ D0's rows filtered out and then G's; each row's ``source`` is
+``original`` or ``generated`` where it has none. ``ComposeStage`` streams G's rows itself, so what this module
+hands it is G's decisions, D0's rows that lead each part, and every row counted per part for the report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.core import stats as zstats
+from refinery.core.features import FeatureConfig, row_feature_lists
+from refinery.core.incremental_counts import IncrementalCounts
+from refinery.io.corpus import Corpus, iter_input_batches
+from refinery.io.location import join
+from refinery.methods.zfilter.decisions import Decisions
+from refinery.methods.zfilter.stage import PARTS, ZFilterConfig, ZFilterStage
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput
+
+
+@dataclass
+class Composition:
+    """A composition's filterings, done: G's rejected rows (``decisions``), D0's folders (``d0_rejected`` None
+    when D0 is kept whole), every row counted per part (``audit``) and the input rejects per part."""
+
+    kind: str
+    decisions: Decisions
+    d0_kept: str
+    d0_rejected: str | None
+    audit: "PartCounts"
+    input_rejects: dict
+    storage_options: dict
+    batch_rows: int
+
+    def leading(self, part: str) -> Iterator[tuple[pa.Table | None, pa.Table | None]]:
+        """D0's rows that lead the composition's ``part`` (kept, with D0's input rejects; rejected), each with
+        ``source`` original where it has none."""
+        path = self.d0_kept if part == "kept" else self.d0_rejected
+        if path is None:
+            return
+        corpus = Corpus.open(path, self.storage_options)
+        for table in corpus.iter_tables(batch_rows=self.batch_rows):
+            yield with_source(_untagged(table), "original"), None
+        if part == "kept" and corpus.manifest.get("rejected"):
+            yield None, corpus.read_rejects()
+
+
+def compose(kind: str, original: list, source: StageInput, out: StageOutput, config: ZFilterConfig) -> Composition:
+    """The filterings of the composition ``kind`` of D0 (``original``) and G (``source``) under ``out``/stages."""
+    so = out.storage_options
+    stages = out.url("stages")
+    d0 = StageInput({"": list(original)}, source.mapping, source.opts, source.engine, source.field_names,
+                    source.single_text)
+    if kind == "zaug":
+        d0_kept, d0_rejected = join(stages, "original"), None
+        _copy(d0, StageOutput(stages, so, original, {"compose": kind, "original": "D0 as it is"}), "original")
+    else:
+        _filtering(replace(config, seed_corpus=()), d0, StageOutput(join(stages, "z_original"), so, original))
+        d0_kept, d0_rejected = join(stages, "z_original", "kept"), join(stages, "z_original", "rejected")
+    g_out = StageOutput(join(stages, "z_generated"), so, source.paths)
+    g = _filtering(replace(config, seed_corpus=() if kind == "parz" else (d0_kept,)), source, g_out)
+    g_kept, g_rejected = g_out.url("kept"), g_out.url("rejected")
+    kept = [(d0_kept, "original"), (g_kept, "generated")] if kind == "parz" else [(g_kept, "generated")]
+    rejected = [(d0_rejected, "original")] * (d0_rejected is not None) + [(g_rejected, "generated")]
+    audit, input_rejects = _count(kept, rejected, [(d0_kept, "original"), (g_kept, "generated")], config,
+                                  so, source.opts.batch_rows)
+    return Composition(kind, g.decisions, d0_kept, d0_rejected, audit, input_rejects, so, source.opts.batch_rows)
+
+
+def _filtering(config: ZFilterConfig, source: StageInput, out: StageOutput) -> ZFilterStage:
+    """One z-filtering of the composition, run as a zfilter stage into ``out``; the stage, with its decisions."""
+    out.settings = {"zfilter": config.to_dict()}
+    stage = ZFilterStage(config)
+    stage.run(source, out)
+    return stage
+
+
+def _copy(source: StageInput, out: StageOutput, part: str) -> None:
+    """Z-Aug's D0, read and published as it is (its rejects beside it)."""
+    with out.corpus(part) as writer:
+        rows = 0
+        for _, batch in iter_input_batches(source.paths, source.mapping, source.opts):
+            writer.write(batch.rows, batch.rejects)
+            rows += batch.rows.num_rows
+        if not rows:
+            writer.commit_all_rejected(source.paths)
+        writer.commit()
+
+
+class PartCounts:
+    """Feature–label counts of a composition's rows read (``input``) and kept (``kept``), per part (original,
+    generated) and together, on one vocabulary: every part is audited on the same features."""
+
+    def __init__(self, labels: list, features: FeatureConfig):
+        self.features = features
+        first = IncrementalCounts(labels)
+        self.counts = {(side, part): IncrementalCounts(labels, vocabulary=first)
+                       for side in ("input", "kept") for part in PARTS}
+
+    def add(self, table: pa.Table, parts: np.ndarray, kept: bool) -> None:
+        """Count ``table``'s rows (``parts``: each row's part) as read and, when ``kept``, as kept."""
+        first = self.counts["input", "together"]
+        feats = row_feature_lists(table, self.features)
+        rows = pc.list_parent_indices(feats).to_numpy()
+        fids = first.ids(pc.list_flatten(feats))
+        labels = table["label"].to_pylist()
+        lab = np.array([first.label_index[l] for l in labels], dtype=np.int64)
+        for part in ("original", "generated"):
+            mine = parts == part
+            pairs = mine[rows]
+            row_labels = [l for l, m in zip(labels, mine) if m]
+            for side in ("input", "kept") if kept else ("input",):
+                for counted in (part, "together"):
+                    self.counts[side, counted].add(fids[pairs], lab[rows[pairs]], row_labels)
+
+    def stats(self, side: str, part: str, prior: str, config: ZFilterConfig) -> zstats.ZStats:
+        return self.counts[side, part].stats(prior, config.min_count, config.alpha)
+
+
+
+def _count(kept: list, rejected: list, reject_sources: list, config: ZFilterConfig, storage_options: dict,
+           batch_rows: int) -> tuple[PartCounts, dict]:
+    """Every row of the filterings' folders ([(corpus, part)]) counted per part, as read and, from ``kept``, as
+    kept (a row a filtering kept as its seed, ``source_stage`` seed, is D0's); and the input rejects of
+    ``reject_sources``' corpora per part."""
+    folders = [p for p, _ in kept + rejected]
+    labels = sorted({l for p in folders for l in Corpus.open(p, storage_options).manifest["labels"]})
+    audit = PartCounts(labels, config.features)
+    for sources, is_kept in ((kept, True), (rejected, False)):
+        for path, part in sources:
+            for table in Corpus.open(path, storage_options).iter_tables(batch_rows=batch_rows):
+                parts = np.full(table.num_rows, part, dtype=object)
+                if "source_stage" in table.column_names:
+                    parts[np.asarray(table["source_stage"].to_pylist(), dtype=object) == "seed"] = "original"
+                audit.add(_untagged(table), parts, is_kept)
+    input_rejects = {"original": 0, "generated": 0}
+    for path, part in reject_sources:
+        corpus = Corpus.open(path, storage_options)
+        if corpus.manifest.get("rejected"):
+            input_rejects[part] += corpus.read_rejects().num_rows
+    return audit, input_rejects
+
+
+def _untagged(table: pa.Table) -> pa.Table:
+    """A filtering's rows without its ``source_stage``: the composition's rows say their part in ``source``."""
+    return table.drop_columns([c for c in ("source_stage",) if c in table.column_names])
+
+
+def with_source(table: pa.Table, part: str) -> pa.Table:
+    """``source`` = the row's part where the row has no source of its own (``original``, ``generated``)."""
+    values = pa.array([part] * table.num_rows, pa.string())
+    if "source" not in table.column_names:
+        return table.append_column("source", values)
+    i = table.column_names.index("source")
+    return table.set_column(i, "source", pc.coalesce(table["source"].cast(pa.string()), values))

@@ -1,0 +1,119 @@
+"""zfilter's report (Wu et al. 2022): the input's z-statistics against those of Z, the rows kept (the seed's
+included), with the verdict of ``core.verdict``; and the lines the verb prints for a z-filter or a composition."""
+from __future__ import annotations
+
+from refinery.core import stats as zstats
+from refinery.core.verdict import Verdict, judge
+from refinery.methods.zfilter.stage import PARTS, ZFilterConfig
+from refinery.methods.zfilter.stream import Filtering
+from refinery.pipeline.output import StageOutput
+from refinery.report import figures
+from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
+from refinery.report.page import Report, config_table, fields, figure, table, top_features
+
+
+def audit_summary(stats: zstats.ZStats, config: ZFilterConfig, title: str) -> tuple[dict, str]:
+    """Top-k and the z-plot of one audit."""
+    return stats.top_k(config.k), figures.zplot(stats, 6, title)
+
+
+def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept") -> str:
+    """What removes the features a z-filtering left over the threshold, with the option that applies."""
+    if not config.settle:
+        return ("drop --no-settle (settle: true): after the stream it takes back the fewest earliest-admitted rows "
+                f"that bring these under the threshold; or raise --k (now {config.k}).")
+    if seeded:
+        return ("the seed's rows are kept as they are, so its own shortcuts stay: filter the seed corpus first "
+                "(refinery compose --composition seqz).")
+    return f"raise --k (now {config.k}), or run refinery zfilter on {where} again."
+
+
+def publish_report(filtering: Filtering, written: dict, out: StageOutput, config: ZFilterConfig) -> dict:
+    """zfilter's report.json and page under ``out``'s report/: ``written`` is ``FilterStage``'s count of what it
+    wrote (kept/ with the seed's rows that lead it, rejected/, the input's rejects; rows per label)."""
+    zf, seed_by_label = filtering.zf, filtering.seed_by_label
+    page = out.report_page("z-filter: rows whose features leak the label, filtered out (Wu et al. 2022)")
+    before = zf.seen.stats(zf.prior.name, config.min_count, config.alpha)
+    after = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
+    remedy = remedies(config, bool(seed_by_label), out.url("kept"))
+    verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
+                    prior=str(zf.prior))
+    top_before, plot_before = audit_summary(before, config, f"{page.corpus}: input")
+    top_after, plot_after = audit_summary(after, config, f"{page.corpus}: kept rows")
+    del before, after
+    seed = sum(seed_by_label.values())
+    labels = zf.Z.labels
+    by_label = written["by_label"]
+    report = {
+        "prior": str(zf.prior), "threshold": round(verdict.threshold, 4), "verdict": verdict.to_dict(),
+        "kept": written["kept"], "rejected": written["filtered_out"], "seed": seed,
+        "settled_out": filtering.settled_out, "input": written["kept"] + written["filtered_out"] - seed,
+        "input_rejected": written["input_rejects"],
+        "kept_by_label": {l: by_label.get(l, {}).get("kept", 0) + seed_by_label.get(l, 0) for l in labels},
+        "rejected_by_label": {l: by_label.get(l, {}).get("filtered out", 0) for l in labels},
+        "seed_by_label": {l: seed_by_label.get(l, 0) for l in labels},
+        "max_z_before": {l: (v[0]["z"] if v else None) for l, v in top_before.items()},
+        "max_z_after": {l: (v[0]["z"] if v else None) for l, v in top_after.items()},
+        "top_rejecting_features": dict(list(filtering.rejections_by_feature.items())[:30]),
+        "topk_before": top_before, "topk_after": top_after, "config": config.to_dict(),
+    }
+    out.publish_report(report, _page(page, report, verdict, plot_before, plot_after))
+    return report
+
+
+def _page(page: Report, report: dict, verdict: Verdict, plot_before: str, plot_after: str) -> Report:
+    seeds = report["seed_by_label"]
+    by_label = [{"label": l, **({"seed rows": seeds[l]} if report["seed"] else {}),
+                 "kept": kept - seeds[l], "filtered out": report["rejected_by_label"][l],   # of the input's rows
+                 "share kept": (kept - seeds[l]) / max(kept - seeds[l] + report["rejected_by_label"][l], 1),
+                 "max z* before": report["max_z_before"].get(l), "max z* after": report["max_z_after"].get(l)}
+                for l, kept in report["kept_by_label"].items()]
+    rows = {"input rows": report["input"], "input rejects": report["input_rejected"]}
+    if report["seed"]:
+        rows["seed rows (kept as they are)"] = report["seed"]
+    rows |= {"kept (seed rows included)" if report["seed"] else "kept": report["kept"],
+             "filtered out": report["rejected"]}
+    if report["settled_out"]:
+        rows["of them, taken back after the stream (settle)"] = report["settled_out"]
+    rows["prior p0"] = report["prior"]
+    return (page
+            .section(verdict_html.HEADING, verdict_html.section(verdict))
+            .section("Rows", fields(rows))
+            .section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
+                                                            "max z* after": fmt.z}))
+            .section("z-statistics of the input", figure(plot_before))
+            .section("z-statistics of the kept rows", figure(plot_after, _after_caption(report)))
+            .section("Features that caused most rows to be filtered out", table(
+                [{"feature": f, "rows filtered out": n} for f, n in report["top_rejecting_features"].items()]))
+            .section("Top features of the input", top_features(report["topk_before"], report["threshold"]))
+            .section("Top features of the kept rows", top_features(report["topk_after"], report["threshold"]))
+            .section("Configuration", config_table(report["config"])))
+
+
+def _after_caption(report: dict) -> str:
+    """What the kept rows' statistics show, as the figures have it."""
+    before, after = report["max_z_before"], report["max_z_after"]
+    stuck = [l for l, z in after.items() if z is not None and before.get(l) is not None and z >= before[l] - 0.01]
+    if not stuck:
+        return "The same statistics over the rows the filter kept: every label's largest z* fell."
+    return (f"The same statistics over the rows the filter kept. The largest z* of {', '.join(stuck)} did not fall. "
+            "z-filtering reads the rows in order and decides each batch on the counts so far, so an input sorted by "
+            "class or template keeps whole groups before their bias shows: shuffle_seed reads it in a seeded "
+            "random order.")
+
+
+def terminal_lines(r: dict) -> tuple:
+    """The terminal summary of a z-filter or composition report: the rows (a composition's per part), then each
+    verdict."""
+    settled = f" ({r['settled_out']:,} of them taken back after the stream)" if r.get("settled_out") else ""
+    verdicts = {"": r["verdict"]} if "verdict" in r else {f"{part}: ": v for part, v in r["verdicts"].items()}
+    rows = ([f"{PARTS[p]}: {v['input']:,} rows read, kept {v['kept']:,} ({fmt.percent(v['kept'] / max(v['input'], 1))}),"
+             f" filtered out {v['rejected']:,}, input rejects {v['input_rejected']:,}" for p, v in r["parts"].items()]
+            if "parts" in r else [])
+    head = f"prior {r['prior']}" if rows else f"kept {r['kept']:,}, rejected {r['rejected']:,}{settled}; prior {r['prior']}"
+    return (*rows, head,
+            *(line for part, v in verdicts.items()
+              for line in (part + v["line"], *(f"  {w}" for w in v["warnings"]),
+                           *(f"  note: {n}" for n in v.get("notes", [])))),
+            *(f"note: {n}" for n in r.get("notes", [])))

@@ -1,0 +1,217 @@
+"""The zfilter and compose stages (Wu et al. 2022): their configs and ``FilterStage`` classes.
+
+Algorithm 1 is stateful: each row is decided against the Z that the rows before it built. So ``prepare`` runs
+it once over the whole input, in order (``stream.filter_stream``: the seed's rows, Z, the settle pass), and
+records each rejected row's id, reason and hit features; ``decide`` then looks each batch's rows up
+(``decisions.Decisions``: stateless, so it may run on any worker). ``FilterStage`` writes kept/ (led by the
+seed's rows), rejected/ and the rows' accounting; the report is zfilter's own (``report.publish_report``:
+the input's z-statistics against those of Z, the verdict, the settle and the plots). A composition
+(``ComposeStage``, §4.2) runs its filterings first, each a ``ZFilterStage`` under stages/, and writes the
+composition whole.
+
+This module is what the registry imports for a verb's options, so it holds no heavy import: the algorithm
+(``algorithm``, ``biased_set``), the stream, the reports and the composition load when a stage runs.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+import pyarrow as pa
+
+from refinery.core import stats as zstats
+from refinery.core.features import FeatureConfig
+from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
+from refinery.pipeline.filter import FilterStage, verdict_headline
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput, StageResult, set_column
+
+COMPOSITIONS = ("zaug", "parz", "seqz")
+PARTS = {"original": "original (D0)", "generated": "generated (G)", "together": "together (D0 ∪ G)"}
+
+
+@dataclass
+class ZFilterConfig:
+    k: int = setting(20, at_least(1), "|B_Z(l)|: top-k biased features per label.")
+    batch_size: int = setting(1000, at_least(1), "Rows per decision batch.")
+    min_count: int = setting(10, at_least(1), "Rows a feature must be in (in Z) to be biased.")
+    warmup: int = setting(0, at_least(0), "Rows Z must hold before any row is rejected.")
+    settle: bool = setting(True, help="After the stream, reject the fewest earliest-admitted kept rows that bring "
+                           "every feature of Z under the significance threshold (rows admitted before their shortcut "
+                           "could be ranked); off: Algorithm 1 as written.")
+    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " auto looks at the input's labels.")
+    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
+    shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    seed_corpus: tuple[str, ...] = setting((), help="A corpus Z starts as (conditional filtering; repeat for more), "
+                                           "or a pipeline step's name.", multiple=True)
+
+    def __post_init__(self):
+        validate(self)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "features": self.features.to_dict()}
+
+    def named(self, source: StageInput) -> "ZFilterConfig":
+        """This config with its features named as the input's preset names its texts."""
+        return replace(self, features=self.features.named(source.field_names, source.single_text))
+
+
+@dataclass
+class LeadingRows(StageOutput):
+    """A stage's output whose corpus parts open with rows the stage publishes itself, ahead of those a
+    ``FilterStage`` streams into them (zfilter's seed in kept/; a composition's D0 in kept/ and rejected/).
+    ``leading``: {part: an iterable of (rows, input rejects)}."""
+
+    leading: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, out: StageOutput, leading: dict) -> "LeadingRows":
+        return cls(**{f.name: getattr(out, f.name) for f in fields(out) if f.init}, leading=leading)
+
+    def corpus(self, part: str, **options):
+        writer = super().corpus(part, **options)
+        for rows, rejects in self.leading.get(part, ()):
+            writer.write(rows, rejects)
+        return writer
+
+
+def tag(table: pa.Table, stage: str) -> pa.Table:
+    """Set ``source_stage`` (seed | filtered), replacing a value from an earlier filtering."""
+    if "source_stage" in table.column_names:
+        table = table.drop_columns(["source_stage"])
+    return table.append_column("source_stage", pa.array([stage] * table.num_rows, pa.string()))
+
+
+class ZFilterStage(FilterStage):
+    """z-filtering (Wu et al. 2022, Algorithm 1): keep the rows that carry no top-k biased feature.
+
+    Writes ``kept/`` (with the input's rejects), ``rejected/`` (with the features each row hit) and ``report/``.
+    """
+
+    name, Config = "zfilter", ZFilterConfig
+    needs = ("id", "text_a", "label")
+    adds = ("source_stage", "biased_features")
+    references = ("seed_corpus",)
+
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
+        """Algorithm 1 and the settle pass over the whole input (``stream.filter_stream``)."""
+        from refinery.methods.zfilter.stream import filter_stream
+
+        self.named_config = self.config.named(source)
+        self.filtering = filter_stream(source, self.named_config)
+        self.decisions = self.filtering.decisions
+
+    def decide(self, batch: pa.Table) -> tuple:
+        return self.decisions.decide(batch)
+
+    def annotate(self, batch: pa.Table) -> pa.Table:
+        """``source_stage`` filtered (the seed's rows say seed) and ``biased_features``: the features a rejected
+        row hit (null for a kept row)."""
+        return set_column(tag(batch, "filtered"), "biased_features", self.decisions.biased_features(batch))
+
+    def reason_kind(self, reason: str) -> str:
+        return reason.split(":")[0]
+
+    def remedy(self) -> str:
+        from refinery.methods.zfilter.report import remedies
+
+        return remedies(self.config, bool(self.config.seed_corpus))
+
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        """``FilterStage.run`` with the seed's rows leading kept/, and zfilter's own report and verdict."""
+        leading = _Deferred(lambda: [] if self.filtering.seed is None else [(tag(self.filtering.seed, "seed"), None)])
+        out = LeadingRows.of(out, {"kept": leading})
+        out.inputs += self.config.seed_corpus   # the seed is among the corpora the stage read
+        result = super().run(source, out)
+        r = self.report
+        seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
+        return StageResult(result.rows_in, result.parts, r, f"kept {r['kept']:,}{seeded}, rejected "
+                           f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", _terminal_lines(r))
+
+    def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
+        from refinery.methods.zfilter.report import publish_report
+
+        self.report = publish_report(self.filtering, report, out, self.named_config)
+
+
+class _Deferred:
+    """An iterable made when it is first read (the leading rows exist once ``prepare`` has run)."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __iter__(self):
+        return iter(self.make())
+
+
+def _terminal_lines(report: dict) -> tuple:
+    from refinery.methods.zfilter.report import terminal_lines
+
+    return terminal_lines(report)
+
+
+@dataclass
+class ComposeConfig:
+    composition: str = setting("seqz", one_of(*COMPOSITIONS), "Wu et al. §4.2: Z-Aug, Par-Z or Seq-Z.")
+    original: tuple[str, ...] = setting(("input",), Allowed(lambda v: len(v) > 0, "a non-empty list"),
+                                        "D0: a corpus (repeat for more), or a pipeline step's name.", multiple=True)
+    zfilter: ZFilterConfig = field(default_factory=ZFilterConfig)
+
+    def __post_init__(self):
+        validate(self)
+
+
+class ComposeStage(FilterStage):
+    """z-filtered composition of original rows D0 (--original) and generated rows G (the input; Wu et al. §4.2).
+
+    Writes ``kept/`` (each row's ``source``: original or generated, where it had none), ``rejected/``,
+    ``report/`` (each part and the two together) and each filtering under ``stages/``.
+    """
+
+    name, Config = "compose", ComposeConfig
+    version = 2   # kept/ and rejected/ hold the whole composition, rows carry source, report/ per part
+    needs = ("id", "text_a", "label")
+    adds = ("source",)
+    references = ("original",)
+
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
+        """Each filtering under stages/ (``composition.filterings``), and the composition's rows counted."""
+        from refinery.methods.zfilter.composition import compose
+
+        self.named_config = self.config.zfilter.named(source)
+        self.composition = compose(self.config.composition, list(self.config.original), source, out,
+                                   self.named_config)
+        self.decisions = self.composition.decisions
+
+    def decide(self, batch: pa.Table) -> tuple:
+        return self.decisions.decide(batch)
+
+    def annotate(self, batch: pa.Table) -> pa.Table:
+        """The input's rows are G's: ``source`` generated where it has none; a rejected row's ``biased_features``."""
+        from refinery.methods.zfilter.composition import with_source
+
+        rows = with_source(batch.drop_columns([c for c in ("source_stage",) if c in batch.column_names]),
+                           "generated")
+        return set_column(rows, "biased_features", self.decisions.biased_features(batch))
+
+    def reason_kind(self, reason: str) -> str:
+        return reason.split(":")[0]
+
+    def remedy(self) -> str:
+        from refinery.methods.zfilter.report import remedies
+
+        return remedies(self.config.zfilter, False)
+
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        """``FilterStage.run`` with D0's rows leading kept/ and rejected/, and the composition's report."""
+        leading = {part: _Deferred(lambda part=part: self.composition.leading(part)) for part in ("kept", "rejected")}
+        out = LeadingRows.of(out, leading)
+        out.inputs[:0] = self.config.original   # D0, then G: the corpora the composition read
+        result = super().run(source, out)
+        r, c = self.report, self.config
+        return StageResult(result.rows_in, result.parts, r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
+                           f"rejected {r['rejected']:,}", _terminal_lines(r))
+
+    def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
+        from refinery.methods.zfilter.compose_report import compose_report
+
+        self.report = compose_report(self.composition, out, self.named_config)

@@ -1,0 +1,111 @@
+"""Algorithm 1 (Wu et al. 2022) over a stage's whole input, once, in order: what ``ZFilterStage.prepare`` runs.
+
+The seed's rows enter Z first; the input streams through ``ZFilter.filter`` in its order (or shuffled with
+``shuffle_seed``), and with ``settle`` the earliest-admitted rows that keep a feature of Z over the threshold
+are taken back after the stream (``ZFilter.settle``). What comes out is each rejected row's id, reason and hit
+features (``Decisions``), the seed's rows, and Z and the input's counts for the report.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.core.stats import rows_per_label
+from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
+from refinery.io.raw import rebatch
+from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
+from refinery.methods.zfilter.decisions import Decisions
+from refinery.methods.zfilter.stage import ZFilterConfig
+from refinery.pipeline.engine import ParquetSource
+from refinery.pipeline.stage import StageInput
+from refinery.progress import progress
+
+STREAM_REASON = "hits B_Z(label): "
+
+
+@dataclass
+class Filtering:
+    """What Algorithm 1 decided over one input: the rejected rows (``decisions``), the seed's rows (kept as
+    they are, ahead of the input's), ``zf`` (Z and the input's counts, the prior), the rows ``settle`` took
+    back and the rows each biased feature rejected (commonest first)."""
+
+    decisions: Decisions
+    seed: pa.Table | None
+    zf: ZFilter
+    settled_out: int
+    rejections_by_feature: dict
+
+    @property
+    def seed_by_label(self) -> dict:
+        return rows_per_label(self.seed["label"]) if self.seed is not None else {}
+
+
+def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
+    """Algorithm 1 over ``source`` (conditionally on ``config.seed_corpus``, read through its mapping), then
+    ``settle``. On Ray, an input of finished corpora is read and featurized by workers; Z stays here."""
+    seed = load(list(config.seed_corpus), source.mapping, source.opts)[0] if config.seed_corpus else None
+    rows = (b.rows for b in source.iter_batches() if b.rows.num_rows)
+    whole = pa.concat_tables(list(rows), promote_options="permissive") if config.shuffle_seed is not None else None
+    label_totals = label_counts(source, seed, read_raw=config.prior == "auto", whole=whole)
+    if whole is not None:
+        order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
+        rows = iter([whole.take(pa.array(order))])
+    elif source.engine == "ray" and not source.named and all(is_corpus(u, source.opts.storage_options)
+                                                               for u in source.paths):
+        corpora = [Corpus.open(u, source.opts.storage_options) for u in source.paths]  # workers read the shards
+        rows = ParquetSource(tuple(f for c in corpora for f in c.files), storage_options=source.opts.storage_options)
+    zf = ZFilter(list(label_totals), config, label_totals)
+    if seed is not None and seed.num_rows:
+        zf.seed(add_features(seed, config.features))
+    ids, rejected = [], {}   # every streamed row's id; {stream position: (reason, hit features)}
+    with progress(desc="zfilter", unit=" rows") as bar:
+        for batch in rebatch(with_features(rows, config.features, source.engine, source.opts.batch_rows),
+                             config.batch_size):
+            start = zf.streamed
+            keep, hits = zf.filter(batch)
+            ids.extend(batch["id"].cast(pa.string()).chunks)
+            rejected.update((start + i, (STREAM_REASON, sorted(hits[i]))) for i in np.flatnonzero(~keep))
+            bar.update(batch.num_rows)
+    taken = {}
+    if config.settle:
+        threshold = zf.threshold()
+        taken = zf.settle(threshold)
+        reason = f"over the threshold z* > {threshold:.2f} in the kept rows after the stream: "
+        rejected.update((position, (reason, sorted(features))) for position, features in taken.items())
+    positions = sorted(rejected)
+    by_feature = Counter(f for p in positions for f in rejected[p][1])
+    stream_ids = pa.chunked_array(ids, pa.string()).combine_chunks()
+    decisions = Decisions(stream_ids.take(pa.array(positions, pa.int64())),
+                          [rejected[p][0] + ", ".join(rejected[p][1]) for p in positions],
+                          [rejected[p][1] for p in positions])
+    return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(taken),
+                     dict(sorted(by_feature.items(), key=lambda kv: -kv[1])))
+
+
+def label_counts(source: StageInput, seed: pa.Table | None, read_raw: bool, whole: pa.Table | None = None) -> dict:
+    """Rows per label of the seed and the inputs, over the declared label set, else the labels present:
+    from the inputs already in memory (``whole``), a finished corpus's manifest, or a read of raw inputs
+    that computes no ids. With a declared label set and not ``read_raw``, raw inputs are not read (their
+    labels count 0)."""
+    mapping, opts = source.mapping, source.opts
+    declared = mapping is not None and bool(mapping.label_set)
+    counts = Counter(dict.fromkeys(mapping.label_set, 0) if declared else {})
+    if seed is not None:
+        counts.update(rows_per_label(seed["label"]))
+    if whole is not None:
+        counts.update(rows_per_label(whole["label"]))
+        return dict(sorted(counts.items()))
+    raw = []
+    for url in source.paths:
+        if is_corpus(url, opts.storage_options):
+            counts.update(Corpus.open(url, opts.storage_options).manifest["labels"])
+        else:
+            raw.append(url)
+    unread = [] if declared and not read_raw else raw
+    for _, b in iter_input_batches(unread, mapping, dataclasses.replace(opts, row_ids=False)):
+        counts.update(rows_per_label(b.rows["label"]))
+    return dict(sorted(counts.items()))
