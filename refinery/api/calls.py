@@ -21,7 +21,7 @@ from refinery.io.location import join
 from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
-from refinery.pipeline.stage import StageResult, stage_class
+from refinery.pipeline.stage import Output, StageResult, stage_class
 
 MODES = ("overwrite", "skip", "error")
 
@@ -73,7 +73,8 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
         where = "result.data holds them as given" if source.kind != "path" else "they stay in your files only"
         warnings.warn(f"{name} read split {', '.join(map(repr, read))} and passed {', '.join(map(repr, untouched))} "
                       f"through untouched ({where}); split= names the splits to read", SplitsNotice, stacklevel=3)
-    return stage_result(name, step.result, source, spec_in, folder, splits=(read, untouched))
+    return stage_result(name, step.result, source, spec_in, folder, output=cls(config).output,
+                        splits=(read, untouched))
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,17 +174,27 @@ def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> PipelineResul
     return PipelineResult(done, source, parsed, folder)
 
 
+def _one_path(name: str, paths: list) -> list:
+    """The one file, folder or corpus that ``compare``'s corpus or evaluation set ``name`` is."""
+    if len(paths) != 1:
+        raise ValueError(f"compare: {name} is {len(paths)} inputs; give each training corpus and evaluation set as "
+                         "one file, folder or corpus")
+    return paths
+
+
 def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) -> CompareResult:
     """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
     baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
     ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset)."""
-    from refinery.methods import compare as cmp
+    from refinery.methods.compare.stage import CompareConfig, CompareStage, CompareStageConfig
+    from refinery.pipeline.output import StageOutput
+    from refinery.pipeline.stage import StageInput
 
     if not isinstance(train, dict) or not isinstance(eval, dict):
         raise TypeError("compare(train, eval): give each as {name: data}, e.g. compare({'original': df, "
                         "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
     input_keys, rest = input_keywords(kwargs)
-    config = from_dict(cmp.CompareConfig, config_dict(cmp.CompareConfig, rest, "compare"), "compare")
+    config = from_dict(CompareConfig, config_dict(CompareConfig, rest, "compare"), "compare")
     folder = CallFolder(out, "compare")
     with folder.removed_on_failure():
         train_paths = {}
@@ -198,14 +209,18 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
         for name, value in eval.items():
             data, preset = value if isinstance(value, tuple) else (value, None)
             source = as_source(data, join(folder.scratch, "eval", name))
-            evals.append(cmp.EvalSet(name, tuple(source.paths or [p for ps in source.splits.values() for p in ps]),
-                                     preset.lower() if preset else None, dict((label_maps or {}).get(name, {}))))
+            (path,) = _one_path(name, source.paths or [p for ps in source.splits.values() for p in ps])
+            evals.append(f"{name}={path}" + (f":{preset.lower()}" if preset else ""))
+        baseline = tuple(_one_path(name, paths)[0] for name, paths in train_paths.items())
         spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
-        with python_terms(None, (cmp.CompareConfig,)):
-            report = cmp.run(train_paths, evals, folder.out, spec_in.mapping(), spec_in.read_options(), config)
+        step = CompareStageConfig(tuple(evals), baseline, tuple(train_paths), label_maps=label_maps or {}, model=config)
+        opts = spec_in.read_options()
+        with python_terms(None, (CompareConfig,)):
+            report = CompareStage(step).run(StageInput({"": [baseline[-1]]}, spec_in.mapping(), opts),
+                                            StageOutput(folder.out, opts.storage_options, list(baseline))).report
     first = report["train"][next(iter(report["train"]))]
     trained = StageResult(first["rows"] + first["rejected"], {"trained on": first["rows"],
                                                               "input rejects": first["rejected"]}, report,
                           f"{len(train)} corpora on {len(evals)} evaluation set(s)")
     return stage_result("compare", trained, Source("path", train, paths=spec_in.paths), spec_in, folder,
-                        result_class=CompareResult)
+                        output=Output.INPUT, result_class=CompareResult)   # a comparison passes no corpus on

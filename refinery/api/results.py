@@ -50,11 +50,10 @@ class Result:
     untouched: tuple = ()    # the named splits it passed through untouched
 
     @classmethod
-    def of(cls, name: str, folder: str, result: StageResult, source: Source, spec: InputSpec, *,
+    def of(cls, name: str, folder: str, result: StageResult, source: Source, spec: InputSpec, *, output: Output,
            splits: tuple = (), untouched: tuple = ()) -> "Result":
-        """The result of stage ``name``'s run into ``folder``: of the kind that reads what the stage published
-        (the first subclass that ``reads`` it), else a plain ``Result``."""
-        output = stage_class(name).output
+        """The result of stage ``name``'s run into ``folder`` (``output``: what the stage passes on): of the kind
+        that reads what the stage published (the first subclass that ``reads`` it), else a plain ``Result``."""
         fields = dict(stage=name, out=folder, rows_in=result.rows_in, parts=dict(result.parts),
                       headline=result.headline, corpus=None if output is Output.INPUT else output.next_input(folder, ""),
                       source=source, input=spec, warnings=tuple(result.warnings), report_file=result.report_file,
@@ -278,13 +277,15 @@ def _number(value) -> float:
 
 
 def stage_result(name: str, result: StageResult, source: Source, spec_in: InputSpec, folder: CallFolder, *,
-                 stage_folder: str | None = None, splits: tuple = ((), ()), result_class: type = Result) -> Result:
-    """The ``Result`` of stage ``name``'s run into ``stage_folder`` (default: the call's ``out``). It holds the
-    call's folder, so that the scratch folder lives as long as the result; the stage's warnings are warned in
-    the API's words."""
+                 output: Output, stage_folder: str | None = None, splits: tuple = ((), ()),
+                 result_class: type = Result) -> Result:
+    """The ``Result`` of stage ``name``'s run into ``stage_folder`` (default: the call's ``out``; ``output``:
+    what the stage passes on). It holds the call's folder, so that the scratch folder lives as long as the
+    result; the stage's warnings are warned in the API's words."""
     stage_folder = stage_folder or folder.out
     read, untouched = splits
-    done = result_class.of(name, stage_folder, result, source, spec_in, splits=read, untouched=untouched)
+    done = result_class.of(name, stage_folder, result, source, spec_in, output=output, splits=read,
+                           untouched=untouched)
     done._folder = folder
     if source.kind == "path" and done.corpus is not None and stage_folder.startswith(folder.scratch):
         folder.keep_until_exit()   # result.data is a path into it
@@ -302,8 +303,9 @@ class PipelineResult:
         self._storage = dict(spec.input.storage_options)
         self.stages: dict[str, Result] = {}
         for step, stage_spec in zip(done.stages[1:], spec.stages):
+            output = stage_class(stage_spec.name)(stage_spec.config).output
             self.stages[step.folder] = stage_result(stage_spec.name, step.result, source, spec.input, folder,
-                                                    stage_folder=join(done.out, step.folder))
+                                                    output=output, stage_folder=join(done.out, step.folder))
         self.final = self.stages[done.stages[-1].folder] if len(done.stages) > 1 else None
         self.lines = [f"{s.folder}: {s.status}, {s.result.conservation()}" for s in done.stages]
 
