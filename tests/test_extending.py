@@ -1,0 +1,97 @@
+"""docs/extending.md's recipe, followed: a filter written outside refinery (``ShortText`` below, the page's
+example) and registered with ``refinery.pipeline.stage.register`` runs as a verb, as a pipeline step and as an
+``rf.`` call, and the three keep the same rows.
+
+The verb and the pipeline run in a child process that imports this module, registers the stage and starts the
+CLI: the command of your own the page describes (the ``refinery`` console script knows only installed
+plugins). The ``rf.`` call runs here, on a stage registered after ``refinery.api`` was imported, under its
+hyphenated name's Python spelling (``short-text`` → ``rf.short_text``)."""
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import refinery as rf
+from conftest import REPO, SNLI_DEV
+from refinery.core.validation import at_least, setting, validate
+from refinery.pipeline.filter import FilterStage
+
+ROWS = 300
+MIN_WORDS = 6
+
+
+@dataclass
+class ShortTextConfig:
+    min_words: int = setting(3, at_least(1), "Fewest words a hypothesis may have.")   # → --min-words
+
+    def __post_init__(self):
+        validate(self)                    # "min_words must be a positive integer, got 0"
+
+
+class ShortText(FilterStage):
+    """Drop pairs whose hypothesis is shorter than min_words words."""
+
+    name, Config = "short-text", ShortTextConfig
+    needs = ("id", "text_b", "label")
+
+    def decide(self, batch):
+        words = np.array([len((t or "").split()) for t in batch["text_b"].to_pylist()])
+        return words >= self.config.min_words, [f"{n} words < {self.config.min_words}" for n in words]
+
+
+# my_refinery.py of docs/extending.md: import the stage's module, register it, run the CLI
+MY_REFINERY = ("import sys; sys.path.insert(0, {tests!r}); sys.argv = ['my_refinery', *sys.argv[1:]]\n"
+               "import test_extending\nfrom refinery.pipeline.stage import register\n"
+               "register(test_extending.ShortText)\nfrom refinery.cli.main import run\nrun()\n")
+
+
+def my_refinery(*args) -> subprocess.CompletedProcess:
+    script = MY_REFINERY.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, f"my_refinery {' '.join(map(str, args))}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory) -> str:
+    """The first 300 SNLI dev pairs as a JSONL file."""
+    path = tmp_path_factory.mktemp("extending") / "pairs.jsonl"
+    with open(SNLI_DEV) as fh:
+        path.write_text("".join(next(fh) for _ in range(ROWS)))
+    return str(path)
+
+
+def kept(folder: Path) -> list:
+    return pq.read_table(folder / "kept" / "part-00000.parquet", columns=["id"])["id"].to_pylist()
+
+
+def test_a_filter_from_outside_is_a_verb_a_pipeline_step_and_an_rf_call(pairs, tmp_path, monkeypatch):
+    from refinery.pipeline import stage
+
+    verb = my_refinery("short-text", pairs, "--preset", "snli", "--min-words", MIN_WORDS, "--out", tmp_path / "verb")
+    assert f"rows in {ROWS} = " in verb.stdout and "(ok)" in verb.stdout
+    (tmp_path / "p.yaml").write_text(json.dumps({"input": {"paths": [pairs], "preset": "snli"},
+                                                 "stages": [{"short-text": {"min_words": MIN_WORDS}}]}))
+    my_refinery("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe")
+
+    monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
+    stage.register(ShortText)                            # after refinery.api was imported
+    assert "short_text" in dir(rf)
+    called = rf.short_text(pairs, preset="snli", min_words=MIN_WORDS)
+
+    by_verb = kept(tmp_path / "verb")
+    assert 0 < len(by_verb) < ROWS
+    assert kept(tmp_path / "pipe" / "01-short-text") == by_verb
+    assert called.to_pandas(canonical=True)["id"].tolist() == by_verb
+    assert min(len(t.split()) for t in called.to_pandas(canonical=True)["text_b"]) >= MIN_WORDS
+    assert called.parts == {"kept": len(by_verb), "filtered out": ROWS - len(by_verb), "input rejects": 0}
+    assert called.rejected["reason"].str.endswith(f"words < {MIN_WORDS}").all()
+
+    monkeypatch.undo()                                   # unregistered: rf. asks the registry at each call
+    with pytest.raises(AttributeError):
+        rf.short_text
