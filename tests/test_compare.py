@@ -7,10 +7,21 @@ import pytest
 
 from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli
 from refinery.io.schema import PRESETS
-from refinery.methods import compare as cmp
+from refinery.methods.compare import training
+from refinery.methods.compare.stage import CompareConfig, CompareStage, CompareStageConfig
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput
 
 HANS = DATA / "hans" / "hans_regenerated.tsv"
 MNLI_HARD = DATA / "mnli" / "mnli_dev_matched_hard.jsonl"
+
+
+def compare(train: dict, evals: list, out, mapping, **model):
+    """The compare stage on ``train`` ({name: path}, the first the baseline) and ``evals`` (NAME=PATH[:PRESET]),
+    read through ``mapping``: its result."""
+    paths = tuple(str(p) for p in train.values())
+    config = CompareStageConfig(tuple(evals), paths, tuple(train), model=CompareConfig(**model))
+    return CompareStage(config).run(StageInput({"": [paths[-1]]}, mapping), StageOutput(str(out), inputs=paths))
 
 
 @pytest.fixture(scope="module")
@@ -202,9 +213,8 @@ def test_bias_slices_score_the_rows_of_the_baselines_top_feature_by_label(tmp_pa
                                                                 "neutral": 0.05}))
     test = _jsonl(tmp_path / "test.jsonl", _cue_rows(300, 2, {"contradiction": 0.5, "entailment": 0.5,
                                                               "neutral": 0.5}, start=10_000))
-    report = cmp.run({"base": [str(train)]}, [cmp.EvalSet("test", (str(test),))], str(tmp_path / "cmp"),
-                     PRESETS["snli"], config=cmp.CompareConfig(bootstrap=200))
-    out = "\n".join(cmp.console_lines(report))
+    result = compare({"base": train}, [f"test={test}"], tmp_path / "cmp", PRESETS["snli"], bootstrap=200)
+    report, out = result.report, "\n".join(result.lines)
     assert report == json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
     slices = report["bias_slices"]["test"]
     top = slices["features"][0]
@@ -275,9 +285,9 @@ def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_r
     symmetric = [{"id": f"s{i}-{j}", "claim": c, "evidence": f"evidence {j} of claim {i}", "label": label}
                  for i, c in enumerate(claims[300:]) for j, label in enumerate(labels)]
     test = _jsonl(tmp_path / "symmetric.jsonl", symmetric)
-    report = cmp.run({"claims": [str(train)], "again": [str(train)]}, [cmp.parse_eval_set(f"sym={test}:fever")],
-                     str(tmp_path / "cmp"), PRESETS["fever_claims"], config=cmp.CompareConfig(bootstrap=100))
-    out = "\n".join(cmp.console_lines(report))
+    result = compare({"claims": train, "again": train}, [f"sym={test}:fever"], tmp_path / "cmp",
+                     PRESETS["fever_claims"], bootstrap=100)
+    report, out = result.report, "\n".join(result.lines)
     assert report["reads"] == "text_a"
     assert report["accuracy"]["sym"]["claims"]["mean"] == pytest.approx(1 / 3, abs=1e-4)
     shared = report["eval"]["sym"]["inputs_with_several_labels"]
@@ -289,8 +299,7 @@ def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_r
                                                  "label": labels[i % 3]} for i, c in enumerate(claims[:30])])
     with pytest.raises(ValueError, match=r"30 of the 30 rows of evaluation set leak are also in training corpus "
                                          r"claims \(same texts where the models read one text \(text_a\) alone\)"):
-        cmp.run({"claims": [str(train)]}, [cmp.parse_eval_set(f"leak={leaked}:fever")], str(tmp_path / "cmp2"),
-                PRESETS["fever_claims"])
+        compare({"claims": train}, [f"leak={leaked}:fever"], tmp_path / "cmp2", PRESETS["fever_claims"])
 
 
 def test_models_of_pairs_and_of_single_texts_are_not_compared_or_scored_on_what_they_do_not_read():
@@ -298,10 +307,10 @@ def test_models_of_pairs_and_of_single_texts_are_not_compared_or_scored_on_what_
 
     pairs = pa.table({"text_a": ["a dog runs"], "text_b": ["an animal moves"], "label": ["entailment"]})
     single = pa.table({"text_a": ["a dog runs"], "label": ["SUPPORTS"]})
-    assert cmp.model_reads({"a": pairs}, "pair") == "pair" and cmp.model_reads({"a": pairs}, "hypothesis") == "text_b"
-    assert cmp.model_reads({"a": single}, "hypothesis") == "text_a"
+    assert training.model_reads({"a": pairs}, "pair") == "pair" and training.model_reads({"a": pairs}, "hypothesis") == "text_b"
+    assert training.model_reads({"a": single}, "hypothesis") == "text_a"
     with pytest.raises(ValueError, match="training corpora a hold pairs and b single texts"):
-        cmp.model_reads({"a": pairs, "b": single}, "pair")
-    assert cmp.model_view(pairs, "text_a", "e").column_names == ["text_a", "label"]     # the claim alone
+        training.model_reads({"a": pairs, "b": single}, "pair")
+    assert training.model_view(pairs, "text_a", "e").column_names == ["text_a", "label"]     # the claim alone
     with pytest.raises(ValueError, match="evaluation set e holds single texts, and the models read pairs"):
-        cmp.model_view(single, "pair", "e")
+        training.model_view(single, "pair", "e")

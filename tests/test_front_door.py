@@ -214,13 +214,13 @@ def test_every_stage_key_is_in_the_pipeline_reference():
 
 
 def test_compare_options_are_its_config_fields():
-    """refinery compare's options: its named corpora, and CompareConfig's and the input's fields."""
+    """refinery compare's options: its named corpora, and its stage config's and the input's fields."""
     from refinery.cli.config_options import leaves
     from refinery.cli.main import main
-    from refinery.methods.compare import CompareConfig
+    from refinery.methods.compare.stage import CompareStageConfig
     from refinery.pipeline.config import InputSpec
 
-    named = {"--train", "--eval", "--label-map", "--out", "--mode", "--print-config", "--io-timeout", "--help", "-h"}
-    fields = {o for leaf in leaves(CompareConfig) + leaves(InputSpec) for o in leaf.names}
-    options = {o for p in main.commands["compare"].params for o in p.opts + p.secondary_opts if o.startswith("-")}
+    named = {"--train", "--out", "--mode", "--print-config", "--io-timeout", "--help", "-h"}
+    fields = {o for leaf in leaves(CompareStageConfig) + leaves(InputSpec) for o in leaf.names}
+    options = {o for p in main.get_command(None, "compare").params for o in p.opts + p.secondary_opts if o.startswith("-")}
     assert options - named == fields

@@ -98,32 +98,33 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
     return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine)
 
 
-def compare_pipeline(train: dict, evals: list, spec_in: InputSpec, model, out: str) -> PipelineSpec:
-    """The pipeline ``refinery compare`` spells: its last training corpus as the input, the others as the
-    ``compare`` step's baseline, every one trained on the same split. A pipeline reads the input through the
+def compare_pipeline(config, spec_in: InputSpec, out: str) -> PipelineSpec:
+    """The pipeline ``refinery compare`` spells (``config``: its ``CompareStageConfig``, the ``--train`` corpora
+    as its baseline): its last training corpus as the input, the others as the ``compare`` step's baseline, every
+    one trained on the same split and named as on the command line. A pipeline reads the input through the
     preset or map; its compare step reads the baseline corpora and the evaluation sets as refinery corpora or
     through their own preset (``NAME=PATH:PRESET``), so the command line's preset is written onto each set."""
-    from refinery.methods.compare import CompareStageConfig, train_split
+    from refinery.methods.compare.stage import train_split
 
-    paths = {name: train_split(path) for name, (path,) in train.items()}
-    splits = {split for _, split in paths.values()}
+    paths = [train_split(path) for path in config.baseline]
+    splits = {split for _, split in paths}
     if len(splits) > 1:
         raise click.UsageError(f"--print-config: a pipeline's compare trains every corpus on one split; these name "
                                f"{', '.join(sorted(map(str, splits)))}")
-    *baseline, (last, _) = paths.values()
+    *baseline, (last, _) = paths
     so = spec_in.storage_options
     raw = next((p for p, _ in baseline if not is_corpus(p, so)), None)
     if raw:
         raise click.UsageError(f"--print-config: a pipeline reads only its input through --preset or --map; "
                                f"convert the baseline {raw} into a corpus first (refinery convert {raw} …)")
     sets = []
-    for e in evals:
+    for e in config.eval_sets():
         path = e.paths[0] if "://" in e.paths[0] else os.path.abspath(e.paths[0])
         preset = e.preset or (None if is_corpus(path, so) else spec_in.preset)
         if preset is None and not is_corpus(path, so):
             raise click.UsageError(f"--print-config: evaluation set {e.name} ({path}) needs its own preset in a "
                                    f"pipeline: {e.name}=PATH:PRESET, or a corpus")
         sets.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
-    maps = {e.name: e.label_map for e in evals if e.label_map}
-    config = CompareStageConfig(tuple(sets), tuple(p for p, _ in baseline) or ("input",), splits.pop(), maps, model)
-    return PipelineSpec(dataclasses.replace(spec_in, paths=[last]), [StageSpec("compare", config)], out)
+    step = dataclasses.replace(config, evals=tuple(sets), baseline=tuple(p for p, _ in baseline) or ("input",),
+                               split=splits.pop() or config.split)
+    return PipelineSpec(dataclasses.replace(spec_in, paths=[last]), [StageSpec("compare", step)], out)

@@ -20,7 +20,7 @@ from refinery.cli.options import (
 )
 from refinery.io import corpus as corpus_mod
 from refinery.io.location import parse_storage_options
-from refinery.methods.compare import CompareConfig
+from refinery.methods.compare.stage import CompareStage, CompareStageConfig, parse_named, train_split
 from refinery.pipeline.config import InputSpec, from_dict
 from refinery.pipeline.stage import conservation
 
@@ -187,13 +187,16 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
           train_precision, mapping, opts):
     """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
-    from refinery.methods import probe as probe_mod
+    from refinery.methods.probe import ProbeConfig, ProbeStage
+    from refinery.pipeline.output import StageOutput
+    from refinery.pipeline.stage import StageInput
 
     params = {} if backend == "ngram" else {"model": model_name, "epochs": epochs, "lr": lr,
                                              "batch_size": batch, "max_length": max_length,
                                              "precision": train_precision}
-    report = probe_mod.run(list(train), list(evaluate_on), out, mapping, opts, backend,
-                           "hypothesis" if hypothesis_only else "pair", params, save_model)
+    config = ProbeConfig(backend, "hypothesis" if hypothesis_only else "pair", params, evaluate_on, save_model)
+    report = ProbeStage(config).run(StageInput({"": list(train)}, mapping, opts),
+                                    StageOutput(out, opts.storage_options, list(train))).report
     click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}) on "
                f"{report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
     for name, r in report["eval"].items():
@@ -205,54 +208,36 @@ def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs,
 @click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH[@SPLIT]",
               help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora; a "
                    "corpus with named splits trains on its 'train' rows (or its only split), or on @SPLIT's.")
-@click.option("--eval", "evals", multiple=True, required=True, metavar="NAME=PATH[:PRESET]",
-              help="An evaluation set with its own preset (default: the training --preset/--map).")
-@click.option("--label-map", "label_maps", multiple=True, metavar="NAME=FROM:TO,...",
-              help="Map training labels onto evaluation set NAME's labels (presets' maps built in: hans).")
 @click.option("--out", required=True, help="Folder: report/ (report.json, report.html, predictions.parquet), runs/.")
 @click.option("--print-config", is_flag=True, help="Print this command line as a pipeline file for `refinery run`, "
                                                    "and exit.")
-@config_options(CompareConfig, "model")
+@config_options(CompareStageConfig, "cfg")
 @finished_mode_option
 @config_options(InputSpec, "in")
 @io_timeout_option
-def compare(train, evals, label_maps, out, print_config, io_timeout, **params):
+def compare(train, out, print_config, io_timeout, **params):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
     from refinery.cli.stage_verbs import compare_pipeline
-    from refinery.methods import compare as cmp
+    from refinery.pipeline.output import StageOutput
+    from refinery.pipeline.stage import StageInput
 
     del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
     try:
-        train_sets = cmp.parse_named(train, "--train")
-        maps = dict(_label_map(m) for m in label_maps)
-        eval_sets = [cmp.parse_eval_set(e, maps) for e in evals]
-        unknown = sorted(set(maps) - {e.name for e in eval_sets})
-        if unknown:
-            raise ValueError(f"--label-map names no evaluation set: {', '.join(unknown)}")
-        config = from_dict(CompareConfig, given(CompareConfig, params, "model"), where="")
+        named = parse_named(train, "--train")
+        training = {"baseline": [path for (path,) in named.values()], "names": list(named)}
+        config = from_dict(CompareStageConfig, {**given(CompareStageConfig, params, "cfg"), **training}, where="")
         spec_in = from_dict(InputSpec, given(InputSpec, params, "in"), where="")
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if print_config:
-        click.echo(printable_pipeline(compare_pipeline(train_sets, eval_sets, spec_in, config, out), ("baseline",)),
-                   nl=False)
+        click.echo(printable_pipeline(compare_pipeline(config, spec_in, out), ("baseline",)), nl=False)
         return
-    report = cmp.run(train_sets, eval_sets, out, spec_in.mapping(), spec_in.read_options(), config)
-    click.echo("\n".join(cmp.console_lines(report)))
-    click.echo(f"report: {out}/report/report.html")
-
-
-def _label_map(spec: str) -> tuple[str, dict]:
-    name, sep, pairs = spec.partition("=")
-    out = {}
-    for pair in filter(None, pairs.split(",")):
-        src, colon, dst = pair.partition(":")
-        if not colon:
-            raise ValueError(f"--label-map {spec!r}: {pair!r} is not FROM:TO")
-        out[src] = dst
-    if not sep or not out:
-        raise ValueError(f"--label-map {spec!r} is not NAME=FROM:TO,...")
-    return name, out
+    opts = spec_in.read_options()
+    corpora = [train_split(path)[0] for path in config.baseline]   # the stage's input: the last of them
+    result = CompareStage(config).run(StageInput({"": corpora[-1:]}, spec_in.mapping(), opts),
+                                      StageOutput(out, opts.storage_options, corpora))
+    click.echo("\n".join(result.lines))
+    click.echo(f"report: {out}/{result.report_file}")
 
 
 @tools.command(cls=RefineryCommand)

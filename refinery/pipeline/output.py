@@ -68,9 +68,26 @@ class StageOutput:
         writer), published atomically by its ``commit``."""
         return AtomicDir(self.url(part), self.storage_options)
 
-    def report_page(self, title: str) -> Report:
-        """The stage's report page, headed by the corpus it read."""
-        return Report(title, corpus_name(self.inputs, self.storage_options), self.inputs)
+    def save_folder(self, location: str, save) -> str:
+        """Publish at ``location`` (a folder or URL on this output's store) what a library's own writer ``save`` (a
+        fitted model's ``save(folder)``) puts in the local folder it is handed; ``location``."""
+        import os
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as local, AtomicDir(location, self.storage_options) as d:
+            save(local)
+            for root, _, names in os.walk(local):
+                for name in sorted(names):
+                    with open(os.path.join(root, name), "rb") as fh:
+                        d.write_bytes(os.path.relpath(os.path.join(root, name), local), fh.read())
+            d.commit()
+        return location
+
+    def report_page(self, title: str, *, corpora: list | None = None, read: list | None = None) -> Report:
+        """The stage's report page, headed by the corpus it read: ``corpora`` where the page is about other corpora
+        than the stage's inputs (a comparison's training corpora), its header listing ``read`` (default: those)."""
+        paths = self.inputs if corpora is None else [str(p) for p in corpora]
+        return Report(title, corpus_name(paths, self.storage_options), paths if read is None else list(read))
 
     def publish_report(self, report: dict, page: Report | str, files: dict | None = None, part: str = REPORT) -> str:
         """Publish ``report.json``, ``report.html`` and ``files`` ({name: text, bytes or an Arrow table}) as the

@@ -221,7 +221,7 @@ REGISTRY = {
     "generate": "refinery.methods.generation:GenerateStage",
     "razor": "refinery.methods.razor:RazorStage",
     "ibadr": "refinery.methods.ibadr:IbadrStage",
-    "compare": "refinery.methods.compare:CompareStage",
+    "compare": "refinery.methods.compare.stage:CompareStage",
 }
 
 

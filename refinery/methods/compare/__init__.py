@@ -1,0 +1,7 @@
+"""Does it help? The same task model trained on each training corpus, scored on challenge sets.
+
+``stage``: the ``compare`` stage, its config and the specs it reads (light to import: the verb's options are its
+config's fields); ``training``: the corpora and evaluation sets read, the leak check and every (corpus, seed) run;
+``statistics``: accuracies, gains and their bootstrap intervals, breakdowns, warnings and notes; ``slices``: the
+baseline's most biased features scored slice by slice (AUDAC); ``page``: the report page and the console summary.
+"""

@@ -1,0 +1,313 @@
+"""What a comparison reads and trains: the training corpora and evaluation sets, the leak check, and every
+(corpus, seed) run, checkpointed under ``OUT/runs/``.
+
+Each evaluation set keeps its own columns and label set: predictions are mapped onto it by a label map (HANS:
+neutral and contradiction → non-entailment), the probabilities of the training labels that map to one evaluation
+label are summed, and the most likely evaluation label is the prediction.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.core.features import FeatureConfig
+from refinery.io.corpus import input_fingerprints, load
+from refinery.io.location import get_fs, join
+from refinery.io.schema import is_pair
+from refinery.methods.compare.stage import CompareConfig, EvalSet, train_split
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput
+from refinery.progress import progress
+
+SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
+
+# What the models read: both texts, the hypothesis (text_b) alone, or the one text of single-text corpora
+READS = {"pair": "the pair (text_a and text_b)", "text_b": "the hypothesis (text_b) alone",
+         "text_a": "one text (text_a) alone"}
+
+
+@dataclass
+class Corpora:
+    """A comparison's data, read and checked: the training corpora ({name: rows}, the first the baseline), what
+    the models read of them, and per evaluation set its rows as the models read them, its labels, the map of the
+    training labels onto them and how many of its rows each training corpus also holds."""
+
+    config: CompareConfig
+    names: list
+    tables: dict            # {corpus: the rows it trains on}
+    rejects: dict           # {corpus: its input rejects}
+    other_splits: dict      # {corpus: rows of other splits left out}
+    reads: str              # a READS key
+    evals: list             # EvalSet, in order
+    eval_tables: dict       # {set: its rows as the models read them}
+    eval_rejects: dict
+    eval_pairs: dict        # {set: whether it holds pairs}
+    eval_labels: dict       # {set: its labels, sorted}
+    label_maps: dict        # {set: {training label: its label}}
+    leaks: dict             # {set: {corpus: its rows also in the corpus}}
+    eval_keys: dict         # {set: the text_keys of its rows}
+
+
+def training_rows(name: str, table: pa.Table, split: str | None) -> tuple[pa.Table, int]:
+    """The rows a model trains on: a corpus with named splits gives its ``split`` rows (default: ``train``, or
+    its only split); the number of rows of other splits left out."""
+    present = sorted(set(table["split"].drop_null().to_pylist())) if "split" in table.column_names else []
+    if not present:
+        if split:
+            raise ValueError(f"training corpus {name}: split {split!r} was asked for, but it has no named splits")
+        return table, 0
+    chosen = split or ("train" if "train" in present or len(present) > 1 else present[0])
+    if chosen not in present:
+        raise ValueError(f"training corpus {name} has splits {', '.join(present)} and no {chosen!r} split; "
+                         f"name the one to train on ({SPLIT_HINT})")
+    keep = pc.fill_null(pc.equal(table["split"], chosen), False)
+    kept = table.filter(keep)
+    return kept, table.num_rows - kept.num_rows
+
+
+def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, where: str) -> dict:
+    """{training label: evaluation label}: ``explicit`` first, then names equal up to case. Every
+    evaluation label must be reached, or the scores would be meaningless: a clear error."""
+    by_fold = {str(e).casefold(): e for e in eval_labels}
+    out = {}
+    for t in train_labels:
+        target = explicit.get(t, by_fold.get(str(t).casefold()))
+        if target is not None:
+            if target not in eval_labels:
+                raise ValueError(f"{where}: label map sends {t!r} to {target!r}, which is not one of its labels "
+                                 f"({', '.join(map(str, eval_labels))})")
+            out[t] = target
+    unreached = [e for e in eval_labels if e not in out.values()]
+    if unreached:
+        raise ValueError(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
+                         f"{', '.join(map(repr, train_labels))} (give --label-map {where}=FROM:TO,…)")
+    return out
+
+
+def project(proba: np.ndarray, classes: list, label_map: dict, eval_labels: list) -> np.ndarray:
+    """Probabilities over the evaluation labels: the sum over the training labels mapped to each."""
+    out = np.zeros((len(proba), len(eval_labels)))
+    index = {e: j for j, e in enumerate(eval_labels)}
+    for c, col in zip(classes, proba.T):
+        if c in label_map:
+            out[:, index[label_map[c]]] += col
+    return out
+
+
+def model_reads(tables: dict, inputs: str) -> str:
+    """What every model reads (a ``READS`` key): the training corpora must agree, being all pairs or all single
+    texts; ``inputs`` hypothesis reads text_b of pairs (the n-gram and transformer models read a single text's
+    text_a either way)."""
+    pairs = {n: is_pair(t) for n, t in tables.items()}
+    if len(set(pairs.values())) > 1:
+        one = [n for n, p in pairs.items() if not p]
+        two = [n for n, p in pairs.items() if p]
+        raise ValueError(f"training corpora {', '.join(two)} hold pairs and {', '.join(one)} single texts: their "
+                         "models would read different things; compare corpora of one kind")
+    if not any(pairs.values()):
+        return "text_a"
+    return "text_b" if inputs == "hypothesis" else "pair"
+
+
+def model_view(table: pa.Table, reads: str, where: str) -> pa.Table:
+    """The evaluation rows as the models read them: a model trained on single texts scores a pair on its text_a
+    alone (text_b dropped); a model of pairs cannot score single texts (a clear error)."""
+    if reads == "text_a" and "text_b" in table.column_names:
+        return table.drop_columns(["text_b"])
+    if reads == "pair" and not is_pair(table):
+        raise ValueError(f"evaluation set {where} holds single texts, and the models read pairs (trained on "
+                         "text_a and text_b): evaluate them on pairs (its pair preset), or train on single texts")
+    return table
+
+
+def text_keys(table: pa.Table, reads: str = "pair") -> pa.Array:
+    """Normalized text of what the model reads (``model_reads``: ``text_a \t text_b``, the hypothesis, or the
+    one text), the identity of the leak check and of the inputs that carry several gold labels: case-folded, with
+    only letters and digits kept, so that a tokenized release (``dog 's .``) and its raw text (``dog's.``) are
+    the same row."""
+    def norm(col):
+        return pc.replace_substring_regex(pc.utf8_lower(col), r"[^\w]+|_", "")
+    a = table["text_a"]
+    b = table["text_b"] if "text_b" in table.column_names else pa.nulls(table.num_rows, pa.string())
+    if reads == "text_a":
+        return norm(a)
+    if reads == "text_b":
+        return norm(pc.coalesce(b, a))
+    return pc.binary_join_element_wise(norm(a), pc.fill_null(norm(b), ""), "\t")
+
+
+def weights(table: pa.Table) -> np.ndarray | None:
+    """The rows' ``weight`` column (sample weights), if they have one."""
+    if "weight" not in table.column_names:
+        return None
+    return table["weight"].to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def read_corpora(train: dict, evals: list, source: StageInput, config: CompareConfig,
+                 split: str | None) -> Corpora:
+    """The training corpora ({name: paths}, a path may end in ``@SPLIT``, else it trains on ``split``: see
+    ``training_rows``) and the evaluation sets, read through ``source``'s mapping and options (an evaluation set
+    through its own preset where it has one) and checked: labels mapped, breakdown columns present, and no
+    evaluation row in a training corpus unless ``config.allow_overlap``."""
+    if not train or not evals:
+        raise ValueError("compare needs at least one training corpus and one evaluation set")
+    repeated = sorted({e.name for e in evals if [x.name for x in evals].count(e.name) > 1})
+    if repeated:
+        raise ValueError(f"evaluation set {repeated[0]!r} is named twice; give each a name of its own")
+    tables, rejects, other_splits = {}, {}, {}
+    for name, paths in train.items():
+        selected = [train_split(p) for p in paths]
+        splits = {s for _, s in selected}
+        if len(splits) > 1:
+            raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")
+        table, rejects[name] = load([p for p, _ in selected], source.mapping, source.opts)
+        tables[name], other_splits[name] = training_rows(name, table, splits.pop() or split)
+        if not tables[name].num_rows:
+            raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
+    train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))
+    reads = model_reads(tables, config.inputs)
+    eval_tables, eval_rejects, label_maps, eval_labels, eval_pairs = {}, {}, {}, {}, {}
+    for e in evals:
+        table, eval_rejects[e.name] = load(list(e.paths), e.mapping(source.mapping), source.opts)
+        if not table.num_rows:
+            raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
+        eval_pairs[e.name] = is_pair(table)
+        eval_tables[e.name] = model_view(table, reads, e.name)
+        eval_labels[e.name] = sorted(set(eval_tables[e.name]["label"].to_pylist()))
+        label_maps[e.name] = resolve_label_map(train_labels, eval_labels[e.name], e.full_label_map(), e.name)
+    for col in config.by:
+        for e in evals:
+            if col not in eval_tables[e.name].column_names:
+                raise ValueError(f"evaluation set {e.name} has no column {col!r} to break down by "
+                                 f"(columns: {', '.join(eval_tables[e.name].column_names)})")
+    train_keys = {n: text_keys(t, reads) for n, t in tables.items()}
+    eval_keys = {e.name: text_keys(eval_tables[e.name], reads) for e in evals}
+    leaks = {e.name: {n: int(pc.sum(pc.is_in(eval_keys[e.name], value_set=keys)).as_py() or 0)
+                      for n, keys in train_keys.items()} for e in evals}
+    overlap = [(ev, n, c) for ev, per in leaks.items() for n, c in per.items() if c]
+    if overlap and not config.allow_overlap:
+        ev, n, c = overlap[0]
+        raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
+                         f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. Train on another split "
+                         f"({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
+                         "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
+    return Corpora(config, list(train), tables, rejects, other_splits, reads, list(evals), eval_tables, eval_rejects,
+                   eval_pairs, eval_labels, label_maps, leaks, eval_keys)
+
+
+def compare(train: dict, evals: list, source: StageInput, config: CompareConfig, out: StageOutput,
+            split: str | None = None) -> tuple[dict, pa.Table]:
+    """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each seed and
+    score every ``EvalSet``: the report and every run's predictions. Each finished run is published under
+    ``out``'s ``runs/`` and reused while its fingerprint holds.
+
+    Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
+    ``config.allow_overlap`` (then the report marks those cells)."""
+    from refinery.methods.compare.slices import bias_slices
+    from refinery.methods.compare.statistics import label_collapses, reading_notes, several_labels, summarize
+
+    data = read_corpora(train, evals, source, config, split)
+    so = source.opts.storage_options
+    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so),
+                        [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
+    eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
+                   for e in evals] + [("reads", data.reads)]
+    correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
+    preds: list[pa.Table] = []
+    jobs = [(n, s) for n in data.names for s in range(config.seeds)]
+    for name, seed in progress(jobs, desc="compare", unit=" run"):
+        table = _run(data, name, seed, _fingerprint(config, train_prints[name], seed, eval_prints), out)
+        preds.append(table)
+        for e in evals:
+            part = table.filter(pc.equal(table["eval"], e.name))
+            ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
+            correct.setdefault((name, e.name), []).append(ok)
+
+    correct = {k: np.vstack(v) for k, v in correct.items()}
+    report = summarize(data, correct)
+    report["reads"] = data.reads
+    for e in evals:
+        report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
+        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(data.eval_keys[e.name],
+                                                                              data.eval_tables[e.name]["label"])
+    mapping = source.mapping
+    features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=data.reads == "text_a")
+    report["bias_slices"] = bias_slices(data, features, correct)
+    report["warnings"] = label_collapses(report)
+    report["notes"] = reading_notes(report)
+    return report, pa.concat_tables(preds)
+
+
+def _fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_prints: list) -> str:
+    """A run's identity: the model, the seed, and the training corpus and evaluation sets as
+    ``input_fingerprints`` sees them (a finished corpus by its manifest, a raw file by size and checksum)."""
+    data = {"model": config.model_key(), "seed": seed, "replicate": config.backend == "ngram" and config.seeds > 1,
+            "train": train_print, "eval": eval_prints}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _run(data: Corpora, name: str, seed: int, key: str, out: StageOutput) -> pa.Table:
+    """The predictions of corpus ``name``'s model of ``seed`` on every evaluation set: a finished run of
+    fingerprint ``key`` reused, else trained, scored and published (a finished run survives an interrupted
+    comparison)."""
+    part = f"runs/{_safe(name)}-seed{seed}"
+    table = _finished_run(out.url(part), key, out.storage_options)
+    if table is not None:
+        return table
+    model = _fit(data.config, data.tables[name], seed)
+    parts = []
+    for e in data.evals:
+        t = data.eval_tables[e.name]
+        best, prob = _predict(model, t, data.label_maps[e.name], data.eval_labels[e.name])
+        n = t.num_rows
+        parts.append(pa.table({
+            "corpus": pa.array([name] * n, pa.string()), "seed": pa.array([seed] * n, pa.int32()),
+            "eval": pa.array([e.name] * n, pa.string()), "id": t["id"], "gold": t["label"],
+            "prediction": pa.array([data.eval_labels[e.name][i] for i in best], pa.string()),
+            "probability": pa.array(prob)}))
+    table = pa.concat_tables(parts)
+    with out.files(part) as d:
+        d.write_parquet("predictions.parquet", table)
+        d.write_text("run.json", json.dumps({"fingerprint": key, "corpus": name, "seed": seed}))
+        d.commit()
+    return table
+
+
+def _fit(config: CompareConfig, table: pa.Table, seed: int):
+    """The task model fitted on ``table`` (weights as sample weights); the n-gram model, being
+    deterministic, on a bootstrap replicate of it when several seeds are asked for."""
+    if config.backend == "ngram" and config.seeds > 1:
+        table = table.take(pa.array(np.random.default_rng(seed).integers(0, table.num_rows, table.num_rows)))
+    model = config.classifier(seed)
+    w = weights(table)
+    return model.fit(table, sample_weight=w) if w is not None else model.fit(table)
+
+
+def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tuple[np.ndarray, np.ndarray]:
+    p = project(model.predict_proba(table), list(model.classes_), label_map, eval_labels)
+    best = p.argmax(axis=1)
+    return best, p[np.arange(len(best)), best]
+
+
+def _finished_run(folder: str, key: str, storage_options) -> pa.Table | None:
+    """The predictions of a finished run with fingerprint ``key`` in ``folder``, else None."""
+    import pyarrow.parquet as pq
+
+    fs, path = get_fs(folder, storage_options)
+    try:
+        with fs.open(join(path, "run.json"), "r") as fh:
+            if json.load(fh).get("fingerprint") != key:
+                return None
+        with fs.open(join(path, "predictions.parquet"), "rb") as fh:
+            return pq.read_table(fh)
+    except FileNotFoundError:
+        return None
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
