@@ -172,7 +172,7 @@ def test_incremental_update_equals_full(planted, tmp_path):
     files = Corpus.open(path).files
     import pyarrow.parquet as pq2
 
-    from refinery.io.corpus import write_table
+    from refinery.io.corpus_writer import write_table
 
     for i, f in enumerate(files):
         write_table(pq2.read_table(f), str(tmp_path / f"s{i}"))

@@ -3,6 +3,7 @@ scanner, TF-IDF as scikit-learn computes it, averaged SGD as good as L-BFGS on S
 cross-fitting that resumes from its finished folds after a kill."""
 import html
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,8 @@ from sklearn.feature_extraction.text import TfidfTransformer
 from refinery.core.features import TokenizerOptions
 from refinery.core.hashed_ngrams import ngram_counts
 from refinery.io.checkpoints import CHECKPOINTS
-from refinery.io.corpus import Corpus, load, write_table
+from refinery.io.corpus import Corpus, load
+from refinery.io.corpus_writer import write_table
 from refinery.io.schema import PRESETS
 from refinery.models.base import cross_fit_proba
 from refinery.models.ngram import NGramClassifier, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
@@ -133,3 +135,34 @@ def test_confidence_verdict_credits_a_filter_that_removes_a_shortcut_and_catches
     else:    # its counter-examples gone, sleeping rises (by ≥ 1 z*); the remedy names --tau
         assert "sleeping@hypothesis" in {c["feature"] for c in verdict["worsened"] if c["label"] == "contradiction"}
         assert "lower --tau (now 0.5)" in verdict["remedy"] and "remedy: a model is most confident" in proc.stderr
+
+
+@pytest.mark.ray
+def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(scored_dev, ray_local):
+    """Under the Ray engine a filter's ``decide`` runs in Ray's worker processes (each batch's process id recorded
+    there), and the rows kept and filtered out are the local engine's."""
+    from refinery.io.readers import ReadOptions
+    from refinery.methods.confidence import ConfidenceConfig, ConfidenceStage
+    from refinery.pipeline.output import StageOutput
+    from refinery.pipeline.stage import StageInput, set_column
+
+    class RecordingPid(ConfidenceStage):
+        def decide(self, batch):
+            self.decided_in = os.getpid()
+            return super().decide(batch)
+
+        def annotate(self, batch):
+            return set_column(super().annotate(batch), "decided_in", pa.array([self.decided_in] * batch.num_rows))
+
+    parts = {}
+    for engine in ("local", "ray"):
+        source = StageInput({"": [str(scored_dev / "dev")]}, opts=ReadOptions(batch_rows=2_000), engine=engine)
+        out = StageOutput(str(scored_dev / f"pids-{engine}"), inputs=source.paths)
+        RecordingPid(ConfidenceConfig(proba_column="drops_shortcut", tau=0.5)).run(source, out)
+        parts[engine] = {p: Corpus.open(out.url(p)).read() for p in ("kept", "rejected")}
+    decided_in = {pid for t in parts["ray"].values() for pid in t["decided_in"].to_pylist()}
+    assert decided_in and os.getpid() not in decided_in
+    assert {pid for t in parts["local"].values() for pid in t["decided_in"].to_pylist()} == {os.getpid()}
+    for part, table in parts["ray"].items():
+        assert table.drop_columns(["decided_in"]).equals(parts["local"][part].drop_columns(["decided_in"])), part
+        assert table.num_rows > 0, part

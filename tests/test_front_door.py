@@ -4,15 +4,15 @@ import json
 import re
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
+from test_extending import ShortText, ShortTextConfig
 
-from refinery.core.validation import at_least, setting, validate
-from refinery.io.corpus import write_table
+from refinery.core.validation import at_least, setting
+from refinery.io.corpus_writer import write_table
 
 ACCOUNTING = re.compile(r"rows in [\d,]+ = .*\((?:ok|MISMATCH)\)")
 
@@ -108,40 +108,14 @@ def test_mode_skip_reuses_and_error_refuses(snli_small, tmp_path):
 
 # ---------------------------------------------------------------- a stage from outside refinery
 
-@dataclass
-class ShortTextConfig:
-    min_words: int = setting(3, at_least(1), "Fewest words a hypothesis may have.")
-
-    def __post_init__(self):
-        validate(self)
-
-
-def short_text_stage():
-    """docs/extending.md's new stage, as a user would write it in their own module."""
-    from refinery.pipeline.filter import FilterStage
-
-    class ShortText(FilterStage):
-        """Drop pairs whose hypothesis is shorter than min_words words."""
-
-        name, Config = "short-text", ShortTextConfig
-        needs = ("id", "text_b", "label")
-
-        def decide(self, batch):
-            words = np.array([len((t or "").split()) for t in batch["text_b"].to_pylist()])
-            return words >= self.config.min_words, [f"{n} words < {self.config.min_words}" for n in words]
-
-    return ShortText
-
-
 def test_a_new_stage_is_a_verb_and_a_pipeline_key(snli_small, tmp_path, monkeypatch):
     from refinery.cli.base import RefineryGroup
-    from refinery.cli.main import add_stage_verbs, main
+    from refinery.cli.main import main
     from refinery.pipeline import stage
 
     monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
-    cls = stage.register(short_text_stage())
+    cls = stage.register(ShortText)   # docs/extending.md's example (tests/test_extending.py)
     group = RefineryGroup("refinery", commands={"run": main.commands["run"]})
-    add_stage_verbs(group)
     runner = CliRunner()
     verb = runner.invoke(group, ["short-text", SNLI_TEST, "--preset", "snli", "--min-words", "6",
                                  "--out", str(tmp_path / "verb")])
@@ -189,7 +163,7 @@ def test_every_verb_option_is_a_config_field():
         if not cls.verb:
             continue
         fields = {o for leaf in leaves(cls.Config) + leaves(InputSpec) for o in leaf.names}
-        command = main.commands[name]
+        command = main.get_command(None, name)
         options = {o for p in command.params for o in p.opts + p.secondary_opts if o.startswith("-")}
         assert options - common == fields, name
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import REPO, SNLI_DEV, run_cli
 
-from refinery.io.corpus import CARD, Corpus, CorpusWriter, write_table
+from refinery.io.corpus import CARD, Corpus
+from refinery.io.corpus_writer import CorpusWriter, write_table
 from refinery.io.inputs import expand_paths
 from refinery.io.schema import NLI3
 

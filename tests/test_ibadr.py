@@ -12,7 +12,8 @@ import pytest
 import yaml
 from conftest import REFINERY, REPO, run_cli
 
-from refinery.io.corpus import Corpus, write_table
+from refinery.io.corpus import Corpus
+from refinery.io.corpus_writer import write_table
 from refinery.methods import ibadr
 from refinery.models.precision import resolve_precision
 from refinery.pipeline.config import from_dict

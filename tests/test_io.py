@@ -13,11 +13,13 @@ from refinery.io.corpus import (
     META_DIR,
     AllRejected,
     Corpus,
-    CorpusWriter,
     OutputExists,
-    convert,
     is_corpus,
     load,
+)
+from refinery.io.corpus_writer import (
+    CorpusWriter,
+    convert,
 )
 from refinery.io.inputs import expand_paths
 from refinery.io.schema import PRESETS, parse_mapping

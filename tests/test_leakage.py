@@ -12,11 +12,12 @@ import pytest
 from conftest import REPO, SNLI_DEV, SNLI_TEST, run_cli
 
 from refinery.io import queries
-from refinery.io.corpus import Corpus, write_table
+from refinery.io.corpus import Corpus
+from refinery.io.corpus_writer import write_table
 from refinery.io.schema import PRESETS
 from refinery.io.synth import SynthSpec
 from refinery.io.synth import write as write_synth
-from refinery.methods import leakage, weights
+from refinery.methods import ips, leakage_features, sentence_graph
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from leakage import reference_features  # noqa: E402
@@ -31,7 +32,7 @@ def _graph_features(u, v, **config):
         "text_a": [f"s{a}" for a in u], "text_b": [f"s{b}" for b in v],
         "node_a": [str(a) for a in u], "node_b": [str(b) for b in v]}))
     con.execute("CREATE TABLE rows AS SELECT * FROM __rows")
-    return leakage.graph_features(con, leakage.GraphConfig(node_key="id", **config))
+    return sentence_graph.graph_features(con, leakage_features.GraphConfig(node_key="id", **config))
 
 
 def _random_pairs(seed, nodes=60, edges=400):
@@ -48,7 +49,7 @@ def test_multigraph_features_equal_networkx_reference(seed):
     # node numbers are dense ranks of the id strings; map the reference onto the same pairs
     ref = reference_features(ours["u"].to_numpy(), ours["v"].to_numpy())
     assert (u == v).any() and len(set(zip(u, v))) < len(u)  # self-pairs and duplicate pairs present
-    for name in leakage.ADVANCED_FEATURES:
+    for name in leakage_features.ADVANCED_FEATURES:
         np.testing.assert_allclose(ours[name].to_numpy().astype(float), ref[name], rtol=1e-9, err_msg=name)
 
 
@@ -139,9 +140,9 @@ def test_prior_search_matches_observed_proportions(labels):
     proba = np.clip(proba ** 1.5, 1e-3, 1)  # miscalibrated on purpose: the prior must absorb it
     proba /= proba.sum(1, keepdims=True)
     for clip in (None, 20.0):
-        prior = weights.fit_prior(proba, y, clip=clip)
-        w = weights.ips_weights(proba, y, prior, clip=clip)
-        np.testing.assert_allclose(weights.label_shares(w, y, labels), np.bincount(y) / len(y), atol=1e-6)
+        prior = ips.fit_prior(proba, y, clip=clip)
+        w = ips.ips_weights(proba, y, prior, clip=clip)
+        np.testing.assert_allclose(ips.label_shares(w, y, labels), np.bincount(y) / len(y), atol=1e-6)
         assert abs(w.mean() - 1) < 1e-12 and (clip is None or w.max() <= clip + 1e-9)
 
 
@@ -151,7 +152,7 @@ def test_two_label_selection_probability_is_paper_eq1():
     proba = np.column_stack([1 - p1, p1])
     prior = np.array([0.3, 0.7])
     eq1 = prior[0] * p1 / (prior[0] * p1 + prior[1] * (1 - p1))
-    np.testing.assert_allclose(weights.selection_probability(proba, prior)[:, 1], eq1)
+    np.testing.assert_allclose(ips.selection_probability(proba, prior)[:, 1], eq1)
 
 
 def test_snli_dev_test_graph_end_to_end(tmp_path):
@@ -175,11 +176,12 @@ def test_snli_dev_test_graph_end_to_end(tmp_path):
 
 def test_inductive_graphs_are_per_split():
     both = {"dev": SNLI_DEV, "test": SNLI_TEST}
-    transductive = leakage.corpus_features(both, PRESETS["snli"]).features()
-    inductive = leakage.corpus_features(both, PRESETS["snli"], config=leakage.GraphConfig(transductive=False)).features()
-    dev_alone = leakage.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]).features()
+    transductive = sentence_graph.corpus_features(both, PRESETS["snli"]).features()
+    inductive = sentence_graph.corpus_features(both, PRESETS["snli"],
+                                               config=leakage_features.GraphConfig(transductive=False)).features()
+    dev_alone = sentence_graph.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]).features()
     dev = inductive.filter(pc.equal(inductive["split"], "dev"))
-    for name in leakage.ADVANCED_FEATURES:
+    for name in leakage_features.ADVANCED_FEATURES:
         assert dev[name].equals(dev_alone[name]), name
     # sentences shared across splits raise degrees only in the transductive graph
     assert (transductive["s1_freq"].to_numpy() >= inductive["s1_freq"].to_numpy()).all()
@@ -190,12 +192,12 @@ def test_cell_forest_is_sklearns_forest_in_distribution(planted):
     closely as two seeds of scikit-learn's forest agree with each other (planted corpus, basic features)."""
     from sklearn.ensemble import RandomForestClassifier
 
-    with leakage.corpus_features({"train": str(planted / "train"), "test": str(planted / "test")}) as graph:
+    with sentence_graph.corpus_features({"train": str(planted / "train"), "test": str(planted / "test")}) as graph:
         labels = graph.labels()
-        X, y = graph.matrix(leakage.BASIC_FEATURES, ["train"]), graph.codes("label", labels, ["train"])
-        X_test, y_test = graph.matrix(leakage.BASIC_FEATURES, ["test"]), graph.codes("label", labels, ["test"])
+        X, y = graph.matrix(leakage_features.BASIC_FEATURES, ["train"]), graph.codes("label", labels, ["train"])
+        X_test, y_test = graph.matrix(leakage_features.BASIC_FEATURES, ["test"]), graph.codes("label", labels, ["test"])
     rows = [RandomForestClassifier(100, random_state=seed, n_jobs=2).fit(X, y).predict_proba(X_test) for seed in (0, 1)]
-    forest = leakage.ForestConfig(trees=100, max_samples=None).make().fit(X, y)
+    forest = leakage_features.ForestConfig(trees=100, max_samples=None).make().fit(X, y)
     cells = forest.predict_proba(X_test)
     assert len(X) == 18_000 and forest.cells_ < len(X) / 10   # the rows fall into few cells
     noise = np.abs(rows[0] - rows[1]).mean()

@@ -123,7 +123,7 @@ def test_verifier_answers_match_labels_exactly():
 
 
 def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_path):
-    from refinery.io.corpus import write_table
+    from refinery.io.corpus_writer import write_table
 
     table = snli_pair.slice(0, 3000)
     write_table(table, str(tmp_path / "in"))

@@ -13,7 +13,8 @@ import fsspec
 import pytest
 from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, RayNode, free_port, run_cli
 
-from refinery.io.corpus import MANIFEST, META_DIR, Corpus, convert, is_corpus, load
+from refinery.io.corpus import MANIFEST, META_DIR, Corpus, is_corpus, load
+from refinery.io.corpus_writer import convert
 from refinery.io.schema import PRESETS
 
 

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from refinery.io.corpus import write_table
+from refinery.io.corpus_writer import write_table
 from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, corpus_name, fields, table
 
@@ -56,7 +56,8 @@ def test_header_names_corpus_followed_through_manifests_date_machine_and_version
 
 
 def test_weight_histogram_counts_from_zero_and_labels_a_tail_of_one_row():
-    from refinery.report.figures import histogram, text_outside
+    from refinery.report.figures import histogram
+    from svg_checks import text_outside
 
     svg = histogram([0.5, 1, 2, 100, 300], [4000, 5000, 0, 1], title="rows per weight", log_x=True,
                     marks=((1.0, "mean weight 1"),))

@@ -4,7 +4,8 @@ import json
 from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 
 from refinery.io import queries
-from refinery.io.corpus import Corpus, convert
+from refinery.io.corpus import Corpus
+from refinery.io.corpus_writer import convert
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS
 

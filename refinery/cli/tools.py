@@ -19,6 +19,7 @@ from refinery.cli.options import (
     task_model_options,
 )
 from refinery.io import corpus as corpus_mod
+from refinery.io import corpus_writer
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.stage import CompareStage, CompareStageConfig, parse_named, train_split
 from refinery.pipeline.config import InputSpec, from_dict
@@ -37,7 +38,7 @@ def tools():
               help="parquet: a refinery corpus (Parquet shards; its rejects, manifest and card in .refinery/); hf: a "
                    "Hugging Face save_to_disk folder (a DatasetDict where the rows have splits), its rejects in "
                    "OUT/rejects.parquet.")
-@click.option("--shard-rows", type=int, default=corpus_mod.DEFAULT_SHARD_ROWS, show_default=True,
+@click.option("--shard-rows", type=int, default=corpus_writer.DEFAULT_SHARD_ROWS, show_default=True,
               help="Rows per Parquet shard (per Arrow file with --format hf).")
 @mode_option
 @input_options
@@ -47,10 +48,10 @@ def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
     config = {"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None}
     if fmt == "hf":
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")   # the accounting line is the progress
-        result = corpus_mod.convert_hf(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
+        result = corpus_writer.convert_hf(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
         where = "a Hugging Face " + (f"DatasetDict ({', '.join(result['splits'])})" if result["splits"] else "Dataset")
     else:
-        result = corpus_mod.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
+        result = corpus_writer.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
         where = f"{len(result['files'])} shard(s)"
     if reuse:
         click.echo(f"{out}: skipped (same inputs and config)")
@@ -96,17 +97,8 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
         queries.register_corpora(con, files, opts.storage_options)
         result = queries.run(con, query, dict(p.split("=", 1) for p in params))
     if output or fmt == "parquet":
-        import pyarrow.csv as pcsv
-        import pyarrow.parquet as pq
-
         target = output or f"{query.removesuffix('.sql')}.parquet"
-        if fmt == "parquet":
-            pq.write_table(result, target)
-        elif fmt == "csv":
-            pcsv.write_csv(queries.csv_ready(result), target)
-        else:
-            with open(target, "w") as fh:
-                json.dump(result.to_pylist(), fh, default=str, indent=1)
+        queries.save_result(result, target, fmt)
         click.echo(f"{result.num_rows:,} rows -> {target}")
     elif fmt == "json":
         click.echo(json.dumps(result.to_pylist(), default=str, indent=1))
@@ -141,8 +133,8 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
                    "and pooled premises of other labels), over the same words as --seed's train split.")
 @click.option("--shard-rows", type=int, default=1_000_000, show_default=True, help="Rows per Parquet shard.")
 @mode_option
-def synth(out, rows, seed, planted, leak, label_shares, premise_pool, signal_words, signal_rate, split, shard_rows,
-          mode):
+def synth(*, out, rows, seed, planted, leak, label_shares, premise_pool, signal_words, signal_rate, split,
+          shard_rows, mode):
     """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
     from refinery.io import synth as synth_mod
 
@@ -184,8 +176,8 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @finished_mode_option
 @precision_option
 @input_options
-def probe(train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length, save_model,
-          train_precision, mapping, opts):
+def probe(*, train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length,
+          save_model, train_precision, mapping, opts):
     """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
     from refinery.methods.probe import ProbeConfig, ProbeStage
     from refinery.pipeline.output import StageOutput

@@ -1,10 +1,8 @@
 """Canonical corpora on any fsspec filesystem: Parquet shards, and beside them, in the hidden folder
 ``.refinery/``, the rejects, the manifest and a dataset card. The folder's visible files are its shards alone,
 so ``pandas.read_parquet(folder)``, ``pyarrow.dataset`` and ``datasets.load_dataset("parquet", data_dir=folder)``
-read it as the rows.
-
-Publishing is atomic: everything is written under ``<out>.tmp-<token>`` with the manifest
-last, then renamed onto ``<out>``; a folder without a manifest is never a finished corpus.
+read it as the rows. This module reads them, and says whether a finished one can be reused
+(``--mode skip``); ``corpus_writer`` writes them.
 """
 from __future__ import annotations
 
@@ -13,8 +11,6 @@ import hashlib
 import json
 from collections import Counter
 import posixpath
-import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -22,14 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
-from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import get_fs, on_store
-from refinery.io.ownership import RUN_MARKER, read_marker, stamp_marker
-from refinery.io.publishing import AtomicDir
+from refinery.io.ownership import RUN_MARKER, read_marker
 from refinery.io.redaction import redact
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
@@ -40,8 +34,6 @@ CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
 TOP_REASONS = 3                     # the reasons an all-rejected error names
 FORMAT = "refinery.corpus/1"
-DEFAULT_SHARD_ROWS = 250_000
-ROW_GROUP_ROWS = 65_536   # the least a shard's row group holds (but the last)
 
 
 class OutputExists(FileExistsError):
@@ -237,214 +229,6 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
     return concat(rows), (pa.concat_tables(rejects) if rejects else empty_table(REJECTS_SCHEMA))
 
 
-class CorpusWriter:
-    """Write canonical shards, rejects and a manifest; publish atomically on ``commit``.
-
-    ``mode``: ``overwrite`` replaces a finished output, ``skip`` leaves it (``skipped`` is
-    then True and nothing is written), ``error`` refuses to touch it.
-    """
-
-    def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
-                 config: dict | None = None, storage_options: dict | None = None, extra: dict | None = None,
-                 inputs: Iterable[str] | None = None):
-        if mode not in ("overwrite", "skip", "error"):
-            raise ValueError(f"mode must be overwrite|skip|error, not {mode!r}")
-        self.out = out.rstrip("/")
-        self.fs, self.path = get_fs(self.out, storage_options)
-        self.mode = mode
-        self.shard_rows = shard_rows
-        self.config = config or {}
-        self.extra = extra or {}
-        self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
-        self.skipped = False
-        self.manifest: dict | None = None
-        if mode != "overwrite":
-            self.skipped = reusable(out, mode, finished_run(out, storage_options), self.inputs, self.config)
-        self._buffer: list[pa.Table] = []
-        self._buffered = 0
-        self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
-        self._rejects: list[pa.Table] = []
-        self._rejected_buffered = 0
-        self.reasons: Counter = Counter()     # the rejects per reason
-        self._files: list = []           # futures of the shards' stats, in order
-        self._reject_files: list = []
-        self._tasks: list[Future] = []   # work handed to the writer thread, not yet known to be done
-        self._labels: dict[str, int] = {}
-        self._splits: dict[str, int] = {}   # for the card: the rows of each value of a ``split`` column,
-        self._schemas: list[pa.Schema] = []   # the shards' columns
-        self._nbytes = 0                      # and the rows' size in Arrow
-        self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
-        # shards are encoded and written a row group at a time on one background thread (Arrow releases the
-        # GIL), so the next batches are read meanwhile and a shard's end costs one row group, not the shard
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
-
-    # -- writing
-    def write(self, rows: pa.Table | None = None, rejects: pa.Table | None = None) -> None:
-        if self.skipped:
-            return
-        if rows is not None and rows.num_rows:
-            self._buffer.append(rows)
-            self._buffered += rows.num_rows
-            self._nbytes += rows.nbytes
-            for lab, cnt in zip(*value_counts(rows["label"])):
-                self._labels[lab] = self._labels.get(lab, 0) + cnt
-            if "split" in rows.column_names:
-                for split, cnt in zip(*value_counts(rows["split"])):
-                    self._splits[split] = self._splits.get(split, 0) + cnt
-            self._flush_rows()
-        if rejects is not None and rejects.num_rows:
-            self.reasons.update(reject_reasons(rejects))
-            self._rejects.append(rejects)
-            self._rejected_buffered += rejects.num_rows
-            if self._rejected_buffered >= self.shard_rows:
-                self._flush_rejects()
-
-    def _flush_rows(self, final: bool = False) -> None:
-        """Buffered rows to the writer thread a row group (≥ ``ROW_GROUP_ROWS``, or all with ``final``) at a
-        time; a shard is closed at ``shard_rows`` rows."""
-        while self._buffered:
-            room = self.shard_rows - (self._shard.rows if self._shard is not None else 0)
-            if not final and self._buffered < min(ROW_GROUP_ROWS, room):
-                return
-            table = concat(self._buffer)
-            head, rest = (table.slice(0, room), table.slice(room)) if table.num_rows > room else (table, None)
-            self._buffer = [rest] if rest is not None else []
-            self._buffered = rest.num_rows if rest is not None else 0
-            if self._shard is not None:
-                fitted = self._shard.fit(head)
-                if fitted is None:
-                    self._close_shard()   # other columns than the shard's: they start a shard of their own
-                else:
-                    head = fitted
-            if self._shard is None:
-                self._shard = _ShardWriter(self._dir, f"part-{len(self._files):05d}.parquet", head.schema)
-                self._files.append(None)
-                self._schemas.append(head.schema)
-            self._shard.rows += head.num_rows
-            self._submit(self._shard.append, head)
-            if self._shard.rows >= self.shard_rows:
-                self._close_shard()
-        if final and self._shard is not None:
-            self._close_shard()
-
-    def _close_shard(self) -> None:
-        self._files[-1] = self._submit(self._shard.close)
-        self._shard = None
-
-    def _flush_rejects(self) -> None:
-        table = pa.concat_tables(self._rejects)
-        self._rejects, self._rejected_buffered = [], 0
-        if table.num_rows:
-            shard = _ShardWriter(self._dir, f"{REJECTS}-{len(self._reject_files):05d}.parquet", table.schema)
-            self._reject_files.append(self._submit(shard.write, table))
-
-    def _submit(self, fn, *args) -> Future:
-        """``fn(*args)`` on the writer thread, after at most a few tasks still waiting (their errors raised
-        here). The thread runs its tasks in order, so the oldest is the first to finish."""
-        while self._tasks and (self._tasks[0].done() or len(self._tasks) >= 4):
-            self._tasks.pop(0).result()
-        future = self._writer.submit(fn, *args)
-        self._tasks.append(future)
-        return future
-
-    # -- publishing
-    def commit(self) -> dict:
-        """Flush, write the manifest last, and move the result into place."""
-        if self.skipped:
-            with self.fs.open(manifest_path(self.fs, self.path), "r") as fh:
-                self.manifest = json.load(fh)
-            return self.manifest
-        self._flush_rows(final=True)
-        if self._rejects:
-            self._flush_rejects()
-        for task in self._tasks:
-            task.result()
-        self._files = [f.result() for f in self._files]
-        self._reject_files = [f.result() for f in self._reject_files]
-        self._writer.shutdown()
-        self.manifest = {
-            "format": FORMAT,
-            "rows": sum(f["rows"] for f in self._files),
-            "rejected": sum(f["rows"] for f in self._reject_files),
-            "labels": dict(sorted(self._labels.items())),
-            "files": [f["path"] for f in self._files],
-            "rejects": [f["path"] for f in self._reject_files],
-            "reject_reasons": dict(self.reasons.most_common()),
-            "file_stats": self._files + self._reject_files,
-            **self.extra,
-            **({"inputs": self.inputs} if self.inputs is not None else {}),
-            "command": redact(_command_line()),
-            "config": redact(self.config),
-        }
-        schema = pa.unify_schemas(self._schemas, promote_options="permissive") if self._schemas else None
-        card = dataset_card(self.manifest, schema, self._nbytes, dict(sorted(self._splits.items())))
-        self._dir.write_text(CARD, card)
-        self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
-        self._dir.commit()
-        return self.manifest
-
-    def commit_all_rejected(self, inputs) -> None:
-        """Publish this writer's rejects (it was given no row) and raise ``AllRejected`` naming their reasons and
-        where they are: the error of a run whose inputs held no good row."""
-        self.commit()
-        raise AllRejected(inputs, self.reasons, posixpath.join(self.out, f"{REJECTS}-*.parquet"))
-
-    def abort(self) -> None:
-        self._writer.shutdown(wait=False, cancel_futures=True)   # a write stuck on a dead store is not waited for
-        if self._dir is not None:
-            self._dir.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.abort()
-        return False
-
-
-class _ShardWriter:
-    """One Parquet shard, encoded a row group at a time (``append``, on the writer thread) into memory and
-    published whole at ``close``. Dictionary pages and min/max statistics only where they pay: not for ids
-    and texts, which are nearly all distinct (Arrow would build a dictionary for each and throw it away)."""
-
-    def __init__(self, directory: AtomicDir, name: str, schema: pa.Schema):
-        self.dir, self.name, self.schema = directory, name, schema
-        self.rows = 0        # rows handed to it (counted when handed, before they are written)
-        self._sink = pa.BufferOutputStream()
-        small = [c for c in schema.names if c not in ("id", "text_a", "text_b")]
-        self._writer = pq.ParquetWriter(self._sink, schema, compression="zstd", use_dictionary=small,
-                                        write_statistics=small)
-
-    def fit(self, table: pa.Table) -> pa.Table | None:
-        """``table`` in this shard's schema (types cast where the columns are the same), or None if it cannot be."""
-        if table.schema == self.schema:
-            return table
-        if table.schema.names == self.schema.names:
-            try:
-                return table.cast(self.schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                return None
-        return None
-
-    def append(self, table: pa.Table) -> None:
-        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
-
-    def close(self) -> dict:
-        self._writer.close()
-        data = self._sink.getvalue().to_pybytes()
-        folder, base = posixpath.split(self.name)
-        name = posixpath.join(folder, self.dir.versioned(base))
-        self.dir.write_bytes(name, data)
-        return {"path": name, "rows": self.rows, "sha256": hashlib.sha256(data).hexdigest()}
-
-    def write(self, table: pa.Table) -> dict:
-        """The whole shard at once."""
-        self.rows = table.num_rows
-        self.append(table)
-        return self.close()
-
-
 def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | None = None) -> dict[str, str]:
     """What ``--mode skip`` compares, per input: a finished corpus by the sha256 of its manifest (which
     holds every shard's sha256), a raw file by its size and fsspec checksum (the modification stamp
@@ -504,53 +288,3 @@ def value_counts(arr) -> tuple[list, list]:
     if isinstance(vc, pa.ChunkedArray):
         vc = vc.combine_chunks()
     return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
-
-
-def _command_line() -> str:
-    return " ".join(["refinery", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("refinery") else " ".join(sys.argv)
-
-
-def write_table(table: pa.Table, out: str, rejects: pa.Table | None = None, **kwargs) -> dict:
-    """Write one in-memory table (and the input rejects it answers for) as a finished corpus, manifest last."""
-    with CorpusWriter(out, **kwargs) as writer:
-        writer.write(table, rejects)
-        return writer.commit()
-
-
-def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(),
-            mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> dict:
-    """Read raw inputs and write the canonical corpus with its rejects and manifest; inputs without a good row
-    are an ``EmptyInput`` (their rejects published)."""
-    with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
-                      storage_options=opts.storage_options, inputs=inputs) as writer:
-        if writer.skipped:
-            return writer.commit()
-        rows = 0
-        for _, batch in iter_input_batches(inputs, mapping, opts):
-            writer.write(batch.rows, batch.rejects)
-            rows += batch.rows.num_rows
-        if not rows:
-            writer.commit_all_rejected(inputs)
-        return writer.commit()
-
-
-def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(), mode: str = "overwrite",
-               shard_rows: int | None = None, config: dict | None = None) -> dict:
-    """Read raw inputs (or corpora) into a Hugging Face ``save_to_disk`` folder (``hf.save_to_disk``: a
-    ``DatasetDict`` where the rows have splits, their rejects in ``rejects.parquet``), in memory. ``mode`` as for a
-    corpus: the run's inputs and config are kept in the folder's marker for ``skip``. Returns {"rows", "rejected",
-    "splits"}."""
-    datasets_package()   # before any input is read
-    config = {**(config or {}), "format": "hf"}
-    inputs = list(inputs)
-    prints = input_fingerprints(inputs, opts.storage_options)
-    stored = finished_run(out, opts.storage_options) if mode != "overwrite" else None
-    if reusable(out, mode, stored, prints, config):
-        return stored
-    rows, rejects = load(inputs, mapping, opts)
-    result = save_to_disk(rows, out, opts.storage_options, rejects, shard_rows)
-    if not rows.num_rows:
-        raise AllRejected(inputs, reject_reasons(rejects), posixpath.join(out, "rejects.parquet"))
-    stamp_marker(out, opts.storage_options, hf={**result, "inputs": prints,
-                                                "config": json.loads(json.dumps(redact(config), default=str))})
-    return result

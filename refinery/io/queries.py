@@ -14,7 +14,8 @@ import duckdb
 import pyarrow as pa
 
 from refinery.io import db
-from refinery.io.corpus import AllRejected, Corpus, convert, is_corpus
+from refinery.io.corpus import AllRejected, Corpus, is_corpus
+from refinery.io.corpus_writer import convert
 from refinery.io.db import load_sql, quote_literal
 from refinery.io.schema import REJECTS_SCHEMA, empty_table
 from refinery.io.splits import split_specs
@@ -121,6 +122,21 @@ def csv_ready(table: pa.Table) -> pa.Table:
                     for v in table.column(i).to_pylist()]
             table = table.set_column(i, field.name, pa.array(text, pa.string()))
     return table
+
+
+def save_result(table: pa.Table, target: str, fmt: str) -> None:
+    """Write a query's result to the file ``target`` (``refinery sql --output``): ``parquet``, ``csv`` (nested
+    columns as JSON text: ``csv_ready``), any other format as JSON, a list of rows."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        pq.write_table(table, target)
+    elif fmt == "csv":
+        pcsv.write_csv(csv_ready(table), target)
+    else:
+        with open(target, "w") as fh:
+            json.dump(table.to_pylist(), fh, default=str, indent=1)
 
 
 def split_corpora(specs, mapping, opts, workdir: str) -> dict:

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.io.corpus import CorpusWriter
+from refinery.io.corpus_writer import CorpusWriter
 
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 DEFAULT_PLANTED = {

@@ -25,13 +25,13 @@ from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, on
 from refinery.io.corpus import (
     AllRejected,
     Corpus,
-    CorpusWriter,
     EmptyInput,
     is_corpus,
     iter_input_batches,
     load,
     reject_reasons,
 )
+from refinery.io.corpus_writer import CorpusWriter
 from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping

@@ -18,8 +18,6 @@ import pyarrow as pa
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
 from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
-from refinery.io.location import join
-from refinery.io.publishing import AtomicDir
 from refinery.io.redaction import redact
 from refinery.models.generate import Backend, Sampling
 from refinery.models.stages import generate_table
@@ -104,40 +102,6 @@ def generated_rows(result: pa.Table) -> tuple[pa.Table, pa.Table]:
     return pa.Table.from_pylist(rows, schema=schema), pa.Table.from_pylist(failed, schema=fail_schema)
 
 
-def run(table: pa.Table, out: str, config: GenerationConfig = GenerationConfig(), engine: str = "local",
-        input_rejects: pa.Table | None = None, storage_options: dict | None = None) -> dict:
-    """Generate into ``out`` (the generated rows' corpus ``corpus/``, generation/failed.parquet and generation.json);
-    the input's rejects are kept in the corpus's rejects. Rows past ``config.limit`` are counted, not prompted."""
-    import pyarrow.parquet as pq
-
-    from refinery.io.corpus import write_table
-
-    unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
-    table = table.slice(0, table.num_rows - unused)
-    requests = prompts(table, config)
-    checkpoints = Checkpoints(out, "generate", {"config": redact(asdict(config)), "prompts": table_digest(requests)},
-                              storage_options)
-    resumed = len(checkpoints.done())
-    if resumed:
-        announce(f"generate: resuming after {resumed} finished shard(s) of an interrupted run "
-                 f"(checkpoints in {join(out, CHECKPOINTS)})")
-    rows, failed = generated_rows(generate_in_shards(requests, config, engine, checkpoints))
-    report = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
-              "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
-              "model": config.backend.model, "engine": engine, "sampling": asdict(config.sampling),
-              "template": config.template, "resumed_shards": resumed}
-    report["input_rejected"] = write_table(rows, join(out, Output.CORPUS.value), rejects=input_rejects, config={"generation": report},
-                                           storage_options=storage_options)["rejected"]
-    with AtomicDir(join(out, "generation"), storage_options) as d:
-        sink = pa.BufferOutputStream()
-        pq.write_table(failed, sink)
-        d.write_bytes("failed.parquet", sink.getvalue().to_pybytes())
-        d.write_text("generation.json", json.dumps(report, indent=1))
-        d.commit()
-    checkpoints.clear()
-    return report
-
-
 def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str, checkpoints: Checkpoints
                        ) -> pa.Table:
     """The generator's output for every prompt, shard by shard, each shard read from ``checkpoints`` if a
@@ -147,8 +111,8 @@ def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str
     shard = max(1, config.shard_rows // config.batch_size) * config.batch_size
 
     def generate(part: pa.Table, bar=None) -> pa.Table:
-        return generate_table(part, config.backend.name, config.backend.kwargs(), config.sampling, engine,
-                              config.batch_size, config.actors, resources, bar=bar)
+        return generate_table(part, config.backend.name, config.backend.kwargs(), config.sampling, engine=engine,
+                              batch_size=config.batch_size, actors=config.actors, resources=resources, bar=bar)
 
     if not requests.num_rows:
         return generate(requests)
@@ -181,13 +145,35 @@ class GenerateStage(Stage):
     version = 2   # 2: the corpus in corpus/ (generation/ sat inside it: pandas read its files as data)
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        """Generate into ``out``: the generated rows' corpus ``corpus/`` (the input's rejects in its rejects),
+        ``generation/`` (failed.parquet and generation.json). Rows past ``limit`` are counted, not prompted."""
         table, rejects = source.load()
-        r = run(table, out.folder, self.config, source.engine, input_rejects=rejects,
-                storage_options=source.opts.storage_options)
+        config = self.config
+        unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
+        table = table.slice(0, table.num_rows - unused)
+        requests = prompts(table, config)
+        checkpoints = out.checkpoints("generate", {"config": redact(asdict(config)),
+                                                   "prompts": table_digest(requests)})
+        resumed = len(checkpoints.done())
+        if resumed:
+            announce(f"generate: resuming after {resumed} finished shard(s) of an interrupted run "
+                     f"(checkpoints in {out.url(CHECKPOINTS)})")
+        rows, failed = generated_rows(generate_in_shards(requests, config, source.engine, checkpoints))
+        r = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
+             "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
+             "model": config.backend.model, "engine": source.engine, "sampling": asdict(config.sampling),
+             "template": config.template, "resumed_shards": resumed}
+        r["input_rejected"] = out.write_corpus(Output.CORPUS.value, rows, rejects,
+                                               settings={"generation": r})["rejected"]
+        with out.files("generation") as d:
+            d.write_parquet("failed.parquet", failed)
+            d.write_text("generation.json", json.dumps(r, indent=1))
+            d.commit()
+        checkpoints.clear()
         headline = f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed"
         return StageResult(r["inputs"] + r["beyond_limit"] + r["input_rejected"],
                            {"prompted": r["inputs"], "beyond limit": r["beyond_limit"],
                             "input rejects": r["input_rejected"]}, r, headline,
-                           (f"{headline} ({self.config.backend.name}, {source.engine})",)
+                           (f"{headline} ({config.backend.name}, {source.engine})",)
                            + ((f"resumed: {r['resumed_shards']} finished shard(s) from the interrupted run before",)
                               if r["resumed_shards"] else ()), report_file="")

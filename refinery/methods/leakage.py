@@ -1,331 +1,21 @@
 """Leakage features of the sentence graph and their predictability (Zhang et al. 2019; METHODS §4).
 
-A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB
-SQL (``sql/leakage_*.sql``) over the graph of all splits together (transductive, the paper's
-setting) or of each split apart. A random forest on these features alone, with no text, fit on
-the training split(s) and scored on the test split, measures how much the way the pairs were
-sampled gives the label away (paper Table 1, ablations as Table 2).
+A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB SQL
+(``sentence_graph``) over the graph of all splits together (transductive, the paper's setting) or of each split
+apart. A random forest on these features alone, with no text, fit on the training split(s) and scored on the test
+split, measures how much the way the pairs were sampled gives the label away (paper Table 1, ablations as Table 2).
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from refinery.core.validation import NOT_EMPTY, SEED, Allowed, at_least, one_of, setting, validate
-from refinery.io import queries
-from refinery.io.db import memory_limit
-from refinery.io.readers import ReadOptions
-from refinery.io.schema import Mapping
-from refinery.io.location import join
-from refinery.io.publishing import AtomicDir
-from refinery.models.base import label_proba
+from refinery.core.validation import NOT_EMPTY, setting, validate
+from refinery.methods.leakage_features import ForestConfig, GraphConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
-from refinery.report import figures
-from refinery.report import format as fmt
-from refinery.report.page import Report, config_table, corpus_name, figure, fields, note, table
-
-BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
-ADVANCED_FEATURES = BASIC_FEATURES + (
-    "s1s2_paths3", "s1_hop2", "s2_hop2", "s1_hop3", "s2_hop3",
-    "resource_allocation", "jaccard", "preferential_attachment", "adamic_adar",
-)
-FEATURE_SETS = {"basic": BASIC_FEATURES, "advanced": ADVANCED_FEATURES}
-GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
-                 "leakage_paths3")
-GRAPH_TABLES = ("pairs", "adj", "nodes", "pair_ends", "pair_common", "pair_paths3")   # what the queries create
-TABLES_MEMORY = "1GB"   # DuckDB's memory while the forests run: its tables go to disk, not beside the forests' arrays
-
-
-@dataclass
-class GraphConfig:
-    """How pairs become a graph.
-
-    ``node_key``: ``id`` (the node_a/node_b sentence ids, e.g. QQP qid1/qid2), ``text``
-    (normalized text) or ``auto`` (ids where the corpus has them). ``transductive``: one graph
-    over all splits (else one per split). ``multigraph``: duplicate pairs are parallel edges,
-    as in the reference code (else a simple graph).
-    """
-
-    node_key: str = setting("auto", one_of("auto", "id", "text"), "Sentence identity: ids, normalized text, or "
-                                                                  "ids where present.")
-    transductive: bool = setting(True, help="One graph over all splits (the paper's setting), else one per split.",
-                                 option="--transductive/--inductive")
-    multigraph: bool = setting(True, help="Duplicate pairs as parallel edges (the reference code), else collapsed.",
-                               option="--multigraph/--simple-graph")
-
-    def __post_init__(self):
-        validate(self)
-
-
-@dataclass
-class ForestConfig:
-    """The random forest that reads labels off leakage features (``models.forest.CellForest``: scikit-learn's
-    forest grown on distinct feature vectors weighted by their counts, the same forest in distribution).
-
-    Fully grown trees (min_samples_leaf 1, scikit-learn's default): larger leaves pull the
-    out-of-fold P̂(y|l) toward the middle, which leaves the IPS weights short of neutral.
-    """
-
-    trees: int = setting(100, at_least(1), "Trees of the random forest.")
-    min_samples_leaf: int = setting(1, at_least(1), "Least rows in a leaf.")
-    max_depth: int | None = setting(None, at_least(1).or_none(), "Deepest a tree grows (none: fully grown).")
-    max_samples: int | None = setting(1_000_000, at_least(1).or_none(),
-                                      "Rows each tree draws with replacement (none: as many as it trains on).")
-    seed: int = setting(0, SEED, "Seed of the random forest.")
-    n_jobs: int = setting(-1, Allowed(lambda v: v == -1 or at_least(1).test(v), "a positive integer or -1"),
-                          "Threads (-1: every core).")
-
-    def __post_init__(self):
-        validate(self)
-
-    def make(self):
-        from refinery.models.forest import CellForest
-
-        return CellForest(n_estimators=self.trees, min_samples_leaf=self.min_samples_leaf, max_depth=self.max_depth,
-                          max_samples=self.max_samples, random_state=self.seed, n_jobs=self.n_jobs)
-
-
-def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
-    """Table ``features`` (row_id, split, label, u, v and the leakage features; input order) of table ``rows``
-    (row_id, split, label, text_a, text_b[, node_a, node_b]), built in DuckDB, which spills past its memory
-    limit; the graph's working tables are dropped. Returns the number of sentences (graph nodes)."""
-    columns = {c[0] for c in con.execute("DESCRIBE rows").fetchall()}
-    missing_b = con.sql("SELECT count(*) FROM rows WHERE text_b IS NULL").fetchall()[0][0]
-    if missing_b:
-        raise ValueError(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs")
-    has_ids = {"node_a", "node_b"} <= columns
-    if config.node_key == "id" and not has_ids:
-        raise ValueError("node_key=id needs node_a/node_b columns (a preset such as qqp or msrp, or --map node_a=…)")
-    for col in ("node_a", "node_b"):
-        if col not in columns:
-            con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
-    params = {"use_ids": config.node_key != "text" and has_ids, "per_split": not config.transductive,
-              "simple": not config.multigraph}
-    for name in progress(GRAPH_QUERIES + ("leakage_features",), desc="leakage graph", unit=" query"):
-        if name == "leakage_features":
-            queries.create_table(con, "features", name)
-        else:
-            queries.run_script(con, name, params)
-    nodes = con.sql("SELECT count(*) FROM nodes").fetchall()[0][0]
-    for table in GRAPH_TABLES:
-        con.execute(f"DROP TABLE {table}")
-    return nodes
-
-
-def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
-    """Per-pair leakage features of table ``rows`` (see :func:`build_graph`) as one Arrow table."""
-    build_graph(con, config)
-    return con.sql("SELECT * FROM features").to_arrow_table()
-
-
-class GraphInput:
-    """The rows of the named splits and their leakage features as DuckDB tables ``rows`` and ``features`` (input
-    order, ``row_id`` the position; on disk past DuckDB's memory limit), the number of sentences, and the
-    input's rejects (carried into outputs, so no row goes missing). Columns come out as NumPy arrays or
-    Arrow batches, never as a Python object per row."""
-
-    def __init__(self, con, nodes: int, rejects: pa.Table):
-        self.con, self.nodes, self.rejects = con, nodes, rejects
-
-    def __enter__(self) -> "GraphInput":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.con.close()
-
-    @property
-    def num_rows(self) -> int:
-        return self.con.sql("SELECT count(*) FROM features").fetchall()[0][0]
-
-    @contextmanager
-    def tables_on_disk(self):
-        """DuckDB's memory limit lowered to ``TABLES_MEMORY`` meanwhile, so its tables wait on disk while NumPy
-        arrays and forests take the memory (a limit set with ``REFINERY_DUCKDB_MEMORY`` stands)."""
-        if os.environ.get("REFINERY_DUCKDB_MEMORY"):
-            yield
-            return
-        self.con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
-        try:
-            yield
-        finally:
-            self.con.execute(f"SET memory_limit = '{memory_limit()}'")
-
-    def splits(self) -> list[str]:
-        """The splits in input order."""
-        return [s for s, in self.con.sql("SELECT split FROM rows GROUP BY split ORDER BY min(row_id)").fetchall()]
-
-    def labels(self) -> list[str]:
-        return [s for s, in self.con.sql("SELECT DISTINCT label FROM features ORDER BY label").fetchall()]
-
-    @staticmethod
-    def _where(splits) -> tuple[str, dict]:
-        return ("WHERE list_contains($splits, split)", {"splits": list(splits)}) if splits is not None else ("", {})
-
-    def codes(self, column: str, values: list[str], splits=None) -> np.ndarray:
-        """Each row's position of its ``column`` value in ``values`` (rows of ``splits``, default all)."""
-        where, params = self._where(splits)
-        sql = f"SELECT (list_position($values, {queries.quote_ident(column)}) - 1)::BIGINT AS c FROM features {where}"
-        return self.con.sql(sql, params={"values": list(values), **params}).fetchnumpy()["c"]
-
-    def matrix(self, names, splits=None) -> np.ndarray:
-        """The named features as float64 columns, a row per pair (of ``splits``, default all), filled a column at
-        a time."""
-        where, params = self._where(splits)
-        X = None
-        for j, name in enumerate(names):
-            column = self.con.sql(f"SELECT {queries.quote_ident(name)}::DOUBLE AS x FROM features {where}",
-                                  params=params or None).fetchnumpy()["x"]
-            if X is None:
-                X = np.empty((len(column), len(names)))
-            X[:, j] = column
-        return X
-
-    def batches(self, sql: str, params: dict | None = None, rows: int = 1 << 17):
-        """Record batches of a query over ``rows`` and ``features`` (a full scan keeps the input order)."""
-        return self.con.sql(sql, params=params).to_arrow_reader(batch_size=rows)
-
-    def features(self) -> pa.Table:
-        """Every pair's features as one Arrow table (small corpora; large ones go by :meth:`batches`)."""
-        return self.con.sql("SELECT * FROM features").to_arrow_table()
-
-
-def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-                    config: GraphConfig = GraphConfig(), threads: int | None = None) -> GraphInput:
-    """The rows and leakage features of named inputs ``{split: path or [paths]}``, in DuckDB."""
-    con = queries.connect(threads=threads)
-    with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
-        corpora = queries.split_corpora(inputs, mapping, opts, work)
-        queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
-        rejects = queries.corpora_rejects(corpora)
-    return GraphInput(con, build_graph(con, config), rejects)
-
-
-def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
-    """(training splits, test split): the test split is the one named ``test``, else the last given."""
-    if len(splits) < 2:
-        raise ValueError("predictability needs a training and a test split (--input train=… --input test=…)")
-    test = test_split or ("test" if "test" in splits else splits[-1])
-    if test not in splits:
-        raise ValueError(f"no split named {test!r}; splits: {', '.join(splits)}")
-    return [s for s in splits if s != test], test
-
-
-def _columns(names) -> slice | list[int]:
-    """Where ``names`` sit among ADVANCED_FEATURES: a slice (a view, no copy) when they are adjacent."""
-    cols = [ADVANCED_FEATURES.index(n) for n in names]
-    return slice(cols[0], cols[-1] + 1) if cols == list(range(cols[0], cols[-1] + 1)) else cols
-
-
-def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
-                   forest: ForestConfig = ForestConfig()) -> tuple[dict, pa.Table]:
-    """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2).
-
-    Returns the report and the test split's predictions (row_id, split, label, prediction, p(label), id). Each
-    forest is kept only as long as its accuracy and importances take, the basic one for the predictions.
-    """
-    train_splits, test = split_roles(splits, test_split)
-    labels = graph.labels()
-    names = pa.array(labels, pa.string())
-    rows = dict(graph.con.sql("SELECT split, count(*) FROM features GROUP BY split").fetchall())
-    report = {"train_splits": train_splits, "test_split": test, "rows": {s: int(rows.get(s, 0)) for s in splits}}
-    runs = [("leakage_accuracy", BASIC_FEATURES), ("advanced_accuracy", ADVANCED_FEATURES)]
-    runs += [(f"without:{f}", tuple(g for g in BASIC_FEATURES if g != f)) for f in BASIC_FEATURES]
-    runs += [(f"only:{f}", (f,)) for f in BASIC_FEATURES]
-    ablations, importances = {}, {}
-    with graph.tables_on_disk():
-        X_train, y_train = graph.matrix(ADVANCED_FEATURES, train_splits), graph.codes("label", labels, train_splits)
-        X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
-        for name, features in progress(runs, desc="leakage forests", unit=" fit"):
-            cols = _columns(features)
-            model = forest.make().fit(X_train[:, cols], y_train)
-            accuracy = float((model.predict(X_test[:, cols]) == y_test).mean())
-            if name.startswith(("without:", "only:")):
-                ablations[name] = accuracy
-                continue
-            report[name] = accuracy
-            kind = "basic" if features == BASIC_FEATURES else "advanced"
-            importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
-            if kind == "basic":
-                basic = model
-        majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
-        del X_train
-        basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
-        proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
-    report.update(majority_label=labels[majority], majority_accuracy=float((y_test == majority).mean()),
-                  ablations=ablations, importances=importances)
-    keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
-    ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
-    predictions = pa.table({
-        "row_id": keys["row_id"], "split": keys["split"],
-        "label": pc.take(names, pa.array(y_test)),
-        "prediction": pc.take(names, pa.array(basic.classes_[proba.argmax(axis=1)])),
-        "p_label": pa.array(label_proba(proba, basic.classes_, y_test)),
-        "id": ids["id"],
-    })
-    return report, predictions
-
-
-DEGREE_BINS = (1, 2, 3, 4, 5, 6, 11, 21, 51)
-
-
-def degree_table(graph: GraphInput, min_cell: int = 10) -> dict:
-    """Label shares per (S1_freq, S2_freq) degree cell (paper Fig. 2): {label: matrix}, and the cell counts.
-
-    Cells with fewer than ``min_cell`` pairs are left empty (NaN) rather than shown as 0 or 1.
-    """
-    B = len(DEGREE_BINS)
-    cells = graph.con.sql(
-        "SELECT len(list_filter($bins, lambda b: b <= s1_freq)) - 1, len(list_filter($bins, lambda b: b <= s2_freq)) - 1, "
-        "label, count(*) FROM features GROUP BY ALL", params={"bins": list(DEGREE_BINS)}).fetchall()
-    hits = {label: np.zeros((B, B)) for label in sorted({c[2] for c in cells})}
-    for a, b, label, n in cells:
-        hits[label][a, b] = n
-    total = sum(hits.values())
-    shares = {str(label): np.where(total >= min_cell, hit / np.maximum(total, 1), np.nan) for label, hit in hits.items()}
-    return {"shares": shares, "counts": total.astype(np.int64)}
-
-
-def degree_heatmaps(graph: GraphInput, min_cell: int = 10) -> list[str]:
-    """Label share against the degrees of both sentences, one SVG heatmap per label (paper Fig. 2), cropped
-    to the degrees the corpus has; cells with fewer than ``min_cell`` pairs are left empty."""
-    shares = degree_table(graph, min_cell)["shares"]
-    ticks = [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(DEGREE_BINS, DEGREE_BINS[1:])]
-    ticks.append(f"{DEGREE_BINS[-1]}+")
-    return [figures.heatmap(share, ticks, ticks, title=f"share of {label}",
-                            x_label="S2_freq: pairs sentence 2 is in", y_label="S1_freq",
-                            value_label="share")
-            for label, share in shares.items()]
-
-
-def identical_pairs(graph: GraphInput, label: str) -> pa.Table:
-    """The probe corpus of paper §3: every distinct sentence paired with itself, labelled ``label``.
-
-    ``s_freq`` is the sentence's degree in the corpus graph: all three basic leakage features of
-    such a pair equal it, so a model's scores against ``s_freq`` expose reliance on leakage. A sentence's
-    text is that of its first occurrence, as sentence 1 before sentence 2.
-    """
-    return graph.con.sql("""
-        WITH ends AS (
-            SELECT f.u AS node, 0 AS side, f.row_id, r.text_a AS text, f.s1_freq AS s_freq
-            FROM features f POSITIONAL JOIN (SELECT text_a FROM rows) r
-            UNION ALL
-            SELECT f.v, 1, f.row_id, r.text_b, f.s2_freq FROM features f POSITIONAL JOIN (SELECT text_b FROM rows) r
-        ),
-        sentences AS (
-            SELECT node, first(text ORDER BY side, row_id) AS text, any_value(s_freq)::BIGINT AS s_freq
-            FROM ends GROUP BY node
-        )
-        SELECT 'identical-' || node AS id, text AS text_a, text AS text_b, $label AS label, s_freq
-        FROM sentences ORDER BY node""", params={"label": label}).to_arrow_table()
 
 
 @dataclass
@@ -339,46 +29,6 @@ class LeakageConfig:
     def __post_init__(self):
         validate(self)
 
-
-def run(inputs: dict[str, str], out: str, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-        config: LeakageConfig = LeakageConfig()) -> dict:
-    """Features, predictability and report of ``inputs`` ({split: path}; a corpus's own ``split``
-    column wins, so one corpus of several splits is scored as those splits) into ``out``.
-
-    Writes features.parquet, predictions.parquet (test split), report.json, report.html, and
-    with ``identical_label`` the identical-pair probe corpus under ``identical/``.
-    """
-    from refinery.io.corpus import write_table
-
-    with corpus_features(inputs, mapping, opts, config.graph) as graph:
-        report, predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
-        report.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
-                      inputs=inputs, nodes=graph.nodes, edges=graph.num_rows, feature_summary=_summary(graph))
-        with AtomicDir(out, opts.storage_options) as d:
-            _write_parquet(d, "features.parquet", report["edges"],
-                           graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r"))
-            _write_parquet(d, "predictions.parquet", predictions.num_rows, predictions.to_batches())
-            d.write_text("report.json", json.dumps(report, indent=1, default=str))
-            d.write_text("report.html", _html(report, degree_heatmaps(graph), opts.storage_options))
-            d.commit()
-        if config.identical_label is not None:
-            write_table(identical_pairs(graph, config.identical_label), join(out, "identical"),
-                        storage_options=opts.storage_options)
-    return report
-
-
-def _write_parquet(d: AtomicDir, name: str, rows: int, batches) -> None:
-    """Record batches into one zstd Parquet file of ``d``, streamed (a row group per batch or so)."""
-    import pyarrow.parquet as pq
-
-    with d.fs.open(d.file(name), "wb") as sink, progress(total=rows, desc=f"leakage: {name}", unit=" rows") as bar:
-        writer = None
-        for batch in batches:
-            writer = writer or pq.ParquetWriter(sink, batch.schema, compression="zstd")
-            writer.write_batch(batch)
-            bar.update(batch.num_rows)
-        if writer is not None:
-            writer.close()
 
 
 class LeakageStage(Stage):
@@ -394,8 +44,27 @@ class LeakageStage(Stage):
     one_task = True
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        r = run(source.splits if source.named else {"all": source.paths}, out.folder, source.mapping, source.opts,
-                self.config)
+        """Features, predictability and report of the input's splits (a corpus's own ``split`` column wins, so one
+        corpus of several splits is scored as those splits), published in the stage folder itself:
+        features.parquet, predictions.parquet (test split), report.json, report.html, and with ``identical_label``
+        the identical-pair probe corpus ``identical/``."""
+        from refinery.methods import leakage_report
+        from refinery.methods.sentence_graph import corpus_features, feature_summary, identical_pairs, predictability
+
+        config = self.config
+        inputs = source.splits if source.named else {"all": source.paths}
+        with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph:
+            r, predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
+            r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
+                     inputs=inputs, nodes=graph.nodes, edges=graph.num_rows, feature_summary=feature_summary(graph))
+            page = leakage_report.page(out, r, leakage_report.degree_heatmaps(graph))
+            # the features are read as they are written: no other query on the graph until they are
+            features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")
+            out.publish_report(r, page, part="", files={
+                "features.parquet": _shown("features.parquet", r["edges"], features),
+                "predictions.parquet": _shown("predictions.parquet", predictions.num_rows, predictions.to_reader())})
+            if config.identical_label is not None:
+                out.write_corpus("identical", identical_pairs(graph, config.identical_label))
         pairs = sum(r["rows"].values())
         lines = (f"{r['edges']:,} pairs, {r['nodes']:,} sentences; test split {r['test_split']!r}",
                  f"  leakage accuracy  {r['leakage_accuracy']:.4f}  (advanced {r['advanced_accuracy']:.4f})",
@@ -407,93 +76,12 @@ class LeakageStage(Stage):
                            report_file="report.html")
 
 
-def _summary(graph: GraphInput) -> dict:
-    """Mean, max and the 50th, 90th and 99th percentiles of every feature, a column at a time."""
-    out = {}
-    for name in ADVANCED_FEATURES:
-        x = graph.matrix([name])[:, 0]
-        out[name] = {"mean": round(float(x.mean()), 4), "max": float(x.max()),
-                     **{f"q{q}": float(np.quantile(x, q / 100)) for q in (50, 90, 99)}}
-    return out
+def _shown(name: str, rows: int, batches: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``batches`` read with a progress bar (``leakage: NAME``) as they are written."""
+    def counted():
+        with progress(total=rows, desc=f"leakage: {name}", unit=" rows") as bar:
+            for batch in batches:
+                bar.update(batch.num_rows)
+                yield batch
 
-
-FEATURE_MEANINGS = {
-    "s1_freq": "pairs sentence 1 is in (its degree)",
-    "s2_freq": "pairs sentence 2 is in (its degree)",
-    "s1s2_inter": "sentences paired with both (2-step paths between them)",
-    "s1s2_paths3": "3-step paths between the two sentences",
-    "s1_hop2": "sentences 2 steps from sentence 1",
-    "s2_hop2": "sentences 2 steps from sentence 2",
-    "s1_hop3": "sentences 3 steps from sentence 1",
-    "s2_hop3": "sentences 3 steps from sentence 2",
-    "resource_allocation": "Σ 1/degree over the sentences paired with both",
-    "jaccard": "sentences paired with both / paired with either",
-    "preferential_attachment": "S1_freq × S2_freq",
-    "adamic_adar": "Σ 1/log degree over the sentences paired with both",
-}
-
-
-def _points(delta) -> str:
-    """An accuracy difference in percentage points: 0.0047 → "+0.5 pts" (text passes through)."""
-    if isinstance(delta, str):
-        return delta
-    return f"{100 * delta:+.1f} pts" if round(100 * delta, 1) else "0.0 pts"
-
-
-def _share(v) -> str:
-    return v if isinstance(v, str) else fmt.percent(v)
-
-
-def _html(report: dict, heatmaps: list[str], storage_options: dict | None = None) -> str:
-    inputs = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in report["inputs"].items()}
-    corpus = corpus_name([p for paths in inputs.values() for p in paths], storage_options)
-    read = [f"{split}: {p}" for split, paths in inputs.items() for p in paths]
-    majority, rows = report["majority_accuracy"], report["rows"]
-    test = report["test_split"]
-    basic = ", ".join(BASIC_FEATURES)
-    forests = [
-        {"forest": f"majority class ({report['majority_label']}), no features", "accuracy": majority,
-         "vs majority class": "—"},
-        {"forest": f"basic leakage features ({basic})", "accuracy": report["leakage_accuracy"],
-         "vs majority class": report["leakage_accuracy"] - majority},
-        {"forest": f"advanced: the {len(ADVANCED_FEATURES)} features below", "accuracy": report["advanced_accuracy"],
-         "vs majority class": report["advanced_accuracy"] - majority},
-    ]
-    ablations = [{"forest reads": "all three basic features", "accuracy": report["leakage_accuracy"],
-                  "vs majority class": report["leakage_accuracy"] - majority}]
-    ablations += [{"forest reads": f"{'all but' if kind == 'without' else 'only'} {name}", "accuracy": acc,
-                   "vs majority class": acc - majority}
-                  for kind_name, acc in report["ablations"].items() for kind, name in [kind_name.split(":", 1)]]
-    importances = report["importances"]
-    features_table = [{"feature": name, "what it counts": FEATURE_MEANINGS.get(name, ""),
-                       "basic forest": importances["basic"].get(name, "not read"),
-                       "advanced forest": importances["advanced"].get(name, "not read")}
-                      for name in importances["advanced"]]
-    distribution = [{"feature": name, "mean": s["mean"], "median": s["q50"], "90th percentile": s["q90"],
-                     "99th percentile": s["q99"], "max": s["max"]} for name, s in report["feature_summary"].items()]
-    accuracy = {"accuracy": fmt.percent, "vs majority class": _points}
-    return (Report("Leakage: the label predicted from the sentence graph alone (Zhang et al. 2019)", corpus, read)
-            .section("Predictability of the label from the graph alone", fields({
-                "test split": f"{test} ({rows.get(test, 0):,} pairs)",
-                "training splits": ", ".join(f"{s} ({rows.get(s, 0):,} pairs)" for s in report["train_splits"]),
-                "sentences (graph nodes)": report["nodes"], "pairs (graph edges)": report["edges"],
-                "input rejects": report["rejected"]}),
-                table(forests, ["forest", "accuracy", "vs majority class"], accuracy),
-                note(f"A random forest fit on the training split(s) reads only how often each sentence recurs and how "
-                     f"the pairs connect, never the text, and predicts the label of the {test} split. Accuracy above "
-                     "the majority class means the way the pairs were sampled gives the label away."))
-            .section("Ablations (paper Table 2)", table(ablations, ["forest reads", "accuracy", "vs majority class"],
-                                                        accuracy))
-            .section("Label share by the degrees of both sentences (paper Fig. 2)",
-                     *(figure(svg) for svg in heatmaps),
-                     note("Every pair of the training and test splits, binned by how many pairs each of its sentences "
-                          "is in (rows: S1_freq, sentence 1; columns: S2_freq, sentence 2); cells with fewer than 10 "
-                          "pairs are left empty. A label whose share changes across the cells is predictable from the "
-                          "degrees alone."))
-            .section("Feature importances", table(
-                features_table, formats={"basic forest": _share, "advanced forest": _share}),
-                note("Each feature's importance: its share of its forest's impurity decrease (100% per forest); the "
-                     f"basic forest reads {basic} only."))
-            .section("Feature distribution (over all pairs)", table(distribution))
-            .section("Configuration", config_table({"graph": report["graph"], "forest": report["forest"]}))
-            .html())
+    return pa.RecordBatchReader.from_batches(batches.schema, counted())

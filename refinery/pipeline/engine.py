@@ -258,13 +258,15 @@ def _pyarrow_fs(url: str, storage_options: dict):
     return None if is_local(fs) else PyFileSystem(FSSpecHandler(fs))
 
 
-def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.Table], engine: str = "local",
-               fn_kwargs: dict | None = None, batch_rows: int = 65_536, window: int | None = None,
-               stage: str | None = None) -> Iterator[pa.Table]:
+def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "local", fn_kwargs: dict | None = None,
+               batch_rows: int = 65_536, *, window: int | None = None, stage: str | None = None,
+               resources=None) -> Iterator:
     """``fn(batch, **fn_kwargs)`` over every batch of ``source``, yielded in input order.
 
     ``local`` runs it in-process; ``ray`` runs it on workers: Parquet shards are read there by
-    Ray Data, a driver-side stream is shipped in a window of at most ``window`` tasks in flight.
+    Ray Data (``fn`` returns a table), a driver-side stream (of tables, or any picklable items; ``fn``
+    returns any picklable value) is shipped in a window of at most ``window`` tasks in flight, each asking
+    for ``resources`` (a ``stage.Resources``), ``fn_kwargs`` put in the object store once for all of them.
     ``stage`` (default: ``fn``'s name) is what a failure past the retries names.
     """
     kwargs = fn_kwargs or {}
@@ -286,22 +288,29 @@ def stream_map(source: ParquetSource | Iterable[pa.Table], fn: Callable[..., pa.
             with _quiet_remote_args_deprecation():
                 ds = ray.data.read_parquet(paths, filesystem=filesystem, ray_remote_args={"max_retries": TASK_RETRIES})
                 ds = _bounded(_ordered(ds)).map_batches(fn, fn_kwargs=kwargs, batch_format="pyarrow",
-                                                        batch_size=batch_rows, max_retries=TASK_RETRIES)
+                                                        batch_size=batch_rows, max_retries=TASK_RETRIES,
+                                                        **ray_options(resources))
             yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
             return
-        remote = ray.remote(max_retries=TASK_RETRIES)(fn)
+        remote = ray.remote(max_retries=TASK_RETRIES, **ray_options(resources))(fn)
+        shared = {name: ray.put(value) for name, value in kwargs.items()}
         in_flight: deque = deque()
         limit = window or 2 * int(ray.cluster_resources().get("CPU", 1))
         for t in source:
-            in_flight.append(remote.remote(t, **kwargs))
+            in_flight.append(remote.remote(t, **shared))
             if len(in_flight) >= limit:
                 yield ray.get(in_flight.popleft())
         while in_flight:
             yield ray.get(in_flight.popleft())
 
 
+def ray_options(resources) -> dict:
+    """What a task asks Ray for: the stage's ``resources`` (``stage.Resources.ray_options``), or Ray's defaults."""
+    return resources.ray_options() if resources is not None else {}
+
+
 def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,
-              actors: int = 1, resources=None, desc: str = "stage", bar: Progress | None = None) -> pa.Table:
+              actors: int = 1, resources=None, *, desc: str = "stage", bar: Progress | None = None) -> pa.Table:
     """A stateful stage class (a model loaded once) over ``table``: in-process, or a Ray Data actor
     pool of ``actors``, each asking for the stage's ``resources`` (cpus, gpus, memory); rows keep their order.
 
@@ -317,14 +326,14 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
                 bar.update(parts[-1].num_rows)
             return pa.concat_tables(parts) if parts else stage(table)
         ray = ray_init()
-        gpus, cpus = (resources.gpus, resources.cpus) if resources else (0, 1)
-        memory = int(resources.memory_gb * 2**30) if resources else None
+        options = {"num_cpus": 1, **ray_options(resources)}
+        gpus = options.pop("num_gpus", 0)
+        options.update(num_gpus=gpus or None, num_cpus=None if gpus else min(options["num_cpus"], actor_cpus()))
         with _faults_named(desc), _quiet_remote_args_deprecation():
             ds = _ordered(ray.data.from_arrow(table)).map_batches(
                 stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus or None,
-                num_cpus=None if gpus else min(cpus, actor_cpus()), memory=memory,
-                max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES)
+                compute=ray.data.ActorPoolStrategy(size=actors), max_restarts=TASK_RETRIES,
+                max_task_retries=TASK_RETRIES, **options)
             parts = []
             for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
                 parts.append(block)
@@ -372,7 +381,7 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
 def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", on_this_node: bool = True
                 ) -> tuple[object, int | None]:
     """``(fn(*args), the task's peak resident memory)`` with ``fn`` run as one Ray task asking for ``resources``
-    (cpus; gpus); ``on_this_node`` keeps it on the driver's node (outputs on the driver's local disk), asking
+    (cpus, gpus, memory); ``on_this_node`` keeps it on the driver's node (outputs on the driver's local disk), asking
     for no CPUs there.
 
     The task's progress bars are drawn by the driver as they advance (and recorded there); an exception
@@ -383,8 +392,7 @@ def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", 
 
     ray = ray_init()
     board = ray.remote(num_cpus=0)(_ProgressBoard).remote()
-    options = {"num_cpus": resources.cpus if resources else 1, "num_gpus": resources.gpus if resources else 0,
-               "max_retries": TASK_RETRIES}
+    options = {**ray_options(resources), "max_retries": TASK_RETRIES}
     if on_this_node:   # beside the driver, as in-process work would be: asking no CPUs, as a head may have none
         options.update(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False))

@@ -16,11 +16,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from refinery.io.checkpoints import Checkpoints
-from refinery.io.corpus import AllRejected, CorpusWriter, reject_reasons
+from refinery.io.corpus import AllRejected, reject_reasons
+from refinery.io.corpus_writer import CorpusWriter
 from refinery.io.location import join
 from refinery.io.publishing import AtomicDir, RunOutput
+from refinery.io.step_folders import StepFolders, local_root
 from refinery.report.page import Report, corpus_name
 
 REPORT = "report"   # the part holding report.json and report.html
@@ -90,13 +93,16 @@ class StageOutput:
         return Report(title, corpus_name(paths, self.storage_options), paths if read is None else list(read))
 
     def publish_report(self, report: dict, page: Report | str, files: dict | None = None, part: str = REPORT) -> str:
-        """Publish ``report.json``, ``report.html`` and ``files`` ({name: text, bytes or an Arrow table}) as the
-        folder ``part``; the HTML's URL."""
+        """Publish ``report.json``, ``report.html`` and ``files`` ({name: text, bytes, an Arrow table, or a
+        ``pa.RecordBatchReader`` streamed into one zstd Parquet file, for a table too large to hold}) as the folder
+        ``part`` (``""``: the stage folder itself); the HTML's URL."""
         with self.files(part) as d:
             d.write_text("report.json", json.dumps(report, indent=1, default=str))
             for name, content in (files or {}).items():
                 if isinstance(content, pa.Table):
                     d.write_parquet(name, content)
+                elif isinstance(content, pa.RecordBatchReader):
+                    _stream_parquet(d, name, content)
                 elif isinstance(content, str):
                     d.write_text(name, content)
                 else:
@@ -109,9 +115,23 @@ class StageOutput:
         """The finished pieces of a long ``task`` kept under the folder, reused while ``key`` is unchanged."""
         return Checkpoints(self.folder, task, key, self.storage_options)
 
+    def step_folders(self, task: str) -> StepFolders:
+        """The finished steps of a long ``task`` kept as whole folders (models saved by their libraries beside
+        tables) on the local disk: ``folder/task``, or for a folder on an object store a local cache named by its URL,
+        so a rerun on this machine continues after the last one."""
+        return StepFolders(local_root(self.folder, task, self.storage_options))
+
     def check_rows(self, rows: int, rejects: pa.Table | None = None, published: str | None = None) -> None:
         """Refuse an input that left no row to work on: ``AllRejected`` naming the inputs, the commonest reasons
         and where the rejects were published."""
         if not rows:
             reasons = reject_reasons(rejects) if rejects is not None else Counter()
             raise AllRejected(self.inputs, reasons, published)
+
+
+def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader) -> None:
+    """``batches`` into the zstd Parquet file ``name`` of ``folder``, a row group per batch."""
+    with folder.fs.open(folder.file(name), "wb") as sink, \
+            pq.ParquetWriter(sink, batches.schema, compression="zstd") as writer:
+        for batch in batches:
+            writer.write_batch(batch)
