@@ -12,8 +12,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import refinery as rf  # noqa: E402
 from refinery.io import synth  # noqa: E402
-from refinery.methods import upsample
 from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
@@ -28,7 +28,7 @@ def main():
         planted = {w: (lab, 0.03) for w, (lab, _) in synth.DEFAULT_PLANTED.items()}
         synth.write(synth.SynthSpec(rows=args.rows, seed=5, planted=planted), src)
         t = time.perf_counter()
-        report = upsample.run([src], os.path.join(work, "out"), config=upsample.UpsampleConfig(k=10))
+        report = rf.upsample(src, out=os.path.join(work, "out"), k=10).report
         wall = time.perf_counter() - t
         print(f"AUDAC on {args.rows:,} rows, k=10: {wall:.1f}s; {report['rows_before']:,} -> "
               f"{report['rows_after']:,} rows (+{report['growth']:.1%}), {report['iterations_run']} iterations")

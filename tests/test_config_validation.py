@@ -13,12 +13,13 @@ from refinery.io.corpus import Corpus
 from refinery.methods.audit import AuditConfig
 from refinery.methods.confidence import ConfidenceConfig
 from refinery.methods.generation import GenerationConfig
-from refinery.methods.ibadr import IbadrConfig
+from refinery.methods.ibadr.config import IbadrConfig
 from refinery.methods.leakage import ForestConfig, GraphConfig
-from refinery.methods.razor import RazorConfig
+from refinery.methods.razor.config import RazorConfig
 from refinery.methods.upsample import UpsampleConfig
-from refinery.methods.weights import WeightsConfig, low_ess_warning
-from refinery.methods.zfilter import ComposeConfig, ZFilterConfig
+from refinery.methods.ips import low_ess_warning
+from refinery.methods.weights import WeightsConfig
+from refinery.methods.zfilter.stage import ComposeConfig, ZFilterConfig
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.config import ConfigError, parse_pipeline
 

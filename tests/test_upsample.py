@@ -115,11 +115,9 @@ def negation_defaults(negation_corpus):
 @pytest.fixture(scope="module")
 def negation_in_band(negation_corpus):
     """upsample with a band wide enough to take in `no` and `not` (the old code copied one row 21 times)."""
-    from refinery.methods import upsample
-
     out = negation_corpus.parent / "up-wide"
-    report = upsample.run([str(negation_corpus)], str(out), config=upsample.UpsampleConfig(band_max=0.2))
-    return out, report
+    run_cli("upsample", negation_corpus, "--out", out, "--band-max", "0.2")
+    return out, json.loads((out / "report" / "report.json").read_text())
 
 
 def _label_max(stats: zstats.ZStats, p0=None) -> dict:
@@ -208,11 +206,11 @@ def test_negations_and_quantifiers_are_never_stopwords():
 
 def test_zplot_names_no_feature_below_the_prior_as_top():
     """A label whose features all fall below p0 has no top features: the plot names none of them for it."""
-    from refinery.report import figures
+    from refinery.report.figures.zplot import zplot
 
     stats = zstats.from_matrix(pa.array(["alpha", "bravo", "charlie"]), ["x", "y"],
                                np.array([[30, 0], [25, 5], [20, 10]]), np.array([0.5, 0.5]), 10)
-    svg = figures.zplot(stats, 3)
+    svg = zplot(stats, 3)
     assert all(svg.count(name) == 1 for name in ("alpha", "bravo", "charlie"))   # in x's list only
 
 
@@ -223,7 +221,7 @@ def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negat
     from refinery.core.features import FeatureConfig
     from refinery.core.verdict import judge
     from refinery.methods.audit import audit_table
-    from refinery.methods.upsample import ShortcutGuard
+    from refinery.methods.audac_guard import ShortcutGuard
 
     table = Corpus.open(str(negation_corpus)).read().select(["id", "text_a", "text_b", "label"])
     row = next(i for i, (text, label) in enumerate(zip(table["text_b"].to_pylist(), table["label"].to_pylist()))

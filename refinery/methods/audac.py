@@ -1,0 +1,371 @@
+"""AUDAC's planning core (arXiv 2401.13907, Algorithm 1; METHODS §3; the method and its safeguards: the docstring of
+``refinery.methods.upsample`` and docs/upsample.md), in DuckDB SQL over the table ``rows``: the tokens S to correct,
+their deficits D_l[s], the round robin of draws checked by the ``ShortcutGuard``, the copies that keep the label
+shares, the turns undone until the verdicts hold; and the up-sampled corpus, written through the stage's output."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.core import stats as zstats
+from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
+from refinery.core.verdict import Verdict
+from refinery.io import queries
+from refinery.methods.audac_guard import ALPHA, ShortcutGuard
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import Output
+from refinery.progress import progress
+
+
+def token_stats(con) -> pa.Table:
+    """Per token and label of the current corpus: c, n, p̂ and z* under label_set's p0."""
+    return queries.run(con, "audac_token_stats")
+
+
+
+def deficits(counts: dict, p0: dict) -> dict:
+    """D_l = p0_l · max_l′(c_l′/p0_l′) − c_l per label l (rounded up; 0 for the token's own labels)."""
+    top = max(counts.get(l, 0) / p for l, p in p0.items())
+    return {l: max(0, math.ceil(p * top - counts.get(l, 0) - 1e-6)) for l, p in p0.items()}
+
+
+def copies_needed(counts: dict, p0: dict) -> dict:
+    """Per short label: the copies each of its rows would need for p̂(l|s) to reach p0_l (inf: it has none)."""
+    return {l: (math.ceil(d / counts[l]) if counts.get(l, 0) else math.inf)
+            for l, d in deficits(counts, p0).items() if d > 0}
+
+
+def ranked_tokens(stats: pa.Table, min_count: int) -> list[dict]:
+    """Tokens with n(s) ≥ min_count by z*(s) = max_l z*(s,l), highest first (ties by token)."""
+    d = stats.to_pydict()
+    per_token: dict = {}
+    for tok, lab, c, n, z in zip(d["token"], d["label"], d["c"], d["n"], d["z"]):
+        e = per_token.setdefault(tok, {"token": tok, "n": int(n), "z": -np.inf, "label": None, "counts": {}})
+        if z > e["z"]:
+            e["z"], e["label"] = z, lab
+        e["counts"][lab] = c
+    ranked = sorted((e for e in per_token.values() if e["n"] >= min_count), key=lambda e: (-e["z"], e["token"]))
+    return [{**e, "z": round(float(e["z"]), 4)} for e in ranked]
+
+
+def token_threshold(stats: pa.Table, labels: list, min_count: int) -> float:
+    """The Bonferroni threshold of the tokens' z*: Φ⁻¹(1 − α/m), m = tokens with n ≥ min_count × labels."""
+    tested = pc.sum(pc.greater_equal(stats["n"], min_count)).as_py() or 0  # one row per token and label
+    return zstats.bonferroni_threshold(ALPHA, int(tested))
+
+
+def select_tokens(stats: pa.Table, labels: list, config, rows: int, threshold: float
+                  ) -> tuple[list, list]:
+    """(S, uncorrectable): the top-k correctable tokens by z* within the count band whose z* passes the
+    threshold; uncorrectable: those some label never co-occurs with, passed over."""
+    lo, hi = config.band(rows)
+    chosen, uncorrectable = [], []
+    for e in ranked_tokens(stats, lo):
+        if len(chosen) == config.k or e["z"] <= threshold:
+            break
+        if e["n"] <= hi:
+            entry = {k: e[k] for k in ("token", "n", "z", "label", "counts")}
+            (chosen if all(e["counts"].get(l, 0) > 0 for l in labels) else uncorrectable).append(entry)
+    return chosen, uncorrectable
+
+
+def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: float,
+             p0: dict) -> tuple[list, str | None]:
+    """(tokens, band hint): the tokens S leaves out, stopwords included: the significant ones among the top k by
+    z*, and every negation or quantifier in at least min_count rows, each with the reason and the copies per row
+    its correction would need; and the ``--band`` that would take in those outside the band whose correction fits
+    ``max_copies`` (None if none)."""
+    lo, hi = config.band(rows)
+    taken = {c["token"] for c in chosen}
+    ranked = ranked_tokens(every_token, config.min_count)
+    significant = [e for e in ranked if e["z"] > threshold]
+    shown = significant[: config.k] + [e for e in ranked if e["token"] in KEPT_WORDS and e not in
+                                       significant[: config.k]]
+    out, outside = [], []
+    for e in shown:
+        if e["token"] in taken:
+            continue
+        need = copies_needed(e["counts"], p0)
+        most = max(need.values(), default=0)
+        if e["z"] <= threshold:
+            reason = f"z* under the threshold {threshold:.2f}: not a shortcut here, nothing to correct"
+        elif config.remove_stopwords and e["token"] in STOPWORD_LIST:
+            reason = "a stopword (kept with --no-remove-stopwords)"
+        elif math.isinf(most):
+            reason = uncorrectable_reason(e["token"], [l for l, c in need.items() if math.isinf(c)])
+        elif not lo <= e["n"] <= hi:
+            reason = f"n outside the band {lo:,}–{hi:,}"
+            if most <= config.max_copies:
+                outside.append(e["n"])
+            else:
+                reason += f"; {over_cap_reason(e['token'], e['counts'], need, config.max_copies)}"
+        else:
+            reason = f"not among the top {config.k} in the band (a larger --k takes it in)"
+        out.append({"token": e["token"], "n": e["n"], "z": e["z"], "label": e["label"], "counts": e["counts"],
+                    "copies_needed": None if math.isinf(most) or e["z"] <= threshold else most, "reason": reason})
+    if not outside:
+        return out, None
+    lower = _widened(config.band_min, min(outside), rows, lower=True)
+    return out, f"{lower},{_widened(config.band_max, max(outside), rows, lower=False)}"
+
+
+IBADR = "consider generation (refinery ibadr) for counter-examples"
+
+
+def uncorrectable_reason(token: str, labels: list) -> str:
+    return f"no {' or '.join(labels)} row contains `{token}`: copies cannot correct it; {IBADR}"
+
+
+def over_cap_reason(token: str, counts: dict, need: dict, cap: int) -> str:
+    """'3 entailment rows contain `no`; correcting it would copy each 40 times (--max-copies 3)'."""
+    short = [l for l, c in need.items() if c > cap]
+    parts = [f"{counts.get(l, 0):,} {l} {'row contains' if counts.get(l, 0) == 1 else 'rows contain'} `{token}`"
+             for l in short]
+    most = max(need[l] for l in short)
+    return (f"{' and '.join(parts)}; correcting it would copy each {most:,} times (--max-copies {cap}); {IBADR}")
+
+
+def _widened(bound: float, n: int, rows: int, lower: bool) -> str:
+    """``bound`` moved out to reach n(s) = n, in its own unit: a count (> 1), or a fraction of the rows (4 decimals)."""
+    reach = n if bound > 1 else (math.floor if lower else math.ceil)(n / rows * 1e4) / 1e4
+    return f"{(min if lower else max)(bound, reach):g}"
+
+
+
+@dataclass
+class Plan:
+    """What AUDAC decided for a corpus: the tokens it corrects and the copies it adds, with what the report shows."""
+
+    labels: list
+    totals: dict                 # rows per label in the input
+    prior: zstats.Prior          # the rule that gave p0
+    p0: dict                     # {label: p0_l}, each token's target p(l|s)
+    threshold: float             # the Bonferroni threshold of the tokens' z*
+    every_token: pa.Table        # token_stats of the input, stopwords included
+    before: pa.Table             # token_stats of the input, as corrected (stopwords removed unless kept)
+    after: pa.Table              # token_stats of the output
+    chosen: list                 # S: the tokens corrected
+    uncorrectable: list          # tokens some label never co-occurs with, passed over
+    trace: list                  # each turn: iteration, token, deficit, copies per label, refused, undone
+    added: list                  # (draw id, iteration, token, row_id) of each copy, in draw order
+    refused: dict                # {row refused: the feature its copy would have raised}
+    undone: int                  # turns undone until the verdicts held
+    supply: list                 # per token and short label: rows left to copy, refused (audac_supply)
+    copies: dict                 # copies added per label
+    verdict: Verdict             # the output's audit against the input's, under the output's own prior rule
+    verdict_input_p0: Verdict    # and under the input's p0
+
+    @property
+    def rows(self) -> int:
+        return sum(self.totals.values())
+
+
+def plan(con, config, features: FeatureConfig) -> Plan:
+    """AUDAC over the table ``rows`` of ``con`` (row_id, label, text_a[, text_b]) under ``config`` (the stage's
+    ``UpsampleConfig``); ``features``: the audit's features the guard and the verdicts count. Leaves the table
+    ``extra`` (row_id, copies) of the copies to add."""
+    labels = [r[0] for r in con.execute("SELECT DISTINCT label FROM rows ORDER BY label").fetchall()]
+    totals = dict(con.execute("SELECT label, count(*) FROM rows GROUP BY label").fetchall())
+    prior = zstats.choose_prior(config.prior, totals)
+    p0 = zstats.prior_vector(labels, totals, config.prior)
+    con.register("__labels", pa.table({"label": labels, "p0": p0}))
+    con.execute("CREATE OR REPLACE TABLE label_set AS SELECT * FROM __labels ORDER BY label")
+    con.execute("CREATE OR REPLACE TABLE extra (row_id BIGINT, extra BIGINT)")
+    con.execute("CREATE OR REPLACE TABLE blocked (row_id BIGINT)")
+    n_rows = sum(totals.values())
+    target = dict(zip(labels, (round(float(x), 6) for x in p0)))
+    queries.run_script(con, "audac_token_rows")  # every token, for left_out
+    every_token = token_stats(con)
+    before = every_token
+    if config.remove_stopwords:
+        con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
+        con.execute("DELETE FROM token_rows WHERE token IN (SELECT word FROM __stopwords)")
+        before = every_token.filter(pc.invert(pc.is_in(every_token["token"], value_set=pa.array(STOPWORD_LIST))))
+    threshold = token_threshold(before, labels, config.min_count)
+    chosen, uncorrectable = select_tokens(before, labels, config, n_rows, threshold)
+    con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
+    con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
+    # B[s] for the selected tokens only, with each row's label: the draws touch these rows, not the whole corpus
+    con.execute("CREATE OR REPLACE TABLE selected_rows AS SELECT t.row_id, t.token, r.label "
+                "FROM token_rows t JOIN selected USING (token) JOIN rows r USING (row_id) ORDER BY token, row_id")
+    candidates = np.array([r[0] for r in con.execute("SELECT DISTINCT row_id FROM selected_rows ORDER BY row_id")
+                           .fetchall()], dtype=np.int64)
+    table = con.sql("SELECT text_a, " + ("text_b, " if _has(con, "text_b") else "") +
+                    "label FROM rows ORDER BY row_id").to_arrow_table()
+    pool = _padding_pool(con, config) if prior.name == "empirical" else {}
+    guard = ShortcutGuard(table, np.union1d(candidates, [r for rows in pool.values() for r in rows]).astype(np.int64),
+                          labels, features, config.prior)
+
+    trace, turns, refused = _rounds(con, config, chosen, labels, guard)
+    undone = _undo_until_nothing_worse(guard, turns, trace, lambda: _pad(guard, pool, turns, trace, labels))
+    added = [(draw_id, it, tok, r) for draw_id, (it, tok, r) in enumerate(
+        (trace[j]["iteration"], trace[j]["token"], r) for j, rows in turns for r in rows)]
+    _set_extra(con, [a[3] for a in added])
+    verdict, verdict_input_p0 = guard.verdicts(_REMEDY.format(cap=config.max_copies))
+    return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, every_token=every_token,
+                before=before, after=token_stats(con), chosen=chosen, uncorrectable=uncorrectable, trace=trace,
+                added=added, refused=refused, undone=undone,
+                supply=queries.run(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
+                copies=dict(zip(labels, guard.copies.tolist())), verdict=verdict, verdict_input_p0=verdict_input_p0)
+
+
+_REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (refinery ibadr) or filtering "
+           "(refinery zfilter) instead")
+
+
+def _has(con, column: str) -> bool:
+    return column in [c[0] for c in con.execute("DESCRIBE rows").fetchall()]
+
+
+def _rounds(con, config, chosen: list, labels: list, guard: ShortcutGuard):
+    """The round robin: (trace, [(trace index, rows copied)], {refused row: feature})."""
+    trace, turns, refused = [], [], {}
+    active = {c["token"] for c in chosen}
+    n_of = {c["token"]: c["n"] for c in chosen}
+    with progress(total=config.iterations, desc="audac", unit=" iter") as bar:
+        for it in range(1, config.iterations + 1):
+            short = {}
+            for r in queries.run(con, "audac_deficits").to_pylist():
+                short[r["token"]] = short.get(r["token"], 0) + r["deficit"]
+            active = {t for t in active if short.get(t, 0) > config.tolerance * n_of[t]}
+            if not active:
+                break
+            for c in chosen:
+                tok = c["token"]
+                if tok not in active:
+                    continue
+                drawn = queries.run(con, "audac_draw", {"token": tok, "step": config.step, "seed": config.seed,
+                                                        "round": it, "max_copies": config.max_copies}).to_pylist()
+                if not drawn:   # its short labels' rows have run out (the copy cap, or refused)
+                    active.discard(tok)
+                    continue
+                deficit = sum(r["deficit"] for r in queries.run(con, "audac_deficits").to_pylist()
+                              if r["token"] == tok)
+                rows, no = guard.admit([r["row_id"] for r in drawn])
+                refused.update(no)
+                if no:
+                    con.register("__refused", pa.table({"row_id": pa.array(list(no), pa.int64())}))
+                    con.execute("INSERT INTO blocked SELECT row_id FROM __refused")
+                if rows:
+                    con.register("__drawn", pa.table({"row_id": pa.array(rows, pa.int64())}))
+                    con.execute("""
+                        CREATE OR REPLACE TABLE extra AS
+                        SELECT row_id, sum(extra)::BIGINT AS extra
+                        FROM (SELECT row_id, extra FROM extra UNION ALL SELECT row_id, 1 FROM __drawn)
+                        GROUP BY row_id""")
+                label_of = {r["row_id"]: r["label"] for r in drawn}
+                per_label = {l: 0 for l in labels}
+                for r in rows:
+                    per_label[label_of[r]] += 1
+                trace.append({"iteration": it, "token": tok, "deficit_before": int(deficit),
+                              **{f"drawn:{l}": per_label[l] for l in labels}, "drawn": len(rows),
+                              "refused": len(no), "undone": False})
+                turns.append((len(trace) - 1, rows))
+            bar.update(1)
+    return trace, turns, refused
+
+
+PAD_POOL = 2000   # rows per label that may be copied to keep the label shares (empirical prior)
+
+
+def _padding_pool(con, config) -> dict:
+    """{label: rows}: up to PAD_POOL rows of each label without a selected token, in a seeded order."""
+    pool: dict = {}
+    for row_id, label in con.execute(
+            "SELECT row_id, label FROM rows WHERE row_id NOT IN (SELECT row_id FROM selected_rows) "
+            "QUALIFY row_number() OVER (PARTITION BY label ORDER BY hash($seed, row_id), row_id) <= $pool "
+            "ORDER BY label, hash($seed, row_id), row_id", {"seed": config.seed, "pool": PAD_POOL}).fetchall():
+        pool.setdefault(label, []).append(row_id)
+    return pool
+
+
+def _pad(guard: ShortcutGuard, pool: dict, turns: list, trace: list, labels: list) -> None:
+    """Under the empirical prior, copies of rows without a selected token (``pool``) that raise no significant
+    feature bring the label shares back to the input's: otherwise the copies would move the output's p0, and with
+    it every feature's z*. One turn (token None) at the end, replaced whenever the turns before it change."""
+    if turns and trace[turns[-1][0]]["token"] is None:
+        j, rows = turns.pop()
+        guard.remove(rows)
+        trace.pop(j)
+    if not pool:
+        return
+    counts = guard.totals + guard.copies
+    top = max(c / p for c, p in zip(counts, guard.p0))
+    need = {l: max(0, round(p * top - c)) for l, c, p in zip(labels, counts, guard.p0)}
+    rows = []
+    for label, wanted in need.items():
+        for r in pool.get(label, []):
+            if wanted <= 0:
+                break
+            admitted, _ = guard.admit([r], strict=True)
+            rows += admitted
+            wanted -= len(admitted)
+    if rows:
+        label_of = dict(zip(labels, range(len(labels))))
+        per_label = {l: sum(1 for r in rows if guard.label_of[r] == label_of[l]) for l in labels}
+        trace.append({"iteration": max((t["iteration"] for t in trace), default=0), "token": None,
+                      "deficit_before": int(sum(need.values())), **{f"drawn:{l}": per_label[l] for l in labels},
+                      "drawn": len(rows), "refused": 0, "undone": False})
+        turns.append((len(trace) - 1, rows))
+
+
+def _undo_until_nothing_worse(guard: ShortcutGuard, turns: list, trace: list, pad) -> int:
+    """Pad the label shares (``pad``), then undo turns, last first, until the verdicts hold (the output's audit
+    under its own prior rule and under the input's p0); the number undone. The guard keeps each copy within
+    bounds under the input's p0; padding keeps the output's p0 near it, and this makes sure."""
+    undone = 0
+    pad()
+    while not all(v.ok for v in guard.verdicts()):
+        token_turns = [t for t in turns if trace[t[0]]["token"] is not None]
+        if not token_turns:
+            break
+        pad_turn = turns.pop() if trace[turns[-1][0]]["token"] is None else None
+        if pad_turn:
+            guard.remove(pad_turn[1])
+            trace.pop(pad_turn[0])
+        j, rows = turns.pop()
+        guard.remove(rows)
+        trace[j] = {**trace[j], "undone": True}
+        undone += 1
+        pad()
+    return undone
+
+
+def _set_extra(con, rows: list) -> None:
+    con.register("__copies", pa.table({"row_id": pa.array(rows, pa.int64())}))
+    con.execute("CREATE OR REPLACE TABLE extra AS SELECT row_id, count(*)::BIGINT AS extra FROM __copies "
+                "GROUP BY row_id")
+
+
+def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> dict:
+    """The up-sampled corpus as ``out``'s ``corpus/``: the input's rows (``source`` original), then the copies
+    ``added`` in draw order (``source`` upsampled, id ``<origin>#up<draw>``, their origin, iteration and token), and
+    the input's rejects; its manifest."""
+    con.register("__added", pa.table({"draw_id": pa.array([a[0] for a in added], pa.int64()),
+                                      "iteration": pa.array([a[1] for a in added], pa.int64()),
+                                      "token": pa.array([a[2] for a in added], pa.string()),
+                                      "row_id": pa.array([a[3] for a in added], pa.int64())}))
+    # an input that was up-sampled before keeps its rows' provenance; a copy's origin is the original row
+    present = [c for c in ("source", "origin_id", "upsample_iteration", "upsample_token") if _has(con, c)]
+    star = f"* EXCLUDE ({', '.join(['row_id', *present])})"
+    original_source = "coalesce(source, 'original')" if "source" in present else "'original'"
+    original_origin = "origin_id" if "origin_id" in present else "NULL::VARCHAR"
+    copy_origin = "coalesce(r.origin_id, r.id)" if "origin_id" in present else "r.id"
+    earlier_draws = "".join(f", {c}" for c in ("upsample_iteration", "upsample_token") if c in present)
+    originals = con.sql(f"SELECT {star}, {original_source} AS source, {original_origin} AS origin_id"
+                        f"{earlier_draws} FROM rows ORDER BY row_id")
+    upsampled = con.sql(f"SELECT {star.replace('*', 'r.*', 1)} REPLACE (r.id || '#up' || a.draw_id AS id), "
+                        f"'upsampled' AS source, {copy_origin} AS origin_id, a.iteration AS upsample_iteration, "
+                        "a.token AS upsample_token FROM __added a JOIN rows r USING (row_id) ORDER BY a.draw_id")
+    with out.corpus(Output.CORPUS.value) as writer:
+        for rel in (originals, upsampled):
+            reader = rel.to_arrow_reader(batch_size=100_000) if hasattr(rel, "to_arrow_reader") else \
+                rel.fetch_record_batch(100_000)
+            for rb in reader:
+                writer.write(pa.Table.from_batches([rb]))
+        writer.write(rejects=rejects)  # the input's rejects stay accounted for
+        return writer.commit()

@@ -1,0 +1,213 @@
+"""AUDAC's report (docs/upsample.md): report.json's figures of a ``Plan`` (the corrected tokens' p̂ and z* before
+and after, what was left out or not fully corrected and why, the verdicts) and its HTML page."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.core import stats as zstats
+from refinery.methods.audac import (IBADR, Plan, copies_needed, deficits, left_out, over_cap_reason, ranked_tokens,
+                                    uncorrectable_reason)
+from refinery.methods.audac_guard import ALPHA
+from refinery.pipeline.output import StageOutput
+from refinery.report.figures.zplot import zplot
+from refinery.report import format as fmt
+from refinery.report import verdict as verdict_page
+from refinery.report.page import Report, config_table, fields, figure, note, table
+
+SHOWN = 20   # uncorrectable tokens listed in the HTML report (report.json has them all)
+
+
+def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
+    """report.json of ``plan`` under ``config`` (the stage's ``UpsampleConfig``), which read ``inputs`` and left
+    ``rejected`` input rows aside."""
+    labels, n_rows, n_added = plan.labels, plan.rows, len(plan.added)
+    tokens = [c["token"] for c in plan.chosen]
+    pb, pa_ = _p_hat(plan.before, tokens, labels), _p_hat(plan.after, tokens, labels)
+    after = plan.after
+    report = {
+        "rows_before": n_rows, "rows_added": n_added, "rows_after": n_rows + n_added,
+        "growth": round(n_added / max(n_rows, 1), 4),
+        "tokens": tokens,
+        "p_hat_before": pb, "p_hat_after": pa_,
+        "max_p_after": {t: max(pa_[t].values()) for t in tokens},
+        "z_after": {e["token"]: e["z"] for e in ranked_tokens(
+            after.filter(pc.is_in(after["token"], value_set=pa.array(tokens, pa.string()))), 0)},
+        "uncorrectable": [{**u, "reason": uncorrectable_reason(u["token"], [l for l in labels if not u["counts"].get(l)])}
+                          for u in plan.uncorrectable],
+        "selected": plan.chosen,
+        "iterations_run": max((t["iteration"] for t in plan.trace), default=0),
+        "config": asdict(config), "inputs": inputs,
+        "prior": str(plan.prior), "p0": plan.p0, "token_threshold": round(plan.threshold, 4),
+        "band": list(config.band(n_rows)), "rejected": rejected,
+        "labels_before": {l: int(plan.totals.get(l, 0)) for l in labels},
+        "labels_after": {l: int(plan.totals.get(l, 0) + plan.copies[l]) for l in labels},
+        "most_copies_of_a_row": most_copies(plan.added),
+        "refused": {"rows": len(plan.refused), "features": tally(plan.refused.values())},
+        "undone_turns": plan.undone,
+        "not_corrected": not_corrected(plan.chosen, pa_, plan.supply, config, plan.p0, plan.refused, after, labels),
+    }
+    report["left_out"], report["band_hint"] = left_out(plan.every_token, plan.chosen, config, n_rows, plan.threshold,
+                                                       plan.p0)
+    report["verdict"], report["verdict_input_p0"] = plan.verdict.to_dict(), plan.verdict_input_p0.to_dict()
+    return report
+
+
+def _p_hat(stats: pa.Table, tokens: list, labels: list) -> dict:
+    d = stats.filter(pc.is_in(stats["token"], value_set=pa.array(tokens, pa.string()))).to_pylist()
+    out = {t: {l: 0.0 for l in labels} for t in tokens}
+    for r in d:
+        out[r["token"]][r["label"]] = round(r["p_hat"], 4)
+    return out
+
+
+def trace_table(trace: list) -> pa.Table:
+    """trace.parquet: a row per turn of the round robin (an empty table of iterations if none was run)."""
+    return pa.Table.from_pylist(trace) if trace else pa.table({"iteration": pa.array([], pa.int64())})
+
+
+def page(out: StageOutput, report: dict, plan: Plan, config) -> Report:
+    """The HTML report of an up-sampling (``report``, ``plan`` under ``config``), on ``out``'s report page."""
+    trace, labels, before, after, verdict = plan.trace, plan.labels, plan.before, plan.after, plan.verdict
+    page = out.report_page("AUDAC up-sampling: rows of biased tokens copied until their labels even out "
+                           "(arXiv 2401.13907)")
+    corpus = page.corpus
+    lo, hi = report["band"]
+    p0 = report["p0"]
+    selected = {c["token"]: c for c in report["selected"]}
+    pb, pa_ = report["p_hat_before"], report["p_hat_after"]
+    change = lambda pair: f"{fmt.number(pair[0])} → {fmt.number(pair[1])}"  # noqa: E731
+    p_rows = [{"token": t, "rows with it": selected[t]["n"], "z* before": selected[t]["z"],
+               "z* after": report["z_after"][t],
+               **{l: (pb[t][l], pa_[t][l]) for l in labels},
+               "largest p̂": (max(pb[t].values()), report["max_p_after"][t])} for t in report["tokens"]]
+    p_rows.append({"token": "target p0", **{l: fmt.number(p0[l]) for l in labels}})
+    short = [{"token": e["token"], "label": e["label"], "p̂(label)": (e["p_hat_before"], e["p_hat_after"]),
+             "p0": e["p0"], "why": e["reason"]} for e in report["not_corrected"]]
+    uncorrectable = [{"token": u["token"], "rows with it": u["n"], "z*": u["z"],
+                      **{f"rows labelled {l}": u["counts"].get(l, 0) for l in labels}} for u in report["uncorrectable"]]
+    left = [{"token": e["token"], "label": e["label"], "z*": e["z"], "rows with it": e["n"],
+             "copies per row it needs": e["copies_needed"], "why left out": e["reason"]} for e in report["left_out"]]
+    iterations = sorted({t["iteration"] for t in trace})
+    drawn = {}
+    for t in trace:
+        if not t["undone"]:
+            drawn.setdefault(t["token"], {"token": t["token"]})[str(t["iteration"])] = t["drawn"]
+    for row in drawn.values():
+        row["total"] = sum(row.get(str(i), 0) for i in iterations)
+    p0_vector = np.array([p0[l] for l in labels])
+    plot = lambda stats, what: zplot(_as_zstats(stats, labels, p0_vector, config.min_count), 6,  # noqa: E731
+                                             f"{corpus}: tokens {what}" if corpus else f"tokens {what}")
+    refused = report["refused"]
+    return (page
+            .section(verdict_page.HEADING, verdict_page.section(verdict),
+                     note("The audit of the output (unigrams and bigrams per field, as `refinery audit`) against "
+                          "the audit of the input. Up-sampling promises to make nothing worse: copies that would "
+                          "take a feature over the threshold or strengthen a shortcut are refused."))
+            .section("Rows", fields({
+                "rows before": report["rows_before"], "up-sampled copies added": report["rows_added"],
+                "growth": report["growth"], "rows after": report["rows_after"], "input rejects": report["rejected"],
+                "prior p0": report["prior"],
+                f"tokens corrected (k = {config.k:,})": len(report["tokens"]),
+                f"iterations run (at most {config.iterations:,})": report["iterations_run"],
+                f"most copies of one row (at most {config.max_copies:,})": report["most_copies_of_a_row"],
+                "rows refused (a copy would strengthen a shortcut)": refused["rows"],
+                "turns undone": report["undone_turns"],
+                "count band": f"tokens in {lo:,} to {hi:,} rows"}, {"growth": fmt.percent}))
+            .section("Label shares, before → after", table(
+                [{"label": l, "rows before": report["labels_before"][l], "rows after": report["labels_after"][l],
+                  "share before": report["labels_before"][l] / max(report["rows_before"], 1),
+                  "share after": report["labels_after"][l] / max(report["rows_after"], 1), "target p0": p0[l]}
+                 for l in labels], formats={"share before": fmt.percent, "share after": fmt.percent,
+                                            "target p0": fmt.number}))
+            .section("p̂(label | token) of the corrected tokens, before → after", table(
+                p_rows, formats={"z* before": fmt.z, "z* after": fmt.z, **{l: _pair_or_text(change) for l in labels},
+                                 "largest p̂": _pair_or_text(change)}),
+                note(f"The share of each label among the rows with the token, before up-sampling → after. Copies "
+                     f"of those rows are drawn until every label's share nears its prior p0 ({report['prior']}), "
+                     f"for {config.iterations:,} iterations at most."))
+            .section("Tokens not fully corrected",
+                     table(short, formats={"p̂(label)": change, "p0": fmt.number}),
+                     note(f"A row is copied at most {config.max_copies:,} times (--max-copies): a token whose short "
+                          "labels have too few rows is corrected as far as they go."))
+            .section("Token z-statistics before", figure(plot(before, "before")))
+            .section("Token z-statistics after", figure(plot(after, "after"), (
+                "The same statistics after up-sampling: the corrected tokens (the table above) fall towards the "
+                "prior; tokens left out or uncorrectable stay where they were.")))
+            .section("Uncorrectable tokens", table(uncorrectable[:SHOWN], formats={"z*": fmt.z}),
+                     note("A label never occurs with these tokens: copying rows cannot even their labels out, so "
+                          f"the next token was taken; {IBADR}."
+                          + (f" The first {SHOWN} of {len(uncorrectable):,}; report.json lists them all."
+                             if len(uncorrectable) > SHOWN else "")))
+            .section("Tokens left out: the significant ones, and every negation and quantifier",
+                     table(left, formats={"z*": fmt.z}),
+                     note(f"Tokens whose z* passes the threshold {fmt.z(report['token_threshold'])} are taken from "
+                          f"the band of {lo:,} to {hi:,} rows"
+                          + (f"; --band-min {report['band_hint'].split(',')[0]} --band-max "
+                             f"{report['band_hint'].split(',')[1]} would take in those outside it that copies can "
+                             "correct." if report["band_hint"] else ".")))
+            .section("Copies drawn per token and iteration", table(
+                list(drawn.values()), ["token", *map(str, iterations), "total"]),
+                note("trace.parquet holds each turn's deficit, the copies of each label, the rows refused and the "
+                     "turns undone."))
+            .section("Configuration", config_table(report["config"])))
+
+
+def _as_zstats(table: pa.Table, labels: list, p0: np.ndarray, min_count: int) -> zstats.ZStats:
+    counts = table.select(["token", "label", "c"]).rename_columns(["feature", "label", "count"])
+    features, matrix, n = zstats.long_to_matrix(counts, labels)
+    return zstats.from_matrix(features, labels, matrix, p0, min_count, ALPHA, n=n)
+
+
+def _pair_or_text(change):
+    return lambda v: v if isinstance(v, str) else change(v)
+
+
+def most_copies(added: list) -> int:
+    counts: dict = {}
+    for a in added:
+        counts[a[3]] = counts.get(a[3], 0) + 1
+    return max(counts.values(), default=0)
+
+
+def tally(values) -> dict:
+    """{value: how often}, most frequent first (at most 10)."""
+    counts: dict = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10])
+
+
+def not_corrected(chosen: list, p_after: dict, supply: list, config, p0: dict, refused: dict,
+                  after: pa.Table, labels: list) -> list:
+    """The selected tokens whose labels did not reach p0 (D[s] > tolerance · n(s)), and why."""
+    counts_after = {}
+    for r in after.filter(pc.is_in(after["token"], value_set=pa.array([c["token"] for c in chosen], pa.string()))
+                          ).to_pylist():
+        counts_after.setdefault(r["token"], {})[r["label"]] = r["c"]
+    by = {(s["token"], s["label"]): s for s in supply}
+    out = []
+    for c in chosen:
+        tok = c["token"]
+        now = counts_after.get(tok, {})
+        left = deficits(now, p0)
+        if sum(left.values()) <= config.tolerance * c["n"]:
+            continue
+        need = copies_needed(c["counts"], p0)
+        reasons = []
+        if any(v > config.max_copies for v in need.values()):
+            reasons.append(over_cap_reason(tok, c["counts"], need, config.max_copies))
+        blocked = {l: by.get((tok, l), {}).get("refused", 0) for l in need}
+        if any(blocked.values()):
+            reasons.append(", ".join(f"{b:,} {l} rows" for l, b in blocked.items() if b)
+                           + " not copied: a copy would have strengthened a shortcut")
+        if not reasons:
+            reasons.append(f"stopped after {config.iterations} iterations (more with --iterations)")
+        out.append({"token": tok, "label": c["label"], "p_hat_before": c["counts"][c["label"]] / c["n"],
+                    "p_hat_after": p_after[tok][c["label"]], "p0": p0[c["label"]],
+                    "deficit_after": {l: d for l, d in left.items() if d}, "copies_needed": need,
+                    "reason": "; ".join(reasons)})
+    return out

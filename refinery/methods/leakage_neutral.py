@@ -1,0 +1,143 @@
+"""The leakage-neutral weights of a corpus (Zhang et al. 2019, Algorithm 1; the method: the ``weights`` stage's
+module docstring): P̂(y | l) cross-predicted by forests over its sentence graph's leakage features, the weights, and
+the corpus written back with a ``weight`` column while its words are counted plain and weighted for the verdict."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.core.features import FeatureConfig
+from refinery.core.folds import fold_of
+from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, judge_weightings
+from refinery.methods.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
+                                  label_shares, low_ess_warning, weight_histogram, weighted_accuracy)
+from refinery.methods.leakage_features import FEATURE_SETS, ForestConfig
+from refinery.methods.sentence_graph import GraphInput, corpus_features
+from refinery.methods.weights_report import page
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import Output, StageInput
+from refinery.progress import progress
+
+UNNAMED = ""   # the split name of an input given without names: no split is written for it
+
+
+def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig) -> tuple[dict, list]:
+    """Write ``source`` back as ``out``'s ``corpus/`` with a ``weight`` column (``config``: the stage's
+    ``WeightsConfig``), the diagnostics in its manifest, the verdict and the report in ``report/``; (report.json,
+    the verdict's lines). Rows keep their split: the name given, or their own ``split`` column; a corpus whose rows
+    have neither has no ``split`` column. ``features``: the audit's features the verdict counts."""
+    inputs = source.splits if source.named else {UNNAMED: source.paths}
+    with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph:
+        w, info = leakage_neutral_weights(graph, config)
+        proba, y = info.pop("p_hat"), info.pop("y")
+        clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (config.clip is None or c < config.clip)]
+        capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance), c) for c in clips]
+        del proba, y
+        info["low_ess_warning"] = low_ess_warning(w, config.clip, dict(zip(clips, capped_w)))   # exact ESS
+        report = {**info, "inputs": inputs, "config": asdict(config)}
+        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
+        counts = WeightedCounts(info["labels"], features, 2 + len(clips))
+        with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
+                progress(total=len(w), desc="weights: write", unit=" rows") as bar:
+            start = 0
+            for batch in graph.batches(_output_rows(graph)):
+                rows = slice(start, start + batch.num_rows)
+                table = pa.Table.from_batches([batch])
+                counts.add(table, None, w[rows], *(c[rows] for c in capped_w))
+                writer.write(table.append_column("weight", pa.array(w[rows])))
+                start += batch.num_rows
+                bar.update(batch.num_rows)
+            writer.write(None, graph.rejects)  # the input's rejects stay accounted for
+            manifest = writer.commit()
+    report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
+    verdict = _verdict(counts, config, clips, capped_w, report)
+    out.publish_report(report, page(out, report, verdict))
+    return report, verdict.lines()
+
+
+def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int
+                  ) -> np.ndarray:
+    """Out-of-fold P̂(y | l): row i is scored by a forest that never saw fold(i)."""
+    proba = np.zeros((len(y), num_labels))
+    for f in progress(np.unique(folds), desc="cross-predict", unit=" fold"):
+        test = folds == f
+        model = forest.make().fit(X[~test], y[~test])
+        model.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
+        proba[np.ix_(np.nonzero(test)[0], model.classes_)] = model.predict_proba(X[test])
+    return proba
+
+
+def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict]:
+    """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a corpus's leakage features under ``config``
+    (the stage's ``WeightsConfig``)."""
+    labels = graph.labels()
+    folds = np.concatenate([fold_of(batch.column(0), config.folds, config.fold_seed) for batch in
+                            progress(graph.batches("SELECT id FROM rows", rows=1 << 20), desc="weights: folds",
+                                     unit=" batch")])
+    with graph.tables_on_disk():
+        y, X = graph.codes("label", labels), graph.matrix(FEATURE_SETS[config.features])
+        proba = cross_predict(X, y, folds, config.forest, len(labels))
+    del X, folds
+    proba = np.clip(proba, config.min_proba, 1.0)
+    proba /= proba.sum(axis=1, keepdims=True)
+    prior = fit_prior(proba, y, config.clip, config.tolerance)
+    w = ips_weights(proba, y, prior, config.clip)
+    predicted = proba.argmax(axis=1)
+    observed = np.bincount(y, minlength=len(labels)) / len(y)
+    info = {
+        "labels": labels,
+        "low_ess_warning": low_ess_warning(w, config.clip),
+        "prior": dict(zip(labels, map(float, prior))),
+        "observed_shares": dict(zip(labels, map(float, observed))),
+        "weighted_shares": dict(zip(labels, map(float, label_shares(w, y, len(labels))))),
+        "diagnostics": diagnostics(w),
+        "out_of_fold": {"accuracy": float((predicted == y).mean()),
+                        "weighted_accuracy": weighted_accuracy(predicted == y, w),
+                        "majority_accuracy": float(observed.max()),
+                        "weighted_majority_accuracy": float(label_shares(w, y, len(labels)).max())},
+    }
+    return w, {**info, "p_hat": proba, "y": y}
+
+
+def _verdict(counts: WeightedCounts, config, clips: list, capped_w: list, report: dict):
+    """The weighted audit's verdict against the plain one; each cap of ``clips`` judged the same way, the gentlest
+    under which it holds named as the remedy (``report``: ``verdict``, ``clips_checked``)."""
+    options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,)}
+    checked = []
+    for i, (clip, cw) in enumerate(zip(clips, capped_w)):
+        v = judge_weightings(counts, after=2 + i, **options)
+        checked.append({"clip": clip, "ok": v.ok, "worsened": v.worsened_total, "labels_risen": v.risen,
+                        "effective_sample_size": effective_sample_size(cw),
+                        "max_z": {l: m.after for l, m in v.max_z.items()}})
+    now = "no cap now" if config.clip is None else f"now {config.clip:g}"
+    others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
+              f"fewer leakage features (--features basic) or a larger --min-proba (now {config.min_proba:g})")
+    holds = next((c for c in checked if c["ok"]), None)
+    if holds:
+        remedy = (f"cap the weights: --clip {holds['clip']:g} ({now}) keeps every row under {holds['clip']:g}× "
+                  f"the mean weight; under it this verdict holds (effective sample size "
+                  f"{holds['effective_sample_size']:,.0f}).")
+    elif checked:
+        tightest = checked[-1]
+        remedy = (f"cap the weights: even --clip {tightest['clip']:g} ({now}) leaves {tightest['worsened']:,} "
+                  f"feature(s) worsened; the leakage features single out a few rows: try {others}.")
+    else:
+        remedy = f"the leakage features single out a few rows: try {others}."
+    verdict = judge_weightings(counts, after=1, remedy_worsened=remedy, **options)
+    report["verdict"], report["clips_checked"] = verdict.to_dict(), checked
+    return verdict
+
+
+
+
+def _output_rows(graph: GraphInput) -> str:
+    """The query of the rows as written: the input's columns but an earlier ``weight`` (replaced), with the split
+    named only where the input named one (an unnamed input's rows keep a ``split`` column of their own)."""
+    columns = graph.con.sql("SELECT * FROM rows LIMIT 0").columns
+    exclude = [c for c in ("row_id", "weight", "split") if c in columns]
+    named = graph.con.sql("SELECT count(*) FROM rows WHERE split <> $unnamed", params={"unnamed": UNNAMED}
+                          ).fetchall()[0][0]
+    split = f", nullif(split, '{UNNAMED}') AS split" if named else ""
+    return f"SELECT * EXCLUDE ({', '.join(exclude)}){split} FROM rows"

@@ -1,0 +1,261 @@
+"""The sentence graph of a pair corpus and what is read off it (Zhang et al. 2019; METHODS §4).
+
+A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB SQL
+(``sql/leakage_*.sql``) over the graph of all splits together (transductive, the paper's setting) or of each split
+apart. A random forest on these features alone, with no text, fit on the training split(s) and scored on the test
+split, measures how much the way the pairs were sampled gives the label away (paper Table 1, ablations as Table 2).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.io import queries
+from refinery.io.db import memory_limit
+from refinery.io.readers import ReadOptions
+from refinery.io.schema import Mapping
+from refinery.methods.leakage_features import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
+from refinery.models.base import label_proba
+from refinery.progress import progress
+
+GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
+                 "leakage_paths3")
+GRAPH_TABLES = ("pairs", "adj", "nodes", "pair_ends", "pair_common", "pair_paths3")   # what the queries create
+TABLES_MEMORY = "1GB"   # DuckDB's memory while the forests run: its tables go to disk, not beside the forests' arrays
+
+
+def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
+    """Table ``features`` (row_id, split, label, u, v and the leakage features; input order) of table ``rows``
+    (row_id, split, label, text_a, text_b[, node_a, node_b]), built in DuckDB, which spills past its memory
+    limit; the graph's working tables are dropped. Returns the number of sentences (graph nodes)."""
+    columns = {c[0] for c in con.execute("DESCRIBE rows").fetchall()}
+    missing_b = con.sql("SELECT count(*) FROM rows WHERE text_b IS NULL").fetchall()[0][0]
+    if missing_b:
+        raise ValueError(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs")
+    has_ids = {"node_a", "node_b"} <= columns
+    if config.node_key == "id" and not has_ids:
+        raise ValueError("node_key=id needs node_a/node_b columns (a preset such as qqp or msrp, or --map node_a=…)")
+    for col in ("node_a", "node_b"):
+        if col not in columns:
+            con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
+    params = {"use_ids": config.node_key != "text" and has_ids, "per_split": not config.transductive,
+              "simple": not config.multigraph}
+    for name in progress(GRAPH_QUERIES + ("leakage_features",), desc="leakage graph", unit=" query"):
+        if name == "leakage_features":
+            queries.create_table(con, "features", name)
+        else:
+            queries.run_script(con, name, params)
+    nodes = con.sql("SELECT count(*) FROM nodes").fetchall()[0][0]
+    for table in GRAPH_TABLES:
+        con.execute(f"DROP TABLE {table}")
+    return nodes
+
+
+def graph_features(con, config: GraphConfig = GraphConfig()) -> pa.Table:
+    """Per-pair leakage features of table ``rows`` (see :func:`build_graph`) as one Arrow table."""
+    build_graph(con, config)
+    return con.sql("SELECT * FROM features").to_arrow_table()
+
+
+class GraphInput:
+    """The rows of the named splits and their leakage features as DuckDB tables ``rows`` and ``features`` (input
+    order, ``row_id`` the position; on disk past DuckDB's memory limit), the number of sentences, and the
+    input's rejects (carried into outputs, so no row goes missing). Columns come out as NumPy arrays or
+    Arrow batches, never as a Python object per row."""
+
+    def __init__(self, con, nodes: int, rejects: pa.Table):
+        self.con, self.nodes, self.rejects = con, nodes, rejects
+
+    def __enter__(self) -> "GraphInput":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.con.close()
+
+    @property
+    def num_rows(self) -> int:
+        return self.con.sql("SELECT count(*) FROM features").fetchall()[0][0]
+
+    @contextmanager
+    def tables_on_disk(self):
+        """DuckDB's memory limit lowered to ``TABLES_MEMORY`` meanwhile, so its tables wait on disk while NumPy
+        arrays and forests take the memory (a limit set with ``REFINERY_DUCKDB_MEMORY`` stands)."""
+        if os.environ.get("REFINERY_DUCKDB_MEMORY"):
+            yield
+            return
+        self.con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET memory_limit = '{memory_limit()}'")
+
+    def splits(self) -> list[str]:
+        """The splits in input order."""
+        return [s for s, in self.con.sql("SELECT split FROM rows GROUP BY split ORDER BY min(row_id)").fetchall()]
+
+    def labels(self) -> list[str]:
+        return [s for s, in self.con.sql("SELECT DISTINCT label FROM features ORDER BY label").fetchall()]
+
+    @staticmethod
+    def _where(splits) -> tuple[str, dict]:
+        return ("WHERE list_contains($splits, split)", {"splits": list(splits)}) if splits is not None else ("", {})
+
+    def codes(self, column: str, values: list[str], splits=None) -> np.ndarray:
+        """Each row's position of its ``column`` value in ``values`` (rows of ``splits``, default all)."""
+        where, params = self._where(splits)
+        sql = f"SELECT (list_position($values, {queries.quote_ident(column)}) - 1)::BIGINT AS c FROM features {where}"
+        return self.con.sql(sql, params={"values": list(values), **params}).fetchnumpy()["c"]
+
+    def matrix(self, names, splits=None) -> np.ndarray:
+        """The named features as float64 columns, a row per pair (of ``splits``, default all), filled a column at
+        a time."""
+        where, params = self._where(splits)
+        X = None
+        for j, name in enumerate(names):
+            column = self.con.sql(f"SELECT {queries.quote_ident(name)}::DOUBLE AS x FROM features {where}",
+                                  params=params or None).fetchnumpy()["x"]
+            if X is None:
+                X = np.empty((len(column), len(names)))
+            X[:, j] = column
+        return X
+
+    def batches(self, sql: str, params: dict | None = None, rows: int = 1 << 17):
+        """Record batches of a query over ``rows`` and ``features`` (a full scan keeps the input order)."""
+        return self.con.sql(sql, params=params).to_arrow_reader(batch_size=rows)
+
+    def features(self) -> pa.Table:
+        """Every pair's features as one Arrow table (small corpora; large ones go by :meth:`batches`)."""
+        return self.con.sql("SELECT * FROM features").to_arrow_table()
+
+
+def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+                    config: GraphConfig = GraphConfig(), threads: int | None = None) -> GraphInput:
+    """The rows and leakage features of named inputs ``{split: path or [paths]}``, in DuckDB."""
+    con = queries.connect(threads=threads)
+    with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
+        corpora = queries.split_corpora(inputs, mapping, opts, work)
+        queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
+        rejects = queries.corpora_rejects(corpora)
+    return GraphInput(con, build_graph(con, config), rejects)
+
+
+def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
+    """(training splits, test split): the test split is the one named ``test``, else the last given."""
+    if len(splits) < 2:
+        raise ValueError("predictability needs a training and a test split (--input train=… --input test=…)")
+    test = test_split or ("test" if "test" in splits else splits[-1])
+    if test not in splits:
+        raise ValueError(f"no split named {test!r}; splits: {', '.join(splits)}")
+    return [s for s in splits if s != test], test
+
+
+def _columns(names) -> slice | list[int]:
+    """Where ``names`` sit among ADVANCED_FEATURES: a slice (a view, no copy) when they are adjacent."""
+    cols = [ADVANCED_FEATURES.index(n) for n in names]
+    return slice(cols[0], cols[-1] + 1) if cols == list(range(cols[0], cols[-1] + 1)) else cols
+
+
+def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
+                   forest: ForestConfig = ForestConfig()) -> tuple[dict, pa.Table]:
+    """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2).
+
+    Returns the report and the test split's predictions (row_id, split, label, prediction, p(label), id). Each
+    forest is kept only as long as its accuracy and importances take, the basic one for the predictions.
+    """
+    train_splits, test = split_roles(splits, test_split)
+    labels = graph.labels()
+    names = pa.array(labels, pa.string())
+    rows = dict(graph.con.sql("SELECT split, count(*) FROM features GROUP BY split").fetchall())
+    report = {"train_splits": train_splits, "test_split": test, "rows": {s: int(rows.get(s, 0)) for s in splits}}
+    runs = [("leakage_accuracy", BASIC_FEATURES), ("advanced_accuracy", ADVANCED_FEATURES)]
+    runs += [(f"without:{f}", tuple(g for g in BASIC_FEATURES if g != f)) for f in BASIC_FEATURES]
+    runs += [(f"only:{f}", (f,)) for f in BASIC_FEATURES]
+    ablations, importances = {}, {}
+    with graph.tables_on_disk():
+        X_train, y_train = graph.matrix(ADVANCED_FEATURES, train_splits), graph.codes("label", labels, train_splits)
+        X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
+        for name, features in progress(runs, desc="leakage forests", unit=" fit"):
+            cols = _columns(features)
+            model = forest.make().fit(X_train[:, cols], y_train)
+            accuracy = float((model.predict(X_test[:, cols]) == y_test).mean())
+            if name.startswith(("without:", "only:")):
+                ablations[name] = accuracy
+                continue
+            report[name] = accuracy
+            kind = "basic" if features == BASIC_FEATURES else "advanced"
+            importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
+            if kind == "basic":
+                basic = model
+        majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
+        del X_train
+        basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
+        proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
+    report.update(majority_label=labels[majority], majority_accuracy=float((y_test == majority).mean()),
+                  ablations=ablations, importances=importances)
+    keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
+    ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
+    predictions = pa.table({
+        "row_id": keys["row_id"], "split": keys["split"],
+        "label": pc.take(names, pa.array(y_test)),
+        "prediction": pc.take(names, pa.array(basic.classes_[proba.argmax(axis=1)])),
+        "p_label": pa.array(label_proba(proba, basic.classes_, y_test)),
+        "id": ids["id"],
+    })
+    return report, predictions
+
+
+DEGREE_BINS = (1, 2, 3, 4, 5, 6, 11, 21, 51)
+
+
+def degree_table(graph: GraphInput, min_cell: int = 10) -> dict:
+    """Label shares per (S1_freq, S2_freq) degree cell (paper Fig. 2): {label: matrix}, and the cell counts.
+
+    Cells with fewer than ``min_cell`` pairs are left empty (NaN) rather than shown as 0 or 1.
+    """
+    B = len(DEGREE_BINS)
+    cells = graph.con.sql(
+        "SELECT len(list_filter($bins, lambda b: b <= s1_freq)) - 1, len(list_filter($bins, lambda b: b <= s2_freq)) - 1, "
+        "label, count(*) FROM features GROUP BY ALL", params={"bins": list(DEGREE_BINS)}).fetchall()
+    hits = {label: np.zeros((B, B)) for label in sorted({c[2] for c in cells})}
+    for a, b, label, n in cells:
+        hits[label][a, b] = n
+    total = sum(hits.values())
+    shares = {str(label): np.where(total >= min_cell, hit / np.maximum(total, 1), np.nan) for label, hit in hits.items()}
+    return {"shares": shares, "counts": total.astype(np.int64)}
+
+
+def identical_pairs(graph: GraphInput, label: str) -> pa.Table:
+    """The probe corpus of paper §3: every distinct sentence paired with itself, labelled ``label``.
+
+    ``s_freq`` is the sentence's degree in the corpus graph: all three basic leakage features of
+    such a pair equal it, so a model's scores against ``s_freq`` expose reliance on leakage. A sentence's
+    text is that of its first occurrence, as sentence 1 before sentence 2.
+    """
+    return graph.con.sql("""
+        WITH ends AS (
+            SELECT f.u AS node, 0 AS side, f.row_id, r.text_a AS text, f.s1_freq AS s_freq
+            FROM features f POSITIONAL JOIN (SELECT text_a FROM rows) r
+            UNION ALL
+            SELECT f.v, 1, f.row_id, r.text_b, f.s2_freq FROM features f POSITIONAL JOIN (SELECT text_b FROM rows) r
+        ),
+        sentences AS (
+            SELECT node, first(text ORDER BY side, row_id) AS text, any_value(s_freq)::BIGINT AS s_freq
+            FROM ends GROUP BY node
+        )
+        SELECT 'identical-' || node AS id, text AS text_a, text AS text_b, $label AS label, s_freq
+        FROM sentences ORDER BY node""", params={"label": label}).to_arrow_table()
+
+
+def feature_summary(graph: GraphInput) -> dict:
+    """Mean, max and the 50th, 90th and 99th percentiles of every feature, a column at a time."""
+    out = {}
+    for name in ADVANCED_FEATURES:
+        x = graph.matrix([name])[:, 0]
+        out[name] = {"mean": round(float(x.mean()), 4), "max": float(x.max()),
+                     **{f"q{q}": float(np.quantile(x, q / 100)) for q in (50, 90, 99)}}
+    return out

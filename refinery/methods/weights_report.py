@@ -1,0 +1,62 @@
+"""The weights stage's report page: the verdict of the weighted audit, the weights' histogram and effective sample
+size, the caps checked, the label shares and π, and the leakage-only model's accuracy with and without the weights."""
+from __future__ import annotations
+
+import html
+
+from refinery.core.verdict import Verdict
+from refinery.methods.ips import LOW_ESS_SHARE
+from refinery.pipeline.output import StageOutput
+from refinery.report import format as fmt
+from refinery.report import verdict as verdict_html
+from refinery.report.figures.histogram import histogram
+from refinery.report.page import Report, config_table, fields, figure, note, table
+
+
+def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
+    """The weights' report of ``report`` and its ``verdict``, on ``out``'s report page."""
+    page = out.report_page("weights: leakage-neutral inverse-propensity weights (Zhang et al. 2019)")
+    corpus = page.corpus
+    d, oof, warning = report["diagnostics"], report["out_of_fold"], report["low_ess_warning"]
+    labels = report["labels"]
+    ess_share = d["effective_sample_size"] / max(d["rows"], 1)
+    hist = report["histogram"]
+    marks = [(1.0, "mean weight 1")]
+    if report["config"]["clip"] is not None:
+        marks.append((report["config"]["clip"], f"--clip {report['config']['clip']:g}"))
+    weights_block = [
+        f'<p class="bad">{html.escape(warning["message"])}</p>' if warning else "",
+        fields({"rows weighted": d["rows"],
+                "effective sample size (Σw)² / Σw²": f"{d['effective_sample_size']:,.0f} ({fmt.percent(ess_share)} of "
+                                                     f"the rows)",
+                "least weight": d["min"], "largest weight (× the mean)": d["max"],
+                "quantiles 1% · 50% · 99%": f"{fmt.number(d['q1'])} · {fmt.number(d['q50'])} · {fmt.number(d['q99'])}"}),
+        figure(histogram(hist["edges"], hist["rows"], title=f"{corpus}: rows per weight",
+                         x_label="weight, in units of the mean (log scale)", log_x=True, marks=tuple(marks)),
+               "Rows per weight bin; the count axis starts at zero and a bar too short to see carries its count. "
+               "The effective sample size is the number of unweighted rows that would estimate as precisely: "
+               f"under {LOW_ESS_SHARE:.0%} of the rows, a few rows carry the weight."),
+    ]
+    shares = [{"label": l, "share of rows": report["observed_shares"][l],
+               "weighted share": report["weighted_shares"][l], "prior π": report["prior"][l]} for l in labels]
+    clips = [{"--clip": c["clip"], "effective sample size": c["effective_sample_size"],
+              "verdict": "ok" if c["ok"] else "WARNING", "features worsened": c["worsened"]}
+             for c in report["clips_checked"]]
+    return (page
+            .section(verdict_html.HEADING, verdict_html.section(verdict))
+            .section("The weights", *weights_block)
+            .section("Caps checked", table(clips, formats={"effective sample size": fmt.count}) if clips
+                     else note("No cap below the largest weight to check."),
+                     note("The weights each --clip would give (the prior fitted again under the cap), audited as "
+                          "these weights were: the verdict each would get."))
+            .section("Labels", table(shares, formats={"share of rows": fmt.percent, "weighted share": fmt.percent,
+                                                      "prior π": fmt.number}),
+                     note("π is fitted so that the weighted label shares equal the observed ones."))
+            .section("The leakage-only model", fields({
+                "out-of-fold accuracy": fmt.percent(oof["accuracy"]),
+                "weighted accuracy": fmt.percent(oof["weighted_accuracy"]),
+                "majority class": fmt.percent(oof["majority_accuracy"]),
+                "weighted majority class": fmt.percent(oof["weighted_majority_accuracy"])}),
+                note("A random forest on the sentence-graph features alone, cross-predicted. Under the weights its "
+                     "accuracy should fall to the weighted majority rate: the label no longer depends on them."))
+            .section("Configuration", config_table(report["config"])))
