@@ -34,3 +34,95 @@ def test_pip_install_dot_has_the_sql_and_runs(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "rows in 3,261 = " in run.stdout and (tmp_path / "pipe" / "01-zfilter" / "_SUCCESS").is_file()
+
+
+HEAVY = ("numba", "duckdb", "scipy", "sklearn", "torch", "transformers", "ray", "datasets", "vllm", "matplotlib")
+
+
+def test_a_verbs_help_imports_no_heavy_dependency():
+    """Issue 42: `refinery VERB --help` is built without the methods' heavy dependencies (their modules import
+    them where the work is), so every command starts fast. One process builds every verb's help in turn."""
+    code = f"""
+import sys
+import click
+from refinery.cli.main import main
+
+heavy = {HEAVY!r}
+ctx = click.Context(main)
+assert not [m for m in heavy if m in sys.modules], "refinery.cli.main imports them"
+for verb in main.list_commands(ctx):
+    main.get_command(ctx, verb).get_help(click.Context(main.get_command(ctx, verb), info_name=verb, parent=ctx))
+    loaded = [m for m in heavy if m in sys.modules]
+    if loaded:
+        print(verb, loaded)
+        break
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "", f"a verb's --help imports (verb [modules]): {done.stdout}"
+
+
+PLUGIN = '''
+import numpy as np
+from dataclasses import dataclass
+from refinery.core.validation import at_least, setting, validate
+from refinery.pipeline.filter import FilterStage
+
+
+@dataclass
+class ShortTextConfig:
+    min_words: int = setting(3, at_least(1), "Fewest words a hypothesis may have.")
+
+    def __post_init__(self):
+        validate(self)
+
+
+class ShortText(FilterStage):
+    """Drop pairs whose hypothesis is shorter than min_words words."""
+
+    name, Config = "short-text", ShortTextConfig
+    needs = ("id", "text_b", "label")
+
+    def decide(self, batch):
+        words = np.array([len((t or "").split()) for t in batch["text_b"].to_pylist()])
+        return words >= self.config.min_words, [f"{n} words < {self.config.min_words}" for n in words]
+'''
+
+
+def test_an_installed_plugin_is_a_verb_a_pipeline_key_and_an_rf_name(tmp_path):
+    """A package that declares a stage under the entry-point group ``refinery.stages`` (what `pip install` of a
+    plugin leaves in site-packages: its module and its dist-info) gives the stock `refinery` script a verb, a
+    pipeline key and an `rf.` function, with the same rows."""
+    site = tmp_path / "site"
+    info = site / "short_text_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "short_text_plugin.py").write_text(PLUGIN)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: short-text-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[refinery.stages]\nshort-text = short_text_plugin:ShortText\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    cli = [os.path.join(os.path.dirname(sys.executable), "refinery")]
+
+    def run(*args):
+        done = subprocess.run([*cli, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "short-text  Drop pairs whose hypothesis is shorter than min_words words." in run("--help")
+    assert "rows in 3,261 = " in run("short-text", SNLI_HARD, "--preset", "snli", "--min-words", "6",
+                                     "--out", str(tmp_path / "verb"))
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\n"
+                                     "stages: [{short-text: {min_words: 6}}]\n")
+    run("run", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "pipe"))
+    api = subprocess.run([sys.executable, "-c", "import sys, refinery as rf\n"
+                          f"r = rf.short_text({SNLI_HARD!r}, preset='snli', min_words=6, out={str(tmp_path / 'api')!r})\n"
+                          "print(r.parts['kept'])"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert api.returncode == 0, api.stderr
+
+    import pyarrow.dataset as ds
+
+    def kept(folder):
+        return sorted(ds.dataset(str(folder / "kept"), format="parquet").to_table(columns=["id"])["id"].to_pylist())
+
+    ids = kept(tmp_path / "verb")
+    assert 0 < len(ids) < 3261 and int(api.stdout) == len(ids)
+    assert kept(tmp_path / "pipe" / "01-short-text") == ids == kept(tmp_path / "api")

@@ -3,6 +3,7 @@ and how errors, Ctrl-C and a closed pipe end a command."""
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import posixpath
 import re
@@ -10,18 +11,19 @@ import sys
 
 import click
 
-from refinery.io.corpus import EmptyInput
-from refinery.io.readers import BadRowError
-from refinery.io.location import parse_storage_options
-from refinery.io.ownership import check_out_apart, claim_output
-from refinery.io.publishing import published_folders
 from refinery.io.redaction import redact_text
-from refinery.pipeline.engine import check_ray_address
 
-# what a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage
-# that refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line
-USER_ERRORS = (BadRowError, FileNotFoundError, FileExistsError, PermissionError, EmptyInput, ValueError,
-               KeyError, OSError)
+# refinery's modules that hold the work are imported where a command runs (a verb's --help imports none of them)
+
+
+def user_errors() -> tuple:
+    """What a user can fix (a bad row, a missing file, an existing output, a wrong option value, storage that
+    refuses): exit 2 with one line; anything else is refinery's fault: exit 1, still one line."""
+    from refinery.io.corpus import EmptyInput
+    from refinery.io.readers import BadRowError
+
+    return (BadRowError, FileNotFoundError, FileExistsError, PermissionError, EmptyInput, ValueError, KeyError,
+            OSError)
 
 
 def _one_line(e: BaseException) -> str:
@@ -56,6 +58,9 @@ class RefineryCommand(click.Command):
     ``check_out_apart``), and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
 
     def invoke(self, ctx):
+        from refinery.io.ownership import check_out_apart, claim_output
+        from refinery.pipeline.engine import check_ray_address
+
         if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
             os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])
         if ctx.params.get("engine") == "ray":   # a cluster that does not answer fails before any work
@@ -68,19 +73,74 @@ class RefineryCommand(click.Command):
         return super().invoke(ctx)
 
     def get_short_help_str(self, limit: int = 45) -> str:
-        if self.short_help:
-            return self.short_help
-        first = " ".join((self.help or "").split("\n\n")[0].split())
-        end = _SENTENCE_END.search(first)
-        return first[: end.end()] if end else first
+        return self.short_help or first_sentence(self.help or "")
+
+
+def first_sentence(doc: str) -> str:
+    """A verb's summary in ``refinery --help``: the first sentence of its help, whole."""
+    first = " ".join(doc.replace("``", "").split("\n\n")[0].split())
+    end = _SENTENCE_END.search(first)
+    return first[: end.end()] if end else first
 
 
 class RefineryGroup(click.Group):
-    """Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback.
+    """The ``refinery`` group: its own commands, the commands of the groups named in ``verbs_from``
+    (``"module:group"``, imported when one of them is invoked or listed), and a verb for every registered stage
+    that runs alone (``Stage.verb``), built when it is invoked: a command imports only what it runs, and
+    ``refinery --help`` reads the stages' summaries from their sources.
+
+    Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback.
     Ctrl-C exits 130 (what a run wrote is removed, a finished output left as it was); a reader that closed
     the pipe (``refinery … | head``) ends the command quietly."""
 
     command_class = RefineryCommand
+
+    def __init__(self, *args, verbs_from: tuple = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.verbs_from = list(verbs_from)
+
+    def _add_verbs_from(self) -> None:
+        while self.verbs_from:
+            module, group = self.verbs_from.pop(0).split(":")
+            for name, command in getattr(importlib.import_module(module), group).commands.items():
+                self.commands.setdefault(name, command)
+
+    def _add_stage_verb(self, name: str) -> None:
+        from refinery.cli.stage_verbs import stage_command
+        from refinery.pipeline.stage import stage_class
+
+        try:
+            verb = stage_class(name).verb
+        except ValueError:   # no such stage: click says "No such command"
+            return
+        if verb:
+            self.add_command(stage_command(name, RefineryCommand))
+
+    def list_commands(self, ctx):
+        from refinery.pipeline.stage import stage_names
+
+        self._add_verbs_from()
+        return sorted({*self.commands, *stage_names()})
+
+    def get_command(self, ctx, name):
+        from refinery.pipeline.stage import REGISTRY
+
+        if name not in self.commands and name in REGISTRY:   # a built-in or registered stage
+            self._add_stage_verb(name)
+        if name not in self.commands:
+            self._add_verbs_from()
+        if name not in self.commands:   # an installed plugin's stage
+            self._add_stage_verb(name)
+        return self.commands.get(name)
+
+    def format_commands(self, ctx, formatter):
+        """The verbs with their summaries; a stage's verb not built yet is summed up from its class's docstring."""
+        from refinery.pipeline.stage import stage_doc
+
+        rows = [(name, self.commands[name].get_short_help_str() if name in self.commands
+                 else first_sentence(stage_doc(name) or name)) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx):
         try:
@@ -96,7 +156,7 @@ class RefineryGroup(click.Group):
 def ended(e: BaseException) -> int:
     """Say on stderr, in one line, how the command that raised ``e`` ended, and give its exit code: 130 for
     Ctrl-C (naming what the run had already published), 0 for a reader that closed the pipe (nothing said),
-    2 for what the user can fix (``USER_ERRORS``), 1 for refinery's own fault. ``jobs/run.py`` ends the same."""
+    2 for what the user can fix (``user_errors``), 1 for refinery's own fault. ``jobs/run.py`` ends the same."""
     if isinstance(e, KeyboardInterrupt):
         click.echo(f"interrupted: {_published_before()}", err=True)
         return 130
@@ -104,7 +164,7 @@ def ended(e: BaseException) -> int:
         _quiet_stdout()
         return 0
     click.echo(f"error: {_one_line(e)}", err=True)
-    return 2 if isinstance(e, USER_ERRORS) else 1
+    return 2 if isinstance(e, user_errors()) else 1
 
 
 SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
@@ -113,6 +173,8 @@ SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
 def _published_before() -> str:
     """What an interrupted run had published and left, named under their common parent: each folder is
     whole (``AtomicDir``); nothing else was published."""
+    from refinery.io.publishing import published_folders
+
     folders = published_folders()
     if not folders:
         return "nothing was published; a finished output in --out is as it was"
@@ -146,4 +208,6 @@ def storage_options_of(ctx: click.Context) -> dict:
     """The storage options a command line gave (the generated input options parse them already)."""
     if "in__storage_options" in ctx.params:
         return ctx.params["in__storage_options"] or {}
+    from refinery.io.location import parse_storage_options
+
     return parse_storage_options(ctx.params.get("storage_options"))

@@ -9,17 +9,15 @@ import sys
 
 import click
 
-from refinery.cli.base import RefineryCommand, RefineryGroup
+from refinery.cli.base import RefineryGroup
 from refinery.cli.config_options import config_options, given
-from refinery.cli.stage_verbs import stage_command
-from refinery.cli.tools import tools
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
-from refinery.pipeline.stage import stage_class, stage_names
 from refinery.progress import QUIET_ENV, quiet_other_bars, set_quiet
 
 
-@click.group(cls=RefineryGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=RefineryGroup, verbs_from=("refinery.cli.tools:tools",),
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--debug", is_flag=True, envvar="REFINERY_DEBUG", help="Show tracebacks instead of one-line errors.")
 @click.option("--quiet", "-q", is_flag=True, envvar=QUIET_ENV,
               help="No progress bars (they are drawn only on a terminal anyway).")
@@ -71,16 +69,6 @@ def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
         raise click.ClickException("a stage's rows do not add up (see the MISMATCH line above)")
 
 
-def add_stage_verbs(group: click.Group) -> None:
-    """A verb for every registered stage that runs alone (``Stage.verb``)."""
-    for name in stage_names():
-        if stage_class(name).verb and name not in group.commands:
-            group.add_command(stage_command(name, RefineryCommand))
-
-
-for _command in tools.commands.values():
-    main.add_command(_command)
-add_stage_verbs(main)
 
 
 def run() -> None:

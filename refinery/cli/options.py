@@ -9,11 +9,8 @@ import os
 import click
 
 from refinery import __version__
-from refinery.cli.base import input_paths
-from refinery.io.corpus import OutputExists, input_fingerprints
-from refinery.io.location import CONNECT_TIMEOUT, IO_TIMEOUT, STORE_ATTEMPTS, parse_storage_options
-from refinery.io.ownership import read_marker, stamp_marker
-from refinery.pipeline.engine import ENGINES
+from refinery.cli.base import input_paths, storage_options_of
+from refinery.io.location import CONNECT_TIMEOUT, IO_TIMEOUT, STORE_ATTEMPTS
 
 
 def input_options(f):
@@ -100,6 +97,8 @@ def task_model_options(f):
 
 
 def engine_option(f):
+    from refinery.pipeline.engine import ENGINES
+
     return click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
                         help="Run in this process, or on Ray (the cluster at RAY_ADDRESS, else a local one).")(f)
 
@@ -117,21 +116,22 @@ def finished_mode_option(f):
 
     @functools.wraps(f)
     def wrapper(*args, mode, **kwargs):
+        from refinery.io.ownership import read_marker
+        from refinery.pipeline.runner import keeps_finished
+
         ctx = click.get_current_context()
-        out, storage_options = kwargs["out"], parse_storage_options(ctx.params.get("storage_options"))
+        out, storage_options = kwargs["out"], storage_options_of(ctx)
         stamp = command_fingerprint(ctx, storage_options)
-        stored = read_marker(out, storage_options).get("command_fingerprint")
-        if stored and mode == "error":
-            raise OutputExists(f"{out} already holds a finished result (use --mode overwrite or skip)")
-        if stored and mode == "skip":
-            if stored != stamp:
-                raise OutputExists(f"{out} holds a result made from other inputs or options; --mode skip reuses "
-                                   "only an identical run (use --mode overwrite)")
+        marker = read_marker(out, storage_options)
+        if keeps_finished(out, mode, stamp, marker if marker.get("command_fingerprint") else None,
+                          "command_fingerprint"):
             click.echo(f"{out}: skipped (same inputs and options)")
             return None
         result = f(*args, **kwargs)
         if kwargs.get("print_config"):   # printed, not run: there is no output to stamp
             return result
+        from refinery.io.ownership import stamp_marker
+
         stamp_marker(out, storage_options, command_fingerprint=stamp)
         return result
 
@@ -143,6 +143,8 @@ def command_fingerprint(ctx, storage_options: dict) -> str:
     names: an upgraded refinery computes the result again."""
     import hashlib
     import json
+
+    from refinery.io.corpus import input_fingerprints
 
     params = {k: v for k, v in ctx.params.items() if k not in ("mode", "debug")}
     inputs = input_paths(params)

@@ -15,7 +15,7 @@ import click
 
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.fields import check_unique, leaves
-from refinery.cli.options import MODE_HELP, engine_option, io_timeout_option, printable_pipeline
+from refinery.cli.options import engine_option, io_timeout_option, mode_option, printable_pipeline
 from refinery.io.corpus import is_corpus
 from refinery.io.splits import split_specs
 from refinery.io.location import join, merged
@@ -63,8 +63,7 @@ def _common_options() -> list:
         click.option("--input", "named", multiple=True, metavar="SPLIT=PATH",
                      help="A named split of the input (repeat: --input train=… --input test=…), instead of INPUTS."),
         click.option("--out", required=True, help="Output folder or URL."),
-        click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
-                     show_default=True, help=MODE_HELP),
+        mode_option,
         click.option("--in-place", is_flag=True,
                      help="Rerun the stage on its own output: the input is OUT/kept or OUT/corpus of this "
                           "--out, which the run replaces once it has read it."),

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
+if TYPE_CHECKING:
+    import duckdb
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"  # shipped inside the package (top-level sql/ links here)
 
@@ -42,7 +44,10 @@ def memory_limit() -> str:
 
 def connect() -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that spills to the system temp folder past ``memory_limit()`` and keeps the
-    insertion order."""
+    insertion order. DuckDB is imported here, by the first query: the readers' id hashing and every command's
+    start (its --help) import this module without running one."""
+    import duckdb
+
     con = duckdb.connect()
     con.execute("SET memory_limit = " + quote_literal(memory_limit()))
     # spill to the system temp folder, not to ./.tmp of wherever the user happens to stand

@@ -32,7 +32,6 @@ from refinery.io.inputs import hf_splits
 from refinery.io.readers import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
 from refinery.io.location import get_fs, is_local, parse_storage_options
-from refinery.pipeline.engine import ENGINES
 
 
 class ConfigError(ValueError):
@@ -230,6 +229,7 @@ def anchor_path(path: str, base: str) -> str:
 
 
 def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> PipelineSpec:
+    from refinery.pipeline.engine import ENGINES
     from refinery.pipeline.stage import stage_class
 
     if not isinstance(data, dict):

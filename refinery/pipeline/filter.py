@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
-from refinery.core.weighted_counts import WeightedCounts, judge_weightings
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
@@ -86,6 +85,8 @@ class FilterStage(Stage):
                     continue
                 keep, why = self.decide(batch.rows)
                 keep = np.asarray(keep, bool)
+        from refinery.core.weighted_counts import WeightedCounts, judge_weightings   # numba: not at a verb's build
+
                 audit.add(batch.rows, None, keep.astype(np.float64))
                 rows = self.annotate(batch.rows)
                 dropped = np.nonzero(~keep)[0]

@@ -244,6 +244,21 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 
+def keeps_finished(folder: str, mode: str, fp: str, finished: dict | None, key: str = "fingerprint") -> bool:
+    """Whether ``mode`` keeps the finished result in ``folder`` (its marker ``finished``, None where there is none;
+    the fingerprint it was made with under ``key``) rather than make it again with fingerprint ``fp``: ``overwrite``
+    makes it again; ``rerun`` (pipelines) keeps it when the fingerprint is unchanged and makes it again when not;
+    ``skip`` keeps it when unchanged and refuses it when not; ``error`` refuses it. Every verb's ``--mode``."""
+    if not finished or mode == "overwrite":
+        return False
+    if mode == "error":
+        raise OutputExists(f"{folder} already holds a finished result (use --mode overwrite or skip)")
+    if mode == "skip" and finished.get(key) != fp:
+        raise OutputExists(f"{folder} holds a result made from other inputs or options; --mode skip reuses "
+                           "only an identical run (use --mode overwrite)")
+    return finished.get(key) == fp
+
+
 def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun") -> StageRun:
     """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
     says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
@@ -251,12 +266,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     returns the stage's result and the peak memory of the Ray task it ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
-    if done and mode == "error":
-        raise OutputExists(f"{folder} already holds a finished result (use --mode overwrite or skip)")
-    if done and mode == "skip" and done.get("fingerprint") != fp:
-        raise OutputExists(f"{folder} holds a result made from other inputs or options; --mode skip reuses "
-                           "only an identical run (use --mode overwrite)")
-    if done and mode in ("skip", "rerun") and done.get("fingerprint") == fp:
+    if keeps_finished(folder, mode, fp, done):
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
                              report_file=done.get("report_file", StageResult.report_file))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
