@@ -72,6 +72,8 @@ class FilterStage(Stage):
         return batch
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        from refinery.core.weighted_counts import WeightedCounts, judge_weightings   # numba: not at a verb's build
+
         self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
@@ -85,8 +87,6 @@ class FilterStage(Stage):
                     continue
                 keep, why = self.decide(batch.rows)
                 keep = np.asarray(keep, bool)
-        from refinery.core.weighted_counts import WeightedCounts, judge_weightings   # numba: not at a verb's build
-
                 audit.add(batch.rows, None, keep.astype(np.float64))
                 rows = self.annotate(batch.rows)
                 dropped = np.nonzero(~keep)[0]
