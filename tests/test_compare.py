@@ -8,7 +8,8 @@ import pytest
 from conftest import DATA, SNLI_DEV, SNLI_HARD, run_cli
 from refinery.io.schema import PRESETS
 from refinery.methods.compare import training
-from refinery.methods.compare.stage import CompareConfig, CompareStage, CompareStageConfig
+from refinery.methods.compare.config import CompareConfig
+from refinery.methods.compare.stage import CompareStage, CompareStageConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
 

@@ -186,7 +186,8 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
     """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
     baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
     ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset)."""
-    from refinery.methods.compare.stage import CompareConfig, CompareStage, CompareStageConfig
+    from refinery.methods.compare.config import CompareConfig
+    from refinery.methods.compare.stage import CompareStage, CompareStageConfig
     from refinery.pipeline.output import StageOutput
     from refinery.pipeline.stage import StageInput
 

@@ -69,7 +69,7 @@ def _secrets_as_variables(options: dict) -> dict:
 def _model_option(name: str, dest: str | None = None):
     """The option of ``CompareConfig``'s field ``name`` as ``probe`` takes it: the field's option name, default,
     help and choices (the task model's settings are written once, in ``CompareConfig``)."""
-    from refinery.methods.compare.stage import CompareConfig
+    from refinery.methods.compare.config import CompareConfig
     from refinery.pipeline.fields import leaves
 
     leaf = next(leaf for leaf in leaves(CompareConfig) if leaf.path == (name,))

@@ -103,7 +103,7 @@ def compare_pipeline(config, spec_in: InputSpec, out: str) -> PipelineSpec:
     one trained on the same split and named as on the command line. A pipeline reads the input through the
     preset or map; its compare step reads the baseline corpora and the evaluation sets as refinery corpora or
     through their own preset (``NAME=PATH:PRESET``), so the command line's preset is written onto each set."""
-    from refinery.methods.compare.stage import train_split
+    from refinery.methods.compare.config import train_split
 
     paths = [train_split(path) for path in config.baseline]
     splits = {split for _, split in paths}

@@ -21,7 +21,8 @@ from refinery.cli.options import (
 from refinery.io import corpus as corpus_mod
 from refinery.io import corpus_writer
 from refinery.io.location import parse_storage_options
-from refinery.methods.compare.stage import CompareStage, CompareStageConfig, parse_named, train_split
+from refinery.methods.compare.config import parse_named, train_split
+from refinery.methods.compare.stage import CompareStage, CompareStageConfig
 from refinery.pipeline.config import InputSpec, from_dict
 from refinery.pipeline.stage import conservation
 

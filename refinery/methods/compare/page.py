@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from refinery.methods.compare.stage import train_split
+from refinery.methods.compare.config import train_split
 from refinery.methods.compare.training import READS
 from refinery.pipeline.output import StageOutput
 from refinery.report import figures

@@ -8,135 +8,15 @@ lives in the sibling modules (``training``, ``statistics``, ``slices``, ``page``
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from refinery.core.validation import NOT_EMPTY, at_least, number_in, one_of, setting, validate
-from refinery.io.schema import PRESETS, Mapping
-from refinery.models.precision import PRECISIONS
+from refinery.core.validation import NOT_EMPTY, setting, validate
+from refinery.methods.compare.config import CompareConfig, EvalSet, parse_eval_set, parse_label_maps, train_split
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
-
-# predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
-PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
-
-
-@dataclass
-class EvalSet:
-    """An evaluation set: its inputs, how to read them (default: the training corpora's mapping), and a
-    label map from the training labels onto its own (default: the preset's, then case-insensitive names)."""
-
-    name: str
-    paths: tuple
-    preset: str | None = None
-    label_map: dict = field(default_factory=dict)
-
-    def mapping(self, default: Mapping | None) -> Mapping | None:
-        return PRESETS[self.preset] if self.preset else default
-
-    def full_label_map(self) -> dict:
-        return {**PRESET_LABEL_MAPS.get(self.preset or "", {}), **self.label_map}
-
-
-@dataclass
-class CompareConfig:
-    """The task model (``backend`` ngram | transformer, the transformer's encoder and training),
-    what it reads (``inputs`` pair | hypothesis: the bias probe), seeds, bootstrap draws, and the
-    extra columns to break accuracy down by: the keys under ``model:`` of a pipeline's ``compare`` step."""
-
-    backend: str = setting("ngram", one_of("ngram", "transformer"),
-                           "An n-gram classifier, or a fine-tuned transformer encoder (--model).")
-    inputs: str = setting("pair", one_of("pair", "hypothesis"),
-                          "What the model reads: the pair, or the hypothesis alone (the hypothesis-only bias probe).")
-    model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,
-                         "Encoder of the transformer backend (name or folder).")
-    epochs: int = setting(2, at_least(1), "Transformer fine-tuning epochs.")
-    lr: float = setting(5e-5, number_in(0, open_low=True), "Transformer learning rate.")
-    batch_size: int = setting(32, at_least(1), "Transformer batch size.", option="--batch")
-    max_length: int = setting(128, at_least(1), "Transformer input length, in tokens.")
-    precision: str = setting("auto", one_of(*PRECISIONS), "Transformer fine-tuning precision. auto: bf16 autocast "
-                             "where the device computes bf16 natively, float32 elsewhere.", option="--train-precision")
-    seeds: int = setting(1, at_least(1), "Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: "
-                                         "initialisations).")
-    bootstrap: int = setting(1000, at_least(100), "Draws of the paired bootstrap.")
-    by: tuple = setting((), help="Also break accuracy down by this column (repeat for more).", multiple=True)
-    slices: int = setting(10, at_least(0), "Top biased features of the baseline corpus whose slices (rows of the "
-                                           "feature's label and the others) are scored (0: none).")
-    allow_overlap: bool = setting(False, help="Score evaluation rows also found in a training corpus (marked in the "
-                                              "report) instead of failing.")
-
-    def __post_init__(self):
-        validate(self)
-
-    def classifier(self, seed: int):
-        from refinery.models.base import make_classifier
-
-        if self.backend == "ngram":
-            return make_classifier("ngram", self.inputs)
-        return make_classifier("transformer", self.inputs, model=self.model, epochs=self.epochs, lr=self.lr,
-                               batch_size=self.batch_size, max_length=self.max_length, seed=seed,
-                               precision=self.precision)
-
-    def model_key(self) -> dict:
-        """What a finished run depends on (not the seed count, bootstrap draws or breakdowns)."""
-        keep = ("backend", "inputs") + (() if self.backend == "ngram" else
-                                         ("model", "epochs", "lr", "batch_size", "max_length", "precision"))
-        return {k: getattr(self, k) for k in keep}
-
-
-def parse_named(specs, option: str) -> dict:
-    """``NAME=PATH`` specs into {name: [path]}; a name given twice is an error (the second would hide the first)."""
-    named: dict = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"{option} {spec!r} is not NAME=PATH")
-        if name in named:
-            raise ValueError(f"{option} names {name!r} twice ({named[name][0]} and {path}); give each a name of its own")
-        named[name] = [path]
-    return named
-
-
-_SPLIT_SELECTOR = re.compile(r"@([\w.-]+)$")
-
-
-def train_split(path: str) -> tuple[str, str | None]:
-    """``PATH@SPLIT`` → (PATH, SPLIT); a plain path → (path, None)."""
-    match = _SPLIT_SELECTOR.search(path)
-    return (path[: match.start()], match.group(1)) if match and "/" not in match.group(1) else (path, None)
-
-
-def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
-    """``NAME=PATH[:PRESET]`` (a path may itself hold ``:``, as in ``s3://``) into an ``EvalSet``."""
-    name, sep, path = spec.partition("=")
-    if not sep or not name or not path:
-        raise ValueError(f"evaluation set {spec!r} is not NAME=PATH[:PRESET]")
-    head, colon, preset = path.rpartition(":")
-    if colon and preset.lower() in PRESETS:
-        path = head
-    else:
-        preset = None
-    return EvalSet(name, (path,), preset.lower() if preset else None, dict((label_maps or {}).get(name, {})))
-
-
-def parse_label_maps(specs) -> dict:
-    """``--label-map NAME=FROM:TO,…`` specs into {evaluation set: {training label: evaluation label}}."""
-    maps = {}
-    for spec in specs:
-        name, sep, pairs = spec.partition("=")
-        out = {}
-        for pair in filter(None, pairs.split(",")):
-            src, colon, dst = pair.partition(":")
-            if not colon:
-                raise ValueError(f"--label-map {spec!r}: {pair!r} is not FROM:TO")
-            out[src] = dst
-        if not sep or not out:
-            raise ValueError(f"--label-map {spec!r} is not NAME=FROM:TO,...")
-        maps[name] = out
-    return maps
 
 
 def _specs(values) -> tuple:
@@ -213,13 +93,12 @@ class CompareStage(Stage):
 
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
         from refinery.methods.compare.page import console_lines, report_page
-        from refinery.methods.compare.training import compare
         from refinery.report import format as fmt
 
         c = self.config
         train, mine = training_corpora(c.baseline, source.paths, c.names)
         evals = c.eval_sets()
-        report, predictions = compare(train, evals, source, c.model, out, c.split)
+        report, predictions = _compare(train, evals, source, c.model, out, c.split)
         page = report_page(report, train, {e.name: list(e.paths) for e in evals}, out)
         out.publish_report(report, page, {"predictions.parquet": predictions})
         rows, rejected = report["train"][mine]["rows"], report["train"][mine]["rejected"]
@@ -229,3 +108,54 @@ class CompareStage(Stage):
         return StageResult(rows + rejected, {"passed on": rows, "input rejects": rejected}, report,
                            f"{mine} against {report['baseline']}: {gains or 'no baseline'}",
                            lines=tuple(console_lines(report)))
+
+
+def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, out: "StageOutput",
+             split: str | None) -> tuple[dict, "pa.Table"]:
+    """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each seed and
+    score every ``EvalSet``: the report and every run's predictions. Each finished run is published under
+    ``out``'s ``runs/`` and reused while its fingerprint holds.
+
+    Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
+    ``config.allow_overlap`` (then the report marks those cells)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from refinery.core.features import FeatureConfig
+    from refinery.io.corpus import input_fingerprints
+    from refinery.methods.compare.slices import bias_slices
+    from refinery.methods.compare.statistics import label_collapses, reading_notes, several_labels, summarize
+    from refinery.methods.compare.training import predictions_of, read_corpora, run_fingerprint
+    from refinery.progress import progress
+
+    data = read_corpora(train, evals, source, config, split)
+    so = source.opts.storage_options
+    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so),
+                        [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
+    eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
+                   for e in evals] + [("reads", data.reads)]
+    correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
+    preds: list[pa.Table] = []
+    jobs = [(n, s) for n in data.names for s in range(config.seeds)]
+    for name, seed in progress(jobs, desc="compare", unit=" run"):
+        table = predictions_of(data, name, seed, run_fingerprint(config, train_prints[name], seed, eval_prints), out)
+        preds.append(table)
+        for e in evals:
+            part = table.filter(pc.equal(table["eval"], e.name))
+            ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
+            correct.setdefault((name, e.name), []).append(ok)
+
+    correct = {k: np.vstack(v) for k, v in correct.items()}
+    report = summarize(data, correct)
+    report["reads"] = data.reads
+    for e in evals:
+        report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
+        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(data.eval_keys[e.name],
+                                                                              data.eval_tables[e.name]["label"])
+    mapping = source.mapping
+    features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=data.reads == "text_a")
+    report["bias_slices"] = bias_slices(data, features, correct)
+    report["warnings"] = label_collapses(report)
+    report["notes"] = reading_notes(report)
+    return report, pa.concat_tables(preds)

@@ -15,14 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.features import FeatureConfig
-from refinery.io.corpus import input_fingerprints, load
+from refinery.io.corpus import load
 from refinery.io.location import get_fs, join
 from refinery.io.schema import is_pair
-from refinery.methods.compare.stage import CompareConfig, EvalSet, train_split
+from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
-from refinery.progress import progress
 
 SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
 
@@ -193,57 +191,14 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     if overlap and not config.allow_overlap:
         ev, n, c = overlap[0]
         raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
-                         f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. Train on another split "
-                         f"({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
+                         f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. "
+                         f"Train on another split ({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
                          "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
     return Corpora(config, list(train), tables, rejects, other_splits, reads, list(evals), eval_tables, eval_rejects,
                    eval_pairs, eval_labels, label_maps, leaks, eval_keys)
 
 
-def compare(train: dict, evals: list, source: StageInput, config: CompareConfig, out: StageOutput,
-            split: str | None = None) -> tuple[dict, pa.Table]:
-    """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each seed and
-    score every ``EvalSet``: the report and every run's predictions. Each finished run is published under
-    ``out``'s ``runs/`` and reused while its fingerprint holds.
-
-    Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
-    ``config.allow_overlap`` (then the report marks those cells)."""
-    from refinery.methods.compare.slices import bias_slices
-    from refinery.methods.compare.statistics import label_collapses, reading_notes, several_labels, summarize
-
-    data = read_corpora(train, evals, source, config, split)
-    so = source.opts.storage_options
-    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so),
-                        [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
-    eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
-                   for e in evals] + [("reads", data.reads)]
-    correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
-    preds: list[pa.Table] = []
-    jobs = [(n, s) for n in data.names for s in range(config.seeds)]
-    for name, seed in progress(jobs, desc="compare", unit=" run"):
-        table = _run(data, name, seed, _fingerprint(config, train_prints[name], seed, eval_prints), out)
-        preds.append(table)
-        for e in evals:
-            part = table.filter(pc.equal(table["eval"], e.name))
-            ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
-            correct.setdefault((name, e.name), []).append(ok)
-
-    correct = {k: np.vstack(v) for k, v in correct.items()}
-    report = summarize(data, correct)
-    report["reads"] = data.reads
-    for e in evals:
-        report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
-        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(data.eval_keys[e.name],
-                                                                              data.eval_tables[e.name]["label"])
-    mapping = source.mapping
-    features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=data.reads == "text_a")
-    report["bias_slices"] = bias_slices(data, features, correct)
-    report["warnings"] = label_collapses(report)
-    report["notes"] = reading_notes(report)
-    return report, pa.concat_tables(preds)
-
-
-def _fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_prints: list) -> str:
+def run_fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_prints: list) -> str:
     """A run's identity: the model, the seed, and the training corpus and evaluation sets as
     ``input_fingerprints`` sees them (a finished corpus by its manifest, a raw file by size and checksum)."""
     data = {"model": config.model_key(), "seed": seed, "replicate": config.backend == "ngram" and config.seeds > 1,
@@ -251,7 +206,7 @@ def _fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_prin
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _run(data: Corpora, name: str, seed: int, key: str, out: StageOutput) -> pa.Table:
+def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutput) -> pa.Table:
     """The predictions of corpus ``name``'s model of ``seed`` on every evaluation set: a finished run of
     fingerprint ``key`` reused, else trained, scored and published (a finished run survives an interrupted
     comparison)."""
