@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from conftest import DATA, SNLI_DEV
+from svg_checks import text_boxes, text_outside, text_overlaps
 from refinery.core import stats as zstats
 from refinery.report import figures as F
+from refinery.report.figures.canvas import BLUE, MAX_WIDTH, PALETTE, RED, lighter
+from refinery.report.figures.measure import fit, text_width
 
 SVG = "{http://www.w3.org/2000/svg}"
 HANS = DATA / "hans" / "hans_regenerated.tsv"
@@ -22,15 +25,15 @@ def check(svg: str) -> ET.Element:
     root = ET.fromstring(svg)
     assert root.tag == SVG + "svg"
     x, y, w, h = map(float, root.get("viewBox").split())
-    assert (x, y) == (0, 0) and 0 < w <= F.MAX_WIDTH and h > 0
+    assert (x, y) == (0, 0) and 0 < w <= MAX_WIDTH and h > 0
     assert root.get("width") == "100%"
     assert not re.search(r'\s(width|height)="[\d.]+(px)?"', svg[:svg.index(">")])    # no fixed pixel size
     assert root.get("height") is None
     assert f"max-width:{int(w)}px" in root.get("style") and "height:auto" in root.get("style")
     assert "system-ui" in root.get("font-family")
-    assert F.text_overlaps(svg) == []
-    assert F.text_outside(svg) == []
-    assert len(F.text_boxes(svg)) == len(root.findall(f".//{SVG}text"))
+    assert text_overlaps(svg) == []
+    assert text_outside(svg) == []
+    assert len(text_boxes(svg)) == len(root.findall(f".//{SVG}text"))
     return root
 
 
@@ -55,17 +58,17 @@ def test_the_checker_sees_overlaps_and_overflow():
            '<text x="10" y="20">overlapping</text><text x="30" y="22">text</text>'
            '<text x="95" y="45" text-anchor="start">out</text>'
            '<text x="50" y="48" transform="rotate(-90 50 48)">vertical text</text></svg>')
-    assert ("overlapping", "text") in F.text_overlaps(svg)
-    assert "out" in F.text_outside(svg) and "vertical text" in F.text_outside(svg)
-    x0, y0, x1, y1, _ = F.text_boxes(svg)[3]
+    assert ("overlapping", "text") in text_overlaps(svg)
+    assert "out" in text_outside(svg) and "vertical text" in text_outside(svg)
+    x0, y0, x1, y1, _ = text_boxes(svg)[3]
     assert x1 - x0 < 20 < y1 - y0                      # a rotated label is tall and narrow
 
 
 def test_text_width_is_conservative_and_truncation_fits():
-    assert F.text_width("mmmm", 10) > F.text_width("iiii", 10)
-    assert F.text_width("p̂", 10) == F.text_width("p", 10)      # the combining hat takes no room
-    cut = F._fit("a_really_long_feature_name@hypothesis", 80, 11)
-    assert cut.endswith("…") and F.text_width(cut, 11) <= 80
+    assert text_width("mmmm", 10) > text_width("iiii", 10)
+    assert text_width("p̂", 10) == text_width("p", 10)      # the combining hat takes no room
+    cut = fit("a_really_long_feature_name@hypothesis", 80, 11)
+    assert cut.endswith("…") and text_width(cut, 11) <= 80
 
 
 # ------------------------------------------------------------------------------------------------ z-plot
@@ -179,8 +182,8 @@ def test_paired_bars_give_a_pair_one_hue_its_second_bar_lighter():
     root = check(svg)
     fills = {r.find(SVG + "title").text.split(" · ")[0]: r.get("fill") for r in root.iter(SVG + "rect")
              if r.find(SVG + "title") is not None}
-    assert fills["dev: its label"] == F.PALETTE[0] and fills["zfilter: its label"] == F.PALETTE[1]
-    assert fills["dev: other labels"] == F._lighter(F.PALETTE[0]) != F.PALETTE[0]
+    assert fills["dev: its label"] == PALETTE[0] and fills["zfilter: its label"] == PALETTE[1]
+    assert fills["dev: other labels"] == lighter(PALETTE[0]) != PALETTE[0]
     assert len(bar_rects(root)) == 7                                # no bar where there is no value
 
 
@@ -231,7 +234,7 @@ def test_small_multiples_with_gaps():
     root = check(svg)
     words = texts(root)
     assert any(w.startswith("n<min") for w in words)
-    hollow = [c for c in root.iter(SVG + "circle") if c.get("fill") == "#ffffff" and c.get("stroke") == F.BLUE]
+    hollow = [c for c in root.iter(SVG + "circle") if c.get("fill") == "#ffffff" and c.get("stroke") == BLUE]
     assert len(hollow) == 3 + 1                                    # three gaps, and the legend's marker
     assert any(w.startswith("a very long feature") and "…" in w and w.endswith("@premise") for w in words)
     assert "−5" in words or "-5" in words                          # the scale goes below 0 for cat

@@ -10,14 +10,26 @@ import numbers
 MISSING = "—"
 
 
+MINUS = "−"   # U+2212: a figure's negative numbers (a hyphen is shorter than a plus)
+
+
 def count(n) -> str:
-    """12771 → "12,771"."""
-    return f"{int(n):,}"
+    """12771 → "12,771" (a weighted count rounded)."""
+    return f"{int(round(n)):,}"
 
 
-def number(x, digits: int = 3) -> str:
+def count_label(value: float) -> str:
+    """10 → "10", 1000 → "1k", 10⁶ → "1M": tick labels of a log count axis."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def number(x, digits: int = 3, *, zeros: bool = False, minus: str = "-") -> str:
     """A float to ``digits`` significant digits without exponent where a person reads it easily:
-    4.8979 → "4.9", 0.56038 → "0.56", 150.74 → "151", 12345.6 → "12,346", 3.2e-7 → "3.2e-07"."""
+    4.8979 → "4.9", 0.56038 → "0.56", 150.74 → "151", 12345.6 → "12,346", 3.2e-7 → "3.2e-07"; ``zeros`` keeps
+    trailing zeros ("12.0"), ``minus`` is the sign of a negative number (``MINUS`` in figures)."""
     if x is None:
         return MISSING
     if isinstance(x, bool):
@@ -31,11 +43,11 @@ def number(x, digits: int = 3) -> str:
         return "0"
     magnitude = math.floor(math.log10(abs(x)))
     if magnitude >= digits - 1:
-        return f"{round(x):,}"
+        return f"{round(x):,}".replace("-", minus)
     if magnitude < -4:
         return f"{x:.{digits - 1}e}"
     text = f"{x:.{digits - 1 - magnitude}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    return (text.rstrip("0").rstrip(".") if "." in text and not zeros else text).replace("-", minus)
 
 
 def z(x) -> str:
