@@ -136,7 +136,7 @@ def _widened(bound: float, n: int, rows: int, lower: bool) -> str:
 
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     """What AUDAC decided for a corpus: the tokens it corrects and the copies it adds, with what the report shows."""
 
