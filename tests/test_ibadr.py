@@ -14,9 +14,16 @@ from conftest import REFINERY, REPO, run_cli
 
 from refinery.io.corpus import Corpus
 from refinery.io.corpus_writer import write_table
-from refinery.methods import ibadr
+from refinery.methods.ibadr import iteration as ibadr_iteration
+from refinery.methods.ibadr.audit import ShortcutAudit
+from refinery.methods.ibadr.config import IbadrConfig
+from refinery.methods.ibadr.pool import publish
+from refinery.methods.ibadr.report import console_lines, top_z_text
+from refinery.methods.ibadr.stage import IbadrStage
 from refinery.models.precision import resolve_precision
 from refinery.pipeline.config import from_dict
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +58,13 @@ def tiny_generator(tmp_path_factory):
 
 
 def test_indicator_groups_parse_and_diversity():
-    groups = ibadr.indicator_groups(np.array([0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.95, 0.4, 0.6, 0.8]), list("abcdefghij"), 5)
+    groups = ibadr_iteration.indicator_groups(np.array([0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.95, 0.4, 0.6, 0.8]), list("abcdefghij"), 5)
     assert groups.tolist() == [5, 1, 3, 2, 4, 1, 5, 2, 3, 4]
-    assert ibadr.parse("[P] A dog runs . [H] An animal moves .", True) == ("A dog runs .", "An animal moves .", None)
-    assert ibadr.parse("A dog runs .", True)[2] == "no [P] … [H] … structure"
-    assert ibadr.parse("[P] A dog . [H] ", True)[2] == "empty premise or hypothesis"
-    assert ibadr.parse(ibadr.serialize("only text", None), False) == ("only text", None, None)
-    assert ibadr.distinct_n(["a b a b"], 1) == 0.5 and ibadr.distinct_n(["a b a b"], 2) == 2 / 3
+    assert ibadr_iteration.parse("[P] A dog runs . [H] An animal moves .", True) == ("A dog runs .", "An animal moves .", None)
+    assert ibadr_iteration.parse("A dog runs .", True)[2] == "no [P] … [H] … structure"
+    assert ibadr_iteration.parse("[P] A dog . [H] ", True)[2] == "empty premise or hypothesis"
+    assert ibadr_iteration.parse(ibadr_iteration.serialize("only text", None), False) == ("only text", None, None)
+    assert ibadr_iteration.distinct_n(["a b a b"], 1) == 0.5 and ibadr_iteration.distinct_n(["a b a b"], 2) == 2 / 3
 
 
 def _tiny(snli_sample, generator, out, *flags):
@@ -65,8 +72,8 @@ def _tiny(snli_sample, generator, out, *flags):
     printed = yaml.safe_load(run_cli(
         "ibadr", snli_sample, "--out", out, "--generator", generator, "--iterations", 2, "--per-iteration", 12,
         "--lr", 1e-3, "--max-new-tokens", 16, "--tau", 0, "--usm-rows", 30, *flags, "--print-config").stdout)
-    config = from_dict(ibadr.IbadrConfig, printed["stages"][0]["ibadr"])
-    ibadr.run(Corpus.open(str(snli_sample)).read(), str(out), config)
+    config = from_dict(IbadrConfig, printed["stages"][0]["ibadr"])
+    IbadrStage(config).run(StageInput({"": [str(snli_sample)]}), StageOutput(str(out), inputs=[str(snli_sample)]))
 
 
 def _generated(out, iteration):
@@ -136,8 +143,8 @@ def test_bf16_autocast_fine_tuning_learns_like_float32(snli_sample, tiny_generat
     import torch
 
     rows = Corpus.open(str(snli_sample)).read().to_pylist()[:24]  # 9 steps: a CPU without bf16 emulates it
-    heads = [ibadr.conditioning(r["label"], 1) for r in rows]
-    targets = [ibadr.serialize(r["text_a"], r["text_b"]) for r in rows]
+    heads = [ibadr_iteration.conditioning(r["label"], 1) for r in rows]
+    targets = [ibadr_iteration.serialize(r["text_a"], r["text_b"]) for r in rows]
 
     def loss(generator):
         enc = generator.tokenizer([h + t for h, t in zip(heads, targets)], return_tensors="pt", padding=True)
@@ -183,7 +190,7 @@ def test_model_stage_verbs_are_their_one_stage_pipelines(name, options, snli_sam
 def _pseudo_samples(rows):
     """Accepted pseudo samples (text_a, text_b, label) as the pool holds them."""
     return pa.Table.from_pylist([{"id": f"ibadr-1-{i}", "text_a": a, "text_b": b, "label": y, "source": "generated",
-                                  "iteration": 1} for i, (a, b, y) in enumerate(rows)], schema=ibadr.POOL_SCHEMA)
+                                  "iteration": 1} for i, (a, b, y) in enumerate(rows)], schema=ibadr_iteration.POOL_SCHEMA)
 
 
 def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_path):
@@ -196,14 +203,15 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
     from refinery.core.features import FeatureConfig
 
     table = snli_pair.slice(0, 1500)
-    config = ibadr.IbadrConfig(tau=0.4)
+    config = IbadrConfig(tau=0.4)
 
     def outputs(accepted, name):
-        audit = ibadr.ShortcutAudit(table, FeatureConfig())
-        pool = pa.concat_tables([ibadr.initial_pool(table), accepted])
+        audit = ShortcutAudit(table, FeatureConfig())
+        pool = pa.concat_tables([ibadr_iteration.initial_pool(table), accepted])
         out = tmp_path / name
-        report = ibadr.write_outputs(str(out), str(out), table, pool, [], config, 0, audit)
-        return audit, report, (out / "report" / "report.html").read_text(), "\n".join(ibadr._lines(report))
+        report = publish(StageOutput(str(out)), StageOutput(str(out)).step_folders("checkpoints"), table, pool, [],
+                         config=config, iterations=0, audit=audit)
+        return audit, report, (out / "report" / "report.html").read_text(), "\n".join(console_lines(report))
 
     audit, report, page, console = outputs(_pseudo_samples([("A man walks.", "Nobody is sleeping.",
                                                               "contradiction")] * 40), "worse")
@@ -211,7 +219,7 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
     assert not verdict["ok"] and "nobody@hypothesis" in {c["feature"] for c in verdict["worsened"]}
     assert "lower --tau (now 0.4" in verdict["remedy"] and verdict["warnings"][0] in console
     assert mean["accepted_rows"] == 40 and 0 < mean["absent"] < mean["features"] == 30
-    sentence = ibadr.top_z_text(mean)
+    sentence = top_z_text(mean)
     assert f"in the 40 accepted pseudo samples ({mean['absent']} of these 30 absent from them, counted as 0)" \
         in sentence
     assert sentence in console and html.escape(sentence) in page and verdict["line"] in console

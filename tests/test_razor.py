@@ -8,13 +8,17 @@ import pytest
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
 
 from refinery.io.corpus import read_any
-from refinery.methods import razor
+from refinery.methods.razor import scores as razor_scores
+from refinery.methods.razor.config import RazorConfig
+from refinery.methods.razor.report import change, console_lines
+from refinery.methods.razor.rewrite import clean_candidate, verified_label
+from refinery.methods.razor.verdict import verdict
 from refinery.methods.audit import AuditConfig, audit_table
 
 
 def brute_force(table, dim=64):
     """γ and the objective from the full cosine matrix (O(n²)), straight from METHODS §5."""
-    tokens = razor.RazorConfig().tokenizer.tokenize(table[razor.scored_field(table)]).to_pylist()
+    tokens = RazorConfig().tokenizer.tokenize(table[razor_scores.scored_field(table)]).to_pylist()
     docs = len(tokens)
     df = {}
     for toks in tokens:
@@ -39,10 +43,10 @@ def brute_force(table, dim=64):
 
 @pytest.mark.parametrize("block_rows", [1 << 18, 64])   # one block, and the rows embedded 64 at a time
 def test_scores_equal_the_quadratic_definition(snli_pair, monkeypatch, block_rows):
-    monkeypatch.setattr(razor, "SCORE_BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(razor_scores, "SCORE_BLOCK_ROWS", block_rows)
     sample = snli_pair.slice(0, 400)
     gamma, objective = brute_force(sample)
-    scores = razor.score(sample)
+    scores = razor_scores.score(sample)
     np.testing.assert_allclose(scores.gamma, gamma, atol=1e-12)
     assert scores.objective == pytest.approx(objective, rel=1e-9)
 
@@ -61,7 +65,7 @@ def test_score_only_on_snli_and_biased_words_in_high_gamma_rows(snli_pair, tmp_p
     top = audit_table(table, AuditConfig(k=10)).top_k(10)
     words = {e["feature"].split("@")[0] for entries in top.values() for e in entries
              if e["feature"].endswith("@hypothesis") and " " not in e["feature"]}
-    tokens = razor.RazorConfig().tokenizer.tokenize(table["text_b"]).to_pylist()
+    tokens = RazorConfig().tokenizer.tokenize(table["text_b"]).to_pylist()
     carries = np.array([bool(words & set(t)) for t in tokens])
     order = np.argsort(-scores["gamma"].to_numpy())
     top_decile = order[:len(order) // 10]
@@ -72,7 +76,7 @@ def test_multiclass_gamma_uses_all_other_labels():
     t = pa.table({"id": list("abcdef"), "text_a": ["p"] * 6,
                   "text_b": ["one two three", "one two three", "red green", "a b c d e f g", "x", "x y"],
                   "label": ["A", "A", "B", "B", "C", "C"]})
-    scores = razor.score(t)
+    scores = razor_scores.score(t)
     gamma, objective = brute_force(t)
     np.testing.assert_allclose(scores.gamma, gamma, atol=1e-12)
     assert scores.objective == pytest.approx(objective)
@@ -86,12 +90,12 @@ def test_verdict_catches_a_shortcut_the_rewrites_carry_and_credits_rewrites_that
 
     table = snli_pair.slice(0, 3000)
     hypotheses, labels = table["text_b"].to_pylist(), table["label"].to_pylist()
-    config = razor.RazorConfig(top_k=20, rounds=3)
+    config = RazorConfig(top_k=20, rounds=3)
 
     def judged(rewrite):
         texts = [rewrite(i, h) if y == "contradiction" else h for i, (h, y) in enumerate(zip(hypotheses, labels))]
         refined = table.set_column(table.column_names.index("text_b"), "text_b", pa.array(texts))
-        return razor.verdict(table, refined, FeatureConfig(), config)
+        return verdict(table, refined, FeatureConfig(), config)
 
     worse = judged(lambda i, h: h + " nobody" if i % 3 == 0 else h)
     assert not worse.ok and worse.worsened[0].feature == "nobody@hypothesis"
@@ -108,18 +112,18 @@ def test_verdict_catches_a_shortcut_the_rewrites_carry_and_credits_rewrites_that
               "rounds": [{"round": 1, "candidates": 4, "accepted": 2, "replaced": 1, "kept": False,
                           "objective_before": 31_782_330.4, "objective_after": 31_782_265.1}],
               "verdict": swapped.to_dict()}
-    lines = razor._lines(report)
+    lines = console_lines(report)
     assert "objective 31,782,330 → 31,782,265 (undone)" in lines[1]   # it printed 3.17823e+07 -> 3.17823e+07
     assert lines[2] == swapped.line() and len(lines) == 3              # a verdict that holds is one line
-    assert razor.change(0.512341, 0.512349) == ("0.51234", "0.51235")
+    assert change(0.512341, 0.512349) == ("0.51234", "0.51235")
 
 
 def test_verifier_answers_match_labels_exactly():
     labels = ["contradiction", "entailment", "neutral"]
-    assert razor.verified_label("Entailment.", labels) == "entailment"
-    assert razor.verified_label("not entailment", labels) is None      # the reference's substring check said yes
-    assert razor.verified_label("neutral-ish", labels) is None
-    assert razor.clean_candidate('Hypothesis: "A dog runs."\nmore') == "A dog runs."
+    assert verified_label("Entailment.", labels) == "entailment"
+    assert verified_label("not entailment", labels) is None      # the reference's substring check said yes
+    assert verified_label("neutral-ish", labels) is None
+    assert clean_candidate('Hypothesis: "A dog runs."\nmore') == "A dog runs."
 
 
 def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_path):

@@ -62,6 +62,9 @@ def cross_fit_proba(make_model, table: pa.Table, k: int = 5, seed: int = 0, chec
     return proba, classes
 
 
+CLASSIFIERS = ("ngram", "transformer")   # make_classifier's backends
+
+
 def make_classifier(backend: str, inputs: str = "pair", **params) -> Classifier:
     """A fresh classifier: ``ngram`` (hashed n-grams + logistic regression) or ``transformer`` (fine-tuned encoder)."""
     if backend == "ngram":
@@ -72,7 +75,7 @@ def make_classifier(backend: str, inputs: str = "pair", **params) -> Classifier:
         from refinery.models.transformer import TransformerClassifier
 
         return TransformerClassifier(inputs=inputs, **params)
-    raise ValueError(f"unknown classifier backend {backend!r} (ngram, transformer)")
+    raise ValueError(f"unknown classifier backend {backend!r} ({', '.join(CLASSIFIERS)})")
 
 
 def load_classifier(path: str) -> Classifier:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.io.local_cache import cache_folder, cache_text
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import ModelRef, resolve
 from refinery.models.training import fit_loop
@@ -111,16 +112,13 @@ def hf_folder(ref: ModelRef, cache_dir: str | None = None) -> str:
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantized.state_dict())
-    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process published it first
-        import shutil
+    return cache_folder(target, lambda folder: save(model, tokenizer, folder))
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+
+def save(model, tokenizer, path: str) -> None:
+    """A causal LM and its tokenizer saved by transformers into the folder ``path``."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
 
 
 class TransformersGenerator:
@@ -195,7 +193,7 @@ class TransformersGenerator:
         best = torch.tensor(scores).view(len(prompts), len(options)).argmax(dim=1).tolist()
         return [options[i] for i in best]
 
-    def fit(self, prompts: list[str], targets: list[str], epochs: int = 1, lr: float = 5e-5, batch_size: int = 8,
+    def fit(self, prompts: list[str], targets: list[str], *, epochs: int = 1, lr: float = 5e-5, batch_size: int = 8,
             max_length: int = 256, lora: dict | None = None, precision: str = "auto",
             seed: int = 0) -> "TransformersGenerator":
         """Fine-tune on −log p(target | prompt): prompt tokens are masked out of the loss (label −100).
@@ -244,8 +242,7 @@ class TransformersGenerator:
 
     def save(self, path: str) -> None:
         self._load()
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        save(self.model, self.tokenizer, path)
 
 
 class VLLMGenerator:
@@ -334,10 +331,7 @@ class OpenAIGenerator:
             return json.loads(path.read_text())
         texts = self._request(prompt, sampling)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(texts))
-            os.replace(tmp, path)
+            cache_text(path, json.dumps(texts))
         return texts
 
     def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:

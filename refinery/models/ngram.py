@@ -137,7 +137,7 @@ def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:
 
 
 def sgd_fold_proba(fold: int, blocks: list, y: np.ndarray, folds: np.ndarray, num_classes: int,
-                   document_frequency: np.ndarray, C: float = 1.0, epochs: int = 3, seed: int = 0
+                   document_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3, seed: int = 0
                    ) -> tuple[np.ndarray, np.ndarray]:
     """(rows, p(y | x)) of fold ``fold``'s rows from a model fit on the other folds' rows, streamed in blocks.
 

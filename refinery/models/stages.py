@@ -74,7 +74,7 @@ class ClassifierActor:
 
 
 def generate_table(table: pa.Table, backend: str, backend_kwargs: dict | None = None, sampling: Sampling = Sampling(),
-                   engine: str = "local", batch_size: int = 32, actors: int = 1, resources=None,
+                   *, engine: str = "local", batch_size: int = 32, actors: int = 1, resources=None,
                    prompt_column: str = "prompt", bar=None) -> pa.Table:
     """``table``'s prompts through a generator: in-process, or an actor pool of ``actors`` with ``resources``
     (a ``Resources``) each; ``bar``: the caller's bar to advance per batch (``actor_map``)."""

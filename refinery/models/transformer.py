@@ -21,9 +21,9 @@ from refinery.progress import quiet_other_bars
 class TransformerClassifier:
     kind = "transformer"
 
-    def __init__(self, model: str = "sentence-transformers/all-MiniLM-L6-v2", inputs: str = "pair", epochs: int = 1,
-                 lr: float = 5e-5, batch_size: int = 32, max_length: int = 128, weight_decay: float = 0.01,
-                 seed: int = 0, device: str | None = None, precision: str = "auto"):
+    def __init__(self, model: str = "sentence-transformers/all-MiniLM-L6-v2", inputs: str = "pair", *,
+                 epochs: int = 1, lr: float = 5e-5, batch_size: int = 32, max_length: int = 128,
+                 weight_decay: float = 0.01, seed: int = 0, device: str | None = None, precision: str = "auto"):
         if inputs not in ("hypothesis", "premise", "pair"):
             raise ValueError(f"inputs must be hypothesis, premise or pair, not {inputs!r}")
         self.model_name, self.inputs, self.epochs, self.lr = model, inputs, epochs, lr

@@ -219,8 +219,8 @@ REGISTRY = {
     "leakage": "refinery.methods.leakage:LeakageStage",
     "weights": "refinery.methods.weights:WeightsStage",
     "generate": "refinery.methods.generation:GenerateStage",
-    "razor": "refinery.methods.razor:RazorStage",
-    "ibadr": "refinery.methods.ibadr:IbadrStage",
+    "razor": "refinery.methods.razor.stage:RazorStage",
+    "ibadr": "refinery.methods.ibadr.stage:IbadrStage",
     "compare": "refinery.methods.compare.stage:CompareStage",
 }
 

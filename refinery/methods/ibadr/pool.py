@@ -1,0 +1,130 @@
+"""The IBADR loop over a corpus: the pool grows iteration by iteration, each finished iteration kept as a whole
+folder (pool, shallow model, generator, state) by the output's step folders, so a killed run resumes from the last
+one and, with the same seed, ends with the same pool; then the pool, generated/ and the report are published.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from refinery.core.features import FeatureConfig
+from refinery.io.step_folders import StepFolders
+from refinery.methods.ibadr.audit import ShortcutAudit, top_z
+from refinery.methods.ibadr.config import IbadrConfig
+from refinery.methods.ibadr.iteration import (GENERATED_SCHEMA, _classifier, _rng, _sample, _with_training_params,
+                                              fine_tune_shallow, initial_pool, run_iteration)
+from refinery.methods.ibadr.report import TITLE, report_page
+from refinery.pipeline.output import StageOutput
+
+
+def _step(iteration: int) -> str:
+    """The name of an iteration's checkpoint folder."""
+    return f"iter-{iteration:03d}"
+
+
+def last_checkpoint(steps: StepFolders, config: IbadrConfig) -> int:
+    """The last finished iteration kept in ``steps`` with this config (0 if none); one kept with another config
+    is refused."""
+    done = 0
+    for name in steps.finished():
+        with open(steps.path(name, "state.json")) as fh:
+            state = json.load(fh)
+        if state["config"] != config.checkpoint_key():
+            raise ValueError(f"{steps.path(name)} was written with another configuration; use a new --out or "
+                             "--mode overwrite")
+        done = max(done, state["iteration"])
+    return done
+
+
+def sample_input(table: pa.Table, config: IbadrConfig) -> pa.Table:
+    """The rows IBADR starts from: all, or ``sample_rows`` of them drawn with ``seed`` (input order kept)."""
+    if not config.sample_rows or config.sample_rows >= table.num_rows:
+        return table
+    pick = np.sort(np.random.default_rng(config.seed).choice(table.num_rows, config.sample_rows, replace=False))
+    return table.take(pa.array(pick))
+
+
+def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, out: StageOutput, *, engine: str,
+              features: FeatureConfig) -> dict:
+    """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus holding the input's
+    ``rejects``), ``generated`` (every pseudo sample with its status and reason) and the report; each finished
+    iteration kept in ``out``'s step folders ``checkpoints`` (``config.resume``: continue from the last one, else
+    start over). ``features``: the audit's features of the top features and the verdict. The run's report."""
+    from refinery.models.base import load_classifier
+    from refinery.progress import progress
+
+    rows_given = table.num_rows
+    table = sample_input(table, config)
+    steps = out.step_folders("checkpoints")
+    if not config.resume:
+        steps.clear()
+    iterations = config.iterations if config.iterate else 1
+    per_iteration = config.per_iteration if config.iterate else config.per_iteration * config.iterations
+    original = initial_pool(table)
+    done = last_checkpoint(steps, config)
+    if done:
+        pool = pq.read_table(steps.path(_step(done), "pool.parquet"))
+        shallow = _with_training_params(load_classifier(steps.path(_step(done), "shallow")), config)
+        with open(steps.path(_step(done), "state.json")) as fh:
+            history = json.load(fh)["history"]
+    else:
+        pool, history = original, []
+        shallow = _classifier(config.shallow, config).fit(
+            _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
+    task_model = _classifier(config.task_model, config).fit(table)
+    audit = ShortcutAudit(table, features)
+    for iteration in progress(range(done + 1, iterations + 1), desc="ibadr iterations"):
+        generator_from = steps.path(_step(iteration - 1), "generator") if iteration > 1 else config.generator
+        with steps.write(_step(iteration)) as checkpoint:
+            accepted, generated, stats = run_iteration(pool, iteration, config, count=per_iteration, shallow=shallow,
+                                                       task_model=task_model, generator_from=generator_from,
+                                                       checkpoint=checkpoint, engine=engine)
+            pool = pa.concat_tables([pool, accepted])
+            if config.usm:
+                shallow = fine_tune_shallow(shallow, _sample(pool, config.usm_rows, _rng(config, iteration, "usm")))
+            stats["pool_after"] = pool.num_rows
+            stats["original_top_features"] = audit.in_rows(accepted)
+            history.append(stats)
+            checkpoint.write_parquet("pool.parquet", pool)
+            checkpoint.write_parquet("generated.parquet", generated)
+            shallow.save(checkpoint.file("shallow"))
+            checkpoint.write_text("state.json", json.dumps({"iteration": iteration, "config": config.checkpoint_key(),
+                                                            "history": history}, default=str))
+            checkpoint.commit()
+        if iteration > 1:  # only the last generator is needed to go on
+            steps.remove(_step(iteration - 1), "generator")
+    report = publish(out, steps, table, pool, history, config=config, iterations=iterations, audit=audit,
+                     rejects=rejects)
+    report["not_sampled"] = rows_given - table.num_rows
+    return report
+
+
+def publish(out: StageOutput, steps: StepFolders, table: pa.Table, pool: pa.Table, history: list, *,
+            config: IbadrConfig, iterations: int, audit: ShortcutAudit, rejects: pa.Table | None = None) -> dict:
+    """Publish ``pool/`` (with the input's ``rejects``), ``generated/`` (every iteration's pseudo samples, read
+    from ``steps``) and the report of the ``table``'s rows grown into ``pool``; the report."""
+    generated = pa.concat_tables([pq.read_table(steps.path(_step(i), "generated.parquet"))
+                                  for i in range(1, iterations + 1)], promote_options="permissive") \
+        if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
+    pool_manifest = out.write_corpus("pool", pool, rejects, settings={"ibadr": config.to_dict()})
+    accepted = pool.filter(pc.equal(pool["source"], "generated"))
+    summary = audit.in_rows(accepted)
+    verdict = audit.judge_pool(accepted, config)
+    report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
+              "generated": generated.num_rows,
+              "by_status": dict(sorted(Counter(generated["status"].to_pylist()).items())),
+              "iterations": history, "original_top_features_in_accepted": summary,
+              "mean_top_z": top_z(summary, accepted.num_rows), "verdict": verdict.to_dict(),
+              "train_precision": history[-1]["train_precision"] if history else None,
+              "input_rejected": pool_manifest["rejected"],
+              "backend": config.backend, "config": config.to_dict()}
+    with out.files("generated") as d:
+        d.write_parquet("generated.parquet", generated)
+        d.commit()
+    out.publish_report(report, report_page(report, verdict, out.report_page(TITLE)))
+    return report

@@ -1,0 +1,44 @@
+"""RAZOR's verdict (``core.verdict``): the rewritten corpus audited with the input's features and prior rule and
+compared with the input. RAZOR promises to make no shortcut stronger (no feature crossing the threshold, no label's
+max z* rising) and to weaken the shortcuts of the rows it rewrites; where no label's max z* fell and no significant
+feature stopped being one, the verdict says so in a note. The audit counts the input once and only the rewritten
+rows again (``WeightedCounts``: the input with weights 1 and, for the output, 0 on the replaced rows; the rewrites
+with weights 0 and 1), so it costs a tokenization of the input.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.core.features import FeatureConfig
+from refinery.core.verdict import JITTER, Verdict
+from refinery.core.weighted_counts import WeightedCounts, judge_weightings
+from refinery.methods.razor.config import RazorConfig
+from refinery.methods.razor.scores import scored_field
+
+
+def weakened_nothing(v: Verdict) -> bool:
+    """Whether a verdict shows no shortcut weakened where the input had some: no significant feature of the input
+    stopped being one and no label's max z* fell by more than jitter."""
+    fell = any(m.before is not None and m.after is not None and m.after < m.before - JITTER for m in v.max_z.values())
+    return v.significant_before > 0 and not v.fixed_total and not fell
+
+
+def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config: RazorConfig) -> Verdict:
+    """The audit of ``refined`` (``table`` with the scored field of some rows rewritten, row for row) against the
+    audit of ``table``: the same features, the input's prior rule (the labels do not change). The input is counted
+    once; only the rewritten rows are counted again."""
+    target = scored_field(table)
+    rewritten = pc.fill_null(pc.not_equal(table[target], refined[target]), False).to_numpy(zero_copy_only=False)
+    counts = WeightedCounts(None, features, 2).add(table, None, (~rewritten).astype(np.float64))
+    if rewritten.any():
+        counts.add(refined.filter(pa.array(rewritten)), np.zeros(int(rewritten.sum())), None)
+    v = judge_weightings(counts, stage="razor", under_threshold=False, remedy_worsened=(
+        f"the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (--top-k, "
+        f"now {config.top_k}; --rounds, now {config.rounds}) or use another generator (--model); the report's "
+        "examples show what the rewrites add."))
+    if v.ok and weakened_nothing(v):
+        v.notes.append(f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise "
+                       f"--top-k (now {config.top_k}) or --rounds (now {config.rounds}).")
+    return v
