@@ -2,10 +2,12 @@
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
 
+from refinery.core.counts import counter_from_bytes
 from refinery.core.features import FeatureConfig, TokenizerOptions, extract, split_words
 from refinery.io import synth
 from refinery.io.corpus import Corpus
@@ -87,8 +89,8 @@ def test_other_families_and_hypo_only_probe(snli_pair):
     cfg = AuditConfig(features=FeatureConfig(families=("length", "ratio", "overlap", "null", "hypo-only")),
                       probe_folds=3)
     counter = count_table(snli_pair, cfg)
-    from refinery.methods.audit import _add_probe
-    _add_probe(counter, [snli_pair], cfg)
+    from refinery.methods.audit import add_probe
+    add_probe(counter, [snli_pair], cfg)
     st = finish(counter, cfg).stats
     feats = set(st.features.to_pylist())
     assert {"lex-overlap>0.8", "full-lex-overlap", "hypo-len<5", "hypo-only-pred=contradiction"} <= feats
@@ -248,9 +250,28 @@ def test_local_and_ray_identical(planted, ray_local):
     path, _ = planted
     local = audit([path], engine="local")
     on_ray = audit([path], engine="ray")
+    assert type(on_ray.counter).__name__ == "MergedCounts"   # summed by the workers' reducers
     assert local.counter.counts().equals(on_ray.counter.counts())
     assert local.counter.label_totals == on_ray.counter.label_totals
     assert by_feature(local.stats).equals(by_feature(on_ray.stats))
+    assert counter_from_bytes(on_ray.counter.to_bytes()).counts().equals(local.counter.counts())   # its saved state
+
+
+def test_summed_partials_tell_apart_features_of_one_key():
+    """Two features whose 64-bit keys collide, interleaved in the runs summed: each keeps its own counts; two
+    strings of one hash are refused."""
+    from refinery.core.merged_counts import Dictionary, HashedCounts, sum_partials
+
+    def part(firsts, counts):
+        n = len(firsts)
+        return HashedCounts(np.full(n, 7, np.uint64), np.full(n, 1, np.uint64), np.array(firsts, np.uint64),
+                            np.zeros(n, np.uint64), np.array(counts, np.int64).reshape(n, 1), ["a"])
+
+    summed = sum_partials([part([10, 20, 10], [1, 2, 3]), part([20, 10], [4, 5])])
+    assert dict(zip(summed.first.tolist(), summed.counts[:, 0].tolist())) == {10: 9, 20: 6}
+    with pytest.raises(ValueError, match="share the 64-bit hash"):
+        Dictionary.joined([Dictionary(np.array([5], np.uint64), pa.array(["x"], pa.large_string())),
+                           Dictionary(np.array([5], np.uint64), pa.array(["y"], pa.large_string()))])
 
 
 @pytest.mark.ray

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import STOPWORD_LIST, FeatureConfig, dictionary_ids, extract, text_fields
-from refinery.core.kernels import EMPTY, by_region, count_present, hash_shift, rehash, used_slots
+from refinery.core.kernels import EMPTY, by_region, count_present, fnv, hash_shift, rehash, used_slots
 from refinery.core.stats import matrix_to_long, row_totals
-from refinery.core.vocabulary import ByteScanner, TokenIds, token_ids
+from refinery.core.vocabulary import ByteScanner, TokenIds, string_buffers, token_ids
 
 
 class KeyCounts:
@@ -81,8 +81,8 @@ class KeyCounts:
         done = 0
         while True:
             limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
-            self.size, done = count_present(keys, rows, labels, first_row, self.table, self.dense, pairs, done,
-                                             self.size, limit)
+            self.size, done = count_present((keys, rows, labels, first_row), self.table, self.dense, pairs, done,
+                                            self.size, limit)
             if done == len(keys):
                 return
             self._resize(2 * len(self.table), n_labels)
@@ -404,9 +404,36 @@ class FeatureCounts:
                 **{f"count_{j}": counts[j] for j in range(len(labels))},
             })
 
+    def hashed(self, labels: list) -> tuple[pa.Array, list[tuple[np.uint64, np.ndarray, np.ndarray, np.ndarray]]]:
+        """Every count with its ids replaced by the FNV-1a hashes of their strings, which do not depend on the
+        order a counter met its tokens in (ids do): (the strings hashed, [(the suffix's hash, first hashes, second
+        hashes or 0, int64 counts in the order of ``labels``)] per table). A feature is ``first[ second]suffix``,
+        as in ``gram_tables``."""
+        counted = self._parts()   # every batch counted: the vocabularies are complete
+        fields = list((self.fields or {}).values())
+        namers = [(f.vocab.grams(np.arange(len(f.vocab)), np.full(len(f.vocab), -1), ""), f.suffix) for f in fields]
+        namers.append((pa.array(list(self.row_feature_ids), pa.string()), ""))
+        hashes = [string_hashes(words) for words, _ in namers]
+        suffixes = [s for _, s in namers]
+        parts = []
+        for code, first, second, counts in counted:
+            k = min(code // 2, len(fields))
+            words, suffix = hashes[k], string_hashes(pa.array([suffixes[k]], pa.string()))[0]
+            parts.append((suffix, words[first], np.where(second >= 0, words[np.maximum(second, 0)], np.uint64(0)),
+                          self._label_columns(counts, labels)))
+        strings = pa.concat_arrays([words.cast(pa.large_string()) for words, _ in namers]
+                                   + [pa.array(suffixes, pa.large_string())])
+        return strings, parts
+
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
         return matrix_to_long(*self.matrix(), schema)
+
+
+def string_hashes(strings: pa.Array) -> np.ndarray:
+    """The 64-bit FNV-1a hash of each string's UTF-8 bytes (the tokenizer's hash, ``kernels.fnv``)."""
+    data, offsets = string_buffers(strings)
+    return fnv(data, offsets[:-1], offsets[1:])
 
 
 def gram_strings(table: pa.Table) -> pa.Array:

@@ -38,7 +38,7 @@ from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
 from refinery.io.location import get_fs, join
 from refinery.io.publishing import AtomicDir
-from refinery.pipeline.engine import ParquetSource, check_engine, stream_map
+from refinery.pipeline.engine import check_engine
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
@@ -116,23 +116,14 @@ class AuditResult:
         return bounds
 
 
-# On Ray each task counts RAY_PARTIAL_ROWS rows into one partial state (larger states leave the driver less
-# to merge, as the common features recur in every state; a state of 1M rows took a worker 2.7 GiB), and the
-# driver merges the states within at most RAY_DRIVER_BUDGET bytes, spilling past it, whatever one process's
-# budget (--memory-budget) allows.
-RAY_PARTIAL_ROWS = 1 << 18
-RAY_DRIVER_BUDGET = 1 << 30
-
-
-def _counter(config: AuditConfig, only: pa.Array | None = None, budget_cap: int | None = None):
+def new_counter(config: AuditConfig, only: pa.Array | None = None):
     """The configured counter; exact counts of just the features ``only`` in the recount pass; exact counts
-    spill past ``config.memory_budget`` or ``budget_cap``, the smaller."""
+    spill past ``config.memory_budget``."""
     if only is not None:
         return ExactCounts(only)
     if config.counting == "sketch":
         return make_counter("sketch", lg_max_k=config.sketch_lg_k)
-    budget = memory_budget(config.memory_budget)
-    return make_counter(config.counting, memory_budget=min(budget, budget_cap) if budget_cap else budget)
+    return make_counter(config.counting, memory_budget=memory_budget(config.memory_budget))
 
 
 def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Array | None = None):
@@ -140,7 +131,7 @@ def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Arr
 
     ``only``: count just these features (rows' label totals are still all counted).
     """
-    counter = counter if counter is not None else _counter(config, only)
+    counter = counter if counter is not None else new_counter(config, only)
     counter.add_table(table, config.features)
     return counter
 
@@ -162,7 +153,7 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
                 only: pa.Array | None = None, probe: bool = True, on_rejects=None):
     """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts;
     ``on_rejects``: called with each batch of the input's rejects."""
-    counter = _counter(config, only)
+    counter = new_counter(config, only)
     load_kernels_in_background()
     rejected = 0
     probe_tables = []
@@ -175,88 +166,15 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
             if probe and "hypo-only" in config.features.families:
                 probe_tables.append(batch.rows.select(["id", "text_a", "text_b", "label"]))
             bar.update(batch.rows.num_rows)
-    _add_probe(counter, probe_tables, config)
+    add_probe(counter, probe_tables, config)
     return counter, rejected
 
 
-def _add_probe(counter, tables, config):
+def add_probe(counter, tables, config):
+    """Add the hypothesis-only probe's counts over ``tables`` (none: nothing) to ``counter``."""
     if tables:
         probe = probe_counts(pa.concat_tables(tables), config)
         counter.add_counts(probe.counts())
-
-
-def _ray_partial(batch: pa.Table, config_dict: dict, only: pa.Array | None) -> pa.Table:
-    config = AuditConfig.from_dict(config_dict)
-    batch = batch.select([c for c in ("id", "text_a", "text_b", "label") if c in batch.column_names])
-    return pa.table({"state": [count_table(batch, config, only=only).to_bytes()], "rows": [batch.num_rows]})
-
-
-def _ray_partial_files(batch: pa.Table, mapping: Mapping, opts: ReadOptions, config_dict: dict,
-                       only: pa.Array | None) -> pa.Table:
-    from refinery.io.readers import read_file
-
-    config = AuditConfig.from_dict(config_dict)
-    states, rejected, rows, rejects = [], [], [], []
-    for path in batch["path"].to_pylist():
-        counter = _counter(config, only)
-        bad = []
-        for b in read_file(path, mapping, opts):
-            count_table(b.rows, config, counter, only)
-            bad.append(b.rejects)
-        states.append(counter.to_bytes())
-        rejected.append(sum(t.num_rows for t in bad))
-        rejects.append(_ipc_bytes(pa.concat_tables(bad)) if rejected[-1] else b"")
-        rows.append(counter.rows)
-    return pa.table({"state": states, "rejected": rejected, "rows": rows, "rejects": pa.array(rejects, pa.binary())})
-
-
-def _ipc_bytes(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
-              only: pa.Array | None = None, probe: bool = True, on_rejects=None):
-    """The same pass as ``count_local`` on Ray workers: each batch (a corpus's shards) or raw file becomes a
-    partial state, merged here in whatever order they finish; a raw file's rejects come back with its state,
-    a corpus's are read here."""
-    corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
-    raw = [u for u in inputs if u not in corpora]
-    if raw and mapping is None:
-        raise ValueError("raw inputs need --preset or --map")
-    counter, rejected = _counter(config, only, RAY_DRIVER_BUDGET), 0
-    cfg = config.to_dict()
-    parts = []
-    if corpora:
-        opened = [Corpus.open(u, opts.storage_options) for u in corpora]
-        files = tuple(f for corpus in opened for f in corpus.files)
-        for corpus in opened:
-            if on_rejects is not None and corpus.manifest.get("rejected"):
-                on_rejects(corpus.read_rejects())
-                rejected += corpus.manifest["rejected"]
-        parts.append(stream_map(ParquetSource(files, opts.storage_options), _ray_partial, "ray",
-                                {"config_dict": cfg, "only": only}, max(opts.batch_rows, RAY_PARTIAL_ROWS),
-                                stage="audit"))
-    if raw:
-        paths = (pa.table({"path": [p]}) for p in expand_paths(raw, opts.storage_options))
-        parts.append(stream_map(paths, _ray_partial_files, "ray", {"mapping": mapping, "opts": opts,
-                                                                   "config_dict": cfg, "only": only}, stage="audit"))
-    with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
-        for part in (p for stream in parts for p in stream):
-            for blob in part["state"].to_pylist():
-                counter.merge(counter_from_bytes(blob))
-            if "rejected" in part.column_names:
-                rejected += sum(part["rejected"].to_pylist())
-                for blob in part["rejects"].to_pylist():
-                    if blob and on_rejects is not None:
-                        on_rejects(pa.ipc.open_stream(blob).read_all())
-            bar.update(sum(part["rows"].to_pylist()))
-    if probe and "hypo-only" in config.features.families:
-        table, _ = load(inputs, mapping, opts)
-        _add_probe(counter, [table], config)
-    return counter, rejected
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
@@ -276,7 +194,10 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
         if saved.counter_kind != config.counter_kind:
             raise ValueError(f"{state}: saved with features {saved.features.to_dict()} and {saved.counting} "
                              "counting; the update must use the same")
-    count = count_ray if engine == "ray" else count_local
+    if engine == "ray":
+        from refinery.methods.audit_ray import count_ray as count
+    else:
+        count = count_local
     opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
     recount = config.counting == "sketch" and config.sketch_recount and base is None
     counter, reasons = _count_with_rejects(count, inputs, mapping, opts, config, recount, rejects_out)
@@ -315,7 +236,7 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
     labels = sorted(counter.label_totals)
     if not sum(counter.label_totals.values()):
         raise EmptyInput(f"no good rows to audit ({rejected:,} rejected)")
-    if isinstance(source, ExactCounts):
+    if source.mode == "exact":   # ExactCounts, or core.merged_counts' MergedCounts (summed by Ray workers)
         features, matrix, n = source.matrix(labels, config.min_count)
         counted = source.num_features
     else:

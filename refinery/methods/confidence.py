@@ -164,7 +164,7 @@ class ConfidenceStage(FilterStage):
             [confidence] = map_calls(source_confidence, [{}], args, "ray", desc="confidence", cpus=0)
         else:
             confidence = source_confidence(**args)
-        self._confidence, self._next = confidence, 0
+        self._confidence = confidence
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         result = super().run(source, out)
@@ -179,8 +179,7 @@ class ConfidenceStage(FilterStage):
         return set_column(batch, "confidence", pa.array(self._scores(batch)))
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
-        conf = self._confidence[self._next: self._next + batch.num_rows]
-        self._next += batch.num_rows
+        conf = self._scores(batch)
         return conf > self.config.tau, _Reasons(conf, self.config.tau)
 
     def reason_kind(self, reason: str) -> str:
@@ -192,4 +191,5 @@ class ConfidenceStage(FilterStage):
                 "(refinery zfilter OUT/kept).")
 
     def _scores(self, batch: pa.Table) -> np.ndarray:
-        return self._confidence[self._next - batch.num_rows: self._next]
+        """p_M(label | text) of the batch's rows (scored in ``prepare``, in the input's order)."""
+        return self._confidence[self.batch_start: self.batch_start + batch.num_rows]

@@ -6,6 +6,8 @@ mapped batches as a stream, in input order, whichever engine runs them:
 - ``stream_map``: a stateless function over Parquet shards (Ray Data ``read_parquet`` →
   ``map_batches`` on workers) or over a stream of tables read by the driver (a bounded window
   of Ray tasks). Nothing is materialized: the driver holds at most ``window`` batches.
+- ``map_reduce``: units mapped to partitioned parts and part p of every unit reduced, all on Ray workers
+  (the audit's counts summed by key range), the driver handed the reduced values only.
 - ``actor_map``: a stateful, model-holding stage class as a Ray Data actor pool.
 - ``map_calls``: independent calls side by side (threads, or Ray tasks).
 - ``run_as_task``: a stage whose work is one process (DuckDB, NumPy) as one Ray task, so the driver only
@@ -182,6 +184,11 @@ def _for_the_console(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR and not record.name.startswith(_NOTES_OFF_THE_CONSOLE)
 
 
+def cluster_cpus() -> int:
+    """The CPUs of the Ray cluster (started here if none is)."""
+    return max(1, int(ray_init().cluster_resources().get("CPU", 1)))
+
+
 def actor_cpus() -> float:
     """CPUs per actor: whole on a cluster, a fraction on a small local box."""
     return 1.0 if os.environ.get("RAY_ADDRESS") or (os.cpu_count() or 1) > 8 else 0.5
@@ -295,13 +302,49 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
         remote = ray.remote(max_retries=TASK_RETRIES, **ray_options(resources))(fn)
         shared = {name: ray.put(value) for name, value in kwargs.items()}
         in_flight: deque = deque()
-        limit = window or 2 * int(ray.cluster_resources().get("CPU", 1))
+        limit = window or 2 * cluster_cpus()
         for t in source:
             in_flight.append(remote.remote(t, **shared))
             if len(in_flight) >= limit:
                 yield ray.get(in_flight.popleft())
         while in_flight:
             yield ray.get(in_flight.popleft())
+
+
+def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: int, *, shared: dict | None = None,
+               stage: str | None = None, resources=None, on_mapped: Callable | None = None) -> list:
+    """A reduce by key range on Ray workers, the driver holding only what it is handed.
+
+    ``map_fn(unit, **shared)`` returns (what the driver reads of the unit, the unit's ``partitions`` parts),
+    ``reduce_fn(parts)`` combines part p of every unit, on a worker too: the parts go from worker to worker
+    through the object store, never through the driver. ``on_mapped`` gets what each unit hands the driver, in
+    the order of ``units`` (the driver waits for it alone); returns the ``partitions`` reduced values. Every
+    task asks for ``resources`` and is rerun if its worker dies (``shared`` put in the object store once).
+    """
+    ray = ray_init()
+    with _faults_named(stage or map_fn.__name__):
+        refs = {name: ray.put(value) for name, value in (shared or {}).items()}
+        mapping = ray.remote(num_returns=partitions + 1, max_retries=TASK_RETRIES, **ray_options(resources))(_flat)
+        reducing = ray.remote(max_retries=TASK_RETRIES, **ray_options(resources))(_reduced)
+        mapped = [mapping.remote(map_fn, unit, refs) for unit in units]
+        reduced = [reducing.remote(reduce_fn, *(unit[1 + p] for unit in mapped)) for p in range(partitions)]
+        for unit in mapped:
+            read = ray.get(unit[0])
+            if on_mapped is not None:
+                on_mapped(read)
+        return ray.get(reduced)
+
+
+def _flat(map_fn: Callable, unit, shared: dict) -> tuple:
+    """In a map task: what the driver reads, then each part as a value of its own (an object of its own)."""
+    import ray
+
+    read, parts = map_fn(unit, **{name: ray.get(ref) for name, ref in shared.items()})
+    return (read, *parts)
+
+
+def _reduced(reduce_fn: Callable, *parts):
+    return reduce_fn(list(parts))
 
 
 def ray_options(resources) -> dict:

@@ -6,6 +6,12 @@ streams the input's batches through it into ``kept/`` (the input's rejects carri
 ``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
 and the commonest reasons. Rows in = kept + filtered out + input rejects.
 
+Where it runs (``pipeline.engine.stream_map``): ``prepare`` in the driver; ``decide`` and ``annotate`` per batch, in
+this process on the local engine, and on Ray workers under ``--engine ray`` (each batch a task asking for the
+stage's ``resources``, the filter with its state shipped to the object store once). The driver reads the batches,
+keeps them in input order and only writes what comes back. A filter that decided every row in ``prepare`` looks
+each batch's decisions up from ``batch_start``, the position of its first row in the input.
+
 Its verdict (``core.verdict``): as rows are decided, the audit's features are counted over the input and over
 the kept rows (``core.weighted_counts``, weights 1 and keep ∈ {0, 1}: one tokenization), with the input's prior
 rule, and compared. A filter promises to make no shortcut stronger; where it did, the warning names the features
@@ -15,12 +21,14 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.pipeline.config import to_dict
+from refinery.pipeline.engine import stream_map
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
 from refinery.report import format as fmt
@@ -47,6 +55,7 @@ def verdict_headline(verdict: dict) -> str:
 
 class FilterStage(Stage):
     output = Output.KEPT
+    batch_start: int = 0   # the input's position of the first row of the batch decide and annotate are handed
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Look at the whole input before the first ``decide`` (nothing by default); long work may keep
@@ -54,7 +63,11 @@ class FilterStage(Stage):
 
     @abstractmethod
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
-        """(keep: one bool per row, reasons: why each row would be dropped; read for dropped rows only)."""
+        """(keep: one bool per row, reasons: why each row would be dropped; read for dropped rows only).
+
+        Runs where the engine puts it (a Ray worker, on a copy of the filter): what it needs from ``prepare``
+        is in the filter's attributes, indexed by row position from ``batch_start``; nothing it changes there
+        comes back."""
 
     def reason_kind(self, reason: str) -> str:
         """The group a reason is counted under in the report (the reason itself by default; a filter whose
@@ -79,21 +92,17 @@ class FilterStage(Stage):
         input_rejects = 0
         audit = WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
         with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
-            for batch in source.iter_batches():
-                if batch.rejects.num_rows:
-                    kept_w.write(rejects=batch.rejects)
-                    input_rejects += batch.rejects.num_rows
-                if not batch.rows.num_rows:
-                    continue
-                keep, why = self.decide(batch.rows)
-                keep = np.asarray(keep, bool)
-                audit.add(batch.rows, None, keep.astype(np.float64))
-                rows = self.annotate(batch.rows)
-                dropped = np.nonzero(~keep)[0]
-                why = [str(why[i]) for i in dropped]
+            def on_rejects(rejects: pa.Table) -> None:
+                nonlocal input_rejects
+                kept_w.write(rejects=rejects)
+                input_rejects += rejects.num_rows
+
+            for rows, keep, why in stream_map(_positioned(source, on_rejects), decide_batch, source.engine,
+                                              {"stage": self}, stage=self.name, resources=self.resources):
+                audit.add(rows, None, keep.astype(np.float64))
                 kept_w.write(rows.filter(pa.array(keep)))
-                dropped_w.write(set_column(rows.take(pa.array(dropped)), "reason", pa.array(why, pa.string())))
-                labels = np.asarray(batch.rows["label"].to_pylist(), object)
+                dropped_w.write(set_column(rows.filter(pa.array(~keep)), "reason", pa.array(why, pa.string())))
+                labels = np.asarray(rows["label"].to_pylist(), object)
                 kept_by.update(labels[keep].tolist())
                 dropped_by.update(labels[~keep].tolist())
                 reasons.update(map(self.reason_kind, why))
@@ -138,3 +147,24 @@ class FilterStage(Stage):
                          "rejected/.") if len(report["reasons"]) >= TOP_REASONS else "")
                 .section("Configuration", config_table(report["config"])))
         out.publish_report(report, page)
+
+
+def _positioned(source: StageInput, on_rejects) -> Iterator[tuple[pa.Table, int]]:
+    """(rows, the input's position of their first row) of each batch of ``source`` that has rows; each batch's
+    rejects handed to ``on_rejects`` as it is read."""
+    start = 0
+    for batch in source.iter_batches():
+        if batch.rejects.num_rows:
+            on_rejects(batch.rejects)
+        if batch.rows.num_rows:
+            yield batch.rows, start
+            start += batch.rows.num_rows
+
+
+def decide_batch(positioned: tuple[pa.Table, int], stage: FilterStage) -> tuple[pa.Table, np.ndarray, list]:
+    """(the rows as ``annotate`` writes them, keep, the reasons of the dropped rows) of one batch: the work of
+    a filter that runs where the engine puts it."""
+    rows, stage.batch_start = positioned
+    keep, why = stage.decide(rows)
+    keep = np.asarray(keep, bool)
+    return stage.annotate(rows), keep, [str(why[i]) for i in np.flatnonzero(~keep)]

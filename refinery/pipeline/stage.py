@@ -52,13 +52,15 @@ class Output(enum.Enum):
 
 @dataclass(frozen=True)
 class Resources:
-    """What one worker of the stage asks the engine for (Ray actors and ``map_batches`` tasks)."""
+    """What one worker of the stage asks the engine for: each Ray task or actor the engine launches for the
+    stage (``pipeline.engine``: a filter's batches, a model's actors, a ``one_task`` stage's task)."""
 
     cpus: float = 1.0
     gpus: float = 0.0
     memory_gb: float = 1.0
 
     def ray_options(self) -> dict:
+        """The options of a Ray task or actor asking for these resources."""
         return {"num_cpus": self.cpus, "num_gpus": self.gpus, "memory": int(self.memory_gb * 2**30)}
 
 
