@@ -42,8 +42,9 @@ def _find(table, key, shift):
 
 
 @numba.njit(nogil=True, cache=True)
-def count_present(values, rows, labels, first_row, table, dense, pairs, start, size, limit):
-    """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``.
+def count_present(batch, table, dense, pairs, start, size, limit):
+    """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``, where ``batch``
+    is ``(values, rows, labels, first_row)``.
 
     The key at position i (≥ ``start``) is ``values[i]``, or with ``pairs`` the bigram
     ``values[i-1] << 32 | values[i]`` when both are in the same row; keys are ≥ 0. ``table`` rows
@@ -52,6 +53,7 @@ def count_present(values, rows, labels, first_row, table, dense, pairs, start, s
     a new key would make the table hold more than ``limit`` keys; returns (keys held, position
     reached).
     """
+    values, rows, labels, first_row = batch
     shift = hash_shift(len(table))
     for i in range(max(start, 1 if pairs else 0), len(values)):
         if pairs:
@@ -131,11 +133,13 @@ def used_slots(table, start, end, keys, counts):
 
 
 @numba.njit(nogil=True, cache=True)
-def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, out, starts, ends, parents, hashes):
+def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, found):
     """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
     out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
-    ``keep_punct``), space bytes separators. Writes the (lowercased) bytes to ``out`` and each
-    token's span, row and FNV-1a hash (computed as the bytes go by); returns the number of tokens."""
+    ``keep_punct``), space bytes separators. Writes into ``found`` = ``(out, starts, ends, parents,
+    hashes)`` the (lowercased) bytes and each token's span, row and FNV-1a hash (computed as the bytes
+    go by); returns the number of tokens."""
+    out, starts, ends, parents, hashes = found
     n = 0
     for r in range(len(offsets) - 1):
         if skip[r]:
@@ -185,16 +189,17 @@ def _token_start(token_ends, t):
 
 
 @numba.njit(nogil=True, cache=True)
-def intern_tokens(data, starts, ends, token_hashes, ids, start, arena, arena_used, token_ends, hashes, n_ids, table,
-                  limit):
+def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
     """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
-    hash ``token_hashes[i]``), adding unseen tokens to the arena; stops before the vocabulary
-    would pass ``limit`` tokens.
+    hash ``token_hashes[i]``; ``tokens`` is ``(data, starts, ends, token_hashes)``), adding unseen tokens
+    to the arena; stops before the vocabulary would pass ``limit`` tokens.
 
-    ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
+    ``vocabulary`` is ``(arena, token_ends, hashes, table)``; ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
     ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end per
     token locates it); ``hashes[id]`` keeps the low 32 bits of its hash, all a table of at most
     2³¹ slots places by. Returns (arena_used, n_ids, position reached)."""
+    data, starts, ends, token_hashes = tokens
+    arena, token_ends, hashes, table = vocabulary
     mask = len(table) - 1
     for i in range(start, len(starts)):
         h = np.uint32(token_hashes[i] & np.uint64(0xFFFFFFFF))

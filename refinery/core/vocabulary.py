@@ -52,8 +52,9 @@ class TokenIds:
             limit = len(self.table) // 2
             self.token_ends = _grown(self.token_ends, limit)
             self.hashes = _grown(self.hashes, limit)
-            self.used, self.size, done = intern_tokens(data, starts, ends, hashes, ids, done, self.arena, self.used,
-                                                 self.token_ends, self.hashes, self.size, self.table, limit)
+            self.used, self.size, done = intern_tokens((data, starts, ends, hashes), ids, done,
+                                                       (self.arena, self.token_ends, self.hashes, self.table),
+                                                       self.used, self.size, limit)
             if done < len(starts):
                 size, self.table = 2 * len(self.table), None  # free the old table before the new one
                 self.table = np.full(size, EMPTY, dtype=np.int32)
@@ -106,7 +107,7 @@ class ByteScanner:
         self.spans, self.hashes = _grown(self.spans, most), _grown(self.hashes, most)
         starts, ends, rows = self.spans[:, 0], self.spans[:, 1], self.spans[:, 2]
         n = scan_ascii(data, offsets, skip, options.lowercase, not options.remove_punctuation, BYTE_CLASS,
-                        self.out, starts, ends, rows, self.hashes)
+                       (self.out, starts, ends, rows, self.hashes))
         return self.out, starts[:n], ends[:n], self.hashes[:n], rows[:n].copy()
 
 

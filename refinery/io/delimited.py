@@ -105,8 +105,8 @@ def _delimited_records(lines, given_back: list, splitter: _LineSplitter, multili
             yield lineno, None, _safe(text), f"malformed CSV: {e}"
             continue
         if still_open:
-            yield from _spanning_record(lines, given_back, splitter, lineno, line, fields, multiline, width,
-                                        max_bytes)
+            yield from _spanning_record(lines, given_back, splitter, lineno, line, fields, multiline=multiline,
+                                        width=width, max_bytes=max_bytes)
         elif undecodable:
             yield lineno, None, _safe(text), "undecodable bytes (not UTF-8)"
         elif len(fields) != width:
@@ -115,7 +115,7 @@ def _delimited_records(lines, given_back: list, splitter: _LineSplitter, multili
             yield lineno, fields, text, None
 
 
-def _spanning_record(lines, given_back: list, splitter: _LineSplitter, lineno: int, line: bytes, fields: list,
+def _spanning_record(lines, given_back: list, splitter: _LineSplitter, lineno: int, line: bytes, fields: list, *,
                      multiline: bool, width: int, max_bytes: int) -> Iterator[tuple[int, list | None, str, str | None]]:
     """The record whose quoted field opens on ``line`` and runs past its end (see ``_delimited_records``)."""
     taken, size, still_open, previous = [], len(line), True, line
