@@ -21,6 +21,7 @@ from refinery.methods.audit import (
     finish,
     write_outputs,
 )
+from refinery.pipeline.output import StageOutput
 
 
 def test_snli_table10_words(tmp_path):
@@ -180,7 +181,7 @@ def test_incremental_update_equals_full(planted, tmp_path):
         write_table(pq2.read_table(f), str(tmp_path / f"s{i}"))
     shards = [str(tmp_path / f"s{i}") for i in range(len(files))]
     first = audit(shards[:1])
-    write_outputs(first, str(tmp_path / "a1"), shards[:1])
+    write_outputs(first, StageOutput(str(tmp_path / "a1"), inputs=shards[:1]))
     updated = audit(shards[1:], config=AuditConfig(update=str(tmp_path / "a1")))
     full = audit([path])
     assert updated.counter.counts().equals(full.counter.counts())
@@ -206,7 +207,7 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     # the statistics' pass left each partition merged in one file, which the state is written from
     assert {os.path.dirname(f) for f in glob.glob(os.path.join(runs, "run-*", "*.parquet"))} == \
         {os.path.join(runs, "run-merged")}
-    summary = write_outputs(spilled, str(tmp_path / "a"), [path])
+    summary = write_outputs(spilled, StageOutput(str(tmp_path / "a"), inputs=[path]))
     spilled.counter.close()
     assert summary["spilled_runs"] == spilled.counter.spilled_runs and not os.path.exists(runs)
     saved, _ = load_state(str(tmp_path / "a"))
@@ -291,8 +292,9 @@ def test_ray_reads_raw_files(ray_local, tmp_path):
     bad.write_text("".join(json.dumps({"sentence1": "A b .", "sentence2": "C d .", "gold_label": "-"}) + "\n"
                            for _ in range(20)) + "{not json\n")
     inputs = [SNLI_DEV, str(bad)]
-    local = audit(inputs, PRESETS["snli"], engine="local", rejects_out=str(tmp_path / "local"))
-    on_ray = audit(inputs, PRESETS["snli"], engine="ray", rejects_out=str(tmp_path / "ray"))
+    out = StageOutput(str(tmp_path), inputs=inputs)
+    local = audit(inputs, PRESETS["snli"], engine="local", rejects=out.corpus("local"))
+    on_ray = audit(inputs, PRESETS["snli"], engine="ray", rejects=out.corpus("ray"))
     assert local.counter.counts().equals(on_ray.counter.counts())
     local_rejects, ray_rejects = (Corpus.open(str(tmp_path / e)).read_rejects() for e in ("local", "ray"))
     assert local.rejected == on_ray.rejected == local_rejects.num_rows == 21

@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes, make_counter
@@ -22,22 +20,11 @@ from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.features import FeatureConfig
 from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
-from refinery.io.corpus import (
-    AllRejected,
-    Corpus,
-    EmptyInput,
-    is_corpus,
-    iter_input_batches,
-    load,
-    reject_reasons,
-)
-from refinery.io.corpus_writer import CorpusWriter
-from refinery.io.inputs import expand_paths
+from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
-from refinery.io.location import get_fs, join
-from refinery.io.publishing import AtomicDir
+from refinery.io.location import get_fs
 from refinery.pipeline.engine import check_engine
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
@@ -178,10 +165,10 @@ def add_probe(counter, tables, config):
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-          config: AuditConfig = AuditConfig(), engine: str = "local", rejects_out: str | None = None) -> AuditResult:
+          config: AuditConfig = AuditConfig(), engine: str = "local", rejects=None) -> AuditResult:
     """Count features over ``inputs`` (added to the saved state of ``config.update`` if given) and compute
-    z-statistics. ``rejects_out``: publish the input's rejects there, as a corpus of no rows (an
-    ``AllRejected`` error names it when no row was good).
+    z-statistics. ``rejects``: a corpus writer (``StageOutput.corpus``) that publishes the input's rejects, as a
+    corpus of no rows (an ``AllRejected`` error names it when no row was good).
 
     Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
     bound memory and name the candidate features, then a second pass counts just those exactly,
@@ -200,12 +187,12 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
         count = count_local
     opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
     recount = config.counting == "sketch" and config.sketch_recount and base is None
-    counter, reasons = _count_with_rejects(count, inputs, mapping, opts, config, recount, rejects_out)
+    counter, reasons = _count_with_rejects(count, inputs, mapping, opts, config, recount, rejects)
     rejected = sum(reasons.values())
     if base is not None:
         counter = base.merge(counter)
     if not counter.rows:
-        raise AllRejected(inputs, reasons, rejects_out and f"{rejects_out} (refinery inspect {rejects_out})")
+        raise AllRejected(inputs, reasons, rejects and f"{rejects.out} (refinery inspect {rejects.out})")
     present = [label for label, n in counter.label_totals.items() if n]
     if len(present) == 1:
         raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read ({rejected:,} rejected): "
@@ -214,19 +201,18 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     return finish(counter, config, rejected, recounted)
 
 
-def _count_with_rejects(count, inputs, mapping, opts, config, recount: bool, rejects_out: str | None):
-    """The first counting pass: (counter, the rejects per reason), the rejects published at ``rejects_out``."""
+def _count_with_rejects(count, inputs, mapping, opts, config, recount: bool, rejects):
+    """The first counting pass: (counter, the rejects per reason), the rejects published by the writer ``rejects``."""
     reasons = Counter()
-    if rejects_out is None:
+    if rejects is None:
         counter, _ = count(inputs, mapping, opts, config, probe=not recount,
                            on_rejects=lambda t: reasons.update(reject_reasons(t)))
         return counter, reasons
-    with CorpusWriter(rejects_out, config={"audit": config.to_dict()}, storage_options=opts.storage_options,
-                      inputs=inputs) as writer:
+    with rejects:
         counter, _ = count(inputs, mapping, opts, config, probe=not recount,
-                           on_rejects=lambda t: writer.write(rejects=t))
-        writer.commit()
-    return counter, writer.reasons
+                           on_rejects=lambda t: rejects.write(rejects=t))
+        rejects.commit()
+    return counter, rejects.reasons
 
 
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
@@ -272,11 +258,10 @@ def load_state(path: str):
     return counter, AuditConfig.from_dict(meta["config"])
 
 
-def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "Audit: which features leak the label",
-                  storage_options: dict | None = None) -> dict:
-    """stats.parquet (features with n ≥ min_count), topk.json, summary.json, zplot.svg, report.html and the
-    mergeable state (every feature's counts)."""
-    st, cfg = result.stats, result.config
+def write_outputs(result: AuditResult, out: StageOutput, title: str = "Audit: which features leak the label") -> dict:
+    """Publish ``out``'s report/: the summary (report.json and summary.json), stats.parquet (features with
+    n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
+    st, cfg, inputs = result.stats, result.config, out.inputs
     topk = result.top_k()
     summary = {
         "rows": result.rows,
@@ -294,21 +279,15 @@ def write_outputs(result: AuditResult, out: str, inputs=(), title: str = "Audit:
         "config": cfg.to_dict(),
         "inputs": list(inputs),
     }
-    with AtomicDir(out, storage_options) as d, ThreadPoolExecutor(1) as background:
-        state = background.submit(_write_state, d, result.counter)   # releases the GIL: overlaps the rest
-        corpus = corpus_name(inputs, storage_options)
-        svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
-        sink = pa.BufferOutputStream()
-        pq.write_table(st.to_table(cfg.min_count), sink, compression="zstd")   # the features z* is defined for
-        d.write_bytes("stats.parquet", sink.getvalue().to_pybytes())
-        d.write_text("topk.json", json.dumps(topk, indent=1))
-        d.write_text("zplot.svg", svg)
-        state.result()
-        d.write_text(STATE_META, json.dumps({"config": cfg.to_dict(), "rows": result.rows,
-                                             "inputs": list(inputs)}, indent=1))
-        d.write_text("report.html", _html(summary, svg, topk, title, corpus))
-        d.write_text("summary.json", json.dumps(summary, indent=1, default=str))
-        d.commit()
+    corpus = corpus_name(inputs, out.storage_options)
+    svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
+    out.publish_report(summary, _html(summary, svg, topk, title, corpus), files={
+        "stats.parquet": st.to_table(cfg.min_count),   # the features z* is defined for
+        "topk.json": json.dumps(topk, indent=1),
+        "zplot.svg": svg,
+        STATE_FILE: result.counter.write_state,
+        STATE_META: json.dumps({"config": cfg.to_dict(), "rows": result.rows, "inputs": list(inputs)}, indent=1),
+        "summary.json": json.dumps(summary, indent=1, default=str)})
     return summary
 
 
@@ -335,11 +314,6 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
             .html())
 
 
-def _write_state(d: AtomicDir, counter) -> None:
-    with d.fs.open(d.file(STATE_FILE), "wb") as fh:
-        counter.write_state(fh)
-
-
 class AuditStage(Stage):
     """z-statistics of surface features against the label (Gardner et al. 2021).
 
@@ -353,17 +327,17 @@ class AuditStage(Stage):
     output = Output.INPUT
     references = ("update",)
 
-    def measure(self, source: StageInput, rejects_out: str | None = None) -> AuditResult:
-        """The audit of ``source``; its input's rejects published at ``rejects_out`` (else written nowhere:
-        what a pipeline's report measures at each step)."""
+    def measure(self, source: StageInput, out: StageOutput | None = None) -> AuditResult:
+        """The audit of ``source``; its input's rejects published as ``out``'s rejects/ (without ``out``, written
+        nowhere: what a pipeline's report measures at each step)."""
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects_out=rejects_out)
+        rejects = out.corpus("rejects", settings={self.name: config.to_dict()}) if out is not None else None
+        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects)
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        result = self.measure(source, join(out.folder, "rejects"))
+        result = self.measure(source, out)
         try:
-            summary = write_outputs(result, join(out.folder, "report"), source.paths,
-                                    storage_options=source.opts.storage_options)
+            summary = write_outputs(result, out)
         finally:
             result.counter.close()
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)

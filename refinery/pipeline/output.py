@@ -94,7 +94,8 @@ class StageOutput:
 
     def publish_report(self, report: dict, page: Report | str, files: dict | None = None, part: str = REPORT) -> str:
         """Publish ``report.json``, ``report.html`` and ``files`` ({name: text, bytes, an Arrow table, or a
-        ``pa.RecordBatchReader`` streamed into one zstd Parquet file, for a table too large to hold}) as the folder
+        ``pa.RecordBatchReader`` streamed into one zstd Parquet file, for a table too large to hold, or a function that
+        writes the file into the binary file object it is handed, for a library's own writer}) as the folder
         ``part`` (``""``: the stage folder itself); the HTML's URL."""
         with self.files(part) as d:
             d.write_text("report.json", json.dumps(report, indent=1, default=str))
@@ -105,6 +106,9 @@ class StageOutput:
                     _stream_parquet(d, name, content)
                 elif isinstance(content, str):
                     d.write_text(name, content)
+                elif callable(content):
+                    with d.fs.open(d.file(name), "wb") as fh:
+                        content(fh)
                 else:
                     d.write_bytes(name, content)
             d.write_text("report.html", page if isinstance(page, str) else page.html())
