@@ -13,14 +13,8 @@ from refinery.io import synth
 from refinery.io.corpus import Corpus
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS
-from refinery.methods.audit import (
-    AuditConfig,
-    audit,
-    audit_table,
-    count_table,
-    finish,
-    write_outputs,
-)
+from refinery.methods.audit.counting import audit, audit_table, count_table, finish
+from refinery.methods.audit.stage import AuditConfig, write_outputs
 from refinery.pipeline.output import StageOutput
 
 
@@ -90,7 +84,7 @@ def test_other_families_and_hypo_only_probe(snli_pair):
     cfg = AuditConfig(features=FeatureConfig(families=("length", "ratio", "overlap", "null", "hypo-only")),
                       probe_folds=3)
     counter = count_table(snli_pair, cfg)
-    from refinery.methods.audit import add_probe
+    from refinery.methods.audit.counting import add_probe
     add_probe(counter, [snli_pair], cfg)
     st = finish(counter, cfg).stats
     feats = set(st.features.to_pylist())
@@ -195,7 +189,7 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     import glob
     import os
 
-    from refinery.methods.audit import load_state
+    from refinery.methods.audit.counting import load_state
 
     path, _ = planted
     in_memory = audit([path], opts=ReadOptions(batch_rows=7_000))

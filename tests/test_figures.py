@@ -76,7 +76,7 @@ def test_text_width_is_conservative_and_truncation_fits():
 @pytest.fixture(scope="module")
 def snli_stats():
     from refinery.io.schema import PRESETS
-    from refinery.methods.audit import audit
+    from refinery.methods.audit.counting import audit
     return audit([SNLI_DEV], PRESETS["snli"]).stats
 
 
@@ -99,7 +99,7 @@ def test_zplot_of_an_snli_audit(snli_stats):
 @pytest.mark.skipif(not HANS.exists(), reason="HANS data not here")
 def test_zplot_of_two_labels_fills_the_width():
     from refinery.io.schema import PRESETS
-    from refinery.methods.audit import audit
+    from refinery.methods.audit.counting import audit
     stats = audit([str(HANS)], PRESETS["hans"]).stats
     root = check(F.zplot(stats, title="hans_regenerated.tsv"))
     width = float(root.get("viewBox").split()[2])

@@ -60,7 +60,7 @@ def test_killed_razor_resumes_from_its_last_finished_round(tiny_generator, tmp_p
 def test_a_rerun_recomputes_what_new_code_would_compute_differently(tmp_path, monkeypatch):
     """A step's fingerprint holds refinery's version and its stage's ``version``: after either changes, an
     otherwise unchanged pipeline reruns the step (before, it said "unchanged, skipped")."""
-    from refinery.methods.audit import AuditStage
+    from refinery.methods.audit.stage import AuditStage
     from refinery.pipeline import runner
     from refinery.pipeline.config import parse_pipeline
 

@@ -9,8 +9,7 @@ from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 from refinery.io import synth
 from refinery.io.corpus import Corpus, load
 from refinery.io.schema import PRESETS
-from refinery.methods import zfilter
-from refinery.methods.audit import audit, audit_table
+from refinery.methods.audit.counting import audit, audit_table
 from refinery.methods.confidence import confidence_filter
 
 
@@ -203,7 +202,7 @@ def test_verdict_catches_a_stage_that_worsens_a_feature_and_credits_one_that_fix
     times is caught naming nobody@hypothesis; one that drops the contradiction rows holding `sleeping` is ok
     and credited with sleeping@hypothesis no longer significant."""
     from refinery.core.verdict import judge
-    from refinery.methods.audit import AuditConfig
+    from refinery.methods.audit.stage import AuditConfig
 
     table, _ = load([SNLI_DEV], PRESETS["snli"])
     cfg = AuditConfig(prior="uniform")

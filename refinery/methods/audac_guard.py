@@ -26,7 +26,8 @@ class ShortcutGuard:
     """
 
     def __init__(self, table: pa.Table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
-        from refinery.methods.audit import AuditConfig, count_table
+        from refinery.methods.audit.counting import count_table
+        from refinery.methods.audit.stage import AuditConfig
 
         self.labels, self.prior_rule = labels, prior
         counter = count_table(table, AuditConfig(features=features, prior=prior, min_count=AUDIT_MIN_COUNT))

@@ -213,7 +213,7 @@ class Stage(ABC):
 
 # name → "module:Class" (imported on first use, so a command loads only the methods it runs) or a registered class
 REGISTRY = {
-    "audit": "refinery.methods.audit:AuditStage",
+    "audit": "refinery.methods.audit.stage:AuditStage",
     "zfilter": "refinery.methods.zfilter.stage:ZFilterStage",
     "compose": "refinery.methods.zfilter.stage:ComposeStage",
     "confidence": "refinery.methods.confidence:ConfidenceStage",

@@ -1,15 +1,14 @@
-"""The audit: which surface features leak the label, and how strongly (METHODS §1).
-
-Counting streams batches through ``feature_counts.FeatureCounts`` into a counter (exact, or
-sketch: DataSketches fed each batch's counts); partial states merge, so the same function runs
-in-process, per Ray Data batch, or on new shards added to a saved state (``update``).
+"""The audit's counting (METHODS §1): batches stream through ``feature_counts.FeatureCounts`` into a counter
+(exact, or sketch: DataSketches fed each batch's counts), then z* of every feature in at least min_count rows.
+Partial states merge, so the same counting runs in-process, on Ray workers (``on_ray``), or on new shards added
+to a saved state (``update``).
 """
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,59 +17,14 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes, make_counter
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
-from refinery.core.features import FeatureConfig
-from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
 from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
+from refinery.io.location import get_fs
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.io.spill import memory_budget
-from refinery.io.location import get_fs
+from refinery.methods.audit.stage import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.engine import check_engine
-from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.progress import progress
-from refinery.report import figures, terminal
-from refinery.report import format as fmt
-from refinery.report.page import (Report, config_table, corpus_name, fields, figure, humanize, per_label,
-                                  top_features)
-
-
-@dataclass
-class AuditConfig:
-    features: FeatureConfig = field(default_factory=FeatureConfig)
-    counting: str = setting("exact", one_of("exact", "sketch"), "Exact counts (spilling to disk past "
-                            "memory_budget), or bounded-memory sketches.")
-    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP)
-    min_count: int = setting(10, at_least(1), "Rows a feature must be in for its z* to be computed.")
-    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the Bonferroni-corrected threshold.")
-    k: int = setting(20, at_least(1), "Top features per label.")
-    probe_folds: int = setting(5, at_least(2), "Folds of the cross-fitted hypothesis-only probe (hypo-only).")
-    sketch_lg_k: int = setting(16, at_least(3), "Sketch counting: log2 of the frequent-items map size.")
-    sketch_recount: bool = setting(True, help="Sketch counting: a second pass counts the sketches' candidates "
-                                              "exactly.")
-    memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
-                                                   "(8G, 512M, 0.5 of memory; none: half).")
-    update: str | None = setting(None, NOT_EMPTY.or_none(), "A previous audit's folder: add the input to its "
-                                 "counts (an incremental audit).")
-
-    def __post_init__(self):
-        validate(self)
-        if self.memory_budget is not None:
-            memory_budget(self.memory_budget)   # its own one-line error
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["features"] = self.features.to_dict()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "AuditConfig":
-        return cls(**{**d, "features": FeatureConfig.from_dict(d["features"])})
-
-    @property
-    def counter_kind(self) -> tuple:
-        """What a saved state must share with an update of it."""
-        return self.features, self.counting
 
 
 @dataclass
@@ -182,7 +136,7 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
             raise ValueError(f"{state}: saved with features {saved.features.to_dict()} and {saved.counting} "
                              "counting; the update must use the same")
     if engine == "ray":
-        from refinery.methods.audit_ray import count_ray as count
+        from refinery.methods.audit.on_ray import count_ray as count
     else:
         count = count_local
     opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
@@ -240,12 +194,6 @@ def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditRe
     return finish(count_table(table, config), config)
 
 
-# ---------------------------------------------------------------- persistence and report
-
-STATE_FILE = "state.bin"
-STATE_META = "state.json"
-
-
 def load_state(path: str):
     """The counter and config saved by an audit in ``path`` (its folder, or the folder's ``report/``)."""
     fs, root = get_fs(path)
@@ -256,98 +204,3 @@ def load_state(path: str):
     with fs.open(os.path.join(root, STATE_FILE), "rb") as fh:
         counter = counter_from_bytes(fh.read())
     return counter, AuditConfig.from_dict(meta["config"])
-
-
-def write_outputs(result: AuditResult, out: StageOutput, title: str = "Audit: which features leak the label") -> dict:
-    """Publish ``out``'s report/: the summary (report.json and summary.json), stats.parquet (features with
-    n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
-    st, cfg, inputs = result.stats, result.config, out.inputs
-    topk = result.top_k()
-    summary = {
-        "rows": result.rows,
-        "rejected": result.rejected,
-        "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
-        "features": result.features,
-        "features_with_min_count": int((st.n >= cfg.min_count).sum()),
-        "threshold": st.threshold,
-        "prior": str(result.prior),
-        "label_prior": result.label_prior(),
-        "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
-        "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
-        "error_bounds": result.error_bounds(),
-        "spilled_runs": result.counter.spilled_runs,
-        "config": cfg.to_dict(),
-        "inputs": list(inputs),
-    }
-    corpus = corpus_name(inputs, out.storage_options)
-    svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
-    out.publish_report(summary, _html(summary, svg, topk, title, corpus), files={
-        "stats.parquet": st.to_table(cfg.min_count),   # the features z* is defined for
-        "topk.json": json.dumps(topk, indent=1),
-        "zplot.svg": svg,
-        STATE_FILE: result.counter.write_state,
-        STATE_META: json.dumps({"config": cfg.to_dict(), "rows": result.rows, "inputs": list(inputs)}, indent=1),
-        "summary.json": json.dumps(summary, indent=1, default=str)})
-    return summary
-
-
-def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
-    cfg = summary["config"]
-    return (Report(title, corpus, summary["inputs"])
-            .section("Summary", fields({
-                "rows": summary["rows"], "input rejects": summary["rejected"],
-                "features counted": summary["features"],
-                f"features in ≥ {cfg['min_count']:,} rows": summary["features_with_min_count"],
-                "significance threshold": f"z* > {fmt.z(summary['threshold'])} (Bonferroni, α = {cfg['alpha']:g})",
-                "prior p0": summary["prior"],
-                "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in summary["error_bounds"].items()
-                                      if not isinstance(v, dict))
-                + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}))
-            .section("Labels", per_label(summary["label_prior"], **{
-                "significant features": summary["significant"], "max z*": summary["max_z"]}, formats={"max z*": fmt.z}))
-            .section("z-statistics (Gardner et al. 2021)", figure(svg, (
-                "Each dot is a feature: the share of its rows with the label against the number of rows it is in. "
-                "Above the red curve a feature's z* exceeds the threshold: it predicts the label more often than "
-                "the prior allows.")))
-            .section(f"Top {cfg['k']} features per label", top_features(topk, summary["threshold"]))
-            .section("Configuration", config_table(cfg))
-            .html())
-
-
-class AuditStage(Stage):
-    """z-statistics of surface features against the label (Gardner et al. 2021).
-
-    Writes ``report/`` (stats.parquet, topk.json, summary.json, report.html and the mergeable counts) and
-    ``rejects/`` (the input's rejects, each with its reason); in a pipeline the rows pass on to the next stage
-    unchanged.
-    """
-
-    name, Config = "audit", AuditConfig
-    needs = ("text_a", "label")
-    output = Output.INPUT
-    references = ("update",)
-
-    def measure(self, source: StageInput, out: StageOutput | None = None) -> AuditResult:
-        """The audit of ``source``; its input's rejects published as ``out``'s rejects/ (without ``out``, written
-        nowhere: what a pipeline's report measures at each step)."""
-        config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        rejects = out.corpus("rejects", settings={self.name: config.to_dict()}) if out is not None else None
-        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects)
-
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        result = self.measure(source, out)
-        try:
-            summary = write_outputs(result, out)
-        finally:
-            result.counter.close()
-        top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
-        lines = ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
-                 if summary["spilled_runs"] else []) + [
-            f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
-            f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
-            terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k(), threshold=summary["threshold"])]
-        return StageResult(summary["rows"] + summary["rejected"],
-                           {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
-                           f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
-                           f"prior {summary['prior']}", tuple(lines))
-

@@ -1,4 +1,4 @@
-"""The audit's counting pass on Ray workers (``audit.count_local``'s twin): the input cut into units of rows,
+"""The audit's counting pass on Ray workers (``counting.count_local``'s twin): the input cut into units of rows,
 each counted by a worker, their counts summed on workers by key range (``pipeline.engine.map_reduce``), so the
 driver holds the summed counts and the strings they name, never one unit's counts.
 
@@ -23,7 +23,8 @@ from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_file
 from refinery.io.schema import Mapping
 from refinery.io.location import get_fs
-from refinery.methods.audit import AuditConfig, add_probe, count_table, new_counter
+from refinery.methods.audit.counting import add_probe, count_table, new_counter
+from refinery.methods.audit.stage import AuditConfig
 from refinery.pipeline.engine import cluster_cpus, map_reduce
 from refinery.progress import progress
 

@@ -1,0 +1,157 @@
+"""The audit: which surface features leak the label, and how strongly (METHODS §1): its config, its stage and its
+report. Light to import (the verb's options are its config's fields): the counting is in ``counting`` (and
+``on_ray``), imported when the stage runs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+from refinery.core import stats as zstats
+from refinery.core.features import FeatureConfig
+from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
+from refinery.io.spill import memory_budget
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.report import figures, terminal
+from refinery.report import format as fmt
+from refinery.report.page import (Report, config_table, corpus_name, fields, figure, humanize, per_label,
+                                  top_features)
+
+STATE_FILE = "state.bin"    # report/'s mergeable counts (``counting.load_state`` reads them back)
+STATE_META = "state.json"
+
+
+@dataclass
+class AuditConfig:
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    counting: str = setting("exact", one_of("exact", "sketch"), "Exact counts (spilling to disk past "
+                            "memory_budget), or bounded-memory sketches.")
+    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP)
+    min_count: int = setting(10, at_least(1), "Rows a feature must be in for its z* to be computed.")
+    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the Bonferroni-corrected threshold.")
+    k: int = setting(20, at_least(1), "Top features per label.")
+    probe_folds: int = setting(5, at_least(2), "Folds of the cross-fitted hypothesis-only probe (hypo-only).")
+    sketch_lg_k: int = setting(16, at_least(3), "Sketch counting: log2 of the frequent-items map size.")
+    sketch_recount: bool = setting(True, help="Sketch counting: a second pass counts the sketches' candidates "
+                                              "exactly.")
+    memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
+                                                   "(8G, 512M, 0.5 of memory; none: half).")
+    update: str | None = setting(None, NOT_EMPTY.or_none(), "A previous audit's folder: add the input to its "
+                                 "counts (an incremental audit).")
+
+    def __post_init__(self):
+        validate(self)
+        if self.memory_budget is not None:
+            memory_budget(self.memory_budget)   # its own one-line error
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["features"] = self.features.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AuditConfig":
+        return cls(**{**d, "features": FeatureConfig.from_dict(d["features"])})
+
+    @property
+    def counter_kind(self) -> tuple:
+        """What a saved state must share with an update of it."""
+        return self.features, self.counting
+
+
+def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label") -> dict:
+    """Publish ``out``'s report/: the summary (report.json and summary.json), stats.parquet (features with
+    n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
+    st, cfg, inputs = result.stats, result.config, out.inputs
+    topk = result.top_k()
+    summary = {
+        "rows": result.rows,
+        "rejected": result.rejected,
+        "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
+        "features": result.features,
+        "features_with_min_count": int((st.n >= cfg.min_count).sum()),
+        "threshold": st.threshold,
+        "prior": str(result.prior),
+        "label_prior": result.label_prior(),
+        "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
+        "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
+        "error_bounds": result.error_bounds(),
+        "spilled_runs": result.counter.spilled_runs,
+        "config": cfg.to_dict(),
+        "inputs": list(inputs),
+    }
+    corpus = corpus_name(inputs, out.storage_options)
+    svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
+    out.publish_report(summary, _html(summary, svg, topk, title, corpus), files={
+        "stats.parquet": st.to_table(cfg.min_count),   # the features z* is defined for
+        "topk.json": json.dumps(topk, indent=1),
+        "zplot.svg": svg,
+        STATE_FILE: result.counter.write_state,
+        STATE_META: json.dumps({"config": cfg.to_dict(), "rows": result.rows, "inputs": list(inputs)}, indent=1),
+        "summary.json": json.dumps(summary, indent=1, default=str)})
+    return summary
+
+
+def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
+    cfg = summary["config"]
+    return (Report(title, corpus, summary["inputs"])
+            .section("Summary", fields({
+                "rows": summary["rows"], "input rejects": summary["rejected"],
+                "features counted": summary["features"],
+                f"features in ≥ {cfg['min_count']:,} rows": summary["features_with_min_count"],
+                "significance threshold": f"z* > {fmt.z(summary['threshold'])} (Bonferroni, α = {cfg['alpha']:g})",
+                "prior p0": summary["prior"],
+                "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in summary["error_bounds"].items()
+                                      if not isinstance(v, dict))
+                + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}))
+            .section("Labels", per_label(summary["label_prior"], **{
+                "significant features": summary["significant"], "max z*": summary["max_z"]}, formats={"max z*": fmt.z}))
+            .section("z-statistics (Gardner et al. 2021)", figure(svg, (
+                "Each dot is a feature: the share of its rows with the label against the number of rows it is in. "
+                "Above the red curve a feature's z* exceeds the threshold: it predicts the label more often than "
+                "the prior allows.")))
+            .section(f"Top {cfg['k']} features per label", top_features(topk, summary["threshold"]))
+            .section("Configuration", config_table(cfg))
+            .html())
+
+
+class AuditStage(Stage):
+    """z-statistics of surface features against the label (Gardner et al. 2021).
+
+    Writes ``report/`` (stats.parquet, topk.json, summary.json, report.html and the mergeable counts) and
+    ``rejects/`` (the input's rejects, each with its reason); in a pipeline the rows pass on to the next stage
+    unchanged.
+    """
+
+    name, Config = "audit", AuditConfig
+    needs = ("text_a", "label")
+    output = Output.INPUT
+    references = ("update",)
+
+    def measure(self, source: StageInput, out: StageOutput | None = None):
+        """The audit of ``source``; its input's rejects published as ``out``'s rejects/ (without ``out``, written
+        nowhere: what a pipeline's report measures at each step): a ``counting.AuditResult``."""
+        from refinery.methods.audit.counting import audit
+
+        config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
+        rejects = out.corpus("rejects", settings={self.name: config.to_dict()}) if out is not None else None
+        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects)
+
+    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        result = self.measure(source, out)
+        try:
+            summary = write_outputs(result, out)
+        finally:
+            result.counter.close()
+        top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
+        lines = ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
+                 if summary["spilled_runs"] else []) + [
+            f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
+            f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
+            terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k(), threshold=summary["threshold"])]
+        return StageResult(summary["rows"] + summary["rejected"],
+                           {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
+                           f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
+                           f"prior {summary['prior']}", tuple(lines))
+
