@@ -103,6 +103,20 @@ def test_zfilter_fails_in_one_line_naming_the_stage_when_retries_are_spent(corpu
         assert table.equals(uninterrupted[part]), part
 
 
+def test_audit_on_ray_survives_a_worker_killed_while_it_counts(corpus, tmp_path):
+    """A worker killed while it counts a unit of rows (a map task of ``engine.map_reduce``, whose parts the
+    reducers sum): the task is rerun and the figures equal a local audit's."""
+    run_cli("audit", corpus, "--out", tmp_path / "local")
+    out = tmp_path / "ray"
+    proc = refinery("audit", corpus, "--out", out, "--engine", "ray")
+    killed = kill_workers(proc, "ray::_flat", 1)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert killed == 1, "the run ended before a worker could be killed"
+    assert proc.returncode == 0, stdout + stderr
+    for name in ("summary.json", "topk.json"):
+        assert (out / "report" / name).read_text() == (tmp_path / "local" / "report" / name).read_text(), name
+
+
 def test_two_node_job_whose_second_node_dies_mid_stage_never_marks_it_finished(corpus, uninterrupted, tmp_path):
     """``refinery run`` on a head and a second node (one CPU each); the second node's raylet is
     killed while a stage task runs there. The job completes on the head with the uninterrupted

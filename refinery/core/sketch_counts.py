@@ -124,7 +124,7 @@ class SketchCounts:
 
         Each feature's label counts come from the per-label sketches; their sum is the
         feature's n unless the count-min estimate (an upper bound) is larger, which then
-        goes to a ``__other__`` pseudo-label so n stays honest.
+        goes to the ``stats.OTHER`` pseudo-label so n stays honest.
         """
         self._drain_chunk()
         candidates = set()
@@ -140,7 +140,7 @@ class SketchCounts:
                     total += est
             n = int(self._n.get_estimate(f))
             if n > total:
-                features.append(f), labels.append("__other__"), values.append(n - total)
+                features.append(f), labels.append(zstats.OTHER), values.append(n - total)
         return pa.table({"feature": features, "label": labels, "count": values}, schema=zstats.COUNTS_SCHEMA)
 
     def error_bounds(self) -> dict:
