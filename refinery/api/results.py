@@ -54,9 +54,9 @@ class Result:
            splits: tuple = (), untouched: tuple = ()) -> "Result":
         """The result of stage ``name``'s run into ``folder`` (``output``: what the stage passes on): of the kind
         that reads what the stage published (the first subclass that ``reads`` it), else a plain ``Result``."""
+        corpus = None if output is Output.INPUT else output.next_input(folder, "")
         fields = dict(stage=name, out=folder, rows_in=result.rows_in, parts=dict(result.parts),
-                      headline=result.headline, corpus=None if output is Output.INPUT else output.next_input(folder, ""),
-                      source=source, input=spec, warnings=tuple(result.warnings), report_file=result.report_file,
+                      headline=result.headline, corpus=corpus, source=source, input=spec, warnings=tuple(result.warnings), report_file=result.report_file,
                       _report=result.report or None, splits=tuple(splits), untouched=tuple(untouched))
         plain = cls(**fields)
         kind = next((c for c in cls.__subclasses__() if c.reads(plain)), None)

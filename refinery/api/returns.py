@@ -14,8 +14,8 @@ from refinery.io.schema import Mapping
 
 def in_callers_columns(table: pa.Table, source: Source, mapping: Mapping | None) -> pa.Table:
     """Canonical rows in the caller's columns and types: each mapped column under the caller's name and of its
-    type (int labels as ints), refinery's own id, sentence ids and empty text_b left out, the caller's column order first,
-    then the columns the stage added."""
+    type (int labels as ints), refinery's own id, sentence ids and empty text_b left out, the caller's column
+    order first, then the columns the stage added."""
     schema = source.schema
     if schema is None or mapping is None:
         return table
