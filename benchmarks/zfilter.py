@@ -26,20 +26,24 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery.io import synth  # noqa: E402
 from refinery.io.corpus import Corpus  # noqa: E402
-from refinery.methods import zfilter  # noqa: E402
+from refinery.io.raw import rebatch  # noqa: E402
+from refinery.methods.zfilter.algorithm import ZFilter, add_features, run_in_memory, with_features  # noqa: E402
+from refinery.methods.zfilter.stage import ZFilterConfig, ZFilterStage  # noqa: E402
+from refinery.pipeline.output import StageOutput  # noqa: E402
+from refinery.pipeline.stage import StageInput  # noqa: E402
 
 from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 
-def recount_filter(tables, config: zfilter.ZFilterConfig) -> int:
+def recount_filter(tables, config: ZFilterConfig) -> int:
     """The naive baseline: recount Z from all kept rows before every batch."""
     kept: list[pa.Table] = []
     labels = ["contradiction", "entailment", "neutral"]
     n_kept = 0
-    for batch in zfilter.rebatch(zfilter.with_features(tables, config.features), config.batch_size):
-        zf = zfilter.ZFilter(labels, config)
+    for batch in rebatch(with_features(tables, config.features), config.batch_size):
+        zf = ZFilter(labels, config)
         if kept:
-            zf.seed(zfilter.add_features(pa.concat_tables(kept), config.features))
+            zf.seed(add_features(pa.concat_tables(kept), config.features))
         keep, _ = zf.filter(batch)
         k = batch.filter(pa.array(keep)).drop_columns(["features"])
         kept.append(k)
@@ -48,10 +52,10 @@ def recount_filter(tables, config: zfilter.ZFilterConfig) -> int:
 
 
 def child(corpus: str, out: str, engine: str, batch_size: int) -> None:
-    """One engine's run; prints its figures as JSON (peak RSS of this driver process only)."""
-    config = zfilter.ZFilterConfig(k=20, batch_size=batch_size)
+    """One engine's run of the zfilter stage; prints its figures as JSON (peak RSS of this driver process only)."""
+    stage = ZFilterStage(ZFilterConfig(k=20, batch_size=batch_size))
     t = time.perf_counter()
-    report = zfilter.run([corpus], out, config=config, engine=engine)
+    report = stage.run(StageInput({"": [corpus]}, engine=engine), StageOutput(out)).report
     wall = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"engine": engine, "wall": wall, "peak_rss": peak, "kept": report["kept"],
@@ -99,9 +103,9 @@ def main():
                   f"same kept rows: {same}")
         if args.recount_rows:
             sub = next(Corpus.open(src).iter_tables(batch_rows=args.recount_rows))
-            config = zfilter.ZFilterConfig(k=20, batch_size=args.batch_size)
+            config = ZFilterConfig(k=20, batch_size=args.batch_size)
             t = time.perf_counter()
-            inc = zfilter.run_in_memory(sub, config)
+            inc = run_in_memory(sub, config)
             t_inc = time.perf_counter() - t
             t = time.perf_counter()
             naive = recount_filter(iter([sub]), config)

@@ -140,7 +140,7 @@ def test_a_pipeline_over_a_dataframe(dev):
 
 
 def test_keywords_are_the_config_and_validate_as_everywhere(dev):
-    from refinery.methods.zfilter import ZFilterConfig
+    from refinery.methods.zfilter.stage import ZFilterConfig
 
     params = inspect.signature(rf.zfilter).parameters
     assert params["k"].default == ZFilterConfig().k and "preset" in params and "band_min" in inspect.signature(

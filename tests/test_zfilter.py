@@ -8,9 +8,19 @@ from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 
 from refinery.io import synth
 from refinery.io.corpus import Corpus, load
+from refinery.io.raw import rebatch
 from refinery.io.schema import PRESETS
 from refinery.methods.audit.counting import audit, audit_table
 from refinery.methods.confidence import confidence_filter
+from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
+from refinery.methods.zfilter.stage import PARTS, ComposeConfig, ComposeStage, ZFilterConfig, ZFilterStage
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput
+
+
+def run_stage(stage, inputs: list, out, mapping=None) -> dict:
+    """``stage`` over ``inputs`` into the folder ``out``, as the runner calls it; its report."""
+    return stage.run(StageInput({"": [str(p) for p in inputs]}, mapping), StageOutput(str(out))).report
 
 
 def test_snli_zfilter_accounts_for_every_row(tmp_path):
@@ -34,10 +44,10 @@ def test_snli_zfilter_accounts_for_every_row(tmp_path):
 
 def test_incremental_state_matches_recount():
     table, _ = load([SNLI_HARD], PRESETS["snli"])
-    cfg = zfilter.ZFilterConfig(batch_size=500)
-    zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
+    cfg = ZFilterConfig(batch_size=500)
+    zf = ZFilter(["contradiction", "entailment", "neutral"], cfg)
     kept = []
-    for batch in zfilter.with_features(zfilter.rebatch(iter([table]), 500), cfg.features):
+    for batch in with_features(rebatch(iter([table]), 500), cfg.features):
         keep, _ = zf.filter(batch)
         kept.append(batch.filter(pa.array(keep)).drop_columns(["features"]))
     full = audit_table(pa.concat_tables(kept)).stats
@@ -57,12 +67,12 @@ def test_running_biased_set_is_the_top_k_of_a_fresh_recount():
     every batch, the top-k by z* of all features with n >= min_count, ties broken by name."""
     table, _ = load([SNLI_HARD], PRESETS["snli"])
     for prior in ("uniform", "empirical"):
-        cfg = zfilter.ZFilterConfig(k=6, min_count=4, prior=prior)
-        zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
+        cfg = ZFilterConfig(k=6, min_count=4, prior=prior)
+        zf = ZFilter(["contradiction", "entailment", "neutral"], cfg)
         zf.biased.shortlist = 6
         rebuilds, rebuild = [], zf.biased.rebuild
         zf.biased.rebuild = lambda: (rebuilds.append(1), rebuild())
-        batches = list(zfilter.with_features(zfilter.rebatch(iter([table]), 200), cfg.features))
+        batches = list(with_features(rebatch(iter([table]), 200), cfg.features))
         for batch in batches:
             zf.filter(batch)
             cells = zf.biased_cells()
@@ -82,7 +92,7 @@ def test_running_biased_set_is_the_top_k_of_a_fresh_recount():
 def test_planted_tokens_filtered_out(tmp_path):
     spec = synth.SynthSpec(rows=20_000, seed=3)
     synth.write(spec, str(tmp_path / "c"))
-    zfilter.run([str(tmp_path / "c")], str(tmp_path / "z"), config=zfilter.ZFilterConfig(k=10, batch_size=500))
+    run_stage(ZFilterStage(ZFilterConfig(k=10, batch_size=500)), [tmp_path / "c"], tmp_path / "z")
     before, after = audit([str(tmp_path / "c")]).stats, audit([str(tmp_path / "z" / "kept")]).stats
 
     def z_of(st, word, label):
@@ -109,8 +119,8 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
                       "--out", tmp_path / "seqz").stdout
     reports = {"seqz": json.loads((tmp_path / "seqz" / "report" / "report.json").read_text())}
     for kind in ("zaug", "parz"):
-        reports[kind] = zfilter.compose(kind, [d0], [g], str(tmp_path / kind), PRESETS["snli"],
-                                        config=zfilter.ZFilterConfig(batch_size=500))
+        stage = ComposeStage(ComposeConfig(kind, (d0,), ZFilterConfig(batch_size=500)))
+        reports[kind] = run_stage(stage, [g], tmp_path / kind, PRESETS["snli"])
     for kind, r in reports.items():
         kept, rejected = (Corpus.open(str(tmp_path / kind / part)) for part in ("kept", "rejected"))
         sources = {part: Counter(c.read(["source"])["source"].to_pylist()) for part, c in (("kept", kept),
@@ -125,9 +135,9 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
         assert (r["kept"], r["rejected"], r["input_rejected"]) == (kept.manifest["rows"], rejected.manifest["rows"],
                                                                     kept.manifest["rejected"]) == (
             parts["together"]["kept"], parts["together"]["rejected"], 1)
-        judged = {"zaug": ["together"], "seqz": ["original", "together"], "parz": list(zfilter.PARTS)}[kind]
-        assert r["input"] == 6000 and list(r["verdicts"]) == [zfilter.PARTS[p] for p in judged]
-        assert [n.split(":")[0] for n in r["notes"]] == [zfilter.PARTS[p] for p in zfilter.PARTS if p not in judged]
+        judged = {"zaug": ["together"], "seqz": ["original", "together"], "parz": list(PARTS)}[kind]
+        assert r["input"] == 6000 and list(r["verdicts"]) == [PARTS[p] for p in judged]
+        assert [n.split(":")[0] for n in r["notes"]] == [PARTS[p] for p in PARTS if p not in judged]
         assert (tmp_path / kind / "report" / "report.html").is_file()
     assert reports["zaug"]["parts"]["original"]["kept"] == 3000                 # Z-Aug keeps D0 whole
     g_filtering = json.loads((tmp_path / "seqz" / "stages" / "z_generated" / "report" / "report.json").read_text())
@@ -139,7 +149,7 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
     seqz = reports["seqz"]
     assert f"rows in 6,001 = {seqz['kept']:,} kept + {seqz['rejected']:,} filtered out + 1 input rejects (ok)" \
         in printed
-    for part, label in zfilter.PARTS.items():
+    for part, label in PARTS.items():
         v = seqz["parts"][part]
         assert f"{label}: {v['input']:,} rows read, kept {v['kept']:,} " in printed
     assert all(f"{label}: {v['line']}" in printed for label, v in seqz["verdicts"].items())
@@ -159,11 +169,11 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
 def test_conditional_mode_never_admits_a_seed_biased_feature():
     seed, _ = load([SNLI_DEV], PRESETS["snli"])
     batch, _ = load([SNLI_TEST], PRESETS["snli"])
-    cfg = zfilter.ZFilterConfig(k=20, batch_size=2000)
-    zf = zfilter.ZFilter(["contradiction", "entailment", "neutral"], cfg)
-    zf.seed(zfilter.add_features(seed, cfg.features))
+    cfg = ZFilterConfig(k=20, batch_size=2000)
+    zf = ZFilter(["contradiction", "entailment", "neutral"], cfg)
+    zf.seed(add_features(seed, cfg.features))
     biased = zf.Z.stats().biased_sets(20)
-    first = next(zfilter.with_features(zfilter.rebatch(iter([batch]), 2000), cfg.features))
+    first = next(with_features(rebatch(iter([batch]), 2000), cfg.features))
     keep, hits = zf.filter(first)
     assert 0 < keep.sum() < first.num_rows
     for row, k, h in zip(first.to_pylist(), keep, hits):
@@ -250,7 +260,7 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     the features left over it and the option that removes them."""
     path = tmp_path / "imbalanced.jsonl"
     sizes = _imbalanced_snli(path)
-    r = zfilter.run([str(path)], str(tmp_path / "z"), PRESETS["snli"])
+    r = run_stage(ZFilterStage(), [path], tmp_path / "z", PRESETS["snli"])
     assert r["kept"] + r["rejected"] == sum(sizes.values())
     v = json.loads((tmp_path / "z" / "report" / "report.json").read_text())["verdict"]
     assert v["ok"] and r["prior"].startswith("empirical")
@@ -261,8 +271,7 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     html = (tmp_path / "z" / "report" / "report.html").read_text()
     assert "Verdict: the shortcuts before and after" in html and "verdict ok" in html
 
-    letter = zfilter.run([str(path)], str(tmp_path / "letter"), PRESETS["snli"], config=zfilter.ZFilterConfig(
-        settle=False))
+    letter = run_stage(ZFilterStage(ZFilterConfig(settle=False)), [path], tmp_path / "letter", PRESETS["snli"])
     v = letter["verdict"]
     assert not v["ok"] and v["labels_over_threshold"] and letter["settled_out"] == 0
     named = {c["feature"] for cs in v["remaining"].values() for c in cs}

@@ -28,7 +28,7 @@ from refinery.core.incremental_counts import IncrementalCounts
 from refinery.core.stats import rows_per_label
 from refinery.io.raw import rebatch
 from refinery.methods.zfilter.biased_set import BiasedSet
-from refinery.methods.zfilter.stage import ZFilterConfig
+from refinery.methods.zfilter.config import ZFilterConfig
 from refinery.pipeline.engine import stream_map
 
 

@@ -6,7 +6,7 @@ from refinery.core import stats as zstats
 from refinery.core.verdict import Verdict, judge
 from refinery.methods.zfilter.composition import Composition
 from refinery.methods.zfilter.report import audit_summary, remedies
-from refinery.methods.zfilter.stage import PARTS, ZFilterConfig
+from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html

@@ -22,7 +22,7 @@ from refinery.core.incremental_counts import IncrementalCounts
 from refinery.io.corpus import Corpus, iter_input_batches
 from refinery.io.location import join
 from refinery.methods.zfilter.decisions import Decisions
-from refinery.methods.zfilter.stage import PARTS, ZFilterConfig, ZFilterStage
+from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
 
@@ -54,8 +54,10 @@ class Composition:
             yield None, corpus.read_rejects()
 
 
-def compose(kind: str, original: list, source: StageInput, out: StageOutput, config: ZFilterConfig) -> Composition:
-    """The filterings of the composition ``kind`` of D0 (``original``) and G (``source``) under ``out``/stages."""
+def compose(kind: str, original: list, source: StageInput, out: StageOutput, config: ZFilterConfig,
+            zfilter_stage: type) -> Composition:
+    """The filterings of the composition ``kind`` of D0 (``original``) and G (``source``) under ``out``/stages,
+    each a run of ``zfilter_stage`` (the zfilter stage's class)."""
     so = out.storage_options
     stages = out.url("stages")
     d0 = StageInput({"": list(original)}, source.mapping, source.opts, source.engine, source.field_names,
@@ -64,10 +66,11 @@ def compose(kind: str, original: list, source: StageInput, out: StageOutput, con
         d0_kept, d0_rejected = join(stages, "original"), None
         _copy(d0, StageOutput(stages, so, original, {"compose": kind, "original": "D0 as it is"}), "original")
     else:
-        _filtering(replace(config, seed_corpus=()), d0, StageOutput(join(stages, "z_original"), so, original))
+        _filtering(zfilter_stage(replace(config, seed_corpus=())), d0,
+                   StageOutput(join(stages, "z_original"), so, original))
         d0_kept, d0_rejected = join(stages, "z_original", "kept"), join(stages, "z_original", "rejected")
     g_out = StageOutput(join(stages, "z_generated"), so, source.paths)
-    g = _filtering(replace(config, seed_corpus=() if kind == "parz" else (d0_kept,)), source, g_out)
+    g = _filtering(zfilter_stage(replace(config, seed_corpus=() if kind == "parz" else (d0_kept,))), source, g_out)
     g_kept, g_rejected = g_out.url("kept"), g_out.url("rejected")
     kept = [(d0_kept, "original"), (g_kept, "generated")] if kind == "parz" else [(g_kept, "generated")]
     rejected = [(d0_rejected, "original")] * (d0_rejected is not None) + [(g_rejected, "generated")]
@@ -76,10 +79,9 @@ def compose(kind: str, original: list, source: StageInput, out: StageOutput, con
     return Composition(kind, g.decisions, d0_kept, d0_rejected, audit, input_rejects, so, source.opts.batch_rows)
 
 
-def _filtering(config: ZFilterConfig, source: StageInput, out: StageOutput) -> ZFilterStage:
-    """One z-filtering of the composition, run as a zfilter stage into ``out``; the stage, with its decisions."""
-    out.settings = {"zfilter": config.to_dict()}
-    stage = ZFilterStage(config)
+def _filtering(stage, source: StageInput, out: StageOutput):
+    """One z-filtering of the composition, a zfilter ``stage`` run into ``out``; the stage, with its decisions."""
+    out.settings = {"zfilter": stage.config.to_dict()}
     stage.run(source, out)
     return stage
 

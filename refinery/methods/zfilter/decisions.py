@@ -36,3 +36,10 @@ class Decisions:
         """The features each row hit: B_Z(label)'s during the stream, or those that took it back after it
         (``ZFilter.settle``); null for a kept row."""
         return self.hits.take(self._positions(batch))
+
+
+def tag(table: pa.Table, stage: str) -> pa.Table:
+    """Set ``source_stage`` (seed | filtered), replacing a value from an earlier filtering."""
+    if "source_stage" in table.column_names:
+        table = table.drop_columns(["source_stage"])
+    return table.append_column("source_stage", pa.array([stage] * table.num_rows, pa.string()))

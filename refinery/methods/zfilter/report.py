@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from refinery.core import stats as zstats
 from refinery.core.verdict import Verdict, judge
-from refinery.methods.zfilter.stage import PARTS, ZFilterConfig
+from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.methods.zfilter.stream import Filtering
 from refinery.pipeline.output import StageOutput
 from refinery.report import figures

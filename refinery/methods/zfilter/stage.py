@@ -1,4 +1,4 @@
-"""The zfilter and compose stages (Wu et al. 2022): their configs and ``FilterStage`` classes.
+"""The zfilter and compose stages (Wu et al. 2022): their ``FilterStage`` classes (their configs: ``config``).
 
 Algorithm 1 is stateful: each row is decided against the Z that the rows before it built. So ``prepare`` runs
 it once over the whole input, in order (``stream.filter_stream``: the seed's rows, Z, the settle pass), and
@@ -14,45 +14,15 @@ This module is what the registry imports for a verb's options, so it holds no he
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+
 import pyarrow as pa
 
-from refinery.core import stats as zstats
-from refinery.core.features import FeatureConfig
-from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
+from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
+from refinery.methods.zfilter.decisions import tag
 from refinery.pipeline.filter import FilterStage, verdict_headline
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
-
-COMPOSITIONS = ("zaug", "parz", "seqz")
-PARTS = {"original": "original (D0)", "generated": "generated (G)", "together": "together (D0 ∪ G)"}
-
-
-@dataclass
-class ZFilterConfig:
-    k: int = setting(20, at_least(1), "|B_Z(l)|: top-k biased features per label.")
-    batch_size: int = setting(1000, at_least(1), "Rows per decision batch.")
-    min_count: int = setting(10, at_least(1), "Rows a feature must be in (in Z) to be biased.")
-    warmup: int = setting(0, at_least(0), "Rows Z must hold before any row is rejected.")
-    settle: bool = setting(True, help="After the stream, reject the fewest earliest-admitted kept rows that bring "
-                           "every feature of Z under the significance threshold (rows admitted before their shortcut "
-                           "could be ranked); off: Algorithm 1 as written.")
-    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " auto looks at the input's labels.")
-    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
-    shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")
-    features: FeatureConfig = field(default_factory=FeatureConfig)
-    seed_corpus: tuple[str, ...] = setting((), help="A corpus Z starts as (conditional filtering; repeat for more), "
-                                           "or a pipeline step's name.", multiple=True)
-
-    def __post_init__(self):
-        validate(self)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "features": self.features.to_dict()}
-
-    def named(self, source: StageInput) -> "ZFilterConfig":
-        """This config with its features named as the input's preset names its texts."""
-        return replace(self, features=self.features.named(source.field_names, source.single_text))
 
 
 @dataclass
@@ -72,13 +42,6 @@ class LeadingRows(StageOutput):
         for rows, rejects in self.leading.get(part, ()):
             writer.write(rows, rejects)
         return writer
-
-
-def tag(table: pa.Table, stage: str) -> pa.Table:
-    """Set ``source_stage`` (seed | filtered), replacing a value from an earlier filtering."""
-    if "source_stage" in table.column_names:
-        table = table.drop_columns(["source_stage"])
-    return table.append_column("source_stage", pa.array([stage] * table.num_rows, pa.string()))
 
 
 class ZFilterStage(FilterStage):
@@ -121,10 +84,10 @@ class ZFilterStage(FilterStage):
         leading = _Deferred(lambda: [] if self.filtering.seed is None else [(tag(self.filtering.seed, "seed"), None)])
         out = LeadingRows.of(out, {"kept": leading})
         out.inputs += self.config.seed_corpus   # the seed is among the corpora the stage read
-        result = super().run(source, out)
+        super().run(source, out)
         r = self.report
         seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
-        return StageResult(result.rows_in, result.parts, r, f"kept {r['kept']:,}{seeded}, rejected "
+        return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, rejected "
                            f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", _terminal_lines(r))
 
     def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
@@ -143,21 +106,17 @@ class _Deferred:
         return iter(self.make())
 
 
+def _accounting(r: dict) -> tuple[int, dict]:
+    """(rows in, where they went) of a z-filter or composition report: the seed's rows (a composition's D0) lead
+    kept/, and its input rejects are D0's and G's."""
+    return r["input"] + r["seed"] + r["input_rejected"], {
+        "kept": r["kept"], "filtered out": r["rejected"], "input rejects": r["input_rejected"]}
+
+
 def _terminal_lines(report: dict) -> tuple:
     from refinery.methods.zfilter.report import terminal_lines
 
     return terminal_lines(report)
-
-
-@dataclass
-class ComposeConfig:
-    composition: str = setting("seqz", one_of(*COMPOSITIONS), "Wu et al. §4.2: Z-Aug, Par-Z or Seq-Z.")
-    original: tuple[str, ...] = setting(("input",), Allowed(lambda v: len(v) > 0, "a non-empty list"),
-                                        "D0: a corpus (repeat for more), or a pipeline step's name.", multiple=True)
-    zfilter: ZFilterConfig = field(default_factory=ZFilterConfig)
-
-    def __post_init__(self):
-        validate(self)
 
 
 class ComposeStage(FilterStage):
@@ -179,7 +138,7 @@ class ComposeStage(FilterStage):
 
         self.named_config = self.config.zfilter.named(source)
         self.composition = compose(self.config.composition, list(self.config.original), source, out,
-                                   self.named_config)
+                                   self.named_config, ZFilterStage)
         self.decisions = self.composition.decisions
 
     def decide(self, batch: pa.Table) -> tuple:
@@ -206,9 +165,9 @@ class ComposeStage(FilterStage):
         leading = {part: _Deferred(lambda part=part: self.composition.leading(part)) for part in ("kept", "rejected")}
         out = LeadingRows.of(out, leading)
         out.inputs[:0] = self.config.original   # D0, then G: the corpora the composition read
-        result = super().run(source, out)
+        super().run(source, out)
         r, c = self.report, self.config
-        return StageResult(result.rows_in, result.parts, r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
+        return StageResult(*_accounting(r), r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
                            f"rejected {r['rejected']:,}", _terminal_lines(r))
 
     def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:

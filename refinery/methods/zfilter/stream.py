@@ -19,7 +19,7 @@ from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
 from refinery.io.raw import rebatch
 from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
 from refinery.methods.zfilter.decisions import Decisions
-from refinery.methods.zfilter.stage import ZFilterConfig
+from refinery.methods.zfilter.config import ZFilterConfig
 from refinery.pipeline.engine import ParquetSource
 from refinery.pipeline.stage import StageInput
 from refinery.progress import progress
