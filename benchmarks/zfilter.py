@@ -28,7 +28,8 @@ from refinery.io import synth  # noqa: E402
 from refinery.io.corpus import Corpus  # noqa: E402
 from refinery.io.raw import rebatch  # noqa: E402
 from refinery.methods.zfilter.algorithm import ZFilter, add_features, run_in_memory, with_features  # noqa: E402
-from refinery.methods.zfilter.stage import ZFilterConfig, ZFilterStage  # noqa: E402
+from refinery.methods.zfilter.config import ZFilterConfig  # noqa: E402
+from refinery.methods.zfilter.stage import ZFilterStage  # noqa: E402
 from refinery.pipeline.output import StageOutput  # noqa: E402
 from refinery.pipeline.stage import StageInput  # noqa: E402
 

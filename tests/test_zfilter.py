@@ -13,7 +13,8 @@ from refinery.io.schema import PRESETS
 from refinery.methods.audit.counting import audit, audit_table
 from refinery.methods.confidence import confidence_filter
 from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
-from refinery.methods.zfilter.stage import PARTS, ComposeConfig, ComposeStage, ZFilterConfig, ZFilterStage
+from refinery.methods.zfilter.config import PARTS, ComposeConfig, ZFilterConfig
+from refinery.methods.zfilter.stage import ComposeStage, ZFilterStage
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
 
