@@ -376,3 +376,22 @@ def test_a_step_needing_a_column_no_earlier_step_gives_is_refused_before_any_wor
     assert "step 02-leakage needs column(s) split" in proc.stderr and "name the splits" in proc.stderr
     assert "the steps before it add source_stage" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_compare_step_runs_again_when_an_evaluation_set_changes(tmp_path):
+    """The evaluation sets are part of compare's fingerprint (``Stage.also_reads``): an unchanged rerun skips the
+    step, a changed evaluation file runs it again."""
+    evals = tmp_path / "eval.jsonl"
+    lines = Path(SNLI_DEV).read_text().splitlines()
+    evals.write_text("\n".join(lines[:600]) + "\n")
+    spec = tmp_path / "p.yaml"
+    spec.write_text(yaml.safe_dump({"input": {"paths": [SNLI_HARD], "preset": "snli"},
+                                    "stages": [{"compare": {"evals": [f"dev={evals}:snli"]}}]}))
+    run_cli("run", spec, "--out", tmp_path / "o")
+    assert "01-compare: unchanged, skipped" in run_cli("run", spec, "--out", tmp_path / "o").stdout
+    evals.write_text("\n".join(lines[:900]) + "\n")
+    rerun = run_cli("run", spec, "--out", tmp_path / "o").stdout
+    assert "== 01-compare\n" in rerun
+    report = json.loads((tmp_path / "o" / "01-compare" / "report" / "report.json").read_text())
+    by_label = report["accuracy"]["dev"]["00-input"]["breakdown"]["label"]
+    assert sum(c["rows"] for c in by_label.values()) == 900

@@ -217,7 +217,8 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     config, referenced = _resolve_references(cls, stage_spec.config, steps)
     stage = cls(config)
     fp = fingerprint(stage_spec.name, cls.version, to_dict(stage_spec.config), *upstream,
-                     sorted(input_fingerprints([*source.paths, *referenced], opts.storage_options).values()))
+                     sorted(input_fingerprints([*source.paths, *referenced, *stage.also_reads()],
+                                               opts.storage_options).values()))
 
     def work() -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))

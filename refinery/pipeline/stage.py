@@ -194,6 +194,11 @@ class Stage(ABC):
         if not isinstance(self.config, self.Config):
             raise TypeError(f"{self.name}: config must be a {self.Config.__name__}")
 
+    def also_reads(self) -> list[str]:
+        """Files or corpora the stage reads besides its input and its ``references`` (compare's evaluation sets):
+        part of its fingerprint, so a changed file runs the step again."""
+        return []
+
     def check_input(self, columns, where: str) -> None:
         """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``)."""
         missing = [c for c in self.needs if c not in columns]

@@ -91,6 +91,9 @@ class CompareStage(Stage):
     references = ("baseline",)
     verb = False   # ``refinery compare`` names its corpora (--train NAME=PATH), the input of other verbs (cli/tools.py)
 
+    def also_reads(self) -> list[str]:
+        return [p for e in self.config.eval_sets() for p in e.paths]
+
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
         from refinery.methods.compare.page import console_lines, report_page
         from refinery.report import format as fmt
