@@ -1,5 +1,5 @@
 """docs/extending.md's recipe, followed: a filter written outside refinery (``ShortText`` below, the page's
-example) and registered with ``refinery.pipeline.stage.register`` runs as a verb, as a pipeline step and as an
+example, in tests/short_text_plugin.py) and registered with ``refinery.pipeline.stage.register`` runs as a verb, as a pipeline step and as an
 ``rf.`` call, and the three keep the same rows.
 
 The verb and the pipeline run in a child process that imports this module, registers the stage and starts the
@@ -9,45 +9,23 @@ hyphenated name's Python spelling (``short-text`` → ``rf.short_text``)."""
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 import refinery as rf
 from conftest import REPO, SNLI_DEV
-from refinery.core.validation import at_least, setting, validate
-from refinery.pipeline.filter import FilterStage
+from short_text_plugin import ShortText
 
 ROWS = 300
 MIN_WORDS = 6
 
 
-@dataclass
-class ShortTextConfig:
-    min_words: int = setting(3, at_least(1), "Fewest words a hypothesis may have.")   # → --min-words
-
-    def __post_init__(self):
-        validate(self)                    # "min_words must be a positive integer, got 0"
-
-
-class ShortText(FilterStage):
-    """Drop pairs whose hypothesis is shorter than min_words words."""
-
-    name, Config = "short-text", ShortTextConfig
-    needs = ("id", "text_b", "label")
-
-    def decide(self, batch):
-        words = np.array([len((t or "").split()) for t in batch["text_b"].to_pylist()])
-        return words >= self.config.min_words, [f"{n} words < {self.config.min_words}" for n in words]
-
-
 # my_refinery.py of docs/extending.md: import the stage's module, register it, run the CLI
 MY_REFINERY = ("import sys; sys.path.insert(0, {tests!r}); sys.argv = ['my_refinery', *sys.argv[1:]]\n"
-               "import test_extending\nfrom refinery.pipeline.stage import register\n"
-               "register(test_extending.ShortText)\nfrom refinery.cli.main import run\nrun()\n")
+               "import short_text_plugin\nfrom refinery.pipeline.stage import register\n"
+               "register(short_text_plugin.ShortText)\nfrom refinery.cli.main import run\nrun()\n")
 
 
 def my_refinery(*args) -> subprocess.CompletedProcess:

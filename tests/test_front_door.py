@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from conftest import SNLI_DEV, SNLI_TEST, run_cli
-from test_extending import ShortText, ShortTextConfig
+from short_text_plugin import ShortText, ShortTextConfig
 
 from refinery.core.validation import at_least, setting
 from refinery.io.corpus_writer import write_table
@@ -114,7 +114,7 @@ def test_a_new_stage_is_a_verb_and_a_pipeline_key(snli_small, tmp_path, monkeypa
     from refinery.pipeline import stage
 
     monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
-    cls = stage.register(ShortText)   # docs/extending.md's example (tests/test_extending.py)
+    cls = stage.register(ShortText)   # docs/extending.md's example (tests/short_text_plugin.py)
     group = RefineryGroup("refinery", commands={"run": main.commands["run"]})
     runner = CliRunner()
     verb = runner.invoke(group, ["short-text", SNLI_TEST, "--preset", "snli", "--min-words", "6",

@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REPO, SNLI_HARD
 
@@ -62,32 +63,6 @@ for verb in main.list_commands(ctx):
     assert done.stdout == "", f"a verb's --help imports (verb [modules]): {done.stdout}"
 
 
-PLUGIN = '''
-import numpy as np
-from dataclasses import dataclass
-from refinery.core.validation import at_least, setting, validate
-from refinery.pipeline.filter import FilterStage
-
-
-@dataclass
-class ShortTextConfig:
-    min_words: int = setting(3, at_least(1), "Fewest words a hypothesis may have.")
-
-    def __post_init__(self):
-        validate(self)
-
-
-class ShortText(FilterStage):
-    """Drop pairs whose hypothesis is shorter than min_words words."""
-
-    name, Config = "short-text", ShortTextConfig
-    needs = ("id", "text_b", "label")
-
-    def decide(self, batch):
-        words = np.array([len((t or "").split()) for t in batch["text_b"].to_pylist()])
-        return words >= self.config.min_words, [f"{n} words < {self.config.min_words}" for n in words]
-'''
-
 
 def test_an_installed_plugin_is_a_verb_a_pipeline_key_and_an_rf_name(tmp_path):
     """A package that declares a stage under the entry-point group ``refinery.stages`` (what `pip install` of a
@@ -96,7 +71,7 @@ def test_an_installed_plugin_is_a_verb_a_pipeline_key_and_an_rf_name(tmp_path):
     site = tmp_path / "site"
     info = site / "short_text_plugin-0.1.dist-info"
     info.mkdir(parents=True)
-    (site / "short_text_plugin.py").write_text(PLUGIN)
+    (site / "short_text_plugin.py").write_text((Path(__file__).parent / "short_text_plugin.py").read_text())
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: short-text-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[refinery.stages]\nshort-text = short_text_plugin:ShortText\n")
     env = {**os.environ, "PYTHONPATH": str(site)}
