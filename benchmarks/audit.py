@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from refinery.core.features import FeatureConfig  # noqa: E402
 from refinery.io import synth  # noqa: E402
 from refinery.io.corpus import Corpus  # noqa: E402
+from refinery.methods.audit.config import AuditConfig  # noqa: E402
 from refinery.methods.audit.counting import audit, audit_table  # noqa: E402
-from refinery.methods.audit.stage import AuditConfig  # noqa: E402
 from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 

@@ -13,8 +13,10 @@ from refinery.io import synth
 from refinery.io.corpus import Corpus
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import PRESETS
-from refinery.methods.audit.counting import audit, audit_table, count_table, finish
-from refinery.methods.audit.stage import AuditConfig, write_outputs
+from refinery.methods.audit.config import AuditConfig
+from refinery.methods.audit.counters import count_table
+from refinery.methods.audit.counting import audit, audit_table, finish
+from refinery.methods.audit.stage import write_outputs
 from refinery.pipeline.output import StageOutput
 
 
@@ -84,7 +86,7 @@ def test_other_families_and_hypo_only_probe(snli_pair):
     cfg = AuditConfig(features=FeatureConfig(families=("length", "ratio", "overlap", "null", "hypo-only")),
                       probe_folds=3)
     counter = count_table(snli_pair, cfg)
-    from refinery.methods.audit.counting import add_probe
+    from refinery.methods.audit.counters import add_probe
     add_probe(counter, [snli_pair], cfg)
     st = finish(counter, cfg).stats
     feats = set(st.features.to_pylist())

@@ -10,7 +10,7 @@ from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 from refinery.core.features import FeatureConfig
 from refinery.core.stats import choose_prior
 from refinery.io.corpus import Corpus
-from refinery.methods.audit.stage import AuditConfig
+from refinery.methods.audit.config import AuditConfig
 from refinery.methods.confidence import ConfidenceConfig
 from refinery.methods.generation import GenerationConfig
 from refinery.methods.ibadr.config import IbadrConfig

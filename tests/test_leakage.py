@@ -213,8 +213,8 @@ def test_weighted_counts_are_the_audits_counts_and_sums_of_weights():
     from refinery.core.features import FeatureConfig
     from refinery.core.weighted_counts import WeightedCounts
     from refinery.io.corpus import load
+    from refinery.methods.audit.config import AuditConfig
     from refinery.methods.audit.counting import audit_table
-    from refinery.methods.audit.stage import AuditConfig
 
     table = load([SNLI_DEV], PRESETS["snli"])[0].slice(0, 1500)
     table = table.take(np.argsort(table["label"].to_numpy(zero_copy_only=False), kind="stable"))  # a label per batch

@@ -213,7 +213,7 @@ def test_verdict_catches_a_stage_that_worsens_a_feature_and_credits_one_that_fix
     times is caught naming nobody@hypothesis; one that drops the contradiction rows holding `sleeping` is ok
     and credited with sleeping@hypothesis no longer significant."""
     from refinery.core.verdict import judge
-    from refinery.methods.audit.stage import AuditConfig
+    from refinery.methods.audit.config import AuditConfig
 
     table, _ = load([SNLI_DEV], PRESETS["snli"])
     cfg = AuditConfig(prior="uniform")

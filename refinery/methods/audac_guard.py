@@ -26,8 +26,8 @@ class ShortcutGuard:
     """
 
     def __init__(self, table: pa.Table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
-        from refinery.methods.audit.counting import count_table
-        from refinery.methods.audit.stage import AuditConfig
+        from refinery.methods.audit.config import AuditConfig
+        from refinery.methods.audit.counters import count_table
 
         self.labels, self.prior_rule = labels, prior
         counter = count_table(table, AuditConfig(features=features, prior=prior, min_count=AUDIT_MIN_COUNT))

@@ -1,1 +1,2 @@
-"""The audit (METHODS §1): ``stage`` (its config, stage and report), ``counting`` and ``on_ray``."""
+"""The audit (METHODS §1): ``stage`` (the stage and its report), ``config``, ``counters``, ``counting`` (local,
+z*, the saved state) and ``on_ray``."""

@@ -14,15 +14,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.core.counts import counter_from_bytes, make_counter
+from refinery.core.counts import counter_from_bytes
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
 from refinery.io.location import get_fs
 from refinery.io.readers import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.spill import memory_budget
-from refinery.methods.audit.stage import STATE_FILE, STATE_META, AuditConfig
+from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
+from refinery.methods.audit.counters import add_probe, count_table, new_counter
 from refinery.pipeline.engine import check_engine
 from refinery.progress import progress
 
@@ -57,39 +57,6 @@ class AuditResult:
         return bounds
 
 
-def new_counter(config: AuditConfig, only: pa.Array | None = None):
-    """The configured counter; exact counts of just the features ``only`` in the recount pass; exact counts
-    spill past ``config.memory_budget``."""
-    if only is not None:
-        return ExactCounts(only)
-    if config.counting == "sketch":
-        return make_counter("sketch", lg_max_k=config.sketch_lg_k)
-    return make_counter(config.counting, memory_budget=memory_budget(config.memory_budget))
-
-
-def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Array | None = None):
-    """Add one canonical batch's feature–label counts to ``counter`` (a new one if None).
-
-    ``only``: count just these features (rows' label totals are still all counted).
-    """
-    counter = counter if counter is not None else new_counter(config, only)
-    counter.add_table(table, config.features)
-    return counter
-
-
-def probe_counts(table: pa.Table, config: AuditConfig) -> ExactCounts:
-    """Counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row."""
-    from refinery.models import NGramClassifier, cross_fit_proba
-
-    proba, classes = cross_fit_proba(lambda: NGramClassifier("hypothesis"), table, k=config.probe_folds)
-    pred = pa.array([f"hypo-only-pred={classes[i]}" for i in proba.argmax(axis=1)], pa.string())
-    counts = pa.table({"feature": pred, "label": table["label"]}).group_by(["feature", "label"]).aggregate(
-        [([], "count_all")]).rename_columns(["feature", "label", "count"])
-    out = ExactCounts()
-    out.add_counts(counts)
-    return out
-
-
 def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
                 only: pa.Array | None = None, probe: bool = True, on_rejects=None):
     """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts;
@@ -109,13 +76,6 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
             bar.update(batch.rows.num_rows)
     add_probe(counter, probe_tables, config)
     return counter, rejected
-
-
-def add_probe(counter, tables, config):
-    """Add the hypothesis-only probe's counts over ``tables`` (none: nothing) to ``counter``."""
-    if tables:
-        probe = probe_counts(pa.concat_tables(tables), config)
-        counter.add_counts(probe.counts())
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),

@@ -23,8 +23,8 @@ from refinery.io.inputs import expand_paths
 from refinery.io.readers import ReadOptions, read_file
 from refinery.io.schema import Mapping
 from refinery.io.location import get_fs
-from refinery.methods.audit.counting import add_probe, count_table, new_counter
-from refinery.methods.audit.stage import AuditConfig
+from refinery.methods.audit.config import AuditConfig
+from refinery.methods.audit.counters import add_probe, count_table, new_counter
 from refinery.pipeline.engine import cluster_cpus, map_reduce
 from refinery.progress import progress
 

@@ -1,64 +1,19 @@
 """The audit: which surface features leak the label, and how strongly (METHODS §1): its config, its stage and its
-report. Light to import (the verb's options are its config's fields): the counting is in ``counting`` (and
-``on_ray``), imported when the stage runs.
+report. Light to import (the verb's options are its config's fields, in ``config``): the counting is in
+``counting`` (and ``on_ray``), imported when the stage runs.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 
-from refinery.core import stats as zstats
-from refinery.core.features import FeatureConfig
-from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
-from refinery.io.spill import memory_budget
+from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 from refinery.report import figures, terminal
 from refinery.report import format as fmt
 from refinery.report.page import (Report, config_table, corpus_name, fields, figure, humanize, per_label,
                                   top_features)
-
-STATE_FILE = "state.bin"    # report/'s mergeable counts (``counting.load_state`` reads them back)
-STATE_META = "state.json"
-
-
-@dataclass
-class AuditConfig:
-    features: FeatureConfig = field(default_factory=FeatureConfig)
-    counting: str = setting("exact", one_of("exact", "sketch"), "Exact counts (spilling to disk past "
-                            "memory_budget), or bounded-memory sketches.")
-    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP)
-    min_count: int = setting(10, at_least(1), "Rows a feature must be in for its z* to be computed.")
-    alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the Bonferroni-corrected threshold.")
-    k: int = setting(20, at_least(1), "Top features per label.")
-    probe_folds: int = setting(5, at_least(2), "Folds of the cross-fitted hypothesis-only probe (hypo-only).")
-    sketch_lg_k: int = setting(16, at_least(3), "Sketch counting: log2 of the frequent-items map size.")
-    sketch_recount: bool = setting(True, help="Sketch counting: a second pass counts the sketches' candidates "
-                                              "exactly.")
-    memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
-                                                   "(8G, 512M, 0.5 of memory; none: half).")
-    update: str | None = setting(None, NOT_EMPTY.or_none(), "A previous audit's folder: add the input to its "
-                                 "counts (an incremental audit).")
-
-    def __post_init__(self):
-        validate(self)
-        if self.memory_budget is not None:
-            memory_budget(self.memory_budget)   # its own one-line error
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["features"] = self.features.to_dict()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "AuditConfig":
-        return cls(**{**d, "features": FeatureConfig.from_dict(d["features"])})
-
-    @property
-    def counter_kind(self) -> tuple:
-        """What a saved state must share with an update of it."""
-        return self.features, self.counting
-
 
 def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label") -> dict:
     """Publish ``out``'s report/: the summary (report.json and summary.json), stats.parquet (features with

@@ -31,8 +31,8 @@ def bias_slices(data: Corpora, features, correct: dict) -> dict:
     and on the others, with 95% intervals, each refined corpus's gain, and the gap between the two slices (how far
     the model follows the shortcut)."""
     from refinery.core.features import extract, text_fields
+    from refinery.methods.audit.config import AuditConfig
     from refinery.methods.audit.counting import audit_table
-    from refinery.methods.audit.stage import AuditConfig
 
     config, names = data.config, data.names
     if not config.slices:
