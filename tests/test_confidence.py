@@ -151,8 +151,9 @@ def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(
             self.decided_in = os.getpid()
             return super().decide(batch)
 
-        def annotate(self, batch):
-            return set_column(super().annotate(batch), "decided_in", pa.array([self.decided_in] * batch.num_rows))
+        def annotate(self, batch, keep):
+            return super().annotate(set_column(batch, "decided_in", pa.array([self.decided_in] * batch.num_rows)),
+                                    keep)
 
     parts = {}
     for engine in ("local", "ray"):

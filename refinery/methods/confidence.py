@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.filter import FilterStage
+from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
 
@@ -175,8 +175,8 @@ class ConfidenceStage(FilterStage):
                              "run before",)
         return result
 
-    def annotate(self, batch: pa.Table) -> pa.Table:
-        return set_column(batch, "confidence", pa.array(self._scores(batch)))
+    def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+        return split(set_column(batch, "confidence", pa.array(self._scores(batch))), keep)
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         conf = self._scores(batch)

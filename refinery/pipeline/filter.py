@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
-from typing import Iterator
+from typing import ClassVar, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from refinery.core.features import FeatureConfig
 from refinery.pipeline.config import to_dict
@@ -56,6 +57,8 @@ def verdict_headline(verdict: dict) -> str:
 class FilterStage(Stage):
     output = Output.KEPT
     batch_start: int = 0   # the input's position of the first row of the batch decide and annotate are handed
+    judges_itself: ClassVar[bool] = False   # its report carries a verdict of its own (zfilter's, against the
+    #                                         input's z-statistics): the base's audit of kept/ is not made
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Look at the whole input before the first ``decide`` (nothing by default); long work may keep
@@ -79,10 +82,17 @@ class FilterStage(Stage):
         return ("the rows this filter keeps carry the shortcut more often than those it drops: change its settings ("
                 + ", ".join(f"{k} {v}" for k, v in to_dict(self.config).items() if v is not None) + ").")
 
-    def annotate(self, batch: pa.Table) -> pa.Table:
-        """The batch as written to kept/ and rejected/, after ``decide`` saw it (a filter may add its score, with
-        ``set_column``: a column of the same name from an earlier stage is replaced)."""
-        return batch
+    def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+        """(the kept rows, the dropped rows) of a batch as written to kept/ and rejected/, after ``decide`` saw it
+        (``split(batch, keep)`` by default; a filter may add its score first, with ``set_column``: a column of the
+        same name from an earlier stage is replaced, or give the two parts columns of their own)."""
+        return split(batch, keep)
+
+    def leading_rows(self, part: str) -> Iterable[tuple]:
+        """(rows, input rejects) the filter publishes itself at the head of the corpus ``part`` (kept or
+        rejected), ahead of the rows it decides, once ``prepare`` has run: zfilter's seed rows, a composition's
+        D0 (none by default)."""
+        return ()
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         from refinery.core.weighted_counts import WeightedCounts, judge_weightings   # numba: not at a verb's build
@@ -90,21 +100,27 @@ class FilterStage(Stage):
         self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
-        audit = WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
+        audit = None if self.judges_itself else \
+            WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
         with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
+            for part, writer in ((Output.KEPT.value, kept_w), ("rejected", dropped_w)):
+                for rows, rejects in self.leading_rows(part):
+                    writer.write(rows, rejects)
             def on_rejects(rejects: pa.Table) -> None:
                 nonlocal input_rejects
                 kept_w.write(rejects=rejects)
                 input_rejects += rejects.num_rows
 
-            for rows, keep, why in stream_map(_positioned(source, on_rejects), decide_batch, source.engine,
-                                              {"stage": self}, stage=self.name, resources=self.resources):
-                audit.add(rows, None, keep.astype(np.float64))
-                kept_w.write(rows.filter(pa.array(keep)))
-                dropped_w.write(set_column(rows.filter(pa.array(~keep)), "reason", pa.array(why, pa.string())))
-                labels = np.asarray(rows["label"].to_pylist(), object)
-                kept_by.update(labels[keep].tolist())
-                dropped_by.update(labels[~keep].tolist())
+            for kept_rows, dropped_rows, why in stream_map(_positioned(source, on_rejects), decide_batch,
+                                                           source.engine, {"stage": self}, stage=self.name,
+                                                           resources=self.resources):
+                if audit is not None:
+                    audit.add(kept_rows, None, np.ones(kept_rows.num_rows))
+                    audit.add(dropped_rows, None, np.zeros(dropped_rows.num_rows))
+                kept_w.write(kept_rows)
+                dropped_w.write(set_column(dropped_rows, "reason", pa.array(why, pa.string())))
+                kept_by.update(kept_rows["label"].to_pylist())
+                dropped_by.update(dropped_rows["label"].to_pylist())
                 reasons.update(map(self.reason_kind, why))
             if not kept_by and not dropped_by:
                 kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
@@ -114,7 +130,7 @@ class FilterStage(Stage):
                                for l in sorted(set(kept_by) | set(dropped_by))},
                   "reasons": dict(reasons.most_common(TOP_REASONS)), "config": to_dict(self.config)}
         verdict = judge_weightings(audit, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
-            if audit.rows else None
+            if audit is not None and audit.rows else None
         if verdict is not None:
             report["verdict"] = verdict.to_dict()
         self._write_report(report, out, verdict)
@@ -161,10 +177,16 @@ def _positioned(source: StageInput, on_rejects) -> Iterator[tuple[pa.Table, int]
             start += batch.rows.num_rows
 
 
-def decide_batch(positioned: tuple[pa.Table, int], stage: FilterStage) -> tuple[pa.Table, np.ndarray, list]:
-    """(the rows as ``annotate`` writes them, keep, the reasons of the dropped rows) of one batch: the work of
-    a filter that runs where the engine puts it."""
+def decide_batch(positioned: tuple[pa.Table, int], stage: FilterStage) -> tuple[pa.Table, pa.Table, list]:
+    """(the kept rows, the dropped rows, each as ``annotate`` writes it, the reasons of the dropped rows) of one
+    batch: the work of a filter that runs where the engine puts it."""
     rows, stage.batch_start = positioned
     keep, why = stage.decide(rows)
     keep = np.asarray(keep, bool)
-    return stage.annotate(rows), keep, [str(why[i]) for i in np.flatnonzero(~keep)]
+    return (*stage.annotate(rows, keep), [str(why[i]) for i in np.flatnonzero(~keep)])
+
+
+def split(rows: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """(the rows ``keep`` marks, the others)."""
+    mask = pa.array(keep)
+    return rows.filter(mask), rows.filter(pc.invert(mask))

@@ -14,34 +14,13 @@ This module is what the registry imports for a verb's options, so it holds no he
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-
 import pyarrow as pa
 
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
-from refinery.pipeline.filter import FilterStage, verdict_headline
+from refinery.pipeline.filter import FilterStage, split, verdict_headline
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
-
-
-@dataclass
-class LeadingRows(StageOutput):
-    """A stage's output whose corpus parts open with rows the stage publishes itself, ahead of those a
-    ``FilterStage`` streams into them (zfilter's seed in kept/; a composition's D0 in kept/ and rejected/).
-    ``leading``: {part: an iterable of (rows, input rejects)}."""
-
-    leading: dict = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, out: StageOutput, leading: dict) -> "LeadingRows":
-        return cls(**{f.name: getattr(out, f.name) for f in fields(out) if f.init}, leading=leading)
-
-    def corpus(self, part: str, **options):
-        writer = super().corpus(part, **options)
-        for rows, rejects in self.leading.get(part, ()):
-            writer.write(rows, rejects)
-        return writer
 
 
 class ZFilterStage(FilterStage):
@@ -54,6 +33,7 @@ class ZFilterStage(FilterStage):
     needs = ("id", "text_a", "label")
     adds = ("source_stage", "biased_features")
     references = ("seed_corpus",)
+    judges_itself = True   # its verdict: the kept rows' z* against the input's threshold and prior (report.py)
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Algorithm 1 and the settle pass over the whole input (``stream.filter_stream``)."""
@@ -66,10 +46,16 @@ class ZFilterStage(FilterStage):
     def decide(self, batch: pa.Table) -> tuple:
         return self.decisions.decide(batch)
 
-    def annotate(self, batch: pa.Table) -> pa.Table:
-        """``source_stage`` filtered (the seed's rows say seed) and ``biased_features``: the features a rejected
-        row hit (null for a kept row)."""
-        return set_column(tag(batch, "filtered"), "biased_features", self.decisions.biased_features(batch))
+    def annotate(self, batch: pa.Table, keep) -> tuple[pa.Table, pa.Table]:
+        """Kept rows say ``source_stage`` filtered (the seed's rows: seed); a rejected row's ``biased_features`` are
+        the features it hit."""
+        kept, dropped = split(batch, keep)
+        return tag(kept, "filtered"), set_column(dropped, "biased_features", self.decisions.biased_features(dropped))
+
+    def leading_rows(self, part: str) -> list:
+        """The seed's rows lead kept/."""
+        seed = self.filtering.seed
+        return [(tag(seed, "seed"), None)] if part == "kept" and seed is not None else []
 
     def reason_kind(self, reason: str) -> str:
         return reason.split(":")[0]
@@ -81,8 +67,6 @@ class ZFilterStage(FilterStage):
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """``FilterStage.run`` with the seed's rows leading kept/, and zfilter's own report and verdict."""
-        leading = _Deferred(lambda: [] if self.filtering.seed is None else [(tag(self.filtering.seed, "seed"), None)])
-        out = LeadingRows.of(out, {"kept": leading})
         out.inputs += self.config.seed_corpus   # the seed is among the corpora the stage read
         super().run(source, out)
         r = self.report
@@ -94,16 +78,6 @@ class ZFilterStage(FilterStage):
         from refinery.methods.zfilter.report import publish_report
 
         self.report = publish_report(self.filtering, report, out, self.named_config)
-
-
-class _Deferred:
-    """An iterable made when it is first read (the leading rows exist once ``prepare`` has run)."""
-
-    def __init__(self, make):
-        self.make = make
-
-    def __iter__(self):
-        return iter(self.make())
 
 
 def _accounting(r: dict) -> tuple[int, dict]:
@@ -131,6 +105,7 @@ class ComposeStage(FilterStage):
     needs = ("id", "text_a", "label")
     adds = ("source",)
     references = ("original",)
+    judges_itself = True   # each part's verdict and the whole's (compose_report.py)
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Each filtering under stages/ (``composition.filterings``), and the composition's rows counted."""
@@ -144,13 +119,18 @@ class ComposeStage(FilterStage):
     def decide(self, batch: pa.Table) -> tuple:
         return self.decisions.decide(batch)
 
-    def annotate(self, batch: pa.Table) -> pa.Table:
+    def leading_rows(self, part: str):
+        """D0's rows (and input rejects) lead kept/ and rejected/."""
+        return self.composition.leading(part)
+
+    def annotate(self, batch: pa.Table, keep) -> tuple[pa.Table, pa.Table]:
         """The input's rows are G's: ``source`` generated where it has none; a rejected row's ``biased_features``."""
         from refinery.methods.zfilter.composition import with_source
 
         rows = with_source(batch.drop_columns([c for c in ("source_stage",) if c in batch.column_names]),
                            "generated")
-        return set_column(rows, "biased_features", self.decisions.biased_features(batch))
+        kept, dropped = split(rows, keep)
+        return kept, set_column(dropped, "biased_features", self.decisions.biased_features(dropped))
 
     def reason_kind(self, reason: str) -> str:
         return reason.split(":")[0]
@@ -162,8 +142,6 @@ class ComposeStage(FilterStage):
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """``FilterStage.run`` with D0's rows leading kept/ and rejected/, and the composition's report."""
-        leading = {part: _Deferred(lambda part=part: self.composition.leading(part)) for part in ("kept", "rejected")}
-        out = LeadingRows.of(out, leading)
         out.inputs[:0] = self.config.original   # D0, then G: the corpora the composition read
         super().run(source, out)
         r, c = self.report, self.config
