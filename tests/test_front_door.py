@@ -109,7 +109,7 @@ def test_mode_skip_reuses_and_error_refuses(snli_small, tmp_path):
 # ---------------------------------------------------------------- a stage from outside refinery
 
 def test_a_new_stage_is_a_verb_and_a_pipeline_key(snli_small, tmp_path, monkeypatch):
-    from refinery.cli.base import RefineryGroup
+    from refinery.cli.group import RefineryGroup
     from refinery.cli.main import main
     from refinery.pipeline import stage
 

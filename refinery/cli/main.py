@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from refinery.cli.base import RefineryGroup
+from refinery.cli.group import RefineryGroup
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
