@@ -12,14 +12,12 @@ writes to a filesystem).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.checkpoints import Checkpoints
-from refinery.io.corpus import AllRejected, reject_reasons
 from refinery.io.corpus_writer import CorpusWriter
 from refinery.io.location import join
 from refinery.io.publishing import AtomicDir, RunOutput
@@ -124,13 +122,6 @@ class StageOutput:
         tables) on the local disk: ``folder/task``, or for a folder on an object store a local cache named by its URL,
         so a rerun on this machine continues after the last one."""
         return StepFolders(local_root(self.folder, task, self.storage_options))
-
-    def check_rows(self, rows: int, rejects: pa.Table | None = None, published: str | None = None) -> None:
-        """Refuse an input that left no row to work on: ``AllRejected`` naming the inputs, the commonest reasons
-        and where the rejects were published."""
-        if not rows:
-            reasons = reject_reasons(rejects) if rejects is not None else Counter()
-            raise AllRejected(self.inputs, reasons, published)
 
 
 def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader) -> None:
