@@ -16,11 +16,11 @@ import pyarrow.compute as pc
 
 from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
+from refinery.models.base import CLASSIFIERS
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
 
-CROSS_FIT = ("ngram", "transformer")
 SOLVERS = ("sgd", "lbfgs")
 
 
@@ -80,7 +80,7 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
 
     if config.streams:
         return sgd_confidence(table, config, engine)
-    if config.model in CROSS_FIT:
+    if config.model in CLASSIFIERS:
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed,
                                          checkpoints)
         return label_proba(proba, classes, table["label"].to_pylist())
