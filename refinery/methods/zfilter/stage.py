@@ -31,7 +31,7 @@ class ZFilterStage(FilterStage):
 
     name, Config = "zfilter", ZFilterConfig
     needs = ("id", "text_a", "label")
-    adds = ("source_stage", "biased_features")
+    adds = ("source_stage",)   # on kept/, what the next step reads (biased_features is on rejected/ only)
     references = ("seed_corpus",)
     judges_itself = True   # its verdict: the kept rows' z* against the input's threshold and prior (report.py)
 
