@@ -7,12 +7,8 @@ later (``my-filter``: ``rf.my_filter``). They are imported on first use, so ``im
 start) stays light.
 """
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("refinery")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = "0.1.0"   # the package's version (pyproject.toml reads it here)
 
 
 def __getattr__(name: str):

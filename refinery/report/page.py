@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from refinery import __version__
 from refinery.io.corpus import Corpus, is_corpus
 from refinery.report import format as fmt
 
@@ -56,15 +57,6 @@ def cpu_name() -> str:
 def machine() -> str:
     """The CPU (``cpu_name``) and its core count: what every figure of a report was measured on."""
     return f"{cpu_name()}, {os.cpu_count()} cores"
-
-
-@lru_cache(1)
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as installed
-    try:
-        return installed("refinery")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def corpus_name(paths, storage_options: dict | None = None) -> str:
@@ -194,7 +186,7 @@ class Report:
             lines.append(f"<p><b>Corpus</b> {html.escape(self.corpus)}</p>")
         if self.inputs and [str(p) for p in self.inputs] != [self.corpus]:
             lines.append(f"<p><b>Read from</b> {html.escape(', '.join(map(str, self.inputs)))}</p>")
-        lines.append(f'<p><b>Run</b> <time>{date}</time> · {html.escape(machine())} · refinery {version()}</p>')
+        lines.append(f'<p><b>Run</b> <time>{date}</time> · {html.escape(machine())} · refinery {__version__}</p>')
         return "<header>" + "".join(lines) + "</header>"
 
     def html(self) -> str:
