@@ -13,52 +13,20 @@ to ``send``, and ``Mirror`` draws those states as bars of the process that shows
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import time
 from contextlib import contextmanager
 
 from tqdm.auto import tqdm
 
-QUIET_ENV = "REFINERY_QUIET"   # set by ``refinery --quiet``; inherited by Ray workers and subprocesses
+from refinery.quiet import quiet
+
 
 RELAY_SECONDS = 0.5             # a relayed bar's state is sent at most this often (and when it closes)
 
 _recordings: list[list[dict]] = []   # the phases of each open ``recording()``, innermost last
 _relays: list = []                   # the ``send`` of each open ``relayed()``, innermost last
 _bar_numbers = itertools.count()     # a bar's key in relayed states (``id`` is reused once a bar is freed)
-
-
-def quiet() -> bool:
-    return os.environ.get(QUIET_ENV, "") not in ("", "0")
-
-
-def set_quiet(value: bool = True) -> None:
-    if value:
-        os.environ[QUIET_ENV] = "1"
-    else:
-        os.environ.pop(QUIET_ENV, None)
-
-
-# what other libraries' bars obey: transformers' ("Loading weights", "Writing model shards") and the Hugging Face
-# Hub's downloads follow the first, read when they are imported (here, in Ray workers and subprocesses alike)
-OTHER_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
-
-
-def quiet_other_bars() -> None:
-    """Other libraries' progress bars are drawn only where refinery's are: on a terminal, not under ``--quiet``
-    (in a pipe, a log file or a Ray worker they would print a line per update). Call before they load a model."""
-    if not quiet() and sys.stderr.isatty():
-        return
-    os.environ.update(OTHER_BARS_OFF)
-    if "transformers" in sys.modules:        # imported already: its switch was read
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
 
 
 class Progress(tqdm):

@@ -11,7 +11,7 @@ from refinery.core.counts import counter_from_bytes
 from refinery.core.features import FeatureConfig, TokenizerOptions, extract, split_words
 from refinery.io import synth
 from refinery.io.corpus import Corpus
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import PRESETS
 from refinery.methods.audit.config import AuditConfig
 from refinery.methods.audit.counters import count_table

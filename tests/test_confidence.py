@@ -141,7 +141,7 @@ def test_confidence_verdict_credits_a_filter_that_removes_a_shortcut_and_catches
 def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(scored_dev, ray_local):
     """Under the Ray engine a filter's ``decide`` runs in Ray's worker processes (each batch's process id recorded
     there), and the rows kept and filtered out are the local engine's."""
-    from refinery.io.readers import ReadOptions
+    from refinery.io.read_options import ReadOptions
     from refinery.methods.confidence import ConfidenceConfig, ConfidenceStage
     from refinery.pipeline.output import StageOutput
     from refinery.pipeline.stage import StageInput, set_column

@@ -10,7 +10,7 @@ import zstandard
 from conftest import SNLI_DEV, SNLI_HARD, run_cli
 
 from refinery.io.corpus import load
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import PRESETS
 
 

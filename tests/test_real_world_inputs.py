@@ -15,7 +15,8 @@ from realworld import NAMES, write_cases, snli_rows
 
 from refinery.io.corpus import Corpus, load
 from refinery.io.inputs import expand_paths, hf_splits
-from refinery.io.readers import AmbiguousColumnError, MissingColumnError, ReadOptions
+from refinery.io.read_options import ReadOptions
+from refinery.io.readers import AmbiguousColumnError, MissingColumnError
 from refinery.io.schema import CANONICAL_SCHEMA, PRESETS, Mapping, parse_mapping
 
 BOM = b"\xef\xbb\xbf"

@@ -6,7 +6,7 @@ from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 from refinery.io import queries
 from refinery.io.corpus import Corpus
 from refinery.io.corpus_writer import convert
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import PRESETS
 
 

@@ -13,7 +13,7 @@ from refinery.cli.group import RefineryGroup
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
-from refinery.progress import QUIET_ENV, quiet_other_bars, set_quiet
+from refinery.quiet import QUIET_ENV, quiet_other_bars, set_quiet
 
 
 @click.group(cls=RefineryGroup, verbs_from=("refinery.cli.tools:tools",),

@@ -16,7 +16,6 @@ import click
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import engine_option, io_timeout_option, mode_option, printable_pipeline
-from refinery.io.corpus import is_corpus
 from refinery.io.splits import split_specs
 from refinery.io.location import join, merged
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
@@ -103,6 +102,7 @@ def compare_pipeline(config, spec_in: InputSpec, out: str) -> PipelineSpec:
     one trained on the same split and named as on the command line. A pipeline reads the input through the
     preset or map; its compare step reads the baseline corpora and the evaluation sets as refinery corpora or
     through their own preset (``NAME=PATH:PRESET``), so the command line's preset is written onto each set."""
+    from refinery.io.corpus import is_corpus
     from refinery.methods.compare.config import train_split
 
     paths = [train_split(path) for path in config.baseline]

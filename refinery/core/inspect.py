@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from refinery.core.features import split_words
 from refinery.io.corpus import iter_input_batches, value_counts
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
 
 

@@ -19,16 +19,16 @@ import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
 from refinery.io.inputs import expand_paths
-from refinery.io.readers import ReadOptions, read_input
+from refinery.io.read_options import ReadOptions
+from refinery.io.readers import read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import get_fs, on_store
-from refinery.io.ownership import RUN_MARKER, read_marker
+from refinery.io.ownership import RUN_MARKER, STAGE_CORPUS, read_marker
 from refinery.io.redaction import redact
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"
-STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
 LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
 CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …

@@ -23,7 +23,7 @@ from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.location import get_fs
 from refinery.io.ownership import stamp_marker
 from refinery.io.publishing import AtomicDir
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.redaction import redact
 from refinery.io.schema import Mapping
 

@@ -18,8 +18,6 @@ import posixpath
 import shutil
 import threading
 
-import fsspec
-from fsspec.core import url_to_fs
 
 
 CONNECT_TIMEOUT = 10.0
@@ -96,7 +94,11 @@ def merged(base: dict, extra: dict) -> dict:
     return out
 
 
-def get_fs(url: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+def get_fs(url: str, storage_options: dict | None = None) -> tuple["fsspec.AbstractFileSystem", str]:
+    """The filesystem a path or URL lives on, with the options from the environment and ``storage_options``
+    (fsspec is imported here: a command's start does not pay for it)."""
+    from fsspec.core import url_to_fs
+
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     fs, path = url_to_fs(url, **merged(storage_options_from_env(protocol), storage_options or {}))
     if protocol in S3_PROTOCOLS:

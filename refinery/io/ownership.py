@@ -19,6 +19,7 @@ OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the file
 EARLIER_MARKER = "_refinery.json"  # the marker of refinery 0.1 (readers of a data folder took it for data)
 RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
 MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
+STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
 
 
 class OutputOverlapsInput(ValueError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -26,10 +25,8 @@ from refinery.io.lines import BLOCK_BYTES, BOM, LineTexts, line_blocks
 from refinery.io.raw import arrow_pieces, parquet_pieces, rejects_table, with_lines
 from refinery.io.schema import PRESETS, Mapping
 from refinery.io.location import get_fs
+from refinery.io.read_options import ReadOptions
 
-DEFAULT_BATCH_ROWS = 65_536
-DEFAULT_MAX_CHARS = 20_000
-DEFAULT_MAX_ROW_BYTES = 4 << 20
 MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
 JSONL_BLOCK_BYTES = BLOCK_BYTES  # whole lines handed to Arrow's JSON reader at a time
 LINE_BY_LINE = 2048           # a block Arrow refuses is halved down to this many lines, then read line by line
@@ -46,26 +43,6 @@ class MissingColumnError(ValueError):
 
 class AmbiguousColumnError(ValueError):
     """A mapped column whose name the file's header holds more than once."""
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    batch_rows: int = DEFAULT_BATCH_ROWS
-    max_chars: int = DEFAULT_MAX_CHARS
-    max_row_bytes: int = DEFAULT_MAX_ROW_BYTES  # a longer raw line or record is that row's reject
-    on_bad_row: str = "quarantine"  # or "fail"
-    storage_options: dict | None = None
-    row_ids: bool = True  # False: rows without an id column get a null id, not a content hash (a pass that reads no ids)
-    csv_multiline: bool = False  # a CSV record whose quoted field runs over several lines is one row, not rejects
-
-    def __post_init__(self):
-        """Refuse what would break the reading later (a zero batch divides by zero), in the words of the configs."""
-        for name in ("batch_rows", "max_chars", "max_row_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.on_bad_row not in ("quarantine", "fail"):
-            raise ValueError(f"on_bad_row must be one of quarantine, fail, got {self.on_bad_row!r}")
 
 
 # ---------------------------------------------------------------- JSON and JSONL

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from refinery.io import queries
 from refinery.io.db import memory_limit
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.methods.leakage_features import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
 from refinery.models.base import label_proba

@@ -22,7 +22,7 @@ from refinery.io.local_cache import cache_folder, cache_text
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import ModelRef, resolve
 from refinery.models.training import fit_loop
-from refinery.progress import quiet_other_bars
+from refinery.quiet import quiet_other_bars
 
 DEFAULT_GENERATOR = "HuggingFaceTB/SmolLM2-135M-Instruct"
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import resolve
 from refinery.models.training import fit_loop
-from refinery.progress import quiet_other_bars
+from refinery.quiet import quiet_other_bars
 
 
 class TransformerClassifier:

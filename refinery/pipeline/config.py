@@ -24,12 +24,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from refinery.core.validation import Allowed, at_least, one_of, setting, validate
-from refinery.io.corpus import corpus_of
-from refinery.io.inputs import hf_splits
-from refinery.io.readers import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
+from refinery.io.read_options import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
 from refinery.io.location import get_fs, is_local, parse_storage_options
 
@@ -141,6 +137,9 @@ class InputSpec:
     def split_paths(self) -> dict:
         """{split: [paths]}: named splits, the splits of a Hugging Face ``DatasetDict`` folder given alone, or
         the plain paths as one unnamed split. A stage's folder stands for the corpus it made (``corpus_of``)."""
+        from refinery.io.corpus import corpus_of
+        from refinery.io.inputs import hf_splits
+
         if not self.splits and not self.paths:
             raise ValueError("no input: give paths or named splits")
         if self.splits:
@@ -197,6 +196,8 @@ class PipelineSpec:
                 "stages": [s.to_dict() for s in self.stages], "report": to_dict(self.report)}
 
     def to_yaml(self) -> str:
+        import yaml
+
         return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=100)
 
 
@@ -268,6 +269,8 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
 
 def load_pipeline(path: str) -> PipelineSpec:
     """Read and validate a pipeline file (YAML or JSON)."""
+    import yaml
+
     fs, local = get_fs(path)
     try:
         with fs.open(local, "r") as fh:

@@ -32,11 +32,13 @@ import warnings
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from refinery.progress import Mirror, Progress, peak_rss, progress, relayed, reset_peak_rss
+if TYPE_CHECKING:
+    from refinery.progress import Progress   # tqdm loads when a bar is drawn, not at a command's start
+
 
 ENGINES = ("local", "ray")
 # The driver maps every object-store page it has read from, so over a long stream its RSS grows by
@@ -359,6 +361,8 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
 
     Progress is shown per batch, as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that
     spans several calls (generation's shards)."""
+    from refinery.progress import progress
+
     own = bar is None
     bar = progress(total=table.num_rows, desc=desc, unit=" row") if own else bar
     try:
@@ -397,6 +401,8 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
     ``desc`` names the work in the bar and in a failure past the retries; ``cpus``: what each task asks for
     (0 for a task that mostly waits on tasks of its own).
     """
+    from refinery.progress import progress
+
     shared, results = shared or {}, [None] * len(calls)
     desc = desc or fn.__name__
     with progress(total=len(calls), desc=desc, unit=" task") as bar:
@@ -432,6 +438,8 @@ def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", 
     """
     from ray import exceptions as rx
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from refinery.progress import Mirror
 
     ray = ray_init()
     board = ray.remote(num_cpus=0)(_ProgressBoard).remote()
@@ -474,6 +482,8 @@ class _ProgressBoard:
 def _relaying(fn: Callable, args: tuple, board) -> tuple[object, int | None]:
     """In the task: ``fn(*args)`` with every progress bar's state sent to ``board``, and this process's peak memory."""
     import ray
+
+    from refinery.progress import peak_rss, relayed, reset_peak_rss
 
     reset_peak_rss()
     with relayed(lambda key, state: board.put.remote(key, state)):

@@ -21,20 +21,17 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
-from typing import ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.features import FeatureConfig
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.engine import stream_map
-from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
-from refinery.report import format as fmt
-from refinery.report import verdict as verdict_html
-from refinery.report.page import config_table, fields, note, table
+
+if TYPE_CHECKING:
+    from refinery.pipeline.output import StageOutput
 
 TOP_REASONS = 20
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
@@ -95,7 +92,9 @@ class FilterStage(Stage):
         return ()
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        from refinery.core.features import FeatureConfig
         from refinery.core.weighted_counts import WeightedCounts, judge_weightings   # numba: not at a verb's build
+        from refinery.pipeline.engine import stream_map
 
         self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
@@ -147,6 +146,10 @@ class FilterStage(Stage):
                            report, headline, (rows_line, *(verdict.lines() if verdict else ())), warnings)
 
     def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
+        from refinery.report import format as fmt
+        from refinery.report import verdict as verdict_html
+        from refinery.report.page import config_table, fields, note, table
+
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
         by_label = [{"label": l, **c, "share kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
                     for l, c in report["by_label"].items()]

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from refinery.io.checkpoints import Checkpoints
-from refinery.io.corpus_writer import CorpusWriter
 from refinery.io.location import join
-from refinery.io.publishing import AtomicDir, RunOutput
-from refinery.io.step_folders import StepFolders, local_root
-from refinery.report.page import Report, corpus_name
+
+if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options build without them
+    from refinery.io.checkpoints import Checkpoints
+    from refinery.io.corpus_writer import CorpusWriter
+    from refinery.io.publishing import AtomicDir, RunOutput
+    from refinery.io.step_folders import StepFolders
+    from refinery.report.page import Report
 
 REPORT = "report"   # the part holding report.json and report.html
 
@@ -49,11 +51,15 @@ class StageOutput:
     def publishing(self) -> RunOutput:
         """The stage folder's run: ``_SUCCESS`` (its ``summary``) written last on success; on failure the folders
         the run created are removed and a finished earlier run is left as it was."""
+        from refinery.io.publishing import RunOutput
+
         return RunOutput(self.folder, self.storage_options)
 
     def corpus(self, part: str = "", *, settings: dict | None = None, **options) -> CorpusWriter:
         """A streaming writer of the corpus ``part`` (the folder itself for ``""``: shards, rejects, manifest;
         published on ``commit``)."""
+        from refinery.io.corpus_writer import CorpusWriter
+
         return CorpusWriter(self.url(part), config=self.settings if settings is None else settings,
                             storage_options=self.storage_options, inputs=self.inputs, **options)
 
@@ -67,6 +73,8 @@ class StageOutput:
     def files(self, part: str = REPORT) -> AtomicDir:
         """A folder of files (``write_text``, ``write_bytes``, ``write_parquet``, ``file`` for a library's own
         writer), published atomically by its ``commit``."""
+        from refinery.io.publishing import AtomicDir
+
         return AtomicDir(self.url(part), self.storage_options)
 
     def save_folder(self, location: str, save) -> str:
@@ -74,6 +82,8 @@ class StageOutput:
         fitted model's ``save(folder)``) puts in the local folder it is handed; ``location``."""
         import os
         import tempfile
+
+        from refinery.io.publishing import AtomicDir
 
         with tempfile.TemporaryDirectory() as local, AtomicDir(location, self.storage_options) as d:
             save(local)
@@ -87,6 +97,8 @@ class StageOutput:
     def report_page(self, title: str, *, corpora: list | None = None, read: list | None = None) -> Report:
         """The stage's report page, headed by the corpus it read: ``corpora`` where the page is about other corpora
         than the stage's inputs (a comparison's training corpora), its header listing ``read`` (default: those)."""
+        from refinery.report.page import Report, corpus_name
+
         paths = self.inputs if corpora is None else [str(p) for p in corpora]
         return Report(title, corpus_name(paths, self.storage_options), paths if read is None else list(read))
 
@@ -115,17 +127,23 @@ class StageOutput:
 
     def checkpoints(self, task: str, key: dict) -> Checkpoints:
         """The finished pieces of a long ``task`` kept under the folder, reused while ``key`` is unchanged."""
+        from refinery.io.checkpoints import Checkpoints
+
         return Checkpoints(self.folder, task, key, self.storage_options)
 
     def step_folders(self, task: str) -> StepFolders:
         """The finished steps of a long ``task`` kept as whole folders (models saved by their libraries beside
         tables) on the local disk: ``folder/task``, or for a folder on an object store a local cache named by its URL,
         so a rerun on this machine continues after the last one."""
+        from refinery.io.step_folders import StepFolders, local_root
+
         return StepFolders(local_root(self.folder, task, self.storage_options))
 
 
 def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader) -> None:
     """``batches`` into the zstd Parquet file ``name`` of ``folder``, a row group per batch."""
+    import pyarrow.parquet as pq
+
     with folder.fs.open(folder.file(name), "wb") as sink, \
             pq.ParquetWriter(sink, batches.schema, compression="zstd") as writer:
         for batch in batches:

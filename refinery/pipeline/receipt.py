@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join
 from refinery.core import stats as zstats
 from refinery.core.stats import ZStats

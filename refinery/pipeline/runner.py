@@ -25,7 +25,7 @@ from typing import Callable
 
 from refinery import __version__
 from refinery.io.corpus import OutputExists, input_fingerprints
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join, json_object
 from refinery.io.ownership import RUN_MARKER, check_out_apart, claim_folder, made_folder, remove_failed_output
 from refinery.io.redaction import redact_text

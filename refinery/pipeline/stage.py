@@ -26,15 +26,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from refinery.io.canonical import Batch
-from refinery.io.corpus import STAGE_CORPUS, Corpus, is_corpus, iter_input_batches, load, not_a_corpus
-from refinery.io.readers import ReadOptions, read_input
+from refinery.io.ownership import STAGE_CORPUS
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
-from refinery.io.location import get_fs
 
 if TYPE_CHECKING:
+    from refinery.io.canonical import Batch
     from refinery.pipeline.output import StageOutput
 
 
@@ -85,9 +83,12 @@ class StageInput:
     def named(self) -> bool:
         return any(self.splits)
 
-    def iter_batches(self) -> Iterator[Batch]:
+    def iter_batches(self) -> Iterator["Batch"]:
         """Canonical batches of every split in order, named splits in a ``split`` column; each input's
         rejects come as batches of their own."""
+        from refinery.io.canonical import Batch
+        from refinery.io.corpus import iter_input_batches
+
         for split, paths in self.splits.items():
             for _, batch in iter_input_batches(paths, self.mapping, self.opts):
                 yield Batch(with_split(batch.rows, split), batch.rejects) if split else batch
@@ -103,6 +104,8 @@ class StageInput:
 
     def load(self) -> tuple[pa.Table, pa.Table]:
         """All rows (named splits in a ``split`` column) and all rejects, in memory."""
+        from refinery.io.corpus import load
+
         if not self.named:
             return load(self.paths, self.mapping, self.opts)
         rows, rejects = zip(*(load(paths, self.mapping, self.opts) for paths in self.splits.values()))
@@ -111,6 +114,11 @@ class StageInput:
 
 
 def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[str]:
+    import pyarrow.parquet as pq
+
+    from refinery.io.corpus import Corpus, is_corpus, not_a_corpus
+    from refinery.io.location import get_fs
+
     if is_corpus(path, storage_options):
         corpus = Corpus.open(path, storage_options)
         if not corpus.files:
@@ -126,6 +134,8 @@ def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[
 
 def _carries_split(path: str, mapping: Mapping, storage_options: dict) -> bool:
     """Whether a raw input's rows carry a ``split`` column of their own (its first batch tells)."""
+    from refinery.io.readers import read_input
+
     opts = ReadOptions(batch_rows=1_000, storage_options=storage_options, row_ids=False)
     first = next((batch for _, batch in read_input(path, mapping, opts) if batch.rows.num_rows), None)
     return first is not None and "split" in first.rows.column_names

@@ -19,7 +19,7 @@ from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
 from refinery.io.location import get_fs
-from refinery.io.readers import ReadOptions
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.methods.audit.counters import add_probe, count_table, new_counter

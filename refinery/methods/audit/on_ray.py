@@ -20,7 +20,8 @@ from refinery.core.feature_counts import FeatureCounts
 from refinery.core.merged_counts import Dictionary, MergedCounts, hashed_partials, sum_partials
 from refinery.io.corpus import Corpus, is_corpus, load
 from refinery.io.inputs import expand_paths
-from refinery.io.readers import ReadOptions, read_file
+from refinery.io.read_options import ReadOptions
+from refinery.io.readers import read_file
 from refinery.io.schema import Mapping
 from refinery.io.location import get_fs
 from refinery.methods.audit.config import AuditConfig
