@@ -22,7 +22,7 @@ from refinery.io.corpus import (CARD, FORMAT, MANIFEST, REJECTS, AllRejected, co
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.location import get_fs
 from refinery.io.ownership import stamp_marker
-from refinery.io.publishing import AtomicDir
+from refinery.io.publishing import AbortsOnError, AtomicDir
 from refinery.io.read_options import ReadOptions
 from refinery.io.redaction import redact
 from refinery.io.schema import Mapping
@@ -31,7 +31,7 @@ DEFAULT_SHARD_ROWS = 250_000
 ROW_GROUP_ROWS = 65_536   # the least a shard's row group holds (but the last)
 
 
-class CorpusWriter:
+class CorpusWriter(AbortsOnError):
     """Write canonical shards, rejects and a manifest; publish atomically on ``commit``.
 
     ``mode``: ``overwrite`` replaces a finished output, ``skip`` leaves it (``skipped`` is
@@ -187,14 +187,6 @@ class CorpusWriter:
         self._writer.shutdown(wait=False, cancel_futures=True)   # a write stuck on a dead store is not waited for
         if self._dir is not None:
             self._dir.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.abort()
-        return False
 
 
 class _ShardWriter:

@@ -11,6 +11,7 @@ import posixpath
 import re
 import shutil
 import time
+from abc import ABC, abstractmethod
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -88,7 +89,24 @@ def published_folders() -> list[str]:
     return [out for out, (fs, path) in _published.items() if fs.exists(join(path, OWNER_MARKER))]
 
 
-class AtomicDir:
+class AbortsOnError(ABC):
+    """A writer used as a context manager: ``abort()`` when the block raises; publishing stays the caller's
+    ``commit()``."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Remove what this writer wrote."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+        return False
+
+
+class AtomicDir(AbortsOnError):
     """Publish a folder so that a reader finds either the previous finished version or the new one.
 
     Refinery only ever removes files it wrote: a folder it did not write is refused (``claim_output``), and
@@ -208,14 +226,6 @@ class AtomicDir:
         own = [join(self.path, name) for name in sorted(self._written) if self.run_id in name]
         if own:
             with_deadline(CLEANUP_SECONDS, self.fs.rm, own)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.abort()
-        return False
 
 
 class RunOutput:
