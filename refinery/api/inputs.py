@@ -212,11 +212,11 @@ def _batches(data, kind: str):
         table = data.to_arrow()
         return table.schema, table.to_batches()
     if kind == "hf":
-        names = class_labels(data)
+        names = _class_labels(data)
         schema = data.features.arrow_schema
         for column in names:
             schema = schema.set(schema.get_field_index(column), pa.field(column, pa.string()))
-        return schema, (_names_ofclass_labels(b, names) for t in data.with_format("arrow").iter(batch_size=65_536)
+        return schema, (_names_of_class_labels(b, names) for t in data.with_format("arrow").iter(batch_size=65_536)
                         for b in t.to_batches())
     if kind == "ray":
         stream = iter(data.iter_batches(batch_format="pyarrow", batch_size=65_536))   # an iterable that restarts
@@ -233,12 +233,12 @@ def _batches(data, kind: str):
     return data.schema, data.to_batches()   # a pyarrow.dataset.Dataset
 
 
-def class_labels(data) -> dict:
+def _class_labels(data) -> dict:
     """{column: ClassLabel} of a Hugging Face ``Dataset``'s class-label columns."""
     return {name: feature for name, feature in data.features.items() if type(feature).__name__ == "ClassLabel"}
 
 
-def _names_ofclass_labels(batch: pa.RecordBatch, class_labels: dict) -> pa.RecordBatch:
+def _names_of_class_labels(batch: pa.RecordBatch, class_labels: dict) -> pa.RecordBatch:
     """``batch`` with each ClassLabel column's integers as their names (an integer outside the names, such as
     SNLI's -1 for "no gold label", as its digits: the label set the names declare rejects it)."""
     for column, feature in class_labels.items():
@@ -255,7 +255,7 @@ def _as_parquet(data, kind: str, path: str) -> tuple[str, dict]:
     schema, batches = _batches(data, kind)
     if not write_parquet_file(path, schema, batches):
         raise ValueError(f"the {type(data).__name__} has no rows")
-    return path, (class_labels(data) if kind == "hf" else {})
+    return path, (_class_labels(data) if kind == "hf" else {})
 
 
 def check_preset(keys: dict, source: Source) -> None:

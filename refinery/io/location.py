@@ -18,8 +18,6 @@ import posixpath
 import shutil
 import threading
 
-
-
 CONNECT_TIMEOUT = 10.0
 IO_TIMEOUT = 60.0
 STORE_ATTEMPTS = 3
@@ -58,9 +56,6 @@ def storage_options_from_env(protocol: str) -> dict:
     if endpoint:
         options["client_kwargs"] = {"endpoint_url": endpoint}
     return options
-
-
-# botocore's checksum settings: {Config keyword: environment variable}; refinery's default is "when_required"
 
 
 # botocore's checksum settings: {Config keyword: environment variable}; refinery's default is "when_required"

@@ -35,19 +35,21 @@ def number(x, digits: int = 3, *, zeros: bool = False, minus: str = "-") -> str:
     if isinstance(x, bool):
         return "true" if x else "false"
     if isinstance(x, numbers.Integral):
-        return count(x)
+        return count(x).replace("-", minus)
     x = float(x)
     if not math.isfinite(x):
         return "∞" if x > 0 else ("−∞" if x < 0 else "NaN")
     if x == 0:
         return "0"
     magnitude = math.floor(math.log10(abs(x)))
-    if magnitude >= digits - 1:
-        return f"{round(x):,}".replace("-", minus)
     if magnitude < -4:
-        return f"{x:.{digits - 1}e}"
-    text = f"{x:.{digits - 1 - magnitude}f}"
-    return (text.rstrip("0").rstrip(".") if "." in text and not zeros else text).replace("-", minus)
+        return f"{x:.{digits - 1}e}"   # the exponent's sign stays a hyphen
+    if magnitude >= digits - 1:
+        text = f"{round(x):,}"
+    else:
+        text = f"{x:.{digits - 1 - magnitude}f}"
+        text = text.rstrip("0").rstrip(".") if "." in text and not zeros else text
+    return text.replace("-", minus)
 
 
 def z(x) -> str:
