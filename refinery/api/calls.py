@@ -119,7 +119,7 @@ def read(data, /, *, out=None, **kwargs) -> Result:
         opts = spec_in.read_options()
         with python_terms(source):
             if spec_in.splits:
-                parts = ingest(spec_in, folder.out, opts).parts
+                parts = ingest(spec_in, stage_input(spec_in, opts), folder.out).parts
             else:
                 parts = convert(list(stage_input(spec_in, opts).paths), folder.out, spec_in.mapping(), opts,
                                 config={"input": to_dict(spec_in)})

@@ -15,7 +15,6 @@ from refinery.core.validation import NOT_EMPTY, setting, validate
 from refinery.methods.leakage_features import ForestConfig, GraphConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-from refinery.progress import progress
 
 
 @dataclass
@@ -78,6 +77,8 @@ class LeakageStage(Stage):
 
 def _shown(name: str, rows: int, batches: pa.RecordBatchReader) -> pa.RecordBatchReader:
     """``batches`` read with a progress bar (``leakage: NAME``) as they are written."""
+    from refinery.progress import progress
+
     def counted():
         with progress(total=rows, desc=f"leakage: {name}", unit=" rows") as bar:
             for batch in batches:

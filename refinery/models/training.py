@@ -7,7 +7,6 @@ from typing import Callable
 import numpy as np
 
 from refinery.models.precision import Precision
-from refinery.progress import progress
 
 GROUP_BATCHES = 50  # batches per length-sorted group
 
@@ -44,6 +43,8 @@ def fit_loop(params, rows: int, loss_of: Callable, *, precision: Precision, epoc
     ``precision``'s autocast: backward and the optimizer step stay in the parameters' float32
     (float16 adds dynamic loss scaling).
     """
+    from refinery.progress import progress
+
     import torch
 
     params = [p for p in params if p.requires_grad]

@@ -33,7 +33,7 @@ from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
-from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, stage_class
+from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
 
 INPUT_DIR = "00-input"
@@ -86,10 +86,10 @@ def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int 
             "peak_rss": peak, "task_peak_rss": task_peak, "phases": phases}
 
 
-def ingest(spec: InputSpec, out: str, opts: ReadOptions) -> StageResult:
-    """The pipeline's input as one canonical corpus; named splits become a ``split`` column."""
-    source = stage_input(spec, opts)
-    with StageOutput(out, opts.storage_options, source.paths).corpus(settings={"input": to_dict(spec)}) as writer:
+def ingest(spec: InputSpec, source: StageInput, out: str) -> StageResult:
+    """The pipeline's input (``spec`` read as ``source``) as one canonical corpus; named splits become a ``split``
+    column."""
+    with StageOutput(out, source.opts.storage_options, source.paths).corpus(settings={"input": to_dict(spec)}) as writer:
         rows = 0
         for batch in source.iter_batches():
             writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
@@ -123,13 +123,13 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
         raise ValueError("no output folder: give --out or out: in the pipeline file")
     engine = check_engine(engine or spec.engine)
     opts = spec.input.read_options()
-    raw = StageInput(spec.input.split_paths()).paths
-    check_out_apart(out, raw, storage_options=opts.storage_options)
-    check_columns(spec, stage_input(spec.input, opts).columns())
+    source = stage_input(spec.input, opts)   # each input looked up once (a stage's folder read as its corpus)
+    check_out_apart(out, source.paths, storage_options=opts.storage_options)
+    check_columns(spec, source.columns())
     made = made_folder(out, opts.storage_options)
     created = claim_folder(out, opts.storage_options) == "new"
     try:
-        return _run_steps(spec, out, engine, opts, raw, echo)
+        return _run_steps(spec, source, out, engine, echo)
     except BaseException:
         if created:   # the folders this run made and no step finished in
             remove_failed_output(out, made, opts.storage_options, keep_finished=True)
@@ -148,28 +148,27 @@ def check_columns(spec: PipelineSpec, columns) -> None:
             raise MissingColumns(f"step {i:02d}-{stage_spec.name} needs column(s) {', '.join(missing)}: the input "
                                  f"has {', '.join(sorted(columns))}" + (f" and the steps before it add "
                                                                          f"{', '.join(added)}" if added else "")
-                                 + ("; name the splits: --input train=PATH --input test=PATH"
-                                    if "split" in missing else ""))
+                                 + splits_hint(missing))
         available |= set(cls.adds)
 
 
-def _run_steps(spec: PipelineSpec, out: str, engine: str, opts: ReadOptions, raw: list, echo) -> PipelineRun:
+def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, echo) -> PipelineRun:
     """The input, then each stage; the pipeline report after the last, or after a step that failed once a step
     before it finished (the report marks the failed step with its error; the error is raised again)."""
-    run = PipelineRun(out, engine)
+    run, opts = PipelineRun(out, engine), source.opts
     folder, name, started = join(out, INPUT_DIR), "input", time.perf_counter()
     try:
-        upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(raw, opts.storage_options))
+        upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(source.paths, opts.storage_options))
         run.stages.append(_step(folder, "input", upstream, opts, echo,
-                                lambda: (ingest(spec.input, folder, opts), None)))
+                                lambda: (ingest(spec.input, source, folder), None)))
         run.stages[-1].passes_on = folder
         corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
         current = folder
         steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
         for i, stage_spec in enumerate(spec.stages, 1):
             folder, name, started = join(out, f"{i:02d}-{stage_spec.name}"), stage_spec.name, time.perf_counter()
-            source = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
-            step, stage = _stage_step(stage_spec, source, folder, steps, opts, echo)
+            step_input = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
+            step, stage = _stage_step(stage_spec, step_input, folder, steps, opts, echo)
             run.stages.append(step)
             current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder,
                                                                                                           current)

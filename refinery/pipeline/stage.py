@@ -186,6 +186,11 @@ class MissingColumns(ValueError):
     """A stage's input lacks a column the stage needs."""
 
 
+def splits_hint(missing) -> str:
+    """The fix a ``MissingColumns`` message ends with when the missing column is ``split``."""
+    return "; name the splits: --input train=PATH --input test=PATH" if "split" in missing else ""
+
+
 class Stage(ABC):
     name: ClassVar[str]
     Config: ClassVar[type]
@@ -213,9 +218,8 @@ class Stage(ABC):
         """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``)."""
         missing = [c for c in self.needs if c not in columns]
         if missing:
-            hint = "; name the splits: --input train=PATH --input test=PATH" if "split" in missing else ""
             raise MissingColumns(f"{self.name} needs column(s) {', '.join(missing)}, which {where} lacks "
-                                 f"(it has {', '.join(columns)}){hint}")
+                                 f"(it has {', '.join(columns)}){splits_hint(missing)}")
 
     @abstractmethod
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:

@@ -10,14 +10,13 @@ from dataclasses import replace
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-from refinery.report import figures, terminal
-from refinery.report import format as fmt
-from refinery.report.page import (Report, config_table, corpus_name, fields, figure, humanize, per_label,
-                                  top_features)
 
 def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label") -> dict:
     """Publish ``out``'s report/: the summary (report.json and summary.json), stats.parquet (features with
     n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
+    from refinery.report import figures
+    from refinery.report.page import corpus_name
+
     st, cfg, inputs = result.stats, result.config, out.inputs
     topk = result.top_k()
     summary = {
@@ -49,6 +48,9 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
 
 
 def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
+    from refinery.report import format as fmt
+    from refinery.report.page import Report, config_table, fields, figure, humanize, per_label, top_features
+
     cfg = summary["config"]
     return (Report(title, corpus, summary["inputs"])
             .section("Summary", fields({
@@ -94,6 +96,8 @@ class AuditStage(Stage):
         return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects)
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        from refinery.report import terminal
+
         result = self.measure(source, out)
         try:
             summary = write_outputs(result, out)

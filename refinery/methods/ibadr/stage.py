@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from refinery.core.features import FeatureConfig
 from refinery.methods.ibadr.config import PROFILES, RESOURCES, IbadrConfig
-from refinery.methods.ibadr.report import console_lines
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
@@ -37,6 +36,8 @@ class IbadrStage(Stage):
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """IBADR over the input (or its ``sample_rows``): ``pool/``, ``generated/``, ``report/`` and
         ``checkpoints/`` (see the class); the audit's features are the input's preset's names."""
+        from refinery.methods.ibadr.report import console_lines
+
         from refinery.methods.ibadr.pool import grow_pool
         from refinery.pipeline.filter import verdict_headline
 

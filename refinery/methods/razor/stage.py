@@ -5,17 +5,18 @@ sibling modules, imported when the stage runs.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.verdict import Verdict
-from refinery.io.checkpoints import Checkpoints
 from refinery.methods.razor.config import RESOURCES, RazorConfig
-from refinery.methods.razor.report import TITLE, change, console_lines, report_page
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-from refinery.progress import announce
-from refinery.report import format as fmt
+
+if TYPE_CHECKING:
+    from refinery.io.checkpoints import Checkpoints
 
 
 class RazorStage(Stage):
@@ -39,8 +40,10 @@ class RazorStage(Stage):
         """``scores/`` (γ per row) and with rewriting ``corpus/`` (same size); each corpus also holds the input's
         rejects, so each accounts for every input row. The verdict compares the audit's features (the input's
         preset's names) before and after."""
+        from refinery.methods.razor.report import TITLE, change, console_lines, report_page
         from refinery.methods.razor.scores import gamma_summary, score, scored_field
         from refinery.pipeline.filter import verdict_headline
+        from refinery.report import format as fmt
 
         table, rejects = source.load()
         config = self.config
@@ -76,6 +79,7 @@ class RazorStage(Stage):
         from refinery.methods.razor.scores import gamma_summary
         from refinery.methods.razor.verdict import verdict
         from refinery.models import load_classifier
+        from refinery.progress import announce
 
         config = self.config
         verifier = load_classifier(config.verifier_model) if config.verifier_model else None

@@ -23,7 +23,17 @@ from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
 
 
-class ZFilterStage(FilterStage):
+class _DecidedInPrepare(FilterStage):
+    """A filter whose ``prepare`` decides every row (``self.decisions``, a ``decisions.Decisions``) and whose report
+    carries its own verdict; ``decide`` looks a batch's rows up."""
+
+    judges_itself = True
+
+    def decide(self, batch: pa.Table) -> tuple:
+        return self.decisions.decide(batch)
+
+
+class ZFilterStage(_DecidedInPrepare):
     """z-filtering (Wu et al. 2022, Algorithm 1): keep the rows that carry no top-k biased feature.
 
     Writes ``kept/`` (with the input's rejects), ``rejected/`` (with the features each row hit) and ``report/``.
@@ -32,8 +42,7 @@ class ZFilterStage(FilterStage):
     name, Config = "zfilter", ZFilterConfig
     needs = ("id", "text_a", "label")
     adds = ("source_stage",)   # on kept/, what the next step reads (biased_features is on rejected/ only)
-    references = ("seed_corpus",)
-    judges_itself = True   # its verdict: the kept rows' z* against the input's threshold and prior (report.py)
+    references = ("seed_corpus",)   # its verdict: the kept rows' z* against the input's threshold and prior
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Algorithm 1 and the settle pass over the whole input (``stream.filter_stream``)."""
@@ -42,9 +51,6 @@ class ZFilterStage(FilterStage):
         self.named_config = self.config.named(source)
         self.filtering = filter_stream(source, self.named_config)
         self.decisions = self.filtering.decisions
-
-    def decide(self, batch: pa.Table) -> tuple:
-        return self.decisions.decide(batch)
 
     def annotate(self, batch: pa.Table, keep) -> tuple[pa.Table, pa.Table]:
         """Kept rows say ``source_stage`` filtered (the seed's rows: seed); a rejected row's ``biased_features`` are
@@ -57,22 +63,16 @@ class ZFilterStage(FilterStage):
         seed = self.filtering.seed
         return [(tag(seed, "seed"), None)] if part == "kept" and seed is not None else []
 
-    def reason_kind(self, reason: str) -> str:
-        return reason.split(":")[0]
-
-    def remedy(self) -> str:
-        from refinery.methods.zfilter.report import remedies
-
-        return remedies(self.config, bool(self.config.seed_corpus))
-
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """``FilterStage.run`` with the seed's rows leading kept/, and zfilter's own report and verdict."""
+        from refinery.methods.zfilter.report import terminal_lines
+
         out.inputs += self.config.seed_corpus   # the seed is among the corpora the stage read
         super().run(source, out)
         r = self.report
         seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
         return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, rejected "
-                           f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", _terminal_lines(r))
+                           f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", terminal_lines(r))
 
     def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
         from refinery.methods.zfilter.report import publish_report
@@ -87,13 +87,7 @@ def _accounting(r: dict) -> tuple[int, dict]:
         "kept": r["kept"], "filtered out": r["rejected"], "input rejects": r["input_rejected"]}
 
 
-def _terminal_lines(report: dict) -> tuple:
-    from refinery.methods.zfilter.report import terminal_lines
-
-    return terminal_lines(report)
-
-
-class ComposeStage(FilterStage):
+class ComposeStage(_DecidedInPrepare):
     """z-filtered composition of original rows D0 (--original) and generated rows G (the input; Wu et al. §4.2).
 
     Writes ``kept/`` (each row's ``source``: original or generated, where it had none), ``rejected/``,
@@ -104,8 +98,7 @@ class ComposeStage(FilterStage):
     version = 2   # kept/ and rejected/ hold the whole composition, rows carry source, report/ per part
     needs = ("id", "text_a", "label")
     adds = ("source",)
-    references = ("original",)
-    judges_itself = True   # each part's verdict and the whole's (compose_report.py)
+    references = ("original",)   # its verdicts: each part's and the whole's (compose_report.py)
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Each filtering under stages/ (``composition.filterings``), and the composition's rows counted."""
@@ -115,9 +108,6 @@ class ComposeStage(FilterStage):
         self.composition = compose(self.config.composition, list(self.config.original), source, out,
                                    self.named_config, ZFilterStage)
         self.decisions = self.composition.decisions
-
-    def decide(self, batch: pa.Table) -> tuple:
-        return self.decisions.decide(batch)
 
     def leading_rows(self, part: str):
         """D0's rows (and input rejects) lead kept/ and rejected/."""
@@ -132,21 +122,15 @@ class ComposeStage(FilterStage):
         kept, dropped = split(rows, keep)
         return kept, set_column(dropped, "biased_features", self.decisions.biased_features(dropped))
 
-    def reason_kind(self, reason: str) -> str:
-        return reason.split(":")[0]
-
-    def remedy(self) -> str:
-        from refinery.methods.zfilter.report import remedies
-
-        return remedies(self.config.zfilter, False)
-
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """``FilterStage.run`` with D0's rows leading kept/ and rejected/, and the composition's report."""
+        from refinery.methods.zfilter.report import terminal_lines
+
         out.inputs[:0] = self.config.original   # D0, then G: the corpora the composition read
         super().run(source, out)
         r, c = self.report, self.config
         return StageResult(*_accounting(r), r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
-                           f"rejected {r['rejected']:,}", _terminal_lines(r))
+                           f"rejected {r['rejected']:,}", terminal_lines(r))
 
     def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
         from refinery.methods.zfilter.compose_report import compose_report
