@@ -254,21 +254,27 @@ def test_local_and_ray_identical(planted, ray_local):
     assert counter_from_bytes(on_ray.counter.to_bytes()).counts().equals(local.counter.counts())   # its saved state
 
 
-def test_summed_partials_tell_apart_features_of_one_key():
-    """Two features whose 64-bit keys collide, interleaved in the runs summed: each keeps its own counts; two
-    strings of one hash are refused."""
-    from refinery.core.merged_counts import Dictionary, HashedCounts, sum_partials
+def test_summed_partials_join_units_by_their_strings():
+    """Two units that indexed their strings in different orders: a feature's counts are summed by its strings,
+    never by its indices in a unit, and one word under two suffixes stays two features."""
+    from refinery.core.feature_counts import pack_keys
+    from refinery.core.merged_counts import Dictionary, MergedCounts, UnitCounts, sum_partials
 
-    def part(firsts, counts):
-        n = len(firsts)
-        return HashedCounts(np.full(n, 7, np.uint64), np.full(n, 1, np.uint64), np.array(firsts, np.uint64),
-                            np.zeros(n, np.uint64), np.array(counts, np.int64).reshape(n, 1), ["a"])
+    def unit(words, suffixes, features, counts, labels):
+        keys = pack_keys(*np.array(features).T)
+        return (pa.array(words), suffixes), UnitCounts(keys, np.array(counts, np.int32), labels)
 
-    summed = sum_partials([part([10, 20, 10], [1, 2, 3]), part([20, 10], [4, 5])])
-    assert dict(zip(summed.first.tolist(), summed.counts[:, 0].tolist())) == {10: 9, 20: 6}
-    with pytest.raises(ValueError, match="share the 64-bit hash"):
-        Dictionary.joined([Dictionary(np.array([5], np.uint64), pa.array(["x"], pa.large_string())),
-                           Dictionary(np.array([5], np.uint64), pa.array(["y"], pa.large_string()))])
+    # (suffix, first, second or -1) indices into the unit's own strings
+    a = unit(["x", "y"], ["@h", "@p"], [(0, 0, -1), (0, 0, 1), (1, 0, -1)], [[1, 0], [2, 0], [4, 1]], ["e", "n"])
+    b = unit(["y", "x", "z"], ["@p", "@h"], [(1, 1, -1), (1, 1, 0), (0, 1, -1), (1, 2, -1)], [[3], [5], [7], [9]],
+             ["c"])
+    dictionary = Dictionary()
+    indices = [dictionary.add(*strings) for strings, _ in (a, b)]
+    summed = sum_partials([a[1], b[1]], indices)
+    counts = MergedCounts(dictionary, [summed], {"c": 0, "e": 0, "n": 0}).counts()
+    assert {(r["feature"], r["label"]): r["count"] for r in counts.to_pylist()} == {
+        ("x@h", "c"): 3, ("x@h", "e"): 1, ("x y@h", "c"): 5, ("x y@h", "e"): 2, ("x@p", "c"): 7, ("x@p", "e"): 4,
+        ("x@p", "n"): 1, ("z@h", "c"): 9}
 
 
 @pytest.mark.ray

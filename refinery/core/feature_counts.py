@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import STOPWORD_LIST, FeatureConfig, dictionary_ids, extract, text_fields
-from refinery.core.kernels import EMPTY, by_region, count_present, fnv, hash_shift, rehash, used_slots
+from refinery.core.kernels import (EMPTY, SUFFIX_BITS, WORD_BITS, WORD_MASK, by_region, count_present, fnv, hash_shift,
+                                   rehash, used_slots)
 from refinery.core.stats import matrix_to_long, row_totals
 from refinery.core.vocabulary import ByteScanner, TokenIds, string_buffers, token_ids
 
@@ -369,12 +370,7 @@ class FeatureCounts:
             partitions, columns = [self._parts()], self.label_ids(labels)
         else:
             columns = list(range(len(labels)))
-        fields = list((self.fields or {}).values())
-        namers = [(f.vocab.grams(np.arange(len(f.vocab)), np.full(len(f.vocab), -1), ""), f.suffix) for f in fields]
-        namers.append((pa.array(list(self.row_feature_ids), pa.string()), ""))
-        offsets = np.cumsum([0] + [len(words) for words, _ in namers])
-        dictionary = pa.concat_arrays([words for words, _ in namers])
-        suffix_names = list(dict.fromkeys(suffix for _, suffix in namers))
+        dictionary, offsets, suffix_names, suffix_of = self.words()
         suffixes = pa.array(suffix_names, pa.string())
 
         def encoded(indices, values, mask=None):
@@ -387,11 +383,11 @@ class FeatureCounts:
             counts = [np.zeros(total, np.int64) for _ in labels]
             at = 0
             for code, first_ids, second_ids, part_counts in parts:
-                k, end = min(code // 2, len(fields)), at + len(first_ids)
+                k, end = self._kind(code), at + len(first_ids)
                 np.add(first_ids, offsets[k], out=first[at:end], casting="unsafe")
                 np.add(second_ids, offsets[k], out=second[at:end], casting="unsafe")
                 np.less(second_ids, 0, out=absent[at:end])
-                suffix[at:end] = suffix_names.index(namers[k][1])
+                suffix[at:end] = suffix_of[k]
                 for j, col in enumerate(columns):
                     if 0 <= col < part_counts.shape[1]:
                         counts[j][at:end] = part_counts[:, col]
@@ -404,30 +400,60 @@ class FeatureCounts:
                 **{f"count_{j}": counts[j] for j in range(len(labels))},
             })
 
-    def hashed(self, labels: list) -> tuple[pa.Array, list[tuple[np.uint64, np.ndarray, np.ndarray, np.ndarray]]]:
-        """Every count with its ids replaced by the FNV-1a hashes of their strings, which do not depend on the
-        order a counter met its tokens in (ids do): (the strings hashed, [(the suffix's hash, first hashes, second
-        hashes or 0, int64 counts in the order of ``labels``)] per table). A feature is ``first[ second]suffix``,
-        as in ``gram_tables``."""
-        counted = self._parts()   # every batch counted: the vocabularies are complete
+    def words(self) -> tuple[pa.Array, np.ndarray, list[str], list[int]]:
+        """The strings features are made of: (each text field's vocabulary then the row features' names, one
+        array; where each kind of table's strings start in it; the distinct suffixes; each kind's suffix). A
+        kind is a text field, or the row features (``_kind``)."""
         fields = list((self.fields or {}).values())
         namers = [(f.vocab.grams(np.arange(len(f.vocab)), np.full(len(f.vocab), -1), ""), f.suffix) for f in fields]
         namers.append((pa.array(list(self.row_feature_ids), pa.string()), ""))
-        hashes = [string_hashes(words) for words, _ in namers]
-        suffixes = [s for _, s in namers]
-        parts = []
-        for code, first, second, counts in counted:
-            k = min(code // 2, len(fields))
-            words, suffix = hashes[k], string_hashes(pa.array([suffixes[k]], pa.string()))[0]
-            parts.append((suffix, words[first], np.where(second >= 0, words[np.maximum(second, 0)], np.uint64(0)),
-                          self._label_columns(counts, labels)))
-        strings = pa.concat_arrays([words.cast(pa.large_string()) for words, _ in namers]
-                                   + [pa.array(suffixes, pa.large_string())])
-        return strings, parts
+        offsets = np.cumsum([0] + [len(words) for words, _ in namers])
+        suffixes = list(dict.fromkeys(suffix for _, suffix in namers))
+        return (pa.concat_arrays([words for words, _ in namers]), offsets, suffixes,
+                [suffixes.index(suffix) for _, suffix in namers])
+
+    def _kind(self, code: int) -> int:
+        """The kind of strings (``words``) the table ``code`` counts: its text field's index, or the row features'."""
+        return min(code // 2, len(self.fields or {}))
+
+    def packed(self) -> tuple[pa.Array, list[str], np.ndarray, np.ndarray, list]:
+        """Every count, its feature as one uint64 of indices into ``words`` (``pack_keys``): (the strings, the
+        suffixes, the keys, int32 counts per label, the labels in the counts' column order)."""
+        counted = self._parts()   # every batch counted: the vocabularies are complete
+        words, offsets, suffixes, suffix_of = self.words()
+        if len(words) >= WORD_LIMIT or len(suffixes) > 1 << SUFFIX_BITS:
+            raise OverflowError(f"{len(words):,} strings in features: packed keys hold fewer than {WORD_LIMIT:,}")
+        labels = sorted(self.labels, key=self.labels.get)
+        keys = np.empty(sum(len(first) for _, first, _, _ in counted), np.uint64)
+        counts = np.zeros((len(keys), len(labels)), np.int32)
+        at = 0
+        for code, first, second, table_counts in counted:
+            k, end = self._kind(code), at + len(first)
+            keys[at:end] = pack_keys(suffix_of[k], first + offsets[k], np.where(second >= 0, second + offsets[k], -1))
+            counts[at:end, :table_counts.shape[1]] = table_counts
+            at = end
+        return words, suffixes, keys, counts, labels
 
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
         return matrix_to_long(*self.matrix(), schema)
+
+
+WORD_LIMIT = int(WORD_MASK)   # strings a packed key can index: their indices stay below WORD_MASK
+
+
+def pack_keys(suffix, first, second) -> np.ndarray:
+    """Features as one uint64 each (the layout of ``kernels.SUFFIX_BITS``): indices of their ``suffix``, ``first``
+    word and ``second`` word (−1: none) into one list of strings, each below ``WORD_LIMIT``."""
+    return (np.uint64(suffix) << np.uint64(2 * WORD_BITS)) | (np.asarray(first, np.uint64) << np.uint64(WORD_BITS)) \
+        | np.asarray(np.asarray(second, np.int64) + 1, np.uint64)
+
+
+def unpack_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(suffix, first, second or −1) int32 indices of ``pack_keys``' keys."""
+    suffix = (keys >> np.uint64(2 * WORD_BITS)).astype(np.int32)
+    first = ((keys >> np.uint64(WORD_BITS)) & WORD_MASK).astype(np.int32)
+    return suffix, first, (keys & WORD_MASK).astype(np.int32) - 1
 
 
 def string_hashes(strings: pa.Array) -> np.ndarray:

@@ -271,3 +271,73 @@ def gram_bytes(arena, token_ends, first, second, suffix, offsets):
         _copy(suffix, 0, len(suffix), out, pos)
     return out
 
+
+
+# A feature as one uint64 of indices into a list of strings (``feature_counts.pack_keys``): the suffix's in the top
+# SUFFIX_BITS, the first word's in the next WORD_BITS, the second word's plus one (0: none) in the lowest.
+SUFFIX_BITS, WORD_BITS = 4, 30
+WORD_MASK = np.uint64((1 << WORD_BITS) - 1)
+_SECOND_SHIFT, _SUFFIX_SHIFT = np.uint64(WORD_BITS), np.uint64(2 * WORD_BITS)
+EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)   # never a key: a word's index is below WORD_MASK
+
+
+@numba.njit(nogil=True, cache=True)
+def _mixed(x):
+    """splitmix64's finalizer: every bit of ``x`` moves every bit of the result."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(nogil=True, cache=True)
+def scatter_by_part(keys, counts, word_hashes, suffix_hashes, partitions):
+    """Rows of ``keys`` (packed indices into a unit's strings) and ``counts`` grouped by part: the part of a
+    feature is a hash of its strings' hashes (``word_hashes``, ``suffix_hashes``), so it is the same in every unit
+    whatever indices its strings have there. Returns (keys, counts, where each part starts, and the end)."""
+    n = len(keys)
+    part = np.empty(n, np.int32)
+    starts = np.zeros(partitions + 1, np.int64)
+    for i in range(n):
+        key = keys[i]
+        second = key & WORD_MASK
+        h = _mixed(suffix_hashes[key >> _SUFFIX_SHIFT] ^ _mixed(word_hashes[(key >> _SECOND_SHIFT) & WORD_MASK]
+                   ^ _mixed(word_hashes[second - np.uint64(1)] if second else np.uint64(0))))
+        part[i] = np.int32(((h >> np.uint64(32)) * np.uint64(partitions)) >> np.uint64(32))
+        starts[part[i] + 1] += 1
+    for p in range(partitions):
+        starts[p + 1] += starts[p]
+    at = starts[:-1].copy()
+    out_keys = np.empty_like(keys)
+    out_counts = np.empty_like(counts)
+    for i in range(n):
+        j = at[part[i]]
+        at[part[i]] += 1
+        out_keys[j] = keys[i]
+        out_counts[j] = counts[i]
+    return out_keys, out_counts, starts
+
+
+@numba.njit(nogil=True, cache=True)
+def add_translated(keys, counts, columns, word_map, suffix_map, table_keys, table_counts):
+    """Add rows of a unit to a linear-probing table: ``keys`` (packed indices into the unit's strings) translated
+    by ``word_map`` and ``suffix_map`` into indices of one dictionary, ``counts`` column j added to column
+    ``columns[j]``. ``table_keys`` (power-of-two length, ``EMPTY_KEY`` where free) must have room. Returns the
+    keys it holds."""
+    mask = np.uint64(len(table_keys) - 1)
+    held = 0
+    for i in range(len(keys)):
+        key = keys[i]
+        second = key & WORD_MASK
+        if second:
+            second = np.uint64(word_map[second - np.uint64(1)]) + np.uint64(1)
+        joined = (np.uint64(suffix_map[key >> _SUFFIX_SHIFT]) << _SUFFIX_SHIFT) \
+            | (np.uint64(word_map[(key >> _SECOND_SHIFT) & WORD_MASK]) << _SECOND_SHIFT) | second
+        slot = _mixed(joined) & mask
+        while table_keys[slot] != EMPTY_KEY and table_keys[slot] != joined:
+            slot = (slot + np.uint64(1)) & mask
+        if table_keys[slot] == EMPTY_KEY:
+            table_keys[slot] = joined
+            held += 1
+        for j in range(counts.shape[1]):
+            table_counts[slot, columns[j]] += counts[i, j]
+    return held

@@ -1,13 +1,14 @@
-"""Exact counts summed by workers (the audit on Ray, METHODS §1): a hash-partitioned reduce of compact hashed
-count arrays, whose result the driver holds without building a string per feature.
+"""Exact counts summed by workers (the audit on Ray, METHODS §1): a hash-partitioned reduce of compact count
+arrays, whose result the driver holds without building a string per feature.
 
-A worker counts its share of the rows in a ``FeatureCounts`` and hands its counts on as ``HashedCounts``
-(``hashed_partials``): per feature, the 64-bit FNV-1a hashes of its parts (a feature is ``first[ second]suffix``,
-the layout of the saved state) and its counts per label, sorted by a key mixed from the three hashes and cut into
-``partitions`` key ranges; beside them the strings it hashed (a ``Dictionary``). The p-th ranges of every worker
-are summed by one reducer (``sum_partials``), on a worker too. The driver joins the dictionaries (two strings of
-one hash: an error, never a wrong count) and the summed ranges into ``MergedCounts``: each feature's parts as
-indices into the one dictionary and its counts, strings built only for the features a caller asks for.
+A worker counts its unit of rows in a ``FeatureCounts`` and hands its counts on as ``UnitCounts``
+(``unit_partials``): per feature one uint64 of indices into the unit's own strings (``feature_counts.pack_keys``)
+and int32 counts per label, cut into ``partitions`` parts by a hash of the feature's strings, so that part p of
+every unit holds the same features whatever their indices there. The driver joins each unit's strings into one
+``Dictionary`` as the unit ends (by string equality: two features never merge by a hash). Reducer p, on a worker
+too, translates part p of every unit into the dictionary's indices and sums its counts in a hash table
+(``sum_partials``); ``MergedCounts`` holds the summed parts: each feature's indices into the one dictionary and
+its counts, strings built only for the features a caller asks for.
 """
 from __future__ import annotations
 
@@ -19,118 +20,66 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.core.feature_counts import FeatureCounts, gram_strings, string_hashes
+from refinery.core.feature_counts import WORD_LIMIT, FeatureCounts, gram_strings, string_hashes, unpack_keys
+from refinery.core.kernels import EMPTY_KEY, add_translated, scatter_by_part
 
-_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
-
-
-def feature_keys(suffix: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """A 64-bit key per feature mixed from its parts' hashes (order and partition; equal keys of different
-    features are told apart by their parts)."""
-    with np.errstate(over="ignore"):
-        key = first * _MIX[0] ^ (second * _MIX[1] + (second >> np.uint64(29))) ^ suffix * _MIX[2]
-        return key ^ (key >> np.uint64(31))
+MAX_LOAD = 0.5   # of a reducer's table
 
 
 @dataclass
-class Dictionary:
-    """Strings by their 64-bit hash: ``hashes`` sorted and distinct, ``strings`` in the same order."""
-
-    hashes: np.ndarray
-    strings: pa.Array
-
-    @classmethod
-    def joined(cls, dictionaries: list["Dictionary"]) -> "Dictionary":
-        """Every string of ``dictionaries`` once; two different strings of one hash end it with an error."""
-        hashes = np.concatenate([d.hashes for d in dictionaries] or [np.empty(0, np.uint64)])
-        strings = pa.concat_arrays([d.strings for d in dictionaries] or [pa.array([], pa.large_string())])
-        order = np.argsort(hashes, kind="stable")
-        hashes = hashes[order]
-        first = np.concatenate([[True], hashes[1:] != hashes[:-1]])
-        index = np.cumsum(first) - 1
-        strings = strings.take(pa.array(order))
-        distinct = strings.filter(pa.array(first))
-        clash = pc.not_equal(strings, distinct.take(pa.array(index))).to_numpy(zero_copy_only=False)
-        if clash.any() or (len(hashes) and hashes[0] == 0):   # hash 0 stands for "no second word"
-            i = int(np.flatnonzero(clash)[0]) if clash.any() else 0
-            raise ValueError(f"feature strings {strings[i].as_py()!r} and {distinct[index[i]].as_py()!r} share the "
-                             "64-bit hash their counts are merged by; count them with --engine local")
-        return cls(hashes[first], distinct)
-
-    def index(self, hashes: np.ndarray) -> np.ndarray:
-        """The position of each of ``hashes`` (present) in the dictionary, int32."""
-        return np.searchsorted(self.hashes, hashes).astype(np.int32)
-
-
-@dataclass
-class HashedCounts:
-    """Features as hashes of their parts, sorted by ``feature_keys``, with int64 counts per label of ``labels``."""
+class UnitCounts:
+    """Features as packed keys (``feature_counts.pack_keys``) with counts per label of ``labels``: a unit's part
+    (int32 counts, indices into the unit's strings) or a reducer's sum (indices into the ``Dictionary``)."""
 
     keys: np.ndarray
-    suffix: np.ndarray
-    first: np.ndarray
-    second: np.ndarray     # 0: a unigram or a row feature
     counts: np.ndarray     # F × len(labels)
     labels: list
 
-    def columns(self, labels: list) -> np.ndarray:
-        """The counts in the column order of ``labels`` (zeros for a label this part never saw)."""
-        out = np.zeros((len(self.keys), len(labels)), dtype=np.int64)
-        for j, label in enumerate(self.labels):
-            out[:, labels.index(label)] = self.counts[:, j]
-        return out
+
+def unit_partials(counts: FeatureCounts, partitions: int) -> tuple[tuple[pa.Array, list], list[UnitCounts]]:
+    """A counter's counts cut into ``partitions`` parts (part p of every counter holds the same features), and the
+    strings their keys index: (words, suffixes)."""
+    words, suffixes, keys, matrix, labels = counts.packed()
+    keys, matrix, starts = scatter_by_part(keys, matrix, string_hashes(words),
+                                           string_hashes(pa.array(suffixes, pa.string())), partitions)
+    return (words, suffixes), [UnitCounts(keys[a:b], matrix[a:b], labels) for a, b in zip(starts[:-1], starts[1:])]
 
 
-def hashed_partials(counts: FeatureCounts, partitions: int) -> tuple[Dictionary, list[HashedCounts]]:
-    """A counter's counts as ``partitions`` key ranges of ``HashedCounts`` (range p of every counter holds the
-    same features), and the dictionary of the strings they hash."""
-    labels = sorted(counts.labels)
-    strings, parts = counts.hashed(labels)
-    hashes = string_hashes(strings)
-    order = np.argsort(hashes, kind="stable")
-    dictionary = Dictionary.joined([Dictionary(hashes[order], strings.take(pa.array(order)))])
-    suffix = np.concatenate([np.full(len(first), s, np.uint64) for s, first, _, _ in parts] or [np.empty(0, np.uint64)])
-    first, second = (np.concatenate([p[i] for p in parts] or [np.empty(0, np.uint64)]) for i in (1, 2))
-    matrix = np.concatenate([p[3] for p in parts]) if parts else np.zeros((0, len(labels)), np.int64)
-    keys = feature_keys(suffix, first, second)
-    order = np.argsort(keys)
-    keys = keys[order]
-    cuts = np.append(np.searchsorted(keys, _range_starts(partitions)), len(keys))
-    return dictionary, [HashedCounts(keys[a:b], suffix[order[a:b]], first[order[a:b]], second[order[a:b]],
-                                     matrix[order[a:b]], labels) for a, b in zip(cuts[:-1], cuts[1:])]
+class Dictionary:
+    """Every string of the units joined, once each, in the order met: the words features are made of and their
+    suffixes. ``add`` gives a unit's indices into it, which only grow."""
+
+    def __init__(self):
+        self.words = pa.array([], pa.large_string())
+        self.suffixes: list[str] = []
+
+    def add(self, words: pa.Array, suffixes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Join a unit's strings; (its words' indices here, its suffixes' indices here), int32."""
+        words = words.cast(pa.large_string())
+        new = pc.unique(words.filter(pc.invert(pc.is_in(words, value_set=self.words))))
+        self.words = pa.concat_arrays([self.words, new])
+        if len(self.words) >= WORD_LIMIT:
+            raise OverflowError(f"{len(self.words):,} strings in features: packed keys hold fewer than {WORD_LIMIT:,}")
+        self.suffixes += [s for s in dict.fromkeys(suffixes) if s not in self.suffixes]
+        return (pc.index_in(words, value_set=self.words).to_numpy(zero_copy_only=False).astype(np.int32),
+                np.array([self.suffixes.index(s) for s in suffixes], np.int32))
 
 
-def _range_starts(partitions: int) -> np.ndarray:
-    """The first key of each of ``partitions`` equal key ranges."""
-    return np.array([p * (1 << 64) // partitions for p in range(partitions)], dtype=np.uint64)
-
-
-def sum_partials(parts: list[HashedCounts]) -> HashedCounts:
-    """The features of ``parts`` once each, their counts summed."""
+def sum_partials(parts: list[UnitCounts], indices: list[tuple[np.ndarray, np.ndarray]]) -> UnitCounts:
+    """The features of ``parts`` once each, their counts summed: part i's keys translated by ``indices[i]`` (its
+    unit's ``Dictionary.add``) into the dictionary's, added up in a hash table."""
     labels = sorted({label for p in parts for label in p.labels})
-    keys, suffix, first, second = (np.concatenate([getattr(p, name) for p in parts])
-                                   for name in ("keys", "suffix", "first", "second"))
-    counts = np.concatenate([p.columns(labels) for p in parts])
-    order = np.argsort(keys, kind="stable")   # runs sorted already: merged, not sorted again
-    starts = _group_starts(keys[order], suffix[order], first[order], second[order])
-    heads = keys[order[starts]]
-    if (heads[1:] == heads[:-1]).any():   # two features of one key, perhaps interleaved: order them fully
-        order = np.lexsort((second, first, suffix, keys))
-        starts = _group_starts(keys[order], suffix[order], first[order], second[order])
-    head = order[starts]
-    summed = np.add.reduceat(counts[order], starts) if len(starts) else counts[:0]
-    return HashedCounts(keys[head], suffix[head], first[head], second[head], summed, labels)
-
-
-def _group_starts(*columns: np.ndarray) -> np.ndarray:
-    """Where a run of equal rows of ``columns`` (sorted) starts."""
-    n = len(columns[0])
-    new = np.zeros(n, bool)
-    if n:
-        new[0] = True
-        for c in columns:
-            new[1:] |= c[1:] != c[:-1]
-    return np.flatnonzero(new)
+    rows = sum(len(p.keys) for p in parts)
+    slots = 1 << max(4, int(np.ceil(rows / MAX_LOAD)).bit_length())
+    keys = np.full(slots, EMPTY_KEY, np.uint64)
+    counts = np.zeros((slots, len(labels)), np.int64)
+    for part, (word_index, suffix_index) in zip(parts, indices):
+        columns = np.array([labels.index(label) for label in part.labels], np.int64)
+        add_translated(part.keys, part.counts, columns, word_index, suffix_index, keys, counts)
+    used = keys != EMPTY_KEY
+    counts = counts[used]
+    return UnitCounts(keys[used], counts.astype(np.int32) if counts.max(initial=0) <= np.iinfo(np.int32).max
+                      else counts, labels)
 
 
 class MergedCounts:
@@ -141,16 +90,18 @@ class MergedCounts:
     mode = "exact"
     spilled_runs = 0   # held in memory: partial states are summed by the reducers, never here
 
-    def __init__(self, dictionary: Dictionary, summed: list[HashedCounts], label_totals: dict):
+    def __init__(self, dictionary: Dictionary, summed: list[UnitCounts], label_totals: dict):
         self.label_totals = dict(label_totals)
         self._labels = sorted(set(self.label_totals) | {label for p in summed for label in p.labels})
-        self.strings = dictionary.strings
-        self.first, self.suffix = (np.concatenate([dictionary.index(getattr(p, name)) for p in summed]
-                                                  or [np.empty(0, np.int32)]) for name in ("first", "suffix"))
-        self.second = np.concatenate([np.where(p.second == 0, -1, dictionary.index(p.second)).astype(np.int32)
-                                      for p in summed] or [np.empty(0, np.int32)])
-        self.counts_matrix = np.concatenate([p.columns(self._labels) for p in summed]) if summed \
-            else np.zeros((0, len(self._labels)), np.int64)
+        self.strings, self.suffixes = dictionary.words, pa.array(dictionary.suffixes, pa.large_string())
+        self.suffix, self.first, self.second = unpack_keys(np.concatenate([p.keys for p in summed]
+                                                                          or [np.empty(0, np.uint64)]))
+        self.counts_matrix = np.zeros((len(self.first), len(self._labels)), np.int64)
+        at = 0
+        for part in summed:
+            for j, label in enumerate(part.labels):
+                self.counts_matrix[at:at + len(part.keys), self._labels.index(label)] = part.counts[:, j]
+            at += len(part.keys)
 
     @property
     def rows(self) -> int:
@@ -169,12 +120,13 @@ class MergedCounts:
         return gram_strings(self._grams(take(self.first), take(self.second), take(self.suffix)))
 
     def _grams(self, first: np.ndarray, second: np.ndarray, suffix: np.ndarray, **counts) -> pa.Table:
-        def encoded(indices, mask=None):
-            return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), self.strings)
+        def encoded(indices, strings, mask=None):
+            return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), strings)
 
         absent = second < 0
-        return pa.table({"first": encoded(first), "second": encoded(np.where(absent, 0, second), absent),
-                         "suffix": encoded(suffix), **counts})
+        return pa.table({"first": encoded(first, self.strings),
+                         "second": encoded(np.where(absent, 0, second), self.strings, absent),
+                         "suffix": encoded(suffix, self.suffixes), **counts})
 
     def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(features in at least ``min_count`` rows, sorted, their counts in the order of ``labels``, n)."""

@@ -314,14 +314,15 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
 
 
 def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: int, *, shared: dict | None = None,
-               stage: str | None = None, resources=None, on_mapped: Callable | None = None) -> list:
+               stage: str | None = None, resources=None, on_mapped: Callable = lambda read: None) -> list:
     """A reduce by key range on Ray workers, the driver holding only what it is handed.
 
-    ``map_fn(unit, **shared)`` returns (what the driver reads of the unit, the unit's ``partitions`` parts),
-    ``reduce_fn(parts)`` combines part p of every unit, on a worker too: the parts go from worker to worker
-    through the object store, never through the driver. ``on_mapped`` gets what each unit hands the driver, in
-    the order of ``units`` (the driver waits for it alone); returns the ``partitions`` reduced values. Every
-    task asks for ``resources`` and is rerun if its worker dies (``shared`` put in the object store once).
+    ``map_fn(unit, **shared)`` returns (what the driver reads of the unit, the unit's ``partitions`` parts).
+    ``on_mapped`` gets what each unit hands the driver, in the order of ``units`` (the driver waits for that
+    alone); the list of what it returns goes to every reducer. ``reduce_fn(parts, handed)`` combines part p of
+    every unit, on a worker too: the parts go from worker to worker through the object store, never through the
+    driver, and are freed once reduced. Returns the ``partitions`` reduced values. Every task asks for
+    ``resources`` and is rerun if its worker dies (``shared`` put in the object store once).
     """
     ray = ray_init()
     with _faults_named(stage or map_fn.__name__):
@@ -329,11 +330,9 @@ def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: i
         mapping = ray.remote(num_returns=partitions + 1, max_retries=TASK_RETRIES, **ray_options(resources))(_flat)
         reducing = ray.remote(max_retries=TASK_RETRIES, **ray_options(resources))(_reduced)
         mapped = [mapping.remote(map_fn, unit, refs) for unit in units]
-        reduced = [reducing.remote(reduce_fn, *(unit[1 + p] for unit in mapped)) for p in range(partitions)]
-        for unit in mapped:
-            read = ray.get(unit[0])
-            if on_mapped is not None:
-                on_mapped(read)
+        handed = ray.put([on_mapped(ray.get(unit[0])) for unit in mapped])
+        reduced = [reducing.remote(reduce_fn, handed, *(unit[1 + p] for unit in mapped)) for p in range(partitions)]
+        del mapped   # the reducers hold the parts now
         return ray.get(reduced)
 
 
@@ -345,8 +344,8 @@ def _flat(map_fn: Callable, unit, shared: dict) -> tuple:
     return (read, *parts)
 
 
-def _reduced(reduce_fn: Callable, *parts):
-    return reduce_fn(list(parts))
+def _reduced(reduce_fn: Callable, handed: list, *parts):
+    return reduce_fn(list(parts), handed)
 
 
 def ray_options(resources) -> dict:

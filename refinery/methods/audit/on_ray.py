@@ -2,9 +2,10 @@
 each counted by a worker, their counts summed on workers by key range (``pipeline.engine.map_reduce``), so the
 driver holds the summed counts and the strings they name, never one unit's counts.
 
-Exact counting hands on compact hashed count arrays (``core.merged_counts``: each unit's counts cut into one
-key range per CPU of the cluster, range p of every unit summed by one reducer); sketches, and the recount of
-sketch mode's candidates, are small states merged by one reducer.
+Exact counting hands on compact count arrays (``core.merged_counts``: each unit's counts cut into one part per
+CPU of the cluster by a hash of each feature's strings, part p of every unit summed by one reducer, the units'
+strings joined by the driver as each ends); sketches, and the recount of sketch mode's candidates, are small
+states merged by one reducer.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import FeatureCounts
-from refinery.core.merged_counts import Dictionary, MergedCounts, hashed_partials, sum_partials
+from refinery.core.merged_counts import Dictionary, MergedCounts, sum_partials, unit_partials
 from refinery.io.corpus import Corpus, is_corpus, load
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
@@ -29,24 +30,26 @@ from refinery.methods.audit.counters import add_probe, count_table, new_counter
 from refinery.pipeline.engine import cluster_cpus, map_reduce
 from refinery.progress import progress
 
-# A unit of a corpus is at most UNIT_ROWS rows (its counts take a worker about 0.6 GB on planted pairs; larger
-# units leave less to sum, as common features recur in each) and at least MIN_UNIT_ROWS, and there are two per
-# CPU where the input allows, so that every CPU counts.
-UNIT_ROWS = 1 << 20
+# A corpus is cut into units of equal rows, as few as give every CPU one, each at most UNIT_ROWS (a worker
+# counting 5M planted pairs peaks at 1.3 GB; the larger a unit, the fewer counts there are to sum, as the common
+# features recur in each) and at least MIN_UNIT_ROWS; the number of units is a multiple of the CPUs' where the
+# input allows, so that no round of units leaves CPUs idle.
+UNIT_ROWS = 1 << 23
 MIN_UNIT_ROWS = 1 << 16
 COLUMNS = ("text_a", "text_b", "label")
 
 
 @dataclass(frozen=True)
-class Unit:
-    """Rows one worker counts: row groups of a corpus's shard, or a whole raw file (``row_groups`` None)."""
+class Piece:
+    """Rows of one file: row groups of a corpus's shard, or a whole raw file (``row_groups`` None)."""
 
     path: str
     row_groups: tuple | None = None
 
 
-def corpus_units(files: list[str], storage_options: dict, cpus: int) -> list[Unit]:
-    """Consecutive row groups of each shard, about ``UNIT_ROWS`` rows a unit (fewer, to give each CPU two)."""
+def corpus_units(files: list[str], storage_options: dict, cpus: int) -> list[tuple[Piece, ...]]:
+    """The shards' row groups in order, cut into units of about equal rows (see ``UNIT_ROWS``); a unit may span
+    shards."""
     sizes = []
     for url in files:
         fs, path = get_fs(url, storage_options)
@@ -54,41 +57,46 @@ def corpus_units(files: list[str], storage_options: dict, cpus: int) -> list[Uni
             meta = pq.ParquetFile(fh).metadata
         sizes.append([meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
     total = sum(map(sum, sizes))
-    target = min(UNIT_ROWS, max(MIN_UNIT_ROWS, total // (2 * cpus)))
-    units = []
+    rounds = max(1, -(-total // (cpus * UNIT_ROWS)))
+    target = max(MIN_UNIT_ROWS, -(-total // (rounds * cpus)))
+    units, pieces, rows = [], [], 0
     for url, groups in zip(files, sizes):
-        start, rows = 0, 0
+        start = 0
         for i, n in enumerate(groups):
             rows += n
-            if rows >= target or i == len(groups) - 1:
-                units.append(Unit(url, tuple(range(start, i + 1))))
-                start, rows = i + 1, 0
-    return units
+            if rows >= target:
+                units.append((*pieces, Piece(url, tuple(range(start, i + 1)))))
+                pieces, rows, start = [], 0, i + 1
+        if start < len(groups):
+            pieces.append(Piece(url, tuple(range(start, len(groups)))))
+    return units + ([tuple(pieces)] if pieces else [])
 
 
-def _batches(unit: Unit, mapping: Mapping | None, opts: ReadOptions):
-    """(rows, rejects) of a unit, a batch at a time."""
-    if unit.row_groups is None:
-        for batch in read_file(unit.path, mapping, opts):
-            yield batch.rows, batch.rejects
-        return
-    fs, path = get_fs(unit.path, opts.storage_options)
-    with fs.open(path, "rb") as fh:
-        parquet = pq.ParquetFile(fh)
-        columns = [c for c in COLUMNS if c in parquet.schema_arrow.names]
-        for rb in parquet.iter_batches(batch_size=opts.batch_rows, row_groups=list(unit.row_groups), columns=columns):
-            yield pa.Table.from_batches([rb]), None
+def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions):
+    """(rows, rejects) of a unit's pieces, a batch at a time."""
+    for piece in unit:
+        if piece.row_groups is None:
+            for batch in read_file(piece.path, mapping, opts):
+                yield batch.rows, batch.rejects
+            continue
+        fs, path = get_fs(piece.path, opts.storage_options)
+        with fs.open(path, "rb") as fh:
+            parquet = pq.ParquetFile(fh)
+            columns = [c for c in COLUMNS if c in parquet.schema_arrow.names]
+            for rb in parquet.iter_batches(batch_size=opts.batch_rows, row_groups=list(piece.row_groups),
+                                           columns=columns):
+                yield pa.Table.from_batches([rb]), None
 
 
-def count_unit(unit: Unit, config: AuditConfig, only: pa.Array | None, partitions: int, mapping: Mapping | None,
-               opts: ReadOptions) -> tuple[dict, list]:
-    """In a worker: (rows, rows per label, rejects and, for exact counts, the dictionary of the strings hashed;
-    the unit's counts as ``partitions`` parts: key ranges of ``HashedCounts``, or one counter state)."""
-    hashed = config.counting == "exact" and only is None
-    counter = FeatureCounts(config.features) if hashed else new_counter(config, only)
+def count_unit(unit: tuple[Piece, ...], config: AuditConfig, only: pa.Array | None, partitions: int,
+               mapping: Mapping | None, opts: ReadOptions) -> tuple[dict, list]:
+    """In a worker: (rows, rows per label, rejects and, for exact counts, the strings the unit's keys index; the
+    unit's counts as ``partitions`` parts: ``UnitCounts``, or one counter state)."""
+    partitioned = config.counting == "exact" and only is None
+    counter = FeatureCounts(config.features) if partitioned else new_counter(config, only)
     totals, rejects = {}, []
     for rows, bad in _batches(unit, mapping, opts):
-        if rows.num_rows and hashed:
+        if rows.num_rows and partitioned:
             counter.add(rows)
         elif rows.num_rows:
             count_table(rows, config, counter, only)
@@ -98,13 +106,13 @@ def count_unit(unit: Unit, config: AuditConfig, only: pa.Array | None, partition
             rejects.append(bad)
     read = {"rows": sum(totals.values()), "label_totals": totals,
             "rejects": pa.concat_tables(rejects) if rejects else None}
-    if not hashed:
+    if not partitioned:
         return read, [counter.to_bytes()]
-    read["dictionary"], parts = hashed_partials(counter, partitions)
+    read["strings"], parts = unit_partials(counter, partitions)
     return read, parts
 
 
-def merge_states(states: list[bytes]) -> bytes:
+def merge_states(states: list[bytes], handed: list) -> bytes:
     """In a worker: counter states (sketches, or exact counts of a few candidates) merged into one."""
     merged = counter_from_bytes(states[0])
     for state in states[1:]:
@@ -123,7 +131,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     if not inputs:
         raise ValueError("nothing to audit: no input")
     cpus = cluster_cpus()
-    rejected, totals, dictionaries = 0, {}, []
+    rejected, totals, dictionary = 0, {}, Dictionary()
     units = []
     if corpora:
         opened = [Corpus.open(u, opts.storage_options) for u in corpora]
@@ -132,31 +140,31 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
                 on_rejects(corpus.read_rejects())
                 rejected += corpus.manifest["rejected"]
         units += corpus_units([f for corpus in opened for f in corpus.files], opts.storage_options, cpus)
-    units += [Unit(path) for path in expand_paths(raw, opts.storage_options)]
-    hashed = config.counting == "exact" and only is None
-    partitions = cpus if hashed else 1
+    units += [(Piece(path),) for path in expand_paths(raw, opts.storage_options)]
+    partitioned = config.counting == "exact" and only is None
+    partitions = cpus if partitioned else 1
 
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
-        def mapped(read: dict) -> None:
+        def mapped(read: dict) -> tuple | None:
+            """A unit's totals and rejects taken, its strings joined: their indices in the dictionary."""
             nonlocal rejected
             zstats.add_totals(totals, read["label_totals"])
-            if read.get("dictionary") is not None:
-                dictionaries.append(read["dictionary"])
             if read["rejects"] is not None:
                 rejected += read["rejects"].num_rows
                 if on_rejects is not None:
                     on_rejects(read["rejects"])
             bar.update(read["rows"])
+            return dictionary.add(*read["strings"]) if partitioned else None
 
-        reduced = map_reduce(units, count_unit, sum_partials if hashed else merge_states, partitions,
+        reduced = map_reduce(units, count_unit, sum_partials if partitioned else merge_states, partitions,
                              shared={"config": config, "only": only, "partitions": partitions, "mapping": mapping,
                                      "opts": opts}, stage="audit", on_mapped=mapped) if units else []
-    if hashed:
-        counter = MergedCounts(Dictionary.joined(dictionaries), reduced, totals)
+    if partitioned:
+        counter = MergedCounts(dictionary, reduced, totals)
     else:
         counter = counter_from_bytes(reduced[0]) if reduced else new_counter(config, only)
     if probe and "hypo-only" in config.features.families:
-        counter = counter if not hashed else ExactCounts().merge(counter)
+        counter = counter if not partitioned else ExactCounts().merge(counter)
         table, _ = load(inputs, mapping, opts)
         add_probe(counter, [table], config)
     return counter, rejected
