@@ -12,7 +12,7 @@ from conftest import DATA, SNLI_DEV
 from svg_checks import text_boxes, text_outside, text_overlaps
 from refinery.core import stats as zstats
 from refinery.report import figures as F
-from refinery.report.figures.canvas import BLUE, MAX_WIDTH, PALETTE, RED, lighter
+from refinery.report.figures.canvas import BLUE, MAX_WIDTH, PALETTE, lighter
 from refinery.report.figures.measure import fit, text_width
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -20,7 +20,30 @@ from refinery.core.feature_counts import FeatureCounts, gram_strings
 from refinery.io.spill import KeyedRuns, PartitionedRuns
 
 
-class ExactCounts:
+def write_counts_file(sink, meta: dict, tables, empty: pa.Table | None = None) -> None:
+    """A saved state: ``tables`` of counts as one Arrow IPC file (LZ4) into ``sink`` (a writable file), with ``meta``
+    as the schema's ``refinery`` metadata; ``empty`` gives the schema when there is no table."""
+    tables = iter(tables)
+    first = next(tables, None)
+    first = empty if first is None else first
+    schema = first.schema.with_metadata({b"refinery": json.dumps(meta).encode()})
+    with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+        writer.write_table(first.replace_schema_metadata(schema.metadata))
+        for table in tables:
+            writer.write_table(table.replace_schema_metadata(schema.metadata))
+
+
+class SavedState:
+    """``to_bytes`` of a counter whose ``write_state`` saves it."""
+
+    def to_bytes(self) -> bytes:
+        """``write_state`` into memory."""
+        sink = pa.BufferOutputStream()
+        self.write_state(sink)
+        return sink.getvalue().to_pybytes()
+
+
+class ExactCounts(SavedState):
     """Every feature's counts; with ``only``, just those of the features in ``only`` (sketch mode's
     recount: batches are counted by the compiled counter a chunk at a time, then the chunk's
     counts of ``only`` kept, so memory holds a chunk and the kept counts).
@@ -288,20 +311,7 @@ class ExactCounts:
             tables = (wide(features, matrix) for features, matrix, _, _ in self._spilled(labels))
         else:
             tables = iter([wide(*self.matrix(labels)[:2])])
-        first = next(tables, None)
-        if first is None:
-            first = wide(pa.array([], pa.string()), np.zeros((0, len(labels))))
-        schema = first.schema.with_metadata({b"refinery": json.dumps(meta).encode()})
-        with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-            writer.write_table(first.replace_schema_metadata(schema.metadata))
-            for table in tables:
-                writer.write_table(table.replace_schema_metadata(schema.metadata))
-
-    def to_bytes(self) -> bytes:
-        """``write_state`` into memory."""
-        sink = pa.BufferOutputStream()
-        self.write_state(sink)
-        return sink.getvalue().to_pybytes()
+        write_counts_file(sink, meta, tables, empty=wide(pa.array([], pa.string()), np.zeros((0, len(labels)))))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ExactCounts":

@@ -372,10 +372,6 @@ class FeatureCounts:
             columns = list(range(len(labels)))
         dictionary, offsets, suffix_names, suffix_of = self.words()
         suffixes = pa.array(suffix_names, pa.string())
-
-        def encoded(indices, values, mask=None):
-            return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), values)
-
         for parts in partitions:
             total = sum(len(p[1]) for p in parts)
             first, second, suffix = (np.empty(total, np.int32) for _ in range(3))
@@ -392,13 +388,8 @@ class FeatureCounts:
                     if 0 <= col < part_counts.shape[1]:
                         counts[j][at:end] = part_counts[:, col]
                 at = end
-            second[absent] = 0
-            yield pa.table({
-                "first": encoded(first, dictionary),
-                "second": encoded(second, dictionary, absent),
-                "suffix": encoded(suffix, suffixes),
-                **{f"count_{j}": counts[j] for j in range(len(labels))},
-            })
+            second[absent] = -1
+            yield grams_table(dictionary, suffixes, (first, second, suffix), counts)
 
     def words(self) -> tuple[pa.Array, np.ndarray, list[str], list[int]]:
         """The strings features are made of: (each text field's vocabulary then the row features' names, one
@@ -437,6 +428,21 @@ class FeatureCounts:
     def counts(self, schema: pa.Schema) -> pa.Table:
         """Long ``(feature, label, count)`` table of the nonzero counts."""
         return matrix_to_long(*self.matrix(), schema)
+
+
+def grams_table(words: pa.Array, suffixes: pa.Array, indices: tuple, counts: list) -> pa.Table:
+    """Features as dictionary-encoded parts (the state's compact ``grams`` layout): ``indices`` — (first, second
+    or −1, suffix) — into ``words`` and ``suffixes``, and an int64 ``count_<j>`` column per array of ``counts``;
+    the feature is ``first[ second]suffix`` (``gram_strings``)."""
+    first, second, suffix = indices
+    absent = second < 0
+
+    def encoded(ids, values, mask=None):
+        return pa.DictionaryArray.from_arrays(pa.array(ids, pa.int32(), mask=mask), values)
+
+    return pa.table({"first": encoded(first, words), "second": encoded(np.where(absent, 0, second), words, absent),
+                     "suffix": encoded(suffix, suffixes),
+                     **{f"count_{j}": np.asarray(c, np.int64) for j, c in enumerate(counts)}})
 
 
 WORD_LIMIT = int(WORD_MASK)   # strings a packed key can index: their indices stay below WORD_MASK

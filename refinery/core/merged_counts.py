@@ -12,7 +12,6 @@ its counts, strings built only for the features a caller asks for.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.core.feature_counts import WORD_LIMIT, FeatureCounts, gram_strings, string_hashes, unpack_keys
+from refinery.core.exact_counts import SavedState, write_counts_file
+from refinery.core.feature_counts import (WORD_LIMIT, FeatureCounts, gram_strings, grams_table, string_hashes,
+                                          unpack_keys)
 from refinery.core.kernels import EMPTY_KEY, add_translated, scatter_by_part
 
 MAX_LOAD = 0.5   # of a reducer's table
@@ -82,7 +83,7 @@ def sum_partials(parts: list[UnitCounts], indices: list[tuple[np.ndarray, np.nda
                       else counts, labels)
 
 
-class MergedCounts:
+class MergedCounts(SavedState):
     """Exact counts whose features are (first, second or −1, suffix) indices into one dictionary (the
     ``HashedCounts`` of the reducers joined): the ``ExactCounts`` interface the audit reads, strings built only
     for the features ``matrix`` keeps."""
@@ -117,16 +118,8 @@ class MergedCounts:
     def _strings(self, rows: np.ndarray | None = None) -> pa.Array:
         """The feature strings of ``rows`` (default: all)."""
         take = (lambda a: a) if rows is None else (lambda a: a[rows])
-        return gram_strings(self._grams(take(self.first), take(self.second), take(self.suffix)))
-
-    def _grams(self, first: np.ndarray, second: np.ndarray, suffix: np.ndarray, **counts) -> pa.Table:
-        def encoded(indices, strings, mask=None):
-            return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=mask), strings)
-
-        absent = second < 0
-        return pa.table({"first": encoded(first, self.strings),
-                         "second": encoded(np.where(absent, 0, second), self.strings, absent),
-                         "suffix": encoded(suffix, self.suffixes), **counts})
+        return gram_strings(grams_table(self.strings, self.suffixes,
+                                        (take(self.first), take(self.second), take(self.suffix)), []))
 
     def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(features in at least ``min_count`` rows, sorted, their counts in the order of ``labels``, n)."""
@@ -158,13 +151,5 @@ class MergedCounts:
     def write_state(self, sink) -> None:
         """The state in ``ExactCounts``' compact ``grams`` layout (read back by ``counts.counter_from_bytes``)."""
         meta = {"mode": "exact", "labels": self._labels, "label_totals": self.label_totals, "layout": "grams"}
-        table = self._grams(self.first, self.second, self.suffix, **{
-            f"count_{j}": self.counts_matrix[:, j] for j in range(len(self._labels))})
-        table = table.replace_schema_metadata({b"refinery": json.dumps(meta).encode()})
-        with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
-            writer.write_table(table)
-
-    def to_bytes(self) -> bytes:
-        sink = pa.BufferOutputStream()
-        self.write_state(sink)
-        return sink.getvalue().to_pybytes()
+        write_counts_file(sink, meta, [grams_table(self.strings, self.suffixes, (self.first, self.second, self.suffix),
+                                                   list(self.counts_matrix.T))])

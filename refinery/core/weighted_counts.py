@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.feature_counts import _FieldCounts

@@ -17,6 +17,10 @@ import os
 import posixpath
 import shutil
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import fsspec
 
 CONNECT_TIMEOUT = 10.0
 IO_TIMEOUT = 60.0

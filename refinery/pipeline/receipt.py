@@ -89,8 +89,8 @@ def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, colum
     source = Corpus.open(corpus, opts.storage_options)
     counts = WeightedCounts(None, config.features.named(*field_names), 1)
     read = [c for c in ("text_a", "text_b", "label", "weight") if c in columns]
-    for table in source.iter_tables(read, opts.batch_rows):
-        counts.add(table, table["weight"].to_numpy(zero_copy_only=False))
+    for batch in source.iter_tables(read, opts.batch_rows):
+        counts.add(batch, batch["weight"].to_numpy(zero_copy_only=False))
     rows_per_label = {l: int(source.manifest["labels"].get(l, 0)) for l in sorted(counts.labels)}
     if not counts.rows:
         raise EmptyInput(f"{corpus}: no rows to audit")
@@ -405,8 +405,8 @@ def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> N
         d.write_text("run.json", json.dumps(run.to_dict(), indent=1))
         d.write_text("receipt.json", json.dumps(data, indent=1, default=str))
         d.write_text("report.html", render(data, final_stats, spec, corpus, inputs))
-        for key, table in audits.items():
-            d.write_parquet(f"{AUDITS}/{key}.parquet", table)
+        for key, stats in audits.items():
+            d.write_parquet(f"{AUDITS}/{key}.parquet", stats)
         if config.screenshots:
             _screenshots(run.out, d, opts.storage_options, echo)
         d.commit()

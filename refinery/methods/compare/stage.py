@@ -16,6 +16,8 @@ from refinery.methods.compare.config import CompareConfig, EvalSet, parse_eval_s
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from refinery.pipeline.output import StageOutput
 
 

@@ -1,7 +1,6 @@
 """Where the rows went: a stacked bar per pipeline step."""
 from __future__ import annotations
 
-import math
 
 from refinery.report.figures.canvas import ADDED, GREY, MAX_WIDTH, MUTED, PASS, SKY, Svg, WARM, ink_on
 from refinery.report.figures.measure import fit, text_width

@@ -1,7 +1,6 @@
 """Label shares per corpus as stacked bars."""
 from __future__ import annotations
 
-import math
 
 from refinery.report.figures.canvas import FRAME, MAX_WIDTH, MUTED, PALETTE, Svg, ink_on
 from refinery.report.figures.measure import fit, text_width
