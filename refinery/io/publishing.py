@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import json
@@ -150,11 +151,26 @@ class AtomicDir(AbortsOnError):
         self._written.add(name)
         return join(self.tmp, name)
 
+    @contextlib.contextmanager
+    def open(self, name: str):
+        """The file ``name`` of the folder opened for writing (binary), for a writer that streams into it. The
+        store's errors in opening and closing it are named with the file; the writer's own pass through."""
+        target, url = self.file(name), f"{self.out}/{name}"
+        with on_store(url, "writing"):
+            if self.local and "/" in name:
+                self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+            fh = self.fs.open(target, "wb")
+        try:
+            yield fh
+        except BaseException:
+            with contextlib.suppress(Exception):
+                fh.close()
+            raise
+        with on_store(url, "writing"):
+            fh.close()
+
     def write_bytes(self, name: str, data: bytes) -> None:
-        target = self.file(name)
-        if self.local and "/" in name:
-            self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-        with on_store(f"{self.out}/{name}", "writing"), self.fs.open(target, "wb") as fh:
+        with self.open(name) as fh, on_store(f"{self.out}/{name}", "writing"):
             fh.write(data)
 
     def write_text(self, name: str, text: str) -> None:

@@ -117,7 +117,7 @@ class StageOutput:
                 elif isinstance(content, str):
                     d.write_text(name, content)
                 elif callable(content):
-                    with d.fs.open(d.file(name), "wb") as fh:
+                    with d.open(name) as fh:
                         content(fh)
                 else:
                     d.write_bytes(name, content)
@@ -144,7 +144,6 @@ def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader)
     """``batches`` into the zstd Parquet file ``name`` of ``folder``, a row group per batch."""
     import pyarrow.parquet as pq
 
-    with folder.fs.open(folder.file(name), "wb") as sink, \
-            pq.ParquetWriter(sink, batches.schema, compression="zstd") as writer:
+    with folder.open(name) as sink, pq.ParquetWriter(sink, batches.schema, compression="zstd") as writer:
         for batch in batches:
             writer.write_batch(batch)
