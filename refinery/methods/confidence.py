@@ -166,8 +166,9 @@ class ConfidenceStage(FilterStage):
             confidence = source_confidence(**args)
         self._confidence = confidence
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        result = super().run(source, out)
+    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+        """``FilterStage.result``, the folds' checkpoints removed once the rows are published, and a resume said."""
+        result = super().result(written, measured, out)
         if self._checkpoints is not None:
             self._checkpoints.clear()
         if self._resumed:

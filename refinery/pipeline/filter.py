@@ -10,7 +10,9 @@ Where it runs (``pipeline.engine.stream_map``): ``prepare`` in the driver; ``dec
 this process on the local engine, and on Ray workers under ``--engine ray`` (each batch a task asking for the
 stage's ``resources``, the filter with its state shipped to the object store once). The driver reads the batches,
 keeps them in input order and only writes what comes back. A filter that decided every row in ``prepare`` looks
-each batch's decisions up from ``batch_start``, the position of its first row in the input.
+each batch's decisions up from ``batch_start``, the position of its first row in the input. Once kept/ and
+rejected/ are published, ``result`` publishes the report and gives the stage's result (a filter with a report of
+its own overrides it).
 
 Its verdict (``core.verdict``): as rows are decided, the audit's features are counted over the input and over
 the kept rows (``core.weighted_counts``, weights 1 and keep ∈ {0, 1}: one tokenization), with the input's prior
@@ -92,14 +94,21 @@ class FilterStage(Stage):
         return ()
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
+        """``prepare``, then every batch decided where the engine puts it and written to kept/ and rejected/
+        (the input's rejects with kept/), then ``result``."""
+        self.prepare(source, out)
+        return self.result(*self._write_parts(source, out), out)
+
+    def _write_parts(self, source: StageInput, out: StageOutput) -> tuple[dict, object]:
+        """kept/ and rejected/ written: (what was written, as ``result`` reads it; weighted counts of the kept rows
+        (weight 1) and the dropped ones (0), for the verdict, unless the filter ``judges_itself``)."""
         from refinery.core.features import FeatureConfig
-        from refinery.core.weighted_counts import WeightedCounts, judge_weightings   # numba: not at a verb's build
+        from refinery.core.weighted_counts import WeightedCounts   # numba: not at a verb's build
         from refinery.pipeline.engine import stream_map
 
-        self.prepare(source, out)
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
-        audit = None if self.judges_itself else \
+        measured = None if self.judges_itself else \
             WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
         with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
             for part, writer in ((Output.KEPT.value, kept_w), ("rejected", dropped_w)):
@@ -113,9 +122,9 @@ class FilterStage(Stage):
             for kept_rows, dropped_rows, why in stream_map(_positioned(source, on_rejects), decide_batch,
                                                            source.engine, {"stage": self}, stage=self.name,
                                                            resources=self.resources):
-                if audit is not None:
-                    audit.add(kept_rows, None, np.ones(kept_rows.num_rows))
-                    audit.add(dropped_rows, None, np.zeros(dropped_rows.num_rows))
+                if measured is not None:
+                    measured.add(kept_rows, None, np.ones(kept_rows.num_rows))
+                    measured.add(dropped_rows, None, np.zeros(dropped_rows.num_rows))
                 kept_w.write(kept_rows)
                 dropped_w.write(set_column(dropped_rows, "reason", pa.array(why, pa.string())))
                 kept_by.update(kept_rows["label"].to_pylist())
@@ -124,12 +133,22 @@ class FilterStage(Stage):
             if not kept_by and not dropped_by:
                 kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
             kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
-        report = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
-                  "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
-                               for l in sorted(set(kept_by) | set(dropped_by))},
-                  "reasons": dict(reasons.most_common(TOP_REASONS)), "config": to_dict(self.config)}
-        verdict = judge_weightings(audit, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
-            if audit is not None and audit.rows else None
+        written = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
+                   "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
+                                for l in sorted(set(kept_by) | set(dropped_by))},
+                   "reasons": dict(reasons.most_common(TOP_REASONS))}
+        return written, measured
+
+    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+        """The report published and the stage's result, once kept/ and rejected/ are: ``written`` (rows kept and
+        filtered out, per label, the commonest reasons, the input's rejects) and the verdict on ``measured``: do the
+        kept rows carry the shortcuts less than the dropped ones? A filter with a report of its own overrides it."""
+        from refinery.core.weighted_counts import judge_weightings
+
+        report = {**written, "config": to_dict(self.config)}
+        kept, dropped, input_rejects = written["kept"], written["filtered_out"], written["input_rejects"]
+        verdict = judge_weightings(measured, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
+            if measured is not None and measured.rows else None
         if verdict is not None:
             report["verdict"] = verdict.to_dict()
         self._write_report(report, out, verdict)
@@ -145,7 +164,7 @@ class FilterStage(Stage):
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
                            report, headline, (rows_line, *(verdict.lines() if verdict else ())), warnings)
 
-    def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
+    def _write_report(self, report: dict, out: StageOutput, verdict) -> None:
         from refinery.report import format as fmt
         from refinery.report import verdict as verdict_html
         from refinery.report.page import config_table, fields, note, table

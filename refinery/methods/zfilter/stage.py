@@ -48,6 +48,7 @@ class ZFilterStage(_DecidedInPrepare):
         """Algorithm 1 and the settle pass over the whole input (``stream.filter_stream``)."""
         from refinery.methods.zfilter.stream import filter_stream
 
+        out.inputs += self.config.seed_corpus   # the seed is among the corpora the stage read
         self.named_config = self.config.named(source)
         self.filtering = filter_stream(source, self.named_config)
         self.decisions = self.filtering.decisions
@@ -63,21 +64,14 @@ class ZFilterStage(_DecidedInPrepare):
         seed = self.filtering.seed
         return [(tag(seed, "seed"), None)] if part == "kept" and seed is not None else []
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        """``FilterStage.run`` with the seed's rows leading kept/, and zfilter's own report and verdict."""
-        from refinery.methods.zfilter.report import terminal_lines
+    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+        """zfilter's own report and verdict (the input's z-statistics against those of Z)."""
+        from refinery.methods.zfilter.report import publish_report, terminal_lines
 
-        out.inputs += self.config.seed_corpus   # the seed is among the corpora the stage read
-        super().run(source, out)
-        r = self.report
+        r = publish_report(self.filtering, written, out, self.named_config)
         seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
         return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, rejected "
                            f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", terminal_lines(r))
-
-    def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
-        from refinery.methods.zfilter.report import publish_report
-
-        self.report = publish_report(self.filtering, report, out, self.named_config)
 
 
 def _accounting(r: dict) -> tuple[int, dict]:
@@ -104,6 +98,7 @@ class ComposeStage(_DecidedInPrepare):
         """Each filtering under stages/ (``composition.filterings``), and the composition's rows counted."""
         from refinery.methods.zfilter.composition import compose
 
+        out.inputs[:0] = self.config.original   # D0, then G: the corpora the composition read
         self.named_config = self.config.zfilter.named(source)
         self.composition = compose(self.config.composition, list(self.config.original), source, out,
                                    self.named_config, ZFilterStage)
@@ -122,17 +117,11 @@ class ComposeStage(_DecidedInPrepare):
         kept, dropped = split(rows, keep)
         return kept, set_column(dropped, "biased_features", self.decisions.biased_features(dropped))
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        """``FilterStage.run`` with D0's rows leading kept/ and rejected/, and the composition's report."""
+    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+        """The composition's report: each part's verdict and the two together's."""
+        from refinery.methods.zfilter.compose_report import compose_report
         from refinery.methods.zfilter.report import terminal_lines
 
-        out.inputs[:0] = self.config.original   # D0, then G: the corpora the composition read
-        super().run(source, out)
-        r, c = self.report, self.config
-        return StageResult(*_accounting(r), r, f"{c.composition}: kept {r['kept']:,} of D0 and G, "
+        r = compose_report(self.composition, out, self.named_config)
+        return StageResult(*_accounting(r), r, f"{self.config.composition}: kept {r['kept']:,} of D0 and G, "
                            f"rejected {r['rejected']:,}", terminal_lines(r))
-
-    def _write_report(self, report: dict, out: StageOutput, verdict=None) -> None:
-        from refinery.methods.zfilter.compose_report import compose_report
-
-        self.report = compose_report(self.composition, out, self.named_config)
