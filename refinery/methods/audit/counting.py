@@ -59,23 +59,21 @@ class AuditResult:
 
 def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
                 only: pa.Array | None = None, probe: bool = True, on_rejects=None):
-    """One pass over ``inputs``: (counter, rejected rows). ``probe``: add the hypothesis-only probe's counts;
-    ``on_rejects``: called with each batch of the input's rejects."""
+    """One pass over ``inputs``: the counter. ``probe``: add the hypothesis-only probe's counts; ``on_rejects``:
+    called with each batch of the input's rejects."""
     counter = new_counter(config, only)
     load_kernels_in_background()
-    rejected = 0
     probe_tables = []
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
         for _, batch in iter_input_batches(inputs, mapping, opts):
             count_table(batch.rows, config, counter, only)
-            rejected += batch.rejects.num_rows
             if on_rejects is not None and batch.rejects.num_rows:
                 on_rejects(batch.rejects)
             if probe and "hypo-only" in config.features.families:
                 probe_tables.append(batch.rows.select(["id", "text_a", "text_b", "label"]))
             bar.update(batch.rows.num_rows)
     add_probe(counter, probe_tables, config)
-    return counter, rejected
+    return counter
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
@@ -111,7 +109,7 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     if len(present) == 1:
         raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read ({rejected:,} rejected): "
                          "z-statistics compare labels; check --preset or --map, and the rejects' reasons")
-    recounted = count(inputs, mapping, opts, config, only=counter.candidates())[0] if recount else None
+    recounted = count(inputs, mapping, opts, config, only=counter.candidates()) if recount else None
     return finish(counter, config, rejected, recounted)
 
 
@@ -119,12 +117,12 @@ def _count_with_rejects(count, inputs, mapping, opts, config, recount: bool, rej
     """The first counting pass: (counter, the rejects per reason), the rejects published by the writer ``rejects``."""
     reasons = Counter()
     if rejects is None:
-        counter, _ = count(inputs, mapping, opts, config, probe=not recount,
-                           on_rejects=lambda t: reasons.update(reject_reasons(t)))
+        counter = count(inputs, mapping, opts, config, probe=not recount,
+                        on_rejects=lambda t: reasons.update(reject_reasons(t)))
         return counter, reasons
     with rejects:
-        counter, _ = count(inputs, mapping, opts, config, probe=not recount,
-                           on_rejects=lambda t: rejects.write(rejects=t))
+        counter = count(inputs, mapping, opts, config, probe=not recount,
+                        on_rejects=lambda t: rejects.write(rejects=t))
         rejects.commit()
     return counter, rejects.reasons
 

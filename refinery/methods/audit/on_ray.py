@@ -122,7 +122,7 @@ def merge_states(states: list[bytes], handed: list) -> bytes:
 
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
               only: pa.Array | None = None, probe: bool = True, on_rejects=None):
-    """The same pass as ``count_local`` on Ray workers: (counter, rejected rows). A raw file's rejects come back
+    """The same pass as ``count_local`` on Ray workers: the counter. A raw file's rejects come back
     from its worker, a corpus's are read here; both reach ``on_rejects`` in the order of the inputs."""
     corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
     raw = [u for u in inputs if u not in corpora]
@@ -131,14 +131,13 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     if not inputs:
         raise ValueError("nothing to audit: no input")
     cpus = cluster_cpus()
-    rejected, totals, dictionary = 0, {}, Dictionary()
+    totals, dictionary = {}, Dictionary()
     units = []
     if corpora:
         opened = [Corpus.open(u, opts.storage_options) for u in corpora]
         for corpus in opened:
             if on_rejects is not None and corpus.manifest.get("rejected"):
                 on_rejects(corpus.read_rejects())
-                rejected += corpus.manifest["rejected"]
         units += corpus_units([f for corpus in opened for f in corpus.files], opts.storage_options, cpus)
     units += [(Piece(path),) for path in expand_paths(raw, opts.storage_options)]
     partitioned = config.counting == "exact" and only is None
@@ -147,12 +146,9 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
         def mapped(read: dict) -> tuple | None:
             """A unit's totals and rejects taken, its strings joined: their indices in the dictionary."""
-            nonlocal rejected
             zstats.add_totals(totals, read["label_totals"])
-            if read["rejects"] is not None:
-                rejected += read["rejects"].num_rows
-                if on_rejects is not None:
-                    on_rejects(read["rejects"])
+            if read["rejects"] is not None and on_rejects is not None:
+                on_rejects(read["rejects"])
             bar.update(read["rows"])
             return dictionary.add(*read["strings"]) if partitioned else None
 
@@ -167,4 +163,4 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
         counter = counter if not partitioned else ExactCounts().merge(counter)
         table, _ = load(inputs, mapping, opts)
         add_probe(counter, [table], config)
-    return counter, rejected
+    return counter
