@@ -341,10 +341,10 @@ def _set_extra(con, rows: list) -> None:
                 "GROUP BY row_id")
 
 
-def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> dict:
+def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> None:
     """The up-sampled corpus as ``out``'s ``corpus/``: the input's rows (``source`` original), then the copies
     ``added`` in draw order (``source`` upsampled, id ``<origin>#up<draw>``, their origin, iteration and token), and
-    the input's rejects; its manifest."""
+    the input's rejects."""
     con.register("__added", pa.table({"draw_id": pa.array([a[0] for a in added], pa.int64()),
                                       "iteration": pa.array([a[1] for a in added], pa.int64()),
                                       "token": pa.array([a[2] for a in added], pa.string()),
@@ -368,4 +368,4 @@ def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> dic
             for rb in reader:
                 writer.write(pa.Table.from_batches([rb]))
         writer.write(rejects=rejects)  # the input's rejects stay accounted for
-        return writer.commit()
+        writer.commit()

@@ -35,10 +35,11 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
         clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (config.clip is None or c < config.clip)]
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance), c) for c in clips]
         del proba, y
-        info["low_ess_warning"] = low_ess_warning(w, config.clip, dict(zip(clips, capped_w)))   # exact ESS
-        report = {**info, "inputs": inputs, "config": asdict(config)}
+        report = {"labels": info.pop("labels"),
+                  "low_ess_warning": low_ess_warning(w, config.clip, dict(zip(clips, capped_w))),   # exact ESS
+                  **info, "inputs": inputs, "config": asdict(config)}
         in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
-        counts = WeightedCounts(info["labels"], features, 2 + len(clips))
+        counts = WeightedCounts(report["labels"], features, 2 + len(clips))
         with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
             start = 0
@@ -71,7 +72,7 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
 
 def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict]:
     """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a corpus's leakage features under ``config``
-    (the stage's ``WeightsConfig``)."""
+    (the stage's ``WeightsConfig``); the low-ESS warning is ``weigh``'s, which refits the gentler caps."""
     labels = graph.labels()
     folds = np.concatenate([fold_of(batch.column(0), config.folds, config.fold_seed) for batch in
                             progress(graph.batches("SELECT id FROM rows", rows=1 << 20), desc="weights: folds",
@@ -86,17 +87,17 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     w = ips_weights(proba, y, prior, config.clip)
     predicted = proba.argmax(axis=1)
     observed = np.bincount(y, minlength=len(labels)) / len(y)
+    weighted = label_shares(w, y, len(labels))
     info = {
         "labels": labels,
-        "low_ess_warning": low_ess_warning(w, config.clip),
         "prior": dict(zip(labels, map(float, prior))),
         "observed_shares": dict(zip(labels, map(float, observed))),
-        "weighted_shares": dict(zip(labels, map(float, label_shares(w, y, len(labels))))),
+        "weighted_shares": dict(zip(labels, map(float, weighted))),
         "diagnostics": diagnostics(w),
         "out_of_fold": {"accuracy": float((predicted == y).mean()),
                         "weighted_accuracy": weighted_accuracy(predicted == y, w),
                         "majority_accuracy": float(observed.max()),
-                        "weighted_majority_accuracy": float(label_shares(w, y, len(labels)).max())},
+                        "weighted_majority_accuracy": float(weighted.max())},
     }
     return w, {**info, "p_hat": proba, "y": y}
 
