@@ -205,12 +205,12 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
                 continue
             source = as_source(data, join(folder.scratch, "train", name))
             check_preset(input_keys, source)
-            train_paths[name] = source.paths or [p for ps in source.splits.values() for p in ps]
+            train_paths[name] = source.all_paths
         evals = []
         for name, value in eval.items():
             data, preset = value if isinstance(value, tuple) else (value, None)
             source = as_source(data, join(folder.scratch, "eval", name))
-            (path,) = _one_path(name, source.paths or [p for ps in source.splits.values() for p in ps])
+            (path,) = _one_path(name, source.all_paths)
             evals.append(f"{name}={path}" + (f":{preset.lower()}" if preset else ""))
         baseline = tuple(_one_path(name, paths)[0] for name, paths in train_paths.items())
         spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")

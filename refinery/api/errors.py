@@ -30,7 +30,7 @@ def flag_keywords(configs: tuple = ()) -> dict[str, str]:
 
 def in_python_terms(message: str, source: Source | None = None, configs: tuple = ()) -> str:
     """A message of the CLI's in the API's words (``configs``: the config classes whose options it may name)."""
-    for path in (source.paths + [p for ps in source.splits.values() for p in ps]) if source else ():
+    for path in source.all_paths if source else ():
         if source.kind != "path":
             message = message.replace(path, f"the data ({path})")
     message = _SPLITS_HINT.sub("{'train': data, 'test': data} (a DatasetDict, or a split column)", message)

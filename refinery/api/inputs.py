@@ -43,6 +43,11 @@ class Source:
     features: dict = field(default_factory=dict)   # HF ClassLabel columns: {column: ClassLabel}
 
     @property
+    def all_paths(self) -> list:
+        """Every path the caller's data is read from: the plain paths, then each split's."""
+        return self.paths + [p for ps in self.splits.values() for p in ps]
+
+    @property
     def canonical(self) -> bool:
         """In-memory data already in refinery's columns (text_a, label, …): read without a preset or map."""
         return all(c in self.columns for c in CANONICAL)

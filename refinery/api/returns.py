@@ -30,7 +30,7 @@ def in_callers_columns(table: pa.Table, source: Source, mapping: Mapping | None)
         column = table[name]
         if original in schema.names and column.type != schema.field(original).type:
             column = _as_type(column, schema.field(original).type, name == "label" and mapping,
-                              source.paths + [p for ps in source.splits.values() for p in ps], original)
+                              source.all_paths, original)
         columns[original] = column
     order = [c for c in schema.names if c in columns] + [c for c in columns if c not in schema.names]
     return pa.table({c: columns[c] for c in order})
