@@ -26,6 +26,7 @@ from refinery.io.location import get_fs, join
 from refinery.pipeline.config import InputSpec, PipelineSpec
 from refinery.pipeline.runner import PipelineRun, stage_input
 from refinery.pipeline.stage import Output, StageResult, conservation, set_column, stage_class
+from refinery.report.comparison import comparison_rows, is_comparison
 from refinery.report.page import scoped_style
 
 
@@ -251,23 +252,20 @@ class CompareResult(Result):
 
     @classmethod
     def reads(cls, result: Result) -> bool:
-        return {"accuracy", "baseline"} <= set(result.report)
+        return is_comparison(result.report)
 
     @property
     def table(self):
         """One row per (evaluation set, training corpus): mean accuracy over seeds and its std, the gain on the
         baseline with its paired-bootstrap 95% interval, and the evaluation set's majority-class accuracy."""
         import pandas as pd
-        rows = []
-        for ev, per in self.report["accuracy"].items():
-            majority = self.report["eval"][ev]["majority"]["accuracy"]
-            for name, cell in per.items():
-                gain = cell.get("gain") or {}
-                low, high = map(_number, gain.get("ci95") or (None, None))
-                rows.append({"eval": ev, "train": name, "accuracy": cell["mean"], "std": _number(cell["std"]),
-                             "gain": _number(gain.get("delta")), "gain_ci_low": low, "gain_ci_high": high,
-                             "majority": majority})
-        return pd.DataFrame(rows)
+
+        def row(r: dict) -> dict:
+            low, high = map(_number, r["ci95"] or (None, None))
+            return {"eval": r["eval"], "train": r["train"], "accuracy": r["accuracy"], "std": _number(r["std"]),
+                    "gain": _number(r["gain"]), "gain_ci_low": low, "gain_ci_high": high, "majority": r["majority"]}
+
+        return pd.DataFrame([row(r) for r in comparison_rows(self.report)])
 
 
 def _number(value) -> float:

@@ -41,6 +41,7 @@ from refinery.pipeline.config import ReportConfig, to_dict
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser, figures
+from refinery.report.comparison import comparison_rows, is_comparison
 from refinery.report import format as fmt
 from refinery.report.page import Report, code, corpus_name, figure, link, note, table
 
@@ -172,7 +173,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
         verdicts = _step_verdicts(report)
         if verdicts:
             entry["verdicts"] = verdicts
-        if "accuracy" in report and "baseline" in report:   # a compare step: does it help?
+        if is_comparison(report):   # a compare step: does it help?
             entry["comparison"] = _comparison(report)
         if config.audit_steps and step.passes_on and step.passes_on != previous:
             columns = StageInput({"": [step.passes_on]}, None, corpus_opts).columns()
@@ -222,11 +223,9 @@ def _comparison(report: dict) -> dict:
     """A compare step's answer: each refined corpus's accuracy and gain over the baseline per evaluation set (points,
     95% interval, significance), and its warnings (a label's collapse) and notes (a set that cannot separate)."""
     baseline = report["baseline"]
-    rows = [{"evaluation set": name, "corpus": corpus, "accuracy": acc["mean"],
-             "gain": acc["gain"]["delta"], "95% interval of the gain": acc["gain"]["ci95"],
-             "significant": "yes" if acc["gain"]["significant"] else "no"}
-            for name, by_corpus in report["accuracy"].items() for corpus, acc in by_corpus.items()
-            if corpus != baseline and "gain" in acc]
+    rows = [{"evaluation set": r["eval"], "corpus": r["train"], "accuracy": r["accuracy"], "gain": r["gain"],
+             "95% interval of the gain": r["ci95"], "significant": "yes" if r["significant"] else "no"}
+            for r in comparison_rows(report) if r["train"] != baseline and r["gain"] is not None]
     return {"baseline": baseline, "rows": rows, "warnings": list(report.get("warnings") or ()),
             "notes": list(report.get("notes") or ())}
 
