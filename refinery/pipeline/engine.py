@@ -141,6 +141,8 @@ def ray_init(num_cpus: int | None = None):
         return ray
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    # a task's error is raised once, as itself (``_faults_named``): not again for each result left unread
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     address = os.environ.get("RAY_ADDRESS")
     if address:
         check_ray_address()
@@ -246,7 +248,8 @@ def _quiet_remote_args_deprecation():
 
 @contextmanager
 def _faults_named(stage: str):
-    """A worker, actor, node or object lost past the retries, as one ``StageFailed`` line naming ``stage``."""
+    """A worker, actor, node or object lost past the retries, as one ``StageFailed`` line naming ``stage``; an error
+    a task raised (a bad row, an unreadable file) as itself, as it would be raised in this process."""
     from ray import exceptions as rx
 
     try:
@@ -256,6 +259,8 @@ def _faults_named(stage: str):
         detail = next(iter(str(e).strip().splitlines()), "")
         raise StageFailed(f"stage {stage}: a Ray worker or node died running its batches, past {TASK_RETRIES} "
                           f"retries ({type(e).__name__}: {detail})") from e
+    except rx.RayTaskError as e:
+        raise (e.cause if isinstance(e.cause, Exception) else e) from None
 
 
 def _pyarrow_fs(url: str, storage_options: dict):

@@ -5,6 +5,7 @@ to a saved state (``update``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import Counter
@@ -99,32 +100,32 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
         count = count_local
     opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
     recount = config.counting == "sketch" and config.sketch_recount and base is None
-    counter, reasons = _count_with_rejects(count, inputs, mapping, opts, config, recount, rejects)
-    rejected = sum(reasons.values())
-    if base is not None:
-        counter = base.merge(counter)
+    reasons = Counter()
+    with rejects if rejects is not None else contextlib.nullcontext():
+        counter = count(inputs, mapping, opts, config, probe=not recount, on_rejects=(
+            (lambda t: reasons.update(reject_reasons(t))) if rejects is None else (lambda t: rejects.write(rejects=t))))
+        reasons = reasons if rejects is None else rejects.reasons
+        if base is not None:
+            counter = base.merge(counter)
+        _check_counted(counter, inputs, reasons)   # before the rejects are published: a previous output stays whole
+        if rejects is not None:
+            rejects.commit()
     if not counter.rows:
         raise AllRejected(inputs, reasons, rejects and f"{rejects.out} (refinery inspect {rejects.out})")
+    recounted = count(inputs, mapping, opts, config, only=counter.candidates()) if recount else None
+    return finish(counter, config, sum(reasons.values()), recounted)
+
+
+def _check_counted(counter, inputs, reasons: Counter) -> None:
+    """Refuse an input with no row at all, or rows of one label (z-statistics compare labels). Every row rejected
+    is refused once the rejects are published, so that the user can read their reasons."""
+    if not counter.rows and not reasons:
+        raise AllRejected(inputs, reasons)
     present = [label for label, n in counter.label_totals.items() if n]
     if len(present) == 1:
-        raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read ({rejected:,} rejected): "
-                         "z-statistics compare labels; check --preset or --map, and the rejects' reasons")
-    recounted = count(inputs, mapping, opts, config, only=counter.candidates()) if recount else None
-    return finish(counter, config, rejected, recounted)
-
-
-def _count_with_rejects(count, inputs, mapping, opts, config, recount: bool, rejects):
-    """The first counting pass: (counter, the rejects per reason), the rejects published by the writer ``rejects``."""
-    reasons = Counter()
-    if rejects is None:
-        counter = count(inputs, mapping, opts, config, probe=not recount,
-                        on_rejects=lambda t: reasons.update(reject_reasons(t)))
-        return counter, reasons
-    with rejects:
-        counter = count(inputs, mapping, opts, config, probe=not recount,
-                        on_rejects=lambda t: rejects.write(rejects=t))
-        rejects.commit()
-    return counter, rejects.reasons
+        raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read "
+                         f"({sum(reasons.values()):,} rejected): z-statistics compare labels; check --preset or --map, "
+                         "and the rejects' reasons")
 
 
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
@@ -152,13 +153,19 @@ def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditRe
     return finish(count_table(table, config), config)
 
 
-def load_state(path: str):
-    """The counter and config saved by an audit in ``path`` (its folder, or the folder's ``report/``)."""
+def state_files(path: str) -> tuple[str, str]:
+    """(the counts, their config) an audit saved in ``path``: its folder, or the folder's ``report/``."""
     fs, root = get_fs(path)
     if not fs.exists(os.path.join(root, STATE_META)) and fs.exists(os.path.join(root, "report", STATE_META)):
-        root = os.path.join(root, "report")
-    with fs.open(os.path.join(root, STATE_META)) as fh:
+        path = f"{path.rstrip('/')}/report"
+    return f"{path.rstrip('/')}/{STATE_FILE}", f"{path.rstrip('/')}/{STATE_META}"
+
+
+def load_state(path: str):
+    """The counter and config saved by an audit in ``path`` (its folder, or the folder's ``report/``)."""
+    (fs, counts), (_, config) = map(get_fs, state_files(path))
+    with fs.open(config) as fh:
         meta = json.load(fh)
-    with fs.open(os.path.join(root, STATE_FILE), "rb") as fh:
+    with fs.open(counts, "rb") as fh:
         counter = counter_from_bytes(fh.read())
     return counter, AuditConfig.from_dict(meta["config"])

@@ -84,7 +84,12 @@ class AuditStage(Stage):
     name, Config = "audit", AuditConfig
     needs = ("text_a", "label")
     output = Output.INPUT
-    references = ("update",)
+
+    def also_reads(self) -> list[str]:
+        """The saved counts of ``update`` (an earlier audit's folder): a changed state runs the step again."""
+        from refinery.methods.audit.counting import state_files
+
+        return list(state_files(self.config.update)) if self.config.update else []
 
     def measure(self, source: StageInput, out: StageOutput | None = None):
         """The audit of ``source``; its input's rejects published as ``out``'s rejects/ (without ``out``, written
