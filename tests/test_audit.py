@@ -357,3 +357,22 @@ def test_top_k_marks_the_significant_features_and_calls_nothing_a_bias_when_none
         assert not any(summary["significant"].values()) and not marked
         assert "No feature is significant" in result.output and "Nothing here is a bias" in result.output
         assert "Nothing here is a bias" in html and "<td>yes</td>" not in html
+
+
+def test_a_refused_input_leaves_the_finished_audit_in_out_whole(tmp_path):
+    """An input of one label is refused (exit 2, one line) before anything is published: the finished audit in --out
+    keeps every file, its rejects and _SUCCESS among them."""
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines[:40] + ['{"broken": ']) + "\n")
+    (tmp_path / "one.jsonl").write_text("\n".join(l for l in lines[:200] if '"gold_label": "neutral"' in l) + "\n")
+    out = tmp_path / "out"
+    run_cli("audit", tmp_path / "rows.jsonl", "--preset", "snli", "--out", out)
+
+    def files():
+        return {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    before = files()
+    refused = run_cli("audit", tmp_path / "one.jsonl", "--preset", "snli", "--out", out, check=False)
+    assert refused.returncode == 2 and "only one label ('neutral')" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert files() == before and (out / "_SUCCESS").exists()
