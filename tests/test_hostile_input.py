@@ -5,6 +5,8 @@ import gzip
 import json
 import lzma
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 from conftest import SNLI_DEV, SNLI_HARD, run_cli
@@ -109,10 +111,23 @@ def test_compressed_files_and_shard_folders(tmp_path):
     (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows in"),
     (["zfilter", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/z"], "no good rows in"),
     (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "no good rows in"),
+    (["audit", "{tmp}/cut.jsonl.gz", "--preset", "snli", "--out", "{tmp}/a"],
+     "cut.jsonl.gz: the compressed file is damaged or cut short"),
+    (["audit", "{tmp}/cut.parquet", "--map", "text_a=text_a,label=label", "--out", "{tmp}/a"],
+     "cut.parquet: not a whole Parquet file"),
+    (["audit", "{tmp}/bad.jsonl", "--preset", "snli", "--on-bad-row", "fail", "--engine", "ray", "--out", "{tmp}/a"],
+     "bad.jsonl, line 3: malformed JSON"),   # raised in a Ray worker: the same one line
 ])
 def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
     (tmp_path / "empty.jsonl").write_text('{"sentence1": "only a premise", "sentence2": " ", "gold_label": "neutral"}\n')
     (tmp_path / "data.xyz").write_text("x\n")
+    data = "".join(json.dumps(r) + "\n" for r in _snli_lines(300)).encode()
+    packed = gzip.compress(data)
+    (tmp_path / "cut.jsonl.gz").write_bytes(packed[:len(packed) // 2])
+    (tmp_path / "bad.jsonl").write_bytes(b"".join(data.splitlines(keepends=True)[:2]) + b'{"broken": \n')
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"text_a": ["a"] * 100, "label": ["x"] * 100}), sink)
+    (tmp_path / "cut.parquet").write_bytes(sink.getvalue().to_pybytes()[:-40])
     proc = run_cli(*[a.format(tmp=tmp_path) for a in args], check=False)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr

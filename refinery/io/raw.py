@@ -35,7 +35,10 @@ def with_lines(table: pa.Table, lines) -> pa.Table:
 def parquet_pieces(fs, path, opts, source, mapped) -> Iterator[tuple[pa.Table, object, pa.Table]]:
     """Parquet, ``batch_rows`` records at a time (``mapped``: see ``decode_class_labels``)."""
     with fs.open(path, "rb") as fh:
-        pf = pq.ParquetFile(fh)
+        try:
+            pf = pq.ParquetFile(fh)
+        except pa.ArrowInvalid as e:
+            raise ValueError(f"{source}: not a whole Parquet file ({e}); a damaged or cut-short copy?") from None
         yield from _numbered((pa.Table.from_batches([rb]) for rb in pf.iter_batches(batch_size=opts.batch_rows)),
                              pf.schema_arrow, source, mapped)
 

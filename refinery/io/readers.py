@@ -10,8 +10,11 @@ booleans), the mapped columns leave the reader as the canonical types.
 from __future__ import annotations
 
 import difflib
+import gzip
 import json
+import lzma
 import re
+import zlib
 from typing import Iterator
 
 import numpy as np
@@ -312,7 +315,7 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
     }
     pieces = _with_mapped_columns(_unique_columns(parsers[fmt](), mapping, path), mapping, path,
                                   from_schema=fmt not in ("jsonl", "json"), records=opts.batch_rows)
-    for raw, raws, parse_rejects in pieces:
+    for raw, raws, parse_rejects in _whole(pieces, path):
         batch = canonicalize(raw, mapping, path, opts.max_chars, raws, opts.row_ids)
         rejects = pa.concat_tables([parse_rejects, batch.rejects]).sort_by("line")
         if opts.on_bad_row == "fail" and rejects.num_rows:
@@ -320,6 +323,14 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
             where = f", column {first['column']!r}" if first["column"] else ""
             raise BadRowError(f"{first['source_file']}, line {first['line']}{where}: {first['reason']}")
         yield Batch(batch.rows, rejects)
+
+
+def _whole(pieces, source: str):
+    """The pieces of a compressed file, its end cut short or its bytes damaged named as one line (exit 2)."""
+    try:
+        yield from pieces
+    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
+        raise ValueError(f"{source}: the compressed file is damaged or cut short ({e}); download it again") from None
 
 
 def _unique_columns(pieces, mapping: Mapping, source: str):
