@@ -93,6 +93,17 @@ def test_cli_bad_value_is_one_line_before_any_work(tmp_path, args, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_misspelt_choice_is_refused_naming_the_closest(tmp_path):
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    refused = CliRunner().invoke(main, ["audit", SNLI_DEV, "--preset", "snl", "--prior", "uniform", "--out",
+                                        str(tmp_path / "o")])
+    assert refused.exit_code == 2 and "'snl' is not one of" in refused.output
+    assert "Did you mean 'snli'?" in refused.output and not (tmp_path / "o").exists()
+
+
 def test_pipeline_file_is_validated_whole_before_the_first_stage(tmp_path):
     path = tmp_path / "bad.yaml"
     for bad, message in (({"k": -5}, "k must be a positive integer, got -5"),

@@ -10,11 +10,26 @@ and validation as a pipeline file's and the Python API's.
 """
 from __future__ import annotations
 
+import difflib
 import typing
 
 import click
 
 from refinery.pipeline.fields import Leaf, check_unique, leaves, nest
+
+
+class SuggestingChoice(click.Choice):
+    """click's ``Choice`` whose refusal of a value also names the closest choice (``did you mean 'snli'?``)."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as e:
+            choices = {str(c).lower(): c for c in self.choices}
+            close = difflib.get_close_matches(str(value).lower(), list(choices), 1, 0.6)
+            if close:
+                e.message += f" Did you mean {choices[close[0]]!r}?"
+            raise
 
 
 def _shown(value) -> str | None:
@@ -51,7 +66,7 @@ def click_option(leaf: Leaf, group: str):
             kwargs.update(callback=_comma_list, metavar=meta.get("metavar", "A,B,…"))
         return click.option(leaf.option, leaf.dest(group), **kwargs)
     if allowed is not None and allowed.choices:
-        kwargs["type"] = click.Choice([str(c) for c in allowed.choices])
+        kwargs["type"] = SuggestingChoice([str(c) for c in allowed.choices])
     elif hint in (int, float, str):
         kwargs["type"] = hint
     else:
