@@ -1,5 +1,6 @@
 """The audit on real SNLI and on planted-bias corpora; exact vs sketch; local vs Ray; incremental."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -255,6 +256,26 @@ def test_local_and_ray_identical(planted, ray_local):
     assert local.counter.label_totals == on_ray.counter.label_totals
     assert by_feature(local.stats).equals(by_feature(on_ray.stats))
     assert counter_from_bytes(on_ray.counter.to_bytes()).counts().equals(local.counter.counts())   # its saved state
+
+
+@pytest.mark.ray
+def test_ray_hands_on_the_rejects_in_the_order_of_the_inputs(tmp_path, ray_local):
+    """A raw file with bad lines, then a corpus that carries its own input's rejects: on Ray, as locally, the rejects
+    come in the order of the inputs and lines (the corpus's are read by the driver, the raw file's by a worker)."""
+    from refinery.methods.audit.counting import count_local
+    from refinery.methods.audit.on_ray import count_ray
+
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:30] + ["{broken"] + lines[30:60]) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[60:70] + ["[1]"] + lines[70:90]) + "\n")
+    run_cli("convert", tmp_path / "b.jsonl", "--preset", "snli", "--out", tmp_path / "b")
+    inputs = [str(tmp_path / "a.jsonl"), str(tmp_path / "b")]
+    seen = {}
+    for name, count in (("local", count_local), ("ray", count_ray)):
+        seen[name] = []
+        count(inputs, PRESETS["snli"], ReadOptions(), AuditConfig(), on_rejects=seen[name].append)
+    local, on_ray = (pa.concat_tables(seen[n]).select(["source_file", "line"]).to_pylist() for n in ("local", "ray"))
+    assert [Path(r["source_file"]).name for r in local] == ["a.jsonl", "b.jsonl"] and on_ray == local
 
 
 def test_summed_partials_join_units_by_their_strings():

@@ -124,28 +124,37 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
               only: pa.Array | None = None, probe: bool = True, on_rejects=None):
     """The same pass as ``count_local`` on Ray workers: the counter. A raw file's rejects come back
     from its worker, a corpus's are read here; both reach ``on_rejects`` in the order of the inputs."""
-    corpora = [u for u in inputs if is_corpus(u, opts.storage_options)]
-    raw = [u for u in inputs if u not in corpora]
-    if raw and mapping is None:
-        raise ValueError("raw inputs need --preset or --map")
     if not inputs:
         raise ValueError("nothing to audit: no input")
     cpus = cluster_cpus()
     totals, dictionary = {}, Dictionary()
-    units = []
-    if corpora:
-        opened = [Corpus.open(u, opts.storage_options) for u in corpora]
-        for corpus in opened:
+    units, corpus_rejects = [], []   # corpus_rejects: (the unit they come before, the corpus)
+    for path in inputs:
+        if is_corpus(path, opts.storage_options):
+            corpus = Corpus.open(path, opts.storage_options)
             if on_rejects is not None and corpus.manifest.get("rejected"):
-                on_rejects(corpus.read_rejects())
-        units += corpus_units([f for corpus in opened for f in corpus.files], opts.storage_options, cpus)
-    units += [(Piece(path),) for path in expand_paths(raw, opts.storage_options)]
+                corpus_rejects.append((len(units), corpus))
+            units += corpus_units(corpus.files, opts.storage_options, cpus)
+        elif mapping is None:
+            raise ValueError("raw inputs need --preset or --map")
+        else:
+            units += [(Piece(file),) for file in expand_paths([path], opts.storage_options)]
+
+    def hand_on_corpus_rejects(before: int) -> None:
+        while corpus_rejects and corpus_rejects[0][0] <= before:
+            on_rejects(corpus_rejects.pop(0)[1].read_rejects())
+
     partitioned = config.counting == "exact" and only is None
     partitions = cpus if partitioned else 1
 
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
+        mapped_units = 0
+
         def mapped(read: dict) -> tuple | None:
             """A unit's totals and rejects taken, its strings joined: their indices in the dictionary."""
+            nonlocal mapped_units
+            hand_on_corpus_rejects(mapped_units)
+            mapped_units += 1
             zstats.add_totals(totals, read["label_totals"])
             if read["rejects"] is not None and on_rejects is not None:
                 on_rejects(read["rejects"])
@@ -155,6 +164,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
         reduced = map_reduce(units, count_unit, sum_partials if partitioned else merge_states, partitions,
                              shared={"config": config, "only": only, "partitions": partitions, "mapping": mapping,
                                      "opts": opts}, stage="audit", on_mapped=mapped) if units else []
+        hand_on_corpus_rejects(len(units))
     if partitioned:
         counter = MergedCounts(dictionary, reduced, totals)
     else:
