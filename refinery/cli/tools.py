@@ -18,8 +18,7 @@ from refinery.cli.options import (
     printable_pipeline,
     task_model_options,
 )
-from refinery.io import corpus as corpus_mod
-from refinery.io import corpus_writer
+from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.config import parse_named, train_split
 from refinery.methods.compare.stage import CompareStage, CompareStageConfig
@@ -39,12 +38,15 @@ def tools():
               help="parquet: a refinery corpus (Parquet shards; its rejects, manifest and card in .refinery/); hf: a "
                    "Hugging Face save_to_disk folder (a DatasetDict where the rows have splits), its rejects in "
                    "OUT/rejects.parquet.")
-@click.option("--shard-rows", type=int, default=corpus_writer.DEFAULT_SHARD_ROWS, show_default=True,
+@click.option("--shard-rows", type=int, default=DEFAULT_SHARD_ROWS, show_default=True,
               help="Rows per Parquet shard (per Arrow file with --format hf).")
 @mode_option
 @input_options
 def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
     """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
+    from refinery.io import corpus as corpus_mod
+    from refinery.io import corpus_writer
+
     reuse = mode == "skip" and corpus_mod.finished_run(out, opts.storage_options) is not None  # kept if it matches
     config = {"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None}
     if fmt == "hf":

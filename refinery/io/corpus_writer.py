@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from refinery.io.corpus import (CARD, FORMAT, MANIFEST, REJECTS, AllRejected, concat, finished_run, input_fingerprints,
                                 iter_input_batches, load, manifest_path, reject_reasons, reusable, value_counts)
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
+from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs
 from refinery.io.ownership import stamp_marker
 from refinery.io.publishing import AbortsOnError, AtomicDir
@@ -27,8 +28,6 @@ from refinery.io.read_options import ReadOptions
 from refinery.io.redaction import redact
 from refinery.io.schema import Mapping
 
-DEFAULT_SHARD_ROWS = 250_000
-ROW_GROUP_ROWS = 65_536   # the least a shard's row group holds (but the last)
 
 
 class CorpusWriter(AbortsOnError):
