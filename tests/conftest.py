@@ -19,6 +19,10 @@ REFINERY = str(BIN / "refinery")
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 # test modules that start Ray nodes of their own (``RayNode``): run one after another on one test worker
 RAY_CLUSTER_MODULES = ("test_faults_ray", "test_pipeline", "test_remote")
+# make test runs one test process per core: torch's intra-op threads, one per core in each process, contend for the
+# cores (the MiniLM fine-tuning test took 222 s beside another test process, 39 s alone): one thread each
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(items):
