@@ -48,11 +48,15 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     mapped = {k: v for k, v in mapping.columns.items() if v is not None}
     values = _mapped_values(table, mapped, max_chars, verdict)
     values["label"] = _labels(values["label"], mapping, mapped["label"], verdict)
+    used = set(mapped.values()) | set(values)
+    rest = table.select([name for name in table.column_names if name not in used])   # __line, the unmapped
+    if not verdict.flagged:   # the common batch: every row kept, nothing copied
+        return Batch(_rows(rest, values, source_file, row_ids), EMPTY_REJECTS)
     bad = pc.is_valid(verdict.reason)
     good = pc.invert(bad)
     rejects = _rejects(table, pc.indices_nonzero(bad), verdict, source_file, raws)
     kept = {key: col.filter(good) for key, col in values.items()}
-    return Batch(_rows(table.filter(good), kept, mapped, source_file, row_ids), rejects)
+    return Batch(_rows(rest.filter(good), kept, source_file, row_ids), rejects)
 
 
 class _Verdict:
@@ -61,12 +65,14 @@ class _Verdict:
     def __init__(self, n: int):
         self.reason = pa.nulls(n, pa.string())
         self.column = pa.nulls(n, pa.string())
+        self.flagged = False   # whether any row is rejected
 
     def flag(self, mask, column: str, reason: str) -> None:
         """Reject the rows of ``mask`` (null: not) for ``reason``, unless an earlier check rejected them."""
         if not pc.any(mask).as_py():   # the common case: no row of the batch fails this check
             return
         mask = pc.and_(pc.fill_null(mask, False), pc.is_null(self.reason))
+        self.flagged = True
         self.reason = pc.if_else(mask, pa.scalar(reason), self.reason)
         self.column = pc.if_else(mask, pa.scalar(column), self.column)
 
@@ -131,21 +137,21 @@ def _rejects(table: pa.Table, bad_idx: pa.Array, verdict: _Verdict, source_file:
     )
 
 
-def _rows(kept: pa.Table, values: dict, mapped: dict, source_file: str, row_ids: bool) -> pa.Table:
-    """The canonical rows of the raw rows ``kept`` and their canonical ``values``: the canonical columns in
-    order, ids hashed where missing (with ``row_ids``), then the columns that are not mapped."""
+def _rows(rest: pa.Table, values: dict, source_file: str, row_ids: bool) -> pa.Table:
+    """The canonical rows of their canonical ``values`` and ``rest``, the kept rows' ``__line`` and columns that
+    are not mapped: the canonical columns in order, ids hashed where missing (with ``row_ids``), then ``rest``
+    but ``__line``."""
     out = dict(values)
-    out.setdefault("text_b", pa.nulls(kept.num_rows, pa.string()))
+    out.setdefault("text_b", pa.nulls(rest.num_rows, pa.string()))
     ids = out.get("id")
     if ids is None or ids.null_count:
-        hashed = content_ids(source_file, kept["__line"], out["text_a"], out["text_b"], out["label"]) if row_ids \
-            else pa.nulls(kept.num_rows, pa.string())
+        hashed = content_ids(source_file, rest["__line"], out["text_a"], out["text_b"], out["label"]) if row_ids \
+            else pa.nulls(rest.num_rows, pa.string())
         ids = hashed if ids is None else pc.if_else(pc.is_null(ids), hashed, ids)
     out = {"id": ids, **{k: out[k] for k in CANONICAL_TYPES if k in out and k != "id"}}
-    used = set(mapped.values()) | set(out) | {"__line"}
-    for name in kept.column_names:
-        if name not in used:
-            out[name] = kept[name]
+    for name in rest.column_names:
+        if name not in out and name != "__line":
+            out[name] = rest[name]
     return pa.table(out)
 
 
