@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def test_hypothesis_only_probe_learns_the_artifacts(tmp_path):
-    run_cli("probe", "--hypothesis-only", "--train", SNLI_DEV, "--eval", SNLI_TEST, "--eval", SNLI_HARD,
+    run_cli("probe", "--inputs", "hypothesis", "--train", SNLI_DEV, "--eval", SNLI_TEST, "--eval", SNLI_HARD,
             "--preset", "snli", "--out", tmp_path / "probe", "--save-model", tmp_path / "model")
     report = json.loads((tmp_path / "probe" / "report.json").read_text())
     assert report["accuracy"] >= 0.50  # chance is 1/3

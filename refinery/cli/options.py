@@ -1,5 +1,5 @@
-"""Options shared by the verbs: the input's, the engine, ``--mode``, the task model's, and a verb's pipeline
-as a file to save (``--print-config``)."""
+"""Options shared by the verbs: the input's, the engine, ``--mode``, and a verb's pipeline as a file to save
+(``--print-config``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,34 +66,8 @@ def _secrets_as_variables(options: dict) -> dict:
                 _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
 
 
-def _model_option(name: str, dest: str | None = None):
-    """The option of ``CompareConfig``'s field ``name`` as ``probe`` takes it: the field's option name, default,
-    help and choices (the task model's settings are written once, in ``CompareConfig``)."""
-    from refinery.methods.compare.config import CompareConfig
-    from refinery.pipeline.fields import leaves
-
-    leaf = next(leaf for leaf in leaves(CompareConfig) if leaf.path == (name,))
-    allowed = leaf.field.metadata.get("allowed")
-    kind = click.Choice(list(allowed.choices)) if allowed and allowed.choices else leaf.hint
-    return click.option(leaf.option, dest or name, type=kind, default=leaf.default, show_default=True,
-                        help=leaf.field.metadata["help"])
-
-
-def precision_option(f):
-    return _model_option("precision", "train_precision")(f)
-
-
 MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "
              "there), keep it when it was made from the same inputs and options, or stop.")
-
-
-def task_model_options(f):
-    """The task model of ``probe``: an n-gram classifier or a fine-tuned encoder (``CompareConfig``'s fields)."""
-    options = [_model_option("backend"), _model_option("model", "model_name"), _model_option("epochs"),
-               _model_option("lr"), _model_option("batch_size", "batch"), _model_option("max_length")]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def engine_option(f):

@@ -9,19 +9,12 @@ import click
 
 from refinery.cli.base import RefineryCommand
 from refinery.cli.config_options import config_options, given
-from refinery.cli.options import (
-    finished_mode_option,
-    input_options,
-    io_timeout_option,
-    mode_option,
-    precision_option,
-    printable_pipeline,
-    task_model_options,
-)
+from refinery.cli.options import finished_mode_option, input_options, io_timeout_option, mode_option, printable_pipeline
 from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.config import parse_named, train_split
 from refinery.methods.compare.stage import CompareStage, CompareStageConfig
+from refinery.methods.probe import ProbeConfig
 from refinery.pipeline.config import InputSpec, from_dict
 from refinery.pipeline.stage import conservation
 
@@ -171,29 +164,24 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 
 @tools.command(cls=RefineryCommand)
 @click.option("--train", "train", multiple=True, required=True, help="Training corpus (repeatable).")
-@click.option("--eval", "evaluate_on", multiple=True, help="Corpora to score (repeatable).")
 @click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
-@click.option("--hypothesis-only", is_flag=True, help="Read text_b alone (the hypothesis-only probe).")
-@task_model_options
-@click.option("--save-model", help="Save the fitted classifier here (for --model of confidence, IBADR).")
+@config_options(ProbeConfig, "cfg")
 @finished_mode_option
-@precision_option
 @input_options
-def probe(*, train, evaluate_on, out, hypothesis_only, backend, model_name, epochs, lr, batch, max_length,
-          save_model, train_precision, mapping, opts):
-    """Train a classifier (hypothesis-only or full input) on --train and score --eval corpora."""
-    from refinery.methods.probe import ProbeConfig, ProbeStage
+def probe(*, train, out, mapping, opts, **params):
+    """Train a classifier (on the pair, or the hypothesis alone) on --train and score --eval corpora."""
+    from refinery.methods.probe import ProbeStage
     from refinery.pipeline.output import StageOutput
     from refinery.pipeline.stage import StageInput
 
-    params = {} if backend == "ngram" else {"model": model_name, "epochs": epochs, "lr": lr,
-                                             "batch_size": batch, "max_length": max_length,
-                                             "precision": train_precision}
-    config = ProbeConfig(backend, "hypothesis" if hypothesis_only else "pair", params, evaluate_on, save_model)
+    try:
+        config = from_dict(ProbeConfig, given(ProbeConfig, params, "cfg"), where="")
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
     report = ProbeStage(config).run(StageInput({"": list(train)}, mapping, opts),
                                     StageOutput(out, opts.storage_options, list(train))).report
-    click.echo(f"{backend} ({'hypothesis-only' if hypothesis_only else 'full input'}) on "
-               f"{report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
+    reads = "hypothesis-only" if config.inputs == "hypothesis" else "full input"
+    click.echo(f"{config.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
     for name, r in report["eval"].items():
         click.echo(f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
                    f"{r['rows']:,} rows)")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from refinery.core.validation import NOT_EMPTY, setting
+from refinery.methods.compare.config import TaskModel
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
@@ -18,15 +20,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class ProbeConfig:
-    """The classifier (``backend`` and what it reads, ``inputs``; ``params``: the transformer's settings), the
-    corpora it scores, and where the fitted classifier is saved (a folder or URL; none: not saved)."""
+class ProbeConfig(TaskModel):
+    """The classifier (``TaskModel``: the backend, what it reads, the transformer's training), the corpora it
+    scores, and where the fitted classifier is saved (a folder or URL; none: not saved)."""
 
-    backend: str = "ngram"
-    inputs: str = "pair"
-    params: dict = field(default_factory=dict)
-    evaluate: tuple = ()
-    save_model: str | None = None
+    evaluate: tuple = setting((), help="A corpus to score (repeat for more).", option="--eval", multiple=True)
+    save_model: str | None = setting(None, NOT_EMPTY.or_none(), "Save the fitted classifier here (a folder or URL), "
+                                                                "for --model of confidence and IBADR.")
 
 
 class ProbeStage(Stage):
@@ -42,15 +42,15 @@ class ProbeStage(Stage):
 
         from refinery.io.corpus import load
         from refinery.io.splits import split_name
-        from refinery.models.base import label_proba, make_classifier
+        from refinery.models.base import label_proba
 
         c = self.config
         train_table, rejects = source.load()
-        model = make_classifier(c.backend, c.inputs, **c.params)
+        model = c.classifier()
         t = time.perf_counter()
         model.fit(train_table)
         fit_seconds = time.perf_counter() - t
-        report = {"backend": c.backend, "inputs": c.inputs, "params": c.params, "train": source.paths,
+        report = {**c.model_key(), "train": source.paths,
                   "train_rows": train_table.num_rows, "fit_seconds": round(fit_seconds, 2), "eval": {}}
         if getattr(model, "precision_", None) is not None:
             report["train_precision"] = model.precision_.to_dict()

@@ -1,5 +1,6 @@
-"""The comparison's task model (``CompareConfig``, the keys under a ``compare`` step's ``model:``) and the specs
-that name its corpora: ``NAME=PATH`` training corpora (``PATH@SPLIT``), ``NAME=PATH[:PRESET]`` evaluation sets and
+"""The task model (``TaskModel``: the options of ``refinery probe`` and ``refinery compare``), the comparison's
+settings around it (``CompareConfig``, the keys under a ``compare`` step's ``model:``) and the specs that name its
+corpora: ``NAME=PATH`` training corpora (``PATH@SPLIT``), ``NAME=PATH[:PRESET]`` evaluation sets and
 ``NAME=FROM:TO,…`` label maps."""
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ class EvalSet:
 
 
 @dataclass
-class CompareConfig:
-    """The task model (``backend`` ngram | transformer, the transformer's encoder and training),
-    what it reads (``inputs`` pair | hypothesis: the bias probe), seeds, bootstrap draws, and the
-    extra columns to break accuracy down by: the keys under ``model:`` of a pipeline's ``compare`` step."""
+class TaskModel:
+    """The task model: an n-gram classifier or a fine-tuned transformer encoder (``backend``, the encoder and its
+    training), and what it reads (``inputs`` pair | hypothesis: the hypothesis-only bias probe). Its fields are the
+    options of ``refinery probe`` and ``refinery compare``, and their pipeline keys."""
 
     backend: str = setting("ngram", one_of("ngram", "transformer"),
                            "An n-gram classifier, or a fine-tuned transformer encoder (--model).")
@@ -49,19 +50,11 @@ class CompareConfig:
     max_length: int = setting(128, at_least(1), "Transformer input length, in tokens.")
     precision: str = setting("auto", one_of(*PRECISIONS), "Transformer fine-tuning precision. auto: bf16 autocast "
                              "where the device computes bf16 natively, float32 elsewhere.", option="--train-precision")
-    seeds: int = setting(1, at_least(1), "Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: "
-                                         "initialisations).")
-    bootstrap: int = setting(1000, at_least(100), "Draws of the paired bootstrap.")
-    by: tuple = setting((), help="Also break accuracy down by this column (repeat for more).", multiple=True)
-    slices: int = setting(10, at_least(0), "Top biased features of the baseline corpus whose slices (rows of the "
-                                           "feature's label and the others) are scored (0: none).")
-    allow_overlap: bool = setting(False, help="Score evaluation rows also found in a training corpus (marked in the "
-                                              "report) instead of failing.")
 
     def __post_init__(self):
         validate(self)
 
-    def classifier(self, seed: int):
+    def classifier(self, seed: int = 0):
         from refinery.models.base import make_classifier
 
         if self.backend == "ngram":
@@ -71,10 +64,25 @@ class CompareConfig:
                                precision=self.precision)
 
     def model_key(self) -> dict:
-        """What a finished run depends on (not the seed count, bootstrap draws or breakdowns)."""
+        """What a fitted model depends on (not a comparison's seed count, bootstrap draws or breakdowns)."""
         keep = ("backend", "inputs") + (() if self.backend == "ngram" else
                                          ("model", "epochs", "lr", "batch_size", "max_length", "precision"))
         return {k: getattr(self, k) for k in keep}
+
+
+@dataclass
+class CompareConfig(TaskModel):
+    """The comparison's task model (``TaskModel``), its seeds and bootstrap draws, and the extra columns to break
+    accuracy down by: the keys under ``model:`` of a pipeline's ``compare`` step."""
+
+    seeds: int = setting(1, at_least(1), "Runs per corpus (n-gram: bootstrap replicates of the corpus; transformer: "
+                                         "initialisations).")
+    bootstrap: int = setting(1000, at_least(100), "Draws of the paired bootstrap.")
+    by: tuple = setting((), help="Also break accuracy down by this column (repeat for more).", multiple=True)
+    slices: int = setting(10, at_least(0), "Top biased features of the baseline corpus whose slices (rows of the "
+                                           "feature's label and the others) are scored (0: none).")
+    allow_overlap: bool = setting(False, help="Score evaluation rows also found in a training corpus (marked in the "
+                                              "report) instead of failing.")
 
 
 def parse_named(specs, option: str) -> dict:
