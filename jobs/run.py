@@ -6,8 +6,9 @@
 Stages run with the Ray engine unless ``--engine local`` is given; the pipeline's input and
 ``--out`` may be object-store URLs (credentials from the job's environment). The job ends as the
 ``refinery`` command does: an error is one ``error: …`` line (exit 2 for what the user can fix, 1
-otherwise; ``REFINERY_DEBUG=1`` shows the traceback), and a cluster that does not answer within
-``--ray-timeout`` seconds fails in one line naming its address.
+otherwise; ``REFINERY_DEBUG=1`` shows the traceback), ``ray job stop`` (SIGTERM) one ``terminated`` line
+(exit 143), and a cluster that does not answer within ``--ray-timeout`` seconds fails in one line naming its
+address.
 """
 import argparse
 import os
@@ -19,6 +20,7 @@ from refinery.cli.base import ended  # noqa: E402
 from refinery.pipeline.config import load_pipeline  # noqa: E402
 from refinery.pipeline.engine import RAY_TIMEOUT, RAY_TIMEOUT_ENV, ray_init  # noqa: E402
 from refinery.pipeline.runner import run_pipeline  # noqa: E402
+from refinery.termination import end_on_sigterm, finish_undisturbed  # noqa: E402
 
 
 def seconds(text: str) -> float:
@@ -37,6 +39,7 @@ def main(argv=None) -> int:
     p.add_argument("--ray-timeout", type=seconds, metavar="SECONDS",
                    help=f"seconds the cluster may take to answer (default: {RAY_TIMEOUT_ENV}, else {RAY_TIMEOUT:g})")
     args = p.parse_args(argv)
+    end_on_sigterm()   # ``ray job stop`` sends SIGTERM: the job ends as an interrupted command does
     if args.ray_timeout is not None:
         os.environ[RAY_TIMEOUT_ENV] = str(args.ray_timeout)
     if args.engine == "ray":
@@ -57,4 +60,5 @@ if __name__ == "__main__":
         if os.environ.get("REFINERY_DEBUG"):
             raise
         code = ended(e)
+    finish_undisturbed()
     sys.exit(code)

@@ -136,7 +136,8 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert proc.stdout.startswith("rows in 3,261 = ") and proc.stderr == "", proc.stderr
 
 
-def test_ctrl_c_exits_130_and_leaves_the_finished_output_as_it_was(tmp_path):
+@pytest.mark.parametrize("sent, code, said", [("SIGINT", 130, "interrupted: "), ("SIGTERM", 143, "terminated (SIGTERM): ")])
+def test_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_the_finished_output_as_it_was(tmp_path, sent, code, said):
     import signal
     import subprocess
     import time
@@ -150,12 +151,33 @@ def test_ctrl_c_exits_130_and_leaves_the_finished_output_as_it_was(tmp_path):
     proc = subprocess.Popen([REFINERY, *map(str, args), SNLI_DEV, SNLI_TEST, "--folds", "5", "--solver", "lbfgs"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)          # reading done, the five cross-fitted L-BFGS models (about 15 s) under way
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, sent))
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.strip().startswith("interrupted") and "Traceback" not in err, err
+    assert proc.returncode == code and err.startswith(said) and len(err.splitlines()) == 1, err
     after = _snapshot(out)     # the folds the interrupted run finished are kept for a rerun to resume from
     assert {k: v for k, v in after.items() if not k.startswith("_checkpoints/")} == before
     assert not [p for p in os.listdir(tmp_path) if p != "conf"]
+
+
+def test_sigterm_stays_refinerys_through_rays_connect():
+    """ray.init installs a SIGTERM handler that exits with code 15: around it refinery's comes back, and a SIGTERM
+    within it is refinery's Terminated (an interrupt: the same clean-up as Ctrl-C)."""
+    import signal
+
+    from refinery.termination import Terminated, end_on_sigterm, sigterm_kept
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        end_on_sigterm()
+        ours = signal.getsignal(signal.SIGTERM)
+        with sigterm_kept():
+            signal.signal(signal.SIGTERM, lambda signum, frame: None)   # what ray.init does
+        assert signal.getsignal(signal.SIGTERM) is ours
+        with pytest.raises(Terminated), sigterm_kept():
+            raise SystemExit(signal.SIGTERM)                           # ray.init's handler, run
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.mark.parametrize("files", [

@@ -83,8 +83,14 @@ def first_sentence(doc: str) -> str:
 
 def ended(e: BaseException) -> int:
     """Say on stderr, in one line, how the command that raised ``e`` ended, and give its exit code: 130 for
-    Ctrl-C (naming what the run had already published), 0 for a reader that closed the pipe (nothing said),
-    2 for what the user can fix (``user_errors``), 1 for refinery's own fault. ``jobs/run.py`` ends the same."""
+    Ctrl-C and 143 for SIGTERM (naming what the run had already published), 0 for a reader that closed the pipe
+    (nothing said), 2 for what the user can fix (``user_errors``), 1 for refinery's own fault. ``jobs/run.py``
+    ends the same."""
+    from refinery.termination import was_terminated
+
+    if was_terminated(e):
+        click.echo(f"terminated (SIGTERM): {_published_before()}", err=True)
+        return 143
     if isinstance(e, KeyboardInterrupt):
         click.echo(f"interrupted: {_published_before()}", err=True)
         return 130

@@ -14,6 +14,7 @@ from refinery.cli.config_options import config_options, given
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
 from refinery.quiet import QUIET_ENV, quiet_other_bars, set_quiet
+from refinery.termination import end_on_sigterm, finish_undisturbed
 
 
 @click.group(cls=RefineryGroup, verbs_from=("refinery.cli.tools:tools",),
@@ -27,6 +28,7 @@ from refinery.quiet import QUIET_ENV, quiet_other_bars, set_quiet
 @click.version_option(package_name="refinery")
 def main(debug, quiet, ray_timeout):
     """refinery: audit and debias labeled text corpora."""
+    end_on_sigterm()
     if quiet:
         set_quiet()
     quiet_other_bars()
@@ -88,6 +90,7 @@ def run() -> None:
         else:
             print(e.code, file=sys.stderr)
             code = 1
+    finish_undisturbed()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

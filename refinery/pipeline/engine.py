@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
+from refinery.termination import sigterm_kept
+
 if TYPE_CHECKING:
     from refinery.progress import Progress   # tqdm loads when a bar is drawn, not at a command's start
 
@@ -147,22 +149,24 @@ def ray_init(num_cpus: int | None = None):
     if address:
         check_ray_address()
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            with sigterm_kept():
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as e:
             detail = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
             raise RayUnreachable(f"joining the Ray cluster at RAY_ADDRESS={address} failed: {detail}") from e
     else:
         # a private instance turns on Ray's token authentication and says so on every start: keep it, unsaid
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-        ray.init(
-            address="local",  # a fresh local instance, never a stray head found on the machine
-            num_cpus=num_cpus or os.cpu_count(),
-            include_dashboard=False,
-            object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-            configure_logging=True,
-        )
+        with sigterm_kept():
+            ray.init(
+                address="local",  # a fresh local instance, never a stray head found on the machine
+                num_cpus=num_cpus or os.cpu_count(),
+                include_dashboard=False,
+                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                configure_logging=True,
+            )
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False
