@@ -116,6 +116,7 @@ def scored_dev(tmp_path_factory, snli_dev):
     contradiction = (snli_dev["label"].to_numpy(zero_copy_only=False) == "contradiction")
     table = snli_dev.append_column("keeps_shortcut", pa.array(np.where(shortcut & ~contradiction, 0.0, 1.0)))
     table = table.append_column("drops_shortcut", pa.array(np.where(shortcut & contradiction, 0.0, 1.0)))
+    table = table.append_column("keeps_five", pa.array(np.where(np.arange(table.num_rows) < 5, 0.9, 0.0)))
     write_table(table, str(root / "dev"))
     return root
 
@@ -135,6 +136,21 @@ def test_confidence_verdict_credits_a_filter_that_removes_a_shortcut_and_catches
     else:    # its counter-examples gone, sleeping rises (by ≥ 1 z*); the remedy names --tau
         assert "sleeping@hypothesis" in {c["feature"] for c in verdict["worsened"] if c["label"] == "contradiction"}
         assert "lower --tau (now 0.5)" in verdict["remedy"] and "remedy: a model is most confident" in proc.stderr
+
+
+@pytest.mark.parametrize("tau, kept", [(0.5, 5), (0.95, 0)])
+def test_confidence_keeping_too_few_rows_to_test_a_feature_warns_and_keeping_none_is_not_judged(scored_dev, tau, kept):
+    """Five rows kept: no feature reaches min_count after (it raised IndexError); none kept: no verdict is claimed
+    for an empty corpus (it said 'ok')."""
+    out = scored_dev / f"few-{kept}"
+    proc = run_cli("confidence", scored_dev / "dev", "--proba-column", "keeps_five", "--tau", tau, "--out", out)
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["kept"] == kept and f"warning: kept {kept / 9842:.1%} of the rows" in proc.stderr
+    if kept:
+        assert report["verdict"]["max_z"]["contradiction"]["after"] is None
+    else:
+        assert "verdict" not in report and "no verdict: nothing was kept" in proc.stdout
+        assert "No verdict: nothing was kept" in (out / "report" / "report.html").read_text()
 
 
 @pytest.mark.ray

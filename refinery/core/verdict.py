@@ -231,7 +231,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     # cells significant after: remaining; of those, the ones not significant before (or rose): worsened
     ra, ja = np.nonzero(a.z > t)
     rb_of = b.lookup(a.names.take(pa.array(ra, pa.int64()))) if len(ra) else np.empty(0, np.int64)
-    z_before = np.where(rb_of >= 0, b.z[np.maximum(rb_of, 0), ja] if len(ra) else 0.0, np.nan)
+    z_before = _z_at(b, rb_of, ja, np.nan)
     changes = [FeatureChange(a.names[int(r)].as_py(), labels[j], None if rb < 0 else round(float(zb), 4),
                              round(float(a.z[r, j]), 4), float(b.n[rb]) if rb >= 0 else 0.0, float(a.n[r]),
                              round(float(a.p[r, j]), 4))
@@ -250,7 +250,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     # cells significant before and not after (untested after counts as not significant): fixed
     rb, jb = np.nonzero(b.z > t)
     ra_of = a.lookup(b.names.take(pa.array(rb, pa.int64()))) if len(rb) else np.empty(0, np.int64)
-    z_after = np.where(ra_of >= 0, a.z[np.maximum(ra_of, 0), jb] if len(rb) else 0.0, -np.inf)
+    z_after = _z_at(a, ra_of, jb, -np.inf)
     gone = z_after <= t
     fixed = [FeatureChange(b.names[int(r)].as_py(), labels[j], round(float(b.z[r, j]), 4),
                            None if ro < 0 else round(float(za), 4), float(b.n[r]),
@@ -261,6 +261,14 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
                    significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
                    prior=prior)
+
+
+def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -> np.ndarray:
+    """z* of ``side`` at (``rows``, ``columns``), ``untested`` where the row is −1 (a side may test no feature:
+    a stage's output too small for any feature to reach ``min_count``)."""
+    if not len(side.z):
+        return np.full(len(rows), untested)
+    return np.where(rows >= 0, side.z[np.maximum(rows, 0), columns], untested)
 
 
 def _by(key: np.ndarray, *columns):

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 TOP_REASONS = 20
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
+NOTHING_KEPT = "no verdict: nothing was kept, and an empty corpus is not judged"
 
 
 def verdict_headline(verdict: dict) -> str:
@@ -147,13 +148,17 @@ class FilterStage(Stage):
 
         report = {**written, "config": to_dict(self.config)}
         kept, dropped, input_rejects = written["kept"], written["filtered_out"], written["input_rejects"]
+        judged = measured is not None and measured.rows
         verdict = judge_weightings(measured, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
-            if measured is not None and measured.rows else None
+            if judged and kept else None
         if verdict is not None:
             report["verdict"] = verdict.to_dict()
+        elif judged:   # an empty corpus holds no shortcut, and no signal either: it is not called debiased
+            report["not_judged"] = NOTHING_KEPT
         self._write_report(report, out, verdict)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
-        headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else "")
+        headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
+                                f"; {NOTHING_KEPT}" if judged else "")
         share = kept / max(kept + dropped, 1)
         warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}); check the settings "
                     f"({', '.join(f'{k} {v}' for k, v in to_dict(self.config).items() if v is not None)})",) \
@@ -162,7 +167,9 @@ class FilterStage(Stage):
             warnings += tuple(verdict.warnings())
         return StageResult(kept + dropped + input_rejects,
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
-                           report, headline, (rows_line, *(verdict.lines() if verdict else ())), warnings)
+                           report, headline, (rows_line, *(verdict.lines() if verdict else
+                                                           [report["not_judged"]] if "not_judged" in report else ())),
+                           warnings)
 
     def _write_report(self, report: dict, out: StageOutput, verdict) -> None:
         from refinery.report import format as fmt
@@ -175,6 +182,8 @@ class FilterStage(Stage):
         page = out.report_page(f"{self.name}: {doc.rstrip('.')}")
         if verdict is not None:
             page.section(verdict_html.HEADING, verdict_html.section(verdict))
+        elif "not_judged" in report:
+            page.section(verdict_html.HEADING, note(report["not_judged"].capitalize() + "."))
         page = (page
                 .section("Rows", fields({k.replace("_", " "): report[k]
                                          for k in ("kept", "filtered_out", "input_rejects")}))
