@@ -22,6 +22,7 @@ from refinery.io.corpus_writer import (
     convert,
 )
 from refinery.io.inputs import expand_paths
+from refinery.io.read_options import ReadOptions
 from refinery.io.schema import PRESETS, parse_mapping
 
 
@@ -288,6 +289,32 @@ def test_a_corpus_folder_reads_as_its_rows_in_pandas_pyarrow_and_datasets(tmp_pa
     assert pads.dataset(out).to_table().equals(rows)
     assert datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf")).num_rows == 200
     assert sorted(p.name for p in out.iterdir()) == [".refinery", ".refinery.json", *manifest["files"]]
+
+
+def test_columns_whose_types_drift_between_batches_end_in_one_schema_as_a_whole_read_gives(tmp_path):
+    """An unmapped column that is a number in one batch and text in the next, or first appears late, crashed the
+    writer ('Unable to merge') or began shards of other schemas, which pandas and datasets cannot read as one."""
+    import pandas as pd
+
+    datasets = pytest.importorskip("datasets")
+    rows = _nli_rows(12)
+    for i, row in enumerate(rows):
+        row["extra"] = i if i < 5 else f"t{i}" if i < 9 else {"k": i}   # int64, then text, then a struct
+        if i >= 7:
+            row["late"] = i % 2 == 0                                       # a column first seen at row 8
+    src = _write_jsonl(tmp_path / "in.jsonl", rows)
+    whole = convert([src], str(tmp_path / "whole"), PRESETS["snli"])
+    opts = ReadOptions(batch_rows=2)
+    drifted = convert([src], str(tmp_path / "drift"), PRESETS["snli"], opts, shard_rows=3)
+    assert len(drifted["files"]) > 1 and whole["rows"] == drifted["rows"] == 12
+    schemas = {pq.read_schema(tmp_path / "drift" / f) for f in drifted["files"]}
+    assert len(schemas) == 1 and schemas.pop().field("extra").type == pa.string()
+    assert pd.read_parquet(tmp_path / "drift").equals(pd.read_parquet(tmp_path / "whole"))
+    assert Corpus.open(str(tmp_path / "drift")).read()["extra"].to_pylist()[3:10] == \
+        ["3", "4", "t5", "t6", "t7", "t8", '{"k": 9}']
+    loaded = datasets.load_dataset("parquet", data_dir=str(tmp_path / "drift"), split="train",
+                                   cache_dir=str(tmp_path / "hf"))
+    assert loaded.num_rows == 12 and loaded.column_names[-2:] == ["extra", "late"]
 
 
 def test_a_corpus_folder_is_a_data_dir_for_datasets_parquet(tmp_path):

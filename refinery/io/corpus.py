@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
+from refinery.io.common_schema import common_schema, conform
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
 from refinery.io.readers import read_input
@@ -185,7 +186,11 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     if not tables:
         return pa.table({"id": pa.array([], pa.string()), "text_a": pa.array([], pa.string()),
                          "text_b": pa.array([], pa.string()), "label": pa.array([], pa.string())})
-    return pa.concat_tables(tables, promote_options="permissive")
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):   # a column's type drifted between batches: to their common type
+        schema = common_schema(t.schema for t in tables)
+        return pa.concat_tables([conform(t, schema) for t in tables])
 
 
 def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: ReadOptions = ReadOptions()

@@ -17,6 +17,7 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from refinery.io.common_schema import common_schema, conform
 from refinery.io.corpus import (CARD, FORMAT, MANIFEST, REJECTS, AllRejected, concat, finished_run, input_fingerprints,
                                 iter_input_batches, load, manifest_path, reject_reasons, reusable, value_counts)
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
@@ -64,7 +65,8 @@ class CorpusWriter(AbortsOnError):
         self._tasks: list[Future] = []   # work handed to the writer thread, not yet known to be done
         self._labels: dict[str, int] = {}
         self._splits: dict[str, int] = {}   # for the card: the rows of each value of a ``split`` column,
-        self._schemas: list[pa.Schema] = []   # the shards' columns
+        self._schemas: list[pa.Schema] = []   # the shards' columns (and their names, to conform them at commit)
+        self._names: list[str] = []
         self._nbytes = 0                      # and the rows' size in Arrow
         self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
         # shards are encoded and written a row group at a time on one background thread (Arrow releases the
@@ -110,7 +112,8 @@ class CorpusWriter(AbortsOnError):
                 else:
                     head = fitted
             if self._shard is None:
-                self._shard = _ShardWriter(self._dir, f"part-{len(self._files):05d}.parquet", head.schema)
+                self._names.append(f"part-{len(self._files):05d}.parquet")
+                self._shard = _ShardWriter(self._dir, self._names[-1], head.schema)
                 self._files.append(None)
                 self._schemas.append(head.schema)
             self._shard.rows += head.num_rows
@@ -155,6 +158,11 @@ class CorpusWriter(AbortsOnError):
         self._files = [f.result() for f in self._files]
         self._reject_files = [f.result() for f in self._reject_files]
         self._writer.shutdown()
+        schema = common_schema(self._schemas) if self._schemas else None
+        for i, shard_schema in enumerate(self._schemas):   # shards begun for a drifted column: rewritten to it
+            if shard_schema != schema:
+                table = pq.read_table(pa.BufferReader(self._dir.read_bytes(self._files[i]["path"])))
+                self._files[i] = _ShardWriter(self._dir, self._names[i], schema).write(conform(table, schema))
         self.manifest = {
             "format": FORMAT,
             "rows": sum(f["rows"] for f in self._files),
@@ -169,7 +177,6 @@ class CorpusWriter(AbortsOnError):
             "command": redact(command_line()),
             "config": redact(self.config),
         }
-        schema = pa.unify_schemas(self._schemas, promote_options="permissive") if self._schemas else None
         card = dataset_card(self.manifest, schema, self._nbytes, dict(sorted(self._splits.items())))
         self._dir.write_text(CARD, card)
         self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
@@ -202,14 +209,12 @@ class _ShardWriter:
                                         write_statistics=small)
 
     def fit(self, table: pa.Table) -> pa.Table | None:
-        """``table`` in this shard's schema (types cast where the columns are the same), or None if it cannot be."""
+        """``table`` in this shard's schema, or None where the shard's types do not hold its values (another
+        column, or a type that is not the common type: a shard of its own, conformed at commit)."""
         if table.schema == self.schema:
             return table
-        if table.schema.names == self.schema.names:
-            try:
-                return table.cast(self.schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                return None
+        if table.schema.names == self.schema.names and common_schema([self.schema, table.schema]) == self.schema:
+            return conform(table, self.schema)
         return None
 
     def append(self, table: pa.Table) -> None:

@@ -173,6 +173,11 @@ class AtomicDir(AbortsOnError):
         with self.open(name) as fh, on_store(f"{self.out}/{name}", "writing"):
             fh.write(data)
 
+    def read_bytes(self, name: str) -> bytes:
+        """A file this run wrote into the folder (to rewrite it before the commit)."""
+        with on_store(f"{self.out}/{name}", "reading"), self.fs.open(join(self.tmp, name), "rb") as fh:
+            return fh.read()
+
     def write_text(self, name: str, text: str) -> None:
         self.write_bytes(name, text.encode("utf-8"))
 
