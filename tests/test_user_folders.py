@@ -159,6 +159,17 @@ def test_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_the_finished_output_as_it
     assert not [p for p in os.listdir(tmp_path) if p != "conf"]
 
 
+def test_a_ctrl_c_that_duckdb_answers_ends_as_an_interrupt(capsys):
+    """Ctrl-C while DuckDB hashes row ids surfaces as its RuntimeError('Query interrupted'): exit 130, not 1."""
+    import duckdb
+
+    from refinery.cli.base import ended
+
+    for e in (RuntimeError("Query interrupted"), duckdb.InterruptException("INTERRUPT Error: Interrupted!")):
+        assert ended(e) == 130 and capsys.readouterr().err.startswith("interrupted: ")
+    assert ended(RuntimeError("something else")) == 1
+
+
 def test_sigterm_stays_refinerys_through_rays_connect():
     """ray.init installs a SIGTERM handler that exits with code 15: around it refinery's comes back, and a SIGTERM
     within it is refinery's Terminated (an interrupt: the same clean-up as Ctrl-C)."""

@@ -91,7 +91,7 @@ def ended(e: BaseException) -> int:
     if was_terminated(e):
         click.echo(f"terminated (SIGTERM): {_published_before()}", err=True)
         return 143
-    if isinstance(e, KeyboardInterrupt):
+    if isinstance(e, KeyboardInterrupt) or _query_interrupted(e):
         click.echo(f"interrupted: {_published_before()}", err=True)
         return 130
     if isinstance(e, BrokenPipeError):
@@ -99,6 +99,14 @@ def ended(e: BaseException) -> int:
         return 0
     click.echo(f"error: {_one_line(e)}", err=True)
     return 2 if isinstance(e, user_errors()) else 1
+
+
+def _query_interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is DuckDB's answer to a Ctrl-C that came while it ran a query: its ``InterruptException``, or
+    the ``RuntimeError("Query interrupted")`` its Python client raises for one."""
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and (isinstance(e, duckdb.InterruptException) or
+                                   (type(e) is RuntimeError and str(e).startswith("Query interrupted")))
 
 
 SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
