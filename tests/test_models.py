@@ -32,6 +32,32 @@ def test_hypothesis_only_probe_learns_the_artifacts(tmp_path):
     assert set(preds.column_names) >= {"id", "split", "label", "prediction", "p_label"}
 
 
+def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(tmp_path):
+    """HANS read through SNLI's preset lost half its rows without a word (accuracy 0.0001 on 15,000); two evals of
+    one name overwrote each other; --mode skip kept a result whose eval file had changed."""
+    from conftest import DATA
+
+    hans = str(DATA / "hans" / "hans_regenerated.tsv")
+    (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:300]))
+    args = ("probe", "--train", SNLI_HARD, "--preset", "snli", "--eval", hans, "--eval", f"hans={hans}:hans",
+            "--eval", tmp_path / "ev.jsonl", "--out", tmp_path / "p", "--mode", "skip")
+    proc = run_cli(*args)
+    scores = json.loads((tmp_path / "p" / "report.json").read_text())["eval"]
+    assert proc.stdout.startswith("rows in 3,261 = 3,261 trained on + 0 input rejects (ok)\n")
+    assert scores["hans"]["rows"] == 30_000 and scores["hans"]["rejected"] == 0 and scores["hans"]["preset"] == "hans"
+    assert scores["hans_regenerated"]["rows"] == scores["hans_regenerated"]["rejected"] == 15_000
+    assert "evaluation corpus hans_regenerated is scored on 15,000 of its 30,000 rows" in proc.stderr
+    assert f"--eval hans_regenerated={hans}:PRESET" in proc.stderr
+    (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:200]))   # an eval file changes
+    again = run_cli(*args, check=False)
+    assert again.returncode == 2 and "holds a result made from other inputs" in again.stderr, again.stdout
+    refused = [run_cli("probe", "--train", SNLI_HARD, "--preset", "snli", *extra, "--out", tmp_path / "q", check=False)
+               for extra in (("--eval", SNLI_TEST, "--eval", tmp_path / "snli_test.jsonl"),
+                             ("--save-model", tmp_path / "q" / "model"))]
+    assert [r.returncode for r in refused] == [2, 2] and not (tmp_path / "q").exists()
+    assert "two evaluation corpora are named 'snli_test'" in refused[0].stderr and "overlap" in refused[1].stderr
+
+
 def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
     run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
     out = run_cli("confidence", SNLI_TEST, "--preset", "snli", "--model", tmp_path / "m", "--tau", "0.6",

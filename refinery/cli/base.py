@@ -33,7 +33,7 @@ def _one_line(e: BaseException) -> str:
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
 
 
-INPUT_PARAMS = ("inputs", "named", "train", "cfg__evals", "evaluate_on", "original", "predictions")  # corpora verbs read
+INPUT_PARAMS = ("inputs", "named", "train", "cfg__evals", "cfg__evaluate", "original", "predictions")  # corpora verbs read
 
 
 def input_paths(params: dict) -> list[str]:

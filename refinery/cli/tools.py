@@ -176,15 +176,29 @@ def probe(*, train, out, mapping, opts, **params):
 
     try:
         config = from_dict(ProbeConfig, given(ProbeConfig, params, "cfg"), where="")
+        if config.save_model:
+            _apart("--save-model", config.save_model, out)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    report = ProbeStage(config).run(StageInput({"": list(train)}, mapping, opts),
-                                    StageOutput(out, opts.storage_options, list(train))).report
+    result = ProbeStage(config).run(StageInput({"": list(train)}, mapping, opts),
+                                    StageOutput(out, opts.storage_options, list(train)))
+    report = result.report
     reads = "hypothesis-only" if config.inputs == "hypothesis" else "full input"
+    click.echo(result.conservation())
     click.echo(f"{config.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
     for name, r in report["eval"].items():
+        rejected = f", {r['rejected']:,} rejected" if r["rejected"] else ""
         click.echo(f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
-                   f"{r['rows']:,} rows)")
+                   f"{r['rows']:,} rows{rejected})")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+def _apart(option: str, path: str, out: str) -> None:
+    """Refuse ``option``'s folder where it is, holds or lies inside ``--out`` (one would replace the other)."""
+    a, b = (p.rstrip("/") if "://" in p else os.path.abspath(p) for p in (path, out))
+    if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
+        raise ValueError(f"{option} {path} and --out {out} overlap: give {option} a folder of its own, outside --out")
 
 
 @tools.command(cls=RefineryCommand)

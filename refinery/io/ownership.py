@@ -53,10 +53,11 @@ def _marker(fs, path: str) -> tuple[str, dict] | None:
     return None
 
 
-def claim_output(out: str, storage_options: dict | None = None) -> str:
+def claim_output(out: str, storage_options: dict | None = None, option: str = "--out") -> str:
     """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
     ``.refinery.json`` is refinery's marker, ``is_marker``). Anything else raises ``ForeignOutput`` naming a
-    file found there: refinery never deletes or replaces what it did not write."""
+    file found there (and ``option``, the command line's name for ``out``): refinery never deletes or replaces
+    what it did not write."""
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
     with on_store(out, "looking at the output folder"):
@@ -65,13 +66,13 @@ def claim_output(out: str, storage_options: dict | None = None) -> str:
         entries = [] if is_file or not fs.exists(path) else folder_entries(fs, path)
         ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
     if is_file:
-        raise ForeignOutput(f"--out {out} is a file, not a folder; give a folder for refinery's outputs")
+        raise ForeignOutput(f"{option} {out} is a file, not a folder; give a folder for refinery's outputs")
     if not entries:
         return "new"
     if ours:
         return "ours"
     shown = ", ".join(sorted(entries)[:4]) + (" …" if len(entries) > 4 else "")
-    raise ForeignOutput(f"--out {out} already holds files refinery did not write ({shown}); refinery never "
+    raise ForeignOutput(f"{option} {out} already holds files refinery did not write ({shown}); refinery never "
                         "deletes or replaces them: give a new or empty folder (e.g. "
                         f"{join(out.rstrip('/'), 'refinery-out')})")
 

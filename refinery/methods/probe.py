@@ -1,8 +1,9 @@
 """Train a classifier on one corpus and score others: hypothesis-only probes and task models.
 
-Publishes ``report.json`` (accuracy per evaluation corpus against its majority class) and
-``predictions.parquet`` (id, split, label, prediction, p_label; what ``refinery evaluate`` and
-the confidence filter read) in its folder and, with ``save_model``, the fitted classifier.
+Publishes ``report.json`` (per evaluation corpus: accuracy against its majority class, its rows and rejects)
+and ``predictions.parquet`` (id, split, label, prediction, p_label; what ``refinery evaluate`` and the confidence
+filter read) in its folder and, with ``save_model``, the fitted classifier. Every evaluation corpus is read, and
+the saved model's folder checked, before the model is fit.
 """
 from __future__ import annotations
 
@@ -12,11 +13,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting
-from refinery.methods.compare.config import TaskModel
+from refinery.methods.compare.config import EvalSet, TaskModel, parse_eval_set
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
+
+
+def _eval_spec(spec: str) -> EvalSet:
+    """``[NAME=]PATH[:PRESET]``: named by its file or folder without one."""
+    from refinery.io.splits import split_name
+
+    head = spec.split("=", 1)[0]
+    if "=" in spec and head and not {"/", ":"} & set(head):
+        return parse_eval_set(spec)
+    unnamed = parse_eval_set(f"_={spec}")
+    return EvalSet(split_name(unnamed.paths[0]), unnamed.paths, unnamed.preset)
 
 
 @dataclass
@@ -24,9 +36,21 @@ class ProbeConfig(TaskModel):
     """The classifier (``TaskModel``: the backend, what it reads, the transformer's training), the corpora it
     scores, and where the fitted classifier is saved (a folder or URL; none: not saved)."""
 
-    evaluate: tuple = setting((), help="A corpus to score (repeat for more).", option="--eval", multiple=True)
+    evaluate: tuple = setting((), help="A corpus to score, [NAME=]PATH[:PRESET] (name: its file or folder's; preset: "
+                                       "the training data's --preset/--map); repeat for more.",
+                              option="--eval", multiple=True, metavar="[NAME=]PATH[:PRESET]")
     save_model: str | None = setting(None, NOT_EMPTY.or_none(), "Save the fitted classifier here (a folder or URL), "
-                                                                "for --model of confidence and IBADR.")
+                                                                "for --model of confidence or razor's --verifier-model.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        names = [e.name for e in self.eval_sets()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"two evaluation corpora are named {repeated[0]!r}: name each, --eval NAME=PATH")
+
+    def eval_sets(self) -> list[EvalSet]:
+        return [_eval_spec(spec) for spec in self.evaluate]
 
 
 class ProbeStage(Stage):
@@ -37,45 +61,82 @@ class ProbeStage(Stage):
     verb = False   # ``refinery probe`` (cli/tools.py)
 
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
-        import numpy as np
         import pyarrow as pa
 
         from refinery.io.corpus import load
-        from refinery.io.splits import split_name
-        from refinery.models.base import label_proba
+        from refinery.io.ownership import claim_output
 
         c = self.config
+        if c.save_model:
+            claim_output(c.save_model, source.opts.storage_options, "--save-model")
         train_table, rejects = source.load()
+        evals = {e.name: (e, *load(list(e.paths), e.mapping(source.mapping), source.opts)) for e in c.eval_sets()}
+        empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]
+        if empty:
+            raise ValueError(f"evaluation corpus {empty[0]}: no good rows in {', '.join(evals[empty[0]][0].paths)}")
         model = c.classifier()
         t = time.perf_counter()
         model.fit(train_table)
-        fit_seconds = time.perf_counter() - t
-        report = {**c.model_key(), "train": source.paths,
-                  "train_rows": train_table.num_rows, "fit_seconds": round(fit_seconds, 2), "eval": {}}
+        report = {**c.model_key(), "train": source.paths, "train_rows": train_table.num_rows,
+                  "train_rejected": rejects.num_rows, "fit_seconds": round(time.perf_counter() - t, 2), "eval": {}}
         if getattr(model, "precision_", None) is not None:
             report["train_precision"] = model.precision_.to_dict()
-        predictions = []
-        for path in c.evaluate:
-            table, _ = load([path], source.mapping, source.opts)
-            proba = model.predict_proba(table)
-            pred = np.array(model.classes_, dtype=object)[proba.argmax(axis=1)]
-            labels = np.array(table["label"].to_pylist(), dtype=object)
-            p_label = label_proba(proba, model.classes_, labels)
-            values, counts = np.unique(labels, return_counts=True)
-            name = split_name(path)
-            report["eval"][name] = {"rows": table.num_rows, "accuracy": float((pred == labels).mean()),
-                                    "majority_accuracy": float(counts.max() / counts.sum())}
-            predictions.append(pa.table({"id": table["id"], "split": pa.array([name] * table.num_rows, pa.string()),
-                                         "label": table["label"], "prediction": pa.array(pred.tolist(), pa.string()),
-                                         "p_label": pa.array(p_label)}))
-        if c.evaluate:
-            report["accuracy"] = report["eval"][split_name(c.evaluate[0])]["accuracy"]
+        predictions, warnings = [], []
+        for name, (e, table, eval_rejects) in evals.items():
+            report["eval"][name], scored = _score(model, e, table)
+            report["eval"][name]["rejected"] = eval_rejects.num_rows
+            predictions.append(scored)
+            if eval_rejects.num_rows:
+                warnings.append(_rejects_warning(name, e, table.num_rows, eval_rejects))
+        if evals:
+            report["accuracy"] = report["eval"][next(iter(evals))]["accuracy"]
         if c.save_model:
             out.save_folder(c.save_model, model.save)
         with out.files("") as d:
-            d.write_parquet("predictions.parquet", pa.concat_tables(predictions) if predictions else pa.table({}))
+            d.write_parquet("predictions.parquet", pa.concat_tables(predictions) if predictions else
+                            _predictions_schema().empty_table())   # no --eval: the columns, for evaluate to name
             d.write_text("report.json", json.dumps(report, indent=1))
             d.commit()
         rows = train_table.num_rows
         return StageResult(rows + rejects.num_rows, {"trained on": rows, "input rejects": rejects.num_rows}, report,
-                           report_file="report.json")
+                           report_file="report.json", warnings=tuple(warnings))
+
+
+def _score(model, e: EvalSet, table):
+    """(accuracy, the majority class's and the rows; the predictions) of ``model`` on evaluation corpus ``e``: its
+    probabilities summed onto the corpus's own labels through ``e``'s label map (HANS: neutral and contradiction
+    are non-entailment), as ``compare`` scores."""
+    import numpy as np
+    import pyarrow as pa
+
+    from refinery.methods.compare.training import project, resolve_label_map
+
+    labels = np.array(table["label"].to_pylist(), dtype=object)
+    eval_labels = sorted(set(labels))
+    label_map = resolve_label_map(list(model.classes_), eval_labels, e.full_label_map(), e.name)
+    proba = project(model.predict_proba(table), list(model.classes_), label_map, eval_labels)
+    pred = np.array(eval_labels, dtype=object)[proba.argmax(axis=1)]
+    p_label = proba[np.arange(len(labels)), np.searchsorted(eval_labels, labels)]
+    counts = np.unique(labels, return_counts=True)[1]
+    scores = {"rows": table.num_rows, "accuracy": float((pred == labels).mean()),
+              "majority_accuracy": float(counts.max() / counts.sum()), **({"preset": e.preset} if e.preset else {})}
+    return scores, pa.table({"id": table["id"], "split": pa.array([e.name] * table.num_rows, pa.string()),
+                             "label": table["label"], "prediction": pa.array(pred.tolist(), pa.string()),
+                             "p_label": pa.array(p_label, pa.float64())})
+
+
+def _predictions_schema():
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.string()), ("split", pa.string()), ("label", pa.string()),
+                      ("prediction", pa.string()), ("p_label", pa.float64())])
+
+
+def _rejects_warning(name: str, e: EvalSet, rows: int, rejects) -> str:
+    """An evaluation corpus scored on part of its rows: how many were rejected, the commonest reason, the fix."""
+    from collections import Counter
+
+    reason, _ = Counter(rejects["reason"].to_pylist()).most_common(1)[0]
+    fix = "" if e.preset else f"; if it is another release, give its preset: --eval {name}={e.paths[0]}:PRESET"
+    return (f"evaluation corpus {name} is scored on {rows:,} of its {rows + rejects.num_rows:,} rows: "
+            f"{rejects.num_rows:,} rejected, most for {reason!r}{fix}")
