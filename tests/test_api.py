@@ -232,6 +232,9 @@ def test_int_labels_and_the_callers_columns_come_back_as_they_came(notebook_fram
     assert set(kept.rejected.columns) >= {"premise", "label", "reason"} and kept.rejected["label"].dtype == "int64"
     upsampled = rf.upsample(train, map=COLS, k=5, iterations=1).data
     assert upsampled["label"].dtype == "int64" and len(upsampled) > 3000
+    own = rf.zfilter(train.assign(text_b="mine"), map=COLS, k=20).data   # a column of refinery's name: was dropped
+    assert list(own.columns) == ["premise", "hypothesis", "label", "note", "text_b", "source_stage"]
+    assert (own["text_b"] == "mine").all() and len(own) == len(data)
 
 
 def test_a_datasetdict_keeps_its_splits_and_its_class_labels(class_label_dict):

@@ -317,6 +317,16 @@ def test_columns_whose_types_drift_between_batches_end_in_one_schema_as_a_whole_
     assert loaded.num_rows == 12 and loaded.column_names[-2:] == ["extra", "late"]
 
 
+def test_an_unmapped_column_named_as_a_corpus_column_is_kept_beside_it(tmp_path):
+    """A file's own text_b and id, not mapped (SNLI's preset maps sentence2 and makes ids), were dropped."""
+    rows = [{**r, "text_b": f"mine {i}", "id": f"u{i}"} for i, r in enumerate(_nli_rows(4))]
+    convert([_write_jsonl(tmp_path / "in.jsonl", rows)], str(tmp_path / "c"), PRESETS["snli"])
+    table = Corpus.open(str(tmp_path / "c")).read()
+    assert table.column_names == ["id", "text_a", "text_b", "label", "text_b.2", "id.2"]
+    assert table["text_b.2"].to_pylist() == [f"mine {i}" for i in range(4)] and table["id.2"][0].as_py() == "u0"
+    assert table["text_b"][0].as_py() == rows[0]["sentence2"]
+
+
 def test_a_corpus_folder_is_a_data_dir_for_datasets_parquet(tmp_path):
     datasets = pytest.importorskip("datasets")
     out = tmp_path / "c"

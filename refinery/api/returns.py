@@ -26,7 +26,7 @@ def in_callers_columns(table: pa.Table, source: Source, mapping: Mapping | None)
     for name in table.column_names:
         if name in own and name not in renames:
             continue
-        original = renames.get(name, name)
+        original = renames.get(name, _beside_name(name, schema, renames))
         column = table[name]
         if original in schema.names and column.type != schema.field(original).type:
             column = _as_type(column, schema.field(original).type, name == "label" and mapping,
@@ -34,6 +34,16 @@ def in_callers_columns(table: pa.Table, source: Source, mapping: Mapping | None)
         columns[original] = column
     order = [c for c in schema.names if c in columns] + [c for c in columns if c not in schema.names]
     return pa.table({c: columns[c] for c in order})
+
+
+def _beside_name(name: str, schema: pa.Schema, renames: dict) -> str:
+    """The caller's own column that reading kept beside refinery's as ``NAME.2`` (``io.canonical._beside``): the
+    caller's ``text_b`` where ``text_b`` is refinery's, read from another column."""
+    base, dot, number = name.rpartition(".")
+    if dot and number.isdigit() and base in ("id", "text_a", "text_b", "label") and base in schema.names \
+            and base not in renames.values():
+        return base
+    return name
 
 
 def _as_type(column: pa.ChunkedArray, typ: pa.DataType, mapping, files: list, original: str) -> pa.ChunkedArray:

@@ -48,8 +48,8 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
     mapped = {k: v for k, v in mapping.columns.items() if v is not None}
     values = _mapped_values(table, mapped, max_chars, verdict)
     values["label"] = _labels(values["label"], mapping, mapped["label"], verdict)
-    used = set(mapped.values()) | set(values)
-    rest = table.select([name for name in table.column_names if name not in used])   # __line, the unmapped
+    used = set(mapped.values()) | (set(values) & set(OPTIONAL_FIELDS))   # the columns read: mapped, or by name
+    rest = _beside(table.select([name for name in table.column_names if name not in used]))   # __line, the unmapped
     if not verdict.flagged:   # the common batch: every row kept, nothing copied
         return Batch(_rows(rest, values, source_file, row_ids), EMPTY_REJECTS)
     bad = pc.is_valid(verdict.reason)
@@ -137,6 +137,23 @@ def _rejects(table: pa.Table, bad_idx: pa.Array, verdict: _Verdict, source_file:
     )
 
 
+def _beside(rest: pa.Table) -> pa.Table:
+    """The unmapped columns (and ``__line``), one that bears the name of a column every canonical row has (id,
+    text_a, text_b, label) renamed ``NAME.2`` (as a header's repeated name is): the file's own ``text_b`` or ``id``
+    kept beside the mapped ones, not dropped. (An unmapped ``node_a``/``node_b`` passes through as it is.)"""
+    taken = set(CANONICAL_TYPES) | set(rest.column_names)
+    renamed = []
+    for name in rest.column_names:
+        if name in CANONICAL_SCHEMA.names:
+            n = 2
+            while f"{name}.{n}" in taken:
+                n += 1
+            taken.add(f"{name}.{n}")
+            name = f"{name}.{n}"
+        renamed.append(name)
+    return rest.rename_columns(renamed) if renamed != rest.column_names else rest
+
+
 def _rows(rest: pa.Table, values: dict, source_file: str, row_ids: bool) -> pa.Table:
     """The canonical rows of their canonical ``values`` and ``rest``, the kept rows' ``__line`` and columns that
     are not mapped: the canonical columns in order, ids hashed where missing (with ``row_ids``), then ``rest``
@@ -150,7 +167,7 @@ def _rows(rest: pa.Table, values: dict, source_file: str, row_ids: bool) -> pa.T
         ids = hashed if ids is None else pc.if_else(pc.is_null(ids), hashed, ids)
     out = {"id": ids, **{k: out[k] for k in CANONICAL_TYPES if k in out and k != "id"}}
     for name in rest.column_names:
-        if name not in out and name != "__line":
+        if name != "__line":
             out[name] = rest[name]
     return pa.table(out)
 
