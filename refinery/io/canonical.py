@@ -34,8 +34,8 @@ def canonicalize(table: pa.Table, mapping: Mapping, source_file: str, max_chars:
 
     Every mapped column is cast to its canonical type (texts, labels and ids to ``string``, ``weight`` to
     ``float64``) whatever type its writer chose: ``large_string``, ``string_view``, dictionaries, binary that
-    is UTF-8, numbers, booleans. Checks, in order, each naming its column: missing column, a value that is
-    not of the type (lists and structs are never made into text), null value, empty text, over-long text,
+    is UTF-8, numbers, booleans. Checks, in order, each naming its column: a value that is
+    not of the type (lists and structs are never made into text), a null or absent value, empty text, over-long text,
     label outside the declared set. Columns that are not mapped pass through, their string and dictionary
     types made plain. Vectorized with Arrow compute. ``raws`` (anything with ``take``) gives the raw text of
     the rejected rows; without it they are written as JSON. ``row_ids=False`` leaves the ids a file lacks
@@ -87,7 +87,8 @@ def _mapped_values(table: pa.Table, mapped: dict, max_chars: int, verdict: _Verd
             continue
         if src not in table.column_names:
             if key in _CHECKED:
-                verdict.flag(pa.array([True] * n, pa.bool_()), src, f"missing column {src!r}")
+                # the file holds the column (``readers`` checks before any row): these records lack its key
+                verdict.flag(pa.array([True] * n, pa.bool_()), src, f"missing or null value in column {src!r}")
                 values[key] = pa.chunked_array([pa.nulls(n, pa.string())])
             continue
         col, unfit, why = _conform(table[src], typ, src)

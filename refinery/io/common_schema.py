@@ -3,8 +3,8 @@ the user did not map can be int64 in one batch and string in the next, or first 
 A corpus's shards must share one schema (pandas, Hugging Face ``datasets`` and DuckDB read its folder as one
 table), so the batches and shards are conformed to ``common_schema``: every column once, in first-seen order,
 of the type that holds every batch's values: Arrow's permissive promotion (null → any, int64 → double, …)
-where it casts both, else text (numbers and booleans as Arrow writes them, lists and structs as JSON), as a
-whole-file read gives a column of mixed types."""
+where it casts both, else text (each value as its JSON text), as a whole-file read gives a column of mixed
+types."""
 from __future__ import annotations
 
 import json
@@ -42,7 +42,7 @@ def common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with ``schema``'s columns in its order: a column it lacks as nulls, one of another type cast (to
-    text: numbers and booleans as Arrow writes them, anything else as JSON)."""
+    text: as JSON, ``as_json_text``)."""
     if table.schema == schema:
         return table
     columns = []
@@ -52,12 +52,13 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             continue
         column = table[f.name]
         if column.type != f.type:
-            try:
-                column = column.cast(f.type)
-            except _CAST_ERRORS:
-                if f.type != pa.string():
-                    raise
-                column = pa.array([None if v is None else json.dumps(v, default=str, ensure_ascii=False)
-                                   for v in column.to_pylist()], pa.string())
+            column = as_json_text(column) if f.type == pa.string() else column.cast(f.type)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def as_json_text(column) -> pa.Array:
+    """A column's values as the JSON text a line-by-line read gives a column of mixed types (``1.0`` → ``"1.0"``,
+    ``True`` → ``"true"``, a struct → ``'{"k": 9}'``), null as null."""
+    return pa.array([None if v is None else json.dumps(v, default=str, ensure_ascii=False)
+                     for v in column.to_pylist()], pa.string())
