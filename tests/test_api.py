@@ -304,6 +304,18 @@ def test_temporary_folders_are_removed(notebook_frames, tmp_path, monkeypatch):
     assert printed.startswith(str(tmp_path)) and not list(tmp_path.iterdir())   # a path's corpus: until exit
 
 
+def test_in_memory_data_is_named_as_what_it_is_in_everything_published(notebook_frames, tmp_path):
+    """Reports, manifests, cards and rejects named the scratch file a DataFrame passed through (gone at exit)."""
+    train = notebook_frames["train"].head(300).copy()
+    train.loc[3, "premise"] = ""                                            # one input reject
+    out = tmp_path / "a"
+    result = rf.audit(train, map=COLS, out=out)
+    assert result.report["inputs"] == ["pandas.DataFrame (in memory)"]
+    assert result.input_rejects["source_file"].tolist() == ["pandas.DataFrame (in memory)"]
+    published = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".md", ".html")]
+    assert len(published) >= 5 and not [p for p in published if "refinery-audit-" in p.read_text()]
+
+
 def test_a_result_refuses_a_folder_a_later_run_replaced(dev, tmp_path):
     first = rf.zfilter(dev, preset="snli", k=20, out=tmp_path / "z")
     kept = len(first.data)

@@ -133,7 +133,7 @@ def as_source(data, folder: str) -> Source:
         data = data.read_all()   # a stream is read once: its split column is looked at, its rows written
     by_column = _split_column_parts(data, kind) if kind not in ("hf_dict", "splits") else None
     if by_column is None and kind not in ("hf_dict", "splits"):
-        path, features = _as_parquet(data, kind, join(folder, "input", f"{name}.parquet"))
+        path, features = _as_parquet(data, kind, join(folder, "input", f"{name}.parquet"), f"{name} (in memory)")
         return Source(kind, data, paths=[path], columns=tuple(pq.read_schema(path).names),
                       schema=pq.read_schema(path), features=features)
     parts = {str(s): (kind, part) for s, part in by_column.items()} if by_column is not None \
@@ -144,7 +144,8 @@ def as_source(data, folder: str) -> Source:
         if part_kind == "path":
             splits[split] = as_source(part, folder).paths
         else:   # "datasets.DatasetDict-train.parquet": a report names the split it read
-            path, part_features = _as_parquet(part, part_kind, join(folder, "input", safe, f"{name}-{safe}.parquet"))
+            path, part_features = _as_parquet(part, part_kind, join(folder, "input", safe, f"{name}-{safe}.parquet"),
+                                              f"{name}[{split!r}] (in memory)")
             splits[split] = [path]
             schema, features = schema or pq.read_schema(path), {**part_features, **features}
             columns.update(dict.fromkeys(pq.read_schema(path).names))
@@ -255,10 +256,10 @@ def _names_of_class_labels(batch: pa.RecordBatch, class_labels: dict) -> pa.Reco
     return batch
 
 
-def _as_parquet(data, kind: str, path: str) -> tuple[str, dict]:
-    """(the Parquet file ``data`` is written to, its HF ClassLabel columns)."""
+def _as_parquet(data, kind: str, path: str, shown: str) -> tuple[str, dict]:
+    """(the Parquet file ``data`` is written to, named ``shown`` in reports; its HF ClassLabel columns)."""
     schema, batches = _batches(data, kind)
-    if not write_parquet_file(path, schema, batches):
+    if not write_parquet_file(path, schema, batches, shown):
         raise ValueError(f"the {type(data).__name__} has no rows")
     return path, (_class_labels(data) if kind == "hf" else {})
 

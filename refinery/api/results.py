@@ -58,7 +58,7 @@ class Result:
         corpus = None if output is Output.INPUT else output.next_input(folder, "")
         fields = dict(stage=name, out=folder, rows_in=result.rows_in, parts=dict(result.parts),
                       headline=result.headline, corpus=corpus, source=source, input=spec, warnings=tuple(result.warnings), report_file=result.report_file,
-                      _report=result.report or None, splits=tuple(splits), untouched=tuple(untouched))
+                      _report=_as_published(result.report), splits=tuple(splits), untouched=tuple(untouched))
         plain = cls(**fields)
         kind = next((c for c in cls.__subclasses__() if c.reads(plain)), None)
         return kind(**{**fields, "_report": plain._report}) if kind else plain
@@ -336,6 +336,13 @@ class PipelineResult:
         body = _report_body(join(self.out, "pipeline", "report.html"), self._storage)
         return (f'<div class="refinery-report"><b>refinery pipeline</b> <code>{html.escape(self.out)}</code>'
                 f"<ul>{rows}</ul>{body}</div>")
+
+
+def _as_published(report: dict) -> dict | None:
+    """A stage's report as its ``report.json`` holds it: in-memory inputs named as what they hold."""
+    from refinery.io.scratch import in_memory_names
+
+    return json.loads(in_memory_names(json.dumps(report, default=str))) if report else None
 
 
 def _report_body(report: str, storage_options: dict) -> str:

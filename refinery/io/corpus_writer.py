@@ -27,6 +27,7 @@ from refinery.io.ownership import stamp_marker
 from refinery.io.publishing import AbortsOnError, AtomicDir
 from refinery.io.read_options import ReadOptions
 from refinery.io.redaction import redact
+from refinery.io.scratch import in_memory_names
 from refinery.io.schema import Mapping
 
 
@@ -178,8 +179,8 @@ class CorpusWriter(AbortsOnError):
             "config": redact(self.config),
         }
         card = dataset_card(self.manifest, schema, self._nbytes, dict(sorted(self._splits.items())))
-        self._dir.write_text(CARD, card)
-        self._dir.write_text(MANIFEST, json.dumps(self.manifest, indent=2, default=str))
+        self._dir.write_text(CARD, in_memory_names(card))
+        self._dir.write_text(MANIFEST, in_memory_names(json.dumps(self.manifest, indent=2, default=str)))
         self._dir.commit()
         return self.manifest
 

@@ -29,6 +29,7 @@ from refinery.io.raw import arrow_pieces, parquet_pieces, rejects_table, with_li
 from refinery.io.schema import PRESETS, Mapping
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
+from refinery.io.scratch import in_memory_names
 
 MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
 JSONL_BLOCK_BYTES = BLOCK_BYTES  # whole lines handed to Arrow's JSON reader at a time
@@ -315,9 +316,12 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
     }
     pieces = _with_mapped_columns(_unique_columns(parsers[fmt](), mapping, path), mapping, path,
                                   from_schema=fmt not in ("jsonl", "json"), records=opts.batch_rows)
+    shown = in_memory_names(path)   # in-memory data's rejects name the caller's object, not its scratch file
     for raw, raws, parse_rejects in _whole(pieces, path):
         batch = canonicalize(raw, mapping, path, opts.max_chars, raws, opts.row_ids)
         rejects = pa.concat_tables([parse_rejects, batch.rejects]).sort_by("line")
+        if shown != path and rejects.num_rows:
+            rejects = rejects.set_column(0, "source_file", pa.array([shown] * rejects.num_rows, pa.string()))
         if opts.on_bad_row == "fail" and rejects.num_rows:
             first = rejects.slice(0, 1).to_pylist()[0]
             where = f", column {first['column']!r}" if first["column"] else ""

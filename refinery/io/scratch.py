@@ -1,6 +1,7 @@
 """A local scratch folder and the Parquet written into it: what the Python API needs to hand in-memory data
 (a DataFrame, a Hugging Face ``Dataset``, …) to the runner, which reads files. The folder is the caller's to
-remove (``remove_folder``) once nothing reads it any more."""
+remove (``remove_folder``) once nothing reads it any more. What refinery publishes names such a file as the
+object it holds (``in_memory_names``), not by its passing path."""
 from __future__ import annotations
 
 import os
@@ -22,13 +23,26 @@ def remove_folder(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def write_parquet_file(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
+_SHOWN: dict[str, str] = {}   # a scratch file of in-memory data → how reports name it
+
+
+def write_parquet_file(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch], shown: str) -> int:
     """Write ``batches`` (cast to ``schema`` where a batch's schema differs) as one local Parquet file,
-    making its folder; the rows written."""
+    making its folder, named ``shown`` in what refinery publishes; the rows written."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    _SHOWN[path] = shown
     rows = 0
     with pq.ParquetWriter(path, schema) as writer:
         for batch in batches:
             writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
             rows += batch.num_rows
     return rows
+
+
+def in_memory_names(text: str) -> str:
+    """``text`` with every scratch file of in-memory data named as what it holds (``pandas.DataFrame (in
+    memory)``): a report's inputs, not a temporary path that is gone once the process ends."""
+    for path, shown in _SHOWN.items():
+        if path in text:
+            text = text.replace(path, shown)
+    return text

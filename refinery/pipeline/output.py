@@ -107,21 +107,23 @@ class StageOutput:
         ``pa.RecordBatchReader`` streamed into one zstd Parquet file, for a table too large to hold, or a function that
         writes the file into the binary file object it is handed, for a library's own writer}) as the folder
         ``part`` (``""``: the stage folder itself); the HTML's URL."""
+        from refinery.io.scratch import in_memory_names
+
         with self.files(part) as d:
-            d.write_text("report.json", json.dumps(report, indent=1, default=str))
+            d.write_text("report.json", in_memory_names(json.dumps(report, indent=1, default=str)))
             for name, content in (files or {}).items():
                 if isinstance(content, pa.Table):
                     d.write_parquet(name, content)
                 elif isinstance(content, pa.RecordBatchReader):
                     _stream_parquet(d, name, content)
                 elif isinstance(content, str):
-                    d.write_text(name, content)
+                    d.write_text(name, in_memory_names(content))
                 elif callable(content):
                     with d.open(name) as fh:
                         content(fh)
                 else:
                     d.write_bytes(name, content)
-            d.write_text("report.html", page if isinstance(page, str) else page.html())
+            d.write_text("report.html", in_memory_names(page if isinstance(page, str) else page.html()))
             d.commit()
         return self.url(part, "report.html")
 
