@@ -14,7 +14,7 @@ class Terminated(KeyboardInterrupt):
     """The process was sent SIGTERM."""
 
 
-_received: list[int] = []   # SIGTERM, once it came (Ray may re-raise the interrupt as a plain KeyboardInterrupt)
+_received: list[int] = []   # SIGTERM, once it came (Ray re-raises it as a plain KeyboardInterrupt, DuckDB as its own)
 
 
 def _raise_terminated(signum, frame):
@@ -23,8 +23,9 @@ def _raise_terminated(signum, frame):
 
 
 def was_terminated(e: BaseException) -> bool:
-    """Whether ``e`` ends a run that SIGTERM stopped."""
-    return isinstance(e, Terminated) or (isinstance(e, KeyboardInterrupt) and bool(_received))
+    """Whether the interrupt ``e`` (a ``KeyboardInterrupt``, or a library's own for it: DuckDB's "Query
+    interrupted") came from SIGTERM."""
+    return isinstance(e, Terminated) or bool(_received)
 
 
 def end_on_sigterm() -> None:

@@ -159,23 +159,32 @@ def test_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_the_finished_output_as_it
     assert not [p for p in os.listdir(tmp_path) if p != "conf"]
 
 
-def test_a_ctrl_c_that_duckdb_answers_ends_as_an_interrupt(capsys):
-    """Ctrl-C while DuckDB hashes row ids surfaces as its RuntimeError('Query interrupted'): exit 130, not 1."""
+def test_a_ctrl_c_that_duckdb_answers_ends_as_an_interrupt(capsys, monkeypatch):
+    """Ctrl-C while DuckDB hashes row ids surfaces as its RuntimeError('Query interrupted'): exit 130, not 1; the
+    same after a SIGTERM: 143."""
     import duckdb
 
+    from refinery import termination
     from refinery.cli.base import ended
+
+    monkeypatch.setattr(termination, "_received", [])
 
     for e in (RuntimeError("Query interrupted"), duckdb.InterruptException("INTERRUPT Error: Interrupted!")):
         assert ended(e) == 130 and capsys.readouterr().err.startswith("interrupted: ")
-    assert ended(RuntimeError("something else")) == 1
+    assert ended(RuntimeError("something else")) == 1 and capsys.readouterr().err.startswith("error: ")
+    termination._received.append(15)
+    assert ended(RuntimeError("Query interrupted")) == 143 and capsys.readouterr().err.startswith("terminated")
 
 
-def test_sigterm_stays_refinerys_through_rays_connect():
+def test_sigterm_stays_refinerys_through_rays_connect(monkeypatch):
     """ray.init installs a SIGTERM handler that exits with code 15: around it refinery's comes back, and a SIGTERM
     within it is refinery's Terminated (an interrupt: the same clean-up as Ctrl-C)."""
     import signal
 
+    from refinery import termination
     from refinery.termination import Terminated, end_on_sigterm, sigterm_kept
+
+    monkeypatch.setattr(termination, "_received", [])
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
