@@ -75,6 +75,8 @@ class Progress(tqdm):
             _relays[-1](self._number, self._state(closed))
 
     def close(self):
+        if "_logged" not in vars(self):   # an interrupt cut __init__ short: tqdm's __del__ closes a bar never set up
+            return
         if not self._logged:
             self._logged = True
             if _recordings:

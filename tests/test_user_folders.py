@@ -159,6 +159,23 @@ def test_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_the_finished_output_as_it
     assert not [p for p in os.listdir(tmp_path) if p != "conf"]
 
 
+@pytest.mark.parametrize("sent, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_interrupt_while_the_command_starts_is_one_line(tmp_path, sent, code):
+    """Ctrl-C in the first half second, while Python imports the command, printed the cut import's traceback."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import REFINERY
+
+    proc = subprocess.Popen([REFINERY, "audit", SNLI_HARD, "--preset", "snli", "--out", tmp_path / "a"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.25)
+    proc.send_signal(getattr(signal, sent))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code and len(err.splitlines()) == 1 and "nothing was published" in err, err
+
+
 def test_a_ctrl_c_that_duckdb_answers_ends_as_an_interrupt(capsys, monkeypatch):
     """Ctrl-C while DuckDB hashes row ids surfaces as its RuntimeError('Query interrupted'): exit 130, not 1; the
     same after a SIGTERM: 143."""

@@ -1,0 +1,20 @@
+"""The ``refinery`` console script: until the command starts, Ctrl-C or SIGTERM end it at once in one line
+(nothing has been written yet; Python would print the traceback of whichever import it cut short), then the
+command line itself (``main.run``), whose interrupts clean up and name what was published."""
+import os
+import signal
+
+
+def _ended_before_start(signum, frame):
+    said = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    os.write(2, f"{said}: nothing was published; a finished output in --out is as it was\n".encode())
+    os._exit(130 if signum == signal.SIGINT else 143)
+
+
+def run() -> None:
+    signal.signal(signal.SIGINT, _ended_before_start)
+    signal.signal(signal.SIGTERM, _ended_before_start)   # main() puts its own in place (end_on_sigterm)
+    from refinery.cli.main import run as command_line
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    command_line()
