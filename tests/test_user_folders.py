@@ -183,8 +183,10 @@ def test_a_ctrl_c_that_duckdb_answers_ends_as_an_interrupt(capsys, monkeypatch):
 
     from refinery import termination
     from refinery.cli.base import ended
+    from refinery.io import publishing
 
     monkeypatch.setattr(termination, "_received", [])
+    monkeypatch.setattr(publishing, "_published", {})   # this test process's earlier publishing (an S3 server gone)
 
     for e in (RuntimeError("Query interrupted"), duckdb.InterruptException("INTERRUPT Error: Interrupted!")):
         assert ended(e) == 130 and capsys.readouterr().err.startswith("interrupted: ")
