@@ -16,6 +16,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the working dir on a cluster
 
+from refinery.cli.entry import end_before_start, started  # noqa: E402
+
+end_before_start()   # an interrupt while the imports below run: one line, not their traceback
+
 from refinery.cli.base import ended  # noqa: E402
 from refinery.pipeline.config import load_pipeline  # noqa: E402
 from refinery.pipeline.engine import RAY_TIMEOUT, RAY_TIMEOUT_ENV, ray_init  # noqa: E402
@@ -39,6 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--ray-timeout", type=seconds, metavar="SECONDS",
                    help=f"seconds the cluster may take to answer (default: {RAY_TIMEOUT_ENV}, else {RAY_TIMEOUT:g})")
     args = p.parse_args(argv)
+    started()
     end_on_sigterm()   # ``ray job stop`` sends SIGTERM: the job ends as an interrupted command does
     if args.ray_timeout is not None:
         os.environ[RAY_TIMEOUT_ENV] = str(args.ray_timeout)

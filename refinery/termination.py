@@ -23,8 +23,8 @@ def _raise_terminated(signum, frame):
 
 
 def was_terminated(e: BaseException) -> bool:
-    """Whether the interrupt ``e`` (a ``KeyboardInterrupt``, or a library's own for it: DuckDB's "Query
-    interrupted") came from SIGTERM."""
+    """Whether ``e`` ends a run that SIGTERM stopped: ``Terminated``, or any error after SIGTERM came (Ray re-raises
+    the interrupt as a plain ``KeyboardInterrupt``, DuckDB as "Query interrupted" or inside an error of its own)."""
     return isinstance(e, Terminated) or bool(_received)
 
 

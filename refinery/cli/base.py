@@ -88,10 +88,10 @@ def ended(e: BaseException) -> int:
     ends the same."""
     from refinery.termination import was_terminated
 
+    if was_terminated(e):   # whatever it surfaced as: a library may wrap the interrupt in an error of its own
+        click.echo(f"terminated (SIGTERM): {_published_before()}", err=True)
+        return 143
     if isinstance(e, KeyboardInterrupt) or _query_interrupted(e):
-        if was_terminated(e):
-            click.echo(f"terminated (SIGTERM): {_published_before()}", err=True)
-            return 143
         click.echo(f"interrupted: {_published_before()}", err=True)
         return 130
     if isinstance(e, BrokenPipeError):

@@ -11,10 +11,20 @@ def _ended_before_start(signum, frame):
     os._exit(130 if signum == signal.SIGINT else 143)
 
 
-def run() -> None:
+def end_before_start() -> None:
+    """Until ``started``, Ctrl-C and SIGTERM end the process at once, in one line."""
     signal.signal(signal.SIGINT, _ended_before_start)
-    signal.signal(signal.SIGTERM, _ended_before_start)   # main() puts its own in place (end_on_sigterm)
+    signal.signal(signal.SIGTERM, _ended_before_start)
+
+
+def started() -> None:
+    """The command runs: Ctrl-C raises ``KeyboardInterrupt`` again (SIGTERM: ``termination.end_on_sigterm``)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run() -> None:
+    end_before_start()
     from refinery.cli.main import run as command_line
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    command_line()
+    started()
+    command_line()   # main() puts refinery's SIGTERM handler in place

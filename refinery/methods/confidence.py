@@ -59,10 +59,42 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
     if proba_column is not None:
         if proba_column not in table.column_names:
             raise KeyError(f"no column {proba_column!r}; columns: {table.column_names}")
-        return pc.fill_null(table[proba_column], 0.0).to_numpy(zero_copy_only=False).astype(float)
+        return _probabilities(table, proba_column)
     from refinery.models.base import label_proba
 
     return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
+
+
+def _probabilities(table: pa.Table, column: str) -> np.ndarray:
+    """The probabilities of ``column``, numbers or their text (a CSV's), a missing value (null, NaN, empty text) as
+    0; a value that is no number or outside [0, 1] is refused naming its row (an id) and the fix."""
+    values = table[column]
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        values = pc.if_else(pc.equal(pc.utf8_trim_whitespace(values), ""), pa.scalar(None, values.type), values)
+        try:
+            values = values.cast(pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            bad = next(i for i, v in enumerate(values.to_pylist()) if v is not None and not _is_number(v))
+            raise ValueError(f"--proba-column {column}: row {table['id'][bad].as_py()!r} holds {values[bad].as_py()!r}, "
+                             "not a number; give p_M(label | text) as a number in [0, 1]") from None
+    elif not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type) or pa.types.is_null(values.type)):
+        raise ValueError(f"--proba-column {column} holds {values.type}, not numbers in [0, 1]")
+    p = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    p = np.where(np.isnan(p), 0.0, p)   # null and NaN: missing
+    outside = np.flatnonzero((p < 0) | (p > 1))
+    if len(outside):
+        i = int(outside[0])
+        raise ValueError(f"--proba-column {column}: row {table['id'][i].as_py()!r} holds {p[i]:g}, outside [0, 1] "
+                         f"({len(outside):,} of {len(p):,} rows); give p_M(label | text), a probability")
+    return p
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "local", checkpoints=None

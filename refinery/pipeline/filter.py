@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 TOP_REASONS = 20
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
 NOTHING_KEPT = "no verdict: nothing was kept, and an empty corpus is not judged"
+TOO_FEW_KEPT = "no verdict: the {kept:,} kept rows are too few for any feature to be tested (min_count)"
 
 
 def verdict_headline(verdict: dict) -> str:
@@ -151,14 +152,17 @@ class FilterStage(Stage):
         judged = measured is not None and measured.rows
         verdict = judge_weightings(measured, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
             if judged and kept else None
+        if verdict is not None and all(m.after is None for m in verdict.max_z.values()):
+            verdict = None   # no feature of the kept rows reaches min_count: nothing to judge them by
+            report["not_judged"] = TOO_FEW_KEPT.format(kept=kept)
         if verdict is not None:
             report["verdict"] = verdict.to_dict()
-        elif judged:   # an empty corpus holds no shortcut, and no signal either: it is not called debiased
+        elif judged and not kept:   # an empty corpus holds no shortcut, and no signal either: not called debiased
             report["not_judged"] = NOTHING_KEPT
         self._write_report(report, out, verdict)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
-                                f"; {NOTHING_KEPT}" if judged else "")
+                                f"; {report['not_judged']}" if "not_judged" in report else "")
         share = kept / max(kept + dropped, 1)
         warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}); check the settings "
                     f"({', '.join(f'{k} {v}' for k, v in to_dict(self.config).items() if v is not None)})",) \
