@@ -278,12 +278,3 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     named = {c["feature"] for cs in v["remaining"].values() for c in cs}
     assert named and all(f in " ".join(v["warnings"]) for f in list(named)[:1])
     assert "--no-settle" in v["remedy"] and "--k" in v["remedy"]
-
-
-def test_a_zfilter_after_a_stage_that_kept_nothing_fails_in_one_line(tmp_path):
-    """A confidence step at τ 0.95 keeps no SNLI row; the z-filter after it raised ZeroDivisionError (exit 1)."""
-    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
-                                     "  - confidence: {model: ngram, folds: 2}\n  - zfilter: {k: 5}\n")
-    proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", check=False)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.endswith(f"error: {tmp_path / 'o' / '01-confidence' / 'kept'}: no rows to z-filter (an empty input)\n")

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core.stats import rows_per_label
-from refinery.io.corpus import Corpus, EmptyInput, is_corpus, iter_input_batches, load
+from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
 from refinery.io.raw import rebatch
 from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
 from refinery.methods.zfilter.decisions import Decisions
@@ -51,9 +51,6 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     rows = (b.rows for b in source.iter_batches() if b.rows.num_rows)
     whole = pa.concat_tables(list(rows), promote_options="permissive") if config.shuffle_seed is not None else None
     label_totals = label_counts(source, seed, read_raw=config.prior == "auto", whole=whole)
-    if not sum(label_totals.values()):   # a pipeline's earlier stage kept none: no prior, nothing to filter
-        read = source.paths or [p for ps in source.splits.values() for p in ps]
-        raise EmptyInput(f"{', '.join(map(str, read))}: no rows to z-filter (an empty input)")
     if whole is not None:
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
         rows = iter([whole.take(pa.array(order))])
