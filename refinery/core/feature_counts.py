@@ -303,12 +303,12 @@ class FeatureCounts:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the count tables, vocabularies and work buffers."""
+        """Memory held by the count tables, vocabularies and work buffers: a gauge read while the
+        counting threads run (the tables listed at once, as a counting stage may add one)."""
         held = self.row_table.table.nbytes
-        for f in (self.fields or {}).values():
-            held += sum(t.table.nbytes for t in f.tables.values())
-            held += f.vocab.arena.nbytes + f.vocab.token_ends.nbytes + f.vocab.hashes.nbytes + f.vocab.table.nbytes
-            held += f.scanner.out.nbytes + f.scanner.spans.nbytes + f.scanner.hashes.nbytes
+        for f in list((self.fields or {}).values()):
+            held += sum(t.table.nbytes for t in list(f.tables.values()))
+            held += f.vocab.nbytes + f.scanner.nbytes
         return held
 
     @property

@@ -32,12 +32,19 @@ class TokenIds:
         self.token_ends = np.empty(1 << 14, dtype=np.int64)
         self.hashes = np.empty(1 << 14, dtype=np.uint32)  # low halves: placement and a quick reject
         self.table = np.full(1 << 15, EMPTY, dtype=np.int32)
+        self.slots = len(self.table)   # the table's length, also while it is being replaced
         self.size = 0
         if seed:
             self.ids(pa.array(seed, pa.string()))
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held; read safely from another thread while the table doubles (it is ``None``
+        between the old table's release and the new one's allocation)."""
+        return self.arena.nbytes + self.token_ends.nbytes + self.hashes.nbytes + 4 * self.slots
 
     def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray | None = None
                ) -> np.ndarray:
@@ -56,8 +63,8 @@ class TokenIds:
                                                        (self.arena, self.token_ends, self.hashes, self.table),
                                                        self.used, self.size, limit)
             if done < len(starts):
-                size, self.table = 2 * len(self.table), None  # free the old table before the new one
-                self.table = np.full(size, EMPTY, dtype=np.int32)
+                self.slots, self.table = 2 * self.slots, None  # free the old table before the new one
+                self.table = np.full(self.slots, EMPTY, dtype=np.int32)
                 reinsert(self.hashes[:self.size], self.table)
         return ids
 
@@ -97,6 +104,11 @@ class ByteScanner:
         self.out = np.empty(0, dtype=np.uint8)
         self.spans = np.empty((0, 3), dtype=np.int64)   # start, end, row of each token
         self.hashes = np.empty(0, dtype=np.uint64)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the work buffers."""
+        return self.out.nbytes + self.spans.nbytes + self.hashes.nbytes
 
     def scan(self, data: np.ndarray, offsets: np.ndarray, skip: np.ndarray, options: TokenizerOptions
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
