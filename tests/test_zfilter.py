@@ -278,3 +278,20 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     named = {c["feature"] for cs in v["remaining"].values() for c in cs}
     assert named and all(f in " ".join(v["warnings"]) for f in list(named)[:1])
     assert "--no-settle" in v["remedy"] and "--k" in v["remedy"]
+
+
+def test_a_step_after_one_that_kept_nothing_is_refused_in_one_line(tmp_path):
+    """A confidence step at τ 0.95 keeps no SNLI row: the z-filter after it does not run (it raised
+    ZeroDivisionError, exit 1); the step is named with what it read, and so is the empty corpus given to a verb."""
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
+                                     "  - confidence: {model: ngram, folds: 2}\n  - zfilter: {k: 5}\n")
+    proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: 02-zfilter: 01-confidence passed on no rows of the 3,261 it read, so zfilter has nothing to work "
+        f"on; loosen confidence's settings (its report: {tmp_path / 'o' / '01-confidence' / 'report' / 'report.html'})")
+    kept = tmp_path / "o" / "01-confidence" / "kept"
+    proc = run_cli("zfilter", kept, "--out", tmp_path / "z", check=False)
+    assert proc.returncode == 2 and not (tmp_path / "z").exists(), proc.stderr
+    assert proc.stderr.endswith(f"error: {kept}: no rows (a corpus that the run which wrote it left empty); "
+                                "give a corpus that holds rows\n")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from refinery import __version__
-from refinery.io.corpus import OutputExists, input_fingerprints
+from refinery.io.corpus import Corpus, EmptyInput, OutputExists, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join, json_object
 from refinery.io.ownership import RUN_MARKER, check_out_apart, claim_folder, made_folder, remove_failed_output
@@ -167,6 +167,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
         steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
         for i, stage_spec in enumerate(spec.stages, 1):
             folder, name, started = join(out, f"{i:02d}-{stage_spec.name}"), stage_spec.name, time.perf_counter()
+            _refuse_nothing_passed_on(run.stages[-1], current, folder, name, opts.storage_options)
             step_input = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
             step, stage = _stage_step(stage_spec, step_input, folder, steps, opts, echo)
             run.stages.append(step)
@@ -186,6 +187,28 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
         raise
     write_pipeline_report(run, spec, opts, _names(spec.input.mapping()), echo)
     return run
+
+
+def _refuse_nothing_passed_on(before: StageRun, current: str, folder: str, name: str, storage_options: dict
+                              ) -> None:
+    """A step whose input holds no rows (the step before it kept none) does not run: ``EmptyInput`` names that
+    step, what it read and where its report says why (the input step refuses an empty input itself)."""
+    if before.name == "input" or Corpus.open(current, storage_options).manifest["rows"]:
+        return
+    where = posixpath.join(posixpath.dirname(folder), before.folder, before.result.report_file)
+    report = f" (its report: {where})" if before.result.report_file else ""
+    raise EmptyInput(f"{posixpath.basename(folder)}: {before.folder} passed on no rows of the "
+                     f"{before.result.rows_in:,} it read, so {name} has nothing to work on; "
+                     f"loosen {before.name}'s settings{report}")
+
+
+def _refuse_empty_corpora(source: StageInput) -> None:
+    """Finished corpora that hold no row between them (a run that kept none wrote them) are refused in one
+    line: a stage would divide by their zero rows (raw inputs are checked as they are read)."""
+    so = source.opts.storage_options
+    if source.paths and all(is_corpus(p, so) and not Corpus.open(p, so).manifest["rows"] for p in source.paths):
+        raise EmptyInput(f"{', '.join(source.paths)}: no rows (a corpus that the run which wrote it left "
+                         "empty); give a corpus that holds rows")
 
 
 def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str], None] = print,
@@ -221,6 +244,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
 
     def work() -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
+        _refuse_empty_corpora(source)
         out = StageOutput(folder, opts.storage_options, source.paths, {stage_spec.name: to_dict(config)})
         if source.engine == "ray" and stage.one_task:
             return run_as_task(stage.run, (source, out), stage.resources, stage.name,
