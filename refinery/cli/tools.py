@@ -170,6 +170,7 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @input_options
 def probe(*, train, out, mapping, opts, **params):
     """Train a classifier (on the pair, or the hypothesis alone) on --train and score --eval corpora."""
+    from refinery.io.ownership import check_folders_apart
     from refinery.methods.probe import ProbeStage
     from refinery.pipeline.output import StageOutput
     from refinery.pipeline.stage import StageInput
@@ -177,7 +178,7 @@ def probe(*, train, out, mapping, opts, **params):
     try:
         config = from_dict(ProbeConfig, given(ProbeConfig, params, "cfg"), where="")
         if config.save_model:
-            _apart("--save-model", config.save_model, out)
+            check_folders_apart("--save-model", config.save_model, out)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     result = ProbeStage(config).run(StageInput({"": list(train)}, mapping, opts),
@@ -192,13 +193,6 @@ def probe(*, train, out, mapping, opts, **params):
                    f"{r['rows']:,} rows{rejected})")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
-
-
-def _apart(option: str, path: str, out: str) -> None:
-    """Refuse ``option``'s folder where it is, holds or lies inside ``--out`` (one would replace the other)."""
-    a, b = (p.rstrip("/") if "://" in p else os.path.abspath(p) for p in (path, out))
-    if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
-        raise ValueError(f"{option} {path} and --out {out} overlap: give {option} a folder of its own, outside --out")
 
 
 @tools.command(cls=RefineryCommand)

@@ -57,8 +57,10 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def as_json_text(column) -> pa.Array:
-    """A column's values as the JSON text a line-by-line read gives a column of mixed types (``1.0`` → ``"1.0"``,
-    ``True`` → ``"true"``, a struct → ``'{"k": 9}'``), null as null."""
-    return pa.array([None if v is None else json.dumps(v, default=str, ensure_ascii=False)
-                     for v in column.to_pylist()], pa.string())
+def as_json_text(values) -> pa.Array:
+    """Values (a list, or an Arrow column) of mixed types as text, as a line-by-line read of a JSON file gives a
+    column of them: a string as it is, another value as its JSON text (``1.0`` → ``"1.0"``, ``True`` →
+    ``"true"``, a struct → ``'{"k": 9}'``), null as null."""
+    values = values if isinstance(values, list) else values.to_pylist()
+    return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, default=str, ensure_ascii=False)
+                     for v in values], pa.string())

@@ -139,6 +139,15 @@ def _location(url: str) -> tuple[str, str]:
     return protocol, posixpath.join(folder, pattern) if pattern else folder
 
 
+def check_folders_apart(option: str, path: str, out: str) -> None:
+    """Refuse ``option``'s folder (a saved model's, say) where it is, holds or lies inside ``--out``: writing
+    one would replace or mix with the other."""
+    (a_protocol, a), (b_protocol, b) = _location(path), _location(out)
+    if a_protocol == b_protocol and (a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")):
+        raise OutputOverlapsInput(f"{option} {path} and --out {out} overlap: give {option} a folder of its own, "
+                                  "outside --out")
+
+
 def check_out_apart(out: str, inputs, replaces: str | None = None, storage_options: dict | None = None) -> None:
     """Refuse an ``out`` that is, holds or lies inside one of ``inputs``: writing there would replace or mix
     with the data the run reads. ``replaces`` (``--in-place``) is the part of ``out`` the run publishes its

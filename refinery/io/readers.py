@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from refinery.io.canonical import Batch, canonicalize
+from refinery.io.common_schema import as_json_text
 from refinery.io.delimited import delimited_pieces
 from refinery.io.inputs import detect_format, expand_paths, hf_splits
 from refinery.io.lines import BLOCK_BYTES, BOM, LineTexts, line_blocks
@@ -105,7 +106,7 @@ def _records_to_table(records: list[dict]) -> pa.Table:
         try:
             cols[k] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            cols[k] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
+            cols[k] = as_json_text(values)
     if not cols:  # no records, or only {}: zero columns, but as many rows as records
         return pa.table({"__rows": pa.nulls(len(records))}).drop_columns(["__rows"])
     return pa.table(cols)

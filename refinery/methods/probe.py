@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting
-from refinery.methods.compare.config import EvalSet, TaskModel, parse_eval_set
+from refinery.methods.compare.config import EvalSet, TaskModel, parse_eval_set, refuse_repeated_names
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
@@ -44,10 +44,7 @@ class ProbeConfig(TaskModel):
 
     def __post_init__(self):
         super().__post_init__()
-        names = [e.name for e in self.eval_sets()]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"two evaluation corpora are named {repeated[0]!r}: name each, --eval NAME=PATH")
+        refuse_repeated_names(self.eval_sets())
 
     def eval_sets(self) -> list[EvalSet]:
         return [_eval_spec(spec) for spec in self.evaluate]
@@ -134,9 +131,9 @@ def _predictions_schema():
 
 def _rejects_warning(name: str, e: EvalSet, rows: int, rejects) -> str:
     """An evaluation corpus scored on part of its rows: how many were rejected, the commonest reason, the fix."""
-    from collections import Counter
+    from refinery.io.corpus import reject_reasons
 
-    reason, _ = Counter(rejects["reason"].to_pylist()).most_common(1)[0]
+    reason, _ = reject_reasons(rejects).most_common(1)[0]
     fix = "" if e.preset else f"; if it is another release, give its preset: --eval {name}={e.paths[0]}:PRESET"
     return (f"evaluation corpus {name} is scored on {rows:,} of its {rows + rejects.num_rows:,} rows: "
             f"{rejects.num_rows:,} rejected, most for {reason!r}{fix}")

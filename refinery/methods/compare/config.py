@@ -32,6 +32,14 @@ class EvalSet:
         return {**PRESET_LABEL_MAPS.get(self.preset or "", {}), **self.label_map}
 
 
+def refuse_repeated_names(evals: list[EvalSet]) -> None:
+    """Two evaluation corpora of one name would share one line of the report: refused."""
+    names = [e.name for e in evals]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"two evaluation corpora are named {repeated[0]!r}: give each a name of its own, NAME=PATH")
+
+
 @dataclass
 class TaskModel:
     """The task model: an n-gram classifier or a fine-tuned transformer encoder (``backend``, the encoder and its

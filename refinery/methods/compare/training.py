@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from refinery.io.corpus import load
 from refinery.io.location import get_fs, join
 from refinery.io.schema import is_pair
-from refinery.methods.compare.config import CompareConfig, train_split
+from refinery.methods.compare.config import CompareConfig, refuse_repeated_names, train_split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
 
@@ -154,9 +154,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     evaluation row in a training corpus unless ``config.allow_overlap``."""
     if not train or not evals:
         raise ValueError("compare needs at least one training corpus and one evaluation set")
-    repeated = sorted({e.name for e in evals if [x.name for x in evals].count(e.name) > 1})
-    if repeated:
-        raise ValueError(f"evaluation set {repeated[0]!r} is named twice; give each a name of its own")
+    refuse_repeated_names(evals)
     tables, rejects, other_splits = {}, {}, {}
     for name, paths in train.items():
         selected = [train_split(p) for p in paths]
