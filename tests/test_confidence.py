@@ -145,7 +145,10 @@ def test_confidence_keeping_too_few_rows_to_test_a_feature_warns_and_keeping_non
     out = scored_dev / f"few-{kept}"
     proc = run_cli("confidence", scored_dev / "dev", "--proba-column", "keeps_five", "--tau", tau, "--out", out)
     report = json.loads((out / "report" / "report.json").read_text())
-    assert report["kept"] == kept and f"warning: kept {kept / 9842:.1%} of the rows" in proc.stderr
+    warning = (f"kept {kept / 9842:.1%} of the rows ({kept} of 9,842): p_M(label | text) has median 0.000 and "
+               f"reaches 0.900, against tau {tau:g}; check the settings (tau {tau:g}, proba_column keeps_five)")
+    assert report["kept"] == kept and f"warning: {warning}\n" in proc.stderr and report["warnings"] == [warning]
+    assert html.escape(warning[1:], quote=False) in (out / "report" / "report.html").read_text()
     if kept:
         assert "verdict" not in report and "no verdict: the 5 kept rows are too few" in proc.stdout
     else:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import requests
-from conftest import REFINERY, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+from conftest import DATA, REFINERY, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 
 from refinery.io.corpus import Corpus, load
 from refinery.io.schema import PRESETS
@@ -35,8 +35,6 @@ def test_hypothesis_only_probe_learns_the_artifacts(tmp_path):
 def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(tmp_path):
     """HANS read through SNLI's preset lost half its rows without a word (accuracy 0.0001 on 15,000); two evals of
     one name overwrote each other; --mode skip kept a result whose eval file had changed."""
-    from conftest import DATA
-
     hans = str(DATA / "hans" / "hans_regenerated.tsv")
     (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:300]))
     args = ("probe", "--train", SNLI_HARD, "--preset", "snli", "--eval", hans, "--eval", f"hans={hans}:hans",
@@ -70,6 +68,13 @@ def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
     assert kept.num_rows > 100 and rejected.num_rows > 100
     assert min(kept["confidence"].to_pylist()) > 0.6 >= max(rejected["confidence"].to_pylist())
     assert all("tau 0.6" in r for r in rejected["reason"].to_pylist())
+    hans = run_cli("confidence", DATA / "hans" / "hans_regenerated.tsv", "--preset", "hans", "--model", tmp_path / "m",
+                   "--out", tmp_path / "h", check=False)   # its non-entailment rows would all score 0
+    assert hans.returncode == 2 and not (tmp_path / "h").exists(), hans.stderr
+    assert hans.stderr.endswith(f"error: --model {tmp_path / 'm'} was trained on the labels contradiction, entailment, "
+                                "neutral; the input's label 'non-entailment' (15,000 rows) is none of them, so its rows "
+                                "would all score 0 and be dropped: give a model trained on this corpus's labels, or "
+                                "read the input with the preset or --map whose labels the model knows\n")
 
 
 @pytest.fixture(scope="module")

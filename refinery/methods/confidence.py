@@ -51,6 +51,17 @@ class ConfidenceConfig:
         if (self.model is None) == (self.proba_column is None):
             raise ValueError("give exactly one of model (ngram, transformer or a saved classifier) or proba_column")
 
+    def in_effect(self) -> dict:
+        """The settings that shape p_M: a column's name, a saved classifier's folder, or the cross-fitting's."""
+        if self.proba_column is not None:
+            return {"tau": self.tau, "proba_column": self.proba_column}
+        if self.model not in CLASSIFIERS:
+            return {"tau": self.tau, "model": self.model}
+        fitting = {"tau": self.tau, "model": self.model, "folds": self.folds, "seed": self.seed}
+        if self.model == "ngram":
+            fitting["solver"] = self.solver
+        return {**fitting, "epochs": self.epochs} if self.streams else fitting
+
 
 def label_confidence(table: pa.Table, model=None, proba_column: str | None = None) -> np.ndarray:
     """p_M(label | text) per row: from a fitted classifier, or from a column holding that probability."""
@@ -116,7 +127,22 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed,
                                          checkpoints)
         return label_proba(proba, classes, table["label"].to_pylist())
-    return label_confidence(table, model=load_classifier(config.model))
+    model = load_classifier(config.model)
+    refuse_unknown_labels(table, model.classes_, config.model)
+    return label_confidence(table, model=model)
+
+
+def refuse_unknown_labels(table: pa.Table, classes, model: str) -> None:
+    """A saved classifier gives a label it was never trained on p = 0: every row of it would be dropped, whatever
+    the model thinks of its text. Refused in one line naming the labels and the fix."""
+    counts = pc.value_counts(table["label"]).to_pylist()
+    unknown = sorted(((c["counts"], c["values"]) for c in counts if c["values"] not in set(classes)), reverse=True)
+    if unknown:
+        named = ", ".join(f"{label!r} ({n:,} rows)" for n, label in unknown[:3])
+        raise ValueError(f"--model {model} was trained on the labels {', '.join(map(str, classes))}; the input's "
+                         f"label{'s' if len(unknown) > 1 else ''} {named} {'are' if len(unknown) > 1 else 'is'} none of them, so its rows would all score 0 and be dropped: give a model "
+                         "trained on this corpus's labels, or read the input with the preset or --map whose labels "
+                         "the model knows")
 
 
 def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
@@ -214,6 +240,16 @@ class ConfidenceStage(FilterStage):
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         conf = self._scores(batch)
         return conf > self.config.tau, _Reasons(conf, self.config.tau)
+
+    def settings_in_effect(self) -> dict:
+        return self.config.in_effect()
+
+    def few_kept_hint(self) -> str:
+        """Where p_M lies against τ: the rows' median and highest confidence."""
+        if not len(self._confidence):
+            return ""
+        return (f": p_M(label | text) has median {np.median(self._confidence):.3f} and reaches "
+                f"{self._confidence.max():.3f}, against tau {self.config.tau:g}")
 
     def reason_kind(self, reason: str) -> str:
         return f"p_M(label | text) <= tau {self.config.tau}"

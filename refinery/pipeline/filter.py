@@ -159,21 +159,30 @@ class FilterStage(Stage):
             report["verdict"] = verdict.to_dict()
         elif judged and not kept:   # an empty corpus holds no shortcut, and no signal either: not called debiased
             report["not_judged"] = NOTHING_KEPT
+        share = kept / max(kept + dropped, 1)
+        settings = ", ".join(f"{k} {v}" for k, v in self.settings_in_effect().items())
+        warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}){self.few_kept_hint()}; check "
+                    f"the settings ({settings})",) if share < MIN_KEPT_SHARE else ()
+        if verdict is not None and not verdict.ok:
+            warnings += tuple(verdict.warnings())
+        report["warnings"] = list(warnings)
         self._write_report(report, out, verdict)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
                                 f"; {report['not_judged']}" if "not_judged" in report else "")
-        share = kept / max(kept + dropped, 1)
-        warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}); check the settings "
-                    f"({', '.join(f'{k} {v}' for k, v in to_dict(self.config).items() if v is not None)})",) \
-            if share < MIN_KEPT_SHARE else ()
-        if verdict is not None and not verdict.ok:
-            warnings += tuple(verdict.warnings())
         return StageResult(kept + dropped + input_rejects,
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
                            report, headline, (rows_line, *(verdict.lines() if verdict else
                                                            [report["not_judged"]] if "not_judged" in report else ())),
                            warnings)
+
+    def settings_in_effect(self) -> dict:
+        """The settings that shaped the decisions (named where the filter kept few rows): every one given."""
+        return {k: v for k, v in to_dict(self.config).items() if v is not None}
+
+    def few_kept_hint(self) -> str:
+        """What the filter knows of why it kept few rows (``"; …"``), or nothing."""
+        return ""
 
     def _write_report(self, report: dict, out: StageOutput, verdict) -> None:
         from refinery.report import format as fmt
@@ -188,6 +197,9 @@ class FilterStage(Stage):
             page.section(verdict_html.HEADING, verdict_html.section(verdict))
         elif "not_judged" in report:
             page.section(verdict_html.HEADING, note(report["not_judged"].capitalize() + "."))
+        few_kept = [w for w in report["warnings"] if w.startswith("kept ")]
+        if few_kept:
+            page.section("Few rows kept", note(few_kept[0][0].upper() + few_kept[0][1:] + "."))
         page = (page
                 .section("Rows", fields({k.replace("_", " "): report[k]
                                          for k in ("kept", "filtered_out", "input_rejects")}))
