@@ -287,6 +287,7 @@ def test_a_step_after_one_that_kept_nothing_is_refused_in_one_line(tmp_path):
                                      "  - confidence: {model: ngram, folds: 2}\n  - zfilter: {k: 5}\n")
     proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2, proc.stderr
+    assert "\n   warning: kept 0.0% of the rows (0 of 3,261): p_M(label | text) has median " in proc.stdout
     assert proc.stderr.splitlines()[-1] == (
         "error: 02-zfilter: 01-confidence passed on no rows of the 3,261 it read, so zfilter has nothing to work "
         f"on; loosen confidence's settings (its report: {tmp_path / 'o' / '01-confidence' / 'report' / 'report.html'})")

@@ -306,4 +306,6 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         marker.summary = _marked(result, fp, name, seconds, peak, task_peak, phases)
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
+    for warning in result.warnings:
+        echo(f"   warning: {warning}")
     return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases)
