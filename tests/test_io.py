@@ -2,6 +2,8 @@
 import json
 import posixpath
 import shutil
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -315,6 +317,25 @@ def test_columns_whose_types_drift_between_batches_end_in_one_schema_as_a_whole_
     loaded = datasets.load_dataset("parquet", data_dir=str(tmp_path / "drift"), split="train",
                                    cache_dir=str(tmp_path / "hf"))
     assert loaded.num_rows == 12 and loaded.column_names[-2:] == ["extra", "late"]
+
+
+def test_nested_columns_whose_types_change_in_a_piece_never_crash_the_reader(tmp_path):
+    """Arrow's threaded JSON reader crashed the process (SIGSEGV, no message) in about one read of four of a piece
+    whose nested columns change type between its blocks; such pieces are read serially, and the rows all kept."""
+    rows = [{"premise": f"a man rides a horse {i}", "hypothesis": "nobody rides", "label": "contradiction",
+             "n": i if i < 15_000 else f"s{i}", "d": {"a": i} if i < 15_000 else {"a": i, "w": "x"},
+             "m": i if i < 15_000 else {"k": i}, "l": [i] if i < 15_000 else "str", "f": 0.5 if i < 15_000 else True}
+            for i in range(30_000)]
+    src = _write_jsonl(tmp_path / "in.jsonl", rows)
+    script = ("import sys, numpy as np\nfrom refinery.io.lines import LineTexts\n"
+              "from refinery.io.readers import _arrow_lines\nfrom refinery.io.read_options import ReadOptions\n"
+              "lines = LineTexts(memoryview(np.fromfile(sys.argv[1], np.uint8)))\n"
+              "for _ in range(12):\n    _arrow_lines(lines, 0, len(lines.starts), ReadOptions(), frozenset())\n")
+    proc = subprocess.run([sys.executable, "-c", script, src], capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
+    manifest = convert([src], str(tmp_path / "c"), parse_mapping("text_a=premise,text_b=hypothesis,label=label"))
+    assert manifest["rows"] == 30_000 and manifest["rejected"] == 0
+    assert Corpus.open(str(tmp_path / "c")).read()["l"].to_pylist()[14_999:15_001] == ["[14999]", "str"]
 
 
 def test_an_unmapped_column_named_as_a_corpus_column_is_kept_beside_it(tmp_path):

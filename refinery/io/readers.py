@@ -203,13 +203,14 @@ def _arrow_lines(lines: LineTexts, lo: int, hi: int, opts, text_columns) -> tupl
     if not len(keep) or lines.too_long(keep, opts.max_row_bytes) or not lines.all_objects(keep):
         return None, keep
     piece = lines.block[lines.starts[lo]:lines.ends[hi - 1]]
+    read = pajson.ReadOptions(use_threads=not _may_nest(piece, len(keep)))
     try:
         str(piece, "utf-8")
-        table = pajson.read_json(pa.BufferReader(piece))
+        table = pajson.read_json(pa.BufferReader(piece), read_options=read)
         timestamps = [f for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
         if timestamps:
             schema = pa.schema([f.with_type(pa.string()) for f in timestamps])
-            table = pajson.read_json(pa.BufferReader(piece), parse_options=pajson.ParseOptions(
+            table = pajson.read_json(pa.BufferReader(piece), read_options=read, parse_options=pajson.ParseOptions(
                 explicit_schema=schema, unexpected_field_behavior="infer"))
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return None, keep
@@ -224,6 +225,14 @@ def _arrow_lines(lines: LineTexts, lo: int, hi: int, opts, text_columns) -> tupl
         if _has_float(field.type) and _LONG_INTEGER.search(piece):
             return None, keep
     return table, keep
+
+
+def _may_nest(piece: memoryview, objects: int) -> bool:
+    """Whether a piece of ``objects`` JSON lines may hold a list or an object below the lines' own: a bracket, or a
+    brace beyond one a line (in a text too: a false alarm costs only speed). Arrow's threaded reader can crash
+    (SIGSEGV, pyarrow 26) on such a column whose type changes between its blocks, so these are read serially."""
+    data = np.frombuffer(piece, np.uint8)
+    return bool(np.count_nonzero(data == ord("[")) or np.count_nonzero(data == ord("{")) > objects)
 
 
 def _children(t: pa.DataType) -> list[pa.DataType]:
