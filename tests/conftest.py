@@ -92,10 +92,10 @@ class RayNode:
             self.proc.wait()
 
 
-def run_cli(*args, check=True, env=None):
-    """Run the installed ``refinery`` CLI as a user would."""
+def run_cli(*args, check=True, env=None, cwd=REPO):
+    """Run the installed ``refinery`` CLI as a user would (in ``cwd``, the repository's root unless given)."""
     proc = subprocess.run([REFINERY, *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=REPO)
+                          env={**os.environ, **(env or {})}, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"refinery {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -87,6 +87,26 @@ def test_print_config_fills_defaults_and_loads_back(tmp_path):
 
 
 
+def test_settings_naming_a_folder_are_taken_from_the_pipeline_files_folder_and_printed_absolute(tmp_path):
+    """A saved model's relative folder was read from the working directory, not the pipeline file's; and
+    ``--print-config`` wrote it relative, so the printed file ran only from where it was printed."""
+    (tmp_path / "runs" / "model").mkdir(parents=True)
+    (tmp_path / "runs" / "p.yaml").write_text("input: {paths: [d.jsonl], preset: snli}\nstages:\n"
+                                              "  - confidence: {model: model}\n  - confidence: {model: ngram}\n"
+                                              "  - audit: {update: a}\n"
+                                              "  - zfilter: {seed_corpus: [input, 01-confidence, confidence, "
+                                              "audit, s]}\n")
+    spec = load_pipeline(str(tmp_path / "runs" / "p.yaml"))
+    assert [s.config.model for s in spec.stages[:2]] == [str(tmp_path / "runs" / "model"), "ngram"]
+    assert spec.stages[2].config.update == str(tmp_path / "runs" / "a")   # a folder: taken from there, found or not
+    assert spec.stages[3].config.seed_corpus == ("input", "01-confidence", "confidence", "audit",
+                                                 str(tmp_path / "runs" / "s"))   # step names stay
+    printed = run_cli("confidence", "d.jsonl", "--preset", "snli", "--model", "model", "--out", "o", "--print-config",
+                      cwd=tmp_path / "runs").stdout
+    assert yaml.safe_load(printed)["stages"] == [{"confidence": {**to_dict(stage_class("confidence").Config(
+        model="ngram")), "model": str(tmp_path / "runs" / "model")}}]
+
+
 def test_a_verbs_print_config_is_the_one_stage_pipeline_that_gives_its_result(tmp_path):
     """``refinery zfilter … --print-config`` writes a pipeline file; running it keeps the same rows as the verb."""
     args = [SNLI_DEV, "--preset", "snli", "--k", "5", "--batch-size", "500", "--features", "unigram",

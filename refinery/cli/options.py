@@ -41,8 +41,10 @@ io_timeout_option = click.option(
 
 
 def printable_pipeline(spec, references: tuple = ()) -> str:
-    """``spec`` as a pipeline file to save anywhere: paths absolute (the stage's ``references`` fields too),
-    credentials as ``${REFINERY_<NAME>}`` variables."""
+    """``spec`` as a pipeline file to save anywhere: paths absolute (the stage's ``references`` fields and the
+    settings that name a file or folder too), credentials as ``${REFINERY_<NAME>}`` variables."""
+    from refinery.pipeline.config import anchor_settings
+
     def absolute(path):
         return path if "://" in path else os.path.abspath(path)
 
@@ -51,7 +53,7 @@ def printable_pipeline(spec, references: tuple = ()) -> str:
                           for s, ps in spec_in.splits.items()},
                "paths": [absolute(p) for p in spec_in.paths],
                "storage_options": _secrets_as_variables(spec_in.storage_options)}
-    stages = [dataclasses.replace(s, config=dataclasses.replace(s.config, **{
+    stages = [dataclasses.replace(s, config=dataclasses.replace(anchor_settings(s.config, os.getcwd()), **{
         f: tuple(absolute(p) for p in getattr(s.config, f)) if isinstance(getattr(s.config, f), tuple)
         else absolute(getattr(s.config, f)) for f in references if getattr(s.config, f)})) for s in spec.stages]
     return dataclasses.replace(spec, input=dataclasses.replace(spec_in, **changes), stages=stages,

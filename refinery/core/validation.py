@@ -68,12 +68,18 @@ SEED = at_least(0)
 NOT_EMPTY = Allowed(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string")
 
 
+FOLDER = "folder"                  # a setting's ``path``: a local path (or a URL)
+NAME_OR_FOLDER = "name or folder"  # a model's name or its folder: a path where one of that name exists
+
+
 def setting(default=dataclasses.MISSING, allowed: Allowed | None = None, help: str = "", *,
             default_factory=dataclasses.MISSING, **cli):
     """A dataclass field whose metadata holds what it accepts, its help line, and how a command line gives it
     (``cli``: ``option="--name"`` or a flag pair ``"--on/--off"``, ``multiple=True`` for a repeated option
     instead of a comma-separated list, ``parse=`` a function of the option's text, ``prefix=`` for the
-    options of a nested config, ``hidden=True`` for a field with no option; see ``refinery.cli.config_options``)."""
+    options of a nested config, ``hidden=True`` for a field with no option; see ``refinery.cli.config_options``).
+    ``path=FOLDER`` or ``NAME_OR_FOLDER`` marks a setting that names a local file or folder: a pipeline file's
+    relative one is taken from the file's folder (``pipeline.config.anchor_settings``)."""
     return dataclasses.field(default=default, default_factory=default_factory,
                              metadata={"allowed": allowed, "help": help, **cli})
 

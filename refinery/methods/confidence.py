@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
 from refinery.models.base import CLASSIFIERS
 from refinery.pipeline.filter import FilterStage, split
@@ -28,7 +28,7 @@ SOLVERS = ("sgd", "lbfgs")
 class ConfidenceConfig:
     tau: float = setting(0.95, number_in(0, 1, open_high=True), "τ: the least p_M(label | text) a kept row exceeds.")
     model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
-                                                           "saved classifier's folder.")
+                                                           "saved classifier's folder.", path=NAME_OR_FOLDER)
     proba_column: str | None = setting(None, NOT_EMPTY.or_none(), "Or a column holding p_M(label | text).")
     folds: int = setting(5, at_least(2), "K of the cross-fitting.")
     seed: int = setting(0, SEED, "Seed of the folds (and of SGD's order).")
@@ -139,10 +139,11 @@ def refuse_unknown_labels(table: pa.Table, classes, model: str) -> None:
     unknown = sorted(((c["counts"], c["values"]) for c in counts if c["values"] not in set(classes)), reverse=True)
     if unknown:
         named = ", ".join(f"{label!r} ({n:,} rows)" for n, label in unknown[:3])
+        label, be = ("labels", "are") if len(unknown) > 1 else ("label", "is")
         raise ValueError(f"--model {model} was trained on the labels {', '.join(map(str, classes))}; the input's "
-                         f"label{'s' if len(unknown) > 1 else ''} {named} {'are' if len(unknown) > 1 else 'is'} none of them, so its rows would all score 0 and be dropped: give a model "
-                         "trained on this corpus's labels, or read the input with the preset or --map whose labels "
-                         "the model knows")
+                         f"{label} {named} {be} none of them, so its rows would all score 0 and be dropped: give a "
+                         "model trained on this corpus's labels, or read the input with the preset or --map whose "
+                         "labels the model knows")
 
 
 def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):

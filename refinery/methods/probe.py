@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from refinery.core.validation import NOT_EMPTY, setting
+from refinery.core.validation import FOLDER, NOT_EMPTY, setting
 from refinery.methods.compare.config import EvalSet, TaskModel, parse_eval_set, refuse_repeated_names
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
@@ -40,7 +40,7 @@ class ProbeConfig(TaskModel):
                                        "the training data's --preset/--map); repeat for more.",
                               option="--eval", multiple=True, metavar="[NAME=]PATH[:PRESET]")
     save_model: str | None = setting(None, NOT_EMPTY.or_none(), "Save the fitted classifier here (a folder or URL), "
-                                                                "for --model of confidence or razor's --verifier-model.")
+                                     "for --model of confidence or razor's --verifier-model.", path=FOLDER)
 
     def __post_init__(self):
         super().__post_init__()

@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.core.validation import (
+    FOLDER, NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate,
+)
 from refinery.io.local_cache import cache_folder, cache_text
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import ModelRef, resolve
@@ -48,11 +50,12 @@ class Backend:
 
     name: str = setting("transformers", one_of("transformers", "vllm", "openai"), "Where texts are generated: in "
                         "process, vLLM, or an OpenAI-compatible endpoint (base_url).", option="--backend")
-    model: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Model name or folder.")
+    model: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Model name or folder.", path=NAME_OR_FOLDER)
     chat: bool = setting(True, help="Send the prompt as the chat template's user turn.")
     base_url: str | None = setting(None, NOT_EMPTY.or_none(), "openai: the endpoint, e.g. http://127.0.0.1:8000/v1.")
     api_key_env: str = setting("OPENAI_API_KEY", NOT_EMPTY, "openai: the environment variable holding the key.")
-    cache_dir: str | None = setting(None, NOT_EMPTY.or_none(), "openai: prompt-hash cache of answers.")
+    cache_dir: str | None = setting(None, NOT_EMPTY.or_none(), "openai: prompt-hash cache of answers.",
+                                    path=FOLDER)
     tensor_parallel: int = setting(1, at_least(1), "vllm: tensor parallel size.")
     max_num_seqs: int = setting(64, at_least(1), "vllm: batch limit.")
     enforce_eager: bool = setting(False, help="vllm: run eagerly, without graph capture.")

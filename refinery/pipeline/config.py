@@ -11,7 +11,8 @@ A pipeline file::
       - audit: {k: 20}
       - zfilter: {k: 20}
 
-Relative paths are taken from the pipeline file's folder; ``${VAR}`` and ``${VAR:-default}``
+Relative paths (the input's, ``out`` and the settings that name a file or folder, such as a saved model's) are
+taken from the pipeline file's folder; ``${VAR}`` and ``${VAR:-default}``
 are read from the environment.
 """
 from __future__ import annotations
@@ -24,10 +25,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from refinery.core.validation import Allowed, at_least, one_of, setting, validate
+from refinery.core.validation import NAME_OR_FOLDER, Allowed, at_least, one_of, setting, validate
 from refinery.io.read_options import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
 from refinery.io.location import get_fs, is_local, parse_storage_options
+
+
+INPUT_DIR = "00-input"   # a pipeline's step 0: its input as one corpus
 
 
 class ConfigError(ValueError):
@@ -229,6 +233,43 @@ def anchor_path(path: str, base: str) -> str:
     return os.path.normpath(os.path.join(base, path))
 
 
+def anchor_settings(config, base: str):
+    """``config`` (nested configs too) with its settings that name a local file or folder (``setting(path=…)``)
+    taken from ``base`` where relative: a ``FOLDER`` one always, a ``NAME_OR_FOLDER`` one (a model's name or its
+    folder) where a path of that name exists there."""
+    changes = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            anchored = anchor_settings(value, base)
+        elif isinstance(value, str) and f.metadata.get("path"):
+            anchored = anchor_path(value, base)
+            if f.metadata["path"] == NAME_OR_FOLDER and not os.path.exists(anchored):
+                anchored = value
+        else:
+            continue
+        if anchored is not value and anchored != value:
+            changes[f.name] = anchored
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def anchor_references(config, references: tuple, step_names: set, base: str):
+    """``config`` with the corpora its ``references`` fields name by a relative path taken from ``base``; the
+    name of a preceding step (``step_names``) stays, for the runner to replace by that step's output."""
+    def anchored(value: str) -> str:
+        return value if value in step_names else anchor_path(value, base)
+
+    changes = {f: anchored(v) if isinstance(v, str) else type(v)(map(anchored, v))
+               for f in references if (v := getattr(config, f))}
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def _step_names(before: list) -> set:
+    """What a stage's references may name: the input, and each preceding stage by its name or its folder."""
+    return {"input", INPUT_DIR, *(s.name for s in before),
+            *(f"{i:02d}-{s.name}" for i, s in enumerate(before, 1))}
+
+
 def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> PipelineSpec:
     from refinery.pipeline.engine import ENGINES
     from refinery.pipeline.stage import stage_class
@@ -258,7 +299,8 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
             cls = stage_class(name)
         except ValueError as e:
             raise ConfigError(f"{where}: stage {i}: {e}") from None
-        stages.append(StageSpec(name, from_dict(cls.Config, params, f"{where}: stage {i} ({name})")))
+        config = anchor_settings(from_dict(cls.Config, params, f"{where}: stage {i} ({name})"), base)
+        stages.append(StageSpec(name, anchor_references(config, cls.references, _step_names(stages), base)))
     engine = data.get("engine", "local")
     if engine not in ENGINES:
         raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {engine!r}")

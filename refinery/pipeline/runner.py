@@ -29,14 +29,12 @@ from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join, json_object
 from refinery.io.ownership import RUN_MARKER, check_out_apart, claim_folder, made_folder, remove_failed_output
 from refinery.io.redaction import redact_text
-from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, to_dict
+from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
-
-INPUT_DIR = "00-input"
 
 
 @dataclass

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
-from refinery.core.validation import NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
+from refinery.core.validation import FOLDER, NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
 from refinery.io.spill import memory_budget
 
 STATE_FILE = "state.bin"    # report/'s mergeable counts (``counting.load_state`` reads them back)
@@ -28,7 +28,7 @@ class AuditConfig:
     memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
                                                    "(8G, 512M, 0.5 of memory; none: half).")
     update: str | None = setting(None, NOT_EMPTY.or_none(), "A previous audit's folder: add the input to its "
-                                 "counts (an incremental audit).")
+                                 "counts (an incremental audit).", path=FOLDER)
 
     def __post_init__(self):
         validate(self)

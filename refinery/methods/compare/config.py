@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from refinery.core.validation import NOT_EMPTY, at_least, number_in, one_of, setting, validate
+from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import PRESETS, Mapping
 from refinery.models.precision import PRECISIONS
 
@@ -51,7 +51,7 @@ class TaskModel:
     inputs: str = setting("pair", one_of("pair", "hypothesis"),
                           "What the model reads: the pair, or the hypothesis alone (the hypothesis-only bias probe).")
     model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,
-                         "Encoder of the transformer backend (name or folder).")
+                         "Encoder of the transformer backend (name or folder).", path=NAME_OR_FOLDER)
     epochs: int = setting(2, at_least(1), "Transformer fine-tuning epochs.")
     lr: float = setting(5e-5, number_in(0, open_low=True), "Transformer learning rate.")
     batch_size: int = setting(32, at_least(1), "Transformer batch size.", option="--batch")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.models.base import CLASSIFIERS
 from refinery.models.generate import DEFAULT_GENERATOR, Sampling
 from refinery.models.precision import PRECISIONS
@@ -24,7 +24,8 @@ class IbadrConfig:
     task_model: str = setting("ngram", one_of(*CLASSIFIERS), "The confidence filter's model M, fit on the corpus.")
     tau: float = setting(0.5, number_in(0, 1, open_high=True), "ε: the task model's confidence a pseudo sample "
                                                                "must exceed.")
-    generator: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Generator θg: a model name or folder.")
+    generator: str = setting(DEFAULT_GENERATOR, NOT_EMPTY, "Generator θg: a model name or folder.",
+                             path=NAME_OR_FOLDER)
     first_epochs: int = setting(3, at_least(1), "Generator epochs in the first iteration.")
     later_epochs: int = setting(1, at_least(1), "Generator epochs in later iterations.")
     lr: float = setting(5e-5, number_in(0, open_low=True), "Generator learning rate.")

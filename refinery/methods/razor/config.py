@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from refinery.core.features import TokenizerOptions
-from refinery.core.validation import NOT_EMPTY, at_least, one_of, setting, validate
+from refinery.core.validation import FOLDER, NOT_EMPTY, at_least, one_of, setting, validate
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.stage import Resources
 
@@ -35,7 +35,8 @@ class RazorConfig:
     verify: Sampling = setting(Sampling(temperature=0.0, top_p=1.0, max_new_tokens=8), help="G_β's sampling.",
                                prefix="verify", skip=("n",))
     backend: Backend = setting(Backend(), help="G_α (and G_β unless verifier_model).")
-    verifier_model: str | None = setting(None, NOT_EMPTY.or_none(), "A saved classifier's folder as G_β.")
+    verifier_model: str | None = setting(None, NOT_EMPTY.or_none(), "A saved classifier's folder as G_β.",
+                                          path=FOLDER)
     score_only: bool = setting(False, help="Only γ per row and the objective.")
     batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
 
