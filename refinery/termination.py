@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 
 
@@ -26,6 +27,14 @@ def was_terminated(e: BaseException) -> bool:
     """Whether ``e`` ends a run that SIGTERM stopped: ``Terminated``, or any error after SIGTERM came (Ray re-raises
     the interrupt as a plain ``KeyboardInterrupt``, DuckDB as "Query interrupted" or inside an error of its own)."""
     return isinstance(e, Terminated) or bool(_received)
+
+
+def query_interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is DuckDB's answer to a Ctrl-C that came while it ran a query: its ``InterruptException``, or
+    the ``RuntimeError("Query interrupted")`` its Python client raises for one."""
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and (isinstance(e, duckdb.InterruptException) or
+                                   (type(e) is RuntimeError and str(e).startswith("Query interrupted")))
 
 
 def end_on_sigterm() -> None:

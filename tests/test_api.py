@@ -165,6 +165,35 @@ def test_keywords_are_the_config_and_validate_as_everywhere(dev):
     pd.testing.assert_frame_equal(flat.stats, nested.stats)
 
 
+def test_errors_name_the_callers_keywords_and_data_and_rejects_it_can_still_read(dev, tmp_path):
+    """'--preset or --map' read as preset='or'; a DataFrame was named by the scratch file it passed through; the
+    rejects of a call whose rows were all rejected were named in a folder already removed; an --in-place hint the
+    API has no keyword for; a Ctrl-C DuckDB answered came out as RuntimeError, which ``except KeyboardInterrupt``
+    misses."""
+    import glob
+    import re
+
+    import duckdb
+
+    from refinery.api.errors import python_terms
+    from refinery.io.corpus import AllRejected
+
+    with pytest.raises(AllRejected) as raised:
+        rf.zfilter(dev.head(50).assign(gold_label=0), preset="snli")
+    message = str(raised.value)
+    assert message.startswith("no good rows in pandas.DataFrame (in memory): all 50 rejected: label not in the label ")
+    assert message.endswith("; check preset=… or map=… and labels=…")
+    assert len(glob.glob(re.search(r"are in (\S+);", message).group(1))) == 1
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "d.jsonl").write_text("".join(open(SNLI_DEV).readlines()[:20]))
+    with pytest.raises(ValueError) as raised:
+        rf.zfilter(str(tmp_path / "in" / "d.jsonl"), preset="snli", out=tmp_path / "in")
+    assert str(raised.value).endswith("refinery would write among the data it reads; give a folder outside it")
+    with pytest.raises(KeyboardInterrupt):
+        with python_terms(None):
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+
 def test_canonical_columns_need_no_preset_and_bad_rows_are_accounted(dev):
     table = pa.table({"text_a": ["a dog runs", "a cat", None, "two men"], "text_b": ["an animal moves", "x", "y", "z"],
                       "label": ["entailment", "neutral", "neutral", None]})

@@ -224,4 +224,4 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
                                                               "input rejects": first["rejected"]}, report,
                           f"{len(train)} corpora on {len(evals)} evaluation set(s)")
     return stage_result("compare", trained, Source("path", train, paths=spec_in.paths), spec_in, folder,
-                        output=Output.INPUT, result_class=CompareResult)   # a comparison passes no corpus on
+                        output=Output.INPUT, result_class=CompareResult, caller_depth=1)   # passes no corpus on

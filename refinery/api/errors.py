@@ -10,9 +10,11 @@ import re
 
 from refinery.api.inputs import Source
 from refinery.api.keywords import INPUT_KEYS, config_keywords
+from refinery.io.scratch import in_memory_names
 
 _SPLITS_HINT = re.compile(r"--input train=PATH --input test=PATH")
-_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?: ([\w.:/-]+))?")
+_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?: (?!(?:or|and|to|for|with|of|in|is|on|at|the|a|an)\b)([\w.:/-]+))?")
+_CLI_ONLY = re.compile(r"; (?:or )?--in-place [^;]*")   # the API has no in-place run
 
 
 def flag_keywords(configs: tuple = ()) -> dict[str, str]:
@@ -32,7 +34,8 @@ def in_python_terms(message: str, source: Source | None = None, configs: tuple =
     """A message of the CLI's in the API's words (``configs``: the config classes whose options it may name)."""
     for path in source.all_paths if source else ():
         if source.kind != "path":
-            message = message.replace(path, f"the data ({path})")
+            message = message.replace(path, in_memory_names(path) if in_memory_names(path) != path else "the data")
+    message = _CLI_ONLY.sub("", message)
     message = _SPLITS_HINT.sub("{'train': data, 'test': data} (a DatasetDict, or a split column)", message)
     flags = flag_keywords(configs)
 
@@ -49,9 +52,16 @@ def in_python_terms(message: str, source: Source | None = None, configs: tuple =
 
 @contextlib.contextmanager
 def python_terms(source: Source | None, configs: tuple = ()):
-    """Errors raised inside (``ValueError``, ``OSError``) worded for the caller (``in_python_terms``)."""
+    """Errors raised inside (``ValueError``, ``OSError``) worded for the caller (``in_python_terms``); a Ctrl-C
+    that DuckDB turned into an error of its own raised as the ``KeyboardInterrupt`` it was."""
+    from refinery.termination import query_interrupted
+
     try:
         yield
     except (ValueError, OSError) as e:
         e.args = (in_python_terms(str(e), source, configs), *e.args[1:])
+        raise
+    except Exception as e:
+        if query_interrupted(e):
+            raise KeyboardInterrupt from e
         raise

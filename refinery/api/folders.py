@@ -31,11 +31,15 @@ class CallFolder:
 
     @contextlib.contextmanager
     def removed_on_failure(self):
-        """The scratch folder removed at once when the work inside fails."""
+        """The scratch folder removed at once when the work inside fails, unless the error names rejects written
+        there (every row rejected): they stay until the process exits, for the caller to read."""
         try:
             yield self
-        except BaseException:
-            self.remove()
+        except BaseException as e:
+            if str(getattr(e, "rejects", None) or "").startswith(self.scratch):
+                self.keep_until_exit()
+            else:
+                self.remove()
             raise
 
 

@@ -276,10 +276,11 @@ def _number(value) -> float:
 
 def stage_result(name: str, result: StageResult, source: Source, spec_in: InputSpec, folder: CallFolder, *,
                  output: Output, stage_folder: str | None = None, splits: tuple = ((), ()),
-                 result_class: type = Result) -> Result:
+                 result_class: type = Result, caller_depth: int = 3) -> Result:
     """The ``Result`` of stage ``name``'s run into ``stage_folder`` (default: the call's ``out``; ``output``:
     what the stage passes on). It holds the call's folder, so that the scratch folder lives as long as the
-    result; the stage's warnings are warned in the API's words."""
+    result; the stage's warnings are warned in the API's words, at the caller's line (``caller_depth``: the calls
+    between it and here)."""
     stage_folder = stage_folder or folder.out
     read, untouched = splits
     done = result_class.of(name, stage_folder, result, source, spec_in, output=output, splits=read,
@@ -289,7 +290,8 @@ def stage_result(name: str, result: StageResult, source: Source, spec_in: InputS
         folder.keep_until_exit()   # result.data is a path into it
     done._stamp = done.stamp()
     for warning in done.warnings:
-        warnings.warn(f"{name}: {in_python_terms(warning, source, (stage_class(name).Config,))}", stacklevel=3)
+        warnings.warn(f"{name}: {in_python_terms(warning, source, (stage_class(name).Config,))}",
+                      stacklevel=caller_depth + 1)
     return done
 
 

@@ -86,12 +86,12 @@ def ended(e: BaseException) -> int:
     Ctrl-C and 143 for SIGTERM (naming what the run had already published), 0 for a reader that closed the pipe
     (nothing said), 2 for what the user can fix (``user_errors``), 1 for refinery's own fault. ``jobs/run.py``
     ends the same."""
-    from refinery.termination import was_terminated
+    from refinery.termination import query_interrupted, was_terminated
 
     if was_terminated(e):   # whatever it surfaced as: a library may wrap the interrupt in an error of its own
         click.echo(f"terminated (SIGTERM): {_published_before()}", err=True)
         return 143
-    if isinstance(e, KeyboardInterrupt) or _query_interrupted(e):
+    if isinstance(e, KeyboardInterrupt) or query_interrupted(e):
         click.echo(f"interrupted: {_published_before()}", err=True)
         return 130
     if isinstance(e, BrokenPipeError):
@@ -99,14 +99,6 @@ def ended(e: BaseException) -> int:
         return 0
     click.echo(f"error: {_one_line(e)}", err=True)
     return 2 if isinstance(e, user_errors()) else 1
-
-
-def _query_interrupted(e: BaseException) -> bool:
-    """Whether ``e`` is DuckDB's answer to a Ctrl-C that came while it ran a query: its ``InterruptException``, or
-    the ``RuntimeError("Query interrupted")`` its Python client raises for one."""
-    duckdb = sys.modules.get("duckdb")
-    return duckdb is not None and (isinstance(e, duckdb.InterruptException) or
-                                   (type(e) is RuntimeError and str(e).startswith("Query interrupted")))
 
 
 SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
