@@ -168,3 +168,24 @@ def test_lone_surrogate_escape_is_that_rows_reject_in_jsonl_and_json_arrays(tmp_
         assert rows["text_b"].to_pylist() == ["An animal moves \U0001F600 ."]   # a valid pair decodes as usual
         assert rejects["column"].to_pylist() == ["sentence1"]
         assert "lone UTF-16 surrogate" in rejects["reason"][0].as_py() and "\\ud800" in rejects["raw"][0].as_py()
+
+
+def test_only_credentials_are_hidden_not_words_that_contain_key_or_token(tmp_path):
+    """Names holding 'key', 'token' or 'auth' anywhere were taken for credentials: 'm_key.yaml: stage 1' printed as
+    'm_key.yaml: ***', a tokenizer setting's message lost its words, and weights' node_key vanished from manifests."""
+    from refinery.io.redaction import redact, redact_text
+
+    said = redact_text("aws_secret_access_key=A1 session_token: T2 api-key=K3 password=P4 --storage-option key=K5 "
+                       "s3://me:P6@host/b max_tokens=5 tokenizer=ws node_key=auto")
+    assert not any(secret in said for secret in ("A1", "T2", "K3", "P4", "K5", "P6"))
+    assert said.endswith("max_tokens=5 tokenizer=ws node_key=auto")
+    assert redact({"graph": {"node_key": "auto"}, "api_key_env": "OPENAI_API_KEY", "storage_options": {
+        "key": "K", "secret": "S", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}}) == {
+        "graph": {"node_key": "auto"}, "api_key_env": "OPENAI_API_KEY", "storage_options": {
+            "key": "***", "secret": "***", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}}
+    pipeline = tmp_path / "m_key.yaml"
+    pipeline.write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n  - zfilter: {{kk: 1}}\n")
+    proc = run_cli("run", pipeline, check=False)
+    assert proc.returncode == 2 and proc.stderr.endswith(
+        f"error: {pipeline}: stage 1 (zfilter): unknown key(s) kk; known: k, batch_size, min_count, warmup, settle, "
+        "prior, alpha, shuffle_seed, features, seed_corpus\n"), proc.stderr
