@@ -107,6 +107,17 @@ def test_settings_naming_a_folder_are_taken_from_the_pipeline_files_folder_and_p
         model="ngram")), "model": str(tmp_path / "runs" / "model")}}]
 
 
+def test_runs_print_config_writes_out_absolute_and_credentials_as_variables(tmp_path):
+    """``refinery run P --out x --print-config`` printed ``out: x``, which the printed file reads from its own folder;
+    and it printed a credential the file took from the environment."""
+    (tmp_path / "p.yaml").write_text(f"input:\n  paths: [{SNLI_HARD}]\n  preset: snli\n  storage_options:\n"
+                                     "    secret: ${MY_SECRET}\nstages:\n  - audit: {}\n")
+    printed = run_cli("run", tmp_path / "p.yaml", "--out", "x", "--print-config", env={"MY_SECRET": "hunter2"},
+                      cwd=tmp_path).stdout
+    data = yaml.safe_load(printed)
+    assert data["out"] == str(tmp_path / "x") and data["input"]["storage_options"] == {"secret": "${REFINERY_SECRET}"}
+
+
 def test_a_verbs_print_config_is_the_one_stage_pipeline_that_gives_its_result(tmp_path):
     """``refinery zfilter … --print-config`` writes a pipeline file; running it keeps the same rows as the verb."""
     args = [SNLI_DEV, "--preset", "snli", "--k", "5", "--batch-size", "500", "--features", "unigram",

@@ -50,6 +50,7 @@ def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
     shows what each stage did to the rows and to the input's top features (the report options below
     override the file's report: key).
     """
+    from refinery.cli.options import printable_pipeline
     from refinery.pipeline.config import from_dict, load_pipeline, to_dict
     from refinery.pipeline.runner import run_pipeline
 
@@ -61,7 +62,7 @@ def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
             spec.out = out
         if engine:
             spec.engine = engine
-        click.echo(spec.to_yaml(), nl=False)
+        click.echo(printable_pipeline(spec), nl=False)   # --out as given here, absolute; credentials as variables
         return
     if (engine or spec.engine) == "ray":   # a cluster that does not answer fails before any work
         check_ray_address()
