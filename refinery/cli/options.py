@@ -49,7 +49,7 @@ def printable_pipeline(spec, references: tuple = ()) -> str:
         return path if "://" in path else os.path.abspath(path)
 
     spec_in = spec.input
-    changes = {"splits": {s: [absolute(p) for p in ([ps] if isinstance(ps, str) else ps)]
+    changes = {"splits": {s: absolute(ps) if isinstance(ps, str) else [absolute(p) for p in ps]
                           for s, ps in spec_in.splits.items()},
                "paths": [absolute(p) for p in spec_in.paths],
                "storage_options": _secrets_as_variables(spec_in.storage_options)}
