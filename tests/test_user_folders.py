@@ -323,3 +323,23 @@ def test_a_stage_folder_reads_as_the_corpus_it_made_and_a_filters_folder_names_i
     proc = run_cli("audit", tmp_path / "zf", "--out", tmp_path / "a3", check=False)
     assert proc.returncode == 2 and proc.stderr.strip().endswith(f"{tmp_path / 'zf' / 'kept'} or "
                                                                  f"{tmp_path / 'zf' / 'rejected'}"), proc.stderr
+
+
+def test_another_stage_or_pipeline_in_the_same_out_leaves_nothing_of_the_earlier_one(tmp_path):
+    """An audit into a zfilter's folder left its kept/ and rejected/ there (read on, later, as this run's); a pipeline
+    of fewer steps left the earlier one's last step, finished. Refinery's files of the earlier run go; the user's
+    file inside them stays."""
+    out = tmp_path / "o"
+    run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", out)
+    (out / "kept" / "notes.txt").write_text("mine")
+    run_cli("audit", SNLI_HARD, "--preset", "snli", "--out", out)
+    assert sorted(p.name for p in out.iterdir()) == [".refinery.json", "_SUCCESS", "kept", "rejects", "report"]
+    assert [p.name for p in (out / "kept").iterdir()] == ["notes.txt"] and not (out / "rejected").exists()
+    assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["rejects", "report"]
+    steps = "input: {paths: [%s], preset: snli}\nstages:\n  - audit: {}\n" % SNLI_HARD
+    (tmp_path / "two.yaml").write_text(steps + "  - confidence: {model: ngram, folds: 2, tau: 0.2}\n")
+    (tmp_path / "one.yaml").write_text(steps)
+    run_cli("run", tmp_path / "two.yaml", "--out", tmp_path / "p", "--no-audit-steps")
+    proc = run_cli("run", tmp_path / "one.yaml", "--out", tmp_path / "p", "--no-audit-steps")
+    assert f"removed {tmp_path / 'p' / '02-confidence'}: a step of an earlier pipeline" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [".refinery.json", "00-input", "01-audit", "pipeline"]

@@ -90,6 +90,38 @@ def published_folders() -> list[str]:
     return [out for out, (fs, path) in _published.items() if fs.exists(join(path, OWNER_MARKER))]
 
 
+def unpublish(folder: str, storage_options: dict | None = None) -> None:
+    """Remove what refinery published in ``folder``: the files its marker lists, then the marker. On a local disk
+    the folders left empty go too; a file refinery did not write stays, with the folders on its path."""
+    fs, path = get_fs(folder, storage_options)
+    with on_store(folder, "removing an earlier run's output"):
+        owned = owned_files(fs, path)
+        if not owned:
+            return
+        marker, listed = OWNER_MARKER if OWNER_MARKER in owned else sorted(owned)[0], owned - {OWNER_MARKER}
+        present = [join(path, f) for f in sorted(listed) if fs.exists(join(path, f))]
+        if present:
+            fs.rm(present)
+        fs.rm(join(path, marker))
+    if is_local(fs):
+        for root, _, _ in sorted(os.walk(path), key=lambda walked: -len(walked[0])):
+            if not os.listdir(root):
+                os.rmdir(root)
+
+
+def unpublish_run(folder: str, storage_options: dict | None = None) -> None:
+    """A run's folder of several parts unpublished (``unpublish``): its ``_SUCCESS`` first, so that it is no
+    finished run from then on, then each part, then the folder's own marker."""
+    fs, path = get_fs(folder, storage_options)
+    with on_store(folder, f"removing {RUN_MARKER}"):
+        if fs.exists(join(path, RUN_MARKER)):
+            fs.rm(join(path, RUN_MARKER))
+        parts = [name for name in folder_entries(fs, path) if fs.exists(join(path, name, OWNER_MARKER))]
+    for part in parts:
+        unpublish(join(folder, part), storage_options)
+    unpublish(folder, storage_options)
+
+
 class AbortsOnError(ABC):
     """A writer used as a context manager: ``abort()`` when the block raises; publishing stays the caller's
     ``commit()``."""
@@ -256,7 +288,8 @@ class RunOutput:
     ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the run reports. A folder
     without ``_SUCCESS`` holds no finished run, even if each part looks whole. A run that fails or is
     interrupted before it replaced any part puts the previous ``_SUCCESS`` back: that run is still whole.
-    One that fails in a folder it created (or found empty) removes what it wrote (``remove_failed_output``).
+    One that fails in a folder it created (or found empty) removes what it wrote (``remove_failed_output``). Once a
+    run finished, the parts of the run before it that it did not write again (another stage's) are removed.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
@@ -283,6 +316,10 @@ class RunOutput:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
+            if self._previous is not None:   # the earlier run's parts this one did not write again are not its
+                for part, run in self._previous[1].items():
+                    if run is not None and self._part_runs([part])[part] == run:
+                        unpublish(join(self.out, part), self.storage_options)
             with on_store(self.out, f"writing {RUN_MARKER}"):
                 self.fs.makedirs(self.path, exist_ok=True)
                 parts = sorted(name for name in folder_entries(self.fs, self.path)

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import posixpath
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -26,8 +27,10 @@ from typing import Callable
 from refinery import __version__
 from refinery.io.corpus import Corpus, EmptyInput, OutputExists, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
-from refinery.io.location import get_fs, is_local, join, json_object
-from refinery.io.ownership import RUN_MARKER, check_out_apart, claim_folder, made_folder, remove_failed_output
+from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
+from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, read_marker,
+                                   remove_failed_output)
+from refinery.io.publishing import unpublish_run
 from refinery.io.redaction import redact_text
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
@@ -35,6 +38,8 @@ from refinery.pipeline.output import StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
+
+_STEP_FOLDER = re.compile(r"\d{2}-[\w-]+")   # a pipeline's step folder: 01-zfilter
 
 
 @dataclass
@@ -127,11 +132,25 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     made = made_folder(out, opts.storage_options)
     created = claim_folder(out, opts.storage_options) == "new"
     try:
-        return _run_steps(spec, source, out, engine, echo)
+        run = _run_steps(spec, source, out, engine, echo)
     except BaseException:
         if created:   # the folders this run made and no step finished in
             remove_failed_output(out, made, opts.storage_options, keep_finished=True)
         raise
+    _remove_earlier_steps(out, {s.folder for s in run.stages}, opts.storage_options, echo)
+    return run
+
+
+def _remove_earlier_steps(out: str, steps: set, storage_options: dict, echo) -> None:
+    """The step folders an earlier pipeline left in ``out`` that this one has not (``NN-stage`` folders refinery
+    published, named by none of ``steps``): removed once this pipeline finished, saying so, so that no finished
+    step of another pipeline is taken for one of this one's."""
+    fs, path = get_fs(out, storage_options)
+    earlier = [name for name in folder_entries(fs, path)
+               if _STEP_FOLDER.fullmatch(name) and name not in steps and read_marker(join(out, name), storage_options)]
+    for name in earlier:
+        unpublish_run(join(out, name), storage_options)
+        echo(f"removed {join(out, name)}: a step of an earlier pipeline in {out}, none of this one's")
 
 
 def check_columns(spec: PipelineSpec, columns) -> None:
