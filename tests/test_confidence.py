@@ -154,6 +154,8 @@ def test_confidence_keeping_too_few_rows_to_test_a_feature_warns_and_keeping_non
     else:
         assert "verdict" not in report and "no verdict: nothing was kept" in proc.stdout
         assert "No verdict: nothing was kept" in (out / "report" / "report.html").read_text()
+        empty = Corpus.open(str(out / "kept")).read()   # it lost every column but the canonical four
+        assert empty.num_rows == 0 and {"keeps_five", "drops_shortcut", "confidence"} <= set(empty.column_names)
 
 
 @pytest.mark.ray

@@ -111,7 +111,14 @@ class Corpus:
         return iter_parquet(self.files, self.storage_options, columns, batch_rows)
 
     def read(self, columns=None) -> pa.Table:
-        return concat(list(self.iter_tables(columns)))
+        """Every row; a corpus of none has the columns of its empty shard (a filter that kept no row keeps them)."""
+        tables = list(self.iter_tables(columns))
+        if not tables and self.files:
+            fs, path = get_fs(self.files[0], self.storage_options)
+            with fs.open(path, "rb") as fh:
+                schema = pq.read_schema(fh)
+            return schema.empty_table().select(columns) if columns else schema.empty_table()
+        return concat(tables)
 
     def read_rejects(self) -> pa.Table:
         fs, _ = get_fs(self.url, self.storage_options)

@@ -67,6 +67,7 @@ class CorpusWriter(AbortsOnError):
         self._labels: dict[str, int] = {}
         self._splits: dict[str, int] = {}   # for the card: the rows of each value of a ``split`` column,
         self._schemas: list[pa.Schema] = []   # the shards' columns (and their names, to conform them at commit)
+        self._offered: pa.Schema | None = None   # the columns of the first rows offered, kept or not
         self._names: list[str] = []
         self._nbytes = 0                      # and the rows' size in Arrow
         self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
@@ -78,6 +79,8 @@ class CorpusWriter(AbortsOnError):
     def write(self, rows: pa.Table | None = None, rejects: pa.Table | None = None) -> None:
         if self.skipped:
             return
+        if rows is not None and self._offered is None:
+            self._offered = rows.schema
         if rows is not None and rows.num_rows:
             self._buffer.append(rows)
             self._buffered += rows.num_rows
@@ -159,6 +162,10 @@ class CorpusWriter(AbortsOnError):
         self._files = [f.result() for f in self._files]
         self._reject_files = [f.result() for f in self._reject_files]
         self._writer.shutdown()
+        if not self._files and self._offered is not None:   # rows offered, none kept: an empty shard keeps the columns
+            self._names.append("part-00000.parquet")
+            self._files.append(_ShardWriter(self._dir, self._names[-1], self._offered).write(self._offered.empty_table()))
+            self._schemas.append(self._offered)
         schema = common_schema(self._schemas) if self._schemas else None
         for i, shard_schema in enumerate(self._schemas):   # shards begun for a drifted column: rewritten to it
             if shard_schema != schema:
