@@ -229,6 +229,9 @@ def test_verdict_catches_a_stage_that_worsens_a_feature_and_credits_one_that_fix
     text = "\n".join(worse.lines())
     assert "nobody@hypothesis" in text and "remedy: lower --max-copies" in text
     assert worse.to_dict()["ok"] is False and worse.to_dict()["remedy"] == "lower --max-copies"
+    rare = [c for c in worse.worsened if c.z_before is None]   # under min_count before: its n is not known (not 0)
+    assert rare and all(c.n_before is None and c.text() == f"{c.feature} ({c.label}) z* untested → {c.z_after:.2f}, "
+                        f"n under min_count → {c.n_after:,.0f}" for c in rare)
 
     fixed = judge(before, audit_table(table.filter(pa.array(~(contradiction & _contains(table, "sleeping")))),
                                       cfg).stats, stage="dropping", under_threshold=False)

@@ -57,22 +57,25 @@ JITTER = 0.5        # rises smaller than this are sampling jitter: one row more 
 
 @dataclass(frozen=True)
 class FeatureChange:
-    """One (feature, label) cell before and after: z* (None: n < min_count on that side), n and p̂(l|x) after."""
+    """One (feature, label) cell before and after: z* (None: n < min_count on that side), n (None: under min_count,
+    in an audit that keeps only the features it tests) and p̂(l|x) after."""
 
     feature: str
     label: str
     z_before: float | None
     z_after: float | None
-    n_before: float
-    n_after: float
+    n_before: float | None
+    n_after: float | None
     p_after: float | None = None
 
     def text(self) -> str:
         """``not@hypothesis`` (contradiction) z* 3.10 → 6.20, n 40 → 120."""
         def z(v):
             return "untested" if v is None else f"{v:.2f}"
+        def n(v):
+            return "under min_count" if v is None else _count(v)
         return (f"{self.feature} ({self.label}) z* {z(self.z_before)} → {z(self.z_after)}, "
-                f"n {_count(self.n_before)} → {_count(self.n_after)}")
+                f"n {n(self.n_before)} → {n(self.n_after)}")
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,20 @@ class _Side:
         self.n = stats.n[rows][ranked]
         self.p = p[ranked][:, order]
         self.z = z[ranked][:, order]
+        self._features, self._n, self._min_count = stats.features, stats.n, stats.min_count
+
+    def counts(self, names: pa.Array, rows: np.ndarray) -> np.ndarray:
+        """n of each of ``names`` (its row here, ``rows``, −1 where untested): an untested feature's among all the
+        audit's features; where it is not among them, 0 if the audit holds features under min_count (it holds
+        every one), else NaN (it kept only those it tests: the feature's n is under min_count, not known)."""
+        n = (self.n[np.maximum(rows, 0)] if len(self.n) else np.zeros(len(rows))).astype(float)
+        untested = np.flatnonzero(rows < 0)
+        if len(untested):
+            at = pc.fill_null(pc.index_in(names.take(pa.array(untested)), value_set=self._features), -1)
+            at = at.to_numpy(zero_copy_only=False)
+            absent = 0.0 if len(self._n) and self._n.min() < self._min_count else np.nan
+            n[untested] = np.where(at >= 0, self._n[np.maximum(at, 0)] if len(self._n) else 0, absent)
+        return n
 
     def lookup(self, names: pa.Array) -> np.ndarray:
         """Row of each of ``names`` here, −1 where it is not tested."""
@@ -232,10 +249,11 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     ra, ja = np.nonzero(a.z > t)
     rb_of = b.lookup(a.names.take(pa.array(ra, pa.int64()))) if len(ra) else np.empty(0, np.int64)
     z_before = _z_at(b, rb_of, ja, np.nan)
+    n_before = b.counts(a.names.take(pa.array(ra, pa.int64())), rb_of)
     changes = [FeatureChange(a.names[int(r)].as_py(), labels[j], None if rb < 0 else round(float(zb), 4),
-                             round(float(a.z[r, j]), 4), float(b.n[rb]) if rb >= 0 else 0.0, float(a.n[r]),
+                             round(float(a.z[r, j]), 4), None if np.isnan(nb) else float(nb), float(a.n[r]),
                              round(float(a.p[r, j]), 4))
-               for r, j, rb, zb in _by(-a.z[ra, ja], ra, ja, rb_of, z_before)]
+               for r, j, rb, zb, nb in _by(-a.z[ra, ja], ra, ja, rb_of, z_before, n_before)]
     remaining = {l: [] for l in labels}
     remaining_total = {l: 0 for l in labels}
     worsened: list[FeatureChange] = []
@@ -252,10 +270,12 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     ra_of = a.lookup(b.names.take(pa.array(rb, pa.int64()))) if len(rb) else np.empty(0, np.int64)
     z_after = _z_at(a, ra_of, jb, -np.inf)
     gone = z_after <= t
+    n_after = a.counts(b.names.take(pa.array(rb, pa.int64())), ra_of)
     fixed = [FeatureChange(b.names[int(r)].as_py(), labels[j], round(float(b.z[r, j]), 4),
-                           None if ro < 0 else round(float(za), 4), float(b.n[r]),
-                           float(a.n[ro]) if ro >= 0 else 0.0, None if ro < 0 else round(float(a.p[ro, j]), 4))
-             for r, j, ro, za in _by(-b.z[rb[gone], jb[gone]], rb[gone], jb[gone], ra_of[gone], z_after[gone])][:listed]
+                           None if ro < 0 else round(float(za), 4), float(b.n[r]), None if np.isnan(na) else float(na),
+                           None if ro < 0 else round(float(a.p[ro, j]), 4))
+             for r, j, ro, za, na in _by(-b.z[rb[gone], jb[gone]], rb[gone], jb[gone], ra_of[gone], z_after[gone],
+                                         n_after[gone])][:listed]
     return Verdict(stage=stage, threshold=t, margin=margin, under_threshold=under_threshold, max_z=max_z,
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
