@@ -36,6 +36,7 @@ def test_corrected_tokens_fall_towards_the_prior(upsampled):
         assert report["z_after"][c["token"]] < c["z"] - 2, c["token"]
         assert report["p_hat_after"][c["token"]][c["label"]] < report["p_hat_before"][c["token"]][c["label"]] - 0.1
     assert "nobody" in [u["token"] for u in report["uncorrectable"]]  # every 'nobody' row contradicts
+    assert {u["token"] for u in report["uncorrectable"]} >= {e["token"] for e in report["left_out"] if e["uncorrectable"]}
     assert 0 < report["growth"] < 0.15  # modest growth (paper: +7.5% on SNLI train)
     assert report["verdict"]["ok"] and report["most_copies_of_a_row"] <= 3
     page = (out / "report" / "report.html").read_text()   # z-plots before and after, p̂ before → after, verdict
@@ -189,7 +190,9 @@ def test_negations_reported_with_why(negation_defaults):
         assert left[word]["label"] == "contradiction" and left[word]["copies_needed"] > CAP
         assert f"rows contain `{word}`; correcting it would copy each" in left[word]["reason"]
         assert f"    {word} " in console
-    assert "verdict ok" in console
+    assert "verdict ok" in console   # nothing got worse; but what stayed as it was is said (it was not)
+    assert re.search(r"warning: \d+ significant token\(s\) stay as they were: no \(z\* [\d.]+, contradiction\): n "
+                     r"outside the band 20–80; \d+ entailment rows contain `no`", console), console
     assert all(e["reason"].startswith("z* under the threshold") for e in report["left_out"]
                if e["token"] in KEPT_WORDS and e["z"] <= report["token_threshold"])   # every negation has its line
     page = (out / "report" / "report.html").read_text()

@@ -106,7 +106,8 @@ def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: 
         else:
             reason = f"not among the top {config.k} in the band (a larger --k takes it in)"
         out.append({"token": e["token"], "n": e["n"], "z": e["z"], "label": e["label"], "counts": e["counts"],
-                    "copies_needed": None if math.isinf(most) or e["z"] <= threshold else most, "reason": reason})
+                    "copies_needed": None if math.isinf(most) or e["z"] <= threshold else most, "reason": reason,
+                    "uncorrectable": math.isinf(most) and e["z"] > threshold})
     if not outside:
         return out, None
     lower = _widened(config.band_min, min(outside), rows, lower=True)

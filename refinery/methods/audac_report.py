@@ -52,6 +52,9 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
     }
     report["left_out"], report["band_hint"] = left_out(plan.every_token, plan.chosen, config, n_rows, plan.threshold,
                                                        plan.p0)
+    listed = {u["token"] for u in report["uncorrectable"]}   # and the significant ones outside the band or the top k
+    report["uncorrectable"] += [{k: e[k] for k in ("token", "n", "z", "label", "counts", "reason")}
+                                for e in report["left_out"] if e["uncorrectable"] and e["token"] not in listed]
     report["verdict"], report["verdict_input_p0"] = plan.verdict.to_dict(), plan.verdict_input_p0.to_dict()
     return report
 

@@ -107,9 +107,21 @@ class UpsampleStage(Stage):
         headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "
                     f"{r['iterations_run']} iteration(s)")
         ok = r["verdict"]["ok"] and r["verdict_input_p0"]["ok"]
+        warnings = () if ok else tuple(r["verdict"]["warnings"] or r["verdict_input_p0"]["warnings"])
         return StageResult(r["rows_before"] + r["rejected"], {"out": r["rows_before"], "input rejects": r["rejected"]},
-                           r, headline, (headline, *_lines(r, self.config), *lines),
-                           () if ok else tuple(r["verdict"]["warnings"] or r["verdict_input_p0"]["warnings"]))
+                           r, headline, (headline, *_lines(r, self.config), *lines), warnings + _untouched(r))
+
+
+def _untouched(r: dict) -> tuple:
+    """A warning where significant tokens were left as they were (a verdict of 'nothing got worse' says nothing of
+    them): the largest by z*, each with why, and whether any row was added at all."""
+    shown = sorted((e for e in r["left_out"] if e["z"] > r["token_threshold"]), key=lambda e: -e["z"])
+    if not shown:
+        return ()
+    top = "; ".join(f"{e['token']} (z* {e['z']:.1f}, {e['label']}): {e['reason']}" for e in shown[:3])
+    more = f"; +{len(shown) - 3} more" if len(shown) > 3 else ""
+    added = "it added no row, so " if not r["rows_added"] else ""
+    return (f"{added}{len(shown):,} significant token(s) stay as they were: {top}{more}",)
 
 
 def _lines(r: dict, config: UpsampleConfig) -> list[str]:
