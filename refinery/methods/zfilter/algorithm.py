@@ -118,22 +118,26 @@ class ZFilter:
         """The significance threshold of the input's audit: Φ⁻¹(1 − α/m), m its tested (feature, label) cells."""
         return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha).threshold
 
-    def settle(self, threshold: float, max_rounds: int = 100) -> dict[int, list[str]]:
-        """Bring every feature of Z under ``threshold`` by taking back the fewest of its earliest-admitted rows.
+    def settle(self, input_threshold: float, max_rounds: int = 100) -> tuple[dict[int, list[str]], float]:
+        """Bring every feature of Z under the threshold by taking back the fewest of its earliest-admitted rows.
 
-        While some (x, l) has z*(x, l | Z) > threshold (n ≥ min_count; ``null``, the label prior, aside), the
-        r earliest kept stream rows of label l that carry x leave Z, r the least for which z*(x, l) falls to the
-        threshold or n(x) under min_count; cells are settled together and the round repeats on the new counts.
-        Seed rows stay. Returns {stream position: the features that took the row back}.
+        The threshold is the input's audit's (``input_threshold``), or Z's own where lower: Φ⁻¹(1 − α/m) of Z's
+        m tested cells, fewer than the input's, so that an audit of the kept rows alone finds none over it
+        either; it is recomputed each round, as rows leave. While some (x, l) has z*(x, l | Z) > threshold
+        (n ≥ min_count; ``null``, the label prior, aside), the r earliest kept stream rows of label l that carry
+        x leave Z, r the least for which z*(x, l) falls to the threshold or n(x) under min_count; cells are
+        settled together and the round repeats on the new counts. Seed rows stay. Returns ({stream position: the
+        features that took the row back}, the threshold of the last round).
         """
         if self.kept is None:
-            return {}
+            return {}, input_threshold
         fids, row_of_pair, labels, positions = self.kept.arrays()
         C = len(self.Z.labels)
         alive = np.ones(len(positions), dtype=bool)
         taken: dict[int, list[str]] = {}
+        threshold = input_threshold
         for _ in range(max_rounds):
-            cells, need = self._over(threshold)
+            cells, need, threshold = self._over(input_threshold)
             if not len(cells):
                 break
             m = np.flatnonzero(np.isin(fids, np.unique(cells // C)))   # the pairs of the features over it
@@ -155,14 +159,17 @@ class ZFilter:
             gone = np.isin(row_of_pair, out)
             self.Z.subtract(fids[gone], labels[row_of_pair[gone]], [self.Z.labels[j] for j in labels[out]])
         self._touched.append(np.unique(fids))
-        return taken
+        return taken, threshold
 
-    def _over(self, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-        """Cells ``feature · C + label`` of Z over ``threshold`` (sorted) and, for each, the rows of that label
-        to take back: the least r ≥ 1 with z*((c − r)/(n − r)) ≤ threshold or n − r < min_count."""
+    def _over(self, input_threshold: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Cells ``feature · C + label`` of Z over the threshold (sorted), for each the rows of that label to take
+        back: the least r ≥ 1 with z*((c − r)/(n − r)) ≤ threshold or n − r < min_count; and the threshold, the
+        lower of ``input_threshold`` and Z's own (its m tested cells: features with n ≥ min_count, × C)."""
         counts = self.Z.matrix[: self.Z.num_features]
         n = zstats.row_totals(counts)
         ids = np.flatnonzero(n >= self.config.min_count)
+        own = zstats.bonferroni_threshold(self.config.alpha, len(ids) * len(self.Z.labels))
+        threshold = min(input_threshold, own)
         p0 = zstats.prior_vector(self.Z.labels, self.Z.label_totals, self.prior.name)
         z = zstats.z_score(counts[ids] / n[ids, None], n[ids, None], p0[None, :])
         f, j = np.nonzero(z > threshold)
@@ -179,7 +186,7 @@ class ZFilter:
             need[i] = r[np.argmax(fine)] if fine.any() else c
         cells = f * len(self.Z.labels) + j
         order = np.argsort(cells)
-        return cells[order], need[order]
+        return cells[order], need[order], threshold
 
 
 class KeptRows:

@@ -32,7 +32,8 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
         before = audit.stats("input", part, prior.name, config)
         after = audit.stats("kept", part, prior.name, config)
         verdicts[part] = judge(before, after, stage="compose", under_threshold=bool(promise[part]),
-                               remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior))
+                               remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior),
+                               threshold=min(before.threshold, after.threshold))   # as a zfilter holds its rows
         if promise[part] is None:
             notes.append(_unjudged(kind, part, verdicts[part]))
         if kind == "zaug" and part == "together":

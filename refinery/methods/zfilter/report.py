@@ -38,15 +38,17 @@ def publish_report(filtering: Filtering, written: dict, out: StageOutput, config
     after = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
     remedy = remedies(config, bool(seed_by_label), out.url("kept"))
     verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
-                    prior=str(zf.prior))
+                    prior=str(zf.prior), threshold=min(before.threshold, after.threshold))   # as settle held them
     top_before, plot_before = audit_summary(before, config, f"{page.corpus}: input")
     top_after, plot_after = audit_summary(after, config, f"{page.corpus}: kept rows")
+    input_threshold = before.threshold
     del before, after
     seed = sum(seed_by_label.values())
     labels = zf.Z.labels
     by_label = written["by_label"]
     report = {
-        "prior": str(zf.prior), "threshold": round(verdict.threshold, 4), "verdict": verdict.to_dict(),
+        "prior": str(zf.prior), "threshold": round(verdict.threshold, 4),
+        "threshold_input": round(input_threshold, 4), "verdict": verdict.to_dict(),
         "kept": written["kept"], "rejected": written["filtered_out"], "seed": seed,
         "settled_out": filtering.settled_out, "input": written["kept"] + written["filtered_out"] - seed,
         "input_rejected": written["input_rejects"],
@@ -86,7 +88,7 @@ def _page(page: Report, report: dict, verdict: Verdict, plot_before: str, plot_a
             .section("z-statistics of the kept rows", figure(plot_after, _after_caption(report)))
             .section("Features that caused most rows to be filtered out", table(
                 [{"feature": f, "rows filtered out": n} for f, n in report["top_rejecting_features"].items()]))
-            .section("Top features of the input", top_features(report["topk_before"], report["threshold"]))
+            .section("Top features of the input", top_features(report["topk_before"], report["threshold_input"]))
             .section("Top features of the kept rows", top_features(report["topk_after"], report["threshold"]))
             .section("Configuration", config_table(report["config"])))
 

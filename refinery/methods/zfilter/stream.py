@@ -2,8 +2,9 @@
 
 The seed's rows enter Z first; the input streams through ``ZFilter.filter`` in its order (or shuffled with
 ``shuffle_seed``), and with ``settle`` the earliest-admitted rows that keep a feature of Z over the threshold
-are taken back after the stream (``ZFilter.settle``). What comes out is each rejected row's id, reason and hit
-features (``Decisions``), the seed's rows, and Z and the input's counts for the report.
+(the input's, or the kept rows' own where lower) are taken back after the stream (``ZFilter.settle``). What
+comes out is each rejected row's id, reason and hit features (``Decisions``), the seed's rows, and Z and the
+input's counts for the report.
 """
 from __future__ import annotations
 
@@ -72,8 +73,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
             bar.update(batch.num_rows)
     taken = {}
     if config.settle:
-        threshold = zf.threshold()
-        taken = zf.settle(threshold)
+        taken, threshold = zf.settle(zf.threshold())
         reason = f"over the threshold z* > {threshold:.2f} in the kept rows after the stream: "
         rejected.update((position, (reason, sorted(features))) for position, features in taken.items())
     positions = sorted(rejected)
