@@ -189,3 +189,12 @@ def test_only_credentials_are_hidden_not_words_that_contain_key_or_token(tmp_pat
     assert proc.returncode == 2 and proc.stderr.endswith(
         f"error: {pipeline}: stage 1 (zfilter): unknown key(s) kk; known: k, batch_size, min_count, warmup, settle, "
         "prior, alpha, shuffle_seed, features, seed_corpus\n"), proc.stderr
+
+
+def test_a_truncated_json_line_is_rejected_with_a_reason_that_reads(tmp_path):
+    lines = open(SNLI_HARD).readlines()[:3]
+    (tmp_path / "cut.jsonl").write_text(lines[0] + lines[1] + lines[2][:40] + "\n")
+    run_cli("convert", tmp_path / "cut.jsonl", "--preset", "snli", "--out", tmp_path / "c")
+    from refinery.io.corpus import Corpus
+    [reason] = Corpus.open(str(tmp_path / "c")).read_rejects()["reason"].to_pylist()
+    assert reason.startswith("malformed JSON: Unterminated string starting at column "), reason   # not 'at at'

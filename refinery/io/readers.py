@@ -117,7 +117,7 @@ def _parse_json_line(text: str, text_columns: frozenset):
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        return None, None, f"malformed JSON: {e.msg} at column {e.colno}"
+        return None, None, f"malformed JSON: {e.msg.removesuffix(' at')} at column {e.colno}"   # json's 'starting at'
     except RecursionError:
         return None, None, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
     # every nesting level opens a bracket, so a line with fewer brackets than the limit needs no walk
