@@ -65,8 +65,11 @@ def test_pipeline_errors_name_the_file_and_key(tmp_path):
         parse_pipeline(bad)
     with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: expected an integer, got 'five'"):
         parse_pipeline({**bad, "stages": [{"zfilter": {"k": "five"}}]})
-    with pytest.raises(ConfigError, match="unknown stage 'zfliter'"):
+    with pytest.raises(ConfigError, match="unknown stage 'zfliter'; did you mean 'zfilter'\\?"):
         parse_pipeline({**bad, "stages": ["zfliter"]})
+    with pytest.raises(ConfigError, match=r"^pipeline: input: --map: unknown canonical field 'txt_a'; did you mean "
+                                          r"'text_a'\? \(fields: text_a, "):
+        parse_pipeline({**bad, "input": {"paths": [SNLI_HARD], "map": {"txt_a": "sentence1", "label": "gold_label"}}})
     with pytest.raises(ConfigError, match="exactly one of model"):
         parse_pipeline({**bad, "stages": [{"confidence": {"tau": 0.5}}]})
     path = tmp_path / "p.yaml"

@@ -1,6 +1,7 @@
 """The canonical record (METHODS §0) and the presets that map public releases onto it."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -125,6 +126,9 @@ PRESETS: dict[str, Mapping] = {name: replace(m, preset=name) for name, m in {
 }.items()}
 
 
+MAPPED_FIELDS = ("text_a", "text_b", "label", "id", "node_a", "node_b", "split", "weight")   # what --map may name
+
+
 def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
     """Parse ``text_a=COL,text_b=COL,label=COL,id=COL`` (and an optional ``a,b,c`` label set)."""
     columns = {}
@@ -132,8 +136,10 @@ def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
         if "=" not in part:
             raise ValueError(f"--map entry {part!r} is not NAME=COLUMN")
         key, col = (s.strip() for s in part.split("=", 1))
-        if key not in ("text_a", "text_b", "label", "id", "node_a", "node_b", "split", "weight"):
-            raise ValueError(f"--map: unknown canonical field {key!r}")
+        if key not in MAPPED_FIELDS:
+            close = difflib.get_close_matches(key, MAPPED_FIELDS, n=1)
+            raise ValueError(f"--map: unknown canonical field {key!r}"
+                             + (f"; did you mean {close[0]!r}?" if close else "") + f" (fields: {', '.join(MAPPED_FIELDS)})")
         columns[key] = col
     for required in ("text_a", "label"):
         if required not in columns:
@@ -150,7 +156,9 @@ def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None 
         try:
             m = PRESETS[preset.lower()]
         except KeyError:
-            raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}") from None
+            close = difflib.get_close_matches(preset.lower(), PRESETS, n=1)
+            raise ValueError(f"unknown preset {preset!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                             + f" (presets: {', '.join(PRESETS)})") from None
         return replace(m, label_set=tuple(labels.split(","))) if labels else m
     if mapping:
         return parse_mapping(mapping, labels)

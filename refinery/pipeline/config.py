@@ -286,6 +286,10 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     spec_in = from_dict(InputSpec, data["input"], f"{where}: input")
     if not spec_in.splits and not spec_in.paths:
         raise ConfigError(f"{where}: input: give paths or splits")
+    try:
+        spec_in.mapping()   # a map's unknown field or a preset's typo named with the file, before any stage
+    except ValueError as e:
+        raise ConfigError(f"{where}: input: {e}") from None
     spec_in.splits = {s: ([anchor_path(p, base) for p in ps] if isinstance(ps, list) else anchor_path(ps, base))
                       for s, ps in spec_in.splits.items()}
     spec_in.paths = [anchor_path(p, base) for p in spec_in.paths]

@@ -279,7 +279,11 @@ def _entry(name: str):
     if name not in REGISTRY:
         _add_plugins()
     if name not in REGISTRY:
-        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(sorted(REGISTRY))}")
+        import difflib
+
+        close = difflib.get_close_matches(name, REGISTRY, n=1)
+        raise ValueError(f"unknown stage {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                         + f" (stages: {', '.join(sorted(REGISTRY))})")
     return REGISTRY[name]
 
 
