@@ -175,6 +175,22 @@ def test_bars_start_at_zero_so_a_bar_is_as_long_as_its_value():
     assert heights["b · dev: 60.0%"] / heights["a · dev: 57.5%"] == pytest.approx(0.60 / 0.575, rel=1e-3)
 
 
+def test_histogram_draws_every_mark_it_names_and_a_long_title_whole():
+    """A --clip beyond the largest weight was named in the legend and not drawn; the mean and the cap shared one
+    style; a long corpus name cut the title short ("…: rows per…")."""
+    title = "runs/mnli_dev_matched_hard_copy_for_a_long_name/03-confidence/kept: rows per weight"
+    svg = F.histogram([0.5, 0.8, 1.0, 1.3], [10, 40, 5], title=title, x_label="weight", log_x=True,
+                      marks=((1.0, "mean weight 1"), (2.0, "--clip 2")))
+    root = check(svg)
+    words = texts(root)
+    assert title.split(": ")[0] + ":" in words and "rows per weight" in words and "2" in words
+    dashed = [e for e in root.iter() if e.tag.endswith("line") and e.get("stroke-dasharray") == "5 3"
+              and float(e.get("y2")) - float(e.get("y1")) > 50]   # the plot's marks, not the legend's
+    assert len(dashed) == 2 and len({e.get("stroke") for e in dashed}) == 2
+    xs = sorted(float(e.get("x1")) for e in dashed)
+    assert xs[1] - xs[0] > 100                          # the cap drawn, to the right of the mean
+
+
 def test_paired_bars_give_a_pair_one_hue_its_second_bar_lighter():
     svg = F.bars(["not@hypothesis → contradiction", "nobody@hypothesis → contradiction"],
                  ["dev: its label", "dev: other labels", "zfilter: its label", "zfilter: other labels"],

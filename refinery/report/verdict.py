@@ -21,16 +21,19 @@ def section(v: Verdict) -> str:
     parts = [f"<p{css}>{html.escape(v.line())}</p>"]
     parts += [f"<p{css}>{html.escape(w)}</p>" for w in v.warnings()]
     parts += [note(n) for n in v.notes]
+    risen = set(v.risen)
     parts.append(table([{"label": l, "max z* before": m.before, "feature before": m.feature_before,
                          "max z* after": m.after, "feature after": m.feature_after,
                          "over the threshold": fmt.z(v.threshold) if m.after is None
-                         else ("yes" if m.after > v.threshold else "no")}
+                         else ("yes, and rose" if l in risen else "yes" if m.after > v.threshold else "no")}
                         for l, m in v.max_z.items()],
                        ["label", "max z* before", "feature before", "max z* after", "feature after",
                         "over the threshold"], {"max z* before": fmt.z, "max z* after": fmt.z}))
     parts.append(note(f"z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n) (Gardner et al. 2021); a feature is "
-                      f"significant when z* > {fmt.z(v.threshold)}, the input's Bonferroni-corrected threshold"
-                      + (f"; prior {v.prior}" if v.prior else "") + "."))
+                      f"significant when z* > {fmt.z(v.threshold)}, the Bonferroni-corrected threshold the output "
+                      "is held to" + (f"; prior {v.prior}" if v.prior else "") + ". A label whose largest z* ends "
+                      "over it and higher than before is a warning even where no single feature crossed it (the "
+                      "table above)."))
     remaining = [c for cs in v.remaining.values() for c in cs]
     total = sum(v.remaining_total.values())
     parts.append(_changes("Features still over the threshold", remaining, total, "z* after"))

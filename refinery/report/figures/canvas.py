@@ -121,11 +121,18 @@ class Svg:
         self.add(f"{head}><title>{escape(tip)}</title></rect>" if tip else f"{head}/>")
 
     def title(self, title: str, y: float) -> float:
-        """The figure's title, centred on top; returns the y below it."""
+        """The figure's title, centred on top, on two lines where one is too narrow (broken after its ``: ``, else
+        at a space); returns the y below it."""
         if not title:
             return y
-        self.text(self.width / 2, y + 17, fit(title, self.width - 16, 16, True), 16, "middle", bold=True)
-        return y + 28
+        room = self.width - 16
+        lines = [title]
+        if text_width(title, 16, True) > room:
+            cut = title.rfind(": ") + 1 or title.rfind(" ", 0, len(title) // 2 + 1)
+            lines = [title[:cut].strip(), title[cut:].strip()] if cut > 0 else [title]
+        for i, line in enumerate(lines):
+            self.text(self.width / 2, y + 17 + 22 * i, fit(line, room, 16, True), 16, "middle", bold=True)
+        return y + 28 + 22 * (len(lines) - 1)
 
     def legend(self, items: list[tuple[str, str, str]], y: float, size: float = 11) -> float:
         """A centred legend strip of (kind, colour, text) items, kind ∈ dot, hollow, rect, line, dash, linedot;

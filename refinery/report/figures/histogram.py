@@ -14,21 +14,24 @@ def histogram(edges, counts, title: str = "", x_label: str = "", y_label: str = 
               marks: tuple = ()) -> str:
     """Bars of ``counts[i]`` rows over ``[edges[i], edges[i + 1])``: the y axis (rows) starts at zero; the x axis
     is linear, or logarithmic with ``log_x`` (edges > 0; ticks at 1, 2 and 5 × 10^k); a bar too short to see
-    carries its count above it, so a tail of a few rows shows; ``marks``: (value, text) as dashed vertical lines."""
+    carries its count above it, so a tail of a few rows shows; ``marks``: (value, text) as dashed vertical lines,
+    each of its own colour, the x axis widened to take in each."""
     edges, counts = np.asarray(edges, float), np.asarray(counts, float)
     if len(edges) != len(counts) + 1:
         raise ValueError(f"histogram: {len(counts)} counts need {len(counts) + 1} edges, got {len(edges)}")
     W = 720.0
     svg = Svg(W)
     y = svg.title(title, 6)
-    y = svg.legend([("dash", RED, text) for _, text in marks], y + 2)
+    colours = (INK, RED, MUTED)
+    y = svg.legend([("dash", colours[i % 3], text) for i, (_, text) in enumerate(marks)], y + 2)
     x0, top, plot_h = 64.0, y + 18, 220.0
     plot_w = W - x0 - 16
     if not len(counts) or not counts.sum():
         svg.text(W / 2, top + plot_h / 2, "no rows", 12, "middle", fill=MUTED)
         return svg.render(top + plot_h + 10, title or "histogram")
     fx = np.log10 if log_x else (lambda v: np.asarray(v, float))
-    lo, hi = float(fx(edges[0])), float(fx(edges[-1]))
+    first, last_edge = min(edges[0], *(v for v, _ in marks)), max(edges[-1], *(v for v, _ in marks))
+    lo, hi = float(fx(first)), float(fx(last_edge))
     if hi <= lo:
         hi = lo + 1.0
 
@@ -49,21 +52,20 @@ def histogram(edges, counts, title: str = "", x_label: str = "", y_label: str = 
         svg.rect(bx, top + plot_h - h, bw, h, BLUE, tip=f"{number(left, minus=MINUS)} to {number(right, minus=MINUS)}: {count(n)} rows")
         if h < 14:
             svg.text(bx + bw / 2, top + plot_h - h - 3, count(n), 9, "middle", fill=INK)
-    for value, text in marks:
-        if edges[0] <= value <= edges[-1]:
-            svg.line(xpx(value), top - 6, xpx(value), top + plot_h, RED, 1.4, "5 3")
+    for i, (value, _) in enumerate(marks):
+        svg.line(xpx(value), top - 6, xpx(value), top + plot_h, colours[i % 3], 1.4, "5 3")
     svg.line(x0, top, x0, top + plot_h, FRAME)
     svg.line(x0, top + plot_h, x0 + plot_w, top + plot_h, FRAME)
     if log_x:
         marks_x = [m * 10.0 ** k for k in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in (1, 2, 5)]
-        xticks = [v for v in marks_x if edges[0] <= v <= edges[-1]]
+        xticks = [v for v in marks_x if first <= v <= last_edge]
     else:
-        xticks = [v for v in nice_ticks(edges[0], edges[-1], 6)[2] if edges[0] <= v <= edges[-1]]
+        xticks = [v for v in nice_ticks(first, last_edge, 6)[2] if first <= v <= last_edge]
     last = -math.inf
     for v in xticks:
         xx = xpx(v)
         label = number(v, minus=MINUS)
-        if xx - text_width(label, 10) / 2 < last + 6:
+        if xx - text_width(label, 10) / 2 < max(last + 6, x0 - 6):   # clear of the last and of the count axis' 0
             continue
         svg.line(xx, top + plot_h, xx, top + plot_h + 4, FRAME)
         svg.text(xx, top + plot_h + 16, label, 10, "middle", fill=MUTED)
