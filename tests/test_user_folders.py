@@ -343,3 +343,18 @@ def test_another_stage_or_pipeline_in_the_same_out_leaves_nothing_of_the_earlier
     proc = run_cli("run", tmp_path / "one.yaml", "--out", tmp_path / "p", "--no-audit-steps")
     assert f"removed {tmp_path / 'p' / '02-confidence'}: a step of an earlier pipeline" in proc.stdout
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [".refinery.json", "00-input", "01-audit", "pipeline"]
+
+
+def test_a_finished_output_reused_by_skip_drops_an_interrupted_reruns_checkpoints(tmp_path):
+    """A rerun of the same confidence cut short left its folds' checkpoints; ``--mode skip`` then reused the finished
+    output and left them there for good."""
+    import pyarrow as pa
+
+    from refinery.io.checkpoints import Checkpoints
+
+    args = ("confidence", SNLI_HARD, "--preset", "snli", "--model", "ngram", "--folds", "2", "--tau", "0.2",
+            "--out", tmp_path / "c")
+    run_cli(*args)
+    Checkpoints(str(tmp_path / "c"), "confidence", {"a": 1}).put("fold-0", pa.table({"p": [0.5]}))
+    assert (tmp_path / "c" / "_checkpoints").exists()
+    assert "skipped" in run_cli(*args, "--mode", "skip").stdout and not (tmp_path / "c" / "_checkpoints").exists()

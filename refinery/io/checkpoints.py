@@ -32,6 +32,14 @@ def table_digest(table: pa.Table) -> str:
     return hashlib.sha256(sink.getvalue()).hexdigest()
 
 
+def remove_checkpoints(out: str, storage_options: dict | None = None) -> None:
+    """Every task's checkpoints in ``out``: a run that finished, or whose finished output is reused, needs none."""
+    fs, path = get_fs(join(out, CHECKPOINTS), storage_options)
+    with on_store(out, "removing checkpoints"):
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+
 class Checkpoints:
     """The finished pieces of ``task`` for a run into ``out`` made with ``key``."""
 

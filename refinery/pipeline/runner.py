@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from refinery import __version__
+from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.corpus import Corpus, EmptyInput, OutputExists, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
@@ -311,6 +312,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
                              report_file=done.get("report_file", StageResult.report_file))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
+        remove_checkpoints(folder, opts.storage_options)   # an interrupted rerun's: the finished output is reused
         return StageRun(label, name, "skipped", done.get("seconds", 0.0), result, fp, done.get("peak_rss"),
                         done.get("task_peak_rss"), phases=done.get("phases", []))
     echo(f"== {label}")
