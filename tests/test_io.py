@@ -338,6 +338,15 @@ def test_nested_columns_whose_types_change_in_a_piece_never_crash_the_reader(tmp
     assert Corpus.open(str(tmp_path / "c")).read()["l"].to_pylist()[14_999:15_001] == ["[14999]", "str"]
 
 
+@pytest.mark.parametrize("batch_rows", [1, 65_536])
+def test_true_after_a_float_stays_true(tmp_path, batch_rows):
+    """A column of 0.5 then true was written [0.5, 1.0] (Arrow made a double of the line-by-line values)."""
+    rows = [{**r, "x": x} for r, x in zip(_nli_rows(2), (0.5, True))]
+    convert([_write_jsonl(tmp_path / "in.jsonl", rows)], str(tmp_path / "c"), PRESETS["snli"],
+            ReadOptions(batch_rows=batch_rows))
+    assert Corpus.open(str(tmp_path / "c")).read()["x"].to_pylist() == ["0.5", "true"]
+
+
 def test_an_unmapped_column_named_as_a_corpus_column_is_kept_beside_it(tmp_path):
     """A file's own text_b and id, not mapped (SNLI's preset maps sentence2 and makes ids), were dropped."""
     rows = [{**r, "text_b": f"mine {i}", "id": f"u{i}"} for i, r in enumerate(_nli_rows(4))]

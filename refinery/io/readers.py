@@ -103,6 +103,10 @@ def _records_to_table(records: list[dict]) -> pa.Table:
     cols = {}
     for k in keys:
         values = [r.get(k) for r in records]
+        kinds = {type(v) for v in values if v is not None}
+        if bool in kinds and len(kinds) > 1:   # Arrow would make [0.5, true] [0.5, 1.0]: a value altered
+            cols[k] = as_json_text(values)
+            continue
         try:
             cols[k] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
