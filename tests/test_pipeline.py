@@ -110,6 +110,23 @@ def test_settings_naming_a_folder_are_taken_from_the_pipeline_files_folder_and_p
         model="ngram")), "model": str(tmp_path / "runs" / "model")}}]
 
 
+def test_a_variable_gives_a_number_or_a_flag_its_setting_takes(tmp_path, monkeypatch):
+    """``k: ${K}`` was refused: 'expected an integer, got '20''; a value written as text in the file still is."""
+    monkeypatch.setenv("K", "7")
+    monkeypatch.setenv("SETTLE", "false")
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
+                                     "  - zfilter:\n      k: ${K}\n      settle: ${SETTLE}\n")
+    config = load_pipeline(str(tmp_path / "p.yaml")).stages[0].config
+    assert (config.k, config.settle) == (7, False)
+    monkeypatch.setenv("K", "seven")
+    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: the environment gives 'seven', not an integer"):
+        load_pipeline(str(tmp_path / "p.yaml"))
+    (tmp_path / "q.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
+                                     "  - zfilter: {k: '7'}\n")
+    with pytest.raises(ConfigError, match="expected an integer, got '7'"):
+        load_pipeline(str(tmp_path / "q.yaml"))
+
+
 def test_runs_print_config_writes_out_absolute_and_credentials_as_variables(tmp_path):
     """``refinery run P --out x --print-config`` printed ``out: x``, which the printed file reads from its own folder;
     and it printed a credential the file took from the environment."""

@@ -91,15 +91,28 @@ def _coerce(hint, value, where: str):
     if hint in (tuple, list) or origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return tuple(value) if tuple in (hint, origin) else list(value)
+        return tuple(map(_plain, value)) if tuple in (hint, origin) else list(map(_plain, value))
     if hint in (int, float) and isinstance(value, numbers.Number) and not isinstance(value, bool):
         value = value.item() if hasattr(value, "item") else value   # a numpy scalar
+    if isinstance(value, FromEnvironment):
+        value = value.typed(hint, where) if hint in (bool, int, float) else str(value)
     if hint in _SCALARS:
         types, what = _SCALARS[hint]
         if not isinstance(value, types) or (isinstance(value, bool) and hint is not bool):
             raise ConfigError(f"{where}: expected {what}, got {value!r}")
         return float(value) if hint is float else value
-    return value  # dict / Any: as given
+    return _plain(value)  # dict / Any: as given
+
+
+def _plain(value):
+    """``value`` with every ``FromEnvironment`` in it a plain string (a YAML dump refuses a subclass)."""
+    if isinstance(value, FromEnvironment):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _map_columns(text: str) -> dict:
@@ -208,6 +221,20 @@ class PipelineSpec:
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 
 
+class FromEnvironment(str):
+    """A value that is a ``${VAR}`` whole: text, read as the number or true/false its setting takes (the file's
+    ``k: ${K}`` with K=20 is k: 20; a number written in the file as text stays refused)."""
+
+    def typed(self, hint: type, where: str):
+        text = self.strip()
+        try:
+            if hint is bool:
+                return {"true": True, "false": False}[text.lower()]
+            return int(text) if hint is int else float(text)
+        except (KeyError, ValueError):
+            raise ConfigError(f"{where}: the environment gives {str(self)!r}, not {_SCALARS[hint][1]}") from None
+
+
 def _expand(value, where: str):
     """``${VAR}`` / ``${VAR:-default}`` in strings, recursively; an unset VAR without default is an error."""
     if isinstance(value, str):
@@ -217,7 +244,8 @@ def _expand(value, where: str):
             if m.group(2) is None:
                 raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
             return m.group(2)
-        return _VAR.sub(sub, value)
+        expanded = _VAR.sub(sub, value)
+        return FromEnvironment(expanded) if _VAR.fullmatch(value) else expanded
     if isinstance(value, list):
         return [_expand(v, where) for v in value]
     if isinstance(value, dict):
@@ -318,10 +346,14 @@ def load_pipeline(path: str) -> PipelineSpec:
     import yaml
 
     fs, local = get_fs(path)
+    with fs.open(local, "r") as fh:
+        text = fh.read()
     try:
-        with fs.open(local, "r") as fh:
-            data = yaml.safe_load(fh)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+        hint = ("; a ${VAR} inside [ ] or { } needs quotes: [\"${VAR}\"]" if re.search(r"[\[{][^\n]*\$\{", text)
+                else "")
+        said = " ".join(str(e).replace(' in "<unicode string>",', " at").split())
+        raise ConfigError(f"{path}: not valid YAML: {said}{hint}") from None
     base = os.path.dirname(os.path.abspath(path)) if is_local(fs) else "."
     return parse_pipeline(data, base, where=path)
