@@ -446,3 +446,15 @@ def test_a_compare_step_runs_again_when_an_evaluation_set_changes(tmp_path):
     report = json.loads((tmp_path / "o" / "01-compare" / "report" / "report.json").read_text())
     by_label = report["accuracy"]["dev"]["00-input"]["breakdown"]["label"]
     assert sum(c["rows"] for c in by_label.values()) == 900
+
+
+def test_a_pipeline_whose_last_step_kept_nothing_does_not_show_its_input_as_what_it_made(tmp_path):
+    """The report's "z-statistics of the corpus the pipeline made" showed the input's when the last step kept no
+    row; its steps table said the empty corpus was 'a file that holds rows' to give."""
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
+                                     "  - confidence: {model: ngram, folds: 2}\n")
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o")
+    page = (tmp_path / "o" / "pipeline" / "report.html").read_text()
+    assert "The corpus the pipeline made (01-confidence)" in page and "Not audited: it passes on no rows." in page
+    assert "z-statistics of the corpus the pipeline made" not in page and "give a file" not in page
+    assert "2 tasks" in page   # its progress bars' units, counted

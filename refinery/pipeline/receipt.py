@@ -186,7 +186,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                 audited, last = kept or (_measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns)
                                          if weighted else _measure(step.passes_on, corpus_opts, audit_config, names))
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
-                entry["audit_skipped"] = str(e)
+                entry["audit_skipped"] = "it passes on no rows" if entry.get("rows") == 0 else str(e)
             else:
                 audits[key] = _audit_table(audited, last)
                 audited = entry["audit"] = copy.deepcopy(audited)
@@ -199,12 +199,15 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
                 audited["top"] = {l: v[:5] for l, v in audited["top"].items()}
         previous = step.passes_on
         steps.append(entry)
-    final = next((s["audit"]["top"] for s in reversed(steps) if "audit" in s), {})
+    unaudited = steps[-1] if steps and "audit_skipped" in steps[-1] else None   # the corpus made: not audited
+    final = {} if unaudited else next((s["audit"]["top"] for s in reversed(steps) if "audit" in s), {})
     final_top = [{"label": label, "feature": e["feature"], "z* of the input": _z_of(first, e["feature"], label),
                   "z* after": e["z"], "n after": e["n"]}
                  for label, entries in final.items() for e in entries[:config.top_features]]
     return {"out": run.out, "engine": run.engine, "steps": steps, "tracked": [f"{f} → {l}" for f, l in tracked or ()],
-            "final_top": final_top, "report": dataclasses.asdict(config)}, last, audits
+            "final_top": final_top, "report": dataclasses.asdict(config),
+            "final_unaudited": unaudited and {"step": unaudited["step"], "why": unaudited["audit_skipped"]}}, \
+        None if unaudited else last, audits
 
 
 def _step_report(out: str, step, storage_options: dict) -> dict:
@@ -275,9 +278,19 @@ def _step_rows(steps: list[dict]) -> list[dict]:
 
 def _phase_rows(steps: list[dict]) -> list[dict]:
     """Where each step's time went: its progress bars' counts, times and rates."""
-    return [{"step": s["step"], "phase": p["what"], "done": f"{fmt.count(p['count'])} {p['unit']}".strip(),
+    return [{"step": s["step"], "phase": p["what"],
+             "done": f"{fmt.count(p['count'])} {_plural(p['unit'].strip(), p['count'])}".strip(),
              "time": p["seconds"], "per second": p["count"] / p["seconds"] if p["seconds"] else None}
             for s in steps for p in s.get("phases", ()) if p["count"]]
+
+
+def _plural(unit: str, n: float) -> str:
+    """A progress bar's unit (tqdm's, singular: task, batch, query) for ``n`` of it."""
+    if n == 1 or not unit or unit.endswith("s"):
+        return unit
+    if unit.endswith("y"):
+        return unit[:-1] + "ies"
+    return unit + ("es" if unit.endswith(("ch", "sh", "x")) else "s")
 
 
 def _links(steps: list[dict]) -> str:
@@ -350,7 +363,11 @@ def render(data: dict, final_stats, spec, corpus: str, inputs: list) -> str:
             data["final_top"], formats={"z* of the input": fmt.z, "z* after": fmt.z}),
             note("The corpus the pipeline made, ranked again: a feature the input's ranking did not lead with can "
                  "lead now (— : in fewer rows than min_count at the input)."))
-    if final_stats is not None:
+    if data.get("final_unaudited"):
+        made = data["final_unaudited"]
+        page.section(f"The corpus the pipeline made ({made['step']})",
+                     note(f"Not audited: {made['why']}. The figures above end at the last step whose rows were."))
+    elif final_stats is not None:
         last = audited[-1]["step"]
         page.section(f"z-statistics of the corpus the pipeline made ({last})",
                      figure(figures.zplot(final_stats, 6, f"{corpus}: after {last}")))
