@@ -176,8 +176,9 @@ def test_only_credentials_are_hidden_not_words_that_contain_key_or_token(tmp_pat
     from refinery.io.redaction import redact, redact_text
 
     said = redact_text("aws_secret_access_key=A1 session_token: T2 api-key=K3 password=P4 --storage-option key=K5 "
-                       "s3://me:P6@host/b max_tokens=5 tokenizer=ws node_key=auto")
-    assert not any(secret in said for secret in ("A1", "T2", "K3", "P4", "K5", "P6"))
+                       "s3://me:P6@host/b url=https://h/?X-Amz-Security-Token=T7 conn=Protocol=https;AccountKey=K8 "
+                       "secretKey=S9 PGPASSWORD=P10 storage_key=K11 max_tokens=5 tokenizer=ws node_key=auto")
+    assert not any(secret in said for secret in ("A1", "T2", "K3", "P4", "K5", "P6", "T7", "K8", "S9", "P10", "K11"))
     assert said.endswith("max_tokens=5 tokenizer=ws node_key=auto")
     assert redact({"graph": {"node_key": "auto"}, "api_key_env": "OPENAI_API_KEY", "storage_options": {
         "key": "K", "secret": "S", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}}) == {

@@ -334,8 +334,13 @@ def test_another_stage_or_pipeline_in_the_same_out_leaves_nothing_of_the_earlier
     (out / "kept" / "notes.txt").write_text("mine")
     run_cli("audit", SNLI_HARD, "--preset", "snli", "--out", out)
     assert sorted(p.name for p in out.iterdir()) == [".refinery.json", "_SUCCESS", "kept", "rejects", "report"]
-    assert [p.name for p in (out / "kept").iterdir()] == ["notes.txt"] and not (out / "rejected").exists()
+    assert sorted(p.name for p in (out / "kept").iterdir()) == [".refinery.json", "notes.txt"]   # marker: itself only
+    assert json.loads((out / "kept" / ".refinery.json").read_text())["files"] == [".refinery.json"]
+    assert not (out / "rejected").exists()
     assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["rejects", "report"]
+    run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", out)   # kept/ holds the user's file: writable still
+    assert (out / "kept" / "notes.txt").read_text() == "mine" and (out / "kept" / "part-00000.parquet").exists()
+    assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["kept", "rejected", "report"]
     steps = "input: {paths: [%s], preset: snli}\nstages:\n  - audit: {}\n" % SNLI_HARD
     (tmp_path / "two.yaml").write_text(steps + "  - confidence: {model: ngram, folds: 2, tau: 0.2}\n")
     (tmp_path / "one.yaml").write_text(steps)

@@ -42,30 +42,18 @@ io_timeout_option = click.option(
 
 def printable_pipeline(spec, references: tuple = ()) -> str:
     """``spec`` as a pipeline file to save anywhere: paths absolute (the stage's ``references`` fields and the
-    settings that name a file or folder too), credentials as ``${REFINERY_<NAME>}`` variables."""
-    from refinery.pipeline.config import anchor_settings
+    settings that name a file or folder too), credentials as ``${REFINERY_<NAME>}`` variables (``to_yaml``)."""
+    from refinery.pipeline.config import anchor_path, anchor_references, anchor_settings
 
-    def absolute(path):
-        return path if "://" in path else os.path.abspath(path)
-
+    here = os.getcwd()
     spec_in = spec.input
-    changes = {"splits": {s: absolute(ps) if isinstance(ps, str) else [absolute(p) for p in ps]
+    changes = {"splits": {s: anchor_path(ps, here) if isinstance(ps, str) else [anchor_path(p, here) for p in ps]
                           for s, ps in spec_in.splits.items()},
-               "paths": [absolute(p) for p in spec_in.paths],
-               "storage_options": _secrets_as_variables(spec_in.storage_options)}
-    stages = [dataclasses.replace(s, config=dataclasses.replace(anchor_settings(s.config, os.getcwd()), **{
-        f: tuple(absolute(p) for p in getattr(s.config, f)) if isinstance(getattr(s.config, f), tuple)
-        else absolute(getattr(s.config, f)) for f in references if getattr(s.config, f)})) for s in spec.stages]
+               "paths": [anchor_path(p, here) for p in spec_in.paths]}
+    stages = [dataclasses.replace(s, config=anchor_references(anchor_settings(s.config, here), references, set(), here))
+              for s in spec.stages]
     return dataclasses.replace(spec, input=dataclasses.replace(spec_in, **changes), stages=stages,
-                               out=absolute(spec.out) if spec.out else None).to_yaml()
-
-
-def _secrets_as_variables(options: dict) -> dict:
-    """Storage options with credential values replaced by ``${REFINERY_<NAME>}`` references."""
-    from refinery.io.redaction import value_is_secret
-
-    return {k: (f"${{REFINERY_{k.upper()}}}" if value_is_secret(k, v) else
-                _secrets_as_variables(v) if isinstance(v, dict) else v) for k, v in options.items()}
+                               out=anchor_path(spec.out, here) if spec.out else None).to_yaml()
 
 
 MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "

@@ -108,6 +108,7 @@ class Verdict:
     remedy_worsened: str = ""
     prior: str = ""
     notes: list[str] = field(default_factory=list)
+    jittered: list[FeatureChange] = field(default_factory=list)   # crossed t by less than JITTER: said, not worse
 
     @property
     def risen(self) -> list[str]:
@@ -135,7 +136,11 @@ class Verdict:
         if self.ok:
             done = ("every label under the threshold" if not self.over
                     else f"no label's max z* rose by ≥ {JITTER:g}")
-            return f"{head}; {done}, no feature crossed it" + (
+            crossed = ("no feature crossed it" if not self.jittered else
+                       f"no feature crossed it by ≥ {JITTER:g} ({len(self.jittered):,} by less, sampling jitter: "
+                       + ", ".join(f"{c.feature} ({c.label}) {_z(c.z_before)} → {_z(c.z_after)}"
+                                   for c in self.jittered[:3]) + (", …" if len(self.jittered) > 3 else "") + ")")
+            return f"{head}; {done}, {crossed}" + (
                 f", {self.fixed_total:,} of {self.significant_before:,} significant features no longer are"
                 if self.significant_before else "")
         return head
@@ -178,7 +183,7 @@ class Verdict:
                 "remaining_total": self.remaining_total,
                 "worsened": [asdict(c) for c in self.worsened], "worsened_total": self.worsened_total,
                 "fixed": [asdict(c) for c in self.fixed], "fixed_total": self.fixed_total,
-                "significant_before": self.significant_before,
+                "significant_before": self.significant_before, "jittered": [asdict(c) for c in self.jittered],
                 "remedy": self.warnings()[-1][len("remedy: "):] if self.warnings()
                 and self.warnings()[-1].startswith("remedy: ") else None,
                 "notes": self.notes}
@@ -257,6 +262,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     remaining = {l: [] for l in labels}
     remaining_total = {l: 0 for l in labels}
     worsened: list[FeatureChange] = []
+    jittered: list[FeatureChange] = []
     for c in changes:
         remaining_total[c.label] += 1
         if len(remaining[c.label]) < listed:
@@ -264,6 +270,8 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
         rise = np.inf if c.z_before is None else c.z_after - c.z_before
         if rise >= margin or (c.z_before <= t and rise >= JITTER):
             worsened.append(c)
+        elif c.z_before <= t:
+            jittered.append(c)
 
     # cells significant before and not after (untested after counts as not significant): fixed
     rb, jb = np.nonzero(b.z > t)
@@ -280,7 +288,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
                    significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
-                   prior=prior)
+                   prior=prior, jittered=jittered)
 
 
 def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -> np.ndarray:

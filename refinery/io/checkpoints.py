@@ -33,7 +33,8 @@ def table_digest(table: pa.Table) -> str:
 
 
 def remove_checkpoints(out: str, storage_options: dict | None = None) -> None:
-    """Every task's checkpoints in ``out``: a run that finished, or whose finished output is reused, needs none."""
+    """Every task's checkpoints in ``out`` (its ``_checkpoints`` folder, refinery's alone): what a finished output
+    that a rerun reuses needs none of."""
     fs, path = get_fs(join(out, CHECKPOINTS), storage_options)
     with on_store(out, "removing checkpoints"):
         if fs.exists(path):

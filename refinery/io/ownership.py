@@ -106,6 +106,13 @@ def marker_body(files, **extra) -> str:
                        **extra}, indent=1)
 
 
+def published_run(out: str, storage_options: dict | None = None) -> str | None:
+    """The run id of what a run published in ``out``; None where refinery published nothing there (or emptied it,
+    ``unpublish``, leaving a user's file)."""
+    body = read_marker(out, storage_options)
+    return None if body.get("emptied") else body.get("run")
+
+
 def read_marker(out: str, storage_options: dict | None = None) -> dict:
     """The body of refinery's marker in ``out`` ({} where there is none)."""
     fs, path = get_fs(out, storage_options)
@@ -174,6 +181,42 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
         if o_path.startswith(i_path.rstrip("/") + "/"):
             raise OutputOverlapsInput(f"--out {out} lies inside the input {given}: refinery would write into the "
                                       "data it reads; give a folder outside it")
+
+
+def unpublish(folder: str, storage_options: dict | None = None) -> None:
+    """Remove what refinery published in ``folder``: the files its marker lists, then the marker. On a local disk
+    the folders left empty go too. A file refinery did not write stays, and so does the folder, marked as
+    refinery's still (a marker listing itself alone, no run): the next run may write there again."""
+    fs, path = get_fs(folder, storage_options)
+    with on_store(folder, "removing an earlier run's output"):
+        found = _marker(fs, path)
+        if found is None:
+            return
+        name, body = found
+        present = [join(path, f) for f in sorted(set(body["files"]) - {name}) if fs.exists(join(path, f))]
+        if present:
+            fs.rm(present)
+        fs.rm(join(path, name))
+        if is_local(fs) and os.path.isdir(path):   # folders left empty go, the folder itself too if it is
+            for root, _, _ in sorted(os.walk(path), key=lambda walked: -len(walked[0])):
+                if not os.listdir(root):
+                    os.rmdir(root)
+        if folder_entries(fs, path):   # a file of the user's: the folder stays, refinery's still
+            fs.pipe_file(join(path, OWNER_MARKER), marker_body([OWNER_MARKER], run=new_run_id(), emptied=True).encode())
+
+
+def unpublish_run(folder: str, storage_options: dict | None = None) -> None:
+    """A folder refinery published unpublished (``unpublish``), and, where it is a run's of several parts, its
+    ``_SUCCESS`` first (it is no finished run from then on) and each part."""
+    fs, path = get_fs(folder, storage_options)
+    with on_store(folder, f"removing {RUN_MARKER}"):
+        if fs.exists(join(path, RUN_MARKER)):
+            fs.rm(join(path, RUN_MARKER))
+        parts = [name for name in folder_entries(fs, path)
+                 if any(fs.exists(join(path, name, marker)) for marker in (OWNER_MARKER, EARLIER_MARKER))]
+    for part in parts:
+        unpublish_run(join(folder, part), storage_options)
+    unpublish(folder, storage_options)
 
 
 def made_folder(out: str, storage_options: dict | None = None) -> str | None:

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_local, join, json_object, on_store,
                                   with_deadline)
 from refinery.io.ownership import (OWNER_MARKER, RUN_MARKER, claim_folder, claim_output, made_folder, marker_body,
-                                   new_run_id, owned_files, read_marker, remove_failed_output)
+                                   new_run_id, owned_files, published_run, remove_failed_output,
+                                   unpublish_run)
 from refinery.io.redaction import redact
 
 
@@ -88,38 +89,6 @@ def published_folders() -> list[str]:
     """The folders this process published (``AtomicDir.commit``) that still hold refinery's marker (a failed
     run removes the folders it made), in the order they were first published: what an interrupt leaves."""
     return [out for out, (fs, path) in _published.items() if fs.exists(join(path, OWNER_MARKER))]
-
-
-def unpublish(folder: str, storage_options: dict | None = None) -> None:
-    """Remove what refinery published in ``folder``: the files its marker lists, then the marker. On a local disk
-    the folders left empty go too; a file refinery did not write stays, with the folders on its path."""
-    fs, path = get_fs(folder, storage_options)
-    with on_store(folder, "removing an earlier run's output"):
-        owned = owned_files(fs, path)
-        if not owned:
-            return
-        marker, listed = OWNER_MARKER if OWNER_MARKER in owned else sorted(owned)[0], owned - {OWNER_MARKER}
-        present = [join(path, f) for f in sorted(listed) if fs.exists(join(path, f))]
-        if present:
-            fs.rm(present)
-        fs.rm(join(path, marker))
-    if is_local(fs):
-        for root, _, _ in sorted(os.walk(path), key=lambda walked: -len(walked[0])):
-            if not os.listdir(root):
-                os.rmdir(root)
-
-
-def unpublish_run(folder: str, storage_options: dict | None = None) -> None:
-    """A run's folder of several parts unpublished (``unpublish``): its ``_SUCCESS`` first, so that it is no
-    finished run from then on, then each part, then the folder's own marker."""
-    fs, path = get_fs(folder, storage_options)
-    with on_store(folder, f"removing {RUN_MARKER}"):
-        if fs.exists(join(path, RUN_MARKER)):
-            fs.rm(join(path, RUN_MARKER))
-        parts = [name for name in folder_entries(fs, path) if fs.exists(join(path, name, OWNER_MARKER))]
-    for part in parts:
-        unpublish(join(folder, part), storage_options)
-    unpublish(folder, storage_options)
 
 
 class AbortsOnError(ABC):
@@ -300,7 +269,12 @@ class RunOutput:
         self._previous: tuple[bytes, dict] | None = None   # the finished run's _SUCCESS and its parts' run ids
 
     def _part_runs(self, parts) -> dict:
-        return {p: read_marker(join(self.out, p), self.storage_options).get("run") for p in parts}
+        return {p: published_run(join(self.out, p), self.storage_options) for p in parts}
+
+    def _published_parts(self) -> dict:
+        """{part: its run id} of every subfolder that holds a part a run published (a marker with a run id)."""
+        entries = [n for n in folder_entries(self.fs, self.path) if self.fs.exists(join(self.path, n, OWNER_MARKER))]
+        return {p: run for p, run in self._part_runs(entries).items() if run is not None}
 
     def __enter__(self) -> "RunOutput":
         self._made = made_folder(self.out, self.storage_options)
@@ -310,24 +284,23 @@ class RunOutput:
             previous = json_object(self.fs, marker)
             if previous is not None:
                 self._previous = (self.fs.cat_file(marker), self._part_runs(previous.get("parts", ())))
+            self._found = {} if self._new else self._published_parts()   # an earlier run's, finished or not
             if self.fs.exists(marker):
                 self.fs.rm(marker)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            if self._previous is not None:   # the earlier run's parts this one did not write again are not its
-                for part, run in self._previous[1].items():
-                    if run is not None and self._part_runs([part])[part] == run:
-                        unpublish(join(self.out, part), self.storage_options)
             with on_store(self.out, f"writing {RUN_MARKER}"):
+                published = self._published_parts()
+                earlier = sorted(p for p, run in self._found.items() if published.get(p) == run)   # not rewritten
+                body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "parts": sorted(set(published) - set(earlier)), **redact(self.summary)}
                 self.fs.makedirs(self.path, exist_ok=True)
-                parts = sorted(name for name in folder_entries(self.fs, self.path)
-                               if name not in (RUN_MARKER, OWNER_MARKER)
-                               and self.fs.exists(join(self.path, name, OWNER_MARKER)))
-                body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": parts, **redact(self.summary)}
                 with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
                     json.dump(body, fh, indent=2, default=str)
+            for part in earlier:   # an earlier run's parts: not this run's; what a cut removal leaves, the next removes
+                with_deadline(CLEANUP_SECONDS, unpublish_run, join(self.out, part), self.storage_options)
         elif self._new and not getattr(exc, "keeps_output", False):   # an error may leave what the user must read
             remove_failed_output(self.out, self._made, self.storage_options)
         elif self._previous is not None:

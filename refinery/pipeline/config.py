@@ -213,9 +213,16 @@ class PipelineSpec:
                 "stages": [s.to_dict() for s in self.stages], "report": to_dict(self.report)}
 
     def to_yaml(self) -> str:
+        """The pipeline file of this spec, credentials as ``${REFINERY_<NAME>}`` variables (printed and saved with
+        a run's report, it names where they come from, never what they are)."""
         import yaml
 
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=100)
+        from refinery.io.redaction import secrets_as_variables
+
+        data = self.to_dict()
+        if data["input"].get("storage_options"):
+            data["input"]["storage_options"] = secrets_as_variables(data["input"]["storage_options"])
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
 
 
 _VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
@@ -256,9 +263,10 @@ def _expand(value, where: str):
 def anchor_path(path: str, base: str) -> str:
     """A relative local path taken from the pipeline file's folder; URLs as they are."""
     fs, _ = get_fs(path)
-    if not is_local(fs) or "://" in path or os.path.isabs(path):
+    if not is_local(fs) or "://" in path:
         return path
-    return os.path.normpath(os.path.join(base, path))
+    path = os.path.expanduser(path)
+    return path if os.path.isabs(path) else os.path.normpath(os.path.join(base, path))
 
 
 def anchor_settings(config, base: str):

@@ -29,9 +29,8 @@ from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.corpus import Corpus, EmptyInput, OutputExists, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
-from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, read_marker,
-                                   remove_failed_output)
-from refinery.io.publishing import unpublish_run
+from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, published_run,
+                                   remove_failed_output, unpublish_run)
 from refinery.io.redaction import redact_text
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
@@ -148,7 +147,8 @@ def _remove_earlier_steps(out: str, steps: set, storage_options: dict, echo) -> 
     step of another pipeline is taken for one of this one's."""
     fs, path = get_fs(out, storage_options)
     earlier = [name for name in folder_entries(fs, path)
-               if _STEP_FOLDER.fullmatch(name) and name not in steps and read_marker(join(out, name), storage_options)]
+               if _STEP_FOLDER.fullmatch(name) and name not in steps
+               and published_run(join(out, name), storage_options)]
     for name in earlier:
         unpublish_run(join(out, name), storage_options)
         echo(f"removed {join(out, name)}: a step of an earlier pipeline in {out}, none of this one's")
