@@ -458,3 +458,15 @@ def test_a_pipeline_whose_last_step_kept_nothing_does_not_show_its_input_as_what
     assert "The corpus the pipeline made (01-confidence)" in page and "Not audited: it passes on no rows." in page
     assert "z-statistics of the corpus the pipeline made" not in page and "give a file" not in page
     assert "2 tasks" in page   # its progress bars' units, counted
+
+
+def test_a_credential_from_the_environment_reaches_no_file_of_the_run(tmp_path):
+    """A pipeline file's ``secret: ${VAR}`` was written, as the secret itself, into pipeline/pipeline.yaml and the
+    report."""
+    (tmp_path / "p.yaml").write_text(f"input:\n  paths: [{SNLI_HARD}]\n  preset: snli\n  storage_options:\n"
+                                     "    secret: ${MY_SECRET}\nstages:\n  - audit: {}\n")
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", "--no-audit-steps", env={"MY_SECRET": "hunter2x"})
+    written = [p for p in (tmp_path / "o").rglob("*") if p.is_file()]
+    assert len(written) > 10 and not [p for p in written if b"hunter2x" in p.read_bytes()]
+    saved = (tmp_path / "o" / "pipeline" / "pipeline.yaml").read_text()
+    assert "storage_options: {secret: '${REFINERY_SECRET}'}" in saved
