@@ -1,5 +1,6 @@
 """refinery compare: the same model trained on a corpus and its refined versions, scored on challenge sets."""
 import json
+import shutil
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -58,9 +59,13 @@ def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(plante
         assert abs(acc["test"][refined]["mean"] - acc["test"]["original"]["mean"]) < most, acc["test"]
     predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet")
     assert predictions.num_rows == 3 * 2 * (2_000 + 2_000)
-    # resumable: a rerun trains nothing and reports the same numbers
+    # resumable: a rerun trains nothing and reports the same numbers; a run cut short (no report, no _SUCCESS) too:
+    # OUT was refinery's from the start (an interrupted compare left runs/ in a folder it could not claim again)
     runs = sorted((tmp_path / "cmp" / "runs").iterdir())
     stamps = [(r / "run.json").stat().st_mtime_ns for r in runs]
+    assert (tmp_path / "cmp" / "_SUCCESS").exists() and (tmp_path / "cmp" / ".refinery.json").exists()
+    shutil.rmtree(tmp_path / "cmp" / "report")
+    (tmp_path / "cmp" / "_SUCCESS").unlink()
     run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
             "--train", f"upsample={tmp_path / 'up' / 'corpus'}", "--eval", f"test={planted / 'test'}",
             "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp")

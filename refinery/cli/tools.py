@@ -225,8 +225,9 @@ def compare(train, out, print_config, io_timeout, **params):
         return
     opts = spec_in.read_options()
     corpora = [train_split(path)[0] for path in config.baseline]   # the stage's input: the last of them
-    result = CompareStage(config).run(StageInput({"": corpora[-1:]}, spec_in.mapping(), opts),
-                                      StageOutput(out, opts.storage_options, corpora))
+    output = StageOutput(out, opts.storage_options, corpora)
+    with output.publishing():   # OUT is refinery's from the first run saved in runs/: a rerun resumes from them
+        result = CompareStage(config).run(StageInput({"": corpora[-1:]}, spec_in.mapping(), opts), output)
     click.echo("\n".join(result.lines))
     click.echo(f"report: {out}/{result.report_file}")
 

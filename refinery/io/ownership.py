@@ -19,6 +19,7 @@ OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the file
 EARLIER_MARKER = "_refinery.json"  # the marker of refinery 0.1 (readers of a data folder took it for data)
 RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
 MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
+RESUMABLE = ("_checkpoints", "runs")   # a failed run's finished work, kept for its rerun (compare's runs/)
 STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
 
 
@@ -239,13 +240,14 @@ def remove_failed_output(out: str, made: str | None, storage_options: dict | Non
                          keep_finished: bool = False) -> None:
     """After a failed run into ``out``, remove what it left: the folder ``made`` that it created (or, where
     ``out`` was an empty folder already, what it put in it), unless the run kept finished work to continue
-    from: ``_checkpoints``, or with ``keep_finished`` anything beside refinery's marker (a pipeline's finished
-    steps). Best effort within ``CLEANUP_SECONDS``; never touches a folder refinery did not make or find empty."""
+    from (``RESUMABLE``: checkpoints, compare's finished runs), or with ``keep_finished`` anything beside
+    refinery's marker (a pipeline's finished steps). Best effort within ``CLEANUP_SECONDS``; never touches a
+    folder refinery did not make or find empty."""
     fs, path = get_fs(out, storage_options)
 
     def remove():
         entries = folder_entries(fs, path)
-        if "_checkpoints" in entries or (keep_finished and set(entries) - {OWNER_MARKER}):
+        if set(RESUMABLE) & set(entries) or (keep_finished and set(entries) - {OWNER_MARKER}):
             return
         if made is not None:
             fs.rm(made, recursive=True)
