@@ -322,3 +322,16 @@ def test_models_of_pairs_and_of_single_texts_are_not_compared_or_scored_on_what_
     assert training.model_view(pairs, "text_a", "e").column_names == ["text_a", "label"]     # the claim alone
     with pytest.raises(ValueError, match="evaluation set e holds single texts, and the models read pairs"):
         training.model_view(single, "pair", "e")
+
+
+def test_a_compare_step_passes_on_every_split_of_its_input_and_counts_them(tmp_path):
+    """A compare step over a corpus of train and test splits trained on train and said 'rows in 800 = 800 passed on':
+    the test split's rows were in no part of the accounting."""
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "train.jsonl").write_text("\n".join(lines[:800]) + "\n")
+    (tmp_path / "test.jsonl").write_text("\n".join(lines[800:1100]) + "\n")
+    (tmp_path / "p.yaml").write_text(
+        f"input: {{splits: {{train: {tmp_path / 'train.jsonl'}, test: {tmp_path / 'test.jsonl'}}}, preset: snli}}\n"
+        f"stages:\n  - compare: {{evals: ['hard={SNLI_HARD}:snli'], model: {{bootstrap: 100}}}}\n")
+    printed = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", "--no-audit-steps").stdout
+    assert "rows in 1,100 = 1,100 passed on + 0 input rejects (ok)" in printed, printed

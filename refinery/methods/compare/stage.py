@@ -106,7 +106,8 @@ class CompareStage(Stage):
         report, predictions = _compare(train, evals, source, c.model, out, c.split)
         page = report_page(report, train, {e.name: list(e.paths) for e in evals}, out)
         out.publish_report(report, page, {"predictions.parquet": predictions})
-        rows, rejected = report["train"][mine]["rows"], report["train"][mine]["rejected"]
+        trained = report["train"][mine]   # it passes its whole input on: the splits it did not train on too
+        rows, rejected = trained["rows"] + trained["other_splits_left_out"], trained["rejected"]
         gains = ", ".join(f"{ev} {fmt.points(per[mine]['gain']['delta'])}" for ev, per in report["accuracy"].items()
                           if "gain" in per[mine])
         gains += "".join(f"; WARNING: {w}" for w in report["warnings"])
