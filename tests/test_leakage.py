@@ -107,6 +107,7 @@ def test_planted_leakage_is_predictable_and_weights_neutralize_it(planted):
     report = json.loads((out / "report.json").read_text())
     assert report["test_split"] == "test" and report["rows"] == {"train": 18_000, "test": 6_000}
     assert report["leakage_accuracy"] > report["majority_accuracy"] + 0.2, report
+    assert report["leakage_beats_majority"] and report["leakage_ci95"][0] > report["majority_accuracy"]
     features = pq.read_table(out / "features.parquet")
     assert features.num_rows == 24_000
     page = (out / "report.html").read_text()   # the degree heatmap: one SVG per label, no PNG
@@ -164,6 +165,9 @@ def test_snli_dev_test_graph_end_to_end(tmp_path):
     assert 20_000 < report["nodes"] < 30_000
     assert report["feature_summary"]["s1_freq"]["q50"] == 3
     assert 0.3 < report["leakage_accuracy"] < 0.45 and 0.3 < report["majority_accuracy"] < 0.4
+    # SNLI's pairs leak little: half a point over the majority class on 9,824 pairs is within chance, and said so
+    lo, hi = report["leakage_ci95"]
+    assert lo < report["leakage_accuracy"] < hi and report["leakage_beats_majority"] == (lo > report["majority_accuracy"])
     identical = Corpus.open(str(tmp_path / "lk" / "identical")).read()
     assert identical.num_rows == report["nodes"]
     assert identical["text_a"].equals(identical["text_b"])

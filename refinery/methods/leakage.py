@@ -56,6 +56,11 @@ class LeakageStage(Stage):
             r, predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
             r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
                      inputs=inputs, nodes=graph.nodes, edges=graph.num_rows, feature_summary=feature_summary(graph))
+            tested = r["rows"].get(r["test_split"], 0)
+            interval = leakage_report.accuracy_interval(r["leakage_accuracy"], tested)
+            r.update(leakage_ci95=[round(v, 4) for v in interval],
+                     leakage_beats_majority=leakage_report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"],
+                                                                          tested))
             page = leakage_report.page(out, r, leakage_report.degree_heatmaps(graph))
             # the features are read as they are written: no other query on the graph until they are
             features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")
@@ -65,9 +70,14 @@ class LeakageStage(Stage):
             if config.identical_label is not None:
                 out.write_corpus("identical", identical_pairs(graph, config.identical_label))
         pairs = sum(r["rows"].values())
+        lo, hi = r["leakage_ci95"]
+        beyond = "above it beyond chance" if r["leakage_beats_majority"] else \
+            "not above it beyond chance: the graph gives the label away no more than its shares do"
         lines = (f"{r['edges']:,} pairs, {r['nodes']:,} sentences; test split {r['test_split']!r}",
-                 f"  leakage accuracy  {r['leakage_accuracy']:.4f}  (advanced {r['advanced_accuracy']:.4f})",
-                 f"  majority accuracy {r['majority_accuracy']:.4f}  ({r['majority_label']})",
+                 f"  leakage accuracy  {r['leakage_accuracy']:.4f}  (95% interval {lo:.4f} to {hi:.4f}; advanced "
+                 f"{r['advanced_accuracy']:.4f})",
+                 f"  majority accuracy {r['majority_accuracy']:.4f}  ({r['majority_label']}): the leakage forest is "
+                 f"{beyond}",
                  *(f"  {name:<22} {acc:.4f}" for name, acc in r["ablations"].items()))
         return StageResult(pairs + r["rejected"], {"pairs": pairs, "input rejects": r["rejected"]}, r,
                            f"leakage accuracy {r['leakage_accuracy']:.4f} against majority "

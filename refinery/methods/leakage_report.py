@@ -2,6 +2,8 @@
 ablations, a label-against-degree heatmap per label (paper Fig. 2), the feature importances and distribution."""
 from __future__ import annotations
 
+import math
+
 from refinery.methods.leakage_features import ADVANCED_FEATURES, BASIC_FEATURES
 from refinery.methods.sentence_graph import DEGREE_BINS, GraphInput, degree_table
 from refinery.pipeline.output import StageOutput
@@ -47,6 +49,17 @@ def degree_heatmaps(graph: GraphInput, min_cell: int = 10) -> list[str]:
             for label, share in shares.items()]
 
 
+def accuracy_interval(accuracy: float, n: int) -> tuple[float, float]:
+    """The 95% interval of an accuracy over ``n`` test pairs (the normal approximation, ± 1.96 sqrt(a(1 − a)/n))."""
+    half = 1.96 * math.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(n, 1))
+    return max(accuracy - half, 0.0), min(accuracy + half, 1.0)
+
+
+def beats_majority(accuracy: float, majority: float, n: int) -> bool:
+    """Whether ``accuracy`` is above the majority class's beyond chance: its 95% interval lies above it."""
+    return accuracy_interval(accuracy, n)[0] > majority
+
+
 def page(out: StageOutput, report: dict, heatmaps: list[str]) -> Report:
     """The leakage report of ``report`` with the degree ``heatmaps``, on ``out``'s report page (its header lists each
     path read with its split)."""
@@ -55,13 +68,18 @@ def page(out: StageOutput, report: dict, heatmaps: list[str]) -> Report:
     majority, rows = report["majority_accuracy"], report["rows"]
     test = report["test_split"]
     basic = ", ".join(BASIC_FEATURES)
+    n = rows.get(test, 0)
+
+    def judged(accuracy: float) -> dict:
+        lo, hi = accuracy_interval(accuracy, n)
+        return {"accuracy": accuracy, "95% interval": f"{fmt.percent(lo)} to {fmt.percent(hi)}",
+                "vs majority class": accuracy - majority,
+                "above it beyond chance": "yes" if beats_majority(accuracy, majority, n) else "no"}
     forests = [
         {"forest": f"majority class ({report['majority_label']}), no features", "accuracy": majority,
-         "vs majority class": "—"},
-        {"forest": f"basic leakage features ({basic})", "accuracy": report["leakage_accuracy"],
-         "vs majority class": report["leakage_accuracy"] - majority},
-        {"forest": f"advanced: the {len(ADVANCED_FEATURES)} features below", "accuracy": report["advanced_accuracy"],
-         "vs majority class": report["advanced_accuracy"] - majority},
+         "95% interval": "—", "vs majority class": "—", "above it beyond chance": "—"},
+        {"forest": f"basic leakage features ({basic})", **judged(report["leakage_accuracy"])},
+        {"forest": f"advanced: the {len(ADVANCED_FEATURES)} features below", **judged(report["advanced_accuracy"])},
     ]
     ablations = [{"forest reads": "all three basic features", "accuracy": report["leakage_accuracy"],
                   "vs majority class": report["leakage_accuracy"] - majority}]
@@ -82,10 +100,13 @@ def page(out: StageOutput, report: dict, heatmaps: list[str]) -> Report:
                 "training splits": ", ".join(f"{s} ({rows.get(s, 0):,} pairs)" for s in report["train_splits"]),
                 "sentences (graph nodes)": report["nodes"], "pairs (graph edges)": report["edges"],
                 "input rejects": report["rejected"]}),
-                table(forests, ["forest", "accuracy", "vs majority class"], accuracy),
+                table(forests, ["forest", "accuracy", "95% interval", "vs majority class", "above it beyond chance"],
+                      accuracy),
                 note(f"A random forest fit on the training split(s) reads only how often each sentence recurs and how "
                      f"the pairs connect, never the text, and predicts the label of the {test} split. Accuracy above "
-                     "the majority class means the way the pairs were sampled gives the label away."))
+                     "the majority class beyond chance (its 95% interval above it, over the "
+                     f"{n:,} test pairs) means the way the pairs were sampled gives the label away; within the "
+                     "interval, the graph tells nothing the label shares do not."))
             .section("Ablations (paper Table 2)", table(ablations, ["forest reads", "accuracy", "vs majority class"],
                                                         accuracy))
             .section("Label share by the degrees of both sentences (paper Fig. 2)",
