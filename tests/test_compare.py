@@ -335,3 +335,7 @@ def test_a_compare_step_passes_on_every_split_of_its_input_and_counts_them(tmp_p
         f"stages:\n  - compare: {{evals: ['hard={SNLI_HARD}:snli'], model: {{bootstrap: 100}}}}\n")
     printed = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", "--no-audit-steps").stdout
     assert "rows in 1,100 = 1,100 passed on + 0 input rejects (ok)" in printed, printed
+    report = json.loads((tmp_path / "o" / "01-compare" / "report" / "report.json").read_text())
+    best, majority = max(v["mean"] for v in report["accuracy"]["hard"].values()), report["eval"]["hard"]["majority"]
+    assert (best < majority["accuracy"]) == any(n.startswith("hard: every model scores under its majority class")
+                                                for n in report["notes"]), report["notes"]

@@ -143,10 +143,16 @@ def label_collapses(report: dict) -> list[str]:
 
 
 def reading_notes(report: dict) -> list[str]:
-    """Notes on what the models read: pairs scored on one text, and evaluation sets in which one input carries
-    several gold labels (a model answers an input one way: those rows cap every model's accuracy alike)."""
+    """Notes on how to read the scores: an evaluation set on which every model is under its majority class, pairs
+    scored on one text, and evaluation sets in which one input carries several gold labels (a model answers an
+    input one way: those rows cap every model's accuracy alike)."""
     out = []
     for ev, info in report["eval"].items():
+        majority, means = info["majority"], [v["mean"] for v in report["accuracy"][ev].values()]
+        if means and max(means) < majority["accuracy"]:
+            out.append(f"{ev}: every model scores under its majority class ({majority['label']!r}, "
+                       f"{majority['accuracy']:.1%}; the best {max(means):.1%}): a gain here is among models that do "
+                       f"worse than always answering {majority['label']!r}")
         if info["pairs_read_as_one_text"]:
             out.append(f"{ev}: the models were trained on single texts, so its pairs are scored on their text_a "
                        "alone (text_b is not read)")
