@@ -49,7 +49,8 @@ class ConfidenceConfig:
     def __post_init__(self):
         validate(self)
         if (self.model is None) == (self.proba_column is None):
-            raise ValueError("give exactly one of model (ngram, transformer or a saved classifier) or proba_column")
+            raise ValueError("give exactly one of --model (model: ngram, transformer or a saved classifier's folder) or "
+                             "--proba-column (proba_column: a column holding p_M(label | text))")
 
     def in_effect(self) -> dict:
         """The settings that shape p_M: a column's name, a saved classifier's folder, or the cross-fitting's."""

@@ -151,7 +151,8 @@ def _remove_earlier_steps(out: str, steps: set, storage_options: dict, echo) -> 
                and published_run(join(out, name), storage_options)]
     for name in earlier:
         unpublish_run(join(out, name), storage_options)
-        echo(f"removed {join(out, name)}: a step of an earlier pipeline in {out}, none of this one's")
+        kept = " (files of yours in it stay)" if folder_entries(fs, join(path, name)) else ""
+        echo(f"removed {join(out, name)}{kept}: a step of an earlier pipeline in {out}, none of this one's")
 
 
 def check_columns(spec: PipelineSpec, columns) -> None:
