@@ -147,11 +147,21 @@ def _location(url: str) -> tuple[str, str]:
     return protocol, posixpath.join(folder, pattern) if pattern else folder
 
 
+def _relation(a: str, b: str) -> str | None:
+    """How location ``a`` lies to ``b`` (``_location`` paths of one store): "is", "holds" (b inside a), "inside"
+    (a inside b), or None (apart)."""
+    if a == b:
+        return "is"
+    if b.startswith(a.rstrip("/") + "/"):
+        return "holds"
+    return "inside" if a.startswith(b.rstrip("/") + "/") else None
+
+
 def check_folders_apart(option: str, path: str, out: str) -> None:
     """Refuse ``option``'s folder (a saved model's, say) where it is, holds or lies inside ``--out``: writing
     one would replace or mix with the other."""
     (a_protocol, a), (b_protocol, b) = _location(path), _location(out)
-    if a_protocol == b_protocol and (a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")):
+    if a_protocol == b_protocol and _relation(a, b):
         raise OutputOverlapsInput(f"{option} {path} and --out {out} overlap: give {option} a folder of its own, "
                                   "outside --out")
 
@@ -173,13 +183,14 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
         else:   # a part of an earlier output (OUT/kept): the user may mean to run the stage on it again
             hint = ("; or --in-place to rerun a stage on its own output, replacing it"
                     if posixpath.dirname(i_path) == o_path else "")
-        if o_path == i_path:
+        relation = _relation(o_path, i_path)
+        if relation == "is":
             raise OutputOverlapsInput(f"--out {out} is the input {given}: refinery would replace the data it reads; "
                                       f"give another folder{hint}")
-        if i_path.startswith(o_path.rstrip("/") + "/"):
+        if relation == "holds":
             raise OutputOverlapsInput(f"--out {out} holds the input {given}: refinery would write among the data "
                                       f"it reads; give a folder outside it{hint}")
-        if o_path.startswith(i_path.rstrip("/") + "/"):
+        if relation == "inside":
             raise OutputOverlapsInput(f"--out {out} lies inside the input {given}: refinery would write into the "
                                       "data it reads; give a folder outside it")
 

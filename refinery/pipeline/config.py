@@ -34,6 +34,11 @@ from refinery.io.location import get_fs, is_local, parse_storage_options
 INPUT_DIR = "00-input"   # a pipeline's step 0: its input as one corpus
 
 
+def step_folder(i: int, name: str) -> str:
+    """The folder of a pipeline's ``i``-th step, stage ``name``: ``01-zfilter``."""
+    return f"{i:02d}-{name}"
+
+
 class ConfigError(ValueError):
     """A pipeline file or stage config that cannot run, named by where it is wrong."""
 
@@ -284,7 +289,7 @@ def anchor_settings(config, base: str):
                 anchored = value
         else:
             continue
-        if anchored is not value and anchored != value:
+        if anchored != value:
             changes[f.name] = anchored
     return dataclasses.replace(config, **changes) if changes else config
 
@@ -303,7 +308,7 @@ def anchor_references(config, references: tuple, step_names: set, base: str):
 def _step_names(before: list) -> set:
     """What a stage's references may name: the input, and each preceding stage by its name or its folder."""
     return {"input", INPUT_DIR, *(s.name for s in before),
-            *(f"{i:02d}-{s.name}" for i, s in enumerate(before, 1))}
+            *(step_folder(i, s.name) for i, s in enumerate(before, 1))}
 
 
 def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> PipelineSpec:

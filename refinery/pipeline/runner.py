@@ -32,14 +32,14 @@ from refinery.io.location import folder_entries, get_fs, is_local, join, json_ob
 from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
 from refinery.io.redaction import redact_text
-from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, to_dict
+from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
 
-_STEP_FOLDER = re.compile(r"\d{2}-[\w-]+")   # a pipeline's step folder: 01-zfilter
+_STEP_FOLDER = re.compile(r"\d{2,}-[\w.-]+")   # a pipeline's step folder (``step_folder``): 01-zfilter
 
 
 @dataclass
@@ -185,7 +185,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
         current = folder
         steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
         for i, stage_spec in enumerate(spec.stages, 1):
-            folder, name, started = join(out, f"{i:02d}-{stage_spec.name}"), stage_spec.name, time.perf_counter()
+            folder, name, started = join(out, step_folder(i, stage_spec.name)), stage_spec.name, time.perf_counter()
             _refuse_nothing_passed_on(run.stages[-1], current, folder, name, opts.storage_options)
             step_input = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
             step, stage = _stage_step(stage_spec, step_input, folder, steps, opts, echo)
