@@ -341,6 +341,12 @@ def test_another_stage_or_pipeline_in_the_same_out_leaves_nothing_of_the_earlier
     run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", out)   # kept/ holds the user's file: writable still
     assert (out / "kept" / "notes.txt").read_text() == "mine" and (out / "kept" / "part-00000.parquet").exists()
     assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["kept", "rejected", "report"]
+    probed = tmp_path / "probed"   # a verb that writes into --out itself: its files go too
+    run_cli("probe", "--train", SNLI_HARD, "--preset", "snli", "--out", probed)
+    (probed / "notes.txt").write_text("mine")
+    run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", probed)
+    assert sorted(p.name for p in probed.iterdir()) == [".refinery.json", "_SUCCESS", "kept", "notes.txt", "rejected",
+                                                         "report"]
     steps = "input: {paths: [%s], preset: snli}\nstages:\n  - audit: {}\n" % SNLI_HARD
     (tmp_path / "two.yaml").write_text(steps + "  - confidence: {model: ngram, folds: 2, tau: 0.2}\n")
     (tmp_path / "one.yaml").write_text(steps)

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_local, join, json_object, on_store,
                                   with_deadline)
 from refinery.io.ownership import (OWNER_MARKER, RUN_MARKER, claim_folder, claim_output, made_folder, marker_body,
-                                   new_run_id, owned_files, published_run, remove_failed_output,
+                                   new_run_id, owned_files, published_run, read_marker, remove_failed_output,
                                    unpublish_run)
 from refinery.io.redaction import redact
 
@@ -285,6 +285,7 @@ class RunOutput:
             if previous is not None:
                 self._previous = (self.fs.cat_file(marker), self._part_runs(previous.get("parts", ())))
             self._found = {} if self._new else self._published_parts()   # an earlier run's, finished or not
+            self._own = {} if self._new else read_marker(self.out, self.storage_options)   # its files in OUT itself
             if self.fs.exists(marker):
                 self.fs.rm(marker)
         return self
@@ -301,12 +302,26 @@ class RunOutput:
                     json.dump(body, fh, indent=2, default=str)
             for part in earlier:   # an earlier run's parts: not this run's; what a cut removal leaves, the next removes
                 with_deadline(CLEANUP_SECONDS, unpublish_run, join(self.out, part), self.storage_options)
+            with_deadline(CLEANUP_SECONDS, self._remove_earlier_files)
         elif self._new and not getattr(exc, "keeps_output", False):   # an error may leave what the user must read
             remove_failed_output(self.out, self._made, self.storage_options)
         elif self._previous is not None:
             body, runs = self._previous
             with_deadline(CLEANUP_SECONDS, self._restore, body, runs)
         return False
+
+    def _remove_earlier_files(self) -> None:
+        """The files an earlier run published in OUT itself (``probe``'s report.json, say) that this run did not
+        publish again (the folder's marker is the one found on entering): removed, the marker listing itself."""
+        own = read_marker(self.out, self.storage_options)
+        stale = set(own.get("files", ())) - {OWNER_MARKER, RUN_MARKER}
+        if not stale or not self._own or own.get("run") != self._own.get("run"):
+            return
+        present = [join(self.path, f) for f in sorted(stale) if self.fs.exists(join(self.path, f))]
+        if present:
+            self.fs.rm(present)
+        marker = marker_body([OWNER_MARKER, RUN_MARKER], run=new_run_id())
+        self.fs.pipe_file(join(self.path, OWNER_MARKER), marker.encode())
 
     def _restore(self, body: bytes, runs: dict) -> None:
         if self._part_runs(runs) == runs:   # no part replaced: the previous run is whole again
