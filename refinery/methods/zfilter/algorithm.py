@@ -118,7 +118,7 @@ class ZFilter:
         """The significance threshold of the input's audit: Φ⁻¹(1 − α/m), m its tested (feature, label) cells."""
         return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha).threshold
 
-    def settle(self, input_threshold: float, max_rounds: int = 100) -> tuple[dict[int, list[str]], float]:
+    def settle(self, input_threshold: float, max_rounds: int = 100) -> dict[int, tuple[float, list[str]]]:
         """Bring every feature of Z under the threshold by taking back the fewest of its earliest-admitted rows.
 
         The threshold is the input's audit's (``input_threshold``), or Z's own where lower: Φ⁻¹(1 − α/m) of Z's
@@ -126,16 +126,15 @@ class ZFilter:
         either; it is recomputed each round, as rows leave. While some (x, l) has z*(x, l | Z) > threshold
         (n ≥ min_count; ``null``, the label prior, aside), the r earliest kept stream rows of label l that carry
         x leave Z, r the least for which z*(x, l) falls to the threshold or n(x) under min_count; cells are
-        settled together and the round repeats on the new counts. Seed rows stay. Returns ({stream position: the
-        features that took the row back}, the threshold of the last round).
+        settled together and the round repeats on the new counts. Seed rows stay. Returns {stream position: (the
+        threshold of the round that took the row back, the features over it)}.
         """
         if self.kept is None:
-            return {}, input_threshold
+            return {}
         fids, row_of_pair, labels, positions = self.kept.arrays()
         C = len(self.Z.labels)
         alive = np.ones(len(positions), dtype=bool)
-        taken: dict[int, list[str]] = {}
-        threshold = input_threshold
+        taken: dict[int, tuple[float, list[str]]] = {}
         for _ in range(max_rounds):
             cells, need, threshold = self._over(input_threshold)
             if not len(cells):
@@ -153,13 +152,13 @@ class ZFilter:
                 break
             names = self.Z.names(k[chosen] // C).to_pylist()
             for row, name in zip(r[chosen], names):
-                taken.setdefault(int(positions[row]), []).append(name)
+                taken.setdefault(int(positions[row]), (threshold, []))[1].append(name)
             out = np.unique(r[chosen])
             alive[out] = False
             gone = np.isin(row_of_pair, out)
             self.Z.subtract(fids[gone], labels[row_of_pair[gone]], [self.Z.labels[j] for j in labels[out]])
         self._touched.append(np.unique(fids))
-        return taken, threshold
+        return taken
 
     def _over(self, input_threshold: float) -> tuple[np.ndarray, np.ndarray, float]:
         """Cells ``feature · C + label`` of Z over the threshold (sorted), for each the rows of that label to take

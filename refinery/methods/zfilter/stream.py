@@ -73,9 +73,9 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
             bar.update(batch.num_rows)
     taken = {}
     if config.settle:
-        taken, threshold = zf.settle(zf.threshold())
-        reason = f"over the threshold z* > {threshold:.2f} in the kept rows after the stream: "
-        rejected.update((position, (reason, sorted(features))) for position, features in taken.items())
+        taken = zf.settle(zf.threshold())
+        rejected.update((position, (f"over the threshold z* > {threshold:.2f} in the kept rows after the stream: ",
+                                    sorted(features))) for position, (threshold, features) in taken.items())
     positions = sorted(rejected)
     by_feature = Counter(f for p in positions for f in rejected[p][1])
     stream_ids = pa.chunked_array(ids, pa.string()).combine_chunks()
