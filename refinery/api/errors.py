@@ -34,7 +34,8 @@ def in_python_terms(message: str, source: Source | None = None, configs: tuple =
     """A message of the CLI's in the API's words (``configs``: the config classes whose options it may name)."""
     for path in source.all_paths if source else ():
         if source.kind != "path":
-            message = message.replace(path, in_memory_names(path) if in_memory_names(path) != path else "the data")
+            shown = in_memory_names(path)
+            message = message.replace(path, shown if shown != path else "the data")
     message = _CLI_ONLY.sub("", message)
     message = _SPLITS_HINT.sub("{'train': data, 'test': data} (a DatasetDict, or a split column)", message)
     flags = flag_keywords(configs)

@@ -43,16 +43,12 @@ io_timeout_option = click.option(
 def printable_pipeline(spec, references: tuple = ()) -> str:
     """``spec`` as a pipeline file to save anywhere: paths absolute (the stage's ``references`` fields and the
     settings that name a file or folder too), credentials as ``${REFINERY_<NAME>}`` variables (``to_yaml``)."""
-    from refinery.pipeline.config import anchor_path, anchor_references, anchor_settings
+    from refinery.pipeline.config import anchor_input, anchor_path, anchor_references, anchor_settings
 
     here = os.getcwd()
-    spec_in = spec.input
-    changes = {"splits": {s: anchor_path(ps, here) if isinstance(ps, str) else [anchor_path(p, here) for p in ps]
-                          for s, ps in spec_in.splits.items()},
-               "paths": [anchor_path(p, here) for p in spec_in.paths]}
     stages = [dataclasses.replace(s, config=anchor_references(anchor_settings(s.config, here), references, set(), here))
               for s in spec.stages]
-    return dataclasses.replace(spec, input=dataclasses.replace(spec_in, **changes), stages=stages,
+    return dataclasses.replace(spec, input=anchor_input(spec.input, here), stages=stages,
                                out=anchor_path(spec.out, here) if spec.out else None).to_yaml()
 
 

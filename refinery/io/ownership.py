@@ -195,6 +195,13 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
                                       "data it reads; give a folder outside it")
 
 
+def remove_present(fs, path: str, names) -> None:
+    """Remove those of ``names`` (paths relative to folder ``path``) that are there."""
+    present = [join(path, f) for f in sorted(names) if fs.exists(join(path, f))]
+    if present:
+        fs.rm(present)
+
+
 def unpublish(folder: str, storage_options: dict | None = None) -> None:
     """Remove what refinery published in ``folder``: the files its marker lists, then the marker. On a local disk
     the folders left empty go too. A file refinery did not write stays, and so does the folder, marked as
@@ -205,9 +212,7 @@ def unpublish(folder: str, storage_options: dict | None = None) -> None:
         if found is None:
             return
         name, body = found
-        present = [join(path, f) for f in sorted(set(body["files"]) - {name}) if fs.exists(join(path, f))]
-        if present:
-            fs.rm(present)
+        remove_present(fs, path, set(body["files"]) - {name})
         fs.rm(join(path, name))
         if is_local(fs) and os.path.isdir(path):   # folders left empty go, the folder itself too if it is
             for root, _, _ in sorted(os.walk(path), key=lambda walked: -len(walked[0])):

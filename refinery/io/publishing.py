@@ -21,7 +21,7 @@ from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_lo
                                   with_deadline)
 from refinery.io.ownership import (OWNER_MARKER, RUN_MARKER, claim_folder, claim_output, made_folder, marker_body,
                                    new_run_id, owned_files, published_run, read_marker, remove_failed_output,
-                                   unpublish_run)
+                                   remove_present, unpublish_run)
 from refinery.io.redaction import redact
 
 
@@ -317,9 +317,7 @@ class RunOutput:
         stale = set(own.get("files", ())) - {OWNER_MARKER, RUN_MARKER}
         if not stale or not self._own or own.get("run") != self._own.get("run"):
             return
-        present = [join(self.path, f) for f in sorted(stale) if self.fs.exists(join(self.path, f))]
-        if present:
-            self.fs.rm(present)
+        remove_present(self.fs, self.path, stale)
         marker = marker_body([OWNER_MARKER, RUN_MARKER], run=new_run_id())
         self.fs.pipe_file(join(self.path, OWNER_MARKER), marker.encode())
 

@@ -274,6 +274,14 @@ def anchor_path(path: str, base: str) -> str:
     return path if os.path.isabs(path) else os.path.normpath(os.path.join(base, path))
 
 
+def anchor_input(spec_in: "InputSpec", base: str) -> "InputSpec":
+    """``spec_in`` with its relative local paths (plain and each split's) taken from ``base``."""
+    return dataclasses.replace(
+        spec_in, paths=[anchor_path(p, base) for p in spec_in.paths],
+        splits={s: anchor_path(ps, base) if isinstance(ps, str) else [anchor_path(p, base) for p in ps]
+                for s, ps in spec_in.splits.items()})
+
+
 def anchor_settings(config, base: str):
     """``config`` (nested configs too) with its settings that name a local file or folder (``setting(path=…)``)
     taken from ``base`` where relative: a ``FOLDER`` one always, a ``NAME_OR_FOLDER`` one (a model's name or its
@@ -331,9 +339,7 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
         spec_in.mapping()   # a map's unknown field or a preset's typo named with the file, before any stage
     except ValueError as e:
         raise ConfigError(f"{where}: input: {e}") from None
-    spec_in.splits = {s: ([anchor_path(p, base) for p in ps] if isinstance(ps, list) else anchor_path(ps, base))
-                      for s, ps in spec_in.splits.items()}
-    spec_in.paths = [anchor_path(p, base) for p in spec_in.paths]
+    spec_in = anchor_input(spec_in, base)
     stages = []
     for i, entry in enumerate(data["stages"], 1):
         name, params = (entry, {}) if isinstance(entry, str) else next(iter(entry.items())) \

@@ -222,7 +222,7 @@ def _refuse_nothing_passed_on(before: StageRun, current: str, folder: str, name:
 
 
 def _refuse_empty_corpora(source: StageInput) -> None:
-    """Finished corpora that hold no row between them (a run that kept none wrote them) are refused in one
+    """A verb's finished corpora that hold no row between them (a run that kept none wrote them) are refused in one
     line: a stage would divide by their zero rows (raw inputs are checked as they are read)."""
     so = source.opts.storage_options
     if source.paths and all(is_corpus(p, so) and not Corpus.open(p, so).manifest["rows"] for p in source.paths):
@@ -249,6 +249,7 @@ def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str],
                          "give a new --out")
     check_out_apart(spec.out, source.paths, output.next_input(spec.out, "") if in_place else None,
                     opts.storage_options)
+    _refuse_empty_corpora(source)   # a pipeline's steps: _refuse_nothing_passed_on, naming the step that kept none
     return _stage_step(stage_spec, source, spec.out.rstrip("/"), {}, opts, echo, mode, to_dict(spec.input))[0]
 
 
@@ -263,7 +264,6 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
 
     def work() -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
-        _refuse_empty_corpora(source)
         out = StageOutput(folder, opts.storage_options, source.paths, {stage_spec.name: to_dict(config)})
         if source.engine == "ray" and stage.one_task:
             return run_as_task(stage.run, (source, out), stage.resources, stage.name,
