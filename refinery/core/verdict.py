@@ -230,6 +230,12 @@ class _Side:
         return pc.fill_null(pc.index_in(names, value_set=self.names), -1).to_numpy(zero_copy_only=False)
 
 
+def held_threshold(before: ZStats, after: ZStats) -> float:
+    """The threshold a filter's kept rows are held to: the input's, or the kept rows' own where it is lower (they
+    test fewer cells, so an audit of them alone flags features from a lower z*)."""
+    return min(before.threshold, after.threshold)
+
+
 def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = True,
           threshold: float | None = None, margin: float = MARGIN, remedy_remaining: str = "",
           remedy_worsened: str = "", prior: str = "", listed: int = LISTED) -> Verdict:

@@ -112,10 +112,15 @@ class UpsampleStage(Stage):
                            r, headline, (headline, *_lines(r, self.config), *lines), warnings + _untouched(r))
 
 
+def _significant_left_out(r: dict) -> list:
+    """The tokens left out of the correction whose z* is over the threshold (in the report's order)."""
+    return [e for e in r["left_out"] if e["z"] > r["token_threshold"]]
+
+
 def _untouched(r: dict) -> tuple:
     """A warning where significant tokens were left as they were (a verdict of 'nothing got worse' says nothing of
     them): the largest by z*, each with why, and whether any row was added at all."""
-    shown = sorted((e for e in r["left_out"] if e["z"] > r["token_threshold"]), key=lambda e: -e["z"])
+    shown = sorted(_significant_left_out(r), key=lambda e: -e["z"])
     if not shown:
         return ()
     top = "; ".join(f"{e['token']} (z* {e['z']:.1f}, {e['label']}): {e['reason']}" for e in shown[:3])
@@ -143,7 +148,7 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
         lines.append(f"  {r['refused']['rows']:,} rows not copied: a copy would have strengthened a shortcut ({feats})")
     if r["undone_turns"]:
         lines.append(f"  {r['undone_turns']} turn(s) undone: the output's label shares moved its prior")
-    shown = [e for e in r["left_out"] if e["z"] > r["token_threshold"]]
+    shown = _significant_left_out(r)
     if shown:
         lo, hi = r["band"]
         lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "

@@ -161,8 +161,10 @@ class FilterStage(Stage):
             report["not_judged"] = NOTHING_KEPT
         share = kept / max(kept + dropped, 1)
         settings = ", ".join(f"{k} {v}" for k, v in self.settings_in_effect().items())
-        warnings = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}){self.few_kept_hint()}; check "
-                    f"the settings ({settings})",) if share < MIN_KEPT_SHARE else ()
+        if share < MIN_KEPT_SHARE:
+            report["few_kept"] = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}){self.few_kept_hint()}"
+                                  f"; check the settings ({settings})")
+        warnings = (report["few_kept"],) if "few_kept" in report else ()
         if verdict is not None and not verdict.ok:
             warnings += tuple(verdict.warnings())
         report["warnings"] = list(warnings)
@@ -197,9 +199,8 @@ class FilterStage(Stage):
             page.section(verdict_html.HEADING, verdict_html.section(verdict))
         elif "not_judged" in report:
             page.section(verdict_html.HEADING, note(report["not_judged"].capitalize() + "."))
-        few_kept = [w for w in report["warnings"] if w.startswith("kept ")]
-        if few_kept:
-            page.section("Few rows kept", note(few_kept[0][0].upper() + few_kept[0][1:] + "."))
+        if "few_kept" in report:
+            page.section("Few rows kept", note(report["few_kept"][0].upper() + report["few_kept"][1:] + "."))
         page = (page
                 .section("Rows", fields({k.replace("_", " "): report[k]
                                          for k in ("kept", "filtered_out", "input_rejects")}))

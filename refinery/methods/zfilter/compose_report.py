@@ -3,7 +3,7 @@ and audited before and after under one prior, with a verdict where the compositi
 from __future__ import annotations
 
 from refinery.core import stats as zstats
-from refinery.core.verdict import Verdict, judge
+from refinery.core.verdict import Verdict, held_threshold, judge
 from refinery.methods.zfilter.composition import Composition
 from refinery.methods.zfilter.report import audit_summary, remedies
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
@@ -33,7 +33,7 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
         after = audit.stats("kept", part, prior.name, config)
         verdicts[part] = judge(before, after, stage="compose", under_threshold=bool(promise[part]),
                                remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior),
-                               threshold=min(before.threshold, after.threshold))   # as a zfilter holds its rows
+                               threshold=held_threshold(before, after))
         if promise[part] is None:
             notes.append(_unjudged(kind, part, verdicts[part]))
         if kind == "zaug" and part == "together":
