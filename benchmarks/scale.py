@@ -6,6 +6,10 @@ SNLI example's shape (audit → zfilter → confidence → upsample → weights)
 with the driver's peak memory (the pipeline's own per-stage figures, from ``OUT/pipeline/run.json``).
 
     .venv/bin/python benchmarks/scale.py --rows 1000000 [--test-rows 100000] [--skip confidence,razor | --only leakage,weights]
+    .venv/bin/python benchmarks/scale.py --rows 10000000 --check     # exit 1 when a stage passes the bar
+
+``--check`` holds every stage to the bar of 10 minutes and 8 GB of peak RSS at the rows given (a stage that
+fails counts as over it) and exits 1 naming those over it, once every stage ran.
 """
 from __future__ import annotations
 
@@ -23,16 +27,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_line  # noqa: E402 (benchmarks/machine.py)
 
 REFINERY = os.path.join(os.path.dirname(sys.executable), "refinery")
+BAR_SECONDS, BAR_BYTES = 600, 8e9   # --check: each stage within 10 minutes and 8 GB
 
 
-def run(args: list, log: str) -> tuple[float, int]:
-    """(wall seconds, peak RSS in bytes) of one ``refinery`` process; its output goes to ``log``."""
+def run(args: list, log: str, check: bool = True) -> tuple[float, int]:
+    """(wall seconds, peak RSS in bytes) of one ``refinery`` process; its output goes to ``log``. A failed
+    process ends the benchmark, or with ``check`` False gives (inf, its peak)."""
     with open(log, "w") as out:
         start = time.perf_counter()
         proc = subprocess.Popen([REFINERY, *map(str, args)], stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status):
+        if not check:
+            print(f"refinery {' '.join(map(str, args[:2]))} failed; see {log}", flush=True)
+            return float("inf"), usage.ru_maxrss * 1024
         raise SystemExit(f"refinery {' '.join(map(str, args[:2]))} failed; see {log}")
     return seconds, usage.ru_maxrss * 1024
 
@@ -86,6 +95,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="Comma-separated stages to run, the others skipped (e.g. "
                                                    "leakage,weights; a verb names all its variants).")
     parser.add_argument("--keep", help="Folder to keep the outputs in (default: a temporary folder).")
+    parser.add_argument("--check", action="store_true", help="Exit 1 when a stage takes over 10 minutes or 8 GB "
+                                                            "(or fails), once every stage ran.")
     parser.add_argument("--quality-rows", type=int, default=100_000,
                         help="Rows of the train split on which the confidence model's SGD fit is compared with "
                              "L-BFGS's (benchmarks/confidence.py; 0: skip).")
@@ -106,10 +117,13 @@ def main() -> None:
         f"{root}/synth-test.log")
     print("\n| stage | time | peak RSS | rows/s | × audit |\n|---|---|---|---|---|", flush=True)
     audit_seconds = None
+    over = []
     for name, command in stages(root, train, test).items():
         if name.split()[0] in skip or name in skip or only and not (name.split()[0] in only or name in only):
             continue
-        seconds, peak = run(command, f"{root}/{command[0]}-{len(name)}.log")
+        seconds, peak = run(command, f"{root}/{command[0]}-{len(name)}.log", check=not args.check)
+        if seconds > BAR_SECONDS or peak > BAR_BYTES:
+            over.append(f"{name} ({seconds:,.1f} s, {peak / 1e9:.2f} GB)")
         audit_seconds = audit_seconds or (seconds if name == "audit" else None)
         ratio = f"{seconds / audit_seconds:.1f}×" if audit_seconds else "—"
         rows = args.rows + (test_rows if "--input" in command else 0)   # leakage and weights read both splits
@@ -126,6 +140,11 @@ def main() -> None:
             task = f", its Ray task {step['task_peak_rss'] / 1e9:.2f} GB" if step.get("task_peak_rss") else ""
             print(f"  {step['folder']:<16} {step['rows_in']:>11,} rows in {step['seconds']:>8,.1f} s  "
                   f"driver peak {(step['peak_rss'] or 0) / 1e9:.2f} GB{task}")
+    if args.check:
+        if over:
+            raise SystemExit(f"over the bar of {BAR_SECONDS // 60} minutes and {BAR_BYTES / 1e9:g} GB at "
+                             f"{args.rows:,} rows: {'; '.join(over)}")
+        print(f"every stage within {BAR_SECONDS // 60} minutes and {BAR_BYTES / 1e9:g} GB at {args.rows:,} rows")
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ def test_conditional_mode_never_admits_a_seed_biased_feature():
     first = next(with_features(rebatch(iter([batch]), 2000), cfg.features))
     keep, hits = zf.filter(first)
     assert 0 < keep.sum() < first.num_rows
-    for row, k, h in zip(first.to_pylist(), keep, hits):
+    for row, k, h in zip(first.to_pylist(), keep, hits.names(zf, first.num_rows)):
         carried = set(row["features"]) & biased[row["label"]]
         assert bool(k) == (not carried)
         assert set(h) == carried
@@ -231,7 +231,8 @@ def test_verdict_catches_a_stage_that_worsens_a_feature_and_credits_one_that_fix
     assert worse.to_dict()["ok"] is False and worse.to_dict()["remedy"] == "lower --max-copies"
     rare = [c for c in worse.worsened if c.z_before is None]   # under min_count before: its n is not known (not 0)
     assert rare and all(c.n_before is None and c.text() == f"{c.feature} ({c.label}) z* untested → {c.z_after:.2f}, "
-                        f"n under min_count → {c.n_after:,.0f}" for c in rare)
+                        f"δ untested → {100 * c.effect_after:+.1f} points, n under min_count → {c.n_after:,.0f}"
+                        for c in rare)
 
     fixed = judge(before, audit_table(table.filter(pa.array(~(contradiction & _contains(table, "sleeping")))),
                                       cfg).stats, stage="dropping", under_threshold=False)
@@ -299,3 +300,52 @@ def test_a_step_after_one_that_kept_nothing_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2 and not (tmp_path / "z").exists(), proc.stderr
     assert proc.stderr.endswith(f"error: {kept}: no rows (a corpus that the run which wrote it left empty); "
                                 "give a corpus that holds rows\n")
+
+
+def test_verdict_at_scale_counts_material_rises_and_a_value_at_the_threshold_is_not_over_it():
+    """At a million rows z* moves by tens for a fraction of a point: a rise counts where the effect δ = p̂ − p0 rose
+    by a point or z* by a tenth (the same δ over more rows), and δ is given in points; a label's max z* equal to
+    the threshold is not over it."""
+    from refinery.core import stats as zstats
+    from refinery.core.verdict import judge
+
+    labels = ["contradiction", "entailment", "neutral"]
+    p0 = np.full(3, 1 / 3)
+
+    def audit_of(rows: dict) -> zstats.ZStats:   # feature -> (n, count of contradiction)
+        matrix = np.array([[c, (n - c) / 2, (n - c) / 2] for n, c in rows.values()], dtype=np.float64)
+        return zstats.from_matrix(pa.array(list(rows)), labels, matrix, p0, 10, 0.01)
+
+    before = audit_of({"drift": (1_000_000, 400_000), "shift": (1_000_000, 400_000), "copied": (50, 50)})
+    after = audit_of({"drift": (1_000_000, 403_000), "shift": (1_000_000, 420_000), "copied": (300, 300)})
+    v = judge(before, after, stage="test", under_threshold=False)
+    z = {c.feature: (c.z_before, c.z_after) for c in v.remaining["contradiction"]}
+    assert z["drift"][1] > z["drift"][0] + 5        # z* rose by more than 5: the old rule's "worsened"
+    worsened = {c.feature: c for c in v.worsened}
+    assert set(worsened) == {"shift", "copied"}     # δ +2 points; the same δ over six times the rows
+    assert round(100 * worsened["shift"].effect_rise, 1) == 2.0 and "δ +6.7 points → +8.7 points" in \
+        worsened["shift"].text()
+    at = judge(before, after, stage="test", under_threshold=True, threshold=v.max_z["contradiction"].after)
+    assert "contradiction" not in at.over and at.remaining_total["contradiction"] == 0
+
+
+def test_settle_takes_back_at_most_its_limit_and_says_what_stays(tmp_path):
+    """A planted corpus whose premises repeat (a pool of 1,000 for 20,000 rows): unbounded, settle brings every label
+    under the threshold; with --settle-limit 0.02 it takes back at most 2% of the stream's kept rows, and the
+    verdict names what stays over the threshold and the option that goes further. In a shuffled stream each
+    rejected row still carries the features it hit (decisions are kept by input position)."""
+    synth.write(synth.SynthSpec(rows=20_000, seed=3, premise_pool=1000), str(tmp_path / "c"))
+    full = run_stage(ZFilterStage(ZFilterConfig(settle_limit=1.0)), [tmp_path / "c"], tmp_path / "full")
+    assert full["verdict"]["ok"] and full["settled_out"] > 300
+    bounded = run_stage(ZFilterStage(ZFilterConfig(settle_limit=0.02)), [tmp_path / "c"], tmp_path / "bounded")
+    stream_kept = bounded["kept"] + bounded["settled_out"]
+    assert 0 < bounded["settled_out"] <= 0.02 * stream_kept
+    v = bounded["verdict"]
+    assert not v["ok"] and v["labels_over_threshold"] and "raise --settle-limit" in v["remedy"]
+    shuffled = run_stage(ZFilterStage(ZFilterConfig(shuffle_seed=7)), [tmp_path / "c"], tmp_path / "shuffled")
+    rejected = Corpus.open(str(tmp_path / "shuffled" / "rejected")).read()
+    assert rejected.num_rows == shuffled["rejected"] > 0
+    cfg = ZFilterConfig().features
+    for row, feats in zip(rejected.to_pylist(), add_features(rejected, cfg)["features"].to_pylist()):
+        assert row["biased_features"] and set(row["biased_features"]) <= set(feats)
+        assert row["reason"].endswith(", ".join(row["biased_features"]))

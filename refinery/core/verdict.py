@@ -20,6 +20,13 @@ The verdict reports
 - every feature that *worsened*: crossed t (not significant before, significant after, including features
   too rare to be tested before) or, already significant, rose by at least ``margin``; a rise under
   ``JITTER`` (0.5) is sampling jitter, not a crossing, and a label's max z* counts as risen past it;
+- each feature's effect beside its z*: δ(x, l) = p̂(l|x) − p0(l), in points. z* is δ in units of its standard
+  error sqrt(p0 (1 − p0) / n), so a rise of ``margin`` in z* is δ moving by that many standard errors: beyond
+  its sampling interval. A standard error shrinks with √n (a hundredth of a point at n = 10⁶), so a rise or a
+  crossing counts only where it is material too: δ rose by at least ``MIN_EFFECT_RISE`` (one point), or z*
+  grew by at least ``MIN_Z_GROWTH`` (a tenth: the same δ carried by a fifth more rows, as copies add);
+  smaller ones are listed with the jitter. On corpora of thousands of rows a rise of one standard error is
+  more than a point, or a tenth of z*, so this changes nothing there. Lists are short (``LISTED``), ranked by z* after, each with its δ;
 - how many significant features of the input are no longer significant (``fixed``).
 
 A stage states its promise: ``under_threshold=True`` (a filter: every label's max z* ends under t) or
@@ -50,6 +57,8 @@ from refinery.core.features import NULL_FEATURE
 from refinery.core.stats import ZStats
 
 MARGIN = 1.0        # a significant feature whose z* rose by at least this much has worsened
+MIN_EFFECT_RISE = 0.01   # ... and whose effect p̂ − p0 rose by at least one point (z* grows with √n),
+MIN_Z_GROWTH = 0.1       # or whose z* grew by at least a tenth (the same effect over more rows: n × 1.21)
 LISTED = 10         # features listed per label (remaining) and in all (worsened, fixed); the totals are kept
 JITTER = 0.5        # rises smaller than this are sampling jitter: one row more or less moves z* of a feature
                     # in n ≈ 20 rows by about 1 / sqrt(n p0 (1 − p0)) ≈ 0.45
@@ -58,7 +67,8 @@ JITTER = 0.5        # rises smaller than this are sampling jitter: one row more 
 @dataclass(frozen=True)
 class FeatureChange:
     """One (feature, label) cell before and after: z* (None: n < min_count on that side), n (None: under min_count,
-    in an audit that keeps only the features it tests) and p̂(l|x) after."""
+    in an audit that keeps only the features it tests), p̂(l|x) after, and the effect δ = p̂(l|x) − p0(l) on each
+    side (None: untested)."""
 
     feature: str
     label: str
@@ -67,20 +77,30 @@ class FeatureChange:
     n_before: float | None
     n_after: float | None
     p_after: float | None = None
+    effect_before: float | None = None
+    effect_after: float | None = None
+
+    @property
+    def effect_rise(self) -> float:
+        """δ after − δ before (infinite where the feature was untested before)."""
+        if self.effect_before is None or self.effect_after is None:
+            return np.inf
+        return self.effect_after - self.effect_before
 
     def text(self) -> str:
-        """``not@hypothesis`` (contradiction) z* 3.10 → 6.20, n 40 → 120."""
+        """``not@hypothesis`` (contradiction) z* 3.10 → 6.20, δ +4.1 → +9.8 points, n 40 → 120."""
         def z(v):
             return "untested" if v is None else f"{v:.2f}"
         def n(v):
             return "under min_count" if v is None else _count(v)
         return (f"{self.feature} ({self.label}) z* {z(self.z_before)} → {z(self.z_after)}, "
-                f"n {n(self.n_before)} → {n(self.n_after)}")
+                f"δ {points(self.effect_before)} → {points(self.effect_after)}, n {n(self.n_before)} → {n(self.n_after)}")
 
 
 @dataclass(frozen=True)
 class LabelMax:
-    """A label's largest z* before and after, and the features that hold them (None: no feature tested)."""
+    """A label's largest z* before and after (exact: a value at the threshold is not over it), and the features
+    that hold them (None: no feature tested)."""
 
     before: float | None
     after: float | None
@@ -108,7 +128,9 @@ class Verdict:
     remedy_worsened: str = ""
     prior: str = ""
     notes: list[str] = field(default_factory=list)
-    jittered: list[FeatureChange] = field(default_factory=list)   # crossed t by less than JITTER: said, not worse
+    jittered: list[FeatureChange] = field(default_factory=list)   # crossed t by less than JITTER, or by less than
+    #                                  MIN_EFFECT_RISE in δ: said, not worse (at most LISTED, by z* after)
+    jittered_total: int = 0
 
     @property
     def risen(self) -> list[str]:
@@ -136,10 +158,11 @@ class Verdict:
         if self.ok:
             done = ("every label under the threshold" if not self.over
                     else f"no label's max z* rose by ≥ {JITTER:g}")
-            crossed = ("no feature crossed it" if not self.jittered else
-                       f"no feature crossed it by ≥ {JITTER:g} ({len(self.jittered):,} by less, sampling jitter: "
+            crossed = ("no feature crossed it" if not self.jittered_total else
+                       f"no feature crossed it by ≥ {JITTER:g} in z*, and {100 * MIN_EFFECT_RISE:g} point in δ or a tenth of z* "
+                       f"({self.jittered_total:,} by less, sampling jitter: "
                        + ", ".join(f"{c.feature} ({c.label}) {_z(c.z_before)} → {_z(c.z_after)}"
-                                   for c in self.jittered[:3]) + (", …" if len(self.jittered) > 3 else "") + ")")
+                                   for c in self.jittered[:3]) + (", …" if self.jittered_total > 3 else "") + ")")
             return f"{head}; {done}, {crossed}" + (
                 f", {self.fixed_total:,} of {self.significant_before:,} significant features no longer are"
                 if self.significant_before else "")
@@ -151,14 +174,16 @@ class Verdict:
             return []
         out = []
         if self.worsened_total:
-            out.append(f"{self.worsened_total:,} feature(s) crossed the threshold or rose by ≥ {self.margin:g}: "
+            out.append(f"{self.worsened_total:,} feature(s) crossed the threshold or rose by ≥ {self.margin:g} in z* "
+                       f"(and {100 * MIN_EFFECT_RISE:g} point in δ or a tenth of z*): "
                        + "; ".join(c.text() for c in self.worsened[:5])
                        + (f"; +{self.worsened_total - 5:,} more" if self.worsened_total > 5 else ""))
         for label in self.risen if not self.under_threshold else self.over:
             feats = self.remaining.get(label, [])
             total = self.remaining_total.get(label, 0)
             out.append(f"{label}: max z* {_z(self.max_z[label].after)} over the threshold, "
-                       f"{total:,} feature(s) over it: " + ", ".join(f"{c.feature} {_z(c.z_after)}" for c in feats[:5])
+                       f"{total:,} feature(s) over it: " + ", ".join(f"{c.feature} {_z(c.z_after)} (δ {points(c.effect_after)})"
+                                                             for c in feats[:5])
                        + (f", +{total - 5:,} more" if total > 5 else ""))
         remedy = self.remedy_worsened if self.worsened_total or self.risen else ""
         if self.under_threshold and self.over and self.remedy_remaining and self.remedy_remaining != remedy:
@@ -177,13 +202,14 @@ class Verdict:
                 "threshold": round(self.threshold, 4), "margin": self.margin, "prior": self.prior,
                 "promise": "every label's max z* under the threshold" if self.under_threshold
                 else "no label's max z* above the input's, no feature crossing the threshold",
-                "max_z": {l: asdict(m) for l, m in self.max_z.items()},
+                "max_z": {l: _rounded(asdict(m)) for l, m in self.max_z.items()},
                 "labels_over_threshold": self.over, "labels_risen": self.risen,
                 "remaining": {l: [asdict(c) for c in cs] for l, cs in self.remaining.items()},
                 "remaining_total": self.remaining_total,
                 "worsened": [asdict(c) for c in self.worsened], "worsened_total": self.worsened_total,
                 "fixed": [asdict(c) for c in self.fixed], "fixed_total": self.fixed_total,
                 "significant_before": self.significant_before, "jittered": [asdict(c) for c in self.jittered],
+                "jittered_total": self.jittered_total,
                 "remedy": self.warnings()[-1][len("remedy: "):] if self.warnings()
                 and self.warnings()[-1].startswith("remedy: ") else None,
                 "notes": self.notes}
@@ -191,6 +217,16 @@ class Verdict:
 
 def _z(v) -> str:
     return "—" if v is None else f"{v:.2f}"
+
+
+def points(effect: float | None) -> str:
+    """An effect p̂ − p0 in points (+4.1 points), or ``untested``."""
+    return "untested" if effect is None else f"{100 * effect:+.1f} points"
+
+
+def _rounded(values: dict) -> dict:
+    """``values`` with its floats to 4 decimals (report.json; the comparisons use the exact values)."""
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
 
 
 def _count(n: float) -> str:
@@ -210,6 +246,7 @@ class _Side:
         self.n = stats.n[rows][ranked]
         self.p = p[ranked][:, order]
         self.z = z[ranked][:, order]
+        self.p0 = stats.p0[order]
         self._features, self._n, self._min_count = stats.features, stats.n, stats.min_count
 
     def counts(self, names: pa.Array, rows: np.ndarray) -> np.ndarray:
@@ -261,10 +298,12 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     rb_of = b.lookup(a.names.take(pa.array(ra, pa.int64()))) if len(ra) else np.empty(0, np.int64)
     z_before = _z_at(b, rb_of, ja, np.nan)
     n_before = b.counts(a.names.take(pa.array(ra, pa.int64())), rb_of)
+    effect_before = _effect_at(b, rb_of, ja)
     changes = [FeatureChange(a.names[int(r)].as_py(), labels[j], None if rb < 0 else round(float(zb), 4),
                              round(float(a.z[r, j]), 4), None if np.isnan(nb) else float(nb), float(a.n[r]),
-                             round(float(a.p[r, j]), 4))
-               for r, j, rb, zb, nb in _by(-a.z[ra, ja], ra, ja, rb_of, z_before, n_before)]
+                             round(float(a.p[r, j]), 4), None if rb < 0 else round(float(eb), 6),
+                             round(float(a.p[r, j] - a.p0[j]), 6))
+               for r, j, rb, zb, nb, eb in _by(-a.z[ra, ja], ra, ja, rb_of, z_before, n_before, effect_before)]
     remaining = {l: [] for l in labels}
     remaining_total = {l: 0 for l in labels}
     worsened: list[FeatureChange] = []
@@ -274,7 +313,9 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
         if len(remaining[c.label]) < listed:
             remaining[c.label].append(c)
         rise = np.inf if c.z_before is None else c.z_after - c.z_before
-        if rise >= margin or (c.z_before <= t and rise >= JITTER):
+        material = c.effect_rise >= MIN_EFFECT_RISE or c.z_before is None or \
+            c.z_after >= c.z_before + MIN_Z_GROWTH * abs(c.z_before)
+        if material and (rise >= margin or (c.z_before <= t and rise >= JITTER)):
             worsened.append(c)
         elif c.z_before <= t:
             jittered.append(c)
@@ -285,16 +326,18 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     z_after = _z_at(a, ra_of, jb, -np.inf)
     gone = z_after <= t
     n_after = a.counts(b.names.take(pa.array(rb, pa.int64())), ra_of)
+    effect_after = _effect_at(a, ra_of, jb)
     fixed = [FeatureChange(b.names[int(r)].as_py(), labels[j], round(float(b.z[r, j]), 4),
                            None if ro < 0 else round(float(za), 4), float(b.n[r]), None if np.isnan(na) else float(na),
-                           None if ro < 0 else round(float(a.p[ro, j]), 4))
-             for r, j, ro, za, na in _by(-b.z[rb[gone], jb[gone]], rb[gone], jb[gone], ra_of[gone], z_after[gone],
-                                         n_after[gone])][:listed]
+                           None if ro < 0 else round(float(a.p[ro, j]), 4), round(float(b.p[r, j] - b.p0[j]), 6),
+                           None if ro < 0 else round(float(ea), 6))
+             for r, j, ro, za, na, ea in _by(-b.z[rb[gone], jb[gone]], rb[gone], jb[gone], ra_of[gone], z_after[gone],
+                                             n_after[gone], effect_after[gone])][:listed]
     return Verdict(stage=stage, threshold=t, margin=margin, under_threshold=under_threshold, max_z=max_z,
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
                    significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
-                   prior=prior, jittered=jittered)
+                   prior=prior, jittered=jittered[:listed], jittered_total=len(jittered))
 
 
 def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -> np.ndarray:
@@ -303,6 +346,13 @@ def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -
     if not len(side.z):
         return np.full(len(rows), untested)
     return np.where(rows >= 0, side.z[np.maximum(rows, 0), columns], untested)
+
+
+def _effect_at(side: _Side, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """δ = p̂ − p0 of ``side`` at (``rows``, ``columns``), NaN where the row is −1 (untested)."""
+    if not len(side.p):
+        return np.full(len(rows), np.nan)
+    return np.where(rows >= 0, side.p[np.maximum(rows, 0), columns] - side.p0[columns], np.nan)
 
 
 def _by(key: np.ndarray, *columns):
@@ -316,7 +366,7 @@ def _label_max(b: _Side, a: _Side, j: int) -> LabelMax:
         if not len(side.z):
             return None, None
         r = int(np.argmax(side.z[:, j]))
-        return round(float(side.z[r, j]), 4), side.names[r].as_py()
+        return float(side.z[r, j]), side.names[r].as_py()
     zb, fb = best(b)
     za, fa = best(a)
     return LabelMax(zb, za, fb, fa)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from refinery.core.verdict import FeatureChange, Verdict
+from refinery.core.verdict import MIN_EFFECT_RISE, FeatureChange, Verdict
 from refinery.report import format as fmt
 from refinery.report.page import note, table
 
@@ -31,14 +31,16 @@ def section(v: Verdict) -> str:
                         "over the threshold"], {"max z* before": fmt.z, "max z* after": fmt.z}))
     parts.append(note(f"z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n) (Gardner et al. 2021); a feature is "
                       f"significant when z* > {fmt.z(v.threshold)}, the Bonferroni-corrected threshold the output "
-                      "is held to" + (f"; prior {v.prior}" if v.prior else "") + ". A label whose largest z* ends "
+                      "is held to" + (f"; prior {v.prior}" if v.prior else "") + ". δ = p̂(l|x) − p0 is the "
+                      "effect in points: z* grows with √n, δ does not. A label whose largest z* ends "
                       "over it and higher than before is a warning even where no single feature crossed it (the "
                       "table above)."))
     remaining = [c for cs in v.remaining.values() for c in cs]
     total = sum(v.remaining_total.values())
     parts.append(_changes("Features still over the threshold", remaining, total, "z* after"))
-    parts.append(_changes(f"Features that crossed the threshold or rose by ≥ {v.margin:g}", v.worsened,
-                          v.worsened_total, "z* after"))
+    parts.append(_changes(f"Features that crossed the threshold or rose by ≥ {v.margin:g} in z* (and "
+                          f"{100 * MIN_EFFECT_RISE:g} point in δ or a tenth of z*)", v.worsened, v.worsened_total,
+                          "z* after"))
     parts.append(_changes("Significant features of the input no longer significant", v.fixed, v.fixed_total,
                           "z* before", f" of {v.significant_before:,}"))
     return "".join(parts)
@@ -50,7 +52,14 @@ def _changes(title: str, changes: list[FeatureChange], total: int, by: str, of: 
     if not total:
         return head
     rows = [{"feature": c.feature, "label": c.label, "z* before": c.z_before, "z* after": c.z_after,
+             "δ before (points)": _points(c.effect_before), "δ after (points)": _points(c.effect_after),
              "n before": c.n_before, "n after": c.n_after} for c in changes]
     more = note(f"the {len(changes):,} largest by {by} of {total:,}") if total > len(changes) else ""
-    return head + table(rows, ["feature", "label", "z* before", "z* after", "n before", "n after"],
-                 {"z* before": fmt.z, "z* after": fmt.z, "n before": fmt.number, "n after": fmt.number}) + more
+    return head + table(rows, ["feature", "label", "z* before", "z* after", "δ before (points)", "δ after (points)",
+                               "n before", "n after"],
+                        {"z* before": fmt.z, "z* after": fmt.z, "n before": fmt.number, "n after": fmt.number}) + more
+
+
+def _points(effect: float | None) -> str | None:
+    """δ = p̂ − p0 in points, signed (None: untested)."""
+    return None if effect is None else f"{100 * effect:+.1f}"

@@ -59,6 +59,7 @@ class ZFilter:
         self._touched: list[np.ndarray] = []  # features whose Z counts changed since B_Z was updated
         self.kept = KeptRows() if config.settle else None   # what ``settle`` may take back
         self.streamed = 0                                     # rows filtered so far: the next row's position
+        self.settle_exhausted = False   # settle's budget ran out with features still over the threshold
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
         feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
@@ -94,8 +95,9 @@ class ZFilter:
         self.biased.update(touched)
         return self.biased.cells()
 
-    def filter(self, table: pa.Table) -> tuple[np.ndarray, list]:
-        """Decide a batch against the current Z; accepted rows update Z. Returns (keep, hit features)."""
+    def filter(self, table: pa.Table) -> tuple[np.ndarray, "Hits"]:
+        """Decide a batch against the current Z; accepted rows update Z. Returns (keep, the B_Z features each
+        rejected row hit)."""
         rows, fids = self._pairs(table, self.Z)
         lab = self._label_ids(table)
         self.seen.add(fids, lab[rows], table["label"].to_pylist())
@@ -109,83 +111,176 @@ class ZFilter:
             self.kept.add(self.streamed + kept_rows, lab[kept_rows],
                           np.bincount(rows[acc], minlength=table.num_rows)[kept_rows], fids[acc])
         self.streamed += table.num_rows
-        hits: list[list[str]] = [[] for _ in range(table.num_rows)]
-        for r, name in zip(rows[pair_hit], self.Z.names(fids[pair_hit]).to_pylist()):
-            hits[r].append(name)
-        return keep, hits
+        return keep, Hits(rows[pair_hit], fids[pair_hit])
 
     def threshold(self) -> float:
         """The significance threshold of the input's audit: Φ⁻¹(1 − α/m), m its tested (feature, label) cells."""
         return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha).threshold
 
-    def settle(self, input_threshold: float, max_rounds: int = 100) -> dict[int, tuple[float, list[str]]]:
-        """Bring every feature of Z under the threshold by taking back the fewest of its earliest-admitted rows.
+    def settle(self, input_threshold: float, max_rounds: int = 100) -> "Settled":
+        """Bring the features of Z under the threshold by taking back the fewest of their earliest-admitted rows,
+        within a budget.
 
         The threshold is the input's audit's (``input_threshold``), or Z's own where lower: Φ⁻¹(1 − α/m) of Z's
         m tested cells, fewer than the input's, so that an audit of the kept rows alone finds none over it
         either; it is recomputed each round, as rows leave. While some (x, l) has z*(x, l | Z) > threshold
         (n ≥ min_count; ``null``, the label prior, aside), the r earliest kept stream rows of label l that carry
-        x leave Z, r the least for which z*(x, l) falls to the threshold or n(x) under min_count; cells are
-        settled together and the round repeats on the new counts. Seed rows stay. Returns {stream position: (the
-        threshold of the round that took the row back, the features over it)}.
+        x leave Z, r the least for which z*(x, l) falls to the threshold or n(x) under min_count
+        (``_rows_to_take``); cells are settled together and the round repeats on the new counts. Seed rows stay.
+
+        The budget (``config.settle_limit``) is a share of the rows of each label the stream kept, so that the
+        kept label shares stay as they were (a label thinned alone would make every common word lean to the
+        others). Each round settles the cells whose rows fit in what is left of their label's budget, the largest
+        effect p̂(l|x) − p0(l) first (``_within``); when none fits, the pass ends and what is still over the
+        threshold stays (the verdict names it). z* grows with √n, so on
+        millions of rows features a fraction of a point off p0 are significant, and settling all of them would
+        take back most of the corpus; on small corpora the budget is not reached.
         """
         if self.kept is None:
-            return {}
-        fids, row_of_pair, labels, positions = self.kept.arrays()
+            return Settled.none()
+        fids, offsets, labels, positions = self.kept.arrays()
         C = len(self.Z.labels)
+        budget = int(self.config.settle_limit * len(positions))
         alive = np.ones(len(positions), dtype=bool)
-        taken: dict[int, tuple[float, list[str]]] = {}
+        taken_rows, taken_thresholds, pair_rows, pair_fids = [], [], [], []
         for _ in range(max_rounds):
-            cells, need, threshold = self._over(input_threshold)
+            cells, need, effect, threshold = self._over(input_threshold)
             if not len(cells):
                 break
-            m = np.flatnonzero(np.isin(fids, np.unique(cells // C)))   # the pairs of the features over it
-            m = m[alive[row_of_pair[m]]]
-            key = fids[m].astype(np.int64) * C + labels[row_of_pair[m]]
-            m, key = m[np.isin(key, cells)], key[np.isin(key, cells)]
-            order = np.lexsort((row_of_pair[m], key))                  # by cell, then by stream order
-            k, r = key[order], row_of_pair[m][order]
+            fits = _within(need, effect, budget)
+            self.settle_exhausted = not fits.all()
+            if not fits.any():
+                break
+            cells, need = cells[fits], need[fits]
+            m = np.flatnonzero(np.isin(fids, np.unique(cells // C), kind="table"))   # pairs of the features
+            row = np.searchsorted(offsets, m, side="right") - 1         # each pair's row
+            m, row = m[alive[row]], row[alive[row]]
+            key = fids[m].astype(np.int64) * C + labels[row]
+            inside = np.isin(key, cells)
+            row, key = row[inside], key[inside]
+            order = np.lexsort((row, key))                              # by cell, then by stream order
+            k, r = key[order], row[order]
             first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
             rank = np.arange(len(k)) - np.repeat(first, np.diff(np.r_[first, len(k)]))
             chosen = rank < need[np.searchsorted(cells, k)]
             if not chosen.any():   # what is over the threshold lies in the seed's rows
                 break
-            names = self.Z.names(k[chosen] // C).to_pylist()
-            for row, name in zip(r[chosen], names):
-                taken.setdefault(int(positions[row]), (threshold, []))[1].append(name)
+            pair_rows.append(r[chosen])
+            pair_fids.append(k[chosen] // C)
             out = np.unique(r[chosen])
+            taken_rows.append(out)
+            taken_thresholds.append(np.full(len(out), threshold))
+            budget -= len(out)
             alive[out] = False
-            gone = np.isin(row_of_pair, out)
-            self.Z.subtract(fids[gone], labels[row_of_pair[gone]], [self.Z.labels[j] for j in labels[out]])
-        self._touched.append(np.unique(fids))
-        return taken
+            sizes = offsets[out + 1] - offsets[out]
+            gone = np.repeat(offsets[out] - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(sizes.sum())
+            self.Z.subtract(fids[gone], np.repeat(labels[out], sizes), [self.Z.labels[j] for j in labels[out]])
+            self._touched.append(np.unique(fids[gone]))
+        if not taken_rows:
+            return Settled.none()
+        return Settled(positions[np.concatenate(taken_rows)], np.concatenate(taken_thresholds),
+                       positions[np.concatenate(pair_rows)], np.concatenate(pair_fids))
 
-    def _over(self, input_threshold: float) -> tuple[np.ndarray, np.ndarray, float]:
+    def _over(self, input_threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """Cells ``feature · C + label`` of Z over the threshold (sorted), for each the rows of that label to take
-        back: the least r ≥ 1 with z*((c − r)/(n − r)) ≤ threshold or n − r < min_count; and the threshold, the
-        lower of ``input_threshold`` and Z's own (its m tested cells: features with n ≥ min_count, × C)."""
+        back (``_rows_to_take``) and its effect p̂(l|x) − p0(l); and the threshold, the lower of
+        ``input_threshold`` and Z's own (its m tested cells: features with n ≥ min_count, × C)."""
         counts = self.Z.matrix[: self.Z.num_features]
         n = zstats.row_totals(counts)
         ids = np.flatnonzero(n >= self.config.min_count)
         own = zstats.bonferroni_threshold(self.config.alpha, len(ids) * len(self.Z.labels))
         threshold = min(input_threshold, own)
         p0 = zstats.prior_vector(self.Z.labels, self.Z.label_totals, self.prior.name)
-        z = zstats.z_score(counts[ids] / n[ids, None], n[ids, None], p0[None, :])
+        p_hat = counts[ids] / n[ids, None]
+        z = zstats.z_score(p_hat, n[ids, None], p0[None, :])
         f, j = np.nonzero(z > threshold)
-        keep = pc.not_equal(self.Z.names(ids[f]), NULL_FEATURE).to_numpy(zero_copy_only=False) if len(f) else \
+        effect = p_hat[f, j] - p0[j]
+        prior = pc.equal(self.Z.names(ids[f]), NULL_FEATURE).to_numpy(zero_copy_only=False) if len(f) else \
             np.zeros(0, dtype=bool)
-        f, j = ids[f[keep]], j[keep]
-        need = np.empty(len(f), dtype=np.int64)
-        for i, (x, l) in enumerate(zip(f, j)):
-            c, total = int(counts[x, l]), int(n[x])
-            r = np.arange(1, c + 1)
-            left = np.maximum(total - r, 1)
-            fine = (zstats.z_score((c - r) / left, left, p0[l]) <= threshold) \
-                | (total - r < self.config.min_count)
-            need[i] = r[np.argmax(fine)] if fine.any() else c
+        keep = ~prior | (self.prior.name == "uniform")
+        effect = np.where(prior, np.inf, effect)   # a label's share over 1/C: settled first, as the others lean
+        f, j, effect = ids[f[keep]], j[keep], effect[keep]
+        need = _rows_to_take(counts[f, j].astype(np.int64), n[f].astype(np.int64), p0[j], threshold,
+                             self.config.min_count)
         cells = f * len(self.Z.labels) + j
         order = np.argsort(cells)
-        return cells[order], need[order], threshold
+        return cells[order], need[order], effect[order], threshold
+
+
+def _within(need: np.ndarray, effect: np.ndarray, budget: int) -> np.ndarray:
+    """Which cells to settle with at most ``budget`` rows: the largest effect first, each whose ``need`` fits in
+    what is left (a cell too large is passed over for the smaller ones after it)."""
+    chosen = np.zeros(len(need), dtype=bool)
+    for i in np.argsort(-effect, kind="stable"):
+        if need[i] <= budget:
+            chosen[i] = True
+            budget -= need[i]
+    return chosen
+
+
+def _rows_to_take(c: np.ndarray, n: np.ndarray, p0: np.ndarray, threshold: float, min_count: int) -> np.ndarray:
+    """For each cell with c rows of its label among the n rows of its feature, the least r ≥ 1 for which
+    z*((c − r)/(n − r), n − r) ≤ threshold, or n − r < min_count (r = c at most).
+
+    With m = n − r rows left and d = n − c rows of other labels, z* ≤ t reads (1 − p0) − d/m ≤ t·s/√m,
+    s = √(p0(1 − p0)): a quadratic in u = 1/√m, d·u² + t·s·u − (1 − p0) ≥ 0, whose root gives the largest m
+    that passes; the integer r is then found among a few neighbours of n − m, checked exactly (z* falls as r
+    grows, so the first that passes is the least)."""
+    s = np.sqrt(p0 * (1 - p0))
+    d = (n - c).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(d > 0, (-threshold * s + np.sqrt((threshold * s) ** 2 + 4 * d * (1 - p0))) / (2 * d),
+                     (1 - p0) / (threshold * s))
+        m = np.nan_to_num(np.floor(1 / u ** 2), posinf=0)
+    start = np.clip(n - m.astype(np.int64) - 2, 1, np.maximum(c, 1))
+    need = np.full(len(c), -1, dtype=np.int64)
+    for step in range(6):
+        r = np.minimum(start + step, c)
+        hit = (need < 0) & _under(c, n, p0, threshold, r)
+        need[hit] = r[hit]
+    for i in np.flatnonzero(need < 0):   # not among the neighbours (rounding): the exact search
+        r = np.arange(1, c[i] + 1)
+        passes = _under(c[i], n[i], p0[i], threshold, r)
+        need[i] = r[np.argmax(passes)] if passes.any() else c[i]
+    return np.clip(np.minimum(need, n - min_count + 1), 1, np.maximum(c, 1))
+
+
+def _under(c, n, p0, threshold: float, r):
+    """Whether taking back r of the c rows leaves z*((c − r)/(n − r), n − r) ≤ threshold."""
+    left = np.maximum(n - r, 1)
+    return zstats.z_score((c - r) / left, left, p0) <= threshold
+
+
+class Hits:
+    """The B_Z features the rows of a batch hit: pairs (row in the batch, feature id)."""
+
+    def __init__(self, rows: np.ndarray, feature_ids: np.ndarray):
+        self.rows, self.feature_ids = rows, feature_ids
+
+    def names(self, zf: "ZFilter", num_rows: int) -> list[list[str]]:
+        """Per row, the names of the features it hit (a test's and a report's view; the stream keeps the ids)."""
+        out: list[list[str]] = [[] for _ in range(num_rows)]
+        for r, name in zip(self.rows, zf.Z.names(self.feature_ids).to_pylist()):
+            out[r].append(name)
+        return out
+
+
+class Settled:
+    """The rows ``ZFilter.settle`` took back: their stream positions, the threshold of the round that took each,
+    and pairs (stream position, feature id) of the features over it that each was taken back for."""
+
+    def __init__(self, positions: np.ndarray, thresholds: np.ndarray, pair_positions: np.ndarray,
+                 pair_feature_ids: np.ndarray):
+        self.positions, self.thresholds = positions, thresholds
+        self.pair_positions, self.pair_feature_ids = pair_positions, pair_feature_ids
+
+    @classmethod
+    def none(cls) -> "Settled":
+        e = np.empty(0, dtype=np.int64)
+        return cls(e, np.empty(0), e, e)
+
+    def __len__(self) -> int:
+        return len(self.positions)
 
 
 class KeptRows:
@@ -200,13 +295,20 @@ class KeptRows:
                             feature_ids.astype(np.int32)))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(feature ids, each pair's row, each row's label id, each row's stream position); int32 but the last."""
-        if not self._parts:
-            e = np.empty(0, dtype=np.int64)
-            return e, e, e, e
-        positions, labels, sizes, fids = (np.concatenate(c) for c in zip(*self._parts))
-        self._parts = []
-        return fids, np.repeat(np.arange(len(sizes), dtype=np.int32), sizes), labels, positions
+        """(feature ids (int32), each row's offset into them (one more than the rows), each row's label id (int32),
+        each row's stream position), the parts freed as they are copied (the feature ids are held once)."""
+        parts, self._parts = self._parts, []
+        rows, pairs = sum(len(p[0]) for p in parts), sum(len(p[3]) for p in parts)
+        positions, labels = np.empty(rows, np.int64), np.empty(rows, np.int32)
+        sizes, fids = np.empty(rows, np.int64), np.empty(pairs, np.int32)
+        row = pair = 0
+        parts.reverse()
+        while parts:
+            p, l, s, f = parts.pop()
+            positions[row:row + len(p)], labels[row:row + len(p)], sizes[row:row + len(p)] = p, l, s
+            fids[pair:pair + len(f)] = f
+            row, pair = row + len(p), pair + len(f)
+        return fids, np.r_[0, np.cumsum(sizes)], labels, positions
 
 
 

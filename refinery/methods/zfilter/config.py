@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
-from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, one_of, setting, validate
+from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.stage import StageInput
 
 COMPOSITIONS = ("zaug", "parz", "seqz")
@@ -22,6 +22,10 @@ class ZFilterConfig:
     settle: bool = setting(True, help="After the stream, reject the fewest earliest-admitted kept rows that bring "
                            "every feature of Z under the significance threshold (rows admitted before their shortcut "
                            "could be ranked); off: Algorithm 1 as written.")
+    settle_limit: float = setting(0.1, number_in(0, 1), "Share of the stream's kept rows settle may take back at "
+                                  "most, the largest effects first (1: no bound; on millions of rows, features a "
+                                  "fraction of a point off p0 are significant, and settling them all takes back "
+                                  "most of the corpus).")
     prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " auto looks at the input's labels.")
     alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
     shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")

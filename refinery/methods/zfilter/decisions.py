@@ -1,8 +1,11 @@
-"""The rows a stateful pass over the stream rejected, looked up by row id: what a z-filter's ``decide`` reads.
+"""The rows a stateful pass over the stream rejected, looked up by position: what a z-filter's ``decide`` reads.
 
 Algorithm 1 decides each row against the Z that the rows before it built, so it runs once, in order, in the
 stage's ``prepare``; ``decide`` then only looks each row up here (stateless: the lookup may run on any worker,
-in any split of the stream). Rows that share an id share a decision: rejected if any of them was.
+in any split of the stream). Decisions are columns, not objects, so that the driver's memory follows the
+features hit, not the rows: per input row the index of its decision (−1: kept); per rejected row its reason's
+prefix and the features it hit (indices into the names of the features that rejected any row). A batch is
+found by the input position of its first row, checked against the rows' ids (an id lookup where they differ).
 """
 from __future__ import annotations
 
@@ -12,30 +15,86 @@ import pyarrow.compute as pc
 
 
 class Decisions:
-    """The rejected rows' ids, each with its reason and the biased features it hit (``biased_features``)."""
+    """Every input row's decision: ``ids`` (input order), ``rejected_at`` (per row the index of its rejection,
+    −1 kept), and per rejection the index of its reason's prefix in ``prefixes`` and its hit features
+    (``hits``: lists of indices into ``names``, sorted by name)."""
 
-    def __init__(self, ids: pa.Array, reasons: list[str], hits: list[list[str]]):
-        self.ids = ids
-        self.reasons = pa.array(reasons, pa.string())
-        self.hits = pa.array(hits, pa.list_(pa.string()))
+    def __init__(self, ids: pa.Array, rejected_at: np.ndarray, prefix_index: np.ndarray, prefixes: list[str],
+                 hits: pa.ListArray, names: pa.Array):
+        self.ids, self.rejected_at = ids, rejected_at
+        self.prefix_index, self.prefixes = prefix_index, pa.array(prefixes, pa.string())
+        self.hits, self.names = hits, names
+
+    @classmethod
+    def build(cls, ids: pa.Array, rejected: np.ndarray, prefix_index: np.ndarray, prefixes: list[str],
+              pair_positions: np.ndarray, pair_feature_ids: np.ndarray, names_of) -> "Decisions":
+        """From the rejected rows' input positions (distinct, each with the index of its reason's prefix) and
+        pairs (input position, feature id) of the features each hit; ``names_of(ids)`` names feature ids."""
+        order = np.argsort(rejected, kind="stable")
+        rejected, prefix_index = rejected[order], prefix_index[order].astype(np.int8)
+        rejected_at = np.full(len(ids), -1, dtype=np.int32 if len(ids) < 2 ** 31 else np.int64)
+        rejected_at[rejected] = np.arange(len(rejected))
+        distinct, pair_names = np.unique(pair_feature_ids, return_inverse=True)
+        names = names_of(distinct)
+        alphabetical = np.empty(len(distinct), dtype=np.int64)
+        alphabetical[np.argsort(names.to_numpy(zero_copy_only=False), kind="stable")] = np.arange(len(distinct))
+        pairs = np.lexsort((alphabetical[pair_names], pair_positions))
+        offsets = np.r_[np.searchsorted(pair_positions[pairs], rejected), len(pairs)]
+        hits = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                        pa.array(pair_names[pairs].astype(np.int32)))
+        return cls(ids, rejected_at, prefix_index, prefixes, hits, names)
 
     @property
     def rejected(self) -> int:
-        return len(self.ids)
+        return len(self.prefix_index)
 
-    def _positions(self, batch: pa.Table) -> pa.ChunkedArray:
-        """Each row's place among the rejected rows (null: kept)."""
-        return pc.index_in(batch["id"], value_set=self.ids.cast(batch["id"].type))
+    def rejections_by_feature(self) -> dict:
+        """{feature: rows it rejected}, commonest first."""
+        counts = np.bincount(pc.list_flatten(self.hits).to_numpy(), minlength=len(self.names))
+        order = np.argsort(-counts, kind="stable")
+        return {name: int(n) for name, n in zip(self.names.take(pa.array(order)).to_pylist(), counts[order]) if n}
 
-    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+    def positions(self, batch: pa.Table, start: int) -> np.ndarray:
+        """The input positions of ``batch``'s rows, whose first is at ``start`` (by id where the ids there differ)."""
+        ids = batch["id"].cast(self.ids.type)
+        end = start + batch.num_rows
+        if end <= len(self.ids) and pc.all(pc.equal(ids, self.ids.slice(start, batch.num_rows))).as_py():
+            return np.arange(start, end)
+        at = pc.index_in(ids, value_set=self.ids)
+        if at.null_count:
+            raise ValueError("a row the z-filter did not see reached its decisions (the input changed while it ran)")
+        return at.to_numpy(zero_copy_only=False)
+
+    def decide(self, batch: pa.Table, start: int) -> tuple[np.ndarray, np.ndarray]:
         """(keep, reasons): the ``FilterStage.decide`` of the filter that made these decisions."""
-        at = self._positions(batch)
-        return pc.is_null(at).to_numpy(zero_copy_only=False), self.reasons.take(at).to_pylist()
+        at = self.rejected_at[self.positions(batch, start)]
+        keep = at < 0
+        reasons = np.empty(batch.num_rows, dtype=object)
+        dropped = at[~keep]
+        if len(dropped):
+            joined = pc.binary_join(self.hit_names(dropped), ", ")
+            prefix = self.prefixes.take(pa.array(self.prefix_index[dropped]))
+            reasons[~keep] = pc.binary_join_element_wise(prefix, joined, "").to_pylist()
+        return keep, reasons
 
-    def biased_features(self, batch: pa.Table) -> pa.ChunkedArray:
-        """The features each row hit: B_Z(label)'s during the stream, or those that took it back after it
-        (``ZFilter.settle``); null for a kept row."""
-        return self.hits.take(self._positions(batch))
+    def hit_names(self, rejections: np.ndarray) -> pa.ListArray:
+        """The features each of ``rejections`` (indices of rejected rows) hit, by name."""
+        lists = self.hits.take(pa.array(rejections, pa.int64()))
+        flat = self.names.take(pc.list_flatten(lists))
+        return pa.ListArray.from_arrays(_offsets(lists), flat)
+
+    def biased_features(self, positions: np.ndarray) -> pa.Array:
+        """The features each row at ``positions`` hit: B_Z(label)'s during the stream, or those that took it back
+        after it (``ZFilter.settle``); null for a kept row."""
+        at = self.rejected_at[positions]
+        names = self.hit_names(np.maximum(at, 0))
+        return pa.ListArray.from_arrays(_offsets(names), pc.list_flatten(names), mask=pa.array(at < 0))
+
+
+def _offsets(lists: pa.ListArray) -> pa.Array:
+    """The offsets of ``lists`` from 0 (a taken list array keeps its parent's)."""
+    sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
+    return pa.array(np.r_[0, np.cumsum(sizes)].astype(np.int32))
 
 
 def tag(table: pa.Table, stage: str) -> pa.Table:

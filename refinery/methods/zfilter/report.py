@@ -18,8 +18,12 @@ def audit_summary(stats: zstats.ZStats, config: ZFilterConfig, title: str) -> tu
     return stats.top_k(config.k), figures.zplot(stats, 6, title)
 
 
-def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept") -> str:
+def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept", settle_exhausted: bool = False) -> str:
     """What removes the features a z-filtering left over the threshold, with the option that applies."""
+    if settle_exhausted:
+        return (f"settle took back its most (--settle-limit, now {config.settle_limit:g} of the rows the stream kept) "
+                "before every feature was under the threshold: raise --settle-limit (1: no bound, at the cost of "
+                f"rows) or --k (now {config.k}).")
     if not config.settle:
         return ("drop --no-settle (settle: true): after the stream it takes back the fewest earliest-admitted rows "
                 f"that bring these under the threshold; or raise --k (now {config.k}).")
@@ -36,7 +40,7 @@ def publish_report(filtering: Filtering, written: dict, out: StageOutput, config
     page = out.report_page("z-filter: rows whose features leak the label, filtered out (Wu et al. 2022)")
     before = zf.seen.stats(zf.prior.name, config.min_count, config.alpha)
     after = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
-    remedy = remedies(config, bool(seed_by_label), out.url("kept"))
+    remedy = remedies(config, bool(seed_by_label), out.url("kept"), filtering.settle_exhausted)
     verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
                     prior=str(zf.prior), threshold=held_threshold(before, after))
     top_before, plot_before = audit_summary(before, config, f"{page.corpus}: input")

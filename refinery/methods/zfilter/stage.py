@@ -30,7 +30,11 @@ class _DecidedInPrepare(FilterStage):
     judges_itself = True
 
     def decide(self, batch: pa.Table) -> tuple:
-        return self.decisions.decide(batch)
+        return self.decisions.decide(batch, self.batch_start)
+
+    def biased_features(self, batch: pa.Table, keep) -> pa.Array:
+        """The features each dropped row of ``batch`` hit."""
+        return self.decisions.biased_features(self.decisions.positions(batch, self.batch_start)[~keep])
 
 
 class ZFilterStage(_DecidedInPrepare):
@@ -57,7 +61,7 @@ class ZFilterStage(_DecidedInPrepare):
         """Kept rows say ``source_stage`` filtered (the seed's rows: seed); a rejected row's ``biased_features`` are
         the features it hit."""
         kept, dropped = split(batch, keep)
-        return tag(kept, "filtered"), set_column(dropped, "biased_features", self.decisions.biased_features(dropped))
+        return tag(kept, "filtered"), set_column(dropped, "biased_features", self.biased_features(batch, keep))
 
     def leading_rows(self, part: str) -> list:
         """The seed's rows lead kept/."""
@@ -115,7 +119,7 @@ class ComposeStage(_DecidedInPrepare):
         rows = with_source(batch.drop_columns([c for c in ("source_stage",) if c in batch.column_names]),
                            "generated")
         kept, dropped = split(rows, keep)
-        return kept, set_column(dropped, "biased_features", self.decisions.biased_features(dropped))
+        return kept, set_column(dropped, "biased_features", self.biased_features(batch, keep))
 
     def result(self, written: dict, measured, out: StageOutput) -> StageResult:
         """The composition's report: each part's verdict and the two together's."""

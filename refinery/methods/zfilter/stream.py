@@ -18,7 +18,7 @@ import pyarrow as pa
 from refinery.core.stats import rows_per_label
 from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
 from refinery.io.raw import rebatch
-from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
+from refinery.methods.zfilter.algorithm import Settled, ZFilter, add_features, with_features
 from refinery.methods.zfilter.decisions import Decisions
 from refinery.methods.zfilter.config import ZFilterConfig
 from refinery.pipeline.engine import ParquetSource
@@ -26,6 +26,7 @@ from refinery.pipeline.stage import StageInput
 from refinery.progress import progress
 
 STREAM_REASON = "hits B_Z(label): "
+SETTLE_REASON = "over the threshold z* > {threshold:.2f} in the kept rows after the stream: "
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Filtering:
     zf: ZFilter
     settled_out: int
     rejections_by_feature: dict
+    settle_exhausted: bool = False   # settle's budget ran out with features still over the threshold
 
     @property
     def seed_by_label(self) -> dict:
@@ -62,28 +64,31 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     zf = ZFilter(list(label_totals), config, label_totals)
     if seed is not None and seed.num_rows:
         zf.seed(add_features(seed, config.features))
-    ids, rejected = [], {}   # every streamed row's id; {stream position: (reason, hit features)}
+    ids, rejected, pair_positions, pair_ids = [], [], [], []   # columns, by stream position
     with progress(desc="zfilter", unit=" rows") as bar:
         for batch in rebatch(with_features(rows, config.features, source.engine, source.opts.batch_rows),
                              config.batch_size):
             start = zf.streamed
             keep, hits = zf.filter(batch)
             ids.extend(batch["id"].cast(pa.string()).chunks)
-            rejected.update((start + i, (STREAM_REASON, sorted(hits[i]))) for i in np.flatnonzero(~keep))
+            rejected.append(start + np.flatnonzero(~keep))
+            pair_positions.append(start + hits.rows)
+            pair_ids.append(hits.feature_ids)
             bar.update(batch.num_rows)
-    taken = {}
-    if config.settle:
-        taken = zf.settle(zf.threshold())
-        rejected.update((position, (f"over the threshold z* > {threshold:.2f} in the kept rows after the stream: ",
-                                    sorted(features))) for position, (threshold, features) in taken.items())
-    positions = sorted(rejected)
-    by_feature = Counter(f for p in positions for f in rejected[p][1])
-    stream_ids = pa.chunked_array(ids, pa.string()).combine_chunks()
-    decisions = Decisions(stream_ids.take(pa.array(positions, pa.int64())),
-                          [rejected[p][0] + ", ".join(rejected[p][1]) for p in positions],
-                          [rejected[p][1] for p in positions])
-    return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(taken),
-                     dict(sorted(by_feature.items(), key=lambda kv: -kv[1])))
+    settled = zf.settle(zf.threshold()) if config.settle else Settled.none()
+    thresholds, prefix_of_settled = np.unique(settled.thresholds, return_inverse=True)
+    prefixes = [STREAM_REASON] + [SETTLE_REASON.format(threshold=t) for t in thresholds]
+    positions = np.concatenate([*rejected, settled.positions]).astype(np.int64)
+    prefix_index = np.r_[np.zeros(len(positions) - len(settled), np.int64), 1 + prefix_of_settled]
+    pairs = np.concatenate([*pair_positions, settled.pair_positions]).astype(np.int64)
+    pair_ids = np.concatenate([*pair_ids, settled.pair_feature_ids]).astype(np.int64)
+    if whole is not None:   # stream positions are those of the shuffled order: back to the input's
+        positions, pairs = order[positions], order[pairs]
+        ids = whole["id"].cast(pa.string()).chunks
+    ids = pa.chunked_array(ids, pa.string()).combine_chunks()
+    decisions = Decisions.build(ids, positions, prefix_index, prefixes, pairs, pair_ids, zf.Z.names)
+    return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(settled),
+                     decisions.rejections_by_feature(), zf.settle_exhausted)
 
 
 def label_counts(source: StageInput, seed: pa.Table | None, read_raw: bool, whole: pa.Table | None = None) -> dict:
