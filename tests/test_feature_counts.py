@@ -138,3 +138,23 @@ def test_merged_states_are_summed_a_logarithmic_number_of_times(monkeypatch):
     got = merged.counts()
     assert got.num_rows == len(expected)
     assert dict(zip(zip(got["feature"].to_pylist(), got["label"].to_pylist()), got["count"].to_pylist())) == expected
+
+
+def test_a_whole_corpus_added_at_once_is_counted_a_slice_at_a_time(monkeypatch):
+    """A table added in one call (the up-sampling guard's whole corpus) is tokenized ``SLICE_ROWS`` rows at a time:
+    the byte scanner's buffers (~33 bytes per byte of text) are sized by a slice, not by the table (10M rows once
+    asked for a 24 GiB (2**30, 3) int64 array), and the counts are the reference's."""
+    from refinery.core.vocabulary import string_buffers
+
+    table, _ = load([SNLI_DEV], PRESETS["snli"])
+    monkeypatch.setattr(FeatureCounts, "SLICE_ROWS", 1000)
+    config = FeatureConfig(families=ALL_FAMILIES)
+    counter = FeatureCounts(config).add(table)
+    counts = counter.counts(COUNTS_SCHEMA).sort_by([("feature", "ascending"), ("label", "ascending")])
+    assert counts.equals(reference_counts(table, config)) and counter.rows == table.num_rows
+    for col, field in counter.fields.items():
+        text_bytes = int(pc.sum(pc.binary_length(table[col])).as_py())
+        assert field.scanner.out.nbytes < text_bytes // 4 and len(field.scanner.spans) < text_bytes // 4
+    # a slice's bytes are just its own, offsets from 0
+    data, offsets = string_buffers(pa.array(["ab", "cde", "f", "gh"]).slice(1, 2))
+    assert bytes(data) == b"cdef" and offsets.tolist() == [0, 3, 4]

@@ -239,3 +239,31 @@ def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negat
     admitted = sum(len(guard.admit([row])[0]) for _ in range(44))
     assert 0 < admitted < 44
     assert all(v.ok for v in guard.verdicts())
+
+
+def test_guard_streams_its_input_and_extracts_its_candidates_a_chunk_at_a_time(negation_corpus, monkeypatch):
+    """``plan`` hands the guard DuckDB's record batches, and it extracts its candidates' features ``CANDIDATE_ROWS``
+    at a time: the guard (each feature's counts, each candidate's features, its decisions) is the one built from
+    the whole table, whatever the order of the candidates."""
+    from refinery.core.features import FeatureConfig
+    from refinery.methods import audac_guard
+
+    table = Corpus.open(str(negation_corpus)).read().select(["text_a", "text_b", "label"])
+    labels = sorted(set(table["label"].to_pylist()))
+    candidates = np.random.default_rng(0).permutation(table.num_rows)[:300]
+    whole = audac_guard.ShortcutGuard(table, candidates, labels, FeatureConfig(), "auto")
+    monkeypatch.setattr(audac_guard, "CANDIDATE_ROWS", 37)
+    streamed = audac_guard.ShortcutGuard(iter(table.to_batches(max_chunksize=250)), candidates, labels,
+                                         FeatureConfig(), "auto")
+
+    def described(guard):
+        names = guard.names.to_pylist()
+        base = {name: row.tolist() for name, row in zip(names, guard.base)}
+        features = [sorted(names[k] for k in guard.in_kept[guard.fids[guard.offsets[i]:guard.offsets[i + 1]]])
+                    for i in range(len(candidates))]
+        return base, features, guard.label_of.tolist(), guard.totals.tolist()
+
+    assert described(streamed) == described(whole)
+    rows = [int(r) for r in candidates[:120]]
+    assert streamed.admit(rows) == whole.admit(rows)
+    assert [v.ok for v in streamed.verdicts()] == [v.ok for v in whole.verdicts()]

@@ -27,6 +27,7 @@ from refinery.core.kernels import (EMPTY, SUFFIX_BITS, WORD_BITS, WORD_MASK, by_
                                    rehash, used_slots)
 from refinery.core.stats import matrix_to_long, row_totals
 from refinery.core.vocabulary import ByteScanner, TokenIds, string_buffers, token_ids
+from refinery.io.read_options import DEFAULT_BATCH_ROWS
 
 
 class KeyCounts:
@@ -185,6 +186,7 @@ class FeatureCounts:
     """
 
     MAX_ROWS = KeyCounts.MAX_ROWS
+    SLICE_ROWS = DEFAULT_BATCH_ROWS   # rows tokenized and counted at a time, whatever the table added
 
     def __init__(self, config: FeatureConfig):
         self.config = config
@@ -199,6 +201,15 @@ class FeatureCounts:
         self._pending = None           # (label ids, first row) of the batch being tokenized, not yet counted
 
     def add(self, table: pa.Table) -> "FeatureCounts":
+        """Count the rows of ``table``, ``SLICE_ROWS`` at a time (zero-copy slices): the work buffers of a slice
+        (the byte scanner's ~33 bytes per byte of text, the token ids and rows) are sized by the slice, so a
+        caller may add a whole corpus as one table (``ShortcutGuard``, ``audit_table``) and memory follows its
+        distinct features, not its size. The counts are those of one batch: rows are numbered across slices."""
+        for start in range(0, max(table.num_rows, 1), self.SLICE_ROWS):
+            self._add(table.slice(start, self.SLICE_ROWS))
+        return self
+
+    def _add(self, table: pa.Table) -> None:
         self._parts_cache = None
         tokenized = self._drain()
         labels = dictionary_ids(table["label"], self.labels)
@@ -211,7 +222,6 @@ class FeatureCounts:
         if self.row_families:
             self._add_row_features(table, labels)
         self.rows += table.num_rows
-        return self
 
     def _drain(self) -> dict:
         """Wait for the last add's work; the tokens it produced, by field."""

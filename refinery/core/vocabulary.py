@@ -84,16 +84,18 @@ class TokenIds:
 
 
 def string_buffers(strings) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes, offsets as int64) of an Arrow string array without nulls."""
+    """(bytes, offsets as int64) of an Arrow string array without nulls: a view of just the bytes its strings
+    span, offsets from 0, so that a slice of a large array (and the buffers sized by its bytes) stays a slice."""
     if isinstance(strings, pa.ChunkedArray):
         strings = strings.combine_chunks()
     if strings.null_count:
         raise ValueError("string_buffers: nulls must be filled first")
     width = np.int64 if pa.types.is_large_string(strings.type) else np.int32
     _, off_buf, data_buf = strings.buffers()
-    offsets = np.frombuffer(off_buf, dtype=width)[strings.offset:strings.offset + len(strings) + 1]
+    offsets = np.frombuffer(off_buf, dtype=width)[strings.offset:strings.offset + len(strings) + 1].astype(np.int64)
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-    return data, offsets.astype(np.int64)
+    data = data[offsets[0]:offsets[-1]] if len(offsets) else data[:0]
+    return data, offsets - (offsets[0] if len(offsets) else 0)
 
 
 class ByteScanner:

@@ -15,6 +15,7 @@ from refinery.core import stats as zstats
 from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
 from refinery.core.verdict import Verdict
 from refinery.io import queries
+from refinery.io.read_options import DEFAULT_BATCH_ROWS
 from refinery.methods.audac_guard import ALPHA, ShortcutGuard
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output
@@ -195,11 +196,10 @@ def plan(con, config, features: FeatureConfig) -> Plan:
                 "FROM token_rows t JOIN selected USING (token) JOIN rows r USING (row_id) ORDER BY token, row_id")
     candidates = np.array([r[0] for r in con.execute("SELECT DISTINCT row_id FROM selected_rows ORDER BY row_id")
                            .fetchall()], dtype=np.int64)
-    table = con.sql("SELECT text_a, " + ("text_b, " if _has(con, "text_b") else "") +
-                    "label FROM rows ORDER BY row_id").to_arrow_table()
     pool = _padding_pool(con, config) if prior.name == "empirical" else {}
-    guard = ShortcutGuard(table, np.union1d(candidates, [r for rows in pool.values() for r in rows]).astype(np.int64),
-                          labels, features, config.prior)
+    # the texts stream through the guard's counting, a batch at a time: it keeps only the candidates'
+    guard = ShortcutGuard(_texts(con), np.union1d(candidates, [r for rows in pool.values() for r in rows])
+                          .astype(np.int64), labels, features, config.prior)
 
     trace, turns, refused = _rounds(con, config, chosen, labels, guard)
     undone = _undo_until_nothing_worse(guard, turns, trace, lambda: _pad(guard, pool, turns, trace, labels))
@@ -216,6 +216,17 @@ def plan(con, config, features: FeatureConfig) -> Plan:
 
 _REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (refinery ibadr) or filtering "
            "(refinery zfilter) instead")
+
+
+def _texts(con):
+    """The table ``rows``' texts and label in row_id order, as record batches of the reader's batch size."""
+    return _batches(con.sql("SELECT text_a, " + ("text_b, " if _has(con, "text_b") else "") +
+                            "label FROM rows ORDER BY row_id"), DEFAULT_BATCH_ROWS)
+
+
+def _batches(rel, rows: int):
+    """A DuckDB relation's result as Arrow record batches of ``rows`` rows (a reader, read once)."""
+    return rel.to_arrow_reader(batch_size=rows) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(rows)
 
 
 def _has(con, column: str) -> bool:
@@ -364,9 +375,7 @@ def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> Non
                         "a.token AS upsample_token FROM __added a JOIN rows r USING (row_id) ORDER BY a.draw_id")
     with out.corpus(Output.CORPUS.value) as writer:
         for rel in (originals, upsampled):
-            reader = rel.to_arrow_reader(batch_size=100_000) if hasattr(rel, "to_arrow_reader") else \
-                rel.fetch_record_batch(100_000)
-            for rb in reader:
+            for rb in _batches(rel, 100_000):
                 writer.write(pa.Table.from_batches([rb]))
         writer.write(rejects=rejects)  # the input's rejects stay accounted for
         writer.commit()

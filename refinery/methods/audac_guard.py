@@ -14,6 +14,86 @@ ALPHA = 0.01          # family-wise level of the tokens' and the guard's Bonferr
 AUDIT_MIN_COUNT = 10  # the guard's and the verdict's min_count (the audit's default)
 RISE = JITTER         # how far copies may raise a feature already over the threshold: what the verdict calls jitter
 
+CANDIDATE_ROWS = 65_536   # candidate rows whose features are extracted at a time (``_candidate_features``)
+
+
+def _read_input(batches, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
+    """One pass over the input's ``batches`` (its rows in order): (every feature, its F×C counts in the order of
+    ``labels``, n, the rows per label, the ``candidates``' rows in their order, every row's label index).
+
+    The counts are the audit's exact counts (``count_table``), added a batch at a time, its counter dropped on
+    return so that its count tables are not held on to; of the texts only the candidates' are kept. Memory
+    follows the corpus's distinct features and the candidates, not the size of its texts."""
+    from refinery.methods.audit.config import AuditConfig
+    from refinery.methods.audit.counters import count_table, new_counter
+
+    config = AuditConfig(features=features, prior=prior, min_count=AUDIT_MIN_COUNT)
+    counter = new_counter(config)
+    order = np.argsort(candidates, kind="stable")
+    wanted = candidates[order]
+    kept, label_ids, first, schema = [], [], 0, pa.schema([])
+    try:
+        for batch in batches:
+            table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+            count_table(table, config, counter)
+            schema = table.schema
+            lo, hi = np.searchsorted(wanted, [first, first + table.num_rows])
+            if hi > lo:
+                kept.append(table.take(pa.array(wanted[lo:hi] - first, pa.int64())))
+            label_ids.append(pc.index_in(table["label"], value_set=pa.array(labels)).combine_chunks())
+            first += table.num_rows
+        names, matrix, n = counter.matrix(labels, 0)
+        totals = np.array([counter.label_totals.get(l, 0) for l in labels], dtype=np.int64)
+    finally:
+        counter.close()
+    rows = pa.concat_tables(kept) if kept else schema.empty_table()
+    if rows.num_rows < len(candidates):
+        raise IndexError(f"ShortcutGuard: candidate rows beyond the input's {first:,} rows")
+    if len(order) and (order != np.arange(len(order))).any():
+        rows = rows.take(pa.array(np.argsort(order)))   # back in the order of ``candidates``
+    label_of = pa.concat_arrays(label_ids).to_numpy(zero_copy_only=False) if label_ids else np.zeros(0, np.int32)
+    return names, matrix, n, totals, rows, label_of
+
+
+def _candidate_features(rows: pa.Table, features: FeatureConfig, names: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(row of ``rows``, index in ``names``) of every feature (``extract``'s) of each of ``rows``, sorted by row; a
+    feature not in ``names`` is left out (every one was counted: kept safe all the same).
+
+    ``extract`` builds a string per (row, feature): it runs on ``CANDIDATE_ROWS`` rows at a time, so memory holds
+    one chunk's strings and the distinct features of the chunks (looked up in ``names`` once), not a string for
+    each of the millions of (row, feature) pairs of a large corpus's candidates."""
+    slots, local, dictionaries = [], [], []
+    for start in range(0, rows.num_rows, CANDIDATE_ROWS):
+        long = extract(rows.slice(start, CANDIDATE_ROWS), features)
+        column = long["feature"].combine_chunks() if isinstance(long["feature"], pa.ChunkedArray) else long["feature"]
+        at = long["row"].to_numpy()
+        order = np.argsort(at, kind="stable")
+        slots.append(at[order] + start)
+        local.append(column.indices.to_numpy()[order])
+        dictionaries.append(column.dictionary)
+    if not dictionaries:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # the chunks' dictionaries as one: each entry's index among the distinct features, then that feature's in names
+    distinct = pc.dictionary_encode(pa.concat_arrays(dictionaries))
+    in_names = pc.fill_null(pc.index_in(distinct.dictionary, value_set=names), -1).to_numpy()
+    entry = in_names[distinct.indices.to_numpy()]
+    starts = np.cumsum([0] + [len(d) for d in dictionaries[:-1]])
+    fids = np.concatenate([entry[at + ids] for at, ids in zip(starts, local)]).astype(np.int64)
+    slots = np.concatenate(slots)
+    known = fids >= 0
+    return slots[known], fids[known]
+
+
+def _renumbered(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values of ``ids``, sorted; each id's index among them): ``np.unique(ids, return_inverse=True)``
+    for ids in [0, size), by a mark per value instead of a sort of every id."""
+    seen = np.zeros(size, dtype=bool)
+    seen[ids] = True
+    distinct = np.flatnonzero(seen)
+    index = np.cumsum(seen, dtype=np.int64) - 1
+    return distinct, index[ids]
+
+
 class ShortcutGuard:
     """The audit of the output kept current as copies are added, so that no copy strengthens a shortcut.
 
@@ -25,30 +105,19 @@ class ShortcutGuard:
     label's max z* in the input. Only the candidates' features can change, so only they are held.
     """
 
-    def __init__(self, table: pa.Table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
-        from refinery.methods.audit.config import AuditConfig
-        from refinery.methods.audit.counters import count_table
-
+    def __init__(self, table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
+        """``table``: the input (text_a[, text_b], label), a ``pa.Table`` or its record batches in row order (read
+        once); ``candidates``: the row indices that may be copied."""
         self.labels, self.prior_rule = labels, prior
-        counter = count_table(table, AuditConfig(features=features, prior=prior, min_count=AUDIT_MIN_COUNT))
-        names, matrix, n = counter.matrix(labels, 0)
-        self.totals = np.array([counter.label_totals.get(l, 0) for l in labels], dtype=np.int64)
+        batches = table.to_batches() if isinstance(table, pa.Table) else table
+        names, matrix, n, self.totals, rows, self.label_of = _read_input(batches, candidates, labels, features, prior)
         self.prior = zstats.choose_prior(prior, dict(zip(labels, self.totals.tolist())))
         self.p0 = zstats.prior_vector(labels, dict(zip(labels, self.totals.tolist())), prior)
         eligible = n >= AUDIT_MIN_COUNT
         self.before = zstats.from_matrix(names.filter(pa.array(eligible)), labels, matrix[eligible], self.p0,
                                          AUDIT_MIN_COUNT, ALPHA, n=n[eligible])
-        long = extract(table.take(pa.array(candidates, pa.int64())), features)
-        column = long["feature"].combine_chunks() if isinstance(long["feature"], pa.ChunkedArray) else long["feature"]
-        feature_ids = pc.fill_null(pc.index_in(column.dictionary, value_set=names), -1).to_numpy()
-        fids = feature_ids[column.indices.to_numpy()].astype(np.int64)
-        rows = long["row"].to_numpy()
-        known = fids >= 0   # every feature of a candidate was counted; kept safe all the same
-        rows, fids = rows[known], fids[known]
-        order = np.argsort(rows, kind="stable")
-        rows, fids = rows[order], fids[order]
-        self.touched, local = np.unique(fids, return_inverse=True)   # the features copies can change
-        self.fids = local.astype(np.int64)
+        rows, fids = _candidate_features(rows, features, names)
+        self.touched, self.fids = _renumbered(fids, len(names))   # the features copies can change
         self.offsets = np.searchsorted(rows, np.arange(len(candidates) + 1))
         self.slot = {int(r): i for i, r in enumerate(candidates)}
         kept = np.union1d(np.flatnonzero(eligible), self.touched)   # every feature the verdict can see
@@ -57,7 +126,6 @@ class ShortcutGuard:
         self.counts = self.base[self.in_kept].copy()
         self.ceiling = self._ceilings(names.take(pa.array(self.touched)), self.counts)
         self.copies = np.zeros(len(labels), dtype=np.int64)
-        self.label_of = pc.index_in(table["label"], value_set=pa.array(labels)).to_numpy(zero_copy_only=False)
 
     def _ceilings(self, names: pa.Array, counts: np.ndarray) -> np.ndarray:
         n = counts.sum(axis=1)
