@@ -38,8 +38,9 @@ class IncrementalCounts:
         ids = np.asarray(ids, dtype=np.int64)
         return self.vocabulary.grams(ids, np.full(len(ids), -1, dtype=np.int64), "")
 
-    def add(self, feature_ids, label_ids, row_labels=None) -> None:
-        """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added."""
+    def add(self, feature_ids, label_ids, row_labels=None) -> np.ndarray:
+        """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added. Returns the distinct
+        feature ids counted (sorted)."""
         F, C = self.num_features, len(self.labels)
         if F > self.matrix.shape[0]:  # grown by half: the copy briefly holds both
             grown = np.zeros((max(F, self.matrix.shape[0] * 3 // 2), C), dtype=self.matrix.dtype)
@@ -49,6 +50,8 @@ class IncrementalCounts:
         self.matrix.reshape(-1)[cells] += counts.astype(self.matrix.dtype)  # distinct cells: the add is exact
         for l in row_labels if row_labels is not None else ():
             self.label_totals[l] += 1
+        features = cells // C   # sorted, as the cells are
+        return features[np.r_[True, features[1:] != features[:-1]]] if len(features) else features
 
     def subtract(self, feature_ids, label_ids, row_labels) -> None:
         """Take back rows counted by ``add`` (their pairs, and ``row_labels`` one per row)."""

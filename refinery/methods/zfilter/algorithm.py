@@ -77,8 +77,7 @@ class ZFilter:
         return np.array([idx[l] for l in labels], dtype=np.int64)
 
     def _add_to_z(self, fids: np.ndarray, label_ids: np.ndarray, row_labels: list) -> None:
-        self.Z.add(fids, label_ids, row_labels)
-        self._touched.append(np.unique(fids))
+        self._touched.append(self.Z.add(fids, label_ids, row_labels))
 
     def seed(self, table: pa.Table) -> None:
         """Rows of D_seed enter Z unconditionally."""
@@ -90,7 +89,8 @@ class ZFilter:
         """B_Z on the current Z as sorted cells ``feature · C + label`` (empty during the warm-up)."""
         if self.Z.rows < max(self.config.warmup, 1):
             return np.empty(0, dtype=np.int64)
-        touched = np.unique(np.concatenate(self._touched)) if self._touched else np.empty(0, np.int64)
+        touched = self._touched[0] if len(self._touched) == 1 else \
+            np.unique(np.concatenate(self._touched)) if self._touched else np.empty(0, np.int64)
         self._touched = []
         self.biased.update(touched)
         return self.biased.cells()
@@ -152,7 +152,7 @@ class ZFilter:
             if not fits.any():
                 break
             cells, need = cells[fits], need[fits]
-            m = np.flatnonzero(np.isin(fids, np.unique(cells // C), kind="table"))   # pairs of the features
+            m = _pairs_of(fids, np.unique(cells // C), self.Z.num_features)   # the pairs of the features
             row = np.searchsorted(offsets, m, side="right") - 1         # each pair's row
             m, row = m[alive[row]], row[alive[row]]
             key = fids[m].astype(np.int64) * C + labels[row]
@@ -205,6 +205,15 @@ class ZFilter:
         cells = f * len(self.Z.labels) + j
         order = np.argsort(cells)
         return cells[order], need[order], effect[order], threshold
+
+
+def _pairs_of(fids: np.ndarray, features: np.ndarray, num_features: int, chunk: int = 1 << 24) -> np.ndarray:
+    """Indices of the entries of ``fids`` that are among ``features``: a lookup table read a chunk at a time (a
+    whole-array ``np.isin`` holds an int64 copy of every pair: a gigabyte at 10M rows)."""
+    wanted = np.zeros(num_features, dtype=bool)
+    wanted[features] = True
+    return np.concatenate([start + np.flatnonzero(wanted[fids[start:start + chunk]])
+                           for start in range(0, len(fids), chunk)] or [np.empty(0, np.int64)])
 
 
 def _within(need: np.ndarray, effect: np.ndarray, budget: int) -> np.ndarray:
