@@ -2,8 +2,8 @@
 
 Unigram and bigram presence per field is counted without materializing ``(row, "w1 w2@field")``
 strings. Per field, each batch is tokenized to dense token ids (``vocabulary``) and a bigram packed
-into the key ``id1 << 32 | id2``. Keys are counted in a table (``KeyCounts``) whose int32 rows are
-``[key high, key low, stamp, count per label…]``: a key counts for a row only when its stamp is not
+into the key ``id1 << 32 | id2``. Keys are counted in a table (``key_counts.KeyCounts``) whose int32
+rows are ``[key high, key low, stamp, count per label…]``: a key counts for a row only when its stamp is not
 already that row, so presence counts once per row. Feature strings (``"w1 w2@hypothesis"``) are built
 once per distinct feature, at the end.
 
@@ -23,87 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import STOPWORD_LIST, FeatureConfig, dictionary_ids, extract, text_fields
-from refinery.core.kernels import (EMPTY, SUFFIX_BITS, WORD_BITS, WORD_MASK, by_region, count_present, fnv, hash_shift,
-                                   rehash, used_slots)
+from refinery.core.kernels import SUFFIX_BITS, WORD_BITS, WORD_MASK, fnv
+from refinery.core.key_counts import KeyCounts
 from refinery.core.stats import matrix_to_long, row_totals
 from refinery.core.vocabulary import ByteScanner, TokenIds, string_buffers, token_ids
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
-
-
-class KeyCounts:
-    """Counts per label of int64 keys ≥ 0, each counted at most once per row (see
-    ``count_present``); rows and counts are int32, so one table counts fewer than 2**31 rows.
-
-    ``dense``: keys are small ids stored at their own index; otherwise a linear-probing hash
-    table, doubled whenever it would be more than ``MAX_LOAD`` full.
-    """
-
-    MAX_LOAD = 0.7
-    MAX_ROWS = 2**31 - 1
-    CACHED_SLOTS = 1 << 14   # a region of a larger table counted at a time (~400 kB of slots: in L2)
-
-    def __init__(self, dense: bool, labels: int, capacity: int = 1 << 12):
-        self.dense = dense
-        self.size = 0
-        self.table = self._empty(capacity, labels)
-
-    @staticmethod
-    def _empty(capacity: int, labels: int) -> np.ndarray:
-        table = np.zeros((capacity, 3 + labels), dtype=np.int32)
-        table[:, [0, 2]] = EMPTY
-        return table
-
-    def _resize(self, capacity: int, labels: int) -> None:
-        old = self.table
-        labels = max(labels, old.shape[1] - 3)
-        if labels > old.shape[1] - 3:   # a label first seen: a zero column for it
-            old = np.concatenate([old, np.zeros((len(old), 3 + labels - old.shape[1]), dtype=np.int32)], axis=1)
-        self.table = self._empty(capacity, labels)
-        if self.dense:
-            self.table[:len(old)] = old
-        else:
-            rehash(old, self.table)
-
-    def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, first_row: int, n_labels: int,
-            pairs: bool = False) -> None:
-        """Count ``keys`` (with ``pairs``: the bigrams of adjacent ids of the same row) by row."""
-        if len(rows) and first_row + int(rows[-1]) > self.MAX_ROWS:
-            raise OverflowError(f"KeyCounts counts fewer than 2**31 rows (row {first_row + int(rows[-1])})")
-        capacity = len(self.table)
-        # dense: room for the largest key; hashed, first batch: room for as many keys as it has
-        wanted = keys.max(initial=0) + 1 if self.dense else len(keys) / self.MAX_LOAD if self.size == 0 else 0
-        while capacity < wanted:
-            capacity *= 2
-        if capacity > len(self.table) or 3 + n_labels > self.table.shape[1]:
-            self._resize(capacity, n_labels)
-        if not self.dense and len(self.table) > self.CACHED_SLOTS:
-            bits = int(len(self.table)).bit_length() - int(self.CACHED_SLOTS).bit_length()
-            keys, rows = by_region(keys, rows, pairs, hash_shift(len(self.table)), bits)
-            pairs = False
-        done = 0
-        while True:
-            limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
-            self.size, done = count_present((keys, rows, labels, first_row), self.table, self.dense, pairs, done,
-                                            self.size, limit)
-            if done == len(keys):
-                return
-            self._resize(2 * len(self.table), n_labels)
-
-    def items(self) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, counts[key, label]) of the used slots, in slot order."""
-        keys = np.empty(self.size, dtype=np.int64)
-        counts = np.empty((self.size, self.table.shape[1] - 3), dtype=np.int32)
-        used_slots(self.table, 0, len(self.table), keys, counts)
-        return keys, counts
-
-    def chunks(self, slots: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``items`` a range of ``slots`` slots at a time (a bounded copy of a large table)."""
-        keys = np.empty(min(slots, len(self.table)), dtype=np.int64)
-        counts = np.empty((len(keys), self.table.shape[1] - 3), dtype=np.int32)
-        for start in range(0, len(self.table), slots):
-            used = used_slots(self.table, start, min(start + slots, len(self.table)), keys, counts)
-            if used:
-                yield keys[:used], counts[:used]
 
 
 class _FieldCounts:

@@ -41,38 +41,85 @@ def _find(table, key, shift):
     return slot
 
 
-@numba.njit(nogil=True, cache=True)
-def count_present(batch, table, dense, pairs, start, size, limit):
-    """Count each key once for its row ``first_row + rows[i]`` under label ``labels[rows[i]]``, where ``batch``
-    is ``(values, rows, labels, first_row)``.
+@numba.njit(nogil=True, cache=True, inline="always")
+def _key_at(values, rows, i, pairs):
+    """The key at position i: ``values[i]``, or with ``pairs`` the bigram ``values[i-1] << 32 | values[i]``,
+    −1 where that pair spans two rows (keys are ≥ 0)."""
+    if not pairs:
+        return values[i]
+    if rows[i] != rows[i - 1]:
+        return np.int64(-1)
+    return (values[i - 1] << 32) | values[i]
 
-    The key at position i (≥ ``start``) is ``values[i]``, or with ``pairs`` the bigram
-    ``values[i-1] << 32 | values[i]`` when both are in the same row; keys are ≥ 0. ``table`` rows
-    are int32 ``[key high, key low, stamp (last row counted), count per label…]`` (24 bytes for
-    3 labels), so a probe touches one cache line; ``dense``: the key is its own slot. Stops before
-    a new key would make the table hold more than ``limit`` keys; returns (keys held, position
-    reached).
-    """
-    values, rows, labels, first_row = batch
+
+FULL = -2   # ``_claim``: a new key would pass the table's limit
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _claim(table, key, shift, dense, row, size, limit, grow):
+    """(the slot where ``key`` counts for ``row``, keys held): the key placed if new (only with ``grow``; ``FULL``
+    where that would make the table hold more than ``limit`` keys) and the slot stamped with ``row``; −1 where the
+    key was counted for this row already, or is not held and may not be added."""
+    if dense and key >= len(table):   # only without grow: the caller sized a dense table for every key
+        return -1, size
+    slot = key if dense else _find(table, key, shift)
+    if table[slot, 0] == EMPTY:
+        if not grow:
+            return -1, size
+        if size >= limit:
+            return FULL, size
+        table[slot, 0], table[slot, 1] = key >> 32, key & 0xFFFFFFFF
+        size += 1
+    if table[slot, 2] == row:
+        return -1, size
+    table[slot, 2] = row
+    return slot, size
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def add_one(table, values, slot, r, labels, masks, weights):
+    """A plain count (``count_present``'s ``add``): 1 to the row's label's column."""
+    table[slot, 3 + labels[r]] += 1
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def add_weighted(table, values, slot, r, labels, masks, weights):
+    """A weighted count (``count_present``'s ``add``): the row's masks to count columns ``3 + l × M + m`` and its
+    weights to ``values`` columns ``l × W + w`` (l the row's label, M and W the masks' and weights' columns)."""
+    label, M, W = labels[r], masks.shape[1], weights.shape[1]
+    for m in range(M):
+        table[slot, 3 + label * M + m] += masks[r, m]
+    for w in range(W):
+        values[slot, label * W + w] += weights[r, w]
+
+
+@numba.njit(nogil=True, cache=True)
+def count_present(batch, tables, add, dense, pairs, start, size, limit, grow):
+    """Count each key once per row: ``batch`` is ``(keys, rows, labels, masks, weights, first_row)``, ``tables``
+    ``(table, values)``. The key at position i (≥ ``start``) is ``keys[i]``, or with ``pairs`` the bigram
+    ``keys[i-1] << 32 | keys[i]`` when both are in the same row (keys are ≥ 0); its first occurrence in row
+    ``first_row + rows[i]`` is counted by ``add`` (``add_one``: 1 to the row's label; ``add_weighted``: its masks
+    and weights). ``table`` rows are int32 ``[key high, key low, stamp (last row counted), counts…]`` (24 bytes
+    for 3 labels), so a probe touches one cache line; ``values`` holds float64 sums, a row per slot; ``dense``: the
+    key is its own slot. Without ``grow`` only the keys the table holds are counted. Stops before a new key would
+    make the table hold more than ``limit`` keys; returns (keys held, position reached). ``add`` is a compiled
+    function: each is compiled into its own copy of the loop."""
+    keys, rows, labels, masks, weights, first_row = batch
+    table, values = tables
     shift = hash_shift(len(table))
-    for i in range(max(start, 1 if pairs else 0), len(values)):
-        if pairs:
+    for i in range(max(start, 1 if pairs else 0), len(keys)):
+        if pairs:   # inline: a helper returning a sentinel for "no key" costs 3× on a dense table
             if rows[i] != rows[i - 1]:
                 continue
-            key = (values[i - 1] << 32) | values[i]
+            key = (keys[i - 1] << 32) | keys[i]
         else:
-            key = values[i]
-        slot = key if dense else _find(table, key, shift)
-        if table[slot, 0] == EMPTY:
-            if size >= limit:
-                return size, i
-            table[slot, 0], table[slot, 1] = key >> 32, key & 0xFFFFFFFF
-            size += 1
-        row = first_row + rows[i]
-        if table[slot, 2] != row:
-            table[slot, 2] = row
-            table[slot, 3 + labels[rows[i]]] += 1
-    return size, len(values)
+            key = keys[i]
+        slot, size = _claim(table, key, shift, dense, first_row + rows[i], size, limit, grow)
+        if slot == FULL:
+            return size, i
+        if slot >= 0:
+            add(table, values, slot, rows[i], labels, masks, weights)
+    return size, len(keys)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -87,10 +134,10 @@ def by_region(values, rows, pairs, shift, region_bits):
     drop = np.uint64(64) - shift - np.uint64(region_bits)   # slot >> drop: its region
     region = np.empty(n, dtype=np.int64)
     for i in range(n):
-        if pairs and (i == 0 or rows[i] != rows[i - 1]):
+        key = np.int64(-1) if pairs and i == 0 else _key_at(values, rows, i, pairs)
+        if key < 0:
             region[i] = -1
             continue
-        key = (values[i - 1] << 32) | values[i] if pairs else values[i]
         region[i] = np.int64((np.uint64(key) * _GOLDEN) >> shift >> drop)
         regions[region[i] + 1] += 1
     for r in range(1, len(regions)):
@@ -102,19 +149,31 @@ def by_region(values, rows, pairs, shift, region_bits):
         if r < 0:
             continue
         at = regions[r]
-        keys[at] = (values[i - 1] << 32) | values[i] if pairs else values[i]
+        keys[at] = _key_at(values, rows, i, pairs)
         key_rows[at] = rows[i]
         regions[r] = at + 1
     return keys, key_rows
 
 
 @numba.njit(nogil=True, cache=True)
-def rehash(table, new_table):
+def clear_slots(table):
+    """Mark every slot of a count table unused (key and stamp ``EMPTY``): a compiled loop, so that the first touch
+    of a large new table's pages happens without the GIL (numpy's column assignment holds it)."""
+    for s in range(len(table)):
+        table[s, 0] = EMPTY
+        table[s, 2] = EMPTY
+
+
+@numba.njit(nogil=True, cache=True)
+def rehash(table, new_table, values, new_values):
+    """Place the used slots of ``table`` (and their rows of ``values``, maybe of no column) in a new table."""
     shift = hash_shift(len(new_table))
     for s in range(len(table)):
         if table[s, 0] != EMPTY:
             key = (np.int64(table[s, 0]) << 32) | (np.int64(table[s, 1]) & 0xFFFFFFFF)
-            new_table[_find(new_table, key, shift)] = table[s]
+            slot = _find(new_table, key, shift)
+            new_table[slot] = table[s]
+            new_values[slot] = values[s]
 
 
 @numba.njit(nogil=True, cache=True)

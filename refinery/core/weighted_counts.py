@@ -13,8 +13,16 @@ re-weighted output are compared on exactly the same features.
 Features are the audit's: n-grams of each text field through the audit's compiled tokenizer (the same tokens,
 stopword rule and field names), the ``null`` feature, and the other row-level families through
 ``features.extract``. The hypothesis-only probe (``hypo-only``) needs a model fit and is not counted here.
-Cost: the tokenizer's, plus a sort of each batch's (n-gram, row) pairs to count each once per row (a few
-seconds per million rows).
+A weighting whose weights are 0 or 1 (``None``, a row filter's keep, a left-out part) can be counted as a mask
+(``masks``: the first weightings are): an int32 count beside the audit's, the others as float64 sums.
+
+Cost: the tokenizer's, plus one probe of a compiled hash table per (n-gram, row) (``key_counts.KeyCounts``,
+``kernels.count_present``), the text fields tokenized and counted on two threads while the caller goes on (``add``
+returns with the last slice still counting): about the audit's own counting. Memory per table slot, the slots at
+most 70% used: 12 bytes, 4 per label and mask, 8 per label and float weighting (48 for 3 labels, a mask and a
+weighting); once judged (``stats``), a hashed table keeps only its keys. A counter ``restricted`` to some
+features (``WeightedCounts.restricted``) counts only those, sharing the vocabularies: a second look at a few
+features under other weightings costs the tokenizer's pass and no table of every feature.
 """
 from __future__ import annotations
 
@@ -22,85 +30,44 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
-from refinery.core.feature_counts import _FieldCounts
+from refinery.core.feature_counts import _FieldCounts, _pool, split_key
 from refinery.core.features import NULL_FEATURE, FeatureConfig, dictionary_ids, extract, text_fields
+from refinery.core.kernels import EMPTY
+from refinery.core.key_counts import KeyCounts
 from refinery.core.verdict import Verdict, judge
 
-COMPACT_KEYS = 4_000_000   # per-batch partial sums held per n-gram table before they are merged
+SLICE_ROWS = 1 << 16         # rows tokenized and counted at a time (the work buffers follow it, not the table added)
 UNCOUNTED = ("hypo-only",)  # families a weighted audit leaves out
-
-
-class _WeightedTable:
-    """Σ w per (int64 key, label, weighting) of one n-gram table, from per-batch partial sums merged lazily.
-
-    Sums are label-major (column ``label id × weightings + weighting``), so a label first seen later only adds
-    columns at the end: earlier parts are padded with zeros."""
-
-    def __init__(self, weightings: int):
-        self.weightings = weightings
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
-        self.held = 0
-
-    def add(self, keys: np.ndarray, rows: np.ndarray, labels: np.ndarray, weights: np.ndarray, n_labels: int):
-        """Count each (key, row) once: its row's weight(s) go to (key, the row's label)."""
-        if not len(keys):
-            return
-        order = np.argsort(keys, kind="stable")   # tokens come in row order: a key's rows stay ascending
-        keys, rows = keys[order], rows[order]
-        new_key = np.concatenate([[True], keys[1:] != keys[:-1]])
-        first = new_key | np.concatenate([[True], rows[1:] != rows[:-1]])   # a (key, row) pair's first token
-        distinct = keys[new_key]
-        index, row = (np.cumsum(new_key) - 1)[first], rows[first]
-        cells = index * n_labels + labels[row]
-        S = self.weightings
-        sums = np.empty((len(distinct), n_labels * S))
-        for s in range(S):
-            sums[:, s::S] = np.bincount(cells, weights=weights[row, s],
-                                        minlength=len(distinct) * n_labels).reshape(-1, n_labels)
-        self.parts.append((distinct, sums))
-        self.held += len(distinct)
-        if self.held > COMPACT_KEYS and len(self.parts) > 1:
-            self.compact(n_labels * S)
-
-    def compact(self, columns: int) -> tuple[np.ndarray, np.ndarray]:
-        """(distinct keys, their sums over ``columns`` columns), the parts merged into one."""
-        parts = [(k, _padded(v, columns)) for k, v in self.parts]
-        if len(parts) > 1:
-            distinct, index = np.unique(np.concatenate([k for k, _ in parts]), return_inverse=True)
-            sums = np.zeros((len(distinct), columns))
-            np.add.at(sums, index, np.concatenate([v for _, v in parts]))
-            parts = [(distinct, sums)]
-        self.parts, self.held = parts, sum(len(k) for k, _ in parts)
-        return parts[0] if parts else (np.empty(0, np.int64), np.zeros((0, columns)))
-
-
-def _padded(sums: np.ndarray, columns: int) -> np.ndarray:
-    """``sums`` with zero columns added up to ``columns`` (labels first seen after it was counted)."""
-    extra = columns - sums.shape[-1]
-    return sums if not extra else np.concatenate([sums, np.zeros((*sums.shape[:-1], extra))], axis=-1)
 
 
 class WeightedCounts:
     """Weighted presence counts of the audit's features × label for ``weightings`` weightings at once.
 
-    ``labels``: the labels, in order (more are added as rows bring them). ``add(table, *weights)``: one weight
-    array per weighting (``None``: all 1) for the batch's rows. ``stats(i, p0, min_count, alpha)``: the
-    ``ZStats`` of weighting i (labels sorted). ``label_totals(i)``: Σ w per label.
+    ``labels``: the labels, in order (more are added as rows bring them). ``masks``: how many of the first
+    weightings take only weights 0 or 1 (``None``: all 1), counted as integers. ``add(table, *weights)``: one weight
+    array per weighting (``None``: all 1) for the batch's rows. ``stats(i, p0, min_count, alpha)``: the ``ZStats``
+    of weighting i (labels sorted). ``label_totals(i)``: Σ w per label. ``restricted(rows, w)``: a counter of only
+    some of the features (rows of ``matrix``) under ``w`` other weightings.
     """
 
-    def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1):
+    def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0):
+        if not 0 <= masks <= weightings:
+            raise ValueError(f"masks must be between 0 and the {weightings} weightings, got {masks}")
         self.label_index: dict[str, int] = {}
         self.labels: list[str] = []
         dictionary_ids(pa.array(list(labels or ()), pa.string()), self.label_index, self.labels)
         self.config = config
-        self.weightings = weightings
+        self.weightings, self.masks = weightings, masks
         self.fields: dict[str, _FieldCounts] | None = None
-        self.tables: dict[tuple[str, int], _WeightedTable] = {}
+        self.tables: dict[tuple[str, int], KeyCounts] = {}   # (column, order): masks counted, the others summed
         self.row_families = tuple(f for f in config.families
                                   if f not in ("unigram", "bigram", "null", *UNCOUNTED))
         self.row_features: dict[str, np.ndarray] = {}        # row-level features: sums per label × weighting
         self.totals = np.zeros(0)
         self.rows = 0
+        self.only: set | None = None   # a restricted counter: the row-level features it counts
+        self._counts = None            # per table (keys ascending, counts, sums), in ``matrix``'s order
+        self._in_flight: list = []     # the last slice's n-gram counting, still running on the pool's threads
 
     @property
     def left_out(self) -> tuple:
@@ -110,46 +77,71 @@ class WeightedCounts:
     def add(self, table: pa.Table, *weights) -> "WeightedCounts":
         if len(weights) != self.weightings:
             raise ValueError(f"give {self.weightings} weight arrays (None: all 1), got {len(weights)}")
-        n, S = table.num_rows, self.weightings
+        n = table.num_rows
         if not n:
             return self
+        self._counts = None
         w = np.column_stack([np.ones(n) if x is None else np.asarray(x, np.float64) for x in weights])
+        masks = w[:, :self.masks]
+        if not np.all((masks == 0) | (masks == 1)):
+            raise ValueError(f"the first {self.masks} weighting(s) are masks: weights 0 or 1 only")
+        if self.fields is None:
+            self.fields = {col: _FieldCounts(name, self.config) for col, name in text_fields(table, self.config)
+                           if any(f in self.config.families for f in ("unigram", "bigram"))}
+        for start in range(0, n, SLICE_ROWS):
+            self._add(table.slice(start, SLICE_ROWS), w[start:start + SLICE_ROWS])
+        return self
+
+    def _add(self, table: pa.Table, w: np.ndarray) -> None:
+        self.flush()   # one slice in flight: its fields tokenized and counted on threads (the kernels free the GIL)
+        n, S, M = table.num_rows, self.weightings, self.masks
         labels = dictionary_ids(table["label"], self.label_index, self.labels)
         C = len(self.labels)
         per_label = np.empty(C * S)   # label-major, as every sum here
         for s in range(S):
             per_label[s::S] = np.bincount(labels, weights=w[:, s], minlength=C)
         self.totals = _padded(self.totals, C * S) + per_label
-        if self.fields is None:
-            self.fields = {col: _FieldCounts(name, self.config) for col, name in text_fields(table, self.config)
-                           if any(f in self.config.families for f in ("unigram", "bigram"))}
-        for col, field in self.fields.items():
-            ids, parents = field.tokenize(table[col])
-            parents = parents.astype(np.int64)
+        for col, field in self.fields.items():   # created in a fixed order: the features' order does not vary
             for order in field.orders:
-                if order == 1:
-                    keys, rows = ids.astype(np.int64), parents
-                else:
-                    same = parents[1:] == parents[:-1]
-                    keys = (ids[:-1][same].astype(np.int64) << 32) | ids[1:][same].astype(np.int64)
-                    rows = parents[:-1][same]
-                self.tables.setdefault((col, order), _WeightedTable(S)).add(keys, rows, labels, w, C)
-        if self.row_families:
+                if (col, order) not in self.tables and self.only is None:
+                    self.tables[col, order] = KeyCounts(dense=order == 1, labels=C * M, values=C * (S - M))
+        first_row, masks, weights = self.rows, np.ascontiguousarray(w[:, :M], np.int32), np.ascontiguousarray(w[:, M:])
+
+        def count(col: str, field: _FieldCounts) -> None:
+            orders = [order for order in field.orders if (col, order) in self.tables]
+            if not orders:   # a restricted counter with none of this field's features
+                return
+            ids, parents = field.tokenize(table[col])
+            for order in orders:
+                self.tables[col, order].add(ids, parents, labels, first_row, C, pairs=order == 2, masks=masks,
+                                            weights=weights, grow=self.only is None)
+
+        self._in_flight = [_pool().submit(count, col, field) for col, field in self.fields.items()]
+        if self.row_families and (self.only is None or self.only - {NULL_FEATURE}):
             long = extract(table, FeatureConfig(self.row_families, self.config.tokenizer, self.config.field_names,
                                                 self.config.single_field_name))
             if long.num_rows:
                 codes = long["feature"].combine_chunks()
                 index, row = codes.indices.to_numpy(zero_copy_only=False), long["row"].to_numpy()
                 for i, name in enumerate(codes.dictionary.to_pylist()):
+                    if self.only is not None and name not in self.only:
+                        continue
                     mine = row[index == i]
-                    sums = np.empty(C * S)
+                    feature = np.empty(C * S)
                     for s in range(S):
-                        sums[s::S] = np.bincount(labels[mine], weights=w[mine, s], minlength=C)
-                    self.row_features[name] = _padded(self.row_features.get(name, np.zeros(0)), C * S) + sums
-        if "null" in self.config.families:
+                        feature[s::S] = np.bincount(labels[mine], weights=w[mine, s], minlength=C)
+                    self.row_features[name] = _padded(self.row_features.get(name, np.zeros(0)), C * S) + feature
+        if "null" in self.config.families and (self.only is None or NULL_FEATURE in self.only):
             self.row_features[NULL_FEATURE] = _padded(self.row_features.get(NULL_FEATURE, np.zeros(0)),
                                                       C * S) + per_label
         self.rows += n
+
+    def flush(self) -> "WeightedCounts":
+        """Wait for the last slice's counting (``add`` returns while its n-grams are still counted, so that the
+        caller's reading and writing of the next batch overlap it)."""
+        in_flight, self._in_flight = self._in_flight, []
+        for done in in_flight:
+            done.result()
         return self
 
     def label_totals(self, weighting: int = 0) -> dict:
@@ -157,42 +149,135 @@ class WeightedCounts:
         sums = _padded(self.totals, len(self.labels) * self.weightings)[weighting::self.weightings]
         return {l: float(sums[self.label_index[l]]) for l in sorted(self.labels)}
 
-    def matrix(self, weighting: int = 0) -> tuple[pa.Array, np.ndarray]:
-        """(feature names, F×C weighted counts) of ``weighting``, the columns in sorted label order."""
-        S, C = self.weightings, len(self.labels)
-        cols = np.array([self.label_index[l] * S + weighting for l in sorted(self.labels)], np.int64)
-        names, blocks = [], []
-        for (col, order), table in self.tables.items():
-            keys, sums = table.compact(C * S)
-            first, second = (keys, np.full(len(keys), -1)) if order == 1 else (keys >> 32, keys & 0xFFFFFFFF)
-            names.append(self.fields[col].vocab.grams(first, second, self.fields[col].suffix))
-            blocks.append(sums[:, cols])
-        if self.row_features:
-            names.append(pa.array(list(self.row_features), pa.string()))
-            blocks.append(np.stack([_padded(v, C * S)[cols] for v in self.row_features.values()]))
-        if not names:
-            return pa.array([], pa.string()), np.zeros((0, C))
-        return pa.concat_arrays([n.cast(pa.string()) for n in names]), np.concatenate(blocks)
+    def _counted(self) -> list:
+        """Per n-gram table (keys ascending, int32 counts of the masks, float sums of the others), in ``matrix``'s
+        order, then the row-level features as ``(None, None, sums of every weighting)``. Kept until the next
+        ``add``: the hashed tables hold only their keys meanwhile (``KeyCounts.compact``)."""
+        if self._counts is None:
+            self.flush()
+            self._counts = [table.compact() for table in self.tables.values()]
+            if self.row_features:
+                C, S = len(self.labels), self.weightings
+                self._counts.append((None, None, np.stack([_padded(v, C * S) for v in self.row_features.values()])))
+        return self._counts
 
-    def stats(self, weighting: int, p0: np.ndarray, min_count: int = 10, alpha: float = 0.01) -> zstats.ZStats:
-        """z-statistics of ``weighting`` on its weighted n and counts, with ``p0`` (one per label, sorted)."""
-        names, matrix = self.matrix(weighting)
+    def _column(self, part: tuple, label: int, weighting: int) -> np.ndarray:
+        """One part's Σ w of ``label`` (an id) under ``weighting`` (zeros where the label came after it)."""
+        keys, counts, sums = part
+        if keys is None:   # the row-level features: every weighting in sums, label-major
+            column = label * self.weightings + weighting
+        elif weighting < self.masks:
+            sums, column = counts, label * self.masks + weighting
+        else:
+            column = label * (self.weightings - self.masks) + weighting - self.masks
+        return sums[:, column] if column < sums.shape[1] else np.zeros(len(sums))
+
+    def _parts(self, rows: np.ndarray | None):
+        """(part, its rows among ``rows`` of ``matrix``, ascending; all where None) of each part."""
+        start = 0
+        for part in self._counted():
+            size = len(part[2])
+            yield part, (slice(None) if rows is None else
+                         rows[(rows >= start) & (rows < start + size)] - start)
+            start += size
+
+    def names(self, rows: np.ndarray | None = None) -> pa.Array:
+        """The feature names of ``matrix``'s rows (all, or ascending ``rows``), built only for those asked for."""
+        names = []
+        for ((col, order), ((keys, _, _), mine)) in zip(self.tables, self._parts(rows)):
+            names.append(self.fields[col].vocab.grams(*split_key(keys[mine], order), self.fields[col].suffix))
+        if self.row_features:
+            mine = list(self._parts(rows))[-1][1]
+            names.append(pa.array(list(self.row_features), pa.string()).take(
+                pa.array(np.arange(len(self.row_features))[mine])))
+        return pa.concat_arrays([n.cast(pa.string()) for n in names]) if names else pa.array([], pa.string())
+
+    def matrix(self, weighting: int = 0, rows: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray]:
+        """(feature names, F×C weighted counts) of ``weighting``, the columns in sorted label order; with
+        ``rows`` (ascending) only those features."""
+        labels = [self.label_index[l] for l in sorted(self.labels)]
+        blocks = [np.column_stack([self._column(part, l, weighting)[mine] for l in labels])
+                  for part, mine in self._parts(rows)]
+        return self.names(rows), (np.concatenate(blocks).astype(np.float64) if blocks else
+                                  np.zeros((0, len(labels))))
+
+    def stats(self, weighting: int, p0: np.ndarray, min_count: int = 10, alpha: float = 0.01,
+              rows: np.ndarray | None = None) -> zstats.ZStats:
+        """z-statistics of ``weighting`` on its weighted n and counts, with ``p0`` (one per label, sorted); with
+        ``rows`` (of ``matrix``, ascending) only those features."""
+        names, matrix = self.matrix(weighting, rows)
         return zstats.from_matrix(names, sorted(self.labels), matrix, np.asarray(p0, np.float64), min_count, alpha)
+
+    def tested(self, weightings, min_count: int = 10) -> np.ndarray:
+        """Rows of ``matrix`` in at least ``min_count`` (weighted) rows under one of ``weightings``: the features
+        an audit of any of them tests. A verdict between them needs no other: those two audits' thresholds count
+        only these, and a feature untested on both sides is never compared."""
+        tested, start = [], 0
+        for part, _ in self._parts(None):
+            n = [sum((self._column(part, l, i) for l in range(len(self.labels))), np.zeros(len(part[2])))
+                 for i in weightings]
+            tested.append(start + np.flatnonzero(np.logical_or.reduce([x >= min_count for x in n])))
+            start += len(part[2])
+        return np.concatenate(tested) if tested else np.zeros(0, np.int64)
+
+    def restricted(self, rows: np.ndarray, weightings: int, masks: int = 0) -> "WeightedCounts":
+        """An empty counter of only the features at ``rows`` of ``matrix`` under ``weightings`` weightings (the
+        first ``masks`` of them masks), with this one's labels and vocabularies (the same rows added again give
+        the same token ids): ``add`` it the rows once more and it probes only those features' keys, a second look
+        at a few features that costs the tokenizer's pass and no table of every feature."""
+        out = WeightedCounts(self.labels, self.config, weightings, masks)
+        out.fields, out.row_families = self.fields, self.row_families
+        rows = np.sort(np.asarray(rows, np.int64))
+        C = len(self.labels)
+        for (col, order), ((keys, _, _), mine) in zip(self.tables, self._parts(rows)):
+            if not len(mine):
+                continue
+            table = KeyCounts(dense=order == 1, labels=C * masks, values=C * (weightings - masks))
+            table.add(keys[mine], np.arange(len(mine)), np.zeros(len(mine), np.int64), 0, C,
+                      masks=np.zeros((len(mine), masks), np.int32),
+                      weights=np.zeros((len(mine), weightings - masks)))   # the keys placed, nothing counted
+            table.table[:, 2] = EMPTY                                        # and no row seen yet
+            out.tables[col, order] = table
+        if self.row_features:
+            mine = list(self._parts(rows))[-1][1]
+            out.only = {name for i, name in enumerate(self.row_features) if i in set(mine.tolist())}
+        else:
+            out.only = set()
+        return out
+
+
+def _padded(sums: np.ndarray, columns: int) -> np.ndarray:
+    """``sums`` with zero columns added up to ``columns`` (labels first seen after it was counted)."""
+    extra = columns - sums.shape[-1]
+    return sums if not extra else np.concatenate([sums, np.zeros((*sums.shape[:-1], extra))], axis=-1)
 
 
 WEIGHTED_NOTE = ("counts are sums of weights: a row of weight w counts as w rows, as a model trained on rows drawn "
                  "∝ w sees it")
 
 
+def counts_prior(counts: WeightedCounts, prior: str = "auto", weighting: int = 0) -> tuple[np.ndarray, object]:
+    """(p0, the rule chosen): the ``prior`` rule applied to ``weighting``'s label totals (labels sorted)."""
+    totals = counts.label_totals(weighting)
+    chosen = zstats.choose_prior(prior, totals)
+    return zstats.prior_vector(list(totals), totals, chosen.name), chosen
+
+
+def significant_rows(stats: zstats.ZStats, threshold: float) -> np.ndarray:
+    """Rows of ``stats`` (of ``WeightedCounts.matrix``) tested (n ≥ min_count) with some label's z* over
+    ``threshold``."""
+    rows, _, z = stats.eligible()
+    return rows[(z > threshold).any(axis=1)]
+
+
 def judge_weightings(counts: WeightedCounts, *, stage: str, before: int = 0, after: int = 1, prior: str = "auto",
                      min_count: int = 10, alpha: float = 0.01, notes: tuple = (), **options) -> Verdict:
     """The verdict (``core.verdict.judge``) on weighting ``after`` against weighting ``before`` of one pass:
     both audited with p0 by the ``prior`` rule on ``before``'s label totals, the same ``min_count`` and
-    ``alpha``; ``options`` go to ``judge`` (``under_threshold``, the remedies)."""
-    totals = counts.label_totals(before)
-    chosen = zstats.choose_prior(prior, totals)
-    p0 = zstats.prior_vector(list(totals), totals, chosen.name)
-    verdict = judge(counts.stats(before, p0, min_count, alpha), counts.stats(after, p0, min_count, alpha),
+    ``alpha``; ``options`` go to ``judge`` (``under_threshold``, the remedies, a ``threshold``)."""
+    p0, chosen = counts_prior(counts, prior, before)
+    rows = counts.tested((before, after), min_count)   # the verdict of every feature, on these only
+    verdict = judge(counts.stats(before, p0, min_count, alpha, rows), counts.stats(after, p0, min_count, alpha, rows),
                     stage=stage, prior=str(chosen), **options)
     verdict.notes += list(notes) + [f"not counted here: the {f} feature family (it needs a model fit)"
                                     for f in counts.left_out]

@@ -48,8 +48,16 @@ def label_shares(w: np.ndarray, y: np.ndarray, num_labels: int, counts: np.ndarr
     return np.bincount(y, weights=mass, minlength=num_labels) / mass.sum()
 
 
+def prior_cells(proba: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P̂ of each distinct (P̂, y) cell, its label, its rows): the few cells ``fit_prior`` searches over (found
+    once for every cap fitted on the same P̂)."""
+    C = proba.shape[1]
+    cells, index = distinct_rows(np.column_stack([proba, y]))
+    return cells[:, :C], cells[:, C].astype(np.int64), np.bincount(index).astype(np.float64)
+
+
 def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, tolerance: float = 1e-9,
-              max_rounds: int = 500) -> np.ndarray:
+              max_rounds: int = 500, cells: tuple | None = None) -> np.ndarray:
     """The prior π (Σ π = 1) under which the weighted label proportions equal the observed ones.
 
     The weighted share of label c grows with π_c, so each coordinate is bracketed and found by
@@ -57,13 +65,12 @@ def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, toler
     share is within ``tolerance`` (for two labels one search suffices; the reference code bisects).
     Rows with the same P̂ and label get the same weight, so the search runs over those distinct (P̂, y)
     cells weighted by their rows (a forest's out-of-fold P̂ takes a value per fold and feature vector:
-    a few thousand cells for millions of rows).
+    a few thousand cells for millions of rows; ``cells``: ``prior_cells(proba, y)`` found before).
     """
     from scipy.optimize import brentq
 
     C = proba.shape[1]
-    cells, index = distinct_rows(np.column_stack([proba, y]))
-    proba, y, counts = cells[:, :C], cells[:, C].astype(np.int64), np.bincount(index).astype(np.float64)
+    proba, y, counts = prior_cells(proba, y) if cells is None else cells
     target = np.bincount(y, weights=counts, minlength=C) / counts.sum()
     if np.any(target == 0):
         raise ValueError("every label needs at least one row to fit the prior")

@@ -3,16 +3,17 @@ module docstring): P̂(y | l) cross-predicted by forests over its sentence graph
 the corpus written back with a ``weight`` column while its words are counted plain and weighted for the verdict."""
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
-from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, judge_weightings
+from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedCounts, counts_prior, judge_weightings,
+                                           significant_rows)
 from refinery.methods.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
-                                  label_shares, low_ess_warning, weight_histogram, weighted_accuracy)
+                                  label_shares, low_ess_warning, prior_cells, weight_histogram, weighted_accuracy)
 from refinery.methods.leakage_features import FEATURE_SETS, ForestConfig
 from refinery.methods.sentence_graph import GraphInput, corpus_features
 from refinery.methods.weights_report import page
@@ -31,29 +32,29 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
     inputs = source.splits if source.named else {UNNAMED: source.paths}
     with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph:
         w, info = leakage_neutral_weights(graph, config)
-        proba, y = info.pop("p_hat"), info.pop("y")
+        proba, y, cells = info.pop("p_hat"), info.pop("y"), info.pop("cells")
         clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (config.clip is None or c < config.clip)]
-        capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance), c) for c in clips]
+        capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c) for c in clips]
         del proba, y
         report = {"labels": info.pop("labels"),
                   "low_ess_warning": low_ess_warning(w, config.clip, dict(zip(clips, capped_w))),   # exact ESS
                   **info, "inputs": inputs, "config": asdict(config)}
         in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
-        counts = WeightedCounts(report["labels"], features, 2 + len(clips))
+        counts = WeightedCounts(report["labels"], features, 2, masks=1)
         with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
             start = 0
             for batch in graph.batches(_output_rows(graph)):
                 rows = slice(start, start + batch.num_rows)
                 table = pa.Table.from_batches([batch])
-                counts.add(table, None, w[rows], *(c[rows] for c in capped_w))
+                counts.add(table, None, w[rows])
                 writer.write(table.append_column("weight", pa.array(w[rows])))
                 start += batch.num_rows
                 bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
             manifest = writer.commit()
-    report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
-    verdict = _verdict(counts, config, clips, capped_w, report)
+        report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
+        verdict = _verdict(counts, config, report, graph, dict(zip(clips, capped_w)))
     out.publish_report(report, page(out, report, verdict))
     return report, verdict.lines()
 
@@ -83,7 +84,8 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     del X, folds
     proba = np.clip(proba, config.min_proba, 1.0)
     proba /= proba.sum(axis=1, keepdims=True)
-    prior = fit_prior(proba, y, config.clip, config.tolerance)
+    cells = prior_cells(proba, y)   # every cap's prior is searched over these (P̂, y) cells
+    prior = fit_prior(proba, y, config.clip, config.tolerance, cells=cells)
     w = ips_weights(proba, y, prior, config.clip)
     predicted = proba.argmax(axis=1)
     observed = np.bincount(y, minlength=len(labels)) / len(y)
@@ -99,38 +101,64 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
                         "majority_accuracy": float(observed.max()),
                         "weighted_majority_accuracy": float(weighted.max())},
     }
-    return w, {**info, "p_hat": proba, "y": y}
+    return w, {**info, "p_hat": proba, "y": y, "cells": cells}
 
 
-def _verdict(counts: WeightedCounts, config, clips: list, capped_w: list, report: dict):
-    """The weighted audit's verdict against the plain one; each cap of ``clips`` judged the same way, the gentlest
-    under which it holds named as the remedy (``report``: ``verdict``, ``clips_checked``)."""
+def _verdict(counts: WeightedCounts, config, report: dict, graph: GraphInput, capped: dict):
+    """The weighted audit's verdict against the plain one (``report``: ``verdict``, ``clips_checked``). Only where
+    it warns are the caps of ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold
+    (``_caps_checked``), and the gentlest under which none of them worsens is named as the remedy."""
     options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,)}
-    checked = []
-    for i, (clip, cw) in enumerate(zip(clips, capped_w)):
-        v = judge_weightings(counts, after=2 + i, **options)
-        checked.append({"clip": clip, "ok": v.ok, "worsened": v.worsened_total, "labels_risen": v.risen,
-                        "effective_sample_size": effective_sample_size(cw),
-                        "max_z": {l: m.after for l, m in v.max_z.items()}})
+    verdict = judge_weightings(counts, after=1, **options)
+    checked = [] if verdict.ok else _caps_checked(counts, verdict, graph, capped, options)
     now = "no cap now" if config.clip is None else f"now {config.clip:g}"
     others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
               f"fewer leakage features (--features basic) or a larger --min-proba (now {config.min_proba:g})")
     holds = next((c for c in checked if c["ok"]), None)
     if holds:
         remedy = (f"cap the weights: --clip {holds['clip']:g} ({now}) keeps every row under {holds['clip']:g}× "
-                  f"the mean weight; under it this verdict holds (effective sample size "
-                  f"{holds['effective_sample_size']:,.0f}).")
+                  f"the mean weight; under it none of the features over the threshold here worsens (effective "
+                  f"sample size {holds['effective_sample_size']:,.0f}).")
     elif checked:
         tightest = checked[-1]
-        remedy = (f"cap the weights: even --clip {tightest['clip']:g} ({now}) leaves {tightest['worsened']:,} "
-                  f"feature(s) worsened; the leakage features single out a few rows: try {others}.")
+        remedy = (f"cap the weights: even --clip {tightest['clip']:g} ({now}) leaves {tightest['worsened']:,} of the "
+                  f"features over the threshold here worsened; the leakage features single out a few rows: try "
+                  f"{others}.")
     else:
         remedy = f"the leakage features single out a few rows: try {others}."
-    verdict = judge_weightings(counts, after=1, remedy_worsened=remedy, **options)
+    verdict = replace(verdict, remedy_worsened=remedy)
     report["verdict"], report["clips_checked"] = verdict.to_dict(), checked
     return verdict
 
 
+def _caps_checked(counts: WeightedCounts, verdict, graph: GraphInput, capped: dict, options: dict) -> list[dict]:
+    """Each cap of ``capped`` ({clip: its weights}, gentlest first) judged as the weights written were, against the
+    input's threshold, on the features over it in the plain or the weighted audit: those few are counted again under
+    every cap in one more pass of the tokenizer (``WeightedCounts.restricted``), not every feature in another table.
+    A cap can also lift a feature under the threshold in both over it (it moves weight onto the light rows): the
+    advice is about the features this verdict judged, and a run with the cap gets its own verdict."""
+    if not capped:
+        return []
+    p0, _ = counts_prior(counts, options["prior"])
+    tested = counts.tested((0, 1))
+    flagged = tested[np.union1d(*(significant_rows(counts.stats(i, p0, rows=tested), verdict.threshold)
+                                  for i in (0, 1)))]
+    recount = counts.restricted(flagged, 1 + len(capped), masks=1)
+    columns = ", ".join(list(counts.fields or {}) + ["label"])
+    with progress(total=counts.rows, desc="weights: caps", unit=" rows") as bar:
+        start = 0
+        for batch in graph.batches(f"SELECT {columns} FROM rows"):   # the rows in the order they were written
+            rows = slice(start, start + batch.num_rows)
+            recount.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in capped.values()))
+            start += batch.num_rows
+            bar.update(batch.num_rows)
+    checked = []
+    for i, (clip, w) in enumerate(capped.items()):
+        v = judge_weightings(recount, after=1 + i, threshold=verdict.threshold, **options)
+        checked.append({"clip": clip, "ok": v.ok, "worsened": v.worsened_total, "labels_risen": v.risen,
+                        "effective_sample_size": effective_sample_size(w),
+                        "max_z": {l: m.after for l, m in v.max_z.items()}})
+    return checked
 
 
 def _output_rows(graph: GraphInput) -> str:

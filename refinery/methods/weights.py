@@ -15,10 +15,11 @@ gives (the prior fitted again under the cap, as the verdict's caps below).
 The verdict (``core.verdict``): as the rows are written, the audit's features are counted once plain and once
 weighted (``core.weighted_counts``: count(x, l) = Σ w, z* on the weighted n and counts, what a model trained on
 rows drawn ∝ w sees), with the same p0 and threshold. Weights promise to make no shortcut of the text stronger:
-a row of weight 300 makes each of its words a feature "in 300 rows" of one label. The same pass counts the
-weights ``--clip`` would give for each of ``ips.SUGGESTED_CLIPS`` below the largest weight (the prior fitted again
-for each: a search over the few distinct cells of P̂), so the remedy names the gentlest cap under which the
-verdict holds. ``report/`` holds report.json and
+a row of weight 300 makes each of its words a feature "in 300 rows" of one label. Only the weights written are
+judged; where the verdict warns, the weights ``--clip`` would give for each of ``ips.SUGGESTED_CLIPS`` below the
+largest weight (the prior fitted again for each: a search over the few distinct cells of P̂) are judged on the
+features over the threshold with or without the weights, counted again alone, so the remedy names the gentlest
+cap under which none of them worsens. ``report/`` holds report.json and
 report.html: the verdict, the weights' histogram, the ESS, the label shares and the leakage-only model's
 accuracy with and without the weights.
 """

@@ -46,9 +46,11 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
             .section(verdict_html.HEADING, verdict_html.section(verdict))
             .section("The weights", *weights_block)
             .section("Caps checked", table(clips, formats={"effective sample size": fmt.count}) if clips
-                     else note("No cap below the largest weight to check."),
-                     note("The weights each --clip would give (the prior fitted again under the cap), audited as "
-                          "these weights were: the verdict each would get."))
+                     else note("No cap needed checking: the verdict holds." if verdict.ok else
+                               "No cap below the largest weight to check."),
+                     note("Where the verdict warns: the weights each --clip would give (the prior fitted again "
+                          "under the cap), judged as these weights were on the features over the threshold with "
+                          "or without these weights: the verdict each would get."))
             .section("Labels", table(shares, formats={"share of rows": fmt.percent, "weighted share": fmt.percent,
                                                       "prior π": fmt.number}),
                      note("π is fitted so that the weighted label shares equal the observed ones."))

@@ -111,7 +111,7 @@ class FilterStage(Stage):
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
         input_rejects = 0
         measured = None if self.judges_itself else \
-            WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2)
+            WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2, masks=2)
         with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
             for part, writer in ((Output.KEPT.value, kept_w), ("rejected", dropped_w)):
                 for rows, rejects in self.leading_rows(part):
@@ -124,9 +124,10 @@ class FilterStage(Stage):
             for kept_rows, dropped_rows, why in stream_map(_positioned(source, on_rejects), decide_batch,
                                                            source.engine, {"stage": self}, stage=self.name,
                                                            resources=self.resources):
-                if measured is not None:
-                    measured.add(kept_rows, None, np.ones(kept_rows.num_rows))
-                    measured.add(dropped_rows, None, np.zeros(dropped_rows.num_rows))
+                if measured is not None:   # the batch counted once: weights 1 (the input) and keep (the kept rows)
+                    counted = [c for c in ("text_a", "text_b", "label") if c in kept_rows.column_names]
+                    measured.add(pa.concat_tables([kept_rows.select(counted), dropped_rows.select(counted)]),
+                                 None, np.repeat([1.0, 0.0], [kept_rows.num_rows, dropped_rows.num_rows]))
                 kept_w.write(kept_rows)
                 dropped_w.write(set_column(dropped_rows, "reason", pa.array(why, pa.string())))
                 kept_by.update(kept_rows["label"].to_pylist())
