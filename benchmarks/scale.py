@@ -30,12 +30,13 @@ REFINERY = os.path.join(os.path.dirname(sys.executable), "refinery")
 BAR_SECONDS, BAR_BYTES = 600, 8e9   # --check: each stage within 10 minutes and 8 GB
 
 
-def run(args: list, log: str, check: bool = True) -> tuple[float, int]:
-    """(wall seconds, peak RSS in bytes) of one ``refinery`` process; its output goes to ``log``. A failed
-    process ends the benchmark, or with ``check`` False gives (inf, its peak)."""
+def run(args: list, log: str, check: bool = True, program: list | None = None) -> tuple[float, int]:
+    """(wall seconds, peak RSS in bytes) of one ``refinery`` process (``program``: another command line taking the
+    same arguments); its output goes to ``log``. A failed process ends the benchmark, or with ``check`` False
+    gives (inf, its peak)."""
     with open(log, "w") as out:
         start = time.perf_counter()
-        proc = subprocess.Popen([REFINERY, *map(str, args)], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([*(program or [REFINERY]), *map(str, args)], stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status):
