@@ -55,6 +55,7 @@ def main(argv=None) -> int:
         print("error: a stage's rows do not add up (see the MISMATCH line above)", file=sys.stderr)
         return 1
     print(f"pipeline finished: {len(run.stages)} steps under {run.out}")
+    print(f"report: {run.out}/pipeline/report.html")
     return 0
 
 

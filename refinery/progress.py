@@ -23,6 +23,7 @@ from refinery.quiet import quiet
 
 
 RELAY_SECONDS = 0.5             # a relayed bar's state is sent at most this often (and when it closes)
+STATUS_SECONDS = 30.0           # in a pipe (no bar), a bar's status line is printed at most this often
 
 _recordings: list[list[dict]] = []   # the phases of each open ``recording()``, innermost last
 _relays: list = []                   # the ``send`` of each open ``relayed()``, innermost last
@@ -42,12 +43,14 @@ class Progress(tqdm):
         if self.disable:     # a disabled tqdm counts nothing; keep counting for recording() and relayed()
             self.n, self._desc = 0, kwargs.get("desc") or (args[1] if len(args) > 1 else "")
             self._unit = kwargs.get("unit", "it")
+        self._said = self._started   # when its last status line was printed (in a pipe)
         self._relay()
 
     def update(self, n=1):
         if self.disable:
             self.n += n
             self._relay()
+            self._status()
             return None
         shown = super().update(n)
         self._relay()
@@ -63,6 +66,21 @@ class Progress(tqdm):
             yield item
             self.n += 1
             self._relay()
+            self._status()
+
+    def _status(self) -> None:
+        """In a pipe (a job's log, ``| tee``), where no bar is drawn: one line of what it is doing and how far,
+        every ``STATUS_SECONDS``, so a long stage shows life without flooding the log. Not under ``--quiet``, and
+        not in a Ray task, whose bars its driver shows (``relayed``)."""
+        now = time.perf_counter()
+        if now - self._said < STATUS_SECONDS or _relays or quiet():
+            return
+        self._said = now
+        state = self._state()
+        share = f" ({state['count'] / state['total']:.0%})" if state["total"] else ""
+        of = f" of {state['total']:,}" if state["total"] else ""
+        tqdm.write(f"{state['what']}: {state['count']:,}{of} {state['unit']}{share}, {now - self._started:,.0f} s",
+                   file=sys.stderr)
 
     def _state(self, closed: bool = False) -> dict:
         return {"what": ((self._desc if self.disable else self.desc) or "").rstrip(": "), "count": int(self.n),

@@ -21,8 +21,10 @@ def set_quiet(value: bool = True) -> None:
 
 
 # what other libraries' bars obey: transformers' ("Loading weights", "Writing model shards") and the Hugging Face
-# Hub's downloads follow the first, read when they are imported (here, in Ray workers and subprocesses alike)
-OTHER_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+# Hub's downloads follow the first, read when they are imported (here, in Ray workers and subprocesses alike); a bare
+# tqdm (transformers' "Converting and de-quantizing GGUF tensors") follows TQDM_DISABLE, a default that refinery's
+# own bars (``refinery.progress``, which pass ``disable`` themselves) do not take
+OTHER_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
 
 
 def quiet_other_bars() -> None:

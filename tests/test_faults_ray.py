@@ -194,12 +194,20 @@ def test_a_task_or_actor_whose_worker_dies_is_retried_up_to_the_budget(ray_local
 def test_a_ray_address_that_does_not_answer_fails_in_one_line_before_any_work(tmp_path):
     """RAY_ADDRESS at a closed port (Ray's own ray.init retried it for minutes): a verb, ``refinery run`` and
     jobs/run.py each exit 2 at once with one line naming the address, and write nothing; at a port that accepts
-    connections but is no Ray head, within --ray-timeout seconds."""
+    connections but is no Ray head (silent, or another service that speaks gRPC: an S3 server or a proxy on HTTP/2
+    hung Ray's connect for ten minutes), within --ray-timeout seconds; RAY_AUTH_MODE=token with no token, at once."""
+    import grpc
+    from concurrent import futures
+
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(open(SNLI_DEV).readlines()[:50]))
     spec = tmp_path / "pipeline.yaml"
     spec.write_text(yaml.safe_dump({"input": {"paths": [str(rows)], "preset": "snli"}, "stages": [{"zfilter": {}}]}))
     closed = f"127.0.0.1:{free_port()}"
+    other = grpc.server(futures.ThreadPoolExecutor(1))   # speaks gRPC, serves no Ray service
+    other_address = f"127.0.0.1:{other.add_insecure_port('127.0.0.1:0')}"
+    other.start()
+    zfilter = [REFINERY, "--ray-timeout", "5", "zfilter", rows, "--preset", "snli", "--engine", "ray", "--out"]
     with socket.create_server(("127.0.0.1", 0)) as silent:   # accepts connections, never speaks gRPC
         commands = {
             "verb": ([REFINERY, "zfilter", rows, "--preset", "snli", "--engine", "ray", "--out", tmp_path / "z"],
@@ -207,13 +215,19 @@ def test_a_ray_address_that_does_not_answer_fails_in_one_line_before_any_work(tm
             "run": ([REFINERY, "run", spec, "--engine", "ray", "--out", tmp_path / "r"], closed),
             "job": ([sys.executable, "jobs/run.py", spec, "--out", tmp_path / "j"], closed),
             "silent": ([REFINERY, "--ray-timeout", "2", "zfilter", rows, "--preset", "snli", "--engine", "ray",
-                        "--out", tmp_path / "s"], f"127.0.0.1:{silent.getsockname()[1]}")}
+                        "--out", tmp_path / "s"], f"127.0.0.1:{silent.getsockname()[1]}"),
+            "other-service": ([*zfilter, tmp_path / "o"], other_address),
+            "token-mode-without-token": ([*zfilter, tmp_path / "t"], closed)}
+        said = {"silent": "error: RAY_ADDRESS=", "other-service": "error: RAY_ADDRESS=",
+                "token-mode-without-token": "error: RAY_AUTH_MODE asks for token authentication, but no token is set"}
         for name, (command, address) in commands.items():
             started = time.monotonic()
+            token = {"RAY_AUTH_MODE": "token", "HOME": str(tmp_path / "no-home")} if name.startswith("token") else {}
             proc = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=60, cwd=REPO,
-                                  env={**os.environ, **RAY_ENV, "RAY_ADDRESS": address})
+                                  env={**os.environ, **RAY_ENV, "RAY_ADDRESS": address, **token})
             assert proc.returncode == 2 and time.monotonic() - started < 30, (name, proc.stderr)
-            assert proc.stderr.count("\n") == 1 and f"RAY_ADDRESS={address}" in proc.stderr, (name, proc.stderr)
-            said = "error: RAY_ADDRESS=" if name == "silent" else "error: the Ray cluster at "
-            assert proc.stderr.startswith(said), proc.stderr
+            assert proc.stderr.count("\n") == 1, (name, proc.stderr)
+            assert proc.stderr.startswith(said.get(name, "error: the Ray cluster at ")), proc.stderr
+            assert name.startswith("token") or f"RAY_ADDRESS={address}" in proc.stderr, proc.stderr
+    other.stop(None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml", "rows.jsonl"]

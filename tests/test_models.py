@@ -137,8 +137,10 @@ def test_lora_fine_tuning_trains_adapters_and_merges():
 def test_label_conditioned_generation_local_and_ray_stage(tmp_path, ray_local):
     args = ["generate", SNLI_TEST, "--preset", "snli", "--limit", "3", "--target-labels", "all",
             "--max-new-tokens", "20", "--batch-size", "3"]
-    out = run_cli(*args, "--out", tmp_path / "local").stdout
+    proc = run_cli(*args, "--out", tmp_path / "local")
+    out = proc.stdout
     assert "rows in 9,824 = 3 prompted + 9,821 beyond limit + 0 input rejects (ok)" in out, out
+    assert "de-quantizing" not in proc.stderr and "\r" not in proc.stderr + out, proc.stderr   # no bar in a pipe
     run_cli(*args, "--out", tmp_path / "ray", "--engine", "ray")
     local = Corpus.open(str(tmp_path / "local" / "corpus")).read()
     ray_rows = Corpus.open(str(tmp_path / "ray" / "corpus")).read()

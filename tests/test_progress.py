@@ -139,3 +139,23 @@ def test_generation_counts_prompts_per_batch_and_announces_a_resume_as_it_starts
                             f"{out}/_checkpoints)"), shown[:300]
     assert re.search(r"generate: +\d+%\|[^|]*\| 9/12 ", shown), shown   # mid-shard: per batch
     assert "resumed: 1 finished shard(s)" in shown
+
+
+def test_in_a_pipe_a_long_bar_prints_a_status_line_now_and_then(monkeypatch, capsys):
+    """No bar in a pipe, but a stage longer than ``STATUS_SECONDS`` says what it is doing and how far, one line
+    at a time (a job's log shows life without a line per update); never under --quiet."""
+    from refinery import progress as bars
+
+    monkeypatch.setattr(bars, "STATUS_SECONDS", 0.05)
+    with bars.progress(total=3_000_000, desc="zfilter", unit=" rows") as bar:   # pytest's stderr: no terminal
+        for _ in range(3):
+            time.sleep(0.06)
+            bar.update(1_000_000)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3 and all(line.startswith("zfilter: ") for line in lines), lines
+    assert lines[0].startswith("zfilter: 1,000,000 of 3,000,000 rows (33%), ") and "\r" not in "".join(lines)
+    monkeypatch.setenv("REFINERY_QUIET", "1")
+    with bars.progress(total=2, desc="quiet", unit=" rows") as bar:
+        time.sleep(0.06)
+        bar.update(2)
+    assert capsys.readouterr().err == ""

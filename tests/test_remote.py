@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+import yaml
 from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, RayNode, free_port, run_cli
 
 from refinery.io.corpus import MANIFEST, META_DIR, Corpus, is_corpus, load
@@ -319,3 +320,25 @@ def test_a_full_disk_names_the_output_and_the_space_left(tmp_path):
         assert os.listdir(mount) == []       # nothing half-written left behind
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_run_with_another_out_keeps_the_pipeline_files_storage_options(s3, tmp_path, monkeypatch):
+    """Credentials in the pipeline file only (as variables, as --print-config writes them): ``refinery run FILE
+    --out OTHER`` writes OTHER with them (they belong to the pipeline, not to its out:)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(open(SNLI_DEV).readlines()[:300]))
+    spec = tmp_path / "pipeline.yaml"
+    spec.write_text(yaml.safe_dump({
+        "input": {"paths": [str(small)], "preset": "snli",
+                  "storage_options": {"key": "${REFINERY_KEY}", "secret": "${REFINERY_SECRET}",
+                                      "endpoint_url": f"http://127.0.0.1:{s3.port}"}},
+        "out": "s3://bucket/in-the-file", "stages": [{"audit": {}}]}))
+    proc = run_cli("run", spec, "--out", "s3://bucket/elsewhere", check=False,
+                   env={"REFINERY_KEY": "testkey", "REFINERY_SECRET": "testsecret"})
+    assert proc.returncode == 0, proc.stderr
+    assert (s3.root / "bucket" / "elsewhere" / "01-audit" / "_SUCCESS").exists()
+    assert (s3.root / "bucket" / "elsewhere" / "pipeline" / "report.html").exists()
+    assert not (s3.root / "bucket" / "in-the-file").exists()
+    assert "testsecret" not in proc.stdout + proc.stderr

@@ -53,7 +53,11 @@ class RefineryCommand(click.Command):
     """A verb: its ``--io-timeout`` holds for every store call, ``--engine ray`` needs a cluster that answers
     (``check_ray_address``), its ``--out`` is checked before any work
     (refinery writes only where it may: ``claim_output``, never into, onto or around an input:
-    ``check_out_apart``), and its summary in ``refinery --help`` is its docstring's first sentence, whole."""
+    ``check_out_apart``), and its summary in ``refinery --help`` is its docstring's first sentence, whole.
+    ``claims_out`` False: the command claims its ``--out`` itself (``refinery run``: with the storage options of
+    its pipeline file, which belong to the pipeline, not to its ``out:``)."""
+
+    claims_out = True
 
     def invoke(self, ctx):
         from refinery.io.ownership import check_out_apart, claim_output
@@ -63,7 +67,7 @@ class RefineryCommand(click.Command):
             os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])
         if ctx.params.get("engine") == "ray":   # a cluster that does not answer fails before any work
             check_ray_address()
-        if ctx.params.get("out"):
+        if ctx.params.get("out") and self.claims_out:
             options = storage_options_of(ctx)
             if not ctx.params.get("in_place"):   # with it, the runner checks: it knows the part replaced
                 check_out_apart(ctx.params["out"], input_paths(ctx.params), storage_options=options)
@@ -72,6 +76,12 @@ class RefineryCommand(click.Command):
 
     def get_short_help_str(self, limit: int = 45) -> str:
         return self.short_help or first_sentence(self.help or "")
+
+
+class PipelineCommand(RefineryCommand):
+    """``refinery run``: the runner claims ``--out`` (``run_pipeline``), with the pipeline file's storage options."""
+
+    claims_out = False
 
 
 def first_sentence(doc: str) -> str:

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from refinery.cli.base import PipelineCommand
 from refinery.cli.group import RefineryGroup
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.config import ReportConfig
@@ -37,7 +38,7 @@ def main(debug, quiet, ray_timeout):
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
 
-@main.command("run")
+@main.command("run", cls=PipelineCommand)
 @click.argument("pipeline_file", metavar="PIPELINE.yaml")
 @click.option("--out", help="Output root (default: the file's out:): OUT/00-input, OUT/01-<stage>, …")
 @click.option("--engine", type=click.Choice(ENGINES), help="Where stages run (default: the file's engine:).")

@@ -58,11 +58,20 @@ def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
 @tools.command(cls=RefineryCommand)
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--verify", is_flag=True, help="Check each refinery corpus's files against the sha256 its manifest "
+                                             "records (a whole read; sizes are checked on every read).")
 @input_options
-def inspect(paths, as_json, mapping, opts):
+def inspect(paths, as_json, verify, mapping, opts):
     """Rows, schema, label counts, rejects by reason and text lengths of PATHS."""
     from refinery.core.inspect import format_inspection
     from refinery.core.inspect import inspect as run_inspect
+    from refinery.io.corpus import Corpus, is_corpus
+
+    if verify:
+        for path in paths:
+            if is_corpus(path, opts.storage_options):
+                checked = Corpus.open(path, opts.storage_options).verify()
+                click.echo(f"{path}: {checked:,} file(s) match the sha256 its manifest records", err=True)
 
     info = run_inspect(paths, mapping, opts)
     click.echo(json.dumps(info, indent=2) if as_json else format_inspection(info))

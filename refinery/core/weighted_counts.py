@@ -26,6 +26,8 @@ features under other weightings costs the tokenizer's pass and no table of every
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -192,20 +194,22 @@ class WeightedCounts:
                 pa.array(np.arange(len(self.row_features))[mine])))
         return pa.concat_arrays([n.cast(pa.string()) for n in names]) if names else pa.array([], pa.string())
 
-    def matrix(self, weighting: int = 0, rows: np.ndarray | None = None) -> tuple[pa.Array, np.ndarray]:
+    def matrix(self, weighting: int = 0, rows: np.ndarray | None = None, names: pa.Array | None = None
+               ) -> tuple[pa.Array, np.ndarray]:
         """(feature names, F×C weighted counts) of ``weighting``, the columns in sorted label order; with
-        ``rows`` (ascending) only those features."""
+        ``rows`` (ascending) only those features; ``names``: ``self.names(rows)`` built before (they cost more than
+        the counts)."""
         labels = [self.label_index[l] for l in sorted(self.labels)]
         blocks = [np.column_stack([self._column(part, l, weighting)[mine] for l in labels])
                   for part, mine in self._parts(rows)]
-        return self.names(rows), (np.concatenate(blocks).astype(np.float64) if blocks else
+        return self.names(rows) if names is None else names, (np.concatenate(blocks).astype(np.float64) if blocks else
                                   np.zeros((0, len(labels))))
 
     def stats(self, weighting: int, p0: np.ndarray, min_count: int = 10, alpha: float = 0.01,
-              rows: np.ndarray | None = None) -> zstats.ZStats:
+              rows: np.ndarray | None = None, names: pa.Array | None = None) -> zstats.ZStats:
         """z-statistics of ``weighting`` on its weighted n and counts, with ``p0`` (one per label, sorted); with
-        ``rows`` (of ``matrix``, ascending) only those features."""
-        names, matrix = self.matrix(weighting, rows)
+        ``rows`` (of ``matrix``, ascending) only those features (``names``: theirs, built before)."""
+        names, matrix = self.matrix(weighting, rows, names)
         return zstats.from_matrix(names, sorted(self.labels), matrix, np.asarray(p0, np.float64), min_count, alpha)
 
     def tested(self, weightings, min_count: int = 10) -> np.ndarray:
@@ -263,22 +267,42 @@ def counts_prior(counts: WeightedCounts, prior: str = "auto", weighting: int = 0
     return zstats.prior_vector(list(totals), totals, chosen.name), chosen
 
 
-def significant_rows(stats: zstats.ZStats, threshold: float) -> np.ndarray:
-    """Rows of ``stats`` (of ``WeightedCounts.matrix``) tested (n ≥ min_count) with some label's z* over
-    ``threshold``."""
-    rows, _, z = stats.eligible()
-    return rows[(z > threshold).any(axis=1)]
+@dataclass
+class WeightedAudits:
+    """The audits of some weightings of one pass (``audit_weightings``): ``stats[i]`` of the i-th weighting, all on
+    the features at ``rows`` of ``WeightedCounts.matrix`` (those tested under one of them), one p0 by ``prior``."""
+
+    prior: object
+    rows: np.ndarray
+    stats: list
+
+    def significant(self, threshold: float) -> np.ndarray:
+        """Rows of ``matrix`` with some label's z* over ``threshold`` in one of the audits (tested: n ≥ min_count)."""
+        over = []
+        for stats in self.stats:
+            tested, _, z = stats.eligible()
+            over.append(tested[(z > threshold).any(axis=1)])
+        return self.rows[np.unique(np.concatenate(over))] if over else self.rows[:0]
+
+
+def audit_weightings(counts: WeightedCounts, weightings=(0, 1), prior: str = "auto", min_count: int = 10,
+                     alpha: float = 0.01) -> WeightedAudits:
+    """The audit of each of ``weightings`` with p0 by the ``prior`` rule on the first one's label totals, the same
+    ``min_count`` and ``alpha``, on the features tested under any of them (their names built once)."""
+    p0, chosen = counts_prior(counts, prior, weightings[0])
+    rows = counts.tested(weightings, min_count)
+    names = counts.names(rows)
+    return WeightedAudits(chosen, rows, [counts.stats(w, p0, min_count, alpha, rows, names) for w in weightings])
 
 
 def judge_weightings(counts: WeightedCounts, *, stage: str, before: int = 0, after: int = 1, prior: str = "auto",
-                     min_count: int = 10, alpha: float = 0.01, notes: tuple = (), **options) -> Verdict:
+                     min_count: int = 10, alpha: float = 0.01, notes: tuple = (),
+                     audits: WeightedAudits | None = None, **options) -> Verdict:
     """The verdict (``core.verdict.judge``) on weighting ``after`` against weighting ``before`` of one pass:
-    both audited with p0 by the ``prior`` rule on ``before``'s label totals, the same ``min_count`` and
-    ``alpha``; ``options`` go to ``judge`` (``under_threshold``, the remedies, a ``threshold``)."""
-    p0, chosen = counts_prior(counts, prior, before)
-    rows = counts.tested((before, after), min_count)   # the verdict of every feature, on these only
-    verdict = judge(counts.stats(before, p0, min_count, alpha, rows), counts.stats(after, p0, min_count, alpha, rows),
-                    stage=stage, prior=str(chosen), **options)
+    both audited by ``audit_weightings`` (``audits``: done before, for those two); ``options`` go to ``judge``
+    (``under_threshold``, the remedies, a ``threshold``)."""
+    audits = audits or audit_weightings(counts, (before, after), prior, min_count, alpha)
+    verdict = judge(*audits.stats, stage=stage, prior=str(audits.prior), **options)
     verdict.notes += list(notes) + [f"not counted here: the {f} feature family (it needs a model fit)"
                                     for f in counts.left_out]
     return verdict

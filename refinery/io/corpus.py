@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
 from refinery.io.common_schema import common_schema, conform
+from refinery.io.contained import OutsideFolder, inside
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
 from refinery.io.readers import read_input
@@ -96,7 +97,63 @@ class Corpus:
             if mpath is None:
                 raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
             with fs.open(mpath, "r") as fh:
-                return cls(url.rstrip("/"), json.load(fh), storage_options)
+                manifest = json.load(fh)
+        record = url.rstrip("/") + mpath[len(path.rstrip("/")):]
+        if not isinstance(manifest, dict):
+            raise OutsideFolder(f"{record}: not a corpus manifest (a JSON {type(manifest).__name__}); remove or "
+                                f"rewrite it, or convert the corpus again")
+        for key in ("files", "rejects"):
+            manifest[key] = inside(record, key, manifest.get(key, []))
+        corpus = cls(url.rstrip("/"), manifest, storage_options)
+        corpus._check_sizes(fs, path, record)
+        return corpus
+
+    def _stats(self, record: str) -> dict:
+        """{file: what the manifest records of it (rows, bytes, sha256)}, its paths inside the folder."""
+        stats = self.manifest.get("file_stats", [])
+        if not isinstance(stats, list) or not all(isinstance(s, dict) for s in stats):
+            raise OutsideFolder(f"{record}: 'file_stats' is not a list of records; remove or rewrite {record}")
+        inside(record, "file_stats", [s.get("path") for s in stats])
+        return {s["path"]: s for s in stats}
+
+    def _check_sizes(self, fs, path: str, record: str) -> None:
+        """Each listed file is there with the size the manifest records (corpora written before sizes were
+        recorded: present): one listing of the folder, so a shard replaced, truncated or removed behind refinery's
+        back is named, not read."""
+        stats = self._stats(record)
+        with on_store(self.url, "listing the corpus"):
+            found = {posixpath.relpath(p, path): info.get("size") for p, info in
+                     fs.find(path, detail=True, withdirs=False).items()}
+        for name in [*self.manifest["files"], *self.manifest["rejects"]]:
+            recorded = stats.get(name, {}).get("bytes")
+            if name not in found:
+                raise FileNotFoundError(f"{posixpath.join(self.url, name)}: listed in {record} but missing; the "
+                                        "corpus was changed after refinery wrote it: write it again")
+            if recorded is not None and found[name] != recorded:
+                raise ValueError(f"{posixpath.join(self.url, name)}: {found[name]:,} bytes where {record} records "
+                                 f"{recorded:,}; the file was replaced or cut after refinery wrote it: write the "
+                                 "corpus again")
+
+    def verify(self) -> int:
+        """Check every listed file's sha256 against the manifest's (a whole read of the corpus); the files checked.
+        Raises ``ValueError`` naming the first that differs."""
+        record = posixpath.join(self.url, MANIFEST)
+        stats = self._stats(record)
+        checked = 0
+        for url in [*self.files, *self.reject_files]:
+            expected = stats.get(posixpath.relpath(url, self.url), {}).get("sha256")
+            if expected is None:
+                continue
+            fs, path = get_fs(url, self.storage_options)
+            digest = hashlib.sha256()
+            with on_store(url, "verifying the corpus"), fs.open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+            if digest.hexdigest() != expected:
+                raise ValueError(f"{url}: its sha256 differs from the one {record} records; the file was changed "
+                                 "after refinery wrote it: write the corpus again")
+            checked += 1
+        return checked
 
     @property
     def files(self) -> list[str]:

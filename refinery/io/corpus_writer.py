@@ -234,7 +234,7 @@ class _ShardWriter:
         folder, base = posixpath.split(self.name)
         name = posixpath.join(folder, self.dir.versioned(base))
         self.dir.write_bytes(name, data)
-        return {"path": name, "rows": self.rows, "sha256": hashlib.sha256(data).hexdigest()}
+        return {"path": name, "rows": self.rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
     def write(self, table: pa.Table) -> dict:
         """The whole shard at once."""

@@ -11,6 +11,7 @@ import time
 import uuid
 
 from refinery import __version__
+from refinery.io.contained import inside
 from refinery.io.location import (CLEANUP_SECONDS, ForeignOutput, check_bucket, folder_entries, get_fs, is_local,
                                   join, json_object, on_store, with_deadline)
 
@@ -50,6 +51,7 @@ def _marker(fs, path: str) -> tuple[str, dict] | None:
     for name, valid in ((OWNER_MARKER, is_marker), (EARLIER_MARKER, _is_earlier_marker)):
         body = json_object(fs, join(path, name))
         if valid(body):
+            inside(join(path, name), "files", body["files"])
             return name, body
     return None
 
@@ -85,7 +87,8 @@ def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MAR
     fs, path = get_fs(out, storage_options)
     earlier = None if claim == "new" else json_object(fs, join(path, EARLIER_MARKER))
     if claim == "new" or (_is_earlier_marker(earlier) and not is_marker(json_object(fs, join(path, OWNER_MARKER)))):
-        listed = sorted({*files, *(earlier or {}).get("files", ())} - {EARLIER_MARKER})
+        listed = sorted({*files, *(inside(join(path, EARLIER_MARKER), "files", earlier["files"]) if earlier else ())}
+                        - {EARLIER_MARKER})
         with on_store(out, f"writing {OWNER_MARKER}"):
             fs.makedirs(path, exist_ok=True)
             with fs.open(join(path, OWNER_MARKER), "wb") as fh:

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from refinery.io.contained import inside
 from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_local, join, json_object, on_store,
                                   with_deadline)
 from refinery.io.ownership import (OWNER_MARKER, RUN_MARKER, claim_folder, claim_output, made_folder, marker_body,
@@ -55,7 +56,7 @@ def _foreign_entries(root: str, owned: set[str]) -> list[str]:
     under = {posixpath.dirname(f) for f in owned}
     parents = set()
     for d in under:
-        while d:
+        while d and d not in parents:   # owned paths are relative (``contained.inside``); "/" would stop too
             parents.add(d)
             d = posixpath.dirname(d)
     foreign, todo = [], [""]
@@ -283,7 +284,8 @@ class RunOutput:
         with on_store(self.out, f"removing {RUN_MARKER}"):
             previous = json_object(self.fs, marker)
             if previous is not None:
-                self._previous = (self.fs.cat_file(marker), self._part_runs(previous.get("parts", ())))
+                parts = inside(marker, "parts", previous.get("parts", []))
+                self._previous = (self.fs.cat_file(marker), self._part_runs(parts))
             self._found = {} if self._new else self._published_parts()   # an earlier run's, finished or not
             self._own = {} if self._new else read_marker(self.out, self.storage_options)   # its files in OUT itself
             if self.fs.exists(marker):

@@ -10,8 +10,7 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
-from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedCounts, counts_prior, judge_weightings,
-                                           significant_rows)
+from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, audit_weightings, judge_weightings
 from refinery.methods.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
                                   label_shares, low_ess_warning, prior_cells, weight_histogram, weighted_accuracy)
 from refinery.methods.leakage_features import FEATURE_SETS, ForestConfig
@@ -109,8 +108,10 @@ def _verdict(counts: WeightedCounts, config, report: dict, graph: GraphInput, ca
     it warns are the caps of ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold
     (``_caps_checked``), and the gentlest under which none of them worsens is named as the remedy."""
     options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,)}
-    verdict = judge_weightings(counts, after=1, **options)
-    checked = [] if verdict.ok else _caps_checked(counts, verdict, graph, capped, options)
+    audits = audit_weightings(counts, (0, 1), config.prior)
+    verdict = judge_weightings(counts, audits=audits, **options)
+    checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, graph,
+                                                  capped, options)
     now = "no cap now" if config.clip is None else f"now {config.clip:g}"
     others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
               f"fewer leakage features (--features basic) or a larger --min-proba (now {config.min_proba:g})")
@@ -131,7 +132,8 @@ def _verdict(counts: WeightedCounts, config, report: dict, graph: GraphInput, ca
     return verdict
 
 
-def _caps_checked(counts: WeightedCounts, verdict, graph: GraphInput, capped: dict, options: dict) -> list[dict]:
+def _caps_checked(counts: WeightedCounts, flagged: np.ndarray, verdict, graph: GraphInput, capped: dict,
+                  options: dict) -> list[dict]:
     """Each cap of ``capped`` ({clip: its weights}, gentlest first) judged as the weights written were, against the
     input's threshold, on the features over it in the plain or the weighted audit: those few are counted again under
     every cap in one more pass of the tokenizer (``WeightedCounts.restricted``), not every feature in another table.
@@ -139,10 +141,6 @@ def _caps_checked(counts: WeightedCounts, verdict, graph: GraphInput, capped: di
     advice is about the features this verdict judged, and a run with the cap gets its own verdict."""
     if not capped:
         return []
-    p0, _ = counts_prior(counts, options["prior"])
-    tested = counts.tested((0, 1))
-    flagged = tested[np.union1d(*(significant_rows(counts.stats(i, p0, rows=tested), verdict.threshold)
-                                  for i in (0, 1)))]
     recount = counts.restricted(flagged, 1 + len(capped), masks=1)
     columns = ", ".join(list(counts.fields or {}) + ["label"])
     with progress(total=counts.rows, desc="weights: caps", unit=" rows") as bar:

@@ -78,6 +78,11 @@ def check_ray_address() -> None:
     """Fail in one line, within ``ray_timeout()`` seconds, unless the cluster at ``RAY_ADDRESS`` (when set)
     answers: something must accept a connection there, and speak gRPC as a Ray head's GCS (or its Ray
     Client server, ``ray://``) does. Ray's own ``ray.init`` retries a silent address for many minutes."""
+    token_mode = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    if token_mode and not _auth_token_given():
+        raise RayUnreachable("RAY_AUTH_MODE asks for token authentication, but no token is set: put the head's token in RAY_AUTH_TOKEN, in "
+                             "the file RAY_AUTH_TOKEN_PATH names or in ~/.ray/auth_token (`ray get-auth-token` on "
+                             "the head prints it), or unset RAY_AUTH_MODE for a cluster without authentication")
     address = os.environ.get("RAY_ADDRESS", "").strip()
     if address in ("", "auto", "local"):
         return
@@ -103,8 +108,8 @@ def check_ray_address() -> None:
     channel = grpc.insecure_channel(target)
     try:
         grpc.channel_ready_future(channel).result(timeout=max(0.1, timeout - (time.monotonic() - started)))
-        if target == address and os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
-            _check_no_token_needed(channel, address, max(0.1, timeout - (time.monotonic() - started)))
+        if target == address:   # a GCS (a Ray Client server, ray://, speaks another protocol)
+            _check_ray_head(channel, address, max(0.1, timeout - (time.monotonic() - started)), token_mode)
     except grpc.FutureTimeoutError:
         raise RayUnreachable(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there within "
                              f"{timeout:g} s: give the head's GCS port (6379 by default), not the dashboard's "
@@ -113,20 +118,35 @@ def check_ray_address() -> None:
         channel.close()
 
 
-def _check_no_token_needed(channel, address: str, timeout: float) -> None:
-    """A head started with ``RAY_AUTH_MODE=token`` refuses a driver without the token: say so at once (Ray
-    retries it for many seconds, warning on every try). Asks the GCS its cluster id, as ``ray.init``
-    does."""
+def _auth_token_given() -> bool:
+    """Whether a token for Ray's token authentication is set where Ray looks for one."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    return bool(os.environ.get("RAY_AUTH_TOKEN", "").strip()) or (os.path.isfile(path) and os.path.getsize(path) > 0)
+
+
+def _check_ray_head(channel, address: str, timeout: float, token_mode: bool) -> None:
+    """Ask the GCS at ``address`` its cluster id, as ``ray.init`` does (no token sent): a Ray head answers it, or
+    with token authentication refuses it as unauthenticated. Anything else that speaks HTTP/2 there (an S3 server,
+    a proxy, another gRPC service) is not a Ray head: said at once, where Ray would retry it for many minutes. A
+    head with token authentication and no ``RAY_AUTH_MODE=token`` here is said too."""
     import grpc
 
     ask = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
     try:
         ask(b"", timeout=timeout)
     except grpc.RpcError as e:
-        if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+        code = e.code()
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            if token_mode:
+                return   # expected without the token; ray.init sends it
             raise RayUnreachable(f"the Ray cluster at RAY_ADDRESS={address} asks for a token (its head runs with "
                                  "token authentication); set RAY_AUTH_MODE to token here too, with the head's token "
                                  "in RAY_AUTH_TOKEN or in ~/.ray/auth_token") from None
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise RayUnreachable(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there within "
+                                 f"{timeout:g} s; --ray-timeout sets the deadline") from None
+        raise RayUnreachable(f"RAY_ADDRESS={address} answers, but not as a Ray head ({code.name.lower()}): give the "
+                             "head's GCS address as `ray start --head` printed it (port 6379 by default)") from None
 
 
 def ray_init(num_cpus: int | None = None):
