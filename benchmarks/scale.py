@@ -141,6 +141,10 @@ def main() -> None:
             task = f", its Ray task {step['task_peak_rss'] / 1e9:.2f} GB" if step.get("task_peak_rss") else ""
             print(f"  {step['folder']:<16} {step['rows_in']:>11,} rows in {step['seconds']:>8,.1f} s  "
                   f"driver peak {(step['peak_rss'] or 0) / 1e9:.2f} GB{task}")
+            # each step is held to the bar (wait4's peak is only the last step's: the runner resets VmHWM per step)
+            step_peak = max(step["peak_rss"] or 0, step.get("task_peak_rss") or 0)
+            if step["seconds"] > BAR_SECONDS or step_peak > BAR_BYTES:
+                over.append(f"pipeline {step['folder']} ({step['seconds']:,.1f} s, {step_peak / 1e9:.2f} GB)")
     if args.check:
         if over:
             raise SystemExit(f"over the bar of {BAR_SECONDS // 60} minutes and {BAR_BYTES / 1e9:g} GB at "

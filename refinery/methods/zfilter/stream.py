@@ -70,7 +70,8 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
                              config.batch_size):
             start = zf.streamed
             keep, hits = zf.filter(batch)
-            ids.extend(batch["id"].cast(pa.string()).chunks)
+            # a copy: a batch from Ray is one object-store buffer, which a slice of it would keep whole
+            ids.append(pa.concat_arrays(batch["id"].cast(pa.string()).chunks))
             rejected.append(start + np.flatnonzero(~keep))
             pair_positions.append(start + hits.rows)
             pair_ids.append(hits.feature_ids)
