@@ -76,37 +76,21 @@ def _claim(table, key, shift, dense, row, size, limit, grow):
     return slot, size
 
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def add_one(table, values, slot, r, labels, masks, weights):
-    """A plain count (``count_present``'s ``add``): 1 to the row's label's column."""
-    table[slot, 3 + labels[r]] += 1
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def add_weighted(table, values, slot, r, labels, masks, weights):
-    """A weighted count (``count_present``'s ``add``): the row's masks to count columns ``3 + l × M + m`` and its
-    weights to ``values`` columns ``l × W + w`` (l the row's label, M and W the masks' and weights' columns)."""
-    label, M, W = labels[r], masks.shape[1], weights.shape[1]
-    for m in range(M):
-        table[slot, 3 + label * M + m] += masks[r, m]
-    for w in range(W):
-        values[slot, label * W + w] += weights[r, w]
-
-
 @numba.njit(nogil=True, cache=True)
-def count_present(batch, tables, add, dense, pairs, start, size, limit, grow):
+def count_present(batch, tables, weighted, dense, pairs, start, size, limit, grow):
     """Count each key once per row: ``batch`` is ``(keys, rows, labels, masks, weights, first_row)``, ``tables``
     ``(table, values)``. The key at position i (≥ ``start``) is ``keys[i]``, or with ``pairs`` the bigram
     ``keys[i-1] << 32 | keys[i]`` when both are in the same row (keys are ≥ 0); its first occurrence in row
-    ``first_row + rows[i]`` is counted by ``add`` (``add_one``: 1 to the row's label; ``add_weighted``: its masks
-    and weights). ``table`` rows are int32 ``[key high, key low, stamp (last row counted), counts…]`` (24 bytes
+    ``first_row + rows[i]`` (r = ``rows[i]``, of label l = ``labels[r]``) adds 1 to count column ``3 + l``, or with
+    ``weighted`` its masks ``masks[r, m]`` to count columns ``3 + l × M + m`` and its weights ``weights[r, w]`` to
+    ``values`` columns ``l × W + w`` (M and W the masks' and weights' columns). ``table`` rows are int32 ``[key high, key low, stamp (last row counted), counts…]`` (24 bytes
     for 3 labels), so a probe touches one cache line; ``values`` holds float64 sums, a row per slot; ``dense``: the
     key is its own slot. Without ``grow`` only the keys the table holds are counted. Stops before a new key would
-    make the table hold more than ``limit`` keys; returns (keys held, position reached). ``add`` is a compiled
-    function: each is compiled into its own copy of the loop."""
+    make the table hold more than ``limit`` keys; returns (keys held, position reached)."""
     keys, rows, labels, masks, weights, first_row = batch
     table, values = tables
     shift = hash_shift(len(table))
+    M, W = masks.shape[1], weights.shape[1]
     for i in range(max(start, 1 if pairs else 0), len(keys)):
         if pairs:   # inline: a helper returning a sentinel for "no key" costs 3× on a dense table
             if rows[i] != rows[i - 1]:
@@ -117,8 +101,17 @@ def count_present(batch, tables, add, dense, pairs, start, size, limit, grow):
         slot, size = _claim(table, key, shift, dense, first_row + rows[i], size, limit, grow)
         if slot == FULL:
             return size, i
-        if slot >= 0:
-            add(table, values, slot, rows[i], labels, masks, weights)
+        if slot < 0:
+            continue
+        r = rows[i]
+        if not weighted:
+            table[slot, 3 + labels[r]] += 1
+            continue
+        label = labels[r]
+        for m in range(M):
+            table[slot, 3 + label * M + m] += masks[r, m]
+        for w in range(W):
+            values[slot, label * W + w] += weights[r, w]
     return size, len(keys)
 
 

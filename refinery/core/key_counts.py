@@ -9,8 +9,7 @@ from typing import Iterator
 
 import numpy as np
 
-from refinery.core.kernels import (EMPTY, add_one, add_weighted, by_region, clear_slots, count_present, hash_shift,
-                                   rehash, used_slots)
+from refinery.core.kernels import EMPTY, by_region, clear_slots, count_present, hash_shift, rehash, used_slots
 
 
 class KeyCounts:
@@ -63,7 +62,7 @@ class KeyCounts:
         of 1 to its label's count. Without ``grow`` (weighted only) only the keys the table holds are counted."""
         if len(rows) and first_row + int(rows[-1]) > self.MAX_ROWS:
             raise OverflowError(f"KeyCounts counts fewer than 2**31 rows (row {first_row + int(rows[-1])})")
-        add = add_one if masks is None else add_weighted
+        weighted = masks is not None
         if masks is None:   # a plain count: one count column per label
             masks, weights = np.zeros((0, 1), np.int32), np.zeros((0, 0))
         columns, values = n_labels * masks.shape[1], n_labels * weights.shape[1]
@@ -86,7 +85,7 @@ class KeyCounts:
         while True:
             limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
             self.size, done = count_present((keys, rows, labels, masks, weights, first_row), (self.table, self.values),
-                                            add, self.dense, pairs, done, self.size, limit, grow)
+                                            weighted, self.dense, pairs, done, self.size, limit, grow)
             if done == len(keys):
                 return
             self._resize(2 * len(self.table), columns, values)
