@@ -22,7 +22,8 @@ end_before_start()   # an interrupt while the imports below run: one line, not t
 
 from refinery.cli.base import ended  # noqa: E402
 from refinery.pipeline.config import load_pipeline  # noqa: E402
-from refinery.pipeline.engine import RAY_TIMEOUT, RAY_TIMEOUT_ENV, ray_init  # noqa: E402
+from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV  # noqa: E402
+from refinery.pipeline.engine import ray_init  # noqa: E402
 from refinery.pipeline.runner import run_pipeline  # noqa: E402
 from refinery.termination import end_on_sigterm, finish_undisturbed  # noqa: E402
 

@@ -61,7 +61,7 @@ class RefineryCommand(click.Command):
 
     def invoke(self, ctx):
         from refinery.io.ownership import check_out_apart, claim_output
-        from refinery.pipeline.engine import check_ray_address
+        from refinery.pipeline.cluster_address import check_ray_address
 
         if ctx.params.get("io_timeout"):   # read by every store client, Ray workers' too
             os.environ["REFINERY_IO_TIMEOUT"] = str(ctx.params["io_timeout"])

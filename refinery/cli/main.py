@@ -13,7 +13,8 @@ from refinery.cli.base import PipelineCommand
 from refinery.cli.group import RefineryGroup
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.config import ReportConfig
-from refinery.pipeline.engine import ENGINES, RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
+from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
+from refinery.pipeline.engine import ENGINES
 from refinery.quiet import QUIET_ENV, quiet_other_bars, set_quiet
 from refinery.termination import end_on_sigterm, finish_undisturbed
 

@@ -77,9 +77,9 @@ def _claim(table, key, shift, dense, row, size, limit, grow):
 
 
 @numba.njit(nogil=True, cache=True)
-def count_present(batch, tables, weighted, dense, pairs, start, size, limit, grow):
+def count_present(batch, tables, how, start, size, limit):
     """Count each key once per row: ``batch`` is ``(keys, rows, labels, masks, weights, first_row)``, ``tables``
-    ``(table, values)``. The key at position i (≥ ``start``) is ``keys[i]``, or with ``pairs`` the bigram
+    ``(table, values)``, ``how`` ``(weighted, dense, pairs, grow)``. The key at position i (≥ ``start``) is ``keys[i]``, or with ``pairs`` the bigram
     ``keys[i-1] << 32 | keys[i]`` when both are in the same row (keys are ≥ 0); its first occurrence in row
     ``first_row + rows[i]`` (r = ``rows[i]``, of label l = ``labels[r]``) adds 1 to count column ``3 + l``, or with
     ``weighted`` its masks ``masks[r, m]`` to count columns ``3 + l × M + m`` and its weights ``weights[r, w]`` to
@@ -89,6 +89,7 @@ def count_present(batch, tables, weighted, dense, pairs, start, size, limit, gro
     make the table hold more than ``limit`` keys; returns (keys held, position reached)."""
     keys, rows, labels, masks, weights, first_row = batch
     table, values = tables
+    weighted, dense, pairs, grow = how
     shift = hash_shift(len(table))
     M, W = masks.shape[1], weights.shape[1]
     for i in range(max(start, 1 if pairs else 0), len(keys)):

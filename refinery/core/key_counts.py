@@ -85,7 +85,7 @@ class KeyCounts:
         while True:
             limit = len(self.table) if self.dense else int(self.MAX_LOAD * len(self.table))
             self.size, done = count_present((keys, rows, labels, masks, weights, first_row), (self.table, self.values),
-                                            weighted, self.dense, pairs, done, self.size, limit, grow)
+                                            (weighted, self.dense, pairs, grow), done, self.size, limit)
             if done == len(keys):
                 return
             self._resize(2 * len(self.table), columns, values)

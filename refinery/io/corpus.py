@@ -124,6 +124,9 @@ class Corpus:
         with on_store(self.url, "listing the corpus"):
             found = {posixpath.relpath(p, path): info.get("size") for p, info in
                      fs.find(path, detail=True, withdirs=False).items()}
+        under = path.rstrip("/") + "/"   # the listings it cached: a later read must see a file written since
+        for listed in [d for d in getattr(fs, "dircache", {}) if d == path or d.startswith(under)]:
+            fs.dircache.pop(listed, None)
         for name in [*self.manifest["files"], *self.manifest["rejects"]]:
             recorded = stats.get(name, {}).get("bytes")
             if name not in found:
