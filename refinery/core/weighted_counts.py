@@ -244,7 +244,8 @@ class WeightedCounts:
             out.tables[col, order] = table
         if self.row_features:
             mine = list(self._parts(rows))[-1][1]
-            out.only = {name for i, name in enumerate(self.row_features) if i in set(mine.tolist())}
+            names = list(self.row_features)
+            out.only = {names[i] for i in mine.tolist()}
         else:
             out.only = set()
         return out
