@@ -231,3 +231,42 @@ def test_a_ray_address_that_does_not_answer_fails_in_one_line_before_any_work(tm
             assert name.startswith("token") or f"RAY_ADDRESS={address}" in proc.stderr, proc.stderr
     other.stop(None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml", "rows.jsonl"]
+
+
+def test_a_head_that_answers_but_never_lets_the_driver_join_ends_within_the_deadline_and_at_ctrl_c(tmp_path):
+    """A head that refuses the driver's token (a wrong RAY_AUTH_TOKEN) passes the address check, and Ray's connect then
+    retried it for as long as it was left, deaf to Ctrl-C (32–35 s). The deadline is kept from outside the connect:
+    one line, exit 2; Ctrl-C ends it at once."""
+    import grpc
+    from concurrent import futures
+
+    class Refuses(grpc.GenericRpcHandler):   # every call refused as a token head refuses a wrong token
+        def service(self, details):
+            return grpc.unary_unary_rpc_method_handler(
+                lambda request, context: context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken"))
+
+    head = grpc.server(futures.ThreadPoolExecutor(2))
+    head.add_generic_rpc_handlers((Refuses(),))
+    address = f"127.0.0.1:{head.add_insecure_port('127.0.0.1:0')}"
+    head.start()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(open(SNLI_DEV).readlines()[:50]))
+    env = {**os.environ, **RAY_ENV, "RAY_ADDRESS": address, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token"}
+    command = [REFINERY, "--ray-timeout", "2", "zfilter", rows, "--preset", "snli", "--engine", "ray", "--out"]
+    try:
+        started = time.monotonic()
+        proc = subprocess.run(list(map(str, [*command, tmp_path / "a"])), capture_output=True, text=True, timeout=120,
+                              env=env)
+        assert proc.returncode == 2 and time.monotonic() - started < 30, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "answered, but joining it took longer than" in proc.stderr, proc.stderr
+        command[2] = "60"
+        proc = subprocess.Popen(list(map(str, [*command, tmp_path / "b"])), stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(6)   # well into the connect
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and time.monotonic() - sent < 3, err
+        assert err.count("\n") == 1 and err.startswith("interrupted"), err
+    finally:
+        head.stop(None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]

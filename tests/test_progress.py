@@ -114,21 +114,24 @@ def small_test_set(tmp_path_factory):
     return path
 
 
-def test_an_interrupt_names_what_the_run_had_already_published(tiny_generator, small_test_set, tmp_path):
-    """RAZOR interrupted in its rewrite rounds, after scores/ was published: the message names it (it said
-    'nothing was published'), and scores/ reads whole."""
+def test_an_interrupt_between_two_parts_publishes_neither_and_keeps_the_finished_pieces(tiny_generator, small_test_set,
+                                                                                         tmp_path):
+    """RAZOR interrupted in its rewrite rounds, once its scores/ are written: the run is one commit, so nothing of it is
+    published (scores/ stood alone in the folder, beside no corpus/ and no _SUCCESS), and the finished pieces stay
+    for the rerun."""
     out = tmp_path / "rz"
     code, said = interrupted_when(["razor", small_test_set, "--preset", "snli", "--model", tiny_generator,
                                    "--top-k", 100, "--rounds", 3, "--max-new-tokens", 8, "--out", out],
-                                  out / "_checkpoints" / "razor" / "key.json")   # made once scores/ is published
-    assert code == 130 and said == f"interrupted: published before the interrupt in {out}: scores; nothing else was\n"
-    assert Corpus.open(str(out / "scores")).manifest["rows"] == 200
+                                  out / "_checkpoints" / "razor" / "key.json")   # made once scores/ is written
+    assert code == 130 and said == "interrupted: nothing was published; a finished output in --out is as it was\n"
+    assert sorted(p.name for p in out.iterdir()) == [".refinery.json", "_checkpoints"]
 
 
-def test_generation_counts_prompts_per_batch_and_announces_a_resume_as_it_starts(tiny_generator, small_test_set,
+def test_generation_counts_prompts_within_a_batch_and_announces_a_resume_as_it_starts(tiny_generator, small_test_set,
                                                                                  tmp_path):
-    """In a pipe transformers' 'Loading weights' bar is not drawn; on a terminal one bar counts prompts batch by
-    batch across the checkpointed shards (it sat at shard 0/1), and a resume is said before the work, not at the end."""
+    """In a pipe transformers' 'Loading weights' bar is not drawn; on a terminal one bar counts prompts across the
+    checkpointed shards (it sat at shard 0/1), within a batch too, and a resume is said before the work, not at the
+    end."""
     out = tmp_path / "gen"
     args = ["generate", small_test_set, "--preset", "snli", "--limit", 4, "--target-labels", "all", "--model",
             tiny_generator, "--max-new-tokens", 4, "--batch-size", 3, "--shard-rows", 6, "--out", out]
@@ -137,7 +140,7 @@ def test_generation_counts_prompts_per_batch_and_announces_a_resume_as_it_starts
     shown = on_a_terminal(*args)
     assert shown.startswith(f"generate: resuming after 1 finished shard(s) of an interrupted run (checkpoints in "
                             f"{out}/_checkpoints)"), shown[:300]
-    assert re.search(r"generate: +\d+%\|[^|]*\| 9/12 ", shown), shown   # mid-shard: per batch
+    assert re.search(r"generate: +\d+%\|[^|]*\| ([7-9]|1[01])/12 ", shown), shown   # mid-shard
     assert "resumed: 1 finished shard(s)" in shown
 
 
@@ -159,3 +162,26 @@ def test_in_a_pipe_a_long_bar_prints_a_status_line_now_and_then(monkeypatch, cap
         time.sleep(0.06)
         bar.update(2)
     assert capsys.readouterr().err == ""
+
+
+def test_generations_bar_moves_within_a_batch_of_prompts():
+    """A batch of prompts is one call of the model: the bar moved once per batch (60 s at 0% on a CPU); it moves with
+    the tokens decoded, and ends at the prompts done."""
+    import pyarrow as pa
+
+    from refinery.models.generate import Sampling
+    from refinery.models.stages import generate_table
+
+    class Recording:
+        def __init__(self):
+            self.updates = []
+
+        def update(self, n=1):
+            self.updates.append(n)
+
+    bar = Recording()
+    prompts = pa.table({"prompt": ["Write a long story about a dog who learns to swim."] * 4})
+    out = generate_table(prompts, "transformers", {"batch_size": 4}, Sampling(max_new_tokens=12, temperature=0),
+                         batch_size=4, bar=bar)
+    assert out.num_rows == 4 and sum(bar.updates) == 4
+    assert len(bar.updates) >= 3, bar.updates   # one batch, moved step by step

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, RayNode, free_port, run_cli
 
+from refinery.io.committed import committed_url
 from refinery.io.corpus import MANIFEST, META_DIR, Corpus, is_corpus, load
 from refinery.io.corpus_writer import convert
 from refinery.io.schema import PRESETS
@@ -92,7 +93,9 @@ def test_credentials_given_only_as_storage_options_reach_every_writer(s3, tmp_pa
         proc = subprocess.run([REFINERY, verb, str(small), "--preset", "snli", *extra, "--out",
                                f"s3://bucket/{verb}", *options], capture_output=True, text=True, cwd=REPO)
         assert proc.returncode == 0, proc.stderr
-        assert (s3.root / "bucket" / verb / "report" / "report.html").exists(), verb
+        report = committed_url(f"s3://bucket/{verb}/report/report.html", dict(key="testkey", secret="testsecret",
+                                                                             endpoint_url=f"http://127.0.0.1:{s3.port}"))
+        assert f"report: {report}" in proc.stdout and (s3.root / report.removeprefix("s3://")).exists(), verb
         assert "testsecret" not in proc.stdout + proc.stderr
     assert (s3.root / "bucket" / "zfilter" / "_SUCCESS").exists()
 
@@ -245,7 +248,7 @@ STOP_POINTS = {  # where a write is cut: (verb, what appears on the store just b
     "early": (("convert",), "bucket/out/.refinery.json", 1),
     "middle": (("convert",), "bucket/out/part-*.parquet", 8),
     "publishing the manifest": (("convert",), f"bucket/out/{MANIFEST}", 1),
-    "a multi-part verb": (("zfilter", "--k", "5", "--batch-size", "200"), "bucket/out/kept/*.parquet", 1),
+    "a multi-part verb": (("zfilter", "--k", "5", "--batch-size", "200"), "bucket/out/_runs/*/kept/*.parquet", 1),
 }
 DEADLINE_S = 90   # the defaults: a call is tried 3 times, clean-up gets 30 s
 
@@ -281,8 +284,10 @@ def test_a_store_stopped_mid_write_fails_within_its_deadline_and_the_rerun_is_cl
     expected = Corpus.open(str(local if verb[0] == "convert" else local / "kept")).read()
     assert Corpus.open(kept).read().equals(expected)
     finished = Corpus.open(kept).manifest["files"]
-    left = sorted(p.name for p in (s3.root / kept.removeprefix("s3://")).glob("part-*"))
+    left = sorted(p.name for p in (s3.root / committed_url(kept).removeprefix("s3://")).glob("part-*"))
     assert left == sorted(finished)          # a cut run's shards and the older version's are gone
+    if verb[0] == "zfilter":                 # a cut run's folder too: the committed run alone is left
+        assert len(list((s3.root / "bucket" / "out" / "_runs").iterdir())) == 1
 
 
 def test_a_store_that_stops_answering_fails_within_the_io_timeout(tmp_path):

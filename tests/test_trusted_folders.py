@@ -114,3 +114,43 @@ def test_an_overwrite_under_a_crafted_marker_is_refused_and_removes_nothing(corp
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert ".refinery.json: 'files' entry" in proc.stderr and "not a file inside the folder" in proc.stderr
     assert (sibling / "keep.txt").read_text() == "the user's" and (out / "report" / "report.json").exists()
+
+
+def _run_folder(corpus, tmp_path, **pointer) -> str:
+    """A run's folder as an object store holds it (copied to a disk as it is): its parts under _runs/<run>/, and the
+    pointer ``_SUCCESS`` naming that run."""
+    folder = tmp_path / "zf"
+    shutil.copytree(corpus, folder / "_runs" / "20261127T120000-0123abcd" / "kept")
+    (folder / "_SUCCESS").write_text(json.dumps({"run": "20261127T120000-0123abcd", "parts": ["kept"],
+                                                 "root": "_runs/20261127T120000-0123abcd", **pointer}))
+    return str(folder)
+
+
+def test_a_run_folder_of_an_object_store_reads_through_its_pointer(corpus, tmp_path):
+    from refinery.io.corpus import Corpus
+
+    folder = _run_folder(corpus, tmp_path)
+    assert Corpus.open(f"{folder}/kept").read().equals(Corpus.open(str(corpus)).read())
+    assert f"read      {folder}/_runs/20261127T120000-0123abcd/kept" in run_cli("inspect", f"{folder}/kept").stdout
+
+
+@pytest.mark.parametrize("entry", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_run_pointer_naming_a_folder_outside_its_own_is_refused_naming_it(corpus, tmp_path, entry):
+    from refinery.io.contained import OutsideFolder
+    from refinery.io.corpus import Corpus
+
+    folder = _run_folder(corpus, tmp_path, root=entry)
+    with pytest.raises(OutsideFolder, match=r"_SUCCESS: 'root' entry 1 .* not a file inside the folder"):
+        Corpus.open(f"{folder}/kept")
+
+
+@pytest.mark.parametrize("parts", ["kept", {"kept": 1}, ["/etc"], ["kept"] * 100_000])
+def test_a_run_pointer_of_the_wrong_types_or_huge_ends_in_one_line_within_seconds(corpus, tmp_path, parts):
+    folder = _run_folder(corpus, tmp_path, parts=parts)
+    started = time.monotonic()
+    proc = run_cli("audit", f"{folder}/kept", "--out", tmp_path / "a", check=False)
+    assert time.monotonic() - started < 30
+    if isinstance(parts, list) and parts[0] == "kept":   # a huge list of a part it holds: read as that part
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "_SUCCESS: 'parts'" in proc.stderr, proc.stderr

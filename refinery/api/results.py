@@ -20,6 +20,7 @@ from refinery.api.errors import in_python_terms
 from refinery.api.folders import CallFolder
 from refinery.api.inputs import Source, kind_of
 from refinery.api.returns import as_kind, in_callers_columns, to_hf
+from refinery.io.committed import committed_url
 from refinery.io.corpus import MANIFEST, Corpus, is_corpus
 from refinery.io.hf import datasets_package
 from refinery.io.location import get_fs, join
@@ -72,7 +73,7 @@ class Result:
         """The run's mark in its folder (``_SUCCESS``; a corpus's manifest), to tell this run from a later one."""
         for name in ("_SUCCESS", MANIFEST):
             if self._exists(name):
-                fs, path = get_fs(join(self.out, name), self._storage)
+                fs, path = get_fs(self._url(name), self._storage)
                 return fs.cat_file(path)
         return None
 
@@ -176,7 +177,7 @@ class Result:
 
     @property
     def report_path(self) -> str | None:
-        return join(self.out, self.report_file) if self.report_file else None
+        return self._url(self.report_file) if self.report_file else None
 
     @property
     def splits_line(self) -> str:
@@ -202,12 +203,16 @@ class Result:
     def _storage(self) -> dict:
         return dict(self.input.storage_options)
 
+    def _url(self, name: str) -> str:
+        """The file ``name`` of the stage's folder, in the run committed there (``committed_url``)."""
+        return committed_url(join(self.out, name), self._storage)
+
     def _exists(self, name: str) -> bool:
-        fs, path = get_fs(join(self.out, name), self._storage)
+        fs, path = get_fs(self._url(name), self._storage)
         return fs.exists(path)
 
     def _json(self, name: str) -> dict:
-        fs, path = get_fs(join(self.out, name), self._storage)
+        fs, path = get_fs(self._url(name), self._storage)
         return json.loads(fs.cat_file(path))
 
 

@@ -117,9 +117,8 @@ SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
 def _published_before() -> str:
     """What an interrupted run had published and left, named under their common parent: each folder is
     whole (``AtomicDir``); nothing else was published."""
-    from refinery.io.publishing import published_folders
-
-    folders = published_folders()
+    publishing = sys.modules.get("refinery.io.publishing")   # not loaded: nothing was published (an interrupt that
+    folders = publishing.published_folders() if publishing else []   # cut an import short must not import again)
     if not folders:
         return "nothing was published; a finished output in --out is as it was"
     parent = _common_parent(folders)

@@ -16,6 +16,7 @@ import click
 from refinery.cli.config_options import config_options, given
 from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import engine_option, io_timeout_option, mode_option, printable_pipeline
+from refinery.io.committed import committed_url
 from refinery.io.splits import split_specs
 from refinery.io.location import join, merged
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
@@ -44,7 +45,8 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
         for warning in result.warnings:
             click.echo(f"warning: {warning}", err=True)
         if result.report_file:
-            click.echo(f"report: {join(out, result.report_file)}")
+            report = committed_url(join(out, result.report_file), spec.input.read_options().storage_options)
+            click.echo(f"report: {report}")
 
     f = config_options(cls.Config, "cfg")(verb)
     f = config_options(InputSpec, "in")(f)

@@ -65,7 +65,8 @@ def inspect(paths, as_json, verify, mapping, opts):
     """Rows, schema, label counts, rejects by reason and text lengths of PATHS."""
     from refinery.core.inspect import format_inspection
     from refinery.core.inspect import inspect as run_inspect
-    from refinery.io.corpus import Corpus, is_corpus
+    from refinery.io.committed import committed_url
+    from refinery.io.corpus import Corpus, corpus_of, is_corpus
 
     if verify:
         for path in paths:
@@ -74,6 +75,10 @@ def inspect(paths, as_json, verify, mapping, opts):
                 click.echo(f"{path}: {checked:,} file(s) match the sha256 its manifest records", err=True)
 
     info = run_inspect(paths, mapping, opts)
+    read = {p: committed_url(corpus_of(p, opts.storage_options), opts.storage_options) for p in paths
+            if is_corpus(p, opts.storage_options)}
+    if any(url != p for p, url in read.items()):   # a run's part on an object store: its committed run's folder
+        info = {"read": read, **info}
     click.echo(json.dumps(info, indent=2) if as_json else format_inspection(info))
 
 
@@ -218,6 +223,8 @@ def probe(*, train, out, mapping, opts, **params):
 def compare(train, out, print_config, io_timeout, **params):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
     from refinery.cli.stage_verbs import compare_pipeline
+    from refinery.io.committed import committed_url
+    from refinery.io.location import join
     from refinery.pipeline.output import StageOutput
     from refinery.pipeline.stage import StageInput
 
@@ -238,7 +245,7 @@ def compare(train, out, print_config, io_timeout, **params):
     with output.publishing():   # OUT is refinery's from the first run saved in runs/: a rerun resumes from them
         result = CompareStage(config).run(StageInput({"": corpora[-1:]}, spec_in.mapping(), opts), output)
     click.echo("\n".join(result.lines))
-    click.echo(f"report: {out}/{result.report_file}")
+    click.echo(f"report: {committed_url(join(out, result.report_file), opts.storage_options)}")
 
 
 @tools.command(cls=RefineryCommand)

@@ -55,7 +55,8 @@ def inspect(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOpti
 
 
 def format_inspection(info: dict) -> str:
-    lines = [f"rows      {info['rows']:,}", f"rejected  {info['rejected']:,}", "labels"]
+    lines = [f"read      {url}" for url in info.get("read", {}).values()]
+    lines += [f"rows      {info['rows']:,}", f"rejected  {info['rejected']:,}", "labels"]
     lines += [f"  {lab:<24} {n:>10,}" for lab, n in info["labels"].items()]
     if info["rejects_by_reason"]:
         lines.append("rejects by reason")

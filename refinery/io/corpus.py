@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
+from refinery.io.committed import committed_url
 from refinery.io.common_schema import common_schema, conform
 from refinery.io.contained import OutsideFolder, inside
 from refinery.io.inputs import expand_paths
@@ -25,7 +26,7 @@ from refinery.io.read_options import ReadOptions
 from refinery.io.readers import read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
-from refinery.io.location import get_fs, on_store
+from refinery.io.location import forget_listings, get_fs, on_store
 from refinery.io.ownership import RUN_MARKER, STAGE_CORPUS, read_marker
 from refinery.io.redaction import redact
 
@@ -90,8 +91,10 @@ class Corpus:
 
     @classmethod
     def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
+        """The corpus at ``url`` (a part of a run's folder: of the run committed there, ``committed_url``)."""
+        url = committed_url(url, storage_options)
         fs, path = get_fs(url, storage_options)
-        fs.invalidate_cache(path)  # another process may have published it since this one last looked
+        forget_listings(fs, path)  # another process may have published it since this one last looked
         with on_store(url, "reading the corpus manifest"):
             mpath = manifest_path(fs, path)
             if mpath is None:
@@ -124,9 +127,7 @@ class Corpus:
         with on_store(self.url, "listing the corpus"):
             found = {posixpath.relpath(p, path): info.get("size") for p, info in
                      fs.find(path, detail=True, withdirs=False).items()}
-        under = path.rstrip("/") + "/"   # the listings it cached: a later read must see a file written since
-        for listed in [d for d in getattr(fs, "dircache", {}) if d == path or d.startswith(under)]:
-            fs.dircache.pop(listed, None)
+        forget_listings(fs, path)   # the listings it cached: a later read must see a file written since
         for name in [*self.manifest["files"], *self.manifest["rejects"]]:
             recorded = stats.get(name, {}).get("bytes")
             if name not in found:
@@ -215,7 +216,8 @@ def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
     with on_store(url, "looking at the input"):
         if not fs.isdir(path) or not fs.exists(posixpath.join(path, RUN_MARKER)):
             return []
-        folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False) if fs.isdir(p))
+        fs, run = get_fs(committed_url(url, storage_options), storage_options)
+        folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(run, detail=False) if fs.isdir(p))
     return [posixpath.join(url.rstrip("/"), f) for f in folders if is_corpus(posixpath.join(url, f), storage_options)]
 
 
@@ -242,7 +244,7 @@ def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
 
 def is_corpus(url: str, storage_options=None) -> bool:
     """Whether ``url`` is a folder with a corpus manifest (a store that refuses to say is named with ``url``)."""
-    fs, path = get_fs(url, storage_options)
+    fs, path = get_fs(committed_url(url, storage_options), storage_options)
     fs.invalidate_cache(path)
     with on_store(url, "looking at the input"):
         return fs.isdir(path) and manifest_path(fs, path) is not None
@@ -314,7 +316,7 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
         prefix = f"{split}=" if split else ""
         url = corpus_of(url, storage_options)
         if is_corpus(url, storage_options):
-            fs, path = get_fs(url, storage_options)
+            fs, path = get_fs(committed_url(url, storage_options), storage_options)
             prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(manifest_path(fs, path))).hexdigest()
             continue
         for path in expand_paths([url], storage_options):
@@ -326,7 +328,7 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
 def finished_run(out: str, storage_options: dict | None = None) -> dict | None:
     """What the finished output at ``out`` records of its run (its inputs and config): a corpus's manifest, a
     Hugging Face folder's stamp in refinery's marker; None where there is none."""
-    fs, path = get_fs(out, storage_options)
+    fs, path = get_fs(committed_url(out, storage_options), storage_options)
     with on_store(out, "looking for a finished corpus"):
         mpath = manifest_path(fs, path)
         if mpath is None:

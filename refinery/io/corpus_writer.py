@@ -36,16 +36,18 @@ class CorpusWriter(AbortsOnError):
     """Write canonical shards, rejects and a manifest; publish atomically on ``commit``.
 
     ``mode``: ``overwrite`` replaces a finished output, ``skip`` leaves it (``skipped`` is
-    then True and nothing is written), ``error`` refuses to touch it.
+    then True and nothing is written), ``error`` refuses to touch it. ``location``: where the corpus is written
+    when not at ``out`` (a part of a run, written where no reader looks until the run's commit).
     """
 
     def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
                  config: dict | None = None, storage_options: dict | None = None, extra: dict | None = None,
-                 inputs: Iterable[str] | None = None):
+                 inputs: Iterable[str] | None = None, location: str | None = None):
         if mode not in ("overwrite", "skip", "error"):
             raise ValueError(f"mode must be overwrite|skip|error, not {mode!r}")
-        self.out = out.rstrip("/")
-        self.fs, self.path = get_fs(self.out, storage_options)
+        self.out = out.rstrip("/")   # the corpus's URL, as it is published and named
+        location = (location or out).rstrip("/")   # where it is written (a run's folder before its commit)
+        self.fs, self.path = get_fs(location, storage_options)
         self.mode = mode
         self.shard_rows = shard_rows
         self.config = config or {}
@@ -54,7 +56,7 @@ class CorpusWriter(AbortsOnError):
         self.skipped = False
         self.manifest: dict | None = None
         if mode != "overwrite":
-            self.skipped = reusable(out, mode, finished_run(out, storage_options), self.inputs, self.config)
+            self.skipped = reusable(out, mode, finished_run(location, storage_options), self.inputs, self.config)
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
@@ -70,7 +72,7 @@ class CorpusWriter(AbortsOnError):
         self._offered: pa.Schema | None = None   # the columns of the first rows offered, kept or not
         self._names: list[str] = []
         self._nbytes = 0                      # and the rows' size in Arrow
-        self._dir = None if self.skipped else AtomicDir(self.out, storage_options)
+        self._dir = None if self.skipped else AtomicDir(location, storage_options)
         # shards are encoded and written a row group at a time on one background thread (Arrow releases the
         # GIL), so the next batches are read meanwhile and a shard's end costs one row group, not the shard
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")

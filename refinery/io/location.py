@@ -136,12 +136,21 @@ def folder_entries(fs, path: str) -> list[str]:
         return []
 
 
+def forget_listings(fs, path: str) -> None:
+    """Drop what ``fs`` cached of the folder ``path``, the folders above it and those under it (s3fs keeps listings:
+    a later look must see what another process, or a run in this one, wrote or removed since)."""
+    fs.invalidate_cache(path)
+    under = path.rstrip("/") + "/"
+    for listed in [d for d in getattr(fs, "dircache", {}) if d.startswith(under)]:
+        fs.dircache.pop(listed, None)
+
+
 def json_object(fs, path: str) -> dict | None:
     """The JSON object in ``path``, or None where there is no such file or it is not a JSON object."""
     try:
         with fs.open(path, "r") as fh:
             body = json.load(fh)
-    except (FileNotFoundError, IsADirectoryError, ValueError):
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError):
         return None
     return body if isinstance(body, dict) else None
 

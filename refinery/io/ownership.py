@@ -199,10 +199,10 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
 
 
 def remove_present(fs, path: str, names) -> None:
-    """Remove those of ``names`` (paths relative to folder ``path``) that are there."""
+    """Remove those of ``names`` (paths relative to folder ``path``) that are there, a folder whole (``_runs/``)."""
     present = [join(path, f) for f in sorted(names) if fs.exists(join(path, f))]
     if present:
-        fs.rm(present)
+        fs.rm(present, recursive=True)
 
 
 def unpublish(folder: str, storage_options: dict | None = None) -> None:

@@ -17,24 +17,48 @@ from abc import ABC, abstractmethod
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refinery.io.contained import inside
-from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_local, join, json_object, on_store,
+from refinery.io.committed import RUNS
+from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_local, join, on_store,
                                   with_deadline)
-from refinery.io.ownership import (OWNER_MARKER, RUN_MARKER, claim_folder, claim_output, made_folder, marker_body,
-                                   new_run_id, owned_files, published_run, read_marker, remove_failed_output,
+from refinery.io.ownership import (OWNER_MARKER, RESUMABLE, RUN_MARKER, claim_folder, claim_output, made_folder,
+                                   marker_body, new_run_id, owned_files, read_marker, remove_failed_output,
                                    remove_present, unpublish_run)
 from refinery.io.redaction import redact
+from refinery.io.scratch import forget_shown, show_as
 
 
 _RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # the run id in an object-store file's name
 
 
+_TEMP = re.compile(r"\.tmp-(\d+)-\d{8}T\d{6}-[0-9a-f]{8}(-old)?$")   # a temporary folder's name ends so
+
+
+_in_use: set[str] = set()   # this process's temporary folders that a writer still writes or publishes
+
+
+def temporary_folder(path: str, run_id: str) -> str:
+    """``<path>.tmp-<pid>-<run>``: where a run writes what it publishes as ``path``, in use until ``released``."""
+    tmp = f"{path}.tmp-{os.getpid()}-{run_id}"
+    _in_use.add(tmp)
+    return tmp
+
+
+def released(tmp: str) -> None:
+    _in_use.discard(tmp)
+
+
 def remove_stale_temps(path: str) -> list[str]:
-    """Remove ``<path>.tmp-<pid>-*`` folders left by runs whose process is gone (a kill -9, a crash)."""
+    """Remove ``<path>.tmp-<pid>-*`` folders left by runs that ended without removing them: their process is gone (a
+    kill -9, a crash), or it is this one and no writer uses it (a run whose disk failed under it). One that holds
+    the previous folder swapped out (``swap_in`` cut before it moved the user's files back) gives them back first."""
     removed = []
     for tmp in glob.glob(glob.escape(path) + ".tmp-*-*"):
-        pid = os.path.basename(tmp).rsplit(".tmp-", 1)[1].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        found = _TEMP.search(tmp)
+        pid = int(found.group(1)) if found else None
+        if pid is not None and (not _alive(pid) if pid != os.getpid() else tmp.removesuffix("-old") not in _in_use):
+            if os.path.lexists(path) and os.path.lexists(os.path.join(tmp, OWNER_MARKER)):
+                _move_entries(tmp, path, [rel for rel in _foreign_entries(tmp)
+                                          if not os.path.lexists(os.path.join(path, rel))])
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
@@ -50,27 +74,88 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _foreign_entries(root: str, owned: set[str]) -> list[str]:
-    """Paths under local folder ``root`` (relative) that refinery did not write: files, links and folders
-    holding none of ``owned``, taken whole."""
-    under = {posixpath.dirname(f) for f in owned}
-    parents = set()
-    for d in under:
-        while d and d not in parents:   # owned paths are relative (``contained.inside``); "/" would stop too
-            parents.add(d)
+_LOCAL = get_fs("/")[0]
+
+
+def _foreign_entries(root: str) -> list[str]:
+    """Paths under local folder ``root`` (relative) that refinery did not write, taken whole: files, links and
+    folders holding none of what a marker lists. A folder's marker (``.refinery.json``) lists the files refinery
+    wrote there; a subfolder with a marker of its own (a part of a run: kept/, report/) answers for itself. A
+    folder without a marker is foreign whole (every entry of ``root``, if ``root`` has none)."""
+    top = owned_files(_LOCAL, root)
+    if not top:
+        return sorted(os.listdir(root))
+    foreign: list[str] = []
+    marked = [("", top)]
+    while marked:
+        base, owned = marked.pop()
+        parents = set()
+        for d in {posixpath.dirname(f) for f in owned}:
+            while d and d not in parents:   # owned paths are relative (``contained.inside``)
+                parents.add(d)
+                d = posixpath.dirname(d)
+        todo = [""]
+        while todo:
+            sub = todo.pop()
+            for name in sorted(os.listdir(os.path.join(root, base, sub))):
+                child = posixpath.join(sub, name) if sub else name
+                full = posixpath.join(base, child) if base else child
+                where = os.path.join(root, full)
+                if child in owned or child == OWNER_MARKER or _TEMP.search(name):
+                    continue
+                inner = owned_files(_LOCAL, where) if os.path.isdir(where) and not os.path.islink(where) else set()
+                if inner:
+                    marked.append((full, inner))
+                elif child in parents and os.path.isdir(where) and not os.path.islink(where):
+                    todo.append(child)
+                else:
+                    foreign.append(full)
+    return sorted(foreign)
+
+
+def _move_entries(source: str, target: str, entries) -> None:
+    """Move ``entries`` (paths relative to local folder ``source``) to the same paths under ``target``. A folder made
+    for them that was refinery's in ``source`` stays refinery's (a marker listing itself alone, ``unpublish``)."""
+    for rel in entries:
+        moved = os.path.join(target, rel)
+        made, d = [], posixpath.dirname(rel)
+        while d and not os.path.lexists(os.path.join(target, d)):
+            made.append(d)
             d = posixpath.dirname(d)
-    foreign, todo = [], [""]
-    while todo:
-        rel = todo.pop()
-        for name in sorted(os.listdir(os.path.join(root, rel))):
-            child = posixpath.join(rel, name) if rel else name
-            if child in owned or child == OWNER_MARKER:
-                continue
-            if child in parents and not os.path.islink(os.path.join(root, child)):
-                todo.append(child)
-            else:
-                foreign.append(child)
-    return foreign
+        os.makedirs(os.path.dirname(moved), exist_ok=True)
+        for folder in made:
+            if os.path.lexists(os.path.join(source, folder, OWNER_MARKER)):
+                with open(os.path.join(target, folder, OWNER_MARKER), "w") as fh:
+                    fh.write(marker_body([OWNER_MARKER], run=new_run_id(), emptied=True))
+        os.rename(os.path.join(source, rel), moved)
+
+
+def swap_in(tmp: str, path: str, carried=()) -> None:
+    """Publish the local folder ``tmp`` as ``path`` in one step (a reader finds the previous folder whole, or this
+    one). What the previous folder holds that refinery did not write (``_foreign_entries``), and its ``carried``
+    entries (a run's resumable work), are moved into the new one; the rest of it is removed. A cut after the swap
+    leaves the previous folder at ``tmp``, whose foreign files the next run gives back (``remove_stale_temps``)."""
+    if not os.path.lexists(path):
+        os.rename(tmp, path)
+        return
+    keep = sorted({*_foreign_entries(path), *(c for c in carried if os.path.lexists(os.path.join(path, c)))})
+    clash = [f for f in keep if os.path.lexists(os.path.join(tmp, f))]
+    if clash:
+        raise FileExistsError(f"{path}/{clash[0]} was not written by refinery and is in the way of its output of "
+                              "the same name; move it elsewhere and run again")
+    old = tmp
+    if not _exchange(tmp, path):
+        old = f"{tmp}-old"
+        os.rename(path, old)
+        os.rename(tmp, path)
+    try:
+        _move_entries(old, path, keep)
+    except OSError as e:
+        kept = f"{path}.kept-{os.path.basename(tmp).rsplit('-', 1)[-1]}"
+        os.rename(old, kept)
+        raise OSError(f"{path}: could not move back files refinery did not write ({e}); the previous folder, "
+                      f"with them, is at {kept}") from None
+    shutil.rmtree(old, ignore_errors=True)   # what is left there, refinery wrote
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -136,7 +221,7 @@ class AtomicDir(AbortsOnError):
         self._written: set[str] = set()
         if self.local:
             remove_stale_temps(self.path)
-            self.tmp = f"{self.path}.tmp-{os.getpid()}-{self.run_id}"
+            self.tmp = temporary_folder(self.path, self.run_id)
         else:
             self.tmp = self.path
         with on_store(self.out, "making the output folder"):
@@ -196,7 +281,10 @@ class AtomicDir(AbortsOnError):
         ours = self._written | {OWNER_MARKER}
         if self.local:
             self._put_marker(ours)
-            self._publish_local()
+            try:
+                swap_in(self.tmp, self.path)
+            finally:
+                released(self.tmp)
             _published.setdefault(self.out, (self.fs, self.path))
             return
         with on_store(self.out, "listing the previous version's files"):
@@ -213,38 +301,12 @@ class AtomicDir(AbortsOnError):
                 self.fs.rm([join(self.path, f) for f in sorted(stale)])
             self._put_marker(ours)
 
-    def _publish_local(self) -> None:
-        if not os.path.lexists(self.path):
-            os.rename(self.tmp, self.path)
-            return
-        foreign = _foreign_entries(self.path, owned_files(self.fs, self.path))
-        clash = [f for f in foreign if any(w == f or w.startswith(f + "/") or f.startswith(w + "/")
-                                           for w in self._written)]
-        if clash:
-            raise FileExistsError(f"{self.out}/{clash[0]} was not written by refinery and is in the way of its "
-                                  "output of the same name; move it elsewhere and run again")
-        old = self.tmp
-        if not _exchange(self.tmp, self.path):
-            old = f"{self.tmp}-old"
-            os.rename(self.path, old)
-            os.rename(self.tmp, self.path)
-        try:
-            for rel in foreign:
-                target = os.path.join(self.path, rel)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                os.rename(os.path.join(old, rel), target)
-        except OSError as e:
-            kept = f"{self.path}.kept-{self.run_id}"
-            os.rename(old, kept)
-            raise OSError(f"{self.out}: could not move back files refinery did not write ({e}); the previous "
-                          f"folder, with them, is at {kept}") from None
-        shutil.rmtree(old, ignore_errors=True)   # what is left there, refinery wrote
-
     def abort(self) -> None:
         """Remove this run's files: the temporary folder, or on a store the run's id-named files within
         ``CLEANUP_SECONDS`` (the store may be why the run failed; what is left, the next run removes)."""
         if self.local:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            released(self.tmp)
             return
         own = [join(self.path, name) for name in sorted(self._written) if self.run_id in name]
         if own:
@@ -252,77 +314,116 @@ class AtomicDir(AbortsOnError):
 
 
 class RunOutput:
-    """A run that publishes several parts under one folder (``zfilter``: kept/, rejected/, report/).
+    """One commit for a run that publishes several parts under one folder (``zfilter``: kept/, rejected/, report/):
+    until the commit every reader finds the previous finished run whole, ``_SUCCESS`` included, and after it the
+    new one whole.
 
-    Entering claims the folder (``claim_output``; a new one gets refinery's marker at once) and removes
-    ``<out>/_SUCCESS``; a clean exit writes it last, with the parts and figures the run reports. A folder
-    without ``_SUCCESS`` holds no finished run, even if each part looks whole. A run that fails or is
-    interrupted before it replaced any part puts the previous ``_SUCCESS`` back: that run is still whole.
-    One that fails in a folder it created (or found empty) removes what it wrote (``remove_failed_output``). Once a
-    run finished, the parts of the run before it that it did not write again (another stage's) are removed.
+    Entering claims the folder (``claim_output``; a new one gets refinery's marker at once). The run writes its parts
+    at ``location``, where no reader looks. Locally that is ``<out>.tmp-<pid>-<run>``, which the commit swaps with
+    the folder in one rename (``swap_in``: what the user put in the folder, and a task's resumable work,
+    ``RESUMABLE``, move across). On an object store, which has no rename, it is ``<out>/_runs/<run>/``, and the
+    commit is one write of ``<out>/_SUCCESS`` naming that run (``committed``: readers resolve it); the earlier runs'
+    files are removed after it, best effort (the next commit removes what a cut clean-up leaves). ``_SUCCESS``
+    carries the run's ``summary``: a folder without it holds no finished run. A run that fails removes what it
+    wrote, and in a folder it created the folder (``remove_failed_output``); one whose error names files the user
+    must read (``keeps_output``: the rejects of an input without a good row) leaves them, published unfinished
+    on a local disk and where the error names them on a store.
     """
 
     def __init__(self, out: str, storage_options: dict | None = None):
         self.out = out.rstrip("/")
         self.storage_options = storage_options
         self.fs, self.path = get_fs(self.out, storage_options)
+        self.local = is_local(self.fs)
+        self.run_id = new_run_id()
+        self.location = self.out   # where the run writes its parts until the commit
         self.summary: dict = {}
-        self._previous: tuple[bytes, dict] | None = None   # the finished run's _SUCCESS and its parts' run ids
-
-    def _part_runs(self, parts) -> dict:
-        return {p: published_run(join(self.out, p), self.storage_options) for p in parts}
-
-    def _published_parts(self) -> dict:
-        """{part: its run id} of every subfolder that holds a part a run published (a marker with a run id)."""
-        entries = [n for n in folder_entries(self.fs, self.path) if self.fs.exists(join(self.path, n, OWNER_MARKER))]
-        return {p: run for p, run in self._part_runs(entries).items() if run is not None}
 
     def __enter__(self) -> "RunOutput":
         self._made = made_folder(self.out, self.storage_options)
-        self._new = claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER)) == "new"
-        marker = join(self.path, RUN_MARKER)
-        with on_store(self.out, f"removing {RUN_MARKER}"):
-            previous = json_object(self.fs, marker)
-            if previous is not None:
-                parts = inside(marker, "parts", previous.get("parts", []))
-                self._previous = (self.fs.cat_file(marker), self._part_runs(parts))
-            self._found = {} if self._new else self._published_parts()   # an earlier run's, finished or not
-            self._own = {} if self._new else read_marker(self.out, self.storage_options)   # its files in OUT itself
-            if self.fs.exists(marker):
-                self.fs.rm(marker)
+        self._new = claim_folder(self.out, self.storage_options, (OWNER_MARKER, RUN_MARKER, RUNS)) == "new"
+        if self.local:
+            remove_stale_temps(self.path)
+            self.location = temporary_folder(self.path, self.run_id)
+            os.makedirs(self.location)
+            show_as(self.location, self.out)
+        else:
+            self._mark_runs()
+            self.location = join(self.out, RUNS, self.run_id)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            with on_store(self.out, f"writing {RUN_MARKER}"):
-                published = self._published_parts()
-                earlier = sorted(p for p, run in self._found.items() if published.get(p) == run)   # not rewritten
-                body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "parts": sorted(set(published) - set(earlier)), **redact(self.summary)}
-                self.fs.makedirs(self.path, exist_ok=True)
-                with self.fs.open(join(self.path, RUN_MARKER), "w") as fh:
-                    json.dump(body, fh, indent=2, default=str)
-            for part in earlier:   # an earlier run's parts: not this run's; what a cut removal leaves, the next removes
-                with_deadline(CLEANUP_SECONDS, unpublish_run, join(self.out, part), self.storage_options)
-            with_deadline(CLEANUP_SECONDS, self._remove_earlier_files)
-        elif self._new and not getattr(exc, "keeps_output", False):   # an error may leave what the user must read
-            remove_failed_output(self.out, self._made, self.storage_options)
-        elif self._previous is not None:
-            body, runs = self._previous
-            with_deadline(CLEANUP_SECONDS, self._restore, body, runs)
+        try:
+            if exc_type is None:
+                self._commit(finished=True)
+            elif getattr(exc, "keeps_output", False):   # an error may leave what the user must read
+                if self.local:
+                    self._commit(finished=False)
+            else:
+                with_deadline(CLEANUP_SECONDS, self._discard)
+                if self._new:
+                    remove_failed_output(self.out, self._made, self.storage_options)
+        finally:
+            forget_shown(self.location)
         return False
 
-    def _remove_earlier_files(self) -> None:
-        """The files an earlier run published in OUT itself (``probe``'s report.json, say) that this run did not
-        publish again (the folder's marker is the one found on entering): removed, the marker listing itself."""
-        own = read_marker(self.out, self.storage_options)
-        stale = set(own.get("files", ())) - {OWNER_MARKER, RUN_MARKER}
-        if not stale or not self._own or own.get("run") != self._own.get("run"):
-            return
-        remove_present(self.fs, self.path, stale)
-        marker = marker_body([OWNER_MARKER, RUN_MARKER], run=new_run_id())
-        self.fs.pipe_file(join(self.path, OWNER_MARKER), marker.encode())
+    def _mark_runs(self) -> None:
+        """Refinery's marker in the store's folder lists ``_runs/`` before the first file is written there: a cut
+        run's files are refinery's to remove."""
+        body = read_marker(self.out, self.storage_options)
+        if RUNS not in body.get("files", ()):
+            with on_store(self.out, f"writing {OWNER_MARKER}"):
+                self.fs.pipe_file(join(self.path, OWNER_MARKER),
+                                  marker_body({*body.get("files", ()), OWNER_MARKER, RUNS},
+                                              run=body.get("run") or new_run_id()).encode())
 
-    def _restore(self, body: bytes, runs: dict) -> None:
-        if self._part_runs(runs) == runs:   # no part replaced: the previous run is whole again
-            self.fs.pipe_file(join(self.path, RUN_MARKER), body)
+    def _record(self, parts) -> bytes:
+        body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run": self.run_id, "parts": sorted(parts),
+                **({} if self.local else {"root": f"{RUNS}/{self.run_id}"}), **redact(self.summary)}
+        return json.dumps(body, indent=2, default=str).encode()
+
+    def _commit(self, finished: bool) -> None:
+        if self.local:
+            files = owned_files(self.fs, self.location) - {OWNER_MARKER}   # what a part "" wrote into the folder
+            if finished:
+                parts = [n for n in os.listdir(self.location) if n not in files and n != OWNER_MARKER]
+                self.fs.pipe_file(join(self.location, RUN_MARKER), self._record(parts))
+                files.add(RUN_MARKER)
+            self.fs.pipe_file(join(self.location, OWNER_MARKER),
+                              marker_body(files | {OWNER_MARKER}, run=self.run_id).encode())
+            try:
+                swap_in(self.location, self.path, RESUMABLE)
+            finally:
+                released(self.location)
+        else:
+            with on_store(self.out, f"writing {RUN_MARKER}"):
+                parts = [n for n in folder_entries(self.fs, self.location) if n != OWNER_MARKER]
+                self.fs.pipe_file(join(self.path, RUN_MARKER), self._record(parts))
+            with_deadline(CLEANUP_SECONDS, self._remove_earlier_runs)
+        _published.setdefault(self.out, (self.fs, self.path))
+
+    def _discard(self) -> None:
+        """Remove what this run wrote (on a store within ``CLEANUP_SECONDS``: the store may be why the run failed;
+        what is left, the next commit removes)."""
+        if self.local:
+            shutil.rmtree(self.location, ignore_errors=True)
+            released(self.location)
+        elif self.fs.exists(self.location):
+            self.fs.rm(self.location, recursive=True)
+
+    def _remove_earlier_runs(self) -> None:
+        """On a store, after the commit: the other runs under ``_runs/``, and what a run of refinery before
+        ``_runs/`` published in the folder (its parts, its files beside them)."""
+        runs = join(self.path, RUNS)
+        earlier = [join(runs, name) for name in folder_entries(self.fs, runs) if name != self.run_id]
+        if earlier:
+            self.fs.rm(earlier, recursive=True)
+        for name in folder_entries(self.fs, self.path):
+            if name not in (RUNS, *RESUMABLE) and self.fs.exists(join(self.path, name, OWNER_MARKER)):
+                unpublish_run(join(self.out, name), self.storage_options)
+        own = read_marker(self.out, self.storage_options)
+        stale = set(own.get("files", ())) - {OWNER_MARKER, RUN_MARKER, RUNS}
+        if stale:
+            remove_present(self.fs, self.path, stale)
+            self.fs.pipe_file(join(self.path, OWNER_MARKER),
+                              marker_body([OWNER_MARKER, RUN_MARKER, RUNS], run=own.get("run") or new_run_id()).encode())

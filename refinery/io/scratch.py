@@ -39,6 +39,16 @@ def write_parquet_file(path: str, schema: pa.Schema, batches: Iterable[pa.Record
     return rows
 
 
+def show_as(path: str, shown: str) -> None:
+    """Name the local ``path`` as ``shown`` in what refinery publishes and says (a run's folder before its commit
+    by the folder it is published as)."""
+    _SHOWN[path] = shown
+
+
+def forget_shown(path: str) -> None:
+    _SHOWN.pop(path, None)
+
+
 def in_memory_names(text: str) -> str:
     """``text`` with every scratch file of in-memory data named as what it holds (``pandas.DataFrame (in
     memory)``): a report's inputs, not a temporary path that is gone once the process ends."""

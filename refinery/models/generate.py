@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -85,7 +86,9 @@ def _decoding(sampling: Sampling) -> dict:
 
 @runtime_checkable
 class Generator(Protocol):
-    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]: ...
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling(), advance=None) -> list[list[str]]:
+        """``sampling.n`` texts per prompt; ``advance`` (optional) is called with the prompts done so far (a float,
+        rising) while they are generated, for a progress bar."""
 
 
 def _chat(tokenizer, prompts: list[str]) -> list[str]:
@@ -124,6 +127,22 @@ def save(model, tokenizer, path: str) -> None:
     tokenizer.save_pretrained(path)
 
 
+class _Steps:
+    """A stopping criterion of transformers' ``generate`` that never stops it: after each decoding step it tells
+    ``advance`` the prompts done, ``start`` before the batch and the batch's ``rows`` by the share of ``tokens``
+    decoded."""
+
+    def __init__(self, advance, start: int, rows: int, tokens: int):
+        self.advance, self.start, self.rows, self.tokens, self.step = advance, start, rows, max(1, tokens), 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        self.step += 1
+        self.advance(self.start + self.rows * min(self.step, self.tokens) / self.tokens)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 class TransformersGenerator:
     """A causal LM from transformers: batched sampling, and fine-tuning on (prompt, target) pairs."""
 
@@ -154,7 +173,9 @@ class TransformersGenerator:
         self._load()
         return _chat(self.tokenizer, prompts) if self.chat else list(prompts)
 
-    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling(), advance=None) -> list[list[str]]:
+        """``sampling.n`` texts per prompt, ``batch_size`` prompts per call of the model; ``advance`` is told the
+        prompts done after each decoding step (a batch's share by the tokens of ``max_new_tokens`` decoded)."""
         import torch
 
         self._load()
@@ -164,9 +185,11 @@ class TransformersGenerator:
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
                                  add_special_tokens=not self.chat).to(self.device)
+            steps = [] if advance is None else [_Steps(advance, start, len(enc["input_ids"]), sampling.max_new_tokens)]
             with torch.inference_mode():
                 ids = self.model.generate(**enc, **_decoding(sampling), max_new_tokens=sampling.max_new_tokens,
-                                          num_return_sequences=sampling.n, pad_token_id=self.tokenizer.pad_token_id)
+                                          num_return_sequences=sampling.n, pad_token_id=self.tokenizer.pad_token_id,
+                                          stopping_criteria=steps or None)
             decoded = self.tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
             out += [[d.strip() for d in decoded[i:i + sampling.n]] for i in range(0, len(decoded), sampling.n)]
         return out
@@ -268,7 +291,8 @@ class VLLMGenerator:
         self.llm = LLM(model=hf_folder(resolve(model)), **kwargs)
         self.tokenizer = self.llm.get_tokenizer()
 
-    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling(), advance=None) -> list[list[str]]:
+        """``sampling.n`` texts per prompt, all prompts in one call of vLLM's engine (``advance`` is not told)."""
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, n=sampling.n,
@@ -337,9 +361,20 @@ class OpenAIGenerator:
             cache_text(path, json.dumps(texts))
         return texts
 
-    def generate(self, prompts: list[str], sampling: Sampling = Sampling()) -> list[list[str]]:
+    def generate(self, prompts: list[str], sampling: Sampling = Sampling(), advance=None) -> list[list[str]]:
+        """``sampling.n`` texts per prompt, ``concurrency`` requests at a time; ``advance`` told each answer."""
+        done, lock = [0], threading.Lock()
+
+        def answer(prompt: str) -> list[str]:
+            texts = self._cached(prompt, sampling)
+            if advance is not None:
+                with lock:
+                    done[0] += 1
+                    advance(done[0])
+            return texts
+
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda p: self._cached(p, sampling), prompts))
+            return list(pool.map(answer, prompts))
 
 
 BACKENDS = {"transformers": TransformersGenerator, "vllm": VLLMGenerator, "openai": OpenAIGenerator}

@@ -40,11 +40,13 @@ class GeneratorActor:
         self.generator = shared_generator(backend, backend_kwargs or {})
         self.sampling = Sampling(**(sampling or {}))
         self.prompt_column = prompt_column
+        self.advance = None   # locally: called with the prompts of a batch done so far (``actor_map``)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         prompts = batch[self.prompt_column].to_pylist()
         try:
-            texts, errors = self.generator.generate(prompts, self.sampling), [None] * len(prompts)
+            texts = self.generator.generate(prompts, self.sampling, advance=self.advance)
+            errors = [None] * len(prompts)
         except Exception:
             texts, errors = [], []
             for prompt in prompts:

@@ -4,12 +4,17 @@ answers as something else (an S3 server, a proxy, another gRPC service) or refus
 ``RayUnreachable`` line naming it, where Ray's own connect retries it for many minutes."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
+import sys
+import threading
 import time
 
 RAY_TIMEOUT = 30.0  # seconds the cluster at RAY_ADDRESS may take to answer before the run fails
 RAY_TIMEOUT_ENV = "REFINERY_RAY_TIMEOUT"   # set by ``refinery --ray-timeout`` and ``jobs/run.py --ray-timeout``
+JOIN_MARGIN = 10.0  # seconds ray.init may take beyond the deadline once the head answered (it starts the driver's side)
 
 
 class RayUnreachable(ConnectionError):
@@ -102,3 +107,52 @@ def _check_ray_head(channel, address: str, timeout: float, token_mode: bool) -> 
                                  f"{timeout:g} s; --ray-timeout sets the deadline") from None
         raise RayUnreachable(f"RAY_ADDRESS={address} answers, but not as a Ray head ({code.name.lower()}): give the "
                              "head's GCS address as `ray start --head` printed it (port 6379 by default)") from None
+
+
+def join_cluster(address: str) -> None:
+    """``ray.init(address)``, waited for from outside, at most ``ray_timeout()`` + ``JOIN_MARGIN`` seconds: a head
+    that answers the check (``check_ray_address``) may still keep Ray's connect retrying for many minutes (a wrong
+    token, a head of another Ray version), deaf to Ctrl-C. Past the deadline the run ends in one ``RayUnreachable``
+    line, and Ctrl-C or SIGTERM end it at once; the connect left behind ends with the process."""
+    import ray
+
+    deadline = ray_timeout() + JOIN_MARGIN
+    done, failed = threading.Event(), []
+
+    def connect():
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        except BaseException as e:  # noqa: BLE001 — raised again by the waiting thread
+            failed.append(e)
+        finally:
+            done.set()
+
+    worker_log = logging.getLogger("ray._private.worker")
+    worker_log.addFilter(_not_main_thread_notice)   # refinery's own SIGTERM handler stays: nothing to say
+    with _stderr_silenced():   # Ray's core writes each retry to the process's stderr: the run says one line
+        threading.Thread(target=connect, name="ray-connect", daemon=True).start()
+        joined = done.wait(deadline)
+    if not joined:
+        raise RayUnreachable(f"the Ray cluster at RAY_ADDRESS={address} answered, but joining it took longer than "
+                             f"{deadline:g} s (is RAY_AUTH_TOKEN the head's token, and Ray {ray.__version__} the "
+                             "head's version?); --ray-timeout sets the deadline")
+    if failed:
+        raise failed[0]
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """The process's standard error (file descriptor 2, where Ray's C++ core logs) sent nowhere inside."""
+    sys.stderr.flush()
+    saved, sink = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(sink, 2)
+    os.close(sink)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _not_main_thread_notice(record: logging.LogRecord) -> bool:
+    return "not the main thread" not in record.getMessage()

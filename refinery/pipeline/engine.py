@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from refinery.pipeline.cluster_address import RayUnreachable, check_ray_address
+from refinery.pipeline.cluster_address import RayUnreachable, check_ray_address, join_cluster
 from refinery.termination import sigterm_kept
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ def ray_init(num_cpus: int | None = None):
     if address:
         check_ray_address()
         try:
-            with sigterm_kept():
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            join_cluster(address)
+        except RayUnreachable:
+            raise
         except (ConnectionError, RuntimeError, ValueError) as e:
             detail = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
             raise RayUnreachable(f"joining the Ray cluster at RAY_ADDRESS={address} failed: {detail}") from e
@@ -292,8 +293,9 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
     """A stateful stage class (a model loaded once) over ``table``: in-process, or a Ray Data actor
     pool of ``actors``, each asking for the stage's ``resources`` (cpus, gpus, memory); rows keep their order.
 
-    Progress is shown per batch, as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that
-    spans several calls (generation's shards)."""
+    Progress is shown as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that spans several calls
+    (generation's shards); per batch, and within one where the stage class has an ``advance`` attribute: locally it
+    is handed a function to call with the rows of the batch done so far (fractions too)."""
     from refinery.progress import progress
 
     own = bar is None
@@ -302,8 +304,11 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
         if check_engine(engine) == "local":
             stage, parts = stage_cls(**stage_kwargs), []
             for start in range(0, table.num_rows, batch_size):
+                within = _RowsDone(bar)
+                if hasattr(stage, "advance"):   # a stage that says how far into a batch it is (a generator)
+                    stage.advance = within
                 parts.append(stage(table.slice(start, batch_size)))
-                bar.update(parts[-1].num_rows)
+                within(parts[-1].num_rows)
             return pa.concat_tables(parts) if parts else stage(table)
         ray = ray_init()
         options = {"num_cpus": 1, **ray_options(resources)}
@@ -322,6 +327,19 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
     finally:
         if own:
             bar.close()
+
+
+class _RowsDone:
+    """Called with the rows of a batch done so far (a float, rising): moves ``bar`` by the whole rows gained."""
+
+    def __init__(self, bar: Progress):
+        self.bar, self.shown = bar, 0
+
+    def __call__(self, rows: float) -> None:
+        gained = int(rows) - self.shown
+        if gained > 0:
+            self.bar.update(gained)
+            self.shown += gained
 
 
 def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engine: str = "local",

@@ -11,9 +11,10 @@ writes to a filesystem).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 
@@ -37,9 +38,11 @@ class StageOutput:
     storage_options: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)     # the corpora or files the stage read
     settings: dict = field(default_factory=dict)   # {stage name: its config as a dict}, kept in each manifest
+    location: str = ""   # where the parts are written until the run's commit (``publishing``); ``folder`` outside one
 
     def __post_init__(self):
         self.folder = self.folder.rstrip("/")
+        self.location = (self.location or self.folder).rstrip("/")
         self.storage_options = dict(self.storage_options or {})
         self.inputs = [str(p) for p in self.inputs]
 
@@ -48,19 +51,41 @@ class StageOutput:
         parts = [p for p in parts if p]
         return join(self.folder, *parts) if parts else self.folder
 
-    def publishing(self) -> RunOutput:
-        """The stage folder's run: ``_SUCCESS`` (its ``summary``) written last on success; on failure the folders
-        the run created are removed and a finished earlier run is left as it was."""
+    def written(self, part: str = "") -> str:
+        """Where the part is written and read back during the run (before its commit, where no reader looks); a
+        task's resumable work (``RESUMABLE``: checkpoints, a comparison's finished runs) in the folder itself."""
+        from refinery.io.ownership import RESUMABLE
+
+        if part.split("/")[0] in RESUMABLE:
+            return self.url(part)
+        return join(self.location, part) if part else self.location
+
+    def part(self, name: str, inputs: list | None = None, settings: dict | None = None) -> "StageOutput":
+        """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
+        return StageOutput(self.url(name), self.storage_options, self.inputs if inputs is None else inputs,
+                           self.settings if settings is None else settings, self.written(name))
+
+    @contextlib.contextmanager
+    def publishing(self) -> Iterator[RunOutput]:
+        """The stage folder's run, one commit (``RunOutput``): the parts written meanwhile go where no reader looks,
+        and become the folder's in one step with ``_SUCCESS`` (its ``summary``); on failure the folders the run
+        created are removed and a finished earlier run is left as it was."""
         from refinery.io.publishing import RunOutput
 
-        return RunOutput(self.folder, self.storage_options)
+        with RunOutput(self.folder, self.storage_options) as run:
+            self.location = run.location
+            try:
+                yield run
+            finally:
+                self.location = self.folder
 
     def corpus(self, part: str = "", *, settings: dict | None = None, **options) -> CorpusWriter:
         """A streaming writer of the corpus ``part`` (the folder itself for ``""``: shards, rejects, manifest;
         published on ``commit``)."""
         from refinery.io.corpus_writer import CorpusWriter
 
-        return CorpusWriter(self.url(part), config=self.settings if settings is None else settings,
+        return CorpusWriter(self.url(part), location=self.written(part),
+                            config=self.settings if settings is None else settings,
                             storage_options=self.storage_options, inputs=self.inputs, **options)
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
@@ -75,7 +100,7 @@ class StageOutput:
         writer), published atomically by its ``commit``."""
         from refinery.io.publishing import AtomicDir
 
-        return AtomicDir(self.url(part), self.storage_options)
+        return AtomicDir(self.written(part), self.storage_options)
 
     def save_folder(self, location: str, save) -> str:
         """Publish at ``location`` (a folder or URL on this output's store) what a library's own writer ``save`` (a

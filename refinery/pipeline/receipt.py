@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join
@@ -214,8 +215,8 @@ def _step_report(out: str, step, storage_options: dict) -> dict:
     """The step's report.json, or {} where it wrote none."""
     if not step.result.report_file:
         return {}
-    fs, root = get_fs(out, storage_options)
-    path = join(root, step.folder, posixpath.dirname(step.result.report_file), "report.json")
+    fs, path = get_fs(_committed(out, step, posixpath.join(posixpath.dirname(step.result.report_file), "report.json"),
+                                 storage_options), storage_options)
     if not fs.exists(path):
         return {}
     with fs.open(path, "r") as fh:
@@ -246,9 +247,14 @@ def _report_link(out: str, step, storage_options: dict) -> str | None:
     """The stage's own report, relative to ``OUT/pipeline/report.html``, where it exists."""
     if not step.result.report_file:
         return None
-    fs, root = get_fs(out, storage_options)
-    path = join(root, step.folder, step.result.report_file)
-    return f"../{step.folder}/{step.result.report_file}" if fs.exists(path) else None
+    url = _committed(out, step, step.result.report_file, storage_options)
+    fs, path = get_fs(url, storage_options)
+    return f"../{url[len(out.rstrip('/')) + 1:]}" if fs.exists(path) else None
+
+
+def _committed(out: str, step, name: str, storage_options: dict) -> str:
+    """The URL of the file ``name`` of a step's folder in the run committed there (``committed_url``)."""
+    return committed_url(join(out.rstrip("/"), step.folder, name), storage_options)
 
 
 # ---------------------------------------------------------------- the page

@@ -26,6 +26,7 @@ from typing import Callable
 
 from refinery import __version__
 from refinery.io.checkpoints import remove_checkpoints
+from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, OutputExists, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
@@ -89,10 +90,11 @@ def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int 
             "peak_rss": peak, "task_peak_rss": task_peak, "phases": phases}
 
 
-def ingest(spec: InputSpec, source: StageInput, out: str) -> StageResult:
+def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult:
     """The pipeline's input (``spec`` read as ``source``) as one canonical corpus; named splits become a ``split``
     column."""
-    with StageOutput(out, source.opts.storage_options, source.paths).corpus(settings={"input": to_dict(spec)}) as writer:
+    out.inputs = list(source.paths)
+    with out.corpus(settings={"input": to_dict(spec)}) as writer:
         rows = 0
         for batch in source.iter_batches():
             writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
@@ -179,7 +181,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
     try:
         upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(source.paths, opts.storage_options))
         run.stages.append(_step(folder, "input", upstream, opts, echo,
-                                lambda: (ingest(spec.input, source, folder), None)))
+                                lambda out: (ingest(spec.input, source, out), None)))
         run.stages[-1].passes_on = folder
         corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
         current = folder
@@ -214,7 +216,8 @@ def _refuse_nothing_passed_on(before: StageRun, current: str, folder: str, name:
     step, what it read and where its report says why (the input step refuses an empty input itself)."""
     if before.name == "input" or Corpus.open(current, storage_options).manifest["rows"]:
         return
-    where = posixpath.join(posixpath.dirname(folder), before.folder, before.result.report_file)
+    where = committed_url(posixpath.join(posixpath.dirname(folder), before.folder, before.result.report_file),
+                          storage_options)
     report = f" (its report: {where})" if before.result.report_file else ""
     raise EmptyInput(f"{posixpath.basename(folder)}: {before.folder} passed on no rows of the "
                      f"{before.result.rows_in:,} it read, so {name} has nothing to work on; "
@@ -262,9 +265,9 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
                      sorted(input_fingerprints([*source.paths, *referenced, *stage.also_reads()],
                                                opts.storage_options).values()))
 
-    def work() -> tuple[StageResult, int | None]:
+    def work(out: StageOutput) -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
-        out = StageOutput(folder, opts.storage_options, source.paths, {stage_spec.name: to_dict(config)})
+        out.inputs, out.settings = list(source.paths), {stage_spec.name: to_dict(config)}
         if source.engine == "ray" and stage.one_task:
             return run_as_task(stage.run, (source, out), stage.resources, stage.name,
                                on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
@@ -306,7 +309,8 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
     says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
     again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it. ``work``
-    returns the stage's result and the peak memory of the Ray task it ran the stage as (None if it did not)."""
+    takes the ``StageOutput`` it publishes through and returns the stage's result and the peak memory of the Ray task it
+    ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
     if keeps_finished(folder, mode, fp, done):
@@ -319,9 +323,10 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     echo(f"== {label}")
     t = time.perf_counter()
     reset_peak_rss()
-    with StageOutput(folder, opts.storage_options).publishing() as marker:
+    out = StageOutput(folder, opts.storage_options)
+    with out.publishing() as marker:
         with recording() as phases:
-            result, task_peak = work()
+            result, task_peak = work(out)
         seconds, peak = time.perf_counter() - t, peak_rss()
         marker.summary = _marked(result, fp, name, seconds, peak, task_peak, phases)
     echo(f"   {result.headline}" if result.headline else "")

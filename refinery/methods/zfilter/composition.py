@@ -59,19 +59,19 @@ def compose(kind: str, original: list, source: StageInput, out: StageOutput, con
     """The filterings of the composition ``kind`` of D0 (``original``) and G (``source``) under ``out``/stages,
     each a run of ``zfilter_stage`` (the zfilter stage's class)."""
     so = out.storage_options
-    stages = out.url("stages")
+    stages = out.part("stages")
     d0 = StageInput({"": list(original)}, source.mapping, source.opts, source.engine, source.field_names,
                     source.single_text)
     if kind == "zaug":
-        d0_kept, d0_rejected = join(stages, "original"), None
-        _copy(d0, StageOutput(stages, so, original, {"compose": kind, "original": "D0 as it is"}), "original")
+        d0_kept, d0_rejected = stages.written("original"), None
+        _copy(d0, stages.part("", original, {"compose": kind, "original": "D0 as it is"}), "original")
     else:
-        _filtering(zfilter_stage(replace(config, seed_corpus=())), d0,
-                   StageOutput(join(stages, "z_original"), so, original))
-        d0_kept, d0_rejected = join(stages, "z_original", "kept"), join(stages, "z_original", "rejected")
-    g_out = StageOutput(join(stages, "z_generated"), so, source.paths)
+        z_original = stages.part("z_original", original, {})
+        _filtering(zfilter_stage(replace(config, seed_corpus=())), d0, z_original)
+        d0_kept, d0_rejected = z_original.written("kept"), z_original.written("rejected")
+    g_out = stages.part("z_generated", source.paths, {})
     g = _filtering(zfilter_stage(replace(config, seed_corpus=() if kind == "parz" else (d0_kept,))), source, g_out)
-    g_kept, g_rejected = g_out.url("kept"), g_out.url("rejected")
+    g_kept, g_rejected = g_out.written("kept"), g_out.written("rejected")
     kept = [(d0_kept, "original"), (g_kept, "generated")] if kind == "parz" else [(g_kept, "generated")]
     rejected = [(d0_rejected, "original")] * (d0_rejected is not None) + [(g_rejected, "generated")]
     audit, input_rejects = _count(kept, rejected, [(d0_kept, "original"), (g_kept, "generated")], config,
