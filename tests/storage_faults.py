@@ -2,7 +2,7 @@
 that call and every one after it, as a killed process or a store that went away would leave things.
 
 Local disk: Python's audit events (``sys.addaudithook``) of every write, rename, removal, folder made and listing
-under the folder (the ``renameat2`` exchange too, a ``ctypes`` call naming the path). S3: every call s3fs makes
+under the folder, and the ``renameat2`` exchange (its ``ctypes`` lookup, just before the call). S3: every call s3fs makes
 (``S3FileSystem._call_s3``: each put, part upload, delete, copy and listing). Reads are not counted, and fail too
 once the store is gone."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 COUNTED_S3 = ("put_object", "upload_part", "create_multipart_upload", "complete_multipart_upload", "delete_object",
               "delete_objects", "copy_object", "list_objects_v2", "list_objects")
 COUNTED_EVENTS = {"os.rename", "os.replace", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.listdir",
-                  "os.scandir", "ctypes.call_function"}
+                  "os.scandir"}
 
 
 class StoreGone(OSError):
@@ -75,10 +75,11 @@ class StorageFaults:
             writes = any(c in mode for c in "wax+") if isinstance(mode, str) else \
                 bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
             self._call(f"open {os.fsdecode(path)}", writes)
+        elif event == "ctypes.dlsym" and args[1] == "renameat2":   # the exchange of two folders, called next
+            self._call("renameat2", True)
         elif event in COUNTED_EVENTS:
-            paths = args[1] if event == "ctypes.call_function" else args[:2]
-            if any(isinstance(p, (str, bytes, os.PathLike)) and self._under(p) for p in paths):
-                self._call(f"{event} {paths[0]!r}", True)
+            if any(isinstance(p, (str, bytes, os.PathLike)) and self._under(p) for p in args[:2]):
+                self._call(f"{event} {args[0]!r}", True)
 
     # -- S3
     def _patch_s3(self) -> None:

@@ -30,7 +30,7 @@ from refinery.io.scratch import forget_shown, show_as
 _RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # the run id in an object-store file's name
 
 
-_TEMP = re.compile(r"\.tmp-(\d+)-\d{8}T\d{6}-[0-9a-f]{8}(-old)?$")   # a temporary folder's name ends so
+_TEMP = re.compile(r"\.tmp-(\d+)-[0-9A-Za-z]+(-[0-9A-Za-z]+)*$")   # <out>.tmp-<pid>-<run>[-old]: a temporary folder
 
 
 _in_use: set[str] = set()   # this process's temporary folders that a writer still writes or publishes
