@@ -236,7 +236,8 @@ def test_verdict_catches_a_stage_that_worsens_a_feature_and_credits_one_that_fix
 
     fixed = judge(before, audit_table(table.filter(pa.array(~(contradiction & _contains(table, "sleeping")))),
                                       cfg).stats, stage="dropping", under_threshold=False)
-    assert fixed.ok and fixed.worsened_total == 0 and len(fixed.lines()) == 1
+    assert fixed.ok and fixed.worsened_total == 0 and len(fixed.lines()) == 2   # the line, the labels' rows
+    assert fixed.lines()[1].startswith("  labels: contradiction ")
     assert fixed.max_z["contradiction"].after < fixed.max_z["contradiction"].before
     assert "sleeping@hypothesis" in {c.feature for c in fixed.fixed}
     # promised to end under the threshold, it is not ok: other shortcuts remain, and they are named
@@ -349,3 +350,19 @@ def test_settle_takes_back_at_most_its_limit_and_says_what_stays(tmp_path):
     for row, feats in zip(rejected.to_pylist(), add_features(rejected, cfg)["features"].to_pylist()):
         assert row["biased_features"] and set(row["biased_features"]) <= set(feats)
         assert row["reason"].endswith(", ".join(row["biased_features"]))
+
+
+def test_a_filter_that_deletes_most_of_a_label_is_no_ok(tmp_path):
+    """SICK's contradictions are mostly written with a negation: z-filtering took most of them with the shortcut and
+    still said "verdict ok". A label whose share of the rows falls under half is lost: a warning naming it, with the
+    rows per label, and the rows are those a fresh look at the kept corpus finds."""
+    corpus = tmp_path / "corpus"
+    run_cli("synth", "--rows", 6000, "--label-shares", "0.45,0.4,0.15", "--planted",
+            "nobody:contradiction:0.9,sleeping:contradiction:0.5", "--out", corpus)
+    said = run_cli("zfilter", corpus, "--out", tmp_path / "zf").stdout
+    assert "verdict WARNING" in said and "  labels: contradiction 877 → " in said, said
+    assert "the stage kept 7% of the label's share" in said and "remedy: add rows of the label" in said, said
+    verdict = json.loads((tmp_path / "zf" / "report" / "report.json").read_text())["verdict"]
+    kept = Corpus.open(str(tmp_path / "zf" / "kept")).manifest["labels"]
+    assert verdict["labels_lost"] == ["contradiction"] and not verdict["ok"]
+    assert {label: rows["after"] for label, rows in verdict["label_rows"].items()} == kept

@@ -27,11 +27,14 @@ The verdict reports
   grew by at least ``MIN_Z_GROWTH`` (a tenth: the same δ carried by a fifth more rows, as copies add);
   smaller ones are listed with the jitter. On corpora of thousands of rows a rise of one standard error is
   more than a point, or a tenth of z*, so this changes nothing there. Lists are short (``LISTED``), ranked by z* after, each with its δ;
-- how many significant features of the input are no longer significant (``fixed``).
+- how many significant features of the input are no longer significant (``fixed``);
+- the rows of each label before → after (the ``null`` feature's counts, sums of weights for weighted rows). A
+  label whose share of the rows falls under ``LABEL_KEPT`` (half) of its share before is lost: a filter that
+  deletes most of a class has removed the class with its shortcut, and that is no "ok".
 
 A stage states its promise: ``under_threshold=True`` (a filter: every label's max z* ends under t) or
 ``False`` (it must only make nothing worse: no label's max z* above the input's while over t, no feature
-worsened). ``ok`` is True when the promise held. Its rendering: ``Verdict.line`` (one console line when
+worsened); either way no label is lost. ``ok`` is True when the promise held. Its rendering: ``Verdict.line`` (one console line when
 ok), ``Verdict.lines`` (the console summary: the line, then the warning with the features and the remedy),
 ``Verdict.to_dict`` (report.json), and ``refinery.report.verdict.section`` (the HTML section).
 
@@ -56,10 +59,13 @@ import pyarrow.compute as pc
 from refinery.core.features import NULL_FEATURE
 from refinery.core.stats import ZStats
 
+LOST_LABEL_REMEDY = ("add rows of the label rather than filter them away (refinery upsample, refinery generate), "
+                     "or filter less")
 MARGIN = 1.0        # a significant feature whose z* rose by at least this much has worsened
 MIN_EFFECT_RISE = 0.01   # ... and whose effect p̂ − p0 rose by at least one point (z* grows with √n),
 MIN_Z_GROWTH = 0.1       # or whose z* grew by at least a tenth (the same effect over more rows: n × 1.21)
 LISTED = 10         # features listed per label (remaining) and in all (worsened, fixed); the totals are kept
+LABEL_KEPT = 0.5    # a label whose share of the rows fell under this fraction of its share before is lost
 JITTER = 0.5        # rises smaller than this are sampling jitter: one row more or less moves z* of a feature
                     # in n ≈ 20 rows by about 1 / sqrt(n p0 (1 − p0)) ≈ 0.45
 
@@ -108,6 +114,25 @@ class LabelMax:
     feature_after: str | None = None
 
 
+@dataclass(frozen=True)
+class LabelRows:
+    """A label's rows before and after (sums of weights for weighted rows), and its share of all rows on each side."""
+
+    before: float
+    after: float
+    share_before: float
+    share_after: float
+
+    @property
+    def kept(self) -> float:
+        """The label's share after as a fraction of its share before (1: unchanged)."""
+        return self.share_after / self.share_before if self.share_before else 1.0
+
+    def text(self, label: str) -> str:
+        return (f"{label} {_count(self.before)} → {_count(self.after)} rows, {100 * self.share_before:.1f}% → "
+                f"{100 * self.share_after:.1f}% of the corpus")
+
+
 @dataclass
 class Verdict:
     """What a stage did to its corpus's shortcuts; see the module's docstring for each field."""
@@ -131,6 +156,13 @@ class Verdict:
     jittered: list[FeatureChange] = field(default_factory=list)   # crossed t by less than JITTER, or by less than
     #                                  MIN_EFFECT_RISE in δ: said, not worse (at most LISTED, by z* after)
     jittered_total: int = 0
+    label_rows: dict[str, LabelRows] = field(default_factory=dict)   # empty: the audits hold no ``null`` feature
+    remedy_labels: str = ""
+
+    @property
+    def lost(self) -> list[str]:
+        """Labels whose share of the rows fell under ``LABEL_KEPT`` of their share before."""
+        return [l for l, r in self.label_rows.items() if r.kept < LABEL_KEPT]
 
     @property
     def risen(self) -> list[str]:
@@ -145,7 +177,7 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        if self.worsened_total or self.risen:
+        if self.worsened_total or self.risen or self.lost:
             return False
         return not (self.under_threshold and self.over)
 
@@ -178,6 +210,9 @@ class Verdict:
                        f"(and {100 * MIN_EFFECT_RISE:g} point in δ or a tenth of z*): "
                        + "; ".join(c.text() for c in self.worsened[:5])
                        + (f"; +{self.worsened_total - 5:,} more" if self.worsened_total > 5 else ""))
+        for label in self.lost:
+            out.append(f"{self.label_rows[label].text(label)}: the stage kept {100 * self.label_rows[label].kept:.0f}% "
+                       "of the label's share (its rows carry the shortcuts)")
         for label in self.risen if not self.under_threshold else self.over:
             feats = self.remaining.get(label, [])
             total = self.remaining_total.get(label, 0)
@@ -188,13 +223,20 @@ class Verdict:
         remedy = self.remedy_worsened if self.worsened_total or self.risen else ""
         if self.under_threshold and self.over and self.remedy_remaining and self.remedy_remaining != remedy:
             remedy = f"{remedy} {self.remedy_remaining}".strip()
+        if self.lost:
+            remedy = f"{remedy} {self.remedy_labels or LOST_LABEL_REMEDY}".strip()
         if remedy:
             out.append(f"remedy: {remedy}")
         return out
 
+    def labels_line(self) -> str:
+        """Each label's rows before → after (empty where the audits hold no ``null`` feature)."""
+        return "; ".join(r.text(l) for l, r in self.label_rows.items())
+
     def lines(self) -> list[str]:
-        """The console summary: ``line()``, then the warnings, indented."""
-        return [self.line(), *(f"  {w}" for w in self.warnings()), *(f"  note: {n}" for n in self.notes)]
+        """The console summary: ``line()``, the labels' rows, then the warnings, indented."""
+        labels = [f"  labels: {self.labels_line()}"] if self.label_rows else []
+        return [self.line(), *labels, *(f"  {w}" for w in self.warnings()), *(f"  note: {n}" for n in self.notes)]
 
     def to_dict(self) -> dict:
         """report.json's ``verdict``: exact values, the lists and their totals."""
@@ -203,7 +245,8 @@ class Verdict:
                 "promise": "every label's max z* under the threshold" if self.under_threshold
                 else "no label's max z* above the input's, no feature crossing the threshold",
                 "max_z": {l: _rounded(asdict(m)) for l, m in self.max_z.items()},
-                "labels_over_threshold": self.over, "labels_risen": self.risen,
+                "labels_over_threshold": self.over, "labels_risen": self.risen, "labels_lost": self.lost,
+                "label_rows": {l: asdict(r) for l, r in self.label_rows.items()},
                 "remaining": {l: [asdict(c) for c in cs] for l, cs in self.remaining.items()},
                 "remaining_total": self.remaining_total,
                 "worsened": [asdict(c) for c in self.worsened], "worsened_total": self.worsened_total,
@@ -275,7 +318,7 @@ def held_threshold(before: ZStats, after: ZStats) -> float:
 
 def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = True,
           threshold: float | None = None, margin: float = MARGIN, remedy_remaining: str = "",
-          remedy_worsened: str = "", prior: str = "", listed: int = LISTED) -> Verdict:
+          remedy_worsened: str = "", prior: str = "", listed: int = LISTED, remedy_labels: str = "") -> Verdict:
     """The verdict on a stage whose input audits as ``before`` and whose output audits as ``after``.
 
     Both must be audits of the same features with the same prior rule and ``min_count`` (z* of Gardner et
@@ -283,7 +326,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     ``before.threshold`` (Φ⁻¹(1 − α/m) for the input's m tests). ``under_threshold``: the stage promised that
     every label's max z* ends under the threshold (a filter); else only that nothing got worse.
     ``remedy_remaining`` / ``remedy_worsened``: what the user should do, naming the option that applies,
-    when features remain over the threshold / when something got worse.
+    when features remain over the threshold / when something got worse; ``remedy_labels``, when a label is lost.
     """
     labels = list(before.labels)
     if sorted(labels) != sorted(after.labels):
@@ -337,7 +380,21 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
                    significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
-                   prior=prior, jittered=jittered[:listed], jittered_total=len(jittered))
+                   prior=prior, jittered=jittered[:listed], jittered_total=len(jittered),
+                   label_rows=_label_rows(before, after, labels), remedy_labels=remedy_labels)
+
+
+def _label_rows(before: ZStats, after: ZStats, labels: list) -> dict[str, LabelRows]:
+    """Each label's rows on both sides, from the ``null`` feature (in every row: its counts are the label's rows);
+    {} where an audit does not hold it."""
+    def rows(stats: ZStats) -> np.ndarray | None:
+        at = pc.index(stats.features, NULL_FEATURE).as_py()
+        return None if at < 0 else stats.counts[at][[stats.labels.index(l) for l in labels]].astype(float)
+    b, a = rows(before), rows(after)
+    if b is None or a is None or not b.sum():
+        return {}
+    share_b, share_a = b / b.sum(), a / a.sum() if a.sum() else np.zeros_like(a)
+    return {l: LabelRows(float(b[j]), float(a[j]), float(share_b[j]), float(share_a[j])) for j, l in enumerate(labels)}
 
 
 def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -> np.ndarray:

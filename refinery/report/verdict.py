@@ -29,12 +29,20 @@ def section(v: Verdict) -> str:
                         for l, m in v.max_z.items()],
                        ["label", "max z* before", "feature before", "max z* after", "feature after",
                         "over the threshold"], {"max z* before": fmt.z, "max z* after": fmt.z}))
+    lost = set(v.lost)
+    if v.label_rows:
+        parts.append(table([{"label": l, "rows before": r.before, "rows after": r.after,
+                             "share before": 100 * r.share_before, "share after": 100 * r.share_after,
+                             "share kept": 100 * r.kept, "lost": "yes" if l in lost else "no"}
+                            for l, r in v.label_rows.items()],
+                           ["label", "rows before", "rows after", "share before", "share after", "share kept", "lost"],
+                           {"share before": _percent, "share after": _percent, "share kept": _percent}))
     parts.append(note(f"z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n) (Gardner et al. 2021); a feature is "
                       f"significant when z* > {fmt.z(v.threshold)}, the Bonferroni-corrected threshold the output "
                       "is held to" + (f"; prior {v.prior}" if v.prior else "") + ". δ = p̂(l|x) − p0 is the "
                       "effect in points: z* grows with √n, δ does not. A label whose largest z* ends "
                       "over it and higher than before is a warning even where no single feature crossed it (the "
-                      "table above)."))
+                      "table above). A label whose share of the rows falls under half its share before is lost: a warning too."))
     remaining = [c for cs in v.remaining.values() for c in cs]
     total = sum(v.remaining_total.values())
     parts.append(_changes("Features still over the threshold", remaining, total, "z* after"))
@@ -63,3 +71,7 @@ def _changes(title: str, changes: list[FeatureChange], total: int, by: str, of: 
 def _points(effect: float | None) -> str | None:
     """δ = p̂ − p0 in points, signed (None: untested)."""
     return None if effect is None else f"{100 * effect:+.1f}"
+
+
+def _percent(value) -> str:
+    return f"{value:.1f}%"

@@ -3,7 +3,7 @@ included), with the verdict of ``core.verdict``; and the lines the verb prints f
 from __future__ import annotations
 
 from refinery.core import stats as zstats
-from refinery.core.verdict import Verdict, held_threshold, judge
+from refinery.core.verdict import LabelRows, Verdict, held_threshold, judge
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.methods.zfilter.stream import Filtering
 from refinery.pipeline.output import StageOutput
@@ -120,6 +120,12 @@ def terminal_lines(r: dict) -> tuple:
     head = f"prior {r['prior']}" if rows else f"kept {r['kept']:,}, rejected {r['rejected']:,}{settled}; prior {r['prior']}"
     return (*rows, head,
             *(line for part, v in verdicts.items()
-              for line in (part + v["line"], *(f"  {w}" for w in v["warnings"]),
+              for line in (part + v["line"], *_labels(v), *(f"  {w}" for w in v["warnings"]),
                            *(f"  note: {n}" for n in v.get("notes", [])))),
             *(f"note: {n}" for n in r.get("notes", [])))
+
+
+def _labels(verdict: dict) -> tuple:
+    """The verdict's line of each label's rows before → after (none where it counted no labels)."""
+    rows = verdict.get("label_rows") or {}
+    return (f"  labels: {'; '.join(LabelRows(**r).text(l) for l, r in rows.items())}",) if rows else ()
