@@ -339,3 +339,27 @@ def test_a_compare_step_passes_on_every_split_of_its_input_and_counts_them(tmp_p
     best, majority = max(v["mean"] for v in report["accuracy"]["hard"].values()), report["eval"]["hard"]["majority"]
     assert (best < majority["accuracy"]) == any(n.startswith("hard: every model scores under its majority class")
                                                 for n in report["notes"]), report["notes"]
+
+
+def test_a_model_that_predicts_one_label_has_no_gap_to_read(tmp_path):
+    """On HANS every model predicted non-entailment for all 30,000 rows, and a slice read "not@premise 100% vs 0%" as if
+    the model followed a shortcut. A model that predicts one label for (nearly) every row of a set or a feature's
+    rows has no gap there, and the report says why."""
+    train = _jsonl(tmp_path / "train.jsonl", _cue_rows(900, 1, {"contradiction": 0.9, "entailment": 0.05,
+                                                                "neutral": 0.05}))
+    rows = _cue_rows(900, 1, {"contradiction": 0.9, "entailment": 0.05, "neutral": 0.05})
+    one = _jsonl(tmp_path / "one.jsonl", [{**r, "gold_label": "contradiction" if i % 50 else r["gold_label"]}
+                                          for i, r in enumerate(rows)])     # 98% contradiction: it answers that
+    test = _jsonl(tmp_path / "test.jsonl", _cue_rows(300, 2, {"contradiction": 0.5, "entailment": 0.5,
+                                                              "neutral": 0.5}, start=10_000))
+    result = compare({"base": train, "one": one}, [f"test={test}"], tmp_path / "cmp", PRESETS["snli"], bootstrap=100)
+    report, said = result.report, "\n".join(result.lines)
+    assert report["accuracy"]["test"]["one"]["one_label"]["label"] == "contradiction"
+    assert report["accuracy"]["test"]["base"]["one_label"] is None
+    top = report["bias_slices"]["test"]["features"][0]
+    assert top["feature"] == "zzcue@hypothesis" and top["one_label"]["one"]["label"] == "contradiction"
+    assert top["gap"]["one"] is None and top["gap"]["base"] > 0.2 and top["one_label"]["base"] is None
+    assert "one predicts 'contradiction' for 100% of them (no gap: it reads one label)" in said, said
+    assert any(n.startswith("test: one's model predicts 'contradiction' for ") for n in report["notes"])
+    page = (tmp_path / "cmp" / "report" / "report.html").read_text()
+    assert "zzcue@hypothesis: one predicts &#x27;contradiction&#x27;" in page

@@ -45,14 +45,23 @@ def console_lines(report: dict) -> list[str]:
             lines.append(f"  {report['baseline']}'s most biased features: accuracy on rows of the feature's label "
                          "vs the others (gap)")
             for f in slices["features"][:SLICES_SHOWN]:
-                lines.append(f"    {f['feature']} → {f['eval_label']} ({f['rows']:,} rows): " + "; ".join(
-                    f"{n} {_pct(f['majority']['accuracy'][n])} vs {_pct(f['others']['accuracy'][n])}"
-                    + (f" (gap {100 * f['gap'][n]:.1f} points)" if f["gap"][n] is not None else "") for n in names))
+                lines.append(f"    {f['feature']} → {f['eval_label']} ({f['rows']:,} rows): "
+                             + "; ".join(_slice_cell(f, n) for n in names))
             if len(slices["features"]) > SLICES_SHOWN:
                 lines.append(f"    +{len(slices['features']) - SLICES_SHOWN} more in the report")
     lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
     lines += [f"note: {n}" for n in report.get("notes", [])]
     return lines
+
+
+def _slice_cell(f: dict, n: str) -> str:
+    """A model on a feature's slices: its accuracy on the rows of the feature's label vs the others, and the gap; or
+    that it predicts one label there (its accuracies are then that label's shares, no reading of the rows)."""
+    one = (f.get("one_label") or {}).get(n)
+    if one:
+        return f"{n} predicts {one['label']!r} for {one['share']:.0%} of them (no gap: it reads one label)"
+    return (f"{n} {_pct(f['majority']['accuracy'][n])} vs {_pct(f['others']['accuracy'][n])}"
+            + (f" (gap {100 * f['gap'][n]:.1f} points)" if f["gap"][n] is not None else ""))
 
 
 def _pct(v) -> str:
@@ -144,6 +153,12 @@ def _slice_blocks(slices: dict, names: list, base: str) -> list[str]:
         + (f"; all {len(slices['features'])} are in the table." if shown < len(slices["features"]) else "."))),
         table(rows, columns, formats), note("Accuracy [95% interval, in %]; gain over the baseline in points "
                                             "[paired bootstrap 95% interval].")]
+    one = [f"{f['feature']}: {n} predicts {o['label']!r} for {o['share']:.0%} of its rows"
+           for f in slices["features"] for n, o in (f.get("one_label") or {}).items() if o]
+    if one:
+        blocks.append(note("These models predict one label for (nearly) every row of a feature, so their two "
+                           "accuracies are that label's shares and their gap says nothing about the shortcut: "
+                           + "; ".join(one) + "."))
     if slices["absent"]:
         blocks.append(note(f"Not in this set: {', '.join(slices['absent'])}."))
     return blocks

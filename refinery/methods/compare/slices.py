@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.methods.compare.statistics import bootstrapintervals, gain
+from refinery.methods.compare.statistics import bootstrapintervals, gain, one_label
 from refinery.methods.compare.training import Corpora
 
 
@@ -25,11 +25,13 @@ def bias_features(stats, k: int, reads: str, hypothesis_suffix: str) -> list[dic
     return list(out.values())
 
 
-def bias_slices(data: Corpora, features, correct: dict) -> dict:
+def bias_slices(data: Corpora, features, correct: dict, predicted: dict) -> dict:
     """Per evaluation set, for each of the baseline's top biased features (read with ``features``) present in the
     set, the accuracy of every corpus's model on the rows that contain it whose gold label is the feature's label
     and on the others, with 95% intervals, each refined corpus's gain, and the gap between the two slices (how far
-    the model follows the shortcut)."""
+    the model follows the shortcut). A model that predicts one label for (nearly) every row of the feature
+    (``one_label``, from ``predicted``: seeds × rows labels) has no gap: its slices' accuracies are that label's
+    shares among them."""
     from refinery.core.features import extract, text_fields
     from refinery.methods.audit.config import AuditConfig
     from refinery.methods.audit.counting import audit_table
@@ -64,7 +66,9 @@ def bias_slices(data: Corpora, features, correct: dict) -> dict:
             entry = {**f, "eval_label": target, "rows": len(contain),
                      "majority": _slice(per_row, names, majority, config.bootstrap),
                      "others": _slice(per_row, names, others, config.bootstrap)}
-            entry["gap"] = {n: None if entry["majority"]["rows"] == 0 or entry["others"]["rows"] == 0 else
+            entry["one_label"] = {n: one_label(predicted[(n, e.name)][:, contain]) for n in names}
+            entry["gap"] = {n: None if entry["majority"]["rows"] == 0 or entry["others"]["rows"] == 0
+                            or entry["one_label"][n] else
                             round(entry["majority"]["accuracy"][n] - entry["others"]["accuracy"][n], 4)
                             for n in names}
             present.append(entry)

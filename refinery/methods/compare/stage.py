@@ -131,7 +131,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     from refinery.core.features import FeatureConfig
     from refinery.io.corpus import input_fingerprints
     from refinery.methods.compare.slices import bias_slices
-    from refinery.methods.compare.statistics import label_collapses, reading_notes, several_labels, summarize
+    from refinery.methods.compare.statistics import (label_collapses, one_label, one_label_notes, reading_notes,
+                                                     several_labels, summarize)
     from refinery.methods.compare.training import predictions_of, read_corpora, run_fingerprint
     from refinery.progress import progress
 
@@ -142,6 +143,7 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
                    for e in evals] + [("reads", data.reads)]
     correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
+    predicted: dict = {}  # (corpus, eval) -> seeds × rows labels
     preds: list[pa.Table] = []
     jobs = [(n, s) for n in data.names for s in range(config.seeds)]
     for name, seed in progress(jobs, desc="compare", unit=" run"):
@@ -151,9 +153,13 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
             part = table.filter(pc.equal(table["eval"], e.name))
             ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
             correct.setdefault((name, e.name), []).append(ok)
+            predicted.setdefault((name, e.name), []).append(part["prediction"].to_numpy(zero_copy_only=False))
 
     correct = {k: np.vstack(v) for k, v in correct.items()}
+    predicted = {k: np.vstack(v) for k, v in predicted.items()}
     report = summarize(data, correct)
+    for (name, ev), labels in predicted.items():
+        report["accuracy"][ev][name]["one_label"] = one_label(labels)
     report["reads"] = data.reads
     for e in evals:
         report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
@@ -161,7 +167,7 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
                                                                               data.eval_tables[e.name]["label"])
     mapping = source.mapping
     features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=data.reads == "text_a")
-    report["bias_slices"] = bias_slices(data, features, correct)
+    report["bias_slices"] = bias_slices(data, features, correct, predicted)
     report["warnings"] = label_collapses(report)
-    report["notes"] = reading_notes(report)
+    report["notes"] = reading_notes(report) + one_label_notes(report)
     return report, pa.concat_tables(preds)

@@ -17,6 +17,7 @@ from refinery.report import format as fmt
 
 BREAKDOWN_LIMIT = 50  # a --by column with more distinct values is reported as too many
 COLLAPSE = 0.10       # a label's accuracy falling by more than this against the baseline is a collapse
+ONE_LABEL = 0.95      # a model that predicts one label for at least this share of a set's (or slice's) rows
 
 
 def bootstrapintervals(values: np.ndarray, draws: int, seed: int = 0, chunk: int = 50) -> list[tuple[float, float]]:
@@ -122,6 +123,26 @@ def summarize(data: Corpora, correct: dict) -> dict:
                           "leaked_rows": data.leaks[e.name]} for e in data.evals},
         "accuracy": summary,
     }
+
+
+def one_label(predictions: np.ndarray) -> dict | None:
+    """The label a model predicts for at least ``ONE_LABEL`` of ``predictions`` (its seeds × rows pooled), with that
+    share; None where it predicts several. Its accuracy on those rows is then the share of that label among them,
+    not a reading of the rows, and a gain or a gap between slices says nothing about a shortcut."""
+    values = np.asarray(predictions, dtype=object).ravel()
+    if not len(values):
+        return None
+    labels, counts = np.unique(values.astype(str), return_counts=True)
+    top = int(np.argmax(counts))
+    share = counts[top] / len(values)
+    return {"label": str(labels[top]), "share": round(float(share), 4)} if share >= ONE_LABEL else None
+
+
+def one_label_notes(report: dict) -> list[str]:
+    """A note for every (evaluation set, corpus) whose model predicts one label for (nearly) every row."""
+    return [f"{ev}: {n}'s model predicts {e['one_label']['label']!r} for {e['one_label']['share']:.1%} of the rows: "
+            f"its accuracy is that label's share of the set, not a reading of the pairs, and its slices mean nothing"
+            for ev, per in report["accuracy"].items() for n, e in per.items() if e.get("one_label")]
 
 
 def label_collapses(report: dict) -> list[str]:
