@@ -272,3 +272,16 @@ def test_weights_verdict_credits_weights_that_neutralize_the_leak_and_catches_he
     assert "Verdict: the shortcuts before and after" in page and "rows per weight" in page
     assert "effective sample size" in page and not re.search(r"\bnan\b", page, re.IGNORECASE)
     assert report["rows"] == 6_000 and report["histogram"]["rows"] and sum(report["histogram"]["rows"]) == 6_000
+
+
+def test_an_audit_of_weighted_rows_says_it_counts_each_row_once(tmp_path):
+    """`refinery audit` of a weights output printed its input's numbers without a word: it does not read the weight
+    column. It says so, and where the weighted audit is."""
+    small = tmp_path / "dev.jsonl"
+    small.write_text("".join(open(SNLI_DEV).readlines()[:600]))
+    run_cli("weights", "--input", f"dev={small}", "--preset", "snli", "--folds", 2, "--trees", 5, "--out", tmp_path / "w")
+    said = run_cli("audit", tmp_path / "w" / "corpus", "--out", tmp_path / "a").stdout
+    assert "note: the rows carry a 'weight' column, which this audit does not read" in said, said
+    notes = json.loads((tmp_path / "a" / "report" / "report.json").read_text())["notes"]
+    assert len(notes) == 1 and "the verdict of the `refinery weights` run" in notes[0]
+    assert "note:" not in run_cli("audit", small, "--preset", "snli", "--out", tmp_path / "b").stdout

@@ -11,9 +11,10 @@ from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
-def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label") -> dict:
-    """Publish ``out``'s report/: the summary (report.json and summary.json), stats.parquet (features with
-    n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
+def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label",
+                  notes: list | None = None) -> dict:
+    """Publish ``out``'s report/: the summary (report.json and summary.json, with ``notes``), stats.parquet (features
+    with n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
     from refinery.report import figures
     from refinery.report.page import corpus_name
 
@@ -34,6 +35,7 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
         "spilled_runs": result.counter.spilled_runs,
         "config": cfg.to_dict(),
         "inputs": list(inputs),
+        "notes": list(notes or ()),
     }
     corpus = corpus_name(inputs, out.storage_options)
     svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
@@ -49,7 +51,7 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
 
 def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
     from refinery.report import format as fmt
-    from refinery.report.page import Report, config_table, fields, figure, humanize, per_label, top_features
+    from refinery.report.page import Report, config_table, fields, figure, humanize, note, per_label, top_features
 
     cfg = summary["config"]
     return (Report(title, corpus, summary["inputs"])
@@ -61,7 +63,8 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
                 "prior p0": summary["prior"],
                 "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in summary["error_bounds"].items()
                                       if not isinstance(v, dict))
-                + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}))
+                + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}),
+                     *(note(n) for n in summary.get("notes", ())))
             .section("Labels", per_label(summary["label_prior"], **{
                 "significant features": summary["significant"], "max z*": summary["max_z"]}, formats={"max z*": fmt.z}))
             .section("z-statistics (Gardner et al. 2021)", figure(svg, (
@@ -71,6 +74,12 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
             .section(f"Top {cfg['k']} features per label", top_features(topk, summary["threshold"]))
             .section("Configuration", config_table(cfg))
             .html())
+
+
+WEIGHT_COLUMN = "weight"   # the IPS weights ``refinery weights`` writes beside each row
+UNWEIGHTED = ("the rows carry a 'weight' column, which this audit does not read: every row counts once. The weighted "
+              "audit of these rows is the verdict of the `refinery weights` run that wrote them (its report.json, "
+              "'verdict': z* on sums of weights, against the same threshold)")
 
 
 class AuditStage(Stage):
@@ -104,8 +113,9 @@ class AuditStage(Stage):
         from refinery.report import terminal
 
         result = self.measure(source, out)
+        notes = [UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
         try:
-            summary = write_outputs(result, out)
+            summary = write_outputs(result, out, notes=notes)
         finally:
             result.counter.close()
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
@@ -114,6 +124,7 @@ class AuditStage(Stage):
             f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
             f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
             terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k(), threshold=summary["threshold"])]
+        lines += [f"note: {n}" for n in notes]
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
