@@ -397,3 +397,24 @@ def test_a_refused_input_leaves_the_finished_audit_in_out_whole(tmp_path):
     assert refused.returncode == 2 and "only one label ('neutral')" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert files() == before and (out / "_SUCCESS").exists()
+
+
+def test_a_stages_output_is_audited_under_its_inputs_field_names(tmp_path):
+    """`refinery audit msrp-up/corpus` named its features @premise/@hypothesis where the input's audit and the
+    verdict said @sentence1/@sentence2: before/after tables did not join. A corpus keeps its input's preset's names."""
+    import csv
+
+    rows = [json.loads(line) for line in open(SNLI_DEV).read().splitlines()[:2_000]]
+    pairs = tmp_path / "pairs.csv"
+    with open(pairs, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"])
+        out.writerows([i, 2 * i, 2 * i + 1, r["sentence1"], r["sentence2"], int(r["gold_label"] == "entailment")]
+                      for i, r in enumerate(rows))
+    run_cli("zfilter", pairs, "--preset", "qqp", "--out", tmp_path / "zf")
+    manifest = json.loads((tmp_path / "zf" / "kept" / ".refinery" / "manifest.json").read_text())
+    assert manifest["field_names"] == ["question1", "question2"] and manifest["single_text"] is False
+    run_cli("audit", tmp_path / "zf" / "kept", "--out", tmp_path / "a")
+    features = [e["feature"] for entries in json.loads((tmp_path / "a" / "report" / "topk.json").read_text()).values()
+                for e in entries]
+    assert features and all(f.endswith(("@question1", "@question2")) for f in features), features[:5]

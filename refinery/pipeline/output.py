@@ -28,6 +28,7 @@ if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options bui
     from refinery.report.page import Report
 
 REPORT = "report"   # the part holding report.json and report.html
+FIELD_NAMES, SINGLE_TEXT = "field_names", "single_text"   # a manifest's record of its input's preset's names
 
 
 @dataclass
@@ -39,6 +40,8 @@ class StageOutput:
     inputs: list = field(default_factory=list)     # the corpora or files the stage read
     settings: dict = field(default_factory=dict)   # {stage name: its config as a dict}, kept in each manifest
     location: str = ""   # where the parts are written until the run's commit (``publishing``); ``folder`` outside one
+    field_names: tuple | None = None   # the input's names of text_a and text_b (its preset's): kept in each manifest,
+    single_text: bool = False          # so that the next stage or audit of a corpus names its features the same
 
     def __post_init__(self):
         self.folder = self.folder.rstrip("/")
@@ -63,7 +66,8 @@ class StageOutput:
     def part(self, name: str, inputs: list | None = None, settings: dict | None = None) -> "StageOutput":
         """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
         return StageOutput(self.url(name), self.storage_options, self.inputs if inputs is None else inputs,
-                           self.settings if settings is None else settings, self.written(name))
+                           self.settings if settings is None else settings, self.written(name), self.field_names,
+                           self.single_text)
 
     @contextlib.contextmanager
     def publishing(self) -> Iterator[RunOutput]:
@@ -84,6 +88,9 @@ class StageOutput:
         published on ``commit``)."""
         from refinery.io.corpus_writer import CorpusWriter
 
+        if self.field_names:
+            options["extra"] = {FIELD_NAMES: list(self.field_names), SINGLE_TEXT: self.single_text,
+                                **options.get("extra", {})}
         return CorpusWriter(self.url(part), location=self.written(part),
                             config=self.settings if settings is None else settings,
                             storage_options=self.storage_options, inputs=self.inputs, **options)

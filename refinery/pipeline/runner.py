@@ -27,7 +27,7 @@ from typing import Callable
 from refinery import __version__
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
-from refinery.io.corpus import Corpus, EmptyInput, OutputExists, input_fingerprints, is_corpus
+from refinery.io.corpus import Corpus, EmptyInput, OutputExists, corpus_of, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
 from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, published_run,
@@ -35,7 +35,7 @@ from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, ma
 from refinery.io.redaction import redact_text
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
-from refinery.pipeline.output import StageOutput
+from refinery.pipeline.output import FIELD_NAMES, SINGLE_TEXT, StageOutput
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
@@ -93,7 +93,7 @@ def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int 
 def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult:
     """The pipeline's input (``spec`` read as ``source``) as one canonical corpus; named splits become a ``split``
     column."""
-    out.inputs = list(source.paths)
+    out.inputs, out.field_names, out.single_text = list(source.paths), source.field_names, source.single_text
     with out.corpus(settings={"input": to_dict(spec)}) as writer:
         rows = 0
         for batch in source.iter_batches():
@@ -108,9 +108,30 @@ def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult
 
 
 def stage_input(spec: InputSpec, opts: ReadOptions, engine: str = "local") -> StageInput:
-    """The raw input of ``spec`` as a stage reads it."""
+    """The raw input of ``spec`` as a stage reads it: named as its preset names text_a and text_b, or, for refinery
+    corpora read without one, as their manifests record their own input's names."""
     mapping = spec.mapping()
-    return StageInput(spec.split_paths(), mapping, opts, engine, *_names(mapping))
+    paths = spec.split_paths()
+    names = _names(mapping) if mapping is not None else _recorded_names(
+        [p for ps in paths.values() for p in ps], opts.storage_options)
+    return StageInput(paths, mapping, opts, engine, *names)
+
+
+def _recorded_names(paths: list, storage_options: dict) -> tuple:
+    """The field names and single-text flag that every one of the corpora ``paths`` records (a stage's output keeps
+    its input's preset's), or none where they differ or one is not a corpus."""
+    recorded = set()
+    for path in paths:
+        url = corpus_of(path, storage_options)
+        if not is_corpus(url, storage_options):
+            return None, False
+        manifest = Corpus.open(url, storage_options).manifest
+        names = manifest.get(FIELD_NAMES)
+        if not (isinstance(names, list) and len(names) == 2
+                and all(isinstance(n, str) and re.fullmatch(r"[\w.-]{1,64}", n) for n in names)):
+            return None, False
+        recorded.add((tuple(names), bool(manifest.get(SINGLE_TEXT))))
+    return next(iter(recorded)) if len(recorded) == 1 else (None, False)
 
 
 def _names(mapping) -> tuple:
@@ -268,6 +289,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     def work(out: StageOutput) -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
         out.inputs, out.settings = list(source.paths), {stage_spec.name: to_dict(config)}
+        out.field_names, out.single_text = source.field_names, source.single_text
         if source.engine == "ray" and stage.one_task:
             return run_as_task(stage.run, (source, out), stage.resources, stage.name,
                                on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
