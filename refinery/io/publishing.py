@@ -1,5 +1,6 @@
 """Atomic publishing: a reader finds either the previous finished version of a folder or the new one
-(``AtomicDir``), and a run of several parts is finished only when its ``_SUCCESS`` is written (``RunOutput``).
+(``AtomicDir``), and a run of several parts publishes them all, with its ``_SUCCESS``, in one commit (``RunOutput``:
+one rename of the whole folder locally, one write of the pointer ``_SUCCESS`` on an object store).
 """
 from __future__ import annotations
 
