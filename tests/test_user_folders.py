@@ -369,3 +369,19 @@ def test_a_finished_output_reused_by_skip_drops_an_interrupted_reruns_checkpoint
     Checkpoints(str(tmp_path / "c"), "confidence", {"a": 1}).put("fold-0", pa.table({"p": [0.5]}))
     assert (tmp_path / "c" / "_checkpoints").exists()
     assert "skipped" in run_cli(*args, "--mode", "skip").stdout and not (tmp_path / "c" / "_checkpoints").exists()
+
+
+def test_a_pipeline_folder_of_the_version_before_one_commit_per_output_is_rerun_in_place(tmp_path):
+    """`make demo` into its folder of the version before: the input step's corpus had rewritten the folder's marker
+    without its _SUCCESS, which the one-rename commit took for a file of the user's in its way."""
+    out = tmp_path / "p"
+    spec = tmp_path / "p.yaml"
+    spec.write_text(json.dumps({"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [{"audit": {}}]}))
+    run_cli("run", spec, "--out", out)
+    for step in ("00-input", "01-audit"):   # the marker as the version before left it: no _SUCCESS listed
+        marker = out / step / ".refinery.json"
+        body = json.loads(marker.read_text())
+        marker.write_text(json.dumps({**body, "files": [f for f in body["files"] if f != "_SUCCESS"]}))
+    spec.write_text(json.dumps({"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [{"audit": {"k": 5}}]}))
+    said = run_cli("run", spec, "--out", out).stdout
+    assert "== 01-audit" in said and json.loads((out / "01-audit" / "_SUCCESS").read_text())["rows_in"] == 3261

@@ -81,8 +81,9 @@ _LOCAL = get_fs("/")[0]
 def _foreign_entries(root: str) -> list[str]:
     """Paths under local folder ``root`` (relative) that refinery did not write, taken whole: files, links and
     folders holding none of what a marker lists. A folder's marker (``.refinery.json``) lists the files refinery
-    wrote there; a subfolder with a marker of its own (a part of a run: kept/, report/) answers for itself. A
-    folder without a marker is foreign whole (every entry of ``root``, if ``root`` has none)."""
+    wrote there (and its ``_SUCCESS``, which versions before one commit per output did not list); a subfolder with a
+    marker of its own (a part of a run: kept/, report/) answers for itself. A folder without a marker is foreign
+    whole (every entry of ``root``, if ``root`` has none)."""
     top = owned_files(_LOCAL, root)
     if not top:
         return sorted(os.listdir(root))
@@ -102,8 +103,8 @@ def _foreign_entries(root: str) -> list[str]:
                 child = posixpath.join(sub, name) if sub else name
                 full = posixpath.join(base, child) if base else child
                 where = os.path.join(root, full)
-                if child in owned or child == OWNER_MARKER or _TEMP.search(name):
-                    continue
+                if child in owned or child in (OWNER_MARKER, RUN_MARKER) or _TEMP.search(name):
+                    continue   # a run's _SUCCESS in a folder refinery marked: refinery's (earlier versions left it unlisted)
                 inner = owned_files(_LOCAL, where) if os.path.isdir(where) and not os.path.islink(where) else set()
                 if inner:
                     marked.append((full, inner))
