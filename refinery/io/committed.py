@@ -10,7 +10,7 @@ one committed after, whole, never a mix, and an unfinished run's files are named
 from __future__ import annotations
 
 from refinery.io.contained import inside
-from refinery.io.location import forget_listings, get_fs, join, json_object, on_store
+from refinery.io.location import get_fs, join, json_object, on_store
 from refinery.io.ownership import RUN_MARKER
 
 RUNS = "_runs"         # on an object store: each run's parts under _runs/<run id>/
@@ -23,7 +23,7 @@ def run_pointer(url: str, storage_options: dict | None = None) -> dict | None:
     fs, path = get_fs(url, storage_options)
     record = join(url.rstrip("/"), RUN_MARKER)
     with on_store(url, f"reading {RUN_MARKER}"):
-        forget_listings(fs, path)   # the pointer may have moved since this process last looked
+        fs.invalidate_cache(join(path, RUN_MARKER))   # the listing above it: the pointer may have moved since
         body = json_object(fs, join(path, RUN_MARKER))
     if body is None or "root" not in body:
         return None

@@ -105,10 +105,11 @@ def _foreign_entries(root: str) -> list[str]:
                 where = os.path.join(root, full)
                 if child in owned or child in (OWNER_MARKER, RUN_MARKER) or _TEMP.search(name):
                     continue   # a run's _SUCCESS in a folder refinery marked: refinery's (earlier versions left it unlisted)
-                inner = owned_files(_LOCAL, where) if os.path.isdir(where) and not os.path.islink(where) else set()
+                folder = os.path.isdir(where) and not os.path.islink(where)
+                inner = owned_files(_LOCAL, where) if folder else set()
                 if inner:
                     marked.append((full, inner))
-                elif child in parents and os.path.isdir(where) and not os.path.islink(where):
+                elif child in parents and folder:
                     todo.append(child)
                 else:
                     foreign.append(full)

@@ -27,7 +27,8 @@ from typing import Callable
 from refinery import __version__
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
-from refinery.io.corpus import Corpus, EmptyInput, OutputExists, corpus_of, input_fingerprints, is_corpus
+from refinery.io.corpus import (Corpus, EmptyInput, OutputExists, corpus_of, finished_run, input_fingerprints,
+                                 is_corpus)
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
 from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, published_run,
@@ -122,10 +123,7 @@ def _recorded_names(paths: list, storage_options: dict) -> tuple:
     its input's preset's), or none where they differ or one is not a corpus."""
     recorded = set()
     for path in paths:
-        url = corpus_of(path, storage_options)
-        if not is_corpus(url, storage_options):
-            return None, False
-        manifest = Corpus.open(url, storage_options).manifest
+        manifest = finished_run(corpus_of(path, storage_options), storage_options) or {}
         names = manifest.get(FIELD_NAMES)
         if not (isinstance(names, list) and len(names) == 2
                 and all(isinstance(n, str) and re.fullmatch(r"[\w.-]{1,64}", n) for n in names)):

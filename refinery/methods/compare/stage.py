@@ -142,8 +142,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
                         [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
                    for e in evals] + [("reads", data.reads)]
-    correct: dict = {}    # (corpus, eval) -> seeds × rows booleans
     predicted: dict = {}  # (corpus, eval) -> seeds × rows labels
+    gold: dict = {}       # eval -> its rows' gold labels
     preds: list[pa.Table] = []
     jobs = [(n, s) for n in data.names for s in range(config.seeds)]
     for name, seed in progress(jobs, desc="compare", unit=" run"):
@@ -151,12 +151,11 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
         preds.append(table)
         for e in evals:
             part = table.filter(pc.equal(table["eval"], e.name))
-            ok = pc.equal(part["prediction"], part["gold"]).to_numpy(zero_copy_only=False)
-            correct.setdefault((name, e.name), []).append(ok)
+            gold.setdefault(e.name, part["gold"].to_numpy(zero_copy_only=False))
             predicted.setdefault((name, e.name), []).append(part["prediction"].to_numpy(zero_copy_only=False))
 
-    correct = {k: np.vstack(v) for k, v in correct.items()}
     predicted = {k: np.vstack(v) for k, v in predicted.items()}
+    correct = {(n, ev): labels == gold[ev] for (n, ev), labels in predicted.items()}   # seeds × rows booleans
     report = summarize(data, correct)
     for (name, ev), labels in predicted.items():
         report["accuracy"][ev][name]["one_label"] = one_label(labels)
