@@ -62,6 +62,7 @@ def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, rest
     assert _pair(reference) == new
     for at in range(1, calls + 1):
         restore(saved)
+        assert _pair(out) == old, f"the old run restored before the cut at call {at}"
         cut = _zfilter(tiny, out, NEW, faults, at)
         assert cut.exit_code != 0 or faults.count < at, (at, faults.calls[-1], cut.output)
         found = _pair(out)
@@ -95,13 +96,17 @@ def test_an_s3_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_new
     folder = s3.root / "bucket" / "zf"
     store = fsspec.filesystem("s3", skip_instance_cache=True)
 
+    def copy(source: str, target: str):   # object by object: a recursive copy into a folder rclone still lists
+        for key in store.find(source):      # (emptied, kept on its disk) lands in target/<source name>/, silently
+            store.copy(key, target + key.removeprefix(source))
+
     def snapshot():   # through the server: rclone does not see a folder changed on its disk
-        store.copy("bucket/zf", "bucket/saved", recursive=True)
+        copy("bucket/zf", "bucket/saved")
         return "bucket/saved"
 
     def restore(saved):
         store.rm("bucket/zf", recursive=True)
-        store.copy(saved, "bucket/zf", recursive=True)
+        copy(saved, "bucket/zf")
 
     _overwrites_cut_at_every_call(tiny, out, str(reference), snapshot, restore)
     runs = {key.split("/")[3] for key in store.find("bucket/zf/_runs")}   # objects, as a client sees them
