@@ -235,7 +235,7 @@ def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negat
     assert not worse.ok and worse.worsened_total > 0
     assert all(c.label == "entailment" for c in worse.worsened)   # the row's own words, now entailment shortcuts
 
-    guard = ShortcutGuard(table, np.array([row]), sorted(before.stats.labels), FeatureConfig(), "auto")
+    guard = ShortcutGuard(table, np.array([row]), sorted(before.stats.labels), FeatureConfig(), before.prior)
     admitted = sum(len(guard.admit([row])[0]) for _ in range(44))
     assert 0 < admitted < 44
     assert all(v.ok for v in guard.verdicts())
@@ -246,15 +246,17 @@ def test_guard_streams_its_input_and_extracts_its_candidates_a_chunk_at_a_time(n
     at a time: the guard (each feature's counts, each candidate's features, its decisions) is the one built from
     the whole table, whatever the order of the candidates."""
     from refinery.core.features import FeatureConfig
+    from refinery.core.stats import Prior
     from refinery.methods import audac_guard
 
     table = Corpus.open(str(negation_corpus)).read().select(["text_a", "text_b", "label"])
     labels = sorted(set(table["label"].to_pylist()))
     candidates = np.random.default_rng(0).permutation(table.num_rows)[:300]
-    whole = audac_guard.ShortcutGuard(table, candidates, labels, FeatureConfig(), "auto")
+    uniform = Prior("uniform")
+    whole = audac_guard.ShortcutGuard(table, candidates, labels, FeatureConfig(), uniform)
     monkeypatch.setattr(audac_guard, "CANDIDATE_ROWS", 37)
     streamed = audac_guard.ShortcutGuard(iter(table.to_batches(max_chunksize=250)), candidates, labels,
-                                         FeatureConfig(), "auto")
+                                         FeatureConfig(), uniform)
 
     def described(guard):
         names = guard.names.to_pylist()

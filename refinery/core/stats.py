@@ -165,25 +165,45 @@ def matrix_to_long(features: pa.Array, labels: list, matrix: np.ndarray, schema:
                      "count": pa.array(matrix[row, col], pa.int64())}, schema=schema)
 
 
+RECORDED = "recorded with the corpus"   # a prior rule carried from the first audit of a corpus's lineage
+
+
 @dataclass(frozen=True)
 class Prior:
-    """The p0 a z-statistic was computed with, ``uniform`` or ``empirical``, and why."""
+    """The p0 rule a z-statistic was computed with, ``uniform`` or ``empirical``, and why; ``carried``: the rule
+    was decided on an earlier corpus of the lineage (a stage's input) and recorded with this one's manifest."""
 
     name: str
     reason: str = "as configured"
+    carried: bool = False
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.reason})"
+        return f"{self.name} ({RECORDED}: {self.reason})" if self.carried else f"{self.name} ({self.reason})"
+
+    def record(self) -> dict:
+        """What a manifest keeps of the rule (``audit_prior``): its name and the reason it was decided."""
+        return {"name": self.name, "reason": self.reason}
+
+    @classmethod
+    def recorded(cls, record) -> "Prior | None":
+        """The rule a manifest's ``audit_prior`` names (None where it names none, or not one of the rules)."""
+        if not (isinstance(record, dict) and record.get("name") in ("uniform", "empirical")):
+            return None
+        return cls(record["name"], str(record.get("reason", ""))[:300], carried=True)
 
 
-def choose_prior(prior: str, label_totals: dict) -> Prior:
-    """``uniform`` or ``empirical`` as given; ``auto``: uniform when every label's share s_l of the rows
-    has 1/(1.5·C) ≤ s_l ≤ 1.5/C, else empirical. Under p0 = 1/C an imbalanced corpus's commonest
-    words (and ``null``) rank as biases toward its majority label merely for being common."""
+def choose_prior(prior: str, label_totals: dict, carried: Prior | None = None) -> Prior:
+    """``uniform`` or ``empirical`` as given; ``auto``: the rule ``carried`` with the corpus where one is (decided
+    once, on the first corpus of its lineage audited, so that a stage's output is audited as its input was and a
+    filter's kept rows do not flip the rule by moving the label shares across the band), else uniform when every
+    label's share s_l of the rows has 1/(1.5·C) ≤ s_l ≤ 1.5/C, else empirical. Under p0 = 1/C an imbalanced
+    corpus's commonest words (and ``null``) rank as biases toward its majority label merely for being common."""
     if prior not in PRIORS:
         raise ValueError(f"prior must be one of {', '.join(PRIORS)}, got {prior!r}")
     if prior != "auto":
         return Prior(prior)
+    if carried is not None:
+        return carried
     total, C = sum(label_totals.values()), len(label_totals)
     if not total:
         return Prior("uniform", "auto: no labelled rows to judge the balance by")

@@ -7,15 +7,17 @@ feature on the z-statistic of Gardner et al. 2021 (their §3; METHODS §1):
     p̂(l|x) = count(x, l) / n(x),     z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n(x)),
 
 against the significance threshold t = Φ⁻¹(1 − α/m), the one-sided normal quantile Bonferroni-corrected
-for the m (feature, label) tests of the *input's* audit (the curve p0 + t·sqrt(p0(1 − p0)/n) Gardner et al.
-draw). One threshold is used for both sides, so "before → after" compares like with like; a feature is
-significant when z* > t. The ``null`` feature (in every row) is the label prior, never a bias, and is left
-out. Weighted rows: pass a ``ZStats`` whose counts are sums of weights (``count(x, l) = Σ w`` over the rows
+for the m (feature, label) tests of that side's audit (the curve p0 + t·sqrt(p0(1 − p0)/n) Gardner et al.
+draw). Each side is exactly the audit ``refinery audit`` prints for that corpus with its defaults: its own p0 (the
+prior rule decided once, on the input, applied to that side's label shares) and its own t; a feature is
+significant on a side when its z* there is over that side's t. So the verdict is two audits compared, and the
+audit a user runs next on the output agrees with it. The ``null`` feature (in every row) is the label prior, never
+a bias, and is left out. Weighted rows: pass a ``ZStats`` whose counts are sums of weights (``count(x, l) = Σ w`` over the rows
 of x with label l, n(x) = Σ w), as ``stats.from_matrix`` builds from a float matrix; z* is then computed on
 the weighted n and counts.
 
 The verdict reports
-- each label's max z* before → after (and the feature that holds it), against t;
+- each label's max z* before → after (and the feature that holds it), against t (before → after);
 - the features still over t after the stage (``remaining``);
 - every feature that *worsened*: crossed t (not significant before, significant after, including features
   too rare to be tested before) or, already significant, rose by at least ``margin``; a rise under
@@ -138,7 +140,7 @@ class Verdict:
     """What a stage did to its corpus's shortcuts; see the module's docstring for each field."""
 
     stage: str
-    threshold: float
+    threshold: float          # the output's audit's t
     margin: float
     under_threshold: bool
     max_z: dict[str, LabelMax]
@@ -158,6 +160,7 @@ class Verdict:
     jittered_total: int = 0
     label_rows: dict[str, LabelRows] = field(default_factory=dict)   # empty: the audits hold no ``null`` feature
     remedy_labels: str = ""
+    threshold_before: float | None = None   # the input's audit's t (None: the same as ``threshold``)
 
     @property
     def lost(self) -> list[str]:
@@ -181,15 +184,22 @@ class Verdict:
             return False
         return not (self.under_threshold and self.over)
 
+    def _thresholds(self) -> str:
+        """The two audits' thresholds, ``4.65 → 4.23`` (one where they agree to the hundredth)."""
+        before = self.threshold if self.threshold_before is None else self.threshold_before
+        return f"{self.threshold:.2f}" if f"{before:.2f}" == f"{self.threshold:.2f}" else \
+            f"{before:.2f} → {self.threshold:.2f}"
+
     def _maxima(self) -> str:
         return ", ".join(f"{l} {_z(m.before)} → {_z(m.after)}" for l, m in self.max_z.items())
 
     def line(self) -> str:
         """One line: the verdict and each label's max z* before → after against the threshold."""
-        head = f"verdict {'ok' if self.ok else 'WARNING'}: max z* {self._maxima()} (threshold {self.threshold:.2f})"
+        head = f"verdict {'ok' if self.ok else 'WARNING'}: max z* {self._maxima()} (threshold {self._thresholds()})"
         if self.ok:
-            done = ("every label under the threshold" if not self.over
-                    else f"no label's max z* rose by ≥ {JITTER:g}")
+            done = ("every label under the threshold" if not self.over else
+                    f"nothing worse, not debiased: {sum(self.remaining_total.values()):,} feature(s) still over the "
+                    f"threshold, no label's max z* rose by ≥ {JITTER:g}")
             crossed = ("no feature crossed it" if not self.jittered_total else
                        f"no feature crossed it by ≥ {JITTER:g} in z*, and {100 * MIN_EFFECT_RISE:g} point in δ or a tenth of z* "
                        f"({self.jittered_total:,} by less, sampling jitter: "
@@ -242,6 +252,8 @@ class Verdict:
         """report.json's ``verdict``: exact values, the lists and their totals."""
         return {"stage": self.stage, "ok": self.ok, "line": self.line(), "warnings": self.warnings(),
                 "threshold": round(self.threshold, 4), "margin": self.margin, "prior": self.prior,
+                "threshold_before": round(self.threshold if self.threshold_before is None else self.threshold_before,
+                                          4),
                 "promise": "every label's max z* under the threshold" if self.under_threshold
                 else "no label's max z* above the input's, no feature crossing the threshold",
                 "max_z": {l: _rounded(asdict(m)) for l, m in self.max_z.items()},
@@ -310,20 +322,15 @@ class _Side:
         return pc.fill_null(pc.index_in(names, value_set=self.names), -1).to_numpy(zero_copy_only=False)
 
 
-def held_threshold(before: ZStats, after: ZStats) -> float:
-    """The threshold a filter's kept rows are held to: the input's, or the kept rows' own where it is lower (they
-    test fewer cells, so an audit of them alone flags features from a lower z*)."""
-    return min(before.threshold, after.threshold)
-
-
 def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = True,
           threshold: float | None = None, margin: float = MARGIN, remedy_remaining: str = "",
           remedy_worsened: str = "", prior: str = "", listed: int = LISTED, remedy_labels: str = "") -> Verdict:
     """The verdict on a stage whose input audits as ``before`` and whose output audits as ``after``.
 
     Both must be audits of the same features with the same prior rule and ``min_count`` (z* of Gardner et
-    al. 2021 per (feature, label); ``after`` may carry weighted counts). ``threshold`` defaults to
-    ``before.threshold`` (Φ⁻¹(1 − α/m) for the input's m tests). ``under_threshold``: the stage promised that
+    al. 2021 per (feature, label); ``after`` may carry weighted counts), each with its own p0 and threshold
+    (Φ⁻¹(1 − α/m) for its m tests): significant before is over ``before.threshold``, after over ``threshold``,
+    which defaults to ``after.threshold``. ``under_threshold``: the stage promised that
     every label's max z* ends under the threshold (a filter); else only that nothing got worse.
     ``remedy_remaining`` / ``remedy_worsened``: what the user should do, naming the option that applies,
     when features remain over the threshold / when something got worse; ``remedy_labels``, when a label is lost.
@@ -331,7 +338,8 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     labels = list(before.labels)
     if sorted(labels) != sorted(after.labels):
         raise ValueError(f"the audits' labels differ: {before.labels} before, {after.labels} after")
-    t = before.threshold if threshold is None else float(threshold)
+    t = after.threshold if threshold is None else float(threshold)
+    t_before = before.threshold
     b, a = _Side(before, labels), _Side(after, labels)
 
     max_z = {label: _label_max(b, a, j) for j, label in enumerate(labels)}
@@ -358,13 +366,13 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
         rise = np.inf if c.z_before is None else c.z_after - c.z_before
         material = c.effect_rise >= MIN_EFFECT_RISE or c.z_before is None or \
             c.z_after >= c.z_before + MIN_Z_GROWTH * abs(c.z_before)
-        if material and (rise >= margin or (c.z_before <= t and rise >= JITTER)):
+        if material and (rise >= margin or (c.z_before <= t_before and rise >= JITTER)):
             worsened.append(c)
-        elif c.z_before <= t:
+        elif c.z_before <= t_before:
             jittered.append(c)
 
     # cells significant before and not after (untested after counts as not significant): fixed
-    rb, jb = np.nonzero(b.z > t)
+    rb, jb = np.nonzero(b.z > t_before)
     ra_of = a.lookup(b.names.take(pa.array(rb, pa.int64()))) if len(rb) else np.empty(0, np.int64)
     z_after = _z_at(a, ra_of, jb, -np.inf)
     gone = z_after <= t
@@ -381,7 +389,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
                    significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
                    prior=prior, jittered=jittered[:listed], jittered_total=len(jittered),
-                   label_rows=_label_rows(before, after, labels), remedy_labels=remedy_labels)
+                   label_rows=_label_rows(before, after, labels), remedy_labels=remedy_labels, threshold_before=t_before)
 
 
 def _label_rows(before: ZStats, after: ZStats, labels: list) -> dict[str, LabelRows]:

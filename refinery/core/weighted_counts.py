@@ -261,10 +261,12 @@ WEIGHTED_NOTE = ("counts are sums of weights: a row of weight w counts as w rows
                  "∝ w sees it")
 
 
-def counts_prior(counts: WeightedCounts, prior: str = "auto", weighting: int = 0) -> tuple[np.ndarray, object]:
-    """(p0, the rule chosen): the ``prior`` rule applied to ``weighting``'s label totals (labels sorted)."""
+def counts_prior(counts: WeightedCounts, prior: str = "auto", weighting: int = 0,
+                 carried: zstats.Prior | None = None) -> tuple[np.ndarray, zstats.Prior]:
+    """(p0, the rule chosen): the ``prior`` rule (``carried`` with the corpus, for auto) applied to ``weighting``'s
+    label totals (labels sorted)."""
     totals = counts.label_totals(weighting)
-    chosen = zstats.choose_prior(prior, totals)
+    chosen = zstats.choose_prior(prior, totals, carried)
     return zstats.prior_vector(list(totals), totals, chosen.name), chosen
 
 
@@ -287,22 +289,26 @@ class WeightedAudits:
 
 
 def audit_weightings(counts: WeightedCounts, weightings=(0, 1), prior: str = "auto", min_count: int = 10,
-                     alpha: float = 0.01) -> WeightedAudits:
-    """The audit of each of ``weightings`` with p0 by the ``prior`` rule on the first one's label totals, the same
-    ``min_count`` and ``alpha``, on the features tested under any of them (their names built once)."""
-    p0, chosen = counts_prior(counts, prior, weightings[0])
+                     alpha: float = 0.01, carried: zstats.Prior | None = None) -> WeightedAudits:
+    """The audit of each of ``weightings`` as ``refinery audit`` makes it of that corpus: the ``prior`` rule decided
+    once, on the first one's label totals (or ``carried`` with the input), and applied to each one's own label
+    totals, the same ``min_count`` and ``alpha``, each its own threshold; on the features tested under any of them
+    (their names built once)."""
+    _, chosen = counts_prior(counts, prior, weightings[0], carried)
     rows = counts.tested(weightings, min_count)
     names = counts.names(rows)
-    return WeightedAudits(chosen, rows, [counts.stats(w, p0, min_count, alpha, rows, names) for w in weightings])
+    return WeightedAudits(chosen, rows, [counts.stats(w, counts_prior(counts, chosen.name, w)[0], min_count, alpha,
+                                                      rows, names) for w in weightings])
 
 
 def judge_weightings(counts: WeightedCounts, *, stage: str, before: int = 0, after: int = 1, prior: str = "auto",
                      min_count: int = 10, alpha: float = 0.01, notes: tuple = (),
-                     audits: WeightedAudits | None = None, **options) -> Verdict:
+                     audits: WeightedAudits | None = None, carried: zstats.Prior | None = None,
+                     **options) -> Verdict:
     """The verdict (``core.verdict.judge``) on weighting ``after`` against weighting ``before`` of one pass:
     both audited by ``audit_weightings`` (``audits``: done before, for those two); ``options`` go to ``judge``
     (``under_threshold``, the remedies, a ``threshold``)."""
-    audits = audits or audit_weightings(counts, (before, after), prior, min_count, alpha)
+    audits = audits or audit_weightings(counts, (before, after), prior, min_count, alpha, carried)
     verdict = judge(*audits.stats, stage=stage, prior=str(audits.prior), **options)
     verdict.notes += list(notes) + [f"not counted here: the {f} feature family (it needs a model fit)"
                                     for f in counts.left_out]

@@ -12,7 +12,7 @@ import posixpath
 import sys
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,7 +41,7 @@ class CorpusWriter(AbortsOnError):
     """
 
     def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
-                 config: dict | None = None, storage_options: dict | None = None, extra: dict | None = None,
+                 config: dict | None = None, storage_options: dict | None = None, extra: Mapping | None = None,
                  inputs: Iterable[str] | None = None, location: str | None = None):
         if mode not in ("overwrite", "skip", "error"):
             raise ValueError(f"mode must be overwrite|skip|error, not {mode!r}")
@@ -51,7 +51,7 @@ class CorpusWriter(AbortsOnError):
         self.mode = mode
         self.shard_rows = shard_rows
         self.config = config or {}
-        self.extra = extra or {}
+        self.extra = {} if extra is None else extra   # a mapping read at the commit
         self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
         self.skipped = False
         self.manifest: dict | None = None

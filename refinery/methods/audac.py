@@ -166,14 +166,14 @@ class Plan:
         return sum(self.totals.values())
 
 
-def plan(con, config, features: FeatureConfig) -> Plan:
+def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = None) -> Plan:
     """AUDAC over the table ``rows`` of ``con`` (row_id, label, text_a[, text_b]) under ``config`` (the stage's
-    ``UpsampleConfig``); ``features``: the audit's features the guard and the verdicts count. Leaves the table
-    ``extra`` (row_id, copies) of the copies to add."""
+    ``UpsampleConfig``); ``features``: the audit's features the guard and the verdicts count; ``carried``: the
+    prior rule the input records. Leaves the table ``extra`` (row_id, copies) of the copies to add."""
     labels = [r[0] for r in con.execute("SELECT DISTINCT label FROM rows ORDER BY label").fetchall()]
     totals = dict(con.execute("SELECT label, count(*) FROM rows GROUP BY label").fetchall())
-    prior = zstats.choose_prior(config.prior, totals)
-    p0 = zstats.prior_vector(labels, totals, config.prior)
+    prior = zstats.choose_prior(config.prior, totals, carried)
+    p0 = zstats.prior_vector(labels, totals, prior.name)
     con.register("__labels", pa.table({"label": labels, "p0": p0}))
     con.execute("CREATE OR REPLACE TABLE label_set AS SELECT * FROM __labels ORDER BY label")
     con.execute("CREATE OR REPLACE TABLE extra (row_id BIGINT, extra BIGINT)")
@@ -199,7 +199,7 @@ def plan(con, config, features: FeatureConfig) -> Plan:
     pool = _padding_pool(con, config) if prior.name == "empirical" else {}
     # the texts stream through the guard's counting, a batch at a time: it keeps only the candidates'
     guard = ShortcutGuard(_texts(con), np.union1d(candidates, [r for rows in pool.values() for r in rows])
-                          .astype(np.int64), labels, features, config.prior)
+                          .astype(np.int64), labels, features, prior)
 
     trace, turns, refused = _rounds(con, config, chosen, labels, guard)
     undone = _undo_until_nothing_worse(guard, turns, trace, lambda: _pad(guard, pool, turns, trace, labels))

@@ -105,14 +105,14 @@ class ShortcutGuard:
     label's max z* in the input. Only the candidates' features can change, so only they are held.
     """
 
-    def __init__(self, table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
+    def __init__(self, table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: zstats.Prior):
         """``table``: the input (text_a[, text_b], label), a ``pa.Table`` or its record batches in row order (read
-        once); ``candidates``: the row indices that may be copied."""
-        self.labels, self.prior_rule = labels, prior
+        once); ``candidates``: the row indices that may be copied; ``prior``: the rule the input's audit takes."""
+        self.labels, self.prior_rule, self.prior = labels, prior.name, prior
         batches = table.to_batches() if isinstance(table, pa.Table) else table
-        names, matrix, n, self.totals, rows, self.label_of = _read_input(batches, candidates, labels, features, prior)
-        self.prior = zstats.choose_prior(prior, dict(zip(labels, self.totals.tolist())))
-        self.p0 = zstats.prior_vector(labels, dict(zip(labels, self.totals.tolist())), prior)
+        names, matrix, n, self.totals, rows, self.label_of = _read_input(batches, candidates, labels, features,
+                                                                          prior.name)
+        self.p0 = zstats.prior_vector(labels, dict(zip(labels, self.totals.tolist())), prior.name)
         eligible = n >= AUDIT_MIN_COUNT
         self.before = zstats.from_matrix(names.filter(pa.array(eligible)), labels, matrix[eligible], self.p0,
                                          AUDIT_MIN_COUNT, ALPHA, n=n[eligible])

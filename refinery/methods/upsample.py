@@ -97,7 +97,8 @@ class UpsampleStage(Stage):
             con = queries.connect()
             queries.load_rows(con, queries.files_of(corpora), source.opts.storage_options, with_split=source.named)
             rejects = queries.corpora_rejects(corpora)
-            plan = audac.plan(con, self.config, features)
+            plan = audac.plan(con, self.config, features, source.prior)
+            out.prior = plan.prior   # the input's audit's rule, recorded with the corpus
             r = audac_report.summary(plan, self.config, inputs=source.paths, rejected=rejects.num_rows)
             audac.publish_corpus(con, out, plan.added, rejects)
         out.publish_report(r, audac_report.page(out, r, plan, self.config),

@@ -15,8 +15,9 @@ rejected/ are published, ``result`` publishes the report and gives the stage's r
 its own overrides it).
 
 Its verdict (``core.verdict``): as rows are decided, the audit's features are counted over the input and over
-the kept rows (``core.weighted_counts``, weights 1 and keep ∈ {0, 1}: one tokenization), with the input's prior
-rule, and compared. A filter promises to make no shortcut stronger; where it did, the warning names the features
+the kept rows (``core.weighted_counts``, weights 1 and keep ∈ {0, 1}: one tokenization), each side as ``refinery
+audit`` measures it (the prior rule decided on the input, or carried with it, and recorded in both parts' manifests,
+so the next audit of kept/ takes it too), and compared. A filter promises to make no shortcut stronger; where it did, the warning names the features
 and ``remedy()``, the filter's own advice. The verdict is on the console, in report.json and on the report page.
 """
 from __future__ import annotations
@@ -105,7 +106,7 @@ class FilterStage(Stage):
         """kept/ and rejected/ written: (what was written, as ``result`` reads it; weighted counts of the kept rows
         (weight 1) and the dropped ones (0), for the verdict, unless the filter ``judges_itself``)."""
         from refinery.core.features import FeatureConfig
-        from refinery.core.weighted_counts import WeightedCounts   # numba: not at a verb's build
+        from refinery.core.weighted_counts import WeightedCounts, counts_prior   # numba: not at a verb's build
         from refinery.pipeline.engine import stream_map
 
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
@@ -135,6 +136,8 @@ class FilterStage(Stage):
                 reasons.update(map(self.reason_kind, why))
             if not kept_by and not dropped_by:
                 kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
+            if measured is not None and measured.rows:   # the rule the input's audit takes, recorded with both parts
+                out.prior = counts_prior(measured, carried=source.prior)[1]
             kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
         written = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
                    "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
@@ -151,8 +154,8 @@ class FilterStage(Stage):
         report = {**written, "config": to_dict(self.config)}
         kept, dropped, input_rejects = written["kept"], written["filtered_out"], written["input_rejects"]
         judged = measured is not None and measured.rows
-        verdict = judge_weightings(measured, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
-            if judged and kept else None
+        verdict = judge_weightings(measured, stage=self.name, under_threshold=False, remedy_worsened=self.remedy(),
+                                   carried=out.prior) if judged and kept else None
         if verdict is not None and all(m.after is None for m in verdict.max_z.values()):
             verdict = None   # no feature of the kept rows reaches min_count: nothing to judge them by
             report["not_judged"] = TOO_FEW_KEPT.format(kept=kept)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
@@ -21,6 +23,7 @@ import pyarrow as pa
 from refinery.io.location import join
 
 if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options build without them
+    from refinery.core.stats import Prior
     from refinery.io.checkpoints import Checkpoints
     from refinery.io.corpus_writer import CorpusWriter
     from refinery.io.publishing import AtomicDir, RunOutput
@@ -29,6 +32,7 @@ if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options bui
 
 REPORT = "report"   # the part holding report.json and report.html
 FIELD_NAMES, SINGLE_TEXT = "field_names", "single_text"   # a manifest's record of its input's preset's names
+AUDIT_PRIOR = "audit_prior"   # ... and of the audit's prior rule, decided on the first corpus of its lineage audited
 
 
 @dataclass
@@ -42,6 +46,7 @@ class StageOutput:
     location: str = ""   # where the parts are written until the run's commit (``publishing``); ``folder`` outside one
     field_names: tuple | None = None   # the input's names of text_a and text_b (its preset's): kept in each manifest,
     single_text: bool = False          # so that the next stage or audit of a corpus names its features the same
+    prior: Prior | None = None   # the audit's prior rule: carried from the input, or decided by the stage as it counts
 
     def __post_init__(self):
         self.folder = self.folder.rstrip("/")
@@ -67,7 +72,7 @@ class StageOutput:
         """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
         return StageOutput(self.url(name), self.storage_options, self.inputs if inputs is None else inputs,
                            self.settings if settings is None else settings, self.written(name), self.field_names,
-                           self.single_text)
+                           self.single_text, self.prior)
 
     @contextlib.contextmanager
     def publishing(self) -> Iterator[RunOutput]:
@@ -88,9 +93,7 @@ class StageOutput:
         published on ``commit``)."""
         from refinery.io.corpus_writer import CorpusWriter
 
-        if self.field_names:
-            options["extra"] = {FIELD_NAMES: list(self.field_names), SINGLE_TEXT: self.single_text,
-                                **options.get("extra", {})}
+        options["extra"] = _Recorded(self, options.get("extra") or {})
         return CorpusWriter(self.url(part), location=self.written(part),
                             config=self.settings if settings is None else settings,
                             storage_options=self.storage_options, inputs=self.inputs, **options)
@@ -181,3 +184,50 @@ def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader)
     with folder.open(name) as sink, pq.ParquetWriter(sink, batches.schema, compression="zstd") as writer:
         for batch in batches:
             writer.write_batch(batch)
+
+
+def recorded(paths: list, storage_options: dict) -> tuple[tuple, Prior | None]:
+    """What every one of the corpora ``paths`` records of its lineage (a stage's output keeps its input's): (the
+    field names and single-text flag, or none; the audit's prior rule, or None), each where all record the same
+    and every path is a corpus."""
+    from refinery.core.stats import Prior
+    from refinery.io.corpus import corpus_of, finished_run
+
+    manifests = [finished_run(corpus_of(path, storage_options), storage_options) or {} for path in paths]
+    names, priors = set(), set()
+    for manifest in manifests:
+        given = manifest.get(FIELD_NAMES)
+        if isinstance(given, list) and len(given) == 2 and \
+                all(isinstance(n, str) and re.fullmatch(r"[\w.-]{1,64}", n) for n in given):
+            names.add((tuple(given), bool(manifest.get(SINGLE_TEXT))))
+        else:
+            names.add(None)
+        priors.add(Prior.recorded(manifest.get(AUDIT_PRIOR)))
+    return (next(iter(names)) if len(names) == 1 and None not in names else (None, False),
+            next(iter(priors)) if len(priors) == 1 else None)
+
+
+class _Recorded(Mapping):
+    """What each corpus manifest a stage writes records of its input, read when the corpus commits (a stage decides
+    its input's prior rule as it counts it, after its writers opened): the preset's field names, the audit's prior
+    rule, and the stage's own ``extra`` entries."""
+
+    def __init__(self, out: StageOutput, extra: dict):
+        self.out, self.extra = out, extra
+
+    def _items(self) -> dict:
+        out, items = self.out, {}
+        if out.field_names:
+            items.update({FIELD_NAMES: list(out.field_names), SINGLE_TEXT: out.single_text})
+        if out.prior is not None:
+            items[AUDIT_PRIOR] = out.prior.record()
+        return {**items, **self.extra}
+
+    def __getitem__(self, key):
+        return self._items()[key]
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())

@@ -37,9 +37,9 @@ from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join
 from refinery.core import stats as zstats
 from refinery.core.stats import ZStats
-from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts
+from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, counts_prior
 from refinery.pipeline.config import ReportConfig, to_dict
-from refinery.pipeline.output import StageOutput
+from refinery.pipeline.output import AUDIT_PRIOR, StageOutput, recorded
 from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser, figures
 from refinery.report.comparison import comparison_rows, is_comparison
@@ -69,7 +69,7 @@ def _audit_config(spec):
 def _measure(corpus: str, opts: ReadOptions, config, field_names) -> tuple[dict, ZStats]:
     """An audit of one step's corpus: the figures the receipt shows, and the statistics of the features in at
     least min_count rows (all the report reads: z* of rarer features is not computed)."""
-    source = StageInput({"": [corpus]}, None, opts, "local", *field_names)
+    source = StageInput({"": [corpus]}, None, opts, "local", *field_names, recorded([corpus], opts.storage_options)[1])
     result = stage_class("audit")(config).measure(source)
     try:
         st = result.stats
@@ -96,9 +96,8 @@ def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, colum
     rows_per_label = {l: int(source.manifest["labels"].get(l, 0)) for l in sorted(counts.labels)}
     if not counts.rows:
         raise EmptyInput(f"{corpus}: no rows to audit")
-    prior = zstats.choose_prior(config.prior, rows_per_label)
-    st = counts.stats(0, zstats.prior_vector(list(rows_per_label), rows_per_label, prior.name), config.min_count,
-                      config.alpha)
+    p0, prior = counts_prior(counts, config.prior, 0, zstats.Prior.recorded(source.manifest.get(AUDIT_PRIOR)))
+    st = counts.stats(0, p0, config.min_count, config.alpha)   # p0 of the weighted shares, as the weights verdict
     top = st.top_k(max(config.k, 1))
     figures = {"rows": counts.rows, "labels": rows_per_label, "threshold": st.threshold, "prior": str(prior),
                "prior_name": prior.name, "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},

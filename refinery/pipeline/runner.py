@@ -36,7 +36,7 @@ from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, ma
 from refinery.io.redaction import redact_text
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
-from refinery.pipeline.output import FIELD_NAMES, SINGLE_TEXT, StageOutput
+from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.receipt import write_pipeline_report
 from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
@@ -95,6 +95,7 @@ def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult
     """The pipeline's input (``spec`` read as ``source``) as one canonical corpus; named splits become a ``split``
     column."""
     out.inputs, out.field_names, out.single_text = list(source.paths), source.field_names, source.single_text
+    out.prior = source.prior
     with out.corpus(settings={"input": to_dict(spec)}) as writer:
         rows = 0
         for batch in source.iter_batches():
@@ -113,23 +114,8 @@ def stage_input(spec: InputSpec, opts: ReadOptions, engine: str = "local") -> St
     corpora read without one, as their manifests record their own input's names."""
     mapping = spec.mapping()
     paths = spec.split_paths()
-    names = _names(mapping) if mapping is not None else _recorded_names(
-        [p for ps in paths.values() for p in ps], opts.storage_options)
-    return StageInput(paths, mapping, opts, engine, *names)
-
-
-def _recorded_names(paths: list, storage_options: dict) -> tuple:
-    """The field names and single-text flag that every one of the corpora ``paths`` records (a stage's output keeps
-    its input's preset's), or none where they differ or one is not a corpus."""
-    recorded = set()
-    for path in paths:
-        manifest = finished_run(corpus_of(path, storage_options), storage_options) or {}
-        names = manifest.get(FIELD_NAMES)
-        if not (isinstance(names, list) and len(names) == 2
-                and all(isinstance(n, str) and re.fullmatch(r"[\w.-]{1,64}", n) for n in names)):
-            return None, False
-        recorded.add((tuple(names), bool(manifest.get(SINGLE_TEXT))))
-    return next(iter(recorded)) if len(recorded) == 1 else (None, False)
+    names, prior = recorded([p for ps in paths.values() for p in ps], opts.storage_options)
+    return StageInput(paths, mapping, opts, engine, *(_names(mapping) if mapping is not None else names), prior)
 
 
 def _names(mapping) -> tuple:
@@ -208,7 +194,8 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
         for i, stage_spec in enumerate(spec.stages, 1):
             folder, name, started = join(out, step_folder(i, stage_spec.name)), stage_spec.name, time.perf_counter()
             _refuse_nothing_passed_on(run.stages[-1], current, folder, name, opts.storage_options)
-            step_input = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()))
+            step_input = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()),
+                                    recorded([current], opts.storage_options)[1])
             step, stage = _stage_step(stage_spec, step_input, folder, steps, opts, echo)
             run.stages.append(step)
             current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder,
@@ -287,7 +274,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     def work(out: StageOutput) -> tuple[StageResult, int | None]:
         stage.check_input(source.columns(), " and ".join(source.paths))
         out.inputs, out.settings = list(source.paths), {stage_spec.name: to_dict(config)}
-        out.field_names, out.single_text = source.field_names, source.single_text
+        out.field_names, out.single_text, out.prior = source.field_names, source.single_text, source.prior
         if source.engine == "ray" and stage.one_task:
             return run_as_task(stage.run, (source, out), stage.resources, stage.name,
                                on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))

@@ -32,6 +32,7 @@ from refinery.io.read_options import ReadOptions
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
 
 if TYPE_CHECKING:
+    from refinery.core.stats import Prior
     from refinery.io.canonical import Batch
     from refinery.pipeline.output import StageOutput
 
@@ -74,6 +75,7 @@ class StageInput:
     engine: str = "local"
     field_names: tuple | None = None   # the task's names of text_a and text_b (the input's preset's)
     single_text: bool = False          # whether the input's preset has one text
+    prior: Prior | None = None         # the audit's prior rule its corpora record (decided on their lineage's first)
 
     @property
     def paths(self) -> list[str]:

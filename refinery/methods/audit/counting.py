@@ -78,10 +78,12 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-          config: AuditConfig = AuditConfig(), engine: str = "local", rejects=None) -> AuditResult:
+          config: AuditConfig = AuditConfig(), engine: str = "local", rejects=None,
+          carried: zstats.Prior | None = None) -> AuditResult:
     """Count features over ``inputs`` (added to the saved state of ``config.update`` if given) and compute
     z-statistics. ``rejects``: a corpus writer (``StageOutput.corpus``) that publishes the input's rejects, as a
-    corpus of no rows (an ``AllRejected`` error names it when no row was good).
+    corpus of no rows (an ``AllRejected`` error names it when no row was good). ``carried``: the prior rule the
+    inputs record (an ``auto`` prior takes it: ``stats.choose_prior``).
 
     Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
     bound memory and name the candidate features, then a second pass counts just those exactly,
@@ -113,7 +115,7 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     if not counter.rows:
         raise AllRejected(inputs, reasons, rejects and f"{rejects.out} (refinery inspect {rejects.out})")
     recounted = count(inputs, mapping, opts, config, only=counter.candidates()) if recount else None
-    return finish(counter, config, sum(reasons.values()), recounted)
+    return finish(counter, config, sum(reasons.values()), recounted, carried)
 
 
 def _check_counted(counter, inputs, reasons: Counter) -> None:
@@ -128,7 +130,8 @@ def _check_counted(counter, inputs, reasons: Counter) -> None:
                          "and the rejects' reasons")
 
 
-def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None) -> AuditResult:
+def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None,
+           carried: zstats.Prior | None = None) -> AuditResult:
     """z-statistics of the features in at least ``min_count`` rows (the only ones z* is defined for:
     the statistics of a large corpus's millions of rarer features are never built)."""
     source = recounted if recounted is not None else counter
@@ -142,7 +145,7 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
         features, matrix, n = zstats.long_to_matrix(source.counts(), labels)
         counted = len(features)
         features, matrix, n = zstats.at_least(features, matrix, n, config.min_count)
-    prior = zstats.choose_prior(config.prior, {l: counter.label_totals[l] for l in labels})
+    prior = zstats.choose_prior(config.prior, {l: counter.label_totals[l] for l in labels}, carried)
     st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, prior.name),
                             config.min_count, config.alpha, n=n)
     return AuditResult(st, counter, config, rejected, recounted, counted, prior)

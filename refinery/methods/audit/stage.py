@@ -107,7 +107,8 @@ class AuditStage(Stage):
 
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
         rejects = out.corpus("rejects", settings={self.name: config.to_dict()}) if out is not None else None
-        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects)
+        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects,
+                     carried=source.prior)
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         from refinery.report import terminal

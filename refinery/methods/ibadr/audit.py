@@ -19,7 +19,8 @@ from refinery.methods.razor.verdict import weakened_nothing
 
 
 class ShortcutAudit:
-    """The audit of the original rows and of the pool they grow into, on the audit's ``features`` and prior rule.
+    """The audit of the original rows and of the pool they grow into, on the audit's ``features`` and prior rule
+    (``carried`` with the input, else decided on the original).
 
     The original is counted once (``WeightedCounts``, two weightings: the original and the pool); ``top`` are its
     k most biased features per label (z* under its p0, n ≥ 10). ``in_rows``: those features' z* in other rows (the
@@ -29,10 +30,10 @@ class ShortcutAudit:
     a label that gained rows would read as a bias.
     """
 
-    def __init__(self, table: pa.Table, features: FeatureConfig, k: int = 10):
+    def __init__(self, table: pa.Table, features: FeatureConfig, k: int = 10, carried: zstats.Prior | None = None):
         self.features = features
         self.counts = WeightedCounts(None, features, 2).add(table, None, None)
-        self.prior = zstats.choose_prior("auto", self.counts.label_totals(0))
+        self.prior = zstats.choose_prior("auto", self.counts.label_totals(0), carried)
         self.before = self.counts.stats(0, self._p0(0))
         self.top = self.before.top_k(k)
 

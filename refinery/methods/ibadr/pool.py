@@ -77,7 +77,8 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
         shallow = _classifier(config.shallow, config).fit(
             _sample(original, config.shallow_rows, _rng(config, 0, "shallow")))
     task_model = _classifier(config.task_model, config).fit(table)
-    audit = ShortcutAudit(table, features)
+    audit = ShortcutAudit(table, features, carried=out.prior)
+    out.prior = audit.prior   # the input's audit's rule, recorded with pool/
     for iteration in progress(range(done + 1, iterations + 1), desc="ibadr iterations"):
         generator_from = steps.path(_step(iteration - 1), "generator") if iteration > 1 else config.generator
         with steps.write(_step(iteration)) as checkpoint:

@@ -77,6 +77,7 @@ class RazorStage(Stage):
         from refinery.io.redaction import redact
         from refinery.methods.razor.rewrite import refine
         from refinery.methods.razor.scores import gamma_summary
+        from refinery.core import stats as zstats
         from refinery.methods.razor.verdict import verdict
         from refinery.models import load_classifier
         from refinery.progress import announce
@@ -90,8 +91,9 @@ class RazorStage(Stage):
                      f"(checkpoints in {out.url(CHECKPOINTS)})")
         refined, after, history = refine(table, config, engine=engine, verifier=verifier, scores=before,
                                          checkpoints=checkpoints)
+        out.prior = zstats.choose_prior("auto", zstats.rows_per_label(table["label"]), out.prior)   # recorded
         out.write_corpus(Output.CORPUS.value, refined, rejects, settings={"razor": report})
-        judged = verdict(table, refined, features, config)
+        judged = verdict(table, refined, features, config, out.prior)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import FeatureConfig
+from refinery.core.stats import Prior
 from refinery.core.verdict import JITTER, Verdict
 from refinery.core.weighted_counts import WeightedCounts, judge_weightings
 from refinery.methods.razor.config import RazorConfig
@@ -25,16 +26,17 @@ def weakened_nothing(v: Verdict) -> bool:
     return v.significant_before > 0 and not v.fixed_total and not fell
 
 
-def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config: RazorConfig) -> Verdict:
+def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config: RazorConfig,
+            prior: Prior | None = None) -> Verdict:
     """The audit of ``refined`` (``table`` with the scored field of some rows rewritten, row for row) against the
-    audit of ``table``: the same features, the input's prior rule (the labels do not change). The input is counted
-    once; only the rewritten rows are counted again."""
+    audit of ``table``: the same features, the input's prior rule (``prior``, else decided on ``table``; the labels
+    do not change). The input is counted once; only the rewritten rows are counted again."""
     target = scored_field(table)
     rewritten = pc.fill_null(pc.not_equal(table[target], refined[target]), False).to_numpy(zero_copy_only=False)
     counts = WeightedCounts(None, features, 2).add(table, None, (~rewritten).astype(np.float64))
     if rewritten.any():
         counts.add(refined.filter(pa.array(rewritten)), np.zeros(int(rewritten.sum())), None)
-    v = judge_weightings(counts, stage="razor", under_threshold=False, remedy_worsened=(
+    v = judge_weightings(counts, stage="razor", under_threshold=False, carried=prior, remedy_worsened=(
         f"the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (--top-k, "
         f"now {config.top_k}; --rounds, now {config.rounds}) or use another generator (--model); the report's "
         "examples show what the rewrites add."))

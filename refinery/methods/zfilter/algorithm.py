@@ -47,12 +47,13 @@ class ZFilter:
     """Algorithm 1 as a stateful operator: ``seed`` rows into Z, then ``filter`` batches in order.
 
     ``label_totals``: the rows per label of the seed and the input, from which an ``auto`` prior is
-    chosen (None: no counts, so ``auto`` is uniform).
+    chosen (None: no counts, so ``auto`` is uniform) unless the input ``carried`` one (``stats.choose_prior``).
     """
 
-    def __init__(self, labels: list, config: ZFilterConfig = ZFilterConfig(), label_totals: dict | None = None):
+    def __init__(self, labels: list, config: ZFilterConfig = ZFilterConfig(), label_totals: dict | None = None,
+                 carried: zstats.Prior | None = None):
         self.config = config
-        self.prior = zstats.choose_prior(config.prior, label_totals or {})
+        self.prior = zstats.choose_prior(config.prior, label_totals or {}, carried)
         self.Z = IncrementalCounts(labels)
         self.seen = IncrementalCounts(labels, vocabulary=self.Z)  # every streamed row: the input's audit
         self.biased = BiasedSet(self.Z, config.k, config.min_count, self.prior.name)

@@ -2,8 +2,7 @@
 and audited before and after under one prior, with a verdict where the composition promises one."""
 from __future__ import annotations
 
-from refinery.core import stats as zstats
-from refinery.core.verdict import Verdict, held_threshold, judge
+from refinery.core.verdict import Verdict, judge
 from refinery.methods.zfilter.composition import Composition
 from refinery.methods.zfilter.report import audit_summary, remedies
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
@@ -15,11 +14,11 @@ from refinery.report.page import Report, config_table, figure, link, note, table
 
 def compose_report(composition: Composition, out: StageOutput, config: ZFilterConfig) -> dict:
     """Each part of a composition and the two together: rows read, kept and filtered out per label, and a
-    verdict (``core.verdict``) of its rows read against its rows kept, all under one prior (``auto``: from the
-    labels of D0 and G together); published as ``out``'s report (report.json, report.html)."""
+    verdict (``core.verdict``) of its rows read against its rows kept, all under one prior rule (``out.prior``:
+    ``auto`` decides it on the labels of D0 and G together); published as ``out``'s report (report.json, report.html)."""
     kind, audit, input_rejects = composition.kind, composition.audit, composition.input_rejects
     page = out.report_page(f"compose ({kind}): original and generated rows, z-filtered (Wu et al. 2022 §4.2)")
-    prior = zstats.choose_prior(config.prior, audit.counts["input", "together"].label_totals)
+    prior = out.prior   # decided on D0 and G together (``ComposeStage.prepare``), or carried with the input
     remedy = remedies(config, False)   # OUT/kept: the same words for the verb and a pipeline step
     # A part filtered on its own, and a composition of filtered parts, promise every label under the threshold;
     # Z-Aug's composition (D0 whole) only that nothing got worse. D0 kept whole (Z-Aug) and G filtered against
@@ -32,8 +31,7 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
         before = audit.stats("input", part, prior.name, config)
         after = audit.stats("kept", part, prior.name, config)
         verdicts[part] = judge(before, after, stage="compose", under_threshold=bool(promise[part]),
-                               remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior),
-                               threshold=held_threshold(before, after))
+                               remedy_remaining=remedy, remedy_worsened=remedy, prior=str(prior))
         if promise[part] is None:
             notes.append(_unjudged(kind, part, verdicts[part]))
         if kind == "zaug" and part == "together":

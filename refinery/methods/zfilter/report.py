@@ -3,7 +3,7 @@ included), with the verdict of ``core.verdict``; and the lines the verb prints f
 from __future__ import annotations
 
 from refinery.core import stats as zstats
-from refinery.core.verdict import LabelRows, Verdict, held_threshold, judge
+from refinery.core.verdict import LabelRows, Verdict, judge
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.methods.zfilter.stream import Filtering
 from refinery.pipeline.output import StageOutput
@@ -42,7 +42,7 @@ def publish_report(filtering: Filtering, written: dict, out: StageOutput, config
     after = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
     remedy = remedies(config, bool(seed_by_label), out.url("kept"), filtering.settle_exhausted)
     verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
-                    prior=str(zf.prior), threshold=held_threshold(before, after))
+                    prior=str(zf.prior))
     top_before, plot_before = audit_summary(before, config, f"{page.corpus}: input")
     top_after, plot_after = audit_summary(after, config, f"{page.corpus}: kept rows")
     input_threshold = before.threshold

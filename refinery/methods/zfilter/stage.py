@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from refinery.core import stats as zstats
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
 from refinery.pipeline.filter import FilterStage, split, verdict_headline
@@ -56,6 +57,7 @@ class ZFilterStage(_DecidedInPrepare):
         self.named_config = self.config.named(source)
         self.filtering = filter_stream(source, self.named_config)
         self.decisions = self.filtering.decisions
+        out.prior = self.filtering.zf.prior   # the input's audit's rule, recorded with kept/ and rejected/
 
     def annotate(self, batch: pa.Table, keep) -> tuple[pa.Table, pa.Table]:
         """Kept rows say ``source_stage`` filtered (the seed's rows: seed); a rejected row's ``biased_features`` are
@@ -107,6 +109,8 @@ class ComposeStage(_DecidedInPrepare):
         self.composition = compose(self.config.composition, list(self.config.original), source, out,
                                    self.named_config, ZFilterStage)
         self.decisions = self.composition.decisions
+        out.prior = zstats.choose_prior(self.named_config.prior,
+                                        self.composition.audit.counts["input", "together"].label_totals, source.prior)
 
     def leading_rows(self, part: str):
         """D0's rows (and input rejects) lead kept/ and rejected/."""

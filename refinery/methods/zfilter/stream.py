@@ -61,7 +61,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
                                                                for u in source.paths):
         corpora = [Corpus.open(u, source.opts.storage_options) for u in source.paths]  # workers read the shards
         rows = ParquetSource(tuple(f for c in corpora for f in c.files), storage_options=source.opts.storage_options)
-    zf = ZFilter(list(label_totals), config, label_totals)
+    zf = ZFilter(list(label_totals), config, label_totals, source.prior)
     if seed is not None and seed.num_rows:
         zf.seed(add_features(seed, config.features))
     ids, rejected, pair_positions, pair_ids = [], [], [], []   # columns, by stream position

@@ -1,0 +1,76 @@
+"""One ruler: a refining stage's verdict is two audits, its input's and its output's, each exactly what `refinery
+audit` prints for that corpus with its defaults; and a stage's output is audited with the prior rule its input's
+audit took (recorded in the output's manifest), so the next audit agrees with the verdict."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from refinery.cli.main import main
+
+IMBALANCED = ("--label-shares", "0.45,0.4,0.15", "--planted", "nobody:contradiction:0.9,sleeping:contradiction:0.5")
+
+
+def _cli(*args) -> str:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def sick_like(tmp_path_factory):
+    """6,000 planted rows with SICK's imbalance (45/40/15): the audit's auto prior is empirical."""
+    path = tmp_path_factory.mktemp("ruler") / "sick_like"
+    _cli("synth", "--rows", 6000, *IMBALANCED, "--out", path)
+    return path
+
+
+def _audit(corpus, out, *options) -> dict:
+    _cli("audit", corpus, "--out", out, *options)
+    return json.loads((out / "report" / "report.json").read_text())
+
+
+STAGES = {   # a refining stage's command line after its input, and the corpus it passes on
+    "zfilter": ((), "kept"),
+    "confidence": (("--model", "ngram", "--tau", "0.5"), "kept"),
+    "upsample": (("--band-max", "0.2"), "corpus"),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_stage_verdict_is_the_audit_a_user_runs_next(stage, sick_like, tmp_path):
+    options, part = STAGES[stage]
+    _cli(stage, sick_like, "--out", tmp_path / stage, *options)
+    verdict = json.loads((tmp_path / stage / "report" / "report.json").read_text())["verdict"]
+    before, after = _audit(sick_like, tmp_path / "a_in"), _audit(tmp_path / stage / part, tmp_path / "a_out")
+    assert before["prior"].startswith("empirical") and after["prior"].startswith("empirical"), after["prior"]
+    assert "recorded with the corpus" in after["prior"]          # the rule of the input's audit, carried
+    assert verdict["threshold_before"] == pytest.approx(before["threshold"], abs=1e-4)
+    assert verdict["threshold"] == pytest.approx(after["threshold"], abs=1e-4)
+    for label, m in verdict["max_z"].items():
+        assert m["before"] == pytest.approx(before["max_z"][label], abs=1e-3), label
+        assert m["after"] == pytest.approx(after["max_z"][label], abs=1e-3), label
+        assert verdict["label_rows"][label]["after"] == after["labels"][label]
+    assert verdict["remaining_total"] == after["significant"]
+    assert sum(after["significant"].values()) or stage == "zfilter"
+
+
+def test_a_filter_moving_the_shares_into_the_balanced_band_keeps_its_input_rule(tmp_path):
+    """55/25/20 is audited with its label shares (contradiction under 1/(1.5·3)); z-filtering an entailment shortcut
+    keeps 40/33/27, inside the band where auto picks 1/C: the kept rows stay audited with their shares, as the
+    verdict judged them, unless the user asks for another prior."""
+    corpus = tmp_path / "flip"
+    _cli("synth", "--rows", 6000, "--label-shares", "0.55,0.25,0.20", "--planted", "outdoors:entailment:0.5",
+         "--out", corpus)
+    _cli("zfilter", corpus, "--out", tmp_path / "zf")
+    kept = json.loads((tmp_path / "zf" / "kept" / ".refinery" / "manifest.json").read_text())
+    shares = [n / sum(kept["labels"].values()) for n in kept["labels"].values()]
+    assert all(1 / 4.5 <= s <= 1.5 / 3 for s in shares), shares   # within the band: auto alone would say uniform
+    assert kept["audit_prior"]["name"] == "empirical"
+    audited = _audit(tmp_path / "zf" / "kept", tmp_path / "a")
+    verdict = json.loads((tmp_path / "zf" / "report" / "report.json").read_text())["verdict"]
+    assert audited["prior"].startswith("empirical (recorded with the corpus")
+    assert {l: m["after"] for l, m in verdict["max_z"].items()} == pytest.approx(audited["max_z"], abs=1e-3)
+    assert _audit(tmp_path / "zf" / "kept", tmp_path / "u", "--prior", "uniform")["prior"].startswith("uniform")
