@@ -319,12 +319,14 @@ def test_leakage_stage_scores_the_pipelines_named_splits(tmp_path):
 
 def test_generation_pipeline_composes_generated_rows_with_the_filtered_original(tmp_path):
     """generate (SmolLM2-135M) -> compose seqz with ``original: input``: the composition holds
-    Z(D0) and the generated rows that carry none of its biased features; every row is accounted for."""
+    Z(D0) and the generated rows that carry none of its biased features; every row is accounted for. (SNLI's hard
+    set has no significant shortcut, so Algorithm 1's letter, top-k whatever their z*, is what filters it.)"""
     spec = tmp_path / "p.yaml"
     spec.write_text(yaml.safe_dump({
         "input": {"paths": [SNLI_HARD], "preset": "snli"},
         "stages": [{"generate": {"limit": 6, "sampling": {"max_new_tokens": 24}, "batch_size": 6}},
-                   {"compose": {"composition": "seqz", "original": ["input"], "zfilter": {"k": 5, "min_count": 5}}}]}))
+                   {"compose": {"composition": "seqz", "original": ["input"],
+                                "zfilter": {"k": 5, "min_count": 5, "biased_set": "top-k"}}}]}))
     printed = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert printed.count("(ok)") == 3 and "MISMATCH" not in printed
     generated = Corpus.open(str(tmp_path / "o" / "01-generate" / "corpus")).read()

@@ -68,7 +68,7 @@ def test_running_biased_set_is_the_top_k_of_a_fresh_recount():
     every batch, the top-k by z* of all features with n >= min_count, ties broken by name."""
     table, _ = load([SNLI_HARD], PRESETS["snli"])
     for prior in ("uniform", "empirical"):
-        cfg = ZFilterConfig(k=6, min_count=4, prior=prior)
+        cfg = ZFilterConfig(k=6, min_count=4, prior=prior, biased_set="top-k")   # every feature ranked
         zf = ZFilter(["contradiction", "entailment", "neutral"], cfg)
         zf.biased.shortlist = 6
         rebuilds, rebuild = [], zf.biased.rebuild
@@ -366,3 +366,23 @@ def test_a_filter_that_deletes_most_of_a_label_is_no_ok(tmp_path):
     kept = Corpus.open(str(tmp_path / "zf" / "kept")).manifest["labels"]
     assert verdict["labels_lost"] == ["contradiction"] and not verdict["ok"]
     assert {label: rows["after"] for label, rows in verdict["label_rows"].items()} == kept
+
+
+def test_zfilter_removes_only_significant_features_so_its_ok_output_passes_through(tmp_path):
+    """B_Z(l) holds the top-k of l's features over the significance threshold by default: z-filtering its own "ok"
+    output removes nothing (the input's audit finds no shortcut), where Algorithm 1's letter (--biased-set top-k)
+    takes each label's top-k whatever their z* and removes another quarter of the rows."""
+    kept = {}
+    for biased_set in ("significant", "top-k"):
+        first, second = tmp_path / f"{biased_set}1", tmp_path / f"{biased_set}2"
+        run_cli("zfilter", SNLI_DEV, "--preset", "snli", "--biased-set", biased_set, "--out", first)
+        report = json.loads((first / "report" / "report.json").read_text())
+        assert report["verdict"]["ok"], report["verdict"]["line"]
+        out = run_cli("zfilter", first / "kept", "--biased-set", biased_set, "--out", second).stdout
+        again = json.loads((second / "report" / "report.json").read_text())
+        kept[biased_set] = report["kept"], again["kept"]
+        if biased_set == "significant":
+            assert again["rejected"] == 0 and "every row passes through" in out
+    (sig_first, sig_again), (letter_first, letter_again) = kept["significant"], kept["top-k"]
+    assert sig_again == sig_first
+    assert letter_again < 0.9 * letter_first and sig_first > letter_first   # the letter keeps fewer, every time

@@ -24,6 +24,8 @@ class IncrementalCounts:
         self.vocabulary = vocabulary.vocabulary if vocabulary else TokenIds()
         self.matrix = np.zeros((1024, len(self.labels)), dtype=np.int32)
         self.label_totals = {l: 0 for l in self.labels}
+        self._tested = np.zeros(1024, dtype=bool)   # n ≥ the min_count ``retest`` was last given, per feature
+        self.tested = 0                              # how many: the features an audit of these counts tests
 
     @property
     def num_features(self) -> int:
@@ -60,6 +62,17 @@ class IncrementalCounts:
         self.matrix.reshape(-1)[cells] -= counts.astype(self.matrix.dtype)
         for l in row_labels:
             self.label_totals[l] -= 1
+
+    def retest(self, ids: np.ndarray, min_count: int) -> None:
+        """Update ``tested`` for the features ``ids`` whose counts changed (distinct): each is tested where
+        n ≥ ``min_count``. O(len(ids)), so that Z's significance threshold follows it batch by batch."""
+        if len(self._tested) < self.matrix.shape[0]:
+            grown = np.zeros(self.matrix.shape[0], dtype=bool)
+            grown[: len(self._tested)] = self._tested
+            self._tested = grown
+        now = zstats.row_totals(self.matrix[ids]) >= min_count
+        self.tested += int(now.sum()) - int(self._tested[ids].sum())
+        self._tested[ids] = now
 
     @property
     def rows(self) -> int:

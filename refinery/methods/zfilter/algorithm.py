@@ -60,6 +60,7 @@ class ZFilter:
         self._touched: list[np.ndarray] = []  # features whose Z counts changed since B_Z was updated
         self.kept = KeptRows() if config.settle else None   # what ``settle`` may take back
         self.streamed = 0                                     # rows filtered so far: the next row's position
+        self.seeded = False                                   # rows entered Z unconditionally (``seed``)
         self.settle_exhausted = False   # settle's budget ran out with features still over the threshold
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
@@ -85,23 +86,28 @@ class ZFilter:
         rows, fids = self._pairs(table, self.Z)
         lab = self._label_ids(table)
         self._add_to_z(fids, lab[rows], table["label"].to_pylist())
+        self.seeded = True
 
     def biased_cells(self) -> np.ndarray:
-        """B_Z on the current Z as sorted cells ``feature · C + label`` (empty during the warm-up)."""
+        """B_Z on the current Z as sorted cells ``feature · C + label`` (empty during the warm-up): each label's
+        top-k of the features over Z's significance threshold Φ⁻¹(1 − α/m), m = C × Z's features with
+        n ≥ min_count (``biased_set`` significant), or of every feature (top-k)."""
         if self.Z.rows < max(self.config.warmup, 1):
             return np.empty(0, dtype=np.int64)
         touched = self._touched[0] if len(self._touched) == 1 else \
             np.unique(np.concatenate(self._touched)) if self._touched else np.empty(0, np.int64)
         self._touched = []
         self.biased.update(touched)
-        return self.biased.cells()
+        if self.config.biased_set == "top-k":
+            return self.biased.cells()
+        return self.biased.cells(zstats.bonferroni_threshold(self.config.alpha, self.seen.tested * len(self.Z.labels)))
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, "Hits"]:
         """Decide a batch against the current Z; accepted rows update Z. Returns (keep, the B_Z features each
         rejected row hit)."""
         rows, fids = self._pairs(table, self.Z)
         lab = self._label_ids(table)
-        self.seen.add(fids, lab[rows], table["label"].to_pylist())
+        self.seen.retest(self.seen.add(fids, lab[rows], table["label"].to_pylist()), self.config.min_count)
         pair_hit = np.isin(fids * len(self.Z.labels) + lab[rows], self.biased_cells())
         hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
         keep = ~hit_rows
@@ -114,9 +120,25 @@ class ZFilter:
         self.streamed += table.num_rows
         return keep, Hits(rows[pair_hit], fids[pair_hit])
 
-    def threshold(self) -> float:
-        """The significance threshold of the input's audit: Φ⁻¹(1 − α/m), m its tested (feature, label) cells."""
-        return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha).threshold
+    def input_audit(self) -> zstats.ZStats:
+        """The input's audit (every streamed row), whose threshold Φ⁻¹(1 − α/m) ``settle`` holds Z to."""
+        return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha)
+
+    def nothing_to_remove(self, audit: zstats.ZStats) -> bool:
+        """Whether z-filtering should leave the input as it is: ``biased_set`` significant, no seed, and the input's
+        ``audit`` finds no (feature, label) over its threshold (``null``, the label prior, aside). The stream rejects
+        a row for a feature over Z's threshold *so far*, which a feature just under the input's can cross by chance
+        while Z grows; an input with no shortcut then passes through unchanged (a z-filter's output through
+        another), as ``refinery audit`` of it would lead a user to expect."""
+        if self.config.biased_set != "significant" or self.seeded:
+            return False
+        over = np.flatnonzero(audit.significant().any(axis=1))
+        return not len(over) or set(audit.features.take(pa.array(over)).to_pylist()) == {NULL_FEATURE}
+
+    def keep_all(self) -> None:
+        """Z becomes every streamed row (``nothing_to_remove``): what the stream kept, and no more."""
+        self.Z.matrix, self.Z.label_totals = self.seen.matrix.copy(), dict(self.seen.label_totals)
+        self.kept = None   # nothing over the threshold: nothing for ``settle`` to take back
 
     def settle(self, input_threshold: float, max_rounds: int = 100) -> "Settled":
         """Bring the features of Z under the threshold by taking back the fewest of their earliest-admitted rows,

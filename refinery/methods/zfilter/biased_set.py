@@ -8,7 +8,8 @@ from refinery.core.incremental_counts import IncrementalCounts
 
 
 class BiasedSet:
-    """B_Z(l): the top-k features of each label by z*(x,l | Z) among features with n ≥ min_count.
+    """B_Z(l): the top-k features of each label by z*(x,l | Z) among features with n ≥ min_count (and, given a
+    threshold, z* over it).
 
     Kept up to date as Z grows, at a cost that follows the batch rather than the vocabulary.
     Under the uniform prior z*(x,l) = (p̂(l|x) − p0) / sqrt(p0(1 − p0)/n) (METHODS §1) depends
@@ -74,10 +75,11 @@ class BiasedSet:
                 self.bounds[j] = max(self.bounds[j], theta)
             self.members[j], self.scores[j] = m, s
 
-    def cells(self) -> np.ndarray:
-        """Sorted cells ``feature · C + label`` of B_Z: per label the k best, ties broken by name."""
+    def cells(self, threshold: float = -np.inf) -> np.ndarray:
+        """Sorted cells ``feature · C + label`` of B_Z: per label the k best of those with z* over ``threshold``
+        (every feature: Algorithm 1 as written), ties broken by name."""
         C = len(self.Z.labels)
-        return np.sort(np.concatenate([self._top(s, m) * C + j
+        return np.sort(np.concatenate([self._top(s[s > threshold], m[s > threshold]) * C + j
                                        for j, (m, s) in enumerate(zip(self.members, self.scores))]))
 
     def _top(self, zj: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least
 from refinery.pipeline.stage import StageInput
 
 COMPOSITIONS = ("zaug", "parz", "seqz")
+BIASED_SETS = ("significant", "top-k")   # B_Z(l): the top-k of l's significant features, or of all (the paper's)
 PARTS = {"original": "original (D0)", "generated": "generated (G)", "together": "together (D0 ∪ G)"}
 
 
@@ -26,6 +27,11 @@ class ZFilterConfig:
                                   "most, the largest effects first (1: no bound; on millions of rows, features a "
                                   "fraction of a point off p0 are significant, and settling them all takes back "
                                   "most of the corpus).")
+    biased_set: str = setting("significant", one_of(*BIASED_SETS), "B_Z(l), what a row of label l may not carry: "
+                              "the top-k features of l among those over the significance threshold of Z (significant:"
+                              " a corpus whose audit finds no shortcut passes through unchanged), or the top-k "
+                              "whatever their z* (top-k: Algorithm 1 as written; it removes rows of an unbiased "
+                              "corpus too).")
     prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " auto looks at the input's labels.")
     alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the reports' significance threshold.")
     shuffle_seed: int | None = setting(None, SEED.or_none(), "Shuffle the stream with this seed (none: its own order).")

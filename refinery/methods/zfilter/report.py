@@ -43,6 +43,9 @@ def publish_report(filtering: Filtering, written: dict, out: StageOutput, config
     remedy = remedies(config, bool(seed_by_label), out.url("kept"), filtering.settle_exhausted)
     verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
                     prior=str(zf.prior))
+    if filtering.passed_through:
+        verdict.notes.append("the input's audit finds no feature over the threshold: every row passes through "
+                             "(--biased-set top-k filters each label's top-k features whatever their z*)")
     top_before, plot_before = audit_summary(before, config, f"{page.corpus}: input")
     top_after, plot_after = audit_summary(after, config, f"{page.corpus}: kept rows")
     input_threshold = before.threshold

@@ -41,6 +41,7 @@ class Filtering:
     settled_out: int
     rejections_by_feature: dict
     settle_exhausted: bool = False   # settle's budget ran out with features still over the threshold
+    passed_through: bool = False     # the input's audit found no shortcut: every row kept (``ZFilter.nothing_to_remove``)
 
     @property
     def seed_by_label(self) -> dict:
@@ -76,7 +77,14 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
             pair_positions.append(start + hits.rows)
             pair_ids.append(hits.feature_ids)
             bar.update(batch.num_rows)
-    settled = zf.settle(zf.threshold()) if config.settle else Settled.none()
+    audit = zf.input_audit()
+    passed_through = zf.nothing_to_remove(audit)
+    if passed_through:
+        zf.keep_all()
+        rejected, pair_positions, pair_ids = [], [], []
+    threshold = audit.threshold
+    del audit
+    settled = zf.settle(threshold) if config.settle else Settled.none()
     thresholds, prefix_of_settled = np.unique(settled.thresholds, return_inverse=True)
     prefixes = [STREAM_REASON] + [SETTLE_REASON.format(threshold=t) for t in thresholds]
     positions = np.concatenate([*rejected, settled.positions]).astype(np.int64)
@@ -89,7 +97,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     ids = pa.chunked_array(ids, pa.string()).combine_chunks()
     decisions = Decisions.build(ids, positions, prefix_index, prefixes, pairs, pair_ids, zf.Z.names)
     return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(settled),
-                     decisions.rejections_by_feature(), zf.settle_exhausted)
+                     decisions.rejections_by_feature(), zf.settle_exhausted, passed_through)
 
 
 def label_counts(source: StageInput, seed: pa.Table | None, read_raw: bool, whole: pa.Table | None = None) -> dict:
