@@ -269,3 +269,19 @@ def test_guard_streams_its_input_and_extracts_its_candidates_a_chunk_at_a_time(n
     rows = [int(r) for r in candidates[:120]]
     assert streamed.admit(rows) == whole.admit(rows)
     assert [v.ok for v in streamed.verdicts()] == [v.ok for v in whole.verdicts()]
+
+
+def test_the_papers_letter_is_one_option_away_and_its_verdict_says_what_the_guard_prevents(negation_corpus):
+    """``--prior uniform --max-copies 1000 --no-guard`` is AUDAC as written: every drawn copy is added, and on this
+    SICK-like corpus a label's largest z* rises, which the verdict names; with the guard (the default) the same
+    settings make nothing worse."""
+    reports = {}
+    for guard in ("--guard", "--no-guard"):
+        out = negation_corpus.parent / f"letter{guard}"
+        console = run_cli("upsample", negation_corpus, "--out", out, "--prior", "uniform", "--max-copies", "1000",
+                          guard).stdout
+        reports[guard] = json.loads((out / "report" / "report.json").read_text()), console
+    (guarded, _), (letter, console) = reports["--guard"], reports["--no-guard"]
+    assert guarded["verdict"]["ok"] and not letter["verdict"]["ok"]
+    assert letter["verdict"]["labels_risen"] and "--no-guard: every drawn copy was added" in console
+    assert letter["rows_added"] > guarded["rows_added"]

@@ -201,12 +201,17 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     guard = ShortcutGuard(_texts(con), np.union1d(candidates, [r for rows in pool.values() for r in rows])
                           .astype(np.int64), labels, features, prior)
 
+    guard.enforce = config.guard
     trace, turns, refused = _rounds(con, config, chosen, labels, guard)
-    undone = _undo_until_nothing_worse(guard, turns, trace, lambda: _pad(guard, pool, turns, trace, labels))
+    undone = _undo_until_nothing_worse(guard, turns, trace, lambda: _pad(guard, pool, turns, trace, labels)) \
+        if config.guard else 0
     added = [(draw_id, it, tok, r) for draw_id, (it, tok, r) in enumerate(
         (trace[j]["iteration"], trace[j]["token"], r) for j, rows in turns for r in rows)]
     _set_extra(con, [a[3] for a in added])
     verdict, verdict_input_p0 = guard.verdicts(_REMEDY.format(cap=config.max_copies))
+    if not config.guard:
+        verdict.notes.append("--no-guard: every drawn copy was added, as the paper does; the guard (on by default) "
+                             "refuses the copies that would make or strengthen a shortcut")
     return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, every_token=every_token,
                 before=before, after=token_stats(con), chosen=chosen, uncorrectable=uncorrectable, trace=trace,
                 added=added, refused=refused, undone=undone,

@@ -126,6 +126,7 @@ class ShortcutGuard:
         self.counts = self.base[self.in_kept].copy()
         self.ceiling = self._ceilings(names.take(pa.array(self.touched)), self.counts)
         self.copies = np.zeros(len(labels), dtype=np.int64)
+        self.enforce = True   # False (``--no-guard``): every copy admitted, still counted for the verdicts
 
     def _ceilings(self, names: pa.Array, counts: np.ndarray) -> np.ndarray:
         n = counts.sum(axis=1)
@@ -160,7 +161,7 @@ class ShortcutGuard:
             n = c.sum(axis=1)
             z = zstats.z_score(c / n[:, None], n[:, None], self.p0[None, :])
             over = (z > ceiling) & (n >= AUDIT_MIN_COUNT)[:, None]
-            if over.any():
+            if over.any() and self.enforce:
                 worst = int(np.argmax(np.where(over, z - ceiling, -np.inf).max(axis=1)))
                 refused[r] = self.names[int(self.in_kept[f[worst]])].as_py()
                 continue

@@ -57,6 +57,11 @@ class UpsampleConfig:
                                               "rows, the fewest-copied first.")
     remove_stopwords: bool = setting(True, help="Remove English stopwords (the paper does; negations and "
                                                 "quantifiers stay).")
+    guard: bool = setting(True, help="Refuse a copy that would take a feature over the significance threshold or "
+                                     "raise a significant one, keep the label shares (empirical prior) and undo the "
+                                     "last turns until nothing got worse; off: every drawn copy is added, as the paper "
+                                     "does (with --prior uniform and a large --max-copies: its letter). The verdict "
+                                     "is made either way.")
     seed: int = setting(0, SEED, "Seed of the draws.")
 
     def __post_init__(self):
