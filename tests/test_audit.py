@@ -66,7 +66,29 @@ def test_tokenizer_options():
 
     toks = TokenizerOptions(remove_punctuation=True, remove_stopwords=True).tokenize(pa.array(["The dog, is NOT here!"]))
     assert toks.to_pylist() == [["dog", "not"]]   # negations are never stopwords
-    assert TokenizerOptions().tokenize(pa.array(["Don't stop."])).to_pylist() == [["don", "'", "t", "stop", "."]]
+    assert TokenizerOptions().tokenize(pa.array(["Don't stop."])).to_pylist() == [["do", "n't", "stop", "."]]
+
+
+def test_a_contracted_negation_is_one_token_on_both_tokenizers():
+    """``n't`` is split from its word as one token, with either apostrophe, by the Arrow tokenizer and by the byte
+    scanner the counting uses for ASCII rows alike; "won" (a win) and "don" are words, not negations."""
+    import pyarrow as pa
+
+    from refinery.core.features import KEPT_WORDS
+    from refinery.core.vocabulary import TokenIds, token_ids
+
+    texts = pa.array(["He won't win; isn't it?", "Don won", "do n't", "café isn’t", "don'ts", "DON'T"])
+    for options in (TokenizerOptions(), TokenizerOptions(lowercase=False), TokenizerOptions(remove_punctuation=True)):
+        expected = options.tokenize(texts).to_pylist()
+        vocabulary = TokenIds()
+        ids, rows = token_ids(texts, options, vocabulary)
+        scanned = [[] for _ in expected]
+        for token, row in zip(vocabulary.grams(ids, np.full(len(ids), -1), "").to_pylist(), rows):
+            scanned[row].append(token)
+        assert scanned == expected, options
+    assert TokenizerOptions().tokenize(texts).to_pylist()[:4] == [
+        ["he", "wo", "n't", "win", ";", "is", "n't", "it", "?"], ["don", "won"], ["do", "n't"], ["café", "is", "n't"]]
+    assert "n't" in KEPT_WORDS and not {"won", "don", "isn"} & KEPT_WORDS
 
 
 def test_tokenizer_ignores_bytes_past_the_last_text():

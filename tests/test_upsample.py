@@ -200,11 +200,11 @@ def test_negations_reported_with_why(negation_defaults):
 
 
 def test_negations_and_quantifiers_are_never_stopwords():
-    assert {"no", "not", "nobody", "never", "nothing", "none", "only", "all", "every", "isn", "don't"} <= KEPT_WORDS
+    assert {"no", "not", "nobody", "never", "nothing", "none", "only", "all", "every", "n't"} <= KEPT_WORDS
     assert not KEPT_WORDS & set(STOPWORD_LIST) and {"the", "a", "is"} <= set(STOPWORD_LIST)
     tokens = TokenizerOptions(remove_punctuation=True, remove_stopwords=True).tokenize(
         pa.array(["Nobody is not here, and all of them don't sing"]))
-    assert tokens.to_pylist() == [["nobody", "not", "all", "don", "sing"]]
+    assert tokens.to_pylist() == [["nobody", "not", "all", "n't", "sing"]]
 
 
 def test_zplot_names_no_feature_below_the_prior_as_top():

@@ -26,11 +26,11 @@ RATIO_BUCKETS = (0.25, 0.5, 0.75, 1.0)    # len-ratio<0.25, ... , len-ratio>=1
 OVERLAP_THRESHOLDS = (0.8, 0.9)
 # Negations and quantifiers: never stopwords. An NLI label often turns on them, and they are among the
 # strongest shortcuts of NLI corpora (SICK's contradictions are mostly written with "no" or "not", SNLI's
-# with "nobody"): an audit or a correction that dropped them would never see those. The contracted
-# negations are listed in both forms, since removing punctuation turns "isn't" into "isn" and "t".
-NEGATIONS = tuple("""no not nor never none nobody nothing nowhere neither cannot ain aren aren't couldn couldn't
-didn didn't doesn doesn't don don't hadn hadn't hasn hasn't haven haven't isn isn't mightn mightn't mustn mustn't
-needn needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't wouldn wouldn't""".split())
+# with "nobody"): an audit or a correction that dropped them would never see those. A contracted negation is
+# one token, "n't" (``TokenizerOptions.tokenize``: "don't" → "do", "n't", as the Penn Treebank splits it), so
+# the words it leaves ("do", "wo", "is") are what they are, and "won" or "don" (a win, a name) is no negation.
+NOT_CONTRACTED = "n't"
+NEGATIONS = tuple("""no not nor never none nobody nothing nowhere neither cannot""".split()) + (NOT_CONTRACTED,)
 QUANTIFIERS = tuple("""all any both each every few more most some several many much only""".split())
 KEPT_WORDS = frozenset(NEGATIONS + QUANTIFIERS)
 # NLTK's English stopword list less the negations and quantifiers: function words only.
@@ -52,6 +52,8 @@ def _stopwords() -> pa.Array:
     return pa.array(sorted(STOPWORD_LIST), pa.string())
 
 _PUNCT = r"([^\p{L}\p{M}\p{N}_\s])"   # not a letter, mark, digit or _ of any script (RE2 \w is ASCII-only)
+_CONTRACTED = r"([nN])['’]([tT])\b"   # a word's n't (either apostrophe), split from it as one token
+_HELD = "\ua78c"                       # a letter (ꞌ, saltillo) holding n't's apostrophe through the punctuation split
 
 
 def split_words(texts: pa.Array) -> pa.ListArray:
@@ -69,13 +71,18 @@ class TokenizerOptions:
                                      option="--stopwords/--keep-stopwords")
 
     def tokenize(self, texts) -> pa.ListArray:
-        """Split on whitespace and punctuation (punctuation marks become tokens unless removed)."""
+        """Split on whitespace and punctuation (punctuation marks become tokens unless removed); a word's ``n't``
+        is a token of its own (``don't`` → ``do``, ``n't``; the byte scanner of ``core.kernels`` splits the same)."""
         texts = pc.fill_null(_as_array(texts), "")
         if self.lowercase:
             texts = pc.utf8_lower(texts)
+        texts = pc.replace_substring_regex(texts, _CONTRACTED, rf" \1{_HELD}\2")
         texts = pc.replace_substring_regex(texts, _PUNCT, " " if self.remove_punctuation else r" \1 ")
         tokens = split_words(texts)
         flat = pc.list_flatten(tokens)
+        if pc.any(pc.match_substring(flat, _HELD)).as_py():
+            tokens = pa.ListArray.from_arrays(tokens.offsets, pc.replace_substring(flat, _HELD, "'"))
+            flat = pc.list_flatten(tokens)
         keep = pc.greater(pc.binary_length(flat), 0)  # runs of whitespace leave empty strings
         if self.remove_stopwords:
             keep = pc.and_(keep, pc.invert(pc.is_in(flat, value_set=_stopwords())))

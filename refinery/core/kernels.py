@@ -189,8 +189,9 @@ def used_slots(table, start, end, keys, counts):
 def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, found):
     """Tokenize the ASCII strings ``data[offsets[r]:offsets[r+1]]`` (rows with ``skip[r]`` left
     out): runs of word bytes are tokens, punctuation bytes one-byte tokens (dropped unless
-    ``keep_punct``), space bytes separators. Writes into ``found`` = ``(out, starts, ends, parents,
-    hashes)`` the (lowercased) bytes and each token's span, row and FNV-1a hash (computed as the bytes
+    ``keep_punct``), space bytes separators; a negation's contraction ``n't`` ending a word is a token of its
+    own, kept with its apostrophe (``don't`` → ``do``, ``n't``). Writes into ``found`` = ``(out, starts, ends,
+    parents, hashes)`` the (lowercased) bytes and each token's span, row and FNV-1a hash (computed as the bytes
     go by); returns the number of tokens."""
     out, starts, ends, parents, hashes = found
     n = 0
@@ -199,7 +200,8 @@ def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, found):
             continue
         start = -1
         h = _FNV_OFFSET
-        for i in range(offsets[r], offsets[r + 1]):
+        i, end = offsets[r], offsets[r + 1]
+        while i < end:
             b = data[i]
             if lowercase and 65 <= b <= 90:
                 b += 32
@@ -210,6 +212,19 @@ def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, found):
                     start = i
                     h = _FNV_OFFSET
                 h = (h ^ np.uint64(b)) * _FNV_PRIME
+                i += 1
+                continue
+            if b == 39 and start >= 0 and out[i - 1] | 32 == 110 and i + 1 < end and data[i + 1] | 32 == 116 \
+                    and (i + 2 == end or byte_class[data[i + 2]] != WORD):
+                t = data[i + 1] + 32 if lowercase and data[i + 1] == 84 else data[i + 1]
+                out[i + 1] = t
+                if i - 1 > start:   # the word before the n
+                    starts[n], ends[n], parents[n], hashes[n] = start, i - 1, r, _fnv_span(out, start, i - 1)
+                    n += 1
+                starts[n], ends[n], parents[n], hashes[n] = i - 1, i + 2, r, _fnv_span(out, i - 1, i + 2)
+                n += 1
+                start = -1
+                i += 2
                 continue
             if start >= 0:
                 starts[n], ends[n], parents[n], hashes[n] = start, i, r, h
@@ -218,10 +233,20 @@ def scan_ascii(data, offsets, skip, lowercase, keep_punct, byte_class, found):
             if cls == PUNCT and keep_punct:
                 starts[n], ends[n], parents[n], hashes[n] = i, i + 1, r, (_FNV_OFFSET ^ np.uint64(b)) * _FNV_PRIME
                 n += 1
+            i += 1
         if start >= 0:
-            starts[n], ends[n], parents[n], hashes[n] = start, offsets[r + 1], r, h
+            starts[n], ends[n], parents[n], hashes[n] = start, end, r, h
             n += 1
     return n
+
+
+@numba.njit(nogil=True, cache=True)
+def _fnv_span(data, start, end):
+    """FNV-1a hash of ``data[start:end]``."""
+    h = _FNV_OFFSET
+    for j in range(start, end):
+        h = (h ^ np.uint64(data[j])) * _FNV_PRIME
+    return h
 
 
 @numba.njit(nogil=True, cache=True)
@@ -229,10 +254,7 @@ def fnv(data, starts, ends):
     """FNV-1a hash of each token ``data[starts[i]:ends[i]]``."""
     hashes = np.empty(len(starts), dtype=np.uint64)
     for i in range(len(starts)):
-        h = _FNV_OFFSET
-        for j in range(starts[i], ends[i]):
-            h = (h ^ np.uint64(data[j])) * _FNV_PRIME
-        hashes[i] = h
+        hashes[i] = _fnv_span(data, starts[i], ends[i])
     return hashes
 
 

@@ -28,7 +28,8 @@ SOLVERS = ("sgd", "lbfgs")
 class ConfidenceConfig:
     tau: float = setting(0.95, number_in(0, 1, open_high=True), "τ: the least p_M(label | text) a kept row exceeds.")
     model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
-                                                           "saved classifier's folder.", path=NAME_OR_FOLDER)
+                                                           "saved classifier's folder (none and no --proba-column: "
+                                                           "ngram).", path=NAME_OR_FOLDER)
     proba_column: str | None = setting(None, NOT_EMPTY.or_none(), "Or a column holding p_M(label | text).")
     folds: int = setting(5, at_least(2), "K of the cross-fitting.")
     seed: int = setting(0, SEED, "Seed of the folds (and of SGD's order).")
@@ -48,9 +49,11 @@ class ConfidenceConfig:
 
     def __post_init__(self):
         validate(self)
-        if (self.model is None) == (self.proba_column is None):
-            raise ValueError("give exactly one of --model (model: ngram, transformer or a saved classifier's folder) or "
-                             "--proba-column (proba_column: a column holding p_M(label | text))")
+        if self.model is None and self.proba_column is None:
+            self.model = "ngram"   # the n-gram model cross-fitted on the input: what needs nothing else
+        if self.model is not None and self.proba_column is not None:
+            raise ValueError("give one of --model (model: ngram, transformer or a saved classifier's folder) and "
+                             "--proba-column (proba_column: a column holding p_M(label | text)), not both")
 
     def in_effect(self) -> dict:
         """The settings that shape p_M: a column's name, a saved classifier's folder, or the cross-fitting's."""
@@ -250,8 +253,10 @@ class ConfidenceStage(FilterStage):
         """Where p_M lies against τ: the rows' median and highest confidence."""
         if not len(self._confidence):
             return ""
+        half = float(np.floor(np.median(self._confidence) * 100) / 100)
         return (f": p_M(label | text) has median {np.median(self._confidence):.3f} and reaches "
-                f"{self._confidence.max():.3f}, against tau {self.config.tau:g}")
+                f"{self._confidence.max():.3f}, against tau {self.config.tau:g}; --tau {half:.2f} keeps about half "
+                "the rows")
 
     def reason_kind(self, reason: str) -> str:
         return f"p_M(label | text) <= tau {self.config.tau}"
