@@ -194,7 +194,7 @@ def test_negations_reported_with_why(negation_defaults):
     assert re.search(r"warning: \d+ significant token\(s\) stay as they were: no \(z\* [\d.]+, contradiction\): n "
                      r"outside the band 20–80; \d+ entailment rows contain `no`", console), console
     assert all(e["reason"].startswith("z* under the threshold") for e in report["left_out"]
-               if e["token"] in KEPT_WORDS and e["z"] <= report["token_threshold"])   # every negation has its line
+               if e["token"] in KEPT_WORDS and e["z"] <= report["threshold"])   # every negation has its line
     page = (out / "report" / "report.html").read_text()
     assert "rows contain `no`; correcting it would copy each" in page.replace("&#x27;", "'").replace("&#96;", "`")
 
@@ -235,7 +235,7 @@ def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negat
     assert not worse.ok and worse.worsened_total > 0
     assert all(c.label == "entailment" for c in worse.worsened)   # the row's own words, now entailment shortcuts
 
-    guard = ShortcutGuard(table, np.array([row]), sorted(before.stats.labels), FeatureConfig(), before.prior)
+    guard = ShortcutGuard.over(table, np.array([row]), sorted(before.stats.labels), FeatureConfig(), before.prior)
     admitted = sum(len(guard.admit([row])[0]) for _ in range(44))
     assert 0 < admitted < 44
     assert all(v.ok for v in guard.verdicts())
@@ -253,10 +253,10 @@ def test_guard_streams_its_input_and_extracts_its_candidates_a_chunk_at_a_time(n
     labels = sorted(set(table["label"].to_pylist()))
     candidates = np.random.default_rng(0).permutation(table.num_rows)[:300]
     uniform = Prior("uniform")
-    whole = audac_guard.ShortcutGuard(table, candidates, labels, FeatureConfig(), uniform)
+    whole = audac_guard.ShortcutGuard.over(table, candidates, labels, FeatureConfig(), uniform)
     monkeypatch.setattr(audac_guard, "CANDIDATE_ROWS", 37)
-    streamed = audac_guard.ShortcutGuard(iter(table.to_batches(max_chunksize=250)), candidates, labels,
-                                         FeatureConfig(), uniform)
+    streamed = audac_guard.ShortcutGuard.over(iter(table.to_batches(max_chunksize=250)), candidates, labels,
+                                              FeatureConfig(), uniform)
 
     def described(guard):
         names = guard.names.to_pylist()
@@ -285,3 +285,19 @@ def test_the_papers_letter_is_one_option_away_and_its_verdict_says_what_the_guar
     assert guarded["verdict"]["ok"] and not letter["verdict"]["ok"]
     assert letter["verdict"]["labels_risen"] and "--no-guard: every drawn copy was added" in console
     assert letter["rows_added"] > guarded["rows_added"]
+
+
+def test_a_band_holding_no_shortcut_is_widened_and_tokens_pass_the_audits_threshold(tmp_path):
+    """On 6,000 rows the band of 0.2–2% of the rows (20–120) holds none of the significant tokens: `outdoors`, in
+    a thousand rows, leans to entailment and copies of its other rows (one each) correct it. The band is widened to
+    the significant tokens whose correction fits --max-copies; every token is significant by the input's audit's
+    threshold, the one its verdict and a fresh `refinery audit` use (no second threshold of the tokens' own)."""
+    corpus, out = tmp_path / "wide", tmp_path / "up"
+    run_cli("synth", "--rows", 6000, "--planted", "outdoors:entailment:0.3", "--leak", 0.5, "--out", corpus)
+    console = run_cli("upsample", corpus, "--out", out).stdout
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["band_widened"] and [c["token"] for c in report["selected"]] == ["outdoors"]
+    assert report["threshold"] == pytest.approx(report["verdict"]["threshold_before"], abs=1e-4)
+    assert all(c["z"] > report["threshold"] for c in report["selected"])
+    assert report["verdict"]["ok"] and not report["verdict"]["labels_over_threshold"], console
+    assert report["z_after"]["outdoors"] < report["threshold"] < report["selected"][0]["z"]

@@ -16,7 +16,7 @@ from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
-from refinery.methods.audac_guard import ALPHA, ShortcutGuard
+from refinery.methods.audac_guard import ShortcutGuard, count_input
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output
 from refinery.progress import progress
@@ -53,34 +53,45 @@ def ranked_tokens(stats: pa.Table, min_count: int) -> list[dict]:
     return [{**e, "z": round(float(e["z"]), 4)} for e in ranked]
 
 
-def token_threshold(stats: pa.Table, labels: list, min_count: int) -> float:
-    """The Bonferroni threshold of the tokens' z*: Φ⁻¹(1 − α/m), m = tokens with n ≥ min_count × labels."""
-    tested = pc.sum(pc.greater_equal(stats["n"], min_count)).as_py() or 0  # one row per token and label
-    return zstats.bonferroni_threshold(ALPHA, int(tested))
+def select_tokens(stats: pa.Table, labels: list, config, rows: int, threshold: float, p0: dict
+                  ) -> tuple[list, list, tuple[int, int]]:
+    """(S, uncorrectable, band): the top-k correctable tokens by z* within the count band whose z* passes the
+    threshold; where the band holds none, the top-k significant tokens whose correction fits ``max_copies``
+    whatever their n (the band then is n ≥ min_count): a band in fractions of the rows misses a small corpus's
+    shortcuts, which are in more rows than its upper end. uncorrectable: those some label never co-occurs with,
+    passed over."""
+    band = config.band(rows)
+    chosen, uncorrectable = _top_tokens(stats, labels, config, threshold, band)
+    if chosen:
+        return chosen, uncorrectable, band
+    wide = (config.min_count, rows)
+    fitting, _ = _top_tokens(stats, labels, config, threshold, wide, lambda e: max(
+        copies_needed(e["counts"], p0).values(), default=0) <= config.max_copies)
+    return (fitting, uncorrectable, wide) if fitting else (chosen, uncorrectable, band)
 
 
-def select_tokens(stats: pa.Table, labels: list, config, rows: int, threshold: float
-                  ) -> tuple[list, list]:
-    """(S, uncorrectable): the top-k correctable tokens by z* within the count band whose z* passes the
-    threshold; uncorrectable: those some label never co-occurs with, passed over."""
-    lo, hi = config.band(rows)
+def _top_tokens(stats: pa.Table, labels: list, config, threshold: float, band: tuple, fits=lambda e: True
+                ) -> tuple[list, list]:
+    """(the top-k correctable tokens by z* over ``threshold`` with n in ``band`` that ``fits``, the uncorrectable
+    ones met on the way: some label never co-occurs with them)."""
+    lo, hi = band
     chosen, uncorrectable = [], []
     for e in ranked_tokens(stats, lo):
         if len(chosen) == config.k or e["z"] <= threshold:
             break
-        if e["n"] <= hi:
+        if e["n"] <= hi and fits(e):
             entry = {k: e[k] for k in ("token", "n", "z", "label", "counts")}
             (chosen if all(e["counts"].get(l, 0) > 0 for l in labels) else uncorrectable).append(entry)
     return chosen, uncorrectable
 
 
 def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: float,
-             p0: dict) -> tuple[list, str | None]:
+             p0: dict, band: tuple[int, int]) -> tuple[list, str | None]:
     """(tokens, band hint): the tokens S leaves out, stopwords included: the significant ones among the top k by
     z*, and every negation or quantifier in at least min_count rows, each with the reason and the copies per row
-    its correction would need; and the ``--band`` that would take in those outside the band whose correction fits
-    ``max_copies`` (None if none)."""
-    lo, hi = config.band(rows)
+    its correction would need; and the ``--band`` that would take in those outside the ``band`` S was taken from
+    whose correction fits ``max_copies`` (None if none)."""
+    lo, hi = band
     taken = {c["token"] for c in chosen}
     ranked = ranked_tokens(every_token, config.min_count)
     significant = [e for e in ranked if e["z"] > threshold]
@@ -98,6 +109,8 @@ def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: 
             reason = "a stopword (kept with --no-remove-stopwords)"
         elif math.isinf(most):
             reason = uncorrectable_reason(e["token"], [l for l, c in need.items() if math.isinf(c)])
+        elif most > config.max_copies and hi >= rows:   # the band was widened to every n: the copies left it out
+            reason = over_cap_reason(e["token"], e["counts"], need, config.max_copies)
         elif not lo <= e["n"] <= hi:
             reason = f"n outside the band {lo:,}–{hi:,}"
             if most <= config.max_copies:
@@ -146,7 +159,8 @@ class Plan:
     totals: dict                 # rows per label in the input
     prior: zstats.Prior          # the rule that gave p0
     p0: dict                     # {label: p0_l}, each token's target p(l|s)
-    threshold: float             # the Bonferroni threshold of the tokens' z*
+    threshold: float             # the input's audit's threshold, which the tokens' z* must pass (the verdict's)
+    band: tuple                  # (least, most) n(s) the tokens were taken from
     every_token: pa.Table        # token_stats of the input, stopwords included
     before: pa.Table             # token_stats of the input, as corrected (stopwords removed unless kept)
     after: pa.Table              # token_stats of the output
@@ -187,19 +201,19 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
         con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
         con.execute("DELETE FROM token_rows WHERE token IN (SELECT word FROM __stopwords)")
         before = every_token.filter(pc.invert(pc.is_in(every_token["token"], value_set=pa.array(STOPWORD_LIST))))
-    threshold = token_threshold(before, labels, config.min_count)
-    chosen, uncorrectable = select_tokens(before, labels, config, n_rows, threshold)
+    # the input's audit, its texts streamed a batch at a time: its threshold is the one tokens are significant by
+    audit, _ = count_input(_texts(con), labels, features, prior)
+    threshold = audit.before.threshold
+    chosen, uncorrectable, band = select_tokens(before, labels, config, n_rows, threshold, target)
     con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
     con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
     # B[s] for the selected tokens only, with each row's label: the draws touch these rows, not the whole corpus
     con.execute("CREATE OR REPLACE TABLE selected_rows AS SELECT t.row_id, t.token, r.label "
                 "FROM token_rows t JOIN selected USING (token) JOIN rows r USING (row_id) ORDER BY token, row_id")
-    candidates = np.array([r[0] for r in con.execute("SELECT DISTINCT row_id FROM selected_rows ORDER BY row_id")
-                           .fetchall()], dtype=np.int64)
     pool = _padding_pool(con, config) if prior.name == "empirical" else {}
-    # the texts stream through the guard's counting, a batch at a time: it keeps only the candidates'
-    guard = ShortcutGuard(_texts(con), np.union1d(candidates, [r for rows in pool.values() for r in rows])
-                          .astype(np.int64), labels, features, prior)
+    candidates = np.union1d([r[0] for r in con.execute("SELECT DISTINCT row_id FROM selected_rows").fetchall()],
+                            [r for rows in pool.values() for r in rows]).astype(np.int64)
+    guard = ShortcutGuard(audit, candidates, _candidate_rows(con, candidates), features)
 
     guard.enforce = config.guard
     trace, turns, refused = _rounds(con, config, chosen, labels, guard)
@@ -212,7 +226,8 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     if not config.guard:
         verdict.notes.append("--no-guard: every drawn copy was added, as the paper does; the guard (on by default) "
                              "refuses the copies that would make or strengthen a shortcut")
-    return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, every_token=every_token,
+    return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, band=band,
+                every_token=every_token,
                 before=before, after=token_stats(con), chosen=chosen, uncorrectable=uncorrectable, trace=trace,
                 added=added, refused=refused, undone=undone,
                 supply=queries.run(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
@@ -225,8 +240,18 @@ _REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (
 
 def _texts(con):
     """The table ``rows``' texts and label in row_id order, as record batches of the reader's batch size."""
-    return _batches(con.sql("SELECT text_a, " + ("text_b, " if _has(con, "text_b") else "") +
-                            "label FROM rows ORDER BY row_id"), DEFAULT_BATCH_ROWS)
+    return _batches(con.sql(f"SELECT {_text_columns(con)} FROM rows ORDER BY row_id"), DEFAULT_BATCH_ROWS)
+
+
+def _candidate_rows(con, candidates: np.ndarray) -> pa.Table:
+    """The texts and label of the rows ``candidates`` (row ids, ascending), in that order."""
+    con.register("__candidates", pa.table({"row_id": pa.array(candidates, pa.int64())}))
+    return con.sql(f"SELECT {_text_columns(con)} FROM rows WHERE row_id IN (SELECT row_id FROM __candidates) "
+                   "ORDER BY row_id").to_arrow_table()
+
+
+def _text_columns(con) -> str:
+    return "text_a, " + ("text_b, " if _has(con, "text_b") else "") + "label"
 
 
 def _batches(rel, rows: int):

@@ -2,6 +2,8 @@
 no copy strengthens a shortcut, and the verdicts on the output against the input (``refinery.core.verdict``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,6 +17,38 @@ AUDIT_MIN_COUNT = 10  # the guard's and the verdict's min_count (the audit's def
 RISE = JITTER         # how far copies may raise a feature already over the threshold: what the verdict calls jitter
 
 CANDIDATE_ROWS = 65_536   # candidate rows whose features are extracted at a time (``_candidate_features``)
+
+
+@dataclass
+class InputAudit:
+    """The audit's exact counts of the input (one pass, ``count_input``): every feature, its F×C counts in the order
+    of ``labels``, n, the rows per label, every row's label index; p0 by the ``prior`` rule, and ``before``, the
+    audit (features in ≥ AUDIT_MIN_COUNT rows) whose threshold selects the tokens and judges the copies."""
+
+    labels: list
+    names: pa.Array
+    matrix: np.ndarray
+    n: np.ndarray
+    totals: np.ndarray
+    label_of: np.ndarray
+    prior: zstats.Prior
+
+    def __post_init__(self):
+        self.p0 = zstats.prior_vector(self.labels, dict(zip(self.labels, self.totals.tolist())), self.prior.name)
+        self.eligible = self.n >= AUDIT_MIN_COUNT
+        self.before = zstats.from_matrix(self.names.filter(pa.array(self.eligible)), self.labels,
+                                         self.matrix[self.eligible], self.p0, AUDIT_MIN_COUNT, ALPHA,
+                                         n=self.n[self.eligible])
+
+
+def count_input(table, labels: list, features: FeatureConfig, prior: zstats.Prior,
+                candidates: np.ndarray | None = None) -> tuple[InputAudit, pa.Table]:
+    """(the input's audit, the ``candidates``' rows in their order): ``table`` (text_a[, text_b], label), a
+    ``pa.Table`` or its record batches in row order, read once."""
+    batches = table.to_batches() if isinstance(table, pa.Table) else table
+    candidates = np.zeros(0, np.int64) if candidates is None else candidates
+    names, matrix, n, totals, rows, label_of = _read_input(batches, candidates, labels, features, prior.name)
+    return InputAudit(labels, names, matrix, n, totals, label_of, prior), rows
 
 
 def _read_input(batches, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: str):
@@ -105,17 +139,13 @@ class ShortcutGuard:
     label's max z* in the input. Only the candidates' features can change, so only they are held.
     """
 
-    def __init__(self, table, candidates: np.ndarray, labels: list, features: FeatureConfig, prior: zstats.Prior):
-        """``table``: the input (text_a[, text_b], label), a ``pa.Table`` or its record batches in row order (read
-        once); ``candidates``: the row indices that may be copied; ``prior``: the rule the input's audit takes."""
-        self.labels, self.prior_rule, self.prior = labels, prior.name, prior
-        batches = table.to_batches() if isinstance(table, pa.Table) else table
-        names, matrix, n, self.totals, rows, self.label_of = _read_input(batches, candidates, labels, features,
-                                                                          prior.name)
-        self.p0 = zstats.prior_vector(labels, dict(zip(labels, self.totals.tolist())), prior.name)
-        eligible = n >= AUDIT_MIN_COUNT
-        self.before = zstats.from_matrix(names.filter(pa.array(eligible)), labels, matrix[eligible], self.p0,
-                                         AUDIT_MIN_COUNT, ALPHA, n=n[eligible])
+    def __init__(self, audit: InputAudit, candidates: np.ndarray, rows: pa.Table, features: FeatureConfig):
+        """``audit``: the input's (``count_input``); ``candidates``: the row indices that may be copied, ``rows``
+        their rows (text_a[, text_b], label) in that order."""
+        labels, names, matrix = audit.labels, audit.names, audit.matrix
+        self.labels, self.prior_rule, self.prior = labels, audit.prior.name, audit.prior
+        self.totals, self.label_of, self.p0, self.before = audit.totals, audit.label_of, audit.p0, audit.before
+        eligible = audit.eligible
         rows, fids = _candidate_features(rows, features, names)
         self.touched, self.fids = _renumbered(fids, len(names))   # the features copies can change
         self.offsets = np.searchsorted(rows, np.arange(len(candidates) + 1))
@@ -127,6 +157,13 @@ class ShortcutGuard:
         self.ceiling = self._ceilings(names.take(pa.array(self.touched)), self.counts)
         self.copies = np.zeros(len(labels), dtype=np.int64)
         self.enforce = True   # False (``--no-guard``): every copy admitted, still counted for the verdicts
+
+    @classmethod
+    def over(cls, table, candidates: np.ndarray, labels: list, features: FeatureConfig,
+             prior: zstats.Prior) -> "ShortcutGuard":
+        """The guard over ``table`` (``count_input``'s), counted and its candidates read in one pass."""
+        audit, rows = count_input(table, labels, features, prior, candidates)
+        return cls(audit, candidates, rows, features)
 
     def _ceilings(self, names: pa.Array, counts: np.ndarray) -> np.ndarray:
         n = counts.sum(axis=1)

@@ -41,8 +41,8 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
         "selected": plan.chosen,
         "iterations_run": max((t["iteration"] for t in plan.trace), default=0),
         "config": asdict(config), "inputs": inputs,
-        "prior": str(plan.prior), "p0": plan.p0, "token_threshold": round(plan.threshold, 4),
-        "band": list(config.band(n_rows)), "rejected": rejected,
+        "prior": str(plan.prior), "p0": plan.p0, "threshold": round(plan.threshold, 4),
+        "band": list(plan.band), "band_widened": list(plan.band) != list(config.band(n_rows)), "rejected": rejected,
         "labels_before": {l: int(plan.totals.get(l, 0)) for l in labels},
         "labels_after": {l: int(plan.totals.get(l, 0) + plan.copies[l]) for l in labels},
         "most_copies_of_a_row": most_copies(plan.added),
@@ -51,7 +51,7 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
         "not_corrected": not_corrected(plan.chosen, pa_, plan.supply, config, plan.p0, plan.refused, after, labels),
     }
     report["left_out"], report["band_hint"] = left_out(plan.every_token, plan.chosen, config, n_rows, plan.threshold,
-                                                       plan.p0)
+                                                       plan.p0, plan.band)
     listed = {u["token"] for u in report["uncorrectable"]}   # and the significant ones outside the band or the top k
     report["uncorrectable"] += [{k: e[k] for k in ("token", "n", "z", "label", "counts", "reason")}
                                 for e in report["left_out"] if e["uncorrectable"] and e["token"] not in listed]
@@ -147,8 +147,10 @@ def page(out: StageOutput, report: dict, plan: Plan, config) -> Report:
                              if len(uncorrectable) > SHOWN else "")))
             .section("Tokens left out: the significant ones, and every negation and quantifier",
                      table(left, formats={"z*": fmt.z}),
-                     note(f"Tokens whose z* passes the threshold {fmt.z(report['token_threshold'])} are taken from "
-                          f"the band of {lo:,} to {hi:,} rows"
+                     note(f"Tokens whose z* passes the input's audit's threshold {fmt.z(report['threshold'])} are "
+                          f"taken from the band of {lo:,} to {hi:,} rows"
+                          + (" (the configured band held none of them: widened to every token whose correction "
+                             "fits --max-copies)" if report["band_widened"] else "")
                           + (f"; --band-min {report['band_hint'].split(',')[0]} --band-max "
                              f"{report['band_hint'].split(',')[1]} would take in those outside it that copies can "
                              "correct." if report["band_hint"] else ".")))

@@ -120,7 +120,7 @@ class UpsampleStage(Stage):
 
 def _significant_left_out(r: dict) -> list:
     """The tokens left out of the correction whose z* is over the threshold (in the report's order)."""
-    return [e for e in r["left_out"] if e["z"] > r["token_threshold"]]
+    return [e for e in r["left_out"] if e["z"] > r["threshold"]]
 
 
 def _untouched(r: dict) -> tuple:
@@ -157,10 +157,11 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
     shown = _significant_left_out(r)
     if shown:
         lo, hi = r["band"]
+        widened = ", widened: the configured band held none" if r["band_widened"] else ""
         lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "
-                     f"{lo:,} to {hi:,}; significant: z* > {r['token_threshold']:.2f}):")
+                     f"{lo:,} to {hi:,}{widened}; significant: z* > {r['threshold']:.2f}, the audit's):")
         lines += [f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}" for e in shown]
-    calm = [e for e in r["left_out"] if e["z"] <= r["token_threshold"]]
+    calm = [e for e in r["left_out"] if e["z"] <= r["threshold"]]
     if calm:
         lines.append("  negations and quantifiers under the threshold, nothing to correct: "
                      + ", ".join(f"{e['token']} {e['z']:.1f}" for e in calm))
