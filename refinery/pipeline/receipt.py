@@ -75,7 +75,7 @@ def _measure(corpus: str, opts: ReadOptions, config, field_names) -> tuple[dict,
         st = result.stats
         top = result.top_k(max(config.k, 1))
         figures = {"rows": result.rows, "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
-                   "threshold": st.threshold, "prior": str(result.prior), "prior_name": result.prior.name,
+                   "threshold": st.threshold, "prior": str(result.prior),
                    "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
                    "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top}
         rows = np.flatnonzero(st.n >= st.min_count)
@@ -100,7 +100,7 @@ def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, colum
     st = counts.stats(0, p0, config.min_count, config.alpha)   # p0 of the weighted shares, as the weights verdict
     top = st.top_k(max(config.k, 1))
     figures = {"rows": counts.rows, "labels": rows_per_label, "threshold": st.threshold, "prior": str(prior),
-               "prior_name": prior.name, "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
+               "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
                "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top,
                "weighted": True}
     rows = np.flatnonzero(st.n >= st.min_count)
@@ -190,11 +190,10 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             else:
                 audits[key] = _audit_table(audited, last)
                 audited = entry["audit"] = copy.deepcopy(audited)
-                if tracked is None:   # the input's top features and prior, followed through every step
+                if tracked is None:   # the input's top features, followed through every step
                     first = last
                     tracked = [(e["feature"], label) for label, entries in audited["top"].items()
                                for e in entries[:config.top_features]]
-                    audit_config = dataclasses.replace(audit_config, prior=audited["prior_name"])
                 audited["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}
                 audited["top"] = {l: v[:5] for l, v in audited["top"].items()}
         previous = step.passes_on
