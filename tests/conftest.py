@@ -92,6 +92,38 @@ class RayNode:
             self.proc.wait()
 
 
+def fresh_audit(corpus, out, *options) -> dict:
+    """``refinery audit`` of ``corpus`` with its defaults (and ``options``), as a user runs it next, in this process:
+    its report.json."""
+    import json
+
+    from click.testing import CliRunner
+
+    from refinery.cli.main import main
+
+    result = CliRunner().invoke(main, ["audit", str(corpus), "--out", str(out), *map(str, options)])
+    assert result.exit_code == 0, result.output
+    return json.loads((Path(out) / "report" / "report.json").read_text())
+
+
+def assert_verdict_is_two_audits(verdict: dict, before: dict, after: dict) -> None:
+    """A stage's verdict (report.json's) holds the figures of two fresh audits (``fresh_audit``), its input's and
+    its output's: the thresholds, each label's max z* and rows, the features over the threshold."""
+    import pytest
+
+    assert verdict["threshold_before"] == pytest.approx(before["threshold"], abs=1e-4)
+    assert verdict["threshold"] == pytest.approx(after["threshold"], abs=1e-4)
+    assert verdict["prior"].split(" ")[0] == before["prior"].split(" ")[0] == after["prior"].split(" ")[0]
+    for label, m in verdict["max_z"].items():
+        for side, audit in (("before", before), ("after", after)):
+            expected = audit["max_z"].get(label)
+            assert (m[side] is None) == (expected is None) and (
+                m[side] is None or m[side] == pytest.approx(expected, abs=1e-3)), (label, side, m, expected)
+        if verdict["label_rows"]:
+            assert verdict["label_rows"][label]["after"] == pytest.approx(after["labels"][label])
+    assert verdict["remaining_total"] == after["significant"]
+
+
 def run_cli(*args, check=True, env=None, cwd=REPO):
     """Run the installed ``refinery`` CLI as a user would (in ``cwd``, the repository's root unless given)."""
     proc = subprocess.run([REFINERY, *map(str, args)], capture_output=True, text=True,

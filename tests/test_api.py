@@ -64,7 +64,7 @@ def test_zfilter_on_a_dataframe_keeps_the_rows_the_cli_keeps(dev, tmp_path):
     assert rf.zfilter(with_ids, preset="snli", k=20).data["pairID"].tolist() == kept
     assert len(kept) == len(result.data) < len(dev)
     assert result.rows_in == len(dev) == len(result.data) + len(result.rejected)
-    assert result.rejected["reason"].str.startswith("hits B_Z").all()
+    assert result.rejected["reason"].str.match(r"hits B_Z|over the threshold z\* > [\d.]+ in the kept rows").all()
     assert result.accounting == f"rows in 9,842 = {len(result.data):,} kept + {len(result.rejected):,} filtered out " \
                                 "+ 0 input rejects (ok)"
     assert isinstance(result.to_arrow(), pa.Table) and len(result.to_hf()) == len(result.data)

@@ -189,7 +189,7 @@ def test_only_credentials_are_hidden_not_words_that_contain_key_or_token(tmp_pat
     proc = run_cli("run", pipeline, check=False)
     assert proc.returncode == 2 and proc.stderr.endswith(
         f"error: {pipeline}: stage 1 (zfilter): unknown key(s) kk; known: k, batch_size, min_count, warmup, settle, settle_limit, "
-        "prior, alpha, shuffle_seed, features, seed_corpus\n"), proc.stderr
+        "biased_set, prior, alpha, shuffle_seed, features, seed_corpus\n"), proc.stderr
 
 
 def test_a_truncated_json_line_is_rejected_with_a_reason_that_reads(tmp_path):

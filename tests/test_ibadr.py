@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REFINERY, REPO, run_cli
+from conftest import REFINERY, REPO, assert_verdict_is_two_audits, fresh_audit, run_cli
 
 from refinery.io.corpus import Corpus
 from refinery.io.corpus_writer import write_table
@@ -107,6 +107,8 @@ def test_ablation_switches_change_what_the_paper_says(snli_sample, tiny_generato
         generated = r["generated"]
         assert sum(r["by_status"].values()) == generated
         assert r["pool_rows"] == r["original_rows"] + r["accepted"]
+    assert_verdict_is_two_audits(report["full"]["verdict"], fresh_audit(snli_sample, tmp_path / "audit-in"),
+                                 fresh_audit(full / "pool", tmp_path / "audit-pool"))   # the audits a user runs next
 
 
 def test_killed_run_resumes_to_the_same_pool(snli_sample, tiny_generator, tmp_path):

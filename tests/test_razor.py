@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SNLI_DEV, SNLI_TEST, run_cli
+from conftest import SNLI_DEV, SNLI_TEST, assert_verdict_is_two_audits, fresh_audit, run_cli
 
 from refinery.io.corpus import read_any
 from refinery.methods.razor import scores as razor_scores
@@ -153,3 +153,5 @@ def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_pat
         assert r["accepted"] <= r["candidates"] and r["replaced"] <= r["accepted"]
     # the verdict on the rewritten corpus: on the console and in report.json (judged both ways in the test above)
     assert report["verdict"]["stage"] == "razor" and report["verdict"]["line"] in printed
+    assert_verdict_is_two_audits(report["verdict"], fresh_audit(tmp_path / "in", tmp_path / "audit-in"),
+                                 fresh_audit(out / "corpus", tmp_path / "audit-out"))   # the audits a user runs next

@@ -4,7 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
-from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, assert_verdict_is_two_audits, fresh_audit, run_cli
 
 from refinery.io import synth
 from refinery.io.corpus import Corpus, load
@@ -140,6 +140,10 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
         assert r["input"] == 6000 and list(r["verdicts"]) == [PARTS[p] for p in judged]
         assert [n.split(":")[0] for n in r["notes"]] == [PARTS[p] for p in PARTS if p not in judged]
         assert (tmp_path / kind / "report" / "report.html").is_file()
+    # the composition's verdict on D0 and G together: the audits of its input and of its kept/ a user runs next
+    assert_verdict_is_two_audits(reports["seqz"]["verdicts"][PARTS["together"]],
+                                 fresh_audit(d0, tmp_path / "audit-in", g, "--preset", "snli"),
+                                 fresh_audit(tmp_path / "seqz" / "kept", tmp_path / "audit-kept"))
     assert reports["zaug"]["parts"]["original"]["kept"] == 3000                 # Z-Aug keeps D0 whole
     g_filtering = json.loads((tmp_path / "seqz" / "stages" / "z_generated" / "report" / "report.json").read_text())
     assert {l: n - g_filtering["seed_by_label"][l] for l, n in g_filtering["kept_by_label"].items()} == \
@@ -277,11 +281,12 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     html = (tmp_path / "z" / "report" / "report.html").read_text()
     assert "Verdict: the shortcuts before and after" in html and "verdict ok" in html
 
-    letter = run_stage(ZFilterStage(ZFilterConfig(settle=False)), [path], tmp_path / "letter", PRESETS["snli"])
+    letter = run_stage(ZFilterStage(ZFilterConfig(settle=False, biased_set="top-k")), [path], tmp_path / "letter",
+                       PRESETS["snli"])
     v = letter["verdict"]
     assert not v["ok"] and v["labels_over_threshold"] and letter["settled_out"] == 0
-    named = {c["feature"] for cs in v["remaining"].values() for c in cs}
-    assert named and all(f in " ".join(v["warnings"]) for f in list(named)[:1])
+    strongest = [v["remaining"][label][0]["feature"] for label in v["labels_over_threshold"]]
+    assert all(f in " ".join(v["warnings"]) for f in strongest)
     assert "--no-settle" in v["remedy"] and "--k" in v["remedy"]
 
 

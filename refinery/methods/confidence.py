@@ -255,8 +255,8 @@ class ConfidenceStage(FilterStage):
             return ""
         half = float(np.floor(np.median(self._confidence) * 100) / 100)
         return (f": p_M(label | text) has median {np.median(self._confidence):.3f} and reaches "
-                f"{self._confidence.max():.3f}, against tau {self.config.tau:g}; --tau {half:.2f} keeps about half "
-                "the rows")
+                f"{self._confidence.max():.3f}, against tau {self.config.tau:g}"
+                + (f"; --tau {half:.2f} keeps about half the rows" if half > 0 else ""))
 
     def reason_kind(self, reason: str) -> str:
         return f"p_M(label | text) <= tau {self.config.tau}"

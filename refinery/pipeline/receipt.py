@@ -36,7 +36,7 @@ from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join
 from refinery.core import stats as zstats
-from refinery.core.stats import ZStats
+from refinery.core.stats import Prior, ZStats
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, counts_prior
 from refinery.pipeline.config import ReportConfig, to_dict
 from refinery.pipeline.output import AUDIT_PRIOR, StageOutput, recorded
@@ -66,16 +66,18 @@ def _audit_config(spec):
     return stage_class("audit").Config()
 
 
-def _measure(corpus: str, opts: ReadOptions, config, field_names) -> tuple[dict, ZStats]:
+def _measure(corpus: str, opts: ReadOptions, config, field_names, carried: Prior | None) -> tuple[dict, ZStats]:
     """An audit of one step's corpus: the figures the receipt shows, and the statistics of the features in at
-    least min_count rows (all the report reads: z* of rarer features is not computed)."""
-    source = StageInput({"": [corpus]}, None, opts, "local", *field_names, recorded([corpus], opts.storage_options)[1])
+    least min_count rows (all the report reads: z* of rarer features is not computed). Its prior rule: the one the
+    corpus records, else ``carried`` (the pipeline input's, so that a step that counts nothing keeps it)."""
+    source = StageInput({"": [corpus]}, None, opts, "local", *field_names,
+                        recorded([corpus], opts.storage_options)[1] or carried)
     result = stage_class("audit")(config).measure(source)
     try:
         st = result.stats
         top = result.top_k(max(config.k, 1))
         figures = {"rows": result.rows, "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
-                   "threshold": st.threshold, "prior": str(result.prior),
+                   "threshold": st.threshold, "prior": str(result.prior), "prior_record": result.prior.record(),
                    "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
                    "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top}
         rows = np.flatnonzero(st.n >= st.min_count)
@@ -85,7 +87,8 @@ def _measure(corpus: str, opts: ReadOptions, config, field_names) -> tuple[dict,
         result.counter.close()
 
 
-def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, columns: list) -> tuple[dict, ZStats]:
+def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, columns: list,
+                      carried: Prior | None) -> tuple[dict, ZStats]:
     """The audit of a corpus whose rows carry a ``weight``: the same figures as ``_measure``, on weighted counts
     (rows and label counts stay counts of rows; ``weighted``: True)."""
     source = Corpus.open(corpus, opts.storage_options)
@@ -96,11 +99,11 @@ def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, colum
     rows_per_label = {l: int(source.manifest["labels"].get(l, 0)) for l in sorted(counts.labels)}
     if not counts.rows:
         raise EmptyInput(f"{corpus}: no rows to audit")
-    p0, prior = counts_prior(counts, config.prior, 0, zstats.Prior.recorded(source.manifest.get(AUDIT_PRIOR)))
+    p0, prior = counts_prior(counts, config.prior, 0, Prior.recorded(source.manifest.get(AUDIT_PRIOR)) or carried)
     st = counts.stats(0, p0, config.min_count, config.alpha)   # p0 of the weighted shares, as the weights verdict
     top = st.top_k(max(config.k, 1))
     figures = {"rows": counts.rows, "labels": rows_per_label, "threshold": st.threshold, "prior": str(prior),
-               "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
+               "prior_record": prior.record(), "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
                "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top,
                "weighted": True}
     rows = np.flatnonzero(st.n >= st.min_count)
@@ -159,7 +162,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
     (``_audit_key``: an unchanged step) is not audited again."""
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     audit_config = _audit_config(spec)
-    steps, previous, tracked, first, last, audits = [], None, None, None, None, {}
+    steps, previous, tracked, first, last, audits, carried = [], None, None, None, None, {}, None
     for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
         entry = {"step": step.folder, "stage": step.name, "status": step.status, "seconds": step.seconds,
@@ -183,15 +186,16 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             echo(f"   report: {'reusing the audit' if kept else 'auditing the rows'} {step.folder} passes on"
                  + (" (weighted)" if weighted and not kept else ""))
             try:
-                audited, last = kept or (_measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns)
-                                         if weighted else _measure(step.passes_on, corpus_opts, audit_config, names))
+                audited, last = kept or (
+                    _measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns, carried)
+                    if weighted else _measure(step.passes_on, corpus_opts, audit_config, names, carried))
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
                 entry["audit_skipped"] = "it passes on no rows" if entry.get("rows") == 0 else str(e)
             else:
                 audits[key] = _audit_table(audited, last)
                 audited = entry["audit"] = copy.deepcopy(audited)
-                if tracked is None:   # the input's top features, followed through every step
-                    first = last
+                if tracked is None:   # the input's top features and prior rule, followed through every step
+                    first, carried = last, Prior.recorded(audited.get("prior_record"))
                     tracked = [(e["feature"], label) for label, entries in audited["top"].items()
                                for e in entries[:config.top_features]]
                 audited["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from refinery import __version__
-from refinery.core.stats import add_totals, choose_prior, rows_per_label
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
 from refinery.io.corpus import (Corpus, EmptyInput, OutputExists, corpus_of, finished_run, input_fingerprints,
@@ -96,16 +95,14 @@ def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult
     """The pipeline's input (``spec`` read as ``source``) as one canonical corpus; named splits become a ``split``
     column."""
     out.inputs, out.field_names, out.single_text = list(source.paths), source.field_names, source.single_text
-    labels = {}
+    out.prior = source.prior   # a corpus's recorded rule carries on; the first stage that counts decides one
     with out.corpus(settings={"input": to_dict(spec)}) as writer:
         rows = 0
         for batch in source.iter_batches():
             writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
             rows += batch.rows.num_rows
-            add_totals(labels, rows_per_label(batch.rows["label"]) if batch.rows.num_rows else {})
         if not rows:
             writer.commit_all_rejected(source.paths)   # the rejects stay in the input's folder, named by the error
-        out.prior = choose_prior("auto", labels, source.prior)   # decided here for every step and report after
         manifest = writer.commit()
     rows, rejected = manifest["rows"], manifest["rejected"]
     return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
