@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 import yaml
-from conftest import BIN, DATA, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, RayNode, free_port, run_cli
+from conftest import BIN, DATA, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, RayNode, free_port, fresh_audit, run_cli
 from test_remote import S3Server
 
 from refinery.io.corpus import Corpus
@@ -254,13 +254,17 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
         {"audit": {"k": 5}}, {"zfilter": {"k": 5}}, {"weights": {"folds": 2, "forest": {"trees": 5}}},
         {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "model": {"bootstrap": 100}}}]}))
     first = run_cli("run", spec, "--out", tmp_path / "o").stdout
-    assert first.count("report: auditing the rows") == 3
+    assert first.count("report: auditing the rows") == 2   # the input's audit is the audit step's, not counted again
+    assert "report: reusing the audit 00-input passes on" in first
     weighted = Corpus.open(str(tmp_path / "o" / "03-weights" / "corpus")).read()
     assert "split" not in weighted.column_names and "weight" in weighted.column_names
     report = json.loads((tmp_path / "o" / "04-compare" / "report" / "report.json").read_text())
     assert list(report["train"]) == ["00-input", "03-weights"] and report["train"]["03-weights"]["weighted"]
     assert report["train"]["03-weights"]["rows"] == weighted.num_rows and report["eval"]["hard"]["rows"] == 300
     receipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
+    recount = fresh_audit(tmp_path / "o" / "00-input", tmp_path / "recount", "--k", 5)
+    assert {k: receipt["steps"][0]["audit"][k] for k in ("max_z", "threshold", "significant", "labels")} == \
+        {k: recount[k] for k in ("max_z", "threshold", "significant", "labels")}
     again = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert again.count("unchanged, skipped") == 5 and "auditing" not in again
     assert again.count("report: reusing the audit") == 3

@@ -146,6 +146,34 @@ def _kept_audit(out: str, key: str, storage_options: dict) -> tuple[dict, ZStats
     return meta["figures"], st
 
 
+def _audit_steps_audit(run, spec, config, storage_options: dict) -> tuple[dict, ZStats] | None:
+    """The pipeline input's audit its first step made, where that step is an audit with the settings the report
+    audits by (``config``) and adds no saved state: its figures and statistics as ``_measure`` gives them, read from
+    its report (report.json, stats.parquet) instead of counting the input a second time; None otherwise."""
+    first = spec.stages[0] if spec.stages else None
+    if first is None or first.name != "audit" or first.config.update is not None or len(run.stages) < 2 \
+            or dataclasses.replace(first.config, update=None) != config or run.stages[1].status == "failed":
+        return None
+    summary = _step_report(run.out, run.stages[1], storage_options)
+    record = Prior.recorded(summary.get("prior_record"))
+    fs, path = get_fs(_committed(run.out, run.stages[1], posixpath.join(
+        posixpath.dirname(run.stages[1].result.report_file), "stats.parquet"), storage_options), storage_options)
+    if record is None or not fs.exists(path):
+        return None
+    with fs.open(path, "rb") as fh:
+        table = pq.read_table(fh)   # ``ZStats.to_table``: each feature's rows, one per label in the audit's order
+    labels = sorted(summary["labels"])
+    C = len(labels)
+    if table.num_rows % C or table["label"].slice(0, C).to_pylist() not in ([], labels):
+        return None
+    p0 = zstats.prior_vector(labels, summary["labels"], record.name)
+    st = ZStats(table["feature"].take(pa.array(np.arange(0, table.num_rows, C))).combine_chunks(), labels,
+                table["count"].to_numpy().reshape(-1, C), table["n"].to_numpy()[::C], p0, summary["threshold"],
+                config.min_count, config.alpha)
+    figures = {k: summary[k] for k in ("rows", "labels", "threshold", "prior", "prior_record", "max_z", "significant")}
+    return {**figures, "top": st.top_k(max(config.k, 1))}, st
+
+
 def _z_of(st, feature: str, label: str) -> float | None:
     """z*(feature, label) in ``st``, or None where the feature is in fewer than min_count rows."""
     i = pc.index(st.features, feature).as_py()
@@ -182,7 +210,8 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             columns = StageInput({"": [step.passes_on]}, None, corpus_opts).columns()
             weighted = "weight" in columns
             key = _audit_key(step, run.out, audit_config, names, weighted)
-            kept = _kept_audit(run.out, key, opts.storage_options)
+            kept = _kept_audit(run.out, key, opts.storage_options) or (
+                _audit_steps_audit(run, spec, audit_config, opts.storage_options) if stage is None else None)
             echo(f"   report: {'reusing the audit' if kept else 'auditing the rows'} {step.folder} passes on"
                  + (" (weighted)" if weighted and not kept else ""))
             try:

@@ -28,6 +28,7 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
         "features_with_min_count": int((st.n >= cfg.min_count).sum()),
         "threshold": st.threshold,
         "prior": str(result.prior),
+        "prior_record": result.prior.record(),   # the rule and why, as a corpus's manifest records it
         "label_prior": result.label_prior(),
         "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
