@@ -49,7 +49,7 @@ def refined(root: str, source: list, preset: list, stages: dict) -> dict:
         out = f"{root}/{name}"
         started = time.perf_counter()
         refinery(verb, *source, *preset, *options, "--out", out, "--mode", "skip", log=f"{out}.log")
-        print(f"  {name}: {verb} {' '.join(options)} ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(f"  {name}: {verb} {' '.join(map(str, options))} ({time.perf_counter() - started:.0f} s)", flush=True)
         corpora[name] = f"{out}/{part}"
     return corpora
 
