@@ -53,30 +53,40 @@ def ranked_tokens(stats: pa.Table, min_count: int) -> list[dict]:
     return [{**e, "z": round(float(e["z"]), 4)} for e in ranked]
 
 
+@dataclass(frozen=True)
+class TokenBand:
+    """The n(s) the corrected tokens were taken from: [lo, hi], and whether it was widened from the configured band
+    (which held no significant token) to every n ≥ min_count, for the tokens whose correction fits ``max_copies``."""
+
+    lo: int
+    hi: int
+    widened: bool = False
+
+
 def select_tokens(stats: pa.Table, labels: list, config, rows: int, threshold: float, p0: dict
-                  ) -> tuple[list, list, tuple[int, int]]:
+                  ) -> tuple[list, list, TokenBand]:
     """(S, uncorrectable, band): the top-k correctable tokens by z* within the count band whose z* passes the
     threshold; where the band holds none, the top-k significant tokens whose correction fits ``max_copies``
-    whatever their n (the band then is n ≥ min_count): a band in fractions of the rows misses a small corpus's
-    shortcuts, which are in more rows than its upper end. uncorrectable: those some label never co-occurs with,
-    passed over."""
-    band = config.band(rows)
+    whatever their n (the band then is n ≥ min_count, widened): a band in fractions of the rows misses a small
+    corpus's shortcuts, which are in more rows than its upper end. uncorrectable: those some label never co-occurs
+    with, passed over."""
+    band = TokenBand(*config.band(rows))
     chosen, uncorrectable = _top_tokens(stats, labels, config, threshold, band)
     if chosen:
         return chosen, uncorrectable, band
-    wide = (config.min_count, rows)
+    wide = TokenBand(config.min_count, rows, widened=True)
     fitting, _ = _top_tokens(stats, labels, config, threshold, wide, lambda e: max(
         copies_needed(e["counts"], p0).values(), default=0) <= config.max_copies)
     return (fitting, uncorrectable, wide) if fitting else (chosen, uncorrectable, band)
 
 
-def _top_tokens(stats: pa.Table, labels: list, config, threshold: float, band: tuple, fits=lambda e: True
+def _top_tokens(stats: pa.Table, labels: list, config, threshold: float, band: TokenBand, fits=lambda e: True
                 ) -> tuple[list, list]:
     """(the top-k correctable tokens by z* over ``threshold`` with n in ``band`` that ``fits``, the uncorrectable
     ones met on the way: some label never co-occurs with them)."""
-    lo, hi = band
+    hi = band.hi
     chosen, uncorrectable = [], []
-    for e in ranked_tokens(stats, lo):
+    for e in ranked_tokens(stats, band.lo):
         if len(chosen) == config.k or e["z"] <= threshold:
             break
         if e["n"] <= hi and fits(e):
@@ -86,12 +96,12 @@ def _top_tokens(stats: pa.Table, labels: list, config, threshold: float, band: t
 
 
 def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: float,
-             p0: dict, band: tuple[int, int]) -> tuple[list, str | None]:
+             p0: dict, band: TokenBand) -> tuple[list, str | None]:
     """(tokens, band hint): the tokens S leaves out, stopwords included: the significant ones among the top k by
     z*, and every negation or quantifier in at least min_count rows, each with the reason and the copies per row
     its correction would need; and the ``--band`` that would take in those outside the ``band`` S was taken from
     whose correction fits ``max_copies`` (None if none)."""
-    lo, hi = band
+    lo, hi = band.lo, band.hi
     taken = {c["token"] for c in chosen}
     ranked = ranked_tokens(every_token, config.min_count)
     significant = [e for e in ranked if e["z"] > threshold]
@@ -109,7 +119,7 @@ def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: 
             reason = "a stopword (kept with --no-remove-stopwords)"
         elif math.isinf(most):
             reason = uncorrectable_reason(e["token"], [l for l, c in need.items() if math.isinf(c)])
-        elif most > config.max_copies and hi >= rows:   # the band was widened to every n: the copies left it out
+        elif most > config.max_copies and band.widened:   # taken from every n: the copies left it out
             reason = over_cap_reason(e["token"], e["counts"], need, config.max_copies)
         elif not lo <= e["n"] <= hi:
             reason = f"n outside the band {lo:,}–{hi:,}"
@@ -160,7 +170,7 @@ class Plan:
     prior: zstats.Prior          # the rule that gave p0
     p0: dict                     # {label: p0_l}, each token's target p(l|s)
     threshold: float             # the input's audit's threshold, which the tokens' z* must pass (the verdict's)
-    band: tuple                  # (least, most) n(s) the tokens were taken from
+    band: TokenBand              # the n(s) the tokens were taken from, and whether the configured band was widened
     every_token: pa.Table        # token_stats of the input, stopwords included
     before: pa.Table             # token_stats of the input, as corrected (stopwords removed unless kept)
     after: pa.Table              # token_stats of the output

@@ -143,7 +143,7 @@ class ShortcutGuard:
         """``audit``: the input's (``count_input``); ``candidates``: the row indices that may be copied, ``rows``
         their rows (text_a[, text_b], label) in that order."""
         labels, names, matrix = audit.labels, audit.names, audit.matrix
-        self.labels, self.prior_rule, self.prior = labels, audit.prior.name, audit.prior
+        self.labels, self.prior = labels, audit.prior
         self.totals, self.label_of, self.p0, self.before = audit.totals, audit.label_of, audit.p0, audit.before
         eligible = audit.eligible
         rows, fids = _candidate_features(rows, features, names)
@@ -221,7 +221,7 @@ class ShortcutGuard:
         matrix[self.in_kept] = self.counts
         if p0 is None:
             totals = dict(zip(self.labels, (self.totals + self.copies).tolist()))
-            p0 = zstats.prior_vector(self.labels, totals, self.prior_rule)
+            p0 = zstats.prior_vector(self.labels, totals, self.prior.name)
         return zstats.from_matrix(self.names, self.labels, matrix, p0, AUDIT_MIN_COUNT, ALPHA)
 
     def verdicts(self, remedy: str = "") -> tuple[Verdict, Verdict]:

@@ -42,7 +42,7 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
         "iterations_run": max((t["iteration"] for t in plan.trace), default=0),
         "config": asdict(config), "inputs": inputs,
         "prior": str(plan.prior), "p0": plan.p0, "threshold": round(plan.threshold, 4),
-        "band": list(plan.band), "band_widened": list(plan.band) != list(config.band(n_rows)), "rejected": rejected,
+        "band": [plan.band.lo, plan.band.hi], "band_widened": plan.band.widened, "rejected": rejected,
         "labels_before": {l: int(plan.totals.get(l, 0)) for l in labels},
         "labels_after": {l: int(plan.totals.get(l, 0) + plan.copies[l]) for l in labels},
         "most_copies_of_a_row": most_copies(plan.added),

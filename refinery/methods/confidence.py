@@ -253,8 +253,9 @@ class ConfidenceStage(FilterStage):
         """Where p_M lies against τ: the rows' median and highest confidence."""
         if not len(self._confidence):
             return ""
-        half = float(np.floor(np.median(self._confidence) * 100) / 100)
-        return (f": p_M(label | text) has median {np.median(self._confidence):.3f} and reaches "
+        median = float(np.median(self._confidence))
+        half = np.floor(median * 100) / 100
+        return (f": p_M(label | text) has median {median:.3f} and reaches "
                 f"{self._confidence.max():.3f}, against tau {self.config.tau:g}"
                 + (f"; --tau {half:.2f} keeps about half the rows" if half > 0 else ""))
 
