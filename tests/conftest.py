@@ -124,6 +124,34 @@ def assert_verdict_is_two_audits(verdict: dict, before: dict, after: dict) -> No
     assert verdict["remaining_total"] == after["significant"]
 
 
+def assert_kept_audit_is_a_fresh_one(corpus, audit_folder) -> None:
+    """The audit a stage kept with ``corpus`` (``AuditRecord``, its verdict's after side) is the one ``refinery
+    audit`` made of it into ``audit_folder`` (``fresh_audit``): every tested feature's counts, the threshold, the
+    prior and its figures."""
+    import json
+
+    import pyarrow.parquet as pq
+    import pytest
+
+    from refinery.core import audit_record
+    from refinery.core.audit_record import AuditRecord
+    from refinery.io.corpus import Corpus
+
+    table = Corpus.open(str(corpus)).attached(audit_record.KEY)
+    assert table is not None, f"{corpus} keeps no audit"
+    record = AuditRecord.from_table(table)
+    fresh = json.loads((Path(audit_folder) / "report" / "report.json").read_text())
+    figures = record.figures(fresh["config"]["k"])
+    for key in ("rows", "labels", "prior", "significant"):
+        assert figures[key] == fresh[key], (key, figures[key], fresh[key])
+    assert figures["threshold"] == pytest.approx(fresh["threshold"], abs=1e-9)
+    assert figures["max_z"] == pytest.approx(fresh["max_z"], abs=1e-3)
+    long = record.stats.to_table().select(["feature", "label", "n", "count"]).sort_by([("feature", "ascending"),
+                                                                                       ("label", "ascending")])
+    counted = pq.read_table(Path(audit_folder) / "report" / "stats.parquet").select(["feature", "label", "n", "count"])
+    assert long.to_pylist() == counted.sort_by([("feature", "ascending"), ("label", "ascending")]).to_pylist()
+
+
 def run_cli(*args, check=True, env=None, cwd=REPO):
     """Run the installed ``refinery`` CLI as a user would (in ``cwd``, the repository's root unless given)."""
     proc = subprocess.run([REFINERY, *map(str, args)], capture_output=True, text=True,

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REFINERY, REPO, assert_verdict_is_two_audits, fresh_audit, run_cli
+from conftest import (REFINERY, REPO, assert_kept_audit_is_a_fresh_one, assert_verdict_is_two_audits, fresh_audit,
+                      run_cli)
 
 from refinery.io.corpus import Corpus
 from refinery.io.corpus_writer import write_table
@@ -109,6 +110,7 @@ def test_ablation_switches_change_what_the_paper_says(snli_sample, tiny_generato
         assert r["pool_rows"] == r["original_rows"] + r["accepted"]
     assert_verdict_is_two_audits(report["full"]["verdict"], fresh_audit(snli_sample, tmp_path / "audit-in"),
                                  fresh_audit(full / "pool", tmp_path / "audit-pool"))   # the audits a user runs next
+    assert_kept_audit_is_a_fresh_one(full / "pool", tmp_path / "audit-pool")
 
 
 def test_killed_run_resumes_to_the_same_pool(snli_sample, tiny_generator, tmp_path):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import assert_verdict_is_two_audits, fresh_audit
+from conftest import assert_kept_audit_is_a_fresh_one, assert_verdict_is_two_audits, fresh_audit
 
 from refinery.cli.main import main
 
@@ -37,6 +37,7 @@ STAGES = {   # a refining stage's command line after its input, and the corpus i
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
 def test_a_stage_verdict_is_the_audit_a_user_runs_next(stage, sick_like, tmp_path):
+    """The verdict's two sides are fresh audits of the input and the output, and the output keeps its audit."""
     options, part = STAGES[stage]
     _cli(stage, sick_like, "--out", tmp_path / stage, *options)
     verdict = json.loads((tmp_path / stage / "report" / "report.json").read_text())["verdict"]
@@ -44,6 +45,7 @@ def test_a_stage_verdict_is_the_audit_a_user_runs_next(stage, sick_like, tmp_pat
     assert before["prior"].startswith("empirical") and after["prior"].startswith("empirical"), after["prior"]
     assert "recorded with the corpus" in after["prior"]          # the rule of the input's audit, carried
     assert_verdict_is_two_audits(verdict, before, after)
+    assert_kept_audit_is_a_fresh_one(tmp_path / stage / part, tmp_path / "a_out")   # kept with it: nothing recounts
     still = sum(after["significant"].values())
     assert still or stage == "zfilter"
     if verdict["ok"] and still:   # an ok that is no debiasing says so, with what is left
@@ -67,3 +69,26 @@ def test_a_filter_moving_the_shares_into_the_balanced_band_keeps_its_input_rule(
     assert audited["prior"].startswith("empirical (recorded with the corpus")
     assert {l: m["after"] for l, m in verdict["max_z"].items()} == pytest.approx(audited["max_z"], abs=1e-3)
     assert fresh_audit(tmp_path / "zf" / "kept", tmp_path / "u", "--prior", "uniform")["prior"].startswith("uniform")
+
+
+def test_the_weighted_audit_kept_with_the_weights_is_the_pipeline_reports(sick_like, tmp_path):
+    """weights keeps its weighted audit (its verdict's after side) with corpus/: the figures the pipeline's report
+    would count from the weighted rows, and the verdict's."""
+    from refinery.core import audit_record
+    from refinery.core.audit_record import AuditRecord
+    from refinery.io.corpus import Corpus
+    from refinery.io.read_options import ReadOptions
+    from refinery.methods.audit.config import AuditConfig
+    from refinery.pipeline.receipt import _measure_weighted
+
+    _cli("weights", sick_like, "--out", tmp_path / "w", "--folds", 2)
+    corpus = Corpus.open(str(tmp_path / "w" / "corpus"))
+    record = AuditRecord.from_table(corpus.attached(audit_record.KEY))
+    counted = _measure_weighted(corpus.url, ReadOptions(), AuditConfig(), (None, False),
+                                ["text_a", "text_b", "label", "weight"], None)
+    assert record.weighted and record.matches(counted.settings, weighted=True)
+    assert record.figures(20) == counted.figures(20)
+    assert record.stats.counts == pytest.approx(counted.stats.counts)
+    assert record.stats.n == pytest.approx(counted.stats.n)
+    verdict = json.loads((tmp_path / "w" / "report" / "report.json").read_text())["verdict"]
+    assert {l: m["after"] for l, m in verdict["max_z"].items()} == pytest.approx(record.figures(20)["max_z"], abs=1e-3)

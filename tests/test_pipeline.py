@@ -254,8 +254,9 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
         {"audit": {"k": 5}}, {"zfilter": {"k": 5}}, {"weights": {"folds": 2, "forest": {"trees": 5}}},
         {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "model": {"bootstrap": 100}}}]}))
     first = run_cli("run", spec, "--out", tmp_path / "o").stdout
-    assert first.count("report: auditing the rows") == 2   # the input's audit is the audit step's, not counted again
-    assert "report: reusing the audit 00-input passes on" in first
+    # the input's audit is the audit step's, the kept rows' and the weighted rows' those zfilter's and weights'
+    # verdicts kept with them: the report counts nothing again
+    assert "auditing the rows" not in first and first.count("report: reading the audit") == 3
     weighted = Corpus.open(str(tmp_path / "o" / "03-weights" / "corpus")).read()
     assert "split" not in weighted.column_names and "weight" in weighted.column_names
     report = json.loads((tmp_path / "o" / "04-compare" / "report" / "report.json").read_text())
@@ -265,9 +266,12 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
     recount = fresh_audit(tmp_path / "o" / "00-input", tmp_path / "recount", "--k", 5)
     assert {k: receipt["steps"][0]["audit"][k] for k in ("max_z", "threshold", "significant", "labels")} == \
         {k: recount[k] for k in ("max_z", "threshold", "significant", "labels")}
+    kept = fresh_audit(tmp_path / "o" / "02-zfilter" / "kept", tmp_path / "recount-kept", "--k", 5)
+    assert {k: receipt["steps"][2]["audit"][k] for k in ("max_z", "threshold", "significant", "labels", "prior")} == \
+        {k: kept[k] for k in ("max_z", "threshold", "significant", "labels", "prior")}
     again = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert again.count("unchanged, skipped") == 5 and "auditing" not in again
-    assert again.count("report: reusing the audit") == 3
+    assert again.count("report: reading the audit") == 3
     rereceipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
     assert [s.get("audit") for s in rereceipt["steps"]] == [s.get("audit") for s in receipt["steps"]]
     assert rereceipt["final_top"] == receipt["final_top"]

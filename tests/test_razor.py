@@ -5,7 +5,8 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SNLI_DEV, SNLI_TEST, assert_verdict_is_two_audits, fresh_audit, run_cli
+from conftest import (SNLI_DEV, SNLI_TEST, assert_kept_audit_is_a_fresh_one, assert_verdict_is_two_audits,
+                      fresh_audit, run_cli)
 
 from refinery.io.corpus import read_any
 from refinery.methods.razor import scores as razor_scores
@@ -96,7 +97,7 @@ def test_verdict_catches_a_shortcut_the_rewrites_carry_and_credits_rewrites_that
     def judged(rewrite):
         texts = [rewrite(i, h) if y == "contradiction" else h for i, (h, y) in enumerate(zip(hypotheses, labels))]
         refined = table.set_column(table.column_names.index("text_b"), "text_b", pa.array(texts))
-        return verdict(table, refined, FeatureConfig(), config)
+        return verdict(table, refined, FeatureConfig(), config)[0]
 
     worse = judged(lambda i, h: h + " nobody" if i % 3 == 0 else h)
     assert not worse.ok and worse.worsened[0].feature == "nobody@hypothesis"
@@ -155,3 +156,4 @@ def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_pat
     assert report["verdict"]["stage"] == "razor" and report["verdict"]["line"] in printed
     assert_verdict_is_two_audits(report["verdict"], fresh_audit(tmp_path / "in", tmp_path / "audit-in"),
                                  fresh_audit(out / "corpus", tmp_path / "audit-out"))   # the audits a user runs next
+    assert_kept_audit_is_a_fresh_one(out / "corpus", tmp_path / "audit-out")

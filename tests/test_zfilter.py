@@ -4,7 +4,8 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
-from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, assert_verdict_is_two_audits, fresh_audit, run_cli
+from conftest import (SNLI_DEV, SNLI_HARD, SNLI_TEST, assert_kept_audit_is_a_fresh_one, assert_verdict_is_two_audits,
+                      fresh_audit, run_cli)
 
 from refinery.io import synth
 from refinery.io.corpus import Corpus, load
@@ -144,6 +145,7 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
     assert_verdict_is_two_audits(reports["seqz"]["verdicts"][PARTS["together"]],
                                  fresh_audit(d0, tmp_path / "audit-in", g, "--preset", "snli"),
                                  fresh_audit(tmp_path / "seqz" / "kept", tmp_path / "audit-kept"))
+    assert_kept_audit_is_a_fresh_one(tmp_path / "seqz" / "kept", tmp_path / "audit-kept")
     assert reports["zaug"]["parts"]["original"]["kept"] == 3000                 # Z-Aug keeps D0 whole
     g_filtering = json.loads((tmp_path / "seqz" / "stages" / "z_generated" / "report" / "report.json").read_text())
     assert {l: n - g_filtering["seed_by_label"][l] for l, n in g_filtering["kept_by_label"].items()} == \

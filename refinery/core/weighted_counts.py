@@ -273,11 +273,14 @@ def counts_prior(counts: WeightedCounts, prior: str = "auto", weighting: int = 0
 @dataclass
 class WeightedAudits:
     """The audits of some weightings of one pass (``audit_weightings``): ``stats[i]`` of the i-th weighting, all on
-    the features at ``rows`` of ``WeightedCounts.matrix`` (those tested under one of them), one p0 by ``prior``."""
+    the features at ``rows`` of ``WeightedCounts.matrix`` (those tested under one of them), one p0 by ``prior``;
+    ``features``: the feature config counted, ``left_out``: the families it could not count (they need a fit)."""
 
     prior: object
     rows: np.ndarray
     stats: list
+    features: FeatureConfig | None = None
+    left_out: tuple = ()
 
     def significant(self, threshold: float) -> np.ndarray:
         """Rows of ``matrix`` with some label's z* over ``threshold`` in one of the audits (tested: n ≥ min_count)."""
@@ -298,18 +301,27 @@ def audit_weightings(counts: WeightedCounts, weightings=(0, 1), prior: str = "au
     rows = counts.tested(weightings, min_count)
     names = counts.names(rows)
     return WeightedAudits(chosen, rows, [counts.stats(w, counts_prior(counts, chosen.name, w)[0], min_count, alpha,
-                                                      rows, names) for w in weightings])
+                                                      rows, names) for w in weightings],
+                          counts.config, tuple(counts.left_out))
+
+
+def judge_audits(audits: WeightedAudits, *, stage: str, before: int = 0, after: int = 1, notes: tuple = (),
+                 **options) -> Verdict:
+    """The verdict (``core.verdict.judge``) on ``audits.stats[after]`` against ``audits.stats[before]``; ``options``
+    go to ``judge`` (``under_threshold``, the remedies, a ``threshold``)."""
+    verdict = judge(audits.stats[before], audits.stats[after], stage=stage, prior=str(audits.prior), **options)
+    verdict.notes += list(notes) + [f"not counted here: the {f} feature family (it needs a model fit)"
+                                    for f in audits.left_out]
+    return verdict
 
 
 def judge_weightings(counts: WeightedCounts, *, stage: str, before: int = 0, after: int = 1, prior: str = "auto",
                      min_count: int = 10, alpha: float = 0.01, notes: tuple = (),
                      audits: WeightedAudits | None = None, carried: zstats.Prior | None = None,
                      **options) -> Verdict:
-    """The verdict (``core.verdict.judge``) on weighting ``after`` against weighting ``before`` of one pass:
-    both audited by ``audit_weightings`` (``audits``: done before, for those two); ``options`` go to ``judge``
-    (``under_threshold``, the remedies, a ``threshold``)."""
-    audits = audits or audit_weightings(counts, (before, after), prior, min_count, alpha, carried)
-    verdict = judge(*audits.stats, stage=stage, prior=str(audits.prior), **options)
-    verdict.notes += list(notes) + [f"not counted here: the {f} feature family (it needs a model fit)"
-                                    for f in counts.left_out]
-    return verdict
+    """The verdict on weighting ``after`` against weighting ``before`` of one pass: both audited by
+    ``audit_weightings`` (``audits``: done before, for these weightings in that order) and judged by
+    ``judge_audits``."""
+    if audits is None:
+        audits, before, after = audit_weightings(counts, (before, after), prior, min_count, alpha, carried), 0, 1
+    return judge_audits(audits, stage=stage, before=before, after=after, notes=notes, **options)

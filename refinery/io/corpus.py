@@ -159,6 +159,24 @@ class Corpus:
             checked += 1
         return checked
 
+    def attached(self, key: str) -> pa.Table | None:
+        """The table a stage kept with the corpus under ``key`` (``CorpusWriter.attach``), or None: none kept, or
+        one whose bytes differ from what the manifest records (changed after refinery wrote it: not trusted)."""
+        entry = (self.manifest.get("attached") or {}).get(key) if isinstance(self.manifest.get("attached"), dict) \
+            else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            return None
+        (name,) = inside(posixpath.join(self.url, MANIFEST), "attached", [entry["path"]])
+        fs, path = get_fs(posixpath.join(self.url, name), self.storage_options)
+        try:
+            with on_store(self.url, "reading what the corpus keeps"), fs.open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return None
+        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            return None
+        return pq.read_table(pa.BufferReader(data))
+
     @property
     def files(self) -> list[str]:
         return [posixpath.join(self.url, f) for f in self.manifest["files"]]

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.common_schema import common_schema, conform
-from refinery.io.corpus import (CARD, FORMAT, MANIFEST, REJECTS, AllRejected, concat, finished_run, input_fingerprints,
+from refinery.io.corpus import (CARD, FORMAT, MANIFEST, META_DIR, REJECTS, AllRejected, concat, finished_run, input_fingerprints,
                                 iter_input_batches, load, manifest_path, reject_reasons, reusable, value_counts)
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
@@ -72,6 +72,7 @@ class CorpusWriter(AbortsOnError):
         self._offered: pa.Schema | None = None   # the columns of the first rows offered, kept or not
         self._names: list[str] = []
         self._nbytes = 0                      # and the rows' size in Arrow
+        self._attached: dict[str, pa.Table] = {}
         self._dir = None if self.skipped else AtomicDir(location, storage_options)
         # shards are encoded and written a row group at a time on one background thread (Arrow releases the
         # GIL), so the next batches are read meanwhile and a shard's end costs one row group, not the shard
@@ -149,6 +150,27 @@ class CorpusWriter(AbortsOnError):
         self._tasks.append(future)
         return future
 
+    @property
+    def labels(self) -> dict:
+        """The rows written so far per label."""
+        return dict(sorted(self._labels.items()))
+
+    def attach(self, key: str, table: pa.Table) -> None:
+        """Keep ``table`` with the corpus, as ``.refinery/<key>.parquet`` named in the manifest's ``attached`` with its
+        size and sha256 (what a stage measured of the rows it wrote; ``Corpus.attached`` reads it back)."""
+        if not self.skipped:
+            self._attached[key] = table
+
+    def _write_attached(self) -> dict:
+        records = {}
+        for key, table in self._attached.items():
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression="zstd")
+            data, name = sink.getvalue().to_pybytes(), f"{META_DIR}/{key}.parquet"
+            self._dir.write_bytes(name, data)
+            records[key] = {"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        return records
+
     # -- publishing
     def commit(self) -> dict:
         """Flush, write the manifest last, and move the result into place."""
@@ -182,6 +204,7 @@ class CorpusWriter(AbortsOnError):
             "rejects": [f["path"] for f in self._reject_files],
             "reject_reasons": dict(self.reasons.most_common()),
             "file_stats": self._files + self._reject_files,
+            **({"attached": self._write_attached()} if self._attached else {}),
             **self.extra,
             **({"inputs": self.inputs} if self.inputs is not None else {}),
             "command": redact(command_line()),

@@ -5,18 +5,20 @@ shares, the turns undone until the verdicts hold; and the up-sampled corpus, wri
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core import audit_record
 from refinery.core import stats as zstats
+from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
-from refinery.methods.audac_guard import ShortcutGuard, count_input
+from refinery.methods.audac_guard import ALPHA, AUDIT_MIN_COUNT, ShortcutGuard, count_input
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output
 from refinery.progress import progress
@@ -184,6 +186,7 @@ class Plan:
     copies: dict                 # copies added per label
     verdict: Verdict             # the output's audit against the input's, under the output's own prior rule
     verdict_input_p0: Verdict    # and under the input's p0
+    audit: AuditRecord | None    # the output's audit (the verdict's after side), kept with the corpus
 
     @property
     def rows(self) -> int:
@@ -241,7 +244,10 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
                 before=before, after=token_stats(con), chosen=chosen, uncorrectable=uncorrectable, trace=trace,
                 added=added, refused=refused, undone=undone,
                 supply=queries.run(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
-                copies=dict(zip(labels, guard.copies.tolist())), verdict=verdict, verdict_input_p0=verdict_input_p0)
+                copies=dict(zip(labels, guard.copies.tolist())), verdict=verdict, verdict_input_p0=verdict_input_p0,
+                audit=AuditRecord.of(guard.after(), replace(prior, carried=True),
+                                     dict(zip(labels, (guard.totals + guard.copies).tolist())),
+                                     settings_of(features, "auto", AUDIT_MIN_COUNT, ALPHA)))
 
 
 _REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (refinery ibadr) or filtering "
@@ -393,10 +399,10 @@ def _set_extra(con, rows: list) -> None:
                 "GROUP BY row_id")
 
 
-def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> None:
+def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table, audit: AuditRecord | None) -> None:
     """The up-sampled corpus as ``out``'s ``corpus/``: the input's rows (``source`` original), then the copies
     ``added`` in draw order (``source`` upsampled, id ``<origin>#up<draw>``, their origin, iteration and token), and
-    the input's rejects."""
+    the input's rejects; its ``audit`` kept with it."""
     con.register("__added", pa.table({"draw_id": pa.array([a[0] for a in added], pa.int64()),
                                       "iteration": pa.array([a[1] for a in added], pa.int64()),
                                       "token": pa.array([a[2] for a in added], pa.string()),
@@ -418,4 +424,6 @@ def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table) -> Non
             for rb in _batches(rel, 100_000):
                 writer.write(pa.Table.from_batches([rb]))
         writer.write(rejects=rejects)  # the input's rejects stay accounted for
+        if audit is not None:
+            writer.attach(audit_record.KEY, audit.to_table())
         writer.commit()

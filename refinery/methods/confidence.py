@@ -229,9 +229,9 @@ class ConfidenceStage(FilterStage):
             confidence = source_confidence(**args)
         self._confidence = confidence
 
-    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """``FilterStage.result``, the folds' checkpoints removed once the rows are published, and a resume said."""
-        result = super().result(written, measured, out)
+        result = super().result(written, audits, out)
         if self._checkpoints is not None:
             self._checkpoints.clear()
         if self._resumed:

@@ -10,8 +10,9 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
-from refinery.core.stats import Prior
-from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedCounts, audit_weightings, counts_prior,
+from refinery.core import audit_record
+from refinery.core.audit_record import AuditRecord, settings_of
+from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedAudits, WeightedCounts, audit_weightings,
                                               judge_weightings)
 from refinery.methods.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
                                   label_shares, low_ess_warning, prior_cells, weight_histogram, weighted_accuracy)
@@ -53,10 +54,16 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                 start += batch.num_rows
                 bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
-            out.prior = counts_prior(counts, config.prior, 0, source.prior)[1]   # the input's audit's rule, recorded
+            audits = audit_weightings(counts, (0, 1), config.prior, carried=source.prior)
+            out.prior = audits.prior   # the input's audit's rule, recorded
+            record = AuditRecord.of(audits.stats[1], replace(audits.prior, carried=True), writer.labels,
+                                    settings_of(features, "auto", audits.stats[1].min_count, audits.stats[1].alpha),
+                                    weighted=True)
+            if record is not None and not audits.left_out:   # the weighted audit of corpus/, kept with it
+                writer.attach(audit_record.KEY, record.to_table())
             manifest = writer.commit()
         report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
-        verdict = _verdict(counts, config, report, graph, dict(zip(clips, capped_w)), out.prior)
+        verdict = _verdict(counts, audits, config, report, graph, dict(zip(clips, capped_w)))
     out.publish_report(report, page(out, report, verdict))
     return report, verdict.lines()
 
@@ -106,14 +113,13 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     return w, {**info, "p_hat": proba, "y": y, "cells": cells}
 
 
-def _verdict(counts: WeightedCounts, config, report: dict, graph: GraphInput, capped: dict, prior: Prior):
-    """The weighted audit's verdict against the plain one, both under the input's ``prior`` rule (``report``:
+def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dict, graph: GraphInput, capped: dict):
+    """The weighted audit's verdict against the plain one (``audits``: both, under the input's prior rule; ``report``:
     ``verdict``, ``clips_checked``). Only where
     it warns are the caps of ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold
     (``_caps_checked``), and the gentlest under which none of them worsens is named as the remedy."""
     options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,),
-               "carried": prior}
-    audits = audit_weightings(counts, (0, 1), config.prior, carried=prior)
+               "carried": audits.prior}
     verdict = judge_weightings(counts, audits=audits, **options)
     checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, graph,
                                                   capped, options)

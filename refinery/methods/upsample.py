@@ -105,7 +105,7 @@ class UpsampleStage(Stage):
             plan = audac.plan(con, self.config, features, source.prior)
             out.prior = plan.prior   # the input's audit's rule, recorded with the corpus
             r = audac_report.summary(plan, self.config, inputs=source.paths, rejected=rejects.num_rows)
-            audac.publish_corpus(con, out, plan.added, rejects)
+            audac.publish_corpus(con, out, plan.added, rejects, plan.audit)
         out.publish_report(r, audac_report.page(out, r, plan, self.config),
                            files={"trace.parquet": audac_report.trace_table(plan.trace)})
         v = r["verdict"]

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core import audit_record
+from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
 
@@ -103,14 +106,15 @@ class FilterStage(Stage):
         return self.result(*self._write_parts(source, out), out)
 
     def _write_parts(self, source: StageInput, out: StageOutput) -> tuple[dict, object]:
-        """kept/ and rejected/ written: (what was written, as ``result`` reads it; weighted counts of the kept rows
-        (weight 1) and the dropped ones (0), for the verdict, unless the filter ``judges_itself``)."""
+        """kept/ and rejected/ written: (what was written, as ``result`` reads it; the audits of the input and of the
+        kept rows for the verdict (``WeightedAudits``), unless the filter ``judges_itself``). The kept rows' audit is
+        kept with kept/ (``kept_record``)."""
         from refinery.core.features import FeatureConfig
-        from refinery.core.weighted_counts import WeightedCounts, counts_prior   # numba: not at a verb's build
+        from refinery.core.weighted_counts import WeightedCounts, audit_weightings   # numba: not at a verb's build
         from refinery.pipeline.engine import stream_map
 
         kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
-        input_rejects = 0
+        input_rejects, audits = 0, None
         measured = None if self.judges_itself else \
             WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2, masks=2)
         with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
@@ -137,31 +141,45 @@ class FilterStage(Stage):
             if not kept_by and not dropped_by:
                 kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
             if measured is not None and measured.rows:   # the rule the input's audit takes, recorded with both parts
-                out.prior = counts_prior(measured, carried=source.prior)[1]
+                audits = audit_weightings(measured, (0, 1), carried=source.prior)
+                out.prior = audits.prior
+            record = self.kept_record(audits, kept_w.labels)
+            if record is not None:
+                kept_w.attach(audit_record.KEY, record.to_table())
             kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
         written = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
                    "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
                                 for l in sorted(set(kept_by) | set(dropped_by))},
                    "reasons": dict(reasons.most_common(TOP_REASONS))}
-        return written, measured
+        return written, audits
 
-    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+    def kept_record(self, audits, kept_labels: dict):
+        """The audit of kept/ as ``refinery audit`` makes it with its defaults (an ``AuditRecord``), kept with it:
+        the verdict's "after" side (``audits``: the input's and the kept rows'); None where there is none. A filter
+        that ``judges_itself`` gives its own."""
+        if audits is None or audits.left_out:
+            return None
+        kept = audits.stats[1]
+        return AuditRecord.of(kept, replace(audits.prior, carried=True), kept_labels,
+                              settings_of(audits.features, "auto", kept.min_count, kept.alpha))
+
+    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """The report published and the stage's result, once kept/ and rejected/ are: ``written`` (rows kept and
-        filtered out, per label, the commonest reasons, the input's rejects) and the verdict on ``measured``: do the
-        kept rows carry the shortcuts less than the dropped ones? A filter with a report of its own overrides it."""
-        from refinery.core.weighted_counts import judge_weightings
+        filtered out, per label, the commonest reasons, the input's rejects) and the verdict on ``audits`` (the
+        input's and the kept rows'): do the kept rows carry the shortcuts less than the dropped ones? A filter with a
+        report of its own overrides it."""
+        from refinery.core.weighted_counts import judge_audits
 
         report = {**written, "config": to_dict(self.config)}
         kept, dropped, input_rejects = written["kept"], written["filtered_out"], written["input_rejects"]
-        judged = measured is not None and measured.rows
-        verdict = judge_weightings(measured, stage=self.name, under_threshold=False, remedy_worsened=self.remedy(),
-                                   carried=out.prior) if judged and kept else None
+        verdict = judge_audits(audits, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
+            if audits is not None and kept else None
         if verdict is not None and all(m.after is None for m in verdict.max_z.values()):
             verdict = None   # no feature of the kept rows reaches min_count: nothing to judge them by
             report["not_judged"] = TOO_FEW_KEPT.format(kept=kept)
         if verdict is not None:
             report["verdict"] = verdict.to_dict()
-        elif judged and not kept:   # an empty corpus holds no shortcut, and no signal either: not called debiased
+        elif audits is not None and not kept:   # an empty corpus holds no shortcut, and no signal either
             report["not_judged"] = NOTHING_KEPT
         share = kept / max(kept + dropped, 1)
         settings = ", ".join(f"{k} {v}" for k, v in self.settings_in_effect().items())

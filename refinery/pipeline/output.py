@@ -99,10 +99,13 @@ class StageOutput:
                             storage_options=self.storage_options, inputs=self.inputs, **options)
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
-                     settings: dict | None = None, **options) -> dict:
-        """Publish an in-memory table (and the input rejects it answers for) as the corpus ``part``; its manifest."""
+                     settings: dict | None = None, attached: dict | None = None, **options) -> dict:
+        """Publish an in-memory table (and the input rejects it answers for) as the corpus ``part``, with the tables
+        ``attached`` ({key: table}, ``CorpusWriter.attach``); its manifest."""
         with self.corpus(part, settings=settings, **options) as writer:
             writer.write(rows, rejects)
+            for key, table in (attached or {}).items():
+                writer.attach(key, table)
             return writer.commit()
 
     def files(self, part: str = REPORT) -> AtomicDir:

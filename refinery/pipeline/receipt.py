@@ -16,7 +16,6 @@ Writes ``OUT/pipeline/``: ``pipeline.yaml`` (the resolved file), ``run.json`` (e
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import html
@@ -35,7 +34,9 @@ from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join
+from refinery.core import audit_record
 from refinery.core import stats as zstats
+from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.core.stats import Prior, ZStats
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedCounts, counts_prior
 from refinery.pipeline.config import ReportConfig, to_dict
@@ -66,31 +67,29 @@ def _audit_config(spec):
     return stage_class("audit").Config()
 
 
-def _measure(corpus: str, opts: ReadOptions, config, field_names, carried: Prior | None) -> tuple[dict, ZStats]:
-    """An audit of one step's corpus: the figures the receipt shows, and the statistics of the features in at
-    least min_count rows (all the report reads: z* of rarer features is not computed). Its prior rule: the one the
-    corpus records, else ``carried`` (the pipeline input's, so that a step that counts nothing keeps it)."""
+def _settings(config, field_names) -> dict:
+    """What the report's audits depend on (``audit_record.settings_of``): a record made with these is reused."""
+    return settings_of(config.features.named(*field_names), config.prior, config.min_count, config.alpha)
+
+
+def _measure(corpus: str, opts: ReadOptions, config, field_names, carried: Prior | None) -> AuditRecord:
+    """An audit of one step's corpus, on the features in at least min_count rows (all the report reads: z* of rarer
+    features is not computed). Its prior rule: the one the corpus records, else ``carried`` (the pipeline input's,
+    so that a step that counts nothing keeps it)."""
     source = StageInput({"": [corpus]}, None, opts, "local", *field_names,
                         recorded([corpus], opts.storage_options)[1] or carried)
     result = stage_class("audit")(config).measure(source)
     try:
-        st = result.stats
-        top = result.top_k(max(config.k, 1))
-        figures = {"rows": result.rows, "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
-                   "threshold": st.threshold, "prior": str(result.prior), "prior_record": result.prior.record(),
-                   "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
-                   "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top}
-        rows = np.flatnonzero(st.n >= st.min_count)
-        return figures, dataclasses.replace(st, features=pc.take(st.features, pa.array(rows)), counts=st.counts[rows],
-                                            n=st.n[rows])
+        labels = {l: int(result.counter.label_totals.get(l, 0)) for l in result.stats.labels}
+        return AuditRecord.of(result.stats, result.prior, labels, _settings(config, field_names))
     finally:
         result.counter.close()
 
 
 def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, columns: list,
-                      carried: Prior | None) -> tuple[dict, ZStats]:
-    """The audit of a corpus whose rows carry a ``weight``: the same figures as ``_measure``, on weighted counts
-    (rows and label counts stay counts of rows; ``weighted``: True)."""
+                      carried: Prior | None) -> AuditRecord:
+    """The audit of a corpus whose rows carry a ``weight``: as ``_measure``'s, on weighted counts (rows per label
+    stay counts of rows)."""
     source = Corpus.open(corpus, opts.storage_options)
     counts = WeightedCounts(None, config.features.named(*field_names), 1)
     read = [c for c in ("text_a", "text_b", "label", "weight") if c in columns]
@@ -101,14 +100,15 @@ def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, colum
         raise EmptyInput(f"{corpus}: no rows to audit")
     p0, prior = counts_prior(counts, config.prior, 0, Prior.recorded(source.manifest.get(AUDIT_PRIOR)) or carried)
     st = counts.stats(0, p0, config.min_count, config.alpha)   # p0 of the weighted shares, as the weights verdict
-    top = st.top_k(max(config.k, 1))
-    figures = {"rows": counts.rows, "labels": rows_per_label, "threshold": st.threshold, "prior": str(prior),
-               "prior_record": prior.record(), "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
-               "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top,
-               "weighted": True}
-    rows = np.flatnonzero(st.n >= st.min_count)
-    return figures, dataclasses.replace(st, features=pc.take(st.features, pa.array(rows)), counts=st.counts[rows],
-                                        n=st.n[rows])
+    return AuditRecord.of(st, prior, rows_per_label, _settings(config, field_names), weighted=True)
+
+
+def _recorded_audit(corpus: str, storage_options: dict, settings: dict, weighted: bool) -> AuditRecord | None:
+    """The audit the stage that wrote ``corpus`` kept with it (its verdict's "after" side), where it was made with
+    ``settings``; else None."""
+    table = Corpus.open(corpus, storage_options).attached(audit_record.KEY)
+    record = None if table is None else AuditRecord.from_table(table)
+    return record if record is not None and record.matches(settings, weighted) else None
 
 
 def _audit_key(step, out: str, config, field_names, weighted: bool = False) -> str:
@@ -120,45 +120,28 @@ def _audit_key(step, out: str, config, field_names, weighted: bool = False) -> s
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _audit_table(figures: dict, st: ZStats) -> pa.Table:
-    """A step's audit as kept in ``OUT/pipeline/audits/``: its statistics, the figures in the schema's metadata."""
-    meta = {"figures": figures, "labels": st.labels, "p0": st.p0.tolist(), "threshold": st.threshold,
-            "min_count": st.min_count, "alpha": st.alpha}
-    kind = pa.float64() if figures.get("weighted") else pa.int64()   # weighted counts are sums of weights
-    table = pa.table({"feature": st.features, "n": pa.array(st.n, kind),
-                      "counts": pa.FixedSizeListArray.from_arrays(pa.array(st.counts.reshape(-1), kind),
-                                                                  max(len(st.labels), 1))})
-    return table.replace_schema_metadata({"refinery_audit": json.dumps(meta, default=str)})
-
-
-def _kept_audit(out: str, key: str, storage_options: dict) -> tuple[dict, ZStats] | None:
-    """The audit an earlier run kept for ``key`` (figures, statistics), or None."""
+def _kept_audit(out: str, key: str, storage_options: dict) -> AuditRecord | None:
+    """The audit an earlier run kept for ``key``, or None."""
     fs, root = get_fs(join(out, "pipeline", AUDITS, f"{key}.parquet"), storage_options)
     if not fs.exists(root):
         return None
     with fs.open(root, "rb") as fh:
-        table = pq.read_table(fh)
-    meta = json.loads(table.schema.metadata[b"refinery_audit"])
-    labels = meta["labels"]
-    counts = table["counts"].combine_chunks().flatten().to_numpy().reshape(table.num_rows, len(labels))
-    st = ZStats(table["feature"].combine_chunks(), labels, counts, table["n"].to_numpy(), np.asarray(meta["p0"]),
-                meta["threshold"], meta["min_count"], meta["alpha"])
-    return meta["figures"], st
+        return AuditRecord.from_table(pq.read_table(fh))
 
 
-def _audit_steps_audit(run, spec, config, storage_options: dict) -> tuple[dict, ZStats] | None:
+def _audit_steps_audit(run, spec, config, field_names, storage_options: dict) -> AuditRecord | None:
     """The pipeline input's audit its first step made, where that step is an audit with the settings the report
-    audits by (``config``) and adds no saved state: its figures and statistics as ``_measure`` gives them, read from
-    its report (report.json, stats.parquet) instead of counting the input a second time; None otherwise."""
+    audits by (``config``) and adds no saved state, read from its report (report.json, stats.parquet) instead of
+    counting the input a second time; None otherwise."""
     first = spec.stages[0] if spec.stages else None
     if first is None or first.name != "audit" or first.config.update is not None or len(run.stages) < 2 \
             or dataclasses.replace(first.config, update=None) != config or run.stages[1].status == "failed":
         return None
     summary = _step_report(run.out, run.stages[1], storage_options)
-    record = Prior.recorded(summary.get("prior_record"))
+    prior = Prior.recorded(summary.get("prior_record"))
     fs, path = get_fs(_committed(run.out, run.stages[1], posixpath.join(
         posixpath.dirname(run.stages[1].result.report_file), "stats.parquet"), storage_options), storage_options)
-    if record is None or not fs.exists(path):
+    if prior is None or not fs.exists(path):
         return None
     with fs.open(path, "rb") as fh:
         table = pq.read_table(fh)   # ``ZStats.to_table``: each feature's rows, one per label in the audit's order
@@ -166,12 +149,12 @@ def _audit_steps_audit(run, spec, config, storage_options: dict) -> tuple[dict, 
     C = len(labels)
     if table.num_rows % C or table["label"].slice(0, C).to_pylist() not in ([], labels):
         return None
-    p0 = zstats.prior_vector(labels, summary["labels"], record.name)
+    p0 = zstats.prior_vector(labels, summary["labels"], prior.name)
     st = ZStats(table["feature"].take(pa.array(np.arange(0, table.num_rows, C))).combine_chunks(), labels,
                 table["count"].to_numpy().reshape(-1, C), table["n"].to_numpy()[::C], p0, summary["threshold"],
                 config.min_count, config.alpha)
-    figures = {k: summary[k] for k in ("rows", "labels", "threshold", "prior", "prior_record", "max_z", "significant")}
-    return {**figures, "top": st.top_k(max(config.k, 1))}, st
+    prior = dataclasses.replace(prior, carried=zstats.RECORDED in summary["prior"])
+    return AuditRecord.of(st, prior, summary["labels"], _settings(config, field_names))
 
 
 def _z_of(st, feature: str, label: str) -> float | None:
@@ -190,6 +173,7 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
     (``_audit_key``: an unchanged step) is not audited again."""
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     audit_config = _audit_config(spec)
+    settings, config_k = _settings(audit_config, names), audit_config.k
     steps, previous, tracked, first, last, audits, carried = [], None, None, None, None, {}, None
     for step, stage_spec in zip(run.stages, [None, *spec.stages]):
         stage = stage_class(stage_spec.name)(stage_spec.config) if stage_spec else None   # output may be a property
@@ -211,20 +195,21 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             weighted = "weight" in columns
             key = _audit_key(step, run.out, audit_config, names, weighted)
             kept = _kept_audit(run.out, key, opts.storage_options) or (
-                _audit_steps_audit(run, spec, audit_config, opts.storage_options) if stage is None else None)
-            echo(f"   report: {'reusing the audit' if kept else 'auditing the rows'} {step.folder} passes on"
+                _audit_steps_audit(run, spec, audit_config, names, opts.storage_options) if stage is None else
+                _recorded_audit(step.passes_on, opts.storage_options, settings, weighted))
+            echo(f"   report: {'reading the audit' if kept else 'auditing the rows'} {step.folder} passes on"
                  + (" (weighted)" if weighted and not kept else ""))
             try:
-                audited, last = kept or (
+                record = kept or (
                     _measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns, carried)
                     if weighted else _measure(step.passes_on, corpus_opts, audit_config, names, carried))
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
                 entry["audit_skipped"] = "it passes on no rows" if entry.get("rows") == 0 else str(e)
             else:
-                audits[key] = _audit_table(audited, last)
-                audited = entry["audit"] = copy.deepcopy(audited)
+                audits[key], last = record.to_table(), record.stats
+                audited = entry["audit"] = record.figures(config_k)
                 if tracked is None:   # the input's top features and prior rule, followed through every step
-                    first, carried = last, Prior.recorded(audited.get("prior_record"))
+                    first, carried = last, Prior.recorded(record.prior.record())
                     tracked = [(e["feature"], label) for label, entries in audited["top"].items()
                                for e in entries[:config.top_features]]
                 audited["tracked"] = {f"{f} → {l}": _z_of(last, f, l) for f, l in tracked}

@@ -7,10 +7,13 @@ tokenization of each).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
+from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.core.features import FeatureConfig
 from refinery.core.verdict import Verdict, judge
 from refinery.core.weighted_counts import WeightedCounts
@@ -52,11 +55,13 @@ class ShortcutAudit:
         return {label: [{"feature": e["feature"], "z_original": e["z"], "z_generated": z.get((e["feature"], label))}
                         for e in entries] for label, entries in self.top.items()}
 
-    def judge_pool(self, accepted: pa.Table, config: IbadrConfig) -> Verdict:
-        """The verdict on the pool, the original with the ``accepted`` pseudo samples (call once)."""
+    def judge_pool(self, accepted: pa.Table, config: IbadrConfig) -> tuple[Verdict, AuditRecord | None]:
+        """The verdict on the pool, the original with the ``accepted`` pseudo samples (call once), and the pool's
+        audit (its after side) to keep with it."""
         if accepted.num_rows:
             self.counts.add(accepted, np.zeros(accepted.num_rows), None)
-        v = judge(self.before, self.counts.stats(1, self._p0(1)), stage="ibadr", under_threshold=False,
+        after = self.counts.stats(1, self._p0(1))
+        v = judge(self.before, after, stage="ibadr", under_threshold=False,
                   prior=str(self.prior), remedy_worsened=(
                       f"the accepted pseudo samples carry these features: lower --tau (now {config.tau}; the task "
                       "model, fit on the corpus, is surest of samples that carry its shortcuts) or generate from the "
@@ -68,7 +73,10 @@ class ShortcutAudit:
             v.notes.append(f"no shortcut weakened by the {accepted.num_rows:,} accepted pseudo samples; to add more, "
                            f"raise --per-iteration (now {config.per_iteration:,}) or --iterations (now "
                            f"{config.iterations}).")
-        return v
+        record = None if self.counts.left_out else AuditRecord.of(
+            after, replace(self.prior, carried=True), {l: round(n) for l, n in self.counts.label_totals(1).items()},
+            settings_of(self.features, "auto", after.min_count, after.alpha))
+        return v, record
 
 
 def top_z(summary: dict, accepted: int) -> dict:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refinery.core import audit_record
 from refinery.core.features import FeatureConfig
 from refinery.io.step_folders import StepFolders
 from refinery.methods.ibadr.audit import ShortcutAudit, top_z
@@ -112,10 +113,11 @@ def publish(out: StageOutput, steps: StepFolders, table: pa.Table, pool: pa.Tabl
     generated = pa.concat_tables([pq.read_table(steps.path(_step(i), "generated.parquet"))
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
-    pool_manifest = out.write_corpus("pool", pool, rejects, settings={"ibadr": config.to_dict()})
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
     summary = audit.in_rows(accepted)
-    verdict = audit.judge_pool(accepted, config)
+    verdict, record = audit.judge_pool(accepted, config)
+    pool_manifest = out.write_corpus("pool", pool, rejects, settings={"ibadr": config.to_dict()},
+                                     attached={audit_record.KEY: record.to_table()} if record is not None else None)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
               "generated": generated.num_rows,
               "by_status": dict(sorted(Counter(generated["status"].to_pylist()).items())),

@@ -7,14 +7,18 @@ with weights 0 and 1), so it costs a tokenization of the input.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core import stats as zstats
+from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.core.features import FeatureConfig
 from refinery.core.stats import Prior
 from refinery.core.verdict import JITTER, Verdict
-from refinery.core.weighted_counts import WeightedCounts, judge_weightings
+from refinery.core.weighted_counts import WeightedCounts, audit_weightings, judge_audits
 from refinery.methods.razor.config import RazorConfig
 from refinery.methods.razor.scores import scored_field
 
@@ -27,20 +31,26 @@ def weakened_nothing(v: Verdict) -> bool:
 
 
 def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config: RazorConfig,
-            prior: Prior | None = None) -> Verdict:
+            prior: Prior | None = None) -> tuple[Verdict, AuditRecord | None]:
     """The audit of ``refined`` (``table`` with the scored field of some rows rewritten, row for row) against the
     audit of ``table``: the same features, the input's prior rule (``prior``, else decided on ``table``; the labels
-    do not change). The input is counted once; only the rewritten rows are counted again."""
+    do not change). The input is counted once; only the rewritten rows are counted again. With the verdict, the
+    audit of ``refined`` (its after side) to keep with it."""
     target = scored_field(table)
     rewritten = pc.fill_null(pc.not_equal(table[target], refined[target]), False).to_numpy(zero_copy_only=False)
     counts = WeightedCounts(None, features, 2).add(table, None, (~rewritten).astype(np.float64))
     if rewritten.any():
         counts.add(refined.filter(pa.array(rewritten)), np.zeros(int(rewritten.sum())), None)
-    v = judge_weightings(counts, stage="razor", under_threshold=False, carried=prior, remedy_worsened=(
+    audits = audit_weightings(counts, (0, 1), carried=prior)
+    v = judge_audits(audits, stage="razor", under_threshold=False, remedy_worsened=(
         f"the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (--top-k, "
         f"now {config.top_k}; --rounds, now {config.rounds}) or use another generator (--model); the report's "
         "examples show what the rewrites add."))
     if v.ok and weakened_nothing(v):
         v.notes.append(f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise "
                        f"--top-k (now {config.top_k}) or --rounds (now {config.rounds}).")
-    return v
+    after = audits.stats[1]
+    record = None if audits.left_out else AuditRecord.of(
+        after, replace(audits.prior, carried=True), zstats.rows_per_label(refined["label"]),
+        settings_of(features, "auto", after.min_count, after.alpha))
+    return v, record

@@ -14,6 +14,8 @@ This module is what the registry imports for a verb's options, so it holds no he
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 
 from refinery.core import stats as zstats
@@ -70,7 +72,16 @@ class ZFilterStage(_DecidedInPrepare):
         seed = self.filtering.seed
         return [(tag(seed, "seed"), None)] if part == "kept" and seed is not None else []
 
-    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+    def kept_record(self, audits, kept_labels: dict):
+        """kept/'s audit: that of Z (the kept rows, the seed's included), as its verdict judges it."""
+        from refinery.core.audit_record import AuditRecord, settings_of
+
+        config, zf = self.named_config, self.filtering.zf
+        return AuditRecord.of(zf.Z.stats(zf.prior.name, config.min_count, config.alpha),
+                              replace(zf.prior, carried=True), kept_labels,
+                              settings_of(config.features, "auto", config.min_count, config.alpha))
+
+    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """zfilter's own report and verdict (the input's z-statistics against those of Z)."""
         from refinery.methods.zfilter.report import publish_report, terminal_lines
 
@@ -109,8 +120,17 @@ class ComposeStage(_DecidedInPrepare):
         self.composition = compose(self.config.composition, list(self.config.original), source, out,
                                    self.named_config, ZFilterStage)
         self.decisions = self.composition.decisions
-        out.prior = zstats.choose_prior(self.named_config.prior,
-                                        self.composition.audit.counts["input", "together"].label_totals, source.prior)
+        out.prior = self.prior = zstats.choose_prior(
+            self.named_config.prior, self.composition.audit.counts["input", "together"].label_totals, source.prior)
+
+    def kept_record(self, audits, kept_labels: dict):
+        """kept/'s audit: that of D0 and G kept together, as the composition's verdict judges it."""
+        from refinery.core.audit_record import AuditRecord, settings_of
+
+        config = self.named_config
+        return AuditRecord.of(self.composition.audit.stats("kept", "together", self.prior.name, config),
+                              replace(self.prior, carried=True), kept_labels,
+                              settings_of(config.features, "auto", config.min_count, config.alpha))
 
     def leading_rows(self, part: str):
         """D0's rows (and input rejects) lead kept/ and rejected/."""
@@ -125,7 +145,7 @@ class ComposeStage(_DecidedInPrepare):
         kept, dropped = split(rows, keep)
         return kept, set_column(dropped, "biased_features", self.biased_features(batch, keep))
 
-    def result(self, written: dict, measured, out: StageOutput) -> StageResult:
+    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """The composition's report: each part's verdict and the two together's."""
         from refinery.methods.zfilter.compose_report import compose_report
         from refinery.methods.zfilter.report import terminal_lines
