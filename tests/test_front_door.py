@@ -33,13 +33,15 @@ def tree(root) -> dict:
     return {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def assert_same_outputs(verb_out, stage_out, verb_input: str, stage_input: str) -> None:
+def assert_same_outputs(verb_out, stage_out, verb_input: str, stage_input: str, named_only: str = "") -> None:
     """The verb's folder and the pipeline stage's hold the same files with the same content (the inputs they
-    name aside: the raw files, and the pipeline's 00-input)."""
+    name aside: the raw files, and the pipeline's 00-input; files ending in ``named_only``: their names only)."""
     verb_files, stage_files = tree(verb_out), tree(stage_out)
     assert sorted(verb_files) == sorted(stage_files)
     for name, path in verb_files.items():
         other = stage_files[name]
+        if named_only and name.endswith(named_only):
+            continue
         if name.endswith(".parquet"):
             assert pq.read_table(path).equals(pq.read_table(other)), name
             assert path.read_bytes() == other.read_bytes(), name
@@ -198,3 +200,36 @@ def test_compare_options_are_its_config_fields():
     fields = {o for leaf in leaves(CompareStageConfig) + leaves(InputSpec) for o in leaf.names}
     options = {o for p in main.get_command(None, "compare").params for o in p.opts + p.secondary_opts if o.startswith("-")}
     assert options - named == fields
+
+
+def test_compare_and_probe_write_the_same_finished_folder_by_every_front_door(snli_small, tmp_path):
+    """refinery compare, rf.compare and a pipeline's compare step (and the same for probe) run the stage through the
+    runner: each writes the same finished folder (_SUCCESS, report, runs)."""
+    import refinery as rf
+
+    from refinery.io.corpus import Corpus
+
+    corpus, raw = snli_small / "corpus", str(tmp_path / "ev.jsonl")
+    (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:300]))   # rows no corpus trains on
+    write_table(Corpus.open(str(corpus)).read().slice(0, 1000), str(tmp_path / "small"))
+    small = str(tmp_path / "small")
+    run_cli("compare", "--train", f"small={small}", "--train", f"all={corpus}", "--eval", f"ev={raw}:snli",
+            "--bootstrap", 100, "--out", tmp_path / "verb")
+    rf.compare({"small": small, "all": str(corpus)}, {"ev": (raw, "snli")}, bootstrap=100, out=str(tmp_path / "api"))
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: ['{corpus}']}}\nstages:\n  - compare: {{evals: ['ev={raw}:snli'], "
+                                     f"baseline: ['{small}'], names: [small, all], model: {{bootstrap: 100}}}}\n"
+                                     f"  - probe: {{evaluate: ['ev={raw}:snli']}}\n")
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe")
+    for door in ("verb", "api"):
+        assert (tmp_path / door / "_SUCCESS").exists()
+        assert_same_outputs(tmp_path / door, tmp_path / "pipe" / "01-compare", str(corpus),
+                            str(tmp_path / "pipe" / "00-input"), "run.json")   # a run's key: its input's checksum
+    run_cli("probe", "--train", corpus, "--eval", f"ev={raw}:snli", "--out", tmp_path / "probe-verb")
+    rf.probe(str(corpus), evaluate=[f"ev={raw}:snli"], out=str(tmp_path / "probe-api"))
+    pipe = tmp_path / "pipe" / "02-probe"
+    for door in ("probe-verb", "probe-api"):
+        assert sorted(tree(tmp_path / door)) == sorted(tree(pipe)) and (tmp_path / door / "_SUCCESS").exists()
+        assert pq.read_table(tmp_path / door / "predictions.parquet").equals(pq.read_table(pipe / "predictions.parquet"))
+        reports = [json.loads((p / "report.json").read_text()) for p in (tmp_path / door, pipe)]
+        assert [{k: v for k, v in r.items() if k not in ("fit_seconds", "train")} for r in reports] == \
+            [{k: v for k, v in reports[1].items() if k not in ("fit_seconds", "train")}] * 2   # the time it took aside

@@ -21,7 +21,7 @@ from refinery.io.location import join
 from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
-from refinery.pipeline.stage import Output, StageResult, stage_class
+from refinery.pipeline.stage import Output, stage_class
 
 MODES = ("overwrite", "skip", "error")
 
@@ -182,18 +182,20 @@ def _one_path(name: str, paths: list) -> list:
     return paths
 
 
-def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) -> CompareResult:
+def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_maps=None, **kwargs) -> CompareResult:
     """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
     baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
-    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset)."""
+    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset); ``out``
+    and ``mode`` as every stage's. Run as ``refinery compare`` and a pipeline's compare step run it (``run_stage``):
+    the last training corpus is the stage's input, all of them its ``baseline``."""
     from refinery.methods.compare.config import CompareConfig
-    from refinery.methods.compare.stage import CompareStage, CompareStageConfig
-    from refinery.pipeline.output import StageOutput
-    from refinery.pipeline.stage import StageInput
+    from refinery.methods.compare.stage import CompareStageConfig
 
     if not isinstance(train, dict) or not isinstance(eval, dict):
         raise TypeError("compare(train, eval): give each as {name: data}, e.g. compare({'original': df, "
                         "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     input_keys, rest = input_keywords(kwargs)
     config = from_dict(CompareConfig, config_dict(CompareConfig, rest, "compare"), "compare")
     folder = CallFolder(out, "compare")
@@ -213,15 +215,11 @@ def compare(train: dict, eval: dict, /, *, out=None, label_maps=None, **kwargs) 
             (path,) = _one_path(name, source.all_paths)
             evals.append(f"{name}={path}" + (f":{preset.lower()}" if preset else ""))
         baseline = tuple(_one_path(name, paths)[0] for name, paths in train_paths.items())
-        spec_in = from_dict(InputSpec, {**input_keys, "paths": [p for ps in train_paths.values() for p in ps]}, "input")
+        spec_in = from_dict(InputSpec, {**input_keys, "paths": [baseline[-1]]}, "input")
         step = CompareStageConfig(tuple(evals), baseline, tuple(train_paths), label_maps=label_maps or {}, model=config)
-        opts = spec_in.read_options()
         with python_terms(None, (CompareConfig,)):
-            report = CompareStage(step).run(StageInput({"": [baseline[-1]]}, spec_in.mapping(), opts),
-                                            StageOutput(folder.out, opts.storage_options, list(baseline))).report
-    first = report["train"][next(iter(report["train"]))]
-    trained = StageResult(first["rows"] + first["rejected"], {"trained on": first["rows"],
-                                                              "input rejects": first["rejected"]}, report,
-                          f"{len(train)} corpora on {len(evals)} evaluation set(s)")
-    return stage_result("compare", trained, Source("path", train, paths=spec_in.paths), spec_in, folder,
+            done = run_stage(PipelineSpec(spec_in, [StageSpec("compare", step)], folder.out), mode,
+                             echo=lambda line: None)
+    trained_on = [p for paths in train_paths.values() for p in paths]
+    return stage_result("compare", done.result, Source("path", train, paths=trained_on), spec_in, folder,
                         output=Output.INPUT, result_class=CompareResult, caller_depth=1)   # passes no corpus on

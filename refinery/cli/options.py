@@ -8,8 +8,6 @@ import os
 
 import click
 
-from refinery import __version__
-from refinery.cli.base import input_paths, storage_options_of
 from refinery.io.location import CONNECT_TIMEOUT, IO_TIMEOUT, STORE_ATTEMPTS
 
 
@@ -66,48 +64,3 @@ def engine_option(f):
 def mode_option(f):
     return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
                         show_default=True, help=MODE_HELP)(f)
-
-
-def finished_mode_option(f):
-    """``--mode`` for verbs that publish one result folder: the command's fingerprint (its options and the
-    size and checksum of every input) is stamped into OUT's marker when it finishes, and ``skip`` reuses an
-    output whose stamp is the same."""
-    f = mode_option(f)
-
-    @functools.wraps(f)
-    def wrapper(*args, mode, **kwargs):
-        from refinery.io.ownership import read_marker
-        from refinery.pipeline.runner import keeps_finished
-
-        ctx = click.get_current_context()
-        out, storage_options = kwargs["out"], storage_options_of(ctx)
-        stamp = command_fingerprint(ctx, storage_options)
-        marker = read_marker(out, storage_options)
-        if keeps_finished(out, mode, stamp, marker if marker.get("command_fingerprint") else None,
-                          "command_fingerprint"):
-            click.echo(f"{out}: skipped (same inputs and options)")
-            return None
-        result = f(*args, **kwargs)
-        if kwargs.get("print_config"):   # printed, not run: there is no output to stamp
-            return result
-        from refinery.io.ownership import stamp_marker
-
-        stamp_marker(out, storage_options, command_fingerprint=stamp)
-        return result
-
-    return wrapper
-
-
-def command_fingerprint(ctx, storage_options: dict) -> str:
-    """sha256 of refinery's version, the verb, its options (but --mode) and the fingerprints of the inputs it
-    names: an upgraded refinery computes the result again."""
-    import hashlib
-    import json
-
-    from refinery.io.corpus import input_fingerprints
-
-    params = {k: v for k, v in ctx.params.items() if k not in ("mode", "debug")}
-    inputs = input_paths(params)
-    prints = input_fingerprints(inputs, storage_options)
-    body = json.dumps([__version__, ctx.info_name, params, prints], sort_keys=True, default=str)
-    return hashlib.sha256(body.encode()).hexdigest()

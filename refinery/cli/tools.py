@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import click
 
 from refinery.cli.base import RefineryCommand
 from refinery.cli.config_options import config_options, given
-from refinery.cli.options import finished_mode_option, input_options, io_timeout_option, mode_option, printable_pipeline
+from refinery.cli.options import input_options, io_timeout_option, mode_option, printable_pipeline
 from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.config import parse_named, train_split
-from refinery.methods.compare.stage import CompareStage, CompareStageConfig
+from refinery.methods.compare.stage import CompareStageConfig
 from refinery.methods.probe import ProbeConfig
-from refinery.pipeline.config import InputSpec, from_dict
+from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict
 from refinery.pipeline.stage import conservation
 
 
@@ -180,23 +181,24 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--train", "train", multiple=True, required=True, help="Training corpus (repeatable).")
 @click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
 @config_options(ProbeConfig, "cfg")
-@finished_mode_option
-@input_options
-def probe(*, train, out, mapping, opts, **params):
+@mode_option
+@config_options(InputSpec, "in")
+@io_timeout_option
+def probe(*, train, out, mode, io_timeout, **params):
     """Train a classifier (on the pair, or the hypothesis alone) on --train and score --eval corpora."""
     from refinery.io.ownership import check_folders_apart
-    from refinery.methods.probe import ProbeStage
-    from refinery.pipeline.output import StageOutput
-    from refinery.pipeline.stage import StageInput
 
+    del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
     try:
         config = from_dict(ProbeConfig, given(ProbeConfig, params, "cfg"), where="")
+        spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), "paths": list(train)}, where="")
         if config.save_model:
             check_folders_apart("--save-model", config.save_model, out)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    result = ProbeStage(config).run(StageInput({"": list(train)}, mapping, opts),
-                                    StageOutput(out, opts.storage_options, list(train)))
+    result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out), mode)
+    if result is None:
+        return
     report = result.report
     reads = "hypothesis-only" if config.inputs == "hypothesis" else "full input"
     click.echo(result.conservation())
@@ -217,16 +219,14 @@ def probe(*, train, out, mapping, opts, **params):
 @click.option("--print-config", is_flag=True, help="Print this command line as a pipeline file for `refinery run`, "
                                                    "and exit.")
 @config_options(CompareStageConfig, "cfg")
-@finished_mode_option
+@mode_option
 @config_options(InputSpec, "in")
 @io_timeout_option
-def compare(train, out, print_config, io_timeout, **params):
+def compare(train, out, print_config, mode, io_timeout, **params):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
     from refinery.cli.stage_verbs import compare_pipeline
     from refinery.io.committed import committed_url
     from refinery.io.location import join
-    from refinery.pipeline.output import StageOutput
-    from refinery.pipeline.stage import StageInput
 
     del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
     try:
@@ -239,13 +239,26 @@ def compare(train, out, print_config, io_timeout, **params):
     if print_config:
         click.echo(printable_pipeline(compare_pipeline(config, spec_in, out), ("baseline",)), nl=False)
         return
-    opts = spec_in.read_options()
-    corpora = [train_split(path)[0] for path in config.baseline]   # the stage's input: the last of them
-    output = StageOutput(out, opts.storage_options, corpora)
-    with output.publishing():   # OUT is refinery's from the first run saved in runs/: a rerun resumes from them
-        result = CompareStage(config).run(StageInput({"": corpora[-1:]}, spec_in.mapping(), opts), output)
+    # the stage's input: the last training corpus (the others are its baseline); a rerun resumes from OUT/runs/
+    spec = PipelineSpec(replace(spec_in, paths=[train_split(config.baseline[-1])[0]]),
+                        [StageSpec("compare", config)], out)
+    result = _run_one_stage(spec, mode)
+    if result is None:
+        return
     click.echo("\n".join(result.lines))
-    click.echo(f"report: {committed_url(join(out, result.report_file), opts.storage_options)}")
+    click.echo(f"report: {committed_url(join(out, result.report_file), spec_in.storage_options)}")
+
+
+def _run_one_stage(spec, mode: str):
+    """The one stage of ``spec`` run into its folder by ``runner.run_stage`` (as every stage's verb): its result, or
+    None where ``mode`` kept a finished run (said on the console)."""
+    from refinery.pipeline.runner import run_stage
+
+    step = run_stage(spec, mode, echo=lambda line: None)
+    if step.status == "skipped":
+        click.echo(f"{spec.out}: skipped (same inputs and options)")
+        return None
+    return step.result
 
 
 @tools.command(cls=RefineryCommand)

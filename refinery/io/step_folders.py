@@ -9,8 +9,12 @@ by the output's URL, so that a rerun on the same machine continues.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from refinery.io.location import get_fs, is_local
 from refinery.io.publishing import AtomicDir
@@ -36,6 +40,15 @@ class StepFolders:
     def path(self, name: str, *parts: str) -> str:
         """The local path of step ``name`` (or of ``parts`` inside it), to read from."""
         return os.path.join(self.root, name, *parts)
+
+    def read_json(self, name: str, file: str):
+        """The JSON file ``file`` of finished step ``name``."""
+        with open(self.path(name, file), encoding="utf-8") as fh:
+            return json.load(fh)
+
+    def read_table(self, name: str, file: str) -> pa.Table:
+        """The Parquet file ``file`` of finished step ``name``."""
+        return pq.read_table(self.path(name, file))
 
     def finished(self) -> list[str]:
         """The names of the published steps, in order (a dead run's temporary folders are not steps)."""

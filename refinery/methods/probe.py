@@ -55,7 +55,11 @@ class ProbeStage(Stage):
 
     name, Config = "probe", ProbeConfig
     output = Output.INPUT
-    verb = False   # ``refinery probe`` (cli/tools.py)
+    verb = False   # ``refinery probe --train`` (cli/tools.py)
+
+    def also_reads(self) -> list[str]:
+        """The evaluation corpora: part of its fingerprint (``--mode skip`` runs again when one changed)."""
+        return [p for e in self.config.eval_sets() for p in e.paths]
 
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
         import pyarrow as pa

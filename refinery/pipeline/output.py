@@ -68,6 +68,19 @@ class StageOutput:
             return self.url(part)
         return join(self.location, part) if part else self.location
 
+    def read_back(self, part: str, name: str) -> bytes | None:
+        """The file ``name`` this stage published under ``part`` (``written``: a task's resumable work, a finished
+        comparison's run), or None where there is none."""
+        from refinery.io.location import get_fs, on_store
+
+        url = join(self.written(part), name)
+        fs, path = get_fs(url, self.storage_options)
+        try:
+            with on_store(url, "reading"), fs.open(path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
     def part(self, name: str, inputs: list | None = None, settings: dict | None = None) -> "StageOutput":
         """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
         return StageOutput(self.url(name), self.storage_options, self.inputs if inputs is None else inputs,

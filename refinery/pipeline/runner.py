@@ -292,7 +292,7 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
         if value is None:
             continue
         items = [steps.get(v, v) for v in ([value] if isinstance(value, str) else value)]
-        named += items
+        named += [cls.referenced_path(v) for v in items]
         changes[name] = items[0] if isinstance(value, str) else type(value)(items)
     return (dataclasses.replace(config, **changes) if changes else config), named
 

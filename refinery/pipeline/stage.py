@@ -216,6 +216,11 @@ class Stage(ABC):
         part of its fingerprint, so a changed file runs the step again."""
         return []
 
+    @classmethod
+    def referenced_path(cls, reference: str) -> str:
+        """The file, folder or corpus a resolved ``references`` value reads (compare's ``PATH@SPLIT``: PATH)."""
+        return reference
+
     def check_input(self, columns, where: str) -> None:
         """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``)."""
         missing = [c for c in self.needs if c not in columns]
@@ -245,6 +250,7 @@ REGISTRY = {
     "razor": "refinery.methods.razor.stage:RazorStage",
     "ibadr": "refinery.methods.ibadr.stage:IbadrStage",
     "compare": "refinery.methods.compare.stage:CompareStage",
+    "probe": "refinery.methods.probe:ProbeStage",
 }
 
 

@@ -72,7 +72,7 @@ def training_corpora(baseline: tuple, own: list, names: tuple = ()) -> tuple[dic
     (then a corpus named twice is trained once); a baseline that is the step's input itself (a ``PATH@SPLIT`` too)
     is trained once, the last such."""
     entries = [[p] for p in (baseline if names else dict.fromkeys(baseline))]
-    mine = next((i for i in reversed(range(len(entries))) if [train_split(entries[i][0])[0]] == list(own)), None)
+    mine = next((i for i in reversed(range(len(entries))) if _is_input(entries[i][0], own)), None)
     if mine is None:
         entries.append(list(own))
         mine = len(entries) - 1
@@ -82,6 +82,14 @@ def training_corpora(baseline: tuple, own: list, names: tuple = ()) -> tuple[dic
     found = [name if found.count(name) == 1 else paths[0] for name, paths in zip(found, entries)]
     chosen = list(names or found)
     return dict(zip(chosen, entries)), chosen[mine]
+
+
+def _is_input(entry: str, own: list) -> bool:
+    """Whether the training corpus ``entry`` (``PATH[@SPLIT]``) is the step's input ``own``: its path, or the folder
+    of its splits (an HF DatasetDict's, read split by split)."""
+    path = train_split(entry)[0].rstrip("/")
+    own = [p.rstrip("/") for p in own]
+    return own == [path] or bool(own) and all(p.startswith(path + "/") for p in own)
 
 
 class CompareStage(Stage):
@@ -95,6 +103,10 @@ class CompareStage(Stage):
 
     def also_reads(self) -> list[str]:
         return [p for e in self.config.eval_sets() for p in e.paths]
+
+    @classmethod
+    def referenced_path(cls, reference: str) -> str:
+        return train_split(reference)[0]
 
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
         from refinery.methods.compare.page import console_lines, report_page

@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.io.corpus import load
-from refinery.io.location import get_fs, join
 from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, refuse_repeated_names, train_split
 from refinery.pipeline.output import StageOutput
@@ -209,7 +208,7 @@ def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutp
     fingerprint ``key`` reused, else trained, scored and published (a finished run survives an interrupted
     comparison)."""
     part = f"runs/{_safe(name)}-seed{seed}"
-    table = _finished_run(out.url(part), key, out.storage_options)
+    table = _finished_run(out, part, key)
     if table is not None:
         return table
     model = _fit(data.config, data.tables[name], seed)
@@ -247,19 +246,15 @@ def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tupl
     return best, p[np.arange(len(best)), best]
 
 
-def _finished_run(folder: str, key: str, storage_options) -> pa.Table | None:
-    """The predictions of a finished run with fingerprint ``key`` in ``folder``, else None."""
+def _finished_run(out: StageOutput, part: str, key: str) -> pa.Table | None:
+    """The predictions of the finished run with fingerprint ``key`` that ``out`` holds under ``part``, else None."""
     import pyarrow.parquet as pq
 
-    fs, path = get_fs(folder, storage_options)
-    try:
-        with fs.open(join(path, "run.json"), "r") as fh:
-            if json.load(fh).get("fingerprint") != key:
-                return None
-        with fs.open(join(path, "predictions.parquet"), "rb") as fh:
-            return pq.read_table(fh)
-    except FileNotFoundError:
+    run = out.read_back(part, "run.json")
+    if run is None or json.loads(run).get("fingerprint") != key:
         return None
+    predictions = out.read_back(part, "predictions.parquet")
+    return None if predictions is None else pq.read_table(pa.BufferReader(predictions))
 
 
 def _safe(name: str) -> str:

@@ -10,7 +10,6 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from refinery.core import audit_record
 from refinery.core.features import FeatureConfig
@@ -33,8 +32,7 @@ def last_checkpoint(steps: StepFolders, config: IbadrConfig) -> int:
     is refused."""
     done = 0
     for name in steps.finished():
-        with open(steps.path(name, "state.json")) as fh:
-            state = json.load(fh)
+        state = steps.read_json(name, "state.json")
         if state["config"] != config.checkpoint_key():
             raise ValueError(f"{steps.path(name)} was written with another configuration; use a new --out or "
                              "--mode overwrite")
@@ -69,10 +67,9 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
     original = initial_pool(table)
     done = last_checkpoint(steps, config)
     if done:
-        pool = pq.read_table(steps.path(_step(done), "pool.parquet"))
+        pool = steps.read_table(_step(done), "pool.parquet")
         shallow = _with_training_params(load_classifier(steps.path(_step(done), "shallow")), config)
-        with open(steps.path(_step(done), "state.json")) as fh:
-            history = json.load(fh)["history"]
+        history = steps.read_json(_step(done), "state.json")["history"]
     else:
         pool, history = original, []
         shallow = _classifier(config.shallow, config).fit(
@@ -110,7 +107,7 @@ def publish(out: StageOutput, steps: StepFolders, table: pa.Table, pool: pa.Tabl
             config: IbadrConfig, iterations: int, audit: ShortcutAudit, rejects: pa.Table | None = None) -> dict:
     """Publish ``pool/`` (with the input's ``rejects``), ``generated/`` (every iteration's pseudo samples, read
     from ``steps``) and the report of the ``table``'s rows grown into ``pool``; the report."""
-    generated = pa.concat_tables([pq.read_table(steps.path(_step(i), "generated.parquet"))
+    generated = pa.concat_tables([steps.read_table(_step(i), "generated.parquet")
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
