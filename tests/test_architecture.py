@@ -179,3 +179,21 @@ def test_modules_and_signatures_stay_small():
                 if n > 8:
                     wide.append(f"{_where(module, fn.lineno)}: {fn.name} takes {n} positional parameters")
     assert not long and not wide, "\n".join(long + wide)
+
+
+def test_one_implementation_of_mode():
+    """Issue 53: ``--mode`` is decided in one place (``io.modes``: its choices and ``keeps_finished``), which every
+    verb, rf. call, pipeline step and corpus writer asks; no other module compares a mode with a choice or spells
+    the choices out."""
+    found = []
+    for module, path in MODULES.items():
+        if module == "refinery.io.modes":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "mode" and any(
+                    isinstance(c, ast.Constant) and c.value in ("skip", "error") for c in node.comparators):
+                found.append(f"{_where(module, node.lineno)}: compares mode with {node.comparators[0].value!r}")
+            if isinstance(node, (ast.Tuple, ast.List)) and {"overwrite", "skip", "error"} <= {
+                    e.value for e in node.elts if isinstance(e, ast.Constant)}:
+                found.append(f"{_where(module, node.lineno)}: spells the modes out")
+    assert not found, "\n".join(found)

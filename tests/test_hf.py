@@ -193,7 +193,7 @@ def test_convert_format_hf_modes_and_a_users_folder(snli, tmp_path):
     assert "skipped" in run_cli(*args, "--out", out, "--mode", "skip", env=ENV).stdout
     assert (out / "state.json").stat().st_mtime_ns == before
     refused = run_cli(*args, "--out", out, "--mode", "error", check=False)
-    assert refused.returncode == 2 and "already holds a finished corpus" in refused.stderr
+    assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
     other = run_cli("convert", root / "snli.parquet", *MAP, "--out", out, "--mode", "skip", check=False)
     assert other.returncode == 2 and "another configuration" in other.stderr   # a corpus is not this Dataset
     (out / "notes.txt").write_text("mine\n")

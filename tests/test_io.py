@@ -195,7 +195,7 @@ def test_publish_modes_idempotent(tmp_path):
     m2 = convert([SNLI_HARD], out, PRESETS["snli"], mode="overwrite")
     assert m1["file_stats"] == m2["file_stats"]
     assert data1 == (tmp_path / "c" / "part-00000.parquet").read_bytes()
-    assert convert([SNLI_HARD], out, PRESETS["snli"], mode="skip") == m1
+    assert convert([SNLI_HARD], out, PRESETS["snli"], mode="skip") == {**m1, "skipped": True}   # kept, said so
     with pytest.raises(OutputExists):
         convert([SNLI_HARD], out, PRESETS["snli"], mode="error")
 

@@ -18,12 +18,12 @@ from refinery.api.keywords import INPUT_KEYS, config_dict, config_keywords, inpu
 from refinery.api.results import CompareResult, PipelineResult, Result, stage_result
 from refinery.io.corpus_writer import convert
 from refinery.io.location import join
+from refinery.io.modes import check_mode
 from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
 from refinery.pipeline.stage import Output, stage_class
 
-MODES = ("overwrite", "skip", "error")
 
 
 class SplitsNotice(UserWarning):
@@ -58,8 +58,7 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
     cls = stage_class(name)
     input_keys, rest = input_keywords(kwargs)
     config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_mode(mode)
     folder = CallFolder(out, name)
     with folder.removed_on_failure():
         source = as_source(data, folder.scratch)
@@ -194,8 +193,7 @@ def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_map
     if not isinstance(train, dict) or not isinstance(eval, dict):
         raise TypeError("compare(train, eval): give each as {name: data}, e.g. compare({'original': df, "
                         "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_mode(mode)
     input_keys, rest = input_keywords(kwargs)
     config = from_dict(CompareConfig, config_dict(CompareConfig, rest, "compare"), "compare")
     folder = CallFolder(out, "compare")

@@ -50,9 +50,6 @@ def printable_pipeline(spec, references: tuple = ()) -> str:
                                out=anchor_path(spec.out, here) if spec.out else None).to_yaml()
 
 
-MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "
-             "there), keep it when it was made from the same inputs and options, or stop.")
-
 
 def engine_option(f):
     from refinery.pipeline.engine import ENGINES
@@ -62,5 +59,7 @@ def engine_option(f):
 
 
 def mode_option(f):
-    return click.option("--mode", type=click.Choice(["overwrite", "skip", "error"]), default="overwrite",
+    from refinery.io.modes import MODE_HELP, MODES
+
+    return click.option("--mode", type=click.Choice(MODES), default="overwrite",
                         show_default=True, help=MODE_HELP)(f)

@@ -38,10 +38,8 @@ def tools():
 @input_options
 def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
     """Read INPUTS (files, folders, globs, URLs) and write the canonical corpus to OUT."""
-    from refinery.io import corpus as corpus_mod
     from refinery.io import corpus_writer
 
-    reuse = mode == "skip" and corpus_mod.finished_run(out, opts.storage_options) is not None  # kept if it matches
     config = {"inputs": list(inputs), "mapping": mapping.__dict__ if mapping else None}
     if fmt == "hf":
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")   # the accounting line is the progress
@@ -50,7 +48,7 @@ def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
     else:
         result = corpus_writer.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
         where = f"{len(result['files'])} shard(s)"
-    if reuse:
+    if result.get("skipped"):
         click.echo(f"{out}: skipped (same inputs and config)")
     click.echo(f"{out}: {result['rows']:,} rows, {result['rejected']:,} rejected in {where}")
     click.echo(conservation(result["rows"] + result["rejected"], out=result["rows"], rejected=result["rejected"]))

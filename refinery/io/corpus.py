@@ -28,7 +28,6 @@ from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import forget_listings, get_fs, on_store
 from refinery.io.ownership import RUN_MARKER, STAGE_CORPUS, read_marker
-from refinery.io.redaction import redact
 
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"
@@ -353,26 +352,6 @@ def finished_run(out: str, storage_options: dict | None = None) -> dict | None:
             return read_marker(out, storage_options).get("hf")
         with fs.open(mpath, "r") as fh:
             return json.load(fh)
-
-
-def reusable(out: str, mode: str, stored: dict | None, inputs: dict | None, config: dict) -> bool:
-    """Whether the finished output at ``out`` (``stored``: what it records of its run, ``finished_run``) is kept
-    as it is: ``skip`` keeps an identical run's (and refuses another's), ``error`` refuses any, ``overwrite``
-    replaces it."""
-    if stored is None or mode == "overwrite":
-        return False
-    if mode == "error":
-        raise OutputExists(f"{out} already holds a finished corpus (use --mode overwrite or skip)")
-    if stored.get("inputs") != inputs:
-        changed = sorted(set(stored.get("inputs") or {}) ^ set(inputs or {})) or \
-            sorted(k for k in inputs or {} if stored["inputs"].get(k) != inputs[k])
-        raise OutputExists(f"{out} was made from other inputs or inputs that have changed since "
-                           f"({', '.join(changed[:3]) or 'inputs'}); --mode skip reuses only an "
-                           "identical run (use --mode overwrite)")
-    if stored.get("config") != json.loads(json.dumps(redact(config), default=str)):
-        raise OutputExists(f"{out} holds a corpus made with another configuration; "
-                           "--mode skip reuses only an identical run (use --mode overwrite)")
-    return True
 
 
 def value_counts(arr) -> tuple[list, list]:

@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 
 from refinery.io.common_schema import common_schema, conform
 from refinery.io.corpus import (CARD, FORMAT, MANIFEST, META_DIR, REJECTS, AllRejected, concat, finished_run, input_fingerprints,
-                                iter_input_batches, load, manifest_path, reject_reasons, reusable, value_counts)
+                                iter_input_batches, load, manifest_path, reject_reasons, value_counts)
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs
+from refinery.io.modes import check_mode, keeps_finished
 from refinery.io.ownership import stamp_marker
 from refinery.io.publishing import AbortsOnError, AtomicDir
 from refinery.io.read_options import ReadOptions
@@ -43,8 +44,7 @@ class CorpusWriter(AbortsOnError):
     def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
                  config: dict | None = None, storage_options: dict | None = None, extra: Mapping | None = None,
                  inputs: Iterable[str] | None = None, location: str | None = None):
-        if mode not in ("overwrite", "skip", "error"):
-            raise ValueError(f"mode must be overwrite|skip|error, not {mode!r}")
+        check_mode(mode)
         self.out = out.rstrip("/")   # the corpus's URL, as it is published and named
         location = (location or out).rstrip("/")   # where it is written (a run's folder before its commit)
         self.fs, self.path = get_fs(location, storage_options)
@@ -56,7 +56,8 @@ class CorpusWriter(AbortsOnError):
         self.skipped = False
         self.manifest: dict | None = None
         if mode != "overwrite":
-            self.skipped = reusable(out, mode, finished_run(location, storage_options), self.inputs, self.config)
+            self.skipped = keeps_finished(out, mode, finished_run(location, storage_options),
+                                          _differs(self.inputs, self.config))
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
@@ -268,6 +269,22 @@ class _ShardWriter:
         return self.close()
 
 
+def _differs(inputs: dict | None, config: dict):
+    """How a finished corpus differs from one of ``inputs`` and ``config`` (``modes.keeps_finished``'s
+    ``differs``): None where it does not."""
+    def differs(stored: dict) -> str | None:
+        if stored.get("inputs") != inputs:
+            changed = sorted(set(stored.get("inputs") or {}) ^ set(inputs or {})) or \
+                sorted(k for k in inputs or {} if stored["inputs"].get(k) != inputs[k])
+            return (f"was made from other inputs or inputs that have changed since "
+                    f"({', '.join(changed[:3]) or 'inputs'})")
+        if stored.get("config") != json.loads(json.dumps(redact(config), default=str)):
+            return "holds a corpus made with another configuration"
+        return None
+
+    return differs
+
+
 def command_line() -> str:
     return " ".join(["refinery", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("refinery") else " ".join(sys.argv)
 
@@ -285,8 +302,8 @@ def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadO
     are an ``EmptyInput`` (their rejects published)."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
                       storage_options=opts.storage_options, inputs=inputs) as writer:
-        if writer.skipped:
-            return writer.commit()
+        if writer.skipped:   # ``mode`` kept the finished corpus: its manifest, said so
+            return {**writer.commit(), "skipped": True}
         rows = 0
         for _, batch in iter_input_batches(inputs, mapping, opts):
             writer.write(batch.rows, batch.rejects)
@@ -307,8 +324,8 @@ def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = Re
     inputs = list(inputs)
     prints = input_fingerprints(inputs, opts.storage_options)
     stored = finished_run(out, opts.storage_options) if mode != "overwrite" else None
-    if reusable(out, mode, stored, prints, config):
-        return stored
+    if keeps_finished(out, mode, stored, _differs(prints, config)):
+        return {**stored, "skipped": True}
     rows, rejects = load(inputs, mapping, opts)
     result = save_to_disk(rows, out, opts.storage_options, rejects, shard_rows)
     if not rows.num_rows:

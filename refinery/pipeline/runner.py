@@ -27,10 +27,10 @@ from typing import Callable
 from refinery import __version__
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
-from refinery.io.corpus import (Corpus, EmptyInput, OutputExists, corpus_of, finished_run, input_fingerprints,
-                                 is_corpus)
+from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
+from refinery.io.modes import keeps_finished
 from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
 from refinery.io.redaction import redact_text
@@ -297,21 +297,6 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 
-def keeps_finished(folder: str, mode: str, fp: str, finished: dict | None, key: str = "fingerprint") -> bool:
-    """Whether ``mode`` keeps the finished result in ``folder`` (its marker ``finished``, None where there is none;
-    the fingerprint it was made with under ``key``) rather than make it again with fingerprint ``fp``: ``overwrite``
-    makes it again; ``rerun`` (pipelines) keeps it when the fingerprint is unchanged and makes it again when not;
-    ``skip`` keeps it when unchanged and refuses it when not; ``error`` refuses it. Every verb's ``--mode``."""
-    if not finished or mode == "overwrite":
-        return False
-    if mode == "error":
-        raise OutputExists(f"{folder} already holds a finished result (use --mode overwrite or skip)")
-    if mode == "skip" and finished.get(key) != fp:
-        raise OutputExists(f"{folder} holds a result made from other inputs or options; --mode skip reuses "
-                           "only an identical run (use --mode overwrite)")
-    return finished.get(key) == fp
-
-
 def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun") -> StageRun:
     """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
     says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
@@ -320,7 +305,8 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
     done = _finished(folder, opts.storage_options)
-    if keeps_finished(folder, mode, fp, done):
+    if keeps_finished(folder, mode, done, lambda finished: None if finished.get("fingerprint") == fp else
+                      "holds a result made from other inputs or options"):
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
                              report_file=done.get("report_file", StageResult.report_file))
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
