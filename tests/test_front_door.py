@@ -2,6 +2,7 @@
 verb's options are its config's fields, and a stage written outside refinery gets a verb and a pipeline key."""
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -233,3 +234,38 @@ def test_compare_and_probe_write_the_same_finished_folder_by_every_front_door(sn
         reports = [json.loads((p / "report.json").read_text()) for p in (tmp_path / door, pipe)]
         assert [{k: v for k, v in r.items() if k not in ("fit_seconds", "train")} for r in reports] == \
             [{k: v for k, v in reports[1].items() if k not in ("fit_seconds", "train")}] * 2   # the time it took aside
+
+
+def test_a_plugins_code_is_part_of_its_fingerprint(tmp_path, monkeypatch):
+    """Editing a plugin's decide (without raising its version) runs its step again; an unchanged plugin is
+    reused."""
+    import importlib
+    import sys
+
+    from refinery.cli.group import RefineryGroup
+    from refinery.cli.main import main
+    from refinery.pipeline import stage
+
+    source = (tmp_path / "edited_plugin.py")
+    plugin = (Path(__file__).parent / "short_text_plugin.py").read_text()
+    source.write_text(plugin)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
+    (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_TEST}], preset: snli}}\n"
+                                     "stages: [{short-text: {min_words: 6}}]\n")
+    group = RefineryGroup("refinery", commands={"run": main.commands["run"]})
+
+    def run() -> str:
+        stage.register(importlib.import_module("edited_plugin").ShortText)
+        done = CliRunner().invoke(group, ["run", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "o")])
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    run()
+    assert "01-short-text: unchanged, skipped" in run()
+    source.write_text(plugin.replace("words >= self.config.min_words", "words > self.config.min_words"))
+    sys.modules.pop("edited_plugin")
+    again = run()
+    assert "01-short-text: unchanged" not in again and "== 01-short-text" in again
+    kept = pq.read_table(tmp_path / "o" / "01-short-text" / "kept")
+    assert min(len(t.split()) for t in kept["text_b"].to_pylist()) > 6   # the edited decide's rows

@@ -267,7 +267,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     cls = stage_class(stage_spec.name)
     config, referenced = _resolve_references(cls, stage_spec.config, steps)
     stage = cls(config)
-    fp = fingerprint(stage_spec.name, cls.version, to_dict(stage_spec.config), *upstream,
+    fp = fingerprint(stage_spec.name, cls.version, cls.code_digest(), to_dict(stage_spec.config), *upstream,
                      sorted(input_fingerprints([*source.paths, *referenced, *stage.also_reads()],
                                                opts.storage_options).values()))
 

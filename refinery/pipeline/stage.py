@@ -217,6 +217,27 @@ class Stage(ABC):
         return []
 
     @classmethod
+    def code_digest(cls) -> str | None:
+        """Part of its fingerprint: for a stage defined outside refinery (a plugin, a notebook's class), the sha256
+        of its module's source, so that an edited ``decide`` runs the step again without a raised ``version``;
+        refinery's own stages are covered by refinery's version. None where the source cannot be read."""
+        import hashlib
+        import inspect
+        import sys
+
+        module = sys.modules.get(cls.__module__)
+        if cls.__module__.split(".")[0] == "refinery" or module is None:
+            return None
+        try:
+            source = inspect.getsource(module)
+        except (OSError, TypeError):   # a class typed at an interactive prompt: its own source if it has one
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                return None
+        return hashlib.sha256(source.encode()).hexdigest()
+
+    @classmethod
     def referenced_path(cls, reference: str) -> str:
         """The file, folder or corpus a resolved ``references`` value reads (compare's ``PATH@SPLIT``: PATH)."""
         return reference

@@ -120,7 +120,7 @@ def terminal_lines(r: dict) -> tuple:
     rows = ([f"{PARTS[p]}: {v['input']:,} rows read, kept {v['kept']:,} ({fmt.percent(v['kept'] / max(v['input'], 1))}),"
              f" filtered out {v['rejected']:,}, input rejects {v['input_rejected']:,}" for p, v in r["parts"].items()]
             if "parts" in r else [])
-    head = f"prior {r['prior']}" if rows else f"kept {r['kept']:,}, rejected {r['rejected']:,}{settled}; prior {r['prior']}"
+    head = f"prior {r['prior']}" if rows else f"kept {r['kept']:,}, filtered out {r['rejected']:,}{settled}; prior {r['prior']}"
     return (*rows, head,
             *(line for part, v in verdicts.items()
               for line in (part + v["line"], *_labels(v), *(f"  {w}" for w in v["warnings"]),

@@ -87,7 +87,7 @@ class ZFilterStage(_DecidedInPrepare):
 
         r = publish_report(self.filtering, written, out, self.named_config)
         seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
-        return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, rejected "
+        return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, filtered out "
                            f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", terminal_lines(r))
 
 
@@ -152,4 +152,4 @@ class ComposeStage(_DecidedInPrepare):
 
         r = compose_report(self.composition, out, self.named_config)
         return StageResult(*_accounting(r), r, f"{self.config.composition}: kept {r['kept']:,} of D0 and G, "
-                           f"rejected {r['rejected']:,}", terminal_lines(r))
+                           f"filtered out {r['rejected']:,}", terminal_lines(r))
