@@ -71,6 +71,7 @@ CASES = {
     "compose": ("corpus", ["--composition", "parz", "--original", "CORPUS", "--k", "5"],
                 "- compose: {composition: parz, original: [CORPUS], zfilter: {k: 5}}"),
     "razor": ("corpus", ["--score-only"], "- razor: {score_only: true}"),
+    "aflite": ("raw", ["--partitions", "8", "--slice-share", "0.1"], "- aflite: {partitions: 8, slice_share: 0.1}"),
 }
 
 

@@ -170,7 +170,8 @@ class FilterStage(Stage):
         report of its own overrides it."""
         from refinery.core.weighted_counts import judge_audits
 
-        report = {**written, "config": to_dict(self.config)}
+        details, sections = self.report_details()
+        report = {**written, **details, "config": to_dict(self.config)}
         kept, dropped, input_rejects = written["kept"], written["filtered_out"], written["input_rejects"]
         verdict = judge_audits(audits, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
             if audits is not None and kept else None
@@ -190,7 +191,7 @@ class FilterStage(Stage):
         if verdict is not None and not verdict.ok:
             warnings += tuple(verdict.warnings())
         report["warnings"] = list(warnings)
-        self._write_report(report, out, verdict)
+        self._write_report(report, out, verdict, sections)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
                                 f"; {report['not_judged']}" if "not_judged" in report else "")
@@ -208,7 +209,11 @@ class FilterStage(Stage):
         """What the filter knows of why it kept few rows (``"; …"``), or nothing."""
         return ""
 
-    def _write_report(self, report: dict, out: StageOutput, verdict) -> None:
+    def report_details(self) -> tuple[dict, list]:
+        """What the filter adds to its report: (report.json entries, [(heading, HTML)] sections of its page)."""
+        return {}, []
+
+    def _write_report(self, report: dict, out: StageOutput, verdict, sections: list) -> None:
         from refinery.report import format as fmt
         from refinery.report import verdict as verdict_html
         from refinery.report.page import config_table, fields, note, table
@@ -230,8 +235,10 @@ class FilterStage(Stage):
                 .section("Why rows were filtered out", table(
                     [{"reason": r, "rows": n} for r, n in report["reasons"].items()]),
                     note(f"The {TOP_REASONS} commonest reasons; each filtered-out row carries its own in "
-                         "rejected/.") if len(report["reasons"]) >= TOP_REASONS else "")
-                .section("Configuration", config_table(report["config"])))
+                         "rejected/.") if len(report["reasons"]) >= TOP_REASONS else ""))
+        for heading, html in sections:
+            page = page.section(heading, html)
+        page = page.section("Configuration", config_table(report["config"]))
         out.publish_report(report, page)
 
 

@@ -270,6 +270,7 @@ REGISTRY = {
     "generate": "refinery.methods.generation:GenerateStage",
     "razor": "refinery.methods.razor.stage:RazorStage",
     "ibadr": "refinery.methods.ibadr.stage:IbadrStage",
+    "aflite": "refinery.methods.aflite.stage:AFLiteStage",
     "compare": "refinery.methods.compare.stage:CompareStage",
     "probe": "refinery.methods.probe:ProbeStage",
 }

@@ -30,7 +30,7 @@ def histogram(edges, counts, title: str = "", x_label: str = "", y_label: str = 
         svg.text(W / 2, top + plot_h / 2, "no rows", 12, "middle", fill=MUTED)
         return svg.render(top + plot_h + 10, title or "histogram")
     fx = np.log10 if log_x else (lambda v: np.asarray(v, float))
-    first, last_edge = min(edges[0], *(v for v, _ in marks)), max(edges[-1], *(v for v, _ in marks))
+    first, last_edge = min([edges[0], *(v for v, _ in marks)]), max([edges[-1], *(v for v, _ in marks)])
     lo, hi = float(fx(first)), float(fx(last_edge))
     if hi <= lo:
         hi = lo + 1.0

@@ -1,0 +1,159 @@
+"""The ``aflite`` stage: AFLite (Le Bras et al. 2020, ``algorithm``) as a filter under the stage contract.
+
+``prepare`` reads the input once into Φ (each field's word 1-2-grams hashed, sublinear tf; ``models.ngram``) and
+runs the loop, checkpointing each finished iteration's removals under the output (a killed run continues after
+the last one); ``decide`` looks each batch's rows up by their position. ``FilterStage`` writes kept/ (each row with
+its last ``predictability``), rejected/ (with the ``predictability`` and ``aflite_iteration`` that removed it), the
+verdict (the kept rows' audit against the input's) and the report: the iterations, and predictability per label.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.methods.aflite.config import AFLiteConfig
+from refinery.pipeline.config import to_dict
+from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput, set_column
+
+TASK = "aflite"   # its checkpoints: one table per finished iteration
+
+
+class AFLiteStage(FilterStage):
+    """AFLite (Le Bras et al. 2020): remove the rows cheap linear models predict too easily.
+
+    Writes kept/ (with the input's rejects), rejected/ (each row with its predictability and the iteration that
+    removed it) and report/.
+    """
+
+    name, Config = "aflite", AFLiteConfig
+    needs = ("id", "text_a", "label")
+    adds = ("predictability",)
+
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
+        """Φ of every row, in the order the batches come, and the loop (``algorithm.adversarial_filter``)."""
+        from refinery.io.corpus import input_fingerprints
+        from refinery.methods.aflite.algorithm import Removal, adversarial_filter
+        from refinery.progress import progress
+
+        X, y, labels = _represent(source, self.config)
+        key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
+                                                                             source.opts.storage_options)}
+        self._checkpoints = out.checkpoints(TASK, key)
+        done = [Removal(int(t["iteration"][0].as_py()), t["row"].to_numpy(), t["predictability"].to_numpy())
+                for t in (self._checkpoints.get(name) for name in self._checkpoints.done()) if t.num_rows]
+
+        def keep(removal: Removal) -> None:
+            self._checkpoints.put(f"iter-{removal.iteration:04d}", pa.table({
+                "iteration": pa.array(np.full(len(removal.rows), removal.iteration), pa.int32()),
+                "row": pa.array(removal.rows, pa.int64()), "predictability": pa.array(removal.predictability)}))
+
+        done = _contiguous(done)
+        with progress(desc="aflite: iterations", unit=" iteration") as bar:
+            self.filtering = adversarial_filter(X, y, labels, self.config, done, keep, bar)
+        self.labels = labels
+
+    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+        at = self._rows(batch)
+        removed = self.filtering.removed_at[at]
+        p = self.filtering.predictability[at]
+        tau = self.config.tau
+        return removed == 0, _Reasons(removed, p, tau)
+
+    def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+        at = self._rows(batch)
+        p = self.filtering.predictability[at]
+        rows = set_column(batch, "predictability", pa.array(np.where(np.isnan(p), None, p), pa.float32()))
+        kept, dropped = split(rows, keep)
+        iteration = self.filtering.removed_at[at][~keep]
+        return kept, set_column(dropped, "aflite_iteration", pa.array(iteration, pa.int32()))
+
+    def reason_kind(self, reason: str) -> str:
+        return reason.split(" (")[0]
+
+    def result(self, written: dict, audits, out: StageOutput):
+        """``FilterStage.result``; the iterations' checkpoints removed once the rows are published."""
+        result = super().result(written, audits, out)
+        self._checkpoints.clear()
+        if self.filtering.resumed:
+            result.lines += (f"resumed after iteration {self.filtering.resumed} of the interrupted run before",)
+        return result
+
+    def report_details(self) -> tuple[dict, list]:
+        """The iterations (rows left, scored, reaching τ, removed per label) and the removed rows' predictability
+        per label, as a histogram (rows from zero)."""
+        from dataclasses import asdict
+
+        from refinery.report import figures
+        from refinery.report.page import figure, note, table
+
+        f = self.filtering
+        rounds = [asdict(r) for r in f.rounds]
+        removed = f.removed_at > 0
+        edges = np.linspace(self.config.tau, 1.0, 11) if self.config.tau < 1 else np.array([0.999, 1.0])
+        counts = np.histogram(f.predictability[removed], bins=edges)[0]
+        svg = figures.histogram(edges, counts, "Predictability of the removed rows", "predictability p(i)")
+        rows = [{"iteration": r["iteration"], "rows left": r["rows"], "scored": r["scored"],
+                 f"p ≥ τ ({self.config.tau:g})": r["reaching_tau"], "removed": r["removed"],
+                 "mean p": r["mean_predictability"],
+                 **{f"removed {l}": r["removed_by_label"][l] for l in self.labels}} for r in rounds]
+        return ({"iterations": rounds, "stopped": f.stopped, "resumed_iterations": f.resumed,
+                 "representation": f"hashed word 1-2-grams of the {self.config.inputs}, 2^{self.config.hash_bits} "
+                                   "columns per field; multinomial naive Bayes"},
+                [("Iterations (Le Bras et al. 2020, Algorithm 1)", table(rows) + note(f"Stopped: {f.stopped}.")),
+                 ("Predictability", figure(svg, "Each removed row's predictability: the share of the held-out "
+                                                "classifiers of its iteration that predicted its label."))])
+
+    def remedy(self) -> str:
+        return (f"the rows AFLite keeps are those its linear models find hard, and they can carry a word "
+                f"shortcut more often: raise --tau (now {self.config.tau:g}) or --target-share (now "
+                f"{self.config.target_share:g}), or z-filter the kept rows (refinery zfilter OUT/kept).")
+
+    def _rows(self, batch: pa.Table) -> slice:
+        return slice(self.batch_start, self.batch_start + batch.num_rows)
+
+
+class _Reasons:
+    """Each dropped row's reason, written only for the rows the filter drops."""
+
+    def __init__(self, removed: np.ndarray, predictability: np.ndarray, tau: float):
+        self.removed, self.predictability, self.tau = removed, predictability, tau
+
+    def __getitem__(self, i: int) -> str:
+        return (f"predictability ≥ tau {self.tau:g} (p = {self.predictability[i]:.3f}, iteration "
+                f"{self.removed[i]})")
+
+
+def _contiguous(done: list) -> list:
+    """The checkpointed iterations 1, 2, … without a gap (a later one after a gap is not trusted)."""
+    ordered, expected = [], 1
+    for removal in sorted(done, key=lambda r: r.iteration):
+        if removal.iteration != expected:
+            break
+        ordered.append(removal)
+        expected += 1
+    return ordered
+
+
+def _represent(source: StageInput, config: AFLiteConfig):
+    """(Φ: CSR of every row, its label codes, the labels sorted) of ``source``, read batch by batch in order."""
+    import pyarrow.compute as pc
+    import scipy.sparse as sp
+
+    from refinery.models.ngram import sublinear_tf
+    from refinery.progress import progress
+
+    blocks, labels = [], []
+    with progress(desc="aflite: n-grams", unit=" rows") as bar:
+        for batch in source.iter_batches():
+            if batch.rows.num_rows:
+                blocks.append(sublinear_tf(batch.rows, config.inputs, (1, 2), 2 ** config.hash_bits))
+                labels.append(batch.rows["label"].cast(pa.string()))
+                bar.update(batch.rows.num_rows)
+    column = pa.chunked_array(labels, pa.string()) if labels else pa.chunked_array([], pa.string())
+    names = sorted(pc.unique(column).to_pylist())
+    y = pc.index_in(column, pa.array(names, pa.string())).to_numpy().astype(np.int64) if names else \
+        np.zeros(0, np.int64)
+    X = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, 2 ** config.hash_bits))
+    return X, y, names

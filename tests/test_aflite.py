@@ -1,0 +1,76 @@
+"""AFLite (Le Bras et al. 2020): the rows a cheap linear model predicts too easily, removed iteration by iteration;
+its effect measured by the audit a user runs next, its resume after a kill, and Ray's equal decisions."""
+import json
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+from conftest import SNLI_DEV, assert_kept_audit_is_a_fresh_one, assert_verdict_is_two_audits, fresh_audit, run_cli
+
+from refinery.io.corpus import Corpus
+
+
+@pytest.fixture(scope="module")
+def snli_aflite(tmp_path_factory):
+    """AFLite with its defaults on SNLI dev (9,842 rows), and the audits of its input and its kept rows."""
+    root = tmp_path_factory.mktemp("aflite")
+    printed = run_cli("aflite", SNLI_DEV, "--preset", "snli", "--out", root / "af").stdout
+    return root, printed
+
+
+def test_aflite_removes_what_a_hypothesis_only_model_predicts(snli_aflite):
+    """Each iteration's held-out models predict fewer of the rows left, down to chance (1/3); the audit of the kept
+    rows finds the hypothesis shortcuts under the threshold, no label is lost, every row is accounted for."""
+    root, printed = snli_aflite
+    report = json.loads((root / "af" / "report" / "report.json").read_text())
+    means = [r["mean_predictability"] for r in report["iterations"]]
+    assert len(means) >= 3 and means[0] > 0.5 and means[-1] < 0.36 and means == sorted(means, reverse=True)
+    assert "rows in 9,842 = " in printed and report["kept"] + report["filtered_out"] == 9_842
+    rejected = Corpus.open(str(root / "af" / "rejected")).read()
+    assert pc.min(rejected["predictability"]).as_py() >= 0.75 and pc.min(rejected["aflite_iteration"]).as_py() == 1
+    assert rejected.num_rows == report["filtered_out"] and "predictability ≥ tau 0.75" in report["reasons"]
+    before, after = fresh_audit(SNLI_DEV, root / "a_in", "--preset", "snli"), fresh_audit(root / "af" / "kept",
+                                                                                      root / "a_out")
+    assert_verdict_is_two_audits(report["verdict"], before, after)
+    assert_kept_audit_is_a_fresh_one(root / "af" / "kept", root / "a_out")
+    assert sum(after["significant"].values()) < sum(before["significant"].values()) / 10
+    assert max(after["max_z"].values()) < max(before["max_z"].values()) / 2
+    shares = [n / sum(after["labels"].values()) for n in after["labels"].values()]
+    assert report["verdict"]["ok"] and max(shares) < 0.36 and min(shares) > 0.30
+
+
+def test_a_killed_aflite_resumes_after_its_last_iteration(snli_aflite, tmp_path, monkeypatch):
+    """Killed after its second iteration, the rerun reads the two back from the checkpoints, goes on from the third
+    and keeps the rows the uninterrupted run kept."""
+    from refinery.cli.main import main
+    from refinery.io.checkpoints import Checkpoints
+
+    root, _ = snli_aflite
+    put, calls = Checkpoints.put, []
+
+    def killed_after_two(self, name, table):
+        put(self, name, table)
+        calls.append(name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    args = ["aflite", SNLI_DEV, "--preset", "snli", "--out", str(tmp_path / "af")]
+    with monkeypatch.context() as m:
+        m.setattr(Checkpoints, "put", killed_after_two)
+        assert CliRunner().invoke(main, args).exit_code != 0
+    assert not (tmp_path / "af" / "_SUCCESS").exists() and calls == ["iter-0001", "iter-0002"]
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert "resumed after iteration 2" in again.output
+    ids = [Corpus.open(str(r / "af" / "kept")).read()["id"].to_pylist() for r in (root, tmp_path)]
+    assert ids[0] == ids[1]
+    assert not (tmp_path / "af" / "_checkpoints").exists()   # removed once the rows are published
+
+
+def test_aflite_on_ray_keeps_the_rows_the_local_engine_keeps(snli_aflite, tmp_path):
+    root, _ = snli_aflite
+    run_cli("aflite", SNLI_DEV, "--preset", "snli", "--engine", "ray", "--out", tmp_path / "ray")
+    local, ray = (Corpus.open(str(p / "kept")).read() for p in (root / "af", tmp_path / "ray"))
+    assert local["id"].equals(ray["id"]) and np.allclose(local["predictability"].to_numpy(),
+                                                         ray["predictability"].to_numpy())
