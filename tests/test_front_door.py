@@ -72,6 +72,7 @@ CASES = {
                 "- compose: {composition: parz, original: [CORPUS], zfilter: {k: 5}}"),
     "razor": ("corpus", ["--score-only"], "- razor: {score_only: true}"),
     "aflite": ("raw", ["--partitions", "8", "--slice-share", "0.1"], "- aflite: {partitions: 8, slice_share: 0.1}"),
+    "datamap": ("raw", ["--epochs", "3", "--keep", "hard"], "- datamap: {epochs: 3, keep: hard}"),
 }
 
 

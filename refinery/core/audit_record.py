@@ -68,7 +68,7 @@ class AuditRecord:
         return {"rows": sum(self.label_rows.values()), "labels": dict(self.label_rows), "threshold": st.threshold,
                 "prior": str(self.prior), "prior_record": self.prior.record(),
                 "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
-                "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))}, "top": top,
+                "significant": st.significant_per_label(), "top": top,
                 **({"weighted": True} if self.weighted else {})}
 
     def to_table(self) -> pa.Table:

@@ -108,6 +108,15 @@ class ZStats:
         mask[rows] = z > self.threshold
         return mask
 
+    def significant_per_label(self) -> dict:
+        """Per label, the features over the threshold, ``null`` (the label prior, not a bias) aside: what the audit
+        and every verdict count."""
+        mask = self.significant()
+        null = pc.index(self.features, NULL_FEATURE).as_py() if len(self.features) else -1
+        if null >= 0:
+            mask[null] = False
+        return {label: int(v) for label, v in zip(self.labels, mask.sum(axis=0))}
+
 
 def z_score(p_hat, n, p0):
     return (p_hat - p0) / np.sqrt(p0 * (1 - p0) / np.maximum(n, 1))

@@ -91,6 +91,13 @@ class Checkpoints:
                 pq.write_table(table, fh)
             self.fs.mv(temporary, join(self.path, f"{name}.parquet"))
 
+    def remove(self, name: str) -> None:
+        """Remove the finished piece ``name`` (a later one supersedes it); one not there is no error."""
+        file = join(self.path, f"{name}.parquet")
+        with on_store(self.root, f"removing checkpoint {name}"):
+            if self.fs.exists(file):
+                self.fs.rm(file)
+
     def clear(self) -> None:
         """Remove the task's checkpoints (and ``_checkpoints`` when no other task has any)."""
         with on_store(self.root, "removing checkpoints"):

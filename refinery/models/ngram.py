@@ -118,6 +118,28 @@ def sublinear_tf(table: pa.Table, inputs: str = "pair", ngram_range=(1, 2), n_fe
     return counts
 
 
+def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-grams"):
+    """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
+    code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model)."""
+    import pyarrow.compute as pc
+    import scipy.sparse as sp
+
+    from refinery.progress import progress
+
+    blocks, labels = [], []
+    with progress(desc=desc, unit=" rows") as bar:
+        for table in tables:
+            blocks.append(sublinear_tf(table, inputs, (1, 2), 2 ** bits))
+            labels.append(table["label"].cast(pa.string()))
+            bar.update(table.num_rows)
+    column = pa.chunked_array(labels, pa.string())
+    names = sorted(pc.unique(column).to_pylist())
+    y = pc.index_in(column, pa.array(names, pa.string())).to_numpy().astype(np.int64) if names else \
+        np.zeros(0, np.int64)
+    columns = 2 ** bits * (2 if inputs == "pair" else 1)
+    return (sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, columns), dtype=np.float32)), y, names
+
+
 def tf_idf(tf, idf: np.ndarray):
     """TF-IDF rows of unit length: tf·idf, L2-normalized (with ``sublinear_tf``'s tf, scikit-learn's
     TfidfTransformer with ``sublinear_tf``, ``smooth_idf``, ``norm="l2"``)."""

@@ -271,6 +271,7 @@ REGISTRY = {
     "razor": "refinery.methods.razor.stage:RazorStage",
     "ibadr": "refinery.methods.ibadr.stage:IbadrStage",
     "aflite": "refinery.methods.aflite.stage:AFLiteStage",
+    "datamap": "refinery.methods.datamap.stage:DataMapStage",
     "compare": "refinery.methods.compare.stage:CompareStage",
     "probe": "refinery.methods.probe:ProbeStage",
 }

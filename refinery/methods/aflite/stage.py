@@ -138,22 +138,7 @@ def _contiguous(done: list) -> list:
 
 def _represent(source: StageInput, config: AFLiteConfig):
     """(Φ: CSR of every row, its label codes, the labels sorted) of ``source``, read batch by batch in order."""
-    import pyarrow.compute as pc
-    import scipy.sparse as sp
+    from refinery.models.ngram import hashed_rows
 
-    from refinery.models.ngram import sublinear_tf
-    from refinery.progress import progress
-
-    blocks, labels = [], []
-    with progress(desc="aflite: n-grams", unit=" rows") as bar:
-        for batch in source.iter_batches():
-            if batch.rows.num_rows:
-                blocks.append(sublinear_tf(batch.rows, config.inputs, (1, 2), 2 ** config.hash_bits))
-                labels.append(batch.rows["label"].cast(pa.string()))
-                bar.update(batch.rows.num_rows)
-    column = pa.chunked_array(labels, pa.string()) if labels else pa.chunked_array([], pa.string())
-    names = sorted(pc.unique(column).to_pylist())
-    y = pc.index_in(column, pa.array(names, pa.string())).to_numpy().astype(np.int64) if names else \
-        np.zeros(0, np.int64)
-    X = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, 2 ** config.hash_bits))
-    return X, y, names
+    return hashed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), config.inputs, config.hash_bits,
+                       "aflite: n-grams")

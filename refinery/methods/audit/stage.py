@@ -30,7 +30,7 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
         "prior": str(result.prior),
         "prior_record": result.prior.record(),   # the rule and why, as a corpus's manifest records it
         "label_prior": result.label_prior(),
-        "significant": {l: int(v) for l, v in zip(st.labels, st.significant().sum(axis=0))},
+        "significant": st.significant_per_label(),
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
         "error_bounds": result.error_bounds(),
         "spilled_runs": result.counter.spilled_runs,

@@ -8,6 +8,7 @@ finished SVG the same way.
 """
 
 from refinery.report.figures.bars import bars
+from refinery.report.figures.datamap import datamap
 from refinery.report.figures.heatmap import heatmap
 from refinery.report.figures.histogram import histogram
 from refinery.report.figures.row_flow import row_flow
@@ -15,4 +16,4 @@ from refinery.report.figures.shares import shares
 from refinery.report.figures.small_multiples import small_multiples
 from refinery.report.figures.zplot import zplot
 
-__all__ = ["bars", "heatmap", "histogram", "row_flow", "shares", "small_multiples", "zplot"]
+__all__ = ["bars", "datamap", "heatmap", "histogram", "row_flow", "shares", "small_multiples", "zplot"]

@@ -1,0 +1,154 @@
+"""The ``datamap`` stage: training dynamics per row (``dynamics``) and, as a filter, the region of the data map
+it keeps (Swayamdipta et al. 2020).
+
+``prepare`` reads the input once (hashed word n-grams), trains the task model epoch by epoch, checkpointing each
+epoch's record and model under the output (a killed run resumes after its last epoch), and selects the rows to
+keep; ``decide`` looks each batch's rows up by position. Every row, kept or not, carries its dynamics
+(``datamap_confidence``, ``datamap_variability``, ``datamap_correctness``, ``datamap_forgetfulness``). The report:
+the data map, the epochs, and each label's share in every region.
+"""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.methods.datamap.config import DataMapConfig
+from refinery.pipeline.config import to_dict
+from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput, set_column
+
+TASK = "datamap"   # its checkpoints: epoch-NNNN (each row's p(gold), right) and model-NNNN (the model after it)
+COLUMNS = ("datamap_confidence", "datamap_variability", "datamap_correctness", "datamap_forgetfulness")
+KEY = {"ambiguous": "variability", "hard": "confidence", "easy": "confidence"}
+
+
+class DataMapStage(FilterStage):
+    """Data maps (Swayamdipta et al. 2020): keep the most ambiguous, hard-to-learn or easy-to-learn rows.
+
+    Writes kept/ (with the input's rejects) and rejected/, every row with its training dynamics, and report/ with
+    the data map.
+    """
+
+    name, Config = "datamap", DataMapConfig
+    needs = ("id", "text_a", "label")
+    adds = COLUMNS
+
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
+        from refinery.io.corpus import input_fingerprints
+        from refinery.methods.datamap.dynamics import select, train_dynamics
+        from refinery.models.ngram import hashed_rows
+        from refinery.progress import progress
+
+        c = self.config
+        X, self.y, self.labels = hashed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), c.inputs,
+                                             c.hash_bits, "datamap: n-grams")
+        training = {k: v for k, v in to_dict(c).items() if k not in ("keep", "share")}   # a new selection: no retrain
+        self._checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
+            source.splits, source.opts.storage_options)})
+        with progress(total=c.epochs, desc=f"datamap: {c.epochs} epochs", unit=" epoch") as bar:
+            self.dynamics = train_dynamics(X, self.y, len(self.labels), c, self._done(), self._keep_epoch, bar)
+        self.kept = select(self.dynamics, c)
+
+    def _done(self) -> list:
+        """The finished epochs of a killed run, 1, 2, … without a gap, the last with its model."""
+        from refinery.methods.datamap.dynamics import Epoch
+
+        done, names = [], set(self._checkpoints.done())
+        while f"epoch-{len(done) + 1:04d}" in names:
+            table = self._checkpoints.get(f"epoch-{len(done) + 1:04d}")
+            done.append(Epoch(len(done) + 1, table["p_gold"].to_numpy(), table["right"].to_numpy(False), None))
+        while done and f"model-{len(done):04d}" not in names:   # an epoch whose model was not kept: redo it
+            done.pop()
+        if done:
+            done[-1].model = pickle.loads(self._checkpoints.get(f"model-{len(done):04d}")["model"][0].as_py())
+        return done
+
+    def _keep_epoch(self, epoch) -> None:
+        self._checkpoints.put(f"epoch-{epoch.epoch:04d}", pa.table({"p_gold": epoch.p_gold, "right": epoch.right}))
+        self._checkpoints.put(f"model-{epoch.epoch:04d}", pa.table({"model": [pickle.dumps(epoch.model)]}))
+        if epoch.epoch > 1:   # only the last model is needed to go on
+            self._checkpoints.remove(f"model-{epoch.epoch - 1:04d}")
+
+    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+        at = self._rows(batch)
+        return self.kept[at], _Reasons(self, at)
+
+    def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+        at, d = self._rows(batch), self.dynamics
+        for name, values, kind in zip(COLUMNS, (d.confidence, d.variability, d.correctness, d.forgetfulness),
+                                      (pa.float32(), pa.float32(), pa.float32(), pa.int32())):
+            batch = set_column(batch, name, pa.array(values[at], kind))
+        return split(batch, keep)
+
+    def reason_kind(self, reason: str) -> str:
+        return reason.split(" (")[0]
+
+    def result(self, written: dict, audits, out: StageOutput):
+        """``FilterStage.result``; the epochs' checkpoints removed once the rows are published."""
+        result = super().result(written, audits, out)
+        self._checkpoints.clear()
+        if self.dynamics.resumed:
+            result.lines += (f"resumed after epoch {self.dynamics.resumed} of the interrupted run before",)
+        return result
+
+    def report_details(self) -> tuple[dict, list]:
+        """The data map, the epochs (training accuracy, mean p(gold)) and each label's share in every region."""
+        from refinery.methods.datamap.dynamics import regions_by_label
+        from refinery.report import figures
+        from refinery.report import format as fmt
+        from refinery.report.page import figure, table
+
+        c, d = self.config, self.dynamics
+        regions = regions_by_label(d, self.y, self.labels, c.share)
+        boundary = None
+        if c.keep != "random" and self.kept.any():
+            values = d.variability if c.keep == "ambiguous" else d.confidence
+            edge = float(values[self.kept].min() if c.keep in ("ambiguous", "easy") else values[self.kept].max())
+            boundary = ("x" if c.keep == "ambiguous" else "y", edge, f"kept: {c.keep} {c.share:.0%} "
+                        f"({KEY[c.keep]} {'≥' if c.keep != 'hard' else '≤'} {edge:.3f})")
+        svg = figures.datamap(d.confidence, d.variability, d.correctness, "Data map (Swayamdipta et al. 2020)",
+                              boundary, seed=c.seed)
+        summary = {"epochs": d.epochs, "regions_by_label": regions, "resumed_epochs": d.resumed,
+                   "confidence": _quartiles(d.confidence), "variability": _quartiles(d.variability)}
+        return summary, [
+            ("Data map", figure(svg, "Each row's mean probability of its gold label across the epochs (confidence) "
+                                     "against its standard deviation (variability), coloured by the share of "
+                                     "epochs the model got it right; the model learns on these rows.")),
+            ("Epochs", table([{"epoch": e["epoch"], "training accuracy": e["accuracy"],
+                               "mean p(gold)": e["mean_p_gold"]} for e in d.epochs],
+                             formats={"training accuracy": fmt.percent})),
+            (f"Regions per label (each region: the {c.share:.0%} of rows highest in it)",
+             table(regions, formats={r: fmt.percent for r in ("ambiguous", "hard", "easy")}))]
+
+    def remedy(self) -> str:
+        return (f"the {self.config.keep} rows carry these features more often: keep another region (--keep, now "
+                f"{self.config.keep}) or a larger --share (now {self.config.share:g}), or z-filter the kept rows "
+                "(refinery zfilter OUT/kept).")
+
+    def _rows(self, batch: pa.Table) -> slice:
+        return slice(self.batch_start, self.batch_start + batch.num_rows)
+
+
+class _Reasons:
+    """Each dropped row's reason: outside the region kept, with its figure there."""
+
+    def __init__(self, stage: DataMapStage, at: slice):
+        self.stage, self.at = stage, at
+
+    def __getitem__(self, i: int) -> str:
+        c, d = self.stage.config, self.stage.dynamics
+        row = self.at.start + i
+        if c.keep == "random":
+            return f"not in the random {c.share:.0%}"
+        values = d.variability if c.keep == "ambiguous" else d.confidence
+        return f"not among the {c.share:.0%} {c.keep} rows ({KEY[c.keep]} {values[row]:.3f})"
+
+
+def _quartiles(values: np.ndarray) -> dict:
+    if not len(values):
+        return {}
+    q = np.quantile(values, [0, 0.25, 0.5, 0.75, 1])
+    return dict(zip(("min", "q1", "median", "q3", "max"), map(float, q)))
