@@ -55,6 +55,8 @@ def stages(root: str, train: str, test: str) -> dict:
         "zfilter": ["zfilter", train, "--out", f"{root}/zfilter"],
         "confidence": ["confidence", train, "--model", "ngram", "--folds", 5, "--out", f"{root}/confidence"],
         "upsample": ["upsample", train, "--out", f"{root}/upsample"],
+        "aflite": ["aflite", train, "--out", f"{root}/aflite"],
+        "datamap": ["datamap", train, "--out", f"{root}/datamap"],
         "leakage": ["leakage", *splits, "--out", f"{root}/leakage"],
         "weights": ["weights", *splits, "--folds", 5, "--out", f"{root}/weights"],
         "razor --score-only": ["razor", train, "--score-only", "--out", f"{root}/razor"],

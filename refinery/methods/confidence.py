@@ -19,7 +19,7 @@ from refinery.pipeline.config import to_dict
 from refinery.models.base import CLASSIFIERS
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput, StageResult, set_column
+from refinery.pipeline.stage import StageInput, set_column
 
 SOLVERS = ("sgd", "lbfgs")
 
@@ -214,13 +214,15 @@ class ConfidenceStage(FilterStage):
         """
         from refinery.io.corpus import input_fingerprints
 
-        self._checkpoints, self._resumed = None, 0
+        self.checkpoints, self.resumed = None, ""
         if self.config.fits_per_fold:
             key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
                                                                                  source.opts.storage_options)}
-            self._checkpoints = out.checkpoints(self.name, key)
-            self._resumed = len(self._checkpoints.done())
-        args = {"source": source, "config": self.config, "checkpoints": self._checkpoints}
+            self.checkpoints = out.checkpoints(self.name, key)
+            done = len(self.checkpoints.done())
+            if done:
+                self.resumed = f"resumed: {done} of {self.config.folds} folds' scores from the interrupted run before"
+        args = {"source": source, "config": self.config, "checkpoints": self.checkpoints}
         if source.engine == "ray":
             from refinery.pipeline.engine import map_calls
 
@@ -228,16 +230,6 @@ class ConfidenceStage(FilterStage):
         else:
             confidence = source_confidence(**args)
         self._confidence = confidence
-
-    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
-        """``FilterStage.result``, the folds' checkpoints removed once the rows are published, and a resume said."""
-        result = super().result(written, audits, out)
-        if self._checkpoints is not None:
-            self._checkpoints.clear()
-        if self._resumed:
-            result.lines += (f"resumed: {self._resumed} of {self.config.folds} folds' scores from the interrupted "
-                             "run before",)
-        return result
 
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
         return split(set_column(batch, "confidence", pa.array(self._scores(batch))), keep)

@@ -61,6 +61,8 @@ def verdict_headline(verdict: dict) -> str:
 
 class FilterStage(Stage):
     output = Output.KEPT
+    checkpoints = None   # a filter's ``Checkpoints`` of a long ``prepare``: removed once the rows are published
+    resumed = ""         # what ``prepare`` read back from a killed run's checkpoints, said on the console
     batch_start: int = 0   # the input's position of the first row of the batch decide and annotate are handed
     judges_itself: ClassVar[bool] = False   # its report carries a verdict of its own (zfilter's, against the
     #                                         input's z-statistics): the base's audit of kept/ is not made
@@ -195,11 +197,13 @@ class FilterStage(Stage):
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
                                 f"; {report['not_judged']}" if "not_judged" in report else "")
+        if self.checkpoints is not None:
+            self.checkpoints.clear()
+        lines = (rows_line, *(verdict.lines() if verdict else [report["not_judged"]] if "not_judged" in report else ()),
+                 *((self.resumed,) if self.resumed else ()))
         return StageResult(kept + dropped + input_rejects,
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
-                           report, headline, (rows_line, *(verdict.lines() if verdict else
-                                                           [report["not_judged"]] if "not_judged" in report else ())),
-                           warnings)
+                           report, headline, lines, warnings)
 
     def settings_in_effect(self) -> dict:
         """The settings that shaped the decisions (named where the filter kept few rows): every one given."""

@@ -40,18 +40,20 @@ class AFLiteStage(FilterStage):
         X, y, labels = _represent(source, self.config)
         key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
                                                                              source.opts.storage_options)}
-        self._checkpoints = out.checkpoints(TASK, key)
+        self.checkpoints = out.checkpoints(TASK, key)
         done = [Removal(int(t["iteration"][0].as_py()), t["row"].to_numpy(), t["predictability"].to_numpy())
-                for t in (self._checkpoints.get(name) for name in self._checkpoints.done()) if t.num_rows]
+                for t in (self.checkpoints.get(name) for name in self.checkpoints.done()) if t.num_rows]
 
         def keep(removal: Removal) -> None:
-            self._checkpoints.put(f"iter-{removal.iteration:04d}", pa.table({
+            self.checkpoints.put(f"iter-{removal.iteration:04d}", pa.table({
                 "iteration": pa.array(np.full(len(removal.rows), removal.iteration), pa.int32()),
                 "row": pa.array(removal.rows, pa.int64()), "predictability": pa.array(removal.predictability)}))
 
         done = _contiguous(done)
         with progress(desc="aflite: iterations", unit=" iteration") as bar:
             self.filtering = adversarial_filter(X, y, labels, self.config, done, keep, bar)
+        if self.filtering.resumed:
+            self.resumed = f"resumed after iteration {self.filtering.resumed} of the interrupted run before"
         self.labels = labels
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
@@ -71,14 +73,6 @@ class AFLiteStage(FilterStage):
 
     def reason_kind(self, reason: str) -> str:
         return reason.split(" (")[0]
-
-    def result(self, written: dict, audits, out: StageOutput):
-        """``FilterStage.result``; the iterations' checkpoints removed once the rows are published."""
-        result = super().result(written, audits, out)
-        self._checkpoints.clear()
-        if self.filtering.resumed:
-            result.lines += (f"resumed after iteration {self.filtering.resumed} of the interrupted run before",)
-        return result
 
     def report_details(self) -> tuple[dict, list]:
         """The iterations (rows left, scored, reaching τ, removed per label) and the removed rows' predictability

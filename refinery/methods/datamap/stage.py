@@ -46,31 +46,33 @@ class DataMapStage(FilterStage):
         X, self.y, self.labels = hashed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), c.inputs,
                                              c.hash_bits, "datamap: n-grams")
         training = {k: v for k, v in to_dict(c).items() if k not in ("keep", "share")}   # a new selection: no retrain
-        self._checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
+        self.checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
             source.splits, source.opts.storage_options)})
         with progress(total=c.epochs, desc=f"datamap: {c.epochs} epochs", unit=" epoch") as bar:
             self.dynamics = train_dynamics(X, self.y, len(self.labels), c, self._done(), self._keep_epoch, bar)
         self.kept = select(self.dynamics, c)
+        if self.dynamics.resumed:
+            self.resumed = f"resumed after epoch {self.dynamics.resumed} of the interrupted run before"
 
     def _done(self) -> list:
         """The finished epochs of a killed run, 1, 2, … without a gap, the last with its model."""
         from refinery.methods.datamap.dynamics import Epoch
 
-        done, names = [], set(self._checkpoints.done())
+        done, names = [], set(self.checkpoints.done())
         while f"epoch-{len(done) + 1:04d}" in names:
-            table = self._checkpoints.get(f"epoch-{len(done) + 1:04d}")
+            table = self.checkpoints.get(f"epoch-{len(done) + 1:04d}")
             done.append(Epoch(len(done) + 1, table["p_gold"].to_numpy(), table["right"].to_numpy(False), None))
         while done and f"model-{len(done):04d}" not in names:   # an epoch whose model was not kept: redo it
             done.pop()
         if done:
-            done[-1].model = pickle.loads(self._checkpoints.get(f"model-{len(done):04d}")["model"][0].as_py())
+            done[-1].model = pickle.loads(self.checkpoints.get(f"model-{len(done):04d}")["model"][0].as_py())
         return done
 
     def _keep_epoch(self, epoch) -> None:
-        self._checkpoints.put(f"epoch-{epoch.epoch:04d}", pa.table({"p_gold": epoch.p_gold, "right": epoch.right}))
-        self._checkpoints.put(f"model-{epoch.epoch:04d}", pa.table({"model": [pickle.dumps(epoch.model)]}))
+        self.checkpoints.put(f"epoch-{epoch.epoch:04d}", pa.table({"p_gold": epoch.p_gold, "right": epoch.right}))
+        self.checkpoints.put(f"model-{epoch.epoch:04d}", pa.table({"model": [pickle.dumps(epoch.model)]}))
         if epoch.epoch > 1:   # only the last model is needed to go on
-            self._checkpoints.remove(f"model-{epoch.epoch - 1:04d}")
+            self.checkpoints.remove(f"model-{epoch.epoch - 1:04d}")
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         at = self._rows(batch)
@@ -85,14 +87,6 @@ class DataMapStage(FilterStage):
 
     def reason_kind(self, reason: str) -> str:
         return reason.split(" (")[0]
-
-    def result(self, written: dict, audits, out: StageOutput):
-        """``FilterStage.result``; the epochs' checkpoints removed once the rows are published."""
-        result = super().result(written, audits, out)
-        self._checkpoints.clear()
-        if self.dynamics.resumed:
-            result.lines += (f"resumed after epoch {self.dynamics.resumed} of the interrupted run before",)
-        return result
 
     def report_details(self) -> tuple[dict, list]:
         """The data map, the epochs (training accuracy, mean p(gold)) and each label's share in every region."""
