@@ -88,14 +88,16 @@ class AFLiteStage(FilterStage):
         edges = np.linspace(self.config.tau, 1.0, 11) if self.config.tau < 1 else np.array([0.999, 1.0])
         counts = np.histogram(f.predictability[removed], bins=edges)[0]
         svg = figures.histogram(edges, counts, "Predictability of the removed rows", "predictability p(i)")
-        rows = [{"iteration": r["iteration"], "rows left": r["rows"], "scored": r["scored"],
-                 f"p ≥ τ ({self.config.tau:g})": r["reaching_tau"], "removed": r["removed"],
-                 "mean p": r["mean_predictability"],
-                 **{f"removed {l}": r["removed_by_label"][l] for l in self.labels}} for r in rounds]
+        reaching = f"p ≥ τ ({self.config.tau:g})"
+        rows = [{"iteration": r["iteration"], "rows left": r["rows"], "mean p": r["mean_predictability"],
+                 reaching: r["reaching_tau"], "removed": r["removed"],
+                 **{l: r["removed_by_label"][l] for l in self.labels}} for r in rounds]
         return ({"iterations": rounds, "stopped": f.stopped, "resumed_iterations": f.resumed,
                  "representation": f"hashed word 1-2-grams of the {self.config.inputs}, 2^{self.config.hash_bits} "
                                    "columns per field; multinomial naive Bayes"},
-                [("Iterations (Le Bras et al. 2020, Algorithm 1)", table(rows) + note(f"Stopped: {f.stopped}.")),
+                [("Iterations (Le Bras et al. 2020, Algorithm 1)", table(rows) + note(
+                    "Per iteration: the rows left, their mean predictability, those whose predictability reached τ, "
+                    f"the rows removed and, per label, how many of them. Stopped: {f.stopped}.")),
                  ("Predictability", figure(svg, "Each removed row's predictability: the share of the held-out "
                                                 "classifiers of its iteration that predicted its label."))])
 

@@ -6,8 +6,8 @@ after each, every training row's probability of its gold label p_e(i) and whethe
 
 The task model is a multinomial logistic regression on the rows' TF-IDF hashed word 1-2-grams (unit length;
 ``models.ngram``), trained from zero by minibatch SGD on the log-loss, p(l | x) = softmax(xW)_l,
-W ← W − (η/|B|) Σ_{i∈B} x_iᵀ (p(·|x_i) − e_{y_i}), one epoch a pass over the rows in a seeded order: the dynamics
-of learning on the rows themselves, not held-out predictions. η (``lr``) is large because the rows have unit
+W ← W − (η/|B|) Σ_{i∈B} x_iᵀ (p(·|x_i) − e_{y_i}), one epoch a pass over the rows in a seeded order: the
+dynamics of learning on the rows themselves, not held-out predictions. η (``lr``) is large because the rows have unit
 length: with the default the model fits SNLI dev's training rows over five epochs as the paper's fine-tuning
 does (training accuracy 72% → 96%), where a well-regularized model converges in one and draws no map.
 Each epoch's record and W after it can be kept (``on_epoch``), so a killed run resumes after its last.
