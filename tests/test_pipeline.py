@@ -481,3 +481,28 @@ def test_a_credential_from_the_environment_reaches_no_file_of_the_run(tmp_path):
     assert len(written) > 10 and not [p for p in written if b"hunter2x" in p.read_bytes()]
     saved = (tmp_path / "o" / "pipeline" / "pipeline.yaml").read_text()
     assert "storage_options: {secret: '${REFINERY_SECRET}'}" in saved
+
+
+def test_a_step_reads_an_earlier_step_so_methods_run_side_by_side(tmp_path):
+    """``reads: input`` runs a stage on the pipeline's input instead of the step before it; compare then names
+    both methods' outputs; a step that names no earlier step is refused before any work."""
+    lines = open(SNLI_DEV).read().splitlines()
+    (tmp_path / "dev.jsonl").write_text("\n".join(lines[:900]) + "\n")
+    (tmp_path / "hard.jsonl").write_text("\n".join(open(SNLI_HARD).read().splitlines()[:300]) + "\n")
+    spec = {"input": {"paths": ["dev.jsonl"], "preset": "snli"}, "stages": [
+        {"zfilter": {"k": 5}}, {"aflite": {"partitions": 8}, "reads": "input"},
+        {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "baseline": ["input", "zfilter"],
+                     "model": {"bootstrap": 100}}}]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec))
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o")
+    run = {s["stage"]: s for s in json.loads((tmp_path / "o" / "pipeline" / "run.json").read_text())["stages"]}
+    assert run["aflite"]["rows_in"] == run["zfilter"]["rows_in"] == 900   # both read the input
+    report = json.loads((tmp_path / "o" / "03-compare" / "report" / "report.json").read_text())
+    assert list(report["train"]) == ["00-input", "01-zfilter", "02-aflite"]
+    assert report["train"]["02-aflite"]["rows"] == Corpus.open(str(tmp_path / "o" / "02-aflite" / "kept")).manifest["rows"]
+    assert "  reads: input" in run_cli("run", tmp_path / "p.yaml", "--print-config").stdout
+    spec["stages"][1]["reads"] = "confidence"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
+    refused = run_cli("run", tmp_path / "bad.yaml", "--out", tmp_path / "bad", check=False)
+    assert refused.returncode == 2 and "reads: 'confidence' names no earlier step" in refused.stderr
+    assert not (tmp_path / "bad").exists()

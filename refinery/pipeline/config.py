@@ -185,9 +185,13 @@ class InputSpec:
 class StageSpec:
     name: str
     config: Any
+    reads: str | None = None   # the step whose output the stage reads (``input``, a name or NN-name); none: the last
 
     def to_dict(self) -> dict:
-        return {self.name: to_dict(self.config)}
+        return {self.name: to_dict(self.config), **({READS: self.reads} if self.reads else {})}
+
+
+READS = "reads"   # a stage entry's key beside its name: the earlier step it reads instead of the one before it
 
 
 @dataclass
@@ -342,16 +346,22 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     spec_in = anchor_input(spec_in, base)
     stages = []
     for i, entry in enumerate(data["stages"], 1):
-        name, params = (entry, {}) if isinstance(entry, str) else next(iter(entry.items())) \
-            if isinstance(entry, dict) and len(entry) == 1 else (None, None)
+        reads = entry.get(READS) if isinstance(entry, dict) else None
+        named = {k: v for k, v in entry.items() if k != READS} if isinstance(entry, dict) else {}
+        name, params = (entry, {}) if isinstance(entry, str) else next(iter(named.items())) \
+            if len(named) == 1 else (None, None)
         if name is None:
-            raise ConfigError(f"{where}: stage {i} must be a name or a one-key mapping name: {{config}}")
+            raise ConfigError(f"{where}: stage {i} must be a name or a mapping name: {{config}} (and, to read an "
+                              f"earlier step than the one before it, {READS}: STEP)")
+        if reads is not None and (not isinstance(reads, str) or reads not in _step_names(stages)):
+            raise ConfigError(f"{where}: stage {i} ({name}): {READS}: {reads!r} names no earlier step; give one of "
+                              f"{', '.join(sorted(_step_names(stages)))}")
         try:
             cls = stage_class(name)
         except ValueError as e:
             raise ConfigError(f"{where}: stage {i}: {e}") from None
         config = anchor_settings(from_dict(cls.Config, params, f"{where}: stage {i} ({name})"), base)
-        stages.append(StageSpec(name, anchor_references(config, cls.references, _step_names(stages), base)))
+        stages.append(StageSpec(name, anchor_references(config, cls.references, _step_names(stages), base), reads))
     engine = data.get("engine", "local")
     if engine not in ENGINES:
         raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {engine!r}")

@@ -163,19 +163,23 @@ def _remove_earlier_steps(out: str, steps: set, storage_options: dict, echo) -> 
 
 
 def check_columns(spec: PipelineSpec, columns) -> None:
-    """Refuse a pipeline before any work when a step needs a column that neither the input has nor a step before
-    it adds (``Stage.needs`` against the input's columns and the earlier steps' ``Stage.adds``)."""
-    available = set(columns)
+    """Refuse a pipeline before any work when a step needs a column that neither the input has nor a step of its
+    lineage adds (``Stage.needs`` against the input's columns and the ``Stage.adds`` of the steps it reads through,
+    ``reads`` followed)."""
+    columns = set(columns)
+    available = {"input": columns, INPUT_DIR: columns}
+    last = columns
     for i, stage_spec in enumerate(spec.stages, 1):
         cls = stage_class(stage_spec.name)
-        missing = [c for c in cls.needs if c not in available]
+        reading = available[stage_spec.reads] if stage_spec.reads else last
+        missing = [c for c in cls.needs if c not in reading]
         if missing:
-            added = sorted({c for s in spec.stages[:i - 1] for c in stage_class(s.name).adds})
+            added = sorted(reading - columns)
             raise MissingColumns(f"step {i:02d}-{stage_spec.name} needs column(s) {', '.join(missing)}: the input "
                                  f"has {', '.join(sorted(columns))}" + (f" and the steps before it add "
                                                                          f"{', '.join(added)}" if added else "")
                                  + splits_hint(missing))
-        available |= set(cls.adds)
+        last = available[stage_spec.name] = available[step_folder(i, stage_spec.name)] = reading | set(cls.adds)
 
 
 def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, echo) -> PipelineRun:
@@ -193,7 +197,11 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
         steps = {"input": folder, INPUT_DIR: folder}  # what config references may name
         for i, stage_spec in enumerate(spec.stages, 1):
             folder, name, started = join(out, step_folder(i, stage_spec.name)), stage_spec.name, time.perf_counter()
-            _refuse_nothing_passed_on(run.stages[-1], current, folder, name, opts.storage_options)
+            before = run.stages[-1]
+            if stage_spec.reads:   # an earlier step's output instead of the last one's
+                current = steps[stage_spec.reads]
+                before = next(s for s in run.stages if s.passes_on == current)
+            _refuse_nothing_passed_on(before, current, folder, name, opts.storage_options)
             step_input = StageInput({"": [current]}, None, corpus_opts, engine, *_names(spec.input.mapping()),
                                     recorded([current], opts.storage_options)[1])
             step, stage = _stage_step(stage_spec, step_input, folder, steps, opts, echo)
