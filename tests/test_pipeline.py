@@ -422,7 +422,10 @@ def test_the_examples_write_only_where_out_says():
     """The shipped pipeline files name no out: (snli.yaml wrote ../snli-out, beside the checkout, when --out was
     forgotten): without --out they refuse in one line, before any work."""
     examples = sorted((REPO / "examples").glob("*.yaml"))
-    assert len(examples) == 4 and all("out" not in yaml.safe_load(p.read_text()) for p in examples)
+    assert len(examples) == 5 and all("out" not in yaml.safe_load(p.read_text()) for p in examples)
+    methods = load_pipeline(str(REPO / "examples" / "methods.yaml"))   # five methods side by side, one compare
+    assert [(s.name, s.reads) for s in methods.stages][2:] == [("aflite", "input"), ("datamap", "input"), (
+        "confidence", "input"), ("upsample", "input"), ("compare", None)]
     proc = run_cli("run", REPO / "examples" / "snli.yaml", check=False)
     assert proc.returncode == 2 and proc.stderr == "error: no output folder: give --out or out: in the pipeline file\n"
 
