@@ -12,7 +12,7 @@ record's label order; sums of weights where ``weighted``), everything else in th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +55,19 @@ class AuditRecord:
                       stats.n[tested], np.asarray(stats.p0, np.float64), float(stats.threshold), stats.min_count,
                       stats.alpha)
         return cls(kept, prior, rows, dict(settings), weighted)
+
+    @classmethod
+    def of_output(cls, stats: ZStats, prior: Prior, label_rows: dict, features, weighted: bool = False
+                  ) -> "AuditRecord | None":
+        """The record a stage keeps with the corpus it wrote: ``stats`` (its verdict's after side, with its own
+        min_count and α) under the prior rule the corpus's manifest records, as ``refinery audit`` with its default
+        ``--prior auto`` takes it (carried), on the feature config ``features``."""
+        return cls.of(stats, replace(prior, carried=True), label_rows,
+                      settings_of(features, "auto", stats.min_count, stats.alpha), weighted)
+
+    def attach_to(self, writer) -> None:
+        """Keep the record with the corpus ``writer`` (an ``io.corpus_writer.CorpusWriter``) is about to commit."""
+        writer.attach(KEY, self.to_table())
 
     def matches(self, settings: dict, weighted: bool = False) -> bool:
         """Is this the audit those settings make of the corpus (weighted or not)?"""

@@ -77,14 +77,15 @@ class TokenizerOptions:
         if self.lowercase:
             texts = pc.utf8_lower(texts)
         contracted = pc.or_(*(pc.match_substring(texts, f"n{q}t", ignore_case=True) for q in "'’"))
-        if pc.any(contracted).as_py():   # the regex only on the rows that may hold an n't (a plain search finds them)
+        any_contracted = pc.any(contracted).as_py()
+        if any_contracted:   # the regex only on the rows that may hold an n't (a plain search finds them)
             rows = pc.filter(texts, contracted)
             texts = pc.replace_with_mask(texts, contracted, pc.replace_substring_regex(rows, _CONTRACTED,
                                                                                       rf" \1{_HELD}\2"))
         texts = pc.replace_substring_regex(texts, _PUNCT, " " if self.remove_punctuation else r" \1 ")
         tokens = split_words(texts)
         flat = pc.list_flatten(tokens)
-        if pc.any(contracted).as_py():
+        if any_contracted:
             tokens = pa.ListArray.from_arrays(tokens.offsets, pc.replace_substring(flat, _HELD, "'"))
             flat = pc.list_flatten(tokens)
         keep = pc.greater(pc.binary_length(flat), 0)  # runs of whitespace leave empty strings

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
+from refinery.core.audit_record import AuditRecord
 from refinery.core.feature_counts import _FieldCounts, _pool, split_key
 from refinery.core.features import NULL_FEATURE, FeatureConfig, dictionary_ids, extract, text_fields
 from refinery.core.kernels import EMPTY
@@ -281,6 +282,13 @@ class WeightedAudits:
     stats: list
     features: FeatureConfig | None = None
     left_out: tuple = ()
+
+    def record_of(self, weighting: int, label_rows: dict, weighted: bool = False) -> AuditRecord | None:
+        """The audit of weighting ``weighting`` as the corpus it describes keeps it (``AuditRecord.of_output``), or
+        None where a feature family could not be counted (it would not be that corpus's audit)."""
+        if self.left_out:
+            return None
+        return AuditRecord.of_output(self.stats[weighting], self.prior, label_rows, self.features, weighted)
 
     def significant(self, threshold: float) -> np.ndarray:
         """Rows of ``matrix`` with some label's z* over ``threshold`` in one of the audits (tested: n ≥ min_count)."""

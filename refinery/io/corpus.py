@@ -161,8 +161,8 @@ class Corpus:
     def attached(self, key: str) -> pa.Table | None:
         """The table a stage kept with the corpus under ``key`` (``CorpusWriter.attach``), or None: none kept, or
         one whose bytes differ from what the manifest records (changed after refinery wrote it: not trusted)."""
-        entry = (self.manifest.get("attached") or {}).get(key) if isinstance(self.manifest.get("attached"), dict) \
-            else None
+        attached = self.manifest.get("attached")
+        entry = attached.get(key) if isinstance(attached, dict) else None
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             return None
         (name,) = inside(posixpath.join(self.url, MANIFEST), "attached", [entry["path"]])

@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.common_schema import common_schema, conform
-from refinery.io.corpus import (CARD, FORMAT, MANIFEST, META_DIR, REJECTS, AllRejected, concat, finished_run, input_fingerprints,
-                                iter_input_batches, load, manifest_path, reject_reasons, value_counts)
+from refinery.io.corpus import (CARD, FORMAT, MANIFEST, META_DIR, REJECTS, AllRejected, concat, finished_run,
+                                input_fingerprints, iter_input_batches, load, manifest_path, reject_reasons,
+                                value_counts)
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs

@@ -5,20 +5,19 @@ shares, the turns undone until the verdicts hold; and the up-sampled corpus, wri
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core import audit_record
 from refinery.core import stats as zstats
-from refinery.core.audit_record import AuditRecord, settings_of
+from refinery.core.audit_record import AuditRecord
 from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
-from refinery.methods.audac_guard import ALPHA, AUDIT_MIN_COUNT, ShortcutGuard, count_input
+from refinery.methods.audac_guard import ShortcutGuard, count_input
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output
 from refinery.progress import progress
@@ -245,9 +244,8 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
                 added=added, refused=refused, undone=undone,
                 supply=queries.run(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
                 copies=dict(zip(labels, guard.copies.tolist())), verdict=verdict, verdict_input_p0=verdict_input_p0,
-                audit=AuditRecord.of(guard.after(), replace(prior, carried=True),
-                                     dict(zip(labels, (guard.totals + guard.copies).tolist())),
-                                     settings_of(features, "auto", AUDIT_MIN_COUNT, ALPHA)))
+                audit=AuditRecord.of_output(guard.after(), prior,
+                                            dict(zip(labels, (guard.totals + guard.copies).tolist())), features))
 
 
 _REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (refinery ibadr) or filtering "
@@ -425,5 +423,5 @@ def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table, audit:
                 writer.write(pa.Table.from_batches([rb]))
         writer.write(rejects=rejects)  # the input's rejects stay accounted for
         if audit is not None:
-            writer.attach(audit_record.KEY, audit.to_table())
+            audit.attach_to(writer)
         writer.commit()

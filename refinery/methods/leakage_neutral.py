@@ -10,8 +10,6 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
-from refinery.core import audit_record
-from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedAudits, WeightedCounts, audit_weightings,
                                               judge_weightings)
 from refinery.methods.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
@@ -56,11 +54,9 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
             audits = audit_weightings(counts, (0, 1), config.prior, carried=source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
-            record = AuditRecord.of(audits.stats[1], replace(audits.prior, carried=True), writer.labels,
-                                    settings_of(features, "auto", audits.stats[1].min_count, audits.stats[1].alpha),
-                                    weighted=True)
-            if record is not None and not audits.left_out:   # the weighted audit of corpus/, kept with it
-                writer.attach(audit_record.KEY, record.to_table())
+            record = audits.record_of(1, writer.labels, weighted=True)
+            if record is not None:   # the weighted audit of corpus/, kept with it
+                record.attach_to(writer)
             manifest = writer.commit()
         report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
         verdict = _verdict(counts, audits, config, report, graph, dict(zip(clips, capped_w)))

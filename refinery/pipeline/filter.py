@@ -24,15 +24,12 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
-from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core import audit_record
-from refinery.core.audit_record import AuditRecord, settings_of
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
 
@@ -147,7 +144,7 @@ class FilterStage(Stage):
                 out.prior = audits.prior
             record = self.kept_record(audits, kept_w.labels)
             if record is not None:
-                kept_w.attach(audit_record.KEY, record.to_table())
+                record.attach_to(kept_w)
             kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
         written = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
                    "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
@@ -159,11 +156,7 @@ class FilterStage(Stage):
         """The audit of kept/ as ``refinery audit`` makes it with its defaults (an ``AuditRecord``), kept with it:
         the verdict's "after" side (``audits``: the input's and the kept rows'); None where there is none. A filter
         that ``judges_itself`` gives its own."""
-        if audits is None or audits.left_out:
-            return None
-        kept = audits.stats[1]
-        return AuditRecord.of(kept, replace(audits.prior, carried=True), kept_labels,
-                              settings_of(audits.features, "auto", kept.min_count, kept.alpha))
+        return None if audits is None else audits.record_of(1, kept_labels)
 
     def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """The report published and the stage's result, once kept/ and rejected/ are: ``written`` (rows kept and

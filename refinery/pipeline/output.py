@@ -23,6 +23,7 @@ import pyarrow as pa
 from refinery.io.location import join
 
 if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options build without them
+    from refinery.core.audit_record import AuditRecord
     from refinery.core.stats import Prior
     from refinery.io.checkpoints import Checkpoints
     from refinery.io.corpus_writer import CorpusWriter
@@ -112,13 +113,13 @@ class StageOutput:
                             storage_options=self.storage_options, inputs=self.inputs, **options)
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
-                     settings: dict | None = None, attached: dict | None = None, **options) -> dict:
-        """Publish an in-memory table (and the input rejects it answers for) as the corpus ``part``, with the tables
-        ``attached`` ({key: table}, ``CorpusWriter.attach``); its manifest."""
+                     settings: dict | None = None, audit: AuditRecord | None = None, **options) -> dict:
+        """Publish an in-memory table (and the input rejects it answers for) as the corpus ``part``, with its
+        ``audit`` where the stage has one (``AuditRecord.attach_to``); its manifest."""
         with self.corpus(part, settings=settings, **options) as writer:
             writer.write(rows, rejects)
-            for key, table in (attached or {}).items():
-                writer.attach(key, table)
+            if audit is not None:
+                audit.attach_to(writer)
             return writer.commit()
 
     def files(self, part: str = REPORT) -> AtomicDir:

@@ -169,8 +169,9 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
     """Everything the report shows, exact (``receipt.json``): per step its accounting, what it passed on and
     (``audit_steps``) the audit of that corpus, with the z* of the input's ``top_features`` per label; the
     statistics of the last corpus audited (``names``: the input preset's field names and single-text flag); and
-    each audit as kept for the next run ({key: table}). A step whose audit an earlier run kept under the same key
-    (``_audit_key``: an unchanged step) is not audited again."""
+    each audit the report counted, kept for the next run ({key: table}). A step whose audit an earlier run kept
+    under the same key (``_audit_key``: an unchanged step), whose corpus keeps its own (``_recorded_audit``) or
+    whose input the audit step measured (``_audit_steps_audit``) is not audited again."""
     corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
     audit_config = _audit_config(spec)
     settings, config_k = _settings(audit_config, names), audit_config.k
@@ -194,19 +195,22 @@ def receipt(run, spec, opts: ReadOptions, config: ReportConfig, names: tuple, ec
             columns = StageInput({"": [step.passes_on]}, None, corpus_opts).columns()
             weighted = "weight" in columns
             key = _audit_key(step, run.out, audit_config, names, weighted)
-            kept = _kept_audit(run.out, key, opts.storage_options) or (
+            cached = _kept_audit(run.out, key, opts.storage_options)
+            found = cached or (
                 _audit_steps_audit(run, spec, audit_config, names, opts.storage_options) if stage is None else
                 _recorded_audit(step.passes_on, opts.storage_options, settings, weighted))
-            echo(f"   report: {'reading the audit' if kept else 'auditing the rows'} {step.folder} passes on"
-                 + (" (weighted)" if weighted and not kept else ""))
+            echo(f"   report: {'reading the audit' if found else 'auditing the rows'} {step.folder} passes on"
+                 + (" (weighted)" if weighted and not found else ""))
             try:
-                record = kept or (
+                record = found or (
                     _measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns, carried)
                     if weighted else _measure(step.passes_on, corpus_opts, audit_config, names, carried))
             except EmptyInput as e:   # e.g. a step left one label: the report says so instead of failing the run
                 entry["audit_skipped"] = "it passes on no rows" if entry.get("rows") == 0 else str(e)
             else:
-                audits[key], last = record.to_table(), record.stats
+                if cached is not None or found is None:   # counted for the report: kept for the next run
+                    audits[key] = record.to_table()
+                last = record.stats
                 audited = entry["audit"] = record.figures(config_k)
                 if tracked is None:   # the input's top features and prior rule, followed through every step
                     first, carried = last, Prior.recorded(record.prior.record())

@@ -7,13 +7,11 @@ tokenization of each).
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
-from refinery.core.audit_record import AuditRecord, settings_of
+from refinery.core.audit_record import AuditRecord
 from refinery.core.features import FeatureConfig
 from refinery.core.verdict import Verdict, judge
 from refinery.core.weighted_counts import WeightedCounts
@@ -73,9 +71,8 @@ class ShortcutAudit:
             v.notes.append(f"no shortcut weakened by the {accepted.num_rows:,} accepted pseudo samples; to add more, "
                            f"raise --per-iteration (now {config.per_iteration:,}) or --iterations (now "
                            f"{config.iterations}).")
-        record = None if self.counts.left_out else AuditRecord.of(
-            after, replace(self.prior, carried=True), {l: round(n) for l, n in self.counts.label_totals(1).items()},
-            settings_of(self.features, "auto", after.min_count, after.alpha))
+        record = None if self.counts.left_out else AuditRecord.of_output(
+            after, self.prior, {l: round(n) for l, n in self.counts.label_totals(1).items()}, self.features)
         return v, record
 
 

@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core import audit_record
 from refinery.core.features import FeatureConfig
 from refinery.io.step_folders import StepFolders
 from refinery.methods.ibadr.audit import ShortcutAudit, top_z
@@ -113,8 +112,7 @@ def publish(out: StageOutput, steps: StepFolders, table: pa.Table, pool: pa.Tabl
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
     summary = audit.in_rows(accepted)
     verdict, record = audit.judge_pool(accepted, config)
-    pool_manifest = out.write_corpus("pool", pool, rejects, settings={"ibadr": config.to_dict()},
-                                     attached={audit_record.KEY: record.to_table()} if record is not None else None)
+    pool_manifest = out.write_corpus("pool", pool, rejects, settings={"ibadr": config.to_dict()}, audit=record)
     report = {"original_rows": table.num_rows, "pool_rows": pool.num_rows, "accepted": accepted.num_rows,
               "generated": generated.num_rows,
               "by_status": dict(sorted(Counter(generated["status"].to_pylist()).items())),

@@ -77,7 +77,6 @@ class RazorStage(Stage):
         from refinery.io.redaction import redact
         from refinery.methods.razor.rewrite import refine
         from refinery.methods.razor.scores import gamma_summary
-        from refinery.core import audit_record
         from refinery.core import stats as zstats
         from refinery.methods.razor.verdict import verdict
         from refinery.models import load_classifier
@@ -94,8 +93,7 @@ class RazorStage(Stage):
                                          checkpoints=checkpoints)
         out.prior = zstats.choose_prior("auto", zstats.rows_per_label(table["label"]), out.prior)   # recorded
         judged, record = verdict(table, refined, features, config, out.prior)
-        out.write_corpus(Output.CORPUS.value, refined, rejects, settings={"razor": report},
-                         attached={audit_record.KEY: record.to_table()} if record is not None else None)
+        out.write_corpus(Output.CORPUS.value, refined, rejects, settings={"razor": report}, audit=record)
         report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
                       replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
                       if "source" in refined.column_names else 0,

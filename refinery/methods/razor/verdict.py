@@ -7,14 +7,12 @@ with weights 0 and 1), so it costs a tokenization of the input.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.core.audit_record import AuditRecord, settings_of
+from refinery.core.audit_record import AuditRecord
 from refinery.core.features import FeatureConfig
 from refinery.core.stats import Prior
 from refinery.core.verdict import JITTER, Verdict
@@ -49,8 +47,4 @@ def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config:
     if v.ok and weakened_nothing(v):
         v.notes.append(f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise "
                        f"--top-k (now {config.top_k}) or --rounds (now {config.rounds}).")
-    after = audits.stats[1]
-    record = None if audits.left_out else AuditRecord.of(
-        after, replace(audits.prior, carried=True), zstats.rows_per_label(refined["label"]),
-        settings_of(features, "auto", after.min_count, after.alpha))
-    return v, record
+    return v, audits.record_of(1, zstats.rows_per_label(refined["label"]))

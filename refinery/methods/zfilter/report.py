@@ -33,13 +33,14 @@ def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept", settl
     return f"raise --k (now {config.k}), or run refinery zfilter on {where} again."
 
 
-def publish_report(filtering: Filtering, written: dict, out: StageOutput, config: ZFilterConfig) -> dict:
+def publish_report(filtering: Filtering, written: dict, out: StageOutput, config: ZFilterConfig,
+                   after: zstats.ZStats) -> dict:
     """zfilter's report.json and page under ``out``'s report/: ``written`` is ``FilterStage``'s count of what it
-    wrote (kept/ with the seed's rows that lead it, rejected/, the input's rejects; rows per label)."""
+    wrote (kept/ with the seed's rows that lead it, rejected/, the input's rejects; rows per label); ``after``: the
+    z-statistics of Z (the kept rows), computed once for the audit kept with kept/."""
     zf, seed_by_label = filtering.zf, filtering.seed_by_label
     page = out.report_page("z-filter: rows whose features leak the label, filtered out (Wu et al. 2022)")
     before = zf.seen.stats(zf.prior.name, config.min_count, config.alpha)
-    after = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
     remedy = remedies(config, bool(seed_by_label), out.url("kept"), filtering.settle_exhausted)
     verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
                     prior=str(zf.prior))

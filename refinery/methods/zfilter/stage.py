@@ -14,8 +14,6 @@ This module is what the registry imports for a verb's options, so it holds no he
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pyarrow as pa
 
 from refinery.core import stats as zstats
@@ -73,19 +71,19 @@ class ZFilterStage(_DecidedInPrepare):
         return [(tag(seed, "seed"), None)] if part == "kept" and seed is not None else []
 
     def kept_record(self, audits, kept_labels: dict):
-        """kept/'s audit: that of Z (the kept rows, the seed's included), as its verdict judges it."""
-        from refinery.core.audit_record import AuditRecord, settings_of
+        """kept/'s audit: that of Z (the kept rows, the seed's included), the "after" side of its verdict (kept for
+        the report)."""
+        from refinery.core.audit_record import AuditRecord
 
         config, zf = self.named_config, self.filtering.zf
-        return AuditRecord.of(zf.Z.stats(zf.prior.name, config.min_count, config.alpha),
-                              replace(zf.prior, carried=True), kept_labels,
-                              settings_of(config.features, "auto", config.min_count, config.alpha))
+        self.kept_stats = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
+        return AuditRecord.of_output(self.kept_stats, zf.prior, kept_labels, config.features)
 
     def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """zfilter's own report and verdict (the input's z-statistics against those of Z)."""
         from refinery.methods.zfilter.report import publish_report, terminal_lines
 
-        r = publish_report(self.filtering, written, out, self.named_config)
+        r = publish_report(self.filtering, written, out, self.named_config, self.kept_stats)
         seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
         return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, filtered out "
                            f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", terminal_lines(r))
@@ -125,12 +123,11 @@ class ComposeStage(_DecidedInPrepare):
 
     def kept_record(self, audits, kept_labels: dict):
         """kept/'s audit: that of D0 and G kept together, as the composition's verdict judges it."""
-        from refinery.core.audit_record import AuditRecord, settings_of
+        from refinery.core.audit_record import AuditRecord
 
         config = self.named_config
-        return AuditRecord.of(self.composition.audit.stats("kept", "together", self.prior.name, config),
-                              replace(self.prior, carried=True), kept_labels,
-                              settings_of(config.features, "auto", config.min_count, config.alpha))
+        return AuditRecord.of_output(self.composition.audit.stats("kept", "together", self.prior.name, config),
+                                     self.prior, kept_labels, config.features)
 
     def leading_rows(self, part: str):
         """D0's rows (and input rejects) lead kept/ and rejected/."""
