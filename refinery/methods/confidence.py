@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
 from refinery.models.base import CLASSIFIERS
-from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.filter import FilterStage, row_numbers, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 
@@ -261,4 +261,4 @@ class ConfidenceStage(FilterStage):
 
     def _scores(self, batch: pa.Table) -> np.ndarray:
         """p_M(label | text) of the batch's rows (scored in ``prepare``, in the input's order)."""
-        return self._confidence[self.batch_start: self.batch_start + batch.num_rows]
+        return self._confidence[row_numbers(batch)]

@@ -10,7 +10,8 @@ Where it runs (``pipeline.engine.stream_map``): ``prepare`` in the driver; ``dec
 this process on the local engine, and on Ray workers under ``--engine ray`` (each batch a task asking for the
 stage's ``resources``, the filter with its state shipped to the object store once). The driver reads the batches,
 keeps them in input order and only writes what comes back. A filter that decided every row in ``prepare`` looks
-each batch's decisions up from ``batch_start``, the position of its first row in the input. Once kept/ and
+each row's decision up by its number in the input (``row_numbers(batch)``: the order ``prepare`` read the rows in,
+which the engine hands with every batch wherever it is read). Once kept/ and
 rejected/ are published, ``result`` publishes the report and gives the stage's result (a filter with a report of
 its own overrides it).
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
 
 TOP_REASONS = 20
+ROW_NUMBER = "__row_number"   # the column a batch's rows carry their number in the input in, while a filter sees them
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
 NOTHING_KEPT = "no verdict: nothing was kept, and an empty corpus is not judged"
 TOO_FEW_KEPT = "no verdict: the {kept:,} kept rows are too few for any feature to be tested (min_count)"
@@ -60,7 +62,6 @@ class FilterStage(Stage):
     output = Output.KEPT
     checkpoints = None   # a filter's ``Checkpoints`` of a long ``prepare``: removed once the rows are published
     resumed = ""         # what ``prepare`` read back from a killed run's checkpoints, said on the console
-    batch_start: int = 0   # the input's position of the first row of the batch decide and annotate are handed
     judges_itself: ClassVar[bool] = False   # its report carries a verdict of its own (zfilter's, against the
     #                                         input's z-statistics): the base's audit of kept/ is not made
 
@@ -73,8 +74,8 @@ class FilterStage(Stage):
         """(keep: one bool per row, reasons: why each row would be dropped; read for dropped rows only).
 
         Runs where the engine puts it (a Ray worker, on a copy of the filter): what it needs from ``prepare``
-        is in the filter's attributes, indexed by row position from ``batch_start``; nothing it changes there
-        comes back."""
+        is in the filter's attributes, indexed by each row's number in the input (``row_numbers(batch)``); nothing
+        it changes there comes back."""
 
     def reason_kind(self, reason: str) -> str:
         """The group a reason is counted under in the report (the reason itself by default; a filter whose
@@ -125,7 +126,7 @@ class FilterStage(Stage):
                 kept_w.write(rejects=rejects)
                 input_rejects += rejects.num_rows
 
-            for kept_rows, dropped_rows, why in stream_map(_positioned(source, on_rejects), decide_batch,
+            for kept_rows, dropped_rows, why in stream_map(_numbered_batches(source, on_rejects), decide_batch,
                                                            source.engine, {"stage": self}, stage=self.name,
                                                            resources=self.resources):
                 if measured is not None:   # the batch counted once: weights 1 (the input) and keep (the kept rows)
@@ -239,25 +240,36 @@ class FilterStage(Stage):
         out.publish_report(report, page)
 
 
-def _positioned(source: StageInput, on_rejects) -> Iterator[tuple[pa.Table, int]]:
-    """(rows, the input's position of their first row) of each batch of ``source`` that has rows; each batch's
-    rejects handed to ``on_rejects`` as it is read."""
+def _numbered_batches(source: StageInput, on_rejects) -> Iterator[pa.Table]:
+    """The ``numbered`` rows of each batch of ``source`` that has rows; each batch's rejects handed to ``on_rejects``
+    as it is read."""
     start = 0
     for batch in source.iter_batches():
         if batch.rejects.num_rows:
             on_rejects(batch.rejects)
         if batch.rows.num_rows:
-            yield batch.rows, start
+            yield numbered(batch.rows, start)
             start += batch.rows.num_rows
 
 
-def decide_batch(positioned: tuple[pa.Table, int], stage: FilterStage) -> tuple[pa.Table, pa.Table, list]:
+def numbered(rows: pa.Table, first: int) -> pa.Table:
+    """``rows`` with each row's number in the input (``ROW_NUMBER``), the first being ``first``."""
+    return rows.append_column(ROW_NUMBER, pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64)))
+
+
+def row_numbers(batch: pa.Table) -> np.ndarray:
+    """Each row's number in the stage's input (0 for its first good row, in the order ``prepare`` reads them): where a
+    filter finds what ``prepare`` decided of the row."""
+    return batch[ROW_NUMBER].to_numpy()
+
+
+def decide_batch(rows: pa.Table, stage: FilterStage) -> tuple[pa.Table, pa.Table, list]:
     """(the kept rows, the dropped rows, each as ``annotate`` writes it, the reasons of the dropped rows) of one
-    batch: the work of a filter that runs where the engine puts it."""
-    rows, stage.batch_start = positioned
+    batch of ``numbered`` rows: the work of a filter that runs where the engine puts it."""
     keep, why = stage.decide(rows)
     keep = np.asarray(keep, bool)
-    return (*stage.annotate(rows, keep), [str(why[i]) for i in np.flatnonzero(~keep)])
+    kept, dropped = (part.drop_columns([ROW_NUMBER]) for part in stage.annotate(rows, keep))
+    return kept, dropped, [str(why[i]) for i in np.flatnonzero(~keep)]
 
 
 def split(rows: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:

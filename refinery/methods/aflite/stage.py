@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.filter import FilterStage, row_numbers, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 
@@ -57,14 +57,14 @@ class AFLiteStage(FilterStage):
         self.labels = labels
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
-        at = self._rows(batch)
+        at = row_numbers(batch)
         removed = self.filtering.removed_at[at]
         p = self.filtering.predictability[at]
         tau = self.config.tau
         return removed == 0, _Reasons(removed, p, tau)
 
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
-        at = self._rows(batch)
+        at = row_numbers(batch)
         p = self.filtering.predictability[at]
         rows = set_column(batch, "predictability", pa.array(np.where(np.isnan(p), None, p), pa.float32()))
         kept, dropped = split(rows, keep)
@@ -106,8 +106,6 @@ class AFLiteStage(FilterStage):
                 f"shortcut more often: raise --tau (now {self.config.tau:g}) or --target-share (now "
                 f"{self.config.target_share:g}), or z-filter the kept rows (refinery zfilter OUT/kept).")
 
-    def _rows(self, batch: pa.Table) -> slice:
-        return slice(self.batch_start, self.batch_start + batch.num_rows)
 
 
 class _Reasons:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from refinery.methods.datamap.config import DataMapConfig
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.filter import FilterStage, row_numbers, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 
@@ -75,11 +75,11 @@ class DataMapStage(FilterStage):
             self.checkpoints.remove(f"model-{epoch.epoch - 1:04d}")
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
-        at = self._rows(batch)
+        at = row_numbers(batch)
         return self.kept[at], _Reasons(self, at)
 
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
-        at, d = self._rows(batch), self.dynamics
+        at, d = row_numbers(batch), self.dynamics
         for name, values, kind in zip(COLUMNS, (d.confidence, d.variability, d.correctness, d.forgetfulness),
                                       (pa.float32(), pa.float32(), pa.float32(), pa.int32())):
             batch = set_column(batch, name, pa.array(values[at], kind))
@@ -122,19 +122,17 @@ class DataMapStage(FilterStage):
                 f"{self.config.keep}) or a larger --share (now {self.config.share:g}), or z-filter the kept rows "
                 "(refinery zfilter OUT/kept).")
 
-    def _rows(self, batch: pa.Table) -> slice:
-        return slice(self.batch_start, self.batch_start + batch.num_rows)
 
 
 class _Reasons:
     """Each dropped row's reason: outside the region kept, with its figure there."""
 
-    def __init__(self, stage: DataMapStage, at: slice):
+    def __init__(self, stage: DataMapStage, at: np.ndarray):
         self.stage, self.at = stage, at
 
     def __getitem__(self, i: int) -> str:
         c, d = self.stage.config, self.stage.dynamics
-        row = self.at.start + i
+        row = self.at[i]
         if c.keep == "random":
             return f"not in the random {c.share:.0%}"
         values = d.variability if c.keep == "ambiguous" else d.confidence

@@ -4,8 +4,8 @@ Algorithm 1 decides each row against the Z that the rows before it built, so it 
 stage's ``prepare``; ``decide`` then only looks each row up here (stateless: the lookup may run on any worker,
 in any split of the stream). Decisions are columns, not objects, so that the driver's memory follows the
 features hit, not the rows: per input row the index of its decision (−1: kept); per rejected row its reason's
-prefix and the features it hit (indices into the names of the features that rejected any row). A batch is
-found by the input position of its first row, checked against the rows' ids (an id lookup where they differ).
+prefix and the features it hit (indices into the names of the features that rejected any row). Rows are found
+by their number in the input (``pipeline.filter.row_numbers``).
 """
 from __future__ import annotations
 
@@ -15,24 +15,24 @@ import pyarrow.compute as pc
 
 
 class Decisions:
-    """Every input row's decision: ``ids`` (input order), ``rejected_at`` (per row the index of its rejection,
+    """Every input row's decision: ``rejected_at`` (per input row, in input order, the index of its rejection,
     −1 kept), and per rejection the index of its reason's prefix in ``prefixes`` and its hit features
     (``hits``: lists of indices into ``names``, sorted by name)."""
 
-    def __init__(self, ids: pa.Array, rejected_at: np.ndarray, prefix_index: np.ndarray, prefixes: list[str],
-                 hits: pa.ListArray, names: pa.Array):
-        self.ids, self.rejected_at = ids, rejected_at
+    def __init__(self, rejected_at: np.ndarray, prefix_index: np.ndarray, prefixes: list[str], hits: pa.ListArray,
+                 names: pa.Array):
+        self.rejected_at = rejected_at
         self.prefix_index, self.prefixes = prefix_index, pa.array(prefixes, pa.string())
         self.hits, self.names = hits, names
 
     @classmethod
-    def build(cls, ids: pa.Array, rejected: np.ndarray, prefix_index: np.ndarray, prefixes: list[str],
+    def build(cls, rows: int, rejected: np.ndarray, prefix_index: np.ndarray, prefixes: list[str],
               pair_positions: np.ndarray, pair_feature_ids: np.ndarray, names_of) -> "Decisions":
         """From the rejected rows' input positions (distinct, each with the index of its reason's prefix) and
         pairs (input position, feature id) of the features each hit; ``names_of(ids)`` names feature ids."""
         order = np.argsort(rejected, kind="stable")
         rejected, prefix_index = rejected[order], prefix_index[order].astype(np.int8)
-        rejected_at = np.full(len(ids), -1, dtype=np.int32 if len(ids) < 2 ** 31 else np.int64)
+        rejected_at = np.full(rows, -1, dtype=np.int32 if rows < 2 ** 31 else np.int64)
         rejected_at[rejected] = np.arange(len(rejected))
         distinct, pair_names = np.unique(pair_feature_ids, return_inverse=True)
         names = names_of(distinct)
@@ -42,7 +42,7 @@ class Decisions:
         offsets = np.r_[np.searchsorted(pair_positions[pairs], rejected), len(pairs)]
         hits = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
                                         pa.array(pair_names[pairs].astype(np.int32)))
-        return cls(ids, rejected_at, prefix_index, prefixes, hits, names)
+        return cls(rejected_at, prefix_index, prefixes, hits, names)
 
     @property
     def rejected(self) -> int:
@@ -54,22 +54,14 @@ class Decisions:
         order = np.argsort(-counts, kind="stable")
         return {name: int(n) for name, n in zip(self.names.take(pa.array(order)).to_pylist(), counts[order]) if n}
 
-    def positions(self, batch: pa.Table, start: int) -> np.ndarray:
-        """The input positions of ``batch``'s rows, whose first is at ``start`` (by id where the ids there differ)."""
-        ids = batch["id"].cast(self.ids.type)
-        end = start + batch.num_rows
-        if end <= len(self.ids) and pc.all(pc.equal(ids, self.ids.slice(start, batch.num_rows))).as_py():
-            return np.arange(start, end)
-        at = pc.index_in(ids, value_set=self.ids)
-        if at.null_count:
+    def decide(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(keep, reasons) of the input rows at ``positions``: the ``FilterStage.decide`` of the filter that made
+        these decisions."""
+        if len(positions) and positions.max() >= len(self.rejected_at):
             raise ValueError("a row the z-filter did not see reached its decisions (the input changed while it ran)")
-        return at.to_numpy(zero_copy_only=False)
-
-    def decide(self, batch: pa.Table, start: int) -> tuple[np.ndarray, np.ndarray]:
-        """(keep, reasons): the ``FilterStage.decide`` of the filter that made these decisions."""
-        at = self.rejected_at[self.positions(batch, start)]
+        at = self.rejected_at[positions]
         keep = at < 0
-        reasons = np.empty(batch.num_rows, dtype=object)
+        reasons = np.empty(len(positions), dtype=object)
         dropped = at[~keep]
         if len(dropped):
             joined = pc.binary_join(self.hit_names(dropped), ", ")

@@ -19,7 +19,7 @@ import pyarrow as pa
 from refinery.core import stats as zstats
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
-from refinery.pipeline.filter import FilterStage, split, verdict_headline
+from refinery.pipeline.filter import FilterStage, row_numbers, split, verdict_headline
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
 
@@ -31,11 +31,11 @@ class _DecidedInPrepare(FilterStage):
     judges_itself = True
 
     def decide(self, batch: pa.Table) -> tuple:
-        return self.decisions.decide(batch, self.batch_start)
+        return self.decisions.decide(row_numbers(batch))
 
     def biased_features(self, batch: pa.Table, keep) -> pa.Array:
         """The features each dropped row of ``batch`` hit."""
-        return self.decisions.biased_features(self.decisions.positions(batch, self.batch_start)[~keep])
+        return self.decisions.biased_features(row_numbers(batch)[~keep])
 
 
 class ZFilterStage(_DecidedInPrepare):

@@ -65,14 +65,12 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     zf = ZFilter(list(label_totals), config, label_totals, source.prior)
     if seed is not None and seed.num_rows:
         zf.seed(add_features(seed, config.features))
-    ids, rejected, pair_positions, pair_ids = [], [], [], []   # columns, by stream position
+    rejected, pair_positions, pair_ids = [], [], []   # columns, by stream position
     with progress(desc="zfilter", unit=" rows") as bar:
         for batch in rebatch(with_features(rows, config.features, source.engine, source.opts.batch_rows),
                              config.batch_size):
             start = zf.streamed
             keep, hits = zf.filter(batch)
-            # a copy: a batch from Ray is one object-store buffer, which a slice of it would keep whole
-            ids.append(pa.concat_arrays(batch["id"].cast(pa.string()).chunks))
             rejected.append(start + np.flatnonzero(~keep))
             pair_positions.append(start + hits.rows)
             pair_ids.append(hits.feature_ids)
@@ -93,9 +91,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     pair_ids = np.concatenate([*pair_ids, settled.pair_feature_ids]).astype(np.int64)
     if whole is not None:   # stream positions are those of the shuffled order: back to the input's
         positions, pairs = order[positions], order[pairs]
-        ids = whole["id"].cast(pa.string()).chunks
-    ids = pa.chunked_array(ids, pa.string()).combine_chunks()
-    decisions = Decisions.build(ids, positions, prefix_index, prefixes, pairs, pair_ids, zf.Z.names)
+    decisions = Decisions.build(zf.streamed, positions, prefix_index, prefixes, pairs, pair_ids, zf.Z.names)
     return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(settled),
                      decisions.rejections_by_feature(), zf.settle_exhausted, passed_through)
 
