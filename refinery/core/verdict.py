@@ -354,7 +354,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                              round(float(a.z[r, j]), 4), None if np.isnan(nb) else float(nb), float(a.n[r]),
                              round(float(a.p[r, j]), 4), None if rb < 0 else round(float(eb), 6),
                              round(float(a.p[r, j] - a.p0[j]), 6))
-               for r, j, rb, zb, nb, eb in _by(-a.z[ra, ja], ra, ja, rb_of, z_before, n_before, effect_before)]
+               for r, j, rb, zb, nb, eb in _by(-a.z[ra, ja], _named(a, ra), ra, ja, rb_of, z_before, n_before, effect_before)]
     remaining = {l: [] for l in labels}
     remaining_total = {l: 0 for l in labels}
     worsened: list[FeatureChange] = []
@@ -382,7 +382,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                            None if ro < 0 else round(float(za), 4), float(b.n[r]), None if np.isnan(na) else float(na),
                            None if ro < 0 else round(float(a.p[ro, j]), 4), round(float(b.p[r, j] - b.p0[j]), 6),
                            None if ro < 0 else round(float(ea), 6))
-             for r, j, ro, za, na, ea in _by(-b.z[rb[gone], jb[gone]], rb[gone], jb[gone], ra_of[gone], z_after[gone],
+             for r, j, ro, za, na, ea in _by(-b.z[rb[gone], jb[gone]], _named(b, rb[gone]), rb[gone], jb[gone], ra_of[gone], z_after[gone],
                                              n_after[gone], effect_after[gone])][:listed]
     return Verdict(stage=stage, threshold=t, margin=margin, under_threshold=under_threshold, max_z=max_z,
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
@@ -420,9 +420,15 @@ def _effect_at(side: _Side, rows: np.ndarray, columns: np.ndarray) -> np.ndarray
     return np.where(rows >= 0, side.p[np.maximum(rows, 0), columns] - side.p0[columns], np.nan)
 
 
-def _by(key: np.ndarray, *columns):
-    """Rows of ``columns`` in the order of ``key`` (ascending, stable)."""
-    order = np.argsort(key, kind="stable")
+def _named(side: _Side, rows: np.ndarray) -> np.ndarray:
+    """The names of ``side``'s features at ``rows``, as strings that sort."""
+    return side.names.take(pa.array(rows, pa.int64())).to_numpy(zero_copy_only=False).astype(str)
+
+
+def _by(key: np.ndarray, names: np.ndarray, *columns):
+    """Rows of ``columns`` in the order of ``key`` (ascending), ties by feature name: the order does not depend on
+    the order the features were counted in (in one pass or in units summed)."""
+    order = np.lexsort((names, key))
     return zip(*(c[order] for c in columns))
 
 
@@ -430,7 +436,10 @@ def _label_max(b: _Side, a: _Side, j: int) -> LabelMax:
     def best(side: _Side):
         if not len(side.z):
             return None, None
-        r = int(np.argmax(side.z[:, j]))
+        column = side.z[:, j]
+        r = int(np.argmax(column))
+        top = np.flatnonzero(column == column[r])   # ties: the first by name
+        r = int(top[np.argmin(_named(side, top))]) if len(top) > 1 else r
         return float(side.z[r, j]), side.names[r].as_py()
     zb, fb = best(b)
     za, fa = best(a)

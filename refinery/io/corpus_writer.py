@@ -12,6 +12,7 @@ import posixpath
 import sys
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import pyarrow as pa
@@ -23,7 +24,7 @@ from refinery.io.corpus import (CARD, FORMAT, MANIFEST, META_DIR, REJECTS, AllRe
                                 value_counts)
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
-from refinery.io.location import get_fs
+from refinery.io.location import get_fs, join, on_store
 from refinery.io.modes import check_mode, keeps_finished
 from refinery.io.ownership import stamp_marker
 from refinery.io.publishing import AbortsOnError, AtomicDir
@@ -50,6 +51,7 @@ class CorpusWriter(AbortsOnError):
         location = (location or out).rstrip("/")   # where it is written (a run's folder before its commit)
         self.fs, self.path = get_fs(location, storage_options)
         self.mode = mode
+        self.storage_options = dict(storage_options or {})
         self.shard_rows = shard_rows
         self.config = config or {}
         self.extra = {} if extra is None else extra   # a mapping read at the commit
@@ -152,6 +154,32 @@ class CorpusWriter(AbortsOnError):
         self._tasks.append(future)
         return future
 
+    def shard_target(self) -> ShardTarget:
+        """Where a worker writes shards of this corpus itself (``write_shard``), for ``adopt`` to take them in: the
+        folder the writer publishes at its commit, reachable from any node on an object store (locally, from this
+        node's workers)."""
+        return ShardTarget(self.out, self._dir.tmp if self._dir.local else self._dir.out, self.storage_options,
+                           None if self._dir.local else self._dir.run_id)
+
+    def adopt(self, shard: WrittenShard) -> None:
+        """Take in a shard a worker wrote (``write_shard`` into ``shard_target()``) as the corpus's next: after the
+        rows written so far, published with them at the commit (or removed with them by ``abort``)."""
+        if self.skipped:
+            return
+        self._flush_rows(final=True)   # the rows written before it lead it
+        if self._offered is None:
+            self._offered = shard.schema
+        if shard.record is None:
+            return
+        self._dir.file(shard.record["path"])   # the folder's own file: listed in its marker, removed by abort
+        self._names.append(shard.name)
+        self._files.append(_Done(shard.record))
+        self._schemas.append(shard.schema)
+        self._nbytes += shard.nbytes
+        for counted, into in ((shard.labels, self._labels), (shard.splits, self._splits)):
+            for value, rows in counted.items():
+                into[value] = into.get(value, 0) + rows
+
     @property
     def labels(self) -> dict:
         """The rows written so far per label."""
@@ -230,12 +258,68 @@ class CorpusWriter(AbortsOnError):
             self._dir.abort()
 
 
+class _Done:
+    """A shard already written (``adopt``): its record, as a future of the writer thread gives one."""
+
+    def __init__(self, record: dict):
+        self.record = record
+
+    def result(self) -> dict:
+        return self.record
+
+
+@dataclass(frozen=True)
+class ShardTarget:
+    """The folder a corpus is written to before its commit, as a worker elsewhere reaches it (``CorpusWriter.
+    shard_target``): ``location`` on the store ``storage_options`` reach; on an object store each data file carries
+    the run's id (``AtomicDir.versioned``), locally the folder is the run's own."""
+
+    corpus: str
+    location: str
+    storage_options: dict = field(default_factory=dict)
+    run_id: str | None = None
+
+    def versioned(self, name: str) -> str:
+        if self.run_id is None:
+            return name
+        stem, dot, ext = name.partition(".")
+        return f"{stem}-{self.run_id}{dot}{ext}"
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        fs, path = get_fs(self.location, self.storage_options)
+        with on_store(join(self.corpus, name), "writing"), fs.open(join(path, name), "wb") as fh:
+            fh.write(data)
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    """A shard a worker wrote (``write_shard``): its name, its record (path in the corpus: the name, versioned; rows,
+    bytes, sha256; None where the worker had no row to write), its columns, and its rows per label and per split and
+    their size in Arrow."""
+
+    name: str
+    record: dict | None
+    schema: pa.Schema
+    labels: dict
+    splits: dict
+    nbytes: int
+
+
+def write_shard(target: ShardTarget, name: str, rows: pa.Table) -> WrittenShard:
+    """``rows`` as the shard ``name`` of the corpus ``target`` names, encoded as ``CorpusWriter`` encodes its own (one
+    row group); nothing is written for no row (its columns are still told, for a corpus that keeps none)."""
+    labels = dict(zip(*value_counts(rows["label"]))) if rows.num_rows else {}
+    splits = dict(zip(*value_counts(rows["split"]))) if rows.num_rows and "split" in rows.column_names else {}
+    record = _ShardWriter(target, name, rows.schema).write(rows) if rows.num_rows else None
+    return WrittenShard(name, record, rows.schema, labels, splits, rows.nbytes)
+
+
 class _ShardWriter:
     """One Parquet shard, encoded a row group at a time (``append``, on the writer thread) into memory and
     published whole at ``close``. Dictionary pages and min/max statistics only where they pay: not for ids
     and texts, which are nearly all distinct (Arrow would build a dictionary for each and throw it away)."""
 
-    def __init__(self, directory: AtomicDir, name: str, schema: pa.Schema):
+    def __init__(self, directory: AtomicDir | ShardTarget, name: str, schema: pa.Schema):
         self.dir, self.name, self.schema = directory, name, schema
         self.rows = 0        # rows handed to it (counted when handed, before they are written)
         self._sink = pa.BufferOutputStream()

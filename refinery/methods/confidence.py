@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
 from refinery.pipeline.config import to_dict
 from refinery.models.base import CLASSIFIERS
-from refinery.pipeline.filter import FilterStage, row_numbers, split
+from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 

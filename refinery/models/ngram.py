@@ -121,7 +121,6 @@ def sublinear_tf(table: pa.Table, inputs: str = "pair", ngram_range=(1, 2), n_fe
 def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-grams"):
     """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
     code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model)."""
-    import pyarrow.compute as pc
     import scipy.sparse as sp
 
     from refinery.progress import progress
@@ -132,12 +131,20 @@ def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-gra
             blocks.append(sublinear_tf(table, inputs, (1, 2), 2 ** bits))
             labels.append(table["label"].cast(pa.string()))
             bar.update(table.num_rows)
+    y, names = label_codes(labels)
+    columns = 2 ** bits * (2 if inputs == "pair" else 1)
+    return (sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, columns), dtype=np.float32)), y, names
+
+
+def label_codes(labels: list) -> tuple[np.ndarray, list]:
+    """(each row's label code, the labels sorted) of ``labels``, a list of string arrays in row order."""
+    import pyarrow.compute as pc
+
     column = pa.chunked_array(labels, pa.string())
     names = sorted(pc.unique(column).to_pylist())
     y = pc.index_in(column, pa.array(names, pa.string())).to_numpy().astype(np.int64) if names else \
         np.zeros(0, np.int64)
-    columns = 2 ** bits * (2 if inputs == "pair" else 1)
-    return (sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, columns), dtype=np.float32)), y, names
+    return y, names
 
 
 def tf_idf(tf, idf: np.ndarray):

@@ -123,6 +123,11 @@ def cluster_cpus() -> int:
     return max(1, int(ray_init().cluster_resources().get("CPU", 1)))
 
 
+def single_node() -> bool:
+    """Whether the Ray cluster (started here if none is) is this machine alone: its workers reach this disk."""
+    return sum(1 for node in ray_init().nodes() if node.get("Alive")) <= 1
+
+
 def actor_cpus() -> float:
     """CPUs per actor: whole on a cluster, a fraction on a small local box."""
     return 1.0 if os.environ.get("RAY_ADDRESS") or (os.cpu_count() or 1) > 8 else 0.5

@@ -6,12 +6,12 @@ streams the input's batches through it into ``kept/`` (the input's rejects carri
 ``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
 and the commonest reasons. Rows in = kept + filtered out + input rejects.
 
-Where it runs (``pipeline.engine.stream_map``): ``prepare`` in the driver; ``decide`` and ``annotate`` per batch, in
-this process on the local engine, and on Ray workers under ``--engine ray`` (each batch a task asking for the
-stage's ``resources``, the filter with its state shipped to the object store once). The driver reads the batches,
-keeps them in input order and only writes what comes back. A filter that decided every row in ``prepare`` looks
-each row's decision up by its number in the input (``row_numbers(batch)``: the order ``prepare`` read the rows in,
-which the engine hands with every batch wherever it is read). Once kept/ and
+Where it runs: ``prepare`` in the driver (or as a Ray task of its own); ``decide`` and ``annotate`` where the
+executor puts them (``pipeline.executor``: in this process on the local engine; on Ray workers under ``--engine ray``,
+each reading an input shard and writing its kept and rejected rows itself, each task asking for the stage's
+``resources``, the filter with its state shipped to the object store once). A filter that decided every row in
+``prepare`` looks each row's decision up by its number in the input (``executor.row_numbers(batch)``: the order
+``prepare`` read the rows in, which the executor hands with every batch wherever it is read). Once kept/ and
 rejected/ are published, ``result`` publishes the report and gives the stage's result (a filter with a report of
 its own overrides it).
 
@@ -24,21 +24,19 @@ and ``remedy()``, the filter's own advice. The verdict is on the console, in rep
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections import Counter
-from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, set_column
+from refinery.pipeline.executor import TOP_REASONS
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
 
-TOP_REASONS = 20
-ROW_NUMBER = "__row_number"   # the column a batch's rows carry their number in the input in, while a filter sees them
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
 NOTHING_KEPT = "no verdict: nothing was kept, and an empty corpus is not judged"
 TOO_FEW_KEPT = "no verdict: the {kept:,} kept rows are too few for any feature to be tested (min_count)"
@@ -102,56 +100,10 @@ class FilterStage(Stage):
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """``prepare``, then every batch decided where the engine puts it and written to kept/ and rejected/
         (the input's rejects with kept/), then ``result``."""
+        from refinery.pipeline.executor import write_filtered
+
         self.prepare(source, out)
-        return self.result(*self._write_parts(source, out), out)
-
-    def _write_parts(self, source: StageInput, out: StageOutput) -> tuple[dict, object]:
-        """kept/ and rejected/ written: (what was written, as ``result`` reads it; the audits of the input and of the
-        kept rows for the verdict (``WeightedAudits``), unless the filter ``judges_itself``). The kept rows' audit is
-        kept with kept/ (``kept_record``)."""
-        from refinery.core.features import FeatureConfig
-        from refinery.core.weighted_counts import WeightedCounts, audit_weightings   # numba: not at a verb's build
-        from refinery.pipeline.engine import stream_map
-
-        kept_by, dropped_by, reasons = Counter(), Counter(), Counter()
-        input_rejects, audits = 0, None
-        measured = None if self.judges_itself else \
-            WeightedCounts(None, FeatureConfig().named(source.field_names, source.single_text), 2, masks=2)
-        with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
-            for part, writer in ((Output.KEPT.value, kept_w), ("rejected", dropped_w)):
-                for rows, rejects in self.leading_rows(part):
-                    writer.write(rows, rejects)
-            def on_rejects(rejects: pa.Table) -> None:
-                nonlocal input_rejects
-                kept_w.write(rejects=rejects)
-                input_rejects += rejects.num_rows
-
-            for kept_rows, dropped_rows, why in stream_map(_numbered_batches(source, on_rejects), decide_batch,
-                                                           source.engine, {"stage": self}, stage=self.name,
-                                                           resources=self.resources):
-                if measured is not None:   # the batch counted once: weights 1 (the input) and keep (the kept rows)
-                    counted = [c for c in ("text_a", "text_b", "label") if c in kept_rows.column_names]
-                    measured.add(pa.concat_tables([kept_rows.select(counted), dropped_rows.select(counted)]),
-                                 None, np.repeat([1.0, 0.0], [kept_rows.num_rows, dropped_rows.num_rows]))
-                kept_w.write(kept_rows)
-                dropped_w.write(set_column(dropped_rows, "reason", pa.array(why, pa.string())))
-                kept_by.update(kept_rows["label"].to_pylist())
-                dropped_by.update(dropped_rows["label"].to_pylist())
-                reasons.update(map(self.reason_kind, why))
-            if not kept_by and not dropped_by:
-                kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
-            if measured is not None and measured.rows:   # the rule the input's audit takes, recorded with both parts
-                audits = audit_weightings(measured, (0, 1), carried=source.prior)
-                out.prior = audits.prior
-            record = self.kept_record(audits, kept_w.labels)
-            if record is not None:
-                record.attach_to(kept_w)
-            kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
-        written = {"kept": kept, "filtered_out": dropped, "input_rejects": input_rejects,
-                   "by_label": {l: {"kept": kept_by[l], "filtered out": dropped_by[l]}
-                                for l in sorted(set(kept_by) | set(dropped_by))},
-                   "reasons": dict(reasons.most_common(TOP_REASONS))}
-        return written, audits
+        return self.result(*write_filtered(self, source, out), out)
 
     def kept_record(self, audits, kept_labels: dict):
         """The audit of kept/ as ``refinery audit`` makes it with its defaults (an ``AuditRecord``), kept with it:
@@ -238,38 +190,6 @@ class FilterStage(Stage):
             page = page.section(heading, html)
         page = page.section("Configuration", config_table(report["config"]))
         out.publish_report(report, page)
-
-
-def _numbered_batches(source: StageInput, on_rejects) -> Iterator[pa.Table]:
-    """The ``numbered`` rows of each batch of ``source`` that has rows; each batch's rejects handed to ``on_rejects``
-    as it is read."""
-    start = 0
-    for batch in source.iter_batches():
-        if batch.rejects.num_rows:
-            on_rejects(batch.rejects)
-        if batch.rows.num_rows:
-            yield numbered(batch.rows, start)
-            start += batch.rows.num_rows
-
-
-def numbered(rows: pa.Table, first: int) -> pa.Table:
-    """``rows`` with each row's number in the input (``ROW_NUMBER``), the first being ``first``."""
-    return rows.append_column(ROW_NUMBER, pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64)))
-
-
-def row_numbers(batch: pa.Table) -> np.ndarray:
-    """Each row's number in the stage's input (0 for its first good row, in the order ``prepare`` reads them): where a
-    filter finds what ``prepare`` decided of the row."""
-    return batch[ROW_NUMBER].to_numpy()
-
-
-def decide_batch(rows: pa.Table, stage: FilterStage) -> tuple[pa.Table, pa.Table, list]:
-    """(the kept rows, the dropped rows, each as ``annotate`` writes it, the reasons of the dropped rows) of one
-    batch of ``numbered`` rows: the work of a filter that runs where the engine puts it."""
-    keep, why = stage.decide(rows)
-    keep = np.asarray(keep, bool)
-    kept, dropped = (part.drop_columns([ROW_NUMBER]) for part in stage.annotate(rows, keep))
-    return kept, dropped, [str(why[i]) for i in np.flatnonzero(~keep)]
 
 
 def split(rows: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:

@@ -4,7 +4,11 @@
     classifier on Φ(T_j) and predict V_j; predictability p(i) = (held-out models right about i) / (models that
     held i out). Remove the k rows of highest p among those with p ≥ τ; fewer than k such rows: remove them, stop.
 
-The linear classifier is multinomial naive Bayes on Φ = hashed word n-grams (sublinear tf): log p(l | x) =
+On Φ = hashed word n-grams (``representation: ngrams``) the linear classifier is multinomial naive Bayes (below);
+on Φ = sentence embeddings of a frozen encoder (``embeddings``) it is the paper's logistic regression
+(``logistic``). Either way the m partitions of an iteration are drawn first (``draw_partitions``) and fit together.
+
+Naive Bayes on Φ = hashed word n-grams (sublinear tf): log p(l | x) =
 log π_l + Σ_d x_d log θ_{l,d} + const, θ_{l,d} = (N_{l,d} + 1) / (N_l + D) with N counted on T_j. It is fit
 by counting, so the m classifiers of an iteration are fit together: for a block of partitions, one sparse
 product Φ(S)ᵀ Z (Z[i, (j, l)] = 1 where row i is in T_j with label l) gives every N_{l,d}, and one product
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from refinery.methods.aflite.config import AFLiteConfig
+from refinery.methods.aflite.logistic import logistic_predictability
 
 BLOCK = 8   # partitions fit and scored together (Z and the scores hold rows × BLOCK × labels floats)
 
@@ -57,19 +62,25 @@ class Filtering:
     resumed: int = 0            # iterations read back from a killed run's checkpoints
 
 
-def partition_predictability(X, y: np.ndarray, num_labels: int, config: AFLiteConfig, rng: np.random.Generator
-                             ) -> tuple[np.ndarray, np.ndarray]:
-    """(right, held out): per row of ``X`` (CSR, Φ of S) and ``y`` (label codes), how many of the m held-out
-    classifiers predicted its label, and how many held it out."""
-    rows = X.shape[0]
+def draw_partitions(rows: int, config: AFLiteConfig, rng: np.random.Generator) -> np.ndarray:
+    """The m partitions of S (rows × m, True where the row is in T_j): each a random t of the rows."""
     t = min(max(1, round(config.train_share * rows)), rows - 1)
+    train = np.zeros((rows, config.partitions), bool)
+    for j in range(config.partitions):
+        train[rng.permutation(rows)[:t], j] = True
+    return train
+
+
+def naive_bayes_predictability(X, y: np.ndarray, num_labels: int, partitions: np.ndarray
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """(right, held out): per row of ``X`` (CSR, Φ of S) and ``y`` (label codes), how many of the classifiers that
+    held it out (``partitions``: rows × m, True where in T_j) predicted its label, and how many held it out."""
+    rows, m = partitions.shape
     right, held = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
     XT = X.T.tocsr()
-    for start in range(0, config.partitions, BLOCK):
-        b = min(BLOCK, config.partitions - start)
-        train = np.zeros((rows, b), bool)
-        for j in range(b):
-            train[rng.permutation(rows)[:t], j] = True
+    for start in range(0, m, BLOCK):
+        train = partitions[:, start:start + BLOCK]
+        b = train.shape[1]
         Z = np.zeros((rows, b * num_labels), np.float32)
         Z[np.repeat(np.arange(rows), b), (np.arange(b)[None, :] * num_labels + y[:, None]).ravel()] = train.ravel()
         counts = np.asarray(XT @ Z, np.float64)                              # N_{l,d} per partition: D × (b·C)
@@ -87,10 +98,11 @@ def partition_predictability(X, y: np.ndarray, num_labels: int, config: AFLiteCo
 
 def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, done: list | None = None,
                        on_removal=None, bar=None) -> Filtering:
-    """Algorithm 1 over ``X`` (CSR, Φ of every input row) and ``y`` (label codes into ``labels``): the rows'
+    """Algorithm 1 over ``X`` (Φ of every input row: CSR n-grams, or dense embeddings) and ``y`` (label codes into ``labels``): the rows'
     fates. ``done``: the ``Removal``s of a killed run's finished iterations (replayed, not recomputed);
     ``on_removal(removal)``: called as each iteration ends (to checkpoint it); ``bar``: a progress bar advanced
     by one per iteration."""
+    predictability_of = naive_bayes_predictability if config.representation == "ngrams" else logistic_predictability
     n_input = X.shape[0]
     target = int(np.floor(config.target_share * n_input))
     k = max(1, round(config.slice_share * n_input))
@@ -111,8 +123,8 @@ def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, don
             result.stopped = "fewer than two labels left"
             break
         iteration += 1
-        rng = np.random.default_rng([config.seed, iteration])
-        right, held = partition_predictability(X[alive], y[alive], len(labels), config, rng)
+        partitions = draw_partitions(len(alive), config, np.random.default_rng([config.seed, iteration]))
+        right, held = predictability_of(X[alive], y[alive], len(labels), partitions)
         scored = held > 0
         p = np.where(scored, right / np.maximum(held, 1), np.nan)
         predictability[alive[scored]] = p[scored]

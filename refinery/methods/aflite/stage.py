@@ -1,8 +1,8 @@
 """The ``aflite`` stage: AFLite (Le Bras et al. 2020, ``algorithm``) as a filter under the stage contract.
 
-``prepare`` reads the input once into Φ (each field's word 1-2-grams hashed, sublinear tf; ``models.ngram``) and
-runs the loop, checkpointing each finished iteration's removals under the output (a killed run continues after
-the last one); ``decide`` looks each batch's rows up by their position. ``FilterStage`` writes kept/ (each row with
+``prepare`` reads the input once into Φ (each field's word 1-2-grams hashed, sublinear tf, ``models.ngram``; or a
+frozen encoder's sentence embeddings, cached by content, ``models.embeddings``) and runs the loop, checkpointing each
+finished iteration's removals under the output (a killed run continues after the last one); ``decide`` looks each batch's rows up by their position. ``FilterStage`` writes kept/ (each row with
 its last ``predictability``), rejected/ (with the ``predictability`` and ``aflite_iteration`` that removed it), the
 verdict (the kept rows' audit against the input's) and the report: the iterations, and predictability per label.
 """
@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.filter import FilterStage, row_numbers, split
+from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 
@@ -30,6 +31,7 @@ class AFLiteStage(FilterStage):
     name, Config = "aflite", AFLiteConfig
     needs = ("id", "text_a", "label")
     adds = ("predictability",)
+    embedded = None   # with embeddings: how many distinct texts were embedded and read from the cache
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Φ of every row, in the order the batches come, and the loop (``algorithm.adversarial_filter``)."""
@@ -37,7 +39,7 @@ class AFLiteStage(FilterStage):
         from refinery.methods.aflite.algorithm import Removal, adversarial_filter
         from refinery.progress import progress
 
-        X, y, labels = _represent(source, self.config)
+        X, y, labels, self.embedded = _represent(source, self.config)
         key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
                                                                              source.opts.storage_options)}
         self.checkpoints = out.checkpoints(TASK, key)
@@ -93,13 +95,26 @@ class AFLiteStage(FilterStage):
                  reaching: r["reaching_tau"], "removed": r["removed"],
                  **{l: r["removed_by_label"][l] for l in self.labels}} for r in rounds]
         return ({"iterations": rounds, "stopped": f.stopped, "resumed_iterations": f.resumed,
-                 "representation": f"hashed word 1-2-grams of the {self.config.inputs}, 2^{self.config.hash_bits} "
-                                   "columns per field; multinomial naive Bayes"},
+                 "representation": self._representation(),
+                 **({"embeddings": {"texts": self.embedded.cached + self.embedded.embedded,
+                                    "cached": self.embedded.cached, "embedded": self.embedded.embedded}}
+                    if self.embedded is not None else {})},
                 [("Iterations (Le Bras et al. 2020, Algorithm 1)", table(rows) + note(
                     "Per iteration: the rows left, their mean predictability, those whose predictability reached τ, "
-                    f"the rows removed and, per label, how many of them. Stopped: {f.stopped}.")),
+                    f"the rows removed and, per label, how many of them. Stopped: {f.stopped}. Φ: "
+                    f"{self._representation()}.")),
                  ("Predictability", figure(svg, "Each removed row's predictability: the share of the held-out "
                                                 "classifiers of its iteration that predicted its label."))])
+
+    def _representation(self) -> str:
+        c = self.config
+        if self.embedded is None:
+            return (f"hashed word 1-2-grams of the {c.inputs}, 2^{c.hash_bits} columns per field; multinomial naive "
+                    "Bayes")
+        what = "the hypothesis" if c.inputs == "hypothesis" else "the pair, [u, v, |u−v|, u·v]"
+        return (f"{c.model} embeddings (mean-pooled, unit length, max length {c.max_length}) of {what}; logistic "
+                f"regression; {self.embedded.embedded:,} distinct texts embedded, {self.embedded.cached:,} read "
+                "from the cache")
 
     def remedy(self) -> str:
         return (f"the rows AFLite keeps are those its linear models find hard, and they can carry a word "
@@ -131,8 +146,15 @@ def _contiguous(done: list) -> list:
 
 
 def _represent(source: StageInput, config: AFLiteConfig):
-    """(Φ: CSR of every row, its label codes, the labels sorted) of ``source``, read batch by batch in order."""
+    """(Φ of every row: CSR n-grams or dense embeddings, its label codes, the labels sorted, the texts' provenance
+    (``Embedded``; None for n-grams)) of ``source``, read batch by batch in order."""
+    tables = (b.rows for b in source.iter_batches() if b.rows.num_rows)
+    if config.representation == "embeddings":
+        from refinery.models.embeddings import EncoderSpec, embedded_rows
+
+        rows = embedded_rows(tables, config.inputs, EncoderSpec(config.model, config.max_length), source.engine,
+                             "aflite: embed")
+        return rows.features, rows.y, rows.labels, rows.texts
     from refinery.models.ngram import hashed_rows
 
-    return hashed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), config.inputs, config.hash_bits,
-                       "aflite: n-grams")
+    return (*hashed_rows(tables, config.inputs, config.hash_bits, "aflite: n-grams"), None)

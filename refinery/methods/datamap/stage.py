@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from refinery.methods.datamap.config import DataMapConfig
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.filter import FilterStage, row_numbers, split
+from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 

@@ -19,7 +19,8 @@ import pyarrow as pa
 from refinery.core import stats as zstats
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
-from refinery.pipeline.filter import FilterStage, row_numbers, split, verdict_headline
+from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.filter import FilterStage, split, verdict_headline
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, StageResult, set_column
 

@@ -1,0 +1,264 @@
+"""The executor of a filter: it reads the input, has the filter decide and annotate each row, writes kept/ and
+rejected/, measures the audits of the verdict and commits, in one place for every filter and engine.
+
+- local: one streaming loop in this process (the batches read, decided, counted and written in turn);
+- Ray, on an input of finished corpora whose shards the workers reach: one task per input shard (``ShardUnit``).
+  The worker reads the shard itself, numbers its rows (``numbered``: each row's number in the input, from the
+  manifests' row counts, so a decision made in ``prepare`` is found by the row, wherever it is read), has the filter
+  decide and annotate them, writes its kept and rejected rows as shards of the corpora being written
+  (``corpus_writer.write_shard`` into ``CorpusWriter.shard_target``) and counts the audit's features of its rows
+  and of the kept ones (``NamedCounts``). The driver receives each task's ``UnitWritten`` — the shards' records,
+  rows per label, reasons and counts, no row — adopts the shards in input order, sums the counts, and commits.
+  The input's rejects (read from its corpora's rejects files) are the only rows the driver reads;
+- Ray on raw inputs (or shards the workers cannot reach: local files on a cluster of several nodes): the driver
+  reads the batches and ships them to tasks in a bounded window, and writes what comes back.
+
+Rows in = kept + filtered out + input rejects, whichever the path.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.pipeline.stage import Output, StageInput, set_column, with_split
+
+if TYPE_CHECKING:
+    from refinery.core.named_counts import NamedCounts
+    from refinery.io.corpus_writer import ShardTarget, WrittenShard
+    from refinery.pipeline.output import StageOutput
+
+ROW_NUMBER = "__row_number"   # the column a batch's rows carry their number in the input in, while a filter sees them
+COUNTED = ("text_a", "text_b", "label")   # what the audit's features read of a row
+TOP_REASONS = 20   # the reasons a filter's report shows
+
+
+def numbered(rows: pa.Table, first: int) -> pa.Table:
+    """``rows`` with each row's number in the input (``ROW_NUMBER``), the first being ``first``."""
+    return rows.append_column(ROW_NUMBER, pa.array(np.arange(first, first + rows.num_rows, dtype=np.int64)))
+
+
+def row_numbers(batch: pa.Table) -> np.ndarray:
+    """Each row's number in the stage's input (0 for its first good row, in the order ``prepare`` reads them): where a
+    filter finds what ``prepare`` decided of the row."""
+    return batch[ROW_NUMBER].to_numpy()
+
+
+def decide_batch(rows: pa.Table, stage) -> tuple[pa.Table, pa.Table, list]:
+    """(the kept rows, the dropped rows, each as the filter's ``annotate`` writes it, the reasons of the dropped rows)
+    of one batch of ``numbered`` rows: the work of a filter that runs where the engine puts it."""
+    keep, why = stage.decide(rows)
+    keep = np.asarray(keep, bool)
+    kept, dropped = (part.drop_columns([ROW_NUMBER]) for part in stage.annotate(rows, keep))
+    return kept, dropped, [str(why[i]) for i in np.flatnonzero(~keep)]
+
+
+def _count(counts, kept: pa.Table, dropped: pa.Table) -> None:
+    """The batch counted once into ``counts`` (a two-mask ``WeightedCounts``): weights 1 (the input) and keep (the
+    kept rows)."""
+    columns = [c for c in COUNTED if c in kept.column_names]
+    counts.add(pa.concat_tables([kept.select(columns), dropped.select(columns)]), None,
+               np.repeat([1.0, 0.0], [kept.num_rows, dropped.num_rows]))
+
+
+def _with_reasons(dropped: pa.Table, why: list) -> pa.Table:
+    return set_column(dropped, "reason", pa.array(why, pa.string()))
+
+
+@dataclass(frozen=True)
+class ShardUnit:
+    """One input shard as a worker reads it: its URL, the number of its first row in the stage's input, the split
+    its rows belong to (``""``: none named) and the unit's place among the stage's units."""
+
+    index: int
+    file: str
+    first_row: int
+    split: str = ""
+    storage_options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UnitWritten:
+    """What a worker hands back of one ``ShardUnit``: the kept and rejected shards it wrote, the dropped rows'
+    reasons by kind, and the audit's counts of its rows and of its kept ones (None: the filter judges itself)."""
+
+    kept: WrittenShard
+    dropped: WrittenShard
+    reasons: Counter
+    counts: NamedCounts | None
+
+
+def apply_unit(unit: ShardUnit, stage, kept_to: ShardTarget, dropped_to: ShardTarget, features) -> UnitWritten:
+    """On a worker: ``unit`` read, decided and annotated by ``stage``, its kept and dropped rows written as shards of
+    the corpora ``kept_to`` and ``dropped_to``, and, with ``features`` (a ``FeatureConfig``), counted."""
+    from refinery.core.named_counts import NamedCounts
+    from refinery.core.weighted_counts import WeightedCounts
+    from refinery.io.corpus import concat, iter_parquet
+    from refinery.io.corpus_writer import write_shard
+
+    counts = WeightedCounts(None, features, 2, masks=2) if features is not None else None
+    kept_parts, dropped_parts, reasons, first = [], [], Counter(), unit.first_row
+    for table in iter_parquet([unit.file], unit.storage_options):
+        rows = with_split(table, unit.split) if unit.split else table
+        kept, dropped, why = decide_batch(numbered(rows, first), stage)
+        first += rows.num_rows
+        if counts is not None:
+            _count(counts, kept, dropped)
+        kept_parts.append(kept)
+        dropped_parts.append(_with_reasons(dropped, why))
+        reasons.update(map(stage.reason_kind, why))
+    name = f"part-u{unit.index:05d}.parquet"
+    return UnitWritten(write_shard(kept_to, name, concat(kept_parts)),
+                       write_shard(dropped_to, name, concat(dropped_parts)), reasons,
+                       NamedCounts.of(counts.flush()) if counts is not None else None)
+
+
+def shard_units(source: StageInput) -> list[ShardUnit] | None:
+    """The input's shards as units for workers that read and write themselves, or None where the driver must read
+    them: the local engine, raw inputs, a corpus whose manifest records no rows per shard, or shards on this
+    machine's disk when the Ray cluster has other nodes (their workers could not reach them, nor the output)."""
+    from refinery.io.corpus import Corpus, corpus_of, is_corpus
+    from refinery.io.location import get_fs, is_local
+    from refinery.pipeline.engine import single_node
+
+    options = source.opts.storage_options
+    if source.engine != "ray" or source.mapping is not None or \
+            not all(is_corpus(corpus_of(p, options), options) for p in source.paths):
+        return None
+    units, first = [], 0
+    for split, paths in source.splits.items():
+        for url in paths:
+            corpus = Corpus.open(corpus_of(url, options), options)
+            rows = {s.get("path"): s.get("rows") for s in corpus.manifest.get("file_stats", [])}
+            for name, file in zip(corpus.manifest["files"], corpus.files):
+                if not isinstance(rows.get(name), int):
+                    return None
+                units.append(ShardUnit(len(units), file, first, split, options))
+                first += rows[name]
+    if units and is_local(get_fs(units[0].file, options)[0]) and not single_node():
+        return None
+    return units
+
+
+class _Tally:
+    """What the driver adds up of the rows written: per label kept and filtered out, the reasons, the input's
+    rejects."""
+
+    def __init__(self):
+        self.kept, self.dropped, self.reasons = Counter(), Counter(), Counter()
+        self.input_rejects = 0
+
+    def add(self, kept: dict, dropped: dict, reasons) -> None:
+        self.kept.update(kept)
+        self.dropped.update(dropped)
+        self.reasons.update(reasons)
+
+    def written(self, kept: int, dropped: int) -> dict:
+        """What was written, as ``FilterStage.result`` reads it."""
+        return {"kept": kept, "filtered_out": dropped, "input_rejects": self.input_rejects,
+                "by_label": {l: {"kept": self.kept[l], "filtered out": self.dropped[l]}
+                             for l in sorted(set(self.kept) | set(self.dropped))},
+                "reasons": dict(self.reasons.most_common(TOP_REASONS))}
+
+
+def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, object]:
+    """kept/ and rejected/ of the filter ``stage`` (its ``prepare`` done) written and committed: (what was written,
+    as ``FilterStage.result`` reads it; the audits of the input and of the kept rows for the verdict
+    (``WeightedAudits``), unless the filter ``judges_itself``). The kept rows' audit is kept with kept/
+    (``FilterStage.kept_record``)."""
+    from refinery.core.features import FeatureConfig
+    from refinery.core.weighted_counts import audit_weightings   # numba: not at a verb's build
+
+    features = None if stage.judges_itself else FeatureConfig().named(source.field_names, source.single_text)
+    tally, units = _Tally(), shard_units(source)
+    with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
+        for part, writer in ((Output.KEPT.value, kept_w), ("rejected", dropped_w)):
+            for rows, rejects in stage.leading_rows(part):
+                writer.write(rows, rejects)
+        write = _on_workers if units is not None else _in_driver
+        counts = write(stage, source, (kept_w, dropped_w), tally, features, units)
+        if not tally.kept and not tally.dropped:
+            kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
+        audits = None
+        if counts is not None and counts.rows:   # the rule the input's audit takes, recorded with both parts
+            audits = audit_weightings(counts, (0, 1), carried=source.prior)
+            out.prior = audits.prior
+        record = stage.kept_record(audits, kept_w.labels)
+        if record is not None:
+            record.attach_to(kept_w)
+        kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
+    return tally.written(kept, dropped), audits
+
+
+def _in_driver(stage, source: StageInput, writers: tuple, tally: _Tally, features, units=None):
+    """The batches read here and decided in this process, or on Ray tasks in a bounded window; written here.
+    Returns the audit's counts (a ``WeightedCounts``; None without ``features``)."""
+    from refinery.core.weighted_counts import WeightedCounts
+    from refinery.pipeline.engine import stream_map
+
+    kept_w, dropped_w = writers
+    counts = WeightedCounts(None, features, 2, masks=2) if features is not None else None
+
+    def on_rejects(rejects: pa.Table) -> None:
+        kept_w.write(rejects=rejects)
+        tally.input_rejects += rejects.num_rows
+
+    for kept, dropped, why in stream_map(_numbered_batches(source, on_rejects), decide_batch, source.engine,
+                                         {"stage": stage}, stage=stage.name, resources=stage.resources):
+        if counts is not None:
+            _count(counts, kept, dropped)
+        kept_w.write(kept)
+        dropped_w.write(_with_reasons(dropped, why))
+        tally.add(_labels(kept), _labels(dropped), map(stage.reason_kind, why))
+    return counts
+
+
+def _on_workers(stage, source: StageInput, writers: tuple, tally: _Tally, features, units: list):
+    """Each unit read, decided, written and counted by a Ray task (``apply_unit``); the driver adopts the shards in
+    input order and sums the counts. Returns the summed counts (a ``NamedCounts``; None without ``features``)."""
+    from refinery.core.named_counts import NamedSum
+    from refinery.io.corpus import Corpus, corpus_of
+    from refinery.pipeline.engine import stream_map
+    from refinery.progress import progress
+
+    kept_w, dropped_w = writers
+    summed = NamedSum() if features is not None else None
+    shared = {"stage": stage, "kept_to": kept_w.shard_target(), "dropped_to": dropped_w.shard_target(),
+              "features": features}
+    with progress(total=len(units), desc=f"{stage.name}: shards", unit=" shard") as bar:
+        for unit in stream_map(units, apply_unit, "ray", shared, stage=stage.name, resources=stage.resources):
+            kept_w.adopt(unit.kept)
+            dropped_w.adopt(unit.dropped)
+            tally.add(unit.kept.labels, unit.dropped.labels, unit.reasons.elements())
+            if summed is not None:
+                summed.add(unit.counts)
+            bar.update(1)
+    options = source.opts.storage_options
+    for url in source.paths:   # the input's rejects travel with kept/
+        corpus = Corpus.open(corpus_of(url, options), options)
+        if corpus.manifest.get("rejected"):
+            rejects = corpus.read_rejects()
+            kept_w.write(rejects=rejects)
+            tally.input_rejects += rejects.num_rows
+    return summed.result() if summed is not None else None
+
+
+def _labels(rows: pa.Table) -> dict:
+    from refinery.io.corpus import value_counts
+
+    return dict(zip(*value_counts(rows["label"]))) if rows.num_rows else {}
+
+
+def _numbered_batches(source: StageInput, on_rejects) -> Iterator[pa.Table]:
+    """The ``numbered`` rows of each batch of ``source`` that has rows; each batch's rejects handed to ``on_rejects``
+    as it is read."""
+    start = 0
+    for batch in source.iter_batches():
+        if batch.rejects.num_rows:
+            on_rejects(batch.rejects)
+        if batch.rows.num_rows:
+            yield numbered(batch.rows, start)
+            start += batch.rows.num_rows
