@@ -161,7 +161,9 @@ def test_confidence_keeping_too_few_rows_to_test_a_feature_warns_and_keeping_non
 @pytest.mark.ray
 def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(scored_dev, ray_local):
     """Under the Ray engine a filter's ``decide`` runs in Ray's worker processes (each batch's process id recorded
-    there), and the rows kept and filtered out are the local engine's."""
+    there), each input shard's kept and filtered-out rows are written by its worker (``part-u<shard>`` in the
+    manifests), and the rows, their order, the report and the kept rows' audit are the local engine's: the rows'
+    numbers carry across the input's four shards."""
     from refinery.io.read_options import ReadOptions
     from refinery.methods.confidence import ConfidenceConfig, ConfidenceStage
     from refinery.pipeline.output import StageOutput
@@ -176,15 +178,27 @@ def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(
             return super().annotate(set_column(batch, "decided_in", pa.array([self.decided_in] * batch.num_rows)),
                                     keep)
 
-    parts = {}
+    sharded = scored_dev / "dev-in-shards"
+    if not sharded.exists():
+        write_table(Corpus.open(str(scored_dev / "dev")).read(), str(sharded), shard_rows=2_500)
+    parts, reports, audits = {}, {}, {}
     for engine in ("local", "ray"):
-        source = StageInput({"": [str(scored_dev / "dev")]}, opts=ReadOptions(batch_rows=2_000), engine=engine)
+        source = StageInput({"": [str(sharded)]}, opts=ReadOptions(batch_rows=2_000), engine=engine)
         out = StageOutput(str(scored_dev / f"pids-{engine}"), inputs=source.paths)
         RecordingPid(ConfidenceConfig(proba_column="drops_shortcut", tau=0.5)).run(source, out)
-        parts[engine] = {p: Corpus.open(out.url(p)).read() for p in ("kept", "rejected")}
-    decided_in = {pid for t in parts["ray"].values() for pid in t["decided_in"].to_pylist()}
+        parts[engine] = {p: Corpus.open(out.url(p)) for p in ("kept", "rejected")}
+        reports[engine] = json.loads((scored_dev / f"pids-{engine}" / "report" / "report.json").read_text())
+        audits[engine] = parts[engine]["kept"].attached("audit")
+    assert len(Corpus.open(str(sharded)).files) == 4
+    assert all(len(c.files) == 4 and all(f.rsplit("/", 1)[1].startswith("part-u") for f in c.files)
+               for c in parts["ray"].values())
+    ray_rows = {p: c.read() for p, c in parts["ray"].items()}
+    decided_in = {pid for t in ray_rows.values() for pid in t["decided_in"].to_pylist()}
     assert decided_in and os.getpid() not in decided_in
-    assert {pid for t in parts["local"].values() for pid in t["decided_in"].to_pylist()} == {os.getpid()}
-    for part, table in parts["ray"].items():
-        assert table.drop_columns(["decided_in"]).equals(parts["local"][part].drop_columns(["decided_in"])), part
+    local_rows = {p: c.read() for p, c in parts["local"].items()}
+    assert {pid for t in local_rows.values() for pid in t["decided_in"].to_pylist()} == {os.getpid()}
+    for part, table in ray_rows.items():
+        assert table.drop_columns(["decided_in"]).equals(local_rows[part].drop_columns(["decided_in"])), part
         assert table.num_rows > 0, part
+    assert reports["ray"]["verdict"] == reports["local"]["verdict"]
+    assert audits["ray"].sort_by("feature").equals(audits["local"].sort_by("feature"))

@@ -67,16 +67,10 @@ class TransformerClassifier:
         """
         quiet_other_bars()   # transformers' own bars: only where refinery's are drawn
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         torch.manual_seed(self.seed)
         if not (warm_start and self.model is not None):
-            self.classes_ = sorted(set(table["label"].to_pylist()))
-            ref = resolve(self.model_name)
-            self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
-            self.model = AutoModelForSequenceClassification.from_pretrained(
-                ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
-                label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
+            self.build(sorted(set(table["label"].to_pylist())))
         unknown = set(table["label"].to_pylist()) - set(self.classes_)
         if unknown:
             raise ValueError(f"warm start: labels {sorted(unknown)} are not among the model's {self.classes_}")
@@ -96,6 +90,18 @@ class TransformerClassifier:
                  lengths=self._text_lengths(table), desc="fine-tune classifier")
         self.model.eval()
         return self
+
+    def build(self, classes: list) -> None:
+        """The base encoder with a fresh classification head over ``classes``, untrained, on the device."""
+        quiet_other_bars()
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.classes_ = list(classes)
+        ref = resolve(self.model_name)
+        self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
+            label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
 
     def predict_proba(self, table: pa.Table, batch_size: int = 128) -> np.ndarray:
         import torch

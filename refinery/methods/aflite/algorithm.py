@@ -98,8 +98,8 @@ def naive_bayes_predictability(X, y: np.ndarray, num_labels: int, partitions: np
 
 def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, done: list | None = None,
                        on_removal=None, bar=None) -> Filtering:
-    """Algorithm 1 over ``X`` (Φ of every input row: CSR n-grams, or dense embeddings) and ``y`` (label codes into ``labels``): the rows'
-    fates. ``done``: the ``Removal``s of a killed run's finished iterations (replayed, not recomputed);
+    """Algorithm 1 over ``X`` (Φ of every input row: CSR n-grams, or dense embeddings) and ``y`` (label codes into
+    ``labels``): the rows' fates. ``done``: the ``Removal``s of a killed run's finished iterations (replayed, not recomputed);
     ``on_removal(removal)``: called as each iteration ends (to checkpoint it); ``bar``: a progress bar advanced
     by one per iteration."""
     predictability_of = naive_bayes_predictability if config.representation == "ngrams" else logistic_predictability

@@ -9,8 +9,9 @@ Partition j fits a multinomial logistic regression on its training rows T_j,
 Wolfe line search). The objective is a sum over partitions with no shared parameter, so a block of partitions is one
 problem: one product Φ(S) [W_1 … W_b] scores every row under every model, and each row's loss counts only in the
 partitions that train on it. Φ is centred on S's mean first: the bias absorbs the shift, so the models are the same,
-and L-BFGS converges about 4× sooner (sentence embeddings share a large common direction). Held-out rows are then predicted by the argmax of their scores. Deterministic on a given
-machine: the same rows, partitions and start give the same models.
+and L-BFGS converges about 4× sooner (sentence embeddings share a large common direction). Held-out rows are then
+predicted by the argmax of their scores. Deterministic on a given machine: the same rows, partitions and start give
+the same models.
 """
 from __future__ import annotations
 

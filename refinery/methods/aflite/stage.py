@@ -2,9 +2,10 @@
 
 ``prepare`` reads the input once into Φ (each field's word 1-2-grams hashed, sublinear tf, ``models.ngram``; or a
 frozen encoder's sentence embeddings, cached by content, ``models.embeddings``) and runs the loop, checkpointing each
-finished iteration's removals under the output (a killed run continues after the last one); ``decide`` looks each batch's rows up by their position. ``FilterStage`` writes kept/ (each row with
-its last ``predictability``), rejected/ (with the ``predictability`` and ``aflite_iteration`` that removed it), the
-verdict (the kept rows' audit against the input's) and the report: the iterations, and predictability per label.
+finished iteration's removals under the output (a killed run continues after the last one); ``decide`` looks each
+batch's rows up by their position. ``FilterStage`` writes kept/ (each row with its last ``predictability``),
+rejected/ (with the ``predictability`` and ``aflite_iteration`` that removed it), the verdict (the kept rows' audit
+against the input's) and the report: the iterations, and predictability per label.
 """
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
 """The ``datamap`` stage: training dynamics per row (``dynamics``) and, as a filter, the region of the data map
 it keeps (Swayamdipta et al. 2020).
 
-``prepare`` reads the input once (hashed word n-grams), trains the task model epoch by epoch, checkpointing each
-epoch's record and model under the output (a killed run resumes after its last epoch), and selects the rows to
+``prepare`` reads the input once (hashed word n-grams, a frozen encoder's cached sentence embeddings, or the rows
+for fine-tuning: ``learners``), trains the task model epoch by epoch, checkpointing each epoch's record and model
+under the output (a killed run resumes after its last epoch), and selects the rows to
 keep; ``decide`` looks each batch's rows up by position. Every row, kept or not, carries its dynamics
 (``datamap_confidence``, ``datamap_variability``, ``datamap_correctness``, ``datamap_forgetfulness``). The report:
 the data map, the epochs, and each label's share in every region.
 """
 from __future__ import annotations
-
-import pickle
 
 import numpy as np
 import pyarrow as pa
@@ -36,27 +35,54 @@ class DataMapStage(FilterStage):
     name, Config = "datamap", DataMapConfig
     needs = ("id", "text_a", "label")
     adds = COLUMNS
+    embedded = None   # with the embeddings backend: how many distinct texts were embedded and read from the cache
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         from refinery.io.corpus import input_fingerprints
         from refinery.methods.datamap.dynamics import select, train_dynamics
-        from refinery.models.ngram import hashed_rows
         from refinery.progress import progress
 
         c = self.config
-        X, self.y, self.labels = hashed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), c.inputs,
-                                             c.hash_bits, "datamap: n-grams")
+        learner = self._learner(source)
         training = {k: v for k, v in to_dict(c).items() if k not in ("keep", "share")}   # a new selection: no retrain
         self.checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
             source.splits, source.opts.storage_options)})
         with progress(total=c.epochs, desc=f"datamap: {c.epochs} epochs", unit=" epoch") as bar:
-            self.dynamics = train_dynamics(X, self.y, len(self.labels), c, self._done(), self._keep_epoch, bar)
+            self.dynamics = train_dynamics(learner, self.y, c.epochs, self._done(), self._keep_epoch, bar)
         self.kept = select(self.dynamics, c)
         if self.dynamics.resumed:
             self.resumed = f"resumed after epoch {self.dynamics.resumed} of the interrupted run before"
 
+    def _learner(self, source: StageInput):
+        """The task model of ``backend`` over every row of the input, read once in order (``learners``); sets the rows'
+        label codes and the labels."""
+        from refinery.methods.datamap import learners
+
+        c = self.config
+        tables = (b.rows for b in source.iter_batches() if b.rows.num_rows)
+        if c.backend == "ngram":
+            from refinery.models.ngram import hashed_rows, smooth_idf, tf_idf
+
+            X, self.y, self.labels = hashed_rows(tables, c.inputs, c.hash_bits, "datamap: n-grams")
+            features = tf_idf(X, smooth_idf(np.bincount(X.indices, minlength=X.shape[1]), X.shape[0]))
+            return learners.SoftmaxHead(features.astype(np.float32), self.y, len(self.labels), c.step(), c.seed)
+        if c.backend == "embeddings":
+            from refinery.models.embeddings import EncoderSpec, embedded_rows
+
+            rows = embedded_rows(tables, c.inputs, EncoderSpec(c.model, c.max_length), source.engine,
+                                 "datamap: embed")
+            self.y, self.labels, self.embedded = rows.y, rows.labels, rows.texts
+            return learners.SoftmaxHead(learners.centred_unit(rows.features), self.y, len(self.labels), c.step(),
+                                        c.seed)
+        from refinery.models.ngram import label_codes
+
+        table = pa.concat_tables([t.select([n for n in ("text_a", "text_b", "label") if n in t.column_names])
+                                  for t in tables])
+        self.y, self.labels = label_codes([table["label"].cast(pa.string())])
+        return learners.FineTuned(table, self.labels, c)
+
     def _done(self) -> list:
-        """The finished epochs of a killed run, 1, 2, … without a gap, the last with its model."""
+        """The finished epochs of a killed run, 1, 2, … without a gap, the last with its model's state."""
         from refinery.methods.datamap.dynamics import Epoch
 
         done, names = [], set(self.checkpoints.done())
@@ -66,12 +92,12 @@ class DataMapStage(FilterStage):
         while done and f"model-{len(done):04d}" not in names:   # an epoch whose model was not kept: redo it
             done.pop()
         if done:
-            done[-1].model = pickle.loads(self.checkpoints.get(f"model-{len(done):04d}")["model"][0].as_py())
+            done[-1].state = self.checkpoints.get(f"model-{len(done):04d}")["model"][0].as_py()
         return done
 
     def _keep_epoch(self, epoch) -> None:
         self.checkpoints.put(f"epoch-{epoch.epoch:04d}", pa.table({"p_gold": epoch.p_gold, "right": epoch.right}))
-        self.checkpoints.put(f"model-{epoch.epoch:04d}", pa.table({"model": [pickle.dumps(epoch.model)]}))
+        self.checkpoints.put(f"model-{epoch.epoch:04d}", pa.table({"model": pa.array([epoch.state], pa.binary())}))
         if epoch.epoch > 1:   # only the last model is needed to go on
             self.checkpoints.remove(f"model-{epoch.epoch - 1:04d}")
 
@@ -94,7 +120,7 @@ class DataMapStage(FilterStage):
         from refinery.methods.datamap.dynamics import regions_by_label
         from refinery.report import figures
         from refinery.report import format as fmt
-        from refinery.report.page import figure, table
+        from refinery.report.page import figure, note, table
 
         c, d = self.config, self.dynamics
         regions = regions_by_label(d, self.y, self.labels, c.share)
@@ -107,16 +133,31 @@ class DataMapStage(FilterStage):
         svg = figures.datamap(d.confidence, d.variability, d.correctness, "Data map (Swayamdipta et al. 2020)",
                               boundary, seed=c.seed)
         summary = {"epochs": d.epochs, "regions_by_label": regions, "resumed_epochs": d.resumed,
-                   "confidence": _quartiles(d.confidence), "variability": _quartiles(d.variability)}
+                   "confidence": _quartiles(d.confidence), "variability": _quartiles(d.variability),
+                   "task_model": self._task_model(),
+                   **({"embeddings": {"texts": self.embedded.cached + self.embedded.embedded,
+                                      "cached": self.embedded.cached, "embedded": self.embedded.embedded}}
+                      if self.embedded is not None else {})}
         return summary, [
             ("Data map", figure(svg, "Each row's mean probability of its gold label across the epochs (confidence) "
                                      "against its standard deviation (variability), coloured by the share of "
                                      "epochs the model got it right; the model learns on these rows.")),
             ("Epochs", table([{"epoch": e["epoch"], "training accuracy": e["accuracy"],
                                "mean p(gold)": e["mean_p_gold"]} for e in d.epochs],
-                             formats={"training accuracy": fmt.percent})),
+                             formats={"training accuracy": fmt.percent}) + note(f"Task model: {self._task_model()}.")),
             (f"Regions per label (each region: the {c.share:.0%} of rows highest in it)",
              table(regions, formats={r: fmt.percent for r in ("ambiguous", "hard", "easy")}))]
+
+    def _task_model(self) -> str:
+        c = self.config
+        if c.backend == "ngram":
+            return (f"a softmax head on TF-IDF hashed word 1-2-grams of the {c.inputs} (2^{c.hash_bits} columns per "
+                    f"field), SGD from zero, η {c.step():g}")
+        if c.backend == "transformer":
+            return f"{c.model} fine-tuned with a classification head on the {c.inputs}, AdamW, lr {c.step():g}"
+        return (f"a softmax head on {c.model} sentence embeddings of the {c.inputs} (frozen), SGD from zero, "
+                f"η {c.step():g}; {self.embedded.embedded:,} distinct texts embedded, {self.embedded.cached:,} read "
+                "from the cache")
 
     def remedy(self) -> str:
         return (f"the {self.config.keep} rows carry these features more often: keep another region (--keep, now "
