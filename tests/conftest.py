@@ -194,3 +194,13 @@ def killed_when(args, out, finished: str, at_least: int = 1) -> list:
     proc.wait()
     assert not (Path(out) / "_SUCCESS").exists()
     return sorted(p.name for p in Path(out).glob(finished))
+
+
+@pytest.fixture(scope="session")
+def snli_dev_head(tmp_path_factory):
+    """The first 300 rows of SNLI dev as a JSONL file (its preset: snli): a small real corpus for the model-based
+    stages' tests."""
+    path = tmp_path_factory.mktemp("snli_head") / "snli_dev_head.jsonl"
+    with open(SNLI_DEV, encoding="utf-8") as fh:
+        path.write_text("".join(line for _, line in zip(range(300), fh)), encoding="utf-8")
+    return path

@@ -74,3 +74,32 @@ def test_aflite_on_ray_keeps_the_rows_the_local_engine_keeps(snli_aflite, tmp_pa
     local, ray = (Corpus.open(str(p / "kept")).read() for p in (root / "af", tmp_path / "ray"))
     assert local["id"].equals(ray["id"]) and np.allclose(local["predictability"].to_numpy(),
                                                          ray["predictability"].to_numpy())
+
+
+def _aflite(corpus, out, *options):
+    """``refinery aflite`` with sentence embeddings, in this process: its report.json."""
+    from refinery.cli.main import main
+
+    result = CliRunner().invoke(main, ["aflite", str(corpus), "--preset", "snli", "--representation", "embeddings",
+                                       "--out", str(out), *map(str, options)])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "report" / "report.json").read_text())
+
+
+def test_aflite_on_embeddings_embeds_each_text_once_and_reads_it_back_from_the_cache(snli_dev_head, tmp_path,
+                                                                                      monkeypatch):
+    """With MiniLM's sentence embeddings as Φ and logistic regression, AFLite removes rows; a rerun, and a run with
+    another τ, embed nothing (every text read from the content cache) and the rerun keeps the same rows."""
+    monkeypatch.setenv("REFINERY_CACHE", str(tmp_path / "cache"))
+    first = _aflite(snli_dev_head, tmp_path / "af1", "--inputs", "pair", "--partitions", "16")
+    assert first["embeddings"]["embedded"] > 300 and first["embeddings"]["cached"] == 0   # premises and hypotheses
+    assert first["filtered_out"] > 0 and first["iterations"][0]["mean_predictability"] > 0.4
+    assert "logistic regression" in first["representation"]
+    again = _aflite(snli_dev_head, tmp_path / "af2", "--inputs", "pair", "--partitions", "16")
+    assert again["embeddings"] == {**first["embeddings"], "cached": first["embeddings"]["embedded"], "embedded": 0}
+    ids = [Corpus.open(str(tmp_path / f / "kept")).read()["id"].to_pylist() for f in ("af1", "af2")]
+    assert ids[0] == ids[1]
+    other_tau = _aflite(snli_dev_head, tmp_path / "af3", "--inputs", "pair", "--partitions", "16", "--tau", "0.6")
+    assert other_tau["embeddings"]["embedded"] == 0
+    assert list((tmp_path / "cache" / "embeddings").rglob("*.arrow")) and not list(
+        (tmp_path / "cache" / "embeddings").rglob("*.tmp"))

@@ -97,3 +97,23 @@ def test_a_data_map_on_ray_keeps_the_rows_the_local_engine_keeps(snli_map, tmp_p
     run_cli("datamap", SNLI_DEV, "--preset", "snli", "--engine", "ray", "--out", tmp_path / "ray")
     local, ray = (Corpus.open(str(p / "kept")).read() for p in (root / "dm", tmp_path / "ray"))
     assert local["id"].equals(ray["id"])
+
+
+def test_a_data_map_of_a_fine_tuned_encoder_and_of_frozen_embeddings(snli_dev_head, tmp_path, monkeypatch):
+    """The transformer backend fine-tunes MiniLM epoch by epoch and records each row's p(gold) after each (200 rows, 2
+    epochs); the embeddings backend trains a softmax head on MiniLM's cached sentence embeddings."""
+    from refinery.cli.main import main
+
+    monkeypatch.setenv("REFINERY_CACHE", str(tmp_path / "cache"))
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(snli_dev_head.read_text().splitlines(keepends=True)[:200]))
+    for backend in ("transformer", "embeddings"):
+        result = CliRunner().invoke(main, ["datamap", str(small), "--preset", "snli", "--backend", backend,
+                                           "--epochs", "2", "--out", str(tmp_path / backend)])
+        assert result.exit_code == 0, result.output
+        report = json.loads((tmp_path / backend / "report" / "report.json").read_text())
+        assert [e["epoch"] for e in report["epochs"]] == [1, 2] and report["kept"] == round(0.33 * 200)
+        assert all(0 < e["mean_p_gold"] < 1 for e in report["epochs"]) and backend in report["config"]["backend"]
+        kept = Corpus.open(str(tmp_path / backend / "kept")).read()
+        assert kept["datamap_variability"].to_numpy().min() >= 0 and "MiniLM" in report["task_model"]
+    assert report["embeddings"]["embedded"] > 200 and report["embeddings"]["cached"] == 0
