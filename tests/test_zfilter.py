@@ -49,9 +49,9 @@ def test_incremental_state_matches_recount():
     cfg = ZFilterConfig(batch_size=500)
     zf = ZFilter(["contradiction", "entailment", "neutral"], cfg)
     kept = []
-    for batch in with_features(rebatch(iter([table]), 500), cfg.features):
-        keep, _ = zf.filter(batch)
-        kept.append(batch.filter(pa.array(keep)).drop_columns(["features"]))
+    for batch in rebatch(iter([table]), 500):
+        keep, _ = zf.filter(add_features(batch, cfg.features))
+        kept.append(batch.filter(pa.array(keep)))
     full = audit_table(pa.concat_tables(kept)).stats
     inc = zf.Z.stats()                    # the features z* is defined for: n ≥ min_count
     names = np.array(inc.features.to_pylist(), dtype=object)

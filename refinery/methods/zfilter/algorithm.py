@@ -33,13 +33,15 @@ from refinery.pipeline.engine import stream_map
 
 
 def add_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
-    """The batch with a ``features`` list column (row-wise: any split of the stream gives the same rows)."""
-    return batch.append_column("features", row_feature_lists(batch, config))
+    """What Algorithm 1 reads of the batch's rows: each row's ``label`` and its ``features`` list (row-wise: any split
+    of the stream gives the same rows)."""
+    return pa.table({"label": batch["label"], "features": row_feature_lists(batch, config)})
 
 
 def with_features(tables, config: FeatureConfig, engine: str = "local", batch_rows: int = 65_536
                   ) -> Iterator[pa.Table]:
-    """``add_features`` over a stream of tables or a ``ParquetSource``, in stream order (on Ray: on workers)."""
+    """``add_features`` over a stream of tables or a ``ParquetSource``, in stream order (on Ray: on workers, so the
+    driver receives labels and features, not the rows' texts)."""
     return stream_map(tables, add_features, engine, {"config": config}, batch_rows, stage="zfilter")
 
 
