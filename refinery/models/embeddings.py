@@ -7,7 +7,8 @@ last layer's token states over the real tokens, scaled to unit length, as senten
 ``embed_texts`` looks every distinct text up in the local cache (``io.embedding_cache``) by the sha256 of (the
 encoder's identity, its input length, the pooling, the text) and embeds only the others, batched through
 ``pipeline.engine.actor_map``: in-process on the local engine, an actor pool under ``--engine ray`` (each actor asking
-for a GPU where the cluster has one), longest texts together so that batches pad little.
+for a GPU where the cluster has one), longest texts together so that batches pad little, ``CHUNK`` texts at a time,
+each chunk added to the cache as it is done (a killed run embeds only what it had not).
 """
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ import pyarrow.compute as pc
 
 from refinery.io.embedding_cache import EmbeddingCache
 from refinery.models.registry import PACKAGED, resolve
-from refinery.pipeline.engine import actor_map
+from refinery.pipeline.engine import actor_map, ray_init
 from refinery.pipeline.stage import Resources
+from refinery.progress import progress
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 POOLING = "mean, L2-normalized"
-BATCH = 64   # texts per forward pass
+BATCH = 64        # texts per forward pass
+CHUNK = 32_768    # texts embedded, then added to the cache, at a time: a killed run keeps what it embedded
 WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 
 
@@ -118,23 +121,25 @@ def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, d
     """The embedding of every text of ``texts`` (in order): each distinct text read from ``cache`` (default: the
     local cache of ``spec``) or embedded on ``engine`` and added to it."""
     cache = cache or EmbeddingCache(spec.namespace())
-    distinct, where = np.unique(np.array(texts, dtype=object).astype(str), return_inverse=True)
-    keys = spec.keys(distinct.tolist())
+    index: dict = {}
+    where = np.fromiter((index.setdefault(t, len(index)) for t in texts), np.int64, len(texts))
+    distinct = list(index)
+    keys = spec.keys(distinct)
     found, vectors = cache.lookup(keys)
     missing = np.flatnonzero(~found)
-    if len(missing):
-        table = pa.table({"text": pa.array(distinct[missing].tolist(), pa.string())})
-        longest_first = np.argsort(-pc.utf8_length(table["text"]).to_numpy(), kind="stable")
-        mapped = actor_map(table.take(pa.array(longest_first)), EmbeddingActor,
-                           {"model": spec.model, "max_length": spec.max_length}, engine, BATCH, 1,
-                           encoder_resources(engine), desc=desc)
-        column = mapped["embedding"].combine_chunks()
-        fresh = np.empty((len(missing), column.type.list_size), np.float32)
-        fresh[longest_first] = column.values.to_numpy(zero_copy_only=False).reshape(len(missing), -1)
-        cache.store(keys[missing], fresh)
-        if vectors is None:
-            vectors = np.zeros((len(distinct), fresh.shape[1]), np.float32)
-        vectors[missing] = fresh
+    lengths = np.fromiter((len(distinct[i]) for i in missing), np.int64, len(missing))
+    longest_first = missing[np.argsort(-lengths, kind="stable")]
+    with progress(total=len(missing), desc=desc, unit=" text") as bar:
+        for start in range(0, len(longest_first), CHUNK):
+            part = longest_first[start:start + CHUNK]
+            table = pa.table({"text": pa.array([distinct[i] for i in part], pa.string())})
+            column = actor_map(table, EmbeddingActor, {"model": spec.model, "max_length": spec.max_length}, engine,
+                               BATCH, 1, encoder_resources(engine), bar=bar)["embedding"].combine_chunks()
+            fresh = column.values.to_numpy(zero_copy_only=False).reshape(len(part), column.type.list_size)
+            cache.store(keys[part], fresh)
+            if vectors is None:
+                vectors = np.zeros((len(distinct), fresh.shape[1]), np.float32)
+            vectors[part] = fresh
     if vectors is None:   # no text at all
         vectors = np.zeros((0, 0), np.float32)
     return Embedded(vectors[where] if len(texts) else vectors[:0], int(found.sum()), len(missing))
@@ -142,11 +147,8 @@ def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, d
 
 def encoder_resources(engine: str) -> Resources:
     """What an encoder's actor asks for: a GPU where the Ray cluster has one, else a CPU."""
-    if engine == "ray":
-        from refinery.pipeline.engine import ray_init
-
-        if ray_init().cluster_resources().get("GPU", 0) >= 1:
-            return Resources(cpus=1, gpus=1, memory_gb=2)
+    if engine == "ray" and ray_init().cluster_resources().get("GPU", 0) >= 1:
+        return Resources(cpus=1, gpus=1, memory_gb=2)
     return Resources(cpus=1, memory_gb=2)
 
 

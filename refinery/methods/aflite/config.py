@@ -29,8 +29,9 @@ class AFLiteConfig:
                           "bag of n-grams of the pair learns the premise and predicts its other rows' labels).")
     representation: str = setting("ngrams", one_of(*REPRESENTATIONS),
                                   "Φ and its classifiers: hashed word n-grams with multinomial naive Bayes, or "
-                                  "sentence embeddings of a frozen encoder (--model; the pair as [u, v, |u−v|, u·v]) "
-                                  "with logistic regression, the paper's; embeddings are cached by content.")
+                                  "sentence embeddings of a frozen encoder (--model; of the pair: u, v, their "
+                                  "distance and product) with logistic regression, the paper's; embeddings are "
+                                  "cached by content.")
     model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,
                          "The frozen encoder of --representation embeddings (name or folder).", path=NAME_OR_FOLDER)
     max_length: int = setting(128, at_least(1), "The encoder's input length, in tokens (embeddings).")
