@@ -3,8 +3,8 @@
 Per stage it prints the wall time, the process's peak resident memory (``wait4``'s ru_maxrss: the process
 itself, not Ray's workers), rows per second and the ratio to the audit's time in the same run. For the filters run
 on both engines (zfilter, confidence), Ray's time against the local one's, the driver process's own bytes read and
-written (``/proc/PID/io`` rchar and wchar, beyond those of the same command on 1,000 rows) against the input's and
-the output's Parquet bytes, and whether the kept ids are the same. Then the
+written of the corpora (``strace`` of its main thread, in a second run: the files under the benchmark's folder, not
+Python's imports) against the input's and the output's Parquet bytes, and whether the kept ids are the same. Then the
 SNLI example's shape (audit → zfilter → confidence → upsample → weights) as one pipeline on the Ray engine,
 with the driver's peak memory (the pipeline's own per-stage figures, from ``OUT/pipeline/run.json``).
 
@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import yaml
@@ -34,46 +33,15 @@ REFINERY = os.path.join(os.path.dirname(sys.executable), "refinery")
 BAR_SECONDS, BAR_BYTES = 600, 8e9   # --check: each stage within 10 minutes and 8 GB
 
 
-class DriverIO:
-    """The bytes a process itself read and wrote through system calls (``/proc/PID/io`` rchar and wchar: files,
-    pipes and sockets; not its children's, so not Ray's workers'), sampled until it ends."""
-
-    def __init__(self, pid: int):
-        self.pid, self.read, self.written = pid, 0, 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        import psutil
-
-        try:
-            process = psutil.Process(self.pid)
-            while not self._done.wait(0.05):
-                counters = process.io_counters()
-                self.read, self.written = counters.read_chars, counters.write_chars
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            pass
-
-    def stop(self) -> "DriverIO":
-        self._done.set()
-        self._thread.join()
-        return self
-
-
-def run(args: list, log: str, check: bool = True, program: list | None = None, io: list | None = None
-        ) -> tuple[float, int]:
+def run(args: list, log: str, check: bool = True, program: list | None = None) -> tuple[float, int]:
     """(wall seconds, peak RSS in bytes) of one ``refinery`` process (``program``: another command line taking the
-    same arguments); its output goes to ``log``; with ``io``, its ``DriverIO`` appended. A failed process ends the
-    benchmark, or with ``check`` False gives (inf, its peak)."""
+    same arguments); its output goes to ``log``. A failed process ends the benchmark, or with ``check`` False
+    gives (inf, its peak)."""
     with open(log, "w") as out:
         start = time.perf_counter()
         proc = subprocess.Popen([*(program or [REFINERY]), *map(str, args)], stdout=out, stderr=subprocess.STDOUT)
-        sampled = DriverIO(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
-        if io is not None:
-            io.append(sampled.stop())
     if os.waitstatus_to_exitcode(status):
         if not check:
             print(f"refinery {' '.join(map(str, args[:2]))} failed; see {log}", flush=True)
@@ -109,32 +77,50 @@ def parquet_bytes(*corpora: str) -> int:
     return sum(os.path.getsize(f) for c in map(Corpus.open, corpora) for f in c.files + c.reject_files)
 
 
+def traced_io(command: list, root: str, log: str) -> tuple[int, int] | None:
+    """(bytes read, bytes written) by the main thread of one ``refinery`` process on files under ``root`` (the
+    benchmark's corpora: its input and output), from ``strace -y`` of its read and write calls (Python's imports,
+    /proc and the cluster's sockets aside); None where strace is not installed. Only the main thread is traced:
+    Ray's threads talk over sockets, and a filter's driver runs no reading or writing thread of its own on Ray."""
+    import re
+    import shutil
+
+    if shutil.which("strace") is None:
+        return None
+    calls = "read,pread64,readv,preadv,write,pwrite64,writev,pwritev"
+    run(command, log, program=["strace", "-y", "-e", f"trace={calls}", "-o", f"{log}.strace", REFINERY])
+    moved = {"read": 0, "write": 0}
+    root = os.path.realpath(root)
+    call = re.compile(r"^(p?(?:read|write)v?(?:64)?)\(\d+<([^>]*)>.*= (\d+)$")
+    with open(f"{log}.strace") as fh:
+        for line in fh:
+            found = call.match(line.strip())
+            if found and found.group(2).startswith(root + "/"):
+                moved["write" if "write" in found.group(1) else "read"] += int(found.group(3))
+    os.remove(f"{log}.strace")
+    return moved["read"], moved["write"]
+
+
 def on_ray_against_local(root: str, train: str, figures: dict, commands: dict) -> None:
-    """For each filter run on both engines: Ray's time against the local one's; the driver's own bytes read and
-    written beyond those of the same command on 1,000 rows (what starting Ray and refinery costs whatever the rows:
-    imports, the cluster's sockets), against the input's and the output's Parquet bytes; whether the kept ids are
-    the same."""
+    """For each filter run on both engines: Ray's time against the local one's; the bytes the driver itself read
+    and wrote of the corpora (``traced_io``, a second run) against the input's and the output's Parquet bytes;
+    whether the kept ids are the same."""
     from refinery.io.corpus import Corpus
 
-    tiny = f"{root}/tiny"
-    run(["synth", "--rows", 1000, "--out", tiny, "--mode", "skip"], f"{root}/synth-tiny.log")
-    print("\n| filter | local | Ray | Ray ÷ local | driver read: on 1,000 rows, here, the difference ÷ input | "
-          "driver written, the same ÷ output | kept ids equal |\n|---|---|---|---|---|---|---|", flush=True)
+    print("\n| filter | local | Ray | Ray ÷ local | driver's reads of the corpora ÷ input | its writes ÷ output | "
+          "kept ids equal |\n|---|---|---|---|---|---|---|", flush=True)
     for name in ("zfilter", "confidence"):
         on_ray = f"{name} --engine ray"
         if name not in figures or on_ray not in figures:
             continue
-        (local, _), (ray, io) = figures[name], figures[on_ray]
-        fixed = []
-        run([tiny if a == train else f"{root}/tiny-{name}" if a == f"{root}/{name}-ray" else a
-             for a in commands[on_ray]], f"{root}/{name}-tiny.log", io=fixed)
+        (local, _), (ray, _) = figures[name], figures[on_ray]
         out = [f"{root}/{name}-ray/kept", f"{root}/{name}-ray/rejected"]
         ids = [Corpus.open(d).read(["id"])["id"].to_pylist() for d in (f"{root}/{name}/kept", out[0])]
-        read, written = io.read - fixed[0].read, io.written - fixed[0].written
-        print(f"| {name} | {local:,.1f} s | {ray:,.1f} s | {ray / local:.2f}× | {fixed[0].read / 1e6:,.1f} MB, "
-              f"{io.read / 1e6:,.1f} MB: {read / 1e6:,.1f} MB ÷ {parquet_bytes(train) / 1e6:,.1f} MB = "
-              f"{read / parquet_bytes(train):.1%} | {fixed[0].written / 1e6:,.1f} MB, {io.written / 1e6:,.1f} MB: "
-              f"{written / 1e6:,.1f} MB ÷ {parquet_bytes(*out) / 1e6:,.1f} MB = {written / parquet_bytes(*out):.1%} | "
+        sizes = parquet_bytes(train), parquet_bytes(*out)
+        moved = traced_io(commands[on_ray], root, f"{root}/{name}-traced.log")
+        shares = ["(strace not installed)"] * 2 if moved is None else \
+            [f"{b / 1e6:,.2f} MB ÷ {size / 1e6:,.1f} MB = {b / size:.1%}" for b, size in zip(moved, sizes)]
+        print(f"| {name} | {local:,.1f} s | {ray:,.1f} s | {ray / local:.2f}× | {shares[0]} | {shares[1]} | "
               f"{ids[0] == ids[1]} |", flush=True)
 
 
@@ -189,9 +175,8 @@ def main() -> None:
     for name, command in stages(root, train, test).items():
         if name.split()[0] in skip or name in skip or only and not (name.split()[0] in only or name in only):
             continue
-        io = []
-        seconds, peak = run(command, f"{root}/{command[0]}-{len(name)}.log", check=not args.check, io=io)
-        figures[name] = (seconds, io[0])
+        seconds, peak = run(command, f"{root}/{command[0]}-{len(name)}.log", check=not args.check)
+        figures[name] = (seconds, peak)
         if seconds > BAR_SECONDS or peak > BAR_BYTES:
             over.append(f"{name} ({seconds:,.1f} s, {peak / 1e9:.2f} GB)")
         audit_seconds = audit_seconds or (seconds if name == "audit" else None)
