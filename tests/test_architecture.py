@@ -197,3 +197,27 @@ def test_one_implementation_of_mode():
                     e.value for e in node.elts if isinstance(e, ast.Constant)}:
                 found.append(f"{_where(module, node.lineno)}: spells the modes out")
     assert not found, "\n".join(found)
+
+
+def test_one_place_asks_whether_an_output_is_finished():
+    """Issue 53: whether a stage's folder, a corpus or a Hugging Face folder is finished, and what its run recorded,
+    is read in one place (``io.finished.finished``; ``_SUCCESS`` itself by ``ownership.run_record``, which the
+    commit pointer's reader shares): no other module reads ``_SUCCESS``, looks a manifest up to ask, or defines a
+    function of its own that answers it."""
+    own = {"refinery.io.finished", "refinery.io.ownership", "refinery.io.modes"}
+    found = []
+    for module, path in MODULES.items():
+        if module in own:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "finished" in node.name:
+                found.append(f"{_where(module, node.lineno)}: defines {node.name}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "json_object" and \
+                    any(isinstance(a, ast.Name) and a.id == "RUN_MARKER" or "RUN_MARKER" in ast.dump(a)
+                        for a in node.args):
+                found.append(f"{_where(module, node.lineno)}: reads _SUCCESS")
+            if isinstance(node, ast.Name) and node.id == "manifest_path" and module not in (
+                    "refinery.io.corpus", "refinery.io.corpus_writer"):   # opening a corpus, rewriting its own
+                found.append(f"{_where(module, node.lineno)}: looks a manifest up")
+    assert not found, "\n".join(found)

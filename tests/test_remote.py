@@ -15,7 +15,8 @@ import yaml
 from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, RayNode, free_port, run_cli
 
 from refinery.io.committed import committed_url
-from refinery.io.corpus import MANIFEST, META_DIR, Corpus, is_corpus, load
+from refinery.io.corpus import Corpus, is_corpus, load
+from refinery.io.finished import MANIFEST, META_DIR
 from refinery.io.corpus_writer import convert
 from refinery.io.schema import PRESETS
 

@@ -10,8 +10,8 @@ one committed after, whole, never a mix, and an unfinished run's files are named
 from __future__ import annotations
 
 from refinery.io.contained import inside
-from refinery.io.location import get_fs, join, json_object, on_store
-from refinery.io.ownership import RUN_MARKER
+from refinery.io.location import join
+from refinery.io.ownership import RUN_MARKER, run_record
 
 RUNS = "_runs"         # on an object store: each run's parts under _runs/<run id>/
 POINTER_LEVELS = 3     # how far above a path a pointer is looked for (OUT/stages/z_original/kept: 3)
@@ -20,11 +20,8 @@ POINTER_LEVELS = 3     # how far above a path a pointer is looked for (OUT/stage
 def run_pointer(url: str, storage_options: dict | None = None) -> dict | None:
     """The ``_SUCCESS`` of the folder ``url`` where it names a committed run's folder (``root``, checked inside
     ``url``; ``parts``), else None."""
-    fs, path = get_fs(url, storage_options)
     record = join(url.rstrip("/"), RUN_MARKER)
-    with on_store(url, f"reading {RUN_MARKER}"):
-        fs.invalidate_cache(join(path, RUN_MARKER))   # the listing above it: the pointer may have moved since
-        body = json_object(fs, join(path, RUN_MARKER))
+    body = run_record(url, storage_options)
     if body is None or "root" not in body:
         return None
     inside(record, "root", [body["root"]])

@@ -27,11 +27,9 @@ from refinery.io.readers import read_input
 from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import forget_listings, get_fs, on_store
-from refinery.io.ownership import RUN_MARKER, STAGE_CORPUS, read_marker
+from refinery.io.finished import MANIFEST, META_DIR, STAGE, finished, manifest_path
+from refinery.io.ownership import STAGE_CORPUS
 
-META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
-MANIFEST = f"{META_DIR}/manifest.json"
-LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
 CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
 TOP_REASONS = 3                     # the reasons an all-rejected error names
@@ -68,16 +66,6 @@ class AllRejected(EmptyInput):
 def reject_reasons(rejects: pa.Table) -> Counter:
     """The rows of a rejects table per reason."""
     return Counter(dict(zip(*value_counts(rejects["reason"])))) if rejects.num_rows else Counter()
-
-
-def manifest_path(fs, path: str) -> str | None:
-    """Where the corpus at ``path`` keeps its manifest (``.refinery/manifest.json``, or ``manifest.json`` in a
-    corpus written before ``.refinery/``), or None where it has none: not a finished corpus."""
-    for name in (MANIFEST, LEGACY_MANIFEST):
-        candidate = posixpath.join(path, name)
-        if fs.isfile(candidate):
-            return candidate
-    return None
 
 
 @dataclass
@@ -231,7 +219,7 @@ def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
     """The corpora inside a stage's folder ``url`` (``kept``, ``rejected``, ``pool``, …), or none."""
     fs, path = get_fs(url, storage_options)
     with on_store(url, "looking at the input"):
-        if not fs.isdir(path) or not fs.exists(posixpath.join(path, RUN_MARKER)):
+        if not fs.isdir(path) or finished(url, storage_options, STAGE) is None:
             return []
         fs, run = get_fs(committed_url(url, storage_options), storage_options)
         folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(run, detail=False) if fs.isdir(p))
@@ -340,18 +328,6 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
             fs, local = get_fs(path, storage_options)
             prints[prefix + path] = f"size:{fs.size(local)} checksum:{fs.checksum(local):x}"
     return prints
-
-
-def finished_run(out: str, storage_options: dict | None = None) -> dict | None:
-    """What the finished output at ``out`` records of its run (its inputs and config): a corpus's manifest, a
-    Hugging Face folder's stamp in refinery's marker; None where there is none."""
-    fs, path = get_fs(committed_url(out, storage_options), storage_options)
-    with on_store(out, "looking for a finished corpus"):
-        mpath = manifest_path(fs, path)
-        if mpath is None:
-            return read_marker(out, storage_options).get("hf")
-        with fs.open(mpath, "r") as fh:
-            return json.load(fh)
 
 
 def value_counts(arr) -> tuple[list, list]:

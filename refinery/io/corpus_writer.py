@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.common_schema import common_schema, conform
-from refinery.io.corpus import (CARD, FORMAT, MANIFEST, META_DIR, REJECTS, AllRejected, concat, finished_run,
-                                input_fingerprints, iter_input_batches, load, manifest_path, reject_reasons,
-                                value_counts)
+from refinery.io.corpus import (CARD, FORMAT, REJECTS, AllRejected, concat, input_fingerprints, iter_input_batches,
+                                load, reject_reasons, value_counts)
+from refinery.io.finished import CORPUS, HF, MANIFEST, META_DIR, finished, manifest_path
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs, join, on_store
@@ -59,7 +59,7 @@ class CorpusWriter(AbortsOnError):
         self.skipped = False
         self.manifest: dict | None = None
         if mode != "overwrite":
-            self.skipped = keeps_finished(out, mode, finished_run(location, storage_options),
+            self.skipped = keeps_finished(out, mode, finished(location, storage_options, CORPUS, HF),
                                           _differs(self.inputs, self.config))
         self._buffer: list[pa.Table] = []
         self._buffered = 0
@@ -408,7 +408,7 @@ def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = Re
     config = {**(config or {}), "format": "hf"}
     inputs = list(inputs)
     prints = input_fingerprints(inputs, opts.storage_options)
-    stored = finished_run(out, opts.storage_options) if mode != "overwrite" else None
+    stored = finished(out, opts.storage_options, CORPUS, HF) if mode != "overwrite" else None
     if keeps_finished(out, mode, stored, _differs(prints, config)):
         return {**stored, "skipped": True}
     rows, rejects = load(inputs, mapping, opts)

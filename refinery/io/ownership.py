@@ -117,6 +117,15 @@ def published_run(out: str, storage_options: dict | None = None) -> str | None:
     return None if body.get("emptied") else body.get("run")
 
 
+def run_record(folder: str, storage_options: dict | None = None) -> dict | None:
+    """The ``_SUCCESS`` of a run's folder (its commit's record, read afresh: it may have moved since a listing was
+    cached), or None where there is none."""
+    fs, path = get_fs(folder, storage_options)
+    with on_store(folder, f"reading {RUN_MARKER}"):
+        fs.invalidate_cache(join(path, RUN_MARKER))
+        return json_object(fs, join(path, RUN_MARKER))
+
+
 def read_marker(out: str, storage_options: dict | None = None) -> dict:
     """The body of refinery's marker in ``out`` ({} where there is none)."""
     fs, path = get_fs(out, storage_options)

@@ -50,8 +50,9 @@ class StepFolders:
         """The Parquet file ``file`` of finished step ``name``."""
         return pq.read_table(self.path(name, file))
 
-    def finished(self) -> list[str]:
-        """The names of the published steps, in order (a dead run's temporary folders are not steps)."""
+    def done(self) -> list[str]:
+        """The names of the published steps, in order (a dead run's temporary folders are not steps), as
+        ``Checkpoints.done`` names a task's finished pieces."""
         if not os.path.isdir(self.root):
             return []
         return sorted(name for name in os.listdir(self.root) if ".tmp-" not in name)

@@ -208,9 +208,10 @@ def recorded(paths: list, storage_options: dict) -> tuple[tuple, Prior | None]:
     field names and single-text flag, or none; the audit's prior rule, or None), each where all record the same
     and every path is a corpus."""
     from refinery.core.stats import Prior
-    from refinery.io.corpus import corpus_of, finished_run
+    from refinery.io.corpus import corpus_of
+    from refinery.io.finished import CORPUS, HF, finished
 
-    manifests = [finished_run(corpus_of(path, storage_options), storage_options) or {} for path in paths]
+    manifests = [finished(corpus_of(path, storage_options), storage_options, CORPUS, HF) or {} for path in paths]
     names, priors = set(), set()
     for manifest in manifests:
         given = manifest.get(FIELD_NAMES)

@@ -29,9 +29,10 @@ from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
-from refinery.io.location import folder_entries, get_fs, is_local, join, json_object
+from refinery.io.location import folder_entries, get_fs, is_local, join
+from refinery.io.finished import STAGE, finished
 from refinery.io.modes import keeps_finished
-from refinery.io.ownership import (RUN_MARKER, check_out_apart, claim_folder, made_folder, published_run,
+from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
 from refinery.io.redaction import redact_text
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
@@ -76,12 +77,6 @@ class PipelineRun:
 def fingerprint(*parts) -> str:
     """sha256 of ``parts`` and refinery's version: an upgraded refinery computes every step again."""
     return hashlib.sha256(json.dumps([__version__, *parts], sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _finished(folder: str, storage_options: dict) -> dict | None:
-    """The ``_SUCCESS`` marker of a finished stage folder, or None."""
-    fs, path = get_fs(folder, storage_options)
-    return json_object(fs, join(path, RUN_MARKER))
 
 
 def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None, task_peak: int | None,
@@ -312,7 +307,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     takes the ``StageOutput`` it publishes through and returns the stage's result and the peak memory of the Ray task it
     ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
-    done = _finished(folder, opts.storage_options)
+    done = finished(folder, opts.storage_options, STAGE)
     if keeps_finished(folder, mode, done, lambda finished: None if finished.get("fingerprint") == fp else
                       "holds a result made from other inputs or options"):
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),

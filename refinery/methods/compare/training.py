@@ -208,7 +208,7 @@ def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutp
     fingerprint ``key`` reused, else trained, scored and published (a finished run survives an interrupted
     comparison)."""
     part = f"runs/{_safe(name)}-seed{seed}"
-    table = _finished_run(out, part, key)
+    table = _reusable_run(out, part, key)
     if table is not None:
         return table
     model = _fit(data.config, data.tables[name], seed)
@@ -246,7 +246,7 @@ def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tupl
     return best, p[np.arange(len(best)), best]
 
 
-def _finished_run(out: StageOutput, part: str, key: str) -> pa.Table | None:
+def _reusable_run(out: StageOutput, part: str, key: str) -> pa.Table | None:
     """The predictions of the finished run with fingerprint ``key`` that ``out`` holds under ``part``, else None."""
     import pyarrow.parquet as pq
 

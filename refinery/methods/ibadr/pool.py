@@ -30,7 +30,7 @@ def last_checkpoint(steps: StepFolders, config: IbadrConfig) -> int:
     """The last finished iteration kept in ``steps`` with this config (0 if none); one kept with another config
     is refused."""
     done = 0
-    for name in steps.finished():
+    for name in steps.done():
         state = steps.read_json(name, "state.json")
         if state["config"] != config.checkpoint_key():
             raise ValueError(f"{steps.path(name)} was written with another configuration; use a new --out or "

@@ -1,0 +1,62 @@
+"""Whether an output refinery writes is finished, and what its run recorded: the one place that asks.
+
+Every output is published whole, with one record written last, and is finished exactly when that record is there:
+
+- a stage's folder (``STAGE``): ``_SUCCESS``, written by its run's one commit (``publishing.RunOutput``), with the
+  stage's fingerprint and summary (on an object store, also the pointer to the committed run: ``committed``);
+- a corpus (``CORPUS``): its manifest, ``.refinery/manifest.json`` (``manifest.json`` in corpora written before
+  ``.refinery/``), written last by its ``CorpusWriter``, read in the run that committed it (``committed_url``);
+- a Hugging Face ``save_to_disk`` folder (``HF``): the run's stamp in refinery's marker, written after the dataset.
+
+``--mode`` decides what to do with a finished output (``modes.keeps_finished``) from what ``finished`` returns.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+
+from refinery.io.committed import committed_url
+from refinery.io.location import get_fs, on_store
+from refinery.io.ownership import read_marker, run_record
+
+STAGE, CORPUS, HF = "stage", "corpus", "hf"
+META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
+MANIFEST = f"{META_DIR}/manifest.json"
+LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
+
+
+def manifest_path(fs, path: str) -> str | None:
+    """Where the corpus at ``path`` keeps its manifest (``.refinery/manifest.json``, or ``manifest.json`` in a
+    corpus written before ``.refinery/``), or None where it has none: not a finished corpus."""
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        candidate = posixpath.join(path, name)
+        if fs.isfile(candidate):
+            return candidate
+    return None
+
+
+def finished(url: str, storage_options: dict | None = None, *kinds: str) -> dict | None:
+    """What the finished output at ``url`` records of its run, for the first of ``kinds`` (``STAGE``, ``CORPUS``,
+    ``HF``; default: a corpus) it is finished as; None where it is finished as none of them."""
+    for kind in kinds or (CORPUS,):
+        record = _READERS[kind](url, storage_options)
+        if record is not None:
+            return record
+    return None
+
+
+def _corpus(url: str, storage_options: dict | None) -> dict | None:
+    fs, path = get_fs(committed_url(url, storage_options), storage_options)
+    with on_store(url, "looking for a finished corpus"):
+        found = manifest_path(fs, path)
+        if found is None:
+            return None
+        with fs.open(found, "r") as fh:
+            return json.load(fh)
+
+
+def _hf(url: str, storage_options: dict | None) -> dict | None:
+    return read_marker(url, storage_options).get("hf")
+
+
+_READERS = {STAGE: run_record, CORPUS: _corpus, HF: _hf}
