@@ -29,7 +29,7 @@ def logistic_predictability(X: np.ndarray, y: np.ndarray, num_labels: int, train
     import torch
 
     rows, m = train.shape
-    centred = np.asarray(X, np.float32) - np.asarray(X, np.float64).mean(axis=0).astype(np.float32)
+    centred = np.asarray(X, np.float32) - X.mean(axis=0, dtype=np.float64).astype(np.float32)
     features = torch.cat([torch.from_numpy(np.ascontiguousarray(centred)), torch.ones(rows, 1)], dim=1)
     labels = torch.from_numpy(y)
     right, held = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
