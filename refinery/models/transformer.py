@@ -95,13 +95,19 @@ class TransformerClassifier:
         """The base encoder with a fresh classification head over ``classes``, untrained, on the device."""
         quiet_other_bars()
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as transformers_logging
 
         self.classes_ = list(classes)
         ref = resolve(self.model_name)
         self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
-            label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
+        said = transformers_logging.get_verbosity()
+        transformers_logging.set_verbosity_error()   # its load report names the head added here as missing weights
+        try:
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                ref.path, num_labels=len(self.classes_), id2label=dict(enumerate(self.classes_)),
+                label2id={c: i for i, c in enumerate(self.classes_)}, **ref.kwargs()).to(self._device())
+        finally:
+            transformers_logging.set_verbosity(said)
 
     def predict_proba(self, table: pa.Table, batch_size: int = 128) -> np.ndarray:
         import torch
