@@ -246,6 +246,17 @@ class CorpusWriter(AbortsOnError):
         self._dir.commit()
         return self.manifest
 
+    def copy(self, batches: Iterable, inputs) -> dict:
+        """Write every ``Batch`` of ``batches`` (rows and rejects, as read from ``inputs``) and commit: the manifest.
+        Inputs without a good row are ``commit_all_rejected``: their rejects published, ``AllRejected`` raised."""
+        rows = 0
+        for batch in batches:
+            self.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
+            rows += batch.rows.num_rows
+        if not rows:
+            self.commit_all_rejected(inputs)
+        return self.commit()
+
     def commit_all_rejected(self, inputs) -> None:
         """Publish this writer's rejects (it was given no row) and raise ``AllRejected`` naming their reasons and
         where they are: the error of a run whose inputs held no good row."""
@@ -389,13 +400,7 @@ def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadO
                       storage_options=opts.storage_options, inputs=inputs) as writer:
         if writer.skipped:   # ``mode`` kept the finished corpus: its manifest, said so
             return {**writer.commit(), "skipped": True}
-        rows = 0
-        for _, batch in iter_input_batches(inputs, mapping, opts):
-            writer.write(batch.rows, batch.rejects)
-            rows += batch.rows.num_rows
-        if not rows:
-            writer.commit_all_rejected(inputs)
-        return writer.commit()
+        return writer.copy((batch for _, batch in iter_input_batches(inputs, mapping, opts)), inputs)
 
 
 def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(), mode: str = "overwrite",

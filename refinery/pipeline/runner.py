@@ -92,13 +92,7 @@ def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult
     out.inputs, out.field_names, out.single_text = list(source.paths), source.field_names, source.single_text
     out.prior = source.prior   # a corpus's recorded rule carries on; the first stage that counts decides one
     with out.corpus(settings={"input": to_dict(spec)}) as writer:
-        rows = 0
-        for batch in source.iter_batches():
-            writer.write(batch.rows if batch.rows.num_rows else None, batch.rejects)
-            rows += batch.rows.num_rows
-        if not rows:
-            writer.commit_all_rejected(source.paths)   # the rejects stay in the input's folder, named by the error
-        manifest = writer.commit()
+        manifest = writer.copy(source.iter_batches(), source.paths)   # no good row: the rejects stay, named
     rows, rejected = manifest["rows"], manifest["rejected"]
     return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
                        f"{rows:,} rows" + (f" in splits {', '.join(source.splits)}" if source.named else ""))

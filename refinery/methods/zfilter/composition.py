@@ -89,13 +89,8 @@ def _filtering(stage, source: StageInput, out: StageOutput):
 def _copy(source: StageInput, out: StageOutput, part: str) -> None:
     """Z-Aug's D0, read and published as it is (its rejects beside it)."""
     with out.corpus(part) as writer:
-        rows = 0
-        for _, batch in iter_input_batches(source.paths, source.mapping, source.opts):
-            writer.write(batch.rows, batch.rejects)
-            rows += batch.rows.num_rows
-        if not rows:
-            writer.commit_all_rejected(source.paths)
-        writer.commit()
+        writer.copy((batch for _, batch in iter_input_batches(source.paths, source.mapping, source.opts)),
+                    source.paths)
 
 
 class PartCounts:
