@@ -27,7 +27,7 @@ from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs, join, on_store
 from refinery.io.modes import check_mode, keeps_finished
 from refinery.io.ownership import stamp_marker
-from refinery.io.publishing import AbortsOnError, AtomicDir
+from refinery.io.publishing import AbortsOnError, AtomicDir, versioned_name
 from refinery.io.read_options import ReadOptions
 from refinery.io.redaction import redact
 from refinery.io.scratch import in_memory_names
@@ -291,10 +291,7 @@ class ShardTarget:
     run_id: str | None = None
 
     def versioned(self, name: str) -> str:
-        if self.run_id is None:
-            return name
-        stem, dot, ext = name.partition(".")
-        return f"{stem}-{self.run_id}{dot}{ext}"
+        return name if self.run_id is None else versioned_name(name, self.run_id)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         fs, path = get_fs(self.location, self.storage_options)

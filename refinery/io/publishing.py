@@ -197,6 +197,13 @@ class AbortsOnError(ABC):
         return False
 
 
+def versioned_name(name: str, run_id: str) -> str:
+    """``name`` with a run's id before its extensions (``part-00000-<run>.parquet``): an object store's data file of
+    that run, which never overwrites another run's."""
+    stem, dot, ext = name.partition(".")
+    return f"{stem}-{run_id}{dot}{ext}"
+
+
 class AtomicDir(AbortsOnError):
     """Publish a folder so that a reader finds either the previous finished version or the new one.
 
@@ -232,10 +239,7 @@ class AtomicDir(AbortsOnError):
 
     def versioned(self, name: str) -> str:
         """The name a data file is published under: ``name`` locally, with the run id on object stores."""
-        if self.local:
-            return name
-        stem, dot, ext = name.partition(".")
-        return f"{stem}-{self.run_id}{dot}{ext}"
+        return name if self.local else versioned_name(name, self.run_id)
 
     def file(self, name: str) -> str:
         self._written.add(name)

@@ -115,6 +115,13 @@ class Embedded:
     cached: int
     embedded: int
 
+    def counts(self) -> dict:
+        """The distinct texts, those read from the cache and those embedded (a report's figures)."""
+        return {"texts": self.cached + self.embedded, "cached": self.cached, "embedded": self.embedded}
+
+    def provenance(self) -> str:
+        return f"{self.embedded:,} distinct texts embedded, {self.cached:,} read from the cache"
+
 
 def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, desc: str = "embed",
                 cache: EmbeddingCache | None = None) -> Embedded:

@@ -116,7 +116,17 @@ def apply_unit(unit: ShardUnit, stage, kept_to: ShardTarget, dropped_to: ShardTa
                        NamedCounts.of(counts.flush()) if counts is not None else None)
 
 
-def shard_units(source: StageInput) -> list[ShardUnit] | None:
+@dataclass(frozen=True)
+class ShardPlan:
+    """The input as workers read it: its shards (``ShardUnit``s, in input order) and its corpora's rejects files, on
+    the store ``storage_options`` reach."""
+
+    units: list
+    reject_files: list
+    storage_options: dict
+
+
+def shard_plan(source: StageInput) -> ShardPlan | None:
     """The input's shards as units for workers that read and write themselves, or None where the driver must read
     them: the local engine, raw inputs, a corpus whose manifest records no rows per shard, or shards on this
     machine's disk when the Ray cluster has other nodes (their workers could not reach them, nor the output)."""
@@ -125,22 +135,25 @@ def shard_units(source: StageInput) -> list[ShardUnit] | None:
     from refinery.pipeline.engine import single_node
 
     options = source.opts.storage_options
-    if source.engine != "ray" or source.mapping is not None or \
-            not all(is_corpus(corpus_of(p, options), options) for p in source.paths):
+    if source.engine != "ray" or source.mapping is not None:
         return None
-    units, first = [], 0
+    units, reject_files, first = [], [], 0
     for split, paths in source.splits.items():
         for url in paths:
-            corpus = Corpus.open(corpus_of(url, options), options)
+            url = corpus_of(url, options)
+            if not is_corpus(url, options):
+                return None
+            corpus = Corpus.open(url, options)
             rows = {s.get("path"): s.get("rows") for s in corpus.manifest.get("file_stats", [])}
             for name, file in zip(corpus.manifest["files"], corpus.files):
                 if not isinstance(rows.get(name), int):
                     return None
                 units.append(ShardUnit(len(units), file, first, split, options))
                 first += rows[name]
+            reject_files += corpus.reject_files
     if units and is_local(get_fs(units[0].file, options)[0]) and not single_node():
         return None
-    return units
+    return ShardPlan(units, reject_files, options)
 
 
 class _Tally:
@@ -152,6 +165,7 @@ class _Tally:
         self.input_rejects = 0
 
     def add(self, kept: dict, dropped: dict, reasons) -> None:
+        """Rows per label kept and dropped, and the reasons (each one, or a count per reason)."""
         self.kept.update(kept)
         self.dropped.update(dropped)
         self.reasons.update(reasons)
@@ -173,13 +187,14 @@ def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, o
     from refinery.core.weighted_counts import audit_weightings   # numba: not at a verb's build
 
     features = None if stage.judges_itself else FeatureConfig().named(source.field_names, source.single_text)
-    tally, units = _Tally(), shard_units(source)
+    tally, plan = _Tally(), shard_plan(source)
     with out.corpus(Output.KEPT.value) as kept_w, out.corpus("rejected") as dropped_w:
         for part, writer in ((Output.KEPT.value, kept_w), ("rejected", dropped_w)):
             for rows, rejects in stage.leading_rows(part):
                 writer.write(rows, rejects)
-        write = _on_workers if units is not None else _in_driver
-        counts = write(stage, source, (kept_w, dropped_w), tally, features, units)
+        writers = (kept_w, dropped_w)
+        counts = _in_driver(stage, source, writers, tally, features) if plan is None else \
+            _on_workers(stage, plan, writers, tally, features)
         if not tally.kept and not tally.dropped:
             kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
         audits = None
@@ -193,9 +208,10 @@ def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, o
     return tally.written(kept, dropped), audits
 
 
-def _in_driver(stage, source: StageInput, writers: tuple, tally: _Tally, features, units=None):
+def _in_driver(stage, source: StageInput, writers: tuple, tally: _Tally, features):
     """The batches read here and decided in this process, or on Ray tasks in a bounded window; written here.
     Returns the audit's counts (a ``WeightedCounts``; None without ``features``)."""
+    from refinery.core.stats import rows_per_label
     from refinery.core.weighted_counts import WeightedCounts
     from refinery.pipeline.engine import stream_map
 
@@ -212,15 +228,16 @@ def _in_driver(stage, source: StageInput, writers: tuple, tally: _Tally, feature
             _count(counts, kept, dropped)
         kept_w.write(kept)
         dropped_w.write(_with_reasons(dropped, why))
-        tally.add(_labels(kept), _labels(dropped), map(stage.reason_kind, why))
+        tally.add(rows_per_label(kept["label"]), rows_per_label(dropped["label"]), map(stage.reason_kind, why))
     return counts
 
 
-def _on_workers(stage, source: StageInput, writers: tuple, tally: _Tally, features, units: list):
-    """Each unit read, decided, written and counted by a Ray task (``apply_unit``); the driver adopts the shards in
-    input order and sums the counts. Returns the summed counts (a ``NamedCounts``; None without ``features``)."""
+def _on_workers(stage, plan: ShardPlan, writers: tuple, tally: _Tally, features):
+    """Each unit of ``plan`` read, decided, written and counted by a Ray task (``apply_unit``); the driver adopts the
+    shards in input order, sums the counts and writes the input's rejects into kept/. Returns the summed counts (a
+    ``NamedCounts``; None without ``features``)."""
     from refinery.core.named_counts import NamedSum
-    from refinery.io.corpus import Corpus, corpus_of
+    from refinery.io.corpus import iter_parquet
     from refinery.pipeline.engine import stream_map
     from refinery.progress import progress
 
@@ -228,28 +245,18 @@ def _on_workers(stage, source: StageInput, writers: tuple, tally: _Tally, featur
     summed = NamedSum() if features is not None else None
     shared = {"stage": stage, "kept_to": kept_w.shard_target(), "dropped_to": dropped_w.shard_target(),
               "features": features}
-    with progress(total=len(units), desc=f"{stage.name}: shards", unit=" shard") as bar:
-        for unit in stream_map(units, apply_unit, "ray", shared, stage=stage.name, resources=stage.resources):
+    with progress(total=len(plan.units), desc=f"{stage.name}: shards", unit=" shard") as bar:
+        for unit in stream_map(plan.units, apply_unit, "ray", shared, stage=stage.name, resources=stage.resources):
             kept_w.adopt(unit.kept)
             dropped_w.adopt(unit.dropped)
-            tally.add(unit.kept.labels, unit.dropped.labels, unit.reasons.elements())
+            tally.add(unit.kept.labels, unit.dropped.labels, unit.reasons)
             if summed is not None:
                 summed.add(unit.counts)
             bar.update(1)
-    options = source.opts.storage_options
-    for url in source.paths:   # the input's rejects travel with kept/
-        corpus = Corpus.open(corpus_of(url, options), options)
-        if corpus.manifest.get("rejected"):
-            rejects = corpus.read_rejects()
-            kept_w.write(rejects=rejects)
-            tally.input_rejects += rejects.num_rows
+    for rejects in iter_parquet(plan.reject_files, plan.storage_options):   # the input's rejects travel with kept/
+        kept_w.write(rejects=rejects)
+        tally.input_rejects += rejects.num_rows
     return summed.result() if summed is not None else None
-
-
-def _labels(rows: pa.Table) -> dict:
-    from refinery.io.corpus import value_counts
-
-    return dict(zip(*value_counts(rows["label"]))) if rows.num_rows else {}
 
 
 def _numbered_batches(source: StageInput, on_rejects) -> Iterator[pa.Table]:

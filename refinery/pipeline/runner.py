@@ -302,7 +302,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
     done = finished(folder, opts.storage_options, STAGE)
-    if keeps_finished(folder, mode, done, lambda finished: None if finished.get("fingerprint") == fp else
+    if keeps_finished(folder, mode, done, lambda record: None if record.get("fingerprint") == fp else
                       "holds a result made from other inputs or options"):
         result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
                              report_file=done.get("report_file", StageResult.report_file))

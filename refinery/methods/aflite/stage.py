@@ -3,9 +3,9 @@
 ``prepare`` reads the input once into Φ (each field's word 1-2-grams hashed, sublinear tf, ``models.ngram``; or a
 frozen encoder's sentence embeddings, cached by content, ``models.embeddings``) and runs the loop, checkpointing each
 finished iteration's removals under the output (a killed run continues after the last one); ``decide`` looks each
-batch's rows up by their position. ``FilterStage`` writes kept/ (each row with its last ``predictability``),
-rejected/ (with the ``predictability`` and ``aflite_iteration`` that removed it), the verdict (the kept rows' audit
-against the input's) and the report: the iterations, and predictability per label.
+batch's rows up by their number in the input. ``FilterStage`` writes kept/ (each row with its last
+``predictability``), rejected/ (with the ``predictability`` and ``aflite_iteration`` that removed it), the verdict
+(the kept rows' audit against the input's) and the report: the iterations, and predictability per label.
 """
 from __future__ import annotations
 
@@ -97,9 +97,7 @@ class AFLiteStage(FilterStage):
                  **{l: r["removed_by_label"][l] for l in self.labels}} for r in rounds]
         return ({"iterations": rounds, "stopped": f.stopped, "resumed_iterations": f.resumed,
                  "representation": self._representation(),
-                 **({"embeddings": {"texts": self.embedded.cached + self.embedded.embedded,
-                                    "cached": self.embedded.cached, "embedded": self.embedded.embedded}}
-                    if self.embedded is not None else {})},
+                 **({"embeddings": self.embedded.counts()} if self.embedded is not None else {})},
                 [("Iterations (Le Bras et al. 2020, Algorithm 1)", table(rows) + note(
                     "Per iteration: the rows left, their mean predictability, those whose predictability reached τ, "
                     f"the rows removed and, per label, how many of them. Stopped: {f.stopped}. Φ: "
@@ -114,14 +112,12 @@ class AFLiteStage(FilterStage):
                     "Bayes")
         what = "the hypothesis" if c.inputs == "hypothesis" else "the pair, [u, v, |u−v|, u·v]"
         return (f"{c.model} embeddings (mean-pooled, unit length, max length {c.max_length}) of {what}; logistic "
-                f"regression; {self.embedded.embedded:,} distinct texts embedded, {self.embedded.cached:,} read "
-                "from the cache")
+                f"regression; {self.embedded.provenance()}")
 
     def remedy(self) -> str:
         return (f"the rows AFLite keeps are those its linear models find hard, and they can carry a word "
                 f"shortcut more often: raise --tau (now {self.config.tau:g}) or --target-share (now "
                 f"{self.config.target_share:g}), or z-filter the kept rows (refinery zfilter OUT/kept).")
-
 
 
 class _Reasons:

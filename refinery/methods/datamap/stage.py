@@ -3,10 +3,10 @@ it keeps (Swayamdipta et al. 2020).
 
 ``prepare`` reads the input once (hashed word n-grams, a frozen encoder's cached sentence embeddings, or the rows
 for fine-tuning: ``learners``), trains the task model epoch by epoch, checkpointing each epoch's record and model
-under the output (a killed run resumes after its last epoch), and selects the rows to
-keep; ``decide`` looks each batch's rows up by position. Every row, kept or not, carries its dynamics
-(``datamap_confidence``, ``datamap_variability``, ``datamap_correctness``, ``datamap_forgetfulness``). The report:
-the data map, the epochs, and each label's share in every region.
+under the output (a killed run resumes after its last epoch), and selects the rows to keep; ``decide`` looks each
+batch's rows up by their number in the input. Every row, kept or not, carries its dynamics (``datamap_confidence``,
+``datamap_variability``, ``datamap_correctness``, ``datamap_forgetfulness``). The report: the data map, the epochs,
+and each label's share in every region.
 """
 from __future__ import annotations
 
@@ -135,9 +135,7 @@ class DataMapStage(FilterStage):
         summary = {"epochs": d.epochs, "regions_by_label": regions, "resumed_epochs": d.resumed,
                    "confidence": _quartiles(d.confidence), "variability": _quartiles(d.variability),
                    "task_model": self._task_model(),
-                   **({"embeddings": {"texts": self.embedded.cached + self.embedded.embedded,
-                                      "cached": self.embedded.cached, "embedded": self.embedded.embedded}}
-                      if self.embedded is not None else {})}
+                   **({"embeddings": self.embedded.counts()} if self.embedded is not None else {})}
         return summary, [
             ("Data map", figure(svg, "Each row's mean probability of its gold label across the epochs (confidence) "
                                      "against its standard deviation (variability), coloured by the share of "
@@ -156,14 +154,12 @@ class DataMapStage(FilterStage):
         if c.backend == "transformer":
             return f"{c.model} fine-tuned with a classification head on the {c.inputs}, AdamW, lr {c.step():g}"
         return (f"a softmax head on {c.model} sentence embeddings of the {c.inputs} (frozen), SGD from zero, "
-                f"η {c.step():g}; {self.embedded.embedded:,} distinct texts embedded, {self.embedded.cached:,} read "
-                "from the cache")
+                f"η {c.step():g}; {self.embedded.provenance()}")
 
     def remedy(self) -> str:
         return (f"the {self.config.keep} rows carry these features more often: keep another region (--keep, now "
                 f"{self.config.keep}) or a larger --share (now {self.config.share:g}), or z-filter the kept rows "
                 "(refinery zfilter OUT/kept).")
-
 
 
 class _Reasons:

@@ -5,7 +5,7 @@ stage's ``prepare``; ``decide`` then only looks each row up here (stateless: the
 in any split of the stream). Decisions are columns, not objects, so that the driver's memory follows the
 features hit, not the rows: per input row the index of its decision (−1: kept); per rejected row its reason's
 prefix and the features it hit (indices into the names of the features that rejected any row). Rows are found
-by their number in the input (``pipeline.filter.row_numbers``).
+by their number in the input (``pipeline.executor.row_numbers``).
 """
 from __future__ import annotations
 
