@@ -20,8 +20,8 @@ from machine import machine_line  # noqa: E402 (benchmarks/machine.py)
 from scale import run  # noqa: E402 (benchmarks/scale.py: one process, its wall time and peak RSS)
 
 WITHOUT_VERDICT = {
-    "confidence": "from refinery.methods.confidence import ConfidenceStage; ConfidenceStage.judges_itself = True",
-    "weights": ("from refinery.methods import leakage_neutral as m\n"
+    "confidence": "from refinery.methods.confidence.stage import ConfidenceStage; ConfidenceStage.judges_itself = True",
+    "weights": ("from refinery.methods.weights import leakage_neutral as m\n"
                 "class Uncounted(m.WeightedCounts):\n"
                 "    def add(self, table, *weights): return self\n"
                 "m.WeightedCounts = Uncounted"),

@@ -221,3 +221,27 @@ def test_one_place_asks_whether_an_output_is_finished():
                     "refinery.io.corpus", "refinery.io.corpus_writer"):   # opening a corpus, rewriting its own
                 found.append(f"{_where(module, node.lineno)}: looks a manifest up")
     assert not found, "\n".join(found)
+
+
+# ---------------------------------------------------------------- one shape for every method (issue 53)
+
+def test_every_method_is_a_package_of_the_same_shape():
+    """Issue 53: ``refinery/methods/`` holds packages only (no flat method modules), and every package whose stage
+    the registry names holds it in ``stage.py``, beside its config in ``config.py``."""
+    from refinery.pipeline.stage import REGISTRY
+
+    methods = ROOT / "methods"
+    flat = [p.name for p in sorted(methods.iterdir()) if p.name not in ("__init__.py", "__pycache__")
+            and not (p.is_dir() and (p / "__init__.py").is_file())]
+    misplaced, unshaped = [], []
+    for name, entry in REGISTRY.items():
+        module = entry.partition(":")[0] if isinstance(entry, str) else entry.__module__
+        parts = module.split(".")
+        if parts[:2] != ["refinery", "methods"]:
+            continue
+        if len(parts) != 4 or parts[3] != "stage":
+            misplaced.append(f"{name}: {module} (not refinery.methods.PACKAGE.stage)")
+        elif not (methods / parts[2] / "config.py").is_file():
+            unshaped.append(f"{name}: refinery/methods/{parts[2]}/ has no config.py")
+    assert not flat and not misplaced and not unshaped, "\n".join(
+        [f"refinery/methods/{f}: not a package" for f in flat] + misplaced + unshaped)

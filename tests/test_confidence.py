@@ -165,7 +165,8 @@ def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(
     manifests), and the rows, their order, the report and the kept rows' audit are the local engine's: the rows'
     numbers carry across the input's four shards."""
     from refinery.io.read_options import ReadOptions
-    from refinery.methods.confidence import ConfidenceConfig, ConfidenceStage
+    from refinery.methods.confidence.config import ConfidenceConfig
+    from refinery.methods.confidence.stage import ConfidenceStage
     from refinery.pipeline.output import StageOutput
     from refinery.pipeline.stage import StageInput, set_column
 

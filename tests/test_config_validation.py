@@ -11,14 +11,14 @@ from refinery.core.features import FeatureConfig
 from refinery.core.stats import choose_prior
 from refinery.io.corpus import Corpus
 from refinery.methods.audit.config import AuditConfig
-from refinery.methods.confidence import ConfidenceConfig
-from refinery.methods.generation import GenerationConfig
+from refinery.methods.confidence.config import ConfidenceConfig
+from refinery.methods.generate.config import GenerationConfig
 from refinery.methods.ibadr.config import IbadrConfig
-from refinery.methods.leakage import ForestConfig, GraphConfig
+from refinery.methods.leakage.config import ForestConfig, GraphConfig
 from refinery.methods.razor.config import RazorConfig
-from refinery.methods.upsample import UpsampleConfig
-from refinery.methods.ips import low_ess_warning
-from refinery.methods.weights import WeightsConfig
+from refinery.methods.upsample.config import UpsampleConfig
+from refinery.methods.weights.config import WeightsConfig
+from refinery.methods.weights.ips import low_ess_warning
 from refinery.methods.zfilter.stage import ComposeConfig, ZFilterConfig
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.config import ConfigError, parse_pipeline

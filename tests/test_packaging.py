@@ -1,4 +1,5 @@
-"""A non-editable install (what a wheel on a Ray worker is) carries its named queries and runs."""
+"""A non-editable install (what a wheel on a Ray worker is) carries its named queries (io's and each method's own)
+and runs."""
 import json
 import os
 import shutil
@@ -16,7 +17,9 @@ def test_pip_install_dot_has_the_sql_and_runs(tmp_path):
     shutil.copytree(REPO, src, ignore=SOURCES, symlinks=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
                     "--no-build-isolation", "--target", str(site), str(src)], check=True, capture_output=True)
-    assert (site / "refinery" / "io" / "sql" / "label_distribution.sql").is_file()
+    shipped = {q.relative_to(site) for q in (site / "refinery").rglob("*.sql")}
+    assert {q.relative_to(REPO) for q in (REPO / "refinery").rglob("*.sql")} == shipped   # io's and the methods'
+    assert Path("refinery/methods/upsample/sql/audac_draw.sql") in shipped
     env = {**os.environ, "PYTHONPATH": str(site)}
     where = subprocess.run([sys.executable, "-c", "import refinery; print(refinery.__file__)"], cwd=tmp_path,
                            env=env, capture_output=True, text=True, check=True).stdout
@@ -29,6 +32,9 @@ def test_pip_install_dot_has_the_sql_and_runs(tmp_path):
     zf = subprocess.run([*cli, "zfilter", SNLI_HARD, "--preset", "snli", "--out", str(tmp_path / "zf")],
                         cwd=tmp_path, env=env, capture_output=True, text=True)
     assert zf.returncode == 0 and "rows in 3,261 = " in zf.stdout, zf.stderr
+    up = subprocess.run([*cli, "upsample", SNLI_HARD, "--preset", "snli", "--out", str(tmp_path / "up")],
+                        cwd=tmp_path, env=env, capture_output=True, text=True)   # its SQL: methods/upsample/sql/
+    assert up.returncode == 0 and (tmp_path / "up" / "_SUCCESS").is_file(), up.stderr
     pipeline = tmp_path / "one-stage.yaml"
     pipeline.write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n  - zfilter: {{k: 5}}\n")
     run = subprocess.run([*cli, "run", str(pipeline), "--out", str(tmp_path / "pipe")], cwd=tmp_path, env=env,

@@ -225,7 +225,7 @@ def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negat
     from refinery.core.features import FeatureConfig
     from refinery.core.verdict import judge
     from refinery.methods.audit.counting import audit_table
-    from refinery.methods.audac_guard import ShortcutGuard
+    from refinery.methods.upsample.guard import ShortcutGuard
 
     table = Corpus.open(str(negation_corpus)).read().select(["id", "text_a", "text_b", "label"])
     row = next(i for i, (text, label) in enumerate(zip(table["text_b"].to_pylist(), table["label"].to_pylist()))
@@ -248,16 +248,16 @@ def test_guard_streams_its_input_and_extracts_its_candidates_a_chunk_at_a_time(n
     the whole table, whatever the order of the candidates."""
     from refinery.core.features import FeatureConfig
     from refinery.core.stats import Prior
-    from refinery.methods import audac_guard
+    from refinery.methods.upsample import guard as shortcut_guard
 
     table = Corpus.open(str(negation_corpus)).read().select(["text_a", "text_b", "label"])
     labels = sorted(set(table["label"].to_pylist()))
     candidates = np.random.default_rng(0).permutation(table.num_rows)[:300]
     uniform = Prior("uniform")
-    whole = audac_guard.ShortcutGuard.over(table, candidates, labels, FeatureConfig(), uniform)
-    monkeypatch.setattr(audac_guard, "CANDIDATE_ROWS", 37)
-    streamed = audac_guard.ShortcutGuard.over(iter(table.to_batches(max_chunksize=250)), candidates, labels,
-                                              FeatureConfig(), uniform)
+    whole = shortcut_guard.ShortcutGuard.over(table, candidates, labels, FeatureConfig(), uniform)
+    monkeypatch.setattr(shortcut_guard, "CANDIDATE_ROWS", 37)
+    streamed = shortcut_guard.ShortcutGuard.over(iter(table.to_batches(max_chunksize=250)), candidates, labels,
+                                                 FeatureConfig(), uniform)
 
     def described(guard):
         names = guard.names.to_pylist()

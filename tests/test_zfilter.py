@@ -12,7 +12,7 @@ from refinery.io.corpus import Corpus, load
 from refinery.io.raw import rebatch
 from refinery.io.schema import PRESETS
 from refinery.methods.audit.counting import audit, audit_table
-from refinery.methods.confidence import confidence_filter
+from refinery.methods.confidence.scoring import confidence_filter
 from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
 from refinery.methods.zfilter.config import PARTS, ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.stage import ComposeStage, ZFilterStage

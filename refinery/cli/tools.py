@@ -15,7 +15,7 @@ from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.config import parse_named, train_split
 from refinery.methods.compare.stage import CompareStageConfig
-from refinery.methods.probe import ProbeConfig
+from refinery.methods.probe.config import ProbeConfig
 from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict
 from refinery.pipeline.stage import conservation
 
@@ -167,7 +167,7 @@ def synth(*, out, rows, seed, planted, leak, label_shares, premise_pool, signal_
 def evaluate(predictions, weights_path, prediction_column, storage_options):
     """Accuracy and leakage-neutral ("Debiased Eva") accuracy of predictions, overall and per split."""
     from refinery.io.corpus import read_any
-    from refinery.methods.weights import evaluate as evaluate_predictions
+    from refinery.methods.weights.evaluation import evaluate as evaluate_predictions
 
     so = parse_storage_options(storage_options)
     result = evaluate_predictions(read_any(predictions, so), read_any(weights_path, so) if weights_path else None,

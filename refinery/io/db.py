@@ -1,27 +1,35 @@
-"""DuckDB connections and the SQL text of the named queries in ``sql/`` (one query a file) or of a
-user's .sql file: what the readers' id hashing, the spill runs and the corpus queries all stand on."""
+"""DuckDB connections and the SQL text of the named queries in ``sql/`` (one query a file), of those in a method
+package's own ``sql/`` (its algorithm, e.g. ``refinery/methods/upsample/sql/``) or of a user's .sql file: what the
+readers' id hashing, the spill runs, the corpus queries and the methods' SQL all stand on."""
 from __future__ import annotations
 
 import os
 import tempfile
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
     import duckdb
 
-SQL_DIR = Path(__file__).resolve().parent / "sql"  # shipped inside the package (top-level sql/ links here)
+
+def named_queries(package: str | None = None) -> dict[str, Traversable]:
+    """The named queries of ``package``'s ``sql/`` folder (a method's package, by name: the caller's
+    ``__package__``), by name; without ``package`` io's own, shipped in refinery/io/sql/ (the top-level sql/
+    links there), which ``refinery sql`` runs by name."""
+    folder = files(package or __package__) / "sql"
+    return {q.name.removesuffix(".sql"): q for q in sorted(folder.iterdir(), key=lambda q: q.name)
+            if q.name.endswith(".sql")}
 
 
-def named_queries() -> dict[str, Path]:
-    return {p.stem: p for p in sorted(SQL_DIR.glob("*.sql"))}
-
-
-def load_sql(name_or_file: str) -> str:
-    """The text of ``sql/NAME.sql`` or of a user's ``FILE.sql``."""
+def load_sql(name_or_file: str, package: str | None = None) -> str:
+    """The text of a user's ``FILE.sql`` or of the named query ``sql/NAME.sql`` (``package``'s own, else io's:
+    ``named_queries``)."""
     if name_or_file.endswith(".sql") and Path(name_or_file).exists():
         return Path(name_or_file).read_text()
-    queries = named_queries()
+    queries = named_queries(package)
     if name_or_file not in queries:
         raise KeyError(f"no query named {name_or_file!r}; named queries: {', '.join(queries)}")
     return queries[name_or_file].read_text()

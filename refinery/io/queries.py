@@ -1,5 +1,5 @@
 """DuckDB over finished corpora: the inputs of each split made corpora, their Parquet files exposed as a
-view or a table, and named queries from ``sql/`` (or a user's .sql file) run over them.
+view or a table, and named queries from ``sql/`` (io's, a method package's own, or a user's .sql file) run over them.
 
 User-given names are bound as parameters or quoted as identifiers, never spliced raw into SQL.
 """
@@ -95,21 +95,24 @@ def _bind(sql: str, name: str, params: dict | None) -> dict:
     return {k: v for k, v in (params or {}).items() if k in used}
 
 
-def run_script(con, name: str, params: dict | None = None) -> None:
-    """Execute a named statement that creates or changes tables (no result)."""
-    sql = load_sql(name)
+def run_script(con, name: str, params: dict | None = None, *, package: str | None = None) -> None:
+    """Execute a named statement that creates or changes tables (no result); ``package``: the method package whose
+    ``sql/`` holds it (``db.load_sql``)."""
+    sql = load_sql(name, package)
     con.execute(sql, _bind(sql, name, params) or None)
 
 
-def create_table(con, table: str, name: str, params: dict | None = None) -> None:
-    """Table ``table`` made of a named query's result (kept in DuckDB, spilled past its memory limit)."""
-    sql = load_sql(name)
+def create_table(con, table: str, name: str, params: dict | None = None, *, package: str | None = None) -> None:
+    """Table ``table`` made of a named query's result (kept in DuckDB, spilled past its memory limit); ``package``:
+    the method package whose ``sql/`` holds it (``db.load_sql``)."""
+    sql = load_sql(name, package)
     con.execute(f"CREATE OR REPLACE TABLE {quote_ident(table)} AS {sql}", _bind(sql, name, params) or None)
 
 
-def run(con, name_or_file: str, params: dict | None = None) -> pa.Table:
-    """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``."""
-    sql = load_sql(name_or_file)
+def run(con, name_or_file: str, params: dict | None = None, *, package: str | None = None) -> pa.Table:
+    """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``; ``package``: the
+    method package whose ``sql/`` holds a named one (``db.load_sql``; none: io's own, as ``refinery sql`` runs)."""
+    sql = load_sql(name_or_file, package)
     return con.sql(sql, params=_bind(sql, name_or_file, params) or None).to_arrow_table()
 
 

@@ -263,17 +263,17 @@ REGISTRY = {
     "audit": "refinery.methods.audit.stage:AuditStage",
     "zfilter": "refinery.methods.zfilter.stage:ZFilterStage",
     "compose": "refinery.methods.zfilter.stage:ComposeStage",
-    "confidence": "refinery.methods.confidence:ConfidenceStage",
-    "upsample": "refinery.methods.upsample:UpsampleStage",
-    "leakage": "refinery.methods.leakage:LeakageStage",
-    "weights": "refinery.methods.weights:WeightsStage",
-    "generate": "refinery.methods.generation:GenerateStage",
+    "confidence": "refinery.methods.confidence.stage:ConfidenceStage",
+    "upsample": "refinery.methods.upsample.stage:UpsampleStage",
+    "leakage": "refinery.methods.leakage.stage:LeakageStage",
+    "weights": "refinery.methods.weights.stage:WeightsStage",
+    "generate": "refinery.methods.generate.stage:GenerateStage",
     "razor": "refinery.methods.razor.stage:RazorStage",
     "ibadr": "refinery.methods.ibadr.stage:IbadrStage",
     "aflite": "refinery.methods.aflite.stage:AFLiteStage",
     "datamap": "refinery.methods.datamap.stage:DataMapStage",
     "compare": "refinery.methods.compare.stage:CompareStage",
-    "probe": "refinery.methods.probe:ProbeStage",
+    "probe": "refinery.methods.probe.stage:ProbeStage",
 }
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from refinery.io.publishing import AtomicDir
 from refinery.io.schema import is_pair
-from refinery.methods.confidence import label_confidence
+from refinery.methods.confidence.scoring import label_confidence
 from refinery.methods.ibadr.config import RESOURCES, IbadrConfig
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),

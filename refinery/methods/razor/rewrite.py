@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.methods.generation import LABEL_DESCRIPTIONS
+from refinery.methods.generate.config import LABEL_DESCRIPTIONS
 from refinery.methods.razor.config import (RESOURCES, REWRITE_PAIR, REWRITE_SINGLE, VERIFY_PAIR, VERIFY_SINGLE,
                                            RazorConfig)
 from refinery.methods.razor.scores import Scores, candidate_gamma, gamma_summary, score, scored_field

@@ -12,11 +12,12 @@ from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
 from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedAudits, WeightedCounts, audit_weightings,
                                               judge_weightings)
-from refinery.methods.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
-                                  label_shares, low_ess_warning, prior_cells, weight_histogram, weighted_accuracy)
-from refinery.methods.leakage_features import FEATURE_SETS, ForestConfig
-from refinery.methods.sentence_graph import GraphInput, corpus_features
-from refinery.methods.weights_report import page
+from refinery.methods.leakage.config import FEATURE_SETS, ForestConfig
+from refinery.methods.leakage.sentence_graph import GraphInput, corpus_features
+from refinery.methods.weights.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
+                                          label_shares, low_ess_warning, prior_cells, weight_histogram,
+                                          weighted_accuracy)
+from refinery.methods.weights.report import page
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageInput
 from refinery.progress import progress

@@ -1,7 +1,8 @@
 """AUDAC's planning core (arXiv 2401.13907, Algorithm 1; METHODS §3; the method and its safeguards: the docstring of
-``refinery.methods.upsample`` and docs/upsample.md), in DuckDB SQL over the table ``rows``: the tokens S to correct,
-their deficits D_l[s], the round robin of draws checked by the ``ShortcutGuard``, the copies that keep the label
-shares, the turns undone until the verdicts hold; and the up-sampled corpus, written through the stage's output."""
+``refinery.methods.upsample.stage`` and docs/upsample.md), in DuckDB SQL (``sql/audac_*.sql``, beside this module)
+over the table ``rows``: the tokens S to correct, their deficits D_l[s], the round robin of draws checked by the
+``ShortcutGuard``, the copies that keep the label shares, the turns undone until the verdicts hold; and the
+up-sampled corpus, written through the stage's output."""
 from __future__ import annotations
 
 import math
@@ -17,15 +18,20 @@ from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
-from refinery.methods.audac_guard import ShortcutGuard, count_input
+from refinery.methods.upsample.guard import ShortcutGuard, count_input
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output
 from refinery.progress import progress
 
 
+def _query(con, name: str, params: dict | None = None) -> pa.Table:
+    """The result of AUDAC's named query ``sql/NAME.sql`` (beside this module) over ``con``."""
+    return queries.run(con, name, params, package=__package__)
+
+
 def token_stats(con) -> pa.Table:
     """Per token and label of the current corpus: c, n, p̂ and z* under label_set's p0."""
-    return queries.run(con, "audac_token_stats")
+    return _query(con, "audac_token_stats")
 
 
 
@@ -206,7 +212,7 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     con.execute("CREATE OR REPLACE TABLE blocked (row_id BIGINT)")
     n_rows = sum(totals.values())
     target = dict(zip(labels, (round(float(x), 6) for x in p0)))
-    queries.run_script(con, "audac_token_rows")  # every token, for left_out
+    queries.run_script(con, "audac_token_rows", package=__package__)  # every token, for left_out
     every_token = token_stats(con)
     before = every_token
     if config.remove_stopwords:
@@ -242,7 +248,7 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
                 every_token=every_token,
                 before=before, after=token_stats(con), chosen=chosen, uncorrectable=uncorrectable, trace=trace,
                 added=added, refused=refused, undone=undone,
-                supply=queries.run(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
+                supply=_query(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
                 copies=dict(zip(labels, guard.copies.tolist())), verdict=verdict, verdict_input_p0=verdict_input_p0,
                 audit=AuditRecord.of_output(guard.after(), prior,
                                             dict(zip(labels, (guard.totals + guard.copies).tolist())), features))
@@ -285,7 +291,7 @@ def _rounds(con, config, chosen: list, labels: list, guard: ShortcutGuard):
     with progress(total=config.iterations, desc="audac", unit=" iter") as bar:
         for it in range(1, config.iterations + 1):
             short = {}
-            for r in queries.run(con, "audac_deficits").to_pylist():
+            for r in _query(con, "audac_deficits").to_pylist():
                 short[r["token"]] = short.get(r["token"], 0) + r["deficit"]
             active = {t for t in active if short.get(t, 0) > config.tolerance * n_of[t]}
             if not active:
@@ -294,12 +300,12 @@ def _rounds(con, config, chosen: list, labels: list, guard: ShortcutGuard):
                 tok = c["token"]
                 if tok not in active:
                     continue
-                drawn = queries.run(con, "audac_draw", {"token": tok, "step": config.step, "seed": config.seed,
-                                                        "round": it, "max_copies": config.max_copies}).to_pylist()
+                drawn = _query(con, "audac_draw", {"token": tok, "step": config.step, "seed": config.seed,
+                                                   "round": it, "max_copies": config.max_copies}).to_pylist()
                 if not drawn:   # its short labels' rows have run out (the copy cap, or refused)
                     active.discard(tok)
                     continue
-                deficit = sum(r["deficit"] for r in queries.run(con, "audac_deficits").to_pylist()
+                deficit = sum(r["deficit"] for r in _query(con, "audac_deficits").to_pylist()
                               if r["token"] == tok)
                 rows, no = guard.admit([r["row_id"] for r in drawn])
                 refused.update(no)

@@ -1,4 +1,4 @@
-"""Leakage-neutral inverse-propensity weights and debiased evaluation (Zhang et al. 2019, Algorithm 1; METHODS §4).
+"""The ``weights`` stage: leakage-neutral inverse-propensity weights (Zhang et al. 2019, Algorithm 1; METHODS §4).
 
 P̂(y | l) is cross-predicted from the leakage features l (K folds, random forest); the
 probability that the sampling intention S equals the label is
@@ -25,37 +25,9 @@ accuracy with and without the weights.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
-import pyarrow as pa
-
-from refinery.core import stats as zstats
-from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, at_least, number_in, one_of, setting, validate
-from refinery.methods.ips import weighted_accuracy
-from refinery.methods.leakage_features import FEATURE_SETS, ForestConfig, GraphConfig
+from refinery.methods.weights.config import WeightsConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-
-
-@dataclass
-class WeightsConfig:
-    folds: int = setting(10, at_least(2), "K of the cross-prediction (the paper uses 100).")
-    features: str = setting("basic", one_of(*FEATURE_SETS), "Leakage features the forest reads.")
-    min_proba: float = setting(1e-3, OPEN_UNIT_INTERVAL, "Floor of P̂(y|l): a forest's 0 would give an infinite "
-                                                         "weight.")
-    clip: float | None = setting(None, number_in(1, open_low=True).or_none(),
-                                 "Cap on w, in units of the mean weight (none: no cap).")
-    tolerance: float = setting(1e-9, number_in(0, open_low=True),
-                               "|weighted − observed label share| the prior search stops at.")
-    forest: ForestConfig = field(default_factory=ForestConfig)
-    graph: GraphConfig = field(default_factory=GraphConfig)
-    fold_seed: int = setting(0, SEED, "Seed of the fold assignment.")
-    prior: str = setting("auto", one_of(*zstats.PRIORS), "The verdict's audit of the words, plain and "
-                         "weighted: " + zstats.PRIOR_HELP)
-
-    def __post_init__(self):
-        validate(self)
 
 
 class WeightsStage(Stage):
@@ -75,7 +47,7 @@ class WeightsStage(Stage):
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         from refinery.core.features import FeatureConfig
-        from refinery.methods.leakage_neutral import weigh
+        from refinery.methods.weights.leakage_neutral import weigh
         from refinery.pipeline.filter import verdict_headline
 
         r, verdict_lines = weigh(source, out, self.config, FeatureConfig().named(source.field_names,
@@ -91,41 +63,3 @@ class WeightsStage(Stage):
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}"
                            + (f"; warning: {warning['message']}" if warning else "")
                            + f"; {verdict_headline(r['verdict'])}", lines, warnings)
-
-
-def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_column: str = "prediction") -> dict:
-    """Accuracy and leakage-neutral accuracy of a predictions table, overall and per split.
-
-    ``predictions`` holds id, label and the prediction column (and ``weight``, unless a
-    ``weights`` table of id[, split], weight is given and joined on them).
-    """
-    for col in ("label", prediction_column):
-        if col not in predictions.column_names:
-            raise KeyError(f"predictions have no column {col!r}; columns: {predictions.column_names}")
-    if weights is not None:
-        keys = ["id"] + (["split"] if "split" in predictions.column_names and "split" in weights.column_names else [])
-        joined = predictions.drop_columns([c for c in ("weight",) if c in predictions.column_names]).join(
-            weights.select(keys + ["weight"]), keys, join_type="left outer")
-        missing = joined["weight"].null_count
-        if missing:
-            raise ValueError(f"{missing:,} predictions have no weight (joined on {', '.join(keys)})")
-        predictions = joined
-    y = predictions["label"].to_numpy(zero_copy_only=False)
-    pred = predictions[prediction_column].cast(pa.string()).to_numpy(zero_copy_only=False)
-    w = predictions["weight"].to_numpy() if "weight" in predictions.column_names else None
-    groups = {"all": np.ones(len(y), bool)}
-    if "split" in predictions.column_names:
-        split = predictions["split"].to_numpy(zero_copy_only=False)
-        groups.update({str(s): split == s for s in sorted(set(split))})
-    out = {}
-    for name, m in groups.items():
-        correct = pred[m] == y[m]
-        values, counts = np.unique(y[m], return_counts=True)
-        res = {"rows": int(m.sum()), "accuracy": float(correct.mean()),
-               "majority_accuracy": float(counts.max() / counts.sum())}
-        if w is not None:
-            wl = {v: float(w[m][y[m] == v].sum()) for v in values}
-            res.update(weighted_accuracy=weighted_accuracy(correct, w[m]),
-                       weighted_majority_accuracy=max(wl.values()) / float(w[m].sum()))
-        out[name] = res
-    return out

@@ -1,4 +1,5 @@
-"""Leakage features of the sentence graph and their predictability (Zhang et al. 2019; METHODS §4).
+"""The ``leakage`` stage: leakage features of the sentence graph and their predictability (Zhang et al. 2019;
+METHODS §4).
 
 A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB SQL
 (``sentence_graph``) over the graph of all splits together (transductive, the paper's setting) or of each split
@@ -7,27 +8,13 @@ split, measures how much the way the pairs were sampled gives the label away (pa
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import pyarrow as pa
 
-from refinery.core.validation import NOT_EMPTY, setting, validate
-from refinery.methods.leakage_features import ForestConfig, GraphConfig
+from refinery.methods.leakage.config import LeakageConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-
-
-@dataclass
-class LeakageConfig:
-    graph: GraphConfig = field(default_factory=GraphConfig)
-    forest: ForestConfig = field(default_factory=ForestConfig)
-    test_split: str | None = setting(None, NOT_EMPTY.or_none(), "The split to score (none: 'test', else the last).")
-    identical_label: str | None = setting(None, NOT_EMPTY.or_none(), "Also write identical/: each sentence paired "
-                                          "with itself, with this label (paper §3).", option="--identical-pairs")
-
-    def __post_init__(self):
-        validate(self)
-
 
 
 class LeakageStage(Stage):
@@ -47,8 +34,9 @@ class LeakageStage(Stage):
         corpus of several splits is scored as those splits), published in the stage folder itself:
         features.parquet, predictions.parquet (test split), report.json, report.html, and with ``identical_label``
         the identical-pair probe corpus ``identical/``."""
-        from refinery.methods import leakage_report
-        from refinery.methods.sentence_graph import corpus_features, feature_summary, identical_pairs, predictability
+        from refinery.methods.leakage import report
+        from refinery.methods.leakage.sentence_graph import (corpus_features, feature_summary, identical_pairs,
+                                                             predictability)
 
         config = self.config
         inputs = source.splits if source.named else {"all": source.paths}
@@ -57,11 +45,11 @@ class LeakageStage(Stage):
             r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
                      inputs=inputs, nodes=graph.nodes, edges=graph.num_rows, feature_summary=feature_summary(graph))
             tested = r["rows"].get(r["test_split"], 0)
-            interval = leakage_report.accuracy_interval(r["leakage_accuracy"], tested)
+            interval = report.accuracy_interval(r["leakage_accuracy"], tested)
             r.update(leakage_ci95=[round(v, 4) for v in interval],
-                     leakage_beats_majority=leakage_report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"],
-                                                                          tested))
-            page = leakage_report.page(out, r, leakage_report.degree_heatmaps(graph))
+                     leakage_beats_majority=report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"],
+                                                                  tested))
+            page = report.page(out, r, report.degree_heatmaps(graph))
             # the features are read as they are written: no other query on the graph until they are
             features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")
             out.publish_report(r, page, part="", files={

@@ -1,9 +1,10 @@
 """The sentence graph of a pair corpus and what is read off it (Zhang et al. 2019; METHODS §4).
 
 A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB SQL
-(``sql/leakage_*.sql``) over the graph of all splits together (transductive, the paper's setting) or of each split
-apart. A random forest on these features alone, with no text, fit on the training split(s) and scored on the test
-split, measures how much the way the pairs were sampled gives the label away (paper Table 1, ablations as Table 2).
+(``sql/leakage_*.sql``, beside this module) over the graph of all splits together (transductive, the paper's
+setting) or of each split apart. A random forest on these features alone, with no text, fit on the training
+split(s) and scored on the test split, measures how much the way the pairs were sampled gives the label away
+(paper Table 1, ablations as Table 2).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from refinery.io import queries
 from refinery.io.db import memory_limit
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.methods.leakage_features import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
+from refinery.methods.leakage.config import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
 from refinery.models.base import label_proba
 from refinery.progress import progress
 
@@ -47,9 +48,9 @@ def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
               "simple": not config.multigraph}
     for name in progress(GRAPH_QUERIES + ("leakage_features",), desc="leakage graph", unit=" query"):
         if name == "leakage_features":
-            queries.create_table(con, "features", name)
+            queries.create_table(con, "features", name, package=__package__)
         else:
-            queries.run_script(con, name, params)
+            queries.run_script(con, name, params, package=__package__)
     nodes = con.sql("SELECT count(*) FROM nodes").fetchall()[0][0]
     for table in GRAPH_TABLES:
         con.execute(f"DROP TABLE {table}")

@@ -1,5 +1,5 @@
-"""AUDAC adaptive round-robin up-sampling (arXiv 2401.13907, Algorithm 1; METHODS §3), in DuckDB SQL, with the
-safeguards an imbalanced corpus needs.
+"""The ``upsample`` stage: AUDAC adaptive round-robin up-sampling (arXiv 2401.13907, Algorithm 1; METHODS §3), in
+DuckDB SQL, with the safeguards an imbalanced corpus needs.
 
 The paper's algorithm: S = the top-k tokens by z*(s) = max_l z*(s,l) among tokens with n(s) in a count band.
 For each s, round robin, draw d_l = ceil(D_l[s]·step) rows of each short label l from B[s] (the rows containing
@@ -30,53 +30,11 @@ What refinery adds, and why (docs/upsample.md):
 """
 from __future__ import annotations
 
-import math
 import tempfile
-from dataclasses import dataclass
 
-from refinery.core import stats as zstats
-from refinery.core.validation import SEED, at_least, number_in, one_of, setting, validate
+from refinery.methods.upsample.config import UpsampleConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-
-
-@dataclass
-class UpsampleConfig:
-    k: int = setting(10, at_least(1), "Tokens to correct (|S|).")
-    step: float = setting(0.2, number_in(0, 1, open_low=True), "Share of a token's deficit D[s] drawn per turn.")
-    iterations: int = setting(10, at_least(1), "Round-robin passes at most (N).")
-    band_min: float = setting(0.002, number_in(0), "Least n(s): a fraction of the rows (≤ 1) or a count (> 1) "
-                                                   "(paper: 1,000 on SNLI train).")
-    band_max: float = setting(0.02, number_in(0, open_low=True), "Most n(s): a fraction of the rows (≤ 1) or a "
-                                                                 "count (> 1) (paper: 10,000 on SNLI train).")
-    min_count: int = setting(20, at_least(1), "Least n(s) whatever the band.")
-    tolerance: float = setting(0.01, number_in(0, 1, open_high=True), "Stop when D[s] ≤ tolerance·n(s) for every s.")
-    prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP + " A token's target p(l|s) is p0 "
-                         "(the paper: uniform).")
-    max_copies: int = setting(3, at_least(1), "Copies of one source row at most; each turn's copies go to distinct "
-                                              "rows, the fewest-copied first.")
-    remove_stopwords: bool = setting(True, help="Remove English stopwords (the paper does; negations and "
-                                                "quantifiers stay).")
-    guard: bool = setting(True, help="Refuse a copy that would take a feature over the significance threshold or "
-                                     "raise a significant one, keep the label shares (empirical prior) and undo the "
-                                     "last turns until nothing got worse; off: every drawn copy is added, as the paper "
-                                     "does (with --prior uniform and a large --max-copies: its letter). The verdict "
-                                     "is made either way.")
-    seed: int = setting(0, SEED, "Seed of the draws.")
-
-    def __post_init__(self):
-        validate(self)
-        if (self.band_min > 1) == (self.band_max > 1) and self.band_min >= self.band_max:
-            raise ValueError(f"band_min must be less than band_max, got {self.band_min:g} and {self.band_max:g}")
-
-    def band(self, rows: int) -> tuple[int, int]:
-        """[lo, hi] of n(s) over a corpus of ``rows`` rows (lo at least min_count)."""
-        lo = max(self.min_count, math.ceil(_band_count(self.band_min, rows)))
-        return lo, max(lo, math.floor(_band_count(self.band_max, rows)))
-
-
-def _band_count(value: float, rows: int) -> float:
-    return value if value > 1 else value * rows
 
 
 class UpsampleStage(Stage):
@@ -94,7 +52,7 @@ class UpsampleStage(Stage):
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         from refinery.core.features import FeatureConfig
         from refinery.io import queries
-        from refinery.methods import audac, audac_report
+        from refinery.methods.upsample import algorithm, report
 
         features = FeatureConfig().named(source.field_names, source.single_text)
         with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
@@ -102,12 +60,12 @@ class UpsampleStage(Stage):
             con = queries.connect()
             queries.load_rows(con, queries.files_of(corpora), source.opts.storage_options, with_split=source.named)
             rejects = queries.corpora_rejects(corpora)
-            plan = audac.plan(con, self.config, features, source.prior)
+            plan = algorithm.plan(con, self.config, features, source.prior)
             out.prior = plan.prior   # the input's audit's rule, recorded with the corpus
-            r = audac_report.summary(plan, self.config, inputs=source.paths, rejected=rejects.num_rows)
-            audac.publish_corpus(con, out, plan.added, rejects, plan.audit)
-        out.publish_report(r, audac_report.page(out, r, plan, self.config),
-                           files={"trace.parquet": audac_report.trace_table(plan.trace)})
+            r = report.summary(plan, self.config, inputs=source.paths, rejected=rejects.num_rows)
+            algorithm.publish_corpus(con, out, plan.added, rejects, plan.audit)
+        out.publish_report(r, report.page(out, r, plan, self.config),
+                           files={"trace.parquet": report.trace_table(plan.trace)})
         v = r["verdict"]
         lines = [v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"])]
         headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "

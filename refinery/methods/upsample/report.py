@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.methods.audac import (IBADR, Plan, copies_needed, deficits, left_out, over_cap_reason, ranked_tokens,
-                                    uncorrectable_reason)
-from refinery.methods.audac_guard import ALPHA
+from refinery.methods.upsample.algorithm import (IBADR, Plan, copies_needed, deficits, left_out, over_cap_reason,
+                                                 ranked_tokens, uncorrectable_reason)
+from refinery.methods.upsample.guard import ALPHA
 from refinery.pipeline.output import StageOutput
 from refinery.report.figures.zplot import zplot
 from refinery.report import format as fmt

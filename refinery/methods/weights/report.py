@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from refinery.core.verdict import Verdict
-from refinery.methods.ips import LOW_ESS_SHARE
+from refinery.methods.weights.ips import LOW_ESS_SHARE
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html

@@ -1,11 +1,12 @@
-"""The leakage features of the sentence graph (Zhang et al. 2019; METHODS §4): their names, how pairs become a graph
-(``GraphConfig``) and the forest that reads the label off the features (``ForestConfig``). Settings only, light to
-import: the leakage and weights stages' configs hold them; ``sentence_graph`` computes the features."""
+"""The leakage stage's config (its verb's options and pipeline keys) and the settings of the leakage features of the
+sentence graph (Zhang et al. 2019; METHODS §4): their names, how pairs become a graph (``GraphConfig``) and the
+forest that reads the label off the features (``ForestConfig``). Settings only, light to import: the leakage and
+weights stages' configs hold them; ``sentence_graph`` computes the features."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from refinery.core.validation import SEED, Allowed, at_least, one_of, setting, validate
+from refinery.core.validation import NOT_EMPTY, SEED, Allowed, at_least, one_of, setting, validate
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
@@ -62,3 +63,15 @@ class ForestConfig:
 
         return CellForest(n_estimators=self.trees, min_samples_leaf=self.min_samples_leaf, max_depth=self.max_depth,
                           max_samples=self.max_samples, random_state=self.seed, n_jobs=self.n_jobs)
+
+
+@dataclass
+class LeakageConfig:
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    forest: ForestConfig = field(default_factory=ForestConfig)
+    test_split: str | None = setting(None, NOT_EMPTY.or_none(), "The split to score (none: 'test', else the last).")
+    identical_label: str | None = setting(None, NOT_EMPTY.or_none(), "Also write identical/: each sentence paired "
+                                          "with itself, with this label (paper §3).", option="--identical-pairs")
+
+    def __post_init__(self):
+        validate(self)

@@ -1,0 +1,53 @@
+"""The confidence stage's config (its verb's options and pipeline keys): where p_M(label | text) comes from (a
+column, a saved classifier, or a classifier cross-fitted on the input) and τ."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.models.base import CLASSIFIERS
+
+SOLVERS = ("sgd", "lbfgs")
+
+
+@dataclass
+class ConfidenceConfig:
+    tau: float = setting(0.95, number_in(0, 1, open_high=True), "τ: the least p_M(label | text) a kept row exceeds.")
+    model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
+                                                           "saved classifier's folder (none and no --proba-column: "
+                                                           "ngram).", path=NAME_OR_FOLDER)
+    proba_column: str | None = setting(None, NOT_EMPTY.or_none(), "Or a column holding p_M(label | text).")
+    folds: int = setting(5, at_least(2), "K of the cross-fitting.")
+    seed: int = setting(0, SEED, "Seed of the folds (and of SGD's order).")
+    solver: str = setting("sgd", one_of(*SOLVERS), "How the ngram model is fit: averaged SGD in a few passes "
+                                                     "(streams millions of rows), or L-BFGS to convergence.")
+    epochs: int = setting(3, at_least(1), "Passes of SGD over the rows (solver sgd).")
+
+    @property
+    def streams(self) -> bool:
+        """Whether p_M comes from the n-gram model fit by SGD, which reads the input a batch at a time."""
+        return self.model == "ngram" and self.solver == "sgd"
+
+    @property
+    def fits_per_fold(self) -> bool:
+        """Whether p_M comes from a model fit per fold to convergence (checkpointed fold by fold)."""
+        return self.model == "transformer" or (self.model == "ngram" and self.solver == "lbfgs")
+
+    def __post_init__(self):
+        validate(self)
+        if self.model is None and self.proba_column is None:
+            self.model = "ngram"   # the n-gram model cross-fitted on the input: what needs nothing else
+        if self.model is not None and self.proba_column is not None:
+            raise ValueError("give one of --model (model: ngram, transformer or a saved classifier's folder) and "
+                             "--proba-column (proba_column: a column holding p_M(label | text)), not both")
+
+    def in_effect(self) -> dict:
+        """The settings that shape p_M: a column's name, a saved classifier's folder, or the cross-fitting's."""
+        if self.proba_column is not None:
+            return {"tau": self.tau, "proba_column": self.proba_column}
+        if self.model not in CLASSIFIERS:
+            return {"tau": self.tau, "model": self.model}
+        fitting = {"tau": self.tau, "model": self.model, "folds": self.folds, "seed": self.seed}
+        if self.model == "ngram":
+            fitting["solver"] = self.solver
+        return {**fitting, "epochs": self.epochs} if self.streams else fitting
