@@ -302,25 +302,58 @@ def test_ray_hands_on_the_rejects_in_the_order_of_the_inputs(tmp_path, ray_local
 
 def test_summed_partials_join_units_by_their_strings():
     """Two units that indexed their strings in different orders: a feature's counts are summed by its strings,
-    never by its indices in a unit, and one word under two suffixes stays two features."""
+    never by its indices in a unit, and one word under two suffixes stays two features; a reducer keeps only the
+    strings its part uses, and parts with strings of their own are saved and read back as one state."""
     from refinery.core.feature_counts import pack_keys
-    from refinery.core.merged_counts import Dictionary, MergedCounts, UnitCounts, sum_partials
+    from refinery.core.merged_counts import MergedCounts, UnitCounts, sum_partials
 
     def unit(words, suffixes, features, counts, labels):
         keys = pack_keys(*np.array(features).T)
         return (pa.array(words), suffixes), UnitCounts(keys, np.array(counts, np.int32), labels)
 
     # (suffix, first, second or -1) indices into the unit's own strings
-    a = unit(["x", "y"], ["@h", "@p"], [(0, 0, -1), (0, 0, 1), (1, 0, -1)], [[1, 0], [2, 0], [4, 1]], ["e", "n"])
+    a = unit(["x", "y", "w"], ["@h", "@p"], [(0, 0, -1), (0, 0, 1), (1, 0, -1)], [[1, 0], [2, 0], [4, 1]],
+             ["e", "n"])
     b = unit(["y", "x", "z"], ["@p", "@h"], [(1, 1, -1), (1, 1, 0), (0, 1, -1), (1, 2, -1)], [[3], [5], [7], [9]],
              ["c"])
-    dictionary = Dictionary()
-    indices = [dictionary.add(*strings) for strings, _ in (a, b)]
-    summed = sum_partials([a[1], b[1]], indices)
-    counts = MergedCounts(dictionary, [summed], {"c": 0, "e": 0, "n": 0}).counts()
+    summed = sum_partials([a[1], b[1]], [a[0], b[0]])
+    assert summed.words.to_pylist() == ["x", "y", "z"] and summed.suffixes == ["@h", "@p"]
+    other = sum_partials([unit(["v"], ["@p"], [(0, 0, -1)], [[6]], ["n"])[1]], [(pa.array(["v"]), ["@p"])])
+    merged = MergedCounts([summed, other], {"c": 0, "e": 0, "n": 0})
+    counts = merged.counts()
     assert {(r["feature"], r["label"]): r["count"] for r in counts.to_pylist()} == {
         ("x@h", "c"): 3, ("x@h", "e"): 1, ("x y@h", "c"): 5, ("x y@h", "e"): 2, ("x@p", "c"): 7, ("x@p", "e"): 4,
-        ("x@p", "n"): 1, ("z@h", "c"): 9}
+        ("x@p", "n"): 1, ("z@h", "c"): 9, ("v@p", "n"): 6}
+    assert counter_from_bytes(merged.to_bytes()).counts().equals(counts)
+
+
+@pytest.mark.ray
+def test_ray_over_units_and_partitions_with_the_probe_equals_local(planted, ray_local, monkeypatch):
+    """Several units, each cut into a part per CPU, summed by the reducers, and the hypothesis-only probe trained
+    by a Ray task: the counts, statistics and saved state equal the local audit's. The driver's ``load`` and
+    ``probe_counts`` fail if called: the probe reads the input and trains in a worker."""
+    from refinery.methods.audit import on_ray
+
+    path, _ = planted
+    config = AuditConfig(features=FeatureConfig(families=(*FeatureConfig().families, "hypo-only")), probe_folds=3)
+    local = audit([path], config=config)
+
+    def in_the_driver(*args, **kwargs):
+        raise AssertionError("the probe ran in the driver")
+
+    monkeypatch.setattr(on_ray, "UNIT_ROWS", 10_000)
+    monkeypatch.setattr(on_ray, "MIN_UNIT_ROWS", 1_000)
+    monkeypatch.setattr(on_ray, "load", in_the_driver)
+    monkeypatch.setattr(on_ray, "probe_counts", in_the_driver)
+    assert len(on_ray.corpus_units(Corpus.open(path).files, {}, 2)) == 3   # a shard each (one row group)
+    on_ray_result = audit([path], config=config, engine="ray")
+    counter = on_ray_result.counter
+    assert len(counter.parts) == 3   # a reducer per CPU, and the probe's
+    assert "hypo-only-pred=contradiction" in counter.counts()["feature"].to_pylist()
+    assert local.counter.counts().equals(counter.counts())
+    assert local.counter.label_totals == counter.label_totals
+    assert by_feature(local.stats).equals(by_feature(on_ray_result.stats))
+    assert counter_from_bytes(counter.to_bytes()).counts().equals(local.counter.counts())
 
 
 @pytest.mark.ray

@@ -1,14 +1,15 @@
 """Exact counts summed by workers (the audit on Ray, METHODS §1): a hash-partitioned reduce of compact count
-arrays, whose result the driver holds without building a string per feature.
+arrays, whose result the driver holds as the reducers' parts, each with its own strings, building a string only
+for the features a caller asks for.
 
 A worker counts its unit of rows in a ``FeatureCounts`` and hands its counts on as ``UnitCounts``
 (``unit_partials``): per feature one uint64 of indices into the unit's own strings (``feature_counts.pack_keys``)
 and int32 counts per label, cut into ``partitions`` parts by a hash of the feature's strings, so that part p of
-every unit holds the same features whatever their indices there. The driver joins each unit's strings into one
-``Dictionary`` as the unit ends (by string equality: two features never merge by a hash). Reducer p, on a worker
-too, translates part p of every unit into the dictionary's indices and sums its counts in a hash table
-(``sum_partials``); ``MergedCounts`` holds the summed parts: each feature's indices into the one dictionary and
-its counts, strings built only for the features a caller asks for.
+every unit holds the same features whatever their indices there. Reducer p, on a worker too, is handed part p and
+the strings of every unit; it joins the strings its part's keys index into a dictionary of its own (by string
+equality: two features never merge by a hash), translates the part's keys into it and sums their counts in a hash
+table (``sum_partials``). ``MergedCounts`` is the view over the reducers' ``SummedPart``s: a feature lives in one
+part only, as its part is a function of its strings.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.exact_counts import SavedState, write_counts_file
-from refinery.core.feature_counts import (WORD_LIMIT, FeatureCounts, gram_strings, grams_table, string_hashes,
-                                          unpack_keys)
+from refinery.core.feature_counts import (WORD_LIMIT, FeatureCounts, gram_strings, grams_table, pack_keys,
+                                          string_hashes, unpack_keys)
 from refinery.core.kernels import EMPTY_KEY, add_translated, scatter_by_part
 
 MAX_LOAD = 0.5   # of a reducer's table
@@ -30,11 +31,20 @@ MAX_LOAD = 0.5   # of a reducer's table
 @dataclass
 class UnitCounts:
     """Features as packed keys (``feature_counts.pack_keys``) with counts per label of ``labels``: a unit's part
-    (int32 counts, indices into the unit's strings) or a reducer's sum (indices into the ``Dictionary``)."""
+    (int32 counts, indices into the unit's strings) or a reducer's sum (indices into its own strings)."""
 
     keys: np.ndarray
     counts: np.ndarray     # F × len(labels)
     labels: list
+
+
+@dataclass
+class SummedPart:
+    """A reducer's features, once each: ``summed``'s keys index ``words`` and ``suffixes``."""
+
+    words: pa.Array        # large_string
+    suffixes: list[str]
+    summed: UnitCounts
 
 
 def unit_partials(counts: FeatureCounts, partitions: int) -> tuple[tuple[pa.Array, list], list[UnitCounts]]:
@@ -46,63 +56,76 @@ def unit_partials(counts: FeatureCounts, partitions: int) -> tuple[tuple[pa.Arra
     return (words, suffixes), [UnitCounts(keys[a:b], matrix[a:b], labels) for a, b in zip(starts[:-1], starts[1:])]
 
 
-class Dictionary:
-    """Every string of the units joined, once each, in the order met: the words features are made of and their
-    suffixes. ``add`` gives a unit's indices into it, which only grow."""
+def joined_strings(parts: list[UnitCounts], strings: list[tuple[pa.Array, list[str]]]
+                   ) -> tuple[pa.Array, list[str], list[tuple[np.ndarray, np.ndarray]]]:
+    """The strings that ``parts``' keys index (part i's into ``strings[i]``, its unit's), joined once each by string
+    equality in the order met: (words, suffixes, per part the int32 maps from its unit's word and suffix indices to
+    the joined ones, defined where its keys use them)."""
+    used, taken, suffixes = [], [], {}
+    for part, (words, unit_suffixes) in zip(parts, strings):
+        suffix, first, second = unpack_keys(part.keys)
+        ids = np.unique(np.concatenate([first, second[second >= 0]]))
+        used.append((ids, np.unique(suffix)))
+        taken.append(words.take(pa.array(ids)).cast(pa.large_string()))
+        for s in used[-1][1]:
+            suffixes.setdefault(unit_suffixes[s], len(suffixes))
+    encoded = pc.dictionary_encode(pa.concat_arrays(taken) if taken else pa.array([], pa.large_string()))
+    if len(encoded.dictionary) >= WORD_LIMIT:
+        raise OverflowError(f"{len(encoded.dictionary):,} strings in a reducer's features: packed keys hold fewer "
+                            f"than {WORD_LIMIT:,}")
+    codes, at, maps = encoded.indices.to_numpy(zero_copy_only=False), 0, []
+    for (ids, suffix_ids), (words, unit_suffixes) in zip(used, strings):
+        word_map, suffix_map = np.zeros(len(words), np.int32), np.zeros(len(unit_suffixes), np.int32)
+        word_map[ids] = codes[at:at + len(ids)]
+        suffix_map[suffix_ids] = [suffixes[unit_suffixes[s]] for s in suffix_ids]
+        maps.append((word_map, suffix_map))
+        at += len(ids)
+    return encoded.dictionary, list(suffixes), maps
 
-    def __init__(self):
-        self.words = pa.array([], pa.large_string())
-        self.suffixes: list[str] = []
 
-    def add(self, words: pa.Array, suffixes: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Join a unit's strings; (its words' indices here, its suffixes' indices here), int32."""
-        words = words.cast(pa.large_string())
-        new = pc.unique(words.filter(pc.invert(pc.is_in(words, value_set=self.words))))
-        self.words = pa.concat_arrays([self.words, new])
-        if len(self.words) >= WORD_LIMIT:
-            raise OverflowError(f"{len(self.words):,} strings in features: packed keys hold fewer than {WORD_LIMIT:,}")
-        self.suffixes += [s for s in dict.fromkeys(suffixes) if s not in self.suffixes]
-        return (pc.index_in(words, value_set=self.words).to_numpy(zero_copy_only=False).astype(np.int32),
-                np.array([self.suffixes.index(s) for s in suffixes], np.int32))
-
-
-def sum_partials(parts: list[UnitCounts], indices: list[tuple[np.ndarray, np.ndarray]]) -> UnitCounts:
-    """The features of ``parts`` once each, their counts summed: part i's keys translated by ``indices[i]`` (its
-    unit's ``Dictionary.add``) into the dictionary's, added up in a hash table."""
+def sum_partials(parts: list[UnitCounts], strings: list[tuple[pa.Array, list[str]]]) -> SummedPart:
+    """In reducer p: the features of part p of every unit (``parts``, with ``strings``, each unit's strings) once
+    each, their counts summed: the keys translated into the strings joined here (``joined_strings``) and added up in
+    a hash table."""
+    words, suffixes, maps = joined_strings(parts, strings)
     labels = sorted({label for p in parts for label in p.labels})
     rows = sum(len(p.keys) for p in parts)
     slots = 1 << max(4, int(np.ceil(rows / MAX_LOAD)).bit_length())
     keys = np.full(slots, EMPTY_KEY, np.uint64)
     counts = np.zeros((slots, len(labels)), np.int64)
-    for part, (word_index, suffix_index) in zip(parts, indices):
+    for part, (word_map, suffix_map) in zip(parts, maps):
         columns = np.array([labels.index(label) for label in part.labels], np.int64)
-        add_translated(part.keys, part.counts, columns, word_index, suffix_index, keys, counts)
+        add_translated(part.keys, part.counts, columns, word_map, suffix_map, keys, counts)
     used = keys != EMPTY_KEY
     counts = counts[used]
-    return UnitCounts(keys[used], counts.astype(np.int32) if counts.max(initial=0) <= np.iinfo(np.int32).max
-                      else counts, labels)
+    return SummedPart(words, suffixes, UnitCounts(keys[used], counts.astype(np.int32) if counts.max(initial=0)
+                                                  <= np.iinfo(np.int32).max else counts, labels))
+
+
+def counted_part(counts: pa.Table) -> SummedPart:
+    """A long ``(feature, label, count)`` table as a part whose features are each one word with no suffix (the
+    hypothesis-only probe's ``hypo-only-pred=<label>``), their counts summed."""
+    features = pc.dictionary_encode(counts["feature"].combine_chunks().cast(pa.large_string()))
+    labels = sorted(set(counts["label"].to_pylist()))
+    matrix = np.zeros((len(features.dictionary), len(labels)), np.int64)
+    np.add.at(matrix, (features.indices.to_numpy(), [labels.index(l) for l in counts["label"].to_pylist()]),
+              counts["count"].to_numpy())
+    first = np.arange(len(features.dictionary))
+    return SummedPart(features.dictionary, [""], UnitCounts(pack_keys(0, first, np.full(len(first), -1)), matrix,
+                                                            labels))
 
 
 class MergedCounts(SavedState):
-    """Exact counts whose features are (first, second or −1, suffix) indices into one dictionary (the
-    ``HashedCounts`` of the reducers joined): the ``ExactCounts`` interface the audit reads, strings built only
-    for the features ``matrix`` keeps."""
+    """Exact counts as the reducers' parts (``SummedPart``: a feature in one part only): the ``ExactCounts``
+    interface the audit reads, strings built only for the features ``matrix`` keeps."""
 
     mode = "exact"
     spilled_runs = 0   # held in memory: partial states are summed by the reducers, never here
 
-    def __init__(self, dictionary: Dictionary, summed: list[UnitCounts], label_totals: dict):
+    def __init__(self, parts: list[SummedPart], label_totals: dict):
         self.label_totals = dict(label_totals)
-        self._labels = sorted(set(self.label_totals) | {label for p in summed for label in p.labels})
-        self.strings, self.suffixes = dictionary.words, pa.array(dictionary.suffixes, pa.large_string())
-        self.suffix, self.first, self.second = unpack_keys(np.concatenate([p.keys for p in summed]
-                                                                          or [np.empty(0, np.uint64)]))
-        self.counts_matrix = np.zeros((len(self.first), len(self._labels)), np.int64)
-        at = 0
-        for part in summed:
-            for j, label in enumerate(part.labels):
-                self.counts_matrix[at:at + len(part.keys), self._labels.index(label)] = part.counts[:, j]
-            at += len(part.keys)
+        self.parts = list(parts)
+        self._labels = sorted(set(self.label_totals) | {label for p in parts for label in p.summed.labels})
 
     @property
     def rows(self) -> int:
@@ -110,36 +133,52 @@ class MergedCounts(SavedState):
 
     @property
     def num_features(self) -> int:
-        return len(self.first)
+        return sum(len(p.summed.keys) for p in self.parts)
 
     def labels(self) -> list:
         return list(self._labels)
 
-    def _strings(self, rows: np.ndarray | None = None) -> pa.Array:
-        """The feature strings of ``rows`` (default: all)."""
-        take = (lambda a: a) if rows is None else (lambda a: a[rows])
-        return gram_strings(grams_table(self.strings, self.suffixes,
-                                        (take(self.first), take(self.second), take(self.suffix)), []))
+    def add_counts(self, counts: pa.Table) -> None:
+        """Add the long counts of features no part holds, as a part of their own: the hypothesis-only probe's
+        predictions (``counters.probe_counts``), which no ``FeatureCounts`` family makes."""
+        part = counted_part(counts)
+        self.parts.append(part)
+        self._labels = sorted(set(self._labels) | set(part.summed.labels))
+
+    @staticmethod
+    def _strings(part: SummedPart, rows: np.ndarray | None = None) -> pa.Array:
+        """The feature strings of ``part``'s ``rows`` (default: all)."""
+        suffix, first, second = unpack_keys(part.summed.keys if rows is None else part.summed.keys[rows])
+        return gram_strings(grams_table(part.words, pa.array(part.suffixes, pa.large_string()),
+                                        (first, second, suffix), []))
+
+    @staticmethod
+    def _columns(part: SummedPart, labels: list) -> np.ndarray:
+        """``part``'s counts in the order of ``labels`` (0 for a label it never met), int64."""
+        out = np.zeros((len(part.summed.keys), len(labels)), dtype=np.int64)
+        for j, label in enumerate(part.summed.labels):
+            if label in labels:
+                out[:, labels.index(label)] = part.summed.counts[:, j]
+        return out
 
     def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         """(features in at least ``min_count`` rows, sorted, their counts in the order of ``labels``, n)."""
-        counts = self._columns(labels)
-        n = zstats.row_totals(counts)
-        rows = np.flatnonzero(n >= min_count)
-        features = self._strings(rows)
+        features, counts = [pa.array([], pa.string())], [np.zeros((0, len(labels)), np.int64)]
+        for part in self.parts:
+            columns = self._columns(part, labels)
+            rows = np.flatnonzero(zstats.row_totals(columns) >= min_count)
+            features.append(self._strings(part, rows))
+            counts.append(columns[rows])
+        features, counts = pa.concat_arrays(features), np.concatenate(counts)
         order = pc.sort_indices(features).to_numpy()
-        return features.take(pa.array(order)), counts[rows[order]], n[rows[order]]
-
-    def _columns(self, labels: list) -> np.ndarray:
-        out = np.zeros((self.num_features, len(labels)), dtype=np.int64)
-        for j, label in enumerate(labels):
-            if label in self._labels:
-                out[:, j] = self.counts_matrix[:, self._labels.index(label)]
-        return out
+        counts = counts[order]
+        return features.take(pa.array(order)), counts, zstats.row_totals(counts)
 
     def counts(self) -> pa.Table:
         """Every (feature, label, count), sorted by feature and label."""
-        table = zstats.matrix_to_long(self._strings(), self._labels, self.counts_matrix, zstats.COUNTS_SCHEMA)
+        tables = [zstats.matrix_to_long(self._strings(p), self._labels, self._columns(p, self._labels),
+                                        zstats.COUNTS_SCHEMA) for p in self.parts]
+        table = pa.concat_tables(tables) if tables else pa.Table.from_batches([], zstats.COUNTS_SCHEMA)
         return table.sort_by([("feature", "ascending"), ("label", "ascending")])
 
     def error_bounds(self) -> dict:
@@ -149,7 +188,14 @@ class MergedCounts(SavedState):
         """Nothing on disk to remove (the interface of ``ExactCounts.close``)."""
 
     def write_state(self, sink) -> None:
-        """The state in ``ExactCounts``' compact ``grams`` layout (read back by ``counts.counter_from_bytes``)."""
+        """The state in ``ExactCounts``' compact ``grams`` layout (read back by ``counts.counter_from_bytes``): a
+        table per part, their dictionaries unified (an Arrow IPC file holds one dictionary per column)."""
         meta = {"mode": "exact", "labels": self._labels, "label_totals": self.label_totals, "layout": "grams"}
-        write_counts_file(sink, meta, [grams_table(self.strings, self.suffixes, (self.first, self.second, self.suffix),
-                                                   list(self.counts_matrix.T))])
+        parts = self.parts or [SummedPart(pa.array([], pa.large_string()), [],
+                                          UnitCounts(np.empty(0, np.uint64), np.zeros((0, 0)), []))]
+        tables = []
+        for part in parts:
+            suffix, first, second = unpack_keys(part.summed.keys)
+            tables.append(grams_table(part.words, pa.array(part.suffixes, pa.large_string()), (first, second, suffix),
+                                      list(self._columns(part, self._labels).T)))
+        write_counts_file(sink, meta, [pa.concat_tables(tables).unify_dictionaries()])

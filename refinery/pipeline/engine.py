@@ -257,35 +257,41 @@ def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: i
                stage: str | None = None, resources=None, on_mapped: Callable = lambda read: None) -> list:
     """A reduce by key range on Ray workers, the driver holding only what it is handed.
 
-    ``map_fn(unit, **shared)`` returns (what the driver reads of the unit, the unit's ``partitions`` parts).
-    ``on_mapped`` gets what each unit hands the driver, in the order of ``units`` (the driver waits for that
-    alone); the list of what it returns goes to every reducer. ``reduce_fn(parts, handed)`` combines part p of
-    every unit, on a worker too: the parts go from worker to worker through the object store, never through the
-    driver, and are freed once reduced. Returns the ``partitions`` reduced values. Every task asks for
-    ``resources`` and is rerun if its worker dies (``shared`` put in the object store once).
+    ``map_fn(unit, **shared)`` returns (what the driver reads of the unit, what every reducer reads of it, the
+    unit's ``partitions`` parts). ``on_mapped`` gets what each unit hands the driver, in the order of ``units``.
+    ``reduce_fn(parts, common)`` combines part p of every unit with the list of what every unit hands every
+    reducer (each put in the object store once), on a worker too, as soon as the maps it reads are done: the
+    parts go from worker to worker, never through the driver, and are freed once reduced. Returns the
+    ``partitions`` reduced values. Every task asks for ``resources`` and is rerun if its worker dies (``shared``
+    put in the object store once).
     """
     ray = ray_init()
     with _faults_named(stage or map_fn.__name__):
         refs = {name: ray.put(value) for name, value in (shared or {}).items()}
-        mapping = ray.remote(num_returns=partitions + 1, max_retries=TASK_RETRIES, **ray_options(resources))(_flat)
+        mapping = ray.remote(num_returns=partitions + 2, max_retries=TASK_RETRIES, **ray_options(resources))(_flat)
         reducing = ray.remote(max_retries=TASK_RETRIES, **ray_options(resources))(_reduced)
         mapped = [mapping.remote(map_fn, unit, refs) for unit in units]
-        handed = ray.put([on_mapped(ray.get(unit[0])) for unit in mapped])
-        reduced = [reducing.remote(reduce_fn, handed, *(unit[1 + p] for unit in mapped)) for p in range(partitions)]
+        reduced = [reducing.remote(reduce_fn, len(mapped), *(unit[1] for unit in mapped),
+                                   *(unit[2 + p] for unit in mapped)) for p in range(partitions)]
+        reads = [unit[0] for unit in mapped]
         del mapped   # the reducers hold the parts now
+        for read in reads:
+            on_mapped(ray.get(read))
         return ray.get(reduced)
 
 
 def _flat(map_fn: Callable, unit, shared: dict) -> tuple:
-    """In a map task: what the driver reads, then each part as a value of its own (an object of its own)."""
+    """In a map task: what the driver reads, what every reducer reads, then each part as a value of its own (an
+    object of its own)."""
     import ray
 
-    read, parts = map_fn(unit, **{name: ray.get(ref) for name, ref in shared.items()})
-    return (read, *parts)
+    read, common, parts = map_fn(unit, **{name: ray.get(ref) for name, ref in shared.items()})
+    return (read, common, *parts)
 
 
-def _reduced(reduce_fn: Callable, handed: list, *parts):
-    return reduce_fn(list(parts), handed)
+def _reduced(reduce_fn: Callable, units: int, *values):
+    """In a reduce task: ``values`` are every unit's common value, then its part."""
+    return reduce_fn(list(values[units:]), list(values[:units]))
 
 
 def ray_options(resources) -> dict:

@@ -3,9 +3,11 @@ each counted by a worker, their counts summed on workers by key range (``pipelin
 driver holds the summed counts and the strings they name, never one unit's counts.
 
 Exact counting hands on compact count arrays (``core.merged_counts``: each unit's counts cut into one part per
-CPU of the cluster by a hash of each feature's strings, part p of every unit summed by one reducer, the units'
-strings joined by the driver as each ends); sketches, and the recount of sketch mode's candidates, are small
-states merged by one reducer.
+CPU of the cluster by a hash of each feature's strings, its strings put in the object store once for every
+reducer; reducer p joins the strings part p of every unit uses and sums the part), so the driver is handed each
+unit's rows, label totals and rejects, then the reducers' parts; sketches, and the recount of sketch mode's
+candidates, are small states merged by one reducer. The ``hypo-only`` family's probe is trained by one Ray task
+that reads the inputs itself and hands back its few counts (``hypo_only_counts``).
 """
 from __future__ import annotations
 
@@ -16,9 +18,8 @@ import pyarrow.parquet as pq
 
 from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
-from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import FeatureCounts
-from refinery.core.merged_counts import Dictionary, MergedCounts, sum_partials, unit_partials
+from refinery.core.merged_counts import MergedCounts, sum_partials, unit_partials
 from refinery.io.corpus import Corpus, is_corpus, load
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
@@ -26,8 +27,8 @@ from refinery.io.readers import read_file
 from refinery.io.schema import Mapping
 from refinery.io.location import get_fs
 from refinery.methods.audit.config import AuditConfig
-from refinery.methods.audit.counters import add_probe, count_table, new_counter
-from refinery.pipeline.engine import cluster_cpus, map_reduce
+from refinery.methods.audit.counters import count_table, new_counter, probe_counts
+from refinery.pipeline.engine import cluster_cpus, map_reduce, run_as_task
 from refinery.progress import progress
 
 # A corpus is cut into units of equal rows, as few as give every CPU one, each at most UNIT_ROWS (a worker
@@ -89,9 +90,9 @@ def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions
 
 
 def count_unit(unit: tuple[Piece, ...], config: AuditConfig, only: pa.Array | None, partitions: int,
-               mapping: Mapping | None, opts: ReadOptions) -> tuple[dict, list]:
-    """In a worker: (rows, rows per label, rejects and, for exact counts, the strings the unit's keys index; the
-    unit's counts as ``partitions`` parts: ``UnitCounts``, or one counter state)."""
+               mapping: Mapping | None, opts: ReadOptions) -> tuple[dict, tuple | None, list]:
+    """In a worker: (rows, rows per label and rejects, for the driver; for exact counts the strings the unit's keys
+    index, for every reducer; the unit's counts as ``partitions`` parts: ``UnitCounts``, or one counter state)."""
     partitioned = config.counting == "exact" and only is None
     counter = FeatureCounts(config.features) if partitioned else new_counter(config, only)
     totals, rejects = {}, []
@@ -107,13 +108,13 @@ def count_unit(unit: tuple[Piece, ...], config: AuditConfig, only: pa.Array | No
     read = {"rows": sum(totals.values()), "label_totals": totals,
             "rejects": pa.concat_tables(rejects) if rejects else None}
     if not partitioned:
-        return read, [counter.to_bytes()]
-    read["strings"], parts = unit_partials(counter, partitions)
-    return read, parts
+        return read, None, [counter.to_bytes()]
+    return (read, *unit_partials(counter, partitions))
 
 
-def merge_states(states: list[bytes], handed: list) -> bytes:
-    """In a worker: counter states (sketches, or exact counts of a few candidates) merged into one."""
+def merge_states(states: list[bytes], common: list) -> bytes:
+    """In a worker: counter states (sketches, or exact counts of a few candidates) merged into one (``common``, the
+    units' ``None``, unread)."""
     merged = counter_from_bytes(states[0])
     for state in states[1:]:
         merged.merge(counter_from_bytes(state))
@@ -127,7 +128,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     if not inputs:
         raise ValueError("nothing to audit: no input")
     cpus = cluster_cpus()
-    totals, dictionary = {}, Dictionary()
+    totals = {}
     units, corpus_rejects = [], []   # corpus_rejects: (the unit they come before, the corpus)
     for path in inputs:
         if is_corpus(path, opts.storage_options):
@@ -150,8 +151,8 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
         mapped_units = 0
 
-        def mapped(read: dict) -> tuple | None:
-            """A unit's totals and rejects taken, its strings joined: their indices in the dictionary."""
+        def mapped(read: dict) -> None:
+            """A unit's totals and rejects taken."""
             nonlocal mapped_units
             hand_on_corpus_rejects(mapped_units)
             mapped_units += 1
@@ -159,18 +160,24 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
             if read["rejects"] is not None and on_rejects is not None:
                 on_rejects(read["rejects"])
             bar.update(read["rows"])
-            return dictionary.add(*read["strings"]) if partitioned else None
 
         reduced = map_reduce(units, count_unit, sum_partials if partitioned else merge_states, partitions,
                              shared={"config": config, "only": only, "partitions": partitions, "mapping": mapping,
                                      "opts": opts}, stage="audit", on_mapped=mapped) if units else []
         hand_on_corpus_rejects(len(units))
     if partitioned:
-        counter = MergedCounts(dictionary, reduced, totals)
+        counter = MergedCounts(reduced, totals)
     else:
         counter = counter_from_bytes(reduced[0]) if reduced else new_counter(config, only)
     if probe and "hypo-only" in config.features.families:
-        counter = counter if not partitioned else ExactCounts().merge(counter)
-        table, _ = load(inputs, mapping, opts)
-        add_probe(counter, [table], config)
+        counts, _ = run_as_task(hypo_only_counts, (inputs, mapping, opts, config), desc="hypo-only probe",
+                                on_this_node=False)
+        counter.add_counts(counts)
     return counter
+
+
+def hypo_only_counts(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig) -> pa.Table:
+    """In a Ray task: the hypothesis-only probe's long counts over ``inputs`` (``counters.probe_counts``), read
+    here, not by the driver."""
+    table, _ = load(inputs, mapping, opts)
+    return probe_counts(table, config).counts()
