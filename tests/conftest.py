@@ -141,7 +141,7 @@ def assert_kept_audit_is_a_fresh_one(corpus, audit_folder) -> None:
     assert table is not None, f"{corpus} keeps no audit"
     record = AuditRecord.from_table(table)
     fresh = json.loads((Path(audit_folder) / "report" / "report.json").read_text())
-    figures = record.figures(fresh["config"]["k"])
+    figures = record.figures(fresh["config"]["k"]).to_json()
     for key in ("rows", "labels", "prior", "significant"):
         assert figures[key] == fresh[key], (key, figures[key], fresh[key])
     assert figures["threshold"] == pytest.approx(fresh["threshold"], abs=1e-9)

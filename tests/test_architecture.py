@@ -223,6 +223,44 @@ def test_one_place_asks_whether_an_output_is_finished():
     assert not found, "\n".join(found)
 
 
+def _report_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, key) of every read of a stage's report by a string key: ``x.report["k"]``, ``x.report.get("k")``, and
+    the same on a name bound to ``x.report`` or to what was loaded from a file named report.json."""
+    def is_report(node, names) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "report") or \
+            (isinstance(node, ast.Name) and node.id in names)
+
+    found = set()   # nested scopes are walked again by their enclosing ones
+    for scope in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))]:
+        names = {t.id for n in ast.walk(scope) if isinstance(n, ast.Assign)
+                 and (is_report(n.value, ()) or "'report.json'" in ast.dump(n.value))
+                 for t in n.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and is_report(node.value, names) \
+                    and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                found.add((node.lineno, node.col_offset, node.slice.value))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and is_report(node.func.value, names) and node.args and isinstance(node.args[0], ast.Constant):
+                found.add((node.lineno, node.col_offset, node.args[0].value))
+    return [(line, key) for line, _, key in sorted(found)]
+
+
+def test_no_string_key_read_of_another_modules_report():
+    """Issue 53: what crosses modules of a stage's report (its verdicts, its audit's summary, a comparison, a step's
+    record) is read as a typed record of ``core.records``, whose ``from_json`` is the one place its keys are
+    spelled: no module reads a stage's report (``result.report``, a report.json it loaded) by a string key, and
+    the pipeline's report reads each step's report.json only through ``StageReport``. The check must find the
+    reads this rule forbids."""
+    planted = ast.parse("def f(result):\n    r = result.report\n    return r['threshold'], result.report.get('x')\n")
+    assert [key for _, key in _report_key_reads(planted)] == ["threshold", "x"]
+    found = [f"{_where(module, line)}: report[{key!r}]" for module, path in MODULES.items()
+             if module != "refinery.core.records" for line, key in _report_key_reads(ast.parse(path.read_text()))]
+    assert not found, "\n".join(found)
+    step_audits = MODULES["refinery.pipeline.step_audits"].read_text()
+    assert "StageReport.from_json(json.load(" in step_audits and "methods" not in {
+        t.split(".")[1] for m, t, _, _ in EDGES if m == "refinery.pipeline.step_audits" and t.count(".")}
+
+
 # ---------------------------------------------------------------- one shape for every method (issue 53)
 
 def test_every_method_is_a_package_of_the_same_shape():
@@ -245,3 +283,55 @@ def test_every_method_is_a_package_of_the_same_shape():
             unshaped.append(f"{name}: refinery/methods/{parts[2]}/ has no config.py")
     assert not flat and not misplaced and not unshaped, "\n".join(
         [f"refinery/methods/{f}: not a package" for f in flat] + misplaced + unshaped)
+
+
+# ---------------------------------------------------------------- one implementation of resuming (issue 53)
+
+RESUME = "refinery.io.checkpoints"   # keeps finished pieces of long work, finds them again, knows their key
+
+
+def _resume_mechanisms(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of each way ``tree`` keeps or finds finished pieces of work by itself: a class with ``done`` and
+    ``get``, ``put`` or ``write`` (a store of pieces), a function that finds a reusable, last or read-back piece, a
+    piece's key file written (``key.json``, or a JSON file of a ``fingerprint``) or read back, or step folders of
+    its own."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            methods = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if "done" in methods and methods & {"get", "put", "write", "read_table"}:
+                found.append((node.lineno, f"class {node.name} keeps pieces"))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                w in node.name for w in ("reusable", "last_checkpoint", "local_root", "read_back")):
+            found.append((node.lineno, f"defines {node.name}"))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            named = [a.value for a in node.args[:1] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            fingerprint = any(isinstance(k, ast.Constant) and k.value == "fingerprint" for a in node.args[1:]
+                              for n in ast.walk(a) if isinstance(n, ast.Dict) for k in n.keys)
+            if name in ("write_text", "write_bytes", "pipe_file", "open") and named and (
+                    named[0] == "key.json" or (named[0].endswith(".json") and fingerprint)):
+                found.append((node.lineno, f"{name}({named[0]!r}): a piece's key of its own"))
+            if name in ("step_folders", "StepFolders", "read_back"):
+                found.append((node.lineno, f"{name}(…): finds pieces of its own"))
+    return found
+
+
+def test_one_implementation_of_resume():
+    """Issue 53: a finished piece of long work (a fold, a shard, an iteration, an epoch, a round, an IBADR iteration's
+    folder with its models, a comparison's run) is kept, found again on a rerun and known to come from the same work
+    (its task's key, or a key of its own) in one place, ``io.checkpoints.Checkpoints``, which the output object hands
+    out: no other module defines a store of pieces, writes or reads a piece's key file, or keeps step folders of
+    its own. The check must find the mechanisms this rule forbids."""
+    planted = ast.parse("class Steps:\n    def done(self): ...\n    def put(self, n, t): ...\n"
+                        "def _reusable_run(out, part):\n    return out.read_back(part, 'run.json')\n"
+                        "def keep(d, key):\n    d.write_text('run.json', json.dumps({'fingerprint': key}))\n"
+                        "    d.write_text('key.json', '{}')\n    d.write_text('run.json', json.dumps({'rows': 1}))\n")
+    assert sorted(what.split(":")[0] for _, what in _resume_mechanisms(planted)) == [
+        "class Steps keeps pieces", "defines _reusable_run", "read_back(…)", "write_text('key.json')",
+        "write_text('run.json')"]
+    found = [f"{_where(module, line)}: {what}" for module, path in MODULES.items() if module != RESUME
+             for line, what in _resume_mechanisms(ast.parse(path.read_text()))]
+    assert not found, "\n".join(found)
+    assert "Checkpoints" in PUBLISHERS and not (ROOT / "io" / "step_folders.py").exists()

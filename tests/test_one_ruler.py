@@ -81,7 +81,7 @@ def test_the_weighted_audit_kept_with_the_weights_is_the_pipeline_reports(sick_l
     from refinery.io.corpus import Corpus
     from refinery.io.read_options import ReadOptions
     from refinery.methods.audit.config import AuditConfig
-    from refinery.pipeline.receipt import _measure_weighted
+    from refinery.pipeline.step_audits import _measure_weighted
 
     _cli("weights", sick_like, "--out", tmp_path / "w", "--folds", 2)
     corpus = Corpus.open(str(tmp_path / "w" / "corpus"))
@@ -93,4 +93,4 @@ def test_the_weighted_audit_kept_with_the_weights_is_the_pipeline_reports(sick_l
     assert record.stats.counts == pytest.approx(counted.stats.counts)
     assert record.stats.n == pytest.approx(counted.stats.n)
     verdict = json.loads((tmp_path / "w" / "report" / "report.json").read_text())["verdict"]
-    assert {l: m["after"] for l, m in verdict["max_z"].items()} == pytest.approx(record.figures(20)["max_z"], abs=1e-3)
+    assert {l: m["after"] for l, m in verdict["max_z"].items()} == pytest.approx(record.figures(20).max_z, abs=1e-3)

@@ -28,7 +28,7 @@ from refinery.io.location import get_fs, join
 from refinery.pipeline.config import InputSpec, PipelineSpec
 from refinery.pipeline.runner import PipelineRun, stage_input
 from refinery.pipeline.stage import Output, StageResult, conservation, set_column, stage_class
-from refinery.report.comparison import comparison_rows, is_comparison
+from refinery.core.records import Comparison, StageReport
 from refinery.report.page import scoped_style
 
 
@@ -249,7 +249,7 @@ class AuditResult(Result):
     @property
     def threshold(self) -> float:
         """The Bonferroni-corrected z* a feature must exceed to count as a bias."""
-        return self.report["threshold"]
+        return StageReport.from_json(self.report).audit.threshold
 
 
 class CompareResult(Result):
@@ -258,7 +258,7 @@ class CompareResult(Result):
 
     @classmethod
     def reads(cls, result: Result) -> bool:
-        return is_comparison(result.report)
+        return StageReport.from_json(result.report).comparison is not None
 
     @property
     def table(self):
@@ -266,12 +266,12 @@ class CompareResult(Result):
         baseline with its paired-bootstrap 95% interval, and the evaluation set's majority-class accuracy."""
         import pandas as pd
 
-        def row(r: dict) -> dict:
-            low, high = map(_number, r["ci95"] or (None, None))
-            return {"eval": r["eval"], "train": r["train"], "accuracy": r["accuracy"], "std": _number(r["std"]),
-                    "gain": _number(r["gain"]), "gain_ci_low": low, "gain_ci_high": high, "majority": r["majority"]}
+        def row(r) -> dict:
+            low, high = map(_number, r.ci95 or (None, None))
+            return {"eval": r.eval, "train": r.train, "accuracy": r.accuracy, "std": _number(r.std),
+                    "gain": _number(r.gain), "gain_ci_low": low, "gain_ci_high": high, "majority": r.majority}
 
-        return pd.DataFrame([row(r) for r in comparison_rows(self.report)])
+        return pd.DataFrame([row(r) for r in Comparison.from_json(self.report).rows])
 
 
 def _number(value) -> float:

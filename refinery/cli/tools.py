@@ -197,14 +197,10 @@ def probe(*, train, out, mode, io_timeout, **params):
     result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out), mode)
     if result is None:
         return
-    report = result.report
-    reads = "hypothesis-only" if config.inputs == "hypothesis" else "full input"
     click.echo(result.conservation())
-    click.echo(f"{config.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s")
-    for name, r in report["eval"].items():
-        rejected = f", {r['rejected']:,} rejected" if r["rejected"] else ""
-        click.echo(f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
-                   f"{r['rows']:,} rows{rejected})")
+    click.echo(result.headline)
+    for line in result.lines:
+        click.echo(line)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.records import AuditFigures
 from refinery.core.stats import Prior, ZStats
 
 KEY = "audit"            # a corpus manifest's name for its attached record
@@ -73,16 +74,15 @@ class AuditRecord:
         """Is this the audit those settings make of the corpus (weighted or not)?"""
         return self.settings == settings and self.weighted == weighted
 
-    def figures(self, k: int) -> dict:
+    def figures(self, k: int) -> AuditFigures:
         """What a report shows of the audit: rows, rows per label, threshold, prior, each label's max z*, its count
         of significant features, its top ``k`` features."""
         st = self.stats
         top = st.top_k(max(k, 1))
-        return {"rows": sum(self.label_rows.values()), "labels": dict(self.label_rows), "threshold": st.threshold,
-                "prior": str(self.prior), "prior_record": self.prior.record(),
-                "max_z": {l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
-                "significant": st.significant_per_label(), "top": top,
-                **({"weighted": True} if self.weighted else {})}
+        return AuditFigures(dict(self.label_rows), st.threshold, str(self.prior), self.prior.record(),
+                            rows=sum(self.label_rows.values()),
+                            max_z={l: (top[l][0]["z"] if top[l] else None) for l in st.labels},
+                            significant=st.significant_per_label(), top=top, weighted=self.weighted)
 
     def to_table(self) -> pa.Table:
         st = self.stats

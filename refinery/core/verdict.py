@@ -59,6 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import NULL_FEATURE
+from refinery.core.records import VerdictSummary
 from refinery.core.stats import ZStats
 
 LOST_LABEL_REMEDY = ("add rows of the label rather than filter them away (refinery upsample, refinery generate), "
@@ -250,7 +251,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         """report.json's ``verdict``: exact values, the lists and their totals."""
-        return {"stage": self.stage, "ok": self.ok, "line": self.line(), "warnings": self.warnings(),
+        return {"stage": self.stage, **VerdictSummary(self.ok, self.line(), tuple(self.warnings())).to_json(),
                 "threshold": round(self.threshold, 4), "margin": self.margin, "prior": self.prior,
                 "threshold_before": round(self.threshold if self.threshold_before is None else self.threshold_before,
                                           4),

@@ -35,10 +35,11 @@ from refinery.io.modes import keeps_finished
 from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
 from refinery.io.redaction import redact_text
+from refinery.core.records import StepRecord
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput, recorded
-from refinery.pipeline.receipt import write_pipeline_report
+from refinery.pipeline.step_audits import write_pipeline_report
 from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
 
@@ -77,13 +78,6 @@ class PipelineRun:
 def fingerprint(*parts) -> str:
     """sha256 of ``parts`` and refinery's version: an upgraded refinery computes every step again."""
     return hashlib.sha256(json.dumps([__version__, *parts], sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _marked(summary: StageResult, fp: str, name: str, seconds: float, peak: int | None, task_peak: int | None,
-            phases: list) -> dict:
-    return {"stage": name, "fingerprint": fp, "rows_in": summary.rows_in, "accounting": summary.parts,
-            "headline": summary.headline, "report_file": summary.report_file, "seconds": round(seconds, 3),
-            "peak_rss": peak, "task_peak_rss": task_peak, "phases": phases}
 
 
 def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult:
@@ -302,14 +296,14 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     ran the stage as (None if it did not)."""
     label = posixpath.basename(folder)
     done = finished(folder, opts.storage_options, STAGE)
-    if keeps_finished(folder, mode, done, lambda record: None if record.get("fingerprint") == fp else
+    record = StepRecord.from_json(done) if done is not None else None
+    if keeps_finished(folder, mode, done, lambda _: None if record is not None and record.fingerprint == fp else
                       "holds a result made from other inputs or options"):
-        result = StageResult(done["rows_in"], done["accounting"], {}, done.get("headline", ""),
-                             report_file=done.get("report_file", StageResult.report_file))
+        result = StageResult(record.rows_in, record.accounting, {}, record.headline, report_file=record.report_file)
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
         remove_checkpoints(folder, opts.storage_options)   # an interrupted rerun's: the finished output is reused
-        return StageRun(label, name, "skipped", done.get("seconds", 0.0), result, fp, done.get("peak_rss"),
-                        done.get("task_peak_rss"), phases=done.get("phases", []))
+        return StageRun(label, name, "skipped", record.seconds, result, fp, record.peak_rss, record.task_peak_rss,
+                        phases=record.phases)
     echo(f"== {label}")
     t = time.perf_counter()
     reset_peak_rss()
@@ -318,7 +312,8 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         with recording() as phases:
             result, task_peak = work(out)
         seconds, peak = time.perf_counter() - t, peak_rss()
-        marker.summary = _marked(result, fp, name, seconds, peak, task_peak, phases)
+        marker.summary = StepRecord(name, fp, result.rows_in, result.parts, result.headline, result.report_file,
+                                    round(seconds, 3), peak, task_peak, phases).to_json()
     echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
     for warning in result.warnings:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from refinery.core.records import AuditSummary
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
@@ -23,12 +24,10 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
     summary = {
         "rows": result.rows,
         "rejected": result.rejected,
-        "labels": {l: int(result.counter.label_totals.get(l, 0)) for l in st.labels},
+        **AuditSummary({l: int(result.counter.label_totals.get(l, 0)) for l in st.labels}, st.threshold,
+                       str(result.prior), result.prior.record()).to_json(),
         "features": result.features,
         "features_with_min_count": int((st.n >= cfg.min_count).sum()),
-        "threshold": st.threshold,
-        "prior": str(result.prior),
-        "prior_record": result.prior.record(),   # the rule and why, as a corpus's manifest records it
         "label_prior": result.label_prior(),
         "significant": st.significant_per_label(),
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},

@@ -69,7 +69,21 @@ class ProbeStage(Stage):
             d.commit()
         rows = train_table.num_rows
         return StageResult(rows + rejects.num_rows, {"trained on": rows, "input rejects": rejects.num_rows}, report,
-                           report_file="report.json", warnings=tuple(warnings))
+                           _headline(c, report), tuple(_lines(report)), tuple(warnings), report_file="report.json")
+
+
+def _headline(c: ProbeConfig, report: dict) -> str:
+    """What was trained, on how many rows, in how long."""
+    reads = "hypothesis-only" if c.inputs == "hypothesis" else "full input"
+    return f"{c.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s"
+
+
+def _lines(report: dict):
+    """Each evaluation corpus's accuracy against its majority class's."""
+    for name, r in report["eval"].items():
+        rejected = f", {r['rejected']:,} rejected" if r["rejected"] else ""
+        yield (f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
+               f"{r['rows']:,} rows{rejected})")
 
 
 def _score(model, e: EvalSet, table):
