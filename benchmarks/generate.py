@@ -54,7 +54,7 @@ def _timed(fn, model, label):
 def _stage(backend, kwargs, prompts, sampling, batch_size):
     import pyarrow as pa
 
-    from refinery.models.stages import generate_table
+    from refinery.models.actors import generate_table
 
     out = generate_table(pa.table({"prompt": prompts}), backend, kwargs, sampling, engine="ray",
                          batch_size=batch_size)

@@ -13,7 +13,7 @@ import refinery
 
 ROOT = Path(refinery.__file__).resolve().parent
 # lowest first: a module may import its own layer and those before it (core stands on io: the spill runs, the
-# schema; report draws core's statistics; models on pipeline: models.stages maps generators with pipeline.engine's
+# schema; report draws core's statistics; models on pipeline: models.actors maps generators with pipeline.engine's
 # actor pool)
 LAYERS = ("refinery", "refinery.io", "refinery.core", "refinery.report", "refinery.pipeline", "refinery.models",
           "refinery.methods", "refinery.api", "refinery.cli")

@@ -86,7 +86,7 @@ def snli():
 
 def test_minilm_classifier_fine_tunes_saves_and_runs_as_ray_stage(snli, tmp_path, ray_local):
     from refinery.models.base import load_classifier
-    from refinery.models.stages import classify_table
+    from refinery.models.actors import classify_table
     from refinery.models.transformer import TransformerClassifier
 
     dev, test = snli

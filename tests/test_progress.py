@@ -170,7 +170,7 @@ def test_generations_bar_moves_within_a_batch_of_prompts():
     import pyarrow as pa
 
     from refinery.models.generate import Sampling
-    from refinery.models.stages import generate_table
+    from refinery.models.actors import generate_table
 
     class Recording:
         def __init__(self):

@@ -299,13 +299,14 @@ def ray_options(resources) -> dict:
     return resources.ray_options() if resources is not None else {}
 
 
-def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "local", batch_size: int = 32,
-              actors: int = 1, resources=None, *, desc: str = "stage", bar: Progress | None = None) -> pa.Table:
-    """A stateful stage class (a model loaded once) over ``table``: in-process, or a Ray Data actor
-    pool of ``actors``, each asking for the stage's ``resources`` (cpus, gpus, memory); rows keep their order.
+def actor_map(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str = "local", batch_size: int = 32,
+              actors: int = 1, resources=None, *, desc: str = "model", bar: Progress | None = None) -> pa.Table:
+    """A model actor class (``models.actors``: a model loaded once, called on batches) over ``table``: in-process,
+    or a Ray Data actor pool of ``actors``, each asking for ``resources`` (cpus, gpus, memory); rows keep their
+    order.
 
     Progress is shown as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that spans several calls
-    (generation's shards); per batch, and within one where the stage class has an ``advance`` attribute: locally it
+    (generation's shards); per batch, and within one where the actor class has an ``advance`` attribute: locally it
     is handed a function to call with the rows of the batch done so far (fractions too)."""
     from refinery.progress import progress
 
@@ -313,21 +314,21 @@ def actor_map(table: pa.Table, stage_cls, stage_kwargs: dict, engine: str = "loc
     bar = progress(total=table.num_rows, desc=desc, unit=" row") if own else bar
     try:
         if check_engine(engine) == "local":
-            stage, parts = stage_cls(**stage_kwargs), []
+            actor, parts = actor_cls(**actor_kwargs), []
             for start in range(0, table.num_rows, batch_size):
                 within = _RowsDone(bar)
-                if hasattr(stage, "advance"):   # a stage that says how far into a batch it is (a generator)
-                    stage.advance = within
-                parts.append(stage(table.slice(start, batch_size)))
+                if hasattr(actor, "advance"):   # an actor that says how far into a batch it is (a generator)
+                    actor.advance = within
+                parts.append(actor(table.slice(start, batch_size)))
                 within(parts[-1].num_rows)
-            return pa.concat_tables(parts) if parts else stage(table)
+            return pa.concat_tables(parts) if parts else actor(table)
         ray = ray_init()
         options = {"num_cpus": 1, **ray_options(resources)}
         gpus = options.pop("num_gpus", 0)
         options.update(num_gpus=gpus or None, num_cpus=None if gpus else min(options["num_cpus"], actor_cpus()))
         with _faults_named(desc), _quiet_remote_args_deprecation():
             ds = _ordered(ray.data.from_arrow(table)).map_batches(
-                stage_cls, fn_constructor_kwargs=stage_kwargs, batch_size=batch_size, batch_format="pyarrow",
+                actor_cls, fn_constructor_kwargs=actor_kwargs, batch_size=batch_size, batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=actors), max_restarts=TASK_RETRIES,
                 max_task_retries=TASK_RETRIES, **options)
             parts = []

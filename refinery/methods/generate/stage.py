@@ -20,7 +20,7 @@ from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
 from refinery.io.redaction import redact
 from refinery.methods.generate.config import GenerationConfig
 from refinery.methods.generate.prompts import generated_rows, prompts
-from refinery.models.stages import generate_table
+from refinery.models.actors import generate_table
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 from refinery.progress import announce, progress

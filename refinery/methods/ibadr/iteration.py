@@ -113,7 +113,7 @@ def run_iteration(pool: pa.Table, iteration: int, config: IbadrConfig, *, count:
     """Steps 1–4 of one iteration: ``count`` pseudo samples from the generator fine-tuned from ``generator_from``
     (saved as ``generator`` in the iteration's ``checkpoint``); (accepted rows, every sample, the figures)."""
     from refinery.models.generate import TransformersGenerator
-    from refinery.models.stages import generate_table
+    from refinery.models.actors import generate_table
 
     pair = is_pair(pool)
     ids = pool["id"].to_pylist()

@@ -49,7 +49,7 @@ def verified_label(answer: str, labels: list) -> str | None:
 def _generate(prompts: list[str], sampling: Sampling, config: RazorConfig, engine: str
               ) -> tuple[list[list[str]], list]:
     """G_α's (or G_β's) texts for each prompt and each prompt's generation error (None where it worked)."""
-    from refinery.models.stages import generate_table
+    from refinery.models.actors import generate_table
 
     if not prompts:
         return [], []
@@ -66,7 +66,7 @@ def verify(prompts: list[str], labels: list, config: RazorConfig, engine: str = 
     highest likelihood (transformers backend; for small models that rarely answer with a label).
     """
     if config.verify_mode == "choice":
-        from refinery.models.stages import shared_generator
+        from refinery.models.actors import shared_generator
 
         generator = shared_generator(config.backend.name, config.backend.kwargs())
         if not hasattr(generator, "choose"):

@@ -1,6 +1,6 @@
-"""Model stages over Arrow batches: in-process, or as Ray Data actor pools (one model per actor).
+"""Model actors over Arrow batches: in-process, or as Ray Data actor pools (one model per actor).
 
-A stage is a callable class, so Ray Data builds the model once per actor and streams batches
+An actor is a callable class, so Ray Data builds the model once per actor and streams batches
 through it (``map_batches`` with an ``ActorPoolStrategy``; GPUs per actor for vLLM). A batch that
 fails is retried row by row, and a row that still fails gets its error in ``generation_error``
 instead of killing the job.
