@@ -68,9 +68,18 @@ def test_a_killed_aflite_resumes_after_its_last_iteration(snli_aflite, tmp_path,
     assert not (tmp_path / "af" / "_checkpoints").exists()   # removed once the rows are published
 
 
-def test_aflite_on_ray_keeps_the_rows_the_local_engine_keeps(snli_aflite, tmp_path):
+def test_aflite_on_ray_keeps_the_rows_the_local_engine_keeps(snli_aflite, tmp_path, monkeypatch):
+    """On Ray the loop runs in a task of its own (``prepare_as_task``), never in the driver: the driver's class is
+    made to fail its ``prepare``, while the worker's (imported there) runs it."""
+    import refinery as rf
+    from refinery.methods.aflite.stage import AFLiteStage
+
+    def in_the_driver(self, source, out):
+        raise AssertionError("AFLite's loop ran in the driver")
+
     root, _ = snli_aflite
-    run_cli("aflite", SNLI_DEV, "--preset", "snli", "--engine", "ray", "--out", tmp_path / "ray")
+    monkeypatch.setattr(AFLiteStage, "prepare", in_the_driver)
+    rf.aflite(SNLI_DEV, preset="snli", engine="ray", out=str(tmp_path / "ray"))
     local, ray = (Corpus.open(str(p / "kept")).read() for p in (root / "af", tmp_path / "ray"))
     assert local["id"].equals(ray["id"]) and np.allclose(local["predictability"].to_numpy(),
                                                          ray["predictability"].to_numpy())

@@ -178,6 +178,28 @@ class _Tally:
                 "reasons": dict(self.reasons.most_common(TOP_REASONS))}
 
 
+def prepared(stage, source: StageInput, out: StageOutput):
+    """The filter ``stage`` with its ``prepare`` done: in this process, or, for a ``prepare_as_task`` filter under
+    ``--engine ray``, as one Ray task (``engine.run_as_task``; on the driver's node where the output is on its local
+    disk, for the checkpoints), which reads the input itself and hands back the filter with what it decided: the
+    driver reads no row."""
+    if source.engine != "ray" or not stage.prepare_as_task:
+        stage.prepare(source, out)
+        return stage
+    from refinery.io.location import get_fs, is_local
+    from refinery.pipeline.engine import run_as_task
+
+    done, _ = run_as_task(_prepare, (stage, source, out), stage.resources, f"{stage.name}: prepare",
+                          on_this_node=is_local(get_fs(out.folder, out.storage_options)[0]))
+    return done
+
+
+def _prepare(stage, source: StageInput, out: StageOutput):
+    """In a Ray task: the filter after its ``prepare``."""
+    stage.prepare(source, out)
+    return stage
+
+
 def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, object]:
     """kept/ and rejected/ of the filter ``stage`` (its ``prepare`` done) written and committed: (what was written,
     as ``FilterStage.result`` reads it; the audits of the input and of the kept rows for the verdict

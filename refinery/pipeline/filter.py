@@ -6,7 +6,8 @@ streams the input's batches through it into ``kept/`` (the input's rejects carri
 ``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
 and the commonest reasons. Rows in = kept + filtered out + input rejects.
 
-Where it runs: ``prepare`` in the driver (or as a Ray task of its own); ``decide`` and ``annotate`` where the
+Where it runs: ``prepare`` in the driver, or, for a filter whose ``prepare`` is one process
+(``prepare_as_task``: AFLite, data maps), as a Ray task that reads the input itself; ``decide`` and ``annotate`` where the
 executor puts them (``pipeline.executor``: in this process on the local engine; on Ray workers under ``--engine ray``,
 each reading an input shard and writing its kept and rejected rows itself, each task asking for the stage's
 ``resources``, the filter with its state shipped to the object store once). A filter that decided every row in
@@ -62,6 +63,8 @@ class FilterStage(Stage):
     resumed = ""         # what ``prepare`` read back from a killed run's checkpoints, said on the console
     judges_itself: ClassVar[bool] = False   # its report carries a verdict of its own (zfilter's, against the
     #                                         input's z-statistics): the base's audit of kept/ is not made
+    prepare_as_task: ClassVar[bool] = False   # its ``prepare`` is one process (NumPy, torch) that reads the whole
+    #                                           input: under --engine ray it runs as a Ray task, not in the driver
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Look at the whole input before the first ``decide`` (nothing by default); long work may keep
@@ -100,10 +103,10 @@ class FilterStage(Stage):
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """``prepare``, then every batch decided where the engine puts it and written to kept/ and rejected/
         (the input's rejects with kept/), then ``result``."""
-        from refinery.pipeline.executor import write_filtered
+        from refinery.pipeline.executor import prepared, write_filtered
 
-        self.prepare(source, out)
-        return self.result(*write_filtered(self, source, out), out)
+        stage = prepared(self, source, out)
+        return stage.result(*write_filtered(stage, source, out), out)
 
     def kept_record(self, audits, kept_labels: dict):
         """The audit of kept/ as ``refinery audit`` makes it with its defaults (an ``AuditRecord``), kept with it:

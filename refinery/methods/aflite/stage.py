@@ -30,6 +30,7 @@ class AFLiteStage(FilterStage):
     """
 
     name, Config = "aflite", AFLiteConfig
+    prepare_as_task = True   # its loop is one process: on Ray a task of its own, not the driver
     needs = ("id", "text_a", "label")
     adds = ("predictability",)
     embedded = None   # with embeddings: how many distinct texts were embedded and read from the cache

@@ -33,6 +33,7 @@ class DataMapStage(FilterStage):
     """
 
     name, Config = "datamap", DataMapConfig
+    prepare_as_task = True   # its loop is one process: on Ray a task of its own, not the driver
     needs = ("id", "text_a", "label")
     adds = COLUMNS
     embedded = None   # with the embeddings backend: how many distinct texts were embedded and read from the cache
