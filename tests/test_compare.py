@@ -62,14 +62,14 @@ def test_refined_corpora_beat_the_original_where_the_shortcut_is_reversed(plante
     # resumable: a rerun trains nothing and reports the same numbers; a run cut short (no report, no _SUCCESS) too:
     # OUT was refinery's from the start (an interrupted compare left runs/ in a folder it could not claim again)
     runs = sorted((tmp_path / "cmp" / "runs").iterdir())
-    stamps = [(r / "run.json").stat().st_mtime_ns for r in runs]
+    stamps = [(r / "key.json").stat().st_mtime_ns for r in runs]
     assert (tmp_path / "cmp" / "_SUCCESS").exists() and (tmp_path / "cmp" / ".refinery.json").exists()
     shutil.rmtree(tmp_path / "cmp" / "report")
     (tmp_path / "cmp" / "_SUCCESS").unlink()
     run_cli("compare", "--train", f"original={planted / 'train'}", "--train", f"zfilter={tmp_path / 'zf' / 'kept'}",
             "--train", f"upsample={tmp_path / 'up' / 'corpus'}", "--eval", f"test={planted / 'test'}",
             "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2, "--out", tmp_path / "cmp")
-    assert [(r / "run.json").stat().st_mtime_ns for r in runs] == stamps
+    assert [(r / "key.json").stat().st_mtime_ns for r in runs] == stamps
     assert json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())["accuracy"] == acc
 
 

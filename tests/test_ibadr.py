@@ -18,7 +18,7 @@ from refinery.io.corpus_writer import write_table
 from refinery.methods.ibadr import iteration as ibadr_iteration
 from refinery.methods.ibadr.audit import ShortcutAudit
 from refinery.methods.ibadr.config import IbadrConfig
-from refinery.methods.ibadr.pool import publish
+from refinery.methods.ibadr.pool import iterations_of, publish
 from refinery.methods.ibadr.report import console_lines, top_z_text
 from refinery.methods.ibadr.stage import IbadrStage
 from refinery.models.precision import resolve_precision
@@ -213,7 +213,7 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
         audit = ShortcutAudit(table, FeatureConfig())
         pool = pa.concat_tables([ibadr_iteration.initial_pool(table), accepted])
         out = tmp_path / name
-        report = publish(StageOutput(str(out)), StageOutput(str(out)).step_folders("checkpoints"), table, pool, [],
+        report = publish(StageOutput(str(out)), iterations_of(StageOutput(str(out)), config), table, pool, [],
                          config=config, iterations=0, audit=audit)
         return audit, report, (out / "report" / "report.html").read_text(), "\n".join(console_lines(report))
 

@@ -20,7 +20,8 @@ OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the file
 EARLIER_MARKER = "_refinery.json"  # the marker of refinery 0.1 (readers of a data folder took it for data)
 RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
 MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
-RESUMABLE = ("_checkpoints", "runs")   # a failed run's finished work, kept for its rerun (compare's runs/)
+RESUMABLE = ("_checkpoints", "runs", "checkpoints")   # finished work a rerun continues from (io.checkpoints): kept
+# by every commit; runs/ (compare's runs) and checkpoints/ (IBADR's iterations) stay in the finished output too
 STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
 
 

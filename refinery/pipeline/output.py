@@ -28,7 +28,6 @@ if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options bui
     from refinery.io.checkpoints import Checkpoints
     from refinery.io.corpus_writer import CorpusWriter
     from refinery.io.publishing import AtomicDir, RunOutput
-    from refinery.io.step_folders import StepFolders
     from refinery.report.page import Report
 
 REPORT = "report"   # the part holding report.json and report.html
@@ -61,26 +60,8 @@ class StageOutput:
         return join(self.folder, *parts) if parts else self.folder
 
     def written(self, part: str = "") -> str:
-        """Where the part is written and read back during the run (before its commit, where no reader looks); a
-        task's resumable work (``RESUMABLE``: checkpoints, a comparison's finished runs) in the folder itself."""
-        from refinery.io.ownership import RESUMABLE
-
-        if part.split("/")[0] in RESUMABLE:
-            return self.url(part)
+        """Where the part is written and read back during the run (before its commit, where no reader looks)."""
         return join(self.location, part) if part else self.location
-
-    def read_back(self, part: str, name: str) -> bytes | None:
-        """The file ``name`` this stage published under ``part`` (``written``: a task's resumable work, a finished
-        comparison's run), or None where there is none."""
-        from refinery.io.location import get_fs, on_store
-
-        url = join(self.written(part), name)
-        fs, path = get_fs(url, self.storage_options)
-        try:
-            with on_store(url, "reading"), fs.open(path, "rb") as fh:
-                return fh.read()
-        except FileNotFoundError:
-            return None
 
     def part(self, name: str, inputs: list | None = None, settings: dict | None = None) -> "StageOutput":
         """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
@@ -179,19 +160,14 @@ class StageOutput:
             d.commit()
         return self.url(part, "report.html")
 
-    def checkpoints(self, task: str, key: dict) -> Checkpoints:
-        """The finished pieces of a long ``task`` kept under the folder, reused while ``key`` is unchanged."""
+    def checkpoints(self, task: str, key: dict | None = None, *, kept: bool = False, local: bool = False,
+                    resume: bool = True) -> Checkpoints:
+        """The finished pieces of a long ``task`` kept under the folder (``_checkpoints/<task>``, or ``<task>`` itself
+        where they are ``kept`` in the finished output; on the local disk where they are ``local``), reused while
+        ``key`` is unchanged (``io.checkpoints``)."""
         from refinery.io.checkpoints import Checkpoints
 
-        return Checkpoints(self.folder, task, key, self.storage_options)
-
-    def step_folders(self, task: str) -> StepFolders:
-        """The finished steps of a long ``task`` kept as whole folders (models saved by their libraries beside
-        tables) on the local disk: ``folder/task``, or for a folder on an object store a local cache named by its URL,
-        so a rerun on this machine continues after the last one."""
-        from refinery.io.step_folders import StepFolders, local_root
-
-        return StepFolders(local_root(self.folder, task, self.storage_options))
+        return Checkpoints(self.folder, task, key, self.storage_options, kept=kept, local=local, resume=resume)
 
 
 def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader) -> None:

@@ -1,5 +1,5 @@
 """What a comparison reads and trains: the training corpora and evaluation sets, the leak check, and every
-(corpus, seed) run, checkpointed under ``OUT/runs/``.
+(corpus, seed) run, kept under ``OUT/runs/`` (``io.checkpoints``, kept in the finished output).
 
 Each evaluation set keeps its own columns and label set: predictions are mapped onto it by a label map (HANS:
 neutral and contradiction → non-entailment), the probabilities of the training labels that map to one evaluation
@@ -205,10 +205,11 @@ def run_fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_p
 
 def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutput) -> pa.Table:
     """The predictions of corpus ``name``'s model of ``seed`` on every evaluation set: a finished run of
-    fingerprint ``key`` reused, else trained, scored and published (a finished run survives an interrupted
-    comparison)."""
-    part = f"runs/{_safe(name)}-seed{seed}"
-    table = _reusable_run(out, part, key)
+    fingerprint ``key`` reused, else trained, scored and kept (a finished run survives an interrupted comparison,
+    and a later comparison of the same output reuses it)."""
+    runs, run = out.checkpoints("runs", kept=True), f"{_safe(name)}-seed{seed}"
+    fingerprint = {"fingerprint": key, "corpus": name, "seed": seed}
+    table = runs.get(run, "predictions.parquet", key=fingerprint)
     if table is not None:
         return table
     model = _fit(data.config, data.tables[name], seed)
@@ -223,10 +224,8 @@ def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutp
             "prediction": pa.array([data.eval_labels[e.name][i] for i in best], pa.string()),
             "probability": pa.array(prob)}))
     table = pa.concat_tables(parts)
-    with out.files(part) as d:
+    with runs.folder(run, fingerprint) as d:
         d.write_parquet("predictions.parquet", table)
-        d.write_text("run.json", json.dumps({"fingerprint": key, "corpus": name, "seed": seed}))
-        d.commit()
     return table
 
 
@@ -244,17 +243,6 @@ def _predict(model, table: pa.Table, label_map: dict, eval_labels: list) -> tupl
     p = project(model.predict_proba(table), list(model.classes_), label_map, eval_labels)
     best = p.argmax(axis=1)
     return best, p[np.arange(len(best)), best]
-
-
-def _reusable_run(out: StageOutput, part: str, key: str) -> pa.Table | None:
-    """The predictions of the finished run with fingerprint ``key`` that ``out`` holds under ``part``, else None."""
-    import pyarrow.parquet as pq
-
-    run = out.read_back(part, "run.json")
-    if run is None or json.loads(run).get("fingerprint") != key:
-        return None
-    predictions = out.read_back(part, "predictions.parquet")
-    return None if predictions is None else pq.read_table(pa.BufferReader(predictions))
 
 
 def _safe(name: str) -> str:

@@ -1,6 +1,7 @@
 """The IBADR loop over a corpus: the pool grows iteration by iteration, each finished iteration kept as a whole
-folder (pool, shallow model, generator, state) by the output's step folders, so a killed run resumes from the last
-one and, with the same seed, ends with the same pool; then the pool, generated/ and the report are published.
+folder piece (pool, shallow model, generator, state) of the output's ``checkpoints/`` (``io.checkpoints``, on the
+local disk, kept with the output), so a killed run resumes from the last one and, with the same seed, ends with the
+same pool; then the pool, generated/ and the report are published.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import FeatureConfig
-from refinery.io.step_folders import StepFolders
+from refinery.io.checkpoints import Checkpoints
 from refinery.methods.ibadr.audit import ShortcutAudit, top_z
 from refinery.methods.ibadr.config import IbadrConfig
 from refinery.methods.ibadr.iteration import (GENERATED_SCHEMA, _classifier, _rng, _sample, _with_training_params,
@@ -26,17 +27,15 @@ def _step(iteration: int) -> str:
     return f"iter-{iteration:03d}"
 
 
-def last_checkpoint(steps: StepFolders, config: IbadrConfig) -> int:
-    """The last finished iteration kept in ``steps`` with this config (0 if none); one kept with another config
-    is refused."""
-    done = 0
-    for name in steps.done():
-        state = steps.read_json(name, "state.json")
-        if state["config"] != config.checkpoint_key():
-            raise ValueError(f"{steps.path(name)} was written with another configuration; use a new --out or "
-                             "--mode overwrite")
-        done = max(done, state["iteration"])
-    return done
+def iterations_of(out: StageOutput, config: IbadrConfig) -> Checkpoints:
+    """The finished iterations kept in ``out``'s ``checkpoints/`` (local: models are folders), reused while the
+    config's ``checkpoint_key`` holds; ``config.resume`` off, or another key, starts over."""
+    return out.checkpoints("checkpoints", config.checkpoint_key(), kept=True, local=True, resume=config.resume)
+
+
+def last_iteration(steps: Checkpoints) -> int:
+    """The last finished iteration kept in ``steps`` (0 if none)."""
+    return max((steps.read_json(name, "state.json")["iteration"] for name in steps.done()), default=0)
 
 
 def sample_input(table: pa.Table, config: IbadrConfig) -> pa.Table:
@@ -51,23 +50,21 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
               features: FeatureConfig) -> dict:
     """IBADR over ``table`` (or its ``sample_rows``) into ``out``: ``pool`` (a corpus holding the input's
     ``rejects``), ``generated`` (every pseudo sample with its status and reason) and the report; each finished
-    iteration kept in ``out``'s step folders ``checkpoints`` (``config.resume``: continue from the last one, else
-    start over). ``features``: the audit's features of the top features and the verdict. The run's report."""
+    iteration kept in ``out``'s ``checkpoints/`` (``iterations_of``: continue from the last one, or start over).
+    ``features``: the audit's features of the top features and the verdict. The run's report."""
     from refinery.models.base import load_classifier
     from refinery.progress import progress
 
     rows_given = table.num_rows
     table = sample_input(table, config)
-    steps = out.step_folders("checkpoints")
-    if not config.resume:
-        steps.clear()
+    steps = iterations_of(out, config)
     iterations = config.iterations if config.iterate else 1
     per_iteration = config.per_iteration if config.iterate else config.per_iteration * config.iterations
     original = initial_pool(table)
-    done = last_checkpoint(steps, config)
+    done = last_iteration(steps)
     if done:
-        pool = steps.read_table(_step(done), "pool.parquet")
-        shallow = _with_training_params(load_classifier(steps.path(_step(done), "shallow")), config)
+        pool = steps.get(_step(done), "pool.parquet")
+        shallow = _with_training_params(load_classifier(steps.path_of(_step(done), "shallow")), config)
         history = steps.read_json(_step(done), "state.json")["history"]
     else:
         pool, history = original, []
@@ -77,8 +74,8 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
     audit = ShortcutAudit(table, features, carried=out.prior)
     out.prior = audit.prior   # the input's audit's rule, recorded with pool/
     for iteration in progress(range(done + 1, iterations + 1), desc="ibadr iterations"):
-        generator_from = steps.path(_step(iteration - 1), "generator") if iteration > 1 else config.generator
-        with steps.write(_step(iteration)) as checkpoint:
+        generator_from = steps.path_of(_step(iteration - 1), "generator") if iteration > 1 else config.generator
+        with steps.folder(_step(iteration)) as checkpoint:
             accepted, generated, stats = run_iteration(pool, iteration, config, count=per_iteration, shallow=shallow,
                                                        task_model=task_model, generator_from=generator_from,
                                                        checkpoint=checkpoint, engine=engine)
@@ -91,9 +88,7 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
             checkpoint.write_parquet("pool.parquet", pool)
             checkpoint.write_parquet("generated.parquet", generated)
             shallow.save(checkpoint.file("shallow"))
-            checkpoint.write_text("state.json", json.dumps({"iteration": iteration, "config": config.checkpoint_key(),
-                                                            "history": history}, default=str))
-            checkpoint.commit()
+            checkpoint.write_text("state.json", json.dumps({"iteration": iteration, "history": history}, default=str))
         if iteration > 1:  # only the last generator is needed to go on
             steps.remove(_step(iteration - 1), "generator")
     report = publish(out, steps, table, pool, history, config=config, iterations=iterations, audit=audit,
@@ -102,11 +97,11 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
     return report
 
 
-def publish(out: StageOutput, steps: StepFolders, table: pa.Table, pool: pa.Table, history: list, *,
+def publish(out: StageOutput, steps: Checkpoints, table: pa.Table, pool: pa.Table, history: list, *,
             config: IbadrConfig, iterations: int, audit: ShortcutAudit, rejects: pa.Table | None = None) -> dict:
     """Publish ``pool/`` (with the input's ``rejects``), ``generated/`` (every iteration's pseudo samples, read
     from ``steps``) and the report of the ``table``'s rows grown into ``pool``; the report."""
-    generated = pa.concat_tables([steps.read_table(_step(i), "generated.parquet")
+    generated = pa.concat_tables([steps.get(_step(i), "generated.parquet")
                                   for i in range(1, iterations + 1)], promote_options="permissive") \
         if iterations else pa.Table.from_pylist([], schema=GENERATED_SCHEMA)
     accepted = pool.filter(pc.equal(pool["source"], "generated"))
