@@ -6,9 +6,9 @@ streams the input's batches through it into ``kept/`` (the input's rejects carri
 ``rejected/`` (each row with its ``reason``), and writes ``report/`` with the rows kept and dropped per label
 and the commonest reasons. Rows in = kept + filtered out + input rejects.
 
-Where it runs: ``prepare`` in the driver, or, for a filter whose ``prepare`` is one process
-(``prepare_as_task``: AFLite, data maps), as a Ray task that reads the input itself; ``decide`` and ``annotate`` where the
-executor puts them (``pipeline.executor``: in this process on the local engine; on Ray workers under ``--engine ray``,
+Where it runs: ``prepare`` in the driver, or, for a filter whose ``prepare`` reads the whole input
+(``prepare_as_task``: confidence, AFLite, data maps), as a Ray task that reads it itself (``executor.prepared``);
+``decide`` and ``annotate`` where the executor puts them (``pipeline.executor``: in this process on the local engine; on Ray workers under ``--engine ray``,
 each reading an input shard and writing its kept and rejected rows itself, each task asking for the stage's
 ``resources``, the filter with its state shipped to the object store once). A filter that decided every row in
 ``prepare`` looks each row's decision up by its number in the input (``executor.row_numbers(batch)``: the order

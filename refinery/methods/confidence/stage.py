@@ -30,13 +30,14 @@ class ConfidenceStage(FilterStage):
     name, Config = "confidence", ConfidenceConfig
     needs = ("id", "text_a", "label")
     adds = ("confidence",)
+    prepare_as_task = True   # it reads the whole input: on Ray a task of its own, not the driver
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input).
 
         A cross-fitting that fits a model per fold keeps each finished fold's scores under ``out``, so a
-        killed run continues from them. On Ray the input is read and the models fit on the cluster: the
-        driver receives the scores only.
+        killed run continues from them. On Ray it runs as a task of its own (``prepare_as_task``), the fold
+        models on the cluster: the driver receives the scores only.
         """
         from refinery.io.corpus import input_fingerprints
 
@@ -48,14 +49,7 @@ class ConfidenceStage(FilterStage):
             done = len(self.checkpoints.done())
             if done:
                 self.resumed = f"resumed: {done} of {self.config.folds} folds' scores from the interrupted run before"
-        args = {"source": source, "config": self.config, "checkpoints": self.checkpoints}
-        if source.engine == "ray":
-            from refinery.pipeline.engine import map_calls
-
-            [confidence] = map_calls(source_confidence, [{}], args, "ray", desc="confidence", cpus=0)
-        else:
-            confidence = source_confidence(**args)
-        self._confidence = confidence
+        self._confidence = source_confidence(source, self.config, self.checkpoints)
 
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
         return split(set_column(batch, "confidence", pa.array(self._scores(batch))), keep)
