@@ -3,7 +3,7 @@
 Per stage it prints the wall time, the process's peak resident memory (``wait4``'s ru_maxrss: the process
 itself, not Ray's workers), rows per second and the ratio to the audit's time in the same run. For the filters run
 on both engines (zfilter, confidence), Ray's time against the local one's, the driver process's own bytes read and
-written of the corpora (``strace`` of its main thread, in a second run: the files under the benchmark's folder, not
+written of the corpora (``strace`` of its threads, in a second run: the files under the benchmark's folder, not
 Python's imports) against the input's and the output's Parquet bytes, and whether the kept ids are the same. Then the
 SNLI example's shape (audit → zfilter → confidence → upsample → weights) as one pipeline on the Ray engine,
 with the driver's peak memory (the pipeline's own per-stage figures, from ``OUT/pipeline/run.json``).
@@ -78,25 +78,39 @@ def parquet_bytes(*corpora: str) -> int:
 
 
 def traced_io(command: list, root: str, log: str) -> tuple[int, int] | None:
-    """(bytes read, bytes written) by the main thread of one ``refinery`` process on files under ``root`` (the
-    benchmark's corpora: its input and output), from ``strace -y`` of its read and write calls (Python's imports,
-    /proc and the cluster's sockets aside); None where strace is not installed. Only the main thread is traced:
-    Ray's threads talk over sockets, and a filter's driver runs no reading or writing thread of its own on Ray."""
+    """(bytes read, bytes written) by the threads of one ``refinery`` process on files under ``root`` (the
+    benchmark's corpora: its input and output), from ``strace -f -y`` of its read and write calls (Python's imports,
+    /proc and the cluster's sockets aside); None where strace is not installed. Every thread of the driver is
+    counted (Arrow reads a file in threads of its own), none of the processes it starts (Ray's workers): a thread
+    is the driver's when a thread of it made it by a clone with CLONE_THREAD."""
     import re
     import shutil
 
     if shutil.which("strace") is None:
         return None
-    calls = "read,pread64,readv,preadv,write,pwrite64,writev,pwritev"
-    run(command, log, program=["strace", "-y", "-e", f"trace={calls}", "-o", f"{log}.strace", REFINERY])
+    calls = "read,pread64,readv,preadv,write,pwrite64,writev,pwritev,clone,clone3"
+    run(command, log, program=["strace", "-f", "-y", "-e", f"trace={calls}", "-o", f"{log}.strace", REFINERY])
     moved = {"read": 0, "write": 0}
     root = os.path.realpath(root)
-    call = re.compile(r"^(p?(?:read|write)v?(?:64)?)\(\d+<([^>]*)>.*= (\d+)$")
+    line_of = re.compile(r"^(\d+)\s+(.*)$")
+    io_call = re.compile(r"^(p?(?:read|write)v?(?:64)?)\(\d+<([^>]*)>.*= (\d+)$")
+    made = re.compile(r"^clone3?\(.*CLONE_THREAD.*= (\d+)$")
+    driver: set[str] = set()
     with open(f"{log}.strace") as fh:
         for line in fh:
-            found = call.match(line.strip())
-            if found and found.group(2).startswith(root + "/"):
-                moved["write" if "write" in found.group(1) else "read"] += int(found.group(3))
+            found = line_of.match(line.strip())
+            if not found:
+                continue
+            tid, call = found.groups()
+            driver = driver or {tid}   # the first thread strace saw: the refinery process it started
+            if tid not in driver:
+                continue
+            thread = made.match(call)
+            if thread:
+                driver.add(thread.group(1))
+            io = io_call.match(call)
+            if io and io.group(2).startswith(root + "/"):
+                moved["write" if "write" in io.group(1) else "read"] += int(io.group(3))
     os.remove(f"{log}.strace")
     return moved["read"], moved["write"]
 
