@@ -226,7 +226,7 @@ def test_compare_and_probe_write_the_same_finished_folder_by_every_front_door(sn
     for door in ("verb", "api"):
         assert (tmp_path / door / "_SUCCESS").exists()
         assert_same_outputs(tmp_path / door, tmp_path / "pipe" / "01-compare", str(corpus),
-                            str(tmp_path / "pipe" / "00-input"), "run.json")   # a run's key: its input's checksum
+                            str(tmp_path / "pipe" / "00-input"), "key.json")   # a run's key: its input's checksum
     run_cli("probe", "--train", corpus, "--eval", f"ev={raw}:snli", "--out", tmp_path / "probe-verb")
     rf.probe(str(corpus), evaluate=[f"ev={raw}:snli"], out=str(tmp_path / "probe-api"))
     pipe = tmp_path / "pipe" / "02-probe"
