@@ -73,7 +73,7 @@ def arrow_read(path: str) -> int:
 
 def convert_work(path: str) -> int:
     """The least work behind convert's output, with none of its checks: Arrow reads the file, DuckDB hashes
-    the rows' ids (``sql/row_ids.sql``, on all cores) and Arrow writes them as zstd Parquet into memory."""
+    the rows' ids (``sql/_row_ids.sql``, on all cores) and Arrow writes them as zstd Parquet into memory."""
     import duckdb
     import pyarrow as pa
     import pyarrow.json as pajson
@@ -84,7 +84,7 @@ def convert_work(path: str) -> int:
     table = pajson.read_json(path)
     rows = pa.table({"line": pa.array(range(1, table.num_rows + 1), pa.int64()), "text_a": table["sentence1"],
                      "text_b": table["sentence2"], "label": table["gold_label"]})
-    ids = duckdb.connect().sql(load_sql("row_ids"), params=[os.path.basename(path)]).to_arrow_table()["id"]
+    ids = duckdb.connect().sql(load_sql("_row_ids"), params=[os.path.basename(path)]).to_arrow_table()["id"]
     sink = pa.BufferOutputStream()
     pq.write_table(rows.drop_columns(["line"]).add_column(0, "id", ids), sink, compression="zstd",
                    use_dictionary=["label"], write_statistics=["label"])

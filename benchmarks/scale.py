@@ -70,6 +70,16 @@ def stages(root: str, train: str, test: str) -> dict:
     }
 
 
+def pipeline(root: str, train: str, test: str) -> str:
+    """The SNLI example's shape on the synthetic corpus, on Ray: a pipeline file under ``root``."""
+    path = f"{root}/pipeline.yaml"
+    with open(path, "w") as fh:
+        yaml.safe_dump({"input": {"splits": {"train": train, "test": test}}, "engine": "ray", "stages": [
+            {"audit": {}}, {"zfilter": {}}, {"confidence": {"model": "ngram", "folds": 5, "tau": 0.2}}, {"upsample": {}},
+            {"weights": {"folds": 5}}]}, fh)
+    return path
+
+
 def parquet_bytes(*corpora: str) -> int:
     """The bytes of the Parquet shards (rows and rejects) the corpora's manifests list."""
     from refinery.io.corpus import Corpus

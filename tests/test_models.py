@@ -45,7 +45,7 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
     assert scores["hans"]["rows"] == 30_000 and scores["hans"]["rejected"] == 0 and scores["hans"]["preset"] == "hans"
     assert scores["hans_regenerated"]["rows"] == scores["hans_regenerated"]["rejected"] == 15_000
     assert "evaluation corpus hans_regenerated is scored on 15,000 of its 30,000 rows" in proc.stderr
-    assert f"--eval hans_regenerated={hans}:PRESET" in proc.stderr
+    assert f"give its preset: hans_regenerated={hans}:PRESET" in proc.stderr
     (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:200]))   # an eval file changes
     again = run_cli(*args, check=False)
     assert again.returncode == 2 and "holds a result made from other inputs" in again.stderr, again.stdout

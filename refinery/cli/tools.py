@@ -97,14 +97,24 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
 
     from refinery.io import queries
 
+    import duckdb
+
+    from refinery.io.db import user_queries
+
     bad = [p for p in params if "=" not in p]
     if bad:
         raise ValueError(f"--param {bad[0]!r} is not NAME=VALUE")
+    if not query.endswith(".sql") and query not in user_queries():
+        raise ValueError(f"no query named {query!r}; named queries: {', '.join(user_queries())}, or a FILE.sql")
     con = queries.connect()
     with tempfile.TemporaryDirectory(prefix="refinery-sql-") as workdir:
         files = queries.corpus_files(corpora, mapping, opts, workdir)
         queries.register_corpora(con, files, opts.storage_options)
-        result = queries.run(con, query, dict(p.split("=", 1) for p in params))
+        try:
+            result = queries.run(con, query, dict(p.split("=", 1) for p in params))
+        except duckdb.Error as e:   # the query's own mistake (a column the corpus lacks): named, with DuckDB's words
+            raise ValueError(f"{query}: {str(e).splitlines()[0]} (the view is `corpus`: columns "
+                             f"{', '.join(c[0] for c in con.execute('DESCRIBE corpus').fetchall())})") from None
     if output or fmt == "parquet":
         target = output or f"{query.removesuffix('.sql')}.parquet"
         queries.save_result(result, target, fmt)

@@ -128,8 +128,8 @@ class StageReport:
     @classmethod
     def from_json(cls, report: dict) -> "StageReport":
         found = {"": report["verdict"]} if "verdict" in report else dict(report.get("verdicts") or {})
-        if "verdict_input_p0" in report:
-            found[cls.INPUT_P0] = report["verdict_input_p0"]
+        if "verdict_input_p0" in report and report["verdict_input_p0"]["line"] != found.get("", {}).get("line"):
+            found[cls.INPUT_P0] = report["verdict_input_p0"]   # where the input's p0 is the output's, one verdict
         return cls({part: VerdictSummary.from_json(v) for part, v in found.items()}, AuditSummary.from_json(report),
                    Comparison.from_json(report))
 

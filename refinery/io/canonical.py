@@ -2,6 +2,7 @@
 rejected with the first reason it fails for, and ids hashed where a file ships none."""
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ import pyarrow.compute as pc
 
 from refinery.io.ids import content_ids
 from refinery.io.raw import EMPTY_REJECTS
-from refinery.io.schema import CANONICAL_SCHEMA, OPTIONAL_FIELDS, REJECTS_SCHEMA, Mapping, empty_table
+from refinery.io.schema import CANONICAL_SCHEMA, OPTIONAL_FIELDS, PRESETS, REJECTS_SCHEMA, Mapping, empty_table
 
 EMPTY_CANONICAL = empty_table(pa.schema([f.with_nullable(True) for f in CANONICAL_SCHEMA]))
 # canonical field → its type; the order of the canonical columns (node_a/node_b: the leakage graph's sentence
@@ -120,8 +121,25 @@ def _labels(label: pa.ChunkedArray, mapping: Mapping, src: str, verdict: _Verdic
         label = pc.if_else(pc.is_null(idx), label, pc.take(pa.array(list(mapping.labels.values())), idx))
     if mapping.label_set is not None:
         outside = pc.invert(pc.is_in(label, value_set=pa.array(list(mapping.label_set), pa.string())))
-        verdict.flag(outside, src, "label not in the label set " + "|".join(mapping.label_set))
+        reason = "label not in the label set " + "|".join(mapping.label_set)
+        if pc.any(outside).as_py():
+            values = pc.unique(pc.drop_null(label.filter(outside))).to_pylist()
+            for value in values[:HINTED_LABELS]:   # each value's reason names the labels it belongs with
+                verdict.flag(pc.equal(label, value), src, reason + _label_hint(value, mapping.label_set))
+        verdict.flag(outside, src, reason)
     return label
+
+
+HINTED_LABELS = 20   # distinct labels outside the set whose rejects say where they belong (a free-text column: many)
+
+
+def _label_hint(value: str, label_set: tuple) -> str:
+    """Where a label outside the set belongs: a declared label it is a typo of, or the presets it is a label of."""
+    presets = [name for name, m in PRESETS.items() if value in (m.label_set or ()) and m.label_set != label_set]
+    if presets:
+        return f" ({value!r} is a label of preset {' and '.join(presets)})"
+    close = difflib.get_close_matches(value, label_set, n=1, cutoff=0.8)
+    return f" ({value!r}: close to {close[0]!r}, a typo in the data or in the label set?)" if close else ""
 
 
 def _rejects(table: pa.Table, bad_idx: pa.Array, verdict: _Verdict, source_file: str, raws) -> pa.Table:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def named_queries(package: str | None = None) -> dict[str, Traversable]:
     """The named queries of ``package``'s ``sql/`` folder (a method's package, by name: the caller's
     ``__package__``), by name; without ``package`` io's own, shipped in refinery/io/sql/ (the top-level sql/
-    links there), which ``refinery sql`` runs by name."""
+    links there), which ``refinery sql`` runs by name but for those named ``_…``: refinery's own steps
+    (``user_queries``)."""
     folder = files(package or __package__) / "sql"
     return {q.name.removesuffix(".sql"): q for q in sorted(folder.iterdir(), key=lambda q: q.name)
             if q.name.endswith(".sql")}
@@ -31,8 +32,13 @@ def load_sql(name_or_file: str, package: str | None = None) -> str:
         return Path(name_or_file).read_text()
     queries = named_queries(package)
     if name_or_file not in queries:
-        raise KeyError(f"no query named {name_or_file!r}; named queries: {', '.join(queries)}")
+        raise KeyError(f"no query named {name_or_file!r}; named queries: {', '.join(user_queries())}")
     return queries[name_or_file].read_text()
+
+
+def user_queries() -> list[str]:
+    """The names of the queries ``refinery sql`` runs over a user's corpora (io's own ``_…`` steps aside)."""
+    return [name for name in named_queries() if not name.startswith("_")]
 
 
 def quote_literal(value: str) -> str:

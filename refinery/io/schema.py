@@ -159,10 +159,23 @@ def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None 
             close = difflib.get_close_matches(preset.lower(), PRESETS, n=1)
             raise ValueError(f"unknown preset {preset!r}" + (f"; did you mean {close[0]!r}?" if close else "")
                              + f" (presets: {', '.join(PRESETS)})") from None
-        return replace(m, label_set=tuple(labels.split(","))) if labels else m
+        return replace(m, label_set=_preset_labels(preset.lower(), m, labels)) if labels else m
     if mapping:
         return parse_mapping(mapping, labels)
     return None
+
+
+def _preset_labels(preset: str, mapping: Mapping, labels: str) -> tuple:
+    """``--labels`` over a preset's: a subset of its labels, or labels of its own; one a letter or two from a
+    preset's label (a typo that would reject every row of that label as outside the set) is refused, named."""
+    given = tuple(s.strip() for s in labels.split(","))
+    known = tuple(mapping.label_set or ()) + tuple(mapping.labels.values())
+    for label in given:
+        close = [k for k in difflib.get_close_matches(label, known, n=1, cutoff=0.8) if k != label]
+        if label not in known and close:
+            raise ValueError(f"--labels: {label!r} is not one of {preset}'s labels ({', '.join(dict.fromkeys(known))}); "
+                             f"did you mean {close[0]!r}? (its rows would all be rejected as outside the label set)")
+    return given
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:

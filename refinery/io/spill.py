@@ -1,6 +1,6 @@
 """Hash-partitioned spill runs: counts that outgrow a memory budget go to disk as Parquet runs, each
-row in the partition its feature's hash picks (``sql/spill_partition.sql``), so the runs merge one
-partition at a time (``sql/spill_merge.sql``: every count of a feature is in one partition) in a
+row in the partition its feature's hash picks (``sql/_spill_partition.sql``), so the runs merge one
+partition at a time (``sql/_spill_merge.sql``: every count of a feature is in one partition) in a
 fraction of the memory the whole would take."""
 from __future__ import annotations
 
@@ -90,9 +90,9 @@ class _Runs:
 
 class PartitionedRuns(_Runs):
     """``(feature, label, count)`` runs, partitioned by a hash of the feature string (DuckDB,
-    ``sql/spill_partition.sql``); ``merged`` gives each partition's ``(feature, label, count)``."""
+    ``sql/_spill_partition.sql``); ``merged`` gives each partition's ``(feature, label, count)``."""
 
-    MERGE = "spill_merge"
+    MERGE = "_spill_merge"
     FILES = os.path.join("run-*", "part={p}", "*.parquet")
     MERGED = os.path.join("run-merged", "part={p}", "merged.parquet")
 
@@ -100,7 +100,7 @@ class PartitionedRuns(_Runs):
         con = self._connection()
         con.register("run", counts)
         try:
-            rel = con.sql(load_sql("spill_partition"), params={"partitions": self.partitions})
+            rel = con.sql(load_sql("_spill_partition"), params={"partitions": self.partitions})
             target = os.path.join(self.root, f"run-{self._folders:05d}")
             rel.to_table("spilled")   # COPY cannot take the query's parameters: materialize, then copy
             con.execute(f"COPY spilled TO {quote_literal(target)} (FORMAT parquet, PARTITION_BY (part), "
@@ -121,10 +121,10 @@ class KeyedRuns(_Runs):
     """Counts named by integer ids (``FeatureCounts.spill``): rows ``(code, first, second, label, count)``
     — the count table, the token (or row-feature) ids and the label id — partitioned by a hash of
     (code, first, second), written with Arrow one slice of a table at a time (no string per feature,
-    no copy of the run). ``merged_parts`` gives each partition merged (``sql/spill_keyed_merge.sql``)
+    no copy of the run). ``merged_parts`` gives each partition merged (``sql/_spill_keyed_merge.sql``)
     as (code, first, second, counts) parts."""
 
-    MERGE = "spill_keyed_merge"
+    MERGE = "_spill_keyed_merge"
     FILES = os.path.join("run-*", "part-{p:05d}.parquet")
     MERGED = os.path.join("run-merged", "part-{p:05d}.parquet")
 

@@ -192,14 +192,18 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
             current = steps[stage_spec.name] = steps[posixpath.basename(folder)] = stage.output.next_input(folder,
                                                                                                           current)
             step.passes_on = current
-    except Exception as error:
-        if run.stages:   # the finished steps stay: the report shows them and where the run stopped
-            message = redact_text(" ".join(str(error).split()) or type(error).__name__)
-            run.stages.append(StageRun(posixpath.basename(folder), name, "failed", time.perf_counter() - started,
-                                       StageResult(0, {}, {}, f"failed: {message}", report_file="")))
+    except (Exception, KeyboardInterrupt) as error:
+        if run.stages:   # the finished steps stay: the report shows them and where the run stopped (not an
+            #              earlier run's steps after it, which the next run makes again)
+            interrupted = isinstance(error, KeyboardInterrupt)
+            status, what = ("interrupted", "interrupted (Ctrl-C)") if interrupted else (
+                "failed", "failed: " + redact_text(" ".join(str(error).split()) or type(error).__name__))
+            run.stages.append(StageRun(posixpath.basename(folder), name, status, time.perf_counter() - started,
+                                       StageResult(0, {}, {}, what, report_file="")))
             try:
                 write_pipeline_report(run, spec, opts, _names(spec.input.mapping()), echo)
-                echo(f"report: {out}/pipeline/report.html (the run failed at {posixpath.basename(folder)})")
+                echo(f"report: {out}/pipeline/report.html (the run {'was ' * interrupted}{status} at "
+                     f"{posixpath.basename(folder)})")
             except Exception as report_error:  # noqa: BLE001 — the step's error is the one to raise
                 echo(f"   report: not written ({' '.join(str(report_error).split())})")
         raise

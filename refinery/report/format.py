@@ -68,8 +68,14 @@ def points(delta) -> str:
 
 
 def interval(ci) -> str:
-    """A 95% interval of a difference in points: "-1.5 to +0.3 points"."""
-    return f"{points(ci[0]).split()[0]} to {points(ci[1])}"
+    """A 95% interval of a difference in points: "-1.5 to +0.3 points"; an end that rounds to zero without being
+    zero keeps its sign and two decimals ("-1.1 to -0.03 points"), so an interval that excludes 0 never reads as
+    touching it."""
+    def end(delta) -> str:
+        shown = 100 * delta
+        return f"{shown:+.2f}" if delta and not round(shown, 1) else points(delta).split()[0]
+
+    return f"{end(ci[0])} to {end(ci[1])} points"
 
 
 def seconds(s) -> str:

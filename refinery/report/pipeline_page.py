@@ -25,7 +25,7 @@ class StepEntry:
 
     step: str
     stage: str
-    status: str                 # ran | skipped | failed
+    status: str                 # ran | skipped | failed | interrupted
     seconds: float
     peak_rss: int | None
     task_peak_rss: int | None
@@ -76,11 +76,13 @@ def render(data: PipelineFigures, final_stats, pipeline_yaml: str, alpha: float,
     steps = data.steps
     audited = [s for s in steps if s.audit is not None]
     page = Report("Pipeline report: what each stage did to the rows and the shortcuts", corpus, inputs)
-    failed = next((s for s in steps if s.status == "failed"), None)
-    if failed:
-        page.section("The run failed", f'<p class="bad">{html.escape(failed.step)} {html.escape(failed.headline)}'
-                     '</p>', note("The steps before it finished and are shown below; a rerun reuses them and starts "
-                                  "again at the failed step."))
+    stopped = next((s for s in steps if s.status in ("failed", "interrupted")), None)
+    if stopped:
+        page.section(f"The run {'was interrupted' if stopped.status == 'interrupted' else 'failed'}",
+                     f'<p class="bad">{html.escape(stopped.step)} {html.escape(stopped.headline)}</p>',
+                     note(f"The steps before it finished and are shown below; a rerun reuses them and starts again at "
+                          f"the {stopped.status} step. Folders of the steps after it, if any, are an earlier run's, "
+                          "made again by the next run."))
     if len(audited) >= 2:
         first, last = audited[0].audit, audited[-1].audit
         page.section("Before and after", _worse(first, last), table([
@@ -168,7 +170,8 @@ def _flow_steps(steps: list[StepEntry]) -> list[dict]:
 
 
 def _step_rows(steps: list[StepEntry]) -> list[dict]:
-    return [{"step": s.step + {"skipped": " (reused)", "failed": " (failed)"}.get(s.status, ""),
+    return [{"step": s.step + {"skipped": " (reused)", "failed": " (failed)", "interrupted": " (interrupted)"}.get(
+             s.status, ""),
              "what it did": (s.headline or s.change)
              + (f" (not audited for this report: {s.audit_skipped})" if s.audit_skipped else ""),
              "rows passed on": s.rows,

@@ -31,6 +31,20 @@ class EvalSet:
     def full_label_map(self) -> dict:
         return {**PRESET_LABEL_MAPS.get(self.preset or "", {}), **self.label_map}
 
+    def scored_on_part(self, rows: int, rejects) -> str | None:
+        """The warning for an evaluation corpus scored on part of its rows (None where none was rejected): how many
+        were rejected, the commonest reason, the fix (read with the training corpora's preset, another release's
+        labels or columns are rejected: HANS's non-entailment read as SNLI leaves only its entailment rows)."""
+        if not rejects.num_rows:
+            return None
+        from refinery.io.corpus import reject_reasons
+
+        reason, _ = reject_reasons(rejects).most_common(1)[0]
+        fix = "" if self.preset else (f"; if it is another release, give its preset: "
+                                      f"{self.name}={self.paths[0]}:PRESET")
+        return (f"evaluation corpus {self.name} is scored on {rows:,} of its {rows + rejects.num_rows:,} rows: "
+                f"{rejects.num_rows:,} rejected, most for {reason!r}{fix}")
+
 
 def refuse_repeated_names(evals: list[EvalSet]) -> None:
     """Two evaluation corpora of one name would share one line of the report: refused."""

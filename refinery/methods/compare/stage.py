@@ -120,12 +120,14 @@ class CompareStage(Stage):
         out.publish_report(report, page, {"predictions.parquet": predictions})
         trained = report["train"][mine]   # it passes its whole input on: the splits it did not train on too
         rows, rejected = trained["rows"] + trained["other_splits_left_out"], trained["rejected"]
-        gains = ", ".join(f"{ev} {fmt.points(per[mine]['gain']['delta'])}" for ev, per in report["accuracy"].items()
-                          if "gain" in per[mine])
-        gains += "".join(f"; WARNING: {w}" for w in report["warnings"])
+        refined = [n for n in report["train"] if n != report["baseline"]]
+        gains = "; ".join(f"{n} " + ", ".join(f"{ev} {fmt.points(per[n]['gain']['delta'])}"
+                                              for ev, per in report["accuracy"].items() if "gain" in per[n])
+                          for n in refined)
+        warned = f" ({len(report['warnings'])} warning(s) below)" if report["warnings"] else ""
         return StageResult(rows + rejected, {"passed on": rows, "input rejects": rejected}, report,
-                           f"{mine} against {report['baseline']}: {gains or 'no baseline'}",
-                           lines=tuple(console_lines(report)))
+                           f"against {report['baseline']}: {gains or 'no baseline'}{warned}",
+                           lines=tuple(console_lines(report)), warnings=tuple(report["warnings"]))
 
 
 def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, out: "StageOutput",
@@ -179,6 +181,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     mapping = source.mapping
     features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=data.reads == "text_a")
     report["bias_slices"] = bias_slices(data, features, correct, predicted)
-    report["warnings"] = label_collapses(report)
+    report["warnings"] = [w for e in evals if (w := e.scored_on_part(data.eval_tables[e.name].num_rows,
+                                                                   data.eval_rejects[e.name]))] \
+        + label_collapses(report)
     report["notes"] = reading_notes(report) + one_label_notes(report)
     return report, pa.concat_tables(preds)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.io.corpus import load
+from refinery.io.corpus import is_corpus, load, stage_parts
 from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, refuse_repeated_names, train_split
 from refinery.pipeline.output import StageOutput
@@ -168,7 +168,13 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     reads = model_reads(tables, config.inputs)
     eval_tables, eval_rejects, label_maps, eval_labels, eval_pairs = {}, {}, {}, {}, {}
     for e in evals:
-        table, eval_rejects[e.name] = load(list(e.paths), e.mapping(source.mapping), source.opts)
+        mapping = e.mapping(source.mapping)
+        raw = [p for p in e.paths if mapping is None and not is_corpus(p, source.opts.storage_options)
+               and not stage_parts(p, source.opts.storage_options)]   # a stage's folder: load names its parts
+        if raw:
+            raise ValueError(f"evaluation set {e.name}: {raw[0]} is a raw file, read with no preset: give its "
+                             f"preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)")
+        table, eval_rejects[e.name] = load(list(e.paths), mapping, source.opts)
         if not table.num_rows:
             raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
         eval_pairs[e.name] = is_pair(table)

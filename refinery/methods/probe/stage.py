@@ -57,7 +57,7 @@ class ProbeStage(Stage):
             report["eval"][name]["rejected"] = eval_rejects.num_rows
             predictions.append(scored)
             if eval_rejects.num_rows:
-                warnings.append(_rejects_warning(name, e, table.num_rows, eval_rejects))
+                warnings.append(e.scored_on_part(table.num_rows, eval_rejects))
         if evals:
             report["accuracy"] = report["eval"][next(iter(evals))]["accuracy"]
         if c.save_model:
@@ -73,9 +73,13 @@ class ProbeStage(Stage):
 
 
 def _headline(c: ProbeConfig, report: dict) -> str:
-    """What was trained, on how many rows, in how long."""
+    """What was trained, on how many rows, in how long, and its accuracy on each evaluation corpus against that
+    corpus's majority class."""
     reads = "hypothesis-only" if c.inputs == "hypothesis" else "full input"
-    return f"{c.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s"
+    scored = "; ".join(f"{name} {r['accuracy']:.1%} (majority {r['majority_accuracy']:.1%})"
+                       for name, r in report["eval"].items())
+    return (f"{c.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s"
+            + (f": {scored}" if scored else ""))
 
 
 def _lines(report: dict):
@@ -115,12 +119,3 @@ def _predictions_schema():
     return pa.schema([("id", pa.string()), ("split", pa.string()), ("label", pa.string()),
                       ("prediction", pa.string()), ("p_label", pa.float64())])
 
-
-def _rejects_warning(name: str, e: EvalSet, rows: int, rejects) -> str:
-    """An evaluation corpus scored on part of its rows: how many were rejected, the commonest reason, the fix."""
-    from refinery.io.corpus import reject_reasons
-
-    reason, _ = reject_reasons(rejects).most_common(1)[0]
-    fix = "" if e.preset else f"; if it is another release, give its preset: --eval {name}={e.paths[0]}:PRESET"
-    return (f"evaluation corpus {name} is scored on {rows:,} of its {rows + rejects.num_rows:,} rows: "
-            f"{rejects.num_rows:,} rejected, most for {reason!r}{fix}")
