@@ -406,7 +406,7 @@ def test_compare_stage_scores_the_filtered_corpus_against_the_input(tmp_path):
     """examples/compare.yaml: z-filter SNLI dev, then compare it with the unfiltered input on SNLI-hard and HANS."""
     out = tmp_path / "cmp"
     printed = run_cli("run", REPO / "examples" / "compare.yaml", "--out", out, env={"DATA": str(DATA)}).stdout
-    assert "02-compare" in printed and "01-zfilter against 00-input" in printed
+    assert "02-compare" in printed and "against 00-input: 01-zfilter snli-hard " in printed
     report = json.loads((out / "02-compare" / "report" / "report.json").read_text())
     assert report["baseline"] == "00-input" and list(report["train"]) == ["00-input", "01-zfilter"]
     assert report["train"]["00-input"]["rows"] == 9_842 > report["train"]["01-zfilter"]["rows"]
