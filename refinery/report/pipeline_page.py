@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from dataclasses import asdict, dataclass, field
 
-from refinery.core.records import AuditFigures, Comparison, VerdictSummary
+from refinery.core.records import AuditFigures, Comparison
 from refinery.core.weighted_counts import WEIGHTED_NOTE
 from refinery.report import figures
 from refinery.report import format as fmt
@@ -38,7 +38,7 @@ class StepEntry:
     passes_on: str
     phases: list
     rows: int | None = None     # rows of the corpus it passes on
-    verdicts: dict = field(default_factory=dict)   # {part: VerdictSummary}
+    verdicts: dict = field(default_factory=dict)   # {part: core.records.VerdictSummary}
     comparison: Comparison | None = None
     audit: AuditFigures | None = None
     audit_skipped: str | None = None
@@ -213,7 +213,6 @@ def _verdicts(steps: list[StepEntry]) -> str:
     out = []
     for s in steps:
         for part, v in s.verdicts.items():
-            v: VerdictSummary
             css = "" if v.ok else ' class="bad"'
             name = s.step + (f" ({part})" if part else "")
             out.append(f"<p{css}><b>{html.escape(name)}</b>: {html.escape(v.line)}</p>")
