@@ -150,15 +150,24 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
 @click.option("--split", type=click.Choice(["train", "test", "anti-shortcut"]), default="train", show_default=True,
               help="test: other rows of the same distribution; anti-shortcut: the shortcuts reversed (planted words "
                    "and pooled premises of other labels), over the same words as --seed's train split.")
+@click.option("--near-duplicates", type=float, default=0.0, show_default=True,
+              help="Share of rows made an edited copy of another row (a word substituted, deleted or inserted, "
+                   "reordered, or re-cased), each naming its source in planted_copy_of: dedup's ground truth.")
+@click.option("--flip-share", type=float, default=0.0, show_default=True,
+              help="Share of those near-duplicates given another label (label conflicts).")
+@click.option("--contamination", type=float, default=0.0, show_default=True,
+              help="Share of rows copied from the held-out rows of --split test of the same --seed (in planted_copy_of): "
+                   "decontaminate's ground truth.")
 @click.option("--shard-rows", type=int, default=1_000_000, show_default=True, help="Rows per Parquet shard.")
 @mode_option
 def synth(*, out, rows, seed, planted, leak, label_shares, premise_pool, signal_words, signal_rate, split,
-          shard_rows, mode):
+          near_duplicates, flip_share, contamination, shard_rows, mode):
     """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
     from refinery.io import synth as synth_mod
 
     kwargs = {"rows": rows, "seed": seed, "leak": leak, "premise_pool": premise_pool, "signal_words": signal_words,
-              "signal_rate": signal_rate, "split": split}
+              "signal_rate": signal_rate, "split": split, "near_duplicates": near_duplicates,
+              "flip_share": flip_share, "contamination": contamination}
     if planted:
         kwargs["planted"] = synth_mod.parse_planted(planted)
     if label_shares:

@@ -19,10 +19,19 @@ these shares instead of uniformly): with negations planted in the smallest label
 (``planted={"no": ("contradiction", 0.5), "not": ("contradiction", 0.4)}``, a small ``leak``) it is a
 corpus like SICK, whose minority label is mostly written with a negation. Deterministic from the seed;
 generated in Arrow, batch by batch.
+
+Ground truth for deduplication and decontamination (off by default, so a corpus without them is unchanged):
+``near_duplicates`` makes that share of each batch's rows an edited copy of another row of the batch (its premise
+with one word substituted, deleted or inserted, or its last word moved to the front; or both texts re-cased and
+ended with `` .``, a duplicate once normalized), ``flip_share`` of those with another label (a label conflict);
+``contamination`` makes that share of the rows a copy of the held-out row of the same number (``split: test`` of
+the same seed: ``refinery synth --split test``), half of them re-cased and ended with `` .`` (another
+tokenization). Each row then records its pair: ``planted_copy_of`` (the id of the row it copies, or null),
+``planted_edit`` (the edit, or ``held-out``) and ``planted_flip`` (its label changed).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -59,6 +68,9 @@ class SynthSpec:
     signal_rate: float = 0.8       # how often a row's cue word is of its own label
     split: str = "train"           # train | test | anti-shortcut
     seed: int = 0
+    near_duplicates: float = 0.0   # share of rows that are an edited copy of another row of their batch
+    flip_share: float = 0.0        # share of those near-duplicates given another label
+    contamination: float = 0.0     # share of rows copied from the held-out split (split test, same seed)
 
     def __post_init__(self):
         if self.label_shares is not None:
@@ -71,9 +83,23 @@ class SynthSpec:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}")
         if self.split == "anti-shortcut" and not (self.planted or self.premise_pool):
             raise ValueError("an anti-shortcut split needs shortcuts to reverse: planted words or a premise pool")
+        shares = {"near_duplicates": self.near_duplicates, "flip_share": self.flip_share,
+                  "contamination": self.contamination}
+        for name, share in shares.items():
+            if not 0 <= share <= 1:
+                raise ValueError(f"{name} must be a share from 0 to 1, got {share}")
+        if self.near_duplicates + self.contamination > 0.5:
+            raise ValueError("near_duplicates and contamination together must leave at least half the rows as they "
+                             f"are, got {self.near_duplicates} + {self.contamination}")
+
+    @property
+    def plants_copies(self) -> bool:
+        return bool(self.near_duplicates or self.contamination)
 
 
 SPLITS = ("train", "test", "anti-shortcut")
+EDITS = ("substitution", "deletion", "insertion", "reordering", "case")
+HELD_OUT = "held-out"
 
 
 def vocabulary(size: int, seed: int = 0) -> np.ndarray:
@@ -122,6 +148,8 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         ids, offs = _sentences(prng, vocab, probs, spec.premise_pool, *spec.premise_len)
         pool_text = _join(vocab_arr, ids, offs)
         pool_probs = [_zipf_probs(spec.premise_pool, spec.pool_skew * (C - j) / C) for j in range(C)]
+    held_out = generate(replace(spec, split="test", near_duplicates=0.0, flip_share=0.0, contamination=0.0),
+                        batch_rows) if spec.contamination else None
     for start in range(0, spec.rows, batch_rows):
         n = min(batch_rows, spec.rows - start)
         anti = spec.split == "anti-shortcut"
@@ -165,7 +193,58 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         labels = pc.take(pa.array(list(spec.labels), pa.string()), pa.array(label_idx))
         tag = "" if spec.split == "train" else f"{spec.split}-"
         ids_col = pa.array([f"synth-{spec.seed}-{tag}{i}" for i in range(start, start + n)], pa.string())
-        yield pa.table({"id": ids_col, "text_a": text_a, "text_b": text_b, "label": labels})
+        table = pa.table({"id": ids_col, "text_a": text_a, "text_b": text_b, "label": labels})
+        yield _plant_copies(spec, table, next(held_out) if held_out else None, vocab, start) \
+            if spec.plants_copies else table
+
+
+def _recased(words: list) -> str:
+    """Another tokenization of the same text: capitalized, with a final `` .``."""
+    text = " ".join(words)
+    return (text[:1].upper() + text[1:] + " .") if text else text
+
+
+def _plant_copies(spec: SynthSpec, table: pa.Table, held_out: pa.Table | None, vocab: np.ndarray,
+                  start: int) -> pa.Table:
+    """``table`` (one batch) with ``near_duplicates`` of its rows made edited copies of others and ``contamination``
+    of them copies of ``held_out``'s rows of the same number, each row recording its pair."""
+    rng = np.random.default_rng([spec.seed, start, 7])
+    n = table.num_rows
+    picked = rng.permutation(n)
+    near_at = picked[:round(spec.near_duplicates * n)]
+    held_at = picked[len(near_at):len(near_at) + round(spec.contamination * n)]
+    untouched = picked[len(near_at) + len(held_at):]
+    text_a, text_b = table["text_a"].to_pylist(), table["text_b"].to_pylist()
+    labels, ids = table["label"].to_pylist(), table["id"].to_pylist()
+    copy_of, edit, flip = [None] * n, [None] * n, [False] * n
+    for i in near_at.tolist():
+        j = int(untouched[rng.integers(len(untouched))])
+        premise, kind = text_a[j].split(" "), EDITS[rng.integers(len(EDITS))]
+        at = int(rng.integers(len(premise)))
+        if kind == "substitution":
+            premise[at] = vocab[rng.integers(len(vocab))]
+        elif kind == "deletion" and len(premise) > 1:
+            del premise[at]
+        elif kind == "insertion":
+            premise.insert(at, vocab[rng.integers(len(vocab))])
+        elif kind == "reordering":
+            premise = premise[-1:] + premise[:-1]
+        text_a[i] = _recased(premise) if kind == "case" else " ".join(premise)
+        text_b[i] = _recased(text_b[j].split(" ")) if kind == "case" else text_b[j]
+        copy_of[i], edit[i] = ids[j], kind
+        labels[i] = labels[j]
+        if rng.random() < spec.flip_share:
+            others = [l for l in spec.labels if l != labels[j]]
+            labels[i], flip[i] = others[rng.integers(len(others))], True
+    for i in held_at.tolist():
+        recase = rng.random() < 0.5
+        a, b = held_out["text_a"][i].as_py(), held_out["text_b"][i].as_py()
+        text_a[i], text_b[i] = (_recased(a.split(" ")), _recased(b.split(" "))) if recase else (a, b)
+        labels[i], copy_of[i], edit[i] = held_out["label"][i].as_py(), held_out["id"][i].as_py(), HELD_OUT
+    return pa.table({"id": table["id"], "text_a": pa.array(text_a, pa.string()),
+                     "text_b": pa.array(text_b, pa.string()), "label": pa.array(labels, pa.string()),
+                     "planted_copy_of": pa.array(copy_of, pa.string()), "planted_edit": pa.array(edit, pa.string()),
+                     "planted_flip": pa.array(flip, pa.bool_())})
 
 
 def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "overwrite", **kwargs) -> dict:

@@ -315,6 +315,8 @@ def _entry(name: str):
         close = difflib.get_close_matches(name, REGISTRY, n=1)
         raise ValueError(f"unknown stage {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
                          + f" (stages: {', '.join(sorted(REGISTRY))})")
+    "dedup": "refinery.methods.dedup.stage:DedupStage",
+    "decontaminate": "refinery.methods.decontaminate.stage:DecontaminateStage",
     return REGISTRY[name]
 
 

@@ -1,0 +1,101 @@
+"""The ``decontaminate`` stage: the training rows that overlap an evaluation set (``overlap``) removed, as a filter
+under the stage contract.
+
+``prepare`` reads the input's texts and every evaluation set (as compare reads its, through each set's preset or the
+input's mapping) once, finds the contaminated rows and the report's figures, and keeps only their numbers, evaluation
+sets and evaluation rows' ids (what the workers of ``--engine ray`` receive); ``decide`` looks each batch's rows up by
+their number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
+``reason``, ``eval_set`` and ``eval_id``: the evaluation row it overlaps), the verdict and the report.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from refinery.methods.decontaminate.config import DecontaminateConfig
+from refinery.methods.dedup.stage import read_rows, rows_among
+from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput, set_column
+
+
+class DecontaminateStage(FilterStage):
+    """Remove the training rows that share an n-gram of N words (or are near-duplicates) of an evaluation set's rows.
+
+    Writes kept/ (with the input's rejects), rejected/ (each row with the evaluation set and row it overlaps, and its
+    reason) and report/ (contamination per evaluation set, and the rows behind it).
+    """
+
+    name, Config = "decontaminate", DecontaminateConfig
+    needs = ("id", "text_a", "label")
+    prepare_as_task = True   # it reads the whole input: on Ray a task of its own, not the driver
+
+    def also_reads(self) -> list[str]:
+        """The evaluation sets: part of its fingerprint (``--mode skip`` runs again when one changed)."""
+        return [p for e in self.config.eval_sets() for p in e.paths]
+
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
+        """Each evaluation set read and matched against the training rows; kept: the contaminated rows' matches."""
+        from refinery.io.corpus import load
+        from refinery.methods.decontaminate.overlap import contamination
+        from refinery.methods.decontaminate.report import summarize
+
+        train = read_rows(source)
+        found: dict = {}   # row → (evaluation set, its row's id, how, similarity)
+        self.sets = []
+        for e in self.config.eval_sets():
+            table, rejects = load(list(e.paths), e.mapping(source.mapping), source.opts)
+            if not table.num_rows:
+                raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}"
+                                 + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))
+            fields = [table[c].combine_chunks() for c in ("text_a", "text_b") if c in table.column_names
+                      and table[c].null_count < table.num_rows]
+            match = contamination(train.fields, fields, self.config) if len(train) else None
+            if match is None:
+                continue
+            self.sets.append(summarize(e.name, e.paths, table, rejects.num_rows, match, train.ids, train.fields,
+                                       len(train)))
+            for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
+                found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
+        self.dropped_rows = np.array(sorted(found), np.int64)
+        matches = [found[i] for i in self.dropped_rows.tolist()]
+        self.eval_set = pa.array([m[0] for m in matches], pa.string())
+        self.eval_id = pa.array([m[1] for m in matches], pa.string())
+        self.how = [m[2] for m in matches]
+        self.similarity = np.array([m[3] for m in matches], np.float64)
+
+    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+        dropped, place = rows_among(self.dropped_rows, batch)
+        return ~dropped, _Reasons(self, place)
+
+    def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+        kept, rejected = split(batch, keep)
+        _, place = rows_among(self.dropped_rows, batch)
+        place = pa.array(place[~keep])
+        rejected = set_column(rejected, "eval_set", self.eval_set.take(place))
+        return kept, set_column(rejected, "eval_id", self.eval_id.take(place))
+
+    def reason_kind(self, reason: str) -> str:
+        return reason.split(" row ")[0]
+
+    def report_details(self) -> tuple[dict, list]:
+        from refinery.methods.decontaminate.report import details
+
+        return details(self.sets, self.config)
+
+    def remedy(self) -> str:
+        return ("the training rows that overlap the evaluation sets carried the shortcut less often than the rows "
+                f"kept: the overlap is the evaluation sets' own; raise --ngram (now {self.config.ngram}) to remove "
+                "only longer overlaps.")
+
+
+class _Reasons:
+    """Each dropped row's reason (written for the dropped rows only): the evaluation set and row it overlaps, how."""
+
+    def __init__(self, stage: DecontaminateStage, place: np.ndarray):
+        self.stage, self.place = stage, place
+
+    def __getitem__(self, i: int) -> str:
+        s, p = self.stage, self.place[i]
+        how = s.how[p] if s.how[p] != "near-duplicate" else f"near-duplicate, Jaccard {s.similarity[p]:.2f}"
+        return f"contaminates {s.eval_set[p].as_py()} row {s.eval_id[p].as_py()} ({how})"

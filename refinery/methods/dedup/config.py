@@ -1,0 +1,31 @@
+"""dedup's config (its verb's options and pipeline keys): the shingles and Jaccard threshold of near-duplicates,
+which row of a cluster is kept, and what becomes of a cluster whose labels conflict."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from refinery.core.validation import NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+
+CONFLICTS = ("keep", "drop", "one")
+
+
+@dataclass
+class DedupConfig:
+    threshold: float = setting(0.8, number_in(0, 1, open_low=True),
+                               "Jaccard of word shingles from which two rows are near-duplicates (each of a pair's "
+                               "texts must reach it; 1: exact and normalized duplicates only).")
+    shingle_size: int = setting(2, at_least(1), "Words per shingle (a text of fewer words is one shingle, whole).")
+    permutations: int = setting(128, at_least(8), "MinHash values per row; cut into LSH bands that make a pair at "
+                                                  "the threshold a candidate with probability ≥ 0.99.")
+    prefer_split: str | None = setting(None, NOT_EMPTY.or_none(),
+                                       "Keep a cluster's row from this split where it has one (e.g. test: the "
+                                       "training copies of test rows are removed); else its first row in input "
+                                       "order.")
+    conflicts: str = setting("keep", one_of(*CONFLICTS),
+                             "A cluster whose rows carry different labels: keep all its rows (a near-duplicate "
+                             "of another label may be a minimal pair: SNLI's 'a game' / 'a game outside'), drop "
+                             "them all (label noise), or keep one as in any cluster.")
+    seed: int = setting(0, SEED, "Seed of the MinHash functions.")
+
+    def __post_init__(self):
+        validate(self)

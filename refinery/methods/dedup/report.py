@@ -1,0 +1,110 @@
+"""dedup's report: the clusters by kind, duplicates per split pair, the label-conflict table, example pairs side by
+side and the share of each label removed (``summarize``, a ``DedupSummary``), as report.json entries and page
+sections (``details``)."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from refinery.methods.dedup.clusters import CONFLICT, KINDS, NEAR, Duplicates, Rows
+from refinery.methods.dedup.config import DedupConfig
+
+EXAMPLES = 12   # pairs shown side by side
+
+
+@dataclass
+class DedupSummary:
+    clusters: int               # clusters of two rows or more
+    rows_in_clusters: int
+    duplicates: dict            # rows that duplicate their cluster's representative, by kind
+    conflict_clusters: int
+    conflict_rows: int
+    conflicts: list             # per label combination: clusters, rows
+    split_pairs: list           # per (kept row's split, duplicate's split): duplicates, removed
+    removed_by_label: list      # per label: rows, removed, share removed
+    examples: list              # duplicate pairs side by side
+    candidates: int
+    near_pairs: int
+    bands: int
+    rows_per_band: int
+
+
+def summarize(rows: Rows, found: Duplicates, config: DedupConfig) -> DedupSummary:
+    from refinery.methods.dedup.minhash import bands_for
+
+    labels = np.array(rows.labels.to_pylist(), dtype=object)
+    splits = np.array(rows.splits.to_pylist(), dtype=object) if rows.splits is not None else None
+    dup = np.flatnonzero(found.duplicate)
+    clustered = found.cluster >= 0
+    combos: dict = {}   # label combination → [clusters, rows]
+    conflicted = np.flatnonzero(found.conflict)
+    conflicted = conflicted[np.argsort(found.cluster[conflicted], kind="stable")]
+    for members in np.split(conflicted, np.flatnonzero(np.diff(found.cluster[conflicted])) + 1) \
+            if len(conflicted) else ():
+        tally = combos.setdefault(" / ".join(sorted(set(map(str, labels[members])))), [0, 0])
+        tally[0] += 1
+        tally[1] += len(members)
+    pairs = Counter()
+    removed_pairs = Counter()
+    if splits is not None:
+        for i in dup:
+            key = (splits[found.partner[i]], splits[i])
+            pairs[key] += 1
+            removed_pairs[key] += bool(found.dropped[i])
+    per_label = []
+    for label in sorted(set(map(str, labels))):
+        mine = labels == label
+        removed = int((found.dropped & mine).sum())
+        per_label.append({"label": label, "rows": int(mine.sum()), "removed": removed,
+                          "share removed": removed / max(int(mine.sum()), 1)})
+    shown = sorted(dup, key=lambda i: (found.kind[i] not in (NEAR, CONFLICT), not found.conflict[i], i))[:EXAMPLES]
+    examples = []
+    for i in shown:
+        j = found.partner[i]
+        pair = {"kind": KINDS[found.kind[i]], "similarity": round(float(found.similarity[i]), 4),
+                "id": rows.ids[i].as_py(), "partner": rows.ids[j].as_py()}
+        for f, texts in enumerate(rows.fields):
+            name = ("text_a", "text_b")[f]
+            pair[name], pair[f"partner {name}"] = texts[i].as_py(), texts[j].as_py()
+        pair["label"], pair["partner label"] = labels[i], labels[j]
+        examples.append(pair)
+    bands, r = bands_for(config.threshold, config.permutations)
+    return DedupSummary(
+        clusters=int(len(np.unique(found.cluster[clustered]))), rows_in_clusters=int(clustered.sum()),
+        duplicates={KINDS[k]: int(n) for k, n in zip(*np.unique(found.kind[dup], return_counts=True))},
+        conflict_clusters=sum(c for c, _ in combos.values()), conflict_rows=int(found.conflict.sum()),
+        conflicts=[{"labels": combo, "clusters": c, "rows": r} for combo, (c, r) in
+                   sorted(combos.items(), key=lambda kv: -kv[1][0])],
+        split_pairs=[{"kept split": a, "duplicate split": b, "duplicates": n, "removed": removed_pairs[(a, b)]}
+                     for (a, b), n in sorted(pairs.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1])))],
+        removed_by_label=per_label, examples=examples, candidates=found.candidates, near_pairs=found.near_pairs,
+        bands=bands, rows_per_band=r)
+
+
+def details(summary: DedupSummary, config: DedupConfig) -> tuple[dict, list]:
+    """(report.json entries, page sections) of dedup's report."""
+    from refinery.report import format as fmt
+    from refinery.report.page import fields, note, table
+
+    s = summary
+    lsh = (f"MinHash of {config.permutations} values over word {config.shingle_size}-shingles, {s.bands} bands of "
+           f"{s.rows_per_band}: {s.candidates:,} candidate pairs, {s.near_pairs:,} verified at Jaccard ≥ "
+           f"{config.threshold:g} in every text")
+    conflict_note = {"keep": "kept, every row", "drop": "dropped, every row", "one": "reduced to one row"}[
+        config.conflicts]
+    sections = [
+        ("Clusters", fields({"clusters": s.clusters, "rows in clusters": s.rows_in_clusters,
+                             **{f"{k}s": n for k, n in s.duplicates.items()},
+                             "label-conflict clusters": s.conflict_clusters, "rows in them": s.conflict_rows})
+         + note(f"{lsh}. Each cluster keeps "
+                + (f"its first row of split {config.prefer_split} where it has one, else " if config.prefer_split
+                   else "") + f"its first row in input order; label-conflict clusters are {conflict_note}.")),
+        ("Label conflicts", table(s.conflicts) if s.conflicts else note("No cluster's rows carry different labels.")),
+        ("Duplicates per split pair", table(s.split_pairs) if s.split_pairs else note(
+            "The input names no splits (--input NAME=PATH), or no duplicate was found.")),
+        ("Share of each label removed", table(s.removed_by_label, formats={"share removed": fmt.percent})),
+        ("Example pairs", table(s.examples) if s.examples else note("No duplicate was found.")),
+    ]
+    return {"dedup": asdict(s), "lsh": lsh}, sections

@@ -1,0 +1,116 @@
+"""The ``dedup`` stage: exact, normalized and near-duplicate clusters of rows (``clusters``, over ``minhash``) as a
+filter under the stage contract.
+
+``prepare`` reads the input's texts, labels and splits once, finds every row's cluster and fate
+(``clusters.find_duplicates``) and the report's figures, and keeps only the duplicates' numbers, partners' ids,
+kinds and similarities (what the workers of ``--engine ray`` receive); ``decide`` looks each batch's rows up by their
+number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
+``reason``, ``duplicate_of``: the kept partner's id, and ``similarity``; a duplicate kept because its cluster's labels
+conflict carries them in kept/ too), the verdict and the report.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from refinery.methods.dedup.config import DedupConfig
+from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.filter import FilterStage, split
+from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageInput, set_column
+
+
+def read_rows(source: StageInput):
+    """The input's ids, texts, labels and splits (``clusters.Rows``), in the order ``prepare`` numbers them."""
+    from refinery.methods.dedup.clusters import Rows
+
+    wanted = ("id", "text_a", "text_b", "label", "split")
+    parts = [b.rows.select([c for c in wanted if c in b.rows.column_names]) for b in source.iter_batches()
+             if b.rows.num_rows]
+    if not parts:
+        return Rows(pa.array([], pa.string()), [pa.array([], pa.string())], pa.array([], pa.string()), None)
+    table = pa.concat_tables(parts, promote_options="permissive").combine_chunks()
+    fields = [table[c].combine_chunks() for c in ("text_a", "text_b") if c in table.column_names
+              and table[c].null_count < table.num_rows]
+    return Rows(table["id"].combine_chunks(), fields, table["label"].combine_chunks(),
+                table["split"].combine_chunks() if "split" in table.column_names else None)
+
+
+def rows_among(rows: np.ndarray, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each row of ``batch`` is among ``rows``, sorted numbers of rows in the input, and its place there)."""
+    at = row_numbers(batch)
+    place = np.minimum(np.searchsorted(rows, at), max(len(rows) - 1, 0))
+    return (rows[place] == at if len(rows) else np.zeros(len(at), bool)), place
+
+
+class DedupStage(FilterStage):
+    """Remove exact, normalized and near-duplicate rows (MinHash-LSH over word shingles), one row kept per cluster.
+
+    Writes kept/ (with the input's rejects), rejected/ (each row with its kept partner's id in duplicate_of, its
+    similarity and its reason) and report/ (clusters, duplicates per split pair, label conflicts, example pairs).
+    """
+
+    name, Config = "dedup", DedupConfig
+    needs = ("id", "text_a", "label")
+    adds = ("duplicate_of", "similarity")
+    prepare_as_task = True   # it reads the whole input: on Ray a task of its own, not the driver
+
+    def prepare(self, source: StageInput, out: StageOutput) -> None:
+        """Every row's fate, and the report's figures; kept of the rows: the duplicates' partners only."""
+        from refinery.methods.dedup.clusters import find_duplicates
+        from refinery.methods.dedup.report import summarize
+
+        rows = read_rows(source)
+        found = find_duplicates(rows, self.config)
+        self.summary = summarize(rows, found, self.config)
+        self.marked_rows = np.flatnonzero(found.duplicate)   # duplicates: dropped, or kept in a conflict
+        self.marked_dropped = found.dropped[self.marked_rows]
+        self.partner_ids = rows.ids.take(pa.array(found.partner[self.marked_rows]))
+        self.kinds = found.kind[self.marked_rows]
+        self.similarity = pa.array(found.similarity[self.marked_rows], pa.float32())
+
+    def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
+        marked, place = rows_among(self.marked_rows, batch)
+        dropped = marked & self.marked_dropped[place] if len(self.marked_rows) else marked
+        return ~dropped, _Reasons(self, place)
+
+    def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
+        """Each duplicate, dropped or kept (in a label-conflict cluster kept whole), with its partner's id and its
+        similarity; null for the other rows."""
+        marked, place = rows_among(self.marked_rows, batch)
+        mask = pa.array(~marked)
+        at = pa.array(place)
+        rows = set_column(batch, "duplicate_of", pc.if_else(mask, pa.scalar(None, pa.string()),
+                                                            self.partner_ids.take(at) if len(self.marked_rows)
+                                                            else pa.nulls(len(place), pa.string())))
+        rows = set_column(rows, "similarity", pc.if_else(mask, pa.scalar(None, pa.float32()),
+                                                         self.similarity.take(at) if len(self.marked_rows)
+                                                         else pa.nulls(len(place), pa.float32())))
+        return split(rows, keep)
+
+    def reason_kind(self, reason: str) -> str:
+        return reason.split(" of ")[0]
+
+    def report_details(self) -> tuple[dict, list]:
+        from refinery.methods.dedup.report import details
+
+        return details(self.summary, self.config)
+
+    def remedy(self) -> str:
+        return ("the duplicates dedup removed were of rows that carry a shortcut less often than the rows kept: keep "
+                f"label-conflict clusters whole (--conflicts keep, now {self.config.conflicts}) or raise --threshold "
+                f"(now {self.config.threshold:g}) so fewer rows are removed.")
+
+
+class _Reasons:
+    """Each dropped row's reason (written for the dropped rows only): its kind, its kept partner, its similarity."""
+
+    def __init__(self, stage: DedupStage, place: np.ndarray):
+        self.stage, self.place = stage, place
+
+    def __getitem__(self, i: int) -> str:
+        from refinery.methods.dedup.clusters import KINDS
+
+        s, p = self.stage, self.place[i]
+        return f"{KINDS[s.kinds[p]]} of {s.partner_ids[p].as_py()} (Jaccard {s.similarity[p].as_py():.2f})"

@@ -1,0 +1,233 @@
+"""dedup and decontaminate (issue 67): near-duplicates found with their labels, on synthetic ground truth (``refinery
+synth --near-duplicates --contamination``) and on SNLI; contamination of training rows by evaluation sets."""
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+from refinery.io.corpus import Corpus
+
+THRESHOLD = 0.8   # dedup's default Jaccard
+K = 2             # its default shingle size
+
+
+def _norm_words(text) -> list:
+    return re.sub(r"[^\w]+", " ", (text or "").lower()).split()
+
+
+def _shingles(text) -> set:
+    words = _norm_words(text)
+    return {tuple(words)} if len(words) < K else {tuple(words[i:i + K]) for i in range(len(words) - K + 1)}
+
+
+def _jaccard(x, y) -> float:
+    a, b = _shingles(x), _shingles(y)
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def _cli(*args):
+    from refinery.cli.main import main
+
+    result = CliRunner().invoke(main, list(map(str, args)))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _parts(out):
+    return Corpus.open(str(out / "kept")).read(), Corpus.open(str(out / "rejected")).read()
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A 20,000-row synthetic corpus with 5% planted near-duplicates (a fifth with another label) and 2% copies of
+    its held-out split's rows, and that held-out split."""
+    from refinery.io import synth
+
+    root = tmp_path_factory.mktemp("planted")
+    synth.write(synth.SynthSpec(rows=20_000, near_duplicates=0.05, flip_share=0.2, contamination=0.02),
+                str(root / "train"))
+    synth.write(synth.SynthSpec(rows=20_000, split="test"), str(root / "test"))
+    return root, Corpus.open(str(root / "train")).read()
+
+
+def _clusters(kept, rejected) -> dict:
+    """Each row's cluster as dedup wrote it: the id it names in duplicate_of, else its own."""
+    rows = kept.to_pylist() + rejected.to_pylist()
+    return {r["id"]: r["duplicate_of"] or r["id"] for r in rows}
+
+
+def test_dedup_finds_planted_near_duplicates_with_recall_and_precision_of_095(planted, tmp_path):
+    """Every planted pair at Jaccard ≥ 0.8 in both texts (measured here, apart from dedup's code) is clustered
+    (recall ≥ 0.95) and every pair dedup reports is of one planted family (precision ≥ 0.95); rows in = kept +
+    rejected, each rejected row naming its kept partner, its similarity and its reason."""
+    root, train = planted
+    _cli("dedup", root / "train", "--conflicts", "one", "--out", tmp_path / "d")
+    kept, rejected = _parts(tmp_path / "d")
+    assert kept.num_rows + rejected.num_rows == train.num_rows
+    by_id = {r["id"]: r for r in train.to_pylist()}
+    positives = [(r["id"], r["planted_copy_of"]) for r in by_id.values()
+                 if r["planted_edit"] not in (None, "held-out")
+                 and min(_jaccard(r["text_a"], by_id[r["planted_copy_of"]]["text_a"]),
+                         _jaccard(r["text_b"], by_id[r["planted_copy_of"]]["text_b"])) >= THRESHOLD]
+    assert len(positives) > 400
+    cluster = _clusters(kept, rejected)
+    recall = sum(cluster[a] == cluster[b] for a, b in positives) / len(positives)
+
+    def family(i):
+        source = by_id[i]["planted_copy_of"]
+        return source if source in by_id else i
+
+    reported = rejected.to_pylist()
+    precision = sum(family(r["id"]) == family(r["duplicate_of"]) for r in reported) / len(reported)
+    assert recall >= 0.95 and precision >= 0.95, (recall, precision)
+    for r in reported:
+        assert r["duplicate_of"] in by_id and r["similarity"] is not None
+        assert r["reason"].startswith(("exact duplicate of", "normalized duplicate of", "near-duplicate of"))
+        assert r["duplicate_of"] in r["reason"]
+        if r["reason"].startswith("near-duplicate"):
+            assert r["similarity"] == pytest.approx(min(
+                _jaccard(r["text_a"], by_id[r["duplicate_of"]]["text_a"]),
+                _jaccard(r["text_b"], by_id[r["duplicate_of"]]["text_b"])), abs=1e-6)
+
+
+def test_dedup_reports_every_planted_label_conflict_and_keeps_its_rows_by_default(planted, tmp_path):
+    """A planted near-duplicate with a flipped label is in a label-conflict cluster: by default (--conflicts keep)
+    both rows are kept, the copy naming its partner; the report counts the clusters."""
+    root, train = planted
+    _cli("dedup", root / "train", "--out", tmp_path / "d")
+    kept, rejected = _parts(tmp_path / "d")
+    by_id = {r["id"]: r for r in train.to_pylist()}
+    flipped = [(r["id"], r["planted_copy_of"]) for r in by_id.values() if r["planted_flip"]
+               and min(_jaccard(r["text_a"], by_id[r["planted_copy_of"]]["text_a"]),
+                       _jaccard(r["text_b"], by_id[r["planted_copy_of"]]["text_b"])) >= THRESHOLD]
+    assert len(flipped) > 50
+    kept_ids = set(kept["id"].to_pylist())
+    cluster = _clusters(kept, rejected)
+    assert all(a in kept_ids and b in kept_ids and cluster[a] == cluster[b] for a, b in flipped)
+    report = json.loads((tmp_path / "d" / "report" / "report.json").read_text())["dedup"]
+    assert report["conflict_clusters"] >= len({cluster[a] for a, _ in flipped})
+    assert sum(c["clusters"] for c in report["conflicts"]) == report["conflict_clusters"]
+
+
+def test_dedup_of_two_splits_keeps_the_preferred_splits_row(planted, tmp_path):
+    """Across splits, with --prefer-split test, every training copy of a held-out row is removed naming the test row,
+    and the report counts them under the split pair (test, train)."""
+    root, train = planted
+    _cli("dedup", "--input", f"train={root / 'train'}", "--input", f"test={root / 'test'}", "--prefer-split", "test",
+         "--out", tmp_path / "d")
+    _, rejected = _parts(tmp_path / "d")
+    copies = {r["id"]: r["planted_copy_of"] for r in train.to_pylist() if r["planted_edit"] == "held-out"}
+    named = {r["id"]: r["duplicate_of"] for r in rejected.to_pylist()}
+    assert all(named.get(i) == source for i, source in copies.items())
+    pairs = json.loads((tmp_path / "d" / "report" / "report.json").read_text())["dedup"]["split_pairs"]
+    cross = next(p for p in pairs if (p["kept split"], p["duplicate split"]) == ("test", "train"))
+    assert cross["duplicates"] == len(copies)
+
+
+def test_dedup_on_snli_dev_leaves_rows_that_share_only_a_premise(tmp_path):
+    """SNLI dev's three hypotheses per premise are not duplicates: every pair dedup reports has both texts at
+    Jaccard ≥ 0.8 (measured here), far fewer than the rows sharing a premise; the conflicts table counts each
+    cluster whose labels differ."""
+    import refinery as rf
+
+    rf.dedup(SNLI_DEV, preset="snli", out=str(tmp_path / "d"))
+    kept, rejected = _parts(tmp_path / "d")
+    rows = kept.to_pylist() + rejected.to_pylist()
+    assert len(rows) == 9842
+    by_id = {r["id"]: r for r in rows}
+    flagged = [(r, by_id[r["duplicate_of"]]) for r in rows if r["duplicate_of"]]
+    premises = [r["text_a"] for r in rows]
+    sharing = sum(premises.count(p) > 1 for p in set(premises))
+    assert 0 < len(flagged) < 0.01 * sharing
+
+    def similarity(a, b):
+        return min(_jaccard(a["text_a"], b["text_a"]), _jaccard(a["text_b"], b["text_b"]))
+
+    assert all(a["similarity"] == pytest.approx(similarity(a, b), abs=1e-6) for a, b in flagged)
+    clusters, labels = {}, {}
+    for r in rows:
+        clusters.setdefault(r["duplicate_of"] or r["id"], []).append(r)
+        labels.setdefault(r["duplicate_of"] or r["id"], set()).add(r["label"])
+    for rows_of in clusters.values():   # a chain of near-duplicates: each row reaches 0.8 with another of its own
+        assert len(rows_of) == 1 or all(any(similarity(a, b) >= THRESHOLD for b in rows_of if b is not a)
+                                        for a in rows_of)
+    members = {c for c in clusters if any(r["duplicate_of"] == c for r in rows)}
+    report = json.loads((tmp_path / "d" / "report" / "report.json").read_text())
+    assert report["dedup"]["conflict_clusters"] == sum(len(labels[c]) > 1 for c in members) > 0
+    assert report["kept"] + report["filtered_out"] == 9842 and "verdict" in report
+
+
+def test_decontaminate_finds_every_planted_copy_of_the_held_out_rows(planted, tmp_path):
+    """Against the held-out split, decontaminate removes exactly the planted copies of its rows (recall 1.0, half of
+    them re-cased with a final ' .'), each naming the evaluation set and row; none of the held-out rows' neighbours."""
+    root, train = planted
+    _cli("decontaminate", root / "train", "--against", f"heldout={root / 'test'}", "--out", tmp_path / "c")
+    kept, rejected = _parts(tmp_path / "c")
+    copies = {r["id"]: r["planted_copy_of"] for r in train.to_pylist() if r["planted_edit"] == "held-out"}
+    assert {r["id"]: r["eval_id"] for r in rejected.to_pylist()} == copies
+    assert set(rejected["eval_set"].to_pylist()) == {"heldout"}
+    assert kept.num_rows + rejected.num_rows == train.num_rows
+    report = json.loads((tmp_path / "c" / "report" / "report.json").read_text())["contamination"][0]
+    assert report["contaminated"] == len(copies) and report["eval_rows_behind"] == len(copies)
+
+
+def test_decontaminate_folds_tokenization_and_matches_short_texts_whole(tmp_path):
+    """``A man .`` against ``a man.`` is one text; a row shorter than N words is matched whole (not by a part)."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"id": i, "text_a": a, "text_b": b, "label": "entailment"}) + "\n"
+                             for i, (a, b) in enumerate([("A man .", "He sleeps ."), ("A man", "sleeps"),
+                                                         ("A woman .", "He sleeps ."), ("A man .", "He")])))
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text(json.dumps({"id": "e1", "text_a": "a man.", "text_b": "he  SLEEPS", "label": "neutral"}) + "\n")
+    _cli("decontaminate", train, "--against", f"ev={evals}", "--out", tmp_path / "c")
+    _, rejected = _parts(tmp_path / "c")
+    assert sorted(rejected["id"].to_pylist()) == ["0"] and rejected["eval_id"].to_pylist() == ["e1"]
+
+
+def test_decontaminate_snli_test_against_test_hard_removes_the_hard_rows(tmp_path):
+    """SNLI test-hard is a subset of SNLI test in another tokenization (``man.`` for ``man .``): every hard row found
+    in test is removed (≥ 95% of the hard rows)."""
+    from refinery.io.corpus import load
+    from refinery.io.schema import PRESETS
+
+    _cli("decontaminate", SNLI_TEST, "--preset", "snli", "--against", f"hard={SNLI_HARD}", "--out", tmp_path / "c")
+    _, rejected = _parts(tmp_path / "c")
+    hard, _ = load([SNLI_HARD], PRESETS["snli"])
+
+    def pairs(t):
+        return {(" ".join(_norm_words(a)), " ".join(_norm_words(b)))
+                for a, b in zip(t["text_a"].to_pylist(), t["text_b"].to_pylist())}
+
+    assert len(pairs(hard) & pairs(rejected)) >= 0.95 * hard.num_rows
+
+
+def test_decontaminate_refuses_a_bad_against_in_one_line(tmp_path):
+    """A bad --against (not NAME=PATH, or a file that is not there) exits 2 with one line naming it."""
+    bad = run_cli("decontaminate", SNLI_DEV, "--preset", "snli", "--against", "nonsense", "--out", tmp_path / "a",
+                  check=False)
+    assert bad.returncode == 2 and "NAME=PATH" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    missing = run_cli("decontaminate", SNLI_DEV, "--preset", "snli", "--against", f"x={tmp_path / 'none.jsonl'}",
+                      "--out", tmp_path / "b", check=False)
+    assert missing.returncode == 2 and "none.jsonl" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.ray
+def test_dedup_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path, monkeypatch):
+    """On Ray the clustering runs in a task of its own (``prepare_as_task``), never in the driver, and keeps the
+    rows the local engine keeps."""
+    import refinery as rf
+    from refinery.methods.dedup.stage import DedupStage
+
+    root, _ = planted
+    rf.dedup(str(root / "train"), out=str(tmp_path / "local"))
+
+    def in_the_driver(self, source, out):
+        raise AssertionError("dedup's clustering ran in the driver")
+
+    monkeypatch.setattr(DedupStage, "prepare", in_the_driver)
+    rf.dedup(str(root / "train"), engine="ray", out=str(tmp_path / "ray"))
+    local, ray = (Corpus.open(str(p / "kept")).read() for p in (tmp_path / "local", tmp_path / "ray"))
+    assert local["id"].equals(ray["id"]) and local["duplicate_of"].equals(ray["duplicate_of"])
