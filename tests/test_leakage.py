@@ -251,14 +251,16 @@ def pooled(tmp_path_factory):
 def test_weights_verdict_credits_weights_that_neutralize_the_leak_and_catches_heavy_rows(pooled):
     """Weights capped at 3 neutralize the pooled premises' words: the verdict holds and most significant features
     of the input are no longer significant. Uncapped, a few rows weigh 100× the mean and make each of their
-    words a feature of hundreds of rows of one label: caught, the features named, the remedy a --clip checked."""
+    words a feature of hundreds of rows of one label (--clip none): caught, the features named, the remedy a --clip
+    checked."""
     run_cli("weights", pooled / "corpus", "--out", pooled / "capped", "--folds", "5", "--trees", "50", "--clip", "3")
     capped = json.loads((pooled / "capped" / "report" / "report.json").read_text())["verdict"]
     assert capped["ok"], capped["warnings"]
     assert capped["fixed_total"] > capped["significant_before"] / 2 and not capped["worsened_total"]
     assert capped["max_z"]["entailment"]["after"] < capped["max_z"]["entailment"]["before"] / 2
 
-    proc = run_cli("weights", pooled / "corpus", "--out", pooled / "heavy", "--folds", "5", "--trees", "50")
+    proc = run_cli("weights", pooled / "corpus", "--out", pooled / "heavy", "--folds", "5", "--trees", "50",
+                   "--clip", "none")   # the paper's letter
     report = json.loads((pooled / "heavy" / "report" / "report.json").read_text())
     verdict = report["verdict"]
     assert not verdict["ok"] and verdict["worsened_total"] > 10
@@ -276,14 +278,16 @@ def test_weights_verdict_credits_weights_that_neutralize_the_leak_and_catches_he
     assert report["rows"] == 6_000 and report["histogram"]["rows"] and sum(report["histogram"]["rows"]) == 6_000
 
 
-def test_an_audit_of_weighted_rows_says_it_counts_each_row_once(tmp_path):
-    """`refinery audit` of a weights output printed its input's numbers without a word: it does not read the weight
-    column. It says so, and where the weighted audit is."""
+def test_an_audit_of_weighted_rows_says_it_counts_their_weights(tmp_path):
+    """`refinery audit` of a weights output counts the weight column and says so; --unweighted counts rows and says
+    that; an input without weights gets no note."""
     small = tmp_path / "dev.jsonl"
     small.write_text("".join(open(SNLI_DEV).readlines()[:600]))
     run_cli("weights", "--input", f"dev={small}", "--preset", "snli", "--folds", 2, "--trees", 5, "--out", tmp_path / "w")
     said = run_cli("audit", tmp_path / "w" / "corpus", "--out", tmp_path / "a").stdout
-    assert "note: the rows carry a 'weight' column, which this audit does not read" in said, said
+    assert "note: counts the 'weight' column" in said, said
     notes = json.loads((tmp_path / "a" / "report" / "report.json").read_text())["notes"]
-    assert len(notes) == 1 and "the verdict of the `refinery weights` run" in notes[0]
+    assert len(notes) == 1 and "the audit the `refinery weights` verdict makes of these rows" in notes[0]
+    rows = run_cli("audit", tmp_path / "w" / "corpus", "--unweighted", "--out", tmp_path / "u").stdout
+    assert "note: counts rows (--unweighted)" in rows
     assert "note:" not in run_cli("audit", small, "--preset", "snli", "--out", tmp_path / "b").stdout

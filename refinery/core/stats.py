@@ -21,6 +21,7 @@ from refinery.core.features import NULL_FEATURE
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 OTHER = "__other__"  # sketch mode: mass of n(x) not attributed to a tracked label
+WEIGHT_COLUMN = "weight"   # a weighted corpus's column (``refinery weights``): its rows count as their weight
 PRIORS = ("auto", "uniform", "empirical")
 BALANCE_RATIO = 1.5  # auto: labels are balanced when every share lies within this factor of 1/C
 PRIOR_HELP = ("p0 of z*: uniform (1/C), empirical (each label's share of the rows), or auto: uniform when "
@@ -58,18 +59,19 @@ class ZStats:
         p = self.counts[rows] / n
         return rows, p, z_score(p, n, self.p0[None, :])
 
-    def to_table(self, min_count: int | None = None) -> pa.Table:
+    def to_table(self, min_count: int | None = None, weighted: bool = False) -> pa.Table:
         """Long table: feature, label, n, count, p_hat, z (one row per feature and label); with
-        ``min_count`` only the features in at least that many rows."""
+        ``min_count`` only the features in at least that many rows; ``weighted``: n and count are sums of weights,
+        kept as float64 (else counts of rows, int64)."""
         rows, p, z = self.eligible(min_count if min_count is not None else -1)
-        C = len(self.labels)
+        C, kind = len(self.labels), np.float64 if weighted else np.int64
         label = pa.DictionaryArray.from_arrays(np.tile(np.arange(C, dtype=np.int32), len(rows)),
                                                pa.array(self.labels, pa.string()))
         return pa.table({
             "feature": pc.take(self.features, pa.array(np.repeat(rows, C))),
             "label": label.cast(pa.string()),
-            "n": np.repeat(self.n[rows], C).astype(np.int64),
-            "count": self.counts[rows].reshape(-1).astype(np.int64),
+            "n": np.repeat(self.n[rows], C).astype(kind),
+            "count": self.counts[rows].reshape(-1).astype(kind),
             "p_hat": p.reshape(-1),
             "z": z.reshape(-1),
         })

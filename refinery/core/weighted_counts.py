@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.audit_record import AuditRecord
@@ -250,6 +251,171 @@ class WeightedCounts:
         else:
             out.only = set()
         return out
+
+
+WEIGHT_COLUMN = zstats.WEIGHT_COLUMN
+WEIGHTED_COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.float64())])
+
+
+class BadWeights(ValueError):
+    """A ``weight`` column the weighted audit cannot count (missing, negative, not finite, not numbers)."""
+
+
+def row_weights(table: pa.Table) -> np.ndarray:
+    """The ``weight`` column of a batch as float64; ``BadWeights`` where one is missing, negative or not finite."""
+    column = table[WEIGHT_COLUMN]
+    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
+        raise BadWeights(f"column {WEIGHT_COLUMN!r} holds {column.type}, not numbers: give every row a number ≥ 0, "
+                         "or count rows with --unweighted")
+    w = column.to_numpy(zero_copy_only=False).astype(np.float64)   # nulls become NaN
+    bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
+    if len(bad):
+        raise BadWeights(f"column {WEIGHT_COLUMN!r}: {len(bad):,} row(s) with a missing, negative or infinite weight "
+                         f"(the first at row {bad[0]:,} of its batch: {column[int(bad[0])].as_py()!r}): give every "
+                         "row a number ≥ 0, or count rows with --unweighted")
+    return w
+
+
+class WeightedAuditCounts:
+    """The audit's counter of rows that carry a ``weight`` (``refinery audit`` of a weighted corpus): count(x, l) =
+    Σ w over the rows of x with label l, n(x) = Σ w (this module's equation), answering as the audit's exact counter
+    does (``matrix``, ``label_totals`` = Σ w per label, ``num_features``, ``counts``, ``write_state``) and, apart,
+    ``label_rows`` (rows per label).
+
+    Batches are counted by a ``WeightedCounts`` (``add_table``): the audit's tokenizer, fields and families, a batch
+    at a time, its memory the features' (12 + 8·C bytes a slot). ``view`` reads one weighting of a ``WeightedCounts``
+    counted elsewhere (the ``weights`` stage's pass over its output: its verdict's two sides are audits of this
+    counter). Counts of units counted elsewhere (the audit's Ray workers) merge in as long ``(feature, label,
+    count)`` tables of float sums (``add_counts``)."""
+
+    mode = "exact"
+    spilled_runs = 0
+
+    def __init__(self, counts: WeightedCounts | None = None, weighting: int = 0, label_rows: dict | None = None,
+                 rows: tuple | None = None):
+        self.batches, self.weighting = counts, weighting
+        self._rows = rows   # (rows of ``counts.matrix``, their names): the features read (None: those tested here)
+        self.merged: list[pa.Table] = []
+        self._merged_totals: dict = {}
+        self._label_rows: dict = dict(label_rows or {})
+        self._matrix = None
+
+    @classmethod
+    def view(cls, counts: WeightedCounts, weighting: int, label_rows: dict, rows: tuple | None = None
+             ) -> "WeightedAuditCounts":
+        """Weighting ``weighting`` of ``counts`` (whose rows per label are ``label_rows``) as the audit's counter;
+        ``rows``: (rows of ``counts.matrix``, their names) to read, a superset of those tested under ``weighting``
+        (the features another weighting tests too: z* of the others is not computed, ``stats.from_matrix``)."""
+        return cls(counts, weighting, label_rows, rows)
+
+    @property
+    def label_totals(self) -> dict:
+        """Σ w per label (labels sorted)."""
+        totals = dict(self.batches.label_totals(self.weighting)) if self.batches is not None else {}
+        zstats.add_totals(totals, self._merged_totals)
+        return dict(sorted(totals.items()))
+
+    @property
+    def label_rows(self) -> dict:
+        """Rows per label."""
+        return dict(sorted(self._label_rows.items()))
+
+    @property
+    def rows(self) -> int:
+        return int(sum(self._label_rows.values()))
+
+    def add_table(self, table: pa.Table, features: FeatureConfig) -> None:
+        """Count one canonical batch, weighted by its ``weight`` column."""
+        if self.batches is None:
+            self.batches = WeightedCounts(None, features, 1)
+        elif self.batches.config != features:
+            raise ValueError("WeightedAuditCounts.add_table: every batch must be counted with the same features")
+        self.batches.add(table, row_weights(table))
+        zstats.add_totals(self._label_rows, zstats.rows_per_label(table["label"]))
+        self._matrix = None
+
+    def add_counts(self, counts: pa.Table, label_totals: dict | None = None, label_rows: dict | None = None) -> None:
+        """Merge in long ``(feature, label, count)`` sums of weights (``label_totals``: their Σ w per label)."""
+        self.merged.append(counts.select(["feature", "label", "count"]).cast(WEIGHTED_COUNTS_SCHEMA))
+        zstats.add_totals(self._merged_totals, label_totals)
+        zstats.add_totals(self._label_rows, label_rows)
+        self._matrix = None
+
+    def merge(self, other: "WeightedAuditCounts") -> "WeightedAuditCounts":
+        self.add_counts(other.counts(), other.label_totals, other.label_rows)
+        return self
+
+    def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        """(features in Σ w ≥ ``min_count``, F×C sums of weights in the order of ``labels``, n = their row sums)."""
+        key = (list(labels), min_count)
+        if self._matrix is None or self._matrix[0] != key:
+            if not self.merged and self.batches is not None and list(labels) == sorted(self.batches.labels):
+                rows, names = self._rows or (self.batches.tested([self.weighting], min_count), None)
+                features, matrix = self.batches.matrix(self.weighting, rows, names)   # names only for those kept
+            else:
+                features, matrix, _ = zstats.at_least(*zstats.long_to_matrix(self.counts(), labels), min_count)
+            self._matrix = key, (features, matrix, zstats.row_totals(matrix))
+        return self._matrix[1]
+
+    @property
+    def num_features(self) -> int:
+        """Distinct features counted."""
+        if not self.merged:
+            return int(sum(len(part[2]) for part in self.batches._counted())) if self.batches is not None else 0
+        return len(pc.unique(self.counts()["feature"]))
+
+    def counts(self) -> pa.Table:
+        """Every nonzero ``(feature, label, Σ w)``, sorted by feature and label; merged parts summed in their order."""
+        parts = list(self.merged)
+        if self.batches is not None and self.batches.rows:
+            labels = sorted(self.batches.labels)
+            features, matrix = self.batches.matrix(self.weighting)
+            row, col = np.nonzero(matrix)
+            parts.insert(0, pa.table({"feature": features.take(pa.array(row)),
+                                      "label": pa.array(labels, pa.string()).take(pa.array(col)),
+                                      "count": matrix[row, col]}, schema=WEIGHTED_COUNTS_SCHEMA))
+        if not parts:
+            return WEIGHTED_COUNTS_SCHEMA.empty_table()
+        table = pa.concat_tables(parts)
+        if len(parts) > 1:
+            labels = sorted(set(pc.unique(table["label"]).to_pylist()))
+            features, matrix, _ = zstats.long_to_matrix(table, labels)
+            row, col = np.nonzero(matrix)
+            table = pa.table({"feature": features.take(pa.array(row)),
+                              "label": pa.array(labels, pa.string()).take(pa.array(col)),
+                              "count": matrix[row, col]}, schema=WEIGHTED_COUNTS_SCHEMA)
+        return table.sort_by([("feature", "ascending"), ("label", "ascending")])
+
+    def parts(self, partitions: int) -> list[pa.Table]:
+        """``counts()`` cut into ``partitions`` tables by a hash of the feature string (part p of every counter holds
+        the same features: each is summed by one reducer, ``summed_part``)."""
+        from refinery.core.feature_counts import string_hashes
+
+        table = self.counts()
+        part = (string_hashes(table["feature"].combine_chunks()) % np.uint64(partitions)).astype(np.int64)
+        return [table.filter(pa.array(part == p)) for p in range(partitions)]
+
+    def error_bounds(self) -> dict:
+        return {"mode": "exact", "count_error": 0}
+
+    def write_state(self, sink) -> None:
+        """The counts (``counts``: sums of weights) as an Arrow IPC file, the totals in its metadata."""
+        from refinery.core.exact_counts import write_counts_file
+
+        write_counts_file(sink, {"weighted": True, "label_totals": self.label_totals, "label_rows": self.label_rows},
+                          [self.counts()], WEIGHTED_COUNTS_SCHEMA.empty_table())
+
+    def close(self) -> None:
+        """Nothing spilled: nothing to remove."""
+
+
+def summed_part(parts: list[pa.Table], common: list | None = None) -> pa.Table:
+    """In a reducer: part p of every unit (``WeightedAuditCounts.parts``), each feature's sums added up in the order
+    of the units (``common``, the units' ``None``, unread)."""
+    counter = WeightedAuditCounts()
+    for part in parts:
+        counter.add_counts(part)
+    return counter.counts()
 
 
 def _padded(sums: np.ndarray, columns: int) -> np.ndarray:

@@ -6,13 +6,16 @@ import pyarrow as pa
 
 from refinery.core.counts import make_counter
 from refinery.core.exact_counts import ExactCounts
+from refinery.core.weighted_counts import WEIGHT_COLUMN, WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, row_weights
 from refinery.io.spill import memory_budget
 from refinery.methods.audit.config import AuditConfig
 
 
-def new_counter(config: AuditConfig, only: pa.Array | None = None):
+def new_counter(config: AuditConfig, only: pa.Array | None = None, weighted: bool = False):
     """The configured counter; exact counts of just the features ``only`` in the recount pass; exact counts
-    spill past ``config.memory_budget``."""
+    spill past ``config.memory_budget``; ``weighted``: sums of the rows' weights (``WeightedAuditCounts``)."""
+    if weighted:
+        return WeightedAuditCounts()
     if only is not None:
         return ExactCounts(only)
     if config.counting == "sketch":
@@ -30,21 +33,25 @@ def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Arr
     return counter
 
 
-def probe_counts(table: pa.Table, config: AuditConfig) -> ExactCounts:
-    """Counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row."""
+def probe_counts(table: pa.Table, config: AuditConfig, weighted: bool = False) -> pa.Table:
+    """Long counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row (with
+    ``weighted``, the sums of the rows' weights)."""
     from refinery.models import NGramClassifier, cross_fit_proba
 
     proba, classes = cross_fit_proba(lambda: NGramClassifier("hypothesis"), table, k=config.probe_folds)
     pred = pa.array([f"hypo-only-pred={classes[i]}" for i in proba.argmax(axis=1)], pa.string())
-    counts = pa.table({"feature": pred, "label": table["label"]}).group_by(["feature", "label"]).aggregate(
-        [([], "count_all")]).rename_columns(["feature", "label", "count"])
+    rows = pa.table({"feature": pred, "label": table["label"],
+                     **({WEIGHT_COLUMN: row_weights(table)} if weighted else {})})
+    aggregate = [(WEIGHT_COLUMN, "sum")] if weighted else [([], "count_all")]
+    counts = rows.group_by(["feature", "label"]).aggregate(aggregate).rename_columns(["feature", "label", "count"])
+    if weighted:
+        return counts.cast(WEIGHTED_COUNTS_SCHEMA)
     out = ExactCounts()
     out.add_counts(counts)
-    return out
+    return out.counts()
 
 
-def add_probe(counter, tables, config):
+def add_probe(counter, tables, config, weighted: bool = False):
     """Add the hypothesis-only probe's counts over ``tables`` (none: nothing) to ``counter``."""
     if tables:
-        probe = probe_counts(pa.concat_tables(tables), config)
-        counter.add_counts(probe.counts())
+        counter.add_counts(probe_counts(pa.concat_tables(tables), config, weighted))

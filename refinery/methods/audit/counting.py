@@ -18,6 +18,7 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
+from refinery.core.weighted_counts import WEIGHT_COLUMN, BadWeights
 from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
@@ -37,10 +38,16 @@ class AuditResult:
     recounted: ExactCounts | None = None   # sketch mode's second pass: exact counts of the candidates
     features: int = 0                      # distinct features counted (the statistics hold those with n ≥ min_count)
     prior: zstats.Prior = zstats.Prior("uniform")   # the p0 used, and why (config.prior may be auto)
+    weighted: bool = False                 # counts are sums of the rows' ``weight`` (``WeightedAuditCounts``)
 
     @property
     def rows(self) -> int:
         return self.counter.rows
+
+    @property
+    def label_rows(self) -> dict:
+        """Rows per label (``counter.label_totals`` are sums of weights where the audit is weighted)."""
+        return self.counter.label_rows if self.weighted else self.counter.label_totals
 
     def top_k(self, k: int | None = None) -> dict:
         """The k largest z* per label, significant or not (``null``, the label prior, apart: ``label_prior``)."""
@@ -59,37 +66,45 @@ class AuditResult:
 
 
 def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
-                only: pa.Array | None = None, probe: bool = True, on_rejects=None):
+                only: pa.Array | None = None, probe: bool = True, on_rejects=None, weighted: bool = False):
     """One pass over ``inputs``: the counter. ``probe``: add the hypothesis-only probe's counts; ``on_rejects``:
-    called with each batch of the input's rejects."""
-    counter = new_counter(config, only)
+    called with each batch of the input's rejects; ``weighted``: count sums of the rows' ``weight``."""
+    counter = new_counter(config, only, weighted)
     load_kernels_in_background()
     probe_tables = []
+    columns = ["id", "text_a", "text_b", "label"] + ([WEIGHT_COLUMN] if weighted else [])
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
-        for _, batch in iter_input_batches(inputs, mapping, opts):
-            count_table(batch.rows, config, counter, only)
+        for path, batch in iter_input_batches(inputs, mapping, opts):
+            try:
+                count_table(batch.rows, config, counter, only)
+            except BadWeights as e:
+                raise BadWeights(f"{path}: {e}") from None
             if on_rejects is not None and batch.rejects.num_rows:
                 on_rejects(batch.rejects)
             if probe and "hypo-only" in config.features.families:
-                probe_tables.append(batch.rows.select(["id", "text_a", "text_b", "label"]))
+                probe_tables.append(batch.rows.select(columns))
             bar.update(batch.rows.num_rows)
-    add_probe(counter, probe_tables, config)
+    add_probe(counter, probe_tables, config, weighted)
     return counter
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
           config: AuditConfig = AuditConfig(), engine: str = "local", rejects=None,
-          carried: zstats.Prior | None = None) -> AuditResult:
+          carried: zstats.Prior | None = None, weighted: bool = False) -> AuditResult:
     """Count features over ``inputs`` (added to the saved state of ``config.update`` if given) and compute
     z-statistics. ``rejects``: a corpus writer (``StageOutput.corpus``) that publishes the input's rejects, as a
     corpus of no rows (an ``AllRejected`` error names it when no row was good). ``carried``: the prior rule the
-    inputs record (an ``auto`` prior takes it: ``stats.choose_prior``).
+    inputs record (an ``auto`` prior takes it: ``stats.choose_prior``). ``weighted``: the rows carry a ``weight``
+    and count as their weight (``core.weighted_counts``: count(x, l) = Σ w, n(x) = Σ w; exact counts, in memory).
 
     Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
     bound memory and name the candidate features, then a second pass counts just those exactly,
     so their z* carry no sketch error. An update of a saved state keeps the sketch estimates.
     """
     check_engine(engine)
+    if weighted and (config.counting != "exact" or config.update is not None):
+        raise ValueError("a weighted audit counts exactly, from scratch: leave out --counting sketch and --update, "
+                         "or count rows with --unweighted")
     base, state = None, config.update
     if state is not None:
         base, saved = load_state(state)
@@ -105,7 +120,8 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     reasons = Counter()
     with rejects if rejects is not None else contextlib.nullcontext():
         counter = count(inputs, mapping, opts, config, probe=not recount, on_rejects=(
-            (lambda t: reasons.update(reject_reasons(t))) if rejects is None else (lambda t: rejects.write(rejects=t))))
+            (lambda t: reasons.update(reject_reasons(t))) if rejects is None else (lambda t: rejects.write(rejects=t))),
+            weighted=weighted)
         reasons = reasons if rejects is None else rejects.reasons
         if base is not None:
             counter = base.merge(counter)
@@ -115,7 +131,7 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     if not counter.rows:
         raise AllRejected(inputs, reasons, rejects and f"{rejects.out} (refinery inspect {rejects.out})")
     recounted = count(inputs, mapping, opts, config, only=counter.candidates()) if recount else None
-    return finish(counter, config, sum(reasons.values()), recounted, carried)
+    return finish(counter, config, sum(reasons.values()), recounted, carried, weighted)
 
 
 def _check_counted(counter, inputs, reasons: Counter) -> None:
@@ -131,9 +147,11 @@ def _check_counted(counter, inputs, reasons: Counter) -> None:
 
 
 def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCounts | None = None,
-           carried: zstats.Prior | None = None) -> AuditResult:
+           carried: zstats.Prior | None = None, weighted: bool = False) -> AuditResult:
     """z-statistics of the features in at least ``min_count`` rows (the only ones z* is defined for:
-    the statistics of a large corpus's millions of rarer features are never built)."""
+    the statistics of a large corpus's millions of rarer features are never built). ``weighted``: ``counter`` is
+    a ``WeightedAuditCounts`` (counts, n, label totals and min_count's rows are sums of weights, the prior rule
+    decided on and p0 taken from the weighted label shares): the ``weights`` stage's verdict is two of these."""
     source = recounted if recounted is not None else counter
     labels = sorted(counter.label_totals)
     if not sum(counter.label_totals.values()):
@@ -148,7 +166,7 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
     prior = zstats.choose_prior(config.prior, {l: counter.label_totals[l] for l in labels}, carried)
     st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, prior.name),
                             config.min_count, config.alpha, n=n)
-    return AuditResult(st, counter, config, rejected, recounted, counted, prior)
+    return AuditResult(st, counter, config, rejected, recounted, counted, prior, weighted)
 
 
 def audit_table(table: pa.Table, config: AuditConfig = AuditConfig()) -> AuditResult:
@@ -169,6 +187,9 @@ def load_state(path: str):
     (fs, counts), (_, config) = map(get_fs, state_files(path))
     with fs.open(config) as fh:
         meta = json.load(fh)
+    if meta.get("weighted"):
+        raise ValueError(f"{path}: its counts are sums of weights (a weighted audit), which an update cannot add "
+                         "rows to: audit the corpora together instead")
     with fs.open(counts, "rb") as fh:
         counter = counter_from_bytes(fh.read())
     return counter, AuditConfig.from_dict(meta["config"])

@@ -20,6 +20,7 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
 from refinery.core.feature_counts import FeatureCounts
 from refinery.core.merged_counts import MergedCounts, sum_partials, unit_partials
+from refinery.core.weighted_counts import WEIGHT_COLUMN, WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, summed_part
 from refinery.io.corpus import Corpus, is_corpus, load
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
@@ -73,8 +74,8 @@ def corpus_units(files: list[str], storage_options: dict, cpus: int) -> list[tup
     return units + ([tuple(pieces)] if pieces else [])
 
 
-def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions):
-    """(rows, rejects) of a unit's pieces, a batch at a time."""
+def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions, weighted: bool = False):
+    """(rows, rejects) of a unit's pieces, a batch at a time (with ``weighted``, a corpus's ``weight`` too)."""
     for piece in unit:
         if piece.row_groups is None:
             for batch in read_file(piece.path, mapping, opts):
@@ -83,20 +84,22 @@ def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions
         fs, path = get_fs(piece.path, opts.storage_options)
         with fs.open(path, "rb") as fh:
             parquet = pq.ParquetFile(fh)
-            columns = [c for c in COLUMNS if c in parquet.schema_arrow.names]
+            columns = [c for c in COLUMNS + ((WEIGHT_COLUMN,) if weighted else ()) if c in parquet.schema_arrow.names]
             for rb in parquet.iter_batches(batch_size=opts.batch_rows, row_groups=list(piece.row_groups),
                                            columns=columns):
                 yield pa.Table.from_batches([rb]), None
 
 
 def count_unit(unit: tuple[Piece, ...], config: AuditConfig, only: pa.Array | None, partitions: int,
-               mapping: Mapping | None, opts: ReadOptions) -> tuple[dict, tuple | None, list]:
+               mapping: Mapping | None, opts: ReadOptions, weighted: bool = False) -> tuple[dict, tuple | None, list]:
     """In a worker: (rows, rows per label and rejects, for the driver; for exact counts the strings the unit's keys
-    index, for every reducer; the unit's counts as ``partitions`` parts: ``UnitCounts``, or one counter state)."""
-    partitioned = config.counting == "exact" and only is None
-    counter = FeatureCounts(config.features) if partitioned else new_counter(config, only)
+    index, for every reducer; the unit's counts as ``partitions`` parts: ``UnitCounts``, or one counter state).
+    ``weighted``: the unit's sums of weights (``WeightedAuditCounts``), cut into ``partitions`` long tables by a
+    hash of the feature, and Σ w per label for the driver."""
+    partitioned = config.counting == "exact" and only is None and not weighted
+    counter = FeatureCounts(config.features) if partitioned else new_counter(config, only, weighted)
     totals, rejects = {}, []
-    for rows, bad in _batches(unit, mapping, opts):
+    for rows, bad in _batches(unit, mapping, opts, weighted):
         if rows.num_rows and partitioned:
             counter.add(rows)
         elif rows.num_rows:
@@ -107,6 +110,8 @@ def count_unit(unit: tuple[Piece, ...], config: AuditConfig, only: pa.Array | No
             rejects.append(bad)
     read = {"rows": sum(totals.values()), "label_totals": totals,
             "rejects": pa.concat_tables(rejects) if rejects else None}
+    if weighted:
+        return {**read, "weight_totals": counter.label_totals}, None, counter.parts(partitions)
     if not partitioned:
         return read, None, [counter.to_bytes()]
     return (read, *unit_partials(counter, partitions))
@@ -122,9 +127,10 @@ def merge_states(states: list[bytes], common: list) -> bytes:
 
 
 def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
-              only: pa.Array | None = None, probe: bool = True, on_rejects=None):
+              only: pa.Array | None = None, probe: bool = True, on_rejects=None, weighted: bool = False):
     """The same pass as ``count_local`` on Ray workers: the counter. A raw file's rejects come back
-    from its worker, a corpus's are read here; both reach ``on_rejects`` in the order of the inputs."""
+    from its worker, a corpus's are read here; both reach ``on_rejects`` in the order of the inputs. ``weighted``:
+    sums of weights, each reducer summing its features' parts of every unit (``weighted_counts.summed_part``)."""
     if not inputs:
         raise ValueError("nothing to audit: no input")
     cpus = cluster_cpus()
@@ -147,7 +153,7 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
 
     partitioned = config.counting == "exact" and only is None
     partitions = cpus if partitioned else 1
-
+    weights = {}   # Σ w per label, weighted
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
         mapped_units = 0
 
@@ -157,27 +163,34 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
             hand_on_corpus_rejects(mapped_units)
             mapped_units += 1
             zstats.add_totals(totals, read["label_totals"])
+            zstats.add_totals(weights, read.get("weight_totals"))
             if read["rejects"] is not None and on_rejects is not None:
                 on_rejects(read["rejects"])
             bar.update(read["rows"])
 
-        reduced = map_reduce(units, count_unit, sum_partials if partitioned else merge_states, partitions,
+        reduce = summed_part if weighted else sum_partials if partitioned else merge_states
+        reduced = map_reduce(units, count_unit, reduce, partitions,
                              shared={"config": config, "only": only, "partitions": partitions, "mapping": mapping,
-                                     "opts": opts}, stage="audit", on_mapped=mapped) if units else []
+                                     "opts": opts, "weighted": weighted}, stage="audit", on_mapped=mapped) if units else []
         hand_on_corpus_rejects(len(units))
-    if partitioned:
+    if weighted:
+        counter = WeightedAuditCounts()
+        counter.add_counts(pa.concat_tables(reduced) if reduced else WEIGHTED_COUNTS_SCHEMA.empty_table(), weights,
+                           totals)
+    elif partitioned:
         counter = MergedCounts(reduced, totals)
     else:
         counter = counter_from_bytes(reduced[0]) if reduced else new_counter(config, only)
     if probe and "hypo-only" in config.features.families:
-        counts, _ = run_as_task(hypo_only_counts, (inputs, mapping, opts, config), desc="hypo-only probe",
+        counts, _ = run_as_task(hypo_only_counts, (inputs, mapping, opts, config, weighted), desc="hypo-only probe",
                                 on_this_node=False)
         counter.add_counts(counts)
     return counter
 
 
-def hypo_only_counts(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig) -> pa.Table:
+def hypo_only_counts(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
+                     weighted: bool = False) -> pa.Table:
     """In a Ray task: the hypothesis-only probe's long counts over ``inputs`` (``counters.probe_counts``), read
     here, not by the driver."""
     table, _ = load(inputs, mapping, opts)
-    return probe_counts(table, config).counts()
+    return probe_counts(table, config, weighted)

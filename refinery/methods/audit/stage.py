@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 from refinery.core.records import AuditSummary
+from refinery.core.stats import WEIGHT_COLUMN
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
@@ -24,7 +25,7 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
     summary = {
         "rows": result.rows,
         "rejected": result.rejected,
-        **AuditSummary({l: int(result.counter.label_totals.get(l, 0)) for l in st.labels}, st.threshold,
+        **AuditSummary({l: int(result.label_rows.get(l, 0)) for l in st.labels}, st.threshold,
                        str(result.prior), result.prior.record()).to_json(),
         "features": result.features,
         "features_with_min_count": int((st.n >= cfg.min_count).sum()),
@@ -40,11 +41,12 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
     corpus = corpus_name(inputs, out.storage_options)
     svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
     out.publish_report(summary, _html(summary, svg, topk, title, corpus), files={
-        "stats.parquet": st.to_table(cfg.min_count),   # the features z* is defined for
+        "stats.parquet": st.to_table(cfg.min_count, result.weighted),   # the features z* is defined for
         "topk.json": json.dumps(topk, indent=1),
         "zplot.svg": svg,
         STATE_FILE: result.counter.write_state,
-        STATE_META: json.dumps({"config": cfg.to_dict(), "rows": result.rows, "inputs": list(inputs)}, indent=1),
+        STATE_META: json.dumps({"config": cfg.to_dict(), "rows": result.rows, "inputs": list(inputs),
+                                "weighted": result.weighted}, indent=1),
         "summary.json": json.dumps(summary, indent=1, default=str)})
     return summary
 
@@ -76,10 +78,10 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
             .html())
 
 
-WEIGHT_COLUMN = "weight"   # the IPS weights ``refinery weights`` writes beside each row
-UNWEIGHTED = ("the rows carry a 'weight' column, which this audit does not read: every row counts once. The weighted "
-              "audit of these rows is the verdict of the `refinery weights` run that wrote them (its report.json, "
-              "'verdict': z* on sums of weights, against the same threshold)")
+WEIGHTED = (f"counts the '{WEIGHT_COLUMN}' column: a row of weight w counts as w rows (count(x, l) = Σ w, z* on the "
+            "weighted n), the audit the `refinery weights` verdict makes of these rows; --unweighted counts rows")
+UNWEIGHTED = (f"counts rows (--unweighted): the '{WEIGHT_COLUMN}' column the rows carry is not read, every row "
+              "counts once")
 
 
 class AuditStage(Stage):
@@ -108,24 +110,23 @@ class AuditStage(Stage):
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
         rejects = out.corpus("rejects", settings={self.name: config.to_dict()}) if out is not None else None
         return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects,
-                     carried=source.prior)
+                     carried=source.prior, weighted=self.config.weighted and WEIGHT_COLUMN in source.columns())
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         from refinery.report import terminal
 
         result = self.measure(source, out)
-        notes = [UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
+        notes = [WEIGHTED if result.weighted else UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
         try:
             summary = write_outputs(result, out, notes=notes)
         finally:
             result.counter.close()
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
-        lines = ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
+        lines = [f"note: {n}" for n in notes] + ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
                  if summary["spilled_runs"] else []) + [
             f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
             f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
             terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k(), threshold=summary["threshold"])]
-        lines += [f"note: {n}" for n in notes]
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "

@@ -8,12 +8,42 @@ sample size (Σw)²/Σw², its warning, and the debiased ("Debiased Eva") accura
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 
+from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP
 from refinery.models.forest import distinct_rows
 
 LOW_ESS_SHARE = 0.1              # an effective sample size under this share of the rows is warned about
 SUGGESTED_CLIPS = (10.0, 5.0, 2.0)  # the clips a warning may suggest, gentlest first
+
+
+@dataclass(frozen=True)
+class Cap:
+    """The cap the weights were written under: ``setting`` as given (``auto``, ``none`` or a number), ``clip`` the cap
+    in effect in units of the mean weight (None: no cap), and the effective sample size it leaves of ``rows``."""
+
+    setting: float | str
+    clip: float | None
+    effective_sample_size: float
+    rows: int
+
+    @property
+    def share(self) -> float:
+        """The effective sample size's share of the rows."""
+        return self.effective_sample_size / max(self.rows, 1)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "share": self.share}
+
+
+def cap_in_effect(setting: float | str, cells: tuple, tolerance: float = 1e-9) -> float | None:
+    """The cap ``setting`` (a ``WeightsConfig.clip``) puts on the weights: ``none`` none, ``auto`` ``auto_clip``'s,
+    a number itself."""
+    if setting == NO_CLIP:
+        return None
+    return auto_clip(cells, tolerance) if setting == AUTO_CLIP else float(setting)
 
 
 def selection_probability(proba: np.ndarray, prior: np.ndarray) -> np.ndarray:
@@ -100,9 +130,38 @@ def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, toler
     return prior / prior.sum()
 
 
-def effective_sample_size(w: np.ndarray) -> float:
-    """(Σw)² / Σw²: the rows an unweighted sample of equal precision would hold."""
-    return float(w.sum() ** 2 / np.square(w).sum())
+def effective_sample_size(w: np.ndarray, counts: np.ndarray | None = None) -> float:
+    """(Σw)² / Σw² (Kish): the rows an unweighted sample of equal precision would hold; with ``counts``, row i
+    stands for counts[i] rows."""
+    c = np.ones(len(w)) if counts is None else counts
+    return float(np.dot(c, w) ** 2 / np.dot(c, np.square(w)))
+
+
+def auto_clip(cells: tuple, tolerance: float = 1e-9, share: float = MIN_ESS_SHARE,
+              precision: float = 1e-3) -> float | None:
+    """The largest cap c (× the mean weight) under which the effective sample size (Σw)²/Σw² is at least ``share``
+    of the rows, w being the weights ``--clip c`` gives (the prior fitted again under the cap, ``fit_prior``, then
+    capped and renormalized, ``ips_weights``); None where the uncapped weights keep that share (no cap needed).
+
+    Capping pulls every weight toward the mean, and at c → 1 all weights are equal (ESS = n): the ESS falls as c
+    grows, so c is bisected on log c between 1 and the largest uncapped weight until within ``precision``
+    (relative), the lower end always one that keeps the share. ``cells``: ``prior_cells`` of P̂ and the labels
+    (the search runs over the distinct (P̂, y) cells, each weighted by its rows).
+    """
+    proba, y, counts = cells
+
+    def share_at(clip: float | None) -> tuple[float, float]:
+        w = ips_weights(proba, y, fit_prior(proba, y, clip, tolerance, cells=cells), clip, counts)
+        return effective_sample_size(w, counts) / counts.sum(), float(w.max())
+
+    kept, largest = share_at(None)
+    if kept >= share:
+        return None
+    lo, hi = 1.0, largest   # ESS ≥ share at lo (all weights equal), not at hi (the uncapped weights)
+    while hi > lo * (1 + precision):
+        mid = float(np.sqrt(lo * hi))
+        lo, hi = (mid, hi) if share_at(mid)[0] >= share else (lo, mid)
+    return lo
 
 
 def diagnostics(w: np.ndarray) -> dict:

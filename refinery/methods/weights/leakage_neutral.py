@@ -10,13 +10,13 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
-from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedAudits, WeightedCounts, audit_weightings,
+from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedAuditCounts, WeightedAudits, WeightedCounts,
                                               judge_weightings)
 from refinery.methods.leakage.config import FEATURE_SETS, ForestConfig
 from refinery.methods.leakage.sentence_graph import GraphInput, corpus_features
-from refinery.methods.weights.ips import (SUGGESTED_CLIPS, diagnostics, effective_sample_size, fit_prior, ips_weights,
-                                          label_shares, low_ess_warning, prior_cells, weight_histogram,
-                                          weighted_accuracy)
+from refinery.methods.weights.ips import (SUGGESTED_CLIPS, Cap, cap_in_effect, diagnostics, effective_sample_size,
+                                          fit_prior, ips_weights, label_shares, low_ess_warning, prior_cells,
+                                          weight_histogram, weighted_accuracy)
 from refinery.methods.weights.report import page
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageInput
@@ -34,13 +34,15 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
     with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph:
         w, info = leakage_neutral_weights(graph, config)
         proba, y, cells = info.pop("p_hat"), info.pop("y"), info.pop("cells")
-        clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (config.clip is None or c < config.clip)]
+        clip = info["cap"]["clip"]   # the cap in effect (None: none)
+        clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (clip is None or c < clip)]
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c) for c in clips]
         del proba, y
         report = {"labels": info.pop("labels"),
-                  "low_ess_warning": low_ess_warning(w, config.clip, dict(zip(clips, capped_w))),   # exact ESS
+                  "low_ess_warning": low_ess_warning(w, clip, dict(zip(clips, capped_w))),   # exact ESS
                   **info, "inputs": inputs, "config": asdict(config)}
-        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "low_ess_warning", "out_of_fold")
+        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "cap", "low_ess_warning",
+                       "out_of_fold")
         counts = WeightedCounts(report["labels"], features, 2, masks=1)
         with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
@@ -53,7 +55,7 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                 start += batch.num_rows
                 bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
-            audits = audit_weightings(counts, (0, 1), config.prior, carried=source.prior)
+            audits = _audits(counts, features, config, writer.labels, source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
             record = audits.record_of(1, writer.labels, weighted=True)
             if record is not None:   # the weighted audit of corpus/, kept with it
@@ -91,8 +93,9 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     proba = np.clip(proba, config.min_proba, 1.0)
     proba /= proba.sum(axis=1, keepdims=True)
     cells = prior_cells(proba, y)   # every cap's prior is searched over these (P̂, y) cells
-    prior = fit_prior(proba, y, config.clip, config.tolerance, cells=cells)
-    w = ips_weights(proba, y, prior, config.clip)
+    clip = cap_in_effect(config.clip, cells, config.tolerance)
+    prior = fit_prior(proba, y, clip, config.tolerance, cells=cells)
+    w = ips_weights(proba, y, prior, clip)
     predicted = proba.argmax(axis=1)
     observed = np.bincount(y, minlength=len(labels)) / len(y)
     weighted = label_shares(w, y, len(labels))
@@ -102,12 +105,32 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
         "observed_shares": dict(zip(labels, map(float, observed))),
         "weighted_shares": dict(zip(labels, map(float, weighted))),
         "diagnostics": diagnostics(w),
+        "cap": Cap(config.clip, clip, effective_sample_size(w), len(w)).to_json(),
         "out_of_fold": {"accuracy": float((predicted == y).mean()),
                         "weighted_accuracy": weighted_accuracy(predicted == y, w),
                         "majority_accuracy": float(observed.max()),
                         "weighted_majority_accuracy": float(weighted.max())},
     }
     return w, {**info, "p_hat": proba, "y": y, "cells": cells}
+
+
+def _audits(counts: WeightedCounts, features: FeatureConfig, config, label_rows: dict, carried) -> WeightedAudits:
+    """The input's audit (weighting 0: every row once) and the output's (weighting 1: the weights) of the one pass
+    over the rows, each made by the audit's own code (``audit.counting.finish`` of a ``WeightedAuditCounts``, as
+    ``refinery audit`` makes it of a weighted corpus: counts, n and p0 on sums of weights), the prior rule decided on
+    the input (or ``carried`` with it) and carried to the output: the verdict's after side is the audit of corpus/,
+    by construction. Both on the features tested on either side (``WeightedCounts.tested``)."""
+    from refinery.methods.audit.config import AuditConfig
+    from refinery.methods.audit.counting import finish
+
+    audit_config = AuditConfig(features=features, prior=config.prior)
+    rows = counts.tested((0, 1), audit_config.min_count)
+    read = (rows, counts.names(rows))
+    before = finish(WeightedAuditCounts.view(counts, 0, label_rows, read), audit_config, carried=carried,
+                    weighted=True)
+    after = finish(WeightedAuditCounts.view(counts, 1, label_rows, read), audit_config, carried=before.prior,
+                   weighted=True)
+    return WeightedAudits(before.prior, rows, [before.stats, after.stats], features, tuple(counts.left_out))
 
 
 def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dict, graph: GraphInput, capped: dict):
@@ -120,7 +143,8 @@ def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dic
     verdict = judge_weightings(counts, audits=audits, **options)
     checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, graph,
                                                   capped, options)
-    now = "no cap now" if config.clip is None else f"now {config.clip:g}"
+    clip = report["cap"]["clip"]
+    now = "no cap now" if clip is None else f"now {clip:.3g}"
     others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
               f"fewer leakage features (--features basic) or a larger --min-proba (now {config.min_proba:g})")
     holds = next((c for c in checked if c["ok"]), None)

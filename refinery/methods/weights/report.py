@@ -5,12 +5,25 @@ from __future__ import annotations
 import html
 
 from refinery.core.verdict import Verdict
+from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP
 from refinery.methods.weights.ips import LOW_ESS_SHARE
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
 from refinery.report.figures.histogram import histogram
 from refinery.report.page import Report, config_table, fields, figure, note, table
+
+
+def cap_text(cap: dict) -> str:
+    """The cap the weights were written under (``ips.Cap.to_json``), and why."""
+    if cap["clip"] is None:
+        return ("no cap (--clip none, the paper's letter)" if cap["setting"] == NO_CLIP else
+                f"no cap (--clip {AUTO_CLIP}: the uncapped weights keep the effective sample size ≥ "
+                f"{MIN_ESS_SHARE:.0%} of the rows)")
+    why = (f"--clip {AUTO_CLIP}: the largest cap that keeps the effective sample size ≥ {MIN_ESS_SHARE:.0%} of the "
+           f"rows" if cap["setting"] == AUTO_CLIP else f"--clip {cap['clip']:g}")
+    return (f"cap {cap['clip']:.3g}× the mean weight ({why}); effective sample size "
+            f"{cap['effective_sample_size']:,.0f} of {cap['rows']:,} rows ({fmt.percent(cap['share'])})")
 
 
 def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
@@ -22,11 +35,11 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
     ess_share = d["effective_sample_size"] / max(d["rows"], 1)
     hist = report["histogram"]
     marks = [(1.0, "mean weight 1")]
-    if report["config"]["clip"] is not None:
-        marks.append((report["config"]["clip"], f"--clip {report['config']['clip']:g}"))
+    if report["cap"]["clip"] is not None:
+        marks.append((report["cap"]["clip"], f"cap {report['cap']['clip']:.3g}"))
     weights_block = [
         f'<p class="bad">{html.escape(warning["message"])}</p>' if warning else "",
-        fields({"rows weighted": d["rows"],
+        fields({"rows weighted": d["rows"], "cap": cap_text(report["cap"]),
                 "effective sample size (Σw)² / Σw²": f"{d['effective_sample_size']:,.0f} ({fmt.percent(ess_share)} of "
                                                      f"the rows)",
                 "least weight": d["min"], "largest weight (× the mean)": d["max"],

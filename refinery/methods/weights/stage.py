@@ -8,9 +8,13 @@ probability that the sampling intention S equals the label is
 and w = 1 / P(S=y | l), normalized to mean 1. The prior π is found by bisection so that the
 weighted label proportions equal the observed ones. Under w, P_w(y | l) = π_y: the label no
 longer depends on the leakage features, so a leakage-only model falls to the majority rate.
-When the effective sample size (Σw)²/Σw² is under 10% of the rows, a few rows carry the weight:
-the report warns and suggests the gentlest ``clip`` that lifts it past 10%, with the ESS that ``--clip``
-gives (the prior fitted again under the cap, as the verdict's caps below).
+The weights are capped at ``clip`` times the mean weight, capped and renormalized until none is over (the
+prior fitted under the cap). By default (``auto``, ``ips.auto_clip``) the cap is the largest that keeps the
+effective sample size (Σw)²/Σw² (Kish) at least half the rows: uncapped IPS weights of a real corpus can
+put one row at hundreds of times the mean (the paper's letter, ``none``). When the effective sample size
+is under 10% of the rows, a few rows carry the weight: the report warns and suggests the gentlest ``clip``
+that lifts it past 10%, with the ESS that ``--clip`` gives (the prior fitted again under the cap, as the
+verdict's caps below).
 
 The verdict (``core.verdict``): as the rows are written, the audit's features are counted once plain and once
 weighted (``core.weighted_counts``: count(x, l) = Σ w, z* on the weighted n and counts, what a model trained on
@@ -48,14 +52,16 @@ class WeightsStage(Stage):
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         from refinery.core.features import FeatureConfig
         from refinery.methods.weights.leakage_neutral import weigh
+        from refinery.methods.weights.report import cap_text
         from refinery.pipeline.filter import verdict_headline
 
         r, verdict_lines = weigh(source, out, self.config, FeatureConfig().named(source.field_names,
                                                                                  source.single_text))
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
-        ess = f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows"
+        ess = (f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows "
+               f"({r['cap']['share']:.0%})")
         lines = (f"{d['rows']:,} rows -> {out.url(Output.CORPUS.value)}: weight min {d['min']:.3f}, "
-                 f"max {d['max']:.2f}× the mean, {ess}",
+                 f"max {d['max']:.2f}× the mean, {ess}", f"  {cap_text(r['cap'])}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
                  f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict_lines)
         warnings = ((warning["message"],) if warning else ()) + tuple(r["verdict"]["warnings"])
