@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from conftest import SNLI_DEV, killed_when, run_cli
+from conftest import SNLI_DEV, assert_verdict_is_two_audits, fresh_audit, killed_when, run_cli
 from sklearn.feature_extraction.text import TfidfTransformer
 
 from refinery.core.features import TokenizerOptions
@@ -117,6 +117,7 @@ def scored_dev(tmp_path_factory, snli_dev):
     table = snli_dev.append_column("keeps_shortcut", pa.array(np.where(shortcut & ~contradiction, 0.0, 1.0)))
     table = table.append_column("drops_shortcut", pa.array(np.where(shortcut & contradiction, 0.0, 1.0)))
     table = table.append_column("keeps_five", pa.array(np.where(np.arange(table.num_rows) < 5, 0.9, 0.0)))
+    table = table.append_column("one_label", pa.array(np.where(contradiction, 0.9, 0.3)))
     write_table(table, str(root / "dev"))
     return root
 
@@ -138,24 +139,38 @@ def test_confidence_verdict_credits_a_filter_that_removes_a_shortcut_and_catches
         assert "lower --tau (now 0.5)" in verdict["remedy"] and "remedy: a model is most confident" in proc.stderr
 
 
-@pytest.mark.parametrize("tau, kept", [(0.5, 5), (0.95, 0)])
-def test_confidence_keeping_too_few_rows_to_test_a_feature_warns_and_keeping_none_is_not_judged(scored_dev, tau, kept):
-    """Five rows kept: no feature reaches min_count after (it raised IndexError), so none is judged; none kept: no verdict is claimed
-    for an empty corpus (it said 'ok')."""
-    out = scored_dev / f"few-{kept}"
-    proc = run_cli("confidence", scored_dev / "dev", "--proba-column", "keeps_five", "--tau", tau, "--out", out)
+def test_confidence_keeping_too_few_rows_to_test_a_feature_warns(scored_dev):
+    """Five rows kept: no feature reaches min_count after (it raised IndexError), so none is judged."""
+    out = scored_dev / "few-5"
+    proc = run_cli("confidence", scored_dev / "dev", "--proba-column", "keeps_five", "--tau", 0.5, "--out", out)
     report = json.loads((out / "report" / "report.json").read_text())
-    warning = (f"kept {kept / 9842:.1%} of the rows ({kept} of 9,842): p_M(label | text) has median 0.000 and "
-               f"reaches 0.900, against tau {tau:g}; check the settings (tau {tau:g}, proba_column keeps_five)")
-    assert report["kept"] == kept and f"warning: {warning}\n" in proc.stderr and report["warnings"] == [warning]
-    assert html.escape(warning[1:], quote=False) in (out / "report" / "report.html").read_text()
-    if kept:
-        assert "verdict" not in report and "no verdict: the 5 kept rows are too few" in proc.stdout
-    else:
-        assert "verdict" not in report and "no verdict: nothing was kept" in proc.stdout
-        assert "No verdict: nothing was kept" in (out / "report" / "report.html").read_text()
-        empty = Corpus.open(str(out / "kept")).read()   # it lost every column but the canonical four
-        assert empty.num_rows == 0 and {"keeps_five", "drops_shortcut", "confidence"} <= set(empty.column_names)
+    warning = ("kept 0.1% of the rows (5 of 9,842): p_M(label | text) has median 0.000 and reaches 0.900, against "
+               "tau 0.5; --tau auto keeps 80% of each label's rows; check the settings (tau 0.5, proba_column "
+               "keeps_five)")
+    assert report["kept"] == 5 and f"warning: {warning}\n" in proc.stderr and report["warnings"] == [warning]
+    assert warning[1:] in html.unescape((out / "report" / "report.html").read_text())
+    assert "verdict" not in report and "no verdict: the 5 kept rows are too few" in proc.stdout
+
+
+@pytest.mark.parametrize("column, tau, refused", [
+    ("keeps_five", 0.95, "--tau 0.95 would keep no row (contradiction 0 of 3,278, entailment 0 of 3,329, neutral 0 "
+                         "of 3,235), which the next audit cannot judge; nothing was written; --tau auto (τ per label, "
+                         "--keep-share 0.8) keeps contradiction 1, entailment 2, neutral 2; --tau 0.89 is the highest "
+                         "τ that keeps rows of every label"),
+    ("one_label", 0.5, "--tau 0.5 would keep the rows of one label only (contradiction 3,278 of 3,278, entailment 0 "
+                       "of 3,329, neutral 0 of 3,235), which the next audit cannot judge; nothing was written; --tau "
+                       "auto (τ per label, --keep-share 0.8) keeps contradiction 3,278, entailment 3,329, neutral "
+                       "3,235; --tau 0.00 keeps at least 80% of every label; --tau 0.29 is the highest τ that keeps "
+                       "rows of every label")])
+def test_confidence_refuses_a_tau_that_keeps_no_row_or_one_label_of_a_probability_column(
+        scored_dev, column, tau, refused):
+    """A τ that would leave an empty or one-label corpus (the next audit fails on either) is refused before
+    anything is written (it wrote it, exit 0): one line naming τ, the rows kept per label and what works."""
+    out = scored_dev / f"refused-{column}"
+    proc = run_cli("confidence", scored_dev / "dev", "--proba-column", column, "--tau", tau, "--out", out,
+                   check=False)
+    assert proc.returncode == 2 and not out.exists(), proc.stderr
+    assert proc.stderr.splitlines() == [f"error: {refused}"]
 
 
 @pytest.mark.ray
@@ -203,3 +218,91 @@ def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(
         assert table.num_rows > 0, part
     assert reports["ray"]["verdict"] == reports["local"]["verdict"]
     assert audits["ray"].sort_by("feature").equals(audits["local"].sort_by("feature"))
+
+
+@pytest.fixture(scope="module")
+def planted_imbalanced(tmp_path_factory):
+    """A planted-bias corpus as imbalanced as SICK (56% entailment, 29% neutral, 15% contradiction), 3,000 rows."""
+    out = tmp_path_factory.mktemp("imbalanced") / "corpus"
+    run_cli("synth", "--out", out, "--rows", 3000, "--label-shares", "0.56,0.29,0.15", "--signal-words", 20)
+    return out
+
+
+@pytest.mark.parametrize("corpus", ["snli_dev", "planted_imbalanced"])
+def test_confidence_defaults_keep_a_share_of_every_label_and_its_verdict_is_the_audit_of_kept(
+        corpus, planted_imbalanced, tmp_path):
+    """With no τ given, each label keeps its 80% most confident rows (τ per label, auto), where τ 0.95 kept none
+    of SNLI dev; the headline names τ and the rows kept per label, and `refinery audit OUT/kept` runs and is the
+    verdict's after side."""
+    source, options = (SNLI_DEV, ("--preset", "snli")) if corpus == "snli_dev" else (planted_imbalanced, ())
+    out = tmp_path / "conf"
+    proc = run_cli("confidence", source, *options, "--out", out)
+    report = json.loads((out / "report" / "report.json").read_text())
+    taus = report["tau_by_label"]
+    assert set(taus) == set(report["by_label"]) and len(taus) == 3
+    for label, t in taus.items():
+        assert t["kept"] == report["by_label"][label]["kept"] == int(np.ceil(0.8 * t["rows"])), (label, t)
+        assert f"{label} > {t['tau']:.4g} keeps {t['kept']:,} of {t['rows']:,}" in proc.stdout.splitlines()[1]
+    assert "tau auto (80% of each label)" in proc.stdout.splitlines()[1]
+    kept = Corpus.open(str(out / "kept")).read()
+    rejected = Corpus.open(str(out / "rejected")).read()
+    for label, t in taus.items():   # each row against its own label's τ
+        assert pc.min(kept.filter(pc.equal(kept["label"], label))["confidence"]).as_py() > t["tau"]
+        assert pc.max(rejected.filter(pc.equal(rejected["label"], label))["confidence"]).as_py() <= t["tau"]
+    before = fresh_audit(source, tmp_path / "a0", *options)
+    after = fresh_audit(out / "kept", tmp_path / "a1")
+    assert_verdict_is_two_audits(report["verdict"], before, after)
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """An n-gram task model trained on SNLI dev, saved (``probe --save-model``)."""
+    root = tmp_path_factory.mktemp("saved")
+    run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", root / "probe", "--save-model", root / "m")
+    return root / "m"
+
+
+def test_confidence_refuses_a_tau_that_keeps_no_row_naming_the_taus_that_work(saved_model, tmp_path):
+    """τ 0.999 (or the paper's 0.95) keeps no row of SNLI, whether p_M is cross-fitted or a saved model's: exit 2
+    before anything is written, one line naming the τ given, the rows it keeps per label and the τ that work; the
+    τ it names as keeping 80% of every label does."""
+    for p_m in (("--model", "ngram"), ("--model", saved_model)):
+        out = tmp_path / "refused"
+        proc = run_cli("confidence", SNLI_DEV, "--preset", "snli", *p_m, "--tau", "0.999", "--out", out, check=False)
+        assert proc.returncode == 2 and not out.exists() and proc.stdout == "", proc.stderr
+        line, = proc.stderr.splitlines()
+        assert line.startswith("error: --tau 0.999 would keep no row (contradiction 0 of 3,278, entailment 0 of 3,329, "
+                               "neutral 0 of 3,235), which the next audit cannot judge; nothing was written; --tau "
+                               "auto (τ per label, --keep-share 0.8) keeps contradiction 2,623, entailment 2,664, "
+                               "neutral 2,588; --tau "), line
+        assert line.endswith(" is the highest τ that keeps rows of every label")
+    named = line.split("; --tau ")[2].split(" keeps at least 80% of every label")[0]
+    run_cli("confidence", SNLI_DEV, "--preset", "snli", "--model", saved_model, "--tau", named,
+            "--out", tmp_path / "named")
+    kept = json.loads((tmp_path / "named" / "report" / "report.json").read_text())["by_label"]
+    assert all(c["kept"] >= 0.8 * (c["kept"] + c["filtered out"]) for c in kept.values()), (named, kept)
+
+
+def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli_dev_head, tmp_path):
+    """``rf.confidence(data)`` and a pipeline's ``confidence: {}`` keep 80% of every label and say τ per label;
+    a τ that keeps no row is refused in the caller's words (``tau=0.999``), and fails the pipeline's step."""
+    import refinery as rf
+
+    result = rf.confidence(str(snli_dev_head), preset="snli", folds=3, out=str(tmp_path / "api"))
+    report = json.loads((tmp_path / "api" / "report" / "report.json").read_text())
+    assert all(t["kept"] == int(np.ceil(0.8 * t["rows"])) for t in report["tau_by_label"].values())
+    assert "(tau auto (80% of each label): contradiction > " in result.headline
+    with pytest.raises(ValueError, match=r"^tau=0\.999 would keep no row \(contradiction 0 of \d+, .*; tau='auto' "
+                                         r"\(τ per label, keep_share=0\.8\) keeps contradiction \d+"):
+        rf.confidence(str(snli_dev_head), preset="snli", folds=3, tau=0.999, out=str(tmp_path / "api-refused"))
+    assert not (tmp_path / "api-refused" / "kept").exists()
+    for step, code in (("{folds: 3}", 0), ("{folds: 3, tau: 0.999}", 2)):
+        (tmp_path / "p.yaml").write_text(f"input: {{paths: [{snli_dev_head}], preset: snli}}\n"
+                                         f"stages:\n  - confidence: {step}\n")
+        proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / f"run{code}", check=False)
+        assert proc.returncode == code, proc.stderr
+        if code:
+            assert proc.stderr.strip().splitlines()[-1].startswith("error: --tau 0.999 would keep no row")
+            assert not (tmp_path / f"run{code}" / "01-confidence" / "kept").exists()
+        else:
+            assert "(tau auto (80% of each label): contradiction > " in proc.stdout

@@ -4,15 +4,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.core.validation import (
+    NAME_OR_FOLDER,
+    NOT_EMPTY,
+    SEED,
+    Allowed,
+    at_least,
+    number_in,
+    one_of,
+    setting,
+    validate,
+)
 from refinery.models.base import CLASSIFIERS
 
 SOLVERS = ("sgd", "lbfgs")
+AUTO = "auto"   # τ per label: the quantile of its rows' p_M that keeps ``keep_share`` of them
+_TAU = number_in(0, 1, open_high=True)
+TAU = Allowed(lambda v: v == AUTO or _TAU.test(v), f"{AUTO} or {_TAU.text}")
+
+
+def _tau(text: str):
+    """``--tau``'s text: auto, or the number it spells (other text is kept, and refused by ``TAU``'s words)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip().lower()
 
 
 @dataclass
 class ConfidenceConfig:
-    tau: float = setting(0.95, number_in(0, 1, open_high=True), "τ: the least p_M(label | text) a kept row exceeds.")
+    tau: float | str = setting(AUTO, TAU, "τ: the p_M(label | text) a kept row exceeds; auto: τ per label, the "
+                                          "one that keeps --keep-share of its rows (0.95: Wu et al.'s).",
+                               parse=_tau, metavar="auto|τ")
+    keep_share: float = setting(0.8, number_in(0, 1, open_low=True), "With tau auto: the share of each label's "
+                                                                     "rows kept (its most confident ones).")
     model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
                                                            "saved classifier's folder (none and no --proba-column: "
                                                            "ngram).", path=NAME_OR_FOLDER)
@@ -41,13 +66,20 @@ class ConfidenceConfig:
             raise ValueError("give one of --model (model: ngram, transformer or a saved classifier's folder) and "
                              "--proba-column (proba_column: a column holding p_M(label | text)), not both")
 
+    @property
+    def auto(self) -> bool:
+        """Whether τ is chosen per label (``keep_share`` of its rows kept), not given."""
+        return self.tau == AUTO
+
     def in_effect(self) -> dict:
-        """The settings that shape p_M: a column's name, a saved classifier's folder, or the cross-fitting's."""
+        """τ (with the share it keeps when auto) and the settings that shape p_M: a column's name, a saved
+        classifier's folder, or the cross-fitting's."""
+        tau = {"tau": self.tau, "keep_share": self.keep_share} if self.auto else {"tau": self.tau}
         if self.proba_column is not None:
-            return {"tau": self.tau, "proba_column": self.proba_column}
+            return {**tau, "proba_column": self.proba_column}
         if self.model not in CLASSIFIERS:
-            return {"tau": self.tau, "model": self.model}
-        fitting = {"tau": self.tau, "model": self.model, "folds": self.folds, "seed": self.seed}
+            return {**tau, "model": self.model}
+        fitting = {**tau, "model": self.model, "folds": self.folds, "seed": self.seed}
         if self.model == "ngram":
             fitting["solver"] = self.solver
         return {**fitting, "epochs": self.epochs} if self.streams else fitting

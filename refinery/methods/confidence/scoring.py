@@ -1,14 +1,18 @@
 """p_M(label | text) of every row (the confidence filter's scores; ``stage``'s docstring tells the method): from a
 column, a saved classifier, or K-fold cross-fitting (the SGD n-gram model streaming the input, the others on the
-whole input, their finished folds checkpointed), and the rows split by it against τ, each dropped row with its
-reason."""
+whole input, their finished folds checkpointed), τ per label (given, or auto: the quantile that keeps a share of
+each label's rows), a τ that would keep no rows or one label's refused, and the rows split by it against τ, each
+dropped row with its reason."""
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.methods.confidence.config import ConfidenceConfig
+from refinery.methods.confidence.config import AUTO, ConfidenceConfig
 from refinery.models.base import CLASSIFIERS
 from refinery.pipeline.stage import StageInput, set_column
 
@@ -58,10 +62,10 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "local", checkpoints=None
-                      ) -> np.ndarray:
-    """p_M(label | text) as ``config`` says: a column, a saved classifier, or K-fold cross-fitting (its
-    finished folds kept in ``checkpoints``, an ``io.checkpoints.Checkpoints``)."""
+def config_confidence(table: pa.Table, config: ConfidenceConfig, checkpoints=None) -> np.ndarray:
+    """p_M(label | text) as ``config`` says, but by the streaming SGD model (``source_confidence``): a column, a
+    saved classifier, or K-fold cross-fitting fold by fold (its finished folds kept in ``checkpoints``, an
+    ``io.checkpoints.Checkpoints``)."""
     if config.proba_column is not None:
         return label_confidence(table, proba_column=config.proba_column)
     from refinery.models.base import (
@@ -71,8 +75,6 @@ def config_confidence(table: pa.Table, config: ConfidenceConfig, engine: str = "
         make_classifier,
     )
 
-    if config.streams:
-        return sgd_confidence(table, config, engine)
     if config.model in CLASSIFIERS:
         proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed,
                                          checkpoints)
@@ -106,36 +108,144 @@ def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
 
 
 def _reason(confidence: float, tau: float) -> str:
-    return f"p_M(label | text) = {confidence:.3f} <= tau {tau}"
+    return f"p_M(label | text) = {confidence:.3f} <= tau {tau_text(tau)}"
+
+
+def tau_text(tau: float) -> str:
+    """τ as the reasons, the headline and the refusal print it (4 significant digits: 0.95, 0.3417)."""
+    return f"{tau:.4g}"
 
 
 class Reasons:
-    """Each row's reason, written only for the rows a filter drops (the many kept rows need none)."""
+    """Each row's reason, written only for the rows a filter drops (the many kept rows need none): its p_M
+    against its label's τ (``tau``, one per row)."""
 
-    def __init__(self, confidence: np.ndarray, tau: float):
+    def __init__(self, confidence: np.ndarray, tau: np.ndarray):
         self.confidence, self.tau = confidence, tau
 
     def __getitem__(self, i: int) -> str:
-        return _reason(self.confidence[i], self.tau)
+        return _reason(self.confidence[i], self.tau[i])
 
 
-def sgd_confidence(batches, config: ConfidenceConfig, engine: str = "local") -> np.ndarray:
-    """p_M(label | text) of every row of ``batches`` (tables, or one) by the cross-fitted SGD n-gram model."""
-    from refinery.models.ngram import cross_fit_sgd
+@dataclass
+class LabelScores:
+    """p_M(label | text) of every row and its label (``label[i]`` indexes ``labels``), in the order the rows were
+    read."""
 
-    proba, _, y = cross_fit_sgd(batches, config.folds, config.seed, epochs=config.epochs, engine=engine)
-    return proba[np.arange(len(y)), y]
+    confidence: np.ndarray
+    label: np.ndarray
+    labels: tuple
 
 
-def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=None) -> np.ndarray:
-    """p_M(label | text) of every row of ``source``, in its batches' order (the SGD model reads them one at a
-    time; the others see the whole input at once, and keep finished folds in ``checkpoints``)."""
+def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=None) -> LabelScores:
+    """p_M(label | text) and the label of every row of ``source``, in its batches' order (the SGD model reads them
+    one at a time; the others see the whole input at once, and keep finished folds in ``checkpoints``)."""
     if config.streams:
-        return sgd_confidence((b.rows for b in source.iter_batches() if b.rows.num_rows), config, source.engine)
+        from refinery.models.ngram import cross_fit_sgd
+
+        batches = (b.rows for b in source.iter_batches() if b.rows.num_rows)
+        proba, classes, y = cross_fit_sgd(batches, config.folds, config.seed, epochs=config.epochs,
+                                          engine=source.engine)
+        return LabelScores(proba[np.arange(len(y)), y], y, tuple(classes))
     table, _ = source.load()
-    return config_confidence(table, config, source.engine, checkpoints)
+    labels, label = np.unique(table["label"].to_numpy(zero_copy_only=False), return_inverse=True)   # sorted, as
+    return LabelScores(config_confidence(table, config, checkpoints), label, tuple(labels.tolist()))   # SGD's
 
 
-def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
-    """(kept rows, rejected rows with ``reason``) by a fitted model or a probability column."""
-    return split_by_confidence(table, label_confidence(table, model, proba_column), tau)
+@dataclass
+class Thresholds:
+    """τ per label (``tau[j]`` for ``labels[j]``) and each label's rows: in the input, and kept
+    (p_M(label | text) > τ_label); ``keep_share``: the share auto kept of each label, None for a τ given."""
+
+    labels: tuple
+    tau: np.ndarray
+    rows: np.ndarray
+    kept: np.ndarray
+    keep_share: float | None = None
+
+    def by_label(self) -> dict:
+        """{label: {"tau", "rows", "kept"}}, as report.json holds it."""
+        return {l: {"tau": float(t), "rows": int(n), "kept": int(k)}
+                for l, t, n, k in zip(self.labels, self.tau, self.rows, self.kept)}
+
+    def line(self) -> str:
+        """τ in effect and the rows kept per label, in one line (the verb's and the pipeline's headline)."""
+        if self.keep_share is None:
+            return f"tau {tau_text(self.tau[0])} keeps " + _per_label(self.labels, self.kept, self.rows)
+        return (f"tau auto ({self.keep_share:.0%} of each label): " + ", ".join(
+            f"{l} > {tau_text(t)} keeps {k:,} of {n:,}" for l, t, n, k in zip(self.labels, self.tau, self.rows,
+                                                                             self.kept) if n))
+
+
+def _per_label(labels, kept, rows) -> str:
+    return ", ".join(f"{l} {k:,} of {n:,}" for l, k, n in zip(labels, kept, rows) if n)
+
+
+def share_tau(confidence: np.ndarray, share: float) -> float:
+    """τ_l of auto for one label's p_M(l | x) (sorted ascending p_(1) ≤ … ≤ p_(n)): the largest τ that keeps
+    at least ⌈s·n⌉ of them by p > τ, τ_l = max{p_(i) : p_(i) < p_(n − ⌈s·n⌉ + 1)} (0 where no score lies
+    below): exactly the share for distinct scores, the whole tie where scores tie at the boundary."""
+    p = np.sort(confidence)
+    k = max(1, math.ceil(share * len(p) - 1e-9))
+    below = p[:len(p) - k][p[:len(p) - k] < p[len(p) - k]]
+    return float(below[-1]) if len(below) else 0.0
+
+
+def thresholds(scores: LabelScores, tau: float | str, keep_share: float) -> Thresholds:
+    """τ per label (``tau`` auto: ``share_tau`` of each label's scores with ``keep_share``; a number: that τ for
+    all) and the rows each keeps."""
+    n = len(scores.labels)
+    if tau == AUTO:
+        taus = np.array([share_tau(scores.confidence[scores.label == j], keep_share)
+                         if (scores.label == j).any() else 0.0 for j in range(n)])
+    else:
+        taus = np.full(n, float(tau))
+    return Thresholds(scores.labels, taus, *_rows_kept(scores, taus, n),
+                      keep_share=keep_share if tau == AUTO else None)
+
+
+def _rows_kept(scores: LabelScores, tau: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows per label, rows kept per label: p_M(label | text) > τ_label)."""
+    keep = scores.confidence > tau[scores.label]
+    return np.bincount(scores.label, minlength=n), np.bincount(scores.label[keep], minlength=n)
+
+
+def usable(chosen: Thresholds) -> bool:
+    """Whether the rows kept make a corpus the next audit can judge: rows of two labels or more (of one, where the
+    input holds one label only)."""
+    kept_labels = int((chosen.kept > 0).sum())
+    return kept_labels > 1 or (kept_labels == 1 and (chosen.rows > 0).sum() < 2)
+
+
+def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceConfig) -> None:
+    """Refuse, before a row is written, a τ that keeps no row, or the rows of one label only (of an input with
+    more): the next audit could judge neither. One line naming τ, the rows it keeps per label and the τ that work:
+    auto (with the rows it keeps), one τ for every label that keeps at least ``keep_share`` of each (the lowest of
+    auto's τ_l, where that holds) and the highest τ that keeps rows of every label (just under the lowest of the
+    labels' highest p_M)."""
+    if usable(chosen):
+        return
+    given = f"--tau auto --keep-share {config.keep_share:g}" if config.auto else f"--tau {tau_text(config.tau)}"
+    what = "no row" if not chosen.kept.sum() else "the rows of one label only"
+    said = [f"{given} would keep {what} ({_per_label(chosen.labels, chosen.kept, chosen.rows)}), which the next "
+            "audit cannot judge; nothing was written"]
+    present = np.flatnonzero(chosen.rows > 0)
+    highest = {j: scores.confidence[scores.label == j].max() for j in present}
+    never = [chosen.labels[j] for j, p in highest.items() if p <= 0]
+    if never:
+        said.append(f"no τ keeps a row of {', '.join(map(str, never))}: p_M(label | text) is 0 on all its rows; "
+                    "check the model or --proba-column")
+        raise ValueError("; ".join(said))
+    n, share = len(chosen.labels), config.keep_share
+    auto = None if config.auto else thresholds(scores, AUTO, share)
+    if auto is not None and usable(auto):
+        said.append(f"--tau auto (τ per label, --keep-share {share:g}) keeps "
+                    + ", ".join(f"{l} {k:,}" for l, k, r in zip(auto.labels, auto.kept, auto.rows) if r))
+    if auto is not None:
+        one = math.floor(auto.tau[present].min() * 100) / 100
+        if (_rows_kept(scores, np.full(n, one), n)[1] >= share * chosen.rows).all():
+            said.append(f"--tau {one:.2f} keeps at least {share:.0%} of every label")
+    top = math.floor(min(highest.values()) * 100) / 100
+    top = top - 0.01 if top >= min(highest.values()) else top
+    said.append(f"--tau {top:.2f} is the highest τ that keeps rows of every label")
+    raise ValueError("; ".join(said))

@@ -1,5 +1,10 @@
 """The ``confidence`` stage, a confidence filter (Wu et al. 2022 §2.2.2; IBADR step 4): keep a row only if
-p_M(label | text) > τ.
+p_M(label | text) > τ_label.
+
+τ is given (the paper's 0.95; one τ for every label), or ``auto`` (the default): per label l, the quantile of
+p_M(l | x) over l's rows that keeps ``keep_share`` of them (``scoring.share_tau``), so every label keeps its most
+plausible rows whatever the model's calibration. A τ that would keep no row, or one label's only, is refused
+before a row is written (``scoring.refuse_unusable``).
 
 p_M comes from a column, a saved classifier, or a classifier cross-fitted on the input itself
 (``model: ngram`` or ``transformer``): each row is scored by a model fit on the other K−1 folds,
@@ -9,11 +14,13 @@ side by side, on Ray tasks under the Ray engine) or by L-BFGS to convergence (``
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 
 from refinery.methods.confidence.config import ConfidenceConfig
-from refinery.methods.confidence.scoring import Reasons, source_confidence
+from refinery.methods.confidence.scoring import Reasons, refuse_unusable, source_confidence, tau_text, thresholds
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
 from refinery.pipeline.filter import FilterStage, split
@@ -33,7 +40,9 @@ class ConfidenceStage(FilterStage):
     prepare_as_task = True   # it reads the whole input: on Ray a task of its own, not the driver
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
-        """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input).
+        """p_M(label | text) of every row, in the order the batches come (cross-fitting sees the whole input), and
+        τ per label (``thresholds``); a τ that keeps no row or one label's only is refused here, before a row is
+        written.
 
         A cross-fitting that fits a model per fold keeps each finished fold's scores under ``out``, so a
         killed run continues from them. On Ray it runs as a task of its own (``prepare_as_task``), the fold
@@ -49,36 +58,57 @@ class ConfidenceStage(FilterStage):
             done = len(self.checkpoints.done())
             if done:
                 self.resumed = f"resumed: {done} of {self.config.folds} folds' scores from the interrupted run before"
-        self._confidence = source_confidence(source, self.config, self.checkpoints)
+        scores = source_confidence(source, self.config, self.checkpoints)
+        self.thresholds = thresholds(scores, self.config.tau, self.config.keep_share)
+        refuse_unusable(scores, self.thresholds, self.config)
+        self._confidence, self._label = scores.confidence, scores.label
 
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
-        return split(set_column(batch, "confidence", pa.array(self._scores(batch))), keep)
+        return split(set_column(batch, "confidence", pa.array(self._confidence[row_numbers(batch)])), keep)
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
-        conf = self._scores(batch)
-        return conf > self.config.tau, Reasons(conf, self.config.tau)
+        """Keep iff p_M(label | text) > τ_label, each row against its own label's τ."""
+        rows = row_numbers(batch)
+        conf, tau = self._confidence[rows], self.thresholds.tau[self._label[rows]]
+        return conf > tau, Reasons(conf, tau)
 
     def settings_in_effect(self) -> dict:
         return self.config.in_effect()
 
+    def report_details(self) -> tuple[dict, list]:
+        """τ per label in effect and the rows each label kept."""
+        from refinery.report.page import note, table
+
+        chosen = self.thresholds
+        rows = [{"label": l, "tau": t["tau"], "rows": t["rows"], "kept": t["kept"]}
+                for l, t in chosen.by_label().items()]
+        how = (f"auto: each label's τ is the quantile of its rows' p_M(label | text) that keeps "
+               f"{chosen.keep_share:.0%} of them" if chosen.keep_share is not None else "given: one τ for every label")
+        return {"tau_by_label": chosen.by_label()}, [("τ per label", table(rows) + note(
+            f"A row is kept iff p_M(label | text) > τ of its label; τ {how}."))]
+
+    def result(self, written: dict, audits, out: StageOutput):
+        """The filter's result, its headline and first line naming τ per label and the rows each kept."""
+        done = super().result(written, audits, out)
+        rows_line, sep, rest = done.headline.partition("; ")
+        taus = self.thresholds.line()
+        return dataclasses.replace(done, headline=f"{rows_line} ({taus}){sep}{rest}",
+                                   lines=(f"{done.lines[0]} ({taus})", *done.lines[1:]))
+
     def few_kept_hint(self) -> str:
-        """Where p_M lies against τ: the rows' median and highest confidence."""
-        if not len(self._confidence):
+        """Where p_M lies against a τ given: the rows' median and highest confidence (auto keeps the share asked)."""
+        if not len(self._confidence) or self.config.auto:
             return ""
-        median = float(np.median(self._confidence))
-        half = np.floor(median * 100) / 100
-        return (f": p_M(label | text) has median {median:.3f} and reaches "
-                f"{self._confidence.max():.3f}, against tau {self.config.tau:g}"
-                + (f"; --tau {half:.2f} keeps about half the rows" if half > 0 else ""))
+        return (f": p_M(label | text) has median {float(np.median(self._confidence)):.3f} and reaches "
+                f"{self._confidence.max():.3f}, against tau {tau_text(self.config.tau)}; --tau auto keeps "
+                f"{self.config.keep_share:.0%} of each label's rows")
 
     def reason_kind(self, reason: str) -> str:
-        return f"p_M(label | text) <= tau {self.config.tau}"
+        """The reason without the row's p_M: its label's τ (one group per τ)."""
+        return "p_M(label | text) <= " + reason.rpartition(" <= ")[2]
 
     def remedy(self) -> str:
+        lower = (f"a larger --keep-share (now {self.config.keep_share:g})" if self.config.auto else
+                 f"a lower --tau (now {tau_text(self.config.tau)})")
         return (f"a model is most confident where a shortcut gives the label away, so the rows it keeps carry the "
-                f"shortcut more often: lower --tau (now {self.config.tau:g}), or z-filter the kept rows "
-                "(refinery zfilter OUT/kept).")
-
-    def _scores(self, batch: pa.Table) -> np.ndarray:
-        """p_M(label | text) of the batch's rows (scored in ``prepare``, in the input's order)."""
-        return self._confidence[row_numbers(batch)]
+                f"shortcut more often: {lower}, or z-filter the kept rows (refinery zfilter OUT/kept).")
