@@ -161,15 +161,16 @@ def test_upsample_names_the_top_tokens_its_band_and_stopwords_leave_out(tmp_path
     out = run_cli("upsample", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--out", tmp_path / "u").stdout
     report = json.loads((tmp_path / "u" / "report" / "report.json").read_text())
     why = {e["token"]: e["reason"] for e in report["left_out"]}
-    assert why["outside"] == "n outside the band 40–393" and why["for"].startswith("a stopword")
-    assert report["band"] == [40, 393] and report["band_hint"] == "0.002,0.0609"
+    assert why["outside@hypothesis"].startswith("n outside the band 40–393; 87 contradiction rows contain")
+    assert why["for@hypothesis"].startswith("a stopword")
+    assert report["band"] == [40, 393] and report["band_hint"] == "0.002,0.1072"
     assert "left out of the top 10 tokens by z*" in out
-    assert "--band-min 0.002 --band-max 0.0609 would take in" in out
+    assert "--band-min 0.002 --band-max 0.1072 would take in" in out
     lower, upper = report["band_hint"].split(",")
     run_cli("upsample", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--band-min", lower, "--band-max", upper,
             "--out", tmp_path / "wider")
     wider = json.loads((tmp_path / "wider" / "report" / "report.json").read_text())
-    assert "outside" in wider["tokens"] and wider["band_hint"] is None
+    assert "outside@hypothesis" in wider["tokens"] and wider["band_hint"] is None
 
 
 def test_weights_warn_when_a_few_rows_carry_the_weight(tmp_path, sick_like):

@@ -187,7 +187,12 @@ def _overlap_share(tok_a: pa.ListArray, tok_b: pa.ListArray) -> np.ndarray:
 
 def text_fields(table: pa.Table, config: FeatureConfig) -> list[tuple[str, str]]:
     """(column, feature suffix) of each text field: premise and hypothesis, or the one text."""
-    if not is_pair(table):
+    return fields_of(is_pair(table), config)
+
+
+def fields_of(pair: bool, config: FeatureConfig) -> list[tuple[str, str]]:
+    """``text_fields`` of a corpus of pairs (``pair``) or of single texts."""
+    if not pair:
         return [("text_a", config.single_field_name or "text")]
     a, b = config.field_names or ("premise", "hypothesis")
     return [("text_a", a), ("text_b", b)]

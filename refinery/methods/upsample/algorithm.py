@@ -6,7 +6,8 @@ up-sampled corpus, written through the stage's output."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.audit_record import AuditRecord
-from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig
+from refinery.core.features import KEPT_WORDS, STOPWORD_LIST, FeatureConfig, extract, fields_of
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
@@ -29,10 +30,40 @@ def _query(con, name: str, params: dict | None = None) -> pa.Table:
     return queries.run(con, name, params, package=__package__)
 
 
-def token_stats(con) -> pa.Table:
-    """Per token and label of the current corpus: c, n, p̂ and z* under label_set's p0."""
-    return _query(con, "audac_token_stats")
+def words(stats: zstats.ZStats, fields: list, drop_stopwords: bool = False) -> zstats.ZStats:
+    """AUDAC's tokens (METHODS §1, §3): the audit's unigram features of words, ``w@field`` of the text ``fields``
+    ((column, suffix) pairs: ``features.fields_of``), with the audit's counts, p0, min_count and threshold, so that
+    a token's z*(s,l) = (p̂(l|s) − p0_l)/sqrt(p0_l(1 − p0_l)/n(s)) is the one ``refinery audit`` gives it. A
+    punctuation mark is no word (the paper removes them); with ``drop_stopwords`` stopwords are left out too
+    (negations and quantifiers are none: ``features.KEPT_WORDS``)."""
+    names = stats.features
+    keep = np.zeros(len(names), dtype=bool)
+    for _, suffix in fields:
+        word = pc.utf8_slice_codeunits(names, 0, -len(suffix) - 1)
+        mask = pc.and_(pc.ends_with(names, f"@{suffix}"), pc.and_(
+            pc.invert(pc.match_substring(word, " ")), pc.match_substring_regex(word, r"[\p{L}\p{N}]")))
+        if drop_stopwords:
+            mask = pc.and_(mask, pc.invert(pc.is_in(word, value_set=pa.array(STOPWORD_LIST, pa.string()))))
+        keep |= mask.to_numpy(zero_copy_only=False)
+    return _subset(stats, keep)
 
+
+def only(stats: zstats.ZStats, tokens: list) -> zstats.ZStats:
+    """``stats`` of just the features ``tokens``."""
+    return _subset(stats, pc.is_in(stats.features, value_set=pa.array(tokens, pa.string())).to_numpy(
+        zero_copy_only=False))
+
+
+def _subset(stats: zstats.ZStats, keep: np.ndarray) -> zstats.ZStats:
+    return replace(stats, features=stats.features.filter(pa.array(keep)), counts=stats.counts[keep], n=stats.n[keep])
+
+
+def split_token(token: str, fields: list) -> tuple[str, str]:
+    """(word, column) of a token ``w@field`` of the text ``fields`` ((column, suffix) pairs)."""
+    for column, suffix in fields:
+        if token.endswith(f"@{suffix}"):
+            return token[: -len(suffix) - 1], column
+    raise ValueError(f"{token!r} is no word feature of the fields {', '.join(s for _, s in fields)}")
 
 
 def deficits(counts: dict, p0: dict) -> dict:
@@ -47,17 +78,18 @@ def copies_needed(counts: dict, p0: dict) -> dict:
             for l, d in deficits(counts, p0).items() if d > 0}
 
 
-def ranked_tokens(stats: pa.Table, min_count: int) -> list[dict]:
-    """Tokens with n(s) ≥ min_count by z*(s) = max_l z*(s,l), highest first (ties by token)."""
-    d = stats.to_pydict()
-    per_token: dict = {}
-    for tok, lab, c, n, z in zip(d["token"], d["label"], d["c"], d["n"], d["z"]):
-        e = per_token.setdefault(tok, {"token": tok, "n": int(n), "z": -np.inf, "label": None, "counts": {}})
-        if z > e["z"]:
-            e["z"], e["label"] = z, lab
-        e["counts"][lab] = c
-    ranked = sorted((e for e in per_token.values() if e["n"] >= min_count), key=lambda e: (-e["z"], e["token"]))
-    return [{**e, "z": round(float(e["z"]), 4)} for e in ranked]
+def ranked_tokens(stats: zstats.ZStats, min_count: int) -> list[dict]:
+    """Tokens with n(s) ≥ min_count by z*(s) = max_l z*(s,l), highest first (ties by token), each with its n, z*,
+    label (the first of the largest z*) and counts per label."""
+    rows, _, z = stats.eligible(min_count)
+    best = z.argmax(axis=1) if len(rows) else np.zeros(0, np.int64)
+    top = z[np.arange(len(rows)), best]
+    names = stats.features.take(pa.array(rows, pa.int64()))
+    order = pc.sort_indices(pa.table({"z": -top, "token": names}), [("z", "ascending"), ("token", "ascending")])
+    names, labels = names.to_pylist(), stats.labels
+    return [{"token": names[i], "n": int(stats.n[rows[i]]), "z": round(float(top[i]), 4), "label": labels[best[i]],
+             "counts": dict(zip(labels, stats.counts[rows[i]].astype(np.int64).tolist()))}
+            for i in order.to_numpy()]
 
 
 @dataclass(frozen=True)
@@ -70,7 +102,7 @@ class TokenBand:
     widened: bool = False
 
 
-def select_tokens(stats: pa.Table, labels: list, config, rows: int, threshold: float, p0: dict
+def select_tokens(stats: zstats.ZStats, labels: list, config, rows: int, threshold: float, p0: dict
                   ) -> tuple[list, list, TokenBand]:
     """(S, uncorrectable, band): the top-k correctable tokens by z* within the count band whose z* passes the
     threshold; where the band holds none, the top-k significant tokens whose correction fits ``max_copies``
@@ -87,7 +119,7 @@ def select_tokens(stats: pa.Table, labels: list, config, rows: int, threshold: f
     return (fitting, uncorrectable, wide) if fitting else (chosen, uncorrectable, band)
 
 
-def _top_tokens(stats: pa.Table, labels: list, config, threshold: float, band: TokenBand, fits=lambda e: True
+def _top_tokens(stats: zstats.ZStats, labels: list, config, threshold: float, band: TokenBand, fits=lambda e: True
                 ) -> tuple[list, list]:
     """(the top-k correctable tokens by z* over ``threshold`` with n in ``band`` that ``fits``, the uncorrectable
     ones met on the way: some label never co-occurs with them)."""
@@ -102,18 +134,19 @@ def _top_tokens(stats: pa.Table, labels: list, config, threshold: float, band: T
     return chosen, uncorrectable
 
 
-def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: float,
+def left_out(every_token: zstats.ZStats, fields: list, chosen: list, config, rows: int, threshold: float,
              p0: dict, band: TokenBand) -> tuple[list, str | None]:
-    """(tokens, band hint): the tokens S leaves out, stopwords included: the significant ones among the top k by
-    z*, and every negation or quantifier in at least min_count rows, each with the reason and the copies per row
-    its correction would need; and the ``--band`` that would take in those outside the ``band`` S was taken from
-    whose correction fits ``max_copies`` (None if none)."""
+    """(tokens, band hint): the tokens S leaves out, stopwords included (``every_token``: ``words`` of the input's
+    audit over the text ``fields``): the significant ones among the top k by z*, and every negation or quantifier
+    in at least min_count rows, each with the reason and the copies per row its correction would need; and the
+    ``--band`` that would take in those outside the ``band`` S was taken from whose correction fits
+    ``max_copies`` (None if none)."""
     lo, hi = band.lo, band.hi
     taken = {c["token"] for c in chosen}
     ranked = ranked_tokens(every_token, config.min_count)
     significant = [e for e in ranked if e["z"] > threshold]
-    shown = significant[: config.k] + [e for e in ranked if e["token"] in KEPT_WORDS and e not in
-                                       significant[: config.k]]
+    shown = significant[: config.k] + [e for e in ranked if split_token(e["token"], fields)[0] in KEPT_WORDS and
+                                       e not in significant[: config.k]]
     out, outside = [], []
     for e in shown:
         if e["token"] in taken:
@@ -122,7 +155,7 @@ def left_out(every_token: pa.Table, chosen: list, config, rows: int, threshold: 
         most = max(need.values(), default=0)
         if e["z"] <= threshold:
             reason = f"z* under the threshold {threshold:.2f}: not a shortcut here, nothing to correct"
-        elif config.remove_stopwords and e["token"] in STOPWORD_LIST:
+        elif config.remove_stopwords and split_token(e["token"], fields)[0] in STOPWORD_LIST:
             reason = "a stopword (kept with --no-remove-stopwords)"
         elif math.isinf(most):
             reason = uncorrectable_reason(e["token"], [l for l, c in need.items() if math.isinf(c)])
@@ -178,9 +211,10 @@ class Plan:
     p0: dict                     # {label: p0_l}, each token's target p(l|s)
     threshold: float             # the input's audit's threshold, which the tokens' z* must pass (the verdict's)
     band: TokenBand              # the n(s) the tokens were taken from, and whether the configured band was widened
-    every_token: pa.Table        # token_stats of the input, stopwords included
-    before: pa.Table             # token_stats of the input, as corrected (stopwords removed unless kept)
-    after: pa.Table              # token_stats of the output
+    fields: list                 # (column, suffix) of each text field: a token is ``word@suffix``, as the audit's
+    every_token: zstats.ZStats   # the input's audit's words, stopwords included (``words``)
+    before: zstats.ZStats        # the input's audit's words, as corrected (stopwords left out unless kept)
+    after: zstats.ZStats         # the output's audit's words, as corrected (under the output's own prior rule)
     chosen: list                 # S: the tokens corrected
     uncorrectable: list          # tokens some label never co-occurs with, passed over
     trace: list                  # each turn: iteration, token, deficit, copies per label, refused, undone
@@ -212,22 +246,19 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     con.execute("CREATE OR REPLACE TABLE blocked (row_id BIGINT)")
     n_rows = sum(totals.values())
     target = dict(zip(labels, (round(float(x), 6) for x in p0)))
-    queries.run_script(con, "audac_token_rows", package=__package__)  # every token, for left_out
-    every_token = token_stats(con)
-    before = every_token
-    if config.remove_stopwords:
-        con.register("__stopwords", pa.table({"word": sorted(STOPWORD_LIST)}))
-        con.execute("DELETE FROM token_rows WHERE token IN (SELECT word FROM __stopwords)")
-        before = every_token.filter(pc.invert(pc.is_in(every_token["token"], value_set=pa.array(STOPWORD_LIST))))
-    # the input's audit, its texts streamed a batch at a time: its threshold is the one tokens are significant by
+    # the input's audit, its texts streamed a batch at a time: its words are the tokens, with their z* and the
+    # threshold they are significant by
     audit, _ = count_input(_texts(con), labels, features, prior)
     threshold = audit.before.threshold
+    fields = fields_of(_pairs(con), features)
+    every_token = words(audit.before, fields)
+    before = words(audit.before, fields, config.remove_stopwords)
     chosen, uncorrectable, band = select_tokens(before, labels, config, n_rows, threshold, target)
-    con.register("__selected", pa.table({"token": pa.array([c["token"] for c in chosen], pa.string())}))
+    tokens = [c["token"] for c in chosen]
+    con.register("__selected", pa.table({"token": pa.array(tokens, pa.string())}))
     con.execute("CREATE OR REPLACE TABLE selected AS SELECT * FROM __selected")
     # B[s] for the selected tokens only, with each row's label: the draws touch these rows, not the whole corpus
-    con.execute("CREATE OR REPLACE TABLE selected_rows AS SELECT t.row_id, t.token, r.label "
-                "FROM token_rows t JOIN selected USING (token) JOIN rows r USING (row_id) ORDER BY token, row_id")
+    _index_rows(con, tokens, fields, features)
     pool = _padding_pool(con, config) if prior.name == "empirical" else {}
     candidates = np.union1d([r[0] for r in con.execute("SELECT DISTINCT row_id FROM selected_rows").fetchall()],
                             [r for rows in pool.values() for r in rows]).astype(np.int64)
@@ -244,13 +275,13 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     if not config.guard:
         verdict.notes.append("--no-guard: every drawn copy was added, as the paper does; the guard (on by default) "
                              "refuses the copies that would make or strengthen a shortcut")
-    return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, band=band,
-                every_token=every_token,
-                before=before, after=token_stats(con), chosen=chosen, uncorrectable=uncorrectable, trace=trace,
-                added=added, refused=refused, undone=undone,
+    output = guard.after()
+    return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, band=band, fields=fields,
+                every_token=every_token, before=before, after=words(output, fields, config.remove_stopwords),
+                chosen=chosen, uncorrectable=uncorrectable, trace=trace, added=added, refused=refused, undone=undone,
                 supply=_query(con, "audac_supply", {"max_copies": config.max_copies}).to_pylist(),
                 copies=dict(zip(labels, guard.copies.tolist())), verdict=verdict, verdict_input_p0=verdict_input_p0,
-                audit=AuditRecord.of_output(guard.after(), prior,
+                audit=AuditRecord.of_output(output, prior,
                                             dict(zip(labels, (guard.totals + guard.copies).tolist())), features))
 
 
@@ -261,6 +292,55 @@ _REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (
 def _texts(con):
     """The table ``rows``' texts and label in row_id order, as record batches of the reader's batch size."""
     return _batches(con.sql(f"SELECT {_text_columns(con)} FROM rows ORDER BY row_id"), DEFAULT_BATCH_ROWS)
+
+
+def _pairs(con) -> bool:
+    """Whether the table ``rows`` holds pairs (``schema.is_pair``): some row has a text_b."""
+    return _has(con, "text_b") and con.execute("SELECT count(text_b) > 0 FROM rows").fetchall()[0][0]
+
+
+_APOSTROPHE = "['’\ua78c]"   # an apostrophe of n't, or the letter (ꞌ) that holds one through the tokenizer
+
+
+def _may_hold(word: str) -> str:
+    """A regular expression (RE2: its \\W is every character but an ASCII letter, digit or _) matching every text
+    whose tokens (``TokenizerOptions.tokenize``) hold ``word``, and few others: a token is bordered by the text's
+    ends, whitespace or punctuation, except a word before n't (``don't`` → ``do``, ``n't``) and n't after it."""
+    left = "" if word[:2].lower() == "n'" else r"(^|\W)"
+    return left + re.escape(word).replace("'", _APOSTROPHE) + rf"($|\W|[nN]{_APOSTROPHE}[tT])"
+
+
+def _index_rows(con, tokens: list, fields: list, features: FeatureConfig) -> None:
+    """The table ``selected_rows`` (row_id, token, label): B[s] of each token s of ``tokens`` (``w@field`` of the
+    text ``fields``), the rows whose features hold it. DuckDB reads out just the rows whose field may hold the word
+    (``_may_hold``), and the audit's own extraction of their features (``features.extract``) decides."""
+    patterns: dict = {}
+    for token in tokens:
+        word, column = split_token(token, fields)
+        patterns.setdefault(column, []).append(_may_hold(word))
+    text = "lower({})" if features.tokenizer.lowercase else "{}"
+    where = " OR ".join(f"regexp_matches({text.format(column)}, ${column})" for column in patterns) or "false"
+    unigrams, wanted = replace(features, families=("unigram",)), pa.array(tokens, pa.string())
+    hits = [pa.table({"row_id": pa.array([], pa.int64()), "token": pa.array([], pa.string()),
+                      "label": pa.array([], pa.string())})]
+    rel = con.sql(f"SELECT row_id, {_text_columns(con)} FROM rows WHERE {where}",
+                  params={column: "|".join(p) for column, p in patterns.items()})
+    for batch in _batches(rel, DEFAULT_BATCH_ROWS):
+        table = pa.Table.from_batches([batch])
+        if len(fields) == 2:   # a pair's field, whatever the batch (``text_fields``: pairs if some row has a text_b)
+            table = table.set_column(table.schema.get_field_index("text_b"), "text_b",
+                                     pc.fill_null(table["text_b"], ""))
+        long = extract(table, unigrams)
+        feature = long["feature"].combine_chunks() if isinstance(long["feature"], pa.ChunkedArray) \
+            else long["feature"]
+        hit = pc.take(pc.is_in(feature.dictionary, value_set=wanted), feature.indices)
+        at = long["row"].filter(hit)
+        hits.append(pa.table({"row_id": table["row_id"].take(at),
+                              "token": feature.dictionary.take(feature.indices.filter(hit)),
+                              "label": table["label"].take(at)}))
+    con.register("__hits", pa.concat_tables(hits, promote_options="permissive"))
+    con.execute("CREATE OR REPLACE TABLE selected_rows AS SELECT row_id, token, label FROM __hits "
+                "ORDER BY token, row_id")
 
 
 def _candidate_rows(con, candidates: np.ndarray) -> pa.Table:

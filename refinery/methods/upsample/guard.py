@@ -11,9 +11,9 @@ import pyarrow.compute as pc
 from refinery.core import stats as zstats
 from refinery.core.features import NULL_FEATURE, FeatureConfig, extract
 from refinery.core.verdict import JITTER, Verdict, judge
+from refinery.methods.upsample.config import AUDIT_MIN_COUNT
 
 ALPHA = 0.01          # family-wise level of the tokens' and the guard's Bonferroni thresholds (the audit's default)
-AUDIT_MIN_COUNT = 10  # the guard's and the verdict's min_count (the audit's default)
 RISE = JITTER         # how far copies may raise a feature already over the threshold: what the verdict calls jitter
 
 CANDIDATE_ROWS = 65_536   # candidate rows whose features are extracted at a time (``_candidate_features``)

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from refinery.core import stats as zstats
-from refinery.methods.upsample.algorithm import (IBADR, Plan, copies_needed, deficits, left_out, over_cap_reason,
-                                                 ranked_tokens, uncorrectable_reason)
-from refinery.methods.upsample.guard import ALPHA
+from refinery.methods.upsample.algorithm import (IBADR, Plan, copies_needed, deficits, left_out, only,
+                                                 over_cap_reason, ranked_tokens, uncorrectable_reason)
 from refinery.pipeline.output import StageOutput
 from refinery.report.figures.zplot import zplot
 from refinery.report import format as fmt
@@ -26,16 +22,15 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
     ``rejected`` input rows aside."""
     labels, n_rows, n_added = plan.labels, plan.rows, len(plan.added)
     tokens = [c["token"] for c in plan.chosen]
-    pb, pa_ = _p_hat(plan.before, tokens, labels), _p_hat(plan.after, tokens, labels)
-    after = plan.after
+    after = {e["token"]: e for e in ranked_tokens(only(plan.after, tokens), 0)}   # the output's audit's
+    pb, pa_ = _p_hat(plan.chosen, labels), _p_hat(after.values(), labels)
     report = {
         "rows_before": n_rows, "rows_added": n_added, "rows_after": n_rows + n_added,
         "growth": round(n_added / max(n_rows, 1), 4),
         "tokens": tokens,
         "p_hat_before": pb, "p_hat_after": pa_,
         "max_p_after": {t: max(pa_[t].values()) for t in tokens},
-        "z_after": {e["token"]: e["z"] for e in ranked_tokens(
-            after.filter(pc.is_in(after["token"], value_set=pa.array(tokens, pa.string()))), 0)},
+        "z_after": {t: after[t]["z"] for t in tokens},
         "uncorrectable": [{**u, "reason": uncorrectable_reason(u["token"], [l for l in labels if not u["counts"].get(l)])}
                           for u in plan.uncorrectable],
         "selected": plan.chosen,
@@ -48,10 +43,10 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
         "most_copies_of_a_row": most_copies(plan.added),
         "refused": {"rows": len(plan.refused), "features": tally(plan.refused.values())},
         "undone_turns": plan.undone,
-        "not_corrected": not_corrected(plan.chosen, pa_, plan.supply, config, plan.p0, plan.refused, after, labels),
+        "not_corrected": not_corrected(plan.chosen, pa_, plan.supply, config, plan.p0, after),
     }
-    report["left_out"], report["band_hint"] = left_out(plan.every_token, plan.chosen, config, n_rows, plan.threshold,
-                                                       plan.p0, plan.band)
+    report["left_out"], report["band_hint"] = left_out(plan.every_token, plan.fields, plan.chosen, config, n_rows,
+                                                       plan.threshold, plan.p0, plan.band)
     listed = {u["token"] for u in report["uncorrectable"]}   # and the significant ones outside the band or the top k
     report["uncorrectable"] += [{k: e[k] for k in ("token", "n", "z", "label", "counts", "reason")}
                                 for e in report["left_out"] if e["uncorrectable"] and e["token"] not in listed]
@@ -59,12 +54,9 @@ def summary(plan: Plan, config, *, inputs: list, rejected: int) -> dict:
     return report
 
 
-def _p_hat(stats: pa.Table, tokens: list, labels: list) -> dict:
-    d = stats.filter(pc.is_in(stats["token"], value_set=pa.array(tokens, pa.string()))).to_pylist()
-    out = {t: {l: 0.0 for l in labels} for t in tokens}
-    for r in d:
-        out[r["token"]][r["label"]] = round(r["p_hat"], 4)
-    return out
+def _p_hat(entries, labels: list) -> dict:
+    """{token: {label: p̂(l|s)}} of ``ranked_tokens``' ``entries``."""
+    return {e["token"]: {l: round(e["counts"].get(l, 0) / max(e["n"], 1), 4) for l in labels} for e in entries}
 
 
 def trace_table(trace: list) -> pa.Table:
@@ -101,9 +93,7 @@ def page(out: StageOutput, report: dict, plan: Plan, config) -> Report:
             drawn.setdefault(t["token"], {"token": t["token"]})[str(t["iteration"])] = t["drawn"]
     for row in drawn.values():
         row["total"] = sum(row.get(str(i), 0) for i in iterations)
-    p0_vector = np.array([p0[l] for l in labels])
-    plot = lambda stats, what: zplot(_as_zstats(stats, labels, p0_vector, config.min_count), 6,  # noqa: E731
-                                             f"{corpus}: tokens {what}" if corpus else f"tokens {what}")
+    plot = lambda stats, what: zplot(stats, 6, f"{corpus}: tokens {what}" if corpus else f"tokens {what}")  # noqa: E731
     refused = report["refused"]
     return (page
             .section(verdict_page.HEADING, verdict_page.section(verdict),
@@ -161,12 +151,6 @@ def page(out: StageOutput, report: dict, plan: Plan, config) -> Report:
             .section("Configuration", config_table(report["config"])))
 
 
-def _as_zstats(table: pa.Table, labels: list, p0: np.ndarray, min_count: int) -> zstats.ZStats:
-    counts = table.select(["token", "label", "c"]).rename_columns(["feature", "label", "count"])
-    features, matrix, n = zstats.long_to_matrix(counts, labels)
-    return zstats.from_matrix(features, labels, matrix, p0, min_count, ALPHA, n=n)
-
-
 def _pair_or_text(change):
     return lambda v: v if isinstance(v, str) else change(v)
 
@@ -186,18 +170,14 @@ def tally(values) -> dict:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10])
 
 
-def not_corrected(chosen: list, p_after: dict, supply: list, config, p0: dict, refused: dict,
-                  after: pa.Table, labels: list) -> list:
-    """The selected tokens whose labels did not reach p0 (D[s] > tolerance · n(s)), and why."""
-    counts_after = {}
-    for r in after.filter(pc.is_in(after["token"], value_set=pa.array([c["token"] for c in chosen], pa.string()))
-                          ).to_pylist():
-        counts_after.setdefault(r["token"], {})[r["label"]] = r["c"]
+def not_corrected(chosen: list, p_after: dict, supply: list, config, p0: dict, after: dict) -> list:
+    """The selected tokens whose labels did not reach p0 (D[s] > tolerance · n(s)), and why; ``after``: each
+    token's ``ranked_tokens`` entry in the output's audit."""
     by = {(s["token"], s["label"]): s for s in supply}
     out = []
     for c in chosen:
         tok = c["token"]
-        now = counts_after.get(tok, {})
+        now = after[tok]["counts"]
         left = deficits(now, p0)
         if sum(left.values()) <= config.tolerance * c["n"]:
             continue

@@ -14,8 +14,10 @@ What refinery adds, and why (docs/upsample.md):
   the paper's max_l′ c_l′(s) − c_l(s) under the uniform prior. Under 1/C an imbalanced corpus's common words
   rank as biases toward its majority label merely for being common, and "correcting" them copies the
   minority labels wholesale.
-- Only tokens whose z* passes the Bonferroni threshold are corrected; negations and quantifiers are never
-  stopwords (``features.KEPT_WORDS``).
+- The tokens are the audit's word features (``w@field``: its tokenizer, its fields kept apart, its min_count), not
+  the paper's tokens pooled over both texts: every corrected token is in ``refinery audit``'s statistics of the
+  input, with the z* it gives it (``algorithm.words``). Only tokens whose z* passes the audit's Bonferroni
+  threshold are corrected; negations and quantifiers are never stopwords (``features.KEPT_WORDS``).
 - A row is copied at most ``max_copies`` times, each turn's copies go to distinct rows, those with the fewest
   copies first. A token whose short label runs out of rows is corrected as far as they go, and the report
   says how many copies a row would have needed.
@@ -98,9 +100,10 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
     not corrected and why, what was left out."""
     lines = [f"  prior p0: {r['prior']}; at most {config.max_copies} copies of a row "
              f"(most made: {r['most_copies_of_a_row']})"]
+    width = max((len(c["token"]) for c in r["selected"]), default=0)
     for c in r["selected"]:
         tok, label = c["token"], c["label"]
-        lines.append(f"  {tok:<16} z* {c['z']:5.1f} -> {r['z_after'][tok]:5.1f}   p̂({label}) "
+        lines.append(f"  {tok:<{width}} z* {c['z']:5.1f} -> {r['z_after'][tok]:5.1f}   p̂({label}) "
                      f"{r['p_hat_before'][tok][label]:.3f} -> {r['p_hat_after'][tok][label]:.3f} "
                      f"(p0 {r['p0'][label]:.3f})")
     for e in r["not_corrected"]:
@@ -118,7 +121,9 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
         widened = ", widened: the configured band held none" if r["band_widened"] else ""
         lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "
                      f"{lo:,} to {hi:,}{widened}; significant: z* > {r['threshold']:.2f}, the audit's):")
-        lines += [f"    {e['token']:<14} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}" for e in shown]
+        width = max(len(e["token"]) for e in shown)
+        lines += [f"    {e['token']:<{width}} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}"
+                  for e in shown]
     calm = [e for e in r["left_out"] if e["z"] <= r["threshold"]]
     if calm:
         lines.append("  negations and quantifiers under the threshold, nothing to correct: "
