@@ -11,7 +11,7 @@ from refinery.methods.leakage.config import FEATURE_SETS, ForestConfig, GraphCon
 MIN_ESS_SHARE = 0.5   # the default cap keeps the effective sample size (Σw)²/Σw² at least this share of the rows
 AUTO_CLIP, NO_CLIP = "auto", "none"   # the cap chosen from the effective sample size; the paper's letter: no cap
 _CAP = number_in(1, open_low=True)
-CLIP = Allowed(lambda v: v in (AUTO_CLIP, NO_CLIP) or _CAP.test(v), f"{_CAP.text}, {AUTO_CLIP} or {NO_CLIP}")
+CLIP = Allowed(lambda v: v in (AUTO_CLIP, NO_CLIP) or _CAP.test(v), f"{_CAP.text}, {AUTO_CLIP}")   # or none
 
 
 def _clip(text: str) -> float | str:
