@@ -256,7 +256,8 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
     first = run_cli("run", spec, "--out", tmp_path / "o").stdout
     # the input's audit is the audit step's, the kept rows' and the weighted rows' those zfilter's and weights'
     # verdicts kept with them: the report counts nothing again
-    assert "auditing the rows" not in first and first.count("report: reading the audit") == 3
+    assert "report: auditing" not in first and first.count(" is read from ") == 3
+    assert "report: the input's audit is read from 01-audit" in first
     weighted = Corpus.open(str(tmp_path / "o" / "03-weights" / "corpus")).read()
     assert "split" not in weighted.column_names and "weight" in weighted.column_names
     report = json.loads((tmp_path / "o" / "04-compare" / "report" / "report.json").read_text())
@@ -271,7 +272,7 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
         {k: kept[k] for k in ("max_z", "threshold", "significant", "labels", "prior")}
     again = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert again.count("unchanged, skipped") == 5 and "auditing" not in again
-    assert again.count("report: reading the audit") == 3
+    assert again.count(" is read from ") == 3
     rereceipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
     assert [s.get("audit") for s in rereceipt["steps"]] == [s.get("audit") for s in receipt["steps"]]
     assert rereceipt["final_top"] == receipt["final_top"]

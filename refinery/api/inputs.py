@@ -17,11 +17,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refinery.io.location import join
-from refinery.io.schema import PRESETS, parse_mapping
+from refinery.io.schema import PRESETS, canonical_mapping, parse_mapping
 from refinery.io.scratch import write_parquet_file
 from refinery.pipeline.config import InputSpec, from_dict
-
-CANONICAL = ("text_a", "label")   # the columns that make a table readable without a preset or map
 
 
 @dataclass
@@ -49,14 +47,15 @@ class Source:
 
     @property
     def canonical(self) -> bool:
-        """In-memory data already in refinery's columns (text_a, label, …): read without a preset or map."""
-        return all(c in self.columns for c in CANONICAL)
+        """In-memory data already in refinery's columns (``io.schema.canonical_mapping``): read without a preset or
+        map."""
+        return canonical_mapping(self.columns) is not None
 
     def input_spec(self, keys: dict, splits: list | None = None) -> InputSpec:
         """The runner's input: the caller's keywords over these paths, or over the named ``splits`` of them."""
         keys = dict(keys)
         if self.canonical and not keys.get("preset") and not keys.get("map"):
-            keys["map"] = {c: c for c in ("id", "text_a", "text_b", "label", "node_a", "node_b") if c in self.columns}
+            keys["map"] = dict(canonical_mapping(self.columns).columns)   # as a file in them reads (``input_mapping``)
         if keys.get("labels") is not None:
             keys["labels"] = self.label_names(keys["labels"], keys)
         elif self.features and not keys.get("preset"):

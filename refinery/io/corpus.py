@@ -23,8 +23,8 @@ from refinery.io.common_schema import common_schema, conform
 from refinery.io.contained import OutsideFolder, inside
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
-from refinery.io.readers import read_input
-from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
+from refinery.io.readers import input_columns, read_input
+from refinery.io.schema import AS_IS_REQUIRED, PRESETS, REJECTS_SCHEMA, Mapping, canonical_mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import forget_listings, get_fs, on_store
 from refinery.io.finished import MANIFEST, META_DIR, STAGE, finished, manifest_path
@@ -226,13 +226,39 @@ def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
     return [posixpath.join(url.rstrip("/"), f) for f in folders if is_corpus(posixpath.join(url, f), storage_options)]
 
 
-def not_a_corpus(url: str, storage_options: dict | None = None) -> ValueError:
-    """The error for ``url`` read without a mapping where it is no corpus: a stage's folder names its parts."""
+def not_a_corpus(url: str, storage_options: dict | None = None, columns: list | None = None) -> ValueError:
+    """The error for ``url`` read without a mapping where it is no corpus and not in refinery's columns: a stage's
+    folder names its parts; a file its ``columns`` and the presets whose columns it has."""
     parts = stage_parts(url, storage_options)
     if parts:
         return ValueError(f"{url} is a refinery stage's folder, not a corpus: read one of its parts, "
                           f"{' or '.join(parts)}")
-    return ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
+    if columns is None:
+        return ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
+    fitting = [name for name, preset in PRESETS.items() if all(c in columns for c in preset.required.values())]
+    return ValueError(f"{url} has no {' and '.join(AS_IS_REQUIRED)} columns (it has {', '.join(columns) or 'none'}); "
+                      "name its columns with " + (" or ".join(f"--preset {n}" for n in fitting[:3]) + " or " if fitting
+                                                 else "--preset or ") + "--map text_a=COLUMN,label=COLUMN,…")
+
+
+def input_mapping(url: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions()) -> Mapping | None:
+    """How the input ``url`` is read: a finished corpus (or a stage's folder that made one) as it is (None);
+    a raw input through ``mapping``, else, where it is already in refinery's columns (``text_a``, ``label``, …), as
+    it is (``canonical_mapping``), on the command line and through the API alike; else ``not_a_corpus``."""
+    if is_corpus(corpus_of(url, opts.storage_options), opts.storage_options):
+        return None
+    if mapping is not None:
+        return mapping
+    if stage_parts(url, opts.storage_options):   # a stage's folder: its parts are corpora, not one file to read
+        raise not_a_corpus(url, opts.storage_options)
+    try:
+        columns = input_columns(url, opts)
+    except ValueError:   # no format to read it by (an unknown extension): a preset names it
+        raise not_a_corpus(url, opts.storage_options) from None
+    found = canonical_mapping(columns)
+    if found is None:
+        raise not_a_corpus(url, opts.storage_options, columns)
+    return found
 
 
 def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
@@ -269,7 +295,8 @@ def concat(tables: list[pa.Table]) -> pa.Table:
 
 def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: ReadOptions = ReadOptions()
                        ) -> Iterator[tuple[str, Batch]]:
-    """Canonical batches from raw inputs (with a mapping) or finished corpora (without one). A raw input that
+    """Canonical batches from raw inputs (through ``input_mapping``: with a mapping, or as they are where they are in
+    refinery's columns) or finished corpora (without one). A raw input that
     holds no rows at all (an empty file, a header alone) is an ``EmptyInput`` naming it. A stage's folder reads
     as the corpus it made (``corpus_of``)."""
     for url in map(functools.partial(corpus_of, storage_options=opts.storage_options), inputs):
@@ -280,10 +307,8 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
             if corpus.manifest.get("rejected"):  # a corpus's own rejects travel with its rows
                 yield url, Batch(EMPTY_CANONICAL, corpus.read_rejects())
             continue
-        if mapping is None:
-            raise not_a_corpus(url, opts.storage_options)
         empty = True
-        for path, batch in read_input(url, mapping, opts):
+        for path, batch in read_input(url, input_mapping(url, mapping, opts), opts):
             empty = empty and not batch.rows.num_rows and not batch.rejects.num_rows
             yield path, batch
         if empty:

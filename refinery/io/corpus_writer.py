@@ -392,9 +392,11 @@ def write_table(table: pa.Table, out: str, rejects: pa.Table | None = None, **kw
 def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(),
             mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> dict:
     """Read raw inputs and write the canonical corpus with its rejects and manifest; inputs without a good row
-    are an ``EmptyInput`` (their rejects published)."""
-    with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config,
-                      storage_options=opts.storage_options, inputs=inputs) as writer:
+    are an ``EmptyInput`` (their rejects published). The manifest records the names the preset gives the texts
+    (``Mapping.recorded_names``: ``msrp``'s sentence1/sentence2), so that the corpus's audit names its features as
+    the input's does and a stage's output would."""
+    with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config, storage_options=opts.storage_options,
+                      inputs=inputs, extra=mapping.recorded_names() if mapping is not None else None) as writer:
         if writer.skipped:   # ``mode`` kept the finished corpus: its manifest, said so
             return {**writer.commit(), "skipped": True}
         return writer.copy((batch for _, batch in iter_input_batches(inputs, mapping, opts)), inputs)

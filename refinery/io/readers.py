@@ -9,6 +9,7 @@ booleans), the mapped columns leave the reader as the canonical types.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import gzip
 import json
@@ -309,9 +310,19 @@ def read_input(url: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
                 yield path, Batch(rows, batch.rejects)
 
 
-def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[Batch]:
-    """Stream one file as canonical batches; raise MissingColumnError before any row when a mapped column is
-    not in the file, BadRowError on the first bad row under ``fail``."""
+def input_columns(url: str, opts: ReadOptions = ReadOptions()) -> list[str]:
+    """The columns of a raw input (a file, folder or glob) as its first file names them: its header, its schema, or
+    the keys of its first records (none for an empty file)."""
+    splits = hf_splits(url, opts.storage_options) or {None: expand_paths([url], opts.storage_options)}
+    first = next(path for paths in splits.values() for path in paths)
+    with contextlib.closing(_raw_pieces(first, Mapping({}), opts)[1]) as pieces:
+        piece = next(pieces, None)
+    return [] if piece is None else [c for c in piece[0].column_names if c != "__line"]
+
+
+def _raw_pieces(path: str, mapping: Mapping, opts: ReadOptions) -> tuple[str, Iterator]:
+    """(the file's format, its raw pieces as that format's parser yields them: ``raw``'s (rows, raw text, parse
+    rejects))."""
     fs, fpath = get_fs(path, opts.storage_options)
     fmt = detect_format(path, mapping)
     if fmt == "json" and _looks_like_jsonl(fs, fpath):
@@ -328,7 +339,14 @@ def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) ->
         "parquet": lambda: parquet_pieces(fs, fpath, opts, path, mapped),
         "arrow": lambda: arrow_pieces(fs, fpath, opts, path, mapped),
     }
-    pieces = _with_mapped_columns(_unique_columns(parsers[fmt](), mapping, path), mapping, path,
+    return fmt, parsers[fmt]()
+
+
+def read_file(path: str, mapping: Mapping, opts: ReadOptions = ReadOptions()) -> Iterator[Batch]:
+    """Stream one file as canonical batches; raise MissingColumnError before any row when a mapped column is
+    not in the file, BadRowError on the first bad row under ``fail``."""
+    fmt, raw_pieces = _raw_pieces(path, mapping, opts)
+    pieces = _with_mapped_columns(_unique_columns(raw_pieces, mapping, path), mapping, path,
                                   from_schema=fmt not in ("jsonl", "json"), records=opts.batch_rows)
     shown = in_memory_names(path)   # in-memory data's rejects name the caller's object, not its scratch file
     for raw, raws, parse_rejects in _whole(pieces, path):

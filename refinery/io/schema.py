@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 CANONICAL_FIELDS = ("id", "text_a", "text_b", "label")
+FIELD_NAMES, SINGLE_TEXT = "field_names", "single_text"   # a manifest's record of its input's preset's names
 OPTIONAL_FIELDS = {
     "weight": pa.float64(),
     "source": pa.string(),
@@ -65,6 +66,19 @@ class Mapping:
     optional: tuple = ("id", "node_a", "node_b")
     field_names: tuple = ("premise", "hypothesis")
     preset: str | None = None  # the preset's name, for messages
+
+    @property
+    def names(self) -> tuple[tuple | None, bool]:
+        """The names of text_a and text_b a preset gives features (none for an explicit map) and whether it reads one
+        text: what a corpus read through it records (``FIELD_NAMES``, ``SINGLE_TEXT``)."""
+        if self.preset is None:
+            return None, False
+        return self.field_names, self.columns.get("text_b") is None
+
+    def recorded_names(self) -> dict:
+        """The manifest entries of ``names`` (none for an explicit map)."""
+        names, single = self.names
+        return {FIELD_NAMES: list(names), SINGLE_TEXT: single} if names else {}
 
     @property
     def required(self) -> dict:
@@ -127,6 +141,16 @@ PRESETS: dict[str, Mapping] = {name: replace(m, preset=name) for name, m in {
 
 
 MAPPED_FIELDS = ("text_a", "text_b", "label", "id", "node_a", "node_b", "split", "weight")   # what --map may name
+AS_IS = ("id", "text_a", "text_b", "label", "node_a", "node_b")   # refinery's columns, read as they are without a map
+AS_IS_REQUIRED = ("text_a", "label")   # ... where the data has at least these
+
+
+def canonical_mapping(columns) -> Mapping | None:
+    """The mapping of data already in refinery's columns (``text_a`` and ``label`` at least): each of ``AS_IS``
+    that ``columns`` holds read as itself; None where the data is not in refinery's columns."""
+    if not all(c in columns for c in AS_IS_REQUIRED):
+        return None
+    return Mapping({c: c for c in AS_IS if c in columns})
 
 
 def parse_mapping(spec: str, labels: str | None = None) -> Mapping:

@@ -44,17 +44,9 @@ TOO_FEW_KEPT = "no verdict: the {kept:,} kept rows are too few for any feature t
 
 
 def verdict_headline(verdict: dict) -> str:
-    """A stage's verdict (``Verdict.to_dict()``) in a pipeline log's line: ok, or what went wrong and the remedy."""
-    if verdict["ok"]:
-        return "verdict ok"
-    shown = []
-    for c in verdict["worsened"][:3]:
-        before = "untested" if c["z_before"] is None else f"{c['z_before']:.2f}"
-        shown.append(f"{c['feature']} ({c['label']}) z* {before} → {c['z_after']:.2f}")
-    found = [f"{verdict['worsened_total']:,} feature(s) crossed the threshold or rose: {', '.join(shown)}"
-             + (", …" if verdict["worsened_total"] > len(shown) else "")] if verdict["worsened_total"] else []
-    found += [f"{l}'s max z* rose to {verdict['max_z'][l]['after']:.2f}" for l in verdict["labels_risen"]]
-    return f"verdict WARNING: {', '.join(found)}" + (f"; remedy: {verdict['remedy']}" if verdict["remedy"] else "")
+    """A stage's verdict (``Verdict.to_dict()``) in a pipeline log's line: ok, or what went wrong and the remedy, in
+    the words of its ``warnings`` (``Verdict.warnings``: the lines the verb prints under the verdict)."""
+    return "verdict ok" if verdict["ok"] else "verdict WARNING: " + "; ".join(verdict["warnings"])
 
 
 class FilterStage(Stage):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 import pyarrow as pa
 
 from refinery.io.location import join
+from refinery.io.schema import FIELD_NAMES, SINGLE_TEXT
 
 if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options build without them
     from refinery.core.audit_record import AuditRecord
@@ -31,8 +32,7 @@ if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options bui
     from refinery.report.page import Report
 
 REPORT = "report"   # the part holding report.json and report.html
-FIELD_NAMES, SINGLE_TEXT = "field_names", "single_text"   # a manifest's record of its input's preset's names
-AUDIT_PRIOR = "audit_prior"   # ... and of the audit's prior rule, decided on the first corpus of its lineage audited
+AUDIT_PRIOR = "audit_prior"   # a manifest's record of the audit's prior rule (decided on its lineage's first)
 
 
 @dataclass

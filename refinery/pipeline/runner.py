@@ -40,7 +40,7 @@ from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSp
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.step_audits import write_pipeline_report
-from refinery.pipeline.stage import MissingColumns, Output, Stage, StageInput, StageResult, splits_hint, stage_class
+from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, missing_columns, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
 
 _STEP_FOLDER = re.compile(r"\d{2,}-[\w.-]+")   # a pipeline's step folder (``step_folder``): 01-zfilter
@@ -102,10 +102,8 @@ def stage_input(spec: InputSpec, opts: ReadOptions, engine: str = "local") -> St
 
 
 def _names(mapping) -> tuple:
-    """The field names and single-text flag a preset gives stages (none for an explicit map)."""
-    if mapping is None or mapping.preset is None:
-        return None, False
-    return mapping.field_names, mapping.columns.get("text_b") is None
+    """The field names and single-text flag a preset gives stages (``Mapping.names``; none for an explicit map)."""
+    return (None, False) if mapping is None else mapping.names
 
 
 def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None = None,
@@ -118,7 +116,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     opts = spec.input.read_options()
     source = stage_input(spec.input, opts)   # each input looked up once (a stage's folder read as its corpus)
     check_out_apart(out, source.paths, storage_options=opts.storage_options)
-    check_columns(spec, source.columns())
+    check_columns(spec, source)
     made = made_folder(out, opts.storage_options)
     created = claim_folder(out, opts.storage_options) == "new"
     try:
@@ -145,11 +143,11 @@ def _remove_earlier_steps(out: str, steps: set, storage_options: dict, echo) -> 
         echo(f"removed {join(out, name)}{kept}: a step of an earlier pipeline in {out}, none of this one's")
 
 
-def check_columns(spec: PipelineSpec, columns) -> None:
+def check_columns(spec: PipelineSpec, source: StageInput) -> None:
     """Refuse a pipeline before any work when a step needs a column that neither the input has nor a step of its
     lineage adds (``Stage.needs`` against the input's columns and the ``Stage.adds`` of the steps it reads through,
-    ``reads`` followed)."""
-    columns = set(columns)
+    ``reads`` followed), naming the input's columns as its data names them (``missing_columns``)."""
+    columns = set(source.columns())
     available = {"input": columns, INPUT_DIR: columns}
     last = columns
     for i, stage_spec in enumerate(spec.stages, 1):
@@ -157,11 +155,8 @@ def check_columns(spec: PipelineSpec, columns) -> None:
         reading = available[stage_spec.reads] if stage_spec.reads else last
         missing = [c for c in cls.needs if c not in reading]
         if missing:
-            added = sorted(reading - columns)
-            raise MissingColumns(f"step {i:02d}-{stage_spec.name} needs column(s) {', '.join(missing)}: the input "
-                                 f"has {', '.join(sorted(columns))}" + (f" and the steps before it add "
-                                                                         f"{', '.join(added)}" if added else "")
-                                 + splits_hint(missing))
+            raise missing_columns(f"step {i:02d}-{stage_spec.name}", missing, source, sorted(columns),
+                                  tuple(sorted(reading - columns)))
         last = available[stage_spec.name] = available[step_folder(i, stage_spec.name)] = reading | set(cls.adds)
 
 
@@ -267,7 +262,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
                                                opts.storage_options).values()))
 
     def work(out: StageOutput) -> tuple[StageResult, int | None]:
-        stage.check_input(source.columns(), " and ".join(source.paths))
+        stage.check_input(source)
         out.inputs, out.settings = list(source.paths), {stage_spec.name: to_dict(config)}
         out.field_names, out.single_text, out.prior = source.field_names, source.single_text, source.prior
         if source.engine == "ray" and stage.one_task:
@@ -318,8 +313,17 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         seconds, peak = time.perf_counter() - t, peak_rss()
         marker.summary = StepRecord(name, fp, result.rows_in, result.parts, result.headline, result.report_file,
                                     round(seconds, 3), peak, task_peak, phases).to_json()
-    echo(f"   {result.headline}" if result.headline else "")
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    for warning in result.warnings:
-        echo(f"   warning: {warning}")
+    for line in step_lines(result):
+        echo(f"   {line}")
     return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases)
+
+
+def step_lines(result: StageResult) -> list[str]:
+    """What a finished stage says under its accounting line, the same in a pipeline's log as from its verb: the
+    stage's lines (each verdict with its reasons and remedy, as ``Verdict.lines`` words them; its headline where it
+    has none), then its warnings not already among them."""
+    given = result.lines or ((result.headline,) if result.headline else ())
+    lines = [part for line in given for part in line.split("\n")]   # a table a stage prints: a line per row
+    said = {line.strip() for line in lines}
+    return lines + [f"warning: {w}" for w in result.warnings if w.strip() not in said]

@@ -118,18 +118,17 @@ class StageInput:
 def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[str]:
     import pyarrow.parquet as pq
 
-    from refinery.io.corpus import Corpus, is_corpus, not_a_corpus
+    from refinery.io.corpus import Corpus, corpus_of, input_mapping
     from refinery.io.location import get_fs
 
-    if is_corpus(path, storage_options):
-        corpus = Corpus.open(path, storage_options)
+    mapping = input_mapping(path, mapping, ReadOptions(storage_options=storage_options))
+    if mapping is None:   # a corpus (a stage's folder: the corpus it made)
+        corpus = Corpus.open(corpus_of(path, storage_options), storage_options)
         if not corpus.files:
             return list(CANONICAL_FIELDS)
         fs, local = get_fs(corpus.files[0], storage_options)
         with fs.open(local, "rb") as fh:
             return pq.read_schema(fh).names
-    if mapping is None:
-        raise not_a_corpus(path, storage_options)
     mapped = [name for name, column in mapping.columns.items() if column]
     return ["id", *mapped, *(["split"] if mapping and _carries_split(path, mapping, storage_options) else [])]
 
@@ -193,6 +192,50 @@ def splits_hint(missing) -> str:
     return "; name the splits: --input train=PATH --input test=PATH" if "split" in missing else ""
 
 
+def missing_columns(needed_by: str, missing: list, source: StageInput, columns: list, added: tuple = ()
+                    ) -> MissingColumns:
+    """The error for ``needed_by`` (a stage, or a pipeline's step) whose input ``source`` (with ``columns``, and the
+    ``added`` ones earlier steps add) lacks the canonical ``missing`` columns, in the user's words: each column it
+    has under the name its data gives it (``claim`` read as text_a through the preset or map; a corpus's text
+    fields by the names its manifest records), the data's columns nothing reads, and the fix: a pair's second text
+    named with ``--map … text_b=COLUMN`` where the data has an unread column, else that the stage needs pairs; the
+    splits named; any other column mapped."""
+    how, named, unread, mapped = _as_read(source, columns)
+    has = ", ".join(named) + (f" (and the steps before it add {', '.join(added)})" if added else "")
+    message = (f"{needed_by} needs column(s) {', '.join(missing)}, which {' and '.join(source.paths)} lacks: "
+               f"read {how}, it has {has}" + (f"; not read: {', '.join(unread)}" if unread else ""))
+    to_map = [c for c in missing if c != "split"]
+    if "text_b" in to_map:
+        message += (f"; {needed_by} reads pairs of texts (text_a and text_b) and this input has one text a row")
+        to_map.remove("text_b")
+        if unread and mapped:
+            message += (": if a column it does not read holds the second text, name it, --map "
+                        + ",".join(f"{k}={v}" for k, v in mapped.items()) + ",text_b=COLUMN")
+        elif not unread:
+            message += f", so {needed_by} does not apply to it"
+    if to_map:
+        message += "; name the column(s): --map " + ",".join(f"{c}=COLUMN" for c in to_map)
+    return MissingColumns(message + splits_hint(missing))
+
+
+def _as_read(source: StageInput, columns: list) -> tuple[str, list, list, dict]:
+    """(how the input is read: its preset, a map, as it is or as a corpus; each of ``columns`` as the data names it;
+    the raw data's columns nothing reads; {canonical column: the data's} of a raw input)."""
+    from refinery.io.corpus import input_mapping
+    from refinery.io.readers import input_columns
+
+    path = source.paths[0]
+    mapping = input_mapping(path, source.mapping, source.opts)
+    if mapping is None:   # a refinery corpus: its texts by the names its manifest records
+        names = dict(zip(("text_a", "text_b")[:1 if source.single_text else 2], source.field_names or ()))
+        return "as a refinery corpus", [f"{c} ({names[c]})" if c in names else c for c in columns], [], {}
+    how = f"with --preset {mapping.preset}" if mapping.preset else "with --map" if source.mapping else \
+        "as it is (in refinery's columns)"
+    given = {k: v for k, v in mapping.columns.items() if v and k in columns}
+    return how, [f"{given[c]} (as {c})" if given.get(c, c) != c else c for c in columns], \
+        [c for c in input_columns(path, source.opts) if c not in given.values()], given
+
+
 class Stage(ABC):
     name: ClassVar[str]
     Config: ClassVar[type]
@@ -242,12 +285,13 @@ class Stage(ABC):
         """The file, folder or corpus a resolved ``references`` value reads (compare's ``PATH@SPLIT``: PATH)."""
         return reference
 
-    def check_input(self, columns, where: str) -> None:
-        """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``)."""
+    def check_input(self, source: StageInput) -> None:
+        """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``), naming the
+        input's columns as its data names them and the fix (``missing_columns``)."""
+        columns = source.columns()
         missing = [c for c in self.needs if c not in columns]
         if missing:
-            raise MissingColumns(f"{self.name} needs column(s) {', '.join(missing)}, which {where} lacks "
-                                 f"(it has {', '.join(columns)}){splits_hint(missing)}")
+            raise missing_columns(self.name, missing, source, columns)
 
     @abstractmethod
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
@@ -271,6 +315,8 @@ REGISTRY = {
     "razor": "refinery.methods.razor.stage:RazorStage",
     "ibadr": "refinery.methods.ibadr.stage:IbadrStage",
     "aflite": "refinery.methods.aflite.stage:AFLiteStage",
+    "dedup": "refinery.methods.dedup.stage:DedupStage",
+    "decontaminate": "refinery.methods.decontaminate.stage:DecontaminateStage",
     "datamap": "refinery.methods.datamap.stage:DataMapStage",
     "compare": "refinery.methods.compare.stage:CompareStage",
     "probe": "refinery.methods.probe.stage:ProbeStage",
@@ -315,8 +361,6 @@ def _entry(name: str):
         close = difflib.get_close_matches(name, REGISTRY, n=1)
         raise ValueError(f"unknown stage {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
                          + f" (stages: {', '.join(sorted(REGISTRY))})")
-    "dedup": "refinery.methods.dedup.stage:DedupStage",
-    "decontaminate": "refinery.methods.decontaminate.stage:DecontaminateStage",
     return REGISTRY[name]
 
 

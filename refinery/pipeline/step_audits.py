@@ -189,11 +189,11 @@ def pipeline_figures(run, spec, opts: ReadOptions, config: ReportConfig, names: 
             weighted = "weight" in columns
             key = _audit_key(step, run.out, audit_config, names, weighted)
             cached = _kept_audit(run.out, key, opts.storage_options)
+            made_by = step if stage is not None else run.stages[1] if len(run.stages) > 1 else None   # whose audit
             found = cached or (
                 _audit_steps_audit(run, spec, audit_config, names, opts.storage_options) if stage is None else
                 _recorded_audit(step.passes_on, opts.storage_options, settings, weighted))
-            echo(f"   report: {'reading the audit' if found else 'auditing the rows'} {step.folder} passes on"
-                 + (" (weighted)" if weighted and not found else ""))
+            echo(f"   report: {_audit_said(step, run.out, found is not None, None if cached else made_by, weighted)}")
             try:
                 record = found or (
                     _measure_weighted(step.passes_on, corpus_opts, audit_config, names, columns, carried)
@@ -222,6 +222,21 @@ def pipeline_figures(run, spec, opts: ReadOptions, config: ReportConfig, names: 
                               dataclasses.asdict(config),
                               unaudited and {"step": unaudited.step, "why": unaudited.audit_skipped})
     return figures, None if unaudited else last, audits
+
+
+def _audit_said(step, out: str, found: bool, made_by, weighted: bool) -> str:
+    """Which audit the report takes for the corpus ``step`` passes on, and where from: ``the input's audit is read
+    from 01-audit``, ``the audit of 02-zfilter/kept is read from 02-zfilter (the one its verdict made)``, ``… from
+    the last run's`` (an unchanged step, ``found`` without ``made_by``), or ``auditing 03-weights/corpus, weighted``
+    where none is found."""
+    root = out.rstrip("/") + "/"
+    what = "the input" if step.name == "input" else step.passes_on.removeprefix(root)
+    audit = "the input's audit" if step.name == "input" else f"the audit of {what}"
+    if not found:
+        return f"auditing {what}" + (", weighted (each row counts as its weight)" if weighted else "")
+    if made_by is None:
+        return f"{audit} is read from the last run's (unchanged: {AUDITS}/ of {posixpath.join(out, 'pipeline')})"
+    return f"{audit} is read from {made_by.folder}" + (" (the one its verdict made)" if made_by is step else "")
 
 
 def _step_report(out: str, step, storage_options: dict) -> StageReport:

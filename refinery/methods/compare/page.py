@@ -106,10 +106,13 @@ def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Rep
         {"set": n, "rows": v["rows"], "input rejects": v["rejected"], "majority class": v["majority"]["label"],
          "its accuracy": v["majority"]["accuracy"],
          "training labels mapped": ", ".join(f"{a} → {b}" for a, b in v["label_map"].items() if a != b) or "none",
+         "training labels it lacks": ", ".join(v["training_labels_unscored"]) or "none",
          "rows also in training": ", ".join(f"{k} {c:,}" for k, c in v["leaked_rows"].items() if c) or "none"}
         for n, v in report["eval"].items()], formats={"its accuracy": fmt.percent}),
         note("A prediction of a mapped training label counts as the label it maps to (the probabilities of the "
-             "training labels mapping to one label are summed)."))
+             "training labels mapping to one label are summed). A training label a set lacks, mapped to none of its "
+             "labels, is never predicted on it: its probability is left out and each row gets the likeliest of the "
+             "set's labels."))
     config = dict(report["config"])
     if config.get("backend") == "ngram":
         for key in ("model", "epochs", "lr", "batch_size", "max_length", "precision"):

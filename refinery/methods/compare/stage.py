@@ -145,8 +145,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     from refinery.core.features import FeatureConfig
     from refinery.io.corpus import input_fingerprints
     from refinery.methods.compare.slices import bias_slices
-    from refinery.methods.compare.statistics import (label_collapses, one_label, one_label_notes, reading_notes,
-                                                     several_labels, summarize)
+    from refinery.methods.compare.statistics import (label_collapses, label_notes, one_label, one_label_notes,
+                                                     reading_notes, several_labels, summarize)
     from refinery.methods.compare.training import predictions_of, read_corpora, run_fingerprint
     from refinery.progress import progress
 
@@ -184,5 +184,5 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     report["warnings"] = [w for e in evals if (w := e.scored_on_part(data.eval_tables[e.name].num_rows,
                                                                    data.eval_rejects[e.name]))] \
         + label_collapses(report)
-    report["notes"] = reading_notes(report) + one_label_notes(report)
+    report["notes"] = label_notes(report) + reading_notes(report) + one_label_notes(report)
     return report, pa.concat_tables(preds)

@@ -114,11 +114,14 @@ def summarize(data: Corpora, correct: dict) -> dict:
     return {
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()},
         "baseline": base,
+        "training_labels": data.train_labels,
         "train": {n: {"rows": data.tables[n].num_rows, "rejected": data.rejects[n].num_rows,
                       "other_splits_left_out": data.other_splits[n],
                       "weighted": "weight" in data.tables[n].column_names} for n in names},
         "eval": {e.name: {"rows": data.eval_tables[e.name].num_rows, "rejected": data.eval_rejects[e.name].num_rows,
                           "labels": data.eval_labels[e.name], "label_map": data.label_maps[e.name],
+                          "training_labels_unscored": data.labels_unscored(e.name),
+                          "labels_merged": data.labels_merged(e.name),
                           "majority": majority_baseline(data.eval_tables[e.name]["label"]),
                           "leaked_rows": data.leaks[e.name]} for e in data.evals},
         "accuracy": summary,
@@ -161,6 +164,29 @@ def label_collapses(report: dict) -> list[str]:
                                f"({fmt.points(cell['accuracy'] - before)}, {cell['rows']:,} rows) against {base}, "
                                f"while its accuracy overall changed by {fmt.points(per[n]['gain']['delta'])}")
     return out
+
+
+def label_notes(report: dict) -> list[str]:
+    """A note for every evaluation set whose labels are not the training labels one to one: the training labels it
+    lacks (no row is scored against them and no prediction is one of them: the models answer among its labels), and
+    the training labels predicted as another of its labels."""
+    out = []
+    for ev, info in report["eval"].items():
+        unscored = info["training_labels_unscored"]
+        if unscored:
+            out.append(f"{ev} has no {_listed(unscored)} rows (its labels: {', '.join(info['labels'])}; the models "
+                       f"were trained on {', '.join(report['training_labels'])}): its accuracy is over its "
+                       f"{len(info['labels'])} labels only, each row given the likeliest of them and a prediction of "
+                       f"{_listed(unscored)} left out")
+        out += [f"{ev}: the models' {_listed(ts)} predictions are scored as its {e}"
+                for e, ts in info["labels_merged"].items()]
+    return out
+
+
+def _listed(labels: list) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``."""
+    quoted = [repr(l) for l in labels]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 def reading_notes(report: dict) -> list[str]:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.io.corpus import is_corpus, load, stage_parts
+from refinery.io.corpus import input_mapping, is_corpus, load, stage_parts
 from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, refuse_repeated_names, train_split
 from refinery.pipeline.output import StageOutput
@@ -48,6 +48,19 @@ class Corpora:
     label_maps: dict        # {set: {training label: its label}}
     leaks: dict             # {set: {corpus: its rows also in the corpus}}
     eval_keys: dict         # {set: the text_keys of its rows}
+    train_labels: list      # every training corpus's labels, sorted
+
+    def labels_unscored(self, name: str) -> list:
+        """The training labels evaluation set ``name`` lacks and its label map sends nowhere: no prediction is one of
+        them (``project`` leaves their probability out; each row is given the likeliest of the set's labels)."""
+        return [t for t in self.train_labels if t not in self.label_maps[name]]
+
+    def labels_merged(self, name: str) -> dict:
+        """{a label of set ``name``: the training labels predicted as it}, where that is another label or several."""
+        merged: dict = {}
+        for t, e in self.label_maps[name].items():
+            merged.setdefault(e, []).append(t)
+        return {e: ts for e, ts in merged.items() if ts != [e]}
 
 
 def training_rows(name: str, table: pa.Table, split: str | None) -> tuple[pa.Table, int]:
@@ -170,10 +183,11 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     for e in evals:
         mapping = e.mapping(source.mapping)
         raw = [p for p in e.paths if mapping is None and not is_corpus(p, source.opts.storage_options)
-               and not stage_parts(p, source.opts.storage_options)]   # a stage's folder: load names its parts
+               and not stage_parts(p, source.opts.storage_options)   # a stage's folder: load names its parts
+               and not _as_is(p, source)]
         if raw:
-            raise ValueError(f"evaluation set {e.name}: {raw[0]} is a raw file, read with no preset: give its "
-                             f"preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)")
+            raise ValueError(f"evaluation set {e.name}: {raw[0]} is a raw file not in refinery's columns, read with "
+                             f"no preset: give its preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)")
         table, eval_rejects[e.name] = load(list(e.paths), mapping, source.opts)
         if not table.num_rows:
             raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
@@ -198,7 +212,15 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
                          f"Train on another split ({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
                          "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
     return Corpora(config, list(train), tables, rejects, other_splits, reads, list(evals), eval_tables, eval_rejects,
-                   eval_pairs, eval_labels, label_maps, leaks, eval_keys)
+                   eval_pairs, eval_labels, label_maps, leaks, eval_keys, train_labels)
+
+
+def _as_is(path: str, source: StageInput) -> bool:
+    """Whether the raw file ``path`` reads without a preset: it is in refinery's columns (``input_mapping``)."""
+    try:
+        return input_mapping(path, None, source.opts) is not None
+    except ValueError:
+        return False
 
 
 def run_fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_prints: list) -> str:
