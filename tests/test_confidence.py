@@ -243,7 +243,7 @@ def test_confidence_defaults_keep_a_share_of_every_label_and_its_verdict_is_the_
     for label, t in taus.items():
         assert t["kept"] == report["by_label"][label]["kept"] == int(np.ceil(0.8 * t["rows"])), (label, t)
         assert f"{label} > {t['tau']:.4g} keeps {t['kept']:,} of {t['rows']:,}" in proc.stdout.splitlines()[1]
-    assert "tau auto (80% of each label)" in proc.stdout.splitlines()[1]
+    assert "tau auto, 80% of each label: " in proc.stdout.splitlines()[1]
     kept = Corpus.open(str(out / "kept")).read()
     rejected = Corpus.open(str(out / "rejected")).read()
     for label, t in taus.items():   # each row against its own label's τ
@@ -291,7 +291,7 @@ def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli
     result = rf.confidence(str(snli_dev_head), preset="snli", folds=3, out=str(tmp_path / "api"))
     report = json.loads((tmp_path / "api" / "report" / "report.json").read_text())
     assert all(t["kept"] == int(np.ceil(0.8 * t["rows"])) for t in report["tau_by_label"].values())
-    assert "(tau auto (80% of each label): contradiction > " in result.headline
+    assert "(tau auto, 80% of each label: contradiction > " in result.headline
     with pytest.raises(ValueError, match=r"^tau=0\.999 would keep no row \(contradiction 0 of \d+, .*; tau='auto' "
                                          r"\(τ per label, keep_share=0\.8\) keeps contradiction \d+"):
         rf.confidence(str(snli_dev_head), preset="snli", folds=3, tau=0.999, out=str(tmp_path / "api-refused"))
@@ -305,4 +305,4 @@ def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli
             assert proc.stderr.strip().splitlines()[-1].startswith("error: --tau 0.999 would keep no row")
             assert not (tmp_path / f"run{code}" / "01-confidence" / "kept").exists()
         else:
-            assert "(tau auto (80% of each label): contradiction > " in proc.stdout
+            assert "(tau auto, 80% of each label: contradiction > " in proc.stdout

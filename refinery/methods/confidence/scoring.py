@@ -172,7 +172,7 @@ class Thresholds:
         """τ in effect and the rows kept per label, in one line (the verb's and the pipeline's headline)."""
         if self.keep_share is None:
             return f"tau {tau_text(self.tau[0])} keeps " + _per_label(self.labels, self.kept, self.rows)
-        return (f"tau auto ({self.keep_share:.0%} of each label): " + ", ".join(
+        return (f"tau auto, {self.keep_share:.0%} of each label: " + ", ".join(
             f"{l} > {tau_text(t)} keeps {k:,} of {n:,}" for l, t, n, k in zip(self.labels, self.tau, self.rows,
                                                                              self.kept) if n))
 
@@ -211,10 +211,9 @@ def _rows_kept(scores: LabelScores, tau: np.ndarray, n: int) -> tuple[np.ndarray
 
 
 def usable(chosen: Thresholds) -> bool:
-    """Whether the rows kept make a corpus the next audit can judge: rows of two labels or more (of one, where the
-    input holds one label only)."""
-    kept_labels = int((chosen.kept > 0).sum())
-    return kept_labels > 1 or (kept_labels == 1 and (chosen.rows > 0).sum() < 2)
+    """Whether the rows kept make a corpus the next audit can judge: rows of two labels or more (of the one, where
+    the input holds one label only; an input without rows has nothing to keep)."""
+    return int((chosen.kept > 0).sum()) >= min(int((chosen.rows > 0).sum()), 2)
 
 
 def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceConfig) -> None:
@@ -249,3 +248,8 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     top = top - 0.01 if top >= min(highest.values()) else top
     said.append(f"--tau {top:.2f} is the highest τ that keeps rows of every label")
     raise ValueError("; ".join(said))
+
+
+def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):
+    """(kept rows, rejected rows with ``reason``) by a fitted model or a probability column."""
+    return split_by_confidence(table, label_confidence(table, model, proba_column), tau)
