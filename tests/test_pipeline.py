@@ -467,12 +467,12 @@ def test_a_pipeline_whose_last_step_kept_nothing_does_not_show_its_input_as_what
     """The report's "z-statistics of the corpus the pipeline made" showed the input's when the last step kept no
     row; its steps table said the empty corpus was 'a file that holds rows' to give."""
     (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
-                                     "  - confidence: {model: ngram, folds: 2}\n")
+                                     "  - datamap: {share: 0.0001, epochs: 2}\n")   # keeps 0 of 3,261
     run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o")
     page = (tmp_path / "o" / "pipeline" / "report.html").read_text()
-    assert "The corpus the pipeline made (01-confidence)" in page and "Not audited: it passes on no rows." in page
+    assert "The corpus the pipeline made (01-datamap)" in page and "Not audited: it passes on no rows." in page
     assert "z-statistics of the corpus the pipeline made" not in page and "give a file" not in page
-    assert "2 tasks" in page   # its progress bars' units, counted
+    assert "2 epoch" in page   # its progress bars' units, counted
 
 
 def test_a_credential_from_the_environment_reaches_no_file_of_the_run(tmp_path):
