@@ -1,7 +1,7 @@
 """AUDAC's planning core (arXiv 2401.13907, Algorithm 1; METHODS §3; the method and its safeguards: the docstring of
 ``refinery.methods.upsample.stage`` and docs/upsample.md), in DuckDB SQL (``sql/audac_*.sql``, beside this module)
-over the table ``rows``: the tokens S to correct, their deficits D_l[s], the round robin of draws checked by the
-``ShortcutGuard``, the copies that keep the label shares, the turns undone until the verdicts hold; and the
+over the table ``rows``: the tokens S to correct (the input's audit's word features, ``words``) and the rows that
+hold them, their deficits D_l[s], the round robin of draws checked by the ``ShortcutGuard``, the copies that keep the label shares, the turns undone until the verdicts hold; and the
 up-sampled corpus, written through the stage's output."""
 from __future__ import annotations
 
