@@ -14,18 +14,20 @@ from dataclasses import asdict, dataclass, field
 @dataclass(frozen=True)
 class VerdictSummary:
     """A verdict as its readers show it (``core.verdict.Verdict`` writes it): ok when the stage kept its promise,
-    its one line, and its warnings with the remedy last."""
+    its one line, its warnings with the remedy last, and each label's rows and share of the corpus before → after
+    (``labels``; empty where the audits count no labels)."""
 
     ok: bool
     line: str
     warnings: tuple = ()
+    labels: str = ""
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "line": self.line, "warnings": list(self.warnings)}
+        return {"ok": self.ok, "line": self.line, "warnings": list(self.warnings), "labels": self.labels}
 
     @classmethod
     def from_json(cls, data: dict) -> "VerdictSummary":
-        return cls(bool(data["ok"]), data["line"], tuple(data.get("warnings") or ()))
+        return cls(bool(data["ok"]), data["line"], tuple(data.get("warnings") or ()), data.get("labels") or "")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import NULL_FEATURE
+from refinery.core.prior_drift import prior_drift
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 OTHER = "__other__"  # sketch mode: mass of n(x) not attributed to a tracked label
@@ -80,15 +81,17 @@ class ZStats:
         """The k largest z*(x,l) per label among features with n ≥ min_count (ties by feature name,
         so the answer does not depend on the order features were counted in). ``null`` is the label
         prior, not a bias: ranked only ``with_null`` (z-filtering's B_Z, where it keeps Z's label
-        shares from drifting; Wu et al. 2022, Table 9)."""
+        shares from drifting; Wu et al. 2022, Table 9), as are the cells over the threshold by the prior's drift
+        alone (``core.prior_drift``)."""
         rows, p, z = self.eligible(min_count)
-        ranked = np.ones(len(rows), dtype=bool)
+        ranked = np.ones(z.shape, dtype=bool)
         if not with_null:
             ranked = pc.not_equal(self.features.take(pa.array(rows)), NULL_FEATURE).to_numpy(zero_copy_only=False)
+            ranked = ranked[:, None] & ~prior_drift(self, p, z)
         out = {}
         for j, label in enumerate(self.labels):
             zj = z[:, j]
-            finite = np.flatnonzero(np.isfinite(zj) & ranked)
+            finite = np.flatnonzero(np.isfinite(zj) & ranked[:, j])
             if len(finite) > k:  # the k-th largest z, then every feature at least that large (ties included)
                 kth = np.partition(zj[finite], len(finite) - k)[len(finite) - k]
                 finite = finite[zj[finite] >= kth]
@@ -111,9 +114,11 @@ class ZStats:
         return mask
 
     def significant_per_label(self) -> dict:
-        """Per label, the features over the threshold, ``null`` (the label prior, not a bias) aside: what the audit
-        and every verdict count."""
-        mask = self.significant()
+        """Per label, the features over the threshold, ``null`` (the label prior, not a bias) and the cells over it by
+        the prior's drift alone (``core.prior_drift``) aside: what the audit and every verdict count."""
+        rows, p, z = self.eligible()
+        mask = np.zeros(self.counts.shape, dtype=bool)
+        mask[rows] = (z > self.threshold) & ~prior_drift(self, p, z)
         null = pc.index(self.features, NULL_FEATURE).as_py() if len(self.features) else -1
         if null >= 0:
             mask[null] = False

@@ -12,9 +12,9 @@ draw). Each side is exactly the audit ``refinery audit`` prints for that corpus 
 prior rule decided once, on the input, applied to that side's label shares) and its own t; a feature is
 significant on a side when its z* there is over that side's t. So the verdict is two audits compared, and the
 audit a user runs next on the output agrees with it. The ``null`` feature (in every row) is the label prior, never
-a bias, and is left out. Weighted rows: pass a ``ZStats`` whose counts are sums of weights (``count(x, l) = Σ w`` over the rows
-of x with label l, n(x) = Σ w), as ``stats.from_matrix`` builds from a float matrix; z* is then computed on
-the weighted n and counts.
+a bias, and is left out; so are the cells over t by the prior's drift alone (below). Weighted rows: pass a
+``ZStats`` whose counts are sums of weights (``count(x, l) = Σ w`` over the rows of x with label l, n(x) = Σ w),
+as ``stats.from_matrix`` builds from a float matrix; z* is then computed on the weighted n and counts.
 
 The verdict reports
 - each label's max z* before → after (and the feature that holds it), against t (before → after);
@@ -30,9 +30,13 @@ The verdict reports
   smaller ones are listed with the jitter. On corpora of thousands of rows a rise of one standard error is
   more than a point, or a tenth of z*, so this changes nothing there. Lists are short (``LISTED``), ranked by z* after, each with its δ;
 - how many significant features of the input are no longer significant (``fixed``);
-- the rows of each label before → after (the ``null`` feature's counts, sums of weights for weighted rows). A
-  label whose share of the rows falls under ``LABEL_KEPT`` (half) of its share before is lost: a filter that
-  deletes most of a class has removed the class with its shortcut, and that is no "ok".
+- the rows of each label before → after (the ``null`` feature's counts, sums of weights for weighted rows), the
+  share of them kept and its share of the corpus before → after; a label kept at under half the other labels'
+  rate is lost (``core.label_rows``: it lost rows and r_l / b_l < ½ · Σ_{k≠l} r_k / Σ_{k≠l} b_k, or none kept);
+- the cells over the threshold by the label prior's drift alone (``core.prior_drift``: p̂(l|x) within sampling
+  error of the label's share on that side, e.g. a full stop in every row under a uniform prior once the shares
+  moved): not shortcuts, neither significant nor ranked on either side, as in the audit; listed
+  (``drifted``) with a note that the label shares changed.
 
 A stage states its promise: ``under_threshold=True`` (a filter: every label's max z* ends under t) or
 ``False`` (it must only make nothing worse: no label's max z* above the input's while over t, no feature
@@ -59,6 +63,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import NULL_FEATURE
+from refinery.core.label_rows import LABEL_KEPT, LabelRows, count, lost_labels, of_audits, rest_kept
+from refinery.core.prior_drift import prior_drift
 from refinery.core.records import VerdictSummary
 from refinery.core.stats import ZStats
 
@@ -68,7 +74,6 @@ MARGIN = 1.0        # a significant feature whose z* rose by at least this much 
 MIN_EFFECT_RISE = 0.01   # ... and whose effect p̂ − p0 rose by at least one point (z* grows with √n),
 MIN_Z_GROWTH = 0.1       # or whose z* grew by at least a tenth (the same effect over more rows: n × 1.21)
 LISTED = 10         # features listed per label (remaining) and in all (worsened, fixed); the totals are kept
-LABEL_KEPT = 0.5    # a label whose share of the rows fell under this fraction of its share before is lost
 JITTER = 0.5        # rises smaller than this are sampling jitter: one row more or less moves z* of a feature
                     # in n ≈ 20 rows by about 1 / sqrt(n p0 (1 − p0)) ≈ 0.45
 
@@ -101,7 +106,7 @@ class FeatureChange:
         def z(v):
             return "untested" if v is None else f"{v:.2f}"
         def n(v):
-            return "under min_count" if v is None else _count(v)
+            return "under min_count" if v is None else count(v)
         return (f"{self.feature} ({self.label}) z* {z(self.z_before)} → {z(self.z_after)}, "
                 f"δ {points(self.effect_before)} → {points(self.effect_after)}, n {n(self.n_before)} → {n(self.n_after)}")
 
@@ -115,25 +120,6 @@ class LabelMax:
     after: float | None
     feature_before: str | None = None
     feature_after: str | None = None
-
-
-@dataclass(frozen=True)
-class LabelRows:
-    """A label's rows before and after (sums of weights for weighted rows), and its share of all rows on each side."""
-
-    before: float
-    after: float
-    share_before: float
-    share_after: float
-
-    @property
-    def kept(self) -> float:
-        """The label's share after as a fraction of its share before (1: unchanged)."""
-        return self.share_after / self.share_before if self.share_before else 1.0
-
-    def text(self, label: str) -> str:
-        return (f"{label} {_count(self.before)} → {_count(self.after)} rows, {100 * self.share_before:.1f}% → "
-                f"{100 * self.share_after:.1f}% of the corpus")
 
 
 @dataclass
@@ -162,11 +148,14 @@ class Verdict:
     label_rows: dict[str, LabelRows] = field(default_factory=dict)   # empty: the audits hold no ``null`` feature
     remedy_labels: str = ""
     threshold_before: float | None = None   # the input's audit's t (None: the same as ``threshold``)
+    drifted: list[FeatureChange] = field(default_factory=list)   # over t after by the label prior's drift alone
+    #                                  (``core.prior_drift``): the shares' change, not shortcuts (at most LISTED)
+    drifted_total: int = 0
 
     @property
     def lost(self) -> list[str]:
-        """Labels whose share of the rows fell under ``LABEL_KEPT`` of their share before."""
-        return [l for l, r in self.label_rows.items() if r.kept < LABEL_KEPT]
+        """Labels that lost rows and kept under ``LABEL_KEPT`` of the rate the other labels kept, or none."""
+        return lost_labels(self.label_rows)
 
     @property
     def risen(self) -> list[str]:
@@ -222,8 +211,10 @@ class Verdict:
                        + "; ".join(c.text() for c in self.worsened[:5])
                        + (f"; +{self.worsened_total - 5:,} more" if self.worsened_total > 5 else ""))
         for label in self.lost:
-            out.append(f"{self.label_rows[label].text(label)}: the stage kept {100 * self.label_rows[label].kept:.0f}% "
-                       "of the label's share (its rows carry the shortcuts)")
+            rows, rest = self.label_rows[label], rest_kept(self.label_rows, label)
+            out.append(f"{rows.text(label)}: the label is lost, {100 * rows.kept:.0f}% of its rows kept where the "
+                       f"other labels kept {100 * rest:.0f}% of theirs (under {LABEL_KEPT:.0%} of their rate): the stage "
+                       "removed the label with its shortcuts")
         for label in self.risen if not self.under_threshold else self.over:
             feats = self.remaining.get(label, [])
             total = self.remaining_total.get(label, 0)
@@ -241,7 +232,8 @@ class Verdict:
         return out
 
     def labels_line(self) -> str:
-        """Each label's rows before → after (empty where the audits hold no ``null`` feature)."""
+        """Each label's rows before → after, the share of them kept and its share of the corpus before → after
+        (empty where the audits hold no ``null`` feature)."""
         return "; ".join(r.text(l) for l, r in self.label_rows.items())
 
     def lines(self) -> list[str]:
@@ -249,9 +241,13 @@ class Verdict:
         labels = [f"  labels: {self.labels_line()}"] if self.label_rows else []
         return [self.line(), *labels, *(f"  {w}" for w in self.warnings()), *(f"  note: {n}" for n in self.notes)]
 
+    def summary(self) -> VerdictSummary:
+        """What readers of report.json show: ok, the line, the labels' rows and the warnings."""
+        return VerdictSummary(self.ok, self.line(), tuple(self.warnings()), self.labels_line())
+
     def to_dict(self) -> dict:
         """report.json's ``verdict``: exact values, the lists and their totals."""
-        return {"stage": self.stage, **VerdictSummary(self.ok, self.line(), tuple(self.warnings())).to_json(),
+        return {"stage": self.stage, **self.summary().to_json(),
                 "threshold": round(self.threshold, 4), "margin": self.margin, "prior": self.prior,
                 "threshold_before": round(self.threshold if self.threshold_before is None else self.threshold_before,
                                           4),
@@ -266,6 +262,7 @@ class Verdict:
                 "fixed": [asdict(c) for c in self.fixed], "fixed_total": self.fixed_total,
                 "significant_before": self.significant_before, "jittered": [asdict(c) for c in self.jittered],
                 "jittered_total": self.jittered_total,
+                "drifted": [asdict(c) for c in self.drifted], "drifted_total": self.drifted_total,
                 "remedy": self.warnings()[-1][len("remedy: "):] if self.warnings()
                 and self.warnings()[-1].startswith("remedy: ") else None,
                 "notes": self.notes}
@@ -285,15 +282,14 @@ def _rounded(values: dict) -> dict:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
 
 
-def _count(n: float) -> str:
-    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
-
-
 class _Side:
-    """One audit's tested cells (n ≥ min_count, ``null`` left out): names, n, p̂, z*, and a name → row index."""
+    """One audit's tested cells (n ≥ min_count, ``null`` left out): names, n, p̂, z*, which cells are over the
+    side's threshold by the label prior's drift alone (``drift``) and which are significant (``over``: a shortcut),
+    and a name → row index."""
 
-    def __init__(self, stats: ZStats, labels: list):
+    def __init__(self, stats: ZStats, labels: list, threshold: float):
         rows, p, z = stats.eligible()
+        drift = prior_drift(stats, p, z, threshold)
         names = stats.features.take(pa.array(rows, pa.int64()))
         ranked = pc.not_equal(names, NULL_FEATURE).to_numpy(zero_copy_only=False) if len(rows) else \
             np.zeros(0, bool)
@@ -302,6 +298,8 @@ class _Side:
         self.n = stats.n[rows][ranked]
         self.p = p[ranked][:, order]
         self.z = z[ranked][:, order]
+        self.drift = drift[ranked][:, order]
+        self.over = (self.z > threshold) & ~self.drift
         self.p0 = stats.p0[order]
         self._features, self._n, self._min_count = stats.features, stats.n, stats.min_count
 
@@ -322,6 +320,12 @@ class _Side:
         """Row of each of ``names`` here, −1 where it is not tested."""
         return pc.fill_null(pc.index_in(names, value_set=self.names), -1).to_numpy(zero_copy_only=False)
 
+    def significant_at(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """Whether the cells at (``rows``, ``columns``) are significant here (False where the row is −1: untested)."""
+        if not len(self.over):
+            return np.zeros(len(rows), bool)
+        return (rows >= 0) & self.over[np.maximum(rows, 0), columns]
+
 
 def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = True,
           threshold: float | None = None, margin: float = MARGIN, remedy_remaining: str = "",
@@ -331,7 +335,8 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     Both must be audits of the same features with the same prior rule and ``min_count`` (z* of Gardner et
     al. 2021 per (feature, label); ``after`` may carry weighted counts), each with its own p0 and threshold
     (Φ⁻¹(1 − α/m) for its m tests): significant before is over ``before.threshold``, after over ``threshold``,
-    which defaults to ``after.threshold``. ``under_threshold``: the stage promised that
+    which defaults to ``after.threshold``, either side leaving out the cells over it by the label prior's drift
+    alone (``core.prior_drift``). ``under_threshold``: the stage promised that
     every label's max z* ends under the threshold (a filter); else only that nothing got worse.
     ``remedy_remaining`` / ``remedy_worsened``: what the user should do, naming the option that applies,
     when features remain over the threshold / when something got worse; ``remedy_labels``, when a label is lost.
@@ -341,42 +346,34 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
         raise ValueError(f"the audits' labels differ: {before.labels} before, {after.labels} after")
     t = after.threshold if threshold is None else float(threshold)
     t_before = before.threshold
-    b, a = _Side(before, labels), _Side(after, labels)
+    b, a = _Side(before, labels, t_before), _Side(after, labels, t)
 
     max_z = {label: _label_max(b, a, j) for j, label in enumerate(labels)}
 
     # cells significant after: remaining; of those, the ones not significant before (or rose): worsened
-    ra, ja = np.nonzero(a.z > t)
-    rb_of = b.lookup(a.names.take(pa.array(ra, pa.int64()))) if len(ra) else np.empty(0, np.int64)
-    z_before = _z_at(b, rb_of, ja, np.nan)
-    n_before = b.counts(a.names.take(pa.array(ra, pa.int64())), rb_of)
-    effect_before = _effect_at(b, rb_of, ja)
-    changes = [FeatureChange(a.names[int(r)].as_py(), labels[j], None if rb < 0 else round(float(zb), 4),
-                             round(float(a.z[r, j]), 4), None if np.isnan(nb) else float(nb), float(a.n[r]),
-                             round(float(a.p[r, j]), 4), None if rb < 0 else round(float(eb), 6),
-                             round(float(a.p[r, j] - a.p0[j]), 6))
-               for r, j, rb, zb, nb, eb in _by(-a.z[ra, ja], _named(a, ra), ra, ja, rb_of, z_before, n_before, effect_before)]
+    changes = _after(b, a, *np.nonzero(a.over), labels)
     remaining = {l: [] for l in labels}
     remaining_total = {l: 0 for l in labels}
     worsened: list[FeatureChange] = []
     jittered: list[FeatureChange] = []
-    for c in changes:
+    for c, was in changes:
         remaining_total[c.label] += 1
         if len(remaining[c.label]) < listed:
             remaining[c.label].append(c)
         rise = np.inf if c.z_before is None else c.z_after - c.z_before
         material = c.effect_rise >= MIN_EFFECT_RISE or c.z_before is None or \
             c.z_after >= c.z_before + MIN_Z_GROWTH * abs(c.z_before)
-        if material and (rise >= margin or (c.z_before <= t_before and rise >= JITTER)):
+        if material and (rise >= margin or (not was and rise >= JITTER)):
             worsened.append(c)
-        elif c.z_before <= t_before:
+        elif not was:
             jittered.append(c)
+    drifted = [c for c, _ in _after(b, a, *np.nonzero(a.drift), labels)]
 
     # cells significant before and not after (untested after counts as not significant): fixed
-    rb, jb = np.nonzero(b.z > t_before)
+    rb, jb = np.nonzero(b.over)
     ra_of = a.lookup(b.names.take(pa.array(rb, pa.int64()))) if len(rb) else np.empty(0, np.int64)
     z_after = _z_at(a, ra_of, jb, -np.inf)
-    gone = z_after <= t
+    gone = ~a.significant_at(ra_of, jb)
     n_after = a.counts(b.names.take(pa.array(rb, pa.int64())), ra_of)
     effect_after = _effect_at(a, ra_of, jb)
     fixed = [FeatureChange(b.names[int(r)].as_py(), labels[j], round(float(b.z[r, j]), 4),
@@ -385,25 +382,46 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                            None if ro < 0 else round(float(ea), 6))
              for r, j, ro, za, na, ea in _by(-b.z[rb[gone], jb[gone]], _named(b, rb[gone]), rb[gone], jb[gone], ra_of[gone], z_after[gone],
                                              n_after[gone], effect_after[gone])][:listed]
+    rows = of_audits(before, after, labels)
     return Verdict(stage=stage, threshold=t, margin=margin, under_threshold=under_threshold, max_z=max_z,
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
                    worsened_total=len(worsened), fixed=fixed, fixed_total=int(gone.sum()),
                    significant_before=len(rb), remedy_remaining=remedy_remaining, remedy_worsened=remedy_worsened,
                    prior=prior, jittered=jittered[:listed], jittered_total=len(jittered),
-                   label_rows=_label_rows(before, after, labels), remedy_labels=remedy_labels, threshold_before=t_before)
+                   label_rows=rows, remedy_labels=remedy_labels, threshold_before=t_before,
+                   drifted=drifted[:listed], drifted_total=len(drifted),
+                   notes=[_drift_note(drifted, rows, dict(zip(labels, a.p0)))] if drifted else [])
 
 
-def _label_rows(before: ZStats, after: ZStats, labels: list) -> dict[str, LabelRows]:
-    """Each label's rows on both sides, from the ``null`` feature (in every row: its counts are the label's rows);
-    {} where an audit does not hold it."""
-    def rows(stats: ZStats) -> np.ndarray | None:
-        at = pc.index(stats.features, NULL_FEATURE).as_py()
-        return None if at < 0 else stats.counts[at][[stats.labels.index(l) for l in labels]].astype(float)
-    b, a = rows(before), rows(after)
-    if b is None or a is None or not b.sum():
-        return {}
-    share_b, share_a = b / b.sum(), a / a.sum() if a.sum() else np.zeros_like(a)
-    return {l: LabelRows(float(b[j]), float(a[j]), float(share_b[j]), float(share_a[j])) for j, l in enumerate(labels)}
+def _after(b: _Side, a: _Side, ra: np.ndarray, ja: np.ndarray, labels: list) -> list[tuple[FeatureChange, bool]]:
+    """The cells of ``a`` at (``ra``, ``ja``) before → after, by z* after (ties by name), each with whether it was
+    significant before."""
+    rb_of = b.lookup(a.names.take(pa.array(ra, pa.int64()))) if len(ra) else np.empty(0, np.int64)
+    z_before = _z_at(b, rb_of, ja, np.nan)
+    n_before = b.counts(a.names.take(pa.array(ra, pa.int64())), rb_of)
+    effect_before = _effect_at(b, rb_of, ja)
+    was = b.significant_at(rb_of, ja)
+    return [(FeatureChange(a.names[int(r)].as_py(), labels[j], None if rb < 0 else round(float(zb), 4),
+                           round(float(a.z[r, j]), 4), None if np.isnan(nb) else float(nb), float(a.n[r]),
+                           round(float(a.p[r, j]), 4), None if rb < 0 else round(float(eb), 6),
+                           round(float(a.p[r, j] - a.p0[j]), 6)), bool(w))
+            for r, j, rb, zb, nb, eb, w in _by(-a.z[ra, ja], _named(a, ra), ra, ja, rb_of, z_before, n_before,
+                                               effect_before, was)]
+
+
+def _drift_note(drifted: list[FeatureChange], rows: dict[str, LabelRows], p0: dict) -> str:
+    """What the cells over the threshold by the label prior's drift are: the labels' shares before → after against
+    p0, and the commonest such features (by n)."""
+    labels = list(dict.fromkeys(c.label for c in drifted))
+    shares = "; ".join(f"{l} {100 * rows[l].share_before:.1f}% → {100 * rows[l].share_after:.1f}% of the rows, p0 "
+                       f"{100 * p0[l]:.1f}%" if l in rows else f"{l} p0 {100 * p0[l]:.1f}%"
+                       for l in labels)
+    common = sorted(drifted, key=lambda c: (-c.n_after, c.feature, c.label))[:3]
+    return (f"the label shares drifted from p0 ({shares}): {len(drifted):,} feature(s) over the threshold by that "
+            "drift alone, each as often of the label as the label's share of the rows, within sampling error (α "
+            "uncorrected), e.g. " + ", ".join(f"{c.feature} ({c.label}) z* {c.z_after:.2f} in {count(c.n_after)} rows"
+                                                for c in common)
+            + ": the label shares' change (labels above), not shortcuts, left out of the counts as the null feature is")
 
 
 def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -> np.ndarray:
@@ -434,10 +452,12 @@ def _by(key: np.ndarray, names: np.ndarray, *columns):
 
 
 def _label_max(b: _Side, a: _Side, j: int) -> LabelMax:
+    """Label ``j``'s largest z* on each side among the tested cells, those over the threshold by the label prior's
+    drift left out (None where none is left)."""
     def best(side: _Side):
-        if not len(side.z):
+        if not len(side.z) or side.drift[:, j].all():
             return None, None
-        column = side.z[:, j]
+        column = np.where(side.drift[:, j], -np.inf, side.z[:, j])
         r = int(np.argmax(column))
         top = np.flatnonzero(column == column[r])   # ties: the first by name
         r = int(top[np.argmin(_named(side, top))]) if len(top) > 1 else r

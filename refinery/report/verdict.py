@@ -1,6 +1,7 @@
 """A stage's verdict (``refinery.core.verdict``) as a report section: the one line, each label's max z*
-before → after against the threshold, the warnings with the remedy, and the tables of the features still over
-the threshold, the features that worsened and those no longer significant.
+before → after against the threshold, each label's rows and share of the corpus before → after, the warnings with
+the remedy, and the tables of the features still over the threshold, the features that worsened, those no longer
+significant and those over it by the label shares' drift alone.
 
     Report(…).section(HEADING, section(verdict))…
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import html
 
+from refinery.core.label_rows import LABEL_KEPT, rest_kept
 from refinery.core.verdict import MIN_EFFECT_RISE, FeatureChange, Verdict
 from refinery.report import format as fmt
 from refinery.report.page import note, table
@@ -31,18 +33,26 @@ def section(v: Verdict) -> str:
                         "over the threshold"], {"max z* before": fmt.z, "max z* after": fmt.z}))
     lost = set(v.lost)
     if v.label_rows:
-        parts.append(table([{"label": l, "rows before": r.before, "rows after": r.after,
+        parts.append(table([{"label": l, "rows before": r.before, "rows after": r.after, "rows kept": 100 * r.kept,
+                             "other labels' rows kept": 100 * rest_kept(v.label_rows, l),
                              "share before": 100 * r.share_before, "share after": 100 * r.share_after,
-                             "share kept": 100 * r.kept, "lost": "yes" if l in lost else "no"}
+                             "lost": "yes" if l in lost else "no"}
                             for l, r in v.label_rows.items()],
-                           ["label", "rows before", "rows after", "share before", "share after", "share kept", "lost"],
-                           {"share before": _percent, "share after": _percent, "share kept": _percent}))
+                           ["label", "rows before", "rows after", "rows kept", "other labels' rows kept",
+                            "share before", "share after", "lost"],
+                           {"rows kept": _percent, "other labels' rows kept": _percent, "share before": _percent,
+                            "share after": _percent}))
     parts.append(note(f"z*(x, l) = (p̂(l|x) − p0) / sqrt(p0 (1 − p0) / n) (Gardner et al. 2021); a feature is "
                       f"significant when z* > {fmt.z(v.threshold)}, the Bonferroni-corrected threshold the output "
                       "is held to" + (f"; prior {v.prior}" if v.prior else "") + ". δ = p̂(l|x) − p0 is the "
                       "effect in points: z* grows with √n, δ does not. A label whose largest z* ends "
                       "over it and higher than before is a warning even where no single feature crossed it (the "
-                      "table above). A label whose share of the rows falls under half its share before is lost: a warning too."))
+                      "table above). Rows kept: the label's rows after as a percentage of its rows before; share "
+                      "before and after: its part of all rows. A label that lost rows and kept under "
+                      f"{LABEL_KEPT:.0%} of the rate the other labels kept (or none) is lost: a warning too. A "
+                      "feature over the threshold only because the label shares moved away from p0 (p̂(l|x) within "
+                      "sampling error of the label's own share, as for a word in nearly every row) is the "
+                      "label shares' change, not a shortcut: listed apart, not counted."))
     remaining = [c for cs in v.remaining.values() for c in cs]
     total = sum(v.remaining_total.values())
     parts.append(_changes("Features still over the threshold", remaining, total, "z* after"))
@@ -51,6 +61,9 @@ def section(v: Verdict) -> str:
                           "z* after"))
     parts.append(_changes("Significant features of the input no longer significant", v.fixed, v.fixed_total,
                           "z* before", f" of {v.significant_before:,}"))
+    if v.drifted_total:
+        parts.append(_changes("Features over the threshold by the label shares' drift alone (not shortcuts)",
+                              v.drifted, v.drifted_total, "z* after"))
     return "".join(parts)
 
 
