@@ -301,7 +301,7 @@ def test_fever_example_audits_single_text_claims_and_upsamples(tmp_path):
     assert upsampled.num_rows == 6000 + report["rows_added"] and report["rows_added"] > 0
     assert all(report["max_p_after"][t] < max(report["p_hat_before"][t].values()) for t in report["tokens"])
     receipt = assert_receipt(out, ["00-input", "02-upsample"], "02-upsample",   # the tokens AUDAC up-sampled
-                             lambda feature: feature.split("@")[0] in report["tokens"])
+                             lambda feature: feature.split(" → ")[0] in report["tokens"])
     assert {"nobody@text → REFUTES", "sleeping@text → REFUTES"} <= set(receipt["tracked"])
     flow = {s["step"]: s for s in receipt["steps"]}["02-upsample"]
     assert flow["rows"] == 6000 + report["rows_added"]
