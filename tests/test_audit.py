@@ -462,3 +462,15 @@ def test_a_stages_output_is_audited_under_its_inputs_field_names(tmp_path):
     features = [e["feature"] for entries in json.loads((tmp_path / "a" / "report" / "topk.json").read_text()).values()
                 for e in entries]
     assert features and all(f.endswith(("@question1", "@question2")) for f in features), features[:5]
+
+
+def test_unweighted_audit_keeps_its_figures_bit_for_bit():
+    """Weighted rows are tested at Kish's effective size n_eff = (Σw)²/Σw² (issue 65); rows without weights have
+    n_eff = n, so the plain audit of SNLI dev is what it was before, to the last bit (figures of the audit as it
+    stood before the weighted statistic, on these 9,842 rows)."""
+    st = audit([SNLI_DEV], PRESETS["snli"]).stats
+    i, j = st.features.index("sleeping@hypothesis").as_py(), st.labels.index("contradiction")
+    assert st.n_eff is None and st.effective_n is st.n
+    assert st.threshold == 4.819057886330478 and float(st.z[i, j]) == 12.043324568683959 and st.n[i] == 108
+    assert int((st.n >= 10).sum()) == 4_622 and float(st.z.max()) == 16.482744039262084
+    assert st.to_table(10).column_names == ["feature", "label", "n", "count", "p_hat", "z"]

@@ -7,7 +7,8 @@ cells). The stage keeps it with the corpus it writes (``CorpusWriter.attach``); 
 instead of counting the corpus again. One record, one format: the same table keeps a report's audits between runs.
 
 The table: one row per feature in at least ``min_count`` rows (``feature``, ``n``, ``counts`` per label, in the
-record's label order; sums of weights where ``weighted``), everything else in the schema's metadata.
+record's label order; sums of weights where ``weighted``, with ``n_eff``, the effective size z* is tested at, where the
+weights are not all 0 or 1: ``core.stats``), everything else in the schema's metadata.
 """
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ class AuditRecord:
         rows = {l: int(label_rows.get(l, 0)) for l in stats.labels}
         if set(label_rows) - set(stats.labels) or not all(rows.values()):
             return None
-        tested = np.flatnonzero(stats.n >= stats.min_count)
+        tested = np.flatnonzero(stats.effective_n >= stats.min_count)
         kept = ZStats(pc.take(stats.features, pa.array(tested)), list(stats.labels), stats.counts[tested],
                       stats.n[tested], np.asarray(stats.p0, np.float64), float(stats.threshold), stats.min_count,
-                      stats.alpha)
+                      stats.alpha, None if stats.n_eff is None else stats.n_eff[tested])
         return cls(kept, prior, rows, dict(settings), weighted)
 
     @classmethod
@@ -91,7 +92,8 @@ class AuditRecord:
         n, counts = (np.rint(x).astype(cast) if cast is np.int64 else np.asarray(x, cast) for x in (st.n, st.counts))
         table = pa.table({"feature": st.features, "n": pa.array(n, kind),
                           "counts": pa.FixedSizeListArray.from_arrays(pa.array(counts.reshape(-1), kind),
-                                                                      max(len(st.labels), 1))})
+                                                                      max(len(st.labels), 1)),
+                          **({} if st.n_eff is None else {"n_eff": pa.array(st.n_eff, pa.float64())})})
         meta = {"labels": st.labels, "p0": np.asarray(st.p0).tolist(), "threshold": st.threshold,
                 "min_count": st.min_count, "alpha": st.alpha, "prior": self.prior.record(),
                 "prior_carried": self.prior.carried, "label_rows": self.label_rows, "settings": self.settings,
@@ -107,7 +109,7 @@ class AuditRecord:
             counts = table["counts"].combine_chunks().flatten().to_numpy().reshape(table.num_rows, len(labels))
             st = ZStats(table["feature"].combine_chunks(), labels, counts, table["n"].to_numpy(),
                         np.asarray(meta["p0"], np.float64), float(meta["threshold"]), int(meta["min_count"]),
-                        float(meta["alpha"]))
+                        float(meta["alpha"]), table["n_eff"].to_numpy() if "n_eff" in table.column_names else None)
             prior = Prior.recorded(meta["prior"])
             if prior is None or len(st.p0) != len(labels):
                 return None

@@ -6,6 +6,16 @@ with p0 = 1/C (uniform) or the label's empirical share (``auto``: uniform when t
 balanced, see ``choose_prior``). AUDAC's p*(x) = max_l p̂(l|x). The significance threshold is
 Bonferroni-corrected: Φ⁻¹(1 − α/m), m = hypotheses tested. The ``null`` feature (in every row) has
 p̂(l|null) = the label's share: it is the label prior, reported apart from the biases.
+
+Weighted rows (a ``weight`` column, ``core.weighted_counts``): count(x, l) and n(x) are sums of weights, so that
+p̂_w(l|x) = Σ_{i∈x, l_i=l} w_i / Σ_{i∈x} w_i, and the test's size is Kish's effective size (Kish 1965, §11.7)
+
+    n_eff(x) = (Σ_{i∈x} w_i)² / Σ_{i∈x} w_i²,
+
+since under H0 (labels independent of the weights, each label l with probability p0) the weighted mean has
+Var(p̂_w) = p0 (1 − p0) · Σ w_i² / (Σ w_i)² = p0 (1 − p0) / n_eff(x): z*(x, l) = (p̂_w(l|x) − p0) /
+sqrt(p0 (1 − p0) / n_eff(x)), and min_count applies to n_eff(x). Weighting cannot make rows more informative:
+n_eff ≤ the rows of x, equal where their weights are equal (rows of weight 1: n_eff = n, the unweighted z*).
 """
 from __future__ import annotations
 
@@ -39,6 +49,12 @@ class ZStats:
     threshold: float
     min_count: int
     alpha: float = 0.01         # the family-wise error rate the threshold is corrected for
+    n_eff: np.ndarray | None = None   # F: Kish's effective size of weighted rows (module docstring); None: n
+
+    @property
+    def effective_n(self) -> np.ndarray:
+        """The size each feature is tested at: n_eff(x) = (Σw)²/Σw² for weighted rows, else n(x) (rows)."""
+        return self.n if self.n_eff is None else self.n_eff
 
     @property
     def p_hat(self) -> np.ndarray:
@@ -46,7 +62,7 @@ class ZStats:
 
     @property
     def z(self) -> np.ndarray:
-        return z_score(self.p_hat, self.n[:, None], self.p0[None, :])
+        return z_score(self.p_hat, self.effective_n[:, None], self.p0[None, :])
 
     @property
     def p_star(self) -> np.ndarray:
@@ -54,16 +70,18 @@ class ZStats:
 
     def eligible(self, min_count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows with n ≥ min_count, their p̂, their z*): most features of a large corpus are rarer than
-        min_count, so the report's statistics are computed for these rows only."""
-        rows = np.flatnonzero(self.n >= (self.min_count if min_count is None else min_count))
-        n = np.maximum(self.n[rows], 1)[:, None]
-        p = self.counts[rows] / n
-        return rows, p, z_score(p, n, self.p0[None, :])
+        min_count, so the report's statistics are computed for these rows only. Weighted: n_eff ≥ min_count, p̂ on
+        the sums of weights, z* at n_eff (the module's equation)."""
+        size = self.effective_n
+        rows = np.flatnonzero(size >= (self.min_count if min_count is None else min_count))
+        p = self.counts[rows] / np.maximum(self.n[rows], 1)[:, None]
+        return rows, p, z_score(p, size[rows][:, None], self.p0[None, :])
 
     def to_table(self, min_count: int | None = None, weighted: bool = False) -> pa.Table:
         """Long table: feature, label, n, count, p_hat, z (one row per feature and label); with
         ``min_count`` only the features in at least that many rows; ``weighted``: n and count are sums of weights,
-        kept as float64 (else counts of rows, int64)."""
+        kept as float64 (else counts of rows, int64), and ``n_eff`` (Kish's effective size, what z* and min_count
+        take) follows n."""
         rows, p, z = self.eligible(min_count if min_count is not None else -1)
         C, kind = len(self.labels), np.float64 if weighted else np.int64
         label = pa.DictionaryArray.from_arrays(np.tile(np.arange(C, dtype=np.int32), len(rows)),
@@ -72,6 +90,7 @@ class ZStats:
             "feature": pc.take(self.features, pa.array(np.repeat(rows, C))),
             "label": label.cast(pa.string()),
             "n": np.repeat(self.n[rows], C).astype(kind),
+            **({"n_eff": np.repeat(self.effective_n[rows], C).astype(np.float64)} if weighted else {}),
             "count": self.counts[rows].reshape(-1).astype(kind),
             "p_hat": p.reshape(-1),
             "z": z.reshape(-1),
@@ -98,7 +117,9 @@ class ZStats:
             names = self.features.take(pa.array(rows[finite])).to_pylist()
             idx = [i for _, _, i in sorted(zip(-zj[finite], names, finite))][:k]
             out[label] = [{"feature": self.features[rows[i]].as_py(), "z": round(float(z[i, j]), 4),
-                           "n": int(self.n[rows[i]]), "p": round(float(p[i, j]), 4)} for i in idx]
+                           "n": int(self.n[rows[i]]), "p": round(float(p[i, j]), 4),
+                           **({} if self.n_eff is None else {"n_eff": round(float(self.n_eff[rows[i]]), 2)})}
+                          for i in idx]
         return out
 
     def biased_sets(self, k: int, min_count: int | None = None) -> dict[str, set]:
@@ -126,6 +147,7 @@ class ZStats:
 
 
 def z_score(p_hat, n, p0):
+    """z* = (p̂ − p0) / sqrt(p0 (1 − p0) / n), n the test's size (n_eff for weighted rows)."""
     return (p_hat - p0) / np.sqrt(p0 * (1 - p0) / np.maximum(n, 1))
 
 
@@ -171,6 +193,13 @@ def at_least(features: pa.Array, matrix: np.ndarray, n: np.ndarray, min_count: i
     """The rows of (features, F×C counts, n) with n ≥ ``min_count``."""
     keep = np.flatnonzero(n >= min_count)
     return features.take(pa.array(keep)), matrix[keep], n[keep]
+
+
+def effective_size(sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """Kish's (1965) effective size n_eff = (Σw)² / Σw² of rows with weights w, from Σw (``sums``) and Σw²
+    (``squares``); 0 where no weight is positive. Rows of weights 0 or 1 have n_eff = Σw, the rows kept."""
+    sums = np.asarray(sums, np.float64)
+    return np.divide(sums * sums, squares, out=np.zeros(len(sums)), where=np.asarray(squares) > 0)
 
 
 def matrix_to_long(features: pa.Array, labels: list, matrix: np.ndarray, schema: pa.Schema | None = None) -> pa.Table:
@@ -238,10 +267,11 @@ def prior_vector(labels: list, label_totals: dict, prior: str) -> np.ndarray:
     return totals / totals.sum()
 
 
-def label_prior(labels: list, label_totals: dict, p0: np.ndarray) -> dict:
+def label_prior(labels: list, label_totals: dict, p0: np.ndarray, size: float | None = None) -> dict:
     """Per label: its share of the rows, p0, and z*(null, l) = (share − p0) / sqrt(p0 (1 − p0) / rows)
-    (what the ``null`` feature, present in every row, measures)."""
-    rows = sum(label_totals.get(l, 0) for l in labels)
+    (what the ``null`` feature, present in every row, measures); ``size``: the rows' effective size where they
+    carry weights (n_eff, the module's equation; default: the sum of ``label_totals``)."""
+    rows = sum(label_totals.get(l, 0) for l in labels) if size is None else size
     share = np.array([label_totals.get(l, 0) for l in labels]) / max(rows, 1)
     z = z_score(share, rows, p0)
     return {l: {"share": round(float(s), 4), "p0": round(float(q), 4), "z": round(float(x), 4)}
@@ -270,11 +300,12 @@ def row_totals(counts: np.ndarray, columns: list[int] | None = None) -> np.ndarr
     return total
 
 
-def from_matrix(features, labels, matrix, p0, min_count=10, alpha=0.01, n=None) -> ZStats:
-    """ZStats from an F×C count matrix (n defaults to the row sums)."""
+def from_matrix(features, labels, matrix, p0, min_count=10, alpha=0.01, n=None, n_eff=None) -> ZStats:
+    """ZStats from an F×C count matrix (n defaults to the row sums; ``n_eff``: weighted rows' effective sizes, which
+    z*, min_count and the threshold's m take)."""
     n = row_totals(matrix) if n is None else n
-    m = int((n >= min_count).sum()) * len(labels)
+    m = int(((n if n_eff is None else n_eff) >= min_count).sum()) * len(labels)
     features = features if isinstance(features, pa.Array) else pa.array(features, pa.string()) \
         if isinstance(features, list) else features.combine_chunks()
     return ZStats(features=features, labels=list(labels), counts=matrix, n=n, p0=p0,
-                  threshold=bonferroni_threshold(alpha, m), min_count=min_count, alpha=alpha)
+                  threshold=bonferroni_threshold(alpha, m), min_count=min_count, alpha=alpha, n_eff=n_eff)

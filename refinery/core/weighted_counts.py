@@ -5,8 +5,11 @@ counts presence) and to its label's total, so that
 
     p̂_w(l|x) = Σ_{rows of x with label l} w / Σ_{rows of x} w,     n_w(x) = Σ_{rows of x} w,
 
-and z* is computed on these weighted n and counts (``stats.from_matrix`` takes the float matrix): what a model
-trained on rows drawn ∝ w (Zhang et al. 2019's leakage-neutral training) sees. Several weightings are counted
+and z* is computed on these weighted counts (``stats.from_matrix`` takes the float matrix): what a model trained on
+rows drawn ∝ w (Zhang et al. 2019's leakage-neutral training) sees. Each weighting's Σ w² is counted beside its
+Σ w, so that z* and min_count take Kish's effective size n_eff(x) = (Σ_{rows of x} w)² / Σ_{rows of x} w² (Kish 1965;
+the variance of a weighted mean under H0 is p0 (1 − p0) / n_eff, ``core.stats``): weighting cannot make a
+feature's rows more informative than they are. Several weightings are counted
 in one pass (``add(table, w1, w2, …)``; ``None``: every row weighs 1, the plain audit), so an input and its
 re-weighted output are compared on exactly the same features.
 
@@ -19,8 +22,8 @@ A weighting whose weights are 0 or 1 (``None``, a row filter's keep, a left-out 
 Cost: the tokenizer's, plus one probe of a compiled hash table per (n-gram, row) (``key_counts.KeyCounts``,
 ``kernels.count_present``), the text fields tokenized and counted on two threads while the caller goes on (``add``
 returns with the last slice still counting): about the audit's own counting. Memory per table slot, the slots at
-most 70% used: 12 bytes, 4 per label and mask, 8 per label and float weighting (48 for 3 labels, a mask and a
-weighting); once judged (``stats``), a hashed table keeps only its keys. A counter ``restricted`` to some
+most 70% used: 12 bytes, 4 per label and mask, 16 per label and float weighting (its Σ w and Σ w²: 72 for 3
+labels, a mask and a weighting); once judged (``stats``), a hashed table keeps only its keys. A counter ``restricted`` to some
 features (``WeightedCounts.restricted``) counts only those, sharing the vocabularies: a second look at a few
 features under other weightings costs the tokenizer's pass and no table of every feature.
 """
@@ -30,7 +33,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.audit_record import AuditRecord
@@ -50,7 +52,7 @@ class WeightedCounts:
     ``labels``: the labels, in order (more are added as rows bring them). ``masks``: how many of the first
     weightings take only weights 0 or 1 (``None``: all 1), counted as integers. ``add(table, *weights)``: one weight
     array per weighting (``None``: all 1) for the batch's rows. ``stats(i, p0, min_count, alpha)``: the ``ZStats``
-    of weighting i (labels sorted). ``label_totals(i)``: Σ w per label. ``restricted(rows, w)``: a counter of only
+    of weighting i (labels sorted; z* at n_eff, ``effective``). ``label_totals(i)``: Σ w per label. ``restricted(rows, w)``: a counter of only
     some of the features (rows of ``matrix``) under ``w`` other weightings.
     """
 
@@ -62,11 +64,12 @@ class WeightedCounts:
         dictionary_ids(pa.array(list(labels or ()), pa.string()), self.label_index, self.labels)
         self.config = config
         self.weightings, self.masks = weightings, masks
+        self.columns = 2 * weightings - masks   # the weightings, then Σ w² of each that is not a mask
         self.fields: dict[str, _FieldCounts] | None = None
         self.tables: dict[tuple[str, int], KeyCounts] = {}   # (column, order): masks counted, the others summed
         self.row_families = tuple(f for f in config.families
                                   if f not in ("unigram", "bigram", "null", *UNCOUNTED))
-        self.row_features: dict[str, np.ndarray] = {}        # row-level features: sums per label × weighting
+        self.row_features: dict[str, np.ndarray] = {}        # row-level features: sums per label × column
         self.totals = np.zeros(0)
         self.rows = 0
         self.only: set | None = None   # a restricted counter: the row-level features it counts
@@ -89,6 +92,7 @@ class WeightedCounts:
         masks = w[:, :self.masks]
         if not np.all((masks == 0) | (masks == 1)):
             raise ValueError(f"the first {self.masks} weighting(s) are masks: weights 0 or 1 only")
+        w = np.column_stack([w, np.square(w[:, self.masks:])])   # Σ w² beside Σ w: n_eff (the module's equation)
         if self.fields is None:
             self.fields = {col: _FieldCounts(name, self.config) for col, name in text_fields(table, self.config)
                            if any(f in self.config.families for f in ("unigram", "bigram"))}
@@ -98,7 +102,7 @@ class WeightedCounts:
 
     def _add(self, table: pa.Table, w: np.ndarray) -> None:
         self.flush()   # one slice in flight: its fields tokenized and counted on threads (the kernels free the GIL)
-        n, S, M = table.num_rows, self.weightings, self.masks
+        n, S, M = table.num_rows, self.columns, self.masks
         labels = dictionary_ids(table["label"], self.label_index, self.labels)
         C = len(self.labels)
         per_label = np.empty(C * S)   # label-major, as every sum here
@@ -148,9 +152,10 @@ class WeightedCounts:
             done.result()
         return self
 
-    def label_totals(self, weighting: int = 0) -> dict:
-        """Σ w per label under ``weighting`` (labels sorted)."""
-        sums = _padded(self.totals, len(self.labels) * self.weightings)[weighting::self.weightings]
+    def label_totals(self, weighting: int = 0, squares: bool = False) -> dict:
+        """Σ w per label under ``weighting`` (labels sorted; ``squares``: Σ w²)."""
+        column = self._internal(weighting, squares)
+        sums = _padded(self.totals, len(self.labels) * self.columns)[column::self.columns]
         return {l: float(sums[self.label_index[l]]) for l in sorted(self.labels)}
 
     def _counted(self) -> list:
@@ -161,19 +166,24 @@ class WeightedCounts:
             self.flush()
             self._counts = [table.compact() for table in self.tables.values()]
             if self.row_features:
-                C, S = len(self.labels), self.weightings
+                C, S = len(self.labels), self.columns
                 self._counts.append((None, None, np.stack([_padded(v, C * S) for v in self.row_features.values()])))
         return self._counts
 
-    def _column(self, part: tuple, label: int, weighting: int) -> np.ndarray:
-        """One part's Σ w of ``label`` (an id) under ``weighting`` (zeros where the label came after it)."""
+    def _internal(self, weighting: int, squares: bool = False) -> int:
+        """The column counting ``weighting``'s Σ w (``squares``: its Σ w², a mask's own: w² = w for w ∈ {0, 1})."""
+        return self.weightings + weighting - self.masks if squares and weighting >= self.masks else weighting
+
+    def _column(self, part: tuple, label: int, column: int) -> np.ndarray:
+        """One part's sums of ``label`` (an id) in ``column`` (``_internal``; zeros where the label came after it)."""
         keys, counts, sums = part
-        if keys is None:   # the row-level features: every weighting in sums, label-major
-            column = label * self.weightings + weighting
+        weighting = column
+        if keys is None:   # the row-level features: every column in sums, label-major
+            column = label * self.columns + weighting
         elif weighting < self.masks:
             sums, column = counts, label * self.masks + weighting
         else:
-            column = label * (self.weightings - self.masks) + weighting - self.masks
+            column = label * (self.columns - self.masks) + weighting - self.masks
         return sums[:, column] if column < sums.shape[1] else np.zeros(len(sums))
 
     def _parts(self, rows: np.ndarray | None):
@@ -196,33 +206,50 @@ class WeightedCounts:
                 pa.array(np.arange(len(self.row_features))[mine])))
         return pa.concat_arrays([n.cast(pa.string()) for n in names]) if names else pa.array([], pa.string())
 
-    def matrix(self, weighting: int = 0, rows: np.ndarray | None = None, names: pa.Array | None = None
-               ) -> tuple[pa.Array, np.ndarray]:
+    def matrix(self, weighting: int = 0, rows: np.ndarray | None = None, names: pa.Array | None = None,
+               squares: bool = False) -> tuple[pa.Array, np.ndarray]:
         """(feature names, F×C weighted counts) of ``weighting``, the columns in sorted label order; with
         ``rows`` (ascending) only those features; ``names``: ``self.names(rows)`` built before (they cost more than
-        the counts)."""
+        the counts); ``squares``: the sums of squared weights Σ w² instead."""
+        return self.names(rows) if names is None else names, self._sums(self._internal(weighting, squares), rows)
+
+    def _sums(self, column: int, rows: np.ndarray | None) -> np.ndarray:
+        """F×C sums of ``column`` (``_internal``) of the features at ``rows`` (all where None), labels sorted."""
         labels = [self.label_index[l] for l in sorted(self.labels)]
-        blocks = [np.column_stack([self._column(part, l, weighting)[mine] for l in labels])
+        blocks = [np.column_stack([self._column(part, l, column)[mine] for l in labels])
                   for part, mine in self._parts(rows)]
-        return self.names(rows) if names is None else names, (np.concatenate(blocks).astype(np.float64) if blocks else
-                                  np.zeros((0, len(labels))))
+        return np.concatenate(blocks).astype(np.float64) if blocks else np.zeros((0, len(labels)))
 
     def stats(self, weighting: int, p0: np.ndarray, min_count: int = 10, alpha: float = 0.01,
               rows: np.ndarray | None = None, names: pa.Array | None = None) -> zstats.ZStats:
-        """z-statistics of ``weighting`` on its weighted n and counts, with ``p0`` (one per label, sorted); with
-        ``rows`` (of ``matrix``, ascending) only those features (``names``: theirs, built before)."""
+        """z-statistics of ``weighting`` on its weighted n and counts, z* and min_count at n_eff (``effective``), with
+        ``p0`` (one per label, sorted); with ``rows`` (of ``matrix``, ascending) only those features (``names``:
+        theirs, built before)."""
         names, matrix = self.matrix(weighting, rows, names)
-        return zstats.from_matrix(names, sorted(self.labels), matrix, np.asarray(p0, np.float64), min_count, alpha)
+        n = zstats.row_totals(matrix)
+        return zstats.from_matrix(names, sorted(self.labels), matrix, np.asarray(p0, np.float64), min_count, alpha,
+                                  n=n, n_eff=self.effective(weighting, n, rows))
+
+    def effective(self, weighting: int, n: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray | None:
+        """n_eff = (Σ w)² / Σ w² of the features at ``rows`` (all where None) under ``weighting``, whose Σ w are ``n``
+        (``stats.effective_size``); None where it is n (a mask: weights 0 or 1)."""
+        if weighting < self.masks:
+            return None
+        return effective_of(n, zstats.row_totals(self._sums(self._internal(weighting, True), rows)))
 
     def tested(self, weightings, min_count: int = 10) -> np.ndarray:
-        """Rows of ``matrix`` in at least ``min_count`` (weighted) rows under one of ``weightings``: the features
-        an audit of any of them tests. A verdict between them needs no other: those two audits' thresholds count
-        only these, and a feature untested on both sides is never compared."""
+        """Rows of ``matrix`` tested (n_eff ≥ ``min_count``, ``effective``) under one of ``weightings``: the
+        features an audit of any of them tests. A verdict between them needs no other: those two audits' thresholds
+        count only these, and a feature untested on both sides is never compared."""
         tested, start = [], 0
         for part, _ in self._parts(None):
-            n = [sum((self._column(part, l, i) for l in range(len(self.labels))), np.zeros(len(part[2])))
-                 for i in weightings]
-            tested.append(start + np.flatnonzero(np.logical_or.reduce([x >= min_count for x in n])))
+            def size(i: int) -> np.ndarray:
+                n = sum((self._column(part, l, i) for l in range(len(self.labels))), np.zeros(len(part[2])))
+                if i < self.masks:
+                    return n
+                return zstats.effective_size(n, sum((self._column(part, l, self._internal(i, True))
+                                                     for l in range(len(self.labels))), np.zeros(len(part[2]))))
+            tested.append(start + np.flatnonzero(np.logical_or.reduce([size(i) >= min_count for i in weightings])))
             start += len(part[2])
         return np.concatenate(tested) if tested else np.zeros(0, np.int64)
 
@@ -234,14 +261,14 @@ class WeightedCounts:
         out = WeightedCounts(self.labels, self.config, weightings, masks)
         out.fields, out.row_families = self.fields, self.row_families
         rows = np.sort(np.asarray(rows, np.int64))
-        C = len(self.labels)
+        C, values = len(self.labels), out.columns - masks
         for (col, order), ((keys, _, _), mine) in zip(self.tables, self._parts(rows)):
             if not len(mine):
                 continue
-            table = KeyCounts(dense=order == 1, labels=C * masks, values=C * (weightings - masks))
+            table = KeyCounts(dense=order == 1, labels=C * masks, values=C * values)
             table.add(keys[mine], np.arange(len(mine)), np.zeros(len(mine), np.int64), 0, C,
                       masks=np.zeros((len(mine), masks), np.int32),
-                      weights=np.zeros((len(mine), weightings - masks)))   # the keys placed, nothing counted
+                      weights=np.zeros((len(mine), values)))   # the keys placed, nothing counted
             table.table[:, 2] = EMPTY                                        # and no row seen yet
             out.tables[col, order] = table
         if self.row_features:
@@ -253,169 +280,10 @@ class WeightedCounts:
         return out
 
 
-WEIGHT_COLUMN = zstats.WEIGHT_COLUMN
-WEIGHTED_COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.float64())])
-
-
-class BadWeights(ValueError):
-    """A ``weight`` column the weighted audit cannot count (missing, negative, not finite, not numbers)."""
-
-
-def row_weights(table: pa.Table) -> np.ndarray:
-    """The ``weight`` column of a batch as float64; ``BadWeights`` where one is missing, negative or not finite."""
-    column = table[WEIGHT_COLUMN]
-    if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
-        raise BadWeights(f"column {WEIGHT_COLUMN!r} holds {column.type}, not numbers: give every row a number ≥ 0, "
-                         "or count rows with --unweighted")
-    w = column.to_numpy(zero_copy_only=False).astype(np.float64)   # nulls become NaN
-    bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
-    if len(bad):
-        raise BadWeights(f"column {WEIGHT_COLUMN!r}: {len(bad):,} row(s) with a missing, negative or infinite weight "
-                         f"(the first at row {bad[0]:,} of its batch: {column[int(bad[0])].as_py()!r}): give every "
-                         "row a number ≥ 0, or count rows with --unweighted")
-    return w
-
-
-class WeightedAuditCounts:
-    """The audit's counter of rows that carry a ``weight`` (``refinery audit`` of a weighted corpus): count(x, l) =
-    Σ w over the rows of x with label l, n(x) = Σ w (this module's equation), answering as the audit's exact counter
-    does (``matrix``, ``label_totals`` = Σ w per label, ``num_features``, ``counts``, ``write_state``) and, apart,
-    ``label_rows`` (rows per label).
-
-    Batches are counted by a ``WeightedCounts`` (``add_table``): the audit's tokenizer, fields and families, a batch
-    at a time, its memory the features' (12 + 8·C bytes a slot). ``view`` reads one weighting of a ``WeightedCounts``
-    counted elsewhere (the ``weights`` stage's pass over its output: its verdict's two sides are audits of this
-    counter). Counts of units counted elsewhere (the audit's Ray workers) merge in as long ``(feature, label,
-    count)`` tables of float sums (``add_counts``)."""
-
-    mode = "exact"
-    spilled_runs = 0
-
-    def __init__(self, counts: WeightedCounts | None = None, weighting: int = 0, label_rows: dict | None = None,
-                 rows: tuple | None = None):
-        self.batches, self.weighting = counts, weighting
-        self._rows = rows   # (rows of ``counts.matrix``, their names): the features read (None: those tested here)
-        self.merged: list[pa.Table] = []
-        self._merged_totals: dict = {}
-        self._label_rows: dict = dict(label_rows or {})
-        self._matrix = None
-
-    @classmethod
-    def view(cls, counts: WeightedCounts, weighting: int, label_rows: dict, rows: tuple | None = None
-             ) -> "WeightedAuditCounts":
-        """Weighting ``weighting`` of ``counts`` (whose rows per label are ``label_rows``) as the audit's counter;
-        ``rows``: (rows of ``counts.matrix``, their names) to read, a superset of those tested under ``weighting``
-        (the features another weighting tests too: z* of the others is not computed, ``stats.from_matrix``)."""
-        return cls(counts, weighting, label_rows, rows)
-
-    @property
-    def label_totals(self) -> dict:
-        """Σ w per label (labels sorted)."""
-        totals = dict(self.batches.label_totals(self.weighting)) if self.batches is not None else {}
-        zstats.add_totals(totals, self._merged_totals)
-        return dict(sorted(totals.items()))
-
-    @property
-    def label_rows(self) -> dict:
-        """Rows per label."""
-        return dict(sorted(self._label_rows.items()))
-
-    @property
-    def rows(self) -> int:
-        return int(sum(self._label_rows.values()))
-
-    def add_table(self, table: pa.Table, features: FeatureConfig) -> None:
-        """Count one canonical batch, weighted by its ``weight`` column."""
-        if self.batches is None:
-            self.batches = WeightedCounts(None, features, 1)
-        elif self.batches.config != features:
-            raise ValueError("WeightedAuditCounts.add_table: every batch must be counted with the same features")
-        self.batches.add(table, row_weights(table))
-        zstats.add_totals(self._label_rows, zstats.rows_per_label(table["label"]))
-        self._matrix = None
-
-    def add_counts(self, counts: pa.Table, label_totals: dict | None = None, label_rows: dict | None = None) -> None:
-        """Merge in long ``(feature, label, count)`` sums of weights (``label_totals``: their Σ w per label)."""
-        self.merged.append(counts.select(["feature", "label", "count"]).cast(WEIGHTED_COUNTS_SCHEMA))
-        zstats.add_totals(self._merged_totals, label_totals)
-        zstats.add_totals(self._label_rows, label_rows)
-        self._matrix = None
-
-    def merge(self, other: "WeightedAuditCounts") -> "WeightedAuditCounts":
-        self.add_counts(other.counts(), other.label_totals, other.label_rows)
-        return self
-
-    def matrix(self, labels: list, min_count: int = 0) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-        """(features in Σ w ≥ ``min_count``, F×C sums of weights in the order of ``labels``, n = their row sums)."""
-        key = (list(labels), min_count)
-        if self._matrix is None or self._matrix[0] != key:
-            if not self.merged and self.batches is not None and list(labels) == sorted(self.batches.labels):
-                rows, names = self._rows or (self.batches.tested([self.weighting], min_count), None)
-                features, matrix = self.batches.matrix(self.weighting, rows, names)   # names only for those kept
-            else:
-                features, matrix, _ = zstats.at_least(*zstats.long_to_matrix(self.counts(), labels), min_count)
-            self._matrix = key, (features, matrix, zstats.row_totals(matrix))
-        return self._matrix[1]
-
-    @property
-    def num_features(self) -> int:
-        """Distinct features counted."""
-        if not self.merged:
-            return int(sum(len(part[2]) for part in self.batches._counted())) if self.batches is not None else 0
-        return len(pc.unique(self.counts()["feature"]))
-
-    def counts(self) -> pa.Table:
-        """Every nonzero ``(feature, label, Σ w)``, sorted by feature and label; merged parts summed in their order."""
-        parts = list(self.merged)
-        if self.batches is not None and self.batches.rows:
-            labels = sorted(self.batches.labels)
-            features, matrix = self.batches.matrix(self.weighting)
-            row, col = np.nonzero(matrix)
-            parts.insert(0, pa.table({"feature": features.take(pa.array(row)),
-                                      "label": pa.array(labels, pa.string()).take(pa.array(col)),
-                                      "count": matrix[row, col]}, schema=WEIGHTED_COUNTS_SCHEMA))
-        if not parts:
-            return WEIGHTED_COUNTS_SCHEMA.empty_table()
-        table = pa.concat_tables(parts)
-        if len(parts) > 1:
-            labels = sorted(set(pc.unique(table["label"]).to_pylist()))
-            features, matrix, _ = zstats.long_to_matrix(table, labels)
-            row, col = np.nonzero(matrix)
-            table = pa.table({"feature": features.take(pa.array(row)),
-                              "label": pa.array(labels, pa.string()).take(pa.array(col)),
-                              "count": matrix[row, col]}, schema=WEIGHTED_COUNTS_SCHEMA)
-        return table.sort_by([("feature", "ascending"), ("label", "ascending")])
-
-    def parts(self, partitions: int) -> list[pa.Table]:
-        """``counts()`` cut into ``partitions`` tables by a hash of the feature string (part p of every counter holds
-        the same features: each is summed by one reducer, ``summed_part``)."""
-        from refinery.core.feature_counts import string_hashes
-
-        table = self.counts()
-        part = (string_hashes(table["feature"].combine_chunks()) % np.uint64(partitions)).astype(np.int64)
-        return [table.filter(pa.array(part == p)) for p in range(partitions)]
-
-    def error_bounds(self) -> dict:
-        return {"mode": "exact", "count_error": 0}
-
-    def write_state(self, sink) -> None:
-        """The counts (``counts``: sums of weights) as an Arrow IPC file, the totals in its metadata."""
-        from refinery.core.exact_counts import write_counts_file
-
-        write_counts_file(sink, {"weighted": True, "label_totals": self.label_totals, "label_rows": self.label_rows},
-                          [self.counts()], WEIGHTED_COUNTS_SCHEMA.empty_table())
-
-    def close(self) -> None:
-        """Nothing spilled: nothing to remove."""
-
-
-def summed_part(parts: list[pa.Table], common: list | None = None) -> pa.Table:
-    """In a reducer: part p of every unit (``WeightedAuditCounts.parts``), each feature's sums added up in the order
-    of the units (``common``, the units' ``None``, unread)."""
-    counter = WeightedAuditCounts()
-    for part in parts:
-        counter.add_counts(part)
-    return counter.counts()
+def effective_of(n: np.ndarray, squares: np.ndarray) -> np.ndarray | None:
+    """n_eff of features whose Σ w are ``n`` and Σ w² ``squares`` (``stats.effective_size``), or None where it is n
+    for every one (Σ w² = Σ w: rows of weight 0 or 1, counted as the plain audit counts them)."""
+    return None if np.array_equal(n, squares) else zstats.effective_size(n, squares)
 
 
 def _padded(sums: np.ndarray, columns: int) -> np.ndarray:
@@ -425,7 +293,8 @@ def _padded(sums: np.ndarray, columns: int) -> np.ndarray:
 
 
 WEIGHTED_NOTE = ("counts are sums of weights: a row of weight w counts as w rows, as a model trained on rows drawn "
-                 "∝ w sees it")
+                 "∝ w sees it; z* and min_count take each feature's effective rows (Σw)²/Σw², never more than its "
+                 "rows")
 
 
 def counts_prior(counts: WeightedCounts, prior: str = "auto", weighting: int = 0,

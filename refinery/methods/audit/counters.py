@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from refinery.core.counts import make_counter
 from refinery.core.exact_counts import ExactCounts
-from refinery.core.weighted_counts import WEIGHT_COLUMN, WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, row_weights
+from refinery.core.weighted_audit_counts import WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, row_weights
 from refinery.io.spill import memory_budget
 from refinery.methods.audit.config import AuditConfig
 
@@ -35,17 +35,18 @@ def count_table(table: pa.Table, config: AuditConfig, counter=None, only: pa.Arr
 
 def probe_counts(table: pa.Table, config: AuditConfig, weighted: bool = False) -> pa.Table:
     """Long counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row (with
-    ``weighted``, the sums of the rows' weights)."""
+    ``weighted``, the sums of the rows' weights and of their squares)."""
     from refinery.models import NGramClassifier, cross_fit_proba
 
     proba, classes = cross_fit_proba(lambda: NGramClassifier("hypothesis"), table, k=config.probe_folds)
     pred = pa.array([f"hypo-only-pred={classes[i]}" for i in proba.argmax(axis=1)], pa.string())
-    rows = pa.table({"feature": pred, "label": table["label"],
-                     **({WEIGHT_COLUMN: row_weights(table)} if weighted else {})})
-    aggregate = [(WEIGHT_COLUMN, "sum")] if weighted else [([], "count_all")]
-    counts = rows.group_by(["feature", "label"]).aggregate(aggregate).rename_columns(["feature", "label", "count"])
+    w = row_weights(table) if weighted else None
+    rows = pa.table({"feature": pred, "label": table["label"], **({"count": w, "square": w * w} if weighted else {})})
+    aggregate = [("count", "sum"), ("square", "sum")] if weighted else [([], "count_all")]
+    counts = rows.group_by(["feature", "label"]).aggregate(aggregate)
+    counts = counts.rename_columns(["feature", "label", "count", "square"][:counts.num_columns])
     if weighted:
-        return counts.cast(WEIGHTED_COUNTS_SCHEMA)
+        return counts.select(WEIGHTED_COUNTS_SCHEMA.names).cast(WEIGHTED_COUNTS_SCHEMA)
     out = ExactCounts()
     out.add_counts(counts)
     return out.counts()

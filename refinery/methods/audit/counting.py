@@ -18,7 +18,8 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
-from refinery.core.weighted_counts import WEIGHT_COLUMN, BadWeights
+from refinery.core.features import NULL_FEATURE
+from refinery.core.weighted_audit_counts import WEIGHT_COLUMN, BadWeights
 from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
@@ -54,8 +55,11 @@ class AuditResult:
         return self.stats.top_k(k or self.config.k)
 
     def label_prior(self) -> dict:
-        """Per label: its share of the rows, p0 and z*(null, l), the label prior the ``null`` feature measures."""
-        return zstats.label_prior(self.stats.labels, self.counter.label_totals, self.stats.p0)
+        """Per label: its share of the rows, p0 and z*(null, l), the label prior the ``null`` feature measures (at
+        its effective size where the rows carry weights)."""
+        at = pc.index(self.stats.features, NULL_FEATURE).as_py() if self.weighted and len(self.stats.features) else -1
+        size = float(self.stats.effective_n[at]) if at >= 0 else None
+        return zstats.label_prior(self.stats.labels, self.counter.label_totals, self.stats.p0, size)
 
     def error_bounds(self) -> dict:
         bounds = self.counter.error_bounds()
@@ -95,7 +99,8 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
     z-statistics. ``rejects``: a corpus writer (``StageOutput.corpus``) that publishes the input's rejects, as a
     corpus of no rows (an ``AllRejected`` error names it when no row was good). ``carried``: the prior rule the
     inputs record (an ``auto`` prior takes it: ``stats.choose_prior``). ``weighted``: the rows carry a ``weight``
-    and count as their weight (``core.weighted_counts``: count(x, l) = Σ w, n(x) = Σ w; exact counts, in memory).
+    and count as their weight (``core.weighted_audit_counts``: count(x, l) = Σ w, n(x) = Σ w, z* and min_count at
+    n_eff(x) = (Σ w)²/Σ w²; exact counts, in memory).
 
     Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
     bound memory and name the candidate features, then a second pass counts just those exactly,
@@ -150,13 +155,19 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
            carried: zstats.Prior | None = None, weighted: bool = False) -> AuditResult:
     """z-statistics of the features in at least ``min_count`` rows (the only ones z* is defined for:
     the statistics of a large corpus's millions of rarer features are never built). ``weighted``: ``counter`` is
-    a ``WeightedAuditCounts`` (counts, n, label totals and min_count's rows are sums of weights, the prior rule
-    decided on and p0 taken from the weighted label shares): the ``weights`` stage's verdict is two of these."""
+    a ``WeightedAuditCounts`` (counts, n and label totals are sums of weights, the prior rule decided on and p0
+    taken from the weighted label shares; z* and min_count at Kish's effective size n_eff(x) = (Σ w)²/Σ w², the
+    variance of a weighted mean being p0 (1 − p0)/n_eff under H0, ``core.stats``): the ``weights`` stage's
+    verdict is two of these."""
     source = recounted if recounted is not None else counter
     labels = sorted(counter.label_totals)
     if not sum(counter.label_totals.values()):
         raise EmptyInput(f"no good rows to audit ({rejected:,} rejected)")
-    if source.mode == "exact":   # ExactCounts, or core.merged_counts' MergedCounts (summed by Ray workers)
+    n_eff = None   # the rows' effective sizes where they carry weights (None: n)
+    if weighted:
+        features, matrix, n, n_eff = source.matrix(labels, config.min_count)
+        counted = source.num_features
+    elif source.mode == "exact":   # ExactCounts, or core.merged_counts' MergedCounts (summed by Ray workers)
         features, matrix, n = source.matrix(labels, config.min_count)
         counted = source.num_features
     else:
@@ -165,7 +176,7 @@ def finish(counter, config: AuditConfig, rejected: int = 0, recounted: ExactCoun
         features, matrix, n = zstats.at_least(features, matrix, n, config.min_count)
     prior = zstats.choose_prior(config.prior, {l: counter.label_totals[l] for l in labels}, carried)
     st = zstats.from_matrix(features, labels, matrix, zstats.prior_vector(labels, counter.label_totals, prior.name),
-                            config.min_count, config.alpha, n=n)
+                            config.min_count, config.alpha, n=n, n_eff=n_eff)
     return AuditResult(st, counter, config, rejected, recounted, counted, prior, weighted)
 
 

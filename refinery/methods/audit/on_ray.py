@@ -20,8 +20,8 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
 from refinery.core.feature_counts import FeatureCounts
 from refinery.core.merged_counts import MergedCounts, sum_partials, unit_partials
-from refinery.core.weighted_counts import WEIGHT_COLUMN, WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, summed_part
-from refinery.io.corpus import Corpus, is_corpus, load
+from refinery.core.weighted_audit_counts import WEIGHT_COLUMN, WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, summed_part
+from refinery.io.corpus import Corpus, corpus_of, input_mapping, load
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
 from refinery.io.readers import read_file
@@ -43,10 +43,12 @@ COLUMNS = ("text_a", "text_b", "label")
 
 @dataclass(frozen=True)
 class Piece:
-    """Rows of one file: row groups of a corpus's shard, or a whole raw file (``row_groups`` None)."""
+    """Rows of one file: row groups of a corpus's shard, or a whole raw file (``row_groups`` None) read through
+    ``mapping`` (``io.corpus.input_mapping``'s: the one given, or refinery's own columns where the file has them)."""
 
     path: str
     row_groups: tuple | None = None
+    mapping: Mapping | None = None
 
 
 def corpus_units(files: list[str], storage_options: dict, cpus: int) -> list[tuple[Piece, ...]]:
@@ -74,11 +76,11 @@ def corpus_units(files: list[str], storage_options: dict, cpus: int) -> list[tup
     return units + ([tuple(pieces)] if pieces else [])
 
 
-def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions, weighted: bool = False):
+def _batches(unit: tuple[Piece, ...], opts: ReadOptions, weighted: bool = False):
     """(rows, rejects) of a unit's pieces, a batch at a time (with ``weighted``, a corpus's ``weight`` too)."""
     for piece in unit:
         if piece.row_groups is None:
-            for batch in read_file(piece.path, mapping, opts):
+            for batch in read_file(piece.path, piece.mapping, opts):
                 yield batch.rows, batch.rejects
             continue
         fs, path = get_fs(piece.path, opts.storage_options)
@@ -91,15 +93,15 @@ def _batches(unit: tuple[Piece, ...], mapping: Mapping | None, opts: ReadOptions
 
 
 def count_unit(unit: tuple[Piece, ...], config: AuditConfig, only: pa.Array | None, partitions: int,
-               mapping: Mapping | None, opts: ReadOptions, weighted: bool = False) -> tuple[dict, tuple | None, list]:
+               opts: ReadOptions, weighted: bool = False) -> tuple[dict, tuple | None, list]:
     """In a worker: (rows, rows per label and rejects, for the driver; for exact counts the strings the unit's keys
     index, for every reducer; the unit's counts as ``partitions`` parts: ``UnitCounts``, or one counter state).
-    ``weighted``: the unit's sums of weights (``WeightedAuditCounts``), cut into ``partitions`` long tables by a
+    ``weighted``: the unit's sums of weights and of their squares (``WeightedAuditCounts``), cut into ``partitions`` long tables by a
     hash of the feature, and Σ w per label for the driver."""
     partitioned = config.counting == "exact" and only is None and not weighted
     counter = FeatureCounts(config.features) if partitioned else new_counter(config, only, weighted)
     totals, rejects = {}, []
-    for rows, bad in _batches(unit, mapping, opts, weighted):
+    for rows, bad in _batches(unit, opts, weighted):
         if rows.num_rows and partitioned:
             counter.add(rows)
         elif rows.num_rows:
@@ -130,22 +132,21 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
               only: pa.Array | None = None, probe: bool = True, on_rejects=None, weighted: bool = False):
     """The same pass as ``count_local`` on Ray workers: the counter. A raw file's rejects come back
     from its worker, a corpus's are read here; both reach ``on_rejects`` in the order of the inputs. ``weighted``:
-    sums of weights, each reducer summing its features' parts of every unit (``weighted_counts.summed_part``)."""
+    sums of weights, each reducer summing its features' parts of every unit (``weighted_audit_counts.summed_part``)."""
     if not inputs:
         raise ValueError("nothing to audit: no input")
     cpus = cluster_cpus()
     totals = {}
     units, corpus_rejects = [], []   # corpus_rejects: (the unit they come before, the corpus)
     for path in inputs:
-        if is_corpus(path, opts.storage_options):
-            corpus = Corpus.open(path, opts.storage_options)
+        read_by = input_mapping(path, mapping, opts)   # as the local engine reads it (``io.corpus``)
+        if read_by is None:   # a corpus, or a stage's folder: the corpus it made
+            corpus = Corpus.open(corpus_of(path, opts.storage_options), opts.storage_options)
             if on_rejects is not None and corpus.manifest.get("rejected"):
                 corpus_rejects.append((len(units), corpus))
             units += corpus_units(corpus.files, opts.storage_options, cpus)
-        elif mapping is None:
-            raise ValueError("raw inputs need --preset or --map")
         else:
-            units += [(Piece(file),) for file in expand_paths([path], opts.storage_options)]
+            units += [(Piece(file, mapping=read_by),) for file in expand_paths([path], opts.storage_options)]
 
     def hand_on_corpus_rejects(before: int) -> None:
         while corpus_rejects and corpus_rejects[0][0] <= before:
@@ -170,8 +171,8 @@ def count_ray(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditC
 
         reduce = summed_part if weighted else sum_partials if partitioned else merge_states
         reduced = map_reduce(units, count_unit, reduce, partitions,
-                             shared={"config": config, "only": only, "partitions": partitions, "mapping": mapping,
-                                     "opts": opts, "weighted": weighted}, stage="audit", on_mapped=mapped) if units else []
+                             shared={"config": config, "only": only, "partitions": partitions, "opts": opts,
+                                     "weighted": weighted}, stage="audit", on_mapped=mapped) if units else []
         hand_on_corpus_rejects(len(units))
     if weighted:
         counter = WeightedAuditCounts()

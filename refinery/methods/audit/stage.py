@@ -28,7 +28,7 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
         **AuditSummary({l: int(result.label_rows.get(l, 0)) for l in st.labels}, st.threshold,
                        str(result.prior), result.prior.record()).to_json(),
         "features": result.features,
-        "features_with_min_count": int((st.n >= cfg.min_count).sum()),
+        "features_with_min_count": int((st.effective_n >= cfg.min_count).sum()),
         "label_prior": result.label_prior(),
         "significant": st.significant_per_label(),
         "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
@@ -78,8 +78,8 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
             .html())
 
 
-WEIGHTED = (f"counts the '{WEIGHT_COLUMN}' column: a row of weight w counts as w rows (count(x, l) = Σ w, z* on the "
-            "weighted n), the audit the `refinery weights` verdict makes of these rows; --unweighted counts rows")
+WEIGHTED = (f"counts the '{WEIGHT_COLUMN}' column: a row of weight w counts as w rows (count(x, l) = Σ w), z* and "
+            "min_count at each feature's effective rows (Σw)²/Σw², the audit the `refinery weights` verdict makes of these rows; --unweighted counts rows")
 UNWEIGHTED = (f"counts rows (--unweighted): the '{WEIGHT_COLUMN}' column the rows carry is not read, every row "
               "counts once")
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
-from refinery.core.weighted_counts import (WEIGHTED_NOTE, WeightedAuditCounts, WeightedAudits, WeightedCounts,
-                                              judge_weightings)
+from refinery.core.weighted_audit_counts import WeightedAuditCounts
+from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedAudits, WeightedCounts, judge_weightings
 from refinery.methods.leakage.config import FEATURE_SETS, ForestConfig
 from refinery.methods.leakage.sentence_graph import GraphInput, corpus_features
 from refinery.methods.weights.ips import (SUGGESTED_CLIPS, Cap, cap_in_effect, diagnostics, effective_sample_size,
