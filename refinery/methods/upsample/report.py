@@ -6,8 +6,9 @@ from dataclasses import asdict
 
 import pyarrow as pa
 
-from refinery.methods.upsample.algorithm import (IBADR, Plan, copies_needed, deficits, left_out, only,
-                                                 over_cap_reason, ranked_tokens, uncorrectable_reason)
+from refinery.methods.upsample.algorithm import Plan
+from refinery.methods.upsample.tokens import (IBADR, copies_needed, deficits, left_out, only, over_cap_reason,
+                                              ranked_tokens, uncorrectable_reason)
 from refinery.pipeline.output import StageOutput
 from refinery.report.figures.zplot import zplot
 from refinery.report import format as fmt

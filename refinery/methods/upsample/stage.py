@@ -16,7 +16,7 @@ What refinery adds, and why (docs/upsample.md):
   minority labels wholesale.
 - The tokens are the audit's word features (``w@field``: its tokenizer, its fields kept apart, its min_count), not
   the paper's tokens pooled over both texts: every corrected token is in ``refinery audit``'s statistics of the
-  input, with the z* it gives it (``algorithm.words``). Only tokens whose z* passes the audit's Bonferroni
+  input, with the z* it gives it (``tokens.words``). Only tokens whose z* passes the audit's Bonferroni
   threshold are corrected; negations and quantifiers are never stopwords (``features.KEPT_WORDS``).
 - A row is copied at most ``max_copies`` times, each turn's copies go to distinct rows, those with the fewest
   copies first. A token whose short label runs out of rows is corrected as far as they go, and the report
