@@ -155,7 +155,8 @@ def _audit_steps_audit(run, spec, config, field_names, storage_options: dict) ->
 
 
 def _z_of(st, feature: str, label: str) -> float | None:
-    """z*(feature, label) in ``st``, or None where the feature is in fewer than min_count rows (its effective size for weighted rows)."""
+    """z*(feature, label) in ``st``, or None where the feature is in fewer than min_count rows (for weighted rows:
+    its effective size (Σw)²/Σw² under min_count)."""
     i = pc.index(st.features, feature).as_py()
     if i < 0 or label not in st.labels or st.effective_n[i] < st.min_count:
         return None
