@@ -293,17 +293,17 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
 
 
 def test_a_step_after_one_that_kept_nothing_is_refused_in_one_line(tmp_path):
-    """A confidence step at τ 0.95 keeps no SNLI row: the z-filter after it does not run (it raised
+    """A data map keeping a share of 0.0001 keeps no SNLI row: the z-filter after it does not run (it raised
     ZeroDivisionError, exit 1); the step is named with what it read, and so is the empty corpus given to a verb."""
     (tmp_path / "p.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
-                                     "  - confidence: {model: ngram, folds: 2}\n  - zfilter: {k: 5}\n")
+                                     "  - datamap: {share: 0.0001}\n  - zfilter: {k: 5}\n")
     proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2, proc.stderr
-    assert "\n   warning: kept 0.0% of the rows (0 of 3,261): p_M(label | text) has median " in proc.stdout
+    assert "\n   warning: kept 0.0% of the rows (0 of 3,261); check the settings (keep ambiguous" in proc.stdout
     assert proc.stderr.splitlines()[-1] == (
-        "error: 02-zfilter: 01-confidence passed on no rows of the 3,261 it read, so zfilter has nothing to work "
-        f"on; loosen confidence's settings (its report: {tmp_path / 'o' / '01-confidence' / 'report' / 'report.html'})")
-    kept = tmp_path / "o" / "01-confidence" / "kept"
+        "error: 02-zfilter: 01-datamap passed on no rows of the 3,261 it read, so zfilter has nothing to work "
+        f"on; loosen datamap's settings (its report: {tmp_path / 'o' / '01-datamap' / 'report' / 'report.html'})")
+    kept = tmp_path / "o" / "01-datamap" / "kept"
     proc = run_cli("zfilter", kept, "--out", tmp_path / "z", check=False)
     assert proc.returncode == 2 and not (tmp_path / "z").exists(), proc.stderr
     assert proc.stderr.endswith(f"error: {kept}: no rows (a corpus that the run which wrote it left empty); "
