@@ -301,18 +301,20 @@ class _Side:
         self.drift = drift[ranked][:, order]
         self.over = (self.z > threshold) & ~self.drift
         self.p0 = stats.p0[order]
-        self._features, self._n, self._min_count = stats.features, stats.n, stats.min_count
+        self._features, self._n = stats.features, stats.n
+        self._untested = stats.effective_n < stats.min_count   # features it holds but does not test
 
     def counts(self, names: pa.Array, rows: np.ndarray) -> np.ndarray:
         """n of each of ``names`` (its row here, ``rows``, −1 where untested): an untested feature's among all the
-        audit's features; where it is not among them, 0 if the audit holds features under min_count (it holds
-        every one), else NaN (it kept only those it tests: the feature's n is under min_count, not known)."""
+        audit's features; where it is not among them, 0 if the audit holds features under min_count (by their
+        effective size, for weighted rows: it holds every one), else NaN (it kept only those it tests: the
+        feature's n is under min_count, not known)."""
         n = (self.n[np.maximum(rows, 0)] if len(self.n) else np.zeros(len(rows))).astype(float)
         untested = np.flatnonzero(rows < 0)
         if len(untested):
             at = pc.fill_null(pc.index_in(names.take(pa.array(untested)), value_set=self._features), -1)
             at = at.to_numpy(zero_copy_only=False)
-            absent = 0.0 if len(self._n) and self._n.min() < self._min_count else np.nan
+            absent = 0.0 if self._untested.any() else np.nan
             n[untested] = np.where(at >= 0, self._n[np.maximum(at, 0)] if len(self._n) else 0, absent)
         return n
 
