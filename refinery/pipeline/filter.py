@@ -164,7 +164,7 @@ class FilterStage(Stage):
         from refinery.report.page import config_table, fields, note, table
 
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
-        by_label = [{"label": l, **c, "share kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
+        by_label = [{"label": l, **c, "rows kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
                     for l, c in report["by_label"].items()]
         page = out.report_page(f"{self.name}: {doc.rstrip('.')}")
         if verdict is not None:
@@ -176,7 +176,7 @@ class FilterStage(Stage):
         page = (page
                 .section("Rows", fields({k.replace("_", " "): report[k]
                                          for k in ("kept", "filtered_out", "input_rejects")}))
-                .section("Rows per label", table(by_label, formats={"share kept": fmt.percent}))
+                .section("Rows per label", table(by_label, formats={"rows kept": fmt.percent}))
                 .section("Why rows were filtered out", table(
                     [{"reason": r, "rows": n} for r, n in report["reasons"].items()]),
                     note(f"The {TOP_REASONS} commonest reasons; each filtered-out row carries its own in "

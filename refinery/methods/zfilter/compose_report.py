@@ -79,19 +79,19 @@ def _unjudged(kind: str, part: str, verdict: Verdict) -> str:
 def _page(page: Report, report: dict, verdicts: dict, plot_before: str, plot_after: str) -> Report:
     parts = report["parts"]
     rows = [{"part": PARTS[p], "rows read": v["input"], "input rejects": v["input_rejected"], "kept": v["kept"],
-             "filtered out": v["rejected"], "share kept": v["kept"] / max(v["input"], 1)} for p, v in parts.items()]
+             "filtered out": v["rejected"], "rows kept": v["kept"] / max(v["input"], 1)} for p, v in parts.items()]
     by_label = [{"label": l, "part": PARTS[p], "kept": v["kept_by_label"][l], "filtered out": v["rejected_by_label"][l],
-                 "share kept": v["kept_by_label"][l] / max(v["kept_by_label"][l] + v["rejected_by_label"][l], 1),
+                 "rows kept": v["kept_by_label"][l] / max(v["kept_by_label"][l] + v["rejected_by_label"][l], 1),
                  "max z* before": verdicts[p].max_z[l].before, "max z* after": verdicts[p].max_z[l].after}
                 for l in parts["together"]["kept_by_label"] for p, v in parts.items()]
-    page.section("Rows", table(rows, formats={"share kept": fmt.percent}),
+    page.section("Rows", table(rows, formats={"rows kept": fmt.percent}),
                  note(f"Every row read is kept or filtered out: kept/ holds {report['kept']:,} rows, rejected/ "
                       f"{report['rejected']:,}; each row's source column says its part. prior p0: {report['prior']}."),
                  *(note(n) for n in report["notes"]))
     for p, v in verdicts.items():
         if PARTS[p] in report["verdicts"]:
             page.section(f"Verdict: {PARTS[p]}", verdict_html.section(v))
-    page.section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
+    page.section("Per label", table(by_label, formats={"rows kept": fmt.percent, "max z* before": fmt.z,
                                                        "max z* after": fmt.z}))
     page.section("z-statistics of D0 ∪ G", figure(plot_before))
     page.section("z-statistics of the kept rows", figure(plot_after))

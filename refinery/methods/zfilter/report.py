@@ -76,7 +76,7 @@ def _page(page: Report, report: dict, verdict: Verdict, plot_before: str, plot_a
     seeds = report["seed_by_label"]
     by_label = [{"label": l, **({"seed rows": seeds[l]} if report["seed"] else {}),
                  "kept": kept - seeds[l], "filtered out": report["rejected_by_label"][l],   # of the input's rows
-                 "share kept": (kept - seeds[l]) / max(kept - seeds[l] + report["rejected_by_label"][l], 1),
+                 "rows kept": (kept - seeds[l]) / max(kept - seeds[l] + report["rejected_by_label"][l], 1),
                  "max z* before": report["max_z_before"].get(l), "max z* after": report["max_z_after"].get(l)}
                 for l, kept in report["kept_by_label"].items()]
     rows = {"input rows": report["input"], "input rejects": report["input_rejected"]}
@@ -90,7 +90,7 @@ def _page(page: Report, report: dict, verdict: Verdict, plot_before: str, plot_a
     return (page
             .section(verdict_html.HEADING, verdict_html.section(verdict))
             .section("Rows", fields(rows))
-            .section("Per label", table(by_label, formats={"share kept": fmt.percent, "max z* before": fmt.z,
+            .section("Per label", table(by_label, formats={"rows kept": fmt.percent, "max z* before": fmt.z,
                                                             "max z* after": fmt.z}))
             .section("z-statistics of the input", figure(plot_before))
             .section("z-statistics of the kept rows", figure(plot_after, _after_caption(report)))
