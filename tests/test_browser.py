@@ -227,12 +227,11 @@ RUNS = {
 HANS_RUNS = {"compare", "pipeline-hans"}   # the HANS pipeline's stages report its audit and z-filter (2 labels)
 # the reports read at every width from 1,000 to 1,400 px (its ends checked), nothing clipped
 WIDE = [("zfilter-snli", "report/report.html"), ("upsample-snli", "report/report.html"),
-        ("pipeline-snli", "04-weights/report/report.html"), ("compose-snli", "report/report.html"),
+        ("pipeline-snli", "03-weights/report/report.html"), ("compose-snli", "report/report.html"),
         ("compare", "report/report.html"), ("pipeline-snli", "pipeline/report.html")]
 WIDTHS = (1000, 1400)
 REPORTS = [*WIDE, ("leakage-snli", "report.html"),
-           *(("pipeline-snli", f"{stage}/report/report.html") for stage in ("01-audit", "02-zfilter",
-                                                                             "03-confidence")),
+           *(("pipeline-snli", f"{stage}/report/report.html") for stage in ("01-audit", "02-zfilter")),
            *(("pipeline-hans", f"{stage}/report/report.html") for stage in ("01-audit", "02-zfilter",
                                                                              "03-upsample", "04-confidence")),
            ("pipeline-hans", "pipeline/report.html")]

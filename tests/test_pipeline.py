@@ -27,8 +27,7 @@ from refinery.pipeline.config import (
 from refinery.pipeline.stage import REGISTRY, Output, stage_class
 
 EXAMPLE = REPO / "examples" / "snli.yaml"
-CORPUS_PARTS = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-confidence/kept",
-                "03-confidence/rejected", "04-weights/corpus"]
+CORPUS_PARTS = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-weights/corpus"]
 
 
 def _tables(out: Path | str, storage_options=None) -> dict:
@@ -161,7 +160,7 @@ def test_a_verbs_print_config_is_the_one_stage_pipeline_that_gives_its_result(tm
 def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_path):
     local, ray = tmp_path / "local", tmp_path / "ray"
     first = run_cli("run", EXAMPLE, "--out", local).stdout
-    assert first.count("(ok)") == 5 and "MISMATCH" not in first
+    assert first.count("(ok)") == 4 and "MISMATCH" not in first
     assert "rows in 19,666 = 19,666 rows + 0 rejected (ok)" in first             # SNLI dev + test
     run_cli("run", EXAMPLE, "--out", ray, "--engine", "ray", "--no-audit-steps")
     a, b = _tables(local), _tables(ray)
@@ -172,31 +171,34 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     assert on_ray["weights"]["task_peak_rss"] > 2**20 and on_ray["zfilter"]["task_peak_rss"] is None
     assert [p["what"] for p in on_ray["weights"]["phases"]] == ["leakage graph", "weights: folds", "cross-predict",
                                                                 "weights: write"]
-    assert set(a["04-weights/corpus"]["split"].to_pylist()) == {"dev", "test"}
-    kept = a["02-zfilter/kept"].num_rows
-    assert a["03-confidence/kept"].num_rows + a["03-confidence/rejected"].num_rows == kept
-    assert a["04-weights/corpus"].num_rows == a["03-confidence/kept"].num_rows
+    assert set(a["03-weights/corpus"]["split"].to_pylist()) == {"dev", "test"}
+    assert a["03-weights/corpus"].num_rows == a["02-zfilter/kept"].num_rows
     audit = json.loads((local / "01-audit" / "report" / "summary.json").read_text())
     assert audit["rows"] == 19_666
-    receipt = assert_receipt(local, ["00-input", "02-zfilter", "03-confidence", "04-weights"], "02-zfilter")
+    receipt = assert_receipt(local, ["00-input", "02-zfilter", "03-weights"], "02-zfilter")
     zfiltered = {s["step"]: s for s in receipt["steps"]}["02-zfilter"]["audit"]
     assert max(zfiltered["max_z"].values()) < 6 < 17 < min(receipt["steps"][0]["audit"]["max_z"].values())
     assert "made the shortcuts" not in (local / "pipeline" / "report.html").read_text()
+    # the demo shows the way: every refining step's verdict is ok, on the console and in the receipt
+    verdicts = [line for line in first.splitlines() if line.strip().startswith("verdict ")]
+    assert len(verdicts) == 2 and all(line.strip().startswith("verdict ok") for line in verdicts), verdicts
+    headlines = {s["step"]: s["headline"] for s in receipt["steps"]}
+    assert "WARNING" not in headlines["02-zfilter"] + headlines["03-weights"], headlines
 
     again = run_cli("run", EXAMPLE, "--out", local, "--no-audit-steps").stdout  # nothing changed: all skipped
-    assert again.count("unchanged, skipped") == 5
+    assert again.count("unchanged, skipped") == 4
 
-    changed = tmp_path / "changed.yaml"                                       # a new tau for the confidence stage
-    changed.write_text(EXAMPLE.read_text().replace("tau: 0.2", "tau: 0.3"))
+    changed = tmp_path / "changed.yaml"                                       # other folds for the weights stage
+    changed.write_text(EXAMPLE.read_text().replace("weights: {folds: 10}", "weights: {folds: 5}"))
     out = run_cli("run", changed, "--out", local, "--no-audit-steps", env={"DATA": str(DATA)}).stdout
     assert [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("== ")] == \
-        ["00-input", "01-audit", "02-zfilter", "03-confidence", "04-weights"]
-    assert out.count("unchanged, skipped") == 3 and "== 03-confidence\n" in out and "== 04-weights\n" in out
+        ["00-input", "01-audit", "02-zfilter", "03-weights"]
+    assert out.count("unchanged, skipped") == 3 and "== 03-weights\n" in out
     now = _tables(local)
     assert now["02-zfilter/kept"].equals(a["02-zfilter/kept"])
-    assert now["03-confidence/kept"].num_rows < a["03-confidence/kept"].num_rows
+    assert not now["03-weights/corpus"]["weight"].equals(a["03-weights/corpus"]["weight"])
     run_json = json.loads((local / "pipeline" / "run.json").read_text())
-    assert [s["status"] for s in run_json["stages"]] == ["skipped"] * 3 + ["ran"] * 2
+    assert [s["status"] for s in run_json["stages"]] == ["skipped"] * 3 + ["ran"]
     assert all(s["seconds"] > 0 for s in run_json["stages"])      # a reused stage keeps the time it took
 
 

@@ -151,11 +151,11 @@ def test_ray_job_submit_to_local_head(tmp_path, monkeypatch):
     try:
         proc = submit("s3://bucket/snli-run")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert "pipeline finished: 5 steps under s3://bucket/snli-run" in proc.stdout
+        assert "pipeline finished: 4 steps under s3://bucket/snli-run" in proc.stdout
         run = s3.root / "bucket" / "snli-run"
         assert Corpus.open(str(run / "00-input"), {"endpoint_url": s3.env["AWS_ENDPOINT_URL"], "key": "testkey",
                                                     "secret": "testsecret"}).manifest["rows"] == 2000
-        assert (run / "04-weights" / "_SUCCESS").exists() and (run / "pipeline" / "report.html").exists()
+        assert (run / "03-weights" / "_SUCCESS").exists() and (run / "pipeline" / "report.html").exists()
         failed = submit("s3://nobucket/run")
         said = {line for line in failed.stdout.splitlines() if line.startswith("error: ")}   # Ray shows it twice
         assert failed.returncode != 0 and "Traceback" not in failed.stdout + failed.stderr, failed.stdout[-3000:]

@@ -40,7 +40,7 @@ class LabelRows:
 
     def text(self, label: str) -> str:
         """``paraphrase 2,712 → 949 rows (35% kept), 67.8% → 48.0% of the corpus``."""
-        kept = f"{100 * self.kept:.0f}% kept" if self.kept <= 1 else f"×{self.kept:.2f}"
+        kept = f"{100 * self.kept:.0f}% kept" if round(self.kept, 2) <= 1 else f"×{self.kept:.2f}"   # 1.0004: 100%
         return (f"{label} {count(self.before)} → {count(self.after)} rows ({kept}), "
                 f"{100 * self.share_before:.1f}% → {100 * self.share_after:.1f}% of the corpus")
 
