@@ -208,6 +208,11 @@ def test_weighted_z_is_tested_at_the_effective_size(snli_rows, tmp_path):
     shares = {l: w[labels == l].sum() / w.sum() for l in report["label_prior"]}   # the weighted label shares
     p0 = shares if report["prior"].startswith("empirical") else {l: 1 / len(shares) for l in shares}
     assert p0 == pytest.approx({l: v["p0"] for l, v in report["label_prior"].items()}, abs=1e-4)
+    # the label prior line: each label's weighted share (they sum to 1), its z* at the rows' effective size
+    rows_eff = w.sum() ** 2 / (w ** 2).sum()
+    for label, v in report["label_prior"].items():
+        z = (shares[label] - p0[label]) / np.sqrt(p0[label] * (1 - p0[label]) / rows_eff)
+        assert v["share"] == pytest.approx(shares[label], abs=1e-4) and v["z"] == pytest.approx(z, abs=1e-3)
     for (feature, label), r in stats.items():
         n, p = per_feature[feature]["w_sum"], per_cell.get((feature, label), 0.0) / per_feature[feature]["w_sum"]
         z = (p - p0[label]) / np.sqrt(p0[label] * (1 - p0[label]) / n_eff[feature])

@@ -271,9 +271,9 @@ def label_prior(labels: list, label_totals: dict, p0: np.ndarray, size: float | 
     """Per label: its share of the rows, p0, and z*(null, l) = (share − p0) / sqrt(p0 (1 − p0) / rows)
     (what the ``null`` feature, present in every row, measures); ``size``: the rows' effective size where they
     carry weights (n_eff, the module's equation; default: the sum of ``label_totals``)."""
-    rows = sum(label_totals.get(l, 0) for l in labels) if size is None else size
+    rows = sum(label_totals.get(l, 0) for l in labels)
     share = np.array([label_totals.get(l, 0) for l in labels]) / max(rows, 1)
-    z = z_score(share, rows, p0)
+    z = z_score(share, rows if size is None else size, p0)
     return {l: {"share": round(float(s), 4), "p0": round(float(q), 4), "z": round(float(x), 4)}
             for l, s, q, x in zip(labels, share, p0, z)}
 
