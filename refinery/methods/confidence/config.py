@@ -1,5 +1,5 @@
 """The confidence stage's config (its verb's options and pipeline keys): where p_M(label | text) comes from (a
-column, a saved classifier, or a classifier cross-fitted on the input) and τ."""
+column, a saved classifier, or a classifier cross-fitted on the input) and τ, or label issues instead of τ."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,6 +47,9 @@ class ConfidenceConfig:
     solver: str = setting("sgd", one_of(*SOLVERS), "How the ngram model is fit: averaged SGD in a few passes "
                                                      "(streams millions of rows), or L-BFGS to convergence.")
     epochs: int = setting(3, at_least(1), "Passes of SGD over the rows (solver sgd).")
+    label_issues: bool = setting(False, help="Instead of τ: drop the rows whose given label is likely wrong, by "
+                                             "confident learning (cleanlab) over p_M of every label, each with "
+                                             "its suggested label.")
 
     @property
     def streams(self) -> bool:
@@ -65,6 +68,14 @@ class ConfidenceConfig:
         if self.model is not None and self.proba_column is not None:
             raise ValueError("give one of --model (model: ngram, transformer or a saved classifier's folder) and "
                              "--proba-column (proba_column: a column holding p_M(label | text)), not both")
+        if self.label_issues and self.proba_column is not None:
+            raise ValueError(f"--label-issues needs p_M(l | x) of every label, and --proba-column "
+                             f"{self.proba_column} holds p_M(label | text) of the given label only: leave out "
+                             "--proba-column (the n-gram model is cross-fitted on the input) or give --model "
+                             "(ngram, transformer or a saved classifier's folder)")
+        if self.label_issues and not self.auto:
+            raise ValueError(f"--label-issues decides instead of τ: give --tau {self.tau} or --label-issues, "
+                             "not both")
 
     @property
     def auto(self) -> bool:
@@ -72,9 +83,10 @@ class ConfidenceConfig:
         return self.tau == AUTO
 
     def in_effect(self) -> dict:
-        """τ (with the share it keeps when auto) and the settings that shape p_M: a column's name, a saved
-        classifier's folder, or the cross-fitting's."""
-        tau = {"tau": self.tau, "keep_share": self.keep_share} if self.auto else {"tau": self.tau}
+        """τ (with the share it keeps when auto), or label issues instead, and the settings that shape p_M: a
+        column's name, a saved classifier's folder, or the cross-fitting's."""
+        tau = {"label_issues": True} if self.label_issues else \
+            {"tau": self.tau, "keep_share": self.keep_share} if self.auto else {"tau": self.tau}
         if self.proba_column is not None:
             return {**tau, "proba_column": self.proba_column}
         if self.model not in CLASSIFIERS:

@@ -63,25 +63,25 @@ def _is_number(text: str) -> bool:
 
 
 def config_confidence(table: pa.Table, config: ConfidenceConfig, checkpoints=None) -> np.ndarray:
-    """p_M(label | text) as ``config`` says, but by the streaming SGD model (``source_confidence``): a column, a
-    saved classifier, or K-fold cross-fitting fold by fold (its finished folds kept in ``checkpoints``, an
-    ``io.checkpoints.Checkpoints``)."""
+    """p_M(label | text) as ``config`` says, but by the streaming SGD model (``source_confidence``): a column, or a
+    model's (``config_proba``)."""
     if config.proba_column is not None:
         return label_confidence(table, proba_column=config.proba_column)
-    from refinery.models.base import (
-        cross_fit_proba,
-        label_proba,
-        load_classifier,
-        make_classifier,
-    )
+    from refinery.models.base import label_proba
+
+    return label_proba(*config_proba(table, config, checkpoints), table["label"].to_pylist())
+
+
+def config_proba(table: pa.Table, config: ConfidenceConfig, checkpoints=None) -> tuple[np.ndarray, list]:
+    """(p_M(l | x) of every row and label, the labels of its columns) by a saved classifier, or by K-fold
+    cross-fitting fold by fold (its finished folds kept in ``checkpoints``, an ``io.checkpoints.Checkpoints``)."""
+    from refinery.models.base import cross_fit_proba, load_classifier, make_classifier
 
     if config.model in CLASSIFIERS:
-        proba, classes = cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed,
-                                         checkpoints)
-        return label_proba(proba, classes, table["label"].to_pylist())
+        return cross_fit_proba(lambda: make_classifier(config.model), table, config.folds, config.seed, checkpoints)
     model = load_classifier(config.model)
     refuse_unknown_labels(table, model.classes_, config.model)
-    return label_confidence(table, model=model)
+    return model.predict_proba(table), list(model.classes_)
 
 
 def refuse_unknown_labels(table: pa.Table, classes, model: str) -> None:
@@ -130,26 +130,35 @@ class Reasons:
 @dataclass
 class LabelScores:
     """p_M(label | text) of every row and its label (``label[i]`` indexes ``labels``), in the order the rows were
-    read."""
+    read; ``proba``: p_M(l | x) of every label (column j: ``labels[j]``, float32), where label issues need it."""
 
     confidence: np.ndarray
     label: np.ndarray
     labels: tuple
+    proba: np.ndarray | None = None
 
 
 def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=None) -> LabelScores:
     """p_M(label | text) and the label of every row of ``source``, in its batches' order (the SGD model reads them
-    one at a time; the others see the whole input at once, and keep finished folds in ``checkpoints``)."""
+    one at a time; the others see the whole input at once, and keep finished folds in ``checkpoints``), with p_M of
+    every label where ``config.label_issues``."""
     if config.streams:
         from refinery.models.ngram import cross_fit_sgd
 
         batches = (b.rows for b in source.iter_batches() if b.rows.num_rows)
         proba, classes, y = cross_fit_sgd(batches, config.folds, config.seed, epochs=config.epochs,
                                           engine=source.engine)
-        return LabelScores(proba[np.arange(len(y)), y], y, tuple(classes))
+        return LabelScores(proba[np.arange(len(y)), y], y, tuple(classes),
+                           proba.astype(np.float32) if config.label_issues else None)
     table, _ = source.load()
     labels, label = np.unique(table["label"].to_numpy(zero_copy_only=False), return_inverse=True)   # sorted, as
-    return LabelScores(config_confidence(table, config, checkpoints), label, tuple(labels.tolist()))   # SGD's
+    labels = tuple(labels.tolist())                                                                   # SGD's
+    if not config.label_issues:
+        return LabelScores(config_confidence(table, config, checkpoints), label, labels)
+    proba, classes = config_proba(table, config, checkpoints)
+    column = {c: j for j, c in enumerate(classes)}   # a saved model's labels hold the input's (refused otherwise)
+    proba = proba[:, [column[l] for l in labels]]
+    return LabelScores(proba[np.arange(len(label)), label], label, labels, proba.astype(np.float32))
 
 
 @dataclass

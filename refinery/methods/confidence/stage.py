@@ -11,6 +11,9 @@ p_M comes from a column, a saved classifier, or a classifier cross-fitted on the
 so no row is judged by a model that saw it. The n-gram model is a logistic regression on hashed
 TF-IDF n-grams, fit by averaged SGD in a few passes over the rows (``solver: sgd``, the K fold models
 side by side, on Ray tasks under the Ray engine) or by L-BFGS to convergence (``solver: lbfgs``).
+
+With ``label_issues``, confident learning decides instead of τ (``issues``): a row is dropped iff its given label
+is likely wrong by the cross-fitted p_M of every label, with the label it likely has.
 """
 from __future__ import annotations
 
@@ -20,6 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.methods.confidence.config import ConfidenceConfig
+from refinery.methods.confidence.issues import (
+    LABEL_ISSUE,
+    IssueReasons,
+    find_label_issues,
+    issue_kind,
+    pick_examples,
+)
 from refinery.methods.confidence.scoring import Reasons, refuse_unusable, source_confidence, tau_text, thresholds
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
@@ -29,9 +39,10 @@ from refinery.pipeline.stage import StageInput, set_column
 
 
 class ConfidenceStage(FilterStage):
-    """Keep the rows whose task-model confidence in their label exceeds tau.
+    """Keep the rows whose task-model confidence in their label exceeds tau (or whose label is no label issue).
 
-    Writes kept/ (with the input's rejects) and rejected/, each row with its confidence, and report/.
+    Writes kept/ (with the input's rejects) and rejected/, each row with its confidence (a label issue with its
+    ``suggested_label``), and report/.
     """
 
     name, Config = "confidence", ConfidenceConfig
@@ -59,16 +70,30 @@ class ConfidenceStage(FilterStage):
             if done:
                 self.resumed = f"resumed: {done} of {self.config.folds} folds' scores from the interrupted run before"
         scores = source_confidence(source, self.config, self.checkpoints)
+        self._confidence, self._label = scores.confidence, scores.label
+        self.issues = self.thresholds = None
+        if self.config.label_issues:   # keeps a row of every label (cleanlab's min_examples_per_class)
+            self.issues = find_label_issues(scores)
+            pick_examples(self.issues, scores.confidence, (b.rows for b in source.iter_batches() if b.rows.num_rows))
+            return
         self.thresholds = thresholds(scores, self.config.tau, self.config.keep_share)
         refuse_unusable(scores, self.thresholds, self.config)
-        self._confidence, self._label = scores.confidence, scores.label
 
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
-        return split(set_column(batch, "confidence", pa.array(self._confidence[row_numbers(batch)])), keep)
+        """The rows with their ``confidence``; a label issue's with its ``suggested_label`` too."""
+        rows = row_numbers(batch)
+        kept, dropped = split(set_column(batch, "confidence", pa.array(self._confidence[rows])), keep)
+        if self.issues is None:
+            return kept, dropped
+        suggested = np.array(self.issues.labels, dtype=object)[self.issues.suggested[rows[~keep]]]
+        return kept, set_column(dropped, "suggested_label", pa.array(suggested.tolist(), batch["label"].type))
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
-        """Keep iff p_M(label | text) > τ_label, each row against its own label's τ."""
+        """Keep iff p_M(label | text) > τ_label, each row against its own label's τ; with label issues, iff the
+        row's label is none."""
         rows = row_numbers(batch)
+        if self.issues is not None:
+            return ~self.issues.flagged[rows], IssueReasons(self.issues, self._label, self._confidence, rows)
         conf, tau = self._confidence[rows], self.thresholds.tau[self._label[rows]]
         return conf > tau, Reasons(conf, tau)
 
@@ -76,9 +101,11 @@ class ConfidenceStage(FilterStage):
         return self.config.in_effect()
 
     def report_details(self) -> tuple[dict, list]:
-        """τ per label in effect and the rows each label kept."""
+        """τ per label in effect and the rows each label kept (``label_issue_details`` with label issues)."""
         from refinery.report.page import note, table
 
+        if self.issues is not None:
+            return self.label_issue_details()
         chosen = self.thresholds
         rows = [{"label": l, "tau": t["tau"], "rows": t["rows"], "kept": t["kept"]}
                 for l, t in chosen.by_label().items()]
@@ -87,11 +114,32 @@ class ConfidenceStage(FilterStage):
         return {"tau_by_label": chosen.by_label()}, [("τ per label", table(rows) + note(
             f"A row is kept iff p_M(label | text) > τ of its label; τ {how}."))]
 
+    def label_issue_details(self) -> tuple[dict, list]:
+        """The rows flagged per label (with their share), per (given → suggested) pair, and examples."""
+        from refinery.report import format as fmt
+        from refinery.report.page import note, table
+
+        found = self.issues
+        by_label = found.by_label()
+        rows = [{"label": l, **c, "share flagged": c["flagged"] / max(c["rows"], 1)} for l, c in by_label.items()]
+        pairs = found.by_pair()
+        how = note("Confident learning (Northcutt et al. 2021) over the cross-fitted p_M(l | x) of every label, by "
+                   "cleanlab's find_label_issues (prune by noise rate): a row is dropped iff its given label is likely "
+                   "wrong; its suggested label is the likeliest other one.")
+        return ({"label_issues": {"flagged": int(found.pairs.sum()), "by_label": by_label, "pairs": pairs,
+                                  "examples": found.examples}},
+                [("Label issues per label", table(rows, formats={"share flagged": fmt.percent}) + how),
+                 ("Label issues: given → suggested", table(pairs) if pairs else note("No row was flagged.")),
+                 ("Label issues: examples", table(found.examples) + note(
+                     "The flagged rows with the widest margin p_M(suggested) − p_M(given); every flagged row is in "
+                     "rejected/ with its suggested_label.") if found.examples else note("No row was flagged."))])
+
     def result(self, written: dict, audits, out: StageOutput):
-        """The filter's result, its headline and first line naming τ per label and the rows each kept."""
+        """The filter's result, its headline and first line naming τ per label and the rows each kept (the rows
+        flagged per pair, with label issues)."""
         done = super().result(written, audits, out)
         rows_line, sep, rest = done.headline.partition("; ")
-        taus = self.thresholds.line()
+        taus = (self.thresholds or self.issues).line()
         return dataclasses.replace(done, headline=f"{rows_line} ({taus}){sep}{rest}",
                                    lines=(f"{done.lines[0]} ({taus})", *done.lines[1:]))
 
@@ -104,10 +152,16 @@ class ConfidenceStage(FilterStage):
                 f"{self.config.keep_share:.0%} of each label's rows")
 
     def reason_kind(self, reason: str) -> str:
-        """The reason without the row's p_M: its label's τ (one group per τ)."""
+        """The reason without the row's p_M: its label's τ (one group per τ), or a label issue's pair."""
+        if reason.startswith(LABEL_ISSUE):
+            return issue_kind(reason)
         return "p_M(label | text) <= " + reason.rpartition(" <= ")[2]
 
     def remedy(self) -> str:
+        if self.issues is not None:
+            return ("a model is most confident where a shortcut gives the label away, so the rows it calls "
+                    "mislabeled are often the shortcut's counter-examples: leave out --label-issues, or z-filter "
+                    "the kept rows (refinery zfilter OUT/kept).")
         lower = (f"a larger --keep-share (now {self.config.keep_share:g})" if self.config.auto else
                  f"a lower --tau (now {tau_text(self.config.tau)})")
         return (f"a model is most confident where a shortcut gives the label away, so the rows it keeps carry the "
