@@ -1,5 +1,6 @@
 """refinery compare: the same model trained on a corpus and its refined versions, scored on challenge sets."""
 import json
+import re
 import shutil
 
 import pyarrow.compute as pc
@@ -281,6 +282,49 @@ def test_a_label_that_collapses_is_a_warning_the_headline_cannot_hide(snli_small
     assert f"{100 * delta:+.1f} points [" in out and "%]" not in out
     lo, hi = labels["most"]["ci95"]                           # each bar's own interval around its accuracy
     assert lo <= labels["most"]["mean"] <= hi
+
+
+def test_compare_counts_the_evaluation_rows_a_corpus_contaminates_beside_each_accuracy(snli_small, tmp_path):
+    """Test-hard rows copied into training in another tokenization and case, with a word added (so not an exact
+    overlap, which compare refuses): each is reported contaminated by the 13-gram rule of decontaminate, and the
+    clean SNLI dev rows contaminate none."""
+    hard = [json.loads(line) for line in open(snli_small["hard"])]
+    premises = [r["sentence1"] for r in hard]
+    chosen = [r for r in hard if premises.count(r["sentence1"]) == 1                  # no other row of its premise
+              and len(re.findall(r"\w+", r["sentence1"] + " " + r["sentence2"])) >= 16][:25]
+    planted = [{**r, "pairID": f"planted-{r['pairID']}", "sentence1": _retokenized(r["sentence1"]),
+                "sentence2": _retokenized(r["sentence2"]) + " indeed"} for r in chosen]
+    dev = [json.loads(line) for line in open(snli_small["dev"])]
+    leaky = _jsonl(tmp_path / "leaky.jsonl", dev + planted)
+    out = run_cli("compare", "--train", f"clean={snli_small['dev']}", "--train", f"leaky={leaky}", "--eval",
+                  f"hard={snli_small['hard']}", "--preset", "snli", "--bootstrap", 100, "--out", tmp_path / "cmp").stdout
+    report = json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
+    assert report["eval"]["hard"]["leaked_rows"] == {"clean": 0, "leaky": 0}          # no exact overlap
+    found = report["eval"]["hard"]["contaminated"]
+    assert found["clean"] == {"rows": 0, "share": 0.0, "examples": []}
+    assert found["leaky"]["rows"] == len(planted) == 25 and found["leaky"]["share"] == round(25 / 600, 4)
+    assert [(x["id"], x["training_id"]) for x in found["leaky"]["examples"]] == \
+        [(r["pairID"], f"planted-{r['pairID']}") for r in chosen[:5]]
+    # every row flagged in the predictions; the accuracy on the others is the mean over the unflagged rows
+    predictions = pq.read_table(tmp_path / "cmp" / "report" / "predictions.parquet").to_pylist()
+    leaked = [p for p in predictions if p["corpus"] == "leaky"]
+    assert {p["id"] for p in leaked if p["contaminated"]} == {r["pairID"] for r in chosen}
+    assert not any(p["contaminated"] for p in predictions if p["corpus"] == "clean")
+    clean = [p["prediction"] == p["gold"] for p in leaked if not p["contaminated"]]
+    cell = report["accuracy"]["hard"]["leaky"]
+    assert cell["contaminated_rows"] == 25 and cell["clean_accuracy"] == round(sum(clean) / len(clean), 4)
+    assert report["accuracy"]["hard"]["clean"]["contaminated_rows"] == 0
+    assert "clean_accuracy" not in report["accuracy"]["hard"]["clean"]
+    assert f"13-gram contaminated rows: 25, {cell['clean_accuracy']:.1%} on the others" in out, out
+    assert "13-gram contaminated rows: 0" in out
+    page = (tmp_path / "cmp" / "report" / "report.html").read_text()
+    assert ">contaminated rows</th>" in page and ">accuracy on the other rows</th>" in page
+    assert f"planted-{chosen[0]['pairID']}" in page
+
+
+def _retokenized(text):
+    """``A man.`` → ``a man .``: lower case, punctuation split off (one text once normalized)."""
+    return re.sub(r"\s*([.,!?;:])", r" \1", text.lower())
 
 
 def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_read_the_claim(tmp_path):

@@ -105,6 +105,9 @@ class CompareConfig(TaskModel):
                                            "feature's label and the others) are scored (0: none).")
     allow_overlap: bool = setting(False, help="Score evaluation rows also found in a training corpus (marked in the "
                                               "report) instead of failing.")
+    ngram: int = setting(13, at_least(1), "N: an evaluation row sharing a run of N words with a training corpus's "
+                                          "row is reported contaminated by it (decontaminate's rule, GPT-3's 13); a "
+                                          "row of fewer words is matched whole.")
 
 
 def parse_named(specs, option: str) -> dict:

@@ -12,16 +12,18 @@ from refinery.report import format as fmt
 from refinery.report.page import Report, config_table, figure, note, table
 
 
-def accuracy_cell(entry: dict) -> str:
-    """``mean ± std`` of one (corpus, evaluation set), and its gain over the baseline in points with the 95%
-    interval."""
+def accuracy_cell(entry: dict, ngram: int) -> str:
+    """``mean ± std`` of one (corpus, evaluation set), its gain over the baseline in points with the 95%
+    interval, and the evaluation rows the corpus contaminates (sharing a run of ``ngram`` words)."""
     cell = f"{entry['mean']:.1%}" + (f" ± {entry['std']:.1%}" if entry["std"] is not None else "")
     if "gain" in entry:
         g = entry["gain"]
         cell += f"   {fmt.points(g['delta'])} [{fmt.interval(g['ci95'])}]"
     if entry.get("overlap_rows"):
         cell += f"   (! {entry['overlap_rows']:,} evaluation rows also in training)"
-    return cell
+    k, clean = entry["contaminated_rows"], entry.get("clean_accuracy")
+    cell += f"   {ngram}-gram contaminated rows: {k:,}"
+    return cell + (f", {clean:.1%} on the others" if clean is not None else " (every row)" if k else "")
 
 
 SLICES_SHOWN = 5     # features per evaluation set in the console summary (the report has them all)
@@ -39,7 +41,7 @@ def console_lines(report: dict) -> list[str]:
         info = report["eval"][ev]
         lines.append(f"{ev} ({info['rows']:,} rows; majority class {info['majority']['label']} "
                      f"{info['majority']['accuracy']:.1%})")
-        lines += [f"  {n:<{width}} {accuracy_cell(per[n])}" for n in names]
+        lines += [f"  {n:<{width}} {accuracy_cell(per[n], config['ngram'])}" for n in names]
         slices = report.get("bias_slices", {}).get(ev)
         if slices and slices["features"]:
             lines.append(f"  {report['baseline']}'s most biased features: accuracy on rows of the feature's label "
@@ -86,7 +88,14 @@ def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Rep
         "its 95% interval (bootstrap over the evaluation rows). Dashed line: always answering the set's majority "
         "class." + (f" A refined corpus's gain over {base}, in points, and its paired bootstrap 95% interval are in "
                     "the table; a gain whose interval excludes 0 is significant." if len(names) > 1 else ""))),
-        table(*_accuracy_rows(report)), note(f"The models read {READS[report['reads']]}."))
+        table(*_accuracy_rows(report)), note(f"The models read {READS[report['reads']]}. " + _contamination_rule(
+            report)))
+    examples = [{"evaluation set": ev, "training corpus": n, "evaluation id": x["id"], "training id": x["training_id"]}
+                for ev, info in report["eval"].items() for n, k in info["contaminated"].items() for x in k["examples"]]
+    if examples:
+        page.section("Contaminated rows", note(f"A few per evaluation set and training corpus (all of them counted "
+                                               "in the accuracy table), each with a training row it shares a run of "
+                                               f"{report['config']['ngram']} words with."), table(examples))
     for ev, slices in report.get("bias_slices", {}).items():
         page.section(f"{ev}: does the model follow {base}'s shortcuts?", *_slice_blocks(slices, names, base))
     for ev, per in acc.items():
@@ -196,8 +205,9 @@ def _slice_bars(slices: dict, names: list) -> str:
 
 
 def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
-    """One row per (evaluation set, corpus) after the set's majority class: accuracy, ± std over seeds, the gain
-    over the baseline and its 95% interval, the weighted accuracy and overlapping rows where there are any."""
+    """One row per (evaluation set, corpus) after the set's majority class: accuracy, the rows the corpus
+    contaminates and the accuracy on the others, ± std over seeds, the gain over the baseline and its 95% interval,
+    the weighted accuracy and overlapping rows where there are any."""
     acc, base = report["accuracy"], report["baseline"]
     rows = []
     for ev, per in acc.items():
@@ -211,15 +221,28 @@ def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
                          f"gain over {base}": g and g["delta"], "gain 95% interval": g and g["ci95"],
                          "significant": g and ("yes" if g["significant"] else "no"),
                          "weighted accuracy": e.get("weighted_accuracy"),
-                         "evaluation rows also in training": e.get("overlap_rows")})
-    columns = ["evaluation set", "training corpus", "accuracy", "± std over seeds", f"gain over {base}",
-               "gain 95% interval", "significant", "weighted accuracy", "evaluation rows also in training"]
+                         "evaluation rows also in training": e.get("overlap_rows"),
+                         "contaminated rows": e["contaminated_rows"],
+                         "accuracy on the other rows": e.get("clean_accuracy")})
+    columns = ["evaluation set", "training corpus", "accuracy", "contaminated rows", "accuracy on the other rows",
+               "± std over seeds", f"gain over {base}", "gain 95% interval", "significant", "weighted accuracy",
+               "evaluation rows also in training"]
     columns = columns[:2] + [c for c in columns[2:] if any(r.get(c) is not None for r in rows)]
     rows = [{c: "" if r.get(c) is None else r[c] for c in columns} for r in rows]   # blank where it does not apply
     formats = {"accuracy": fmt.percent, "± std over seeds": fmt.percent, f"gain over {base}": fmt.points,
                "gain 95% interval": fmt.interval, "weighted accuracy": fmt.percent,
-               "evaluation rows also in training": fmt.count}
+               "evaluation rows also in training": fmt.count, "contaminated rows": fmt.count,
+               "accuracy on the other rows": fmt.percent}
     return rows, columns, {c: _or_blank(f) for c, f in formats.items() if c in columns}
+
+
+def _contamination_rule(report: dict) -> str:
+    """What a contaminated row is."""
+    n = report["config"]["ngram"]
+    return (f"Contaminated rows: the evaluation rows that share a run of {n} words with a row of the training corpus "
+            f"(what the models read, normalized: case, punctuation and whitespace folded; a row of fewer than {n} "
+            "words matched whole), decontaminate's rule; the accuracy on the other rows says whether the score "
+            "holds without them.")
 
 
 def _or_blank(format_):

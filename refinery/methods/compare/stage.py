@@ -137,7 +137,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     ``out``'s ``runs/`` and reused while its fingerprint holds.
 
     Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
-    ``config.allow_overlap`` (then the report marks those cells)."""
+    ``config.allow_overlap`` (then the report marks those cells); the rows each corpus contaminates (a run of
+    ``config.ngram`` words shared) are counted beside each accuracy and flagged in the predictions."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -162,7 +163,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     jobs = [(n, s) for n in data.names for s in range(config.seeds)]
     for name, seed in progress(jobs, desc="compare", unit=" run"):
         table = predictions_of(data, name, seed, run_fingerprint(config, train_prints[name], seed, eval_prints), out)
-        preds.append(table)
+        preds.append(table.append_column("contaminated", pa.array(np.concatenate(
+            [data.contamination[e.name][name].rows for e in evals]))))
         for e in evals:
             part = table.filter(pc.equal(table["eval"], e.name))
             gold.setdefault(e.name, part["gold"].to_numpy(zero_copy_only=False))

@@ -83,8 +83,9 @@ def majority_baseline(labels: pa.ChunkedArray) -> dict:
 
 def summarize(data: Corpora, correct: dict) -> dict:
     """The report's figures from ``correct`` ({(corpus, set): seeds × rows correctness}): per evaluation set and
-    corpus its accuracy (mean, std and each seed's), breakdowns, weighted accuracy, overlapping rows, 95% interval
-    and gain over the baseline; and what was trained on and scored."""
+    corpus its accuracy (mean, std and each seed's), breakdowns, weighted accuracy, overlapping rows, contaminated
+    rows and the accuracy on the others, 95% interval and gain over the baseline; and what was trained on and
+    scored."""
     config, names = data.config, data.names
     base = names[0]
     summary = {}
@@ -104,6 +105,7 @@ def summarize(data: Corpora, correct: dict) -> dict:
                 entry["weighted_accuracy"] = round(float((c.mean(axis=0) * w).sum() / w.sum()), 4)
             if data.leaks[e.name][n]:
                 entry["overlap_rows"] = data.leaks[e.name][n]
+            entry.update(clean_accuracy(c, data.contamination[e.name][n].rows))
             if n != base:
                 entry["gain"] = gain(c.mean(axis=0) - correct[(base, e.name)].mean(axis=0), config.bootstrap)
             per[n] = entry
@@ -123,9 +125,25 @@ def summarize(data: Corpora, correct: dict) -> dict:
                           "training_labels_unscored": data.labels_unscored(e.name),
                           "labels_merged": data.labels_merged(e.name),
                           "majority": majority_baseline(data.eval_tables[e.name]["label"]),
-                          "leaked_rows": data.leaks[e.name]} for e in data.evals},
+                          "leaked_rows": data.leaks[e.name],
+                          "contaminated": {n: {"rows": k.count, "share": round(k.count / len(k.rows), 4),
+                                               "examples": k.examples}
+                                           for n, k in data.contamination[e.name].items()}} for e in data.evals},
         "accuracy": summary,
     }
+
+
+def clean_accuracy(correct: np.ndarray, contaminated: np.ndarray) -> dict:
+    """A corpus's contaminated rows C of an evaluation set (``contamination``), and, where some rows are
+    contaminated and some clean, its accuracy on the clean ones,
+
+        acc_clean = 1 / (S · |R ∖ C|) · Σ_s Σ_{i ∈ R ∖ C} correct[s, i]
+
+    over its S seeds and the set's rows R: near the accuracy, the score holds without the leak."""
+    out = {"contaminated_rows": int(contaminated.sum())}
+    if 0 < out["contaminated_rows"] < len(contaminated):
+        out["clean_accuracy"] = round(float(correct[:, ~contaminated].mean()), 4)
+    return out
 
 
 def one_label(predictions: np.ndarray) -> dict | None:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from refinery.io.corpus import input_mapping, is_corpus, load, stage_parts
 from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, refuse_repeated_names, train_split
+from refinery.methods.compare.contamination import contaminated
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
 
@@ -32,7 +33,8 @@ READS = {"pair": "the pair (text_a and text_b)", "text_b": "the hypothesis (text
 class Corpora:
     """A comparison's data, read and checked: the training corpora ({name: rows}, the first the baseline), what
     the models read of them, and per evaluation set its rows as the models read them, its labels, the map of the
-    training labels onto them and how many of its rows each training corpus also holds."""
+    training labels onto them, how many of its rows each training corpus also holds and which of its rows each
+    contaminates (an n-gram of ``config.ngram`` words shared)."""
 
     config: CompareConfig
     names: list
@@ -48,6 +50,7 @@ class Corpora:
     label_maps: dict        # {set: {training label: its label}}
     leaks: dict             # {set: {corpus: its rows also in the corpus}}
     eval_keys: dict         # {set: the text_keys of its rows}
+    contamination: dict     # {set: {corpus: contamination.Contamination}}: its rows sharing an n-gram with it
     train_labels: list      # every training corpus's labels, sorted
 
     def labels_unscored(self, name: str) -> list:
@@ -135,20 +138,20 @@ def model_view(table: pa.Table, reads: str, where: str) -> pa.Table:
     return table
 
 
-def text_keys(table: pa.Table, reads: str = "pair") -> pa.Array:
-    """Normalized text of what the model reads (``model_reads``: ``text_a \t text_b``, the hypothesis, or the
-    one text), the identity of the leak check and of the inputs that carry several gold labels: case-folded, with
-    only letters and digits kept, so that a tokenized release (``dog 's .``) and its raw text (``dog's.``) are
-    the same row."""
-    def norm(col):
-        return pc.replace_substring_regex(pc.utf8_lower(col), r"[^\w]+|_", "")
+def model_texts(table: pa.Table, reads: str = "pair") -> list:
+    """The texts the model reads (``model_reads``): text_a and text_b, the hypothesis (text_b, else the one
+    text), or the one text."""
     a = table["text_a"]
     b = table["text_b"] if "text_b" in table.column_names else pa.nulls(table.num_rows, pa.string())
-    if reads == "text_a":
-        return norm(a)
-    if reads == "text_b":
-        return norm(pc.coalesce(b, a))
-    return pc.binary_join_element_wise(norm(a), pc.fill_null(norm(b), ""), "\t")
+    return {"text_a": [a], "text_b": [pc.coalesce(b, a)]}.get(reads, [a, b])
+
+
+def text_keys(table: pa.Table, reads: str = "pair") -> pa.Array:
+    """Normalized text of what the model reads (``model_texts``, joined by a tab), the identity of the leak check
+    and of the inputs that carry several gold labels: case-folded, with only letters and digits kept, so that a
+    tokenized release (``dog 's .``) and its raw text (``dog's.``) are the same row."""
+    keys = [pc.replace_substring_regex(pc.utf8_lower(t), r"[^\w]+|_", "") for t in model_texts(table, reads)]
+    return keys[0] if len(keys) == 1 else pc.binary_join_element_wise(keys[0], pc.fill_null(keys[1], ""), "\t")
 
 
 def weights(table: pa.Table) -> np.ndarray | None:
@@ -163,7 +166,8 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     """The training corpora ({name: paths}, a path may end in ``@SPLIT``, else it trains on ``split``: see
     ``training_rows``) and the evaluation sets, read through ``source``'s mapping and options (an evaluation set
     through its own preset where it has one) and checked: labels mapped, breakdown columns present, and no
-    evaluation row in a training corpus unless ``config.allow_overlap``."""
+    evaluation row in a training corpus unless ``config.allow_overlap``; then each set's rows each corpus
+    contaminates (``contamination``)."""
     if not train or not evals:
         raise ValueError("compare needs at least one training corpus and one evaluation set")
     refuse_repeated_names(evals)
@@ -211,8 +215,11 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
                          f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. "
                          f"Train on another split ({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
                          "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
+    found = contaminated({n: model_texts(t, reads) for n, t in tables.items()}, {n: t["id"] for n, t in tables.items()},
+                         {e.name: model_texts(eval_tables[e.name], reads) for e in evals},
+                         {e.name: eval_tables[e.name]["id"] for e in evals}, config.ngram)
     return Corpora(config, list(train), tables, rejects, other_splits, reads, list(evals), eval_tables, eval_rejects,
-                   eval_pairs, eval_labels, label_maps, leaks, eval_keys, train_labels)
+                   eval_pairs, eval_labels, label_maps, leaks, eval_keys, found, train_labels)
 
 
 def _as_is(path: str, source: StageInput) -> bool:
