@@ -80,10 +80,12 @@ def test_every_config_rejects_a_bad_value_naming_key_value_and_what_is_allowed(b
         build()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["audit", "--k", "-5"], "k must be a positive integer, got -5"),
-    (["audit", "--k", "0"], "k must be a positive integer, got 0"),
-    (["zfilter", "--batch-size", "0"], "batch_size must be a positive integer, got 0"),
+@pytest.mark.parametrize("args, message", [   # named by the option the user typed, not the config's key
+    (["audit", "--k", "-5"], "--k must be a positive integer, got -5"),
+    (["audit", "--k", "0"], "--k must be a positive integer, got 0"),
+    (["zfilter", "--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
+    (["confidence", "--tau", "1.5"], "--tau must be auto or a number in [0, 1), got 1.5"),
+    (["weights", "--trees", "0"], "--trees must be a positive integer, got 0"),   # a nested config's option
     (["upsample", "--band-min", "0.02", "--band-max", "0.002"],
      "band_min must be less than band_max, got 0.02 and 0.002"),
 ])
@@ -141,10 +143,12 @@ def test_imbalanced_corpus_ranks_content_words_and_shows_null_apart(tmp_path, si
     function_tokens = {"null", "a@premise", "a@hypothesis", ".@premise", ".@hypothesis"}
     assert not function_tokens & {e["feature"] for es in top.values() for e in es[:5]}
     assert "sleeping@hypothesis" in [e["feature"] for e in top["contradiction"][:3]]
-    # the uniform prior (the old default) ranks the majority label's commonest tokens; null is never ranked
+    # under the uniform prior (the old default) the majority label's commonest tokens are over the threshold by the
+    # label shares' drift from p0 alone (p̂(neutral|x) ≈ neutral's share): the label prior, not ranked as shortcuts,
+    # as null is never ranked
     out = run_cli("audit", sick_like, "--preset", "sick", "--prior", "uniform", "--out", tmp_path / "uniform").stdout
     top = json.loads((tmp_path / "uniform" / "report" / "topk.json").read_text())
-    assert {".@premise", "a@premise"} <= {e["feature"] for e in top["neutral"][:3]}
+    assert not {".@premise", "a@premise"} & {e["feature"] for e in top["neutral"]}
     assert "null" not in {e["feature"] for es in top.values() for e in es}
     assert "label prior (the null feature, not ranked): contradiction 0.140 (z* -41.0)" in out
 

@@ -15,6 +15,7 @@ import typing
 
 import click
 
+from refinery.core.validation import SettingError
 from refinery.pipeline.fields import Leaf, check_unique, leaves, nest
 
 
@@ -91,3 +92,11 @@ def given(cls: type, params: dict, group: str) -> dict:
     """The nested dict of the options of ``group`` given (popped from ``params``), as a pipeline file holds it."""
     values = {leaf.path: params.pop(leaf.dest(group), None) for leaf in leaves(cls)}
     return nest({path: value for path, value in values.items() if value is not None})
+
+
+def by_option(error: Exception, cls: type) -> str:
+    """A refused setting of config ``cls`` worded by its option (``--k must be a positive integer, got 0``), where
+    the error's cause is a ``SettingError`` of one of its fields; else the error's own words."""
+    setting = error.__cause__ if isinstance(error.__cause__, SettingError) else None
+    leaf = setting and next((leaf for leaf in leaves(cls) if leaf.field is setting.field), None)
+    return setting.worded(leaf.names[0]) if leaf else str(error)

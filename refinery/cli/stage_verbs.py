@@ -13,13 +13,13 @@ import os
 
 import click
 
-from refinery.cli.config_options import config_options, given
+from refinery.cli.config_options import by_option, config_options, given
 from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import engine_option, io_timeout_option, mode_option, printable_pipeline
 from refinery.io.committed import committed_url
 from refinery.io.splits import split_specs
 from refinery.io.location import join, merged
-from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
+from refinery.pipeline.config import ConfigError, InputSpec, PipelineSpec, StageSpec, from_dict, to_dict
 from refinery.pipeline.stage import stage_class
 
 
@@ -92,7 +92,10 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
     data = given(cls.Config, params, "cfg")
     if profile:
         data = merged(to_dict(cls.profiles[profile]), data)
-    config = from_dict(cls.Config, data, where="")   # the command line is the place: "k must be …, got -5"
+    try:
+        config = from_dict(cls.Config, data, where="")
+    except ConfigError as e:   # the command line is the place: "--k must be …, got -5"
+        raise ConfigError(by_option(e, cls.Config)) from None
     where = {"splits": split_specs(named)} if named else {"paths": list(inputs)}
     spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), **where}, where="")
     return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine)

@@ -84,10 +84,24 @@ def setting(default=dataclasses.MISSING, allowed: Allowed | None = None, help: s
                              metadata={"allowed": allowed, "help": help, **cli})
 
 
+class SettingError(ValueError):
+    """A value a setting's ``Allowed`` refuses: the field, what it accepts and the value. Worded by its key
+    (``k must be a positive integer, got -5``: a pipeline file's and the Python API's word for it); the CLI words
+    it by its option (``worded("--k")``)."""
+
+    def __init__(self, field: dataclasses.Field, accepts: str, value):
+        self.field, self.accepts, self.value = field, accepts, value
+        super().__init__(self.worded(field.name))
+
+    def worded(self, name: str) -> str:
+        return f"{name} must be {self.accepts}, got {self.value!r}"
+
+
 def validate(config) -> None:
-    """Raise ``ValueError("KEY must be …, got VALUE")`` for the first field whose value its ``Allowed`` refuses."""
+    """Raise ``SettingError`` ("KEY must be …, got VALUE") for the first field whose value its ``Allowed``
+    refuses."""
     for f in dataclasses.fields(config):
         allowed = f.metadata.get("allowed")
         value = getattr(config, f.name)
         if allowed is not None and not allowed.test(value):
-            raise ValueError(f"{f.name} must be {allowed.text}, got {value!r}")
+            raise SettingError(f, allowed.text, value)

@@ -69,8 +69,8 @@ def from_dict(cls: type, data: dict | None, where: str = "config"):
         values[name] = _coerce(hints[name], value, f"{where}.{name}")
     try:
         return cls(**values)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+    except (TypeError, ValueError) as e:   # a SettingError stays its cause, for the CLI to name the option
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from e
 
 
 # scalar field types: the Python types a YAML value may have, and how an error names them
