@@ -28,7 +28,8 @@ class AuditConfig:
     memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
                                                    "(8G, 512M, 0.5 of memory; none: half).")
     weighted: bool = setting(True, help="Rows that carry a 'weight' column (refinery weights' output) count as their "
-                             "weight: count(x, l) = Σ w, z* on the weighted n (off: every row counts once).",
+                             "weight: count(x, l) = Σ w, z* and min_count at each feature's effective size "
+                             "(Σw)²/Σw² (off: every row counts once).",
                              option="--weighted/--unweighted")
     update: str | None = setting(None, NOT_EMPTY.or_none(), "A previous audit's folder: add the input to its "
                                  "counts (an incremental audit).", path=FOLDER)
