@@ -116,3 +116,15 @@ def test_a_word_in_every_row_over_a_drifted_uniform_prior_is_the_label_shares_ch
     empirical = AuditConfig(prior="empirical")
     w = judge(audit_table(table, empirical).stats, audit_table(subset, empirical).stats, stage="datamap")
     assert w.drifted_total == 0 and not [n for n in w.notes if "drifted" in n]
+
+
+def test_a_drift_the_stage_did_not_make_is_no_change(snli_dev):
+    """On a corpus whose shares differ from the uniform p0 and a stage that keeps them (weights, dedup of a few
+    rows), the note says the shares differ from p0, not that they drifted (the newcomer read 37.2% → 37.2%)."""
+    table, _ = snli_dev
+    same = audit_table(_kept(table, {"entailment": 1.0, "neutral": 0.8, "contradiction": 0.8})).stats
+    v = judge(same, same, stage="weights", under_threshold=False)
+    note = next(n for n in v.notes if n.startswith("the label shares"))
+    shares = v.label_rows["entailment"]
+    assert note.startswith("the label shares differ from p0 (entailment ") and "→" not in note.split(":")[0]
+    assert f"entailment {100 * shares.share_after:.1f}% of the rows, p0 33.3%" in note and "change" not in note

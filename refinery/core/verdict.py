@@ -412,18 +412,21 @@ def _after(b: _Side, a: _Side, ra: np.ndarray, ja: np.ndarray, labels: list) -> 
 
 
 def _drift_note(drifted: list[FeatureChange], rows: dict[str, LabelRows], p0: dict) -> str:
-    """What the cells over the threshold by the label prior's drift are: the labels' shares before → after against
-    p0, and the commonest such features (by n)."""
+    """What the cells over the threshold by the label prior's drift are: the labels' shares against p0 (before →
+    after where the stage moved them by a tenth of a point or more), and the commonest such features (by n)."""
     labels = list(dict.fromkeys(c.label for c in drifted))
-    shares = "; ".join(f"{l} {100 * rows[l].share_before:.1f}% → {100 * rows[l].share_after:.1f}% of the rows, p0 "
-                       f"{100 * p0[l]:.1f}%" if l in rows else f"{l} p0 {100 * p0[l]:.1f}%"
-                       for l in labels)
+    shown = {l: (f"{100 * rows[l].share_before:.1f}%", f"{100 * rows[l].share_after:.1f}%")
+             for l in labels if l in rows}
+    moved = any(before != after for before, after in shown.values())
+    shares = "; ".join(f"{l} {' → '.join(dict.fromkeys(shown[l]))} of the rows, p0 {100 * p0[l]:.1f}%" if l in shown
+                       else f"{l} p0 {100 * p0[l]:.1f}%" for l in labels)
     common = sorted(drifted, key=lambda c: (-c.n_after, c.feature, c.label))[:3]
-    return (f"the label shares drifted from p0 ({shares}): {len(drifted):,} feature(s) over the threshold by that "
-            "drift alone, each as often of the label as the label's share of the rows, within sampling error (α "
-            "uncorrected), e.g. " + ", ".join(f"{c.feature} ({c.label}) z* {c.z_after:.2f} in {count(c.n_after)} rows"
-                                                for c in common)
-            + ": the label shares' change (labels above), not shortcuts, left out of the counts as the null feature is")
+    return (f"the label shares {'drifted from' if moved else 'differ from'} p0 ({shares}): {len(drifted):,} "
+            "feature(s) over the threshold by that alone, each as often of the label as the label's share of the rows, "
+            "within sampling error (α uncorrected), e.g. "
+            + ", ".join(f"{c.feature} ({c.label}) z* {c.z_after:.2f} in {count(c.n_after)} rows" for c in common)
+            + f": the label shares{' and their change' if moved else ''} (labels above), not shortcuts, left out "
+            "of the counts as the null feature is")
 
 
 def _z_at(side: _Side, rows: np.ndarray, columns: np.ndarray, untested: float) -> np.ndarray:
