@@ -24,22 +24,24 @@ class EvalContamination:
     examples: list
 
 
-def summarize(name: str, paths, eval_table, eval_rejected: int, match, train_ids, train_fields: list,
+def summarize(name: str, paths, eval_table, eval_rejected: int, match, train_texts: dict,
               train_rows: int) -> EvalContamination:
-    """One evaluation set's contamination of the training rows (``match``: an ``overlap.Match``)."""
+    """One evaluation set's contamination of the training rows (``match``: an ``overlap.Match``); ``train_texts``:
+    row number → its id and texts, for the first ``EXAMPLES`` rows of ``match``."""
     how, counts = np.unique(match.how.astype(str), return_counts=True) if len(match.rows) else ((), ())
     examples = []
     for p in range(min(EXAMPLES, len(match.rows))):
         i, j = int(match.rows[p]), int(match.eval_rows[p])
-        pair = {"id": train_ids[i].as_py(), "how": match.how[p], "eval id": eval_table["id"][j].as_py()}
-        for f, texts in enumerate(train_fields):
-            column = ("text_a", "text_b")[f]
-            pair[column] = texts[i].as_py()
+        pair = {"id": train_texts[i]["id"], "how": match.how[p], "eval id": eval_table["id"][j].as_py()}
+        for column in ("text_a", "text_b"):
+            if train_texts[i].get(column) is None:
+                continue
+            pair[column] = train_texts[i][column]
             if column in eval_table.column_names:
                 pair[f"eval {column}"] = eval_table[column][j].as_py()
         examples.append(pair)
     return EvalContamination(name, list(paths), eval_table.num_rows, eval_rejected, len(match.rows),
-                             len(match.rows) / max(train_rows, 1), int(len(np.unique(match.eval_rows))),
+                             len(match.rows) / max(train_rows, 1), len(np.unique(match.eval_rows)),
                              {h: int(n) for h, n in zip(how, counts)}, examples)
 
 

@@ -1,8 +1,9 @@
 """The ``decontaminate`` stage: the training rows that overlap an evaluation set (``overlap``) removed, as a filter
 under the stage contract.
 
-``prepare`` reads the input's texts and every evaluation set (as compare reads its, through each set's preset or the
-input's mapping) once, finds the contaminated rows and the report's figures, and keeps only their numbers, evaluation
+``prepare`` reads every evaluation set (as compare reads its, through each set's preset or the input's mapping) once
+and the input in chunks of ``CHUNK_ROWS`` rows (``chunks``: the memory of a chunk's texts, not the input's), finds
+the contaminated rows and the report's figures, and keeps only their numbers, evaluation
 sets and evaluation rows' ids (what the workers of ``--engine ray`` receive); ``decide`` looks each batch's rows up by
 their number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
 ``reason``, ``eval_set`` and ``eval_id``: the evaluation row it overlaps), the verdict and the report.
@@ -13,10 +14,26 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.methods.decontaminate.config import DecontaminateConfig
-from refinery.methods.dedup.stage import read_rows, rows_among
+from refinery.methods.dedup.stage import rows_among, texts_of
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
+
+CHUNK_ROWS = 1_000_000   # training rows matched against an evaluation set at once
+
+
+def chunks(source: StageInput, rows: int = CHUNK_ROWS):
+    """The input's good rows as tables of text_a (and text_b where paired) of about ``rows`` rows, in the order
+    ``prepare`` numbers them."""
+    parts, held = [], 0
+    for batch in (b.rows for b in source.iter_batches() if b.rows.num_rows):
+        parts.append(batch.select([c for c in ("text_a", "text_b") if c in batch.column_names]))
+        held += batch.num_rows
+        if held >= rows:
+            yield pa.concat_tables(parts, promote_options="permissive")
+            parts, held = [], 0
+    if parts:
+        yield pa.concat_tables(parts, promote_options="permissive")
 
 
 class DecontaminateStage(FilterStage):
@@ -37,12 +54,10 @@ class DecontaminateStage(FilterStage):
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Each evaluation set read and matched against the training rows; kept: the contaminated rows' matches."""
         from refinery.io.corpus import load
-        from refinery.methods.decontaminate.overlap import contamination
-        from refinery.methods.decontaminate.report import summarize
+        from refinery.methods.decontaminate.overlap import Match, contamination
+        from refinery.methods.decontaminate.report import EXAMPLES, summarize
 
-        train = read_rows(source)
-        found: dict = {}   # row → (evaluation set, its row's id, how, similarity)
-        self.sets = []
+        sets = []
         for e in self.config.eval_sets():
             table, rejects = load(list(e.paths), e.mapping(source.mapping), source.opts)
             if not table.num_rows:
@@ -50,11 +65,24 @@ class DecontaminateStage(FilterStage):
                                  + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))
             fields = [table[c].combine_chunks() for c in ("text_a", "text_b") if c in table.column_names
                       and table[c].null_count < table.num_rows]
-            match = contamination(train.fields, fields, self.config) if len(train) else None
-            if match is None:
+            sets.append((e, table, rejects.num_rows, fields, []))
+        train_rows = 0
+        for chunk in chunks(source):
+            train = [chunk[c].combine_chunks() for c in ("text_a", "text_b") if c in chunk.column_names
+                     and chunk[c].null_count < chunk.num_rows]
+            for _, _, _, fields, matches in sets:
+                m = contamination(train, fields, self.config)
+                matches.append(Match(m.rows + train_rows, m.eval_rows, m.how, m.similarity))
+            train_rows += chunk.num_rows
+        found: dict = {}   # row → (evaluation set, its row's id, how, similarity)
+        self.sets = []
+        for e, table, rejected, _, matches in sets:
+            if not train_rows:
                 continue
-            self.sets.append(summarize(e.name, e.paths, table, rejects.num_rows, match, train.ids, train.fields,
-                                       len(train)))
+            match = Match(*(np.concatenate([getattr(m, f) for m in matches]) for f in
+                            ("rows", "eval_rows", "how", "similarity")))
+            self.sets.append(summarize(e.name, e.paths, table, rejected, match,
+                                       texts_of(source, match.rows[:EXAMPLES].tolist()), train_rows))
             for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
                 found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
         self.dropped_rows = np.array(sorted(found), np.int64)

@@ -25,17 +25,70 @@ KINDS = ("", "exact duplicate", "normalized duplicate", "near-duplicate", "label
 NONE, EXACT, NORMALIZED, NEAR, CONFLICT = range(len(KINDS))
 
 
+FIELDS = ("text_a", "text_b")
+
+
 @dataclass
 class Rows:
-    """What dedup reads of each input row, in input order: the texts of its fields, its label and split."""
+    """What dedup keeps of each input row, in input order (``signed_rows``): its id, its label and split (codes into
+    their names; −1: none), the keys of its texts as read and normalized (``minhash.row_keys``) and each field's
+    shingles (``minhash.Shingles.narrowed``); not its texts."""
 
     ids: pa.Array
-    fields: list          # string arrays: text_a (and text_b)
-    labels: pa.Array
-    splits: pa.Array | None
+    labels: np.ndarray
+    label_names: list
+    splits: np.ndarray | None
+    split_names: list
+    exact: np.ndarray
+    normal: np.ndarray
+    shingles: list
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+class _Codes:
+    """Codes of a string column read batch by batch: each distinct value its number in order of first sight."""
+
+    def __init__(self):
+        self.names: list = []
+        self._code: dict = {}
+
+    def __call__(self, column) -> np.ndarray:
+        encoded = pc.dictionary_encode(pc.cast(column.combine_chunks() if isinstance(column, pa.ChunkedArray)
+                                               else column, pa.string()))
+        mine = np.array([self._code.setdefault(v, len(self._code)) for v in encoded.dictionary.to_pylist()] + [-1],
+                        np.int64)
+        self.names[:] = list(self._code)
+        return mine[pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)].astype(np.int32)
+
+
+def signed_rows(batches, shingle_size: int) -> Rows:
+    """``Rows`` of the input's ``batches`` (tables of id, text_a, text_b where paired, label, split where named),
+    read one at a time: only keys, codes and shingles are kept, so the memory is about 4 bytes per shingle and 30
+    per row, not the texts."""
+    ids, labels, splits, exact, normal = [], [], [], [], []
+    shingles: list = [[] for _ in FIELDS]
+    label_codes, split_codes = _Codes(), _Codes()
+    named = False
+    for batch in batches:
+        fields = [batch[c].combine_chunks() if c in batch.column_names else pa.nulls(batch.num_rows, pa.string())
+                  for c in FIELDS]
+        folded = [minhash.normalized(f) for f in fields]
+        exact.append(minhash.row_keys(fields))
+        normal.append(minhash.row_keys(folded))
+        for f, texts in enumerate(folded):
+            shingles[f].append(minhash.shingles(texts, shingle_size, f).narrowed())
+        ids.append(batch["id"].combine_chunks())
+        labels.append(label_codes(batch["label"]))
+        named = named or "split" in batch.column_names
+        splits.append(split_codes(batch["split"] if "split" in batch.column_names
+                                  else pa.nulls(batch.num_rows, pa.string())))
+    return Rows(pa.concat_arrays(ids) if ids else pa.array([], pa.string()),
+                np.concatenate(labels) if labels else np.zeros(0, np.int32), label_codes.names,
+                (np.concatenate(splits) if splits else np.zeros(0, np.int32)) if named else None, split_codes.names,
+                *(np.concatenate(k) if k else np.zeros(0, np.uint64) for k in (exact, normal)),
+                [minhash.Shingles.concat(parts) for parts in shingles])
 
 
 @dataclass
@@ -68,15 +121,23 @@ def edges_of_equal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return rows[mine], to[mine], np.sort(first)
 
 
+VERIFY_PAIRS = 1 << 22   # candidate pairs verified at once
+
+
 def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig) -> tuple[np.ndarray, int]:
-    """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and the candidates."""
+    """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and the candidates:
+    verified ``VERIFY_PAIRS`` at a time, so only the candidates' codes and the verified pairs are held."""
     bands, r = minhash.bands_for(config.threshold, config.permutations)
-    keys = minhash.band_keys([s.take(rows) for s in shingles], config.permutations, bands, r, config.seed)
-    signed = np.flatnonzero(sum(s.take(rows).sizes() for s in shingles) > 0)   # an empty row has no signature
-    pairs = minhash.candidate_pairs(keys, signed)
-    left, right = rows[pairs[:, 0]], rows[pairs[:, 1]]
-    similar = minhash.min_jaccard(shingles, shingles, left, right) >= config.threshold
-    return np.stack([left[similar], right[similar]], axis=1), len(pairs)
+    n = len(shingles[0])
+    signed = rows[sum(s.sizes() for s in shingles)[rows] > 0]   # an empty row has no signature
+    codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed), signed)
+    found = [np.zeros((0, 2), np.int64)]
+    for start in range(0, len(codes), VERIFY_PAIRS):
+        part = codes[start:start + VERIFY_PAIRS]
+        left, right = part // n, part % n
+        similar = minhash.min_jaccard(shingles, shingles, left, right) >= config.threshold
+        found.append(np.stack([left[similar], right[similar]], axis=1))
+    return np.concatenate(found), len(codes)
 
 
 def find_duplicates(rows: Rows, config: DedupConfig) -> Duplicates:
@@ -85,10 +146,8 @@ def find_duplicates(rows: Rows, config: DedupConfig) -> Duplicates:
     from scipy.sparse.csgraph import connected_components
 
     n = len(rows)
-    normal = [minhash.normalized(f) for f in rows.fields]
-    exact_key, normal_key = minhash.row_keys(rows.fields), minhash.row_keys(normal)
+    exact_key, normal_key, shingles = rows.exact, rows.normal, rows.shingles
     a, b, distinct = edges_of_equal(normal_key)
-    shingles = [minhash.shingles(t, config.shingle_size, f) for f, t in enumerate(normal)]
     candidates, near = 0, np.zeros((0, 2), np.int64)
     if config.threshold < 1 and len(distinct) > 1:
         near, candidates = near_edges(shingles, distinct, config)
@@ -100,13 +159,13 @@ def find_duplicates(rows: Rows, config: DedupConfig) -> Duplicates:
     # the representative: the least priority in its component (rows of prefer_split first, then input order)
     order = np.arange(n, dtype=np.int64)
     if config.prefer_split is not None and rows.splits is not None:
-        preferred = pc.equal(rows.splits, config.prefer_split).to_numpy(zero_copy_only=False)
+        preferred = rows.splits == (rows.split_names.index(config.prefer_split)
+                                    if config.prefer_split in rows.split_names else -2)
         order = order + np.where(preferred, 0, n)
     best = np.full(len(size), 2 * n, np.int64)
     np.minimum.at(best, component, order)
     rep = best[component] % n
-    codes = pc.fill_null(pc.dictionary_encode(pc.cast(rows.labels, pa.string())).indices, -1).to_numpy(
-        zero_copy_only=False).astype(np.int64)
+    codes = rows.labels.astype(np.int64)
     low, high = np.full(len(size), np.iinfo(np.int64).max), np.full(len(size), -1)
     np.minimum.at(low, component, codes)
     np.maximum.at(high, component, codes)

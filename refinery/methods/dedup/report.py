@@ -31,11 +31,19 @@ class DedupSummary:
     rows_per_band: int
 
 
-def summarize(rows: Rows, found: Duplicates, config: DedupConfig) -> DedupSummary:
+def example_rows(found: Duplicates) -> list:
+    """The duplicates shown side by side with their partners: near-duplicates and label conflicts first."""
+    dup = np.flatnonzero(found.duplicate)
+    first = np.lexsort((dup, ~found.conflict[dup], ~np.isin(found.kind[dup], (NEAR, CONFLICT))))
+    return dup[first[:EXAMPLES]].tolist()
+
+
+def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict) -> DedupSummary:
+    """The report's figures; ``texts``: row number → its texts by field, for the ``example_rows`` and partners."""
     from refinery.methods.dedup.minhash import bands_for
 
-    labels = np.array(rows.labels.to_pylist(), dtype=object)
-    splits = np.array(rows.splits.to_pylist(), dtype=object) if rows.splits is not None else None
+    names = np.array([*rows.label_names, None], dtype=object)   # code −1: no label
+    labels = names[rows.labels]
     dup = np.flatnonzero(found.duplicate)
     clustered = found.cluster >= 0
     combos: dict = {}   # label combination → [clusters, rows]
@@ -48,31 +56,30 @@ def summarize(rows: Rows, found: Duplicates, config: DedupConfig) -> DedupSummar
         tally[1] += len(members)
     pairs = Counter()
     removed_pairs = Counter()
-    if splits is not None:
+    if rows.splits is not None:
+        splits = np.array([*rows.split_names, None], dtype=object)
         for i in dup:
-            key = (splits[found.partner[i]], splits[i])
+            key = (splits[rows.splits[found.partner[i]]], splits[rows.splits[i]])
             pairs[key] += 1
             removed_pairs[key] += bool(found.dropped[i])
     per_label = []
-    for label in sorted(set(map(str, labels))):
-        mine = labels == label
+    for code in sorted(np.unique(rows.labels).tolist(), key=lambda c: str(names[c])):
+        mine = rows.labels == code
         removed = int((found.dropped & mine).sum())
-        per_label.append({"label": label, "rows": int(mine.sum()), "removed": removed,
+        per_label.append({"label": str(names[code]), "rows": int(mine.sum()), "removed": removed,
                           "share removed": removed / max(int(mine.sum()), 1)})
-    shown = sorted(dup, key=lambda i: (found.kind[i] not in (NEAR, CONFLICT), not found.conflict[i], i))[:EXAMPLES]
     examples = []
-    for i in shown:
+    for i in example_rows(found):
         j = found.partner[i]
         pair = {"kind": KINDS[found.kind[i]], "similarity": round(float(found.similarity[i]), 4),
                 "id": rows.ids[i].as_py(), "partner": rows.ids[j].as_py()}
-        for f, texts in enumerate(rows.fields):
-            name = ("text_a", "text_b")[f]
-            pair[name], pair[f"partner {name}"] = texts[i].as_py(), texts[j].as_py()
+        for name in texts[i]:
+            pair[name], pair[f"partner {name}"] = texts[i][name], texts[j][name]
         pair["label"], pair["partner label"] = labels[i], labels[j]
         examples.append(pair)
     bands, r = bands_for(config.threshold, config.permutations)
     return DedupSummary(
-        clusters=int(len(np.unique(found.cluster[clustered]))), rows_in_clusters=int(clustered.sum()),
+        clusters=len(np.unique(found.cluster[clustered])), rows_in_clusters=int(clustered.sum()),
         duplicates={KINDS[k]: int(n) for k, n in zip(*np.unique(found.kind[dup], return_counts=True))},
         conflict_clusters=sum(c for c, _ in combos.values()), conflict_rows=int(found.conflict.sum()),
         conflicts=[{"labels": combo, "clusters": c, "rows": r} for combo, (c, r) in

@@ -1,8 +1,9 @@
 """The ``dedup`` stage: exact, normalized and near-duplicate clusters of rows (``clusters``, over ``minhash``) as a
 filter under the stage contract.
 
-``prepare`` reads the input's texts, labels and splits once, finds every row's cluster and fate
-(``clusters.find_duplicates``) and the report's figures, and keeps only the duplicates' numbers, partners' ids,
+``prepare`` reads the input batch by batch, keeping each row's keys, label, split and shingles, not its texts
+(``clusters.signed_rows``), finds every row's cluster and fate (``clusters.find_duplicates``), reads the texts of the
+report's example pairs in a second pass, and keeps only the duplicates' numbers, partners' ids,
 kinds and similarities (what the workers of ``--engine ray`` receive); ``decide`` looks each batch's rows up by their
 number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
 ``reason``, ``duplicate_of``: the kept partner's id, and ``similarity``; a duplicate kept because its cluster's labels
@@ -21,20 +22,21 @@ from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 
 
-def read_rows(source: StageInput):
-    """The input's ids, texts, labels and splits (``clusters.Rows``), in the order ``prepare`` numbers them."""
-    from refinery.methods.dedup.clusters import Rows
+def texts_of(source: StageInput, wanted: list) -> dict:
+    """Row number → its id and texts by field (text_a, and text_b where the input has it), for the rows ``wanted``: a
+    pass over the input that keeps only them."""
+    from refinery.methods.dedup.clusters import FIELDS
 
-    wanted = ("id", "text_a", "text_b", "label", "split")
-    parts = [b.rows.select([c for c in wanted if c in b.rows.column_names]) for b in source.iter_batches()
-             if b.rows.num_rows]
-    if not parts:
-        return Rows(pa.array([], pa.string()), [pa.array([], pa.string())], pa.array([], pa.string()), None)
-    table = pa.concat_tables(parts, promote_options="permissive").combine_chunks()
-    fields = [table[c].combine_chunks() for c in ("text_a", "text_b") if c in table.column_names
-              and table[c].null_count < table.num_rows]
-    return Rows(table["id"].combine_chunks(), fields, table["label"].combine_chunks(),
-                table["split"].combine_chunks() if "split" in table.column_names else None)
+    wanted, found, start = np.unique(np.asarray(wanted, np.int64)), {}, 0
+    for batch in (b.rows for b in source.iter_batches() if b.rows.num_rows):
+        mine = wanted[(wanted >= start) & (wanted < start + batch.num_rows)]
+        if len(mine):
+            part = batch.select([c for c in ("id", *FIELDS) if c in batch.column_names])
+            found.update(zip(mine.tolist(), part.take(pa.array(mine - start)).to_pylist()))
+        start += batch.num_rows
+        if start > (wanted[-1] if len(wanted) else -1):
+            break
+    return found
 
 
 def rows_among(rows: np.ndarray, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -58,12 +60,14 @@ class DedupStage(FilterStage):
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Every row's fate, and the report's figures; kept of the rows: the duplicates' partners only."""
-        from refinery.methods.dedup.clusters import find_duplicates
-        from refinery.methods.dedup.report import summarize
+        from refinery.methods.dedup.clusters import find_duplicates, signed_rows
+        from refinery.methods.dedup.report import example_rows, summarize
 
-        rows = read_rows(source)
+        rows = signed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), self.config.shingle_size)
         found = find_duplicates(rows, self.config)
-        self.summary = summarize(rows, found, self.config)
+        shown = example_rows(found)
+        self.summary = summarize(rows, found, self.config,
+                                 texts_of(source, shown + found.partner[shown].tolist()))
         self.marked_rows = np.flatnonzero(found.duplicate)   # duplicates: dropped, or kept in a conflict
         self.marked_dropped = found.dropped[self.marked_rows]
         self.partner_ids = rows.ids.take(pa.array(found.partner[self.marked_rows]))
