@@ -125,9 +125,9 @@ class CompareStage(Stage):
                                               for ev, per in report["accuracy"].items() if "gain" in per[n])
                           for n in refined)
         warned = f" ({len(report['warnings'])} warning(s) below)" if report["warnings"] else ""
-        return StageResult(rows + rejected, {"passed on": rows, "input rejects": rejected}, report,
-                           f"against {report['baseline']}: {gains or 'no baseline'}{warned}",
-                           lines=tuple(console_lines(report)), warnings=tuple(report["warnings"]))
+        headline = f"against {report['baseline']}: {gains or 'no baseline'}{warned}"
+        return StageResult(rows + rejected, {"passed on": rows, "input rejects": rejected}, report, headline,
+                           lines=(headline, *console_lines(report)), warnings=tuple(report["warnings"]))
 
 
 def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, out: "StageOutput",
