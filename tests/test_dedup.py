@@ -231,3 +231,62 @@ def test_dedup_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path, m
     rf.dedup(str(root / "train"), engine="ray", out=str(tmp_path / "ray"))
     local, ray = (Corpus.open(str(p / "kept")).read() for p in (tmp_path / "local", tmp_path / "ray"))
     assert local["id"].equals(ray["id"]) and local["duplicate_of"].equals(ray["duplicate_of"])
+
+
+@pytest.mark.parametrize("verb, options", [("dedup", ["--conflicts", "drop"]), ("decontaminate", ["--ngram", "8"])])
+def test_verb_pipeline_step_and_rf_call_keep_the_same_rows_and_the_verdict_is_two_fresh_audits(planted, tmp_path,
+                                                                                               verb, options):
+    """``refinery dedup``/``decontaminate``, the same step of ``refinery run`` and ``rf.dedup``/``rf.decontaminate``
+    keep the same ids; the verdict's figures are those of fresh audits of the input and of the kept rows."""
+    import yaml
+
+    import refinery as rf
+    from conftest import assert_verdict_is_two_audits, fresh_audit
+
+    root, _ = planted
+    if verb == "decontaminate":
+        options = [*options, "--against", f"heldout={root / 'test'}"]
+    _cli(verb, root / "train", *options, "--out", tmp_path / "verb")
+    config = {"conflicts": "drop"} if verb == "dedup" else {"ngram": 8, "against": [f"heldout={root / 'test'}"]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"input": {"paths": [str(root / "train")]},
+                                                     "stages": [{verb: config}]}))
+    _cli("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe")
+    getattr(rf, verb)(str(root / "train"), out=str(tmp_path / "rf"), **config)
+    ids = [Corpus.open(str(out / "kept")).read(["id"])["id"].to_pylist()
+           for out in (tmp_path / "verb", tmp_path / "pipe" / f"01-{verb}", tmp_path / "rf")]
+    dropped = Corpus.open(str(tmp_path / "verb" / "rejected")).read().num_rows
+    assert ids[0] == ids[1] == ids[2] and dropped > 100
+    report = json.loads((tmp_path / "verb" / "report" / "report.json").read_text())
+    assert_verdict_is_two_audits(report["verdict"], fresh_audit(root / "train", tmp_path / "a_in"),
+                                 fresh_audit(tmp_path / "verb" / "kept", tmp_path / "a_out"))
+
+
+@pytest.mark.ray
+def test_decontaminate_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path):
+    """On Ray the matching runs in a task of its own and removes the rows the local engine removes, each naming the
+    same evaluation row."""
+    import refinery as rf
+
+    root, _ = planted
+    against = [f"heldout={root / 'test'}"]
+    rf.decontaminate(str(root / "train"), out=str(tmp_path / "local"), against=against)
+    rf.decontaminate(str(root / "train"), engine="ray", out=str(tmp_path / "ray"), against=against)
+    kept = [Corpus.open(str(p / "kept")).read(["id"])["id"] for p in (tmp_path / "local", tmp_path / "ray")]
+    rejected = [Corpus.open(str(p / "rejected")).read(["id", "eval_id"]) for p in (tmp_path / "local", tmp_path / "ray")]
+    assert kept[0].equals(kept[1]) and rejected[0].equals(rejected[1]) and rejected[0].num_rows > 100
+
+
+def test_ascii_texts_are_folded_as_the_unicode_rule_folds_them():
+    """The byte-by-byte fold of ASCII texts gives what NFKC, lower case and the regular expression give; a batch with
+    any other character takes the regular expression."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from refinery.methods.dedup.minhash import normalized
+
+    texts = pa.array(["A man .", None, "  Two\tdogs,run!! ", "", "...", "x1-2Y_z", "it's 9:30\n", "\x01a\x7fB"])
+    rule = pc.utf8_trim_whitespace(pc.replace_substring_regex(pc.utf8_lower(pc.utf8_normalize(
+        pc.fill_null(texts, ""), "NFKC")), r"[^\p{L}\p{N}\p{M}]+", " "))
+    assert normalized(texts).to_pylist() == rule.to_pylist() == [
+        "a man", "", "two dogs run", "", "", "x1 2y z", "it s 9 30", "a b"]
+    assert normalized(pa.array(["Café, DÉJÀ vu!", "Ｆｕｌｌ width"])).to_pylist() == ["café déjà vu", "full width"]

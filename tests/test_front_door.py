@@ -73,6 +73,9 @@ CASES = {
     "razor": ("corpus", ["--score-only"], "- razor: {score_only: true}"),
     "aflite": ("raw", ["--partitions", "8", "--slice-share", "0.1"], "- aflite: {partitions: 8, slice_share: 0.1}"),
     "datamap": ("raw", ["--epochs", "3", "--keep", "hard"], "- datamap: {epochs: 3, keep: hard}"),
+    "dedup": ("corpus", ["--threshold", "0.6", "--prefer-split", "test"], "- dedup: {threshold: 0.6, prefer_split: test}"),
+    "decontaminate": ("corpus", ["--against", f"test={SNLI_TEST}:snli", "--ngram", "6"],
+                      f"- decontaminate: {{against: ['test={SNLI_TEST}:snli'], ngram: 6}}"),
 }
 
 
