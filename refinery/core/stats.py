@@ -210,7 +210,8 @@ def matrix_to_long(features: pa.Array, labels: list, matrix: np.ndarray, schema:
                      "count": pa.array(matrix[row, col], pa.int64())}, schema=schema)
 
 
-RECORDED = "recorded with the corpus"   # a prior rule carried from the first audit of a corpus's lineage
+# a prior rule carried from the first audit of a corpus's lineage: its reason speaks of that corpus, not this one
+RECORDED = "recorded with the corpus, as decided on the corpus it was refined from"
 
 
 @dataclass(frozen=True)
