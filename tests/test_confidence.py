@@ -378,3 +378,19 @@ def test_label_issues_refuse_a_column_of_one_label_and_a_tau(scored_dev, options
     proc = run_cli("confidence", scored_dev / "dev", "--label-issues", *options, "--out", out, check=False)
     assert proc.returncode == 2 and not out.exists(), proc.stderr
     assert proc.stderr.splitlines() == [f"error: {refused}"]
+
+
+def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):
+    """`--tau 0.4 --keep-share 0.5` ran with --keep-share silently ignored (a newcomer's finding): the CLI refuses it
+    in one line before any work (exit 2), the API in its keywords."""
+    import refinery as rf
+
+    proc = run_cli("confidence", SNLI_DEV, "--preset", "snli", "--tau", "0.4", "--keep-share", "0.5",
+                   "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 2 and not (tmp_path / "o").exists(), proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: --keep-share is the share of each label that --tau auto keeps: "
+                                                "with --tau 0.4 it would do nothing; give --tau auto --keep-share "
+                                                "0.5, or --tau 0.4 alone"]
+    with pytest.raises(ValueError, match=r"give tau='auto' keep_share=0\.5, or tau=0\.4 alone"):
+        rf.confidence(str(SNLI_DEV), preset="snli", tau=0.4, keep_share=0.5, out=str(tmp_path / "api"))
+    assert not (tmp_path / "api").exists()

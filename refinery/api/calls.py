@@ -57,7 +57,8 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
     runs it: one stage into ``out``."""
     cls = stage_class(name)
     input_keys, rest = input_keywords(kwargs)
-    config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
+    with python_terms(None, (cls.Config,)):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
+        config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
     check_mode(mode)
     folder = CallFolder(out, name)
     with folder.removed_on_failure():
@@ -195,7 +196,8 @@ def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_map
                         "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
     check_mode(mode)
     input_keys, rest = input_keywords(kwargs)
-    config = from_dict(CompareConfig, config_dict(CompareConfig, rest, "compare"), "compare")
+    with python_terms(None, (CompareConfig,)):
+        config = from_dict(CompareConfig, config_dict(CompareConfig, rest, "compare"), "compare")
     folder = CallFolder(out, "compare")
     with folder.removed_on_failure():
         train_paths = {}

@@ -18,6 +18,7 @@ from refinery.core.validation import (
 from refinery.models.base import CLASSIFIERS
 
 SOLVERS = ("sgd", "lbfgs")
+KEEP_SHARE = 0.8   # of each label's rows, kept by auto: its τ are under chance (1/C) on SNLI dev (docs/confidence.md)
 AUTO = "auto"   # τ per label: the quantile of its rows' p_M that keeps ``keep_share`` of them
 _TAU = number_in(0, 1, open_high=True)
 TAU = Allowed(lambda v: v == AUTO or _TAU.test(v), f"{AUTO} or {_TAU.text}")
@@ -36,7 +37,7 @@ class ConfidenceConfig:
     tau: float | str = setting(AUTO, TAU, "τ: the p_M(label | text) a kept row exceeds; auto: τ per label, the "
                                           "one that keeps --keep-share of its rows (0.95: Wu et al.'s).",
                                parse=_tau, metavar="auto|τ")
-    keep_share: float = setting(0.8, number_in(0, 1, open_low=True), "With tau auto: the share of each label's "
+    keep_share: float = setting(KEEP_SHARE, number_in(0, 1, open_low=True), "With tau auto: the share of each label's "
                                                                      "rows kept (its most confident ones).")
     model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
                                                            "saved classifier's folder (none and no --proba-column: "
@@ -76,6 +77,10 @@ class ConfidenceConfig:
         if self.label_issues and not self.auto:
             raise ValueError(f"--label-issues decides instead of τ: give --tau {self.tau} or --label-issues, "
                              "not both")
+        if not self.auto and self.keep_share != KEEP_SHARE:
+            raise ValueError(f"--keep-share is the share of each label that --tau auto keeps: with --tau "
+                             f"{self.tau} it would do nothing; give --tau auto --keep-share {self.keep_share:g}, "
+                             f"or --tau {self.tau} alone")
 
     @property
     def auto(self) -> bool:
