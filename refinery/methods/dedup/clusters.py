@@ -63,6 +63,15 @@ class _Codes:
         return mine[pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)].astype(np.int32)
 
 
+def _signed(batch: pa.Table, shingle_size: int) -> tuple:
+    """(its rows' keys as read, normalized, and each field's shingles) of one batch."""
+    fields = [batch[c].combine_chunks() if c in batch.column_names else pa.nulls(batch.num_rows, pa.string())
+              for c in FIELDS]
+    folded = [minhash.normalized(f) for f in fields]
+    return (minhash.row_keys(fields), minhash.row_keys(folded),
+            *(minhash.shingles(texts, shingle_size, f).narrowed() for f, texts in enumerate(folded)))
+
+
 def signed_rows(batches, shingle_size: int) -> Rows:
     """``Rows`` of the input's ``batches`` (tables of id, text_a, text_b where paired, label, split where named),
     read one at a time: only keys, codes and shingles are kept, so the memory is about 4 bytes per shingle and 30
@@ -72,22 +81,18 @@ def signed_rows(batches, shingle_size: int) -> Rows:
     label_codes, split_codes = _Codes(), _Codes()
     named = False
     for batch in batches:
-        fields = [batch[c].combine_chunks() if c in batch.column_names else pa.nulls(batch.num_rows, pa.string())
-                  for c in FIELDS]
-        folded = [minhash.normalized(f) for f in fields]
-        exact.append(minhash.row_keys(fields))
-        normal.append(minhash.row_keys(folded))
-        for f, texts in enumerate(folded):
-            shingles[f].append(minhash.shingles(texts, shingle_size, f).narrowed())
+        for kept, made in zip((exact, normal, *shingles), _signed(batch, shingle_size)):
+            kept.append(made)
+        pa.default_memory_pool().release_unused()   # the batch's texts: Arrow's allocator keeps what it frees
         ids.append(batch["id"].combine_chunks())
         labels.append(label_codes(batch["label"]))
         named = named or "split" in batch.column_names
         splits.append(split_codes(batch["split"] if "split" in batch.column_names
                                   else pa.nulls(batch.num_rows, pa.string())))
     return Rows(pa.concat_arrays(ids) if ids else pa.array([], pa.string()),
-                np.concatenate(labels) if labels else np.zeros(0, np.int32), label_codes.names,
-                (np.concatenate(splits) if splits else np.zeros(0, np.int32)) if named else None, split_codes.names,
-                *(np.concatenate(k) if k else np.zeros(0, np.uint64) for k in (exact, normal)),
+                minhash.joined(labels, np.int32), label_codes.names,
+                minhash.joined(splits, np.int32) if named else None, split_codes.names,
+                minhash.joined(exact, np.uint64), minhash.joined(normal, np.uint64),
                 [minhash.Shingles.concat(parts) for parts in shingles])
 
 
@@ -122,15 +127,19 @@ def edges_of_equal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 VERIFY_PAIRS = 1 << 22   # candidate pairs verified at once
+BANDS_AT_ONCE = 3        # LSH bands whose keys are held at once
 
 
 def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig) -> tuple[np.ndarray, int]:
     """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and the candidates:
-    verified ``VERIFY_PAIRS`` at a time, so only the candidates' codes and the verified pairs are held."""
+    the band keys made ``BANDS_AT_ONCE`` bands at a time, their candidates' codes gathered, then verified
+    ``VERIFY_PAIRS`` at a time, so what is held is the candidates' codes and the verified pairs."""
     bands, r = minhash.bands_for(config.threshold, config.permutations)
     n = len(shingles[0])
     signed = rows[sum(s.sizes() for s in shingles)[rows] > 0]   # an empty row has no signature
-    codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed), signed)
+    codes = minhash.distinct(minhash.joined([minhash.candidate_codes(minhash.band_keys(
+        shingles, config.permutations, bands, r, config.seed, range(b, min(b + BANDS_AT_ONCE, bands))), signed)
+        for b in range(0, bands, BANDS_AT_ONCE)], np.int64))
     found = [np.zeros((0, 2), np.int64)]
     for start in range(0, len(codes), VERIFY_PAIRS):
         part = codes[start:start + VERIFY_PAIRS]

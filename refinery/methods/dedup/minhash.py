@@ -160,10 +160,11 @@ class Shingles:
 
     @staticmethod
     def concat(parts: list) -> Shingles:
-        """The texts of ``parts`` one after the other."""
-        sizes = np.concatenate([np.zeros(1, np.int64)] + [p.sizes() for p in parts])
-        return Shingles(np.cumsum(sizes), np.concatenate([p.values for p in parts]) if parts else
-                        np.zeros(0, np.uint32))
+        """The texts of ``parts`` (a list, emptied) one after the other (``joined``)."""
+        sizes = np.cumsum(np.concatenate([np.zeros(1, np.int64)] + [p.sizes() for p in parts]))
+        values = [p.values for p in parts]
+        parts.clear()
+        return Shingles(sizes, joined(values, values[0].dtype if values else np.uint32))
 
 
 def shingles(normal: pa.Array, k: int, field: int = 0) -> Shingles:
@@ -208,7 +209,8 @@ def bands_for(threshold: float, permutations: int) -> tuple[int, int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _band_kernel(starts_list, values_list, seeds, bands, rows_per_band):
+def _band_kernel(starts_list, values_list, seeds, first, bands, rows_per_band):
+    """Bands ``first`` … ``first + bands − 1`` of each row (``seeds``: their hash functions only)."""
     n = len(starts_list[0]) - 1
     perms = len(seeds)
     out = np.zeros((n, bands), np.uint32)
@@ -223,20 +225,36 @@ def _band_kernel(starts_list, values_list, seeds, bands, rows_per_band):
                     h = _mix(v ^ seeds[j])
                     sig[j] = min(sig[j], h)
         for band in range(bands):
-            h = np.uint64(band + 1)
+            h = np.uint64(first + band + 1)
             for j in range(band * rows_per_band, (band + 1) * rows_per_band):
                 h = _mix(h ^ sig[j])
             out[i, band] = np.uint32(h >> np.uint64(32))
     return out
 
 
-def band_keys(fields: list, permutations: int, bands: int, rows_per_band: int, seed: int = 0) -> np.ndarray:
+def band_keys(fields: list, permutations: int, bands: int, rows_per_band: int, seed: int = 0,
+              among: range | None = None) -> np.ndarray:
     """Each row's LSH band keys (rows × bands, uint32: the top bits of a hash of the band's values) of the MinHash
-    signature of its fields' shingles' union. Two rows whose band differs share its key with probability 2⁻³²: among
-    n rows about n²/2³³ such pairs per band, which the true Jaccard then rejects."""
+    signature of its fields' shingles' union; ``among``: those bands only (rows × len(among)), the same keys, so the
+    bands can be made a few at a time. Two rows whose band differs share its key with probability 2⁻³²: among n rows
+    about n²/2³³ such pairs per band, which the true Jaccard then rejects."""
+    among = range(bands) if among is None else among
     seeds = np.random.default_rng(seed).integers(0, 2**63, permutations, dtype=np.int64).astype(np.uint64)
     return _band_kernel(numba.typed.List([f.starts for f in fields]), numba.typed.List([f.values for f in fields]),
-                        seeds, bands, rows_per_band)
+                        seeds[among.start * rows_per_band:among.stop * rows_per_band], among.start, len(among),
+                        rows_per_band)
+
+
+def joined(parts: list, dtype) -> np.ndarray:
+    """``parts`` (a list of arrays, emptied) one after the other, each freed once copied: the memory of the result
+    and one part, not of two copies."""
+    out, at = np.empty(sum(map(len, parts)), dtype), 0
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        out[at:at + len(part)] = part
+        at += len(part)
+    return out
 
 
 @numba.njit(nogil=True, cache=True)
@@ -265,20 +283,19 @@ def _bucket_pairs(order, keys, rows, cap, n):
     return out
 
 
-def candidate_codes(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The distinct pairs a < b of ``rows`` sharing a band key, each as the code a·n + b (n = len(keys); sorted,
-    int64): band by band, each band's codes moved into one array as it is freed, so the memory is the codes and
-    one band's."""
-    n = np.int64(max(len(keys), 1))
-    parts = [_bucket_pairs(np.argsort(column, kind="stable"), column, rows.astype(np.int64), BUCKET_PAIRS, n)
-             for column in (keys[rows, band] for band in range(keys.shape[1]))]
-    codes, at = np.empty(sum(map(len, parts)), np.int64), 0
-    while parts:
-        part = parts.pop()
-        codes[at:at + len(part)] = part
-        at += len(part)
-    codes.sort()   # then the distinct ones: np.unique takes ten times as long on NumPy 2.3
+def distinct(codes: np.ndarray) -> np.ndarray:
+    """The distinct values of ``codes``, sorted in place first (np.unique takes ten times as long on NumPy 2.3)."""
+    codes.sort()
     return codes[np.concatenate([codes[:1] == codes[:1], codes[1:] != codes[:-1]])]
+
+
+def candidate_codes(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The distinct pairs a < b of ``rows`` sharing a band key (a column of ``keys``), each as the code a·n + b
+    (n = len(keys); sorted, int64)."""
+    n = np.int64(max(len(keys), 1))
+    return distinct(joined([_bucket_pairs(np.argsort(column, kind="stable"), column, rows.astype(np.int64),
+                                          BUCKET_PAIRS, n)
+                            for column in (keys[rows, band] for band in range(keys.shape[1]))], np.int64))
 
 
 def cross_pairs(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
