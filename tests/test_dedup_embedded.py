@@ -117,3 +117,41 @@ def test_a_shared_premise_is_not_a_duplicate_pair():
         assert ((i, j) in flagged) == (float(hypotheses[i] @ hypotheses[j]) >= THRESHOLD)
     assert sum(p in flagged for p in shared) <= 0.02 * len(shared)   # measured: 6 of 590
     assert np.all(both.similarity >= THRESHOLD)
+
+
+def test_dedup_by_cosine_removes_planted_paraphrase_rows_naming_their_source(tmp_path):
+    """``refinery dedup --similarity cosine`` on SNLI dev's first 600 rows and, for 30 of them, a copy with the same
+    premise and an edited hypothesis (re-ordering, synonym swap): each copy is rejected as a near-duplicate of its
+    source with the pair's least cosine; rows sharing only a premise stay; the report names the search."""
+    import refinery as rf
+    from refinery.io.corpus import Corpus
+
+    rows = _snli(600)
+    copies = []
+    for i in range(0, 600, 20):
+        edit = _reordered if (i // 20) % 2 else _synonym
+        hypothesis = edit(rows[i]["sentence2"]) or _case(rows[i]["sentence2"])
+        copies.append((i, dict(rows[i], sentence2=hypothesis)))
+    path = tmp_path / "snli_planted.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + [c for _, c in copies]), encoding="utf-8")
+    rf.dedup(str(path), preset="snli", similarity="cosine", out=str(tmp_path / "d"))
+    kept = Corpus.open(str(tmp_path / "d" / "kept")).read().to_pylist()
+    rejected = Corpus.open(str(tmp_path / "d" / "rejected")).read().to_pylist()
+    everything = kept + rejected
+    assert len(everything) == 630
+    order = {r["id"]: n for n, r in enumerate(sorted(everything, key=lambda r: r["id"]))}
+    assert len(order) == 630
+    by_row = {(r["text_a"], r["text_b"], r["label"]): r for r in everything}
+    found = 0
+    for i, copy in copies:
+        source = by_row[(rows[i]["sentence1"], rows[i]["sentence2"], rows[i]["gold_label"])]
+        row = by_row[(copy["sentence1"], copy["sentence2"], copy["gold_label"])]
+        if row["duplicate_of"] == source["id"]:
+            found += 1
+            assert row["similarity"] >= THRESHOLD and "(cosine " in (row.get("reason") or "(cosine ")
+    assert found >= 0.85 * len(copies), found
+    flagged = [r for r in everything if r["duplicate_of"]]
+    assert len(flagged) <= len(copies) + 0.02 * 600   # a shared premise alone is not a duplicate
+    report = json.loads((tmp_path / "d" / "report" / "report.json").read_text())
+    assert report["dedup"]["search"] == "exact" and "cosine ≥ 0.9" in report["lsh"]
+    assert report["kept"] + report["filtered_out"] == 630

@@ -3,12 +3,13 @@
 Edges: rows whose normalized texts are equal in every field (``minhash.normalized``: exact duplicates among them),
 and near-duplicates: pairs of distinct normalized rows that MinHash-LSH makes candidates and whose true Jaccard
 reaches the threshold t in every field, min_f J(S_k(x_f), S_k(y_f)) ≥ t (``minhash``; a premise shared by two
-hypotheses is not enough). Clusters are the graph's connected components. Each cluster keeps one row, its
-representative: its first row in input order, or its first of ``prefer_split`` where it has one; every other row is
-a duplicate of the representative, named with its kind (exact: equal texts; normalized: equal once normalized;
-near: the least Jaccard of its fields against the representative's, which in a chain of near-duplicates may fall
-under t). A cluster whose rows carry more than one label is a label conflict: its rows are kept all, dropped all,
-or reduced to one as any cluster (``DedupConfig.conflicts``).
+hypotheses is not enough); or, with ``similarity: cosine``, pairs whose sentence embeddings' cosine reaches the
+cosine threshold in every field (``embedded``). Clusters are the graph's connected components. Each cluster keeps
+one row, its representative: its first row in input order, or its first of ``prefer_split`` where it has one; every
+other row is a duplicate of the representative, named with its kind (exact: equal texts; normalized: equal once
+normalized; near: the least Jaccard (or cosine) of its fields against the representative's, which in a chain of
+near-duplicates may fall under t). A cluster whose rows carry more than one label is a label conflict: its rows are
+kept all, dropped all, or reduced to one as any cluster (``DedupConfig.conflicts``).
 """
 from __future__ import annotations
 
@@ -149,17 +150,33 @@ def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig) -> tuple[n
     return np.concatenate(found), len(codes)
 
 
-def find_duplicates(rows: Rows, config: DedupConfig) -> Duplicates:
-    """Every row's place in the duplicate graph of ``rows`` (see the module's docstring)."""
+class JaccardMeasure:
+    """Near-duplicates by the Jaccard of the rows' shingles (MinHash-LSH, ``near_edges``): ``edges(rows)`` and
+    ``between(left, right)``, as ``embedded.CosineMeasure`` gives them by cosine."""
+
+    def __init__(self, shingles: list, config: DedupConfig):
+        self.shingles, self.config, self.threshold = shingles, config, config.threshold
+
+    def edges(self, rows: np.ndarray) -> tuple[np.ndarray, int]:
+        return near_edges(self.shingles, rows, self.config)
+
+    def between(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        return minhash.min_jaccard(self.shingles, self.shingles, left, right)
+
+
+def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates:
+    """Every row's place in the duplicate graph of ``rows`` (see the module's docstring), its near-duplicates by
+    ``measure`` (default: ``JaccardMeasure``; ``embedded.CosineMeasure`` under ``similarity: cosine``)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
     n = len(rows)
-    exact_key, normal_key, shingles = rows.exact, rows.normal, rows.shingles
+    exact_key, normal_key = rows.exact, rows.normal
+    measure = measure or JaccardMeasure(rows.shingles, config)
     a, b, distinct = edges_of_equal(normal_key)
     candidates, near = 0, np.zeros((0, 2), np.int64)
-    if config.threshold < 1 and len(distinct) > 1:
-        near, candidates = near_edges(shingles, distinct, config)
+    if measure.threshold < 1 and len(distinct) > 1:
+        near, candidates = measure.edges(distinct)
     left, right = np.concatenate([a, near[:, 0]]), np.concatenate([b, near[:, 1]])
     graph = coo_matrix((np.ones(len(left), np.int8), (left, right)), shape=(n, n))
     _, component = connected_components(graph, directed=False)
@@ -188,7 +205,7 @@ def find_duplicates(rows: Rows, config: DedupConfig) -> Duplicates:
     similarity = np.zeros(n, np.float32)
     similarity[dup] = 1.0
     at = np.flatnonzero(kind == NEAR)
-    similarity[at] = minhash.min_jaccard(shingles, shingles, at, rep[at])
+    similarity[at] = measure.between(at, rep[at])
     dropped = dup.copy()
     if config.conflicts == "keep":
         dropped &= ~conflict
@@ -200,6 +217,6 @@ def find_duplicates(rows: Rows, config: DedupConfig) -> Duplicates:
         first_dup[component[dups]] = dups
         partner[reps] = first_dup[component[reps]]
         kind[conflict] = CONFLICT
-        similarity[reps] = minhash.min_jaccard(shingles, shingles, reps, partner[reps])
+        similarity[reps] = measure.between(reps, partner[reps])
     return Duplicates(np.where(in_cluster, component, -1), partner, kind, similarity, dropped, conflict,
                       candidates, len(near))

@@ -7,16 +7,16 @@ Two ways to the same pairs, chosen by size (``EXACT_ROWS``):
 - up to ``EXACT_ROWS`` rows, exactly: the rows' embeddings in memory, their products E_i E_jᵀ block by block
   (``BLOCK`` rows at a time), every pair at or above t kept;
 - above it, by random-hyperplane LSH (SimHash, Charikar 2002): each row's embedding projected on P seeded Gaussian
-  directions g_1…g_P, one bit sgn(g_j·e) each, Pr[the bits of x and y agree] = 1 − θ(x, y)/π with θ = arccos cos(x, y);
-  the P bits are cut into b bands of r bits (``minhash.bands_for`` at the collision probability of t: a pair at the
-  threshold is a candidate, Pr = 1 − (1 − p^r)^b, with probability ≥ 0.99), rows of equal band key are candidates
-  (``minhash.candidate_codes``: by sorting, the buckets capped as for MinHash), and each candidate is verified by
-  its exact cosine. The embeddings are computed ``CHUNK`` rows at a time and spilled to a memory-mapped file; only the
-  band keys (b × 4 bytes a row) are held in memory.
+  directions g_1…g_P, one bit sgn(g_j·e) each, Pr[the bits of x and y agree] = 1 − θ(x, y)/π, θ = arccos cos(x, y);
+  the P = ``BITS`` bits are cut into b bands of r bits (``minhash.bands_for`` at the collision probability of t:
+  a pair at the threshold is a candidate, Pr = 1 − (1 − p^r)^b, with probability ≥ 0.99), rows of equal band key
+  are candidates (``minhash.candidate_codes``: by sorting, the buckets capped as for MinHash), and each candidate is
+  verified by its exact cosine. The embeddings are computed ``CHUNK`` rows at a time and spilled to a memory-mapped
+  file; only the band keys (b × 4 bytes a row) are held in memory.
 
-A row of several fields is projected as the concatenation of its fields' embeddings scaled by 1/√F, a unit vector
-whose cosine to another row's is the mean of the fields' cosines, at least their least: a pair whose every field
-reaches t reaches it on the concatenation too and is a candidate as likely.
+A row of several fields is projected as the concatenation of its F fields' embeddings (the signs are those of the
+unit vector it is once scaled by 1/√F), whose cosine to another row's is the mean of the fields' cosines, at least
+their least: a pair whose every field reaches t reaches it on the concatenation too and is a candidate as likely.
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def cosine_pairs(batches, fields: list, threshold: float, spec, *, engine: str =
         pairs, values = _exact(held, chosen, threshold)
         return CosinePairs(pairs, values, "exact", len(chosen) * (len(chosen) - 1) // 2, texts=counts), held
     bands, r = minhash.bands_for(collision(threshold), BITS)
-    planes = _hyperplanes(sum(v.shape[1] for v in first), BITS, seed) / np.float32(math.sqrt(len(first)))
+    planes = _hyperplanes(sum(v.shape[1] for v in first), BITS, seed)
     spill = tempfile.TemporaryDirectory(prefix="refinery-dedup-")
     paths = [Path(spill.name) / f"field{f}.f32" for f in range(len(first))]
     keys, total = [], 0
@@ -187,3 +187,23 @@ def cosine_pairs(batches, fields: list, threshold: float, spec, *, engine: str =
         found.append(np.stack([left[similar], right[similar]], axis=1))
         values.append(cos[similar])
     return CosinePairs(np.concatenate(found), np.concatenate(values), "lsh", len(codes), bands, r, counts), mapped
+
+
+class CosineMeasure:
+    """Near-duplicates by cosine, as ``clusters.find_duplicates`` asks of a measure: ``edges(rows)`` (the verified
+    pairs among ``rows`` and the candidates), then ``between(left, right)`` (the least cosine of the rows' fields);
+    ``batches`` gives a fresh pass over the input's tables each call (its texts are read only here)."""
+
+    def __init__(self, batches, fields: list, threshold: float, spec, engine: str = "local", seed: int = 0):
+        self.batches, self.fields, self.threshold, self.spec = batches, fields, threshold, spec
+        self.engine, self.seed = engine, seed
+        self.found: CosinePairs | None = None
+        self.vectors = RowVectors([])
+
+    def edges(self, rows: np.ndarray) -> tuple[np.ndarray, int]:
+        self.found, self.vectors = cosine_pairs(self.batches(), self.fields, self.threshold, self.spec,
+                                                engine=self.engine, rows=rows, seed=self.seed)
+        return self.found.pairs, self.found.candidates
+
+    def between(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        return self.vectors.cosine(left, right) if len(left) else np.zeros(0, np.float32)

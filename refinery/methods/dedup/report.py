@@ -4,7 +4,7 @@ sections (``details``)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,8 @@ class DedupSummary:
     near_pairs: int
     bands: int
     rows_per_band: int
+    search: str = "minhash"      # how near-duplicates were found: minhash, or by cosine: exact, lsh (SimHash)
+    embedded: dict = field(default_factory=dict)   # under cosine: the distinct texts, cached and embedded
 
 
 def example_rows(found: Duplicates) -> list:
@@ -38,8 +40,9 @@ def example_rows(found: Duplicates) -> list:
     return dup[first[:EXAMPLES]].tolist()
 
 
-def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict) -> DedupSummary:
-    """The report's figures; ``texts``: row number → its texts by field, for the ``example_rows`` and partners."""
+def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict, measure=None) -> DedupSummary:
+    """The report's figures; ``texts``: row number → its texts by field, for the ``example_rows`` and partners;
+    ``measure``: the ``embedded.CosineMeasure`` that found the near-duplicates under ``similarity: cosine``."""
     from refinery.methods.dedup.minhash import bands_for
 
     names = np.array([*rows.label_names, None], dtype=object)   # code −1: no label
@@ -78,6 +81,11 @@ def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict) -
         pair["label"], pair["partner label"] = labels[i], labels[j]
         examples.append(pair)
     bands, r = bands_for(config.threshold, config.permutations)
+    search, embedded = "minhash", {}
+    if config.similarity == "cosine":
+        cosine = measure.found
+        bands, r = (cosine.bands, cosine.bits_per_band) if cosine else (0, 0)
+        search, embedded = (cosine.method, cosine.texts) if cosine else ("exact", {})
     return DedupSummary(
         clusters=len(np.unique(found.cluster[clustered])), rows_in_clusters=int(clustered.sum()),
         duplicates={KINDS[k]: int(n) for k, n in zip(*np.unique(found.kind[dup], return_counts=True))},
@@ -87,7 +95,7 @@ def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict) -
         split_pairs=[{"kept split": a, "duplicate split": b, "duplicates": n, "removed": removed_pairs[(a, b)]}
                      for (a, b), n in sorted(pairs.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1])))],
         removed_by_label=per_label, examples=examples, candidates=found.candidates, near_pairs=found.near_pairs,
-        bands=bands, rows_per_band=r)
+        bands=bands, rows_per_band=r, search=search, embedded=embedded)
 
 
 def details(summary: DedupSummary, config: DedupConfig) -> tuple[dict, list]:
@@ -96,9 +104,19 @@ def details(summary: DedupSummary, config: DedupConfig) -> tuple[dict, list]:
     from refinery.report.page import fields, note, table
 
     s = summary
-    lsh = (f"MinHash of {config.permutations} values over word {config.shingle_size}-shingles, {s.bands} bands of "
-           f"{s.rows_per_band}: {s.candidates:,} candidate pairs, {s.near_pairs:,} verified at Jaccard ≥ "
-           f"{config.threshold:g} in every text")
+    if config.similarity == "cosine":
+        from refinery.methods.dedup.embedded import BITS
+
+        texts = s.embedded.get("texts", 0)
+        lsh = (f"Cosine of {config.model}'s sentence embeddings ({texts:,} distinct texts, "
+               f"{s.embedded.get('cached', 0):,} read from the cache): "
+               + (f"SimHash of {BITS} bits, {s.bands} bands of {s.rows_per_band}: {s.candidates:,} candidate pairs"
+                  if s.search == "lsh" else f"all {s.candidates:,} pairs compared exactly")
+               + f", {s.near_pairs:,} at cosine ≥ {config.cosine_threshold:g} in every text")
+    else:
+        lsh = (f"MinHash of {config.permutations} values over word {config.shingle_size}-shingles, {s.bands} bands "
+               f"of {s.rows_per_band}: {s.candidates:,} candidate pairs, {s.near_pairs:,} verified at Jaccard ≥ "
+               f"{config.threshold:g} in every text")
     conflict_note = {"keep": "kept, every row", "drop": "dropped, every row", "one": "reduced to one row"}[
         config.conflicts]
     sections = [

@@ -47,7 +47,8 @@ def rows_among(rows: np.ndarray, batch: pa.Table) -> tuple[np.ndarray, np.ndarra
 
 
 class DedupStage(FilterStage):
-    """Remove exact, normalized and near-duplicate rows (MinHash-LSH over word shingles), one row kept per cluster.
+    """Remove exact, normalized and near-duplicate rows (MinHash-LSH over word shingles, or embedding cosine), one row
+    kept per cluster.
 
     Writes kept/ (with the input's rejects), rejected/ (each row with its kept partner's id in duplicate_of, its
     similarity and its reason) and report/ (clusters, duplicates per split pair, label conflicts, example pairs).
@@ -64,15 +65,26 @@ class DedupStage(FilterStage):
         from refinery.methods.dedup.report import example_rows, summarize
 
         rows = signed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), self.config.shingle_size)
-        found = find_duplicates(rows, self.config)
+        measure = self._cosine(source) if self.config.similarity == "cosine" else None
+        found = find_duplicates(rows, self.config, measure)
         shown = example_rows(found)
         self.summary = summarize(rows, found, self.config,
-                                 texts_of(source, shown + found.partner[shown].tolist()))
+                                 texts_of(source, shown + found.partner[shown].tolist()), measure)
         self.marked_rows = np.flatnonzero(found.duplicate)   # duplicates: dropped, or kept in a conflict
         self.marked_dropped = found.dropped[self.marked_rows]
         self.partner_ids = rows.ids.take(pa.array(found.partner[self.marked_rows]))
         self.kinds = found.kind[self.marked_rows]
         self.similarity = pa.array(found.similarity[self.marked_rows], pa.float32())
+
+    def _cosine(self, source: StageInput):
+        """The cosine measure of ``similarity: cosine``: the input's texts embedded in a pass of their own."""
+        from refinery.methods.dedup.clusters import FIELDS
+        from refinery.methods.dedup.embedded import CosineMeasure
+        from refinery.models.embeddings import EncoderSpec
+
+        return CosineMeasure(lambda: (b.rows for b in source.iter_batches() if b.rows.num_rows),
+                             [f for f in FIELDS if f in source.columns()], self.config.cosine_threshold,
+                             EncoderSpec(self.config.model), source.engine, self.config.seed)
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         marked, place = rows_among(self.marked_rows, batch)
@@ -102,9 +114,11 @@ class DedupStage(FilterStage):
         return details(self.summary, self.config)
 
     def remedy(self) -> str:
+        option, now = (("cosine-threshold", self.config.cosine_threshold) if self.config.similarity == "cosine"
+                       else ("threshold", self.config.threshold))
         return ("the duplicates dedup removed were of rows that carry a shortcut less often than the rows kept: keep "
-                f"label-conflict clusters whole (--conflicts keep, now {self.config.conflicts}) or raise --threshold "
-                f"(now {self.config.threshold:g}) so fewer rows are removed.")
+                f"label-conflict clusters whole (--conflicts keep, now {self.config.conflicts}) or raise --{option} "
+                f"(now {now:g}) so fewer rows are removed.")
 
 
 class _Reasons:
@@ -117,4 +131,5 @@ class _Reasons:
         from refinery.methods.dedup.clusters import KINDS
 
         s, p = self.stage, self.place[i]
-        return f"{KINDS[s.kinds[p]]} of {s.partner_ids[p].as_py()} (Jaccard {s.similarity[p].as_py():.2f})"
+        measure = "cosine" if s.config.similarity == "cosine" else "Jaccard"
+        return f"{KINDS[s.kinds[p]]} of {s.partner_ids[p].as_py()} ({measure} {s.similarity[p].as_py():.2f})"
