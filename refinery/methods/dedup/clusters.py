@@ -109,7 +109,7 @@ class Duplicates:
     similarity: np.ndarray
     dropped: np.ndarray
     conflict: np.ndarray
-    candidates: int = 0    # candidate pairs LSH proposed
+    candidates: int = 0    # candidate pairs LSH proposed and verified (once per group of bands proposing it)
     near_pairs: int = 0    # of them, verified near-duplicates
 
     @property
@@ -132,22 +132,23 @@ BANDS_AT_ONCE = 3        # LSH bands whose keys are held at once
 
 
 def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig) -> tuple[np.ndarray, int]:
-    """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and the candidates:
-    the band keys made ``BANDS_AT_ONCE`` bands at a time, their candidates' codes gathered, then verified
-    ``VERIFY_PAIRS`` at a time, so what is held is the candidates' codes and the verified pairs."""
+    """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and how many candidates
+    were verified: ``BANDS_AT_ONCE`` bands at a time, their keys made, their candidates (``minhash.candidate_codes``)
+    verified ``VERIFY_PAIRS`` at a time and only the verified kept, so what is held is one group's candidates (a pair
+    that two groups propose is verified twice)."""
     bands, r = minhash.bands_for(config.threshold, config.permutations)
     n = len(shingles[0])
     signed = rows[sum(s.sizes() for s in shingles)[rows] > 0]   # an empty row has no signature
-    codes = minhash.distinct(minhash.joined([minhash.candidate_codes(minhash.band_keys(
-        shingles, config.permutations, bands, r, config.seed, range(b, min(b + BANDS_AT_ONCE, bands))), signed)
-        for b in range(0, bands, BANDS_AT_ONCE)], np.int64))
-    found = [np.zeros((0, 2), np.int64)]
-    for start in range(0, len(codes), VERIFY_PAIRS):
-        part = codes[start:start + VERIFY_PAIRS]
-        left, right = part // n, part % n
-        similar = minhash.min_jaccard(shingles, shingles, left, right) >= config.threshold
-        found.append(np.stack([left[similar], right[similar]], axis=1))
-    return np.concatenate(found), len(codes)
+    found, verified = [np.zeros(0, np.int64)], 0
+    for b in range(0, bands, BANDS_AT_ONCE):
+        codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
+                                                          range(b, min(b + BANDS_AT_ONCE, bands))), signed)
+        verified += len(codes)
+        for start in range(0, len(codes), VERIFY_PAIRS):
+            part = codes[start:start + VERIFY_PAIRS]
+            found.append(part[minhash.min_jaccard(shingles, shingles, part // n, part % n) >= config.threshold])
+    near = minhash.distinct(np.concatenate(found))
+    return np.stack([near // n, near % n], axis=1), verified
 
 
 class JaccardMeasure:

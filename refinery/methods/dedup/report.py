@@ -115,7 +115,7 @@ def details(summary: DedupSummary, config: DedupConfig) -> tuple[dict, list]:
                + f", {s.near_pairs:,} at cosine ≥ {config.cosine_threshold:g} in every text")
     else:
         lsh = (f"MinHash of {config.permutations} values over word {config.shingle_size}-shingles, {s.bands} bands "
-               f"of {s.rows_per_band}: {s.candidates:,} candidate pairs, {s.near_pairs:,} verified at Jaccard ≥ "
+               f"of {s.rows_per_band}: {s.candidates:,} candidate pairs verified, {s.near_pairs:,} at Jaccard ≥ "
                f"{config.threshold:g} in every text")
     conflict_note = {"keep": "kept, every row", "drop": "dropped, every row", "one": "reduced to one row"}[
         config.conflicts]
