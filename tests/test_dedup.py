@@ -6,7 +6,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from conftest import SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
+from conftest import DATA, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 from refinery.io.corpus import Corpus
 
 THRESHOLD = 0.8   # dedup's default Jaccard
@@ -290,3 +290,34 @@ def test_ascii_texts_are_folded_as_the_unicode_rule_folds_them():
     assert normalized(texts).to_pylist() == rule.to_pylist() == [
         "a man", "", "two dogs run", "", "", "x1 2y z", "it s 9 30", "a b"]
     assert normalized(pa.array(["Café, DÉJÀ vu!", "Ｆｕｌｌ width"])).to_pylist() == ["café déjà vu", "full width"]
+
+
+def test_decontaminate_reads_evaluation_rows_whatever_their_label_and_joins_split_contractions(tmp_path):
+    """A newcomer's findings: an evaluation set read through the input's preset lost the rows whose label is not in
+    its label set (HANS's non-entailment against SNLI: 10,000 of 15,000 rows silently unread), and SNLI test-hard
+    kept the 3 rows whose test copy splits a contraction (``does n't`` / ``doesn't``, ``can not`` / ``cannot``).
+    Every test-hard row is in test: decontaminating it against test would keep nothing, which is refused in one
+    line (exit 2), nothing written; a preset typo after the last ':' is named."""
+    import pyarrow as pa
+
+    from refinery.methods.dedup.minhash import normalized
+
+    assert normalized(pa.array(["He does n't know .", "He doesn't know.", "She cannot go", "she can not go"]))\
+        .to_pylist() == ["he doesnt know", "he doesnt know", "she can not go", "she can not go"]
+    hans = tmp_path / "hans.tsv"
+    lines = (DATA / "hans" / "hans_regenerated.tsv").read_text().splitlines()
+    hans.write_text("\n".join(lines[:601]) + "\n")    # its header and 600 rows, both labels
+    proc = run_cli("decontaminate", SNLI_DEV, "--preset", "snli", "--against", f"h={hans}", "--out", tmp_path / "a")
+    report = json.loads((tmp_path / "a" / "report" / "report.json").read_text())
+    (h,) = report["contamination"]
+    assert h["rows"] == 600 and h["rejected"] == 0, h     # both of HANS's labels read, through SNLI's columns
+    whole = run_cli("decontaminate", SNLI_HARD, "--preset", "snli", "--against", f"test={SNLI_TEST}",
+                    "--out", tmp_path / "b", check=False)
+    assert whole.returncode == 2 and not (tmp_path / "b").exists(), whole.stderr
+    assert whole.stderr.strip().splitlines() == [
+        "error: decontaminate would keep no row: every one of the 3,261 training rows overlaps test: the training "
+        "corpus is part of the evaluation set (or the set itself); nothing was written"]
+    typo = run_cli("decontaminate", SNLI_DEV, "--preset", "snli", "--against", f"t={SNLI_TEST}:snl",
+                   "--out", tmp_path / "c", check=False)
+    assert typo.returncode == 2 and "no preset 'snl' (did you mean 'snli'?)" in typo.stderr, typo.stderr
+    assert proc.returncode == 0

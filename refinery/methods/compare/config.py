@@ -4,6 +4,7 @@ corpora: ``NAME=PATH`` training corpora (``PATH@SPLIT``), ``NAME=PATH[:PRESET]``
 ``NAME=FROM:TO,…`` label maps."""
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 
@@ -141,6 +142,10 @@ def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
     head, colon, preset = path.rpartition(":")
     if colon and preset.lower() in PRESETS:
         path = head
+    elif colon and head and re.fullmatch(r"[A-Za-z][\w-]*", preset):   # a preset's place, not a URL's (s3://…)
+        close = difflib.get_close_matches(preset.lower(), list(PRESETS), 1, 0.6)
+        raise ValueError(f"evaluation set {spec!r}: no preset {preset!r}"
+                         + (f" (did you mean {close[0]!r}?)" if close else "") + f"; presets: {', '.join(PRESETS)}")
     else:
         preset = None
     return EvalSet(name, (path,), preset.lower() if preset else None, dict((label_maps or {}).get(name, {})))

@@ -10,6 +10,8 @@ their number in the input. ``FilterStage`` writes kept/ (with the input's reject
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 
@@ -59,7 +61,8 @@ class DecontaminateStage(FilterStage):
 
         sets = []
         for e in self.config.eval_sets():
-            table, rejects = load(list(e.paths), e.mapping(source.mapping), source.opts)
+            mapping = e.mapping(source.mapping)   # every row with a text counts: an overlap has no label
+            table, rejects = load(list(e.paths), mapping and dataclasses.replace(mapping, label_set=None), source.opts)
             if not table.num_rows:
                 raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}"
                                  + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))
@@ -85,6 +88,10 @@ class DecontaminateStage(FilterStage):
                                        texts_of(source, match.rows[:EXAMPLES].tolist()), train_rows))
             for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
                 found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
+        if train_rows and len(found) == train_rows:   # the next audit could judge nothing: refused before a write
+            raise ValueError(f"decontaminate would keep no row: every one of the {train_rows:,} training rows "
+                             f"overlaps {', '.join(sorted({f[0] for f in found.values()}))}: the training corpus is "
+                             "part of the evaluation set (or the set itself); nothing was written")
         self.dropped_rows = np.array(sorted(found), np.int64)
         matches = [found[i] for i in self.dropped_rows.tolist()]
         self.eval_set = pa.array([m[0] for m in matches], pa.string())

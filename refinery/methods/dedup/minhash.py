@@ -1,8 +1,9 @@
 """Texts as sets of word shingles, their MinHash signatures banded for LSH, and the true Jaccard that verifies a
 candidate: the one implementation ``dedup`` and ``decontaminate`` share.
 
-Normalization (``normalized``): NFKC, lower case, every run of characters that are not letters, digits or marks
-folded into one space, trimmed, so ``A man .`` and ``a man.`` are both ``a man``. A text's shingles are the hashes
+Normalization (``normalized``): contractions joined (``does n't`` as ``doesn't``, apostrophes dropped), NFKC, lower
+case, every run of characters that are not letters, digits or marks folded into one space, trimmed, so ``A man .``
+and ``a man.`` are both ``a man``. A text's shingles are the hashes
 of its runs of k consecutive words (``shingles``; a text of fewer than k words is one shingle, whole; an empty text
 has none): S_k(x). Two texts' similarity is their Jaccard index (Broder 1997)
 
@@ -40,13 +41,28 @@ def normalized(texts) -> pa.Array:
     space, trimmed (a null is the empty text). Texts all ASCII (where NFKC changes nothing and the letters and digits
     are a–z, A–Z, 0–9) are folded byte by byte (``_fold_ascii``), a tenth of the regular expression's time."""
     texts = pc.fill_null(texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts, "")
-    texts = texts.cast(pa.large_string())
+    texts = _contractions_joined(texts.cast(pa.large_string()))
     if pc.all(pc.string_is_ascii(texts)).as_py() is not False:
         data, offsets = _utf8(texts)
         out, starts = _fold_ascii(data, offsets)
         return pa.Array.from_buffers(pa.large_string(), len(texts), [None, pa.py_buffer(starts), pa.py_buffer(out)])
     folded = pc.utf8_lower(pc.utf8_normalize(texts, "NFKC"))
     return pc.utf8_trim_whitespace(pc.replace_substring_regex(folded, r"[^\p{L}\p{N}\p{M}]+", " "))
+
+
+_SPLIT_CONTRACTION = r"(?i)\s+(n['’]t|['’](?:s|re|ve|ll|d|m))\b"   # Penn Treebank's does n't, it 's
+
+
+def _contractions_joined(texts: pa.Array) -> pa.Array:
+    """Contractions as one word whatever the release's tokenizer did: ``does n't`` and ``doesn't`` are both
+    ``doesnt``, ``it 's`` and ``it's`` ``its``, ``cannot`` is ``can not`` (apostrophes dropped, not spaced). Only
+    the texts that hold an apostrophe or ``cannot`` pass the regular expressions."""
+    has = pc.match_substring_regex(texts, r"['’]|(?i)cannot")
+    if not pc.any(has).as_py():
+        return texts
+    joined = pc.replace_substring_regex(texts, _SPLIT_CONTRACTION, r"\1")
+    joined = pc.replace_substring_regex(joined, r"(?i)\bcannot\b", "can not")
+    return pc.if_else(has, pc.replace_substring_regex(joined, r"['’]", ""), texts)
 
 
 @numba.njit(nogil=True, cache=True)
