@@ -142,7 +142,7 @@ def test_a_new_stage_is_a_verb_and_a_pipeline_key(snli_small, tmp_path, monkeypa
                         str(tmp_path / "pipe" / "00-input"))
     bad = runner.invoke(group, ["short-text", SNLI_TEST, "--preset", "snli", "--min-words", "0",
                                 "--out", str(tmp_path / "bad")])
-    assert bad.exit_code == 2 and "min_words must be a positive integer, got 0" in bad.output
+    assert bad.exit_code == 2 and "--min-words must be a positive integer, got 0" in bad.output
     assert cls.name == "short-text"
 
 

@@ -105,7 +105,7 @@ def test_compressed_files_and_shard_folders(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["convert", SNLI_DEV, "--out", "{tmp}/o"], "name its columns with --preset or --map"),
+    (["convert", SNLI_DEV, "--out", "{tmp}/o"], "(it has sentence1, sentence2, gold_label); name its columns with --preset snli"),
     (["convert", "{tmp}/data.xyz", "--preset", "snli", "--out", "{tmp}/o"], "data.xyz"),
     (["sql", "label_distribution", SNLI_DEV, "--preset", "snli", "--param", "x"], "--param 'x' is not NAME=VALUE"),
     (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows in"),

@@ -30,8 +30,8 @@ EXAMPLE = REPO / "examples" / "snli.yaml"
 CORPUS_PARTS = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-weights/corpus"]
 
 
-def _tables(out: Path | str, storage_options=None) -> dict:
-    return {part: Corpus.open(f"{out}/{part}", storage_options).read() for part in CORPUS_PARTS}
+def _tables(out: Path | str, storage_options=None, parts=CORPUS_PARTS) -> dict:
+    return {part: Corpus.open(f"{out}/{part}", storage_options).read() for part in parts}
 
 
 def _same(a, b, part: str) -> None:
@@ -50,7 +50,8 @@ def test_every_stage_config_round_trips_and_declares_its_contract():
         cls = stage_class(name)
         assert cls.name == name
         assert set(cls.needs) <= {"id", "text_a", "text_b", "label", "split"}
-        required = {"confidence": {"model": "ngram"}, "compare": {"evals": ("hard=data/hard.jsonl:snli",)}}
+        required = {"confidence": {"model": "ngram"}, "compare": {"evals": ("hard=data/hard.jsonl:snli",)},
+                    "decontaminate": {"against": ("hard=data/hard.jsonl:snli",)}}
         config = cls.Config(**required.get(name, {}))
         assert isinstance(cls(config).output, Output)
         data = json.loads(json.dumps(to_dict(config)))          # through JSON and back
@@ -396,8 +397,10 @@ def test_pipeline_job_on_a_two_node_ray_cluster_over_s3(tmp_path):
         spec = tmp_path / "local.yaml"
         spec.write_text(yaml.safe_dump({**pipeline, "input": {"splits": {"hard": SNLI_HARD}, "preset": "snli"}}))
         run_cli("run", spec, "--out", local)
-        remote = {part: Corpus.open(f"s3://bucket/run/{part}").read() for part in CORPUS_PARTS}
-        for part, table in _tables(local).items():
+        parts = ["00-input", "02-zfilter/kept", "02-zfilter/rejected", "03-confidence/kept", "03-confidence/rejected",
+                 "04-weights/corpus"]
+        remote = {part: Corpus.open(f"s3://bucket/run/{part}").read() for part in parts}
+        for part, table in _tables(local, parts=parts).items():
             _same(remote[part], table, part)
     finally:
         for k in s3.env:

@@ -176,3 +176,32 @@ class KeyedRuns(_Runs):
             cuts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1], True])
             yield [(int(codes[a]), first[starts[a:b]].astype(np.int64), second[starts[a:b]].astype(np.int64),
                     matrix[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+class SpilledVectors:
+    """Float32 row vectors of several fields appended chunk by chunk to files of a temporary folder, then read back
+    memory-mapped (``mapped``): rows × dim each, never all in memory. The folder goes with this object (``close``,
+    or when it is collected)."""
+
+    def __init__(self, dims: list[int], prefix: str = "refinery-vectors-"):
+        self._folder = tempfile.TemporaryDirectory(prefix=prefix)
+        self.dims, self.rows = list(dims), 0
+        self._paths = [os.path.join(self._folder.name, f"field{f}.f32") for f in range(len(dims))]
+        self._files = [open(p, "wb") for p in self._paths]
+
+    def append(self, chunk: list) -> None:
+        """One chunk of rows: an array (rows × dim) per field."""
+        for fh, vectors in zip(self._files, chunk):
+            fh.write(np.ascontiguousarray(vectors, np.float32).tobytes())
+        self.rows += len(chunk[0])
+
+    def mapped(self) -> list:
+        """Each field's vectors, memory-mapped read-only (the files closed for writing first)."""
+        for fh in self._files:
+            fh.close()
+        return [np.memmap(p, np.float32, "r", shape=(self.rows, d)) for p, d in zip(self._paths, self.dims)]
+
+    def close(self) -> None:
+        for fh in self._files:
+            fh.close()
+        self._folder.cleanup()

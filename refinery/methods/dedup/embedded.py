@@ -20,17 +20,15 @@ their least: a pair whose every field reaches t reaches it on the concatenation 
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.io.spill import SpilledVectors
 from refinery.methods.dedup import minhash
 
 EXACT_ROWS = 20_000     # up to this many rows, every pair's cosine (exact); above it, SimHash-LSH and verification
@@ -161,18 +159,13 @@ def cosine_pairs(batches, fields: list, threshold: float, spec, *, engine: str =
         return CosinePairs(pairs, values, "exact", len(chosen) * (len(chosen) - 1) // 2, texts=counts), held
     bands, r = minhash.bands_for(collision(threshold), BITS)
     planes = _hyperplanes(sum(v.shape[1] for v in first), BITS, seed)
-    spill = tempfile.TemporaryDirectory(prefix="refinery-dedup-")
-    paths = [Path(spill.name) / f"field{f}.f32" for f in range(len(first))]
-    keys, total = [], 0
-    with contextlib.ExitStack() as stack:
-        files = [stack.enter_context(open(p, "wb")) for p in paths]
-        for chunk in itertools.chain([first], [second] if second is not None else [], embedded):
-            keys.append(simhash_band_keys(chunk, planes, bands, r))
-            for fh, v in zip(files, chunk):
-                fh.write(np.ascontiguousarray(v, np.float32).tobytes())
-            total += len(chunk[0])
-    mapped = RowVectors([np.memmap(p, np.float32, "r", shape=(total, v.shape[1])) for p, v in zip(paths, first)],
-                        spill)
+    spill = SpilledVectors([v.shape[1] for v in first], prefix="refinery-dedup-")
+    keys = []
+    for chunk in itertools.chain([first], [second] if second is not None else [], embedded):
+        keys.append(simhash_band_keys(chunk, planes, bands, r))
+        spill.append(chunk)
+    total = spill.rows
+    mapped = RowVectors(spill.mapped(), spill)
     del first, second
     chosen = np.arange(total) if rows is None else np.asarray(rows, np.int64)
     codes = minhash.candidate_codes(np.concatenate(keys), chosen)
