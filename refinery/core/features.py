@@ -45,6 +45,11 @@ hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn needn't sh
 wasn't weren weren't won won't wouldn wouldn't""".split() if w not in KEPT_WORDS)
 
 
+def null_row(features: pa.Array) -> int:
+    """The row of the ``null`` feature (the label prior) in an audit's ``features``, −1 where it holds none."""
+    return pc.index(features, NULL_FEATURE).as_py() if len(features) else -1
+
+
 @functools.cache
 def _stopwords() -> pa.Array:
     """The stop words as an Arrow array, made on first use (at import, pyarrow's first ``pa.array``

@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow.compute as pc
 
-from refinery.core.features import NULL_FEATURE
+from refinery.core.features import null_row
 
 LABEL_KEPT = 0.5    # a label that kept under this fraction of the other labels' rate (and lost rows) is lost
 
@@ -49,7 +48,7 @@ def of_audits(before, after, labels: list) -> dict[str, LabelRows]:
     """Each label's rows on both sides of two audits (``core.stats.ZStats``), from the ``null`` feature (in every row:
     its counts are the label's rows); {} where an audit does not hold it."""
     def rows(stats) -> np.ndarray | None:
-        at = pc.index(stats.features, NULL_FEATURE).as_py()
+        at = null_row(stats.features)
         return None if at < 0 else stats.counts[at][[stats.labels.index(l) for l in labels]].astype(float)
     b, a = rows(before), rows(after)
     if b is None or a is None or not b.sum():

@@ -32,15 +32,14 @@ from __future__ import annotations
 from statistics import NormalDist
 
 import numpy as np
-import pyarrow.compute as pc
 
-from refinery.core.features import NULL_FEATURE
+from refinery.core.features import null_row
 
 
 def label_shares(stats) -> np.ndarray | None:
     """s(l) of a ``core.stats.ZStats``, in ``stats.labels``' order: p̂(l|null), each label's share of the rows (of
     the sums of weights); None where the audit holds no ``null`` feature or it is in no row."""
-    at = pc.index(stats.features, NULL_FEATURE).as_py() if len(stats.features) else -1
+    at = null_row(stats.features)
     if at < 0 or not stats.n[at]:
         return None
     return stats.counts[at] / stats.n[at]

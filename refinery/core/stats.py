@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.features import NULL_FEATURE
+from refinery.core.features import NULL_FEATURE, null_row
 from refinery.core.prior_drift import prior_drift
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
@@ -140,7 +140,7 @@ class ZStats:
         rows, p, z = self.eligible()
         mask = np.zeros(self.counts.shape, dtype=bool)
         mask[rows] = (z > self.threshold) & ~prior_drift(self, p, z)
-        null = pc.index(self.features, NULL_FEATURE).as_py() if len(self.features) else -1
+        null = null_row(self.features)
         if null >= 0:
             mask[null] = False
         return {label: int(v) for label, v in zip(self.labels, mask.sum(axis=0))}

@@ -18,7 +18,7 @@ from refinery.core import stats as zstats
 from refinery.core.counts import counter_from_bytes
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.feature_counts import load_kernels_in_background
-from refinery.core.features import NULL_FEATURE
+from refinery.core.features import null_row
 from refinery.core.weighted_audit_counts import WEIGHT_COLUMN, BadWeights
 from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
 from refinery.io.location import get_fs
@@ -57,7 +57,7 @@ class AuditResult:
     def label_prior(self) -> dict:
         """Per label: its share of the rows, p0 and z*(null, l), the label prior the ``null`` feature measures (at
         its effective size where the rows carry weights)."""
-        at = pc.index(self.stats.features, NULL_FEATURE).as_py() if self.weighted and len(self.stats.features) else -1
+        at = null_row(self.stats.features) if self.weighted else -1
         size = float(self.stats.effective_n[at]) if at >= 0 else None
         return zstats.label_prior(self.stats.labels, self.counter.label_totals, self.stats.p0, size)
 
