@@ -10,6 +10,11 @@ weighting), so that units whose vocabularies gave the same feature other ids add
 memory held follows the distinct features, not the rows or the units. The result reads as a ``WeightedCounts``
 reads for ``weighted_counts.audit_weightings`` (``label_totals``, ``tested``, ``names``, ``stats``): a filter's
 verdict on Ray is the same two audits as in-process.
+
+On Ray the sum is cut by feature (``parts``: a hash of each feature's string, so part p of every unit holds the
+same features) and each part summed by a reducer on a worker (``summed_part``), which hands on only the features
+some weighting can test (n ≥ min_count, ``pruned``: the audit's z* and min_count read no other); ``joined`` puts the
+reducers' disjoint sums together. The driver never holds a unit's counts, nor a feature too rare to be tested.
 """
 from __future__ import annotations
 
@@ -49,6 +54,33 @@ class NamedCounts:
         sums = np.stack([m for _, m in matrices], axis=-1) if matrices else np.zeros((0, 0, 0))
         totals = np.array([list(counts.label_totals(w).values()) for w in weightings]).T.reshape(-1, len(weightings))
         return cls(names, sorted(counts.labels), sums, totals, counts.rows, counts.config, tuple(counts.left_out))
+
+    def parts(self, partitions: int) -> list["NamedCounts"]:
+        """The counts cut into ``partitions`` by a hash of each feature's string (``feature_counts.string_hashes``:
+        part p of every unit holds the same features), each with the unit's totals and rows."""
+        from refinery.core.feature_counts import string_hashes
+
+        part = (string_hashes(self.features) % np.uint64(partitions)).astype(np.int64)
+        return [self._rows_at(np.flatnonzero(part == p)) for p in range(partitions)]
+
+    def pruned(self, min_count: int) -> "NamedCounts":
+        """Only the features some weighting can test (n ≥ ``min_count``): all the audit's z* and min_count read."""
+        return self._rows_at(self.tested(range(self.sums.shape[2]), min_count))
+
+    def _rows_at(self, rows: np.ndarray) -> "NamedCounts":
+        return NamedCounts(self.features.take(pa.array(rows, pa.int64())), self.labels, self.sums[rows], self.totals,
+                           self.rows, self.config, self.left_out)
+
+    @classmethod
+    def joined(cls, parts: list["NamedCounts"]) -> "NamedCounts":
+        """Sums of disjoint features (``summed_part`` of each part), each carrying every unit's totals, as one, its
+        features in name order."""
+        first = parts[0]
+        features = pa.concat_arrays([p.features.cast(pa.large_string()) for p in parts])
+        order = pc.sort_indices(features).to_numpy()
+        sums = np.concatenate([p.sums for p in parts])[order]
+        return cls(features.take(pa.array(order)).cast(pa.string()), first.labels, sums, first.totals, first.rows,
+                   first.config, first.left_out)
 
     def _table(self) -> pa.Table:
         S = self.sums.shape[2]
@@ -128,3 +160,13 @@ class NamedSum:
         totals = np.stack([self._totals[label] for label in labels]) if labels else np.zeros((0, S))
         return NamedCounts(table[FEATURE].combine_chunks(), labels, sums, totals, self.rows, self._first.config,
                            self._first.left_out)
+
+
+def summed_part(parts: list[NamedCounts], common: list | None = None, *, min_count: int = 10) -> NamedCounts | None:
+    """In a reducer: part p of every unit (``NamedCounts.parts``) summed, only the features some weighting can test
+    kept (``pruned``; ``common``, the units' ``None``, unread). None where no unit was counted."""
+    total = NamedSum()
+    for part in parts:
+        total.add(part)
+    result = total.result()
+    return result.pruned(min_count) if result is not None else None

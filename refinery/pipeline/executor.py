@@ -7,9 +7,11 @@ rejected/, measures the audits of the verdict and commits, in one place for ever
   manifests' row counts, so a decision made in ``prepare`` is found by the row, wherever it is read), has the filter
   decide and annotate them, writes its kept and rejected rows as shards of the corpora being written
   (``corpus_writer.write_shard`` into ``CorpusWriter.shard_target``) and counts the audit's features of its rows
-  and of the kept ones (``NamedCounts``). The driver receives each task's ``UnitWritten`` — the shards' records,
-  rows per label, reasons and counts, no row — adopts the shards in input order, sums the counts, and commits.
-  The input's rejects (read from its corpora's rejects files) are the only rows the driver reads;
+  and of the kept ones (``NamedCounts``), cut by feature into parts that reducers on workers sum
+  (``engine.map_reduce``, ``named_counts.summed_part``), each handing on only the features the verdict's audits
+  can test. The driver receives each task's ``UnitWritten`` — the shards' records, rows per label and reasons, no
+  row and no count — adopts the shards in input order, joins the reducers' sums, and commits. The input's rejects
+  (read from its corpora's rejects files) are the only rows the driver reads;
 - Ray on raw inputs (or shards the workers cannot reach: local files on a cluster of several nodes): the driver
   reads the batches and ships them to tasks in a bounded window, and writes what comes back.
 
@@ -27,13 +29,14 @@ import pyarrow as pa
 from refinery.pipeline.stage import Output, StageInput, set_column, with_split
 
 if TYPE_CHECKING:
-    from refinery.core.named_counts import NamedCounts
     from refinery.io.corpus_writer import ShardTarget, WrittenShard
     from refinery.pipeline.output import StageOutput
 
 ROW_NUMBER = "__row_number"   # the column a batch's rows carry their number in the input in, while a filter sees them
 COUNTED = ("text_a", "text_b", "label")   # what the audit's features read of a row
 TOP_REASONS = 20   # the reasons a filter's report shows
+VERDICT_MIN_COUNT = 10   # the verdict's audits test features in at least so many rows (the audit's default)
+PARTS_PER_CPU = 8   # on Ray, the verdict's counts are summed in at most so many parts per CPU (one per unit at least)
 
 
 def numbered(rows: pa.Table, first: int) -> pa.Table:
@@ -82,18 +85,20 @@ class ShardUnit:
 
 @dataclass(frozen=True)
 class UnitWritten:
-    """What a worker hands back of one ``ShardUnit``: the kept and rejected shards it wrote, the dropped rows'
-    reasons by kind, and the audit's counts of its rows and of its kept ones (None: the filter judges itself)."""
+    """What a worker hands the driver of one ``ShardUnit``: the kept and rejected shards it wrote and the dropped
+    rows' reasons by kind."""
 
     kept: WrittenShard
     dropped: WrittenShard
     reasons: Counter
-    counts: NamedCounts | None
 
 
-def apply_unit(unit: ShardUnit, stage, kept_to: ShardTarget, dropped_to: ShardTarget, features) -> UnitWritten:
-    """On a worker: ``unit`` read, decided and annotated by ``stage``, its kept and dropped rows written as shards of
-    the corpora ``kept_to`` and ``dropped_to``, and, with ``features`` (a ``FeatureConfig``), counted."""
+def apply_unit(unit: ShardUnit, stage, kept_to: ShardTarget, dropped_to: ShardTarget, features, partitions: int
+               ) -> tuple[UnitWritten, None, list]:
+    """On a worker (``engine.map_reduce``'s map): ``unit`` read, decided and annotated by ``stage``, its kept and
+    dropped rows written as shards of the corpora ``kept_to`` and ``dropped_to``; (what was written, nothing for
+    every reducer, and, with ``features`` (a ``FeatureConfig``), the audit's counts of its rows and of its kept
+    ones cut into ``partitions`` parts by feature (``NamedCounts.parts``); none without)."""
     from refinery.core.named_counts import NamedCounts
     from refinery.core.weighted_counts import WeightedCounts
     from refinery.io.corpus import concat, iter_parquet
@@ -111,9 +116,9 @@ def apply_unit(unit: ShardUnit, stage, kept_to: ShardTarget, dropped_to: ShardTa
         dropped_parts.append(_with_reasons(dropped, why))
         reasons.update(map(stage.reason_kind, why))
     name = f"part-u{unit.index:05d}.parquet"
-    return UnitWritten(write_shard(kept_to, name, concat(kept_parts)),
-                       write_shard(dropped_to, name, concat(dropped_parts)), reasons,
-                       NamedCounts.of(counts.flush()) if counts is not None else None)
+    written = UnitWritten(write_shard(kept_to, name, concat(kept_parts)),
+                          write_shard(dropped_to, name, concat(dropped_parts)), reasons)
+    return written, None, NamedCounts.of(counts.flush()).parts(partitions) if counts is not None else []
 
 
 @dataclass(frozen=True)
@@ -221,7 +226,7 @@ def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, o
             kept_w.commit_all_rejected(source.paths)   # the rejects stay in kept/, named by the error
         audits = None
         if counts is not None and counts.rows:   # the rule the input's audit takes, recorded with both parts
-            audits = audit_weightings(counts, (0, 1), carried=source.prior)
+            audits = audit_weightings(counts, (0, 1), min_count=VERDICT_MIN_COUNT, carried=source.prior)
             out.prior = audits.prior
         record = stage.kept_record(audits, kept_w.labels)
         if record is not None:
@@ -255,30 +260,36 @@ def _in_driver(stage, source: StageInput, writers: tuple, tally: _Tally, feature
 
 
 def _on_workers(stage, plan: ShardPlan, writers: tuple, tally: _Tally, features):
-    """Each unit of ``plan`` read, decided, written and counted by a Ray task (``apply_unit``); the driver adopts the
-    shards in input order, sums the counts and writes the input's rejects into kept/. Returns the summed counts (a
-    ``NamedCounts``; None without ``features``)."""
-    from refinery.core.named_counts import NamedSum
+    """Each unit of ``plan`` read, decided, written and counted by a Ray task (``apply_unit``), its counts summed by
+    feature on workers (``named_counts.summed_part``: only what the verdict's audits can test comes back); the
+    driver adopts the shards in input order and writes the input's rejects into kept/. Returns the summed counts
+    (a ``NamedCounts``; None without ``features``)."""
+    from functools import partial
+
+    from refinery.core.named_counts import NamedCounts, summed_part
     from refinery.io.corpus import iter_parquet
-    from refinery.pipeline.engine import stream_map
+    from refinery.pipeline.engine import cluster_cpus, map_reduce
     from refinery.progress import progress
 
     kept_w, dropped_w = writers
-    summed = NamedSum() if features is not None else None
+    cpus = cluster_cpus()
+    partitions = min(max(cpus, len(plan.units)), PARTS_PER_CPU * cpus) if features is not None else 0
     shared = {"stage": stage, "kept_to": kept_w.shard_target(), "dropped_to": dropped_w.shard_target(),
-              "features": features}
+              "features": features, "partitions": partitions}
     with progress(total=len(plan.units), desc=f"{stage.name}: shards", unit=" shard") as bar:
-        for unit in stream_map(plan.units, apply_unit, "ray", shared, stage=stage.name, resources=stage.resources):
+        def adopt(unit: UnitWritten) -> None:
             kept_w.adopt(unit.kept)
             dropped_w.adopt(unit.dropped)
             tally.add(unit.kept.labels, unit.dropped.labels, unit.reasons)
-            if summed is not None:
-                summed.add(unit.counts)
             bar.update(1)
+
+        sums = map_reduce(plan.units, apply_unit, partial(summed_part, min_count=VERDICT_MIN_COUNT), partitions,
+                          shared=shared, stage=stage.name, resources=stage.resources, on_mapped=adopt)
     for rejects in iter_parquet(plan.reject_files, plan.storage_options):   # the input's rejects travel with kept/
         kept_w.write(rejects=rejects)
         tally.input_rejects += rejects.num_rows
-    return summed.result() if summed is not None else None
+    sums = [s for s in sums if s is not None]
+    return NamedCounts.joined(sums) if sums else None
 
 
 def _numbered_batches(source: StageInput, on_rejects) -> Iterator[pa.Table]:
