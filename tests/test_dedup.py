@@ -3,6 +3,7 @@ synth --near-duplicates --contamination``) and on SNLI; contamination of trainin
 import json
 import re
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -324,3 +325,62 @@ def test_decontaminate_reads_evaluation_rows_whatever_their_label_and_joins_spli
                    "--out", tmp_path / "c", check=False)
     assert typo.returncode == 2 and "no preset 'snl' (did you mean 'snli'?)" in typo.stderr, typo.stderr
     assert proc.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def planted_200k(tmp_path_factory):
+    """200,000 planted rows with 5% near-duplicates: LSH long enough to be killed between its groups of bands."""
+    from refinery.io import synth
+
+    path = tmp_path_factory.mktemp("planted_200k") / "train"
+    synth.write(synth.SynthSpec(rows=200_000, near_duplicates=0.05, flip_share=0.2), str(path))
+    return path
+
+
+def test_dedup_killed_between_groups_of_bands_resumes_from_the_verified_ones(planted_200k, tmp_path):
+    """A run killed once two groups of LSH bands are verified resumes from them (said on the console), and its
+    output and report equal an uninterrupted run's."""
+    from conftest import killed_when
+
+    from refinery.io.checkpoints import CHECKPOINTS
+
+    killed = tmp_path / "killed"
+    finished = killed_when(["dedup", planted_200k], killed, f"{CHECKPOINTS}/dedup/bands-*.parquet", at_least=2)
+    resumed = run_cli("dedup", planted_200k, "--out", killed).stdout
+    assert re.search(r"resumed: (\d+) groups of LSH bands", resumed), resumed
+    assert int(re.search(r"resumed: (\d+) groups", resumed).group(1)) >= len(finished) >= 2
+    assert not (killed / CHECKPOINTS).exists()   # gone once the output is published
+    run_cli("dedup", planted_200k, "--out", tmp_path / "straight")
+    for part in ("kept", "rejected"):
+        assert Corpus.open(str(killed / part)).read().equals(Corpus.open(str(tmp_path / "straight" / part)).read())
+    reports = [json.loads((out / "report" / "report.json").read_text()) for out in (killed, tmp_path / "straight")]
+    assert reports[0]["verdict"] == reports[1]["verdict"]
+    assert {k: v for k, v in reports[0].items() if k != "timing"} == {k: v for k, v in reports[1].items()
+                                                                       if k != "timing"}
+
+
+def test_a_tight_memory_budget_holds_fewer_bands_and_finds_the_same_pairs(planted):
+    """Bands held one at a time (a tight budget) verify the same pairs as three at a time; a budget the signatures
+    do not fit in is refused, naming the memory needed."""
+    from refinery.methods.dedup.clusters import BAND_BYTES_PER_ROW, OverBudget, bands_at_once, near_edges, \
+        rows_nbytes, signed_rows
+    from refinery.methods.dedup.config import DedupConfig
+
+    _, table = planted
+    rows = signed_rows([table], K)
+    held, n = rows_nbytes(rows), len(rows)
+    assert bands_at_once(held, n, held + BAND_BYTES_PER_ROW * n) == 1
+    assert bands_at_once(held, n, 1 << 34) == 3
+    with pytest.raises(OverBudget, match="memory budget"):
+        bands_at_once(held, n, held)
+    everyone = np.arange(n)
+    one, three = (near_edges(rows.shingles, everyone, DedupConfig(), at_once=k) for k in (1, 3))
+    assert len(one[0]) > 500 and np.array_equal(one[0], three[0])
+
+
+def test_dedup_refuses_a_budget_its_signatures_do_not_fit_in_one_line(planted, tmp_path):
+    root, _ = planted
+    proc = run_cli("dedup", root / "train", "--memory-budget", "1M", "--out", tmp_path / "o", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "memory budget" in proc.stderr, proc.stderr
+    assert not (tmp_path / "o" / "kept").exists()

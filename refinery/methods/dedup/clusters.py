@@ -128,25 +128,65 @@ def edges_of_equal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 VERIFY_PAIRS = 1 << 22   # candidate pairs verified at once
-BANDS_AT_ONCE = 3        # LSH bands whose keys are held at once
+BANDS_AT_ONCE = 3        # LSH bands whose keys are held at once (fewer where the memory budget is tight)
+BAND_BYTES_PER_ROW = 28  # what one band held at once takes per signed row: its key (4), the sort (8), the column
+#                          (4) and its candidate codes, joined and sorted (about 12 on planted and real corpora)
 
 
-def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig) -> tuple[np.ndarray, int]:
+class OverBudget(ValueError):
+    """The input's signatures and one band do not fit in the memory budget."""
+
+
+def rows_nbytes(rows: "Rows") -> int:
+    """The memory of what dedup keeps of the input's rows (``Rows``)."""
+    arrays = [rows.labels, rows.exact, rows.normal] + ([rows.splits] if rows.splits is not None else [])
+    return (rows.ids.nbytes + sum(a.nbytes for a in arrays)
+            + sum(s.starts.nbytes + s.values.nbytes for s in rows.shingles))
+
+
+def bands_at_once(held: int, signed: int, budget: int | None) -> int:
+    """How many LSH bands to hold at once: ``BANDS_AT_ONCE``, fewer where ``held`` bytes (the rows' signatures)
+    and ``signed`` rows' bands would pass ``budget``; ``OverBudget`` where not even one band fits."""
+    if budget is None:
+        return BANDS_AT_ONCE
+    fits = (budget - held) // max(BAND_BYTES_PER_ROW * signed, 1)
+    if fits < 1:
+        need = held + BAND_BYTES_PER_ROW * signed
+        raise OverBudget(f"dedup holds {held / 2**30:.2f} GiB of the input's signatures and needs "
+                         f"{need / 2**30:.2f} GiB with one LSH band: the memory budget {budget / 2**30:.2f} GiB is "
+                         "too small for this input; give a budget of at least that, or dedup the splits apart")
+    return int(min(BANDS_AT_ONCE, fits))
+
+
+def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig, checkpoints=None, at_once: int = BANDS_AT_ONCE
+               ) -> tuple[np.ndarray, int]:
     """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and how many candidates
-    were verified: ``BANDS_AT_ONCE`` bands at a time, their keys made, their candidates (``minhash.candidate_codes``)
+    were verified: ``at_once`` bands at a time, their keys made, their candidates (``minhash.candidate_codes``)
     verified ``VERIFY_PAIRS`` at a time and only the verified kept, so what is held is one group's candidates (a pair
-    that two groups propose is verified twice)."""
+    that two groups propose is verified twice). Each group's verified pairs are a piece of ``checkpoints`` (an
+    ``io.checkpoints.Checkpoints``, or None), so a rerun after a kill finds them again."""
     bands, r = minhash.bands_for(config.threshold, config.permutations)
     n = len(shingles[0])
     signed = rows[sum(s.sizes() for s in shingles)[rows] > 0]   # an empty row has no signature
     found, verified = [np.zeros(0, np.int64)], 0
-    for b in range(0, bands, BANDS_AT_ONCE):
+    for b in range(0, bands, at_once):
+        piece = f"bands-{b:04d}-{min(b + at_once, bands):04d}"
+        done = checkpoints.get(piece) if checkpoints is not None else None
+        if done is not None:
+            found.append(done["pair"].to_numpy())
+            verified += int(done.schema.metadata[b"verified"])
+            continue
         codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
-                                                          range(b, min(b + BANDS_AT_ONCE, bands))), signed)
-        verified += len(codes)
+                                                          range(b, min(b + at_once, bands))), signed)
+        group = []
         for start in range(0, len(codes), VERIFY_PAIRS):
             part = codes[start:start + VERIFY_PAIRS]
-            found.append(part[minhash.min_jaccard(shingles, shingles, part // n, part % n) >= config.threshold])
+            group.append(part[minhash.min_jaccard(shingles, shingles, part // n, part % n) >= config.threshold])
+        group = np.concatenate(group) if group else np.zeros(0, np.int64)
+        if checkpoints is not None:
+            checkpoints.put(piece, pa.table({"pair": group}, metadata={"verified": str(len(codes))}))
+        verified += len(codes)
+        found.append(group)
     near = minhash.distinct(np.concatenate(found))
     return np.stack([near // n, near % n], axis=1), verified
 
@@ -155,11 +195,12 @@ class JaccardMeasure:
     """Near-duplicates by the Jaccard of the rows' shingles (MinHash-LSH, ``near_edges``): ``edges(rows)`` and
     ``between(left, right)``, as ``embedded.CosineMeasure`` gives them by cosine."""
 
-    def __init__(self, shingles: list, config: DedupConfig):
+    def __init__(self, shingles: list, config: DedupConfig, checkpoints=None, at_once: int = BANDS_AT_ONCE):
         self.shingles, self.config, self.threshold = shingles, config, config.threshold
+        self.checkpoints, self.at_once = checkpoints, at_once
 
     def edges(self, rows: np.ndarray) -> tuple[np.ndarray, int]:
-        return near_edges(self.shingles, rows, self.config)
+        return near_edges(self.shingles, rows, self.config, self.checkpoints, self.at_once)
 
     def between(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         return minhash.min_jaccard(self.shingles, self.shingles, left, right)

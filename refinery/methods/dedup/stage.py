@@ -16,10 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.methods.dedup.config import DedupConfig
+from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
+
+TASK = "dedup"   # its checkpoints: the verified pairs of each group of LSH bands
 
 
 def texts_of(source: StageInput, wanted: list) -> dict:
@@ -65,7 +68,7 @@ class DedupStage(FilterStage):
         from refinery.methods.dedup.report import example_rows, summarize
 
         rows = signed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), self.config.shingle_size)
-        measure = self._cosine(source) if self.config.similarity == "cosine" else None
+        measure = self._cosine(source) if self.config.similarity == "cosine" else self._jaccard(source, out, rows)
         found = find_duplicates(rows, self.config, measure)
         shown = example_rows(found)
         self.summary = summarize(rows, found, self.config,
@@ -75,6 +78,22 @@ class DedupStage(FilterStage):
         self.partner_ids = rows.ids.take(pa.array(found.partner[self.marked_rows]))
         self.kinds = found.kind[self.marked_rows]
         self.similarity = pa.array(found.similarity[self.marked_rows], pa.float32())
+
+    def _jaccard(self, source: StageInput, out: StageOutput, rows):
+        """The Jaccard measure, its LSH bands held as many at once as the memory budget allows, each group's
+        verified pairs kept in checkpoints (a rerun after a kill finds them again)."""
+        from refinery.io.corpus import input_fingerprints
+        from refinery.methods.dedup.clusters import JaccardMeasure, bands_at_once, rows_nbytes
+
+        at_once = bands_at_once(rows_nbytes(rows), len(rows), self.config.budget())
+        signature = {k: v for k, v in to_dict(self.config).items()
+                     if k in ("threshold", "shingle_size", "permutations", "seed")}
+        self.checkpoints = out.checkpoints(TASK, {"config": signature, "at_once": at_once, "inputs": input_fingerprints(
+            source.splits, source.opts.storage_options)})
+        done = len(self.checkpoints.done())
+        if done:
+            self.resumed = f"resumed: {done} groups of LSH bands verified by the interrupted run before"
+        return JaccardMeasure(rows.shingles, self.config, self.checkpoints, at_once)
 
     def _cosine(self, source: StageInput):
         """The cosine measure of ``similarity: cosine``: the input's texts embedded in a pass of their own."""
