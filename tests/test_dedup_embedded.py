@@ -155,3 +155,38 @@ def test_dedup_by_cosine_removes_planted_paraphrase_rows_naming_their_source(tmp
     report = json.loads((tmp_path / "d" / "report" / "report.json").read_text())
     assert report["dedup"]["search"] == "exact" and "cosine ≥ 0.9" in report["lsh"]
     assert report["kept"] + report["filtered_out"] == 630
+
+
+@pytest.mark.ray
+def test_dedup_by_cosine_on_ray_embeds_on_workers_and_keeps_what_the_local_engine_keeps(tmp_path, monkeypatch):
+    """Under ``--engine ray`` the texts (new to every cache: each carries this run's tag) are embedded by Ray's actor
+    pool in dedup's prepare task; the local engine, with a cache of its own, embeds them in-process; both keep the
+    same rows and name the same partners, at the same cosines."""
+    import uuid
+
+    import refinery as rf
+    from refinery.io.corpus import Corpus
+
+    tag = uuid.uuid4().hex[:8]
+    rows = [dict(r, sentence2=f"{r['sentence2']} {tag}") for r in _snli(200)]
+    copies = [dict(rows[i], sentence2=_synonym(rows[i]["sentence2"]) or _case(rows[i]["sentence2"]))
+              for i in range(0, 200, 20)]
+    path = tmp_path / "snli_planted.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + copies), encoding="utf-8")
+    rf.dedup(str(path), preset="snli", similarity="cosine", engine="ray", out=str(tmp_path / "ray"))
+    monkeypatch.setenv("REFINERY_CACHE", str(tmp_path / "local-cache"))
+    rf.dedup(str(path), preset="snli", similarity="cosine", out=str(tmp_path / "local"))
+    for run in ("ray", "local"):   # every tagged hypothesis embedded by each run, none read from a cache
+        lsh = json.loads((tmp_path / run / "report" / "report.json").read_text())["lsh"]
+        texts, cached = map(lambda s: int(s.replace(",", "")),
+                            re.search(r"\(([\d,]+) distinct texts, ([\d,]+) read from the cache\)", lsh).groups())
+        assert texts - cached >= 200, lsh
+    parts = [{r["id"]: r for r in Corpus.open(str(tmp_path / run / part)).read().to_pylist()}
+             for run in ("ray", "local") for part in ("kept", "rejected")]
+    assert parts[0].keys() == parts[2].keys() and parts[1].keys() == parts[3].keys()
+    assert len(parts[1]) >= 8   # most of the ten copies found
+    for i, r in parts[1].items():
+        assert r["duplicate_of"] == parts[3][i]["duplicate_of"]
+        assert abs(r["similarity"] - parts[3][i]["similarity"]) < 1e-3
+    report = json.loads((tmp_path / "local" / "report" / "report.json").read_text())
+    assert report["kept"] + report["filtered_out"] == 210
