@@ -394,3 +394,28 @@ def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):
     with pytest.raises(ValueError, match=r"give tau='auto' keep_share=0\.5, or tau=0\.4 alone"):
         rf.confidence(str(SNLI_DEV), preset="snli", tau=0.4, keep_share=0.5, out=str(tmp_path / "api"))
     assert not (tmp_path / "api").exists()
+
+
+@pytest.mark.ray
+def test_label_issues_as_verb_pipeline_step_rf_call_and_on_ray_keep_the_same_rows_and_the_verdict_is_two_audits(
+        flipped_planted, tmp_path):
+    """``confidence --label-issues``: the verb, a step of ``refinery run``, ``rf.confidence(label_issues=True)`` and
+    the verb under ``--engine ray`` flag the same rows; the verdict holds fresh audits of the input and of kept/."""
+    import yaml
+
+    import refinery as rf
+    from conftest import assert_verdict_is_two_audits, fresh_audit
+
+    corpus, _ = flipped_planted
+    run_cli("confidence", corpus, "--label-issues", "--folds", 3, "--out", tmp_path / "verb")
+    run_cli("confidence", corpus, "--label-issues", "--folds", 3, "--engine", "ray", "--out", tmp_path / "ray")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"input": {"paths": [str(corpus)]},
+                                                     "stages": [{"confidence": {"label_issues": True, "folds": 3}}]}))
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe")
+    rf.confidence(str(corpus), label_issues=True, folds=3, out=str(tmp_path / "rf"))
+    flagged = [Corpus.open(str(out / "rejected")).read(["id", "suggested_label"])
+               for out in (tmp_path / "verb", tmp_path / "ray", tmp_path / "pipe" / "01-confidence", tmp_path / "rf")]
+    assert flagged[0].num_rows > 50 and all(f.equals(flagged[0]) for f in flagged[1:])
+    report = json.loads((tmp_path / "verb" / "report" / "report.json").read_text())
+    assert_verdict_is_two_audits(report["verdict"], fresh_audit(corpus, tmp_path / "a_in"),
+                                 fresh_audit(tmp_path / "verb" / "kept", tmp_path / "a_out"))
