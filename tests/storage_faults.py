@@ -14,7 +14,7 @@ import sys
 COUNTED_S3 = ("put_object", "upload_part", "create_multipart_upload", "complete_multipart_upload", "delete_object",
               "delete_objects", "copy_object", "list_objects_v2", "list_objects")
 COUNTED_EVENTS = {"os.rename", "os.replace", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.listdir",
-                  "os.scandir"}
+                  "os.scandir", "os.link", "os.symlink"}
 
 
 class StoreGone(OSError):

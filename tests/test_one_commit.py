@@ -49,9 +49,9 @@ def _pair(out: str) -> tuple:
     return ids, (done["accounting"]["kept"], done["accounting"]["filtered out"])
 
 
-def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, restore):
+def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, restore, after_cut=lambda at: None):
     """The overwrite OLD → NEW of ``out``, cut at each of its storage calls in turn: a reader finds the old pair or the
-    new one, and the rerun's pair and files are an uninterrupted run's."""
+    new one (and ``after_cut(at)`` holds), and the rerun's pair and files are an uninterrupted run's."""
     faults = StorageFaults()
     assert _zfilter(tiny, out, OLD).exit_code == 0
     old = _pair(out)
@@ -67,16 +67,25 @@ def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, rest
         assert cut.exit_code != 0 or faults.count < at, (at, faults.calls[-1], cut.output)
         found = _pair(out)
         assert found in (old, new), f"cut at call {at} ({faults.calls[at - 1]}): a mix of two runs"
+        after_cut(at)
         assert _zfilter(tiny, out, NEW).exit_code == 0
         assert _pair(out) == new, f"the rerun after a cut at call {at}"
     return calls
 
 
+USER_FILES = {"notes.txt": "mine", "kept/why.txt": "beside refinery's shards", "drafts/a/b.txt": "deep"}
+
+
 def test_a_local_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_new(tiny, tmp_path):
+    """... and the files the user keeps in the folder (at its top, inside a part, in a folder of their own) are in
+    it, as they were, whichever call the cut falls on: before the swap, between it and the clean-up, after."""
     out, reference = tmp_path / "runs" / "zf", tmp_path / "reference"
     assert _zfilter(tiny, str(reference), NEW).exit_code == 0
 
     def snapshot():
+        for name, text in USER_FILES.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(text)
         shutil.copytree(out, tmp_path / "saved", symlinks=True)
         return tmp_path / "saved"
 
@@ -84,10 +93,15 @@ def test_a_local_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_n
         shutil.rmtree(tmp_path / "runs")
         shutil.copytree(saved, out, symlinks=True)
 
-    _overwrites_cut_at_every_call(tiny, str(out), str(reference), snapshot, restore)
+    def users_files_in_place(at):
+        for name, text in USER_FILES.items():
+            assert (out / name).read_text() == text, f"cut at call {at}: the user's {name}"
+
+    _overwrites_cut_at_every_call(tiny, str(out), str(reference), snapshot, restore, users_files_in_place)
     names = sorted(p.name for p in out.parent.iterdir())
     assert names == ["zf"], names                 # no temporary folder left beside it
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in reference.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == sorted([*(p.name for p in reference.iterdir()), "drafts",
+                                                            "notes.txt"])
 
 
 def test_an_s3_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_new(tiny, s3, tmp_path):  # noqa: F811
@@ -137,3 +151,21 @@ def test_a_sigkill_during_a_local_overwrite_leaves_the_old_run_or_the_new(tiny, 
     assert _pair(str(out)) in (old, new)
     assert _zfilter(tiny, str(out), NEW).exit_code == 0 and _pair(str(out)) == new
     assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_compose_overwrites_its_own_output_keeping_the_users_files(tmp_path):
+    """``compose`` run twice with the same command into one folder: the second replaces the first (its stages/ is
+    refinery's, marked), the user's files in the folder and in stages/ stay, and no temporary folder is left."""
+    from conftest import SNLI_TEST
+
+    out = tmp_path / "co"
+    args = ["compose", SNLI_TEST, "--preset", "snli", "--original", SNLI_DEV, "--out", str(out)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    (out / "notes.txt").write_text("mine")
+    (out / "stages" / "mine").mkdir()
+    (out / "stages" / "mine" / "f.txt").write_text("deep")
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert (out / "notes.txt").read_text() == "mine" and (out / "stages" / "mine" / "f.txt").read_text() == "deep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["co"]
+    assert {p.name for p in (out / "stages").iterdir()} == {"mine", "z_original", "z_generated", ".refinery.json"}

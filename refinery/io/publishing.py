@@ -120,32 +120,74 @@ def _move_entries(source: str, target: str, entries) -> None:
     """Move ``entries`` (paths relative to local folder ``source``) to the same paths under ``target``. A folder made
     for them that was refinery's in ``source`` stays refinery's (a marker listing itself alone, ``unpublish``)."""
     for rel in entries:
-        moved = os.path.join(target, rel)
-        made, d = [], posixpath.dirname(rel)
-        while d and not os.path.lexists(os.path.join(target, d)):
-            made.append(d)
-            d = posixpath.dirname(d)
-        os.makedirs(os.path.dirname(moved), exist_ok=True)
-        for folder in made:
-            if os.path.lexists(os.path.join(source, folder, OWNER_MARKER)):
-                with open(os.path.join(target, folder, OWNER_MARKER), "w") as fh:
-                    fh.write(marker_body([OWNER_MARKER], run=new_run_id(), emptied=True))
-        os.rename(os.path.join(source, rel), moved)
+        _parents_made(source, target, rel)
+        os.rename(os.path.join(source, rel), os.path.join(target, rel))
+
+
+def _parents_made(source: str, target: str, rel: str) -> None:
+    """The folders above ``rel`` made under local folder ``target`` where missing; one that was refinery's in
+    ``source`` stays refinery's (a marker listing itself alone, ``unpublish``)."""
+    made, d = [], posixpath.dirname(rel)
+    while d and not os.path.lexists(os.path.join(target, d)):
+        made.append(d)
+        d = posixpath.dirname(d)
+    os.makedirs(os.path.dirname(os.path.join(target, rel)), exist_ok=True)
+    for folder in made:
+        if os.path.lexists(os.path.join(source, folder, OWNER_MARKER)):
+            with open(os.path.join(target, folder, OWNER_MARKER), "w") as fh:
+                fh.write(marker_body([OWNER_MARKER], run=new_run_id(), emptied=True))
+
+
+def _linked(source: str, target: str, entries) -> bool:
+    """Hard links of ``entries`` (paths relative to local folder ``source``: files, links, folders taken whole) at
+    the same paths under ``target`` (``_link_tree``), with the folders they need (``_parents_made``); False, with
+    none of them left in ``target``, where the disk cannot (no hard links there)."""
+    try:
+        for rel in entries:
+            _parents_made(source, target, rel)
+            _link_tree(os.path.join(source, rel), os.path.join(target, rel))
+        return True
+    except OSError:
+        for rel in entries:
+            where = os.path.join(target, rel)
+            if os.path.isdir(where) and not os.path.islink(where):
+                shutil.rmtree(where, ignore_errors=True)
+            elif os.path.lexists(where):
+                os.remove(where)
+        return False
+
+
+def _link_tree(source: str, target: str) -> None:
+    """``source`` at ``target``: a file hard-linked (the same file, not a copy), a link copied as a link, a folder
+    made and its entries linked in turn."""
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), target)
+    elif os.path.isdir(source):
+        os.mkdir(target)
+        for name in os.listdir(source):
+            _link_tree(os.path.join(source, name), os.path.join(target, name))
+    else:
+        os.link(source, target, follow_symlinks=False)
 
 
 def swap_in(tmp: str, path: str, carried=()) -> None:
     """Publish the local folder ``tmp`` as ``path`` in one step (a reader finds the previous folder whole, or this
-    one). What the previous folder holds that refinery did not write (``_foreign_entries``), and its ``carried``
-    entries (a run's resumable work), are moved into the new one; the rest of it is removed. A cut after the swap
-    leaves the previous folder at ``tmp``, whose foreign files the next run gives back (``remove_stale_temps``)."""
+    one). What the previous folder holds that refinery did not write (``_foreign_entries``) is hard-linked into the
+    new one before the swap, so that a kill at any point leaves the user's files in ``path``; its ``carried``
+    entries (a run's resumable work), and the user's where the disk cannot link them, are moved across after it;
+    the rest of it is removed. A cut after the swap leaves the previous folder at ``tmp``, whose foreign files the
+    next run gives back where ``path`` lacks them (``remove_stale_temps``)."""
     if not os.path.lexists(path):
         os.rename(tmp, path)
         return
-    keep = sorted({*_foreign_entries(path), *(c for c in carried if os.path.lexists(os.path.join(path, c)))})
+    foreign = _foreign_entries(path)
+    keep = sorted({*foreign, *(c for c in carried if os.path.lexists(os.path.join(path, c)))})
     clash = [f for f in keep if os.path.lexists(os.path.join(tmp, f))]
     if clash:
         raise FileExistsError(f"{path}/{clash[0]} was not written by refinery and is in the way of its output of "
                               "the same name; move it elsewhere and run again")
+    if _linked(path, tmp, foreign):
+        keep = [k for k in keep if k not in foreign]
     old = tmp
     if not _exchange(tmp, path):
         old = f"{tmp}-old"
@@ -158,7 +200,7 @@ def swap_in(tmp: str, path: str, carried=()) -> None:
         os.rename(old, kept)
         raise OSError(f"{path}: could not move back files refinery did not write ({e}); the previous folder, "
                       f"with them, is at {kept}") from None
-    shutil.rmtree(old, ignore_errors=True)   # what is left there, refinery wrote
+    shutil.rmtree(old, ignore_errors=True)   # what is left there, refinery wrote (or links of the user's files)
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -320,6 +362,16 @@ class AtomicDir(AbortsOnError):
             with_deadline(CLEANUP_SECONDS, self.fs.rm, own)
 
 
+def _mark_folders_within(location: str, run_id: str) -> None:
+    """Refinery's marker in every folder of a run's local ``location`` (below it) that has none: one a part's path
+    passes through (a composition's ``stages/z_original/``), listing the files it holds, so that the next overwrite
+    finds the folder refinery's, not the user's (``_foreign_entries``)."""
+    for folder, _, names in os.walk(location):
+        if folder != location and OWNER_MARKER not in names:
+            with open(os.path.join(folder, OWNER_MARKER), "w") as fh:
+                fh.write(marker_body([OWNER_MARKER, *names], run=run_id))
+
+
 class RunOutput:
     """One commit for a run that publishes several parts under one folder (``zfilter``: kept/, rejected/, report/):
     until the commit every reader finds the previous finished run whole, ``_SUCCESS`` included, and after it the
@@ -391,6 +443,7 @@ class RunOutput:
 
     def _commit(self, finished: bool) -> None:
         if self.local:
+            _mark_folders_within(self.location, self.run_id)
             files = owned_files(self.fs, self.location) - {OWNER_MARKER}   # what a part "" wrote into the folder
             if finished:
                 parts = [n for n in os.listdir(self.location) if n not in files and n != OWNER_MARKER]
