@@ -40,31 +40,46 @@ def test_aflite_removes_what_a_hypothesis_only_model_predicts(snli_aflite):
     assert report["verdict"]["ok"] and max(shares) < 0.36 and min(shares) > 0.30
 
 
-def test_a_killed_aflite_resumes_after_its_last_iteration(snli_aflite, tmp_path, monkeypatch):
-    """Killed after its second iteration, the rerun reads the two back from the checkpoints, goes on from the third
-    and keeps the rows the uninterrupted run kept."""
+@pytest.mark.parametrize("killed", ["after two iterations", "after its last iteration"])
+def test_a_killed_aflite_resumes_and_reports_the_whole_run(snli_aflite, tmp_path, monkeypatch, killed):
+    """Killed after its second iteration (or its last, before a row was written), the rerun reads them back from the
+    checkpoints, goes on from there (or nowhere), keeps the rows the uninterrupted run kept with their
+    predictability, and its report is the whole run's (every iteration, the rows removed, why it stopped), saying
+    that it resumed, in report.json and on the page."""
+    import html
+
     from refinery.cli.main import main
     from refinery.io.checkpoints import Checkpoints
 
     root, _ = snli_aflite
+    straight = json.loads((root / "af" / "report" / "report.json").read_text())
+    at = 4 if killed == "after two iterations" else 2 * len(straight["iterations"])   # per iteration: rows, scores
     put, calls = Checkpoints.put, []
 
-    def killed_after_two(self, name, table):
+    def killed_at(self, name, table):
         put(self, name, table)
         calls.append(name)
-        if len(calls) == 2:
+        if len(calls) == at:
             raise KeyboardInterrupt
 
     args = ["aflite", SNLI_DEV, "--preset", "snli", "--out", str(tmp_path / "af")]
     with monkeypatch.context() as m:
-        m.setattr(Checkpoints, "put", killed_after_two)
+        m.setattr(Checkpoints, "put", killed_at)
         assert CliRunner().invoke(main, args).exit_code != 0
-    assert not (tmp_path / "af" / "_SUCCESS").exists() and calls == ["iter-0001", "iter-0002"]
+    assert not (tmp_path / "af" / "_SUCCESS").exists() and calls[:2] == ["iter-0001", "scores-0001"]
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
-    assert "resumed after iteration 2" in again.output
-    ids = [Corpus.open(str(r / "af" / "kept")).read()["id"].to_pylist() for r in (root, tmp_path)]
-    assert ids[0] == ids[1]
+    assert f"resumed after iteration {at // 2}" in again.output
+    report = json.loads((tmp_path / "af" / "report" / "report.json").read_text())
+    assert report["iterations"] == straight["iterations"] and report["stopped"] == straight["stopped"]
+    rejected = Corpus.open(str(tmp_path / "af" / "rejected")).read()
+    assert report["filtered_out"] == straight["filtered_out"] == rejected.num_rows == sum(
+        r["removed"] for r in report["iterations"])
+    assert report["resumed"] == f"resumed after iteration {at // 2} of the interrupted run before"
+    assert "after a kill, and this report is the whole run" in html.unescape(
+        (tmp_path / "af" / "report" / "report.html").read_text())
+    kept = [Corpus.open(str(r / "af" / "kept")).read(["id", "predictability"]) for r in (root, tmp_path)]
+    assert kept[0].equals(kept[1])
     assert not (tmp_path / "af" / "_checkpoints").exists()   # removed once the rows are published
 
 

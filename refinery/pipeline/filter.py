@@ -134,6 +134,8 @@ class FilterStage(Stage):
         if verdict is not None and not verdict.ok:
             warnings += tuple(verdict.warnings())
         report["warnings"] = list(warnings)
+        if self.resumed:   # the report is the whole run's; it says that part of it was read back
+            report["resumed"] = self.resumed
         self._write_report(report, out, verdict, sections)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
@@ -173,6 +175,10 @@ class FilterStage(Stage):
             page.section(verdict_html.HEADING, note(report["not_judged"].capitalize() + "."))
         if "few_kept" in report:
             page.section("Few rows kept", note(report["few_kept"][0].upper() + report["few_kept"][1:] + "."))
+        if "resumed" in report:
+            page.section("Resumed", note(f"This run was {report['resumed'].removeprefix('resumed')} after a kill, "
+                                         "and this report is the whole run's: its figures are those of an "
+                                         "uninterrupted run."))
         page = (page
                 .section("Rows", fields({k.replace("_", " "): report[k]
                                          for k in ("kept", "filtered_out", "input_rejects")}))

@@ -28,15 +28,6 @@ BLOCK = 8   # partitions fit and scored together (Z and the scores hold rows × 
 
 
 @dataclass
-class Removal:
-    """The rows one iteration removed (positions in the input) and their predictability."""
-
-    iteration: int
-    rows: np.ndarray
-    predictability: np.ndarray
-
-
-@dataclass
 class Round:
     """One iteration's figures for the report."""
 
@@ -48,6 +39,18 @@ class Round:
     mean_predictability: float
     removed_by_label: dict
     mean_by_label: dict
+
+
+@dataclass
+class Removal:
+    """The rows one iteration removed (positions in the input) and their predictability; the iteration's figures
+    (``Round``) and, where the loop ended after it, why: what a resumed run replays to report the whole run."""
+
+    iteration: int
+    rows: np.ndarray
+    predictability: np.ndarray
+    round: Round | None = None
+    stopped: str = ""
 
 
 @dataclass
@@ -97,11 +100,12 @@ def naive_bayes_predictability(X, y: np.ndarray, num_labels: int, partitions: np
 
 
 def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, done: list | None = None,
-                       on_removal=None, bar=None) -> Filtering:
+                       on_removal=None, bar=None, scores: np.ndarray | None = None) -> Filtering:
     """Algorithm 1 over ``X`` (Φ of every input row: CSR n-grams, or dense embeddings) and ``y`` (label codes into
-    ``labels``): the rows' fates. ``done``: the ``Removal``s of a killed run's finished iterations (replayed, not recomputed);
-    ``on_removal(removal)``: called as each iteration ends (to checkpoint it); ``bar``: a progress bar advanced
-    by one per iteration."""
+    ``labels``): the rows' fates. ``done``: the ``Removal``s of a killed run's finished iterations, replayed with
+    their figures and, after the last, ``scores`` (every row's predictability then; a kept row's is its last
+    round's), not recomputed; a run that had ended resumes ended. ``on_removal(removal, predictability)``: called
+    as each iteration ends (to checkpoint it); ``bar``: a progress bar advanced by one per iteration."""
     predictability_of = naive_bayes_predictability if config.representation == "ngrams" else logistic_predictability
     n_input = X.shape[0]
     target = int(np.floor(config.target_share * n_input))
@@ -112,9 +116,12 @@ def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, don
     for removal in done or ():
         removed_at[removal.rows] = removal.iteration
         predictability[removal.rows] = removal.predictability
-        result.resumed = removal.iteration
+        result.rounds += [removal.round] if removal.round is not None else []
+        result.resumed, result.stopped = removal.iteration, removal.stopped
+    if scores is not None:
+        predictability[:] = scores
     iteration = result.resumed
-    while True:
+    while not result.stopped:
         alive = np.flatnonzero(removed_at == 0)
         if len(alive) <= target:
             result.stopped = f"{len(alive):,} rows left, the target n ({config.target_share:g} of the input)"
@@ -132,17 +139,17 @@ def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, don
         quota = min(k, len(alive) - target)
         order = reaching[np.lexsort((alive[reaching], -p[reaching]))]   # highest p first, ties by input order
         take = order[:quota]
-        removal = Removal(iteration, alive[take], p[take].astype(np.float32))
-        removed_at[removal.rows] = iteration
-        result.rounds.append(_round(iteration, alive, y, labels, p, scored, reaching, take))
-        if on_removal is not None:
-            on_removal(removal)
-        if bar is not None:
-            bar.update(1)
         if len(reaching) < k:
             result.stopped = (f"iteration {iteration}: {len(reaching):,} rows reached τ {config.tau:g}, fewer than "
                               f"k = {k:,}")
-            break
+        removal = Removal(iteration, alive[take], p[take].astype(np.float32),
+                          _round(iteration, alive, y, labels, p, scored, reaching, take), result.stopped)
+        removed_at[removal.rows] = iteration
+        result.rounds.append(removal.round)
+        if on_removal is not None:
+            on_removal(removal, predictability)
+        if bar is not None:
+            bar.update(1)
     return result
 
 

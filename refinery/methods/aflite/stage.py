@@ -45,17 +45,23 @@ class AFLiteStage(FilterStage):
         key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
                                                                              source.opts.storage_options)}
         self.checkpoints = out.checkpoints(TASK, key)
-        done = [Removal(int(t["iteration"][0].as_py()), t["row"].to_numpy(), t["predictability"].to_numpy())
-                for t in (self.checkpoints.get(name) for name in self.checkpoints.done()) if t.num_rows]
+        names = self.checkpoints.done()
+        done = _contiguous([_removal_of(self.checkpoints.get(name)) for name in names if name.startswith("iter-")])
+        scores = self.checkpoints.get(f"scores-{done[-1].iteration:04d}") if done else None
+        if scores is None:   # every row's predictability after the last: without it, the iterations are redone
+            done = []
 
-        def keep(removal: Removal) -> None:
-            self.checkpoints.put(f"iter-{removal.iteration:04d}", pa.table({
-                "iteration": pa.array(np.full(len(removal.rows), removal.iteration), pa.int32()),
-                "row": pa.array(removal.rows, pa.int64()), "predictability": pa.array(removal.predictability)}))
+        def keep(removal: Removal, predictability: np.ndarray) -> None:
+            """The iteration, with its figures, then every row's predictability after it (the previous one's
+            removed): a rerun replays them all and reports the whole run."""
+            self.checkpoints.put(f"iter-{removal.iteration:04d}", _removal_table(removal))
+            self.checkpoints.put(f"scores-{removal.iteration:04d}", pa.table({"predictability": predictability}))
+            if removal.iteration > 1:
+                self.checkpoints.remove(f"scores-{removal.iteration - 1:04d}")
 
-        done = _contiguous(done)
         with progress(desc="aflite: iterations", unit=" iteration") as bar:
-            self.filtering = adversarial_filter(X, y, labels, self.config, done, keep, bar)
+            self.filtering = adversarial_filter(X, y, labels, self.config, done, keep, bar,
+                                                scores["predictability"].to_numpy() if done else None)
         if self.filtering.resumed:
             self.resumed = f"resumed after iteration {self.filtering.resumed} of the interrupted run before"
         self.labels = labels
@@ -130,6 +136,31 @@ class _Reasons:
     def __getitem__(self, i: int) -> str:
         return (f"predictability ≥ tau {self.tau:g} (p = {self.predictability[i]:.3f}, iteration "
                 f"{self.removed[i]})")
+
+
+def _removal_table(removal) -> pa.Table:
+    """An iteration's checkpoint: its removed rows and their predictability; its figures and why the loop ended
+    after it (if it did) in the table's metadata."""
+    import json
+    from dataclasses import asdict
+
+    return pa.table({"iteration": pa.array(np.full(len(removal.rows), removal.iteration), pa.int32()),
+                     "row": pa.array(removal.rows, pa.int64()), "predictability": pa.array(removal.predictability)},
+                    metadata={"iteration": str(removal.iteration), "round": json.dumps(asdict(removal.round)),
+                              "stopped": removal.stopped})
+
+
+def _removal_of(table: pa.Table):
+    """The ``Removal`` an iteration's checkpoint holds (``_removal_table``)."""
+    import json
+
+    from refinery.methods.aflite.algorithm import Removal, Round
+
+    meta = table.schema.metadata or {}
+    if b"round" not in meta:   # a checkpoint without its figures: not replayed (the iterations are redone)
+        return Removal(0, np.zeros(0, np.int64), np.zeros(0, np.float32))
+    return Removal(int(meta[b"iteration"]), table["row"].to_numpy(), table["predictability"].to_numpy(),
+                   Round(**json.loads(meta[b"round"])), meta[b"stopped"].decode())
 
 
 def _contiguous(done: list) -> list:
