@@ -39,23 +39,9 @@ def snli_sample(snli_pair, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_generator(tmp_path_factory):
     """A 1-layer causal LM with SmolLM2's tokenizer, randomly initialized: IBADR trains it on the pool."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from kill_matrix import make_tiny_generator
 
-    from refinery.models.generate import DEFAULT_GENERATOR, hf_folder
-    from refinery.models.registry import resolve
-
-    base = hf_folder(resolve(DEFAULT_GENERATOR))
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                         max_position_embeddings=256, tie_word_embeddings=True,
-                                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
-    path = tmp_path_factory.mktemp("tiny") / "generator"
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return make_tiny_generator(str(tmp_path_factory.mktemp("tiny") / "generator"))
 
 
 def test_indicator_groups_parse_and_diversity():
