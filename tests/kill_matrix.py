@@ -22,8 +22,9 @@ import fsspec
 from click.testing import CliRunner
 from storage_faults import StorageFaults
 
-VOLATILE = {"peak_rss", "finished", "seconds", "run", "root", "started", "elapsed", "phases"}   # what differs between
-#            equal runs (a store's run folder too); and what says that a rerun resumed a killed one (``resumed…``)
+VOLATILE = {"peak_rss", "finished", "run", "root", "started", "elapsed", "phases", "headline"}   # what differs between
+#            equal runs (times: also ``…seconds``; a store's run folder; a headline's time); and what says that a rerun
+#            resumed a killed one (``resumed…``)
 USER_FILES = {"notes.txt": "mine", "drafts/a.txt": "deep"}                    # what a user keeps in the folder
 
 
@@ -93,7 +94,8 @@ STAGES: dict[str, Callable[[Inputs, str], list]] = {
     "decontaminate": lambda i, s: ["decontaminate", s, *SNLI, "--against", f"test={i.evaluation}", "--ngram", 8],
     "upsample": lambda i, s: ["upsample", s, *SNLI],
     "weights": lambda i, s: ["weights", s, *SNLI, "--folds", 2],
-    "leakage": lambda i, s: ["leakage", "--input", f"train={s}", "--input", f"test={i.evaluation}", *SNLI],
+    "leakage": lambda i, s: ["leakage", "--input", f"train={s}", "--input", f"test={i.evaluation}", *SNLI,
+                             "--trees", 10],
     "razor": lambda i, s: ["razor", s, *SNLI, "--score-only"],
     "probe": lambda i, s: ["probe", "--train", s, *SNLI, "--eval", f"test={i.evaluation}"],
     "compare": lambda i, s: ["compare", "--train", f"a={s}", *SNLI, "--eval", f"test={i.evaluation}",
@@ -111,7 +113,8 @@ STAGES: dict[str, Callable[[Inputs, str], list]] = {
 def _stable(value):
     """``value`` (a report) without what differs between two equal runs (times, memory, run ids)."""
     if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE and not k.startswith("resumed")}
+        return {k: _stable(v) for k, v in value.items()
+                if k not in VOLATILE and not k.startswith("resumed") and not k.endswith("seconds")}
     if isinstance(value, list):
         return [_stable(v) for v in value]
     return value
@@ -227,15 +230,15 @@ def run(args: list, out: str, faults: StorageFaults | None = None, at: int | Non
 
 def cut_points(calls: list, every: bool | int) -> list[int]:
     """Where to cut (1-based calls): every one, or a sample — the middle (a long stage's checkpoints written, its
-    rows being written), the last commit (the folders' exchange, or the write of ``_SUCCESS`` on a store) and the
-    call after it (the clean-up)."""
+    rows being written: the old run stays) and the call after the last commit (the folders' exchange, or the write
+    of ``_SUCCESS`` on a store: the new run is published, its clean-up and the user's files' return cut)."""
     if every:   # every call, or every n-th (and the commit's)
         step = 1 if every is True else int(every)
         return sorted({*range(1, len(calls) + 1, step), *cut_points(calls, False)})
     commits = [i + 1 for i, c in enumerate(calls) if c == "renameat2" or (c.startswith("put_object")
                                                                            and c.endswith("_SUCCESS"))]
     swap = commits[-1] if commits else len(calls)
-    return sorted({max(1, len(calls) // 2), swap, min(len(calls), swap + 1)})
+    return sorted({max(1, len(calls) // 2), min(len(calls), swap + 1)})
 
 
 def kill_matrix(stage: str, inputs: Inputs, out: str, every: bool | int = False, snapshot=None, restore=None

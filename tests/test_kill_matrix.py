@@ -20,7 +20,7 @@ def inputs(tmp_path_factory, tiny_generator):  # noqa: F811
 def test_an_overwrite_cut_leaves_the_old_run_or_the_new_and_the_rerun_is_an_uninterrupted_one(stage, inputs,
                                                                                                tmp_path):
     matrix = kill_matrix(stage, inputs, str(tmp_path / "out"))
-    assert set(matrix.cuts.values()) >= {"new"} and len(matrix.cuts) >= 2, matrix
+    assert "new" in matrix.cuts.values(), matrix
 
 
 @pytest.mark.parametrize("stage", ["upsample", "dedup"])
