@@ -243,8 +243,9 @@ def cut_points(calls: list, every: bool | int) -> list[int]:
 
 def kill_matrix(stage: str, inputs: Inputs, out: str, every: bool | int = False, snapshot=None, restore=None
                 ) -> Matrix:
-    """The overwrite old → new of ``stage``'s output ``out``, cut at ``cut_points``: each cut leaves the old state
-    or the new one and the user's files in place (local folders), and its rerun leaves the new state."""
+    """The overwrite old → new of ``stage``'s output ``out``, cut at ``cut_points``: each cut ends with exit 2 and
+    one line (or 0, where only a clean-up after the commit was cut), leaves the old state or the new one and the
+    user's files in place (local folders), and its rerun leaves the new state."""
     args = STAGES[stage]
     local = "://" not in out
     watch = str(Path(out).parent) if local else out
@@ -271,6 +272,9 @@ def kill_matrix(stage: str, inputs: Inputs, out: str, every: bool | int = False,
         assert not mixed, f"{stage}: cut at call {at} ({calls[at - 1]}): {mixed} neither the old run nor the new"
         matrix.cuts[at] = "old" if found == old else "new" if found == new else "old and new steps"
         assert cut.exit_code != 0 or found == new, (stage, at, cut.output)
+        assert cut.exit_code in (0, 2) and "Traceback" not in cut.output and (cut.exit_code == 0 or len(
+            cut.output.strip().splitlines()[-1:]) == 1 and cut.output.strip().splitlines()[-1].startswith(
+            "error: ")), f"{stage}: cut at call {at} ({calls[at - 1]}) ended with exit {cut.exit_code}: {cut.output}"
         if local:
             for name, text in USER_FILES.items():
                 assert Path(out, name).read_text() == text, f"{stage}: cut at call {at}: the user's {name}"
