@@ -9,39 +9,51 @@ one committed after, whole, never a mix, and an unfinished run's files are named
 """
 from __future__ import annotations
 
-from refinery.io.contained import inside
-from refinery.io.location import join
-from refinery.io.ownership import RUN_MARKER, run_record
+from refinery.io.contained import OutsideFolder, link_out
+from refinery.io.location import get_fs, is_local, join
+from refinery.io.ownership import OWNER_MARKER, marked, run_record
+from refinery.io.records import RunRecord
 
 RUNS = "_runs"         # on an object store: each run's parts under _runs/<run id>/
 POINTER_LEVELS = 3     # how far above a path a pointer is looked for (OUT/stages/z_original/kept: 3)
 
 
-def run_pointer(url: str, storage_options: dict | None = None) -> dict | None:
+def run_pointer(url: str, storage_options: dict | None = None) -> RunRecord | None:
     """The ``_SUCCESS`` of the folder ``url`` where it names a committed run's folder (``root``, checked inside
-    ``url``; ``parts``), else None."""
-    record = join(url.rstrip("/"), RUN_MARKER)
-    body = run_record(url, storage_options)
-    if body is None or "root" not in body:
-        return None
-    inside(record, "root", [body["root"]])
-    inside(record, "parts", body.setdefault("parts", []))
-    return body
+    ``url`` with the rest of the record: ``ownership.run_record``), else None."""
+    found = run_record(url, storage_options)
+    return found if found is not None and found.root is not None else None
+
+
+def _within(folder: str, below: list[str], url: str, storage_options: dict | None) -> None:
+    """Refuse ``url`` (``below`` the local ``folder``, its parts innermost first) where ``folder`` is one refinery
+    published and the way down to ``url`` passes a symbolic link out of it (``kept`` linked to another corpus): what
+    refinery reads as a part of its folder is inside that folder."""
+    fs, path = get_fs(folder, storage_options)
+    if not below or not is_local(fs) or not marked(fs, path):
+        return
+    target = link_out(path, "/".join(reversed(below)))
+    if target is not None:
+        raise OutsideFolder(f"{url}: lies in {folder}, a folder refinery wrote ({join(folder, OWNER_MARKER)}), "
+                            f"through a symbolic link out of it (to {target}); refinery reads a folder it wrote only "
+                            f"inside it: copy it without links (cp -rL), or read {target} itself")
 
 
 def committed_url(url: str, storage_options: dict | None = None) -> str:
     """Where refinery reads ``url``: inside the committed run that a pointer (``run_pointer``) of ``url`` or of a
     folder up to ``POINTER_LEVELS`` above it names, where that run holds the part ``url`` is in; ``url`` itself
-    otherwise (a local run's folder, any other corpus or file)."""
+    otherwise (a local run's folder, any other corpus or file). A local ``url`` inside a folder refinery wrote is
+    refused where it is reached through a symbolic link out of that folder (``_within``)."""
     if any(ch in url for ch in "*?["):
         return url
     here, below = url.rstrip("/"), []
     for _ in range(POINTER_LEVELS + 1):
+        _within(here, below, url, storage_options)
         pointer = run_pointer(here, storage_options)
         if pointer is not None:
-            if below and below[-1] not in pointer["parts"]:
+            if below and below[-1] not in pointer.parts:
                 return url   # beside the run's parts: a resumable task's files (_checkpoints/, runs/)
-            return join(here, pointer["root"], *reversed(below))
+            return join(here, pointer.root, *reversed(below))
         parent, _, name = here.rpartition("/")
         if not name or not parent or parent.endswith(":/"):
             return url   # at a bucket or the root: nothing above

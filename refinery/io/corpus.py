@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections import Counter
 import posixpath
 from dataclasses import dataclass
@@ -20,20 +19,20 @@ import pyarrow.parquet as pq
 from refinery.io.canonical import EMPTY_CANONICAL, Batch
 from refinery.io.committed import committed_url
 from refinery.io.common_schema import common_schema, conform
-from refinery.io.contained import OutsideFolder, inside
 from refinery.io.inputs import expand_paths
 from refinery.io.read_options import ReadOptions
 from refinery.io.readers import input_columns, read_input
 from refinery.io.schema import AS_IS_REQUIRED, PRESETS, REJECTS_SCHEMA, Mapping, canonical_mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
-from refinery.io.location import forget_listings, get_fs, on_store
-from refinery.io.finished import MANIFEST, META_DIR, STAGE, finished, manifest_path
+from refinery.io.location import forget_listings, get_fs, is_local, on_store
+from refinery.io.finished import MANIFEST, META_DIR, STAGE, corpus_manifest, finished, manifest_path
 from refinery.io.ownership import STAGE_CORPUS
+from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 
 CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
 TOP_REASONS = 3                     # the reasons an all-rejected error names
-FORMAT = "refinery.corpus/1"
+FORMAT = CORPUS_FORMAT
 
 
 class OutputExists(FileExistsError):
@@ -70,53 +69,46 @@ def reject_reasons(rejects: pa.Table) -> Counter:
 
 @dataclass
 class Corpus:
-    """A finished canonical corpus: the manifest and where its shards are."""
+    """A finished canonical corpus: its manifest, checked (``record``: ``records.CorpusManifest``), and where its
+    shards are."""
 
     url: str
-    manifest: dict
+    record: CorpusManifest
     storage_options: dict | None = None
+
+    @property
+    def manifest(self) -> dict:
+        """The manifest as written, its fields of the types the schema gives them (``records``)."""
+        return self.record.body
 
     @classmethod
     def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
-        """The corpus at ``url`` (a part of a run's folder: of the run committed there, ``committed_url``)."""
+        """The corpus at ``url`` (a part of a run's folder: of the run committed there, ``committed_url``), its
+        manifest checked as one record (``corpus_manifest``), then, before a row is read, that no file it names is
+        reached through a symbolic link out of the folder and each is there with the size it records."""
         url = committed_url(url, storage_options)
         fs, path = get_fs(url, storage_options)
         forget_listings(fs, path)  # another process may have published it since this one last looked
-        with on_store(url, "reading the corpus manifest"):
-            mpath = manifest_path(fs, path)
-            if mpath is None:
-                raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
-            with fs.open(mpath, "r") as fh:
-                manifest = json.load(fh)
-        record = url.rstrip("/") + mpath[len(path.rstrip("/")):]
-        if not isinstance(manifest, dict):
-            raise OutsideFolder(f"{record}: not a corpus manifest (a JSON {type(manifest).__name__}); remove or "
-                                f"rewrite it, or convert the corpus again")
-        for key in ("files", "rejects"):
-            manifest[key] = inside(record, key, manifest.get(key, []))
-        corpus = cls(url.rstrip("/"), manifest, storage_options)
-        corpus._check_sizes(fs, path, record)
+        record = corpus_manifest(url, storage_options)
+        if record is None:
+            raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
+        if is_local(fs):
+            record.check_links(path)
+        corpus = cls(url.rstrip("/"), record, storage_options)
+        corpus._check_sizes(fs, path)
         return corpus
 
-    def _stats(self, record: str) -> dict:
-        """{file: what the manifest records of it (rows, bytes, sha256)}, its paths inside the folder."""
-        stats = self.manifest.get("file_stats", [])
-        if not isinstance(stats, list) or not all(isinstance(s, dict) for s in stats):
-            raise OutsideFolder(f"{record}: 'file_stats' is not a list of records; remove or rewrite {record}")
-        inside(record, "file_stats", [s.get("path") for s in stats])
-        return {s["path"]: s for s in stats}
-
-    def _check_sizes(self, fs, path: str, record: str) -> None:
+    def _check_sizes(self, fs, path: str) -> None:
         """Each listed file is there with the size the manifest records (corpora written before sizes were
         recorded: present): one listing of the folder, so a shard replaced, truncated or removed behind refinery's
         back is named, not read."""
-        stats = self._stats(record)
+        record = self.record.record
         with on_store(self.url, "listing the corpus"):
             found = {posixpath.relpath(p, path): info.get("size") for p, info in
                      fs.find(path, detail=True, withdirs=False).items()}
         forget_listings(fs, path)   # the listings it cached: a later read must see a file written since
-        for name in [*self.manifest["files"], *self.manifest["rejects"]]:
-            recorded = stats.get(name, {}).get("bytes")
+        for name in self.record.paths():
+            recorded = self.record.recorded(name).bytes
             if name not in found:
                 raise FileNotFoundError(f"{posixpath.join(self.url, name)}: listed in {record} but missing; the "
                                         "corpus was changed after refinery wrote it: write it again")
@@ -125,43 +117,41 @@ class Corpus:
                                  f"{recorded:,}; the file was replaced or cut after refinery wrote it: write the "
                                  "corpus again")
 
+    def _digest_checked(self, url: str, data_blocks, expected: str | None) -> None:
+        """Refuse (``ValueError``) the file ``url`` whose sha256 over ``data_blocks`` is not ``expected``."""
+        digest = hashlib.sha256()
+        for block in data_blocks:
+            digest.update(block)
+        if expected is not None and digest.hexdigest() != expected:
+            raise ValueError(f"{url}: its sha256 differs from the one {self.record.record} records; the file was "
+                             "changed after refinery wrote it: write the corpus again")
+
     def verify(self) -> int:
-        """Check every listed file's sha256 against the manifest's (a whole read of the corpus); the files checked.
-        Raises ``ValueError`` naming the first that differs."""
-        record = posixpath.join(self.url, MANIFEST)
-        stats = self._stats(record)
+        """Check every listed file's sha256 (shards, rejects, attached tables) against the manifest's (a whole read
+        of the corpus); the files checked. Raises ``ValueError`` naming the first that differs."""
         checked = 0
-        for url in [*self.files, *self.reject_files]:
-            expected = stats.get(posixpath.relpath(url, self.url), {}).get("sha256")
+        for name in self.record.paths():
+            expected = self.record.recorded(name).sha256
             if expected is None:
                 continue
+            url = posixpath.join(self.url, name)
             fs, path = get_fs(url, self.storage_options)
-            digest = hashlib.sha256()
             with on_store(url, "verifying the corpus"), fs.open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(block)
-            if digest.hexdigest() != expected:
-                raise ValueError(f"{url}: its sha256 differs from the one {record} records; the file was changed "
-                                 "after refinery wrote it: write the corpus again")
+                self._digest_checked(url, iter(lambda: fh.read(1 << 22), b""), expected)
             checked += 1
         return checked
 
     def attached(self, key: str) -> pa.Table | None:
-        """The table a stage kept with the corpus under ``key`` (``CorpusWriter.attach``), or None: none kept, or
-        one whose bytes differ from what the manifest records (changed after refinery wrote it: not trusted)."""
-        attached = self.manifest.get("attached")
-        entry = attached.get(key) if isinstance(attached, dict) else None
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        """The table a stage kept with the corpus under ``key`` (``CorpusWriter.attach``), or None where it kept
+        none; a table whose bytes differ from what the manifest records is refused (``ValueError``)."""
+        entry = self.record.attached.get(key)
+        if entry is None:
             return None
-        (name,) = inside(posixpath.join(self.url, MANIFEST), "attached", [entry["path"]])
-        fs, path = get_fs(posixpath.join(self.url, name), self.storage_options)
-        try:
-            with on_store(self.url, "reading what the corpus keeps"), fs.open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            return None
-        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            return None
+        url = posixpath.join(self.url, entry.path)
+        fs, path = get_fs(url, self.storage_options)
+        with on_store(self.url, "reading what the corpus keeps"), fs.open(path, "rb") as fh:
+            data = fh.read()
+        self._digest_checked(url, [data], entry.sha256)
         return pq.read_table(pa.BufferReader(data))
 
     @property
@@ -346,7 +336,9 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
         prefix = f"{split}=" if split else ""
         url = corpus_of(url, storage_options)
         if is_corpus(url, storage_options):
-            fs, path = get_fs(committed_url(url, storage_options), storage_options)
+            committed = committed_url(url, storage_options)
+            corpus_manifest(committed, storage_options)   # checked before its digest stands for the corpus
+            fs, path = get_fs(committed, storage_options)
             prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(manifest_path(fs, path))).hexdigest()
             continue
         for path in expand_paths([url], storage_options):

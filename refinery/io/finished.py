@@ -12,12 +12,12 @@ Every output is published whole, with one record written last, and is finished e
 """
 from __future__ import annotations
 
-import json
 import posixpath
 
 from refinery.io.committed import committed_url
 from refinery.io.location import get_fs, on_store
 from refinery.io.ownership import read_marker, run_record
+from refinery.io.records import CorpusManifest, read_record
 
 STAGE, CORPUS, HF = "stage", "corpus", "hf"
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
@@ -35,9 +35,24 @@ def manifest_path(fs, path: str) -> str | None:
     return None
 
 
+def corpus_manifest(url: str, storage_options: dict | None = None) -> CorpusManifest | None:
+    """The manifest of the corpus at ``url`` (a committed run's folder: ``committed_url``), checked as one record
+    (``records.CorpusManifest``: a field of the wrong type, a file outside the folder or named twice is refused in
+    one line), or None where ``url`` holds none."""
+    fs, path = get_fs(url, storage_options)
+    with on_store(url, "looking for a finished corpus"):
+        found = manifest_path(fs, path)
+    if found is None:
+        return None
+    name = found[len(path.rstrip("/")) + 1:]
+    record = posixpath.join(url.rstrip("/"), name)
+    return CorpusManifest.checked(record, read_record(fs, path, name, record, "reading the corpus manifest"))
+
+
 def finished(url: str, storage_options: dict | None = None, *kinds: str) -> dict | None:
     """What the finished output at ``url`` records of its run, for the first of ``kinds`` (``STAGE``, ``CORPUS``,
-    ``HF``; default: a corpus) it is finished as; None where it is finished as none of them."""
+    ``HF``; default: a corpus) it is finished as; None where it is finished as none of them. Each record is checked
+    before it is returned (``records``)."""
     for kind in kinds or (CORPUS,):
         record = _READERS[kind](url, storage_options)
         if record is not None:
@@ -45,18 +60,18 @@ def finished(url: str, storage_options: dict | None = None, *kinds: str) -> dict
     return None
 
 
+def _stage(url: str, storage_options: dict | None) -> dict | None:
+    found = run_record(url, storage_options)
+    return None if found is None else found.body
+
+
 def _corpus(url: str, storage_options: dict | None) -> dict | None:
-    fs, path = get_fs(committed_url(url, storage_options), storage_options)
-    with on_store(url, "looking for a finished corpus"):
-        found = manifest_path(fs, path)
-        if found is None:
-            return None
-        with fs.open(found, "r") as fh:
-            return json.load(fh)
+    found = corpus_manifest(committed_url(url, storage_options), storage_options)
+    return None if found is None else found.body
 
 
 def _hf(url: str, storage_options: dict | None) -> dict | None:
     return read_marker(url, storage_options).get("hf")
 
 
-_READERS = {STAGE: run_record, CORPUS: _corpus, HF: _hf}
+_READERS = {STAGE: _stage, CORPUS: _corpus, HF: _hf}

@@ -11,15 +11,14 @@ import time
 import uuid
 
 from refinery import __version__
-from refinery.io.contained import inside
 from refinery.io.location import (CLEANUP_SECONDS, ForeignOutput, check_bucket, folder_entries, get_fs, is_local,
-                                  join, json_object, on_store, with_deadline)
+                                  join, on_store, with_deadline)
+from refinery.io.records import MARKER_FORMAT, Marker, RunRecord, marker_of, parsed, record_bytes
 
 
 OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
 EARLIER_MARKER = "_refinery.json"  # the marker of refinery 0.1 (readers of a data folder took it for data)
 RUN_MARKER = "_SUCCESS"           # a multi-part run's folder: written last, when every part is finished
-MARKER_FORMAT = "refinery-output/1"   # the marker's "format": what no other tool writes
 RESUMABLE = ("_checkpoints", "runs", "checkpoints")   # finished work a rerun continues from (io.checkpoints): kept
 # by every commit; runs/ (compare's runs) and checkpoints/ (IBADR's iterations) stay in the finished output too
 STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
@@ -33,33 +32,29 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 
 
-def is_marker(body) -> bool:
-    """Whether ``body`` (a parsed ``.refinery.json``) is refinery's own marker: its format, the files it
-    lists and the run that wrote them. A ``_SUCCESS`` or ``manifest.json`` proves nothing: other tools
-    (Spark, Hadoop, a user's notes) write files of those names."""
-    return (isinstance(body, dict) and body.get("format") == MARKER_FORMAT and isinstance(body.get("files"), list)
-            and isinstance(body.get("run"), str))
-
-
-def _is_earlier_marker(body) -> bool:
-    """Whether ``body`` (a parsed ``_refinery.json``) is the marker refinery 0.1 wrote: its name and the files."""
-    return (isinstance(body, dict) and str(body.get("written_by", "")).startswith("refinery ")
-            and isinstance(body.get("files"), list))
-
-
-def _marker(fs, path: str) -> tuple[str, dict] | None:
-    """(name, body) of refinery's marker in folder ``path`` (this version's, else refinery 0.1's), or None."""
-    for name, valid in ((OWNER_MARKER, is_marker), (EARLIER_MARKER, _is_earlier_marker)):
-        body = json_object(fs, join(path, name))
-        if valid(body):
-            inside(join(path, name), "files", body["files"])
-            return name, body
+def _marker(fs, path: str) -> Marker | None:
+    """Refinery's marker in folder ``path`` (this version's, else refinery 0.1's), checked (``Marker``: its files
+    inside the folder, each once, none through a link out of it), or None where the folder has none."""
+    for name in (OWNER_MARKER, EARLIER_MARKER):
+        record = join(path, name)
+        data = record_bytes(fs, path, name, record, f"reading {name}")
+        marker = None if data is None else marker_of(record, name, data, name == EARLIER_MARKER)
+        if marker is not None:
+            if is_local(fs):
+                marker.check_links(record, path)
+            return marker
     return None
+
+
+def marked(fs, path: str) -> bool:
+    """Whether folder ``path`` holds a file of the name of refinery's marker: a folder refinery published, whose
+    ``_SUCCESS`` is refinery's record (other tools, Spark and Hadoop, write a ``_SUCCESS`` of their own)."""
+    return any(fs.isfile(join(path, name)) for name in (OWNER_MARKER, EARLIER_MARKER))
 
 
 def claim_output(out: str, storage_options: dict | None = None, option: str = "--out") -> str:
     """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
-    ``.refinery.json`` is refinery's marker, ``is_marker``). Anything else raises ``ForeignOutput`` naming a
+    ``.refinery.json`` is refinery's marker, ``Marker``). Anything else raises ``ForeignOutput`` naming a
     file found there (and ``option``, the command line's name for ``out``): refinery never deletes or replaces
     what it did not write."""
     fs, path = get_fs(out, storage_options)
@@ -68,7 +63,7 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
         check_bucket(out, fs, path)
         is_file = fs.isfile(path)
         entries = [] if is_file or not fs.exists(path) else folder_entries(fs, path)
-        ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
+    ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
     if is_file:
         raise ForeignOutput(f"{option} {out} is a file, not a folder; give a folder for refinery's outputs")
     if not entries:
@@ -86,10 +81,9 @@ def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MAR
     of refinery 0.1 gets this version's marker in place of its ``_refinery.json``."""
     claim = claim_output(out, storage_options)
     fs, path = get_fs(out, storage_options)
-    earlier = None if claim == "new" else json_object(fs, join(path, EARLIER_MARKER))
-    if claim == "new" or (_is_earlier_marker(earlier) and not is_marker(json_object(fs, join(path, OWNER_MARKER)))):
-        listed = sorted({*files, *(inside(join(path, EARLIER_MARKER), "files", earlier["files"]) if earlier else ())}
-                        - {EARLIER_MARKER})
+    earlier = None if claim == "new" else _marker(fs, path)
+    if earlier is None or earlier.name == EARLIER_MARKER:
+        listed = sorted({*files, *(earlier.files if earlier else ())} - {EARLIER_MARKER})
         with on_store(out, f"writing {OWNER_MARKER}"):
             fs.makedirs(path, exist_ok=True)
             with fs.open(join(path, OWNER_MARKER), "wb") as fh:
@@ -102,7 +96,7 @@ def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MAR
 def owned_files(fs, path: str) -> set[str]:
     """The files (paths relative to ``path``) that refinery's marker in ``path`` says it wrote."""
     found = _marker(fs, path)
-    return {found[0], *found[1]["files"]} if found else set()
+    return {found.name, *found.files} if found else set()
 
 
 def marker_body(files, **extra) -> str:
@@ -118,20 +112,30 @@ def published_run(out: str, storage_options: dict | None = None) -> str | None:
     return None if body.get("emptied") else body.get("run")
 
 
-def run_record(folder: str, storage_options: dict | None = None) -> dict | None:
+def run_record(folder: str, storage_options: dict | None = None) -> RunRecord | None:
     """The ``_SUCCESS`` of a run's folder (its commit's record, read afresh: it may have moved since a listing was
-    cached), or None where there is none."""
+    cached), checked (``RunRecord``: cut short, of the wrong types, or naming a part outside the folder, twice or
+    through a link out of it, it is refused), or None where there is none, or where the folder is not refinery's
+    (``marked``: another tool's ``_SUCCESS``)."""
     fs, path = get_fs(folder, storage_options)
+    record = join(folder.rstrip("/"), RUN_MARKER)
     with on_store(folder, f"reading {RUN_MARKER}"):
         fs.invalidate_cache(join(path, RUN_MARKER))
-        return json_object(fs, join(path, RUN_MARKER))
+    data = record_bytes(fs, path, RUN_MARKER, record, f"reading {RUN_MARKER}")
+    with on_store(folder, f"reading {RUN_MARKER}"):
+        if data is None or not marked(fs, path):
+            return None
+    found = RunRecord.checked(record, parsed(record, data))
+    if is_local(fs):
+        found.check_links(record, path)
+    return found
 
 
 def read_marker(out: str, storage_options: dict | None = None) -> dict:
     """The body of refinery's marker in ``out`` ({} where there is none)."""
     fs, path = get_fs(out, storage_options)
     found = _marker(fs, path)
-    return found[1] if found else {}
+    return found.body if found else {}
 
 
 def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
@@ -209,8 +213,11 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
 
 
 def remove_present(fs, path: str, names) -> None:
-    """Remove those of ``names`` (paths relative to folder ``path``) that are there, a folder whole (``_runs/``)."""
-    present = [join(path, f) for f in sorted(names) if fs.exists(join(path, f))]
+    """Remove those of ``names`` (paths relative to folder ``path``) that are there, a folder whole (``_runs/``). One
+    listing of the folder first: a name whose first part is not in it is not looked for (a marker may list a million
+    files that are gone)."""
+    listed = set(folder_entries(fs, path))
+    present = sorted(join(path, f) for f in names if f.split("/")[0] in listed and fs.exists(join(path, f)))
     if present:
         fs.rm(present, recursive=True)
 
@@ -220,13 +227,12 @@ def unpublish(folder: str, storage_options: dict | None = None) -> None:
     the folders left empty go too. A file refinery did not write stays, and so does the folder, marked as
     refinery's still (a marker listing itself alone, no run): the next run may write there again."""
     fs, path = get_fs(folder, storage_options)
+    found = _marker(fs, path)
+    if found is None:
+        return
     with on_store(folder, "removing an earlier run's output"):
-        found = _marker(fs, path)
-        if found is None:
-            return
-        name, body = found
-        remove_present(fs, path, set(body["files"]) - {name})
-        fs.rm(join(path, name))
+        remove_present(fs, path, set(found.files) - {found.name})
+        fs.rm(join(path, found.name))
         if is_local(fs) and os.path.isdir(path):   # folders left empty go, the folder itself too if it is
             for root, _, _ in sorted(os.walk(path), key=lambda walked: -len(walked[0])):
                 if not os.listdir(root):
