@@ -2,7 +2,9 @@
 
 Per stage it prints the wall time, the process's peak resident memory (``wait4``'s ru_maxrss: the process
 itself, not Ray's workers), the largest peak of the processes it started (Ray's workers, sampled: a stage run as a
-Ray task), rows per second and the ratio to the audit's time in the same run. For the filters run on both engines
+Ray task), under ``--engine ray`` the driver's share of the CPU seconds of it and every process it started (the
+serial part: a cluster's speed-up is at most its inverse), rows per second and the ratio to the audit's time in the
+same run. For the filters run on both engines
 (zfilter, confidence, dedup, decontaminate), Ray's time against the local one's, the driver process's own bytes read and
 written of the corpora (``strace`` of its threads, in a second run: the files under the benchmark's folder, not
 Python's imports) against the input's and the output's Parquet bytes, and whether the kept ids are the same. Then the
@@ -39,12 +41,14 @@ SAMPLE_SECONDS = 0.5
 
 class ChildPeak:
     """The largest resident memory of any process a ``refinery`` process started (Ray's workers, where a stage runs
-    as a Ray task), sampled every ``SAMPLE_SECONDS`` in a thread while it runs (0 when it started none)."""
+    as a Ray task), sampled every ``SAMPLE_SECONDS`` in a thread while it runs (0 when it started none); and the CPU
+    seconds of the process itself and of each of those, as last sampled (``serial``)."""
 
     def __init__(self, pid: int):
         import threading
 
         self.peak, self._pid, self._done = 0, pid, threading.Event()
+        self.driver_cpu, self.child_cpu = 0.0, {}
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
@@ -53,12 +57,17 @@ class ChildPeak:
 
         while not self._done.wait(SAMPLE_SECONDS):
             try:
-                children = psutil.Process(self._pid).children(recursive=True)
+                driver = psutil.Process(self._pid)
+                times = driver.cpu_times()
+                self.driver_cpu = times.user + times.system
+                children = driver.children(recursive=True)
             except psutil.Error:
                 return
             for child in children:
                 try:
                     self.peak = max(self.peak, child.memory_info().rss)
+                    times = child.cpu_times()
+                    self.child_cpu[child.pid] = times.user + times.system
                 except psutil.Error:
                     pass
 
@@ -66,6 +75,12 @@ class ChildPeak:
         self._done.set()
         self._thread.join()
         return self.peak
+
+    def serial(self) -> float | None:
+        """The driver's CPU seconds ÷ those of it and every process it started (Amdahl's serial part, a bound on a
+        cluster's speed-up: 1 / that share); None where it started none."""
+        others = sum(self.child_cpu.values())
+        return self.driver_cpu / (self.driver_cpu + others) if others else None
 
 
 def run(args: list, log: str, check: bool = True, program: list | None = None,
@@ -81,6 +96,7 @@ def run(args: list, log: str, check: bool = True, program: list | None = None,
         seconds = time.perf_counter() - start
         if sampled is not None:
             children["peak"] = sampled.stop()
+            children["serial"] = sampled.serial()
     if os.waitstatus_to_exitcode(status):
         if not check:
             print(f"refinery {' '.join(map(str, args[:2]))} failed; see {log}", flush=True)
@@ -111,6 +127,13 @@ def stages(root: str, train: str, test: str) -> dict:
         "decontaminate": ["decontaminate", train, "--against", f"test={test}", "--out", f"{root}/decontaminate"],
         "decontaminate --engine ray": ["decontaminate", train, "--against", f"test={test}", "--engine", "ray",
                                        "--out", f"{root}/decontaminate-ray"],
+        "aflite --engine ray": ["aflite", train, "--engine", "ray", "--out", f"{root}/aflite-ray"],
+        "datamap --engine ray": ["datamap", train, "--engine", "ray", "--out", f"{root}/datamap-ray"],
+        "upsample --engine ray": ["upsample", train, "--engine", "ray", "--out", f"{root}/upsample-ray"],
+        "weights --engine ray": ["weights", *splits, "--folds", 5, "--engine", "ray", "--out", f"{root}/weights-ray"],
+        "leakage --engine ray": ["leakage", *splits, "--engine", "ray", "--out", f"{root}/leakage-ray"],
+        "razor --score-only --engine ray": ["razor", train, "--score-only", "--engine", "ray",
+                                            "--out", f"{root}/razor-ray"],
     }
 
 
@@ -177,7 +200,7 @@ def on_ray_against_local(root: str, train: str, figures: dict, commands: dict) -
 
     print("\n| filter | local | Ray | Ray ÷ local | driver's reads of the corpora ÷ input | its writes ÷ output | "
           "kept ids equal |\n|---|---|---|---|---|---|---|", flush=True)
-    for name in ("zfilter", "confidence", "dedup", "decontaminate"):
+    for name in ("zfilter", "confidence", "dedup", "decontaminate", "aflite", "datamap"):
         on_ray = f"{name} --engine ray"
         if name not in figures or on_ray not in figures:
             continue
@@ -237,8 +260,8 @@ def main() -> None:
         f"{root}/synth-train.log")
     run(["synth", "--rows", test_rows, "--premise-pool", pool, "--split", "test", "--out", test, "--mode", "skip"],
         f"{root}/synth-test.log")
-    print("\n| stage | time | peak RSS | its Ray workers' peak | rows/s | × audit |\n|---|---|---|---|---|---|",
-          flush=True)
+    print("\n| stage | time | peak RSS | its Ray workers' peak | the driver's share of CPU seconds | rows/s | × audit "
+          "|\n|---|---|---|---|---|---|---|", flush=True)
     audit_seconds = None
     over, figures = [], {}
     for name, command in stages(root, train, test).items():
@@ -255,8 +278,9 @@ def main() -> None:
         ratio = f"{seconds / audit_seconds:.1f}×" if audit_seconds else "—"
         rows = args.rows + (test_rows if "--input" in command else 0)   # leakage and weights read both splits
         workers = f"{children['peak'] / 1e9:.2f} GB" if children["peak"] else "—"
-        print(f"| {name} | {seconds:,.1f} s | {peak / 1e9:.2f} GB | {workers} | {rows / seconds:,.0f} | {ratio} |",
-              flush=True)
+        serial = f"{children['serial']:.1%}" if "--engine" in command and children["serial"] is not None else "—"
+        print(f"| {name} | {seconds:,.1f} s | {peak / 1e9:.2f} GB | {workers} | {serial} | {rows / seconds:,.0f} | "
+              f"{ratio} |", flush=True)
     on_ray_against_local(root, train, figures, stages(root, train, test))
     if "pipeline" not in skip and (not only or "pipeline" in only):
         out = f"{root}/pipeline-out"
