@@ -212,6 +212,23 @@ def test_a_marker_cut_short_or_typed_wrong_is_refused_before_an_overwrite_remove
         assert (zf / "kept" / ".refinery.json").exists() and (zf / "_SUCCESS").exists()
 
 
+def test_a_parts_marker_crafted_is_refused_when_the_folder_is_claimed_before_any_work(base, tmp_path):
+    """An overwrite reads the markers of the folder's parts (kept/, report/) to tell refinery's files from the
+    user's: one naming a file out of its folder is refused as the verb starts, before the run's work, and a
+    marker-named pipe is no record (a read of it would never end)."""
+    zf = _copy(base, tmp_path, "zf")
+    _rewrite(zf / "kept" / ".refinery.json", lambda m: m["files"].append("../../decoy"))
+    started = time.monotonic()
+    refused(*cli("zfilter", base / "corpus", "--out", zf, "--k", 5)[::2],
+            "kept/.refinery.json: 'files' entry", "'../../decoy' is not a file inside the folder")
+    assert time.monotonic() - started < 2 and not list(tmp_path.glob("zf.tmp-*"))
+
+    piped = _copy(base, tmp_path / "piped", "zf")
+    (piped / ".refinery.json").unlink()
+    os.mkfifo(piped / ".refinery.json")
+    refused(*cli("zfilter", base / "corpus", "--out", piped, "--k", 5)[::2], "refinery did not write")
+
+
 def _listing_a_million(marker: Path) -> None:
     _rewrite(marker, lambda m: m["files"].extend(f"gone/part-{i:07d}.parquet" for i in range(10**6)))
 

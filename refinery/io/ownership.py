@@ -56,7 +56,9 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
     """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
     ``.refinery.json`` is refinery's marker, ``Marker``). Anything else raises ``ForeignOutput`` naming a
     file found there (and ``option``, the command line's name for ``out``): refinery never deletes or replaces
-    what it did not write."""
+    what it did not write. On a local disk the markers of the folders inside a folder of refinery's (its parts:
+    kept/, report/) are checked too (``Marker``): an overwrite reads them to tell refinery's files from the user's,
+    and a crafted one is refused now, before the run, not at its commit."""
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
     with on_store(out, "looking at the output folder"):
@@ -69,11 +71,21 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
     if not entries:
         return "new"
     if ours:
+        if is_local(fs):
+            _check_markers_below(fs, path)
         return "ours"
     shown = ", ".join(sorted(entries)[:4]) + (" …" if len(entries) > 4 else "")
     raise ForeignOutput(f"{option} {out} already holds files refinery did not write ({shown}); refinery never "
                         "deletes or replaces them: give a new or empty folder (e.g. "
                         f"{join(out.rstrip('/'), 'refinery-out')})")
+
+
+def _check_markers_below(fs, path: str) -> None:
+    """Refuse (``BadRecord``) a marker of refinery's in a folder under the local folder ``path`` (links not
+    followed) that does not fit its schema."""
+    for root, _, names in os.walk(path):
+        if root != path and {OWNER_MARKER, EARLIER_MARKER} & set(names):
+            _marker(fs, root)
 
 
 def claim_folder(out: str, storage_options: dict | None = None, files=(OWNER_MARKER,)) -> str:

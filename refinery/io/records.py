@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -104,6 +105,8 @@ def record_bytes(fs, folder: str, name: str, url: str, operation: str) -> bytes 
         if target is not None:
             raise BadRecord(f"{url}: a symbolic link out of its folder (to {target}); refinery reads only the records "
                             f"inside a folder: copy the folder without links (cp -rL) or remove the link")
+        if os.path.lexists(join(folder, name)) and not os.path.isfile(join(folder, name)):
+            return None   # a folder, a pipe or a device of that name: no record (a pipe would never end a read)
     with on_store(url, operation):
         try:
             with fs.open(join(folder, name), "rb") as fh:
