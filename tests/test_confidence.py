@@ -370,7 +370,9 @@ def test_label_issues_find_flipped_labels_and_suggest_the_original(flipped_plant
     (("--proba-column", "drops_shortcut"), ("--label-issues needs p_M(l | x) of every label, and --proba-column "
      "drops_shortcut holds p_M(label | text) of the given label only: leave out --proba-column (the n-gram model is "
      "cross-fitted on the input) or give --model (ngram, transformer or a saved classifier's folder)")),
-    (("--tau", "0.5"), "--label-issues decides instead of τ: give --tau 0.5 or --label-issues, not both")])
+    (("--tau", "0.5"), "--label-issues decides instead of τ: give --tau 0.5 or --label-issues, not both"),
+    (("--keep-share", "0.5"), "--keep-share is the share of each label that --tau auto keeps, and --label-issues "
+     "decides instead of τ: give --label-issues or --keep-share 0.5, not both")])
 def test_label_issues_refuse_a_column_of_one_label_and_a_tau(scored_dev, options, refused):
     """Label issues need p_M of every label, which a column of p_M(label | text) does not hold; and they decide
     instead of τ: either is refused in one line naming the fix, exit 2, nothing written."""

@@ -384,3 +384,24 @@ def test_dedup_refuses_a_budget_its_signatures_do_not_fit_in_one_line(planted, t
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "memory budget" in proc.stderr, proc.stderr
     assert not (tmp_path / "o" / "kept").exists()
+
+
+def test_mistakes_a_newcomer_makes_are_refused_in_one_line(planted, tmp_path):
+    """A --prefer-split that names no split of the input (it would keep the training copies of test rows, silently),
+    a memory budget that is neither bytes nor a fraction, an evaluation set read without its preset: one line each,
+    exit 2, nothing written."""
+    root, _ = planted
+    two = ["--input", f"train={root / 'train'}", "--input", f"test={root / 'test'}"]
+    cases = [(["dedup", *two, "--prefer-split", "tset"], "--prefer-split tset: the input has no split of that name "
+                                                         "(its splits: train, test); did you mean test?"),
+             (["dedup", root / "train", "--prefer-split", "test"], "--prefer-split test: the input names no splits"),
+             (["dedup", root / "train", "--memory-budget", "1.5"], "a fraction of memory is at most 1"),
+             (["decontaminate", root / "train", "--against", f"dev={SNLI_DEV}"], "--against dev: "),
+             ]
+    for args, said in cases:
+        proc = run_cli(*args, "--out", tmp_path / "o", check=False)
+        assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+            (args, proc.stderr)
+        assert not (tmp_path / "o").exists()
+    assert "=PATH:PRESET" in proc.stderr
+    run_cli("dedup", root / "train", "--memory-budget", "none", "--out", tmp_path / "o")   # the default, spelled

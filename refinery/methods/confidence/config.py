@@ -77,6 +77,10 @@ class ConfidenceConfig:
         if self.label_issues and not self.auto:
             raise ValueError(f"--label-issues decides instead of τ: give --tau {self.tau} or --label-issues, "
                              "not both")
+        if self.label_issues and self.keep_share != KEEP_SHARE:
+            raise ValueError(f"--keep-share is the share of each label that --tau auto keeps, and --label-issues "
+                             f"decides instead of τ: give --label-issues or --keep-share {self.keep_share:g}, "
+                             "not both")
         if not self.auto and self.keep_share != KEEP_SHARE:
             raise ValueError(f"--keep-share is the share of each label that --tau auto keeps: with --tau "
                              f"{self.tau} it would do nothing; give --tau auto --keep-share {self.keep_share:g}, "

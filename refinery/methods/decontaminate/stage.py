@@ -62,7 +62,12 @@ class DecontaminateStage(FilterStage):
         sets = []
         for e in self.config.eval_sets():
             mapping = e.mapping(source.mapping)   # every row with a text counts: an overlap has no label
-            table, rejects = load(list(e.paths), mapping and dataclasses.replace(mapping, label_set=None), source.opts)
+            try:
+                table, rejects = load(list(e.paths), mapping and dataclasses.replace(mapping, label_set=None),
+                                      source.opts)
+            except (FileNotFoundError, ValueError) as error:   # named by the --against it came from
+                raise ValueError(f"--against {e.name}: {error}" + ("" if e.preset else f" (an evaluation set's preset "
+                                 f"goes after its path: --against {e.name}=PATH:PRESET)")) from None
             if not table.num_rows:
                 raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}"
                                  + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))

@@ -152,10 +152,14 @@ def bands_at_once(held: int, signed: int, budget: int | None) -> int:
     fits = (budget - held) // max(BAND_BYTES_PER_ROW * signed, 1)
     if fits < 1:
         need = held + BAND_BYTES_PER_ROW * signed
-        raise OverBudget(f"dedup holds {held / 2**30:.2f} GiB of the input's signatures and needs "
-                         f"{need / 2**30:.2f} GiB with one LSH band: the memory budget {budget / 2**30:.2f} GiB is "
-                         "too small for this input; give a budget of at least that, or dedup the splits apart")
+        raise OverBudget(f"dedup holds {_size(held)} of the input's signatures and needs {_size(need)} with one "
+                         f"LSH band: the memory budget of {_size(budget)} is too small for this input; give "
+                         f"--memory-budget {-(-need // 2**20)}M or more, or dedup the splits apart")
     return int(min(BANDS_AT_ONCE, fits))
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig, checkpoints=None, at_once: int = BANDS_AT_ONCE

@@ -76,7 +76,7 @@ def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict, m
         j = found.partner[i]
         pair = {"kind": KINDS[found.kind[i]], "similarity": round(float(found.similarity[i]), 4),
                 "id": rows.ids[i].as_py(), "partner": rows.ids[j].as_py()}
-        for name in texts[i]:
+        for name in (n for n in texts[i] if n != "id"):   # the ids are the pair's first two fields
             pair[name], pair[f"partner {name}"] = texts[i][name], texts[j][name]
         pair["label"], pair["partner label"] = labels[i], labels[j]
         examples.append(pair)

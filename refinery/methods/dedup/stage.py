@@ -50,8 +50,9 @@ def rows_among(rows: np.ndarray, batch: pa.Table) -> tuple[np.ndarray, np.ndarra
 
 
 class DedupStage(FilterStage):
-    """Remove exact, normalized and near-duplicate rows (MinHash-LSH over word shingles, or embedding cosine), one row
-    kept per cluster.
+    """Remove exact, normalized and near-duplicate rows, one row kept per cluster.
+
+    Near-duplicates by MinHash-LSH over word shingles, or by embedding cosine.
 
     Writes kept/ (with the input's rejects), rejected/ (each row with its kept partner's id in duplicate_of, its
     similarity and its reason) and report/ (clusters, duplicates per split pair, label conflicts, example pairs).
@@ -68,6 +69,7 @@ class DedupStage(FilterStage):
         from refinery.methods.dedup.report import example_rows, summarize
 
         rows = signed_rows((b.rows for b in source.iter_batches() if b.rows.num_rows), self.config.shingle_size)
+        _refuse_unknown_split(self.config.prefer_split, rows.split_names)
         measure = self._cosine(source) if self.config.similarity == "cosine" else self._jaccard(source, out, rows)
         found = find_duplicates(rows, self.config, measure)
         shown = example_rows(found)
@@ -138,6 +140,21 @@ class DedupStage(FilterStage):
         return ("the duplicates dedup removed were of rows that carry a shortcut less often than the rows kept: keep "
                 f"label-conflict clusters whole (--conflicts keep, now {self.config.conflicts}) or raise --{option} "
                 f"(now {now:g}) so fewer rows are removed.")
+
+
+def _refuse_unknown_split(preferred: str | None, splits: list) -> None:
+    """A ``prefer_split`` that is none of the input's splits would keep each cluster's first row instead, silently
+    (a typo of test keeping the training copies of test rows): refused, naming the splits."""
+    import difflib
+
+    if preferred is None or preferred in splits:
+        return
+    if not splits:
+        raise ValueError(f"--prefer-split {preferred}: the input names no splits; give them as --input NAME=PATH "
+                         "(e.g. --input train=… --input test=…)")
+    close = difflib.get_close_matches(preferred, [str(s) for s in splits], 1, 0.6)
+    raise ValueError(f"--prefer-split {preferred}: the input has no split of that name (its splits: "
+                     f"{', '.join(map(str, splits))})" + (f"; did you mean {close[0]}?" if close else ""))
 
 
 class _Reasons:
