@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
+from refinery.core.feature_counts import string_hashes
 from refinery.core.features import FeatureConfig
 
 FEATURE = "feature"
@@ -58,8 +59,6 @@ class NamedCounts:
     def parts(self, partitions: int) -> list["NamedCounts"]:
         """The counts cut into ``partitions`` by a hash of each feature's string (``feature_counts.string_hashes``:
         part p of every unit holds the same features), each with the unit's totals and rows."""
-        from refinery.core.feature_counts import string_hashes
-
         part = (string_hashes(self.features) % np.uint64(partitions)).astype(np.int64)
         return [self._rows_at(np.flatnonzero(part == p)) for p in range(partitions)]
 
