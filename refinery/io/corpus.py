@@ -26,7 +26,7 @@ from refinery.io.schema import AS_IS_REQUIRED, PRESETS, REJECTS_SCHEMA, Mapping,
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import forget_listings, get_fs, is_local, on_store
 from refinery.io.finished import MANIFEST, META_DIR, STAGE, corpus_manifest, finished, manifest_path
-from refinery.io.ownership import STAGE_CORPUS
+from refinery.io.ownership import RUN_ID_IN_NAME, STAGE_CORPUS
 from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 
 CARD = f"{META_DIR}/README.md"
@@ -325,7 +325,8 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
 
 def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | None = None) -> dict[str, str]:
     """What ``--mode skip`` compares, per input: a finished corpus by the sha256 of its manifest (which
-    holds every shard's sha256), a raw file by its size and fsspec checksum (the modification stamp
+    holds every shard's sha256; its shards' names without a store's run ids, which differ between two runs that
+    wrote the same rows), a raw file by its size and fsspec checksum (the modification stamp
     locally, the ETag on object stores). ``SPLIT=PATH`` inputs ({split: paths}) keep the split in the key."""
     if isinstance(inputs, dict):
         inputs = [f"{split}={path}" for split, paths in inputs.items()
@@ -339,7 +340,8 @@ def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | Non
             committed = committed_url(url, storage_options)
             corpus_manifest(committed, storage_options)   # checked before its digest stands for the corpus
             fs, path = get_fs(committed, storage_options)
-            prints[prefix + url] = "manifest:" + hashlib.sha256(fs.cat_file(manifest_path(fs, path))).hexdigest()
+            manifest = RUN_ID_IN_NAME.sub("", fs.cat_file(manifest_path(fs, path)).decode())   # a store's run ids
+            prints[prefix + url] = "manifest:" + hashlib.sha256(manifest.encode()).hexdigest()
             continue
         for path in expand_paths([url], storage_options):
             fs, local = get_fs(path, storage_options)

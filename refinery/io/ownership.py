@@ -28,6 +28,9 @@ class OutputOverlapsInput(ValueError):
     """``--out`` is, holds or lies inside an input: refused unless the run replaces a corpus in place."""
 
 
+RUN_ID_IN_NAME = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # a run's id in an object-store file's name
+
+
 def new_run_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
 

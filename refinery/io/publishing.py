@@ -21,14 +21,11 @@ import pyarrow.parquet as pq
 from refinery.io.committed import RUNS
 from refinery.io.location import (CLEANUP_SECONDS, folder_entries, get_fs, is_local, join, on_store,
                                   with_deadline)
-from refinery.io.ownership import (OWNER_MARKER, RESUMABLE, RUN_MARKER, claim_folder, claim_output, made_folder,
+from refinery.io.ownership import (OWNER_MARKER, RESUMABLE, RUN_ID_IN_NAME, RUN_MARKER, claim_folder, claim_output, made_folder,
                                    marker_body, new_run_id, owned_files, read_marker, remove_failed_output,
                                    remove_present, unpublish_run)
 from refinery.io.redaction import redact
 from refinery.io.scratch import forget_shown, show_as
-
-
-_RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # the run id in an object-store file's name
 
 
 _TEMP = re.compile(r"\.tmp-(\d+)-[0-9A-Za-z]+(-[0-9A-Za-z]+)*$")   # <out>.tmp-<pid>-<run>[-old]: a temporary folder
@@ -341,7 +338,7 @@ class AtomicDir(AbortsOnError):
             listed = self.fs.find(self.path)
         stale = {f for f in old if f not in ours}
         stale |= {p for p in (posixpath.relpath(f, self.path) for f in listed)
-                  if p not in ours and _RUN_ID.search(posixpath.basename(p))}
+                  if p not in ours and RUN_ID_IN_NAME.search(posixpath.basename(p))}
         self._put_marker(ours | stale)   # a cut clean-up leaves them listed for the next run to remove
         _published.setdefault(self.out, (self.fs, self.path))
         if stale:
