@@ -405,3 +405,25 @@ def test_mistakes_a_newcomer_makes_are_refused_in_one_line(planted, tmp_path):
         assert not (tmp_path / "o").exists()
     assert "=PATH:PRESET" in proc.stderr
     run_cli("dedup", root / "train", "--memory-budget", "none", "--out", tmp_path / "o")   # the default, spelled
+
+
+def test_decontaminate_in_python_takes_evaluation_sets_as_data(tmp_path):
+    """``rf.decontaminate(df, against={name: data or (data, preset)})``, as a notebook holds its evaluation set,
+    removes what the same set given as a path removes; evaluation sets given without names are refused, saying
+    what to give; ``help`` says it."""
+    import pandas as pd
+
+    import refinery as rf
+
+    with open(SNLI_TEST) as fh:
+        test = pd.DataFrame([json.loads(line) for _, line in zip(range(600), fh)])
+    with open(SNLI_HARD) as fh:
+        hard = pd.DataFrame([json.loads(line) for line in fh])
+    with pytest.warns(UserWarning):
+        as_data = rf.decontaminate(test, preset="snli", against={"hard": (hard, "snli")})
+        as_path = rf.decontaminate(test, preset="snli", against={"hard": (SNLI_HARD, "snli")})
+    kept = [r.to_pandas(canonical=True)["id"].tolist() for r in (as_data, as_path)]
+    assert kept[0] == kept[1] and 0 < len(kept[0]) < 600
+    with pytest.raises(TypeError, match=r"against: give the evaluation sets as \{name: data\}"):
+        rf.decontaminate(test, preset="snli", against=[hard])
+    assert "In Python: {name: data, or (data, preset)}" in rf.decontaminate.__doc__

@@ -57,11 +57,12 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
     runs it: one stage into ``out``."""
     cls = stage_class(name)
     input_keys, rest = input_keywords(kwargs)
-    with python_terms(None, (cls.Config,)):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
-        config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
     check_mode(mode)
     folder = CallFolder(out, name)
     with folder.removed_on_failure():
+        rest = evaluation_sets_as_specs(cls.Config, rest, folder.scratch)
+        with python_terms(None, (cls.Config,)):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
+            config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
         source = as_source(data, folder.scratch)
         check_preset(input_keys, source)
         with python_terms(source, (cls.Config,)):
@@ -75,6 +76,34 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
                       f"through untouched ({where}); split= names the splits to read", SplitsNotice, stacklevel=3)
     return stage_result(name, step.result, source, spec_in, folder, output=cls(config).output,
                         splits=(read, untouched))
+
+
+def _names_evaluation_sets(f: dataclasses.Field) -> bool:
+    """Whether a config's field takes evaluation sets, ``NAME=PATH[:PRESET]`` (decontaminate's ``against``)."""
+    return "NAME=PATH" in (f.metadata.get("metavar") or "")
+
+
+def evaluation_sets_as_specs(config_cls: type, keywords: dict, scratch: str) -> dict:
+    """``keywords`` with each evaluation-set keyword given as ``{name: data, or (data, preset)}`` (data: a path, or
+    in-memory data written as Parquet under ``scratch``, as ``compare``'s are) turned into its ``NAME=PATH[:PRESET]``
+    specs; one given as data without names is refused, saying what to give."""
+    out = dict(keywords)
+    for f in (f for f in dataclasses.fields(config_cls) if _names_evaluation_sets(f) and f.name in keywords):
+        value = keywords[f.name]
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            continue
+        if not isinstance(value, dict):
+            raise TypeError(f"{f.name}: give the evaluation sets as {{name: data}} (a path, DataFrame, Arrow table or "
+                            f"HF Dataset; or (data, preset)), or as 'NAME=PATH[:PRESET]' strings")
+        specs = []
+        for set_name, given in value.items():
+            data, preset = given if isinstance(given, tuple) else (given, None)
+            (path,) = _one_path(set_name, as_source(data, join(scratch, f.name, str(set_name))).all_paths)
+            specs.append(f"{set_name}={path}" + (f":{preset.lower()}" if preset else ""))
+        out[f.name] = specs
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -96,7 +125,10 @@ def stage_function(name: str, cls: type):
     call.__signature__ = inspect.Signature(params)
     call.__name__ = call.__qualname__ = name.replace("-", "_")
     doc = inspect.getdoc(cls) or name
-    lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip() for k, leaf in keywords.items()]
+    lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip()
+             + (" In Python: {name: data, or (data, preset)}, data a path, DataFrame, Arrow table or HF Dataset; or "
+                "'NAME=PATH[:PRESET]' strings." if _names_evaluation_sets(leaf.field) else "")
+             for k, leaf in keywords.items()]
     call.__doc__ = (f"{doc}\n\n``data``: a path, DataFrame, Arrow table, HF Dataset/DatasetDict, Ray Dataset or "
                     "{split: data}; ``out``: the stage's folder (default: a temporary folder, removed with the result "
                     "or at exit); ``engine``: local | ray; ``mode``: overwrite | skip | error; ``split``: the named "
@@ -175,10 +207,10 @@ def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> PipelineResul
 
 
 def _one_path(name: str, paths: list) -> list:
-    """The one file, folder or corpus that ``compare``'s corpus or evaluation set ``name`` is."""
+    """The one file, folder or corpus that a training corpus or evaluation set ``name`` is."""
     if len(paths) != 1:
-        raise ValueError(f"compare: {name} is {len(paths)} inputs; give each training corpus and evaluation set as "
-                         "one file, folder or corpus")
+        raise ValueError(f"{name} is {len(paths)} inputs; give each training corpus and evaluation set as one file, "
+                         "folder or corpus")
     return paths
 
 
