@@ -427,3 +427,18 @@ def test_decontaminate_in_python_takes_evaluation_sets_as_data(tmp_path):
     with pytest.raises(TypeError, match=r"against: give the evaluation sets as \{name: data\}"):
         rf.decontaminate(test, preset="snli", against=[hard])
     assert "In Python: {name: data, or (data, preset)}" in rf.decontaminate.__doc__
+
+
+def test_a_printed_pipeline_names_its_evaluation_sets_wherever_it_runs(tmp_path):
+    """``decontaminate … --against hard=hard.jsonl:snli --print-config`` in one folder writes the evaluation set's
+    path from that folder, so the pipeline runs from any other (a relative path was left relative)."""
+    import shutil
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    shutil.copy(SNLI_HARD, tmp_path / "here" / "hard.jsonl")
+    printed = run_cli("decontaminate", SNLI_DEV, "--preset", "snli", "--against", "hard=hard.jsonl:snli", "--out",
+                      "o", "--print-config", cwd=tmp_path / "here").stdout
+    assert f"hard={tmp_path / 'here' / 'hard.jsonl'}:snli" in printed
+    (tmp_path / "p.yaml").write_text(printed)
+    run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", cwd=tmp_path / "elsewhere")

@@ -299,11 +299,23 @@ def anchor_settings(config, base: str):
             anchored = anchor_path(value, base)
             if f.metadata["path"] == NAME_OR_FOLDER and not os.path.exists(anchored):
                 anchored = value
+        elif isinstance(value, (tuple, list)) and "NAME=PATH" in (f.metadata.get("metavar") or ""):
+            anchored = type(value)(_anchor_named(spec, base) for spec in value)   # evaluation sets
         else:
             continue
         if anchored != value:
             changes[f.name] = anchored
     return dataclasses.replace(config, **changes) if changes else config
+
+
+def _anchor_named(spec, base: str):
+    """An evaluation set's ``NAME=PATH[:PRESET]`` with its path taken from ``base`` where relative."""
+    if not isinstance(spec, str) or "=" not in spec:
+        return spec
+    name, _, rest = spec.partition("=")
+    head, colon, preset = rest.rpartition(":")
+    path, suffix = (head, f":{preset}") if colon and preset.lower() in PRESETS else (rest, "")
+    return f"{name}={anchor_path(path, base)}{suffix}"
 
 
 def anchor_references(config, references: tuple, step_names: set, base: str):
