@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from conftest import SNLI_DEV, SNLI_TEST, run_cli
+from conftest import DATA, SNLI_DEV, SNLI_TEST, run_cli
 
 from refinery.io.corpus import Corpus
 
@@ -157,3 +157,19 @@ def test_a_missing_column_is_named_as_the_users_file_names_it_with_the_fix(tmp_p
     proc = run_cli("run", spec, "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2 and "step 01-weights needs column(s) text_b" in proc.stderr
     assert "claim (as text_a); not read: evidence_pages" in proc.stderr
+
+
+def test_an_input_that_loses_many_rows_to_rejects_says_why(tmp_path):
+    """1,000 SNLI dev rows and 300 HANS rows read through SNLI's preset: HANS's non-entailment rows are rejected (a
+    label of another release). Beside the count, the verb says how many and the commonest reason, which names the
+    preset that reads them."""
+    dev, hans = tmp_path / "dev.jsonl", tmp_path / "hans300.tsv"
+    with open(SNLI_DEV) as fh:
+        dev.write_text("".join(line for _, line in zip(range(1000), fh)))
+    with open(DATA / "hans" / "hans_regenerated.tsv") as fh:
+        hans.write_text("".join(line for _, line in zip(range(300), fh)))
+    proc = run_cli("dedup", dev, hans, "--preset", "snli", "--out", tmp_path / "o")
+    said = [line for line in proc.stderr.splitlines() if "input rows" in line]
+    assert len(said) == 1, proc.stderr
+    assert said[0].startswith("warning: 299 of 1,299 input rows (23.0%) were rejected, 299 for label not in the "
+                              "label set") and "preset hans" in said[0], said

@@ -176,14 +176,16 @@ class Corpus:
             return schema.empty_table().select(columns) if columns else schema.empty_table()
         return concat(tables)
 
-    def read_rejects(self) -> pa.Table:
+    def read_rejects(self, columns: list | None = None) -> pa.Table:
+        """The input rows the corpus answers for as rejected, each with its reason (``columns``: those only)."""
         fs, _ = get_fs(self.url, self.storage_options)
         tables = []
         for url in self.reject_files:
             _, path = get_fs(url, self.storage_options)
             with fs.open(path, "rb") as fh:
-                tables.append(pq.read_table(fh))
-        return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)
+                tables.append(pq.read_table(fh, columns=columns))
+        empty = empty_table(REJECTS_SCHEMA)
+        return pa.concat_tables(tables) if tables else empty.select(columns) if columns else empty
 
 
 def iter_parquet(files, storage_options: dict | None = None, columns=None, batch_rows: int = 65_536

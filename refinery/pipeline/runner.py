@@ -27,7 +27,7 @@ from typing import Callable
 from refinery import __version__
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
-from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus
+from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus, reject_reasons
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join
 from refinery.io.finished import STAGE, finished
@@ -167,7 +167,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
     folder, name, started = join(out, INPUT_DIR), "input", time.perf_counter()
     try:
         upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(source.paths, opts.storage_options))
-        run.stages.append(_step(folder, "input", upstream, opts, echo,
+        run.stages.append(_step(folder, INPUT_STEP, upstream, opts, echo,
                                 lambda out: (ingest(spec.input, source, out), None)))
         run.stages[-1].passes_on = folder
         corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
@@ -314,9 +314,34 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         marker.summary = StepRecord(name, fp, result.rows_in, result.parts, result.headline, result.report_file,
                                     round(seconds, 3), peak, task_peak, phases).to_json()
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
+    result = with_rejects_named(result, folder, name, opts)
     for line in step_lines(result):
         echo(f"   {line}")
     return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases)
+
+
+MANY_REJECTED = 0.05   # a stage whose input lost this share of its rows to rejects says why, on the console
+INPUT_STEP = "input"  # the name a pipeline's input step runs under
+
+
+def with_rejects_named(result: StageResult, folder: str, name: str, opts: ReadOptions) -> StageResult:
+    """``result`` with a warning where at least ``MANY_REJECTED`` of the input rows were rejected: how many, the
+    commonest reason (read from the output corpus's rejects: an input of another release read through the wrong
+    preset loses all its rows of one label, silently but for a count) and where each rejected row is kept."""
+    rejected = result.parts.get("input rejects", result.parts.get("rejected", 0))
+    part = "" if name == INPUT_STEP else stage_class(name).output.value   # the input's step: the corpus is the folder
+    url = None if part is None else join(folder, part) if part else folder
+    if rejected < MANY_REJECTED * max(result.rows_in, 1) or not rejected or url is None \
+            or not is_corpus(url, opts.storage_options):
+        return result
+    reasons = reject_reasons(Corpus.open(url, opts.storage_options).read_rejects(["reason"]))
+    if not reasons:
+        return result
+    reason, n = reasons.most_common(1)[0]
+    said = (f"{rejected:,} of {result.rows_in:,} input rows ({rejected / result.rows_in:.1%}) were rejected, {n:,} "
+            f"for {reason}; each rejected row is kept with its reason in {part or posixpath.basename(folder)}/'s "
+            f"rejects (refinery inspect {url} counts them by reason)")
+    return dataclasses.replace(result, warnings=(*result.warnings, said))
 
 
 def step_lines(result: StageResult) -> list[str]:
