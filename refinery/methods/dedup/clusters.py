@@ -8,8 +8,9 @@ cosine threshold in every field (``embedded``). Clusters are the graph's connect
 one row, its representative: its first row in input order, or its first of ``prefer_split`` where it has one; every
 other row is a duplicate of the representative, named with its kind (exact: equal texts; normalized: equal once
 normalized; near: the least Jaccard (or cosine) of its fields against the representative's, which in a chain of
-near-duplicates may fall under t). A cluster whose rows carry more than one label is a label conflict: its rows are
-kept all, dropped all, or reduced to one as any cluster (``DedupConfig.conflicts``).
+near-duplicates may fall under t). A cluster whose rows carry more than one label is a label conflict: it keeps one
+row of each of its labels (its minimal pairs; a later row of a label it keeps duplicates that row), drops all its
+rows, or is reduced to one as any cluster (``DedupConfig.conflicts``).
 """
 from __future__ import annotations
 
@@ -210,6 +211,28 @@ class JaccardMeasure:
         return minhash.min_jaccard(self.shingles, self.shingles, left, right)
 
 
+def _one_row_per_label(conflict: np.ndarray, component: np.ndarray, codes: np.ndarray, order: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, the row each duplicates) of the label-conflict clusters' rows that are not their cluster's first row of
+    their label (by ``order``): a conflict cluster kept whole keeps its minimal pairs, one row of each label, not
+    the same-label copies among them."""
+    n = len(order)
+    idx = np.flatnonzero(conflict)
+    _, group = np.unique(component[idx] * (int(codes.max(initial=0)) + 2) + codes[idx] + 1, return_inverse=True)
+    first = np.full(group.max(initial=-1) + 1, 2 * n, np.int64)
+    np.minimum.at(first, group, order[idx])
+    label_first = first[group] % n
+    later = label_first != idx
+    return idx[later], label_first[later]
+
+
+def _kinds(rows: np.ndarray, partners: np.ndarray, exact_key: np.ndarray, normal_key: np.ndarray):
+    """(rows, kind) pairs: which of ``rows`` are exact, normalized or near duplicates of their ``partners``."""
+    exact = exact_key[rows] == exact_key[partners]
+    normal = ~exact & (normal_key[rows] == normal_key[partners])
+    return (rows[exact], EXACT), (rows[normal], NORMALIZED), (rows[~exact & ~normal], NEAR)
+
+
 def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates:
     """Every row's place in the duplicate graph of ``rows`` (see the module's docstring), its near-duplicates by
     ``measure`` (default: ``JaccardMeasure``; ``embedded.CosineMeasure`` under ``similarity: cosine``)."""
@@ -255,6 +278,13 @@ def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates
     dropped = dup.copy()
     if config.conflicts == "keep":
         dropped &= ~conflict
+        same = _one_row_per_label(conflict, component, codes, order)
+        for rows_, kind_to in _kinds(same[0], same[1], exact_key, normal_key):
+            kind[rows_] = kind_to
+        partner[same[0]], dropped[same[0]] = same[1], True
+        near_ones = same[0][kind[same[0]] == NEAR]
+        similarity[same[0]] = 1.0
+        similarity[near_ones] = measure.between(near_ones, partner[near_ones])
     elif config.conflicts == "drop":
         dropped |= conflict
         reps = np.flatnonzero(conflict & ~dup)   # a representative dropped: named with its cluster's next row

@@ -44,9 +44,10 @@ class DedupConfig:
                                        "training copies of test rows are removed); else its first row in input "
                                        "order.")
     conflicts: str = setting("keep", one_of(*CONFLICTS),
-                             "A cluster whose rows carry different labels: keep all its rows (a near-duplicate "
-                             "of another label may be a minimal pair: SNLI's 'a game' / 'a game outside'), drop "
-                             "them all (label noise), or keep one as in any cluster.")
+                             "A cluster whose rows carry different labels: keep one row of each of its labels (a "
+                             "near-duplicate of another label may be a minimal pair: SNLI's 'a game' / 'a game "
+                             "outside'; its same-label copies are removed), drop them all (label noise), or keep one "
+                             "as in any cluster.")
     seed: int = setting(0, SEED, "Seed of the MinHash functions.")
     memory_budget: str | None = setting(None, help="What dedup may hold (8G, 512M, 0.5 of memory; none: half): the "
                                                    "input's signatures and the LSH bands held at once (three, fewer "
