@@ -1,8 +1,10 @@
-"""SIGTERM ends a command as Ctrl-C does: a scheduler's or ``kill``'s stop raises ``Terminated`` (a
-``KeyboardInterrupt``) in the main thread, so the same clean-up runs (unpublished folders removed, Ray tasks
-cancelled, what was published named) and the command exits 143 in one line instead of dying mid-write or
-printing Ray's stack dump. Ray's driver replaces the SIGTERM handler when it connects; ``sigterm_kept``
-puts refinery's back."""
+"""SIGINT and SIGTERM end a command as they should whatever is in flight: Ctrl-C exits 130, SIGTERM (a scheduler's
+or ``kill``'s stop) 143, each in one line, after the same clean-up (unpublished folders removed, Ray tasks
+cancelled, what was published named). SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread
+instead of killing the process mid-write or printing Ray's stack dump. Each signal is recorded as it comes, so that
+an interrupt a library turned into an error of its own (DuckDB's "Query interrupted", Ray's, a store's failure
+raised by the clean-up it started) still ends as the interrupt it was. Ray's driver replaces the SIGTERM handler
+when it connects; ``sigterm_kept`` puts refinery's back."""
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +17,7 @@ class Terminated(KeyboardInterrupt):
     """The process was sent SIGTERM."""
 
 
-_received: list[int] = []   # SIGTERM, once it came (Ray re-raises it as a plain KeyboardInterrupt, DuckDB as its own)
+_received: list[int] = []   # the signals that came (Ray re-raises them as a plain KeyboardInterrupt, DuckDB as its own)
 
 
 def _raise_terminated(signum, frame):
@@ -23,10 +25,31 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+def _raise_interrupted(signum, frame):
+    _received.append(signum)
+    raise KeyboardInterrupt()
+
+
 def was_terminated(e: BaseException) -> bool:
     """Whether ``e`` ends a run that SIGTERM stopped: ``Terminated``, or any error after SIGTERM came (Ray re-raises
     the interrupt as a plain ``KeyboardInterrupt``, DuckDB as "Query interrupted" or inside an error of its own)."""
-    return isinstance(e, Terminated) or bool(_received)
+    return isinstance(e, Terminated) or signal.SIGTERM in _received
+
+
+def was_interrupted(e: BaseException) -> bool:
+    """Whether ``e`` ends a run that Ctrl-C stopped: a ``KeyboardInterrupt`` or DuckDB's answer to one
+    (``query_interrupted``), itself or behind the error it became (a clean-up's store error raised while the
+    interrupt was handled), or any error after SIGINT came (``end_on_interrupt``)."""
+    links, seen = [e], set()
+    while links:
+        link = links.pop()
+        if link is None or id(link) in seen:
+            continue
+        if isinstance(link, KeyboardInterrupt) or query_interrupted(link):
+            return True
+        seen.add(id(link))
+        links += [link.__cause__, link.__context__]
+    return signal.SIGINT in _received
 
 
 def query_interrupted(e: BaseException) -> bool:
@@ -35,6 +58,12 @@ def query_interrupted(e: BaseException) -> bool:
     duckdb = sys.modules.get("duckdb")
     return duckdb is not None and (isinstance(e, duckdb.InterruptException) or
                                    (type(e) is RuntimeError and str(e).startswith("Query interrupted")))
+
+
+def end_on_interrupt() -> None:
+    """Make Ctrl-C raise ``KeyboardInterrupt``, recorded (the command line's process, once its command runs)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _raise_interrupted)
 
 
 def end_on_sigterm() -> None:

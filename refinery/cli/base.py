@@ -20,8 +20,9 @@ def user_errors() -> tuple:
     from refinery.io.corpus import EmptyInput
     from refinery.io.readers import BadRowError
 
+    duckdb = sys.modules.get("duckdb")   # its disk's failures (a file it reads, its spill folder): not loaded, none
     return (BadRowError, FileNotFoundError, FileExistsError, PermissionError, EmptyInput, ValueError, KeyError,
-            OSError)
+            OSError, *((duckdb.IOException,) if duckdb else ()))
 
 
 def _one_line(e: BaseException) -> str:
@@ -94,19 +95,23 @@ def first_sentence(doc: str) -> str:
 def ended(e: BaseException) -> int:
     """Say on stderr, in one line, how the command that raised ``e`` ended, and give its exit code: 130 for
     Ctrl-C and 143 for SIGTERM (naming what the run had already published), 0 for a reader that closed the pipe
-    (nothing said), 2 for what the user can fix (``user_errors``), 1 for refinery's own fault. ``jobs/run.py``
+    (nothing said), 2 for what the user can fix (``user_errors``; a store's failure as the line that names its URL
+    and operation, whatever library carried it: ``store_failure_in``), 1 for refinery's own fault. ``jobs/run.py``
     ends the same."""
-    from refinery.termination import query_interrupted, was_terminated
+    from refinery.io.location import store_failure_in
+    from refinery.termination import was_interrupted, was_terminated
 
-    if was_terminated(e):   # whatever it surfaced as: a library may wrap the interrupt in an error of its own
+    # whatever the interrupt surfaced as: a library may wrap it in an error of its own
+    if was_terminated(e):
         click.echo(f"terminated (SIGTERM): {_published_before()}", err=True)
         return 143
-    if isinstance(e, KeyboardInterrupt) or query_interrupted(e):
+    if was_interrupted(e):
         click.echo(f"interrupted: {_published_before()}", err=True)
         return 130
     if isinstance(e, BrokenPipeError):
         _quiet_stdout()
         return 0
+    e = store_failure_in(e) or e
     click.echo(f"error: {_one_line(e)}", err=True)
     return 2 if isinstance(e, user_errors()) else 1
 
@@ -116,9 +121,13 @@ SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more
 
 def _published_before() -> str:
     """What an interrupted run had published and left, named under their common parent: each folder is
-    whole (``AtomicDir``); nothing else was published."""
+    whole (``AtomicDir``); nothing else was published. Where the store that holds them fails to say (it may be why
+    the run was interrupted), that is said instead: the interrupt still ends the run in one line."""
     publishing = sys.modules.get("refinery.io.publishing")   # not loaded: nothing was published (an interrupt that
-    folders = publishing.published_folders() if publishing else []   # cut an import short must not import again)
+    try:                                                      # cut an import short must not import again)
+        folders = publishing.published_folders() if publishing else []
+    except Exception as e:  # noqa: BLE001 — a store that fails now must not turn the interrupt into its error
+        return f"what it had published could not be looked up ({_one_line(e)}); each output is whole, old or new"
     if not folders:
         return "nothing was published; a finished output in --out is as it was"
     parent = _common_parent(folders)

@@ -18,8 +18,11 @@ def end_before_start() -> None:
 
 
 def started() -> None:
-    """The command runs: Ctrl-C raises ``KeyboardInterrupt`` again (SIGTERM: ``termination.end_on_sigterm``)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    """The command runs: Ctrl-C raises ``KeyboardInterrupt`` again, recorded so that it ends the command as an
+    interrupt whatever it became (``termination.end_on_interrupt``; SIGTERM: ``termination.end_on_sigterm``)."""
+    from refinery.termination import end_on_interrupt
+
+    end_on_interrupt()
 
 
 def run() -> None:

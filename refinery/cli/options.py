@@ -34,8 +34,9 @@ def input_options(f):
 
 io_timeout_option = click.option(
     "--io-timeout", type=click.FloatRange(min=0, min_open=True), default=IO_TIMEOUT, show_default=True,
-    envvar="REFINERY_IO_TIMEOUT", help=f"Seconds an object store may take to answer a read; each call is tried "
-                                       f"{STORE_ATTEMPTS} times, connections time out after {CONNECT_TIMEOUT:g} s.")
+    envvar="REFINERY_IO_TIMEOUT", help=f"Seconds an object store may take to answer a call, its retries (up to "
+                                       f"{STORE_ATTEMPTS} tries) included; connections time out after "
+                                       f"{CONNECT_TIMEOUT:g} s.")
 
 
 def printable_pipeline(spec, references: tuple = ()) -> str:

@@ -1,13 +1,18 @@
-"""DuckDB connections and the SQL text of the named queries in ``sql/`` (one query a file), of those in a method
-package's own ``sql/`` (its algorithm, e.g. ``refinery/methods/upsample/sql/``) or of a user's .sql file: what the
-readers' id hashing, the spill runs, the corpus queries and the methods' SQL all stand on."""
+"""DuckDB connections, local copies of a store's Parquet files for them (``local_copy``), and the SQL text of the
+named queries in ``sql/`` (one query a file), of those in a method package's own ``sql/`` (its algorithm, e.g.
+``refinery/methods/upsample/sql/``) or of a user's .sql file: what the readers' id hashing, the spill runs, the corpus
+queries and the methods' SQL all stand on."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import weakref
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from refinery.io.location import get_fs, on_store
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -68,3 +73,38 @@ def connect() -> duckdb.DuckDBPyConnection:
     con.execute("SET temp_directory = " + quote_literal(os.path.join(tempfile.gettempdir(), f"refinery-duckdb-{os.getpid()}")))
     con.execute("SET preserve_insertion_order = true")
     return con
+
+
+
+def local_copy(con: duckdb.DuckDBPyConnection, url: str, storage_options: dict | None = None) -> str:
+    """A local copy of the store's file ``url`` (a remote Parquet shard), for ``con`` to read with DuckDB's own
+    reader; the copies are removed with the connection (or at exit). A store's failure is one line naming the file
+    and the operation (``on_store``), raised here, before any query.
+
+    Why not a pyarrow dataset over the fsspec filesystem, which DuckDB would scan: its scanner calls the filesystem
+    on Arrow's threads, and a store's failure there could deadlock the run (Arrow words the Python error under its
+    scheduler's lock, needing the GIL that the DuckDB thread starting the scan holds while it waits for that lock),
+    or end it as DuckDB's error with no operation named (issue 64: a store killed during ``upsample``)."""
+    fs, path = get_fs(url, storage_options)
+    handle, target = tempfile.mkstemp(suffix=".parquet", dir=_copies_of(con))
+    os.close(handle)
+    with on_store(url, "reading"):
+        fs.get_file(path, target)
+    return target
+
+
+_COPIES: dict[int, str] = {}   # id of a connection → the folder of its local copies (``local_copy``)
+
+
+def _copies_of(con) -> str:
+    """The folder of ``con``'s local copies, made with the first one and removed when ``con`` is."""
+    if id(con) not in _COPIES:
+        folder = tempfile.mkdtemp(prefix="refinery-shards-")
+        _COPIES[id(con)] = folder
+        weakref.finalize(con, _remove_copies, id(con), folder)
+    return _COPIES[id(con)]
+
+
+def _remove_copies(key: int, folder: str) -> None:
+    _COPIES.pop(key, None)
+    shutil.rmtree(folder, ignore_errors=True)

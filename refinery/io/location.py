@@ -1,14 +1,19 @@
 """Where refinery reads and writes: one place that turns a user's path or URL into (filesystem, path), with
 the storage options, the deadlines and the errors of the stores.
 
-Every call to an object store has a deadline: S3 clients connect within ``CONNECT_TIMEOUT`` seconds, wait at
-most the I/O timeout (``--io-timeout``, ``REFINERY_IO_TIMEOUT``; ``IO_TIMEOUT`` by default) for each read,
-and try a call ``STORE_ATTEMPTS`` times in all (botocore's standard retry mode, s3fs's own retry loop off,
-so the two do not multiply). Clean-up after a failure has its own budget, ``CLEANUP_SECONDS``: what it
+One deadline a call: every call to an object store, its retries included, ends within the I/O timeout
+(``--io-timeout``, ``REFINERY_IO_TIMEOUT``; ``IO_TIMEOUT`` by default), so a store that accepts and never answers
+fails the run in that time (S3: ``s3_deadlines``, which botocore's ``STORE_ATTEMPTS`` tries fit in; s3fs's own
+retry loop is off, so the two do not multiply). A connection times out after ``CONNECT_TIMEOUT`` seconds, a read
+that goes silent after the I/O timeout. Clean-up after a failure has its own budget, ``CLEANUP_SECONDS``: what it
 cannot remove in time stays listed for the next run on the same output, which removes it.
+
+Every failure of a store or a disk is one line naming the URL and the operation (``StoreError``), whatever
+carried it (``store_failure_in``: DuckDB and Arrow keep only an error's text).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -31,7 +36,8 @@ BUCKET_PROTOCOLS = (*S3_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")   # store
 
 
 def io_timeout() -> float:
-    """Seconds a store may take to answer one read: ``REFINERY_IO_TIMEOUT`` (set by ``--io-timeout``)."""
+    """Seconds a store may take to answer one call, its retries included: ``REFINERY_IO_TIMEOUT`` (set by
+    ``--io-timeout``)."""
     value = os.environ.get("REFINERY_IO_TIMEOUT")
     try:
         timeout = float(value) if value else IO_TIMEOUT
@@ -99,10 +105,21 @@ def get_fs(url: str, storage_options: dict | None = None) -> tuple["fsspec.Abstr
     from fsspec.core import url_to_fs
 
     protocol = url.split("://", 1)[0] if "://" in url else "file"
+    if protocol in S3_PROTOCOLS:
+        _s3_with_deadlines()
     fs, path = url_to_fs(url, **merged(storage_options_from_env(protocol), storage_options or {}))
     if protocol in S3_PROTOCOLS:
         fs.retries = 1   # botocore retries (STORE_ATTEMPTS); s3fs's loop around it would multiply them
     return fs, path
+
+
+@functools.lru_cache(maxsize=1)
+def _s3_with_deadlines() -> None:
+    """Make ``s3://`` and ``s3a://`` refinery's S3 (``s3_deadlines``): each call within the I/O timeout, named."""
+    from fsspec import register_implementation
+
+    for protocol in S3_PROTOCOLS:
+        register_implementation(protocol, "refinery.io.s3_deadlines.S3WithDeadlines", clobber=True)
 
 
 def is_local(fs) -> bool:
@@ -182,22 +199,52 @@ def check_bucket(url: str, fs, path: str) -> None:
                             "buckets: create it, or name one that exists") from None
 
 
-def store_error(url: str, operation: str, error: BaseException) -> OSError:
+class StoreError(OSError):
+    """A store's or a disk's failure, one line: ``URL: OPERATION failed: REASON`` (``store_error``)."""
+
+    def __init__(self, url: str, operation: str, reason: str, code: int | None = None):
+        super().__init__(f"{url}: {operation} failed: {reason}")
+        self.url, self.operation, self.reason, self.errno = url, operation, reason, code
+
+    def __reduce__(self):   # a Ray task's error crosses to the driver whole
+        return StoreError, (self.url, self.operation, self.reason, self.errno)
+
+
+_FAILURES: collections.deque = collections.deque(maxlen=16)   # the latest named failures (``store_failure_in``)
+
+
+def store_error(url: str, operation: str, error: BaseException | str) -> StoreError:
     """One line naming what failed where: the URL, the operation, and the store's or the disk's answer (a full
-    disk with the space left on it)."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    disk with the space left on it; of an error named already, its reason). Kept among the latest failures, for
+    ``store_failure_in`` to find when a library hands on only its text."""
+    text = error.reason if isinstance(error, StoreError) else " ".join(str(error).split()) or type(error).__name__
     if isinstance(error, OSError) and error.errno == errno.ENOSPC and "://" not in url:
         probe = url
         while probe and not os.path.exists(probe):
             probe = os.path.dirname(probe)
         free = shutil.disk_usage(probe or ".").free
         text = f"no space left on device ({free / 2**20:,.1f} MiB free there)"
-    elif "checksum" in text.lower():
+    elif "checksum" in text.lower() and not isinstance(error, StoreError):
         text += (" (a store that does not support checksums: set " +
                  " and ".join(f"{variable}=when_required" for variable in CHECKSUM_SETTINGS.values()) + ")")
-    wrapped = OSError(f"{url}: {operation} failed: {text}")
-    wrapped.errno = getattr(error, "errno", None)
-    return wrapped
+    failure = StoreError(url, operation, text, getattr(error, "errno", None))
+    _FAILURES.append(failure)
+    return failure
+
+
+def store_failure_in(error: BaseException) -> StoreError | None:
+    """The named store failure that ``error`` is or carries: itself or its cause (``raise … from``), or one whose
+    line its text holds (DuckDB's error for an Arrow stream that failed, Arrow's for a Python file, keep only the
+    text: ``reading the stream registered as '__shard_1' failed: IOError: s3://…: reading failed: …``); else None.
+    An error raised while handling a store's failure is its own (``__context__`` is not followed)."""
+    link, seen = error, set()
+    while link is not None and id(link) not in seen:
+        if isinstance(link, StoreError):
+            return link
+        seen.add(id(link))
+        link = link.__cause__
+    text = " ".join(str(error).split())
+    return next((failure for failure in reversed(_FAILURES) if str(failure) in text), None)
 
 
 @contextlib.contextmanager

@@ -35,16 +35,11 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _source(con, url: str, storage_options, index: int) -> str:
-    """A FROM-clause source for one Parquet file: DuckDB's reader locally, an Arrow dataset over fsspec remotely."""
+def _source(con, url: str, storage_options) -> str:
+    """A FROM-clause source for one Parquet file: DuckDB's reader, of a local copy where it is on a store
+    (``db.local_copy``)."""
     fs, path = get_fs(url, storage_options)
-    if is_local(fs):
-        return f"read_parquet({quote_literal(path)})"
-    import pyarrow.dataset as pads
-
-    name = f"__shard_{index}"
-    con.register(name, pads.dataset(path, filesystem=fs, format="parquet"))
-    return quote_ident(name)
+    return f"read_parquet({quote_literal(path if is_local(fs) else db.local_copy(con, url, storage_options))})"
 
 
 def _columns_with_split(con, source: str, split: str) -> str:
@@ -62,7 +57,7 @@ def register_corpora(con, corpora: dict[str, list[str]], storage_options=None, v
     parts = []
     for split, files in corpora.items():
         for url in files:
-            source = _source(con, url, storage_options, len(parts))
+            source = _source(con, url, storage_options)
             parts.append(f"SELECT {_columns_with_split(con, source, split)}, {quote_literal(url)} AS shard "
                          f"FROM {source}")
     con.execute(f"CREATE OR REPLACE VIEW {quote_ident(view)} AS " + " UNION ALL BY NAME ".join(parts))
@@ -78,7 +73,7 @@ def load_rows(con, corpora: dict[str, list[str]], storage_options=None, table: s
     parts, index = [], 0
     for split, files in corpora.items():
         for url in files:
-            source = _source(con, url, storage_options, index)
+            source = _source(con, url, storage_options)
             columns = _columns_with_split(con, source, split) if with_split else "*"
             parts.append(f"SELECT {columns}, {index} AS __file, row_number() OVER () AS __pos FROM {source}")
             index += 1
