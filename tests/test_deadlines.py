@@ -1,7 +1,7 @@
 """One deadline a store call, and a store's failures in one line (issue 64, cases 7 and 8): a silent S3 endpoint ends
 every kind of verb within --io-timeout + a few seconds, exit 2, one line naming the URL and the operation; a store
-that dies while DuckDB reads it through Arrow ends the same, not as refinery's fault; Ctrl-C ends as an interrupt
-whatever the store does meanwhile."""
+that dies while a stage reads its shards for DuckDB ends the same, not as refinery's fault (exit 1) nor in a hang;
+Ctrl-C ends as an interrupt (130) whatever the store does meanwhile."""
 import os
 import re
 import signal
