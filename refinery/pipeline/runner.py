@@ -168,7 +168,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
     try:
         upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(source.paths, opts.storage_options))
         run.stages.append(_step(folder, INPUT_STEP, upstream, opts, echo,
-                                lambda out: (ingest(spec.input, source, out), None)))
+                                lambda out: (ingest(spec.input, source, out), None), corpus=""))
         run.stages[-1].passes_on = folder
         corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
         current = folder
@@ -270,7 +270,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
                                on_this_node=is_local(get_fs(folder, opts.storage_options)[0]))
         return stage.run(source, out), None
 
-    return _step(folder, stage_spec.name, fp, opts, echo, work, mode), stage
+    return _step(folder, stage_spec.name, fp, opts, echo, work, mode, corpus=stage.output.value), stage
 
 
 def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
@@ -287,12 +287,14 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 
-def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun") -> StageRun:
+def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: str = "rerun", *,
+          corpus: str | None = None) -> StageRun:
     """Run ``work`` into ``folder`` under a ``RunOutput`` whose ``_SUCCESS`` carries ``fp``, unless ``mode``
     says otherwise for a finished folder: ``rerun`` (pipelines) skips it when ``fp`` is unchanged and runs
     again when not; ``skip`` skips it when unchanged and refuses it when not; ``error`` refuses it. ``work``
     takes the ``StageOutput`` it publishes through and returns the stage's result and the peak memory of the Ray task it
-    ran the stage as (None if it did not)."""
+    ran the stage as (None if it did not). ``corpus``: the part holding the corpus the step wrote (``""``: the folder
+    itself; None: none), whose rejects ``with_rejects_named`` reads."""
     label = posixpath.basename(folder)
     done = finished(folder, opts.storage_options, STAGE)
     record = StepRecord.from_json(done) if done is not None else None
@@ -314,7 +316,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         marker.summary = StepRecord(name, fp, result.rows_in, result.parts, result.headline, result.report_file,
                                     round(seconds, 3), peak, task_peak, phases).to_json()
     echo(f"   {result.conservation()}  [{seconds:.1f}s]")
-    result = with_rejects_named(result, folder, name, opts)
+    result = with_rejects_named(result, folder, corpus, opts)
     for line in step_lines(result):
         echo(f"   {line}")
     return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases)
@@ -324,12 +326,11 @@ MANY_REJECTED = 0.05   # a stage whose input lost this share of its rows to reje
 INPUT_STEP = "input"  # the name a pipeline's input step runs under
 
 
-def with_rejects_named(result: StageResult, folder: str, name: str, opts: ReadOptions) -> StageResult:
+def with_rejects_named(result: StageResult, folder: str, part: str | None, opts: ReadOptions) -> StageResult:
     """``result`` with a warning where at least ``MANY_REJECTED`` of the input rows were rejected: how many, the
     commonest reason (read from the output corpus's rejects: an input of another release read through the wrong
     preset loses all its rows of one label, silently but for a count) and where each rejected row is kept."""
     rejected = result.parts.get("input rejects", result.parts.get("rejected", 0))
-    part = "" if name == INPUT_STEP else stage_class(name).output.value   # the input's step: the corpus is the folder
     url = None if part is None else join(folder, part) if part else folder
     if rejected < MANY_REJECTED * max(result.rows_in, 1) or not rejected or url is None \
             or not is_corpus(url, opts.storage_options):
