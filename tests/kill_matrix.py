@@ -231,16 +231,16 @@ def run(args: list, out: str, faults: StorageFaults | None = None, at: int | Non
 
 
 def cut_points(calls: list, every: bool | int) -> list[int]:
-    """Where to cut (1-based calls): every one, or a sample — the middle (a long stage's checkpoints written, its
-    rows being written: the old run stays) and the call after the last commit (the folders' exchange, or the write
-    of ``_SUCCESS`` on a store: the new run is published, its clean-up and the user's files' return cut)."""
+    """Where to cut (1-based calls): every one (or every n-th, and the commit's), or the suite's sample — the call
+    after the last commit (the folders' exchange, or the write of ``_SUCCESS`` on a store): the new run is
+    published, its clean-up and the user's files' return cut."""
     if every:   # every call, or every n-th (and the commit's)
         step = 1 if every is True else int(every)
         return sorted({*range(1, len(calls) + 1, step), *cut_points(calls, False)})
     commits = [i + 1 for i, c in enumerate(calls) if c == "renameat2" or (c.startswith("put_object")
                                                                            and c.endswith("_SUCCESS"))]
     swap = commits[-1] if commits else len(calls)
-    return sorted({max(1, len(calls) // 2), min(len(calls), swap + 1)})
+    return [min(len(calls), swap + 1)]
 
 
 def kill_matrix(stage: str, inputs: Inputs, out: str, every: bool | int = False, snapshot=None, restore=None
