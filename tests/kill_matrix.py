@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import posixpath
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,10 +22,11 @@ import fsspec
 from click.testing import CliRunner
 from storage_faults import StorageFaults
 
+from refinery.io.ownership import RUN_ID_IN_NAME
+
 VOLATILE = {"peak_rss", "finished", "run", "root", "started", "elapsed", "phases", "headline"}   # what differs between
 #            equal runs (times: also ``…seconds``; a store's run folder; a headline's time); and what says that a rerun
 #            resumed a killed one (``resumed…``)
-RUN_ID = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}")   # a run's id in a store's file names (each run its own)
 USER_FILES = {"notes.txt": "mine", "drafts/a.txt": "deep"}                    # what a user keeps in the folder
 
 
@@ -119,7 +119,7 @@ def _stable(value):
                 if k not in VOLATILE and not k.startswith("resumed") and not k.endswith("seconds")}
     if isinstance(value, list):
         return [_stable(v) for v in value]
-    return RUN_ID.sub("-RUN", value) if isinstance(value, str) else value
+    return RUN_ID_IN_NAME.sub("-RUN", value) if isinstance(value, str) else value   # a store's run ids
 
 
 def state(out: str) -> dict:
