@@ -268,9 +268,9 @@ def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates
     dup = in_cluster & (rep != np.arange(n))
     partner = np.where(dup, rep, -1)
     kind = np.zeros(n, np.int8)
-    kind[dup & (exact_key == exact_key[rep])] = EXACT
-    kind[dup & (kind == NONE) & (normal_key == normal_key[rep])] = NORMALIZED
-    kind[dup & (kind == NONE)] = NEAR
+    duplicates = np.flatnonzero(dup)
+    for rows_of_kind, named in _kinds(duplicates, rep[duplicates], exact_key, normal_key):
+        kind[rows_of_kind] = named
     similarity = np.zeros(n, np.float32)
     similarity[dup] = 1.0
     at = np.flatnonzero(kind == NEAR)
@@ -279,8 +279,8 @@ def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates
     if config.conflicts == "keep":
         dropped &= ~conflict
         same = _one_row_per_label(conflict, component, codes, order)
-        for rows_, kind_to in _kinds(same[0], same[1], exact_key, normal_key):
-            kind[rows_] = kind_to
+        for rows_of_kind, named in _kinds(same[0], same[1], exact_key, normal_key):
+            kind[rows_of_kind] = named
         partner[same[0]], dropped[same[0]] = same[1], True
         near_ones = same[0][kind[same[0]] == NEAR]
         similarity[same[0]] = 1.0
