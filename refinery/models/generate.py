@@ -195,29 +195,41 @@ class TransformersGenerator:
         return out
 
     def choose(self, prompts: list[str], options: list[str]) -> list[str]:
-        """For each prompt the option with the highest log p(option | prompt) (summed over its tokens)."""
+        """For each prompt the option with the highest log p(option | prompt) = Σ_j log p(o_j | prompt, o_<j) over
+        its tokens. Each batch of prompts runs through the model once (left-padded, its keys and values kept); each
+        option's tokens then run on a copy of that cache, so a prompt costs one pass and each option its own
+        tokens only, and only the positions that score a token are projected to the vocabulary."""
+        import copy
+
         import torch
 
         self._load()
         heads = [self.tokenizer(h, add_special_tokens=not self.chat)["input_ids"] for h in self.format(prompts)]
         tails = [self.tokenizer(o, add_special_tokens=False)["input_ids"] for o in options]
-        pairs = [(h, t) for h in heads for t in tails]
-        scores = []
-        pad = self.tokenizer.pad_token_id
-        for start in range(0, len(pairs), self.batch_size):
-            batch = pairs[start:start + self.batch_size]
-            width = max(len(h) + len(t) for h, t in batch)
-            ids = torch.tensor([[pad] * (width - len(h) - len(t)) + h + t for h, t in batch])
-            mask = torch.tensor([[0] * (width - len(h) - len(t)) + [1] * (len(h) + len(t)) for h, t in batch])
+        pad, scores = self.tokenizer.pad_token_id, torch.zeros(len(heads), len(options))
+        for start in range(0, len(heads), self.batch_size):
+            batch = heads[start:start + self.batch_size]
+            width = max(len(h) for h in batch)
+            ids = torch.tensor([[pad] * (width - len(h)) + h for h in batch], device=self.device)
+            mask = torch.tensor([[0] * (width - len(h)) + [1] * len(h) for h in batch], device=self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
             with torch.inference_mode():
-                positions_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-                logp = torch.log_softmax(self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                                    position_ids=positions_ids.to(self.device)).logits.float(), dim=-1)
-            for row, (_, t) in enumerate(batch):
-                positions = torch.arange(width - len(t) - 1, width - 1)
-                scores.append(float(logp[row, positions, torch.tensor(t)].sum()))
-        best = torch.tensor(scores).view(len(prompts), len(options)).argmax(dim=1).tolist()
-        return [options[i] for i in best]
+                head = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                  logits_to_keep=1)
+                first = torch.log_softmax(head.logits[:, -1].float(), dim=-1)
+                for k, tail in enumerate(tails):
+                    score = first[:, tail[0]].clone()
+                    if len(tail) > 1:   # the option's later tokens, each scored after the ones before it
+                        rest = torch.tensor([tail[:-1]] * len(batch), device=self.device)
+                        more = self.model(
+                            input_ids=rest, past_key_values=copy.deepcopy(head.past_key_values), use_cache=True,
+                            attention_mask=torch.cat([mask, torch.ones_like(rest)], dim=1),
+                            position_ids=positions[:, -1:] + torch.arange(1, len(tail), device=self.device),
+                            logits_to_keep=len(tail) - 1)
+                        logp = torch.log_softmax(more.logits.float(), dim=-1)
+                        score += logp[:, torch.arange(len(tail) - 1), torch.tensor(tail[1:])].sum(dim=1)
+                    scores[start:start + len(batch), k] = score.cpu()
+        return [options[i] for i in scores.argmax(dim=1).tolist()]
 
     def fit(self, prompts: list[str], targets: list[str], *, epochs: int = 1, lr: float = 5e-5, batch_size: int = 8,
             max_length: int = 256, lora: dict | None = None, precision: str = "auto",
