@@ -4,10 +4,13 @@ cancelled, what was published named). SIGTERM raises ``Terminated`` (a ``Keyboar
 instead of killing the process mid-write or printing Ray's stack dump. Each signal is recorded as it comes, so that
 an interrupt a library turned into an error of its own (DuckDB's "Query interrupted", Ray's, a store's failure
 raised by the clean-up it started) still ends as the interrupt it was. Ray's driver replaces the SIGTERM handler
-when it connects; ``sigterm_kept`` puts refinery's back."""
+when it connects; ``sigterm_kept`` puts refinery's back. A signal that comes while numba compiles a kernel is
+delivered once the compiler is done (``_deferred``)."""
 from __future__ import annotations
 
+import _thread
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -18,14 +21,52 @@ class Terminated(KeyboardInterrupt):
 
 
 _received: list[int] = []   # the signals that came (Ray re-raises them as a plain KeyboardInterrupt, DuckDB as its own)
+# code an exception must not unwind: numba compiling a kernel (half-registered machine code crashes the kernel's next
+# call) and llvmlite's ctypes callbacks (an exception raised in one is printed and dropped: the run would go on)
+_UNINTERRUPTIBLE = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
+RETRY_SECONDS = 0.05   # how soon a signal that came inside such code is delivered again
+_retrying: set[int] = set()
+
+
+def _uninterruptible(frame) -> bool:
+    """Whether the main thread, stopped at ``frame``, is inside code in ``_UNINTERRUPTIBLE`` (or called by it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(os.sep) and any(p in frame.f_code.co_filename
+                                                                 for p in _UNINTERRUPTIBLE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deferred(signum: int, frame) -> bool:
+    """Whether the signal came inside code it must not unwind (``_uninterruptible``): then it is delivered again
+    ``RETRY_SECONDS`` later (``_thread.interrupt_main`` runs this handler anew), until it lands outside."""
+    if not _uninterruptible(frame):
+        _retrying.discard(signum)
+        return False
+    if signum not in _retrying:
+        _retrying.add(signum)
+
+        def again():
+            _retrying.discard(signum)
+            _thread.interrupt_main(signum)
+
+        timer = threading.Timer(RETRY_SECONDS, again)
+        timer.daemon = True
+        timer.start()
+    return True
 
 
 def _raise_terminated(signum, frame):
+    if _deferred(signum, frame):
+        return
     _received.append(signum)
     raise Terminated()
 
 
 def _raise_interrupted(signum, frame):
+    if _deferred(signum, frame):
+        return
     _received.append(signum)
     raise KeyboardInterrupt()
 

@@ -219,6 +219,48 @@ def test_sigterm_stays_refinerys_through_rays_connect(monkeypatch):
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_a_ctrl_c_while_numba_compiles_is_delivered_once_the_kernel_is_built(monkeypatch):
+    """Ctrl-C that lands inside llvmlite's ctypes callback while numba compiles a kernel (the exception would be
+    printed and dropped there, the run going on; or the half-registered kernel crash its next call, SIGSEGV): the
+    interrupt comes once compilation is done, and the kernel built works."""
+    import signal
+    import sys
+    import threading
+
+    import numba
+    import numpy as np
+
+    from refinery import termination
+
+    monkeypatch.setattr(termination, "_received", [])
+    landed = []
+
+    def in_the_callback(frame, event, arg):   # SIGINT raised inside the callback: its handler runs there
+        if event == "call" and frame.f_code.co_name == "_raw_object_cache_notify" and not landed:
+            landed.append(frame.f_code.co_filename)
+            signal.raise_signal(signal.SIGINT)
+
+    @numba.njit
+    def kernel(x):   # new to this process: compiled here, not loaded from a cache
+        return np.cumsum(x * 3)[-1]
+
+    previous = signal.getsignal(signal.SIGINT)
+    termination.end_on_interrupt()
+    sys.setprofile(in_the_callback)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                kernel(np.arange(4))
+            finally:
+                sys.setprofile(None)
+            threading.Event().wait(10 * termination.RETRY_SECONDS)   # the interrupt, delivered again, lands here
+    finally:
+        sys.setprofile(None)
+        signal.signal(signal.SIGINT, previous)
+    assert landed and "llvmlite" in landed[0]
+    assert termination._received == [signal.SIGINT] and kernel(np.arange(4)) == 18
+
+
 @pytest.mark.parametrize("files", [
     {"notes.txt": "mine\n", "_SUCCESS": '{"mine": true}'},           # a user's _SUCCESS
     {"notes.txt": "mine\n", "manifest.json": "{}"},                   # a user's manifest.json
