@@ -49,8 +49,12 @@ def _pair(out: str) -> tuple:
     return ids, (done["accounting"]["kept"], done["accounting"]["filtered out"])
 
 
-def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, restore, after_cut=lambda at: None):
-    """The overwrite OLD → NEW of ``out``, cut at each of its storage calls in turn: a reader finds the old pair or the
+AROUND_THE_COMMIT = 12   # the last storage calls of an overwrite (its commit, the exchange, the clean-up): each cut
+
+
+def _overwrites_cut_at_its_calls(tiny, out: str, reference: str, snapshot, restore, after_cut=lambda at: None):
+    """The overwrite OLD → NEW of ``out``, cut in turn at every other one of its storage calls and at each of the last
+    ``AROUND_THE_COMMIT`` (every call: ``benchmarks/kill_matrix.py --every 1``): a reader finds the old pair or the
     new one (and ``after_cut(at)`` holds), and the rerun's pair and files are an uninterrupted run's."""
     faults = StorageFaults()
     assert _zfilter(tiny, out, OLD).exit_code == 0
@@ -60,7 +64,7 @@ def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, rest
     calls, new = faults.count, _pair(out)
     assert new != old and calls > 10, (calls, faults.calls)
     assert _pair(reference) == new
-    for at in range(1, calls + 1):
+    for at in sorted({*range(1, calls + 1, 2), *range(max(1, calls - AROUND_THE_COMMIT + 1), calls + 1)}):
         restore(saved)
         assert _pair(out) == old, f"the old run restored before the cut at call {at}"
         cut = _zfilter(tiny, out, NEW, faults, at)
@@ -76,7 +80,7 @@ def _overwrites_cut_at_every_call(tiny, out: str, reference: str, snapshot, rest
 USER_FILES = {"notes.txt": "mine", "kept/why.txt": "beside refinery's shards", "drafts/a/b.txt": "deep"}
 
 
-def test_a_local_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_new(tiny, tmp_path):
+def test_a_local_overwrite_cut_at_its_storage_calls_leaves_the_old_run_or_the_new(tiny, tmp_path):
     """... and the files the user keeps in the folder (at its top, inside a part, in a folder of their own) are in
     it, as they were, whichever call the cut falls on: before the swap, between it and the clean-up, after."""
     out, reference = tmp_path / "runs" / "zf", tmp_path / "reference"
@@ -97,14 +101,14 @@ def test_a_local_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_n
         for name, text in USER_FILES.items():
             assert (out / name).read_text() == text, f"cut at call {at}: the user's {name}"
 
-    _overwrites_cut_at_every_call(tiny, str(out), str(reference), snapshot, restore, users_files_in_place)
+    _overwrites_cut_at_its_calls(tiny, str(out), str(reference), snapshot, restore, users_files_in_place)
     names = sorted(p.name for p in out.parent.iterdir())
     assert names == ["zf"], names                 # no temporary folder left beside it
     assert sorted(p.name for p in out.iterdir()) == sorted([*(p.name for p in reference.iterdir()), "drafts",
                                                             "notes.txt"])
 
 
-def test_an_s3_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_new(tiny, s3, tmp_path):  # noqa: F811
+def test_an_s3_overwrite_cut_at_its_storage_calls_leaves_the_old_run_or_the_new(tiny, s3, tmp_path):  # noqa: F811
     out, reference = "s3://bucket/zf", tmp_path / "reference"
     assert _zfilter(tiny, str(reference), NEW).exit_code == 0
     folder = s3.root / "bucket" / "zf"
@@ -122,7 +126,7 @@ def test_an_s3_overwrite_cut_at_every_storage_call_leaves_the_old_run_or_the_new
         store.rm("bucket/zf", recursive=True)
         copy(saved, "bucket/zf")
 
-    _overwrites_cut_at_every_call(tiny, out, str(reference), snapshot, restore)
+    _overwrites_cut_at_its_calls(tiny, out, str(reference), snapshot, restore)
     runs = {key.split("/")[3] for key in store.find("bucket/zf/_runs")}   # objects, as a client sees them
     assert runs == {json.loads((folder / "_SUCCESS").read_text())["run"]}, runs   # cut runs' files are removed
     assert sorted(p.name for p in folder.iterdir()) == [".refinery.json", "_SUCCESS", "_runs"]
