@@ -73,11 +73,11 @@ def test_killed_transformer_confidence_resumes_from_its_finished_folds(tmp_path)
     data = tmp_path / "snli.jsonl"
     with open(SNLI_DEV) as fh:
         data.write_text("".join(fh.readline() for _ in range(150)))
-    args = ["confidence", str(data), "--preset", "snli", "--model", "transformer", "--folds", "3", "--tau", "0.3"]
+    args = ["confidence", str(data), "--preset", "snli", "--model", "transformer", "--folds", "2", "--tau", "0.3"]
     killed = tmp_path / "killed"
     finished = len(killed_when(args, killed, f"{CHECKPOINTS}/confidence/fold-*.parquet"))
-    assert finished < 3
-    assert f"resumed: {finished} of 3 folds" in run_cli(*args, "--out", killed).stdout
+    assert finished < 2
+    assert f"resumed: {finished} of 2 folds" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()                        # gone once the output is published
     run_cli(*args, "--out", tmp_path / "straight")
 

@@ -58,7 +58,8 @@ def _tiny(snli_sample, generator, out, *flags):
     """The CLI's configuration for ``flags`` (``--print-config``), run in this process (one torch import)."""
     printed = yaml.safe_load(run_cli(
         "ibadr", snli_sample, "--out", out, "--generator", generator, "--iterations", 2, "--per-iteration", 12,
-        "--lr", 1e-3, "--max-new-tokens", 16, "--tau", 0, "--usm-rows", 30, *flags, "--print-config").stdout)
+        "--lr", 1e-3, "--max-new-tokens", 16, "--tau", 0, "--usm-rows", 30, "--first-epochs", 1, *flags,
+        "--print-config").stdout)
     config = from_dict(IbadrConfig, printed["stages"][0]["ibadr"])
     IbadrStage(config).run(StageInput({"": [str(snli_sample)]}), StageOutput(str(out), inputs=[str(snli_sample)]))
 
