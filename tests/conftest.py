@@ -152,12 +152,55 @@ def assert_kept_audit_is_a_fresh_one(corpus, audit_folder) -> None:
     assert long.to_pylist() == counted.sort_by([("feature", "ascending"), ("label", "ascending")]).to_pylist()
 
 
+class _Zygote:
+    """This test process's ``tests/cli_zygote.py``: each command a process forked from one that has imported the
+    command line already (``REFINERY_TEST_ZYGOTE=0``: a fresh interpreter per command)."""
+
+    def __init__(self):
+        import threading
+
+        self.proc, self.lock = None, threading.Lock()
+
+    def _started(self) -> subprocess.Popen:
+        import json
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("cli_zygote.py"))],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+            ready = self.proc.stdout.readline()
+            assert ready and "ready" in json.loads(ready), "the command zygote did not start"
+        return self.proc
+
+    def run(self, args: list, env: dict, cwd) -> subprocess.CompletedProcess:
+        import json
+        import tempfile
+
+        with self.lock, tempfile.TemporaryDirectory(prefix="refinery-cli-") as streams:
+            out, err = Path(streams) / "stdout", Path(streams) / "stderr"
+            proc = self._started()
+            proc.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(cwd), "stdout": str(out),
+                                         "stderr": str(err)}) + "\n")
+            proc.stdin.flush()
+            answer = proc.stdout.readline()
+            assert answer, "the command zygote ended"
+            code = json.loads(answer)["returncode"]
+            read = lambda p: p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""   # noqa: E731
+            return subprocess.CompletedProcess([REFINERY, *args], code, read(out), read(err))
+
+
+_ZYGOTE = _Zygote() if os.environ.get("REFINERY_TEST_ZYGOTE", "1") != "0" else None
+
+
 def run_cli(*args, check=True, env=None, cwd=REPO):
-    """Run the installed ``refinery`` CLI as a user would (in ``cwd``, the repository's root unless given)."""
-    proc = subprocess.run([REFINERY, *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+    """Run the installed ``refinery`` CLI as a user would (in ``cwd``, the repository's root unless given): a process
+    of its own, its exit code, stdout and stderr (forked from ``_ZYGOTE``, which has imported the command line)."""
+    args, env = [str(a) for a in args], {**os.environ, **(env or {})}
+    if _ZYGOTE is not None:
+        proc = _ZYGOTE.run(args, env, cwd)
+    else:
+        proc = subprocess.run([REFINERY, *args], capture_output=True, text=True, env=env, cwd=cwd)
     if check and proc.returncode != 0:
-        raise AssertionError(f"refinery {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(f"refinery {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
