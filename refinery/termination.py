@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -23,16 +22,15 @@ class Terminated(KeyboardInterrupt):
 _received: list[int] = []   # the signals that came (Ray re-raises them as a plain KeyboardInterrupt, DuckDB as its own)
 # code an exception must not unwind: numba compiling a kernel (half-registered machine code crashes the kernel's next
 # call) and llvmlite's ctypes callbacks (an exception raised in one is printed and dropped: the run would go on)
-_UNINTERRUPTIBLE = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
+_UNINTERRUPTIBLE = ("numba", "llvmlite")   # their packages' modules
 RETRY_SECONDS = 0.05   # how soon a signal that came inside such code is delivered again
 _retrying: set[int] = set()
 
 
 def _uninterruptible(frame) -> bool:
-    """Whether the main thread, stopped at ``frame``, is inside code in ``_UNINTERRUPTIBLE`` (or called by it)."""
+    """Whether the main thread, stopped at ``frame``, is inside a module of ``_UNINTERRUPTIBLE`` (or called by one)."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith(os.sep) and any(p in frame.f_code.co_filename
-                                                                 for p in _UNINTERRUPTIBLE):
+        if frame.f_globals.get("__name__", "").partition(".")[0] in _UNINTERRUPTIBLE:
             return True
         frame = frame.f_back
     return False
@@ -42,7 +40,6 @@ def _deferred(signum: int, frame) -> bool:
     """Whether the signal came inside code it must not unwind (``_uninterruptible``): then it is delivered again
     ``RETRY_SECONDS`` later (``_thread.interrupt_main`` runs this handler anew), until it lands outside."""
     if not _uninterruptible(frame):
-        _retrying.discard(signum)
         return False
     if signum not in _retrying:
         _retrying.add(signum)

@@ -13,8 +13,8 @@ from conftest import SNLI_DEV, SNLI_TEST, run_cli
 from short_text_plugin import ShortText, ShortTextConfig
 
 from refinery.core.validation import at_least, setting
-from refinery.pipeline.config import load_pipeline
 from refinery.io.corpus_writer import write_table
+from refinery.pipeline.config import load_pipeline
 
 ACCOUNTING = re.compile(r"rows in [\d,]+ = .*\((?:ok|MISMATCH)\)")
 
