@@ -2,11 +2,14 @@
 every kind of verb within --io-timeout + a few seconds, exit 2, one line naming the URL and the operation; a store
 that dies while a stage reads its shards for DuckDB ends the same, not as refinery's fault (exit 1) nor in a hang;
 Ctrl-C ends as an interrupt (130) whatever the store does meanwhile."""
+import http.client
+import http.server
 import os
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -38,6 +41,64 @@ def silent_store():
            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "REFINERY_IO_TIMEOUT": str(IO_TIMEOUT)}
     yield listener, env
     listener.close()
+
+
+@pytest.fixture
+def store_silent_on_writes(s3):
+    """The S3 server behind a proxy on 127.0.0.1 that passes every request on but a write (PUT), which it accepts and
+    never answers: the environment that points refinery at the proxy."""
+    stalled = threading.Event()
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _pass_on(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.command == "PUT":
+                stalled.wait()
+                return
+            upstream = http.client.HTTPConnection("127.0.0.1", s3.port, timeout=30)
+            upstream.request(self.command, self.path, body, dict(self.headers))
+            answer = upstream.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for key, value in answer.getheaders():   # a HEAD's length is the object's
+                if key.lower() not in ("transfer-encoding", "connection") and (
+                        key.lower() != "content-length" or self.command == "HEAD"):
+                    self.send_header(key, value)
+            if self.command != "HEAD":
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            upstream.close()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _pass_on
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Proxy)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield {**s3.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}",
+           "REFINERY_IO_TIMEOUT": str(IO_TIMEOUT)}
+    stalled.set()
+    server.shutdown()
+
+
+def test_a_store_silent_on_writes_ends_a_run_within_the_io_timeout_naming_the_write(store_silent_on_writes):
+    """A store that answers every read and never a write: a file a run writes (its parts, its records) is sent
+    through s3fs's own ``call_s3``, which went around the deadline and the naming (one read timeout per try, then
+    botocore's error in no words of refinery's)."""
+    convert([SNLI_HARD], CORPUS, PRESETS["snli"])
+    started = time.monotonic()
+    proc = run_cli("zfilter", CORPUS, "--out", "s3://bucket/out", env=store_silent_on_writes, check=False)
+    elapsed = time.monotonic() - started
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.match(r"error: s3://bucket/out\S*: writing (\S+ )?failed: ", lines[0]), lines[0]
+    assert f"no answer within {IO_TIMEOUT} s (--io-timeout)" in lines[0], lines[0]
+    assert elapsed < IO_TIMEOUT + SLACK_S, f"{elapsed:.1f} s"
 
 
 def _pipeline(tmp_path) -> str:

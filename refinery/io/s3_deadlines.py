@@ -26,6 +26,7 @@ import contextlib
 import time
 
 import s3fs
+from fsspec.asyn import sync_wrapper
 
 from refinery.io.location import io_timeout, store_error
 
@@ -54,6 +55,8 @@ class S3WithDeadlines(s3fs.S3FileSystem):
         if isinstance(answer, dict) and "Body" in answer:   # a read's data, streamed after the call has answered
             answer["Body"] = NamedBody(answer["Body"], url)
         return answer
+
+    call_s3 = sync_wrapper(_call_s3)   # what s3fs's files call to write a part: s3fs's own bypassed the above
 
     async def _isfile(self, path):
         """Whether ``path`` is a file; a store that fails to say raises its failure (fsspec's own takes any error for
@@ -101,7 +104,9 @@ async def _named(url: str, operation: str, seconds: float | None, endpoint: str 
     except TimeoutError as e:
         if not deadline.expired():
             raise store_error(url, operation, e) from e
-        reason = f"no answer within {seconds:g} s (--io-timeout)"
+        allowance = seconds - io_timeout()   # what a call that sends data is given for its size
+        reason = f"no answer within {io_timeout():g} s (--io-timeout)" + (
+            f" and {allowance:.0f} s for the data it sent" if allowance >= 0.5 else "")
         SILENT[endpoint] = (time.monotonic() + io_timeout(), reason)
         raise store_error(url, operation, reason) from e
     except Exception as e:  # noqa: BLE001 — any failure of the store or of the way to it, named
