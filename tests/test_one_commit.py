@@ -62,14 +62,15 @@ def _overwrites_cut_at_its_calls(tiny, out: str, reference: str, snapshot, resto
     saved = snapshot()
     assert _zfilter(tiny, out, NEW, faults).exit_code == 0   # counted, uncut
     calls, new = faults.count, _pair(out)
-    assert new != old and calls > 10, (calls, faults.calls)
+    assert new != old and calls > 5, (calls, faults.calls)
     assert _pair(reference) == new
     for at in sorted({*range(1, calls + 1, 2), *range(max(1, calls - AROUND_THE_COMMIT + 1), calls + 1)}):
         restore(saved)
         assert _pair(out) == old, f"the old run restored before the cut at call {at}"
         cut = _zfilter(tiny, out, NEW, faults, at)
-        assert cut.exit_code != 0 or faults.count < at, (at, faults.calls[-1], cut.output)
         found = _pair(out)
+        # exit 0 only where the cut missed the run or came after its commit, in its best-effort clean-up
+        assert cut.exit_code != 0 or faults.count < at or found == new, (at, faults.calls[-1], cut.output)
         assert found in (old, new), f"cut at call {at} ({faults.calls[at - 1]}): a mix of two runs"
         after_cut(at)
         assert _zfilter(tiny, out, NEW).exit_code == 0

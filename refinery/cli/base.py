@@ -61,6 +61,12 @@ class RefineryCommand(click.Command):
     claims_out = True
 
     def invoke(self, ctx):
+        from refinery.io.store_answers import within_a_run
+
+        with within_a_run():   # a store is asked each lookup once in a command (``store_answers``)
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx):
         from refinery.io.ownership import check_out_apart, claim_output
         from refinery.pipeline.cluster_address import check_ray_address
 
@@ -98,7 +104,7 @@ def ended(e: BaseException) -> int:
     (nothing said), 2 for what the user can fix (``user_errors``; a store's failure as the line that names its URL
     and operation, whatever library carried it: ``store_failure_in``), 1 for refinery's own fault. ``jobs/run.py``
     ends the same."""
-    from refinery.io.location import store_failure_in
+    from refinery.io.store_failures import store_failure_in
     from refinery.termination import was_interrupted, was_terminated
 
     # whatever the interrupt surfaced as: a library may wrap it in an error of its own

@@ -8,7 +8,8 @@ import os
 
 import click
 
-from refinery.io.location import CONNECT_TIMEOUT, IO_TIMEOUT, STORE_ATTEMPTS
+from refinery.io.location import CONNECT_TIMEOUT, STORE_ATTEMPTS
+from refinery.io.store_failures import IO_TIMEOUT
 
 
 def input_options(f):

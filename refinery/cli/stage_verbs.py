@@ -45,7 +45,7 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
         for warning in result.warnings:
             click.echo(f"warning: {warning}", err=True)
         if result.report_file:
-            report = committed_url(join(out, result.report_file), spec.input.read_options().storage_options)
+            report = join(committed_url(out, spec.input.read_options().storage_options), result.report_file)
             click.echo(f"report: {report}")
 
     f = config_options(cls.Config, "cfg")(verb)

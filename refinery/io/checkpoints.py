@@ -26,13 +26,15 @@ import contextlib
 import hashlib
 import json
 import os
+import posixpath
 import uuid
 from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refinery.io.location import get_fs, is_local, join, on_store
+from refinery.io import store_answers
+from refinery.io.location import folder_entries, get_fs, is_local, join, on_store
 from refinery.io.ownership import RESUMABLE, claim_folder
 from refinery.io.publishing import AtomicDir
 
@@ -54,7 +56,7 @@ def remove_checkpoints(out: str, storage_options: dict | None = None) -> None:
     that a rerun reuses needs none of."""
     fs, path = get_fs(join(out, CHECKPOINTS), storage_options)
     with on_store(out, "removing checkpoints"):
-        if fs.exists(path):
+        if CHECKPOINTS in folder_entries(fs, posixpath.dirname(path)):   # the listing a run of ``out`` made already
             fs.rm(path, recursive=True)
 
 
@@ -83,6 +85,8 @@ class Checkpoints:
                                                  hashlib.sha256(out.encode()).hexdigest()[:16])
             self.fs, _ = get_fs(self.root)
             self.local, self.storage_options = True, None
+        if not self.local:
+            store_answers.writing(self.path)   # a task's workers may write its pieces
         self._in_checkpoints = not kept and not local
         self.key = None if key is None else _canonical(key)
         with on_store(self.root, "reading checkpoints"):

@@ -270,7 +270,7 @@ def is_corpus(url: str, storage_options=None) -> bool:
     fs, path = get_fs(committed_url(url, storage_options), storage_options)
     fs.invalidate_cache(path)
     with on_store(url, "looking at the input"):
-        return fs.isdir(path) and manifest_path(fs, path) is not None
+        return (not is_local(fs) or fs.isdir(path)) and manifest_path(fs, path) is not None
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:

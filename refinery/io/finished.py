@@ -15,9 +15,9 @@ from __future__ import annotations
 import posixpath
 
 from refinery.io.committed import committed_url
-from refinery.io.location import get_fs, on_store
+from refinery.io.location import get_fs, is_local, on_store
 from refinery.io.ownership import read_marker, run_record
-from refinery.io.records import CorpusManifest, read_record
+from refinery.io.records import CorpusManifest, read_record, record_bytes
 
 STAGE, CORPUS, HF = "stage", "corpus", "hf"
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
@@ -30,7 +30,8 @@ def manifest_path(fs, path: str) -> str | None:
     corpus written before ``.refinery/``), or None where it has none: not a finished corpus."""
     for name in (MANIFEST, LEGACY_MANIFEST):
         candidate = posixpath.join(path, name)
-        if fs.isfile(candidate):
+        # on a store, the read that the manifest's reader makes next (one request, whether it is there or not)
+        if fs.isfile(candidate) if is_local(fs) else record_bytes(fs, path, name, candidate, "reading") is not None:
             return candidate
     return None
 

@@ -2,50 +2,36 @@
 the storage options, the deadlines and the errors of the stores.
 
 One deadline a call: every call to an object store, its retries included, ends within the I/O timeout
-(``--io-timeout``, ``REFINERY_IO_TIMEOUT``; ``IO_TIMEOUT`` by default), so a store that accepts and never answers
-fails the run in that time (S3: ``s3_deadlines``, which botocore's ``STORE_ATTEMPTS`` tries fit in; s3fs's own
-retry loop is off, so the two do not multiply). A connection times out after ``CONNECT_TIMEOUT`` seconds, a read
-that goes silent after the I/O timeout. Clean-up after a failure has its own budget, ``CLEANUP_SECONDS``: what it
-cannot remove in time stays listed for the next run on the same output, which removes it.
+(``--io-timeout``, ``REFINERY_IO_TIMEOUT``; ``store_failures.IO_TIMEOUT`` by default), so a store that accepts and
+never answers fails the run in that time (S3: ``s3_deadlines``, which botocore's ``STORE_ATTEMPTS`` tries fit in;
+s3fs's own retry loop is off, so the two do not multiply). A connection times out after ``CONNECT_TIMEOUT`` seconds,
+a read that goes silent after the I/O timeout. Clean-up after a failure has its own budget, ``CLEANUP_SECONDS``: what
+it cannot remove in time stays listed for the next run on the same output, which removes it.
 
-Every failure of a store or a disk is one line naming the URL and the operation (``StoreError``), whatever
-carried it (``store_failure_in``: DuckDB and Arrow keep only an error's text).
+Every failure of a store or a disk is one line naming the URL and the operation (``store_failures.StoreError``),
+whatever carried it (``store_failures.store_failure_in``: DuckDB and Arrow keep only an error's text).
 """
 from __future__ import annotations
 
-import collections
 import contextlib
-import errno
 import functools
 import json
 import os
+import pkgutil
 import posixpath
-import shutil
 import threading
 from typing import TYPE_CHECKING
+
+from refinery.io.store_failures import CHECKSUM_SETTINGS, io_timeout, store_error
 
 if TYPE_CHECKING:
     import fsspec
 
 CONNECT_TIMEOUT = 10.0
-IO_TIMEOUT = 60.0
 STORE_ATTEMPTS = 3
 CLEANUP_SECONDS = 30.0
 S3_PROTOCOLS = ("s3", "s3a")
 BUCKET_PROTOCOLS = (*S3_PROTOCOLS, "gs", "gcs", "az", "abfs", "abfss")   # stores whose paths start with a bucket
-
-
-def io_timeout() -> float:
-    """Seconds a store may take to answer one call, its retries included: ``REFINERY_IO_TIMEOUT`` (set by
-    ``--io-timeout``)."""
-    value = os.environ.get("REFINERY_IO_TIMEOUT")
-    try:
-        timeout = float(value) if value else IO_TIMEOUT
-    except ValueError:
-        raise ValueError(f"REFINERY_IO_TIMEOUT={value!r} is not a number of seconds") from None
-    if timeout <= 0:
-        raise ValueError(f"the I/O timeout must be a positive number of seconds, got {value}")
-    return timeout
 
 
 def storage_options_from_env(protocol: str) -> dict:
@@ -66,11 +52,6 @@ def storage_options_from_env(protocol: str) -> dict:
     if endpoint:
         options["client_kwargs"] = {"endpoint_url": endpoint}
     return options
-
-
-# botocore's checksum settings: {Config keyword: environment variable}; refinery's default is "when_required"
-CHECKSUM_SETTINGS = {"request_checksum_calculation": "AWS_REQUEST_CHECKSUM_CALCULATION",
-                     "response_checksum_validation": "AWS_RESPONSE_CHECKSUM_VALIDATION"}
 
 
 def _checksum_defaults() -> dict:
@@ -113,13 +94,23 @@ def get_fs(url: str, storage_options: dict | None = None) -> tuple["fsspec.Abstr
     return fs, path
 
 
-@functools.lru_cache(maxsize=1)
+S3_CLASS = "refinery.io.s3_deadlines:S3WithDeadlines"   # named, so that a command's start does not import s3fs
+
+
 def _s3_with_deadlines() -> None:
-    """Make ``s3://`` and ``s3a://`` refinery's S3 (``s3_deadlines``): each call within the I/O timeout, named."""
+    """Make ``s3://`` and ``s3a://`` refinery's S3 (``s3_deadlines``): each call within the I/O timeout, named, its
+    lookups asked once in a run. fsspec imports it by its name when first asked for; where s3fs's own class was
+    loaded through fsspec already (a notebook's ``pd.read_parquet("s3://…")`` before refinery), that class is
+    replaced by refinery's (fsspec would otherwise keep answering with it)."""
     from fsspec import register_implementation
+    from fsspec.registry import registry
 
     for protocol in S3_PROTOCOLS:
-        register_implementation(protocol, "refinery.io.s3_deadlines.S3WithDeadlines", clobber=True)
+        loaded = registry.get(protocol)
+        if loaded is None:
+            register_implementation(protocol, S3_CLASS.replace(":", "."), clobber=True)
+        elif f"{loaded.__module__}:{loaded.__qualname__}" != S3_CLASS:
+            register_implementation(protocol, pkgutil.resolve_name(S3_CLASS), clobber=True)
 
 
 def is_local(fs) -> bool:
@@ -197,54 +188,6 @@ def check_bucket(url: str, fs, path: str) -> None:
     except FileNotFoundError:
         raise MissingBucket(f"{url}: the bucket {scheme}://{bucket} does not exist; refinery never creates "
                             "buckets: create it, or name one that exists") from None
-
-
-class StoreError(OSError):
-    """A store's or a disk's failure, one line: ``URL: OPERATION failed: REASON`` (``store_error``)."""
-
-    def __init__(self, url: str, operation: str, reason: str, code: int | None = None):
-        super().__init__(f"{url}: {operation} failed: {reason}")
-        self.url, self.operation, self.reason, self.errno = url, operation, reason, code
-
-    def __reduce__(self):   # a Ray task's error crosses to the driver whole
-        return StoreError, (self.url, self.operation, self.reason, self.errno)
-
-
-_FAILURES: collections.deque = collections.deque(maxlen=16)   # the latest named failures (``store_failure_in``)
-
-
-def store_error(url: str, operation: str, error: BaseException | str) -> StoreError:
-    """One line naming what failed where: the URL, the operation, and the store's or the disk's answer (a full
-    disk with the space left on it; of an error named already, its reason). Kept among the latest failures, for
-    ``store_failure_in`` to find when a library hands on only its text."""
-    text = error.reason if isinstance(error, StoreError) else " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC and "://" not in url:
-        probe = url
-        while probe and not os.path.exists(probe):
-            probe = os.path.dirname(probe)
-        free = shutil.disk_usage(probe or ".").free
-        text = f"no space left on device ({free / 2**20:,.1f} MiB free there)"
-    elif "checksum" in text.lower() and not isinstance(error, StoreError):
-        text += (" (a store that does not support checksums: set " +
-                 " and ".join(f"{variable}=when_required" for variable in CHECKSUM_SETTINGS.values()) + ")")
-    failure = StoreError(url, operation, text, getattr(error, "errno", None))
-    _FAILURES.append(failure)
-    return failure
-
-
-def store_failure_in(error: BaseException) -> StoreError | None:
-    """The named store failure that ``error`` is or carries: itself or its cause (``raise … from``), or one whose
-    line its text holds (DuckDB's error for an Arrow stream that failed, Arrow's for a Python file, keep only the
-    text: ``reading the stream registered as '__shard_1' failed: IOError: s3://…: reading failed: …``); else None.
-    An error raised while handling a store's failure is its own (``__context__`` is not followed)."""
-    link, seen = error, set()
-    while link is not None and id(link) not in seen:
-        if isinstance(link, StoreError):
-            return link
-        seen.add(id(link))
-        link = link.__cause__
-    text = " ".join(str(error).split())
-    return next((failure for failure in reversed(_FAILURES) if str(failure) in text), None)
 
 
 @contextlib.contextmanager

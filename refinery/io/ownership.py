@@ -65,9 +65,9 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
     with on_store(out, "looking at the output folder"):
-        check_bucket(out, fs, path)
-        is_file = fs.isfile(path)
-        entries = [] if is_file or not fs.exists(path) else folder_entries(fs, path)
+        is_file, entries = _file_or_entries(fs, path)
+        if not is_file and not entries:   # a folder with files in it is in a bucket that exists
+            check_bucket(out, fs, path)
     ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
     if is_file:
         raise ForeignOutput(f"{option} {out} is a file, not a folder; give a folder for refinery's outputs")
@@ -81,6 +81,22 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
     raise ForeignOutput(f"{option} {out} already holds files refinery did not write ({shown}); refinery never "
                         "deletes or replaces them: give a new or empty folder (e.g. "
                         f"{join(out.rstrip('/'), 'refinery-out')})")
+
+
+def _file_or_entries(fs, path: str) -> tuple[bool, list[str]]:
+    """Whether ``path`` is a file, and the names in it where it is a folder; on an object store in one request
+    where it is a folder (its listing), two where it is absent or a file (and the listing of its parent)."""
+    if is_local(fs):
+        is_file = fs.isfile(path)
+        return is_file, [] if is_file or not fs.exists(path) else folder_entries(fs, path)
+    fs.invalidate_cache(path)
+    try:
+        found = fs.ls(path, detail=True)   # a folder's names; a file: itself
+    except FileNotFoundError:
+        return False, []
+    if len(found) == 1 and found[0]["name"].rstrip("/") == path.rstrip("/") and found[0]["type"] == "file":
+        return True, []
+    return False, [posixpath.basename(entry["name"].rstrip("/")) for entry in found]
 
 
 def _check_markers_below(fs, path: str) -> None:
@@ -276,10 +292,11 @@ def made_folder(out: str, storage_options: dict | None = None) -> str | None:
     fs, path = get_fs(out, storage_options)
     fs.invalidate_cache(path)
     with on_store(out, "looking at the output folder"):
+        if not is_local(fs):   # the claim's own lookup (``store_answers``)
+            is_file, entries = _file_or_entries(fs, path)
+            return None if is_file or entries else path
         if fs.exists(path):
             return None
-        if not is_local(fs):
-            return path
         top = path
         while os.path.dirname(top) != top and not os.path.exists(os.path.dirname(top)):
             top = os.path.dirname(top)

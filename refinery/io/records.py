@@ -109,6 +109,8 @@ def record_bytes(fs, folder: str, name: str, url: str, operation: str) -> bytes 
             return None   # a folder, a pipe or a device of that name: no record (a pipe would never end a read)
     with on_store(url, operation):
         try:
+            if not is_local(fs):   # one request, whether it is there or not
+                return fs.cat_file(join(folder, name))
             with fs.open(join(folder, name), "rb") as fh:
                 return fh.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):

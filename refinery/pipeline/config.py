@@ -159,7 +159,7 @@ class InputSpec:
     def split_paths(self) -> dict:
         """{split: [paths]}: named splits, the splits of a Hugging Face ``DatasetDict`` folder given alone, or
         the plain paths as one unnamed split. A stage's folder stands for the corpus it made (``corpus_of``)."""
-        from refinery.io.corpus import corpus_of
+        from refinery.io.corpus import corpus_of, is_corpus
         from refinery.io.inputs import hf_splits
 
         if not self.splits and not self.paths:
@@ -167,7 +167,8 @@ class InputSpec:
         if self.splits:
             return {s: [corpus_of(p, self.storage_options) for p in ([p] if isinstance(p, str) else p)]
                     for s, p in self.splits.items()}
-        if len(self.paths) == 1 and (named := hf_splits(self.paths[0], self.storage_options)):
+        if len(self.paths) == 1 and not is_corpus(self.paths[0], self.storage_options) and (
+                named := hf_splits(self.paths[0], self.storage_options)):
             return named
         return {"": [corpus_of(p, self.storage_options) for p in self.paths]}
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from refinery import __version__
+from refinery.io import store_answers
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus, reject_reasons
@@ -106,6 +107,7 @@ def _names(mapping) -> tuple:
     return (None, False) if mapping is None else mapping.names
 
 
+@store_answers.within_a_run()
 def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None = None,
                  echo: Callable[[str], None] = print) -> PipelineRun:
     """Run ``spec`` under ``out`` (default: the file's ``out``), skipping unchanged stages."""
@@ -229,6 +231,7 @@ def _refuse_empty_corpora(source: StageInput) -> None:
                          "empty); give a corpus that holds rows")
 
 
+@store_answers.within_a_run()
 def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str], None] = print,
               in_place: bool = False) -> StageRun:
     """Run the one stage of ``spec`` on its raw input, publishing into ``spec.out`` itself: a stage's verb.

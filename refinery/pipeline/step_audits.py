@@ -262,8 +262,9 @@ def _report_link(out: str, step, storage_options: dict) -> str | None:
 
 
 def _committed(out: str, step, name: str, storage_options: dict) -> str:
-    """The URL of the file ``name`` of a step's folder in the run committed there (``committed_url``)."""
-    return committed_url(join(out.rstrip("/"), step.folder, name), storage_options)
+    """The URL of the file ``name`` of a step's folder in the run committed there (``committed_url`` of the folder:
+    the pointer is the step folder's, not one of the folders inside it)."""
+    return join(committed_url(join(out.rstrip("/"), step.folder), storage_options), name)
 
 
 def write_pipeline_report(run, spec, opts: ReadOptions, names: tuple, echo) -> None:

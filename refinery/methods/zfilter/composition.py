@@ -20,7 +20,6 @@ from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig, row_feature_lists
 from refinery.core.incremental_counts import IncrementalCounts
 from refinery.io.corpus import Corpus, iter_input_batches
-from refinery.io.location import join
 from refinery.methods.zfilter.decisions import Decisions
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput

@@ -1,0 +1,81 @@
+"""Requests to an object store near the least (issue 66): a verb from S3 to S3 asks the store little more than the
+files it reads and writes, and a run that skips asks it a few times — counted in the real S3 server's own log of the
+requests it answered."""
+import re
+import subprocess
+import sys
+
+import s3fs
+from conftest import SNLI_DEV, run_cli
+from test_remote import s3  # noqa: F401 — the real S3 server (rclone) on loopback
+
+from refinery.io import store_answers
+from refinery.io.corpus import Corpus
+from refinery.io.corpus_writer import convert
+from refinery.io.location import get_fs
+from refinery.io.schema import PRESETS
+
+REQUEST = re.compile(r"serve s3: (?:HEAD|GET|LIST|CREATE|DELETE|COPY|PUT|POST|INIT|UPLOAD|COMPLETE|ABORT)[A-Z]* ")
+SLACK = 10   # the claim of the output, the pointers looked for above the input, the commit's listings
+
+
+def _requests(log) -> int:
+    return len(REQUEST.findall(log.read_text()))
+
+
+def _objects(s3, folder: str) -> int:
+    return sum(1 for p in (s3.root / "bucket" / folder).rglob("*") if p.is_file())
+
+
+def test_a_verb_on_a_store_asks_it_about_as_often_as_the_files_it_reads_and_writes(s3, tmp_path):
+    convert([SNLI_DEV], "s3://bucket/dev", PRESETS["snli"])   # one shard
+    read = len(Corpus.open("s3://bucket/dev").files) + 1       # its shards and its manifest
+    log = tmp_path / "requests.log"
+    s3.stop()
+    s3.start(log)
+    asked = {}
+    for verb in ("audit", "zfilter"):
+        before = _requests(log)
+        run_cli(verb, "s3://bucket/dev", "--out", f"s3://bucket/{verb}", env=s3.env)
+        asked[verb] = _requests(log) - before
+        written = _objects(s3, verb)
+        assert asked[verb] <= read + written + SLACK, (verb, asked[verb], read, written)
+    before = _requests(log)
+    proc = run_cli("zfilter", "s3://bucket/dev", "--out", "s3://bucket/zfilter", "--mode", "skip", env=s3.env)
+    skipped = _requests(log) - before
+    assert "skipped" in proc.stdout
+    # the output's listing and marker, the input's pointers (its folder's, the bucket's), manifest and listing, the
+    # output's _SUCCESS
+    assert skipped <= 7, skipped
+    assert asked["zfilter"] < 40 and asked["audit"] < 40   # 266 and 253 before answers were kept within a run
+
+
+def test_kept_answers_never_hide_a_write_of_the_run_nor_outlive_it(s3):
+    """Within a run the store's answers are kept, but a write drops those it changes, and the next run asks again."""
+    fs, _ = get_fs("s3://bucket/x")
+    other = s3fs.S3FileSystem(key="testkey", secret="testsecret", skip_instance_cache=True,   # another process's
+                              client_kwargs={"endpoint_url": s3.env["AWS_ENDPOINT_URL"]})
+    with store_answers.within_a_run():
+        assert not fs.isfile("bucket/x/_SUCCESS")
+        assert fs.ls("bucket/x") if fs.exists("bucket/x") else True
+        fs.pipe_file("bucket/x/_SUCCESS", b"one")
+        assert fs.isfile("bucket/x/_SUCCESS") and fs.cat_file("bucket/x/_SUCCESS") == b"one"
+        fs.invalidate_cache()
+        assert [p.rsplit("/", 1)[-1] for p in fs.ls("bucket/x")] == ["_SUCCESS"]
+        other.pipe_file("bucket/x/_SUCCESS", b"two")                   # another process, behind the run's back
+        assert fs.cat_file("bucket/x/_SUCCESS") == b"one"            # the run reads what it read (or wrote)
+        fs.pipe_file("bucket/x/_SUCCESS", b"three")
+        assert fs.cat_file("bucket/x/_SUCCESS") == b"three"
+        fs.rm("bucket/x/_SUCCESS")
+        assert not fs.isfile("bucket/x/_SUCCESS")
+    other.pipe_file("bucket/x/_SUCCESS", b"four")
+    assert fs.cat_file("bucket/x/_SUCCESS") == b"four"   # outside a run, the store is asked
+
+
+def test_a_store_used_through_fsspec_before_refinery_is_still_refinerys():
+    """A notebook that read ``s3://`` through fsspec first (pandas, Arrow) left s3fs's own class registered: every
+    refinery call on S3 then went without its deadlines, its named failures and its kept answers."""
+    code = ("import fsspec; fsspec.filesystem('s3', anon=True); from refinery.io.location import get_fs; "
+            "print(type(get_fs('s3://bucket/x')[0]).__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "S3WithDeadlines", proc.stdout + proc.stderr
