@@ -290,7 +290,7 @@ def test_no_string_key_read_of_another_modules_report():
              if module != "refinery.core.records" for line, key in _report_key_reads(ast.parse(path.read_text()))]
     assert not found, "\n".join(found)
     step_audits = MODULES["refinery.pipeline.step_audits"].read_text()
-    assert "StageReport.from_json(json.load(" in step_audits and "methods" not in {
+    assert "StageReport.from_json(json.loads(" in step_audits and "methods" not in {
         t.split(".")[1] for m, t, _, _ in EDGES if m == "refinery.pipeline.step_audits" and t.count(".")}
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import s3fs
+import yaml
 from conftest import SNLI_DEV, run_cli
 from test_remote import s3  # noqa: F401 — the real S3 server (rclone) on loopback
 
@@ -79,3 +80,24 @@ def test_a_store_used_through_fsspec_before_refinery_is_still_refinerys():
             "print(type(get_fs('s3://bucket/x')[0]).__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "S3WithDeadlines", proc.stdout + proc.stderr
+
+
+def test_a_pipelines_skipped_steps_ask_the_store_a_few_times_each(s3, tmp_path):
+    """A pipeline run again on an unchanged input skips every step: each skipped step (its _SUCCESS, its marker, its
+    listing) and the figures the pipeline's report reads of it (its report, its kept audit) cost a few requests."""
+    convert([SNLI_DEV], "s3://bucket/dev", PRESETS["snli"])
+    log = tmp_path / "requests.log"
+    s3.stop()
+    s3.start(log)
+    again = {}
+    for steps in (["zfilter"], ["zfilter", "audit", "upsample"]):
+        spec = tmp_path / f"{len(steps)}.yaml"
+        spec.write_text(yaml.safe_dump({"input": {"paths": ["s3://bucket/dev"]}, "out": f"s3://bucket/p{len(steps)}",
+                                        "stages": [{name: {}} for name in steps]}))
+        run_cli("run", spec, env=s3.env)
+        before = _requests(log)
+        proc = run_cli("run", spec, env=s3.env)
+        again[len(steps)] = _requests(log) - before
+        assert proc.stdout.count("unchanged, skipped") == len(steps) + 1   # the input's step too
+    per_step = (again[3] - again[1]) / 2
+    assert per_step <= 8, again   # 70 a step before a run kept the store's answers

@@ -149,8 +149,8 @@ class Corpus:
             return None
         url = posixpath.join(self.url, entry.path)
         fs, path = get_fs(url, self.storage_options)
-        with on_store(self.url, "reading what the corpus keeps"), fs.open(path, "rb") as fh:
-            data = fh.read()
+        with on_store(self.url, "reading what the corpus keeps"):
+            data = fs.cat_file(path)   # whole, in one request
         self._digest_checked(url, [data], entry.sha256)
         return pq.read_table(pa.BufferReader(data))
 

@@ -230,6 +230,7 @@ class CorpusWriter(AbortsOnError):
             "rows": sum(f["rows"] for f in self._files),
             "rejected": sum(f["rows"] for f in self._reject_files),
             "labels": dict(sorted(self._labels.items())),
+            **({"columns": schema.names} if schema is not None else {}),   # its shards' (read without opening one)
             "files": [f["path"] for f in self._files],
             "rejects": [f["path"] for f in self._reject_files],
             "reject_reasons": dict(self.reasons.most_common()),

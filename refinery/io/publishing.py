@@ -182,6 +182,7 @@ class AtomicDir(AbortsOnError):
                                     "next run removes them)"):
                 self.fs.rm([join(self.path, f) for f in sorted(stale)])
             self._put_marker(ours)
+        store_answers.done_writing(self.path)
 
     def abort(self) -> None:
         """Remove this run's files: the temporary folder, or on a store the run's id-named files within
@@ -248,6 +249,7 @@ class RunOutput:
 
     def __exit__(self, exc_type, exc, tb):
         _new_run_folders.pop(join(self.path, RUNS, self.run_id), None)
+        store_answers.done_writing(join(self.path, RUNS, self.run_id))   # the block's workers are done
         try:
             if exc_type is None:
                 self._commit(finished=True)

@@ -51,6 +51,10 @@ def _texts(value) -> bool:
     return isinstance(value, dict) and all(_text(v) for v in value.values())
 
 
+def _names(value) -> bool:
+    return isinstance(value, list) and all(_text(v) for v in value) and len(set(value)) == len(value)
+
+
 def _sha256(value) -> bool:
     return isinstance(value, str) and _SHA256.fullmatch(value) is not None
 
@@ -59,8 +63,9 @@ def _sha256(value) -> bool:
 COUNT, TEXT, FLAG, OBJECT = (_count, "a count (a whole number ≥ 0)"), (_text, "a text"), (_flag, "true or false"), \
     (_object, "a JSON object")
 COUNTS, TEXTS, SHA256 = (_counts, "an object of counts"), (_texts, "an object of texts"), (_sha256, "a sha256 in hex")
+NAMES = (_names, "a list of distinct texts")
 _MANIFEST_FIELDS = {"format": TEXT, "rows": COUNT, "rejected": COUNT, "labels": COUNTS, "reject_reasons": COUNTS,
-                    "inputs": TEXTS, "command": TEXT, "config": OBJECT, "attached": OBJECT}
+                    "inputs": TEXTS, "command": TEXT, "config": OBJECT, "attached": OBJECT, "columns": NAMES}
 _FILE_FIELDS = {"rows": COUNT, "bytes": COUNT, "sha256": SHA256}
 _MARKER_FIELDS = {"format": TEXT, "written_by": TEXT, "run": TEXT, "emptied": FLAG, "hf": OBJECT}
 _RUN_FIELDS = {"run": TEXT, "finished": TEXT}

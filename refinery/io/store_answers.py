@@ -91,6 +91,14 @@ def writing(path: str) -> None:
             _drop(_ACTIVE, lambda key: _busy(key, folder) or _unshown(key, _ACTIVE.kept[key], folder))
 
 
+def done_writing(path: str) -> None:
+    """The folder ``path`` is written (its run's block ended, its parts are published): what the store says of it is
+    kept again."""
+    with _LOCK:
+        if _ACTIVE is not None:
+            _ACTIVE.writing.discard(path.strip("/"))
+
+
 def request(endpoint: str, method: str, args: tuple, kwargs: dict) -> Request | None:
     """The ``Request`` a lookup is kept under; None where it is not a lookup, or not one to keep now."""
     if method not in LOOKUPS or _ACTIVE is None:
@@ -130,12 +138,16 @@ def _listed_absent(active: Answers, key: Request) -> bool:
         if listed.endpoint != key.endpoint or listed.method != "list_objects_v2" or not isinstance(listing, dict) \
                 or listing.get("IsTruncated") or asked.get("Bucket") != bucket or not name.startswith(prefix) \
                 or asked.get("ContinuationToken") or asked.get("StartAfter") \
-                or (asked.get("Delimiter") and "/" in name[len(prefix):]):
+                or asked.get("Delimiter") not in (None, "/"):
             continue
-        contents = listing.get("Contents", [])
-        if asked.get("MaxKeys") is not None and len(contents) >= int(asked["MaxKeys"]):
+        contents, folders = listing.get("Contents", []), listing.get("CommonPrefixes", [])
+        if asked.get("MaxKeys") is not None and len(contents) + len(folders) >= int(asked["MaxKeys"]):
             continue   # cut at its page's size: it may not show the key
-        if all(entry.get("Key") != name for entry in contents):
+        rest = name[len(prefix):]
+        if asked.get("Delimiter") and "/" in rest:   # below a folder in it: absent where it shows no such folder
+            if all(entry.get("Prefix") != prefix + rest.split("/", 1)[0] + "/" for entry in folders):
+                return True
+        elif all(entry.get("Key") != name for entry in contents):
             return True
     return False
 

@@ -126,6 +126,8 @@ def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[
         corpus = Corpus.open(corpus_of(path, storage_options), storage_options)
         if not corpus.files:
             return list(CANONICAL_FIELDS)
+        if "columns" in corpus.manifest:   # recorded by the writer (a corpus written before: its first shard's)
+            return list(corpus.manifest["columns"])
         fs, local = get_fs(corpus.files[0], storage_options)
         with fs.open(local, "rb") as fh:
             return pq.read_schema(fh).names

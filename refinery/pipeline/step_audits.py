@@ -120,10 +120,11 @@ def _audit_key(step, out: str, config, field_names, weighted: bool = False) -> s
 def _kept_audit(out: str, key: str, storage_options: dict) -> AuditRecord | None:
     """The audit an earlier run kept for ``key``, or None."""
     fs, root = get_fs(join(out, "pipeline", AUDITS, f"{key}.parquet"), storage_options)
-    if not fs.exists(root):
+    try:
+        data = fs.cat_file(root)   # one request, whether it is there or not
+    except (FileNotFoundError, IsADirectoryError):
         return None
-    with fs.open(root, "rb") as fh:
-        return AuditRecord.from_table(pq.read_table(fh))
+    return AuditRecord.from_table(pq.read_table(pa.BufferReader(data)))
 
 
 def _audit_steps_audit(run, spec, config, field_names, storage_options: dict) -> AuditRecord | None:
@@ -246,10 +247,10 @@ def _step_report(out: str, step, storage_options: dict) -> StageReport:
         return StageReport()
     fs, path = get_fs(_committed(out, step, posixpath.join(posixpath.dirname(step.result.report_file), "report.json"),
                                  storage_options), storage_options)
-    if not fs.exists(path):
+    try:
+        return StageReport.from_json(json.loads(fs.cat_file(path)))   # one request, whether it is there or not
+    except (FileNotFoundError, IsADirectoryError):
         return StageReport()
-    with fs.open(path, "r") as fh:
-        return StageReport.from_json(json.load(fh))
 
 
 def _report_link(out: str, step, storage_options: dict) -> str | None:
