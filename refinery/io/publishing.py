@@ -33,11 +33,11 @@ _new_run_folders: dict[str, set] = {}
 
 
 def _first_in_a_new_run_folder(path: str) -> bool:
-    """Whether ``path`` is a part of a run folder this process is writing (``RunOutput``) not opened before: the
-    run's new id names the folder, so nothing is there to claim, list or remove, and its first ``AtomicDir``
-    skips those requests."""
+    """Whether ``path`` is a run folder this process is writing (``RunOutput``), or a part of one, not opened
+    before: the run's new id names the folder, so nothing is there to claim, list or remove, and its first
+    ``AtomicDir`` skips those requests."""
     for folder, opened in _new_run_folders.items():
-        if path.startswith(folder + "/") and path not in opened:
+        if (path == folder or path.startswith(folder + "/")) and path not in opened:
             opened.add(path)
             return True
     return False
