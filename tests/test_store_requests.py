@@ -86,4 +86,4 @@ def test_a_pipelines_skipped_steps_ask_the_store_a_few_times_each(s3, tmp_path):
         again[len(steps)] = requests(text, s3.root).total
         assert proc.stdout.count("unchanged, skipped") == len(steps) + 1   # the input's step too
     per_step = (again[3] - again[1]) / 2
-    assert per_step <= 8, again   # 70 a step before a run kept the store's answers
+    assert per_step <= 8, again   # 110 a step before a run kept the store's answers
