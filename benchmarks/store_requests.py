@@ -50,6 +50,9 @@ def main() -> None:
     row("`zfilter dev --out z`", "zfilter", "s3://bucket/dev", "--out", "s3://bucket/z")
     row("the same, `--mode skip`", "zfilter", "s3://bucket/dev", "--out", "s3://bucket/z", "--mode", "skip")
     row("the same, `--mode overwrite`", "zfilter", "s3://bucket/dev", "--out", "s3://bucket/z")
+    subprocess.run([REFINERY, "convert", DEV, "--preset", "snli", "--out", "s3://bucket/shards", "--shard-rows", "50"],
+                   env=env, check=True, capture_output=True)
+    row("`zfilter` of the same rows in 197 shards", "zfilter", "s3://bucket/shards", "--out", "s3://bucket/z197")
     for steps in (["zfilter"], ["zfilter", "audit", "upsample"]):
         spec = root / f"p{len(steps)}.yaml"
         spec.write_text(yaml.safe_dump({"input": {"paths": ["s3://bucket/dev"]}, "out": f"s3://bucket/p{len(steps)}",

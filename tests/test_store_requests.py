@@ -36,6 +36,10 @@ def test_a_verb_on_a_store_asks_it_about_as_often_as_the_files_it_reads_and_writ
     proc, text = _run(log, "zfilter", "s3://bucket/dev", "--out", "s3://bucket/zfilter", "--mode", "skip", env=s3.env)
     # the output's listing and marker, the input's pointer, manifest and listing, the output's _SUCCESS
     assert "skipped" in proc.stdout and requests(text, s3.root).total <= 7, requests(text, s3.root)
+    convert([SNLI_DEV], "s3://bucket/shards", PRESETS["snli"], shard_rows=500)   # 20 shards: each opened once
+    _, text = _run(log, "zfilter", "s3://bucket/shards", "--out", "s3://bucket/z20", env=s3.env)
+    asked = requests(text, s3.root)
+    assert asked.read >= 21 and asked.total <= asked.bound, asked   # a HEAD a shard too before the listing answered
 
 
 def test_kept_answers_never_hide_a_write_of_the_run_nor_outlive_it(s3):

@@ -29,7 +29,8 @@ import threading
 from dataclasses import dataclass, field
 
 KEPT_BYTES = 1 << 20        # a read's body is kept up to this size (records, Parquet footers), not shards' data
-KEPT_TOTAL = 64 << 20       # bytes of bodies kept at most in one run; beyond it, reads are asked again
+KEPT_TOTAL = 64 << 20       # bytes kept at most in one run (bodies, and ``ENTRY_BYTES`` a listed entry); then asked
+ENTRY_BYTES = 256           # what one entry of a listing is counted as
 LOOKUPS = frozenset({"head_object", "head_bucket", "list_objects_v2", "list_objects", "get_object"})
 CHANGES = frozenset({"put_object", "copy_object", "delete_object", "delete_objects", "complete_multipart_upload",
                      "upload_part_copy"})
@@ -49,15 +50,45 @@ class Request:
 
 @dataclass
 class Answers:
-    """One run's kept answers: (endpoint, request) → answer (a dict, or ``FileNotFoundError``); the folders it writes
-    (bucket/path prefixes) whose answers are never kept; ``generation`` counts the changes, so that an answer asked
-    before a change and answered after it is not kept."""
+    """One run's kept answers (``Request`` → the answer: a dict, or ``FileNotFoundError``), indexed by the bucket/key
+    each asks about (``at``: a change finds those it changes, a lookup the listings of its folders, without a scan
+    of all); the folders other processes write, whose answers are never kept; ``size``, what is kept, within
+    ``KEPT_TOTAL``; ``generation`` counts the changes, so that an answer asked before a change and answered after
+    it is not kept."""
 
-    kept: dict = field(default_factory=dict)   # Request → answer
+    kept: dict = field(default_factory=dict)
+    at: dict = field(default_factory=dict)   # where → {Request}
+    listed: dict = field(default_factory=dict)   # a listing's Request → {key: its entry}
     writing: set = field(default_factory=set)
-    body_bytes: int = 0
+    size: int = 0
     generation: int = 0
     depth: int = 0
+
+    def add(self, key: "Request", answer) -> None:
+        self.remove(key)
+        self.kept[key] = answer
+        self.size += _size(answer)
+        self.at.setdefault(key.where, set()).add(key)
+        if key.method == "list_objects_v2" and isinstance(answer, dict):
+            self.listed[key] = {entry.get("Key"): entry for entry in answer.get("Contents", ())}
+
+    def remove(self, key: "Request") -> None:
+        if key in self.kept:
+            self.size -= _size(self.kept.pop(key))
+            self.at[key.where].discard(key)
+            self.listed.pop(key, None)
+
+    def under(self, path: str):
+        """The kept requests about a bucket/key that ``path`` starts with (its own, its folders' listings)."""
+        return [key for end in range(len(path) + 1) for key in self.at.get(path[:end], ())]
+
+
+def _size(answer) -> int:
+    """What an answer is counted as against ``KEPT_TOTAL``: its body's bytes, ``ENTRY_BYTES`` a listed entry."""
+    if not isinstance(answer, dict):
+        return ENTRY_BYTES
+    entries = len(answer.get("Contents", ())) + len(answer.get("CommonPrefixes", ()))
+    return len(answer.get("Body", b"")) + ENTRY_BYTES * (1 + entries)
 
 
 _LOCK = threading.Lock()
@@ -117,6 +148,8 @@ def kept(key: Request | None):
         return None
     with _LOCK:
         answer = _ACTIVE.kept.get(key) if _ACTIVE is not None else None
+        if answer is None and _ACTIVE is not None and key.method == "head_object":
+            answer = _listed_entry(_ACTIVE, key)
         absent = answer is None and _ACTIVE is not None and _listed_absent(_ACTIVE, key)
     if absent:
         answer = FileNotFoundError(key.where)
@@ -132,24 +165,45 @@ def _listed_absent(active: Answers, key: Request) -> bool:
     if key.method not in ("head_object", "get_object") or {"Range", "VersionId"} & set(key.asked):
         return False
     bucket, _, name = key.where.partition("/")
-    for listed, listing in active.kept.items():
-        asked = listed.asked
+    folders = [f"{bucket}/{name[:end + 1]}" for end in range(len(name)) if name[end] == "/"]
+    for listed in [listed for where in (f"{bucket}/", *folders) for listed in active.at.get(where, ())]:
+        listing, asked = active.kept[listed], listed.asked
         prefix = asked.get("Prefix", "")
         if listed.endpoint != key.endpoint or listed.method != "list_objects_v2" or not isinstance(listing, dict) \
                 or listing.get("IsTruncated") or asked.get("Bucket") != bucket or not name.startswith(prefix) \
                 or asked.get("ContinuationToken") or asked.get("StartAfter") \
                 or asked.get("Delimiter") not in (None, "/"):
             continue
-        contents, folders = listing.get("Contents", []), listing.get("CommonPrefixes", [])
-        if asked.get("MaxKeys") is not None and len(contents) + len(folders) >= int(asked["MaxKeys"]):
+        contents, shown = listing.get("Contents", []), listing.get("CommonPrefixes", [])
+        if asked.get("MaxKeys") is not None and len(contents) + len(shown) >= int(asked["MaxKeys"]):
             continue   # cut at its page's size: it may not show the key
         rest = name[len(prefix):]
         if asked.get("Delimiter") and "/" in rest:   # below a folder in it: absent where it shows no such folder
-            if all(entry.get("Prefix") != prefix + rest.split("/", 1)[0] + "/" for entry in folders):
+            if all(entry.get("Prefix") != prefix + rest.split("/", 1)[0] + "/" for entry in shown):
                 return True
-        elif all(entry.get("Key") != name for entry in contents):
+        elif name not in active.listed[listed]:
             return True
     return False
+
+
+def _listed_entry(active: Answers, key: Request) -> dict | None:
+    """A HEAD of an object that a kept listing shows, answered as the store answers it (its size, entity tag, time
+    and class are the listing's): a corpus's listing, made to check its shards' sizes, answers the lookup that
+    opening each shard makes."""
+    if set(key.asked) - {"Bucket", "Key"}:
+        return None
+    bucket, _, name = key.where.partition("/")
+    folders = [f"{bucket}/{name[:end + 1]}" for end in range(len(name)) if name[end] == "/"]
+    for listed in [listed for where in (f"{bucket}/", *folders) for listed in active.at.get(where, ())]:
+        listing = active.kept[listed]
+        if listed.endpoint != key.endpoint or listed.method != "list_objects_v2" or not isinstance(listing, dict) \
+                or listed.asked.get("Bucket") != bucket:
+            continue
+        entry = active.listed[listed].get(name)
+        if entry is not None and "ETag" in entry and "Size" in entry:
+            return {"ContentLength": entry["Size"], "ETag": entry["ETag"], "LastModified": entry.get("LastModified", ""),
+                    "StorageClass": entry.get("StorageClass")}
+    return None
 
 
 def read_whole(endpoint: str, bucket: str, key: str) -> bool:
@@ -169,14 +223,12 @@ def keep(key: Request | None, answer, asked_at: int) -> None:
     answers, no change came since ``asked_at``, and its body fits in ``KEPT_TOTAL``."""
     if key is None:
         return
-    size = len(answer.get("Body", b"")) if isinstance(answer, dict) else 0
     with _LOCK:
         active = _ACTIVE
-        if active is None or active.generation != asked_at or active.body_bytes + size > KEPT_TOTAL or any(
+        if active is None or active.generation != asked_at or active.size + _size(answer) > KEPT_TOTAL or any(
                 _unshown(key, answer, folder) for folder in active.writing):
             return
-        active.kept[key] = answer
-        active.body_bytes += size
+        active.add(key, answer)
 
 
 def changed(method: str, kwargs: dict) -> None:
@@ -191,8 +243,10 @@ def changed(method: str, kwargs: dict) -> None:
     with _LOCK:
         if _ACTIVE is not None:
             _ACTIVE.generation += 1
-            _drop(_ACTIVE, lambda key: any(path.startswith(key.where) and not (
-                adds and _shows_folder_of(_ACTIVE.kept[key], key, path)) for path in changed_paths))
+            for path in changed_paths:
+                for key in _ACTIVE.under(path):
+                    if not (adds and _shows_folder_of(_ACTIVE.kept[key], key, path)):
+                        _ACTIVE.remove(key)
 
 
 def _shows_folder_of(listing, key: Request, path: str) -> bool:
@@ -249,6 +303,4 @@ def _unshown(key: "Request", answer, folder: str) -> bool:
 
 def _drop(active: Answers, affected) -> None:
     for key in [key for key in active.kept if key.where is not None and affected(key)]:
-        answer = active.kept.pop(key)
-        if isinstance(answer, dict):
-            active.body_bytes -= len(answer.get("Body", b""))
+        active.remove(key)
