@@ -201,6 +201,24 @@ def test_decontaminate_folds_tokenization_and_matches_short_texts_whole(tmp_path
     assert sorted(rejected["id"].to_pylist()) == ["0"] and rejected["eval_id"].to_pylist() == ["e1"]
 
 
+def test_decontaminate_counts_every_evaluation_row_behind_a_contaminated_row(tmp_path):
+    """Two evaluation rows share an 8-gram with one training row: the report counts both behind it (it counted the
+    first one each training row matched); a third evaluation row that shares none is not counted."""
+    words = "a dog runs across the wide green field"
+    rows = [("0", f"{words} today", "It moves ."), ("1", "A cat sleeps on a warm mat .", "It rests .")]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"id": i, "text_a": a, "text_b": b, "label": "entailment"}) + "\n"
+                             for i, a, b in rows))
+    evals = tmp_path / "eval.jsonl"
+    evals.write_text("".join(json.dumps({"id": i, "text_a": a, "text_b": "x", "label": "neutral"}) + "\n" for i, a in
+                             [("e1", f"{words} now"), ("e2", f"then {words}"), ("e3", "Birds fly over the sea .")]))
+    _cli("decontaminate", train, "--against", f"ev={evals}", "--ngram", 8, "--out", tmp_path / "c")
+    _, rejected = _parts(tmp_path / "c")
+    assert rejected["id"].to_pylist() == ["0"]
+    report = json.loads((tmp_path / "c" / "report" / "report.json").read_text())["contamination"][0]
+    assert report["contaminated"] == 1 and report["eval_rows_behind"] == 2
+
+
 def test_decontaminate_snli_test_against_test_hard_removes_the_hard_rows(tmp_path):
     """SNLI test-hard is a subset of SNLI test in another tokenization (``man.`` for ``man .``): every hard row found
     in test is removed (≥ 95% of the hard rows)."""

@@ -96,17 +96,20 @@ def _concat(parts: list, dtype) -> np.ndarray:
 @dataclass
 class Match:
     """The training rows one evaluation set contaminates: their numbers, its row each matches, how, and the
-    similarity of a near-duplicate (NaN for an n-gram)."""
+    similarity of a near-duplicate (NaN for an n-gram); and ``behind``, every evaluation row that contaminates one
+    of them (a training row may match several: each is named with the first)."""
 
     rows: np.ndarray
     eval_rows: np.ndarray
     how: np.ndarray          # object: NGRAM, WHOLE or NEAR
     similarity: np.ndarray
+    behind: np.ndarray
 
 
 def near_match(train_fields: list, eval_fields: list, config: DecontaminateConfig
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(training rows, an evaluation row each is a near-duplicate of, their least Jaccard over the fields)."""
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(training rows, an evaluation row each is a near-duplicate of, their least Jaccard over the fields, every
+    evaluation row some training row is a near-duplicate of)."""
     k = config.shingle_size
     train = [minhash.shingles(minhash.normalized(f), k, i) for i, f in enumerate(train_fields)]
     evaluation = [minhash.shingles(minhash.normalized(f), k, i) for i, f in enumerate(eval_fields)]
@@ -116,7 +119,7 @@ def near_match(train_fields: list, eval_fields: list, config: DecontaminateConfi
     sim = minhash.min_jaccard(train, evaluation, pairs[:, 0], pairs[:, 1])
     close = sim >= config.near
     rows, first = np.unique(pairs[close, 0], return_index=True)
-    return rows, pairs[close, 1][first], sim[close][first]
+    return rows, pairs[close, 1][first], sim[close][first], np.unique(pairs[close, 1])
 
 
 def contamination(train_fields: list, eval_fields: list, config: DecontaminateConfig) -> Match:
@@ -125,13 +128,15 @@ def contamination(train_fields: list, eval_fields: list, config: DecontaminateCo
     rows, eval_rows, whole = found.train_rows, found.eval_rows, found.whole
     how = np.where(whole, WHOLE, NGRAM).astype(object)
     similarity = np.full(len(rows), np.nan)
+    behind = np.flatnonzero(found.eval_partner >= 0)
     if config.near is not None:
         common = min(len(train_fields), len(eval_fields))
-        near, near_eval, sim = near_match(train_fields[:common], eval_fields[:common], config)
+        near, near_eval, sim, near_behind = near_match(train_fields[:common], eval_fields[:common], config)
+        behind = np.union1d(behind, near_behind)
         new = ~np.isin(near, rows)
         rows, eval_rows = np.concatenate([rows, near[new]]), np.concatenate([eval_rows, near_eval[new]])
         how = np.concatenate([how, np.full(int(new.sum()), NEAR, object)])
         similarity = np.concatenate([similarity, sim[new]])
         order = np.argsort(rows, kind="stable")
         rows, eval_rows, how, similarity = rows[order], eval_rows[order], how[order], similarity[order]
-    return Match(rows, eval_rows, how, similarity)
+    return Match(rows, eval_rows, how, similarity, behind)

@@ -19,7 +19,7 @@ class EvalContamination:
     rejected: int             # its rows refused on reading
     contaminated: int         # training rows it contaminates
     share: float              # of the training rows
-    eval_rows_behind: int     # its distinct rows those match
+    eval_rows_behind: int     # its distinct rows that contaminate any of them (not only the first each matches)
     by_how: dict              # contaminated rows by match (n-gram, whole text, near-duplicate)
     examples: list
 
@@ -41,7 +41,7 @@ def summarize(name: str, paths, eval_table, eval_rejected: int, match, train_tex
                 pair[f"eval {column}"] = eval_table[column][j].as_py()
         examples.append(pair)
     return EvalContamination(name, list(paths), eval_table.num_rows, eval_rejected, len(match.rows),
-                             len(match.rows) / max(train_rows, 1), len(np.unique(match.eval_rows)),
+                             len(match.rows) / max(train_rows, 1), len(np.unique(match.behind)),
                              {h: int(n) for h, n in zip(how, counts)}, examples)
 
 

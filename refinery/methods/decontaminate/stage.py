@@ -80,7 +80,7 @@ class DecontaminateStage(FilterStage):
                      and chunk[c].null_count < chunk.num_rows]
             for _, _, _, fields, matches in sets:
                 m = contamination(train, fields, self.config)
-                matches.append(Match(m.rows + train_rows, m.eval_rows, m.how, m.similarity))
+                matches.append(Match(m.rows + train_rows, m.eval_rows, m.how, m.similarity, m.behind))
             train_rows += chunk.num_rows
         found: dict = {}   # row → (evaluation set, its row's id, how, similarity)
         self.sets = []
@@ -88,7 +88,7 @@ class DecontaminateStage(FilterStage):
             if not train_rows:
                 continue
             match = Match(*(np.concatenate([getattr(m, f) for m in matches]) for f in
-                            ("rows", "eval_rows", "how", "similarity")))
+                            ("rows", "eval_rows", "how", "similarity", "behind")))
             self.sets.append(summarize(e.name, e.paths, table, rejected, match,
                                        texts_of(source, match.rows[:EXAMPLES].tolist()), train_rows))
             for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
