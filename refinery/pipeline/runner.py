@@ -299,6 +299,9 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     ran the stage as (None if it did not). ``corpus``: the part holding the corpus the step wrote (``""``: the folder
     itself; None: none), whose rejects ``with_rejects_named`` reads."""
     label = posixpath.basename(folder)
+    fs, path = get_fs(folder, opts.storage_options)
+    if not is_local(fs):   # one listing of the step's folder answers the lookups of its records that follow
+        folder_entries(fs, path)
     done = finished(folder, opts.storage_options, STAGE)
     record = StepRecord.from_json(done) if done is not None else None
     if keeps_finished(folder, mode, done, lambda _: None if record is not None and record.fingerprint == fp else
