@@ -89,7 +89,6 @@ def _file_or_entries(fs, path: str) -> tuple[bool, list[str]]:
     if is_local(fs):
         is_file = fs.isfile(path)
         return is_file, [] if is_file or not fs.exists(path) else folder_entries(fs, path)
-    fs.invalidate_cache(path)
     try:
         found = fs.ls(path, detail=True)   # a folder's names; a file: itself
     except FileNotFoundError:

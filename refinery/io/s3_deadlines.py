@@ -14,8 +14,8 @@ answer (fsspec's ``isfile`` takes any error for "no"), the clean-up after the fa
 then cost no further timeout each: a silent store ends the run within one I/O timeout and a few seconds. A failure
 is never taken for a missing file (``_isfile``).
 
-A failure leaves the store named, ``s3://BUCKET/KEY: OPERATION failed: REASON`` (``store_failures.StoreError``), whatever
-carries it on: an ``on_store`` block, Arrow, DuckDB (which keeps only its text), a Ray task. A missing object
+A failure leaves the store named, ``s3://BUCKET/KEY: OPERATION failed: REASON`` (``store_failures.StoreError``),
+whatever carries it on: an ``on_store`` block, Arrow, DuckDB (which keeps only its text), a Ray task. A missing object
 (``FileNotFoundError``) or one that exists where it must not (``FileExistsError``) is an answer, not a failure:
 the callers look for them.
 """
@@ -70,7 +70,7 @@ class S3WithDeadlines(s3fs.S3FileSystem):
             if answer.get("ContentLength", store_answers.KEPT_BYTES + 1) > store_answers.KEPT_BYTES:
                 return answer   # a shard's data: streamed, not kept
             answer = {**answer, "Body": await answer["Body"].read()}
-        store_answers.keep(request, copy.deepcopy(answer), asked_at)
+        store_answers.keep(request, answer, asked_at)   # the caller gets a copy: s3fs changes the listings it is given
         return _given_again(answer)
 
     async def _asked(self, name: str, method, akwarglist, kwargs):

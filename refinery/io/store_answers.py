@@ -158,28 +158,36 @@ def kept(key: Request | None):
     return answer
 
 
-def _listed_absent(active: Answers, key: Request) -> bool:
-    """Whether a lookup of one whole object (a HEAD, or a GET without a range or version) asks for a key that a
-    kept, complete listing of its folder does not hold: the store said so already (a run's ``_SUCCESS`` before it is
-    written, a record absent from an input)."""
-    if key.method not in ("head_object", "get_object") or {"Range", "VersionId"} & set(key.asked):
-        return False
+def _listings_of(active: Answers, key: Request, complete: bool):
+    """The kept listings of the folders above ``key``'s object (its bucket's, each folder's on its way) on its
+    store, each whole where ``complete`` (not a page of several, nor cut at its size: what it lacks is absent):
+    (the listing's request, its answer, the object's key, the key below the listing's prefix)."""
     bucket, _, name = key.where.partition("/")
     folders = [f"{bucket}/{name[:end + 1]}" for end in range(len(name)) if name[end] == "/"]
     for listed in [listed for where in (f"{bucket}/", *folders) for listed in active.at.get(where, ())]:
         listing, asked = active.kept[listed], listed.asked
         prefix = asked.get("Prefix", "")
         if listed.endpoint != key.endpoint or listed.method != "list_objects_v2" or not isinstance(listing, dict) \
-                or listing.get("IsTruncated") or asked.get("Bucket") != bucket or not name.startswith(prefix) \
-                or asked.get("ContinuationToken") or asked.get("StartAfter") \
-                or asked.get("Delimiter") not in (None, "/"):
+                or asked.get("Bucket") != bucket or not name.startswith(prefix):
             continue
-        contents, shown = listing.get("Contents", []), listing.get("CommonPrefixes", [])
-        if asked.get("MaxKeys") is not None and len(contents) + len(shown) >= int(asked["MaxKeys"]):
-            continue   # cut at its page's size: it may not show the key
-        rest = name[len(prefix):]
-        if asked.get("Delimiter") and "/" in rest:   # below a folder in it: absent where it shows no such folder
-            if all(entry.get("Prefix") != prefix + rest.split("/", 1)[0] + "/" for entry in shown):
+        if complete and (listing.get("IsTruncated") or asked.get("ContinuationToken") or asked.get("StartAfter")
+                         or asked.get("Delimiter") not in (None, "/") or (asked.get("MaxKeys") is not None and len(
+                             listing.get("Contents", ())) + len(listing.get("CommonPrefixes", ())) >= int(
+                             asked["MaxKeys"]))):
+            continue
+        yield listed, listing, name, name[len(prefix):]
+
+
+def _listed_absent(active: Answers, key: Request) -> bool:
+    """Whether a lookup of one whole object (a HEAD, or a GET without a range or version) asks for a key that a
+    kept, complete listing of its folder does not hold: the store said so already (a run's ``_SUCCESS`` before it is
+    written, a record absent from an input)."""
+    if key.method not in ("head_object", "get_object") or {"Range", "VersionId"} & set(key.asked):
+        return False
+    for listed, listing, name, rest in _listings_of(active, key, complete=True):
+        if listed.asked.get("Delimiter") and "/" in rest:   # below a folder in it: absent where it shows none such
+            folder = listed.asked.get("Prefix", "") + rest.split("/", 1)[0] + "/"
+            if all(entry.get("Prefix") != folder for entry in listing.get("CommonPrefixes", ())):
                 return True
         elif name not in active.listed[listed]:
             return True
@@ -192,17 +200,11 @@ def _listed_entry(active: Answers, key: Request) -> dict | None:
     opening each shard makes."""
     if set(key.asked) - {"Bucket", "Key"}:
         return None
-    bucket, _, name = key.where.partition("/")
-    folders = [f"{bucket}/{name[:end + 1]}" for end in range(len(name)) if name[end] == "/"]
-    for listed in [listed for where in (f"{bucket}/", *folders) for listed in active.at.get(where, ())]:
-        listing = active.kept[listed]
-        if listed.endpoint != key.endpoint or listed.method != "list_objects_v2" or not isinstance(listing, dict) \
-                or listed.asked.get("Bucket") != bucket:
-            continue
+    for listed, _, name, _ in _listings_of(active, key, complete=False):
         entry = active.listed[listed].get(name)
         if entry is not None and "ETag" in entry and "Size" in entry:
-            return {"ContentLength": entry["Size"], "ETag": entry["ETag"], "LastModified": entry.get("LastModified", ""),
-                    "StorageClass": entry.get("StorageClass")}
+            return {"ContentLength": entry["Size"], "ETag": entry["ETag"],
+                    "LastModified": entry.get("LastModified", ""), "StorageClass": entry.get("StorageClass")}
     return None
 
 
