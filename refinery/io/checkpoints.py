@@ -149,6 +149,10 @@ class Checkpoints:
         with on_store(self.root, f"reading checkpoint {name}"):
             return self._json(name, file) if self._made_under(name, None) else None
 
+    def url_of(self, name: str) -> str:
+        """The URL of the folder piece ``name`` (where its files are, for another folder on the store to take them)."""
+        return join(self.root, name)
+
     def path_of(self, name: str, *parts: str) -> str:
         """The local path of the folder piece ``name`` (or of ``parts`` inside it), for a library to load."""
         if not self.local:

@@ -6,13 +6,16 @@ last, then renamed onto ``<out>``; a folder without a manifest is never a finish
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import os
 import posixpath
+import shutil
 import sys
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 import pyarrow as pa
@@ -24,7 +27,7 @@ from refinery.io.corpus import (CARD, FORMAT, REJECTS, AllRejected, concat, inpu
 from refinery.io.finished import CORPUS, HF, MANIFEST, META_DIR, finished, manifest_path
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
-from refinery.io.location import get_fs, join, on_store
+from refinery.io.location import get_fs, is_local, join, on_store
 from refinery.io.modes import check_mode, keeps_finished
 from refinery.io.ownership import stamp_marker
 from refinery.io.publishing import AbortsOnError, AtomicDir, versioned_name
@@ -299,6 +302,25 @@ class ShardTarget:
         with on_store(join(self.corpus, name), "writing"), fs.open(join(path, name), "wb") as fh:
             fh.write(data)
 
+    def take(self, shard: WrittenShard, folder: str, name: str) -> WrittenShard:
+        """``shard``, a finished file of ``folder`` on the same store (a checkpoint's piece), as the shard ``name`` of
+        this corpus: hard-linked on a local disk (copied where a link cannot be made), copied by the store itself
+        on an object store; no byte of it passes through this process."""
+        if shard.record is None:
+            return replace(shard, name=name)
+        fs, path = get_fs(self.location, self.storage_options)
+        source, target = get_fs(join(folder, shard.record["path"]), self.storage_options)[1], self.versioned(name)
+        with on_store(join(self.corpus, target), "writing"):
+            if is_local(fs):
+                os.makedirs(path, exist_ok=True)
+                try:
+                    os.link(source, os.path.join(path, target))
+                except OSError:   # another device, or a file system without links
+                    shutil.copyfile(source, os.path.join(path, target))
+            else:
+                fs.copy(source, join(path, target))
+        return replace(shard, name=name, record={**shard.record, "path": target})
+
 
 @dataclass(frozen=True)
 class WrittenShard:
@@ -312,6 +334,16 @@ class WrittenShard:
     labels: dict
     splits: dict
     nbytes: int
+
+    def to_json(self) -> dict:
+        """The shard as a JSON object (the schema in Arrow's IPC encoding, base64), for ``from_json``."""
+        return {"name": self.name, "record": self.record, "labels": self.labels, "splits": self.splits,
+                "nbytes": self.nbytes, "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode()}
+
+    @classmethod
+    def from_json(cls, value: dict) -> "WrittenShard":
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(value["schema"])))
+        return cls(value["name"], value["record"], schema, value["labels"], value["splits"], value["nbytes"])
 
 
 def write_shard(target: ShardTarget, name: str, rows: pa.Table) -> WrittenShard:

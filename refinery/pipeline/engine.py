@@ -9,6 +9,7 @@ mapped batches as a stream, in input order, whichever engine runs them:
 - ``map_reduce``: units mapped to partitioned parts and part p of every unit reduced, all on Ray workers
   (the audit's counts summed by key range), the driver handed the reduced values only.
 - ``actor_map``: a stateful, model-holding stage class as a Ray Data actor pool.
+- ``actor_pool_map``: a model loaded once per Ray actor, called on each of a stream of units (a map stage's).
 - ``map_calls``: independent calls side by side (threads, or Ray tasks).
 - ``run_as_task``: a stage whose work is one process (DuckDB, NumPy) as one Ray task, so the driver only
   orchestrates; its progress bars are relayed to the driver and drawn there.
@@ -339,6 +340,30 @@ def actor_map(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str = "loc
     finally:
         if own:
             bar.close()
+
+
+def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: int = 1, resources=None,
+                   stage: str = "model", on_done: Callable = lambda value: None) -> None:
+    """``worker_cls(**worker_kwargs)`` (a model loaded once) on each of ``actors`` Ray actors, each asking for
+    ``resources`` (GPUs where the stage asks for them); every item of ``items`` (read as they are handed out: a
+    stream) called on a free actor, ``on_done`` given each call's value as it comes (in any order). A dead actor is
+    restarted and its call retried, at most ``TASK_RETRIES`` times."""
+    from ray.util import ActorPool
+
+    ray = ray_init()
+    options = {"num_cpus": 1, **ray_options(resources)}
+    gpus = options.pop("num_gpus", 0)
+    options.update(num_gpus=gpus, num_cpus=min(options["num_cpus"], actor_cpus()))
+    remote = ray.remote(worker_cls).options(max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES, **options)
+    with _faults_named(stage):
+        shared = {name: ray.put(value) for name, value in worker_kwargs.items()}
+        pool = ActorPool([remote.remote(**shared) for _ in range(actors)])
+        for item in items:
+            while not pool.has_free():
+                on_done(pool.get_next_unordered())
+            pool.submit(lambda actor, value: actor.__call__.remote(value), item)
+        while pool.has_next():
+            on_done(pool.get_next_unordered())
 
 
 class _RowsDone:

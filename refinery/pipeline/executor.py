@@ -135,30 +135,23 @@ def shard_plan(source: StageInput) -> ShardPlan | None:
     """The input's shards as units for workers that read and write themselves, or None where the driver must read
     them: the local engine, raw inputs, a corpus whose manifest records no rows per shard, or shards on this
     machine's disk when the Ray cluster has other nodes (their workers could not reach them, nor the output)."""
-    from refinery.io.corpus import Corpus, corpus_of, is_corpus
     from refinery.io.location import get_fs, is_local
+    from refinery.io.row_ranges import input_shards
     from refinery.pipeline.engine import single_node
 
     options = source.opts.storage_options
     if source.engine != "ray" or source.mapping is not None:
         return None
-    units, reject_files, first = [], [], 0
-    for split, paths in source.splits.items():
-        for url in paths:
-            url = corpus_of(url, options)
-            if not is_corpus(url, options):
-                return None
-            corpus = Corpus.open(url, options)
-            rows = {s.get("path"): s.get("rows") for s in corpus.manifest.get("file_stats", [])}
-            for name, file in zip(corpus.manifest["files"], corpus.files):
-                if not isinstance(rows.get(name), int):
-                    return None
-                units.append(ShardUnit(len(units), file, first, split, options))
-                first += rows[name]
-            reject_files += corpus.reject_files
+    shards = input_shards(source.splits, options)
+    if shards is None:
+        return None
+    units, first = [], 0
+    for shard in shards.shards:
+        units.append(ShardUnit(len(units), shard.file, first, shard.split, options))
+        first += shard.rows
     if units and is_local(get_fs(units[0].file, options)[0]) and not single_node():
         return None
-    return ShardPlan(units, reject_files, options)
+    return ShardPlan(units, shards.reject_files, options)
 
 
 class _Tally:

@@ -7,15 +7,22 @@ import pyarrow as pa
 from refinery.methods.generate.config import LABEL_DESCRIPTIONS, GenerationConfig
 
 
-def prompts(table: pa.Table, config: GenerationConfig) -> pa.Table:
-    """One row per (input row, target label): origin_id, text_a, label, prompt."""
+def target_labels(config: GenerationConfig, labels: list) -> list | None:
+    """The labels every row is prompted for (``labels``: the input's, for ``all``), or None: each row's own."""
+    if config.target_labels == "own":
+        return None
+    if config.target_labels == "all":
+        return list(labels)
+    return [x.strip() for x in config.target_labels.split(",") if x.strip()]
+
+
+def prompts(table: pa.Table, config: GenerationConfig, labels: list) -> pa.Table:
+    """One row per (input row, target label): origin_id, text_a, label, prompt (``labels``: the input's)."""
     rows = table.select([c for c in ("id", "text_a", "text_b", "label") if c in table.column_names]).to_pylist()
-    every = sorted({r["label"] for r in rows})
-    if config.target_labels not in ("own", "all"):
-        every = [x.strip() for x in config.target_labels.split(",") if x.strip()]
+    every = target_labels(config, labels)
     out = []
     for r in rows:
-        for label in ([r["label"]] if config.target_labels == "own" else every):
+        for label in ([r["label"]] if every is None else every):
             fields = {**r, "label": label, "label_description": LABEL_DESCRIPTIONS.get(label, f"labelled '{label}'")}
             try:
                 prompt = config.template.format(**fields)

@@ -1,13 +1,14 @@
-"""The ``generate`` stage, label-conditioned generation over a corpus: prompts from a template, a generator stage,
-generated rows.
+"""The ``generate`` stage, label-conditioned generation over a corpus: prompts from a template, a generator, generated
+rows.
 
-Each input row yields one prompt per target label (its own label, every label, or a given list);
-the stage (in-process or a Ray Data actor pool) samples n texts per prompt; every text becomes a
-canonical row with ``source=generated`` and ``origin_id``. Prompts whose generation failed, or
-that produced no text, are listed with the error in ``failed.parquet``, so every prompt is accounted for.
-The prompts are generated ``shard_rows`` at a time, each finished shard checkpointed under the output
-(``io.checkpoints``): a killed run continues after its last finished shard, and since every batch is
-sampled from the sampling seed, the rows are those an uninterrupted run makes.
+Each input row yields one prompt per target label (its own label, every label of the input, or a given list); the
+generator samples n texts per prompt; every text becomes a canonical row with ``source=generated`` and
+``origin_id``. Prompts whose generation failed, or that produced no text, are rows of ``failed/`` with the error, so
+every prompt is accounted for. It is a map stage (``pipeline.map_stage``): the prompts are generated ``shard_rows``
+at a time (whole batches), by a generator loaded once per worker (Ray actors under ``--engine ray``, each reading its
+rows and writing what it generated itself), every finished shard kept until the output is committed: a killed run
+generates only the shards it had not finished, and since every batch is sampled from the sampling seed, the rows are
+those an uninterrupted run makes.
 """
 from __future__ import annotations
 
@@ -16,49 +17,21 @@ from dataclasses import asdict, replace
 
 import pyarrow as pa
 
-from refinery.io.checkpoints import CHECKPOINTS, Checkpoints, table_digest
 from refinery.io.redaction import redact
 from refinery.methods.generate.config import GenerationConfig
-from refinery.methods.generate.prompts import generated_rows, prompts
-from refinery.models.actors import generate_table
+from refinery.methods.generate.prompts import generated_rows, prompts, target_labels
+from refinery.pipeline.map_stage import Mapped, MapStage
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
-from refinery.progress import announce, progress
+from refinery.pipeline.stage import Output, Resources, StageResult
+
+FAILED = "failed"   # the part holding the prompts that produced no text, each with its reason
 
 
-def generate_in_shards(requests: pa.Table, config: GenerationConfig, engine: str, checkpoints: Checkpoints
-                       ) -> pa.Table:
-    """The generator's output for every prompt, shard by shard, each shard read from ``checkpoints`` if a
-    previous run finished it, else generated and checkpointed. One bar counts the prompts done, batch by
-    batch, across the shards (a finished shard counts at once)."""
-    resources = replace(GenerateStage.resources, gpus=config.gpus_per_actor)
-    shard = max(1, config.shard_rows // config.batch_size) * config.batch_size
-
-    def generate(part: pa.Table, bar=None) -> pa.Table:
-        return generate_table(part, config.backend.name, config.backend.kwargs(), config.sampling, engine=engine,
-                              batch_size=config.batch_size, actors=config.actors, resources=resources, bar=bar)
-
-    if not requests.num_rows:
-        return generate(requests)
-    parts = []
-    with progress(total=requests.num_rows, desc="generate", unit=" prompt") as bar:
-        for number, start in enumerate(range(0, requests.num_rows, shard)):
-            name = f"shard-{number:05d}"
-            part = checkpoints.get(name)
-            if part is None:
-                part = generate(requests.slice(start, shard), bar)
-                checkpoints.put(name, part)
-            else:
-                bar.update(part.num_rows)
-            parts.append(part)
-    return pa.concat_tables(parts)
-
-
-class GenerateStage(Stage):
+class GenerateStage(MapStage):
     """Label-conditioned generation (e.g. hypotheses for a premise and a label) through a generator.
 
     The input rows are prompts; the output's ``corpus/`` holds the generated rows (the input's rejects in its
-    rejects), and ``generation/`` the failed prompts (``failed.parquet``) and the run's figures.
+    rejects), ``failed/`` the failed prompts with their reasons, and ``report/`` the run's figures.
     """
 
     name, Config = "generate", GenerationConfig
@@ -66,38 +39,74 @@ class GenerateStage(Stage):
     adds = ("source", "origin_id")
     resources = Resources(cpus=1, memory_gb=2)
     output = Output.CORPUS
-    version = 2   # 2: the corpus in corpus/ (generation/ sat inside it: pandas read its files as data)
+    parts = (Output.CORPUS.value, FAILED)
+    version = 3   # 3: failed prompts as the corpus failed/, the figures in report/ (were generation/)
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        """Generate into ``out``: the generated rows' corpus ``corpus/`` (the input's rejects in its rejects),
-        ``generation/`` (failed.parquet and generation.json). Rows past ``limit`` are counted, not prompted."""
-        table, rejects = source.load()
+    def labels_needed(self) -> bool:
+        return self.config.target_labels == "all"
+
+    def row_limit(self) -> int | None:
+        return self.config.limit
+
+    def unit_requests(self) -> int:
+        return max(1, self.config.shard_rows // self.config.batch_size) * self.config.batch_size
+
+    def actors(self) -> int:
+        return self.config.actors
+
+    def worker_resources(self) -> Resources:
+        return replace(self.resources, gpus=self.config.gpus_per_actor)
+
+    def checkpoint_settings(self) -> dict:
+        """Every setting but where the generator runs (a run killed on one engine resumes on the other)."""
+        settings = asdict(self.config)
+        del settings["actors"], settings["gpus_per_actor"]
+        return settings
+
+    def requests_per_row(self, labels: list) -> int:
+        every = target_labels(self.config, labels)
+        return 1 if every is None else len(every)
+
+    def requests(self, rows: pa.Table, labels: list) -> pa.Table:
+        return prompts(rows, self.config, labels)
+
+    def load_model(self):
+        from refinery.models.actors import GeneratorActor
+
         config = self.config
-        unused = max(table.num_rows - config.limit, 0) if config.limit is not None else 0
-        table = table.slice(0, table.num_rows - unused)
-        requests = prompts(table, config)
-        checkpoints = out.checkpoints("generate", {"config": redact(asdict(config)),
-                                                   "prompts": table_digest(requests)})
-        resumed = len(checkpoints.done())
-        if resumed:
-            announce(f"generate: resuming after {resumed} finished shard(s) of an interrupted run "
-                     f"(checkpoints in {out.url(CHECKPOINTS)})")
-        rows, failed = generated_rows(generate_in_shards(requests, config, source.engine, checkpoints))
-        r = {"inputs": table.num_rows, "beyond_limit": unused, "prompts": requests.num_rows,
-             "generated": rows.num_rows, "failed": failed.num_rows, "backend": config.backend.name,
-             "model": config.backend.model, "engine": source.engine, "sampling": asdict(config.sampling),
-             "template": config.template, "resumed_shards": resumed}
-        r["input_rejected"] = out.write_corpus(Output.CORPUS.value, rows, rejects,
-                                               settings={"generation": r})["rejected"]
-        with out.files("generation") as d:
-            d.write_parquet("failed.parquet", failed)
-            d.write_text("generation.json", json.dumps(r, indent=1))
-            d.commit()
-        checkpoints.clear()
+        return GeneratorActor(config.backend.name, config.backend.kwargs(), asdict(config.sampling))
+
+    def apply(self, requests: pa.Table, model, advance) -> dict:
+        """The prompts generated ``batch_size`` at a time (each batch sampled from the seed): {corpus: generated
+        rows, failed: failed prompts}."""
+        size, parts = self.config.batch_size, []
+        for start in range(0, requests.num_rows, size):
+            model.advance = lambda done, start=start: advance(start + done)
+            parts.append(model(requests.slice(start, size)))
+            advance(start + parts[-1].num_rows)
+        rows, failed = generated_rows(pa.concat_tables(parts) if parts else model(requests))
+        return {Output.CORPUS.value: rows, FAILED: failed}
+
+    def result(self, mapped: Mapped, out: StageOutput) -> StageResult:
+        """report/ (report.json and its page) with the prompts, generated rows and failed prompts; the result."""
+        from refinery.report.page import config_table, fields
+
+        config = self.config
+        r = {"inputs": mapped.mapped, "beyond_limit": mapped.beyond_limit, "prompts": mapped.requests,
+             "generated": mapped.written[Output.CORPUS.value], "failed": mapped.written[FAILED],
+             "input_rejected": mapped.input_rejects, "backend": config.backend.name, "model": config.backend.model,
+             "engine": mapped.engine, "sampling": asdict(config.sampling), "template": config.template,
+             "shards": mapped.units, "resumed_shards": mapped.resumed, "config": redact(asdict(config))}
+        page = out.report_page(f"{self.name}: label-conditioned generation")
+        page.section("Prompts", fields({k.replace("_", " "): r[k] for k in
+                                        ("inputs", "beyond_limit", "input_rejected", "prompts", "generated", "failed",
+                                         "shards", "resumed_shards")}))
+        page.section("Configuration", config_table(json.loads(json.dumps(r["config"], default=str))))
+        out.publish_report(r, page)
         headline = f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed"
-        return StageResult(r["inputs"] + r["beyond_limit"] + r["input_rejected"],
-                           {"prompted": r["inputs"], "beyond limit": r["beyond_limit"],
-                            "input rejects": r["input_rejected"]}, r, headline,
-                           (f"{headline} ({config.backend.name}, {source.engine})",)
-                           + ((f"resumed: {r['resumed_shards']} finished shard(s) from the interrupted run before",)
-                              if r["resumed_shards"] else ()), report_file="")
+        return StageResult(mapped.rows + mapped.input_rejects,
+                           {"prompted": mapped.mapped, "beyond limit": mapped.beyond_limit,
+                            "input rejects": mapped.input_rejects}, r, headline,
+                           (f"{headline} ({config.backend.name}, {mapped.engine})",)
+                           + ((f"resumed: {mapped.resumed} finished shard(s) from the interrupted run before",)
+                              if mapped.resumed else ()))
