@@ -407,3 +407,14 @@ def test_a_model_that_predicts_one_label_has_no_gap_to_read(tmp_path):
     assert any(n.startswith("test: one's model predicts 'contradiction' for ") for n in report["notes"])
     page = (tmp_path / "cmp" / "report" / "report.html").read_text()
     assert "zzcue@hypothesis: one predicts &#x27;contradiction&#x27;" in page
+
+
+def test_compare_on_ray_trains_its_runs_as_tasks_to_the_in_process_results(planted, tmp_path):
+    args = ["compare", "--train", f"original={planted / 'train'}", "--train", f"test={planted / 'test'}",
+            "--eval", f"anti={planted / 'anti-shortcut'}", "--seeds", 2]
+    run_cli(*args, "--out", tmp_path / "local")
+    run_cli(*args, "--engine", "ray", "--out", tmp_path / "ray")
+    local, ray = (json.loads((tmp_path / out / "report" / "report.json").read_text()) for out in ("local", "ray"))
+    assert local["accuracy"] == ray["accuracy"] and len(ray["accuracy"]["anti"]["original"]["seeds"]) == 2
+    assert pq.read_table(tmp_path / "local" / "report" / "predictions.parquet").equals(
+        pq.read_table(tmp_path / "ray" / "report" / "predictions.parquet"))

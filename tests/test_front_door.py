@@ -204,7 +204,7 @@ def test_compare_options_are_its_config_fields():
     from refinery.methods.compare.stage import CompareStageConfig
     from refinery.pipeline.config import InputSpec
 
-    named = {"--train", "--out", "--mode", "--print-config", "--io-timeout", "--help", "-h"}
+    named = {"--train", "--out", "--engine", "--mode", "--print-config", "--io-timeout", "--help", "-h"}
     fields = {o for leaf in leaves(CompareStageConfig) + leaves(InputSpec) for o in leaf.names}
     options = {o for p in main.get_command(None, "compare").params for o in p.opts + p.secondary_opts if o.startswith("-")}
     assert options - named == fields

@@ -10,7 +10,7 @@ import click
 
 from refinery.cli.base import RefineryCommand
 from refinery.cli.config_options import config_options, given
-from refinery.cli.options import input_options, io_timeout_option, mode_option, printable_pipeline
+from refinery.cli.options import engine_option, input_options, io_timeout_option, mode_option, printable_pipeline
 from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.config import parse_named, train_split
@@ -232,10 +232,11 @@ def probe(*, train, out, mode, io_timeout, **params):
 @click.option("--print-config", is_flag=True, help="Print this command line as a pipeline file for `refinery run`, "
                                                    "and exit.")
 @config_options(CompareStageConfig, "cfg")
+@engine_option
 @mode_option
 @config_options(InputSpec, "in")
 @io_timeout_option
-def compare(train, out, print_config, mode, io_timeout, **params):
+def compare(train, out, print_config, engine, mode, io_timeout, **params):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
     from refinery.cli.stage_verbs import compare_pipeline
     from refinery.io.committed import committed_url
@@ -250,11 +251,12 @@ def compare(train, out, print_config, mode, io_timeout, **params):
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if print_config:
-        click.echo(printable_pipeline(compare_pipeline(config, spec_in, out), ("baseline",)), nl=False)
+        click.echo(printable_pipeline(replace(compare_pipeline(config, spec_in, out), engine=engine), ("baseline",)),
+                   nl=False)
         return
     # the stage's input: the last training corpus (the others are its baseline); a rerun resumes from OUT/runs/
     spec = PipelineSpec(replace(spec_in, paths=[train_split(config.baseline[-1])[0]]),
-                        [StageSpec("compare", config)], out)
+                        [StageSpec("compare", config)], out, engine)
     result = _run_one_stage(spec, mode)
     if result is None:
         return

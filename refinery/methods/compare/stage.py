@@ -148,8 +148,7 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     from refinery.methods.compare.slices import bias_slices
     from refinery.methods.compare.statistics import (label_collapses, label_notes, one_label, one_label_notes,
                                                      reading_notes, several_labels, summarize)
-    from refinery.methods.compare.training import predictions_of, read_corpora, run_fingerprint
-    from refinery.progress import progress
+    from refinery.methods.compare.training import read_corpora, run_fingerprint, trained_runs
 
     data = read_corpora(train, evals, source, config, split)
     so = source.opts.storage_options
@@ -160,9 +159,10 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     predicted: dict = {}  # (corpus, eval) -> seeds × rows labels
     gold: dict = {}       # eval -> its rows' gold labels
     preds: list[pa.Table] = []
-    jobs = [(n, s) for n in data.names for s in range(config.seeds)]
-    for name, seed in progress(jobs, desc="compare", unit=" run"):
-        table = predictions_of(data, name, seed, run_fingerprint(config, train_prints[name], seed, eval_prints), out)
+    jobs = [{"name": n, "seed": s, "key": run_fingerprint(config, train_prints[n], s, eval_prints)}
+            for n in data.names for s in range(config.seeds)]
+    for job, table in zip(jobs, trained_runs(jobs, data, source.engine, out)):
+        name = job["name"]
         preds.append(table.append_column("contaminated", pa.array(np.concatenate(
             [data.contamination[e.name][name].rows for e in evals]))))
         for e in evals:

@@ -238,6 +238,19 @@ def run_fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_p
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def trained_runs(jobs: list, data: Corpora, engine: str, out: StageOutput) -> list:
+    """``predictions_of`` each job ({name, seed, key}), in order: one after the other in this process, or under
+    ``--engine ray`` each as a Ray task, side by side (the corpora put in the object store once; where the output
+    is on this machine's disk and the cluster has other nodes, in this process, which alone reaches it)."""
+    from refinery.io.location import get_fs, is_local
+    from refinery.pipeline.engine import map_calls, single_node
+    from refinery.progress import progress
+
+    if engine == "ray" and (not is_local(get_fs(out.folder, out.storage_options)[0]) or single_node()):
+        return map_calls(predictions_of, jobs, {"data": data, "out": out}, engine="ray", desc="compare")
+    return [predictions_of(data, **job, out=out) for job in progress(jobs, desc="compare", unit=" run")]
+
+
 def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutput) -> pa.Table:
     """The predictions of corpus ``name``'s model of ``seed`` on every evaluation set: a finished run of
     fingerprint ``key`` reused, else trained, scored and kept (a finished run survives an interrupted comparison,

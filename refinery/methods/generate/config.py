@@ -37,9 +37,9 @@ class GenerationConfig:
     sampling: Sampling = setting(Sampling(), help="Sampling of every backend.")
     backend: Backend = setting(Backend(), help="Where texts are generated.")
     batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
-    shard_rows: int = setting(1024, at_least(1), "Prompts per checkpointed shard (rounded to whole batches): a "
-                                                 "killed run continues after its last finished shard.")
-    actors: int = setting(1, at_least(1), "Ray Data actor pool size.")
+    shard_rows: int = setting(1024, at_least(1), "Prompts per shard (rounded to whole batches), each kept until the "
+                                                 "output is published: a killed run generates only unfinished ones.")
+    actors: int = setting(1, at_least(1), "Ray actors, each with its own generator (--engine ray).")
     gpus_per_actor: float = setting(0.0, number_in(0), "GPUs each actor asks for.")
 
     def __post_init__(self):
