@@ -193,26 +193,29 @@ def traced_io(command: list, root: str, log: str) -> tuple[int, int] | None:
 
 
 def on_ray_against_local(root: str, train: str, figures: dict, commands: dict) -> None:
-    """For each filter run on both engines: Ray's time against the local one's; the bytes the driver itself read
-    and wrote of the corpora (``traced_io``, a second run) against the input's and the output's Parquet bytes;
-    whether the kept ids are the same."""
-    from refinery.io.corpus import Corpus
+    """For each stage run on both engines: Ray's time against the local one's; the bytes the driver itself read
+    and wrote of the corpora (``traced_io``, a second run) against the input's and the output's Parquet bytes (every
+    corpus the stage wrote); whether every corpus it wrote holds the same rows on both engines."""
+    from refinery.io.corpus import Corpus, stage_parts
 
-    print("\n| filter | local | Ray | Ray ÷ local | driver's reads of the corpora ÷ input | its writes ÷ output | "
-          "kept ids equal |\n|---|---|---|---|---|---|---|", flush=True)
-    for name in ("zfilter", "confidence", "dedup", "decontaminate", "aflite", "datamap"):
+    print("\n| stage | local | Ray | Ray ÷ local | driver's reads of the corpora ÷ input | its writes ÷ output | "
+          "outputs equal |\n|---|---|---|---|---|---|---|", flush=True)
+    for name in ("zfilter", "confidence", "dedup", "decontaminate", "aflite", "datamap", "upsample", "weights",
+                 "leakage", "razor --score-only"):
         on_ray = f"{name} --engine ray"
         if name not in figures or on_ray not in figures:
             continue
         (local, _), (ray, _) = figures[name], figures[on_ray]
-        out = [f"{root}/{name}-ray/kept", f"{root}/{name}-ray/rejected"]
-        ids = [Corpus.open(d).read(["id"])["id"].to_pylist() for d in (f"{root}/{name}/kept", out[0])]
-        sizes = parquet_bytes(train), parquet_bytes(*out)
-        moved = traced_io(commands[on_ray], root, f"{root}/{name}-traced.log")
+        folders = [command[command.index("--out") + 1] for command in (commands[name], commands[on_ray])]
+        parts = [sorted(stage_parts(folder)) for folder in folders]
+        same = [p.rsplit("/", 1)[-1] for p in parts[0]] == [p.rsplit("/", 1)[-1] for p in parts[1]] and all(Corpus.open(a).read().equals(Corpus.open(b).read())
+                                            for a, b in zip(*parts))
+        sizes = parquet_bytes(train), parquet_bytes(*parts[1])
+        moved = traced_io(commands[on_ray], root, f"{root}/{name.split()[0]}-traced.log")
         shares = ["(strace not installed)"] * 2 if moved is None else \
             [f"{b / 1e6:,.2f} MB ÷ {size / 1e6:,.1f} MB = {b / size:.1%}" for b, size in zip(moved, sizes)]
         print(f"| {name} | {local:,.1f} s | {ray:,.1f} s | {ray / local:.2f}× | {shares[0]} | {shares[1]} | "
-              f"{ids[0] == ids[1]} |", flush=True)
+              f"{same} |", flush=True)
 
 
 def confidence_quality(train: str, rows: int) -> None:

@@ -32,6 +32,8 @@ class IbadrStage(Stage):
     output = Output.POOL
     profiles = PROFILES
     version = 2   # 2: the verdict on the pool and the original's top features measured under its p0 in report/
+    one_task = True   # the loop trains on the whole pool: on Ray one task reads and writes it (its generator's
+    #                   actors are that task's)
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """IBADR over the input (or its ``sample_rows``): ``pool/``, ``generated/``, ``report/`` and

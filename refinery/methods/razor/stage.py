@@ -31,6 +31,7 @@ class RazorStage(Stage):
     adds = ("source",)
     resources = RESOURCES
     version = 2   # 2: the verdict on the rewritten corpus in report/
+    one_task = True   # the scores and the loop over the whole corpus: on Ray one task reads and writes it
 
     @property
     def output(self) -> Output:
