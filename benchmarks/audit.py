@@ -24,7 +24,8 @@ from refinery.core.features import FeatureConfig  # noqa: E402
 from refinery.io import synth  # noqa: E402
 from refinery.io.corpus import Corpus  # noqa: E402
 from refinery.methods.audit.config import AuditConfig  # noqa: E402
-from refinery.methods.audit.counting import audit, audit_table  # noqa: E402
+from refinery.core.table_audit import audit_table
+from refinery.methods.audit.counting import audit  # noqa: E402
 from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 

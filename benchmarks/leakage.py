@@ -19,8 +19,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from refinery.io import synth
-from refinery.methods.leakage.config import ADVANCED_FEATURES  # noqa: E402
-from refinery.methods.leakage.sentence_graph import corpus_features  # noqa: E402
+from refinery.models.leakage_settings import ADVANCED_FEATURES  # noqa: E402
+from refinery.models.sentence_graph import corpus_features  # noqa: E402
 from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 

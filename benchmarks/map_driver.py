@@ -20,7 +20,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_line  # noqa: E402 (benchmarks/machine.py)
-from scale import REFINERY, parquet_bytes, run, traced_io  # noqa: E402
+from scale import parquet_bytes, run, traced_io  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "snli")
 

@@ -27,7 +27,7 @@ def _warm() -> None:
 
     import refinery.cli.main  # noqa: F401
     import refinery.pipeline.runner  # noqa: F401
-    from refinery.methods.dedup import minhash
+    from refinery.core import minhash
 
     minhash._mix(np.uint64(1))
 

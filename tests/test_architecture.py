@@ -128,6 +128,33 @@ def test_no_upward_imports():
     assert not upward, f"imports of a higher layer (order: {' < '.join(LAYERS)}):\n" + "\n".join(upward)
 
 
+def _method(module: str) -> str | None:
+    """The method package ``module`` belongs to (``refinery.methods.NAME…``), or None."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["refinery", "methods"] and len(parts) > 2 else None
+
+
+def _crossing(edges) -> list[str]:
+    return [f"{module} imports {target}" + (f" ({_where(module, line)})" if module in MODULES else "")
+            for module, target, line, _ in edges
+            if _method(module) and _method(target) and _method(module) != _method(target)]
+
+
+def test_no_method_package_imports_another(tmp_path):
+    """Issue 63: a method package stands on the layers below it (core, io, models, pipeline), never on another
+    method: what two methods share lives down there (the audit's counting in core, evaluation sets and task models in
+    models, MinHash and the n-gram index in core). Function-level imports count too. The check must find a planted
+    one."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f():\n    from refinery.methods.audit.counting import audit\n    return audit\n")
+    found = _crossing((m, t, line, inside) for t, line, inside in [*_imports("refinery.methods.zfilter.planted",
+                                                                             planted)]
+                      for m in ["refinery.methods.zfilter.planted"])
+    assert found == ["refinery.methods.zfilter.planted imports refinery.methods.audit.counting"]
+    crossing = _crossing(EDGES)
+    assert not crossing, "method packages importing another:\n" + "\n".join(crossing)
+
+
 def test_io_and_core_import_refinery_at_the_top():
     hidden = [f"{_where(module, line)}: {module} imports {target} inside a function"
               for module, target, line, in_function in EDGES

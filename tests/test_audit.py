@@ -15,8 +15,9 @@ from refinery.io.corpus import Corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import PRESETS
 from refinery.methods.audit.config import AuditConfig
-from refinery.methods.audit.counters import count_table
-from refinery.methods.audit.counting import audit, audit_table, finish
+from refinery.core.audit_counters import count_table
+from refinery.core.table_audit import audit_table, finish
+from refinery.methods.audit.counting import audit
 from refinery.methods.audit.stage import write_outputs
 from refinery.pipeline.output import StageOutput
 

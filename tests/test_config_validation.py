@@ -14,7 +14,7 @@ from refinery.methods.audit.config import AuditConfig
 from refinery.methods.confidence.config import ConfidenceConfig
 from refinery.methods.generate.config import GenerationConfig
 from refinery.methods.ibadr.config import IbadrConfig
-from refinery.methods.leakage.config import ForestConfig, GraphConfig
+from refinery.models.leakage_settings import ForestConfig, GraphConfig
 from refinery.methods.razor.config import RazorConfig
 from refinery.methods.upsample.config import UpsampleConfig
 from refinery.methods.weights.config import WeightsConfig

@@ -315,7 +315,7 @@ def test_ascii_texts_are_folded_as_the_unicode_rule_folds_them():
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from refinery.methods.dedup.minhash import normalized
+    from refinery.core.minhash import normalized
 
     texts = pa.array(["A man .", None, "  Two\tdogs,run!! ", "", "...", "x1-2Y_z", "it 9:30\n", "\x01a\x7fB"])
     rule = pc.utf8_trim_whitespace(pc.replace_substring_regex(pc.utf8_lower(pc.utf8_normalize(
@@ -336,7 +336,7 @@ def test_decontaminate_reads_evaluation_rows_whatever_their_label_and_joins_spli
     line (exit 2), nothing written; a preset typo after the last ':' is named."""
     import pyarrow as pa
 
-    from refinery.methods.dedup.minhash import normalized
+    from refinery.core.minhash import normalized
 
     assert normalized(pa.array(["He does n't know .", "He doesn't know.", "She cannot go", "she can not go"]))\
         .to_pylist() == ["he doesnt know", "he doesnt know", "she can not go", "she can not go"]

@@ -18,7 +18,7 @@ from refinery.io.schema import PRESETS
 from refinery.io.synth import SynthSpec
 from refinery.io.synth import write as write_synth
 from refinery.methods.leakage import config as leakage_config
-from refinery.methods.leakage import sentence_graph
+from refinery.models import sentence_graph
 from refinery.methods.weights import ips
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -220,7 +220,7 @@ def test_weighted_counts_are_the_audits_counts_and_sums_of_weights():
     from refinery.core.weighted_counts import WeightedCounts
     from refinery.io.corpus import load
     from refinery.methods.audit.config import AuditConfig
-    from refinery.methods.audit.counting import audit_table
+    from refinery.core.table_audit import audit_table
 
     table = load([SNLI_DEV], PRESETS["snli"])[0].slice(0, 1500)
     table = table.take(np.argsort(table["label"].to_numpy(zero_copy_only=False), kind="stable"))  # a label per batch

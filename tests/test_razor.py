@@ -15,7 +15,7 @@ from refinery.methods.razor.report import change, console_lines
 from refinery.methods.razor.rewrite import clean_candidate, verified_label
 from refinery.methods.razor.verdict import verdict
 from refinery.methods.audit.config import AuditConfig
-from refinery.methods.audit.counting import audit_table
+from refinery.core.table_audit import audit_table
 
 
 def brute_force(table, dim=64):

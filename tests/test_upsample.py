@@ -217,7 +217,7 @@ def _label_max(stats: zstats.ZStats, p0=None) -> dict:
 
 def _audits(out):
     """The audits (refinery's defaults, prior auto) of an up-sampled folder's original rows and of all its rows."""
-    from refinery.methods.audit.counting import audit_table
+    from refinery.core.table_audit import audit_table
 
     table = Corpus.open(str(out / "corpus")).read()
     columns = ["id", "text_a", "text_b", "label"]
@@ -312,7 +312,7 @@ def test_one_row_copied_44_times_is_caught_and_the_guard_stops_short_of_it(negat
     threshold, and its verdict holds."""
     from refinery.core.features import FeatureConfig
     from refinery.core.verdict import judge
-    from refinery.methods.audit.counting import audit_table
+    from refinery.core.table_audit import audit_table
     from refinery.methods.upsample.guard import ShortcutGuard
 
     table = Corpus.open(str(negation_corpus)).read().select(["id", "text_a", "text_b", "label"])

@@ -14,7 +14,7 @@ from refinery.io import synth
 from refinery.io.corpus import load
 from refinery.io.schema import PRESETS
 from refinery.methods.audit.config import AuditConfig
-from refinery.methods.audit.counting import audit_table
+from refinery.core.table_audit import audit_table
 from refinery.report.verdict import section
 
 

@@ -11,7 +11,8 @@ from refinery.io import synth
 from refinery.io.corpus import Corpus, load
 from refinery.io.raw import rebatch
 from refinery.io.schema import PRESETS
-from refinery.methods.audit.counting import audit, audit_table
+from refinery.core.table_audit import audit_table
+from refinery.methods.audit.counting import audit
 from refinery.methods.confidence.scoring import confidence_filter
 from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
 from refinery.methods.zfilter.config import PARTS, ComposeConfig, ZFilterConfig

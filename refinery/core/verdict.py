@@ -174,6 +174,13 @@ class Verdict:
             return False
         return not (self.under_threshold and self.over)
 
+    def weakened_nothing(self) -> bool:
+        """Whether no shortcut was weakened where the input had some: no significant feature of the input stopped
+        being one and no label's max z* fell by more than ``JITTER``."""
+        fell = any(m.before is not None and m.after is not None and m.after < m.before - JITTER
+                   for m in self.max_z.values())
+        return self.significant_before > 0 and not self.fixed_total and not fell
+
     def _thresholds(self) -> str:
         """The two audits' thresholds, ``4.65 → 4.23`` (one where they agree to the hundredth)."""
         before = self.threshold if self.threshold_before is None else self.threshold_before

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from refinery.io.corpus import Corpus, corpus_of, is_corpus
 from refinery.io.location import get_fs, on_store
 
 
@@ -37,8 +38,6 @@ class InputShards:
 def input_shards(splits: dict, storage_options: dict) -> InputShards | None:
     """The shards of the corpora ``splits`` names (``{split: [paths]}``), or None where one is not a finished corpus
     or its manifest records no rows per shard (a worker could not find a row by its number)."""
-    from refinery.io.corpus import Corpus, corpus_of, is_corpus
-
     shards, reject_files, labels = [], [], {}
     for split, paths in splits.items():
         for url in paths:

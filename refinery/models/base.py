@@ -31,6 +31,11 @@ def label_proba(proba: np.ndarray, classes, labels) -> np.ndarray:
     return np.where(cols >= 0, proba[np.arange(len(cols)), np.maximum(cols, 0)], 0.0)
 
 
+def own_label_proba(model: Classifier, table: pa.Table) -> np.ndarray:
+    """A fitted classifier's p(y_i | x_i) for each row of ``table`` (its own label)."""
+    return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
+
+
 def predict(model: Classifier, table: pa.Table) -> list:
     proba = model.predict_proba(table)
     return [model.classes_[i] for i in proba.argmax(axis=1)]

@@ -50,6 +50,13 @@ def row_numbers(batch: pa.Table) -> np.ndarray:
     return batch[ROW_NUMBER].to_numpy()
 
 
+def rows_among(rows: np.ndarray, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each row of ``batch`` is among ``rows``, sorted numbers of rows in the input, and its place there)."""
+    at = row_numbers(batch)
+    place = np.minimum(np.searchsorted(rows, at), max(len(rows) - 1, 0))
+    return (rows[place] == at if len(rows) else np.zeros(len(at), bool)), place
+
+
 def decide_batch(rows: pa.Table, stage) -> tuple[pa.Table, pa.Table, list]:
     """(the kept rows, the dropped rows, each as the filter's ``annotate`` writes it, the reasons of the dropped rows)
     of one batch of ``numbered`` rows: the work of a filter that runs where the engine puts it."""

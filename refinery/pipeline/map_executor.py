@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 
-from refinery.pipeline.map_stage import Mapped
 from refinery.pipeline.stage import StageInput, with_split
 
 if TYPE_CHECKING:
@@ -37,6 +36,27 @@ if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
 
 WRITTEN = "written.json"   # a piece's record of the shards it holds (``WrittenShard.to_json`` per part)
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """What a map stage's run wrote: the input's good rows, those mapped (the rest were beyond the stage's limit), the
+    input's rejects, the requests made, each part's rows and rows per label, its units and those read back from a
+    killed run's checkpoints, and the engine it ran on."""
+
+    rows: int
+    mapped: int
+    input_rejects: int
+    requests: int
+    written: dict   # {part: rows}
+    labels: dict    # {part: {label: rows}}
+    units: int
+    resumed: int
+    engine: str
+
+    @property
+    def beyond_limit(self) -> int:
+        return self.rows - self.mapped
 
 
 @dataclass(frozen=True)
@@ -151,7 +171,7 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
             stream = _Streamed(source, per_row, size, limit, lambda batch: first.write(rejects=batch))
             cut = stream.units(units)
         with progress(total=total, desc=stage.name, unit=" request") as bar:
-            todo = _unfinished(cut, done, bar)
+            todo = _to_map(cut, done, bar)
             _map_units(stage, todo, shards if read_by_workers else None, labels, checkpoints, source, out, bar)
         if read_by_workers:
             for batch in iter_parquet(shards.reject_files, options):   # the input's rejects travel with the output
@@ -170,7 +190,7 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
                   len([u for u in units if u.name in done]), source.engine)
 
 
-def _unfinished(units: Iterator[MapUnit], done: set, bar) -> Iterator[MapUnit]:
+def _to_map(units: Iterator[MapUnit], done: set, bar) -> Iterator[MapUnit]:
     """The units not among the ``done`` pieces; those that are counted on ``bar`` as they pass."""
     for unit in units:
         if unit.name in done:

@@ -12,37 +12,16 @@ it had not finished. ``result`` turns what was written (``Mapped``) into the sta
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 import pyarrow as pa
 
 from refinery.pipeline.config import to_dict
+from refinery.pipeline.map_executor import Mapped, write_mapped
 from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
-
-
-@dataclass(frozen=True)
-class Mapped:
-    """What a map stage's run wrote: the input's good rows, those mapped (the rest were beyond the stage's limit), the
-    input's rejects, the requests made, each part's rows and rows per label, its units and those read back from a
-    killed run's checkpoints, and the engine it ran on."""
-
-    rows: int
-    mapped: int
-    input_rejects: int
-    requests: int
-    written: dict   # {part: rows}
-    labels: dict    # {part: {label: rows}}
-    units: int
-    resumed: int
-    engine: str
-
-    @property
-    def beyond_limit(self) -> int:
-        return self.rows - self.mapped
 
 
 class MapStage(Stage):
@@ -96,6 +75,4 @@ class MapStage(Stage):
 
     def run(self, source: StageInput, out: StageOutput) -> StageResult:
         """Every unit of requests mapped where the engine puts it, its parts committed; then ``result``."""
-        from refinery.pipeline.map_executor import write_mapped
-
         return self.result(write_mapped(self, source, out), out)

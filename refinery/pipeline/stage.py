@@ -95,6 +95,22 @@ class StageInput:
             for _, batch in iter_input_batches(paths, self.mapping, self.opts):
                 yield Batch(with_split(batch.rows, split), batch.rejects) if split else batch
 
+    def rows_at(self, wanted: list, columns: tuple = ("id", "text_a", "text_b")) -> dict:
+        """Row number (in the order ``iter_batches`` gives the good rows) → the row's ``columns`` (those it has), for
+        the rows ``wanted``: a pass over the input that keeps only them."""
+        import numpy as np
+
+        wanted, found, start = np.unique(np.asarray(wanted, np.int64)), {}, 0
+        for batch in (b.rows for b in self.iter_batches() if b.rows.num_rows):
+            mine = wanted[(wanted >= start) & (wanted < start + batch.num_rows)]
+            if len(mine):
+                part = batch.select([c for c in columns if c in batch.column_names])
+                found.update(zip(mine.tolist(), part.take(pa.array(mine - start)).to_pylist()))
+            start += batch.num_rows
+            if start > (wanted[-1] if len(wanted) else -1):
+                break
+        return found
+
     def columns(self) -> list[str]:
         """The canonical columns every input has: a corpus's schema, or what the mapping gives raw files."""
         common = None

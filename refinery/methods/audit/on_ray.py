@@ -28,7 +28,8 @@ from refinery.io.readers import read_file
 from refinery.io.schema import Mapping
 from refinery.io.location import get_fs
 from refinery.methods.audit.config import AuditConfig
-from refinery.methods.audit.counters import count_table, new_counter, probe_counts
+from refinery.core.audit_counters import count_table, new_counter
+from refinery.methods.audit.counters import probe_counts
 from refinery.pipeline.engine import cluster_cpus, map_reduce, run_as_task
 from refinery.progress import progress
 

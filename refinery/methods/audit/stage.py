@@ -104,7 +104,7 @@ class AuditStage(Stage):
 
     def measure(self, source: StageInput, out: StageOutput | None = None):
         """The audit of ``source``; its input's rejects published as ``out``'s rejects/ (without ``out``, written
-        nowhere: what a pipeline's report measures at each step): a ``counting.AuditResult``."""
+        nowhere: what a pipeline's report measures at each step): a ``core.table_audit.AuditResult``."""
         from refinery.methods.audit.counting import audit
 
         config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))

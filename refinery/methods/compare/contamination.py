@@ -1,6 +1,6 @@
 """Which evaluation rows each training corpus contaminates: the rows sharing a run of N words (13 by default) with
 one of its rows, on what the models read, normalized — decontaminate's rule and matcher
-(``decontaminate.overlap.NgramIndex``).
+(``core.ngram_index.NgramIndex``).
 
 An evaluation row e is contaminated by a training corpus T when
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from refinery.methods.decontaminate.overlap import NgramIndex
+from refinery.core.ngram_index import NgramIndex
 
 EXAMPLES = 5   # (evaluation id, training id) pairs kept per evaluation set and corpus
 

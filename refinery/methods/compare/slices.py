@@ -33,8 +33,8 @@ def bias_slices(data: Corpora, features, correct: dict, predicted: dict) -> dict
     (``one_label``, from ``predicted``: seeds × rows labels) has no gap: its slices' accuracies are that label's
     shares among them."""
     from refinery.core.features import extract, text_fields
-    from refinery.methods.audit.config import AuditConfig
-    from refinery.methods.audit.counting import audit_table
+    from refinery.core.audit_config import AuditConfig
+    from refinery.core.table_audit import audit_table
 
     config, names = data.config, data.names
     if not config.slices:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting, validate
-from refinery.methods.compare.config import CompareConfig, EvalSet, parse_eval_set, parse_label_maps, train_split
+from refinery.methods.compare.config import CompareConfig, train_split
+from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 if TYPE_CHECKING:

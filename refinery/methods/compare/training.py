@@ -17,8 +17,9 @@ import pyarrow.compute as pc
 
 from refinery.io.corpus import input_mapping, is_corpus, load, stage_parts
 from refinery.io.schema import is_pair
-from refinery.methods.compare.config import CompareConfig, refuse_repeated_names, train_split
+from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.methods.compare.contamination import contaminated
+from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput
 
@@ -81,35 +82,6 @@ def training_rows(name: str, table: pa.Table, split: str | None) -> tuple[pa.Tab
     keep = pc.fill_null(pc.equal(table["split"], chosen), False)
     kept = table.filter(keep)
     return kept, table.num_rows - kept.num_rows
-
-
-def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, where: str) -> dict:
-    """{training label: evaluation label}: ``explicit`` first, then names equal up to case. Every
-    evaluation label must be reached, or the scores would be meaningless: a clear error."""
-    by_fold = {str(e).casefold(): e for e in eval_labels}
-    out = {}
-    for t in train_labels:
-        target = explicit.get(t, by_fold.get(str(t).casefold()))
-        if target is not None:
-            if target not in eval_labels:
-                raise ValueError(f"{where}: label map sends {t!r} to {target!r}, which is not one of its labels "
-                                 f"({', '.join(map(str, eval_labels))})")
-            out[t] = target
-    unreached = [e for e in eval_labels if e not in out.values()]
-    if unreached:
-        raise ValueError(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
-                         f"{', '.join(map(repr, train_labels))} (give --label-map {where}=FROM:TO,…)")
-    return out
-
-
-def project(proba: np.ndarray, classes: list, label_map: dict, eval_labels: list) -> np.ndarray:
-    """Probabilities over the evaluation labels: the sum over the training labels mapped to each."""
-    out = np.zeros((len(proba), len(eval_labels)))
-    index = {e: j for j, e in enumerate(eval_labels)}
-    for c, col in zip(classes, proba.T):
-        if c in label_map:
-            out[:, index[label_map[c]]] += col
-    return out
 
 
 def model_reads(tables: dict, inputs: str) -> str:

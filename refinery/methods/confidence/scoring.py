@@ -25,9 +25,9 @@ def label_confidence(table: pa.Table, model=None, proba_column: str | None = Non
         if proba_column not in table.column_names:
             raise KeyError(f"no column {proba_column!r}; columns: {table.column_names}")
         return _probabilities(table, proba_column)
-    from refinery.models.base import label_proba
+    from refinery.models.base import own_label_proba
 
-    return label_proba(model.predict_proba(table), model.classes_, table["label"].to_pylist())
+    return own_label_proba(model, table)
 
 
 def _probabilities(table: pa.Table, column: str) -> np.ndarray:

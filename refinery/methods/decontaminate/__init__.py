@@ -2,6 +2,6 @@
 near-duplicates, of a row of an evaluation set, one concern a module:
 
 - ``stage``: the ``decontaminate`` stage (a ``FilterStage``; light to import); ``config``: its config;
-- ``overlap``: the n-gram and near-duplicate matches (over ``dedup.minhash``, the one implementation of shingles and
-  MinHash); ``report``: its report.
+- ``overlap``: the n-gram and near-duplicate matches (over ``core.minhash`` and ``core.ngram_index``, the one
+  implementation of shingles and MinHash); ``report``: its report.
 """

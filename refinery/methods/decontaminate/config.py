@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refinery.core.validation import SEED, at_least, number_in, setting, validate
-from refinery.methods.compare.config import EvalSet, parse_eval_set, refuse_repeated_names
+from refinery.models.evaluation import EvalSet, parse_eval_set, refuse_repeated_names
 
 
 def _specs(values) -> tuple:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.methods.decontaminate.config import DecontaminateConfig
-from refinery.methods.dedup.stage import rows_among, texts_of
+from refinery.pipeline.executor import rows_among
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
@@ -90,7 +90,7 @@ class DecontaminateStage(FilterStage):
             match = Match(*(np.concatenate([getattr(m, f) for m in matches]) for f in
                             ("rows", "eval_rows", "how", "similarity", "behind")))
             self.sets.append(summarize(e.name, e.paths, table, rejected, match,
-                                       texts_of(source, match.rows[:EXAMPLES].tolist()), train_rows))
+                                       source.rows_at(match.rows[:EXAMPLES].tolist()), train_rows))
             for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
                 found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
         if train_rows and len(found) == train_rows:   # the next audit could judge nothing: refused before a write

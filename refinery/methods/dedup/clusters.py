@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.methods.dedup import minhash
+from refinery.core import minhash
 from refinery.methods.dedup.config import DedupConfig
 
 KINDS = ("", "exact duplicate", "normalized duplicate", "near-duplicate", "label conflict")

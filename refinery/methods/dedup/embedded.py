@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.io.spill import SpilledVectors
-from refinery.methods.dedup import minhash
+from refinery.core import minhash
 
 EXACT_ROWS = 20_000     # up to this many rows, every pair's cosine (exact); above it, SimHash-LSH and verification
 BLOCK = 2_048           # rows per block of the exact product

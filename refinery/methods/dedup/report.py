@@ -43,7 +43,7 @@ def example_rows(found: Duplicates) -> list:
 def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict, measure=None) -> DedupSummary:
     """The report's figures; ``texts``: row number → its texts by field, for the ``example_rows`` and partners;
     ``measure``: the ``embedded.CosineMeasure`` that found the near-duplicates under ``similarity: cosine``."""
-    from refinery.methods.dedup.minhash import bands_for
+    from refinery.core.minhash import bands_for
 
     names = np.array([*rows.label_names, None], dtype=object)   # code −1: no label
     labels = names[rows.labels]

@@ -17,36 +17,12 @@ import pyarrow.compute as pc
 
 from refinery.methods.dedup.config import DedupConfig
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.executor import rows_among
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageInput, set_column
 
 TASK = "dedup"   # its checkpoints: the verified pairs of each group of LSH bands
-
-
-def texts_of(source: StageInput, wanted: list) -> dict:
-    """Row number → its id and texts by field (text_a, and text_b where the input has it), for the rows ``wanted``: a
-    pass over the input that keeps only them."""
-    from refinery.methods.dedup.clusters import FIELDS
-
-    wanted, found, start = np.unique(np.asarray(wanted, np.int64)), {}, 0
-    for batch in (b.rows for b in source.iter_batches() if b.rows.num_rows):
-        mine = wanted[(wanted >= start) & (wanted < start + batch.num_rows)]
-        if len(mine):
-            part = batch.select([c for c in ("id", *FIELDS) if c in batch.column_names])
-            found.update(zip(mine.tolist(), part.take(pa.array(mine - start)).to_pylist()))
-        start += batch.num_rows
-        if start > (wanted[-1] if len(wanted) else -1):
-            break
-    return found
-
-
-def rows_among(rows: np.ndarray, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """(whether each row of ``batch`` is among ``rows``, sorted numbers of rows in the input, and its place there)."""
-    at = row_numbers(batch)
-    place = np.minimum(np.searchsorted(rows, at), max(len(rows) - 1, 0))
-    return (rows[place] == at if len(rows) else np.zeros(len(at), bool)), place
 
 
 class DedupStage(FilterStage):
@@ -74,7 +50,7 @@ class DedupStage(FilterStage):
         found = find_duplicates(rows, self.config, measure)
         shown = example_rows(found)
         self.summary = summarize(rows, found, self.config,
-                                 texts_of(source, shown + found.partner[shown].tolist()), measure)
+                                 source.rows_at(shown + found.partner[shown].tolist()), measure)
         self.marked_rows = np.flatnonzero(found.duplicate)   # duplicates: dropped, or kept in a conflict
         self.marked_dropped = found.dropped[self.marked_rows]
         self.partner_ids = rows.ids.take(pa.array(found.partner[self.marked_rows]))

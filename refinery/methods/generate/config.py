@@ -1,5 +1,5 @@
 """The generate stage's config (its verb's options and pipeline keys): the prompt template over a row's fields, the
-target labels, the sampling and the backend; and how a label is described in a prompt (RAZOR's prompts too)."""
+target labels, the sampling and the backend."""
 from __future__ import annotations
 
 import string
@@ -8,12 +8,6 @@ from dataclasses import dataclass
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
 from refinery.models.generate import Backend, Sampling
 
-LABEL_DESCRIPTIONS = {
-    "entailment": "definitely true given the premise",
-    "neutral": "possibly true given the premise, but not implied by it",
-    "contradiction": "definitely false given the premise",
-    "SUPPORTS": "supported by the evidence", "REFUTES": "refuted by the evidence",
-}
 DEFAULT_TEMPLATE = ("Premise: {text_a}\nWrite one short sentence that is {label_description}. "
                     "Reply with the sentence only.")
 TEMPLATE_FIELDS = ("id", "text_a", "text_b", "label", "label_description")

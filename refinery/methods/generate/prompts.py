@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from refinery.methods.generate.config import LABEL_DESCRIPTIONS, GenerationConfig
+from refinery.methods.generate.config import GenerationConfig
+from refinery.models.label_descriptions import label_description
 
 
 def target_labels(config: GenerationConfig, labels: list) -> list | None:
@@ -23,7 +24,7 @@ def prompts(table: pa.Table, config: GenerationConfig, labels: list) -> pa.Table
     out = []
     for r in rows:
         for label in ([r["label"]] if every is None else every):
-            fields = {**r, "label": label, "label_description": LABEL_DESCRIPTIONS.get(label, f"labelled '{label}'")}
+            fields = {**r, "label": label, "label_description": label_description(label)}
             try:
                 prompt = config.template.format(**fields)
             except KeyError as e:

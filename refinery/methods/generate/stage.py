@@ -20,7 +20,8 @@ import pyarrow as pa
 from refinery.io.redaction import redact
 from refinery.methods.generate.config import GenerationConfig
 from refinery.methods.generate.prompts import generated_rows, prompts, target_labels
-from refinery.pipeline.map_stage import Mapped, MapStage
+from refinery.pipeline.map_executor import Mapped
+from refinery.pipeline.map_stage import MapStage
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Resources, StageResult
 

@@ -16,7 +16,6 @@ from refinery.core.features import FeatureConfig
 from refinery.core.verdict import Verdict, judge
 from refinery.core.weighted_counts import WeightedCounts
 from refinery.methods.ibadr.config import IbadrConfig
-from refinery.methods.razor.verdict import weakened_nothing
 
 
 class ShortcutAudit:
@@ -67,7 +66,7 @@ class ShortcutAudit:
                       "confidence."))
         if self.prior.name == "empirical":
             v.notes.append("p0 of each side is its own label shares (the pseudo samples' labels are drawn uniformly)")
-        if v.ok and weakened_nothing(v):
+        if v.ok and v.weakened_nothing():
             v.notes.append(f"no shortcut weakened by the {accepted.num_rows:,} accepted pseudo samples; to add more, "
                            f"raise --per-iteration (now {config.per_iteration:,}) or --iterations (now "
                            f"{config.iterations}).")

@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from refinery.io.publishing import AtomicDir
 from refinery.io.schema import is_pair
-from refinery.methods.confidence.scoring import label_confidence
 from refinery.methods.ibadr.config import RESOURCES, IbadrConfig
+from refinery.models.base import own_label_proba
 
 POOL_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                          ("label", pa.string()), ("source", pa.string()), ("iteration", pa.int32()),
@@ -117,7 +117,7 @@ def run_iteration(pool: pa.Table, iteration: int, config: IbadrConfig, *, count:
 
     pair = is_pair(pool)
     ids = pool["id"].to_pylist()
-    bias = label_confidence(pool, shallow)  # the bias degree p(y | x; θs)
+    bias = own_label_proba(shallow, pool)  # the bias degree p(y | x; θs)
     original = np.asarray(pool["source"].to_pylist()) == "original"
     groups = indicator_groups(bias, ids, config.groups)
     labels = pool["label"].to_pylist()
@@ -154,7 +154,7 @@ def run_iteration(pool: pa.Table, iteration: int, config: IbadrConfig, *, count:
     parsed = [r for r in rows if r["status"] == "parsed"]
     if parsed:
         candidates = pa.Table.from_pylist([{c: r[c] for c in ("id", "text_a", "text_b", "label")} for r in parsed])
-        conf = label_confidence(candidates, task_model)  # p_M(y | x)
+        conf = own_label_proba(task_model, candidates)  # p_M(y | x)
         for r, c in zip(parsed, conf):
             r["confidence"] = float(c)
             r["status"] = "accepted" if c > config.tau else "low-confidence"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from refinery.methods.leakage.config import ADVANCED_FEATURES, BASIC_FEATURES
-from refinery.methods.leakage.sentence_graph import DEGREE_BINS, GraphInput, degree_table
+from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES
+from refinery.models.sentence_graph import DEGREE_BINS, GraphInput, degree_table
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report.figures.heatmap import heatmap

@@ -2,7 +2,7 @@
 METHODS §4).
 
 A node per distinct sentence, an edge per pair; the features of a pair are computed in DuckDB SQL
-(``sentence_graph``) over the graph of all splits together (transductive, the paper's setting) or of each split
+(``models.sentence_graph``) over the graph of all splits together (transductive, the paper's setting) or of each split
 apart. A random forest on these features alone, with no text, fit on the training split(s) and scored on the test
 split, measures how much the way the pairs were sampled gives the label away (paper Table 1, ablations as Table 2).
 """
@@ -35,7 +35,7 @@ class LeakageStage(Stage):
         features.parquet, predictions.parquet (test split), report.json, report.html, and with ``identical_label``
         the identical-pair probe corpus ``identical/``."""
         from refinery.methods.leakage import report
-        from refinery.methods.leakage.sentence_graph import (corpus_features, feature_summary, identical_pairs,
+        from refinery.models.sentence_graph import (corpus_features, feature_summary, identical_pairs,
                                                              predictability)
 
         config = self.config

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refinery.core.validation import FOLDER, NOT_EMPTY, setting
-from refinery.methods.compare.config import EvalSet, TaskModel, parse_eval_set, refuse_repeated_names
+from refinery.models.evaluation import EvalSet, parse_eval_set, refuse_repeated_names
+from refinery.models.task_model import TaskModel
 
 
 def _eval_spec(spec: str) -> EvalSet:

@@ -11,7 +11,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from refinery.methods.compare.config import EvalSet
+from refinery.models.evaluation import EvalSet
 from refinery.methods.probe.config import ProbeConfig
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
@@ -97,7 +97,7 @@ def _score(model, e: EvalSet, table):
     import numpy as np
     import pyarrow as pa
 
-    from refinery.methods.compare.training import project, resolve_label_map
+    from refinery.models.evaluation import project, resolve_label_map
 
     labels = np.array(table["label"].to_pylist(), dtype=object)
     eval_labels = sorted(set(labels))

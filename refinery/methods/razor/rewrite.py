@@ -14,16 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.methods.generate.config import LABEL_DESCRIPTIONS
 from refinery.methods.razor.config import (RESOURCES, REWRITE_PAIR, REWRITE_SINGLE, VERIFY_PAIR, VERIFY_SINGLE,
                                            RazorConfig)
 from refinery.methods.razor.scores import Scores, candidate_gamma, gamma_summary, score, scored_field
 from refinery.models.generate import Sampling
+from refinery.models.label_descriptions import label_description
 
 
 def _fill(template: str, row: dict, labels: list) -> str:
     return template.format(text_a=row["text_a"], text_b=row.get("text_b"), label=row["label"],
-                           label_description=LABEL_DESCRIPTIONS.get(row["label"], f"labelled '{row['label']}'"),
+                           label_description=label_description(row["label"]),
                            labels=", ".join(labels))
 
 

@@ -15,17 +15,10 @@ from refinery.core import stats as zstats
 from refinery.core.audit_record import AuditRecord
 from refinery.core.features import FeatureConfig
 from refinery.core.stats import Prior
-from refinery.core.verdict import JITTER, Verdict
+from refinery.core.verdict import Verdict
 from refinery.core.weighted_counts import WeightedCounts, audit_weightings, judge_audits
 from refinery.methods.razor.config import RazorConfig
 from refinery.methods.razor.scores import scored_field
-
-
-def weakened_nothing(v: Verdict) -> bool:
-    """Whether a verdict shows no shortcut weakened where the input had some: no significant feature of the input
-    stopped being one and no label's max z* fell by more than jitter."""
-    fell = any(m.before is not None and m.after is not None and m.after < m.before - JITTER for m in v.max_z.values())
-    return v.significant_before > 0 and not v.fixed_total and not fell
 
 
 def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config: RazorConfig,
@@ -44,7 +37,7 @@ def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config:
         f"the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (--top-k, "
         f"now {config.top_k}; --rounds, now {config.rounds}) or use another generator (--model); the report's "
         "examples show what the rewrites add."))
-    if v.ok and weakened_nothing(v):
+    if v.ok and v.weakened_nothing():
         v.notes.append(f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise "
                        f"--top-k (now {config.top_k}) or --rounds (now {config.rounds}).")
     return v, audits.record_of(1, zstats.rows_per_label(refined["label"]))

@@ -58,8 +58,8 @@ def _read_input(batches, candidates: np.ndarray, labels: list, features: Feature
     The counts are the audit's exact counts (``count_table``), added a batch at a time, its counter dropped on
     return so that its count tables are not held on to; of the texts only the candidates' are kept. Memory
     follows the corpus's distinct features and the candidates, not the size of its texts."""
-    from refinery.methods.audit.config import AuditConfig
-    from refinery.methods.audit.counters import count_table, new_counter
+    from refinery.core.audit_config import AuditConfig
+    from refinery.core.audit_counters import count_table, new_counter
 
     config = AuditConfig(features=features, prior=prior, min_count=AUDIT_MIN_COUNT)
     counter = new_counter(config)

@@ -1,12 +1,12 @@
 """The weights stage's config (its verb's options and pipeline keys): the cross-prediction of P̂(y | l), the weights'
-floor, cap and prior search, and the leakage features' graph and forest (``leakage.config``)."""
+floor, cap and prior search, and the leakage features' graph and forest (``models.leakage_settings``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from refinery.core import stats as zstats
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, number_in, one_of, setting, validate
-from refinery.methods.leakage.config import FEATURE_SETS, ForestConfig, GraphConfig
+from refinery.models.leakage_settings import FEATURE_SETS, ForestConfig, GraphConfig
 
 MIN_ESS_SHARE = 0.5   # the default cap keeps the effective sample size (Σw)²/Σw² at least this share of the rows
 AUTO_CLIP, NO_CLIP = "auto", "none"   # the cap chosen from the effective sample size; the paper's letter: no cap

@@ -12,8 +12,8 @@ from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
 from refinery.core.weighted_audit_counts import WeightedAuditCounts
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedAudits, WeightedCounts, judge_weightings
-from refinery.methods.leakage.config import FEATURE_SETS, ForestConfig
-from refinery.methods.leakage.sentence_graph import GraphInput, corpus_features
+from refinery.models.leakage_settings import FEATURE_SETS, ForestConfig
+from refinery.models.sentence_graph import GraphInput, corpus_features
 from refinery.methods.weights.ips import (SUGGESTED_CLIPS, Cap, cap_in_effect, diagnostics, effective_sample_size,
                                           fit_prior, ips_weights, label_shares, low_ess_warning, prior_cells,
                                           weight_histogram, weighted_accuracy)
@@ -116,12 +116,12 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
 
 def _audits(counts: WeightedCounts, features: FeatureConfig, config, label_rows: dict, carried) -> WeightedAudits:
     """The input's audit (weighting 0: every row once) and the output's (weighting 1: the weights) of the one pass
-    over the rows, each made by the audit's own code (``audit.counting.finish`` of a ``WeightedAuditCounts``, as
+    over the rows, each made by the audit's own code (``core.table_audit.finish`` of a ``WeightedAuditCounts``, as
     ``refinery audit`` makes it of a weighted corpus: counts, n and p0 on sums of weights), the prior rule decided on
     the input (or ``carried`` with it) and carried to the output: the verdict's after side is the audit of corpus/,
     by construction. Both on the features tested on either side (``WeightedCounts.tested``)."""
-    from refinery.methods.audit.config import AuditConfig
-    from refinery.methods.audit.counting import finish
+    from refinery.core.audit_config import AuditConfig
+    from refinery.core.table_audit import finish
 
     audit_config = AuditConfig(features=features, prior=config.prior)
     rows = counts.tested((0, 1), audit_config.min_count)

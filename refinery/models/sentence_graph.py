@@ -20,7 +20,7 @@ from refinery.io import queries
 from refinery.io.db import memory_limit
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.methods.leakage.config import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
+from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
 from refinery.models.base import label_proba
 from refinery.progress import progress
 

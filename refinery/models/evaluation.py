@@ -1,0 +1,117 @@
+"""Evaluation sets as the task models are scored on them (compare's, probe's, decontaminate's): their specs
+(``NAME=PATH[:PRESET]``, label maps ``NAME=FROM:TO,…``), how the training labels map onto theirs, and a model's
+probabilities projected onto them."""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refinery.io.schema import PRESETS, Mapping
+
+# predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
+PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
+
+
+@dataclass
+class EvalSet:
+    """An evaluation set: its inputs, how to read them (default: the training corpora's mapping), and a
+    label map from the training labels onto its own (default: the preset's, then case-insensitive names)."""
+
+    name: str
+    paths: tuple
+    preset: str | None = None
+    label_map: dict = field(default_factory=dict)
+
+    def mapping(self, default: Mapping | None) -> Mapping | None:
+        return PRESETS[self.preset] if self.preset else default
+
+    def full_label_map(self) -> dict:
+        return {**PRESET_LABEL_MAPS.get(self.preset or "", {}), **self.label_map}
+
+    def scored_on_part(self, rows: int, rejects) -> str | None:
+        """The warning for an evaluation corpus scored on part of its rows (None where none was rejected): how many
+        were rejected, the commonest reason, the fix (read with the training corpora's preset, another release's
+        labels or columns are rejected: HANS's non-entailment read as SNLI leaves only its entailment rows)."""
+        if not rejects.num_rows:
+            return None
+        from refinery.io.corpus import reject_reasons
+
+        reason, _ = reject_reasons(rejects).most_common(1)[0]
+        fix = "" if self.preset else (f"; if it is another release, give its preset: "
+                                      f"{self.name}={self.paths[0]}:PRESET")
+        return (f"evaluation corpus {self.name} is scored on {rows:,} of its {rows + rejects.num_rows:,} rows: "
+                f"{rejects.num_rows:,} rejected, most for {reason!r}{fix}")
+
+
+def refuse_repeated_names(evals: list[EvalSet]) -> None:
+    """Two evaluation corpora of one name would share one line of the report: refused."""
+    names = [e.name for e in evals]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"two evaluation corpora are named {repeated[0]!r}: give each a name of its own, NAME=PATH")
+
+
+def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
+    """``NAME=PATH[:PRESET]`` (a path may itself hold ``:``, as in ``s3://``) into an ``EvalSet``."""
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise ValueError(f"evaluation set {spec!r} is not NAME=PATH[:PRESET]")
+    head, colon, preset = path.rpartition(":")
+    if colon and preset.lower() in PRESETS:
+        path = head
+    elif colon and head and re.fullmatch(r"[A-Za-z][\w-]*", preset):   # a preset's place, not a URL's (s3://…)
+        close = difflib.get_close_matches(preset.lower(), list(PRESETS), 1, 0.6)
+        raise ValueError(f"evaluation set {spec!r}: no preset {preset!r}"
+                         + (f" (did you mean {close[0]!r}?)" if close else "") + f"; presets: {', '.join(PRESETS)}")
+    else:
+        preset = None
+    return EvalSet(name, (path,), preset.lower() if preset else None, dict((label_maps or {}).get(name, {})))
+
+
+def parse_label_maps(specs) -> dict:
+    """``--label-map NAME=FROM:TO,…`` specs into {evaluation set: {training label: evaluation label}}."""
+    maps = {}
+    for spec in specs:
+        name, sep, pairs = spec.partition("=")
+        out = {}
+        for pair in filter(None, pairs.split(",")):
+            src, colon, dst = pair.partition(":")
+            if not colon:
+                raise ValueError(f"--label-map {spec!r}: {pair!r} is not FROM:TO")
+            out[src] = dst
+        if not sep or not out:
+            raise ValueError(f"--label-map {spec!r} is not NAME=FROM:TO,...")
+        maps[name] = out
+    return maps
+
+
+def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, where: str) -> dict:
+    """{training label: evaluation label}: ``explicit`` first, then names equal up to case. Every
+    evaluation label must be reached, or the scores would be meaningless: a clear error."""
+    by_fold = {str(e).casefold(): e for e in eval_labels}
+    out = {}
+    for t in train_labels:
+        target = explicit.get(t, by_fold.get(str(t).casefold()))
+        if target is not None:
+            if target not in eval_labels:
+                raise ValueError(f"{where}: label map sends {t!r} to {target!r}, which is not one of its labels "
+                                 f"({', '.join(map(str, eval_labels))})")
+            out[t] = target
+    unreached = [e for e in eval_labels if e not in out.values()]
+    if unreached:
+        raise ValueError(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
+                         f"{', '.join(map(repr, train_labels))} (give --label-map {where}=FROM:TO,…)")
+    return out
+
+
+def project(proba: np.ndarray, classes: list, label_map: dict, eval_labels: list) -> np.ndarray:
+    """Probabilities over the evaluation labels: the sum over the training labels mapped to each."""
+    out = np.zeros((len(proba), len(eval_labels)))
+    index = {e: j for j, e in enumerate(eval_labels)}
+    for c, col in zip(classes, proba.T):
+        if c in label_map:
+            out[:, index[label_map[c]]] += col
+    return out
