@@ -44,7 +44,12 @@ def methods(d0: str) -> dict:
             "weights": ["weights", dev, "--preset", "snli"], "aflite": ["aflite", dev, "--preset", "snli"],
             "datamap": ["datamap", dev, "--preset", "snli"],
             "probe": ["probe", "--train", dev, "--preset", "snli", "--eval", f"hard={hard}:snli"],
-            "compose": ["compose", "{zfilter}/kept", "--original", d0]}
+            "compose": ["compose", "{zfilter}/kept", "--original", d0],
+            "dedup": ["dedup", dev, "--preset", "snli"],
+            "decontaminate": ["decontaminate", dev, "--preset", "snli", "--against", f"test={test}:snli"],
+            "razor": ["razor", dev, "--preset", "snli", "--score-only"],
+            "compare": ["compare", "--train", f"dev={dev}", "--train", f"zfiltered={{zfilter}}/kept", "--preset",
+                        "snli", "--eval", f"hard={hard}:snli"]}
 
 
 def run(tree: str | None, args: list, out: str) -> bool:

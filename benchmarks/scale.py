@@ -213,7 +213,8 @@ def on_ray_against_local(root: str, train: str, figures: dict, commands: dict) -
         sizes = parquet_bytes(train), parquet_bytes(*parts[1])
         moved = traced_io(commands[on_ray], root, f"{root}/{name.split()[0]}-traced.log")
         shares = ["(strace not installed)"] * 2 if moved is None else \
-            [f"{b / 1e6:,.2f} MB ÷ {size / 1e6:,.1f} MB = {b / size:.1%}" for b, size in zip(moved, sizes)]
+            [f"{b / 1e6:,.2f} MB ÷ {size / 1e6:,.1f} MB = {b / size:.1%}" if size else f"{b / 1e6:,.2f} MB (no corpus)"
+             for b, size in zip(moved, sizes)]
         print(f"| {name} | {local:,.1f} s | {ray:,.1f} s | {ray / local:.2f}× | {shares[0]} | {shares[1]} | "
               f"{same} |", flush=True)
 

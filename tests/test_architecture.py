@@ -15,7 +15,7 @@ ROOT = Path(refinery.__file__).resolve().parent
 # schema; report draws core's statistics; models on pipeline: models.actors maps generators with pipeline.engine's
 # actor pool)
 LAYERS = ("refinery", "refinery.io", "refinery.core", "refinery.report", "refinery.pipeline", "refinery.models",
-          "refinery.methods", "refinery.api", "refinery.cli")
+          "refinery.methods", "refinery.api", "refinery.cli", "refinery.testing")   # testing runs the verbs
 TOP_ONLY = ("refinery.io", "refinery.core", "refinery.report")   # layers whose own imports are all at the top of the file
 
 

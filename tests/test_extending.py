@@ -73,3 +73,43 @@ def test_a_filter_from_outside_is_a_verb_a_pipeline_step_and_an_rf_call(pairs, t
     monkeypatch.undo()                                   # unregistered: rf. asks the registry at each call
     with pytest.raises(AttributeError):
         rf.short_text
+
+
+def test_the_plugin_holds_to_the_contract_locally_and_on_ray(tmp_path, monkeypatch):
+    """``check_stage`` (docs/extending.md) on the page's filter: every promise of the contract holds, on both
+    engines, killed and rerun."""
+    from refinery.pipeline import stage
+    from refinery.testing import check_stage
+
+    monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
+    stage.register(ShortText)
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))   # Ray's workers import the plugin's module
+    result = check_stage(["short-text", "{input}", "--min-words", 7], folder=str(tmp_path))
+    assert result.ok, str(result)
+    checked = " ".join(c.name for c in result.checks)
+    for promise in ("accounting", "each input row once", "its reason", "the audit a user runs next",
+                    "ray writes the local engine's corpora", "its rerun equals", "mid-overwrite"):
+        assert promise in checked, str(result)
+
+
+def test_check_stage_finds_a_filter_that_loses_rows(tmp_path, monkeypatch):
+    """A filter that loses half of the rows it keeps fails the contract's accounting and row checks."""
+    from refinery.pipeline import stage
+    from refinery.testing import check_stage
+
+    class LosesRows(ShortText):
+        """Drop short hypotheses, and lose half of the kept rows."""
+
+        name = "loses-rows"
+
+        def annotate(self, batch, keep):
+            kept, dropped = super().annotate(batch, keep)
+            return kept.slice(0, kept.num_rows // 2), dropped
+
+    monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
+    stage.register(LosesRows)
+    result = check_stage(["loses-rows", "{input}", "--min-words", 7], engines=("local",), kill=False,
+                         folder=str(tmp_path))
+    failed = {c.name for c in result.failures}
+    assert failed == {"accounting: rows in = the input's rows and rejects",
+                      "a filter's kept/ and rejected/ hold each input row once"}, str(result)

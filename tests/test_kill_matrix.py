@@ -1,6 +1,6 @@
 """The kill matrix (issue 64) in the suite: every built-in stage's overwrite of its own output, and a pipeline's,
-cut at a sample of its storage calls (``kill_matrix.cut_points``) on the local disk, and two stages' on the S3 server,
-leaves the old run or the new one whole, the user's files in place, and a rerun equal to an uninterrupted run.
+cut at a sample of its storage calls (``refinery.testing.run_state.cut_points``) on the local disk, and two stages'
+on the S3 server, leaves the old run or the new one whole, the user's files in place, and a rerun equal to an uninterrupted run.
 ``benchmarks/kill_matrix.py`` cuts at every call."""
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import fsspec
 import pytest
 from click.testing import CliRunner
 from conftest import REFINERY, SNLI_DEV
-from storage_faults import StorageFaults
+from refinery.testing.storage_faults import StorageFaults
 from test_remote import s3   # noqa: F401 — the S3 server on loopback
 
 from refinery.cli.main import main
