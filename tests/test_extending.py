@@ -88,7 +88,7 @@ def test_the_plugin_holds_to_the_contract_locally_and_on_ray(tmp_path, monkeypat
     assert result.ok, str(result)
     checked = " ".join(c.name for c in result.checks)
     for promise in ("accounting", "each input row once", "its reason", "the audit a user runs next",
-                    "ray writes the local engine's corpora", "its rerun equals", "mid-overwrite"):
+                    "ray writes the local engine's corpora and figures", "its rerun equals", "mid-overwrite"):
         assert promise in checked, str(result)
 
 

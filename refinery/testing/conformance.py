@@ -86,18 +86,20 @@ def check_stage(command: list, *, engines: tuple = ("local", "ray"), rows: int =
     done = run(args(new), out)
     if not result.add("runs", done.exit_code == 0, "" if done.exit_code == 0 else done.output.strip()[-2000:]):
         return result
-    _accounting(result, out, _inputs(args(new), new))
+    inputs = _inputs(out, args(new), new)
+    _accounting(result, out, inputs)
     _whole_corpora(result, out)
-    _filter_rows(result, out, new)
+    _filter_rows(result, out, inputs)
     _verdict(result, out, root)
-    uninterrupted = state(out)
+    uninterrupted = _as_written_at(state(out), out)
     for engine in engines:
         if engine != "local":
             other = os.path.join(root, engine)
             ran = run([*args(new), "--engine", engine], other)
             result.add(f"runs on {engine}", ran.exit_code == 0, ran.output.strip()[-2000:] if ran.exit_code else "")
             if ran.exit_code == 0:
-                _same_corpora(result, f"{engine} writes the local engine's corpora", uninterrupted, state(other))
+                _same_corpora(result, f"{engine} writes the local engine's corpora and figures", uninterrupted,
+                              _as_written_at(state(other), other))
     if kill:
         _killed_and_rerun(result, args(new), os.path.join(root, "killed"), uninterrupted)
         _killed_mid_overwrite(result, args(old), args(new), os.path.join(root, "overwritten"), uninterrupted)
@@ -120,9 +122,15 @@ def _record(out: str) -> dict:
         return json.load(fh)
 
 
-def _inputs(args: list, source: str) -> list:
-    """The corpora a command reads as its input: those of its ``--input NAME=PATH`` options, else ``source``."""
-    named = [args[i + 1].partition("=")[2] or args[i + 1] for i, a in enumerate(args[:-1]) if a == "--input"]
+def _inputs(out: str, args: list, source: str) -> list:
+    """The corpora the stage read as its input: those its corpora's manifests name (a composition's original too),
+    else those of the command's ``--input NAME=PATH`` options, else ``source``."""
+    from refinery.io.splits import parse_split_spec
+
+    for corpus in _corpora(out).values():
+        if corpus.manifest.get("inputs"):
+            return [parse_split_spec(spec)[1] for spec in corpus.manifest["inputs"]]
+    named = [parse_split_spec(args[i + 1])[1] for i, a in enumerate(args[:-1]) if a == "--input"]
     return named or [source]
 
 
@@ -158,14 +166,14 @@ def _whole_corpora(result: StageCheck, out: str) -> None:
     result.add("every corpus it wrote is whole", not broken, "; ".join(broken))
 
 
-def _filter_rows(result: StageCheck, out: str, source: str) -> None:
+def _filter_rows(result: StageCheck, out: str, inputs: list) -> None:
     """A filter's kept/ and rejected/: each input row once, each rejected row with a reason."""
     from refinery.io.corpus import Corpus
 
     parts = _corpora(out)
     if "kept" not in parts or "rejected" not in parts:
         return
-    given = Corpus.open(source).read(["id"])["id"].to_pylist()
+    given = [i for path in inputs for i in Corpus.open(path).read(["id"])["id"].to_pylist()]
     kept = parts["kept"].read(["id"])["id"].to_pylist()
     rejected = parts["rejected"].read()
     ids = kept + rejected["id"].to_pylist()
@@ -208,14 +216,34 @@ def _verdict(result: StageCheck, out: str, root: str) -> None:
     result.add("its verdict is the audit a user runs next", not found, "; ".join(found))
 
 
-def _corpora_of(found: dict) -> dict:
-    """The corpora's digests in a ``state``, by output and part (reports aside: they name the engine)."""
-    return {k: v for group in found.values() for k, v in group.items() if isinstance(v, str)}
+ENGINE_KEYS = {"engine", "_SUCCESS"}   # what names the engine a run ran on (a report's, the run's record)
+
+
+def _results_of(found: dict) -> dict:
+    """A ``state``'s corpora (their digests) and reports' figures, by output and part, without what names the
+    engine."""
+    def without_engine(value):
+        if isinstance(value, dict):
+            return {k: without_engine(v) for k, v in value.items() if k not in ENGINE_KEYS}
+        return [without_engine(v) for v in value] if isinstance(value, list) else value
+
+    return {k: without_engine(v) for group in found.values() for k, v in group.items()
+            if not k.endswith("_SUCCESS")}
 
 
 def _same_corpora(result: StageCheck, name: str, expected: dict, found: dict) -> None:
-    a, b = _corpora_of(expected), _corpora_of(found)
-    result.add(name, a == b and bool(a), "; ".join(differences(b, a)) or ("no corpus written" if not a else ""))
+    a, b = _results_of(expected), _results_of(found)
+    result.add(name, a == b and bool(a), "; ".join(differences(b, a)) or ("nothing written" if not a else ""))
+
+
+def _as_written_at(found, out: str):
+    """A ``state`` with the output's own folder named ``OUT`` where a report names it (a composition's parts), so
+    that outputs written to two folders compare."""
+    if isinstance(found, dict):
+        return {k: _as_written_at(v, out) for k, v in found.items()}
+    if isinstance(found, list):
+        return [_as_written_at(v, out) for v in found]
+    return found.replace(out, "OUT") if isinstance(found, str) else found
 
 
 def _killed_and_rerun(result: StageCheck, args: list, out: str, uninterrupted: dict) -> None:
@@ -229,13 +257,14 @@ def _killed_and_rerun(result: StageCheck, args: list, out: str, uninterrupted: d
     for at in _sample(calls):
         shutil.rmtree(out, ignore_errors=True)
         run(args, out, faults, at, watch)
-        left = state(out)
+        left = _as_written_at(state(out), out)
         if left and each_output_old_or_new(left, {}, uninterrupted):
             bad.append(f"cut at call {at} ({calls[at - 1]}) left part of an output")
         again = run(args, out)
-        if again.exit_code != 0 or state(out) != uninterrupted:
+        rerun = _as_written_at(state(out), out)
+        if again.exit_code != 0 or rerun != uninterrupted:
             bad.append(f"the rerun after a cut at call {at} ({calls[at - 1]}): exit {again.exit_code}, "
-                       + "; ".join(differences(state(out), uninterrupted)))
+                       + "; ".join(differences(rerun, uninterrupted)))
     result.add(f"killed at {len(_sample(calls))} of its {len(calls)} storage calls, its rerun equals an "
                "uninterrupted run", not bad, "; ".join(bad))
 
@@ -268,7 +297,7 @@ def _killed_mid_overwrite(result: StageCheck, old_args: list, new_args: list, ou
             bad.append(f"the rerun after a cut at call {at}: " + "; ".join(differences(state(out), new)))
     result.add(f"killed mid-overwrite at {len(_sample(calls))} of its {len(calls)} storage calls, the old output or "
                "the new is whole", not bad, "; ".join(bad))
-    _same_corpora(result, "an overwrite writes what a first run writes", uninterrupted, new)
+    _same_corpora(result, "an overwrite writes what a first run writes", uninterrupted, _as_written_at(new, out))
 
 
 def _sample(calls: list) -> list[int]:

@@ -61,8 +61,8 @@ def state(out: str) -> dict:
     for url in sorted(set(corpora)):
         table = Corpus.open(url).read()
         order = [("id", "ascending")] if "id" in table.column_names else []
-        found[url.removeprefix(out) or "/"] = hashlib.sha256(repr(table.sort_by(order).to_pydict()).encode()
-                                                             ).hexdigest()
+        table = table.sort_by(order) if order else table   # rows without ids (failed prompts): in written order
+        found[url.removeprefix(out) or "/"] = hashlib.sha256(repr(table.to_pydict()).encode()).hexdigest()
     return _by_output(found, [run.removeprefix(root) for run in runs])
 
 
