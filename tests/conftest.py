@@ -222,13 +222,14 @@ def ray_local():
     ray_shutdown()
 
 
-def killed_when(args, out, finished: str, at_least: int = 1) -> list:
+def killed_when(args, out, finished: str, at_least: int = 1, url: str | None = None) -> list:
     """Start ``refinery ARGS --out OUT`` in its own process group, kill -9 it once ``at_least`` files under
-    OUT match the glob ``finished`` (e.g. a stage's first checkpoint), and return those files' names."""
+    OUT match the glob ``finished`` (e.g. a stage's first checkpoint), and return those files' names. ``url``: the
+    output as the run names it where OUT is the folder an S3 server on loopback keeps it in."""
     import signal
     import time
 
-    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", str(out)], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([REFINERY, *map(str, args), "--out", url or str(out)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
     while len(list(Path(out).glob(finished))) < at_least:
         assert proc.poll() is None, f"the run ended before {finished} appeared under {out}"

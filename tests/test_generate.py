@@ -6,6 +6,7 @@ import time
 
 import pytest
 from conftest import killed_when, run_cli
+from test_remote import s3  # noqa: F401 (the fixture: the S3 server on loopback)
 from test_ibadr import tiny_generator  # noqa: F401 (the fixture)
 
 from refinery.io.checkpoints import CHECKPOINTS, KEY
@@ -38,9 +39,9 @@ def endpoint(tiny_generator):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def snli_in_shards(snli_dev_head, tmp_path_factory):
-    """SNLI dev's first 300 rows as a corpus of three shards."""
+    """SNLI dev's first 300 rows as a corpus of 15 shards."""
     out = tmp_path_factory.mktemp("generate") / "snli"
-    run_cli("convert", snli_dev_head, "--preset", "snli", "--shard-rows", 100, "--out", out)
+    run_cli("convert", snli_dev_head, "--preset", "snli", "--shard-rows", 20, "--out", out)
     return out
 
 
@@ -58,36 +59,55 @@ def _generate(corpus, url, *flags):
 
 
 def _read(out, part="corpus"):
-    return Corpus.open(str(out / part)).read()
+    return Corpus.open(f"{out}/{part}").read()
 
 
 def test_generation_on_ray_actors_reading_their_shards_equals_the_local_engine(endpoint, snli_in_shards, tmp_path,
                                                                                ray_local):
     url, _ = endpoint
-    args = _generate(snli_in_shards, url, "--target-labels", "all", "--limit", 150, "--shard-rows", 8)
+    args = _generate(snli_in_shards, url, "--target-labels", "all", "--limit", 40, "--shard-rows", 8)
     local = run_cli(*args, "--out", tmp_path / "local").stdout
-    assert "rows in 300 = 150 prompted + 150 beyond limit + 0 input rejects (ok)" in local, local
+    assert "rows in 300 = 40 prompted + 260 beyond limit + 0 input rejects (ok)" in local, local
     on_ray = run_cli(*args, "--out", tmp_path / "ray", "--engine", "ray", "--actors", 2).stdout
-    assert "450 prompts -> " in on_ray and "(openai, ray)" in on_ray, on_ray
+    assert "120 prompts -> " in on_ray and "(openai, ray)" in on_ray, on_ray
     rows = _read(tmp_path / "local")
-    assert rows.num_rows + _read(tmp_path / "local", "failed").num_rows == 450   # every prompt accounted for
+    assert rows.num_rows + _read(tmp_path / "local", "failed").num_rows == 120   # every prompt accounted for
     assert set(rows["label"].to_pylist()) == {"entailment", "neutral", "contradiction"}
-    assert rows.equals(_read(tmp_path / "ray"))   # the rows of prompts 296-303 span the first two shards
+    assert rows.equals(_read(tmp_path / "ray"))   # the rows of prompts 56-63 span the first two shards
     assert _read(tmp_path / "local", "failed").equals(_read(tmp_path / "ray", "failed"))
     assert not (tmp_path / "ray" / CHECKPOINTS).exists()
 
 
 def test_killed_generation_prompts_again_only_its_unfinished_units(endpoint, snli_in_shards, tmp_path):
     url, counted = endpoint
-    args = _generate(snli_in_shards, url, "--limit", 120, "--shard-rows", 12)   # 120 prompts: 10 units of 12
+    args = _generate(snli_in_shards, url, "--limit", 60, "--shard-rows", 8)   # 60 prompts: 8 units
     killed = tmp_path / "killed"
     killed_when(args, killed, f"{CHECKPOINTS}/generate/shard-*/{KEY}", at_least=3)
     finished = len(list(killed.glob(f"{CHECKPOINTS}/generate/shard-*/{KEY}")))
-    assert 3 <= finished < 10
+    assert 3 <= finished < 8
     _settled(counted)   # the killed run's requests in flight are answered (and counted) before the rerun
     counted.prompts = 0
     assert f"resumed: {finished} finished shard(s)" in run_cli(*args, "--out", killed).stdout
-    assert counted.prompts == 120 - 12 * finished   # the finished units' prompts were not sent again
+    assert counted.prompts == 60 - 8 * finished   # the finished units' prompts were not sent again
     run_cli(*args, "--out", tmp_path / "straight")
     assert _read(killed).equals(_read(tmp_path / "straight")) and _read(killed).num_rows > 0
     assert not (killed / CHECKPOINTS).exists()
+
+
+def test_generation_on_the_s3_server_resumes_there_and_equals_ray_actors_writing_to_it(endpoint, snli_dev_head, s3,
+                                                                                     tmp_path):
+    """S3 → S3: a run killed once three units are kept on the store prompts again only the others; Ray's actors
+    read their rows from the store and write their units there; the two outputs are the same rows."""
+    url, counted = endpoint
+    run_cli("convert", snli_dev_head, "--preset", "snli", "--shard-rows", 100, "--out", "s3://bucket/snli")
+    args = _generate("s3://bucket/snli", url, "--limit", 60, "--shard-rows", 8)   # 60 prompts: 8 units
+    pieces = f"{CHECKPOINTS}/generate/shard-*/{KEY}"
+    killed_when(args, s3.root / "bucket" / "killed", pieces, at_least=3, url="s3://bucket/killed")
+    finished = len(list((s3.root / "bucket" / "killed").glob(pieces)))
+    _settled(counted)
+    counted.prompts = 0
+    assert f"resumed: {finished} finished shard(s)" in run_cli(*args, "--out", "s3://bucket/killed").stdout
+    assert counted.prompts == 60 - 8 * finished
+    run_cli(*args, "--out", "s3://bucket/ray", "--engine", "ray")
+    assert _read("s3://bucket/killed").equals(_read("s3://bucket/ray")) and _read("s3://bucket/ray").num_rows > 0
+    assert not list((s3.root / "bucket").glob(f"*/{CHECKPOINTS}"))

@@ -355,9 +355,9 @@ def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: 
     gpus = options.pop("num_gpus", 0)
     options.update(num_gpus=gpus, num_cpus=min(options["num_cpus"], actor_cpus()))
     remote = ray.remote(worker_cls).options(max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES, **options)
-    with _faults_named(stage):
-        shared = {name: ray.put(value) for name, value in worker_kwargs.items()}
-        pool = ActorPool([remote.remote(**shared) for _ in range(actors)])
+    with _faults_named(stage):   # the arguments are small (a stage, its input's shard list): in the actor's spec,
+        #                           where a restarted actor finds them again
+        pool = ActorPool([remote.remote(**worker_kwargs) for _ in range(actors)])
         for item in items:
             while not pool.has_free():
                 on_done(pool.get_next_unordered())
