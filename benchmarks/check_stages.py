@@ -18,9 +18,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from machine import machine_line  # noqa: E402 (benchmarks/machine.py)
 
 
-LOCAL_ONLY = {"probe"}   # one model, trained in the process: its verb has no --engine
-
-
 def commands(generator: str) -> dict:
     """Each stage's command, ``{input}`` its input and ``{evaluation}`` an evaluation corpus."""
     tiny = ("--max-new-tokens", 8)
@@ -63,8 +60,7 @@ def main() -> None:
         if only and name not in only:
             continue
         start = time.perf_counter()
-        local = args.local_only or name in LOCAL_ONLY
-        result = check_stage(command, engines=("local",) if local else ("local", "ray"),
+        result = check_stage(command, engines=("local",) if args.local_only else ("local", "ray"),
                              folder=os.path.join(root, name.replace(" ", "")))
         print(f"| {name} | {len(result.checks)} | {', '.join(c.name for c in result.failures) or 'none'} | "
               f"{time.perf_counter() - start:.0f} |", flush=True)

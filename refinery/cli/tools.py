@@ -198,10 +198,11 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--train", "train", multiple=True, required=True, help="Training corpus (repeatable).")
 @click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
 @config_options(ProbeConfig, "cfg")
+@engine_option
 @mode_option
 @config_options(InputSpec, "in")
 @io_timeout_option
-def probe(*, train, out, mode, io_timeout, **params):
+def probe(*, train, out, engine, mode, io_timeout, **params):
     """Train a classifier (on the pair, or the hypothesis alone) on --train and score --eval corpora."""
     from refinery.io.ownership import check_folders_apart
 
@@ -213,7 +214,7 @@ def probe(*, train, out, mode, io_timeout, **params):
             check_folders_apart("--save-model", config.save_model, out)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out), mode)
+    result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out, engine), mode)
     if result is None:
         return
     click.echo(result.conservation())

@@ -25,6 +25,7 @@ class ProbeStage(Stage):
     name, Config = "probe", ProbeConfig
     output = Output.INPUT
     verb = False   # ``refinery probe --train`` (cli/tools.py)
+    one_task = True   # one model trained and scored: on Ray one task reads the corpora and writes the report
 
     def also_reads(self) -> list[str]:
         """The evaluation corpora: part of its fingerprint (``--mode skip`` runs again when one changed)."""
