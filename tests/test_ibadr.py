@@ -200,7 +200,7 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
         audit = ShortcutAudit(table, FeatureConfig())
         pool = pa.concat_tables([ibadr_iteration.initial_pool(table), accepted])
         out = tmp_path / name
-        report = publish(StageOutput(str(out)), iterations_of(StageOutput(str(out)), config), table, pool, [],
+        report = publish(StageOutput(str(out)), iterations_of(StageOutput(str(out)), config, table), table, pool, [],
                          config=config, iterations=0, audit=audit)
         return audit, report, (out / "report" / "report.html").read_text(), "\n".join(console_lines(report))
 
@@ -225,3 +225,16 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
     verdict = report["verdict"]
     assert verdict["ok"] and verdict["fixed_total"] == verdict["significant_before"] > 0, verdict["line"]
     assert console.count("verdict ok") == 1 and "WARNING" not in page
+
+
+def test_the_iterations_of_other_rows_are_not_reused(snli_pair, tmp_path):
+    """An IBADR run over other rows into the same output starts over (``check_stage`` found an overwrite on another
+    corpus that read the first corpus's finished iterations back)."""
+    import pyarrow as pa
+
+    config, out = IbadrConfig(), StageOutput(str(tmp_path / "out"))
+    first, other = snli_pair.slice(0, 500), snli_pair.slice(500, 500)
+    with iterations_of(out, config, first).folder("iteration-001") as piece:
+        piece.write_parquet("pool.parquet", pa.table({"x": [1]}))
+    assert iterations_of(out, config, first).done() == ["iteration-001"]
+    assert iterations_of(out, config, other).done() == []

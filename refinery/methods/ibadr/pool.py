@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import FeatureConfig
-from refinery.io.checkpoints import Checkpoints
+from refinery.io.checkpoints import Checkpoints, table_digest
 from refinery.methods.ibadr.audit import ShortcutAudit, top_z
 from refinery.methods.ibadr.config import IbadrConfig
 from refinery.methods.ibadr.iteration import (GENERATED_SCHEMA, _classifier, _rng, _sample, _with_training_params,
@@ -27,10 +27,12 @@ def _step(iteration: int) -> str:
     return f"iter-{iteration:03d}"
 
 
-def iterations_of(out: StageOutput, config: IbadrConfig) -> Checkpoints:
+def iterations_of(out: StageOutput, config: IbadrConfig, table: pa.Table) -> Checkpoints:
     """The finished iterations kept in ``out``'s ``checkpoints/`` (local: models are folders), reused while the
-    config's ``checkpoint_key`` holds; ``config.resume`` off, or another key, starts over."""
-    return out.checkpoints("checkpoints", config.checkpoint_key(), kept=True, local=True, resume=config.resume)
+    config's ``checkpoint_key`` holds and the rows are ``table``'s (the input, sampled); ``config.resume`` off, or
+    another key, starts over."""
+    return out.checkpoints("checkpoints", {**config.checkpoint_key(), "rows": table_digest(table)}, kept=True,
+                           local=True, resume=config.resume)
 
 
 def last_iteration(steps: Checkpoints) -> int:
@@ -57,7 +59,7 @@ def grow_pool(table: pa.Table, rejects: pa.Table | None, config: IbadrConfig, ou
 
     rows_given = table.num_rows
     table = sample_input(table, config)
-    steps = iterations_of(out, config)
+    steps = iterations_of(out, config, table)
     iterations = config.iterations if config.iterate else 1
     per_iteration = config.per_iteration if config.iterate else config.per_iteration * config.iterations
     original = initial_pool(table)
