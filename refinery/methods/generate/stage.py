@@ -99,9 +99,10 @@ class GenerateStage(MapStage):
              "engine": mapped.engine, "sampling": asdict(config.sampling), "template": config.template,
              "shards": mapped.units, "resumed_shards": mapped.resumed, "config": redact(asdict(config))}
         page = out.report_page(f"{self.name}: label-conditioned generation")
-        page.section("Prompts", fields({k.replace("_", " "): r[k] for k in
-                                        ("inputs", "beyond_limit", "input_rejected", "prompts", "generated", "failed",
-                                         "shards", "resumed_shards")}))
+        shown = {"rows prompted": "inputs", "rows beyond the limit": "beyond_limit", "input rejects": "input_rejected",
+                 "prompts": "prompts", "generated rows (corpus/)": "generated", "failed prompts (failed/)": "failed",
+                 "shards": "shards", "shards read back from a killed run": "resumed_shards", "engine": "engine"}
+        page.section("Prompts", fields({label: r[key] for label, key in shown.items()}))
         page.section("Configuration", config_table(json.loads(json.dumps(r["config"], default=str))))
         out.publish_report(r, page)
         headline = f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed"
