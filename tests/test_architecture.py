@@ -167,11 +167,10 @@ def test_io_and_core_import_refinery_at_the_top():
 WRITERS = ("refinery.io", "refinery.pipeline.output")   # the only modules that write to a filesystem
 # model serialization: a model writes its weights with its library's writer into the folder it is handed (a
 # folder of the output object's or a checkpoint's); Chromium's scratch profile and screenshots are a temporary
-# folder of the browser's, copied into a report through the output object
-# folder of the output object's or a checkpoint's); Chromium's scratch profile and screenshots are a temporary
 # folder of the browser's, copied into a report through the output object; /proc/self/clear_refs resets the
-# kernel's peak-memory counter (no file)
-SERIALIZERS = {("refinery.models", "save"), ("refinery.report.browser", None), ("refinery.progress", "reset_peak_rss")}
+# kernel's peak-memory counter (no file); ``check_stage`` clears and restores the scratch folders of its checks
+SERIALIZERS = {("refinery.models", "save"), ("refinery.report.browser", None), ("refinery.progress", "reset_peak_rss"),
+               ("refinery.testing", None)}
 PUBLISHERS = {"AtomicDir", "CorpusWriter", "RunOutput", "Checkpoints", "ParquetWriter", "write_feather",
               "save_to_disk", "to_parquet", "to_csv", "save_pretrained", "makedirs", "mkdir", "rmdir", "rmtree",
               "unlink", "rename", "move", "copyfile", "copytree", "touch"}

@@ -83,8 +83,14 @@ def test_the_plugin_holds_to_the_contract_locally_and_on_ray(tmp_path, monkeypat
 
     monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
     stage.register(ShortText)
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))   # Ray's workers import the plugin's module
-    result = check_stage(["short-text", "{input}", "--min-words", 7], folder=str(tmp_path))
+    from refinery.pipeline.engine import ray_shutdown
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))   # Ray's workers import the plugin's module:
+    ray_shutdown()                                                 # a Ray of their own, started with it
+    try:
+        result = check_stage(["short-text", "{input}", "--min-words", 7], folder=str(tmp_path))
+    finally:
+        ray_shutdown()
     assert result.ok, str(result)
     checked = " ".join(c.name for c in result.checks)
     for promise in ("accounting", "each input row once", "its reason", "the audit a user runs next",

@@ -17,7 +17,7 @@ from refinery.io.corpus_writer import write_table
 from refinery.io.schema import PRESETS
 from refinery.io.synth import SynthSpec
 from refinery.io.synth import write as write_synth
-from refinery.methods.leakage import config as leakage_config
+from refinery.models import leakage_settings
 from refinery.models import sentence_graph
 from refinery.methods.weights import ips
 
@@ -34,7 +34,7 @@ def _graph_features(u, v, **config):
         "text_a": [f"s{a}" for a in u], "text_b": [f"s{b}" for b in v],
         "node_a": [str(a) for a in u], "node_b": [str(b) for b in v]}))
     con.execute("CREATE TABLE rows AS SELECT * FROM __rows")
-    return sentence_graph.graph_features(con, leakage_config.GraphConfig(node_key="id", **config))
+    return sentence_graph.graph_features(con, leakage_settings.GraphConfig(node_key="id", **config))
 
 
 def _random_pairs(seed, nodes=60, edges=400):
@@ -51,7 +51,7 @@ def test_multigraph_features_equal_networkx_reference(seed):
     # node numbers are dense ranks of the id strings; map the reference onto the same pairs
     ref = reference_features(ours["u"].to_numpy(), ours["v"].to_numpy())
     assert (u == v).any() and len(set(zip(u, v))) < len(u)  # self-pairs and duplicate pairs present
-    for name in leakage_config.ADVANCED_FEATURES:
+    for name in leakage_settings.ADVANCED_FEATURES:
         np.testing.assert_allclose(ours[name].to_numpy().astype(float), ref[name], rtol=1e-9, err_msg=name)
 
 
@@ -184,10 +184,10 @@ def test_inductive_graphs_are_per_split():
     both = {"dev": SNLI_DEV, "test": SNLI_TEST}
     transductive = sentence_graph.corpus_features(both, PRESETS["snli"]).features()
     inductive = sentence_graph.corpus_features(both, PRESETS["snli"],
-                                               config=leakage_config.GraphConfig(transductive=False)).features()
+                                               config=leakage_settings.GraphConfig(transductive=False)).features()
     dev_alone = sentence_graph.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]).features()
     dev = inductive.filter(pc.equal(inductive["split"], "dev"))
-    for name in leakage_config.ADVANCED_FEATURES:
+    for name in leakage_settings.ADVANCED_FEATURES:
         assert dev[name].equals(dev_alone[name]), name
     # sentences shared across splits raise degrees only in the transductive graph
     assert (transductive["s1_freq"].to_numpy() >= inductive["s1_freq"].to_numpy()).all()
@@ -200,10 +200,10 @@ def test_cell_forest_is_sklearns_forest_in_distribution(planted):
 
     with sentence_graph.corpus_features({"train": str(planted / "train"), "test": str(planted / "test")}) as graph:
         labels = graph.labels()
-        X, y = graph.matrix(leakage_config.BASIC_FEATURES, ["train"]), graph.codes("label", labels, ["train"])
-        X_test, y_test = graph.matrix(leakage_config.BASIC_FEATURES, ["test"]), graph.codes("label", labels, ["test"])
+        X, y = graph.matrix(leakage_settings.BASIC_FEATURES, ["train"]), graph.codes("label", labels, ["train"])
+        X_test, y_test = graph.matrix(leakage_settings.BASIC_FEATURES, ["test"]), graph.codes("label", labels, ["test"])
     rows = [RandomForestClassifier(100, random_state=seed, n_jobs=2).fit(X, y).predict_proba(X_test) for seed in (0, 1)]
-    forest = leakage_config.ForestConfig(trees=100, max_samples=None).make().fit(X, y)
+    forest = leakage_settings.ForestConfig(trees=100, max_samples=None).make().fit(X, y)
     cells = forest.predict_proba(X_test)
     assert len(X) == 18_000 and forest.cells_ < len(X) / 10   # the rows fall into few cells
     noise = np.abs(rows[0] - rows[1]).mean()

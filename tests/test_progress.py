@@ -135,7 +135,7 @@ def test_generation_counts_prompts_within_a_batch_and_announces_a_resume_as_it_s
     out = tmp_path / "gen"
     args = ["generate", small_test_set, "--preset", "snli", "--limit", 4, "--target-labels", "all", "--model",
             tiny_generator, "--max-new-tokens", 4, "--batch-size", 3, "--shard-rows", 6, "--out", out]
-    code, said = interrupted_when(args, out / "_checkpoints" / "generate" / "shard-00000.parquet")
+    code, said = interrupted_when(args, out / "_checkpoints" / "generate" / "shard-00000" / "key.json")
     assert code == 130 and said == "interrupted: nothing was published; a finished output in --out is as it was\n"
     shown = on_a_terminal(*args)
     assert shown.startswith(f"generate: resuming after 1 finished shard(s) of an interrupted run (checkpoints in "

@@ -174,7 +174,7 @@ class Checkpoints:
         its own ``key`` when the block ends; a block that raises leaves no piece."""
         with on_store(self.root, f"writing checkpoint {name}"):
             self._remove(join(self.path, name, KEY))   # the piece it replaces is no longer finished
-        with AtomicDir(join(self.root, name), self.storage_options) as d:
+        with AtomicDir(join(self.root, name), self.storage_options, output=False) as d:
             yield d
             d.write_text(KEY, json.dumps(_canonical(key), sort_keys=True))   # last: the piece is finished
             d.commit()

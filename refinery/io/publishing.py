@@ -90,8 +90,9 @@ class AtomicDir(AbortsOnError):
     and ``abort`` removes only this run's versioned files.
     """
 
-    def __init__(self, out: str, storage_options: dict | None = None):
+    def __init__(self, out: str, storage_options: dict | None = None, *, output: bool = True):
         self.out = out.rstrip("/")
+        self.output = output   # an output a user reads (not a checkpoint's piece): what an interrupt names
         self.fs, self.path = get_fs(self.out, storage_options)
         self.local = is_local(self.fs)
         # in a store's new run folder there is nothing of anyone's: the run's whole folder is removed after a cut
@@ -165,7 +166,7 @@ class AtomicDir(AbortsOnError):
                 swap_in(self.tmp, self.path)
             finally:
                 released(self.tmp)
-            _published.setdefault(self.out, (self.fs, self.path))
+            self._publish()
             return
         old, listed = set(), []
         if not self._new:
@@ -176,13 +177,18 @@ class AtomicDir(AbortsOnError):
         stale |= {p for p in (posixpath.relpath(f, self.path) for f in listed)
                   if p not in ours and RUN_ID_IN_NAME.search(posixpath.basename(p))}
         self._put_marker(ours | stale)   # a cut clean-up leaves them listed for the next run to remove
-        _published.setdefault(self.out, (self.fs, self.path))
+        self._publish()
         if stale:
             with on_store(self.out, "removing the previous version's files (the new one is published; the "
                                     "next run removes them)"):
                 self.fs.rm([join(self.path, f) for f in sorted(stale)])
             self._put_marker(ours)
         store_answers.done_writing(self.path)
+
+    def _publish(self) -> None:
+        """Named among what this process published (``published_folders``), where it is an output."""
+        if self.output:
+            _published.setdefault(self.out, (self.fs, self.path))
 
     def abort(self) -> None:
         """Remove this run's files: the temporary folder, or on a store the run's id-named files within

@@ -139,6 +139,7 @@ def write_piece(checkpoints: Checkpoints, name: str, parts: dict) -> None:
 def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
     """Every unit of the stage's requests mapped (those a killed run finished read back), its parts committed as the
     stage's corpora in unit order: what was written."""
+    from refinery.io.checkpoints import CHECKPOINTS
     from refinery.io.corpus import input_fingerprints, iter_parquet
     from refinery.io.redaction import redact
     from refinery.io.row_ranges import input_shards
@@ -154,7 +155,7 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
     done = set(checkpoints.done())
     if done:
         announce(f"{stage.name}: resuming after {len(done)} finished shard(s) of an interrupted run "
-                 f"(checkpoints in {checkpoints.root})")
+                 f"(checkpoints in {out.url(CHECKPOINTS)})")
     limit = stage.row_limit()
     rows = rejects = 0
     with contextlib.ExitStack() as stack:
@@ -166,8 +167,8 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
             rows = shards.rows
             units = units_of(rows if limit is None else min(rows, limit), per_row, size)
             cut, total = iter(units), sum(u.requests for u in units)
-        else:
-            units, total = [], None
+        else:   # the rows are known as they are read: a limit bounds them
+            units, total = [], None if limit is None else limit * per_row
             stream = _Streamed(source, per_row, size, limit, lambda batch: first.write(rejects=batch))
             cut = stream.units(units)
         with progress(total=total, desc=stage.name, unit=" request") as bar:
