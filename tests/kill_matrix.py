@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from refinery.testing.run_state import cut_points, differences, each_output_old_or_new, run, state
+from refinery.testing.run_state import (cut_points, differences, each_output_old_or_new, restore_local, run,
+                                        save_local, state)
 from refinery.testing.storage_faults import StorageFaults
 
 USER_FILES = {"notes.txt": "mine", "drafts/a.txt": "deep"}                    # what a user keeps in the folder
@@ -130,14 +130,14 @@ def kill_matrix(stage: str, inputs: Inputs, out: str, every: bool | int = False,
             Path(out, name).parent.mkdir(parents=True, exist_ok=True)
             Path(out, name).write_text(text)
     old = state(out)
-    saved = (snapshot or _snapshot)(out)
+    saved = (snapshot or save_local)(out)
     done = run(args(inputs, inputs.new), out, faults, None, watch)
     assert done.exit_code == 0, done.output
     new, calls = state(out), list(faults.calls)
     assert new != old and len(calls) > 3, (stage, calls)
     matrix = Matrix(stage, len(calls))
     for at in cut_points(calls, every):
-        (restore or _restore)(saved, out)
+        (restore or restore_local)(saved, out)
         assert state(out) == old, f"{stage}: the old run restored before the cut at call {at}"
         cut = run(args(inputs, inputs.new), out, faults, at, watch)
         found = state(out)
@@ -158,19 +158,5 @@ def kill_matrix(stage: str, inputs: Inputs, out: str, every: bool | int = False,
                               f"{differences(rerun, new)}")
     return matrix
 
-
-def _snapshot(out: str) -> str:
-    saved = f"{out}.saved"
-    shutil.rmtree(saved, ignore_errors=True)
-    shutil.copytree(out, saved, symlinks=True)
-    return saved
-
-
-def _restore(saved: str, out: str) -> None:
-    parent = Path(out).parent
-    for leftover in parent.glob(f"{Path(out).name}.tmp-*"):
-        shutil.rmtree(leftover)
-    shutil.rmtree(out)
-    shutil.copytree(saved, out, symlinks=True)
 
 

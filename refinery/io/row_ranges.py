@@ -1,5 +1,5 @@
 """A stage's input as numbered rows that a worker reads a range of itself: the shards of its finished corpora, each
-with its row count (from the manifests), and ``read_rows`` of rows ``[start, stop)``, opening only the shards and
+with its row count (from the manifests), and ``RowReader`` of rows ``[start, stop)``, opening only the shards and
 the row groups that hold them."""
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class RowReader:
 
     def __init__(self, shards: InputShards):
         self.input = shards
-        self._kept: tuple | None = None   # ((file, row group), its rows)
+        self._kept: tuple | None = None   # ((file, its first row, its rows), the rows) of the last row group read
 
     def read(self, start: int, stop: int) -> list[tuple[InputShard, pa.Table]]:
         """The rows ``[start, stop)`` of the input, as (shard, its rows in the range) in order."""

@@ -317,16 +317,16 @@ def actor_map(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str = "loc
         if check_engine(engine) == "local":
             actor, parts = actor_cls(**actor_kwargs), []
             for start in range(0, table.num_rows, batch_size):
-                within = _RowsDone(bar)
+                within = RowsDone(bar)
                 if hasattr(actor, "advance"):   # an actor that says how far into a batch it is (a generator)
                     actor.advance = within
                 parts.append(actor(table.slice(start, batch_size)))
                 within(parts[-1].num_rows)
             return pa.concat_tables(parts) if parts else actor(table)
         ray = ray_init()
-        options = {"num_cpus": 1, **ray_options(resources)}
-        gpus = options.pop("num_gpus", 0)
-        options.update(num_gpus=gpus or None, num_cpus=None if gpus else min(options["num_cpus"], actor_cpus()))
+        options = _actor_options(resources)   # Ray Data's: no GPU count where none are asked, no CPU count beside GPUs
+        gpus = options["num_gpus"]
+        options.update(num_gpus=gpus or None, num_cpus=None if gpus else options["num_cpus"])
         with _faults_named(desc), _quiet_remote_args_deprecation():
             ds = _ordered(ray.data.from_arrow(table)).map_batches(
                 actor_cls, fn_constructor_kwargs=actor_kwargs, batch_size=batch_size, batch_format="pyarrow",
@@ -342,6 +342,14 @@ def actor_map(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str = "loc
             bar.close()
 
 
+def _actor_options(resources) -> dict:
+    """What one actor of a stage asks Ray for: its ``resources`` (one CPU by default), its CPUs at most
+    ``actor_cpus()``, its GPUs (0 where none are asked)."""
+    options = {"num_cpus": 1, "num_gpus": 0, **ray_options(resources)}
+    options["num_cpus"] = min(options["num_cpus"], actor_cpus())
+    return options
+
+
 def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: int = 1, resources=None,
                    stage: str = "model", on_done: Callable = lambda value: None) -> None:
     """``worker_cls(**worker_kwargs)`` (a model loaded once) on each of ``actors`` Ray actors, each asking for
@@ -351,10 +359,8 @@ def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: 
     from ray.util import ActorPool
 
     ray = ray_init()
-    options = {"num_cpus": 1, **ray_options(resources)}
-    gpus = options.pop("num_gpus", 0)
-    options.update(num_gpus=gpus, num_cpus=min(options["num_cpus"], actor_cpus()))
-    remote = ray.remote(worker_cls).options(max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES, **options)
+    remote = ray.remote(worker_cls).options(max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES,
+                                            **_actor_options(resources))
     with _faults_named(stage):   # the arguments are small (a stage, its input's shard list): in the actor's spec,
         #                           where a restarted actor finds them again
         pool = ActorPool([remote.remote(**worker_kwargs) for _ in range(actors)])
@@ -366,7 +372,7 @@ def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: 
             on_done(pool.get_next_unordered())
 
 
-class _RowsDone:
+class RowsDone:
     """Called with the rows of a batch done so far (a float, rising): moves ``bar`` by the whole rows gained."""
 
     def __init__(self, bar: Progress):

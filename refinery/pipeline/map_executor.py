@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
@@ -123,7 +123,7 @@ class UnitWorker:
 
 def _carried(unit: MapUnit) -> MapUnit:
     """``unit`` without its rows (what travels back to the driver)."""
-    return MapUnit(unit.index, unit.first_request, unit.requests, unit.per_row)
+    return replace(unit, rows=None)
 
 
 def write_piece(checkpoints: Checkpoints, name: str, parts: dict) -> None:
@@ -225,19 +225,12 @@ def _reached(url: str, engine: str, options: dict) -> bool:
 def _map_units(stage, todo: Iterator[MapUnit], shards: InputShards | None, labels: list, checkpoints: Checkpoints,
                source: StageInput, out: StageOutput, bar) -> None:
     """Each unit of ``todo`` mapped and written as a piece: in this process, or on the stage's Ray actors."""
-    from refinery.pipeline.engine import actor_pool_map
+    from refinery.pipeline.engine import RowsDone, actor_pool_map
 
     if source.engine != "ray":
         worker = UnitWorker(stage, shards, labels, checkpoints)
         for unit in todo:
-            shown = [0]
-
-            def advance(done: float, shown=shown) -> None:
-                gained = int(done) - shown[0]
-                if gained > 0:
-                    bar.update(gained)
-                    shown[0] += gained
-
+            advance = RowsDone(bar)   # the unit's requests done so far, on the bar
             worker(unit, advance)
             advance(unit.requests)
         return
@@ -309,6 +302,5 @@ class _Streamed:
         unit = MapUnit(index, index * self.size, requests, self.per_row)
         table = pa.concat_tables(held, promote_options="permissive")
         keep_from = (unit.first_request + requests) // self.per_row   # the next unit's first row
-        return (MapUnit(index, unit.first_request, requests, self.per_row,
-                        table.slice(unit.first_row - held_first, unit.stop_row - unit.first_row)),
+        return (replace(unit, rows=table.slice(unit.first_row - held_first, unit.stop_row - unit.first_row)),
                 [table.slice(keep_from - held_first)], keep_from)

@@ -26,7 +26,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
-from refinery.testing.run_state import cut_points, differences, each_output_old_or_new, run, state
+from refinery.testing.run_state import (cut_points, differences, each_output_old_or_new, restore_local, run,
+                                        save_local, state)
 from refinery.testing.storage_faults import StorageFaults
 
 INPUT, EVALUATION = "{input}", "{evaluation}"   # where a command names its input and an evaluation corpus
@@ -276,16 +277,12 @@ def _killed_mid_overwrite(result: StageCheck, old_args: list, new_args: list, ou
     faults, watch = StorageFaults(), os.path.dirname(out)
     shutil.rmtree(out, ignore_errors=True)
     run(old_args, out)
-    old = state(out)
-    saved = f"{out}.saved"
-    shutil.rmtree(saved, ignore_errors=True)
-    shutil.copytree(out, saved, symlinks=True)
+    old, saved = state(out), save_local(out)
     run(new_args, out, faults, None, watch)
     new, calls = state(out), list(faults.calls)
     bad = []
     for at in _sample(calls):
-        shutil.rmtree(out)
-        shutil.copytree(saved, out, symlinks=True)
+        restore_local(saved, out)
         cut = run(new_args, out, faults, at, watch)
         mixed = each_output_old_or_new(state(out), old, new)
         if mixed:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import shutil
+from pathlib import Path
 
 import fsspec
 from click.testing import CliRunner
@@ -138,6 +140,23 @@ def cut_points(calls: list, every: bool | int) -> list[int]:
                                                                            and c.endswith("_SUCCESS"))]
     swap = commits[-1] if commits else len(calls)
     return [min(len(calls), swap + 1)]
+
+
+def save_local(out: str) -> str:
+    """A copy of the local folder ``out`` beside it (``OUT.saved``), for ``restore_local``."""
+    saved = f"{out}.saved"
+    shutil.rmtree(saved, ignore_errors=True)
+    shutil.copytree(out, saved, symlinks=True)
+    return saved
+
+
+def restore_local(saved: str, out: str) -> None:
+    """``out`` as ``save_local`` saved it, a cut run's temporary folders beside it removed."""
+    parent = Path(out).parent
+    for leftover in parent.glob(f"{Path(out).name}.tmp-*"):
+        shutil.rmtree(leftover)
+    shutil.rmtree(out)
+    shutil.copytree(saved, out, symlinks=True)
 
 
 def differences(found, expected, path: str = "") -> list[str]:
