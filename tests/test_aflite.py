@@ -127,3 +127,63 @@ def test_aflite_on_embeddings_embeds_each_text_once_and_reads_it_back_from_the_c
     assert other_tau["embeddings"]["embedded"] == 0
     assert list((tmp_path / "cache" / "embeddings").rglob("*.arrow")) and not list(
         (tmp_path / "cache" / "embeddings").rglob("*.tmp"))
+
+
+def _snli_hypotheses(rows: int | None = None):
+    """SNLI dev's hypotheses as AFLite's Φ (hashed 1-2-grams, sublinear tf, 2^18 columns) and label codes."""
+    import pyarrow.json as pj
+
+    from refinery.models.ngram import label_codes, sublinear_tf
+
+    table = pj.read_json(SNLI_DEV)
+    table = table.rename_columns([{"sentence1": "text_a", "sentence2": "text_b", "gold_label": "label"}.get(n, n)
+                                  for n in table.column_names])
+    table = table.filter(pc.field("label") != "-").slice(0, rows)
+    y, labels = label_codes([table["label"].cast("string")])
+    return sublinear_tf(table, "hypothesis", (1, 2), 2 ** 18), y, labels
+
+
+def test_the_compiled_naive_bayes_predicts_what_the_sparse_products_of_its_equation_do():
+    """The m models of an iteration fit and scored by the compiled kernels (reading Φ's rows left in place, a block
+    of partitions at a time, the next block drawn meanwhile) give each row the same right and held-out counts as
+    the equation's direct products, Φᵀ Z for N_{l,d} and Φ log θ for the scores, on S = a random 70% of SNLI dev."""
+    from refinery.methods.aflite.naive_bayes import naive_bayes_predictability
+    from refinery.methods.aflite.partitions import draw_partitions
+
+    X, y, labels = _snli_hypotheses()
+    alive = np.flatnonzero(np.random.default_rng(1).random(X.shape[0]) < 0.7)
+    right, held = naive_bayes_predictability(X, alive, y, len(labels), draw_partitions(len(alive), 0.5, 20,
+                                                                                      np.random.default_rng(5)))
+    S, codes, C = X[alive], y[alive], len(labels)
+    expected_right, expected_held = np.zeros(len(alive), np.int32), np.zeros(len(alive), np.int32)
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        train = np.zeros(len(alive), bool)
+        train[rng.permutation(len(alive))[:round(0.5 * len(alive))]] = True
+        Z = np.zeros((len(alive), C), np.float32)
+        Z[np.flatnonzero(train), codes[train]] = 1.0
+        counts = np.asarray(S.T.tocsr() @ Z, np.float64)                                  # N_{l,d}
+        log_theta = np.log(counts + 1.0) - np.log(counts.sum(axis=0) + counts.shape[0])[None, :]
+        priors = Z.sum(axis=0)
+        log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum()).astype(np.float32)
+        predicted = (np.asarray(S @ log_theta.astype(np.float32)) + log_prior).argmax(axis=1)
+        expected_right += (~train & (predicted == codes)).astype(np.int32)
+        expected_held += (~train).astype(np.int32)
+    assert held.sum() > 0.4 * 20 * len(alive)
+    np.testing.assert_array_equal(held, expected_held)
+    np.testing.assert_array_equal(right, expected_right)
+    assert 0.4 < right.sum() / held.sum() < 0.9   # a hypothesis-only model: better than chance, far from perfect
+
+
+@pytest.mark.parametrize("rows", [2, 3, 17, 1000, 250_001])
+def test_each_partition_is_the_first_t_of_numpys_permutation_and_leaves_the_generator_as_it_does(rows):
+    """T_j drawn by replaying NumPy's Fisher–Yates draws only down to t is the set ``rng.permutation(rows)[:t]``
+    is, for each of the partitions in turn, and the generator's next draws are the same after it."""
+    from refinery.methods.aflite.partitions import draw_partitions
+
+    ours, numpys = np.random.default_rng([3, 7]), np.random.default_rng([3, 7])
+    t = min(max(1, round(0.3 * rows)), rows - 1)
+    for positions in draw_partitions(rows, 0.3, 5, ours):
+        np.testing.assert_array_equal(np.sort(positions), np.sort(numpys.permutation(rows)[:t]))
+    assert ours.integers(0, 2 ** 40, 9).tolist() == numpys.integers(0, 2 ** 40, 9).tolist()
+    assert ours.random() == numpys.random()

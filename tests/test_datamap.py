@@ -117,3 +117,53 @@ def test_a_data_map_of_a_fine_tuned_encoder_and_of_frozen_embeddings(snli_dev_he
         kept = Corpus.open(str(tmp_path / backend / "kept")).read()
         assert kept["datamap_variability"].to_numpy().min() >= 0 and "MiniLM" in report["task_model"]
     assert report["embeddings"]["embedded"] > 200 and report["embeddings"]["cached"] == 0
+
+
+def _snli_pairs():
+    import pyarrow.json as pj
+
+    table = pj.read_json(SNLI_DEV)
+    table = table.rename_columns([{"sentence1": "text_a", "sentence2": "text_b", "gold_label": "label"}.get(n, n)
+                                  for n in table.column_names])
+    return table.filter(pa.compute.field("label") != "-")
+
+
+def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
+    """The data map's task model on SNLI dev's pairs (TF-IDF hashed n-grams, stacked through the spill files and
+    normalized in place): the compiled epoch (float32 sums in the rows' order, NumPy's softmax) leaves W bit for bit
+    where minibatch SGD written with SciPy's products does, W ← W − (η/|B|) Σ_{i∈B} x_iᵀ (softmax(x_i W) − e_{y_i})."""
+    import scipy.sparse as sp
+
+    from refinery.io.spill import StackedRows
+    from refinery.methods.datamap.learners import BATCH, SoftmaxHead, softmax
+    from refinery.models.ngram import label_codes, smooth_idf, sublinear_tf, tf_idf
+
+    table = _snli_pairs()
+    blocks = [sublinear_tf(table.slice(s, 1000), "pair", (1, 2), 2 ** 16) for s in range(0, table.num_rows, 1000)]
+    stacked = StackedRows(2 ** 17, in_memory=100_000)   # past 100 kB the blocks wait on disk
+    for block in blocks:
+        stacked.append(block)
+    X = stacked.matrix()
+    assert stacked.spilled > 0 and (X != sp.vstack(blocks, format="csr")).nnz == 0
+    idf = smooth_idf(np.bincount(X.indices, minlength=X.shape[1]), X.shape[0])
+    expected_features = tf_idf(X, idf)
+    features = tf_idf(X, idf, in_place=True)
+    np.testing.assert_array_equal(features.data, expected_features.data)
+
+    y, labels = label_codes([table["label"].cast("string")])
+    head = SoftmaxHead(features, y, len(labels), 100.0, seed=0)
+    head.train_epoch(1)
+    head.train_epoch(2)
+    W = np.zeros_like(head.W)
+    for epoch in (1, 2):
+        order = np.random.default_rng([0, epoch]).permutation(len(y))
+        for start in range(0, len(y), BATCH):
+            rows = order[start:start + BATCH]
+            batch = features[rows]
+            used, local = np.unique(batch.indices, return_inverse=True)
+            compact = sp.csr_matrix((batch.data, local.astype(np.int32), batch.indptr), shape=(len(rows), len(used)))
+            residual = softmax(np.asarray(compact @ W[used]))
+            residual[np.arange(len(rows)), y[rows]] -= 1.0
+            W[used] -= (100.0 / len(rows)) * np.asarray(compact.T @ residual, np.float32)
+    np.testing.assert_array_equal(head.W, W)
+    assert (head.proba().argmax(axis=1) == y).mean() > 0.7   # it learns the rows it trains on

@@ -208,3 +208,60 @@ class SpilledVectors:
         for fh in self._files:
             fh.close()
         self._folder.cleanup()
+
+
+class StackedRows:
+    """Sparse row blocks (CSR) stacked into one matrix without holding the rows twice: blocks are kept as they come
+    until they pass ``in_memory`` bytes, then every block's columns and values go to files of a temporary folder;
+    ``matrix`` allocates the whole matrix once and reads them back into it (``np.vstack`` of the blocks would hold
+    the blocks and the matrix together)."""
+
+    def __init__(self, columns: int, in_memory: int = 256 << 20, prefix: str = "refinery-rows-"):
+        self.columns, self.in_memory = columns, in_memory
+        self._held, self._held_bytes, self._lengths = [], 0, []
+        self.spilled = 0   # values written to the spill files
+        self._folder = self._files = None
+        self._prefix = prefix
+
+    def append(self, block) -> None:
+        """One block of rows (CSR with ``columns`` columns)."""
+        self._lengths.append(np.diff(block.indptr).astype(np.int64))
+        self._held.append((block.indices.astype(np.int32, copy=False), block.data.astype(np.float32, copy=False)))
+        self._held_bytes += block.indices.nbytes + block.data.nbytes
+        if self._held_bytes > self.in_memory:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self._files is None:
+            self._folder = tempfile.TemporaryDirectory(prefix=self._prefix)
+            self._files = [open(os.path.join(self._folder.name, name), "w+b") for name in ("indices.i32", "data.f32")]
+        for indices, data in self._held:
+            self._files[0].write(indices.tobytes())
+            self._files[1].write(data.tobytes())
+            self.spilled += len(indices)
+        self._held, self._held_bytes = [], 0
+
+    def matrix(self):
+        """The stacked rows (CSR, float32 values); the temporary files are removed."""
+        import scipy.sparse as sp
+
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        indptr = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        nnz = int(indptr[-1])
+        indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
+        at = 0
+        if self._files is not None:
+            for fh, array in zip(self._files, (indices, data)):
+                fh.seek(0)
+                view, done = memoryview(array[:self.spilled]).cast("B"), 0
+                while done < len(view):
+                    done += fh.readinto(view[done:done + (64 << 20)])
+                fh.close()
+            self._folder.cleanup()
+            at = self.spilled
+        while self._held:
+            block_indices, block_data = self._held.pop(0)
+            indices[at:at + len(block_indices)], data[at:at + len(block_data)] = block_indices, block_data
+            at += len(block_indices)
+        return sp.csr_matrix((data, indices, indptr), shape=(len(lengths), self.columns))

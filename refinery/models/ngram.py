@@ -5,6 +5,7 @@ import json
 import os
 import pickle
 
+import numba
 import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -120,20 +121,19 @@ def sublinear_tf(table: pa.Table, inputs: str = "pair", ngram_range=(1, 2), n_fe
 
 def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-grams"):
     """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
-    code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model)."""
-    import scipy.sparse as sp
-
+    code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model). The
+    rows are stacked once (``io.spill.StackedRows``: past 256 MiB the blocks wait on disk, not beside the matrix)."""
+    from refinery.io.spill import StackedRows
     from refinery.progress import progress
 
-    blocks, labels = [], []
+    stacked, labels = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-"), []
     with progress(desc=desc, unit=" rows") as bar:
         for table in tables:
-            blocks.append(sublinear_tf(table, inputs, (1, 2), 2 ** bits))
+            stacked.append(sublinear_tf(table, inputs, (1, 2), 2 ** bits))
             labels.append(table["label"].cast(pa.string()))
             bar.update(table.num_rows)
     y, names = label_codes(labels)
-    columns = 2 ** bits * (2 if inputs == "pair" else 1)
-    return (sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, columns), dtype=np.float32)), y, names
+    return stacked.matrix(), y, names
 
 
 def label_codes(labels: list) -> tuple[np.ndarray, list]:
@@ -147,17 +147,34 @@ def label_codes(labels: list) -> tuple[np.ndarray, list]:
     return y, names
 
 
-def tf_idf(tf, idf: np.ndarray):
+def tf_idf(tf, idf: np.ndarray, in_place: bool = False):
     """TF-IDF rows of unit length: tf·idf, L2-normalized (with ``sublinear_tf``'s tf, scikit-learn's
-    TfidfTransformer with ``sublinear_tf``, ``smooth_idf``, ``norm="l2"``)."""
+    TfidfTransformer with ``sublinear_tf``, ``smooth_idf``, ``norm="l2"``); ``in_place``: in ``tf``'s own values
+    (float32), with no array the size of them beside."""
     import scipy.sparse as sp
 
+    if in_place and tf.data.dtype == np.float32:
+        _unit_tf_idf(tf.indptr, tf.indices, tf.data, idf.astype(np.float32, copy=False))
+        return tf
     lengths = np.diff(tf.indptr)
     data = tf.data * idf[tf.indices]
     norms = np.sqrt(np.bincount(np.repeat(np.arange(tf.shape[0]), lengths), weights=np.square(data),
                                 minlength=tf.shape[0]))
     data /= np.repeat(np.where(norms > 0, norms, 1.0), lengths).astype(np.float32)
     return sp.csr_matrix((data, tf.indices, tf.indptr), shape=tf.shape)
+
+
+@numba.njit(nogil=True, cache=True)
+def _unit_tf_idf(indptr, indices, data, idf):
+    """``tf_idf`` row by row in place: the same float32 products, float64 sums of their squares and float32 quotients."""
+    for i in range(len(indptr) - 1):
+        squares = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            data[p] = data[p] * idf[indices[p]]
+            squares += np.float64(data[p] * data[p])
+        norm = np.float32(np.sqrt(squares) if squares > 0 else 1.0)
+        for p in range(indptr[i], indptr[i + 1]):
+            data[p] = data[p] / norm
 
 
 def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:

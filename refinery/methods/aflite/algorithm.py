@@ -4,16 +4,12 @@
     classifier on Φ(T_j) and predict V_j; predictability p(i) = (held-out models right about i) / (models that
     held i out). Remove the k rows of highest p among those with p ≥ τ; fewer than k such rows: remove them, stop.
 
-On Φ = hashed word n-grams (``representation: ngrams``) the linear classifier is multinomial naive Bayes (below);
+On Φ = hashed word n-grams (``representation: ngrams``) the linear classifier is multinomial naive Bayes
+(``naive_bayes``: fit by counting, the m classifiers of an iteration a block at a time, reading Φ's rows in place);
 on Φ = sentence embeddings of a frozen encoder (``embeddings``) it is the paper's logistic regression
-(``logistic``). Either way the m partitions of an iteration are drawn first (``draw_partitions``) and fit together.
-
-Naive Bayes on Φ = hashed word n-grams (sublinear tf): log p(l | x) =
-log π_l + Σ_d x_d log θ_{l,d} + const, θ_{l,d} = (N_{l,d} + 1) / (N_l + D) with N counted on T_j. It is fit
-by counting, so the m classifiers of an iteration are fit together: for a block of partitions, one sparse
-product Φ(S)ᵀ Z (Z[i, (j, l)] = 1 where row i is in T_j with label l) gives every N_{l,d}, and one product
-Φ(S) log θ scores every row under every model of the block. Rows never held out get no score that round.
-Each iteration draws its partitions from ``seed`` and its number alone, so a resumed run removes the same rows.
+(``logistic``). Either way the m partitions of an iteration are drawn in order from ``seed`` and the iteration's
+number alone (``draw_partitions``), so a resumed run removes the same rows. Rows never held out get no score that
+round.
 """
 from __future__ import annotations
 
@@ -23,8 +19,8 @@ import numpy as np
 
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.methods.aflite.logistic import logistic_predictability
-
-BLOCK = 8   # partitions fit and scored together (Z and the scores hold rows × BLOCK × labels floats)
+from refinery.methods.aflite.naive_bayes import naive_bayes_predictability
+from refinery.methods.aflite.partitions import draw_partitions
 
 
 @dataclass
@@ -65,38 +61,14 @@ class Filtering:
     resumed: int = 0            # iterations read back from a killed run's checkpoints
 
 
-def draw_partitions(rows: int, config: AFLiteConfig, rng: np.random.Generator) -> np.ndarray:
-    """The m partitions of S (rows × m, True where the row is in T_j): each a random t of the rows."""
-    t = min(max(1, round(config.train_share * rows)), rows - 1)
-    train = np.zeros((rows, config.partitions), bool)
-    for j in range(config.partitions):
-        train[rng.permutation(rows)[:t], j] = True
-    return train
-
-
-def naive_bayes_predictability(X, y: np.ndarray, num_labels: int, partitions: np.ndarray
-                               ) -> tuple[np.ndarray, np.ndarray]:
-    """(right, held out): per row of ``X`` (CSR, Φ of S) and ``y`` (label codes), how many of the classifiers that
-    held it out (``partitions``: rows × m, True where in T_j) predicted its label, and how many held it out."""
-    rows, m = partitions.shape
-    right, held = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-    XT = X.T.tocsr()
-    for start in range(0, m, BLOCK):
-        train = partitions[:, start:start + BLOCK]
-        b = train.shape[1]
-        Z = np.zeros((rows, b * num_labels), np.float32)
-        Z[np.repeat(np.arange(rows), b), (np.arange(b)[None, :] * num_labels + y[:, None]).ravel()] = train.ravel()
-        counts = np.asarray(XT @ Z, np.float64)                              # N_{l,d} per partition: D × (b·C)
-        per_label = counts.sum(axis=0)                                       # N_l
-        log_theta = np.log(counts + 1.0) - np.log(per_label + counts.shape[0])[None, :]
-        priors = Z.sum(axis=0).reshape(b, num_labels)                        # training rows per label
-        log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum(axis=1, keepdims=True)).ravel()
-        scores = np.asarray(X @ log_theta.astype(np.float32)) + log_prior.astype(np.float32)
-        predicted = scores.reshape(rows, b, num_labels).argmax(axis=2)
-        out = ~train
-        right += ((predicted == y[:, None]) & out).sum(axis=1, dtype=np.int32)
-        held += out.sum(axis=1, dtype=np.int32)
-    return right, held
+def logistic_of_rows(X, alive: np.ndarray, y: np.ndarray, num_labels: int, partitions) -> tuple[np.ndarray,
+                                                                                                 np.ndarray]:
+    """``logistic_predictability`` of S (``alive``, the numbers of its rows in ``X``), its partitions as one mask."""
+    drawn = list(partitions)
+    train = np.zeros((len(alive), len(drawn)), bool)
+    for j, positions in enumerate(drawn):
+        train[positions, j] = True
+    return logistic_predictability(X[alive], y[alive], num_labels, train)
 
 
 def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, done: list | None = None,
@@ -106,7 +78,7 @@ def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, don
     their figures and, after the last, ``scores`` (every row's predictability then; a kept row's is its last
     round's), not recomputed; a run that had ended resumes ended. ``on_removal(removal, predictability)``: called
     as each iteration ends (to checkpoint it); ``bar``: a progress bar advanced by one per iteration."""
-    predictability_of = naive_bayes_predictability if config.representation == "ngrams" else logistic_predictability
+    predictability_of = naive_bayes_predictability if config.representation == "ngrams" else logistic_of_rows
     n_input = X.shape[0]
     target = int(np.floor(config.target_share * n_input))
     k = max(1, round(config.slice_share * n_input))
@@ -130,8 +102,9 @@ def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, don
             result.stopped = "fewer than two labels left"
             break
         iteration += 1
-        partitions = draw_partitions(len(alive), config, np.random.default_rng([config.seed, iteration]))
-        right, held = predictability_of(X[alive], y[alive], len(labels), partitions)
+        partitions = draw_partitions(len(alive), config.train_share, config.partitions,
+                                     np.random.default_rng([config.seed, iteration]))
+        right, held = predictability_of(X, alive, y, len(labels), partitions)
         scored = held > 0
         p = np.where(scored, right / np.maximum(held, 1), np.nan)
         predictability[alive[scored]] = p[scored]

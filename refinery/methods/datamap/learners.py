@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import pickle
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -36,27 +37,29 @@ class SoftmaxHead:
         self.W = np.zeros((features.shape[1], num_labels), np.float32)
 
     def train_epoch(self, epoch: int) -> None:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.y))
-        for start in range(0, len(self.y), BATCH):
-            rows = order[start:start + BATCH]
-            self._step(self.features[rows], self.y[rows])
-
-    def _step(self, batch, y: np.ndarray) -> None:
-        """One SGD step on the batch's mean log-loss; on sparse rows, touching only the rows of W their features use."""
         import scipy.sparse as sp
 
-        if not sp.issparse(batch):
-            residual = softmax(batch @ self.W)
-            residual[np.arange(len(y)), y] -= 1.0
-            self.W -= (self.lr / len(y)) * (batch.T @ residual).astype(np.float32)
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.y))
+        if not sp.issparse(self.features):
+            for start in range(0, len(self.y), BATCH):
+                rows = order[start:start + BATCH]
+                self._dense_step(self.features[rows], self.y[rows])
             return
-        used, local = np.unique(batch.indices, return_inverse=True)
-        compact = batch.copy()
-        compact.indices = local.astype(batch.indices.dtype)
-        compact._shape = (batch.shape[0], len(used))
-        residual = softmax(np.asarray(compact @ self.W[used]))
+        X = self.features
+        indptr = X.indptr.astype(np.int64, copy=False)
+        gradient = np.zeros_like(self.W)   # the step's gradient rows, zeroed again after each step
+        for start in range(0, len(self.y), BATCH):
+            rows = order[start:start + BATCH]
+            shifted = _shifted_logits(indptr, X.indices, X.data, rows, self.W)
+            e = np.exp(shifted)   # NumPy's exp and sum, as the softmax of the dense step and ``proba``
+            _sparse_step(indptr, X.indices, X.data, rows, self.y, e, e.sum(axis=1, keepdims=True), self.W,
+                         np.float32(self.lr / len(rows)), gradient)
+
+    def _dense_step(self, batch: np.ndarray, y: np.ndarray) -> None:
+        """One SGD step on the batch's mean log-loss."""
+        residual = softmax(batch @ self.W)
         residual[np.arange(len(y)), y] -= 1.0
-        self.W[used] -= (self.lr / len(y)) * np.asarray(compact.T @ residual, np.float32)
+        self.W -= (self.lr / len(y)) * (batch.T @ residual).astype(np.float32)
 
     def proba(self) -> np.ndarray:
         """p(· | x_i) of every training row under the current W, a block at a time."""
@@ -69,6 +72,48 @@ class SoftmaxHead:
 
     def restore(self, state: bytes) -> None:
         self.W = pickle.loads(state)
+
+
+@numba.njit(nogil=True, cache=True)
+def _shifted_logits(indptr, indices, data, rows, W):
+    """z − max z of each row of the batch: z = x W summed in float32 in the row's order (as SciPy's product)."""
+    num_labels = W.shape[1]
+    z = np.zeros((len(rows), num_labels), np.float32)
+    for r in range(len(rows)):
+        i = rows[r]
+        for p in range(indptr[i], indptr[i + 1]):
+            value, w = data[p], W[indices[p]]
+            for label in range(num_labels):
+                z[r, label] += value * w[label]
+        top = z[r, 0]
+        for label in range(1, num_labels):
+            top = max(top, z[r, label])
+        for label in range(num_labels):
+            z[r, label] -= top
+    return z
+
+
+@numba.njit(nogil=True, cache=True)
+def _sparse_step(indptr, indices, data, rows, y, e, total, W, scale, gradient):
+    """One SGD step on the batch's mean log-loss, touching only the rows of W its features use: the residual
+    softmax − e_y (``e / total``), the gradient xᵀ·residual summed in float32 over the rows in order, then
+    W_d ← W_d − (η/|B|)·gradient_d for each feature d used (``gradient`` comes and goes back zero)."""
+    num_labels = W.shape[1]
+    for r in range(len(rows)):
+        i = rows[r]
+        residual = e[r] / total[r]
+        residual[y[i]] -= 1.0
+        for p in range(indptr[i], indptr[i + 1]):
+            value, g = data[p], gradient[indices[p]]
+            for label in range(num_labels):
+                g[label] += value * residual[label]
+    for r in range(len(rows)):
+        i = rows[r]
+        for p in range(indptr[i], indptr[i + 1]):
+            d = indices[p]
+            for label in range(num_labels):   # a feature's later rows of the batch subtract its zeroed gradient
+                W[d, label] -= scale * gradient[d, label]
+            gradient[d] = 0.0
 
 
 def centred_unit(vectors: np.ndarray) -> np.ndarray:

@@ -65,8 +65,8 @@ class DataMapStage(FilterStage):
             from refinery.models.ngram import hashed_rows, smooth_idf, tf_idf
 
             X, self.y, self.labels = hashed_rows(tables, c.inputs, c.hash_bits, "datamap: n-grams")
-            features = tf_idf(X, smooth_idf(np.bincount(X.indices, minlength=X.shape[1]), X.shape[0]))
-            return learners.SoftmaxHead(features.astype(np.float32), self.y, len(self.labels), c.step(), c.seed)
+            features = tf_idf(X, smooth_idf(np.bincount(X.indices, minlength=X.shape[1]), X.shape[0]), in_place=True)
+            return learners.SoftmaxHead(features, self.y, len(self.labels), c.step(), c.seed)
         if c.backend == "embeddings":
             from refinery.models.embeddings import EncoderSpec, embedded_rows
 

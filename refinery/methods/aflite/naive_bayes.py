@@ -1,0 +1,127 @@
+"""AFLite's linear classifiers on Φ = hashed word n-grams: multinomial naive Bayes, the m partitions of an iteration
+fit together (Le Bras et al. 2020, Algorithm 1; METHODS §7).
+
+Partition j's model, counted on its training rows T_j (sublinear tf x_{i,d}):
+
+    N_{l,d} = Σ_{i ∈ T_j, y_i = l} x_{i,d},   N_l = Σ_d N_{l,d},   θ_{l,d} = (N_{l,d} + 1) / (N_l + D),
+    log p(l | x) = log π_l + Σ_d x_d log θ_{l,d} + const,   π_l = |{i ∈ T_j : y_i = l}| / |T_j|,
+
+and each held-out row is predicted by the argmax. The partitions are taken a block at a time: two compiled kernels
+read Φ's rows in place (the rows left, by their numbers: no copy of Φ), one summing every N_{l,d} of the block (in
+row order, in float32; the partitions shared among the threads) and one scoring each held-out row under the models of
+the block (the rows shared among the threads). Memory: the block's counts (D × block × labels floats) and its
+membership (rows × block bytes) beside Φ.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+BLOCK = 16   # partitions fit and scored together
+
+
+def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: int, partitions
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """(right, held out): per row of S (``alive``, the numbers of its rows in ``X``, CSR Φ of the input, ascending;
+    ``y`` the input's label codes), how many of the classifiers that held it out predicted its label, and how many
+    held it out. ``partitions``: the m partitions of S in order, each the positions in ``alive`` of T_j."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = len(alive)
+    right, held = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+    indptr, indices = X.indptr.astype(np.int64, copy=False), X.indices
+    data = X.data.astype(np.float32, copy=False)
+    labels = y[alive]
+    drawn = iter(partitions)
+
+    def next_block() -> np.ndarray | None:
+        """The next block's membership (rows × b, True where the row trains partition j), drawn in order."""
+        block = [positions for _, positions in zip(range(BLOCK), drawn)]
+        if not block:
+            return None
+        train = np.zeros((rows, len(block)), np.bool_)
+        for j, positions in enumerate(block):
+            train[positions, j] = True
+        return train
+
+    with ThreadPoolExecutor(1) as drawing:   # the next block drawn (memory-bound shuffles) while this one is fit
+        upcoming = drawing.submit(next_block)
+        while (train := upcoming.result()) is not None:
+            upcoming = drawing.submit(next_block)
+            _score_block(indptr, indices, data, alive, labels, X.shape[1], num_labels, train, right, held)
+    return right, held
+
+
+def _score_block(indptr, indices, data, alive, labels, columns: int, num_labels: int, train: np.ndarray,
+                 right: np.ndarray, held: np.ndarray) -> None:
+    """Fit the block's models (``train``: its membership) and add their held-out predictions to ``right`` and
+    ``held``."""
+    b = train.shape[1]
+    counts = _label_counts(indptr, indices, data, alive, labels, train, columns, num_labels,
+                           min(b, numba.get_num_threads()))                                     # D × b × labels
+    counts = counts.reshape(columns, b * num_labels).astype(np.float64)
+    per_label = counts.sum(axis=0)                                                              # N_l
+    log_theta = (np.log(counts + 1.0) - np.log(per_label + counts.shape[0])[None, :]).astype(np.float32)
+    priors = np.zeros((b, num_labels), np.float32)                                              # training rows per label
+    for j in range(b):
+        priors[j] = np.bincount(labels[train[:, j]], minlength=num_labels)
+    log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum(axis=1, keepdims=True)).astype(np.float32)
+    _held_out_right(indptr, indices, data, alive, labels, train, log_theta, log_prior.ravel(), right, held)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _label_counts(indptr, indices, data, alive, labels, train, columns, num_labels, threads):
+    """N_{l,d} of each partition of the block (D × b × labels, float32), added in row order: the block's partitions
+    shared among ``threads`` threads, each reading every row once and adding its values to the counts of its
+    partitions (side by side per feature and label; a partition not training on the row adds 0, which changes no
+    sum)."""
+    b = train.shape[1]
+    share = (b + threads - 1) // threads
+    counts = np.zeros((threads, columns, num_labels, share), np.float32)
+    for t in numba.prange(threads):
+        first, last = t * share, min(b, (t + 1) * share)
+        mine = counts[t]
+        member = np.zeros(share, np.float32)
+        for k in range(len(alive)):
+            i, label = alive[k], labels[k]
+            for j in range(first, last):
+                member[j - first] = train[k, j]
+            for p in range(indptr[i], indptr[i + 1]):
+                value, slab = data[p], mine[indices[p], label]
+                for j in range(share):
+                    slab[j] += value * member[j]
+    out = np.empty((columns, b, num_labels), np.float32)
+    for t in range(threads):
+        for j in range(t * share, min(b, (t + 1) * share)):
+            out[:, j, :] = counts[t, :, :, j - t * share]
+    return out
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _held_out_right(indptr, indices, data, alive, labels, train, log_theta, log_prior, right, held):
+    """Score each row under the block's models that held it out (Σ_d x_d log θ in float32, in the row's order, then
+    log π) and count the models whose argmax (the first on a tie) is its label."""
+    rows, b = train.shape
+    width = log_theta.shape[1]
+    num_labels = width // b
+    chunk = 4096
+    for c in numba.prange((rows + chunk - 1) // chunk):
+        score = np.empty(width, np.float32)
+        for k in range(c * chunk, min(rows, (c + 1) * chunk)):
+            i = alive[k]
+            score[:] = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                theta, value = log_theta[indices[p]], data[p]
+                for q in range(width):
+                    score[q] += value * theta[q]
+            for j in range(b):
+                if train[k, j]:
+                    continue
+                best, arg = score[j * num_labels] + log_prior[j * num_labels], 0
+                for label in range(1, num_labels):
+                    s = score[j * num_labels + label] + log_prior[j * num_labels + label]
+                    if s > best:
+                        best, arg = s, label
+                held[k] += 1
+                if arg == labels[k]:
+                    right[k] += 1
