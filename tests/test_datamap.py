@@ -136,7 +136,7 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
 
     from refinery.io.spill import StackedRows
     from refinery.methods.datamap.learners import BATCH, SoftmaxHead, softmax
-    from refinery.models.ngram import label_codes, smooth_idf, sublinear_tf, tf_idf
+    from refinery.models.ngram import document_frequency, label_codes, smooth_idf, sublinear_tf, tf_idf
 
     table = _snli_pairs()
     blocks = [sublinear_tf(table.slice(s, 1000), "pair", (1, 2), 2 ** 16) for s in range(0, table.num_rows, 1000)]
@@ -145,7 +145,8 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
         stacked.append(block)
     X = stacked.matrix()
     assert stacked.spilled > 0 and (X != sp.vstack(blocks, format="csr")).nnz == 0
-    idf = smooth_idf(np.bincount(X.indices, minlength=X.shape[1]), X.shape[0])
+    np.testing.assert_array_equal(document_frequency(X, chunk=1000), np.bincount(X.indices, minlength=X.shape[1]))
+    idf = smooth_idf(document_frequency(X), X.shape[0])
     expected_features = tf_idf(X, idf)
     features = tf_idf(X, idf, in_place=True)
     np.testing.assert_array_equal(features.data, expected_features.data)

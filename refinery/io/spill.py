@@ -39,6 +39,20 @@ def memory_budget(value: str | float | int | None = None) -> int:
     return int(amount * total) if scale == 1 and amount <= 1 else int(amount * scale)
 
 
+def return_freed_memory() -> None:
+    """Hand the memory freed by a large build back to the system: Arrow's pool keeps freed pages, and glibc's
+    heap keeps the arrays under its mmap threshold (up to 32 MiB, raised as large arrays come and go), which a
+    process's peak then carries through the rest of a stage."""
+    import ctypes
+    import ctypes.util
+
+    pa.default_memory_pool().release_unused()
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 class _Runs:
     """Spill runs under a temporary folder, each hash-partitioned into ``partitions`` files; iterating
     merges one partition at a time (the query ``MERGE`` over its files). ``close`` removes the folder."""

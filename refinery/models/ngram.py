@@ -123,7 +123,7 @@ def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-gra
     """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
     code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model). The
     rows are stacked once (``io.spill.StackedRows``: past 256 MiB the blocks wait on disk, not beside the matrix)."""
-    from refinery.io.spill import StackedRows
+    from refinery.io.spill import StackedRows, return_freed_memory
     from refinery.progress import progress
 
     stacked, labels = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-"), []
@@ -133,7 +133,9 @@ def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-gra
             labels.append(table["label"].cast(pa.string()))
             bar.update(table.num_rows)
     y, names = label_codes(labels)
-    return stacked.matrix(), y, names
+    matrix = stacked.matrix()
+    return_freed_memory()   # the batches' and the hashing's freed memory: not carried through the model's loop
+    return matrix, y, names
 
 
 def label_codes(labels: list) -> tuple[np.ndarray, list]:
@@ -175,6 +177,15 @@ def _unit_tf_idf(indptr, indices, data, idf):
         norm = np.float32(np.sqrt(squares) if squares > 0 else 1.0)
         for p in range(indptr[i], indptr[i + 1]):
             data[p] = data[p] / norm
+
+
+def document_frequency(tf, chunk: int = 1 << 24) -> np.ndarray:
+    """Rows with each column (``tf``: CSR, canonical), counted a chunk of values at a time (``np.bincount`` widens
+    the whole index array to int64 first)."""
+    counts = np.zeros(tf.shape[1], np.int64)
+    for start in range(0, tf.nnz, chunk):
+        counts += np.bincount(tf.indices[start:start + chunk], minlength=tf.shape[1])
+    return counts
 
 
 def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:

@@ -47,13 +47,14 @@ class SoftmaxHead:
             return
         X = self.features
         indptr = X.indptr.astype(np.int64, copy=False)
-        gradient = np.zeros_like(self.W)   # the step's gradient rows, zeroed again after each step
+        longest = int(np.diff(indptr).max()) if len(self.y) else 0
+        table = _BatchGradient(1 << max(6, (2 * BATCH * longest).bit_length()), self.W.shape[1])
         for start in range(0, len(self.y), BATCH):
             rows = order[start:start + BATCH]
             shifted = _shifted_logits(indptr, X.indices, X.data, rows, self.W)
             e = np.exp(shifted)   # NumPy's exp and sum, as the softmax of the dense step and ``proba``
             _sparse_step(indptr, X.indices, X.data, rows, self.y, e, e.sum(axis=1, keepdims=True), self.W,
-                         np.float32(self.lr / len(rows)), gradient)
+                         np.float32(self.lr / len(rows)), table.features, table.gradient, table.used)
 
     def _dense_step(self, batch: np.ndarray, y: np.ndarray) -> None:
         """One SGD step on the batch's mean log-loss."""
@@ -93,27 +94,44 @@ def _shifted_logits(indptr, indices, data, rows, W):
     return z
 
 
+class _BatchGradient:
+    """A step's gradient rows, keyed by feature in a small open-addressing table (``slots`` a power of 2 over twice
+    a batch's nonzeros): the step touches it, not a gradient the size of W, so W stays in the CPU's cache."""
+
+    def __init__(self, slots: int, num_labels: int):
+        self.features = np.full(slots, -1, np.int64)           # the feature in each slot, −1 where none
+        self.gradient = np.zeros((slots, num_labels), np.float32)
+        self.used = np.zeros(slots, np.int64)                  # the slots taken, in the order taken
+
+
 @numba.njit(nogil=True, cache=True)
-def _sparse_step(indptr, indices, data, rows, y, e, total, W, scale, gradient):
+def _sparse_step(indptr, indices, data, rows, y, e, total, W, scale, features, gradient, used):
     """One SGD step on the batch's mean log-loss, touching only the rows of W its features use: the residual
-    softmax − e_y (``e / total``), the gradient xᵀ·residual summed in float32 over the rows in order, then
-    W_d ← W_d − (η/|B|)·gradient_d for each feature d used (``gradient`` comes and goes back zero)."""
-    num_labels = W.shape[1]
+    softmax − e_y (``e / total``), each feature's gradient xᵀ·residual summed in float32 over the rows in order,
+    then W_d ← W_d − (η/|B|)·gradient_d; the table (``features``, ``gradient``, ``used``) is left empty."""
+    num_labels, mask, taken = W.shape[1], len(features) - 1, 0
     for r in range(len(rows)):
         i = rows[r]
         residual = e[r] / total[r]
         residual[y[i]] -= 1.0
         for p in range(indptr[i], indptr[i + 1]):
-            value, g = data[p], gradient[indices[p]]
+            d, value = indices[p], data[p]
+            slot = (np.uint64(d) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+            slot = np.int64(slot) & mask
+            while features[slot] != d and features[slot] != -1:
+                slot = (slot + 1) & mask
+            if features[slot] == -1:
+                features[slot], used[taken] = d, slot
+                taken += 1
             for label in range(num_labels):
-                g[label] += value * residual[label]
-    for r in range(len(rows)):
-        i = rows[r]
-        for p in range(indptr[i], indptr[i + 1]):
-            d = indices[p]
-            for label in range(num_labels):   # a feature's later rows of the batch subtract its zeroed gradient
-                W[d, label] -= scale * gradient[d, label]
-            gradient[d] = 0.0
+                gradient[slot, label] += value * residual[label]
+    for k in range(taken):
+        slot = used[k]
+        d = features[slot]
+        for label in range(num_labels):
+            W[d, label] -= scale * gradient[slot, label]
+            gradient[slot, label] = 0.0
+        features[slot] = -1
 
 
 def centred_unit(vectors: np.ndarray) -> np.ndarray:

@@ -62,10 +62,10 @@ class DataMapStage(FilterStage):
         c = self.config
         tables = (b.rows for b in source.iter_batches() if b.rows.num_rows)
         if c.backend == "ngram":
-            from refinery.models.ngram import hashed_rows, smooth_idf, tf_idf
+            from refinery.models.ngram import document_frequency, hashed_rows, smooth_idf, tf_idf
 
             X, self.y, self.labels = hashed_rows(tables, c.inputs, c.hash_bits, "datamap: n-grams")
-            features = tf_idf(X, smooth_idf(np.bincount(X.indices, minlength=X.shape[1]), X.shape[0]), in_place=True)
+            features = tf_idf(X, smooth_idf(document_frequency(X), X.shape[0]), in_place=True)
             return learners.SoftmaxHead(features, self.y, len(self.labels), c.step(), c.seed)
         if c.backend == "embeddings":
             from refinery.models.embeddings import EncoderSpec, embedded_rows

@@ -37,19 +37,25 @@ class Vocabulary:
     docs: int
 
     @classmethod
-    def fit(cls, tokens: pa.ListArray, block_rows: int = 1 << 18) -> "Vocabulary":
-        """df of every token, counting the distinct tokens of ``block_rows`` rows at a time."""
-        enc = pc.dictionary_encode(pc.list_flatten(tokens))
-        codes = enc.indices.to_numpy(zero_copy_only=False)
-        V = len(enc.dictionary)
-        df = np.zeros(V, np.int64)
-        offsets = tokens.offsets.to_numpy() - tokens.offsets[0].as_py()
-        for start in range(0, len(tokens), block_rows):
-            block = tokens.slice(start, block_rows)
-            lo, hi = offsets[start], offsets[min(start + block_rows, len(tokens))]
-            parents = pc.list_parent_indices(block).to_numpy().astype(np.int64)
-            df += np.bincount(np.unique(parents * V + codes[lo:hi]) % V, minlength=V)
-        return cls(enc.dictionary, df, len(tokens))
+    def fit(cls, blocks) -> "Vocabulary":
+        """df of every token of ``blocks`` (token lists of the rows, block by block), each block's distinct tokens
+        per row counted and summed by token."""
+        counted, docs = None, 0
+        for tokens in blocks:
+            enc = pc.dictionary_encode(pc.list_flatten(tokens))
+            codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            V = len(enc.dictionary)
+            parents = pc.list_parent_indices(tokens).to_numpy().astype(np.int64)
+            df = np.bincount(np.unique(parents * V + codes) % V, minlength=V) if V else np.zeros(0, np.int64)
+            block = pa.table({"token": enc.dictionary, "df": pa.array(df, pa.int64())})
+            if counted is not None:
+                summed = pa.concat_tables([counted, block]).group_by("token").aggregate([("df", "sum")])
+                block = pa.table({"token": summed["token"], "df": summed["df_sum"]})
+            counted = block
+            docs += len(tokens)
+        if counted is None:
+            return cls(pa.array([], pa.string()), np.zeros(0, np.int64), 0)
+        return cls(counted["token"].combine_chunks(), counted["df"].to_numpy(), docs)
 
     def idf(self, flat: pa.Array) -> np.ndarray:
         at = pc.index_in(flat, value_set=self.tokens).to_numpy(zero_copy_only=False)
@@ -128,32 +134,58 @@ SCORE_BLOCK_ROWS = 1 << 18   # rows embedded at a time: an n × λ float64 matri
 
 
 def score(table: pa.Table, config: RazorConfig = RazorConfig()) -> Scores:
-    """γ for every row and the objective, over the scored field (``scored_field``).
+    """γ for every row and the objective, over the scored field (``scored_field``) of an in-memory table."""
+    field = scored_field(table)
 
-    The rows are embedded ``SCORE_BLOCK_ROWS`` at a time, twice: once for the per-label sums, once for each
-    row's γ against them, so memory holds the tokens and one block's embeddings, never all of them.
-    """
+    def blocks():
+        for start in range(0, table.num_rows, SCORE_BLOCK_ROWS):
+            yield table.slice(start, SCORE_BLOCK_ROWS).select([field, "label"])
+
+    vocab, sums = fit(blocks, field, config)
+    gamma = np.concatenate([np.zeros(0)] + [g for _, g in gammas(blocks, field, vocab, sums, config)])
+    return Scores(gamma, sums.objective(), vocab, sums)
+
+
+def fit(blocks, field: str, config: RazorConfig) -> tuple[Vocabulary, LabelSums]:
+    """The corpus's token document frequencies and per-label sums of unit surface embeddings, in two passes over
+    ``blocks()`` (each call: the rows, ``SCORE_BLOCK_ROWS`` at a time, with ``field`` and ``label``); memory holds
+    the vocabulary and one block's embeddings."""
     from refinery.progress import progress
 
-    field_tokens = config.tokenizer.tokenize(table[scored_field(table)])
-    if isinstance(field_tokens, pa.ChunkedArray):
-        field_tokens = field_tokens.combine_chunks()
-    vocab = Vocabulary.fit(field_tokens, SCORE_BLOCK_ROWS)
-    blocks = range(0, table.num_rows, SCORE_BLOCK_ROWS)
+    labels = set()
 
-    def unit(start: int) -> np.ndarray:
-        return unit_rows(surface_embeddings(field_tokens.slice(start, SCORE_BLOCK_ROWS), vocab, config.dim))
+    def tokens():
+        for block in blocks():
+            labels.update(pc.unique(block["label"]).to_pylist())
+            yield _tokens(block[field], config)
 
-    def labels(start: int) -> np.ndarray:
-        return np.asarray(table["label"].slice(start, SCORE_BLOCK_ROWS).to_pylist(), dtype=object)
-
-    names = sorted(set(pc.unique(table["label"]).to_pylist()))
+    vocab = Vocabulary.fit(tokens())
+    names = sorted(labels)
     sums = LabelSums(names, np.zeros((len(names), config.dim)), np.zeros(len(names), np.int64))
-    for start in progress(blocks, desc="razor: label sums", unit=" block"):
-        sums.add(unit(start), labels(start))
-    gamma = np.concatenate([np.zeros(0)] + [sums.gamma(unit(start), labels(start))
-                                            for start in progress(blocks, desc="razor: γ", unit=" block")])
-    return Scores(gamma, sums.objective(), vocab, sums)
+    for block in progress(blocks(), desc="razor: label sums", unit=" block"):
+        sums.add(_unit(block[field], vocab, config), _labels(block))
+    return vocab, sums
+
+
+def gammas(blocks, field: str, vocab: Vocabulary, sums: LabelSums, config: RazorConfig):
+    """(block, γ of its rows) for each block of ``blocks()`` in turn, against the corpus's ``vocab`` and ``sums``."""
+    from refinery.progress import progress
+
+    for block in progress(blocks(), desc="razor: γ", unit=" block"):
+        yield block, sums.gamma(_unit(block[field], vocab, config), _labels(block))
+
+
+def _tokens(texts, config: RazorConfig) -> pa.ListArray:
+    tokens = config.tokenizer.tokenize(texts)
+    return tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
+
+
+def _unit(texts, vocab: Vocabulary, config: RazorConfig) -> np.ndarray:
+    return unit_rows(surface_embeddings(_tokens(texts, config), vocab, config.dim))
+
+
+def _labels(block: pa.Table) -> np.ndarray:
+    return np.asarray(block["label"].to_pylist(), dtype=object)
 
 
 def candidate_gamma(texts: list[str], labels: list[str], scores: Scores, config: RazorConfig) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
@@ -44,30 +45,78 @@ class RazorStage(Stage):
         from refinery.methods.razor.report import TITLE, change, console_lines, report_page
         from refinery.methods.razor.scores import gamma_summary, score, scored_field
         from refinery.pipeline.filter import verdict_headline
-        from refinery.report import format as fmt
 
-        table, rejects = source.load()
         config = self.config
+        if config.score_only:
+            return self._score_only(source, out)
+        table, rejects = source.load()
         before = score(table, config)
         scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
         r = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
              "gamma": gamma_summary(before.gamma), "config": config.to_dict()}
         r["input_rejected"] = out.write_corpus("scores", scored, rejects, settings={"razor": r})["rejected"]
-        judged = checkpoints = None
-        if not config.score_only:
-            judged, checkpoints = self._rewrite(table, rejects, before, r, out, engine=source.engine,
-                                                features=FeatureConfig().named(source.field_names, source.single_text))
+        judged, checkpoints = self._rewrite(table, rejects, before, r, out, engine=source.engine,
+                                            features=FeatureConfig().named(source.field_names, source.single_text))
         out.publish_report(r, report_page(r, out.report_page(TITLE), judged))
-        if checkpoints is not None:
-            checkpoints.clear()
-        headline = f"{r['rows']:,} rows scored on {r['field']}: objective {fmt.number(r['objective'])}"
-        if not config.score_only:
-            headline = (f"{r['rows']:,} rows scored on {r['field']}, {r['replaced_rows']:,} rows rewritten, "
-                        f"objective {' → '.join(change(r['objective'], r['objective_after']))}; "
-                        f"{verdict_headline(r['verdict'])}")
-        warnings = () if config.score_only or r["verdict"]["ok"] else tuple(r["verdict"]["warnings"])
+        checkpoints.clear()
+        headline = (f"{r['rows']:,} rows scored on {r['field']}, {r['replaced_rows']:,} rows rewritten, "
+                    f"objective {' → '.join(change(r['objective'], r['objective_after']))}; "
+                    f"{verdict_headline(r['verdict'])}")
+        warnings = () if r["verdict"]["ok"] else tuple(r["verdict"]["warnings"])
         return StageResult(r["rows"] + r["input_rejected"], {"scored": r["rows"], "input rejects": r["input_rejected"]},
                            r, headline, console_lines(r), warnings)
+
+    def _score_only(self, source: StageInput, out: StageOutput) -> StageResult:
+        """``scores/`` streamed: the vocabulary, the label sums and every row's γ in three passes over the input,
+        re-cut into the blocks an in-memory table is scored in (the same sums, the same γ), then the rows with
+        their γ written in a fourth; memory holds the vocabulary, one block and every row's γ."""
+        from refinery.methods.razor.report import TITLE, console_lines, report_page
+        from refinery.methods.razor.scores import SCORE_BLOCK_ROWS, fit, gamma_summary, gammas
+        from refinery.report import format as fmt
+
+        config, rejects, texts = self.config, [], {"rows": 0}
+
+        def blocks(columns: list):
+            def cut():
+                rejects.clear()
+                pending, held = [], 0
+                for batch in source.iter_batches():
+                    if batch.rejects is not None and batch.rejects.num_rows:
+                        rejects.append(batch.rejects)
+                    if batch.rows.num_rows:
+                        rows = batch.rows.select(columns)
+                        texts["rows"] += rows.num_rows - rows[columns[0]].null_count
+                        pending.append(rows)
+                        held += rows.num_rows
+                    while held >= SCORE_BLOCK_ROWS:
+                        whole = pa.concat_tables(pending)
+                        yield whole.slice(0, SCORE_BLOCK_ROWS)
+                        pending, held = [whole.slice(SCORE_BLOCK_ROWS)], held - SCORE_BLOCK_ROWS
+                if held:
+                    yield pa.concat_tables(pending)
+            return cut
+
+        field = "text_b" if "text_b" in source.columns() else "text_a"
+        vocab, sums = fit(blocks([field, "label"]), field, config)
+        if field == "text_b" and not texts["rows"]:   # no row has a hypothesis: the single text is scored
+            field = "text_a"
+            vocab, sums = fit(blocks([field, "label"]), field, config)
+        gamma = np.concatenate([np.zeros(0)] + [g for _, g in gammas(blocks([field, "label"]), field, vocab, sums,
+                                                                       config)])
+        r = {"rows": len(gamma), "field": field, "objective": sums.objective(), "gamma": gamma_summary(gamma),
+             "config": config.to_dict()}
+        with out.corpus("scores", settings={"razor": r}) as writer:
+            start = 0
+            for block in blocks(["id", "label"])():
+                writer.write(block.append_column("gamma", pa.array(gamma[start:start + block.num_rows])))
+                start += block.num_rows
+            for table in rejects:
+                writer.write(None, table)
+            r["input_rejected"] = writer.commit()["rejected"]
+        out.publish_report(r, report_page(r, out.report_page(TITLE), None))
+        headline = f"{r['rows']:,} rows scored on {r['field']}: objective {fmt.number(r['objective'])}"
+        return StageResult(r["rows"] + r["input_rejected"], {"scored": r["rows"], "input rejects": r["input_rejected"]},
+                           r, headline, console_lines(r), ())
 
     def _rewrite(self, table: pa.Table, rejects: pa.Table | None, before, report: dict, out: StageOutput, *,
                  engine: str, features: FeatureConfig) -> tuple[Verdict, Checkpoints]:
