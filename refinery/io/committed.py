@@ -11,18 +11,11 @@ from __future__ import annotations
 
 from refinery.io.contained import OutsideFolder, link_out
 from refinery.io.location import get_fs, is_local, join
-from refinery.io.ownership import OWNER_MARKER, marked, run_record
-from refinery.io.records import RunRecord
+from refinery.io.ownership import OWNER_MARKER, RUN_MARKER, marked, run_record
+from refinery.io.records import LEGACY_MANIFEST, MANIFEST, record_bytes
 
 RUNS = "_runs"         # on an object store: each run's parts under _runs/<run id>/
 POINTER_LEVELS = 3     # how far above a path a pointer is looked for (OUT/stages/z_original/kept: 3)
-
-
-def run_pointer(url: str, storage_options: dict | None = None) -> RunRecord | None:
-    """The ``_SUCCESS`` of the folder ``url`` where it names a committed run's folder (``root``, checked inside
-    ``url`` with the rest of the record: ``ownership.run_record``), else None."""
-    found = run_record(url, storage_options)
-    return found if found is not None and found.root is not None else None
 
 
 def _within(folder: str, below: list[str], url: str, storage_options: dict | None) -> None:
@@ -39,17 +32,31 @@ def _within(folder: str, below: list[str], url: str, storage_options: dict | Non
                             f"inside it: copy it without links (cp -rL), or read {target} itself")
 
 
+def _a_corpus_itself(folder: str, storage_options: dict | None) -> bool:
+    """Whether ``folder``, on an object store, holds a corpus manifest of its own (the read that finding the corpus
+    makes next, answered again within a run): a corpus read where it lies. On a local disk the walk goes on up, to
+    check the folders above for links out of them (``_within``)."""
+    fs, path = get_fs(folder, storage_options)
+    return not is_local(fs) and any(record_bytes(fs, path, name, join(folder, name), "reading the corpus manifest") is not None
+               for name in (MANIFEST, LEGACY_MANIFEST))
+
+
 def committed_url(url: str, storage_options: dict | None = None) -> str:
-    """Where refinery reads ``url``: inside the committed run that a pointer (``run_pointer``) of ``url`` or of a
-    folder up to ``POINTER_LEVELS`` above it names, where that run holds the part ``url`` is in; ``url`` itself
-    otherwise (a local run's folder, any other corpus or file). A local ``url`` inside a folder refinery wrote is
-    refused where it is reached through a symbolic link out of that folder (``_within``)."""
+    """Where refinery reads ``url``: inside the committed run that a pointer (a ``_SUCCESS`` naming a run's folder,
+    ``root``) of ``url`` or of a folder up to ``POINTER_LEVELS`` above it names, where that run holds the part ``url``
+    is in; ``url`` itself otherwise (a local run's folder, any other corpus or file; on a store, a corpus with no
+    pointer of its own, looked no further). A local ``url`` inside a folder refinery wrote is refused where it is
+    reached through a symbolic link out of that folder (``_within``)."""
     if any(ch in url for ch in "*?["):
         return url
     here, below = url.rstrip("/"), []
     for _ in range(POINTER_LEVELS + 1):
         _within(here, below, url, storage_options)
-        pointer = run_pointer(here, storage_options)
+        pointer = run_record(here, storage_options)
+        if pointer is not None and pointer.root is None:
+            pointer = None   # a run's folder committed where it lies (a local disk's): not a pointer
+        if pointer is None and not below and _a_corpus_itself(here, storage_options):
+            return url   # on a store, a corpus of its own, not a run's part: no pointer above it is looked for
         if pointer is not None:
             if below and below[-1] not in pointer.parts:
                 return url   # beside the run's parts: a resumable task's files (_checkpoints/, runs/)

@@ -17,12 +17,9 @@ import posixpath
 from refinery.io.committed import committed_url
 from refinery.io.location import get_fs, is_local, on_store
 from refinery.io.ownership import read_marker, run_record
-from refinery.io.records import CorpusManifest, read_record, record_bytes
+from refinery.io.records import LEGACY_MANIFEST, MANIFEST, META_DIR, CorpusManifest, read_record, record_bytes
 
 STAGE, CORPUS, HF = "stage", "corpus", "hf"
-META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
-MANIFEST = f"{META_DIR}/manifest.json"
-LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
 
 
 def manifest_path(fs, path: str) -> str | None:

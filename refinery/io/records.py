@@ -26,6 +26,10 @@ MARKER_FORMAT = "refinery-output/1"   # refinery's marker's "format": what no ot
 EARLIER_WRITER = "refinery "          # refinery 0.1's marker said only who wrote it ("written_by")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
+META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
+MANIFEST = f"{META_DIR}/manifest.json"
+LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
+
 
 def _count(value) -> bool:
     return type(value) is int and value >= 0

@@ -31,7 +31,7 @@ from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus, reject_reasons
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join
-from refinery.io.finished import STAGE, finished
+from refinery.io.finished import STAGE, corpus_manifest, finished
 from refinery.io.modes import keeps_finished
 from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
@@ -226,7 +226,8 @@ def _refuse_empty_corpora(source: StageInput) -> None:
     """A verb's finished corpora that hold no row between them (a run that kept none wrote them) are refused in one
     line: a stage would divide by their zero rows (raw inputs are checked as they are read)."""
     so = source.opts.storage_options
-    if source.paths and all(is_corpus(p, so) and not Corpus.open(p, so).manifest["rows"] for p in source.paths):
+    if source.paths and all(is_corpus(p, so) and not corpus_manifest(committed_url(p, so), so).body["rows"]
+                            for p in source.paths):   # the manifests alone: a skipped step lists no input
         raise EmptyInput(f"{', '.join(source.paths)}: no rows (a corpus that the run which wrote it left "
                          "empty); give a corpus that holds rows")
 

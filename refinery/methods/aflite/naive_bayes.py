@@ -48,17 +48,18 @@ def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: 
         upcoming = drawing.submit(next_block)
         while (train := upcoming.result()) is not None:
             upcoming = drawing.submit(next_block)
-            _score_block(indptr, indices, data, alive, labels, X.shape[1], num_labels, train, right, held)
+            _score_block((indptr, indices, data, alive, labels), X.shape[1], num_labels, train, right, held)
     return right, held
 
 
-def _score_block(indptr, indices, data, alive, labels, columns: int, num_labels: int, train: np.ndarray,
-                 right: np.ndarray, held: np.ndarray) -> None:
-    """Fit the block's models (``train``: its membership) and add their held-out predictions to ``right`` and
-    ``held``."""
+def _score_block(rows: tuple, columns: int, num_labels: int, train: np.ndarray, right: np.ndarray,
+                 held: np.ndarray) -> None:
+    """Fit the block's models (``train``: its membership) on S (``rows``: Φ's CSR arrays, the rows left, their
+    labels) and add their held-out predictions to ``right`` and ``held``."""
+    indptr, indices, data, alive, labels = rows
     b = train.shape[1]
-    counts = _label_counts(indptr, indices, data, alive, labels, train, columns, num_labels,
-                           min(b, numba.get_num_threads()))                                     # D × b × labels
+    csr = (indptr, indices, data)
+    counts = _label_counts(csr, alive, labels, train, (columns, num_labels), min(b, numba.get_num_threads()))
     counts = counts.reshape(columns, b * num_labels).astype(np.float64)
     per_label = counts.sum(axis=0)                                                              # N_l
     log_theta = (np.log(counts + 1.0) - np.log(per_label + counts.shape[0])[None, :]).astype(np.float32)
@@ -66,15 +67,18 @@ def _score_block(indptr, indices, data, alive, labels, columns: int, num_labels:
     for j in range(b):
         priors[j] = np.bincount(labels[train[:, j]], minlength=num_labels)
     log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum(axis=1, keepdims=True)).astype(np.float32)
-    _held_out_right(indptr, indices, data, alive, labels, train, log_theta, log_prior.ravel(), right, held)
+    _held_out_right(csr, alive, labels, train, (log_theta, log_prior.ravel()), (right, held))
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _label_counts(indptr, indices, data, alive, labels, train, columns, num_labels, threads):
-    """N_{l,d} of each partition of the block (D × b × labels, float32), added in row order: the block's partitions
+def _label_counts(csr, alive, labels, train, shape, threads):
+    """N_{l,d} of each partition of the block (``shape``: D × labels; D × b × labels, float32) from Φ's rows
+    (``csr``: indptr, indices, values), added in row order: the block's partitions
     shared among ``threads`` threads, each reading every row once and adding its values to the counts of its
     partitions (side by side per feature and label; a partition not training on the row adds 0, which changes no
     sum)."""
+    indptr, indices, data = csr
+    columns, num_labels = shape
     b = train.shape[1]
     share = (b + threads - 1) // threads
     counts = np.zeros((threads, columns, num_labels, share), np.float32)
@@ -98,9 +102,13 @@ def _label_counts(indptr, indices, data, alive, labels, train, columns, num_labe
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _held_out_right(indptr, indices, data, alive, labels, train, log_theta, log_prior, right, held):
-    """Score each row under the block's models that held it out (Σ_d x_d log θ in float32, in the row's order, then
-    log π) and count the models whose argmax (the first on a tie) is its label."""
+def _held_out_right(csr, alive, labels, train, model, counts):
+    """Score each row under the block's models that held it out (``model``: log θ, log π; Σ_d x_d log θ in float32,
+    in the row's order, then log π) and count in ``counts`` (right, held out) the models whose argmax (the first on a
+    tie) is its label."""
+    indptr, indices, data = csr
+    log_theta, log_prior = model
+    right, held = counts
     rows, b = train.shape
     width = log_theta.shape[1]
     num_labels = width // b

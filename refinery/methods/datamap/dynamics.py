@@ -39,10 +39,10 @@ class Dynamics:
     resumed: int = 0
 
 
-def train_dynamics(learner, y: np.ndarray, epochs: int, done: list | None = None, on_epoch=None,
-                   bar=None) -> Dynamics:
-    """The dynamics of ``epochs`` epochs of ``learner`` (a ``learners`` backend over the rows whose label codes are
-    ``y``); ``done``: a killed run's ``Epoch`` records, in order, the last with its state (training goes on from it)."""
+def train_epochs(learner, y: np.ndarray, epochs: int, done: list | None = None, on_epoch=None, bar=None) -> list:
+    """The ``Epoch`` records of ``epochs`` epochs of ``learner`` (a ``learners`` backend over the rows whose label
+    codes are ``y``); ``done``: a killed run's records, in order, the last with its state (training goes on from
+    it). Only the last record keeps its model's state."""
     rows = len(y)
     records = list(done or [])
     if records:
@@ -52,17 +52,25 @@ def train_dynamics(learner, y: np.ndarray, epochs: int, done: list | None = None
         proba = learner.proba()
         p_gold = proba[np.arange(rows), y].astype(np.float32)
         records.append(Epoch(epoch, p_gold, proba.argmax(axis=1) == y, learner.state()))
+        del proba
         if on_epoch is not None:
             on_epoch(records[-1])
+        if len(records) > 1:
+            records[-2].state = None
         if bar is not None:
             bar.update(1)
+    return records
+
+
+def dynamics_of(records: list, rows: int, resumed: int = 0) -> Dynamics:
+    """Confidence, variability, correctness and forgetfulness of every row from the epochs' ``records``."""
     p = np.stack([r.p_gold for r in records], axis=1) if records else np.zeros((rows, 0), np.float32)
     right = np.stack([r.right for r in records], axis=1) if records else np.zeros((rows, 0), bool)
     forgotten = (right[:, :-1] & ~right[:, 1:]).sum(axis=1) if right.shape[1] > 1 else np.zeros(rows, np.int64)
     return Dynamics(p.mean(axis=1), p.std(axis=1), right.mean(axis=1), forgotten.astype(np.int32),
                     [{"epoch": r.epoch, "accuracy": float(r.right.mean()) if rows else None,
                       "mean_p_gold": float(r.p_gold.mean()) if rows else None} for r in records],
-                    resumed=len(done or []))
+                    resumed=resumed)
 
 
 def select(dynamics: Dynamics, config: DataMapConfig) -> np.ndarray:

@@ -49,12 +49,12 @@ class SoftmaxHead:
         indptr = X.indptr.astype(np.int64, copy=False)
         longest = int(np.diff(indptr).max()) if len(self.y) else 0
         table = _BatchGradient(1 << max(6, (2 * BATCH * longest).bit_length()), self.W.shape[1])
+        csr, scratch = (indptr, X.indices, X.data), (table.features, table.gradient, table.used)
         for start in range(0, len(self.y), BATCH):
             rows = order[start:start + BATCH]
-            shifted = _shifted_logits(indptr, X.indices, X.data, rows, self.W)
-            e = np.exp(shifted)   # NumPy's exp and sum, as the softmax of the dense step and ``proba``
-            _sparse_step(indptr, X.indices, X.data, rows, self.y, e, e.sum(axis=1, keepdims=True), self.W,
-                         np.float32(self.lr / len(rows)), table.features, table.gradient, table.used)
+            e = np.exp(_shifted_logits(csr, rows, self.W))   # NumPy's exp and sum: the softmax of ``proba``
+            _sparse_step(csr, rows, self.y, (e, e.sum(axis=1, keepdims=True)), self.W,
+                         np.float32(self.lr / len(rows)), scratch)
 
     def _dense_step(self, batch: np.ndarray, y: np.ndarray) -> None:
         """One SGD step on the batch's mean log-loss."""
@@ -76,8 +76,10 @@ class SoftmaxHead:
 
 
 @numba.njit(nogil=True, cache=True)
-def _shifted_logits(indptr, indices, data, rows, W):
-    """z − max z of each row of the batch: z = x W summed in float32 in the row's order (as SciPy's product)."""
+def _shifted_logits(csr, rows, W):
+    """z − max z of each row of the batch (``csr``: the rows' indptr, indices, values): z = x W summed in float32 in
+    the row's order (as SciPy's product)."""
+    indptr, indices, data = csr
     num_labels = W.shape[1]
     z = np.zeros((len(rows), num_labels), np.float32)
     for r in range(len(rows)):
@@ -105,10 +107,14 @@ class _BatchGradient:
 
 
 @numba.njit(nogil=True, cache=True)
-def _sparse_step(indptr, indices, data, rows, y, e, total, W, scale, features, gradient, used):
+def _sparse_step(csr, rows, y, softmax_parts, W, scale, table):
     """One SGD step on the batch's mean log-loss, touching only the rows of W its features use: the residual
-    softmax − e_y (``e / total``), each feature's gradient xᵀ·residual summed in float32 over the rows in order,
-    then W_d ← W_d − (η/|B|)·gradient_d; the table (``features``, ``gradient``, ``used``) is left empty."""
+    softmax − e_y (``softmax_parts``: e, its row sums), each feature's gradient xᵀ·residual summed in float32 over the
+    rows in order, then W_d ← W_d − (η/|B|)·gradient_d; ``table`` (a ``_BatchGradient``'s features, gradient, used) is
+    left empty."""
+    indptr, indices, data = csr
+    e, total = softmax_parts
+    features, gradient, used = table
     num_labels, mask, taken = W.shape[1], len(features) - 1, 0
     for r in range(len(rows)):
         i = rows[r]

@@ -40,7 +40,7 @@ class DataMapStage(FilterStage):
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         from refinery.io.corpus import input_fingerprints
-        from refinery.methods.datamap.dynamics import select, train_dynamics
+        from refinery.methods.datamap.dynamics import dynamics_of, select, train_epochs
         from refinery.progress import progress
 
         c = self.config
@@ -48,8 +48,11 @@ class DataMapStage(FilterStage):
         training = {k: v for k, v in to_dict(c).items() if k not in ("keep", "share")}   # a new selection: no retrain
         self.checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
             source.splits, source.opts.storage_options)})
+        done = self._done()
         with progress(total=c.epochs, desc=f"datamap: {c.epochs} epochs", unit=" epoch") as bar:
-            self.dynamics = train_dynamics(learner, self.y, c.epochs, self._done(), self._keep_epoch, bar)
+            records = train_epochs(learner, self.y, c.epochs, done, self._keep_epoch, bar)
+        del learner   # its rows' features: not held while the dynamics are summed
+        self.dynamics = dynamics_of(records, len(self.y), len(done))
         self.kept = select(self.dynamics, c)
         if self.dynamics.resumed:
             self.resumed = f"resumed after epoch {self.dynamics.resumed} of the interrupted run before"
