@@ -167,4 +167,5 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
             residual[np.arange(len(rows)), y[rows]] -= 1.0
             W[used] -= (100.0 / len(rows)) * np.asarray(compact.T @ residual, np.float32)
     np.testing.assert_array_equal(head.W, W)
-    assert (head.proba().argmax(axis=1) == y).mean() > 0.7   # it learns the rows it trains on
+    p_gold, right = head.gold(y)
+    assert right.mean() > 0.7 and p_gold.mean() > 0.5   # it learns the rows it trains on

@@ -29,7 +29,7 @@ def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: 
 
     rows = len(alive)
     right, held = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-    indptr, indices = X.indptr.astype(np.int64, copy=False), X.indices
+    indptr, indices = X.indptr, X.indices
     data = X.data.astype(np.float32, copy=False)
     labels = y[alive]
     drawn = iter(partitions)

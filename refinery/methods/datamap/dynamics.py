@@ -43,16 +43,13 @@ def train_epochs(learner, y: np.ndarray, epochs: int, done: list | None = None, 
     """The ``Epoch`` records of ``epochs`` epochs of ``learner`` (a ``learners`` backend over the rows whose label
     codes are ``y``); ``done``: a killed run's records, in order, the last with its state (training goes on from
     it). Only the last record keeps its model's state."""
-    rows = len(y)
     records = list(done or [])
     if records:
         learner.restore(records[-1].state)
     for epoch in range(len(records) + 1, epochs + 1):
         learner.train_epoch(epoch)
-        proba = learner.proba()
-        p_gold = proba[np.arange(rows), y].astype(np.float32)
-        records.append(Epoch(epoch, p_gold, proba.argmax(axis=1) == y, learner.state()))
-        del proba
+        p_gold, right = learner.gold(y)
+        records.append(Epoch(epoch, p_gold, right, learner.state()))
         if on_epoch is not None:
             on_epoch(records[-1])
         if len(records) > 1:

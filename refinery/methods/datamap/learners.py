@@ -39,14 +39,15 @@ class SoftmaxHead:
     def train_epoch(self, epoch: int) -> None:
         import scipy.sparse as sp
 
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.y))
+        order = np.arange(len(self.y), dtype=np.int32 if len(self.y) < 2 ** 31 else np.int64)
+        np.random.default_rng([self.seed, epoch]).shuffle(order)   # the permutation of arange(n), in half the memory
         if not sp.issparse(self.features):
             for start in range(0, len(self.y), BATCH):
                 rows = order[start:start + BATCH]
                 self._dense_step(self.features[rows], self.y[rows])
             return
         X = self.features
-        indptr = X.indptr.astype(np.int64, copy=False)
+        indptr = X.indptr
         longest = int(np.diff(indptr).max()) if len(self.y) else 0
         table = _BatchGradient(1 << max(6, (2 * BATCH * longest).bit_length()), self.W.shape[1])
         csr, scratch = (indptr, X.indices, X.data), (table.features, table.gradient, table.used)
@@ -62,11 +63,14 @@ class SoftmaxHead:
         residual[np.arange(len(y)), y] -= 1.0
         self.W -= (self.lr / len(y)) * (batch.T @ residual).astype(np.float32)
 
-    def proba(self) -> np.ndarray:
-        """p(· | x_i) of every training row under the current W, a block at a time."""
-        return np.vstack([softmax(np.asarray(self.features[s:s + BLOCK_ROWS] @ self.W))
-                          for s in range(0, len(self.y), BLOCK_ROWS)]) if len(self.y) else \
-            np.zeros((0, self.W.shape[1]), np.float32)
+    def gold(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(p(y_i | x_i), whether argmax p(· | x_i) = y_i) of every training row under the current W, a block of rows
+        at a time (no rows × labels matrix of the whole)."""
+        p_gold, right = np.empty(len(y), np.float32), np.empty(len(y), bool)
+        for s in range(0, len(y), BLOCK_ROWS):
+            proba = softmax(np.asarray(self.features[s:s + BLOCK_ROWS] @ self.W))
+            p_gold[s:s + BLOCK_ROWS], right[s:s + BLOCK_ROWS] = _gold_of(proba, y[s:s + BLOCK_ROWS])
+        return p_gold, right
 
     def state(self) -> bytes:
         return pickle.dumps(self.W)
@@ -140,6 +144,11 @@ def _sparse_step(csr, rows, y, softmax_parts, W, scale, table):
         features[slot] = -1
 
 
+def _gold_of(proba: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(p(y_i | x_i) as float32, whether argmax_l p(l | x_i) = y_i) of rows' probabilities ``proba``."""
+    return proba[np.arange(len(y)), y].astype(np.float32), proba.argmax(axis=1) == y
+
+
 def centred_unit(vectors: np.ndarray) -> np.ndarray:
     """Embeddings centred on their mean and scaled to unit mean length: SGD's step then means what it means on the
     unit-length TF-IDF rows (sentence embeddings share a large common direction, which would dominate every step)."""
@@ -163,10 +172,11 @@ class FineTuned:
         self.classifier.seed = self.seed * 1_000 + epoch   # each epoch's own order, whatever ran before it
         self.classifier.fit(self.table, warm_start=epoch > 1)
 
-    def proba(self) -> np.ndarray:
+    def gold(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(p(y_i | x_i), whether the argmax is y_i) of every training row under the fine-tuned model."""
         proba = self.classifier.predict_proba(self.table)
         order = [self.classifier.classes_.index(c) for c in self.classes]
-        return proba[:, order]
+        return _gold_of(proba[:, order], y)
 
     def state(self) -> bytes:
         import torch
