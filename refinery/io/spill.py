@@ -239,7 +239,7 @@ class StackedRows:
 
     def append(self, block) -> None:
         """One block of rows (CSR with ``columns`` columns)."""
-        self._lengths.append(np.diff(block.indptr).astype(np.int64))
+        self._lengths.append(np.diff(block.indptr).astype(np.int32))
         self._held.append((block.indices.astype(np.int32, copy=False), block.data.astype(np.float32, copy=False)))
         self._held_bytes += block.indices.nbytes + block.data.nbytes
         if self._held_bytes > self.in_memory:
@@ -259,10 +259,17 @@ class StackedRows:
         """The stacked rows (CSR, float32 values); the temporary files are removed."""
         import scipy.sparse as sp
 
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        indptr = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        nnz = int(indptr[-1])
+        if self._files is not None and self._held:
+            self._spill()   # the last blocks too: none of them beside the whole matrix
+        rows = sum(len(lengths) for lengths in self._lengths)
+        nnz = sum(int(lengths.sum(dtype=np.int64)) for lengths in self._lengths)
+        indptr = np.zeros(rows + 1, np.int32 if nnz < 2 ** 31 else np.int64)   # SciPy's own choice: no copy
+        at = 1
+        while self._lengths:
+            lengths = self._lengths.pop(0)
+            np.cumsum(lengths, dtype=indptr.dtype, out=indptr[at:at + len(lengths)])
+            indptr[at:at + len(lengths)] += indptr[at - 1]
+            at += len(lengths)
         indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
         at = 0
         if self._files is not None:
@@ -270,7 +277,10 @@ class StackedRows:
                 fh.seek(0)
                 view, done = memoryview(array[:self.spilled]).cast("B"), 0
                 while done < len(view):
-                    done += fh.readinto(view[done:done + (64 << 20)])
+                    read = fh.readinto(view[done:done + (64 << 20)])
+                    if not read:
+                        raise OSError(f"{fh.name}: the spill file ends {len(view) - done:,} bytes short")
+                    done += read
                 fh.close()
             self._folder.cleanup()
             at = self.spilled
@@ -278,4 +288,4 @@ class StackedRows:
             block_indices, block_data = self._held.pop(0)
             indices[at:at + len(block_indices)], data[at:at + len(block_data)] = block_indices, block_data
             at += len(block_indices)
-        return sp.csr_matrix((data, indices, indptr), shape=(len(lengths), self.columns))
+        return sp.csr_matrix((data, indices, indptr), shape=(rows, self.columns))
