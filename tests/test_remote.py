@@ -16,7 +16,7 @@ from conftest import BIN, RAY_ENV, REPO, SNLI_DEV, SNLI_HARD, SNLI_TEST, RayNode
 
 from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, is_corpus, load
-from refinery.io.finished import MANIFEST, META_DIR
+from refinery.io.records import MANIFEST, META_DIR
 from refinery.io.corpus_writer import convert
 from refinery.io.schema import PRESETS
 

@@ -15,7 +15,7 @@ from conftest import SNLI_DEV, SNLI_TEST, run_cli
 from refinery.core import stats as zstats
 from refinery.core.features import KEPT_WORDS, NULL_FEATURE, STOPWORD_LIST, TokenizerOptions
 from refinery.io.corpus import Corpus
-from refinery.io.finished import MANIFEST
+from refinery.io.records import MANIFEST
 from refinery.report.format import number
 
 

@@ -22,7 +22,7 @@ from refinery.api.inputs import Source, kind_of
 from refinery.api.returns import as_kind, in_callers_columns, to_hf
 from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, is_corpus
-from refinery.io.finished import MANIFEST
+from refinery.io.records import MANIFEST
 from refinery.io.hf import datasets_package
 from refinery.io.location import get_fs, join
 from refinery.pipeline.config import InputSpec, PipelineSpec

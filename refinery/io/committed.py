@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from refinery.io.contained import OutsideFolder, link_out
 from refinery.io.location import get_fs, is_local, join
-from refinery.io.ownership import OWNER_MARKER, RUN_MARKER, marked, run_record
-from refinery.io.records import LEGACY_MANIFEST, MANIFEST, record_bytes
+from refinery.io.ownership import OWNER_MARKER, holds_corpus, marked, run_record
 
 RUNS = "_runs"         # on an object store: each run's parts under _runs/<run id>/
 POINTER_LEVELS = 3     # how far above a path a pointer is looked for (OUT/stages/z_original/kept: 3)
@@ -32,15 +31,6 @@ def _within(folder: str, below: list[str], url: str, storage_options: dict | Non
                             f"inside it: copy it without links (cp -rL), or read {target} itself")
 
 
-def _a_corpus_itself(folder: str, storage_options: dict | None) -> bool:
-    """Whether ``folder``, on an object store, holds a corpus manifest of its own (the read that finding the corpus
-    makes next, answered again within a run): a corpus read where it lies. On a local disk the walk goes on up, to
-    check the folders above for links out of them (``_within``)."""
-    fs, path = get_fs(folder, storage_options)
-    return not is_local(fs) and any(record_bytes(fs, path, name, join(folder, name), "reading the corpus manifest") is not None
-               for name in (MANIFEST, LEGACY_MANIFEST))
-
-
 def committed_url(url: str, storage_options: dict | None = None) -> str:
     """Where refinery reads ``url``: inside the committed run that a pointer (a ``_SUCCESS`` naming a run's folder,
     ``root``) of ``url`` or of a folder up to ``POINTER_LEVELS`` above it names, where that run holds the part ``url``
@@ -55,8 +45,10 @@ def committed_url(url: str, storage_options: dict | None = None) -> str:
         pointer = run_record(here, storage_options)
         if pointer is not None and pointer.root is None:
             pointer = None   # a run's folder committed where it lies (a local disk's): not a pointer
-        if pointer is None and not below and _a_corpus_itself(here, storage_options):
+        if pointer is None and not below and not is_local(get_fs(here, storage_options)[0]) and \
+                holds_corpus(here, storage_options):
             return url   # on a store, a corpus of its own, not a run's part: no pointer above it is looked for
+            #              (locally the walk goes on up, for _within's check of the folders above)
         if pointer is not None:
             if below and below[-1] not in pointer.parts:
                 return url   # beside the run's parts: a resumable task's files (_checkpoints/, runs/)

@@ -25,7 +25,8 @@ from refinery.io.readers import input_columns, read_input
 from refinery.io.schema import AS_IS_REQUIRED, PRESETS, REJECTS_SCHEMA, Mapping, canonical_mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
 from refinery.io.location import forget_listings, get_fs, is_local, on_store
-from refinery.io.finished import MANIFEST, META_DIR, STAGE, corpus_manifest, finished, manifest_path
+from refinery.io.finished import STAGE, corpus_manifest, finished
+from refinery.io.records import MANIFEST, META_DIR, manifest_path
 from refinery.io.ownership import RUN_ID_IN_NAME, STAGE_CORPUS
 from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 from refinery.io.common_schema import common_schema, conform
 from refinery.io.corpus import (CARD, FORMAT, REJECTS, AllRejected, concat, input_fingerprints, iter_input_batches,
                                 load, reject_reasons, value_counts)
-from refinery.io.finished import CORPUS, HF, MANIFEST, META_DIR, finished, manifest_path
+from refinery.io.finished import CORPUS, HF, finished
+from refinery.io.records import MANIFEST, META_DIR, manifest_path
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs, is_local, join, on_store

@@ -15,22 +15,11 @@ from __future__ import annotations
 import posixpath
 
 from refinery.io.committed import committed_url
-from refinery.io.location import get_fs, is_local, on_store
+from refinery.io.location import get_fs, on_store
 from refinery.io.ownership import read_marker, run_record
-from refinery.io.records import LEGACY_MANIFEST, MANIFEST, META_DIR, CorpusManifest, read_record, record_bytes
+from refinery.io.records import CorpusManifest, manifest_path, read_record
 
 STAGE, CORPUS, HF = "stage", "corpus", "hf"
-
-
-def manifest_path(fs, path: str) -> str | None:
-    """Where the corpus at ``path`` keeps its manifest (``.refinery/manifest.json``, or ``manifest.json`` in a
-    corpus written before ``.refinery/``), or None where it has none: not a finished corpus."""
-    for name in (MANIFEST, LEGACY_MANIFEST):
-        candidate = posixpath.join(path, name)
-        # on a store, the read that the manifest's reader makes next (one request, whether it is there or not)
-        if fs.isfile(candidate) if is_local(fs) else record_bytes(fs, path, name, candidate, "reading") is not None:
-            return candidate
-    return None
 
 
 def corpus_manifest(url: str, storage_options: dict | None = None) -> CorpusManifest | None:

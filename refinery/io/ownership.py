@@ -13,7 +13,7 @@ import uuid
 from refinery import __version__
 from refinery.io.location import (CLEANUP_SECONDS, ForeignOutput, check_bucket, folder_entries, get_fs, is_local,
                                   join, on_store, with_deadline)
-from refinery.io.records import MARKER_FORMAT, Marker, RunRecord, marker_of, parsed, record_bytes
+from refinery.io.records import MARKER_FORMAT, Marker, RunRecord, manifest_path, marker_of, parsed, record_bytes
 
 
 OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
@@ -159,6 +159,13 @@ def run_record(folder: str, storage_options: dict | None = None) -> RunRecord | 
     if is_local(fs):
         found.check_links(record, path)
     return found
+
+
+def holds_corpus(folder: str, storage_options: dict | None = None) -> bool:
+    """Whether ``folder`` holds a corpus manifest of its own (``records.manifest_path``: on a store, the one read
+    that opening the corpus makes next, answered again within a run)."""
+    fs, path = get_fs(folder, storage_options)
+    return manifest_path(fs, path) is not None
 
 
 def read_marker(out: str, storage_options: dict | None = None) -> dict:

@@ -126,6 +126,17 @@ def record_bytes(fs, folder: str, name: str, url: str, operation: str) -> bytes 
             return None
 
 
+def manifest_path(fs, path: str) -> str | None:
+    """Where the corpus at ``path`` keeps its manifest (``.refinery/manifest.json``, or ``manifest.json`` in a
+    corpus written before ``.refinery/``), or None where it has none: not a finished corpus."""
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        candidate = join(path, name)
+        # on a store, the read that the manifest's reader makes next (one request, whether it is there or not)
+        if fs.isfile(candidate) if is_local(fs) else record_bytes(fs, path, name, candidate, "reading") is not None:
+            return candidate
+    return None
+
+
 def parsed(url: str, data: bytes):
     """The JSON of the record at ``url``; ``BadRecord`` where it is not JSON (cut short) or names a key twice."""
     try:

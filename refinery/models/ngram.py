@@ -168,7 +168,7 @@ def tf_idf(tf, idf: np.ndarray, in_place: bool = False):
 
 @numba.njit(nogil=True, cache=True)
 def _unit_tf_idf(indptr, indices, data, idf):
-    """``tf_idf`` row by row in place: the same float32 products, float64 sums of their squares and float32 quotients."""
+    """``tf_idf`` row by row in place: the same float32 products, float64 sums of their squares, float32 quotients."""
     for i in range(len(indptr) - 1):
         squares = 0.0
         for p in range(indptr[i], indptr[i + 1]):

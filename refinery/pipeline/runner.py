@@ -226,8 +226,8 @@ def _refuse_empty_corpora(source: StageInput) -> None:
     """A verb's finished corpora that hold no row between them (a run that kept none wrote them) are refused in one
     line: a stage would divide by their zero rows (raw inputs are checked as they are read)."""
     so = source.opts.storage_options
-    if source.paths and all(is_corpus(p, so) and not corpus_manifest(committed_url(p, so), so).body["rows"]
-                            for p in source.paths):   # the manifests alone: a skipped step lists no input
+    if source.paths and all((record := corpus_manifest(committed_url(p, so), so)) is not None
+                            and not record.body["rows"] for p in source.paths):   # the manifests: no input listed
         raise EmptyInput(f"{', '.join(source.paths)}: no rows (a corpus that the run which wrote it left "
                          "empty); give a corpus that holds rows")
 

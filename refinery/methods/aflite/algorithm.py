@@ -20,7 +20,7 @@ import numpy as np
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.methods.aflite.logistic import logistic_predictability
 from refinery.methods.aflite.naive_bayes import naive_bayes_predictability
-from refinery.methods.aflite.partitions import draw_partitions
+from refinery.methods.aflite.partitions import draw_partitions, membership
 
 
 @dataclass
@@ -64,11 +64,7 @@ class Filtering:
 def logistic_of_rows(X, alive: np.ndarray, y: np.ndarray, num_labels: int, partitions) -> tuple[np.ndarray,
                                                                                                  np.ndarray]:
     """``logistic_predictability`` of S (``alive``, the numbers of its rows in ``X``), its partitions as one mask."""
-    drawn = list(partitions)
-    train = np.zeros((len(alive), len(drawn)), bool)
-    for j, positions in enumerate(drawn):
-        train[positions, j] = True
-    return logistic_predictability(X[alive], y[alive], num_labels, train)
+    return logistic_predictability(X[alive], y[alive], num_labels, membership(len(alive), list(partitions)))
 
 
 def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, done: list | None = None,

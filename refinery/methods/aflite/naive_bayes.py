@@ -17,6 +17,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from refinery.methods.aflite.partitions import membership
+
 BLOCK = 16   # partitions fit and scored together
 
 
@@ -37,12 +39,7 @@ def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: 
     def next_block() -> np.ndarray | None:
         """The next block's membership (rows × b, True where the row trains partition j), drawn in order."""
         block = [positions for _, positions in zip(range(BLOCK), drawn)]
-        if not block:
-            return None
-        train = np.zeros((rows, len(block)), np.bool_)
-        for j, positions in enumerate(block):
-            train[positions, j] = True
-        return train
+        return membership(rows, block) if block else None
 
     with ThreadPoolExecutor(1) as drawing:   # the next block drawn (memory-bound shuffles) while this one is fit
         upcoming = drawing.submit(next_block)
@@ -63,7 +60,7 @@ def _score_block(rows: tuple, columns: int, num_labels: int, train: np.ndarray, 
     counts = counts.reshape(columns, b * num_labels).astype(np.float64)
     per_label = counts.sum(axis=0)                                                              # N_l
     log_theta = (np.log(counts + 1.0) - np.log(per_label + counts.shape[0])[None, :]).astype(np.float32)
-    priors = np.zeros((b, num_labels), np.float32)                                              # training rows per label
+    priors = np.zeros((b, num_labels), np.float32)   # training rows per label
     for j in range(b):
         priors[j] = np.bincount(labels[train[:, j]], minlength=num_labels)
     log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum(axis=1, keepdims=True)).astype(np.float32)

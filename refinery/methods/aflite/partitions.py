@@ -26,6 +26,14 @@ def draw_partitions(rows: int, train_share: float, partitions: int, rng: np.rand
         yield first_of_permutation(rng, rows, t)
 
 
+def membership(rows: int, partitions: list) -> np.ndarray:
+    """Which rows train which of ``partitions`` (each the positions of T_j): rows × len(partitions), True in T_j."""
+    train = np.zeros((rows, len(partitions)), np.bool_)
+    for j, positions in enumerate(partitions):
+        train[positions, j] = True
+    return train
+
+
 def first_of_permutation(rng: np.random.Generator, n: int, t: int) -> np.ndarray:
     """The set of ``rng.permutation(n)[:t]`` (in another order), ``rng`` advanced as that call advances it."""
     generator = rng.bit_generator

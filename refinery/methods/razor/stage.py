@@ -70,6 +70,7 @@ class RazorStage(Stage):
         """``scores/`` streamed: the vocabulary, the label sums and every row's γ in three passes over the input,
         re-cut into the blocks an in-memory table is scored in (the same sums, the same γ), then the rows with
         their γ written in a fourth; memory holds the vocabulary, one block and every row's γ."""
+        from refinery.io.raw import rebatch
         from refinery.methods.razor.report import TITLE, console_lines, report_page
         from refinery.methods.razor.scores import SCORE_BLOCK_ROWS, fit, gamma_summary, gammas
         from refinery.report import format as fmt
@@ -77,24 +78,15 @@ class RazorStage(Stage):
         config, rejects, texts = self.config, [], {"rows": 0}
 
         def blocks(columns: list):
-            def cut():
+            def rows():
                 rejects.clear()
-                pending, held = [], 0
                 for batch in source.iter_batches():
                     if batch.rejects is not None and batch.rejects.num_rows:
                         rejects.append(batch.rejects)
                     if batch.rows.num_rows:
-                        rows = batch.rows.select(columns)
-                        texts["rows"] += rows.num_rows - rows[columns[0]].null_count
-                        pending.append(rows)
-                        held += rows.num_rows
-                    while held >= SCORE_BLOCK_ROWS:
-                        whole = pa.concat_tables(pending)
-                        yield whole.slice(0, SCORE_BLOCK_ROWS)
-                        pending, held = [whole.slice(SCORE_BLOCK_ROWS)], held - SCORE_BLOCK_ROWS
-                if held:
-                    yield pa.concat_tables(pending)
-            return cut
+                        texts["rows"] += batch.rows.num_rows - batch.rows[columns[0]].null_count
+                        yield batch.rows.select(columns)
+            return lambda: rebatch(rows(), SCORE_BLOCK_ROWS)
 
         field = "text_b" if "text_b" in source.columns() else "text_a"
         vocab, sums = fit(blocks([field, "label"]), field, config)
