@@ -19,7 +19,7 @@ from refinery.io.corpus import Corpus, load
 from refinery.io.corpus_writer import write_table
 from refinery.io.schema import PRESETS
 from refinery.models.base import cross_fit_proba
-from refinery.models.ngram import NGramClassifier, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
+from refinery.models.ngram import NGramClassifier, by_frequency, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,48 @@ def test_sgd_cross_fit_is_as_good_as_lbfgs_out_of_fold(snli_dev):
     # threads, and batches of any size, change nothing: rows are hashed alike and blocks drawn by position
     batches = [snli_dev.slice(s, 1000) for s in range(0, snli_dev.num_rows, 1000)]
     assert np.array_equal(sgd[0], cross_fit_sgd(batches, 5, 0)[0])
+
+
+@pytest.mark.parametrize("labels", [3, 2])
+def test_the_compiled_sgd_is_scikit_learns_partial_fit_bit_for_bit(snli_dev, labels):
+    """OneVsRestSGD against SGDClassifier.partial_fit itself, call after call on blocks of SNLI dev rows in a shuffled
+    order (three labels: one-vs-rest; two: one weight vector), then the held-out rows' p(l | x): equal arrays."""
+    from sklearn.linear_model import SGDClassifier
+
+    from refinery.models.sgd import OneVsRestSGD
+
+    table = snli_dev.slice(0, 6000)
+    y = np.unique(table["label"].to_numpy(zero_copy_only=False), return_inverse=True)[1]
+    if labels == 2:
+        y = (y == 1).astype(np.int64)
+    tf = sublinear_tf(table)
+    idf = smooth_idf(np.bincount(tf.indices[:tf.indptr[5000]], minlength=tf.shape[1]), 5000)
+    order = np.random.default_rng(7).permutation(5000)
+    alpha = 1.0 / 5000
+    reference = SGDClassifier(loss="log_loss", alpha=alpha, learning_rate="optimal", average=True, shuffle=False,
+                              random_state=0)
+    compiled = OneVsRestSGD(labels, tf.shape[1], alpha)
+    # the columns numbered by frequency, as the cross-fitting holds them: the same model, its columns moved
+    ranked, _ = by_frequency(tf.copy())
+    rank = np.zeros(tf.shape[1], np.int64)
+    rank[tf.indices] = ranked.indices
+    on_ranks = OneVsRestSGD(labels, ranked.shape[1], alpha)
+    idf_of_rank = np.zeros(ranked.shape[1], np.float32)
+    idf_of_rank[ranked.indices] = idf[tf.indices]
+    for epoch in range(2):
+        for block in np.array_split(order if epoch == 0 else order[::-1], 7):
+            reference.partial_fit(tf_idf(tf[block], idf), y[block], classes=np.arange(labels))
+            compiled.partial_fit((tf.indptr, tf.indices, tf.data), block, y[block], idf)
+            on_ranks.partial_fit((ranked.indptr, ranked.indices, ranked.data), block, y[block], idf_of_rank)
+    assert np.array_equal(compiled.averages.reshape(reference.coef_.shape), reference.coef_)
+    assert np.array_equal(compiled.average_intercepts, reference.intercept_)
+    assert np.array_equal(on_ranks.averages[:, rank[np.unique(tf.indices)]],
+                          compiled.averages[:, np.unique(tf.indices)])
+    held_out = tf_idf(tf[5000:], idf)
+    expected = reference.predict_proba(held_out)
+    assert np.array_equal(compiled.predict_proba(held_out), expected)
+    assert np.array_equal(on_ranks.predict_proba(tf_idf(ranked[5000:], idf_of_rank)), expected)
+    assert expected.std() > 0.05   # a fitted model, not the zeros both start from
 
 
 def test_killed_transformer_confidence_resumes_from_its_finished_folds(tmp_path):

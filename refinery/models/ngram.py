@@ -193,53 +193,97 @@ def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:
     return (np.log((1.0 + documents) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
 
 
-def sgd_fold_proba(fold: int, blocks: list, y: np.ndarray, folds: np.ndarray, num_classes: int,
-                   document_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3, seed: int = 0
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, p(y | x)) of fold ``fold``'s rows from a model fit on the other folds' rows, streamed in blocks.
+def fold_idf(fold: int, rows: tuple, folds: np.ndarray, document_frequency: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the idf of fold ``fold``'s model, its training rows): TF-IDF's idf counts the training rows only
+    (``document_frequency`` counts all rows; the fold's own are taken off)."""
+    indptr, indices, _ = rows
+    held_out = np.flatnonzero(folds == fold)
+    fold_df = np.zeros_like(document_frequency)
+    _count_columns(indptr, indices, held_out, fold_df)
+    train_rows = len(folds) - len(held_out)
+    return smooth_idf(document_frequency - fold_df, train_rows), train_rows
+
+
+def sgd_fold_vector(fold: int, vector: int, rows: tuple, blocks: list, y: np.ndarray, folds: np.ndarray,
+                    num_classes: int, document_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3,
+                    seed: int = 0) -> tuple[np.ndarray, float]:
+    """(averaged weights, averaged intercept) of weight vector ``vector`` of fold ``fold``'s one-vs-rest model, fit
+    on the other folds' rows, streamed in blocks (the vectors of a model are independent, so each is a task).
 
     The model minimizes (1/n) Σ_{i ∉ fold} log-loss_i + (α/2)‖w‖² with α = 1/(C·n), which is
     ``NGramClassifier``'s objective C·Σ log-loss + ½‖w‖² divided by C·n, one-vs-rest: averaged SGD with
-    scikit-learn's "optimal" step size 1/(α(t + t0)), ``epochs`` passes over the training rows
-    (``partial_fit``), each pass through ``blocks`` — (row numbers, ``sublinear_tf``) of the corpus in a
-    seeded random order — in a fresh order, and through each block's rows in a fresh order. TF-IDF's idf
-    counts the training rows only (``document_frequency`` counts all rows; the fold's own are taken off).
+    scikit-learn's "optimal" step size 1/(α(t + t0)) (``sgd.OneVsRestSGD``, its ``partial_fit`` compiled),
+    ``epochs`` passes over the training rows, each pass through ``blocks`` — the row numbers of the corpus in a
+    seeded random order, cut into blocks — in a fresh order, and through each block's rows in a fresh order.
+    ``rows``: the corpus's ``sublinear_tf`` rows as (indptr, indices, data), TF-IDF by ``fold_idf``.
     """
-    from sklearn.linear_model import SGDClassifier
+    from refinery.models.sgd import OneVsRestSGD
 
-    held_out = [folds[rows] == fold for rows, _ in blocks]
-    train_rows = sum(int((~h).sum()) for h in held_out)
-    fold_df = sum(np.bincount(tf[h].indices, minlength=tf.shape[1]) for (_, tf), h in zip(blocks, held_out))
-    idf = smooth_idf(document_frequency - fold_df, train_rows)
-    model = SGDClassifier(loss="log_loss", alpha=1.0 / (C * train_rows), learning_rate="optimal", average=True,
-                          shuffle=False, random_state=seed)
-    classes = np.arange(num_classes)
+    idf, train_rows = fold_idf(fold, rows, folds, document_frequency)
+    model = OneVsRestSGD(num_classes, len(document_frequency), 1.0 / (C * train_rows), vectors=[vector])
     rng = np.random.default_rng([seed, fold])
     for _ in range(epochs):
         for b in rng.permutation(len(blocks)):
-            (rows, tf), train = blocks[b], np.nonzero(~held_out[b])[0]
+            train = blocks[b][folds[blocks[b]] != fold]
             train = train[rng.permutation(len(train))]
-            model.partial_fit(tf_idf(tf[train], idf), y[rows[train]], classes=classes)
-    scored = [(rows[h], model.predict_proba(tf_idf(tf[h], idf))) for (rows, tf), h in zip(blocks, held_out) if h.any()]
-    return np.concatenate([r for r, _ in scored]), np.concatenate([p for _, p in scored])
+            model.partial_fit(rows, train, y[train], idf)
+    return model.averages[0], float(model.average_intercepts[0])
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_columns(indptr, indices, rows, counts):
+    """counts[j] += 1 for each value in column j of the ``rows`` (a document frequency over some rows)."""
+    for r in rows:
+        for p in range(indptr[r], indptr[r + 1]):
+            counts[indices[p]] += 1
+
+
+def by_frequency(matrix, quantum: int = 64):
+    """(``matrix`` with its columns renumbered by document frequency, the most frequent first, and the columns
+    that hold no value dropped; each new column's document frequency). The indices are rewritten in place and each
+    row's values keep their order, so every per-column computation over it (TF-IDF, a linear model's steps and
+    scores) gives what it gives over the hashed columns; the weights a model touches most sit together in the
+    CPU's cache. The columns are padded with empty ones to a multiple of ``quantum``, so that vector routines
+    (BLAS) see whole SIMD blocks, as over the 2^k hashed columns."""
+    import scipy.sparse as sp
+
+    frequency = document_frequency(matrix)
+    used = np.flatnonzero(frequency)
+    order = used[np.argsort(-frequency[used], kind="stable")]
+    rank = np.zeros(matrix.shape[1], np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    _relabel(matrix.indices, rank)
+    columns = max(quantum, -(-len(order) // quantum) * quantum)
+    counts = np.zeros(columns, np.int64)
+    counts[:len(order)] = frequency[order]
+    return sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(matrix.shape[0], columns)), counts
+
+
+@numba.njit(nogil=True, cache=True)
+def _relabel(indices, rank):
+    for p in range(len(indices)):
+        indices[p] = rank[indices[p]]
 
 
 class HashedCorpus:
-    """A corpus read batch by batch into what the SGD fold models need: ``blocks`` of (row numbers,
-    ``sublinear_tf``) holding ``block_rows`` rows each, drawn in a seeded random order (so a block samples
-    the corpus even when its rows come sorted by label), each row's label code (``classes`` sorted) and fold.
+    """A corpus read batch by batch into what the SGD fold models need: its ``sublinear_tf`` rows stacked once
+    (``matrix``, CSR; ``io.spill.StackedRows``), its columns numbered by document frequency (``by_frequency``;
+    ``document_frequency`` of each), ``blocks`` of row numbers holding ``block_rows`` rows each, drawn
+    in a seeded random order (so a block samples the corpus even when its rows come sorted by label), each row's
+    label code (``classes`` sorted) and fold.
 
-    No batch's text is kept: the hashed rows are the largest thing held (about 35 nonzeros a pair).
+    No batch's text is kept: the hashed rows are the largest thing held (about 35 values a pair).
     """
 
     def __init__(self, batches, k: int, seed: int = 0, inputs: str = "pair", block_rows: int = 65_536):
         import pyarrow.compute as pc
-        import scipy.sparse as sp
 
         from refinery.core.folds import fold_of
+        from refinery.io.spill import StackedRows, return_freed_memory
         from refinery.progress import progress
 
-        slices, codes, folds, index = [], [], [], {}
+        stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-")
+        codes, folds, index = [], [], {}
         with progress(desc="confidence: n-grams", unit=" rows") as bar:
             for batch in batches:
                 encoded = pc.dictionary_encode(batch["label"]).combine_chunks()
@@ -247,29 +291,19 @@ class HashedCorpus:
                 codes.append(local[encoded.indices.to_numpy(zero_copy_only=False)])
                 folds.append(fold_of(batch["id"], k, seed))
                 for start in range(0, batch.num_rows, block_rows):   # the scanner's buffers grow with the text
-                    slices.append(sublinear_tf(batch.slice(start, block_rows), inputs))
+                    stacked.append(sublinear_tf(batch.slice(start, block_rows), inputs))
                 bar.update(batch.num_rows)
         self.classes = sorted(index)
         rank = np.argsort(np.argsort(np.array(list(index), dtype=object)))
         self.y = rank[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
         self.folds = np.concatenate(folds) if folds else np.zeros(0, np.int64)
+        self.matrix, self.document_frequency = by_frequency(stacked.matrix())
+        return_freed_memory()
         rows = len(self.y)
         block_of = np.empty(rows, np.int64)
         block_of[np.random.default_rng(seed).permutation(rows)] = np.arange(rows) // block_rows
-        pieces: list[list] = [[] for _ in range(-(-rows // block_rows))]
-        start = 0
-        while slices:   # hand each slice's rows to their blocks, then let the slice go
-            tf = slices.pop(0)
-            mine = block_of[start:start + tf.shape[0]]
-            for b in np.unique(mine):
-                local_rows = np.nonzero(mine == b)[0]
-                pieces[b].append((start + local_rows, tf[local_rows]))
-            start += tf.shape[0]
-            del tf
-        self.blocks = []
-        for b in range(len(pieces)):
-            parts, pieces[b] = pieces[b], None
-            self.blocks.append((np.concatenate([r for r, _ in parts]), sp.vstack([t for _, t in parts], format="csr")))
+        order = np.argsort(block_of, kind="stable")   # each block's rows ascending
+        self.blocks = np.split(order, np.cumsum(np.bincount(block_of, minlength=-(-rows // block_rows)))[:-1])
 
     @property
     def rows(self) -> int:
@@ -279,21 +313,32 @@ class HashedCorpus:
 def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C: float = 1.0,
                   epochs: int = 3, block_rows: int = 65_536, engine: str = "local"
                   ) -> tuple[np.ndarray, list, np.ndarray]:
-    """Out-of-fold p(y | x) of every row of ``batches`` (Arrow tables, or one table) by ``sgd_fold_proba``:
-    (probabilities, classes, each row's class index).
+    """Out-of-fold p(y | x) of every row of ``batches`` (Arrow tables, or one table): (probabilities, classes, each
+    row's class index). Each row is scored by the model of its fold (``sgd_fold_vector``), fit on the others.
 
-    The rows are hashed once (``HashedCorpus``); the K fold models then train side by side (threads, or Ray
-    tasks reading one copy of the blocks from the object store).
+    The rows are hashed once (``HashedCorpus``); the weight vectors of the K fold models then train side by side
+    (threads, or Ray tasks reading one copy of the rows from the object store), each fold's rows scored once its
+    vectors are done (``sgd.ovr_proba``).
     """
+    from refinery.models.sgd import ovr_proba
     from refinery.pipeline.engine import map_calls
 
     corpus = HashedCorpus([batches] if isinstance(batches, pa.Table) else batches, k, seed, inputs, block_rows)
-    document_frequency = sum(np.bincount(tf.indices, minlength=tf.shape[1]) for _, tf in corpus.blocks)
-    shared = {"blocks": corpus.blocks, "y": corpus.y, "folds": corpus.folds, "num_classes": len(corpus.classes),
-              "C": C, "epochs": epochs, "seed": seed, "document_frequency": document_frequency}
+    matrix, labels = corpus.matrix, len(corpus.classes)
+    rows = (matrix.indptr, matrix.indices, matrix.data)
+    shared = {"rows": rows, "blocks": corpus.blocks, "y": corpus.y, "folds": corpus.folds, "num_classes": labels,
+              "C": C, "epochs": epochs, "seed": seed, "document_frequency": corpus.document_frequency}
     present = [f for f in range(k) if (corpus.folds == f).any()]
-    proba = np.zeros((corpus.rows, len(corpus.classes)))
-    for rows, p in map_calls(sgd_fold_proba, [{"fold": f} for f in present], shared, engine,
-                             desc=f"confidence: {len(present)} fold models, {epochs} epochs"):
-        proba[rows] = p
+    vectors = 1 if labels == 2 else labels
+    fitted = map_calls(sgd_fold_vector, [{"fold": f, "vector": v} for f in present for v in range(vectors)], shared,
+                       engine, desc=f"confidence: {len(present)} fold models × {vectors} vector(s), {epochs} epochs")
+    proba = np.zeros((corpus.rows, labels))
+    for i, fold in enumerate(present):
+        weights = np.stack([w for w, _ in fitted[i * vectors:(i + 1) * vectors]])
+        intercepts = np.array([b for _, b in fitted[i * vectors:(i + 1) * vectors]], np.float32)
+        idf, _ = fold_idf(fold, rows, corpus.folds, corpus.document_frequency)
+        held_out = np.flatnonzero(corpus.folds == fold)
+        for start in range(0, len(held_out), block_rows):
+            part = held_out[start:start + block_rows]
+            proba[part] = ovr_proba(tf_idf(matrix[part], idf, in_place=True), weights, intercepts, labels)
     return proba, corpus.classes, corpus.y
