@@ -145,6 +145,16 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
         stacked.append(block)
     X = stacked.matrix()
     assert stacked.spilled > 0 and (X != sp.vstack(blocks, format="csr")).nnz == 0
+    for in_memory in (100_000, 10 ** 9):   # rows placed in a given order, read back from disk or held
+        again = StackedRows(2 ** 17, in_memory=in_memory)
+        for block in blocks:
+            again.append(block)
+        order = np.random.default_rng(3).permutation(X.shape[0]).astype(np.int32)
+        placed = again.matrix(order)
+        assert (again.spilled > 0) == (in_memory == 100_000)
+        np.testing.assert_array_equal(placed.indptr, X[order].indptr)
+        np.testing.assert_array_equal(placed.indices, X[order].indices)
+        np.testing.assert_array_equal(placed.data, X[order].data)
     np.testing.assert_array_equal(document_frequency(X, chunk=1000), np.bincount(X.indices, minlength=X.shape[1]))
     idf = smooth_idf(document_frequency(X), X.shape[0])
     expected_features = tf_idf(X, idf)

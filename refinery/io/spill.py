@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from typing import Iterator
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -234,6 +235,7 @@ class StackedRows:
         self.columns, self.in_memory = columns, in_memory
         self._held, self._held_bytes, self._lengths = [], 0, []
         self.spilled = 0   # values written to the spill files
+        self._read = 0     # values read back from them
         self._folder = self._files = None
         self._prefix = prefix
 
@@ -255,8 +257,9 @@ class StackedRows:
             self.spilled += len(indices)
         self._held, self._held_bytes = [], 0
 
-    def matrix(self):
-        """The stacked rows (CSR, float32 values); the temporary files are removed."""
+    def matrix(self, order: np.ndarray | None = None):
+        """The stacked rows (CSR, float32 values); the temporary files are removed. ``order``: row ``order[i]`` of
+        the rows appended is the matrix's row i (each block's rows scattered to their places as it is read)."""
         import scipy.sparse as sp
 
         if self._files is not None and self._held:
@@ -264,28 +267,54 @@ class StackedRows:
         rows = sum(len(lengths) for lengths in self._lengths)
         nnz = sum(int(lengths.sum(dtype=np.int64)) for lengths in self._lengths)
         indptr = np.zeros(rows + 1, np.int32 if nnz < 2 ** 31 else np.int64)   # SciPy's own choice: no copy
-        at = 1
-        while self._lengths:
-            lengths = self._lengths.pop(0)
-            np.cumsum(lengths, dtype=indptr.dtype, out=indptr[at:at + len(lengths)])
-            indptr[at:at + len(lengths)] += indptr[at - 1]
-            at += len(lengths)
+        if order is None:
+            for at, lengths in zip(np.cumsum([0] + [len(x) for x in self._lengths]), self._lengths):
+                np.cumsum(lengths, dtype=indptr.dtype, out=indptr[at + 1:at + 1 + len(lengths)])
+                indptr[at + 1:at + 1 + len(lengths)] += indptr[at]
+            place = None
+        else:
+            np.cumsum(np.concatenate(self._lengths)[order], dtype=indptr.dtype, out=indptr[1:])
+            place = np.empty(rows, order.dtype)
+            place[order] = np.arange(rows, dtype=order.dtype)
         indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
-        at = 0
+        first = at = 0
+        for lengths in self._lengths:
+            block = self._next_block(int(lengths.sum(dtype=np.int64)))
+            if place is None:
+                indices[at:at + len(block[0])], data[at:at + len(block[1])] = block
+            else:
+                _scatter_rows(lengths, block, place[first:first + len(lengths)], (indptr, indices, data))
+            at, first = at + len(block[0]), first + len(lengths)
+        self._lengths = []
         if self._files is not None:
-            for fh, array in zip(self._files, (indices, data)):
-                fh.seek(0)
-                view, done = memoryview(array[:self.spilled]).cast("B"), 0
-                while done < len(view):
-                    read = fh.readinto(view[done:done + (64 << 20)])
-                    if not read:
-                        raise OSError(f"{fh.name}: the spill file ends {len(view) - done:,} bytes short")
-                    done += read
+            for fh in self._files:
                 fh.close()
             self._folder.cleanup()
-            at = self.spilled
-        while self._held:
-            block_indices, block_data = self._held.pop(0)
-            indices[at:at + len(block_indices)], data[at:at + len(block_data)] = block_indices, block_data
-            at += len(block_indices)
         return sp.csr_matrix((data, indices, indptr), shape=(rows, self.columns))
+
+    def _next_block(self, values: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next block's (columns, values): read back from the spill files, or the next held block."""
+        if self._files is None or self._read >= self.spilled:
+            return self._held.pop(0)
+        arrays = (np.empty(values, np.int32), np.empty(values, np.float32))
+        for fh, array in zip(self._files, arrays):
+            if self._read == 0:
+                fh.seek(0)
+            view = memoryview(array).cast("B")
+            if fh.readinto(view) != len(view):
+                raise OSError(f"{fh.name}: the spill file ends short of its {self.spilled:,} values")
+        self._read += values
+        return arrays
+
+
+@numba.njit(nogil=True, cache=True)
+def _scatter_rows(lengths, block, place, matrix):
+    """Row r of ``block`` (columns, values; ``lengths`` values a row) to the matrix's row ``place[r]``."""
+    columns, values = block
+    indptr, indices, data = matrix
+    at = 0
+    for r in range(len(lengths)):
+        to = indptr[place[r]]
+        for j in range(lengths[r]):
+            indices[to + j], data[to + j] = columns[at + j], values[at + j]
+        at += lengths[r]

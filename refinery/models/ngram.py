@@ -204,11 +204,11 @@ def fold_idf(fold: int, rows: tuple, folds: np.ndarray, document_frequency: np.n
     return smooth_idf(document_frequency - fold_df, train_rows), train_rows
 
 
-def sgd_fold_vector(fold: int, vector: int, rows: tuple, blocks: list, y: np.ndarray, folds: np.ndarray,
-                    num_classes: int, document_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3,
-                    seed: int = 0) -> tuple[np.ndarray, float]:
-    """(averaged weights, averaged intercept) of weight vector ``vector`` of fold ``fold``'s one-vs-rest model, fit
-    on the other folds' rows, streamed in blocks (the vectors of a model are independent, so each is a task).
+def sgd_fold_model(fold: int, rows: tuple, blocks: list, y: np.ndarray, folds: np.ndarray, num_classes: int,
+                   document_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3, seed: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(averaged weights, averaged intercepts) of fold ``fold``'s one-vs-rest model, fit on the other folds' rows,
+    streamed in blocks (each block's rows gathered once for every weight vector).
 
     The model minimizes (1/n) Σ_{i ∉ fold} log-loss_i + (α/2)‖w‖² with α = 1/(C·n), which is
     ``NGramClassifier``'s objective C·Σ log-loss + ½‖w‖² divided by C·n, one-vs-rest: averaged SGD with
@@ -220,14 +220,14 @@ def sgd_fold_vector(fold: int, vector: int, rows: tuple, blocks: list, y: np.nda
     from refinery.models.sgd import OneVsRestSGD
 
     idf, train_rows = fold_idf(fold, rows, folds, document_frequency)
-    model = OneVsRestSGD(num_classes, len(document_frequency), 1.0 / (C * train_rows), vectors=[vector])
+    model = OneVsRestSGD(num_classes, len(document_frequency), 1.0 / (C * train_rows))
     rng = np.random.default_rng([seed, fold])
     for _ in range(epochs):
         for b in rng.permutation(len(blocks)):
             train = blocks[b][folds[blocks[b]] != fold]
             train = train[rng.permutation(len(train))]
             model.partial_fit(rows, train, y[train], idf)
-    return model.averages[0], float(model.average_intercepts[0])
+    return model.averages, model.average_intercepts
 
 
 @numba.njit(nogil=True, cache=True)
@@ -268,9 +268,10 @@ def _relabel(indices, rank):
 class HashedCorpus:
     """A corpus read batch by batch into what the SGD fold models need: its ``sublinear_tf`` rows stacked once
     (``matrix``, CSR; ``io.spill.StackedRows``), its columns numbered by document frequency (``by_frequency``;
-    ``document_frequency`` of each), ``blocks`` of row numbers holding ``block_rows`` rows each, drawn
-    in a seeded random order (so a block samples the corpus even when its rows come sorted by label), each row's
-    label code (``classes`` sorted) and fold.
+    ``document_frequency`` of each), and ``blocks`` of ``block_rows`` rows drawn in a seeded random order (so a
+    block samples the corpus even when its rows come sorted by label), each block's rows in their reading order.
+    The matrix holds the rows block by block (row i is the corpus's row ``order[i]``; ``y``, each row's label code,
+    ``classes`` sorted, and ``folds`` in the same order), so the rows a model's step reads lie together.
 
     No batch's text is kept: the hashed rows are the largest thing held (about 35 values a pair).
     """
@@ -295,15 +296,18 @@ class HashedCorpus:
                 bar.update(batch.num_rows)
         self.classes = sorted(index)
         rank = np.argsort(np.argsort(np.array(list(index), dtype=object)))
-        self.y = rank[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
-        self.folds = np.concatenate(folds) if folds else np.zeros(0, np.int64)
-        self.matrix, self.document_frequency = by_frequency(stacked.matrix())
+        y = rank[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
+        drawn = np.random.default_rng(seed).permutation(len(y))
+        small = np.int32 if len(drawn) < 2 ** 31 else np.int64
+        self.order = np.concatenate([np.sort(drawn[start:start + block_rows]) for start in
+                                     range(0, len(drawn), block_rows)] or [drawn]).astype(small)
+        del drawn
+        self.y = y[self.order]
+        self.folds = np.concatenate(folds)[self.order] if folds else np.zeros(0, np.int64)
+        self.matrix, self.document_frequency = by_frequency(stacked.matrix(self.order))
         return_freed_memory()
-        rows = len(self.y)
-        block_of = np.empty(rows, np.int64)
-        block_of[np.random.default_rng(seed).permutation(rows)] = np.arange(rows) // block_rows
-        order = np.argsort(block_of, kind="stable")   # each block's rows ascending
-        self.blocks = np.split(order, np.cumsum(np.bincount(block_of, minlength=-(-rows // block_rows)))[:-1])
+        self.blocks = [np.arange(start, min(start + block_rows, len(y)), dtype=small)
+                       for start in range(0, len(y), block_rows)]
 
     @property
     def rows(self) -> int:
@@ -314,11 +318,11 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
                   epochs: int = 3, block_rows: int = 65_536, engine: str = "local"
                   ) -> tuple[np.ndarray, list, np.ndarray]:
     """Out-of-fold p(y | x) of every row of ``batches`` (Arrow tables, or one table): (probabilities, classes, each
-    row's class index). Each row is scored by the model of its fold (``sgd_fold_vector``), fit on the others.
+    row's class index). Each row is scored by the model of its fold (``sgd_fold_model``), fit on the others.
 
-    The rows are hashed once (``HashedCorpus``); the weight vectors of the K fold models then train side by side
-    (threads, or Ray tasks reading one copy of the rows from the object store), each fold's rows scored once its
-    vectors are done (``sgd.ovr_proba``).
+    The rows are hashed once (``HashedCorpus``); the K fold models then train side by side (threads, or Ray tasks
+    reading one copy of the rows from the object store), and each fold's rows are scored by its model
+    (``sgd.ovr_proba``).
     """
     from refinery.models.sgd import ovr_proba
     from refinery.pipeline.engine import map_calls
@@ -329,16 +333,17 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
     shared = {"rows": rows, "blocks": corpus.blocks, "y": corpus.y, "folds": corpus.folds, "num_classes": labels,
               "C": C, "epochs": epochs, "seed": seed, "document_frequency": corpus.document_frequency}
     present = [f for f in range(k) if (corpus.folds == f).any()]
-    vectors = 1 if labels == 2 else labels
-    fitted = map_calls(sgd_fold_vector, [{"fold": f, "vector": v} for f in present for v in range(vectors)], shared,
-                       engine, desc=f"confidence: {len(present)} fold models × {vectors} vector(s), {epochs} epochs")
-    proba = np.zeros((corpus.rows, labels))
-    for i, fold in enumerate(present):
-        weights = np.stack([w for w, _ in fitted[i * vectors:(i + 1) * vectors]])
-        intercepts = np.array([b for _, b in fitted[i * vectors:(i + 1) * vectors]], np.float32)
+    fitted = map_calls(sgd_fold_model, [{"fold": f} for f in present], shared, engine,
+                       desc=f"confidence: {len(present)} fold models, {epochs} epochs")
+    proba = np.zeros((corpus.rows, labels), np.float32)   # the models' float32 probabilities, as they come
+    for fold, (weights, intercepts) in zip(present, fitted):
         idf, _ = fold_idf(fold, rows, corpus.folds, corpus.document_frequency)
         held_out = np.flatnonzero(corpus.folds == fold)
         for start in range(0, len(held_out), block_rows):
             part = held_out[start:start + block_rows]
-            proba[part] = ovr_proba(tf_idf(matrix[part], idf, in_place=True), weights, intercepts, labels)
-    return proba, corpus.classes, corpus.y
+            proba[corpus.order[part]] = ovr_proba(tf_idf(matrix[part], idf, in_place=True), weights, intercepts,
+                                                  labels)
+    classes, y = corpus.classes, np.empty_like(corpus.y)
+    y[corpus.order] = corpus.y
+    del corpus, matrix, rows, shared, fitted   # the hashed rows go before the probabilities widen
+    return proba.astype(np.float64), classes, y

@@ -77,7 +77,6 @@ class OneVsRestSGD:
     labels: int
     features: int
     alpha: float
-    vectors: list | None = None   # the weight vectors fit (their numbers), all where None
     weights: np.ndarray = field(init=False)
     averages: np.ndarray = field(init=False)
     intercepts: np.ndarray = field(init=False)
@@ -86,13 +85,12 @@ class OneVsRestSGD:
     calls: int = 0
 
     def __post_init__(self):
-        vectors = len(self.vectors) if self.vectors is not None else 1 if self.labels == 2 else self.labels
+        vectors = 1 if self.labels == 2 else self.labels
         self.weights = np.zeros((vectors, self.features), np.float32)
         self.averages = np.zeros((vectors, self.features), np.float32)
         self.intercepts = np.zeros(vectors, np.float32)
         self.average_intercepts = np.zeros(vectors, np.float32)
-        self.positive = np.array([1] if self.labels == 2 else self.vectors if self.vectors is not None
-                                 else range(self.labels), np.int64)
+        self.positive = np.array([1] if self.labels == 2 else range(self.labels), np.int64)
         typw = np.sqrt(1.0 / np.sqrt(self.alpha))
         self.optimal_init = 1.0 / (typw / max(1.0, gradient(1.0, -typw)) * self.alpha)
 
