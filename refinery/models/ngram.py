@@ -290,7 +290,7 @@ class HashedCorpus:
                 encoded = pc.dictionary_encode(batch["label"]).combine_chunks()
                 local = np.array([index.setdefault(v, len(index)) for v in encoded.dictionary.to_pylist()], np.int64)
                 codes.append(local[encoded.indices.to_numpy(zero_copy_only=False)])
-                folds.append(fold_of(batch["id"], k, seed))
+                folds.append(fold_of(batch["id"], k, seed).astype(np.int8 if k < 128 else np.int32))
                 for start in range(0, batch.num_rows, block_rows):   # the scanner's buffers grow with the text
                     stacked.append(sublinear_tf(batch.slice(start, block_rows), inputs))
                 bar.update(batch.num_rows)
@@ -302,12 +302,14 @@ class HashedCorpus:
         self.order = np.concatenate([np.sort(drawn[start:start + block_rows]) for start in
                                      range(0, len(drawn), block_rows)] or [drawn]).astype(small)
         del drawn
-        self.y = y[self.order]
-        self.folds = np.concatenate(folds)[self.order] if folds else np.zeros(0, np.int64)
+        self.y = y[self.order].astype(np.int8 if len(index) < 128 else np.int32)
+        self.folds = np.concatenate(folds)[self.order] if folds else np.zeros(0, np.int8)
+        del y, codes, folds
+        return_freed_memory()   # the reading's buffers, before the matrix is allocated
         self.matrix, self.document_frequency = by_frequency(stacked.matrix(self.order))
         return_freed_memory()
-        self.blocks = [np.arange(start, min(start + block_rows, len(y)), dtype=small)
-                       for start in range(0, len(y), block_rows)]
+        self.blocks = [np.arange(start, min(start + block_rows, len(self.y)), dtype=small)
+                       for start in range(0, len(self.y), block_rows)]
 
     @property
     def rows(self) -> int:
@@ -343,7 +345,7 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
             part = held_out[start:start + block_rows]
             proba[corpus.order[part]] = ovr_proba(tf_idf(matrix[part], idf, in_place=True), weights, intercepts,
                                                   labels)
-    classes, y = corpus.classes, np.empty_like(corpus.y)
+    classes, y = corpus.classes, np.empty(corpus.rows, np.int64)
     y[corpus.order] = corpus.y
     del corpus, matrix, rows, shared, fitted   # the hashed rows go before the probabilities widen
     return proba.astype(np.float64), classes, y
