@@ -213,6 +213,34 @@ def test_cell_forest_is_sklearns_forest_in_distribution(planted):
     assert accuracy[0] > np.bincount(y_test).max() / len(y_test) + 0.2 and abs(accuracy[0] - accuracy[1]) < 0.01
 
 
+def test_distinct_rows_are_the_sorted_distinct_rows_np_unique_gives(planted):
+    """The cells a forest grows on: the distinct rows in lexicographic order and each row's cell, as np.unique of
+    each column folded into one key gives them (NaN last and one value, -0.0 = 0.0), on the planted corpus's
+    leakage features and on columns with both."""
+    from refinery.models.forest import distinct_rows
+
+    def reference(X):
+        key = np.zeros(len(X), np.int64)
+        for column in X.T:
+            values, codes = np.unique(column, return_inverse=True)
+            key = np.unique(key * len(values) + codes.ravel(), return_inverse=True)[1].ravel()
+        first = np.full(key.max() + 1, len(key), np.int64)
+        np.minimum.at(first, key, np.arange(len(key)))
+        return X[first], key
+
+    with sentence_graph.corpus_features({"train": str(planted / "train"), "test": str(planted / "test")}) as graph:
+        X = graph.matrix(leakage_settings.BASIC_FEATURES)
+    rng = np.random.default_rng(0)
+    odd = rng.integers(-2, 3, (5000, 3)).astype(float)
+    odd[rng.random(odd.shape) < 0.05] = np.nan
+    odd[odd == 0] = np.where(rng.random(int((odd == 0).sum())) < 0.5, -0.0, 0.0)
+    for table in (X, odd):
+        cells, index = distinct_rows(table)
+        expected_cells, expected_index = reference(table)
+        assert np.array_equal(index, expected_index) and np.array_equal(cells, expected_cells, equal_nan=True)
+        assert len(cells) < len(table) and np.array_equal(cells[index], table, equal_nan=True)
+
+
 def test_weighted_counts_are_the_audits_counts_and_sums_of_weights():
     """Weight 1: the audit's own counts, row-level families included, over batches that bring a label late;
     weight 2 doubles every count and n, but not the rows' effective size (Σw)²/Σw² (Kish): z* stays the plain one."""

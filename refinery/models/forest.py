@@ -15,13 +15,18 @@ import numpy as np
 
 
 def distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct rows of ``X``, each row's index among them): columns coded one at a time and folded
-    into one key (1-D sorts: ``np.unique(axis=0)`` sorts rows as records, 5× slower on a million)."""
+    """(the distinct rows of ``X`` in lexicographic order, each row's index among them): each column coded by the
+    rank of its value among the column's distinct values and folded into one key, coded in turn by its rank, a
+    column at a time. The ranks come from hashing (``pandas.factorize`` with its distinct values sorted: what
+    ``np.unique(..., return_inverse=True)`` gives, NaN last and -0.0 = 0.0, in linear time instead of a sort of
+    every row; ``np.unique(axis=0)`` sorts rows as records, 5× slower still)."""
+    import pandas as pd
+
     key = np.zeros(len(X), np.int64)
     for column in np.asarray(X).T:
-        values, codes = np.unique(column, return_inverse=True)
-        _, key = np.unique(key * len(values) + codes.ravel(), return_inverse=True)
-        key = key.ravel()
+        codes, values = pd.factorize(column, sort=True, use_na_sentinel=False)
+        key, _ = pd.factorize(key * len(values) + codes, sort=True)
+    key = key.astype(np.int64, copy=False)
     first = np.full(key.max() + 1 if len(key) else 0, len(key), np.int64)
     np.minimum.at(first, key, np.arange(len(key)))
     return np.asarray(X)[first], key
