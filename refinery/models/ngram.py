@@ -247,7 +247,7 @@ def by_frequency(matrix, quantum: int = 64):
     (BLAS) see whole SIMD blocks, as over the 2^k hashed columns."""
     import scipy.sparse as sp
 
-    frequency = document_frequency(matrix)
+    frequency = document_frequency(matrix, chunk=1 << 22)
     used = np.flatnonzero(frequency)
     order = used[np.argsort(-frequency[used], kind="stable")]
     rank = np.zeros(matrix.shape[1], np.int32)
@@ -338,7 +338,8 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
     fitted = map_calls(sgd_fold_model, [{"fold": f} for f in present], shared, engine,
                        desc=f"confidence: {len(present)} fold models, {epochs} epochs")
     proba = np.zeros((corpus.rows, labels), np.float32)   # the models' float32 probabilities, as they come
-    for fold, (weights, intercepts) in zip(present, fitted):
+    for i, fold in enumerate(present):
+        (weights, intercepts), fitted[i] = fitted[i], None   # each model let go once its rows are scored
         idf, _ = fold_idf(fold, rows, corpus.folds, corpus.document_frequency)
         held_out = np.flatnonzero(corpus.folds == fold)
         for start in range(0, len(held_out), block_rows):
