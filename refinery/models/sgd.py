@@ -25,6 +25,7 @@ sublinear tf rows, with no copy of a block's rows.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -50,23 +51,9 @@ def _blas(name: str):
     return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * arguments)(pointer)
 
 
-_BLAS: tuple = ()
-
-
+@functools.cache
 def _blas_routines() -> tuple:
-    global _BLAS
-    if not _BLAS:
-        _BLAS = (_blas("saxpy"), _blas("sscal"))
-    return _BLAS
-
-
-def gradient(y: float, p: float) -> float:
-    """∂ℓ/∂p of the half binomial loss at label y ∈ {0, 1} and raw prediction p (scikit-learn's
-    ``cgradient_half_binomial``)."""
-    if p > -37:
-        e = math.exp(-p)
-        return ((1 - y) - y * e) / (1 + e)
-    return math.exp(p) - y
+    return _blas("saxpy"), _blas("sscal")
 
 
 @dataclass
@@ -92,7 +79,7 @@ class OneVsRestSGD:
         self.average_intercepts = np.zeros(vectors, np.float32)
         self.positive = np.array([1] if self.labels == 2 else range(self.labels), np.int64)
         typw = np.sqrt(1.0 / np.sqrt(self.alpha))
-        self.optimal_init = 1.0 / (typw / max(1.0, gradient(1.0, -typw)) * self.alpha)
+        self.optimal_init = 1.0 / (typw / max(1.0, _gradient(1.0, -typw)) * self.alpha)
 
     def partial_fit(self, rows: tuple, order: np.ndarray, y: np.ndarray, idf: np.ndarray) -> None:
         """One call of ``partial_fit`` on the rows ``order`` (positions in ``rows``, the stacked sublinear tf as
@@ -138,6 +125,8 @@ def ovr_proba(X, averages: np.ndarray, intercepts: np.ndarray, labels: int) -> n
 
 @numba.njit(nogil=True, cache=True)
 def _gradient(y, p):
+    """∂ℓ/∂p of the half binomial loss at label y ∈ {0, 1} and raw prediction p (scikit-learn's
+    ``cgradient_half_binomial``)."""
     if p > -37.0:
         e = math.exp(-p)
         return ((1.0 - y) - y * e) / (1.0 + e)
