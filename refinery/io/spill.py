@@ -273,7 +273,8 @@ class StackedRows:
                 indptr[at + 1:at + 1 + len(lengths)] += indptr[at]
             place = None
         else:
-            np.cumsum(np.concatenate(self._lengths)[order], dtype=indptr.dtype, out=indptr[1:])
+            np.cumsum(np.concatenate([np.zeros(0, np.int32), *self._lengths])[order], dtype=indptr.dtype,
+                      out=indptr[1:])
             place = np.empty(rows, order.dtype)
             place[order] = np.arange(rows, dtype=order.dtype)
         indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
