@@ -134,7 +134,7 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
     where minibatch SGD written with SciPy's products does, W ← W − (η/|B|) Σ_{i∈B} x_iᵀ (softmax(x_i W) − e_{y_i})."""
     import scipy.sparse as sp
 
-    from refinery.io.spill import StackedRows
+    from refinery.io.stacked_rows import StackedRows
     from refinery.methods.datamap.learners import BATCH, SoftmaxHead, softmax
     from refinery.models.ngram import document_frequency, label_codes, smooth_idf, sublinear_tf, tf_idf
 

@@ -122,8 +122,10 @@ def sublinear_tf(table: pa.Table, inputs: str = "pair", ngram_range=(1, 2), n_fe
 def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-grams"):
     """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
     code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model). The
-    rows are stacked once (``io.spill.StackedRows``: past 256 MiB the blocks wait on disk, not beside the matrix)."""
-    from refinery.io.spill import StackedRows, return_freed_memory
+    rows are stacked once (``io.stacked_rows.StackedRows``: past 256 MiB the blocks wait on disk, not beside the
+    matrix)."""
+    from refinery.io.spill import return_freed_memory
+    from refinery.io.stacked_rows import StackedRows
     from refinery.progress import progress
 
     stacked, labels = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-"), []
@@ -267,7 +269,7 @@ def _relabel(indices, rank):
 
 class HashedCorpus:
     """A corpus read batch by batch into what the SGD fold models need: its ``sublinear_tf`` rows stacked once
-    (``matrix``, CSR; ``io.spill.StackedRows``), its columns numbered by document frequency (``by_frequency``;
+    (``matrix``, CSR; ``io.stacked_rows.StackedRows``), its columns numbered by document frequency (``by_frequency``;
     ``document_frequency`` of each), and ``blocks`` of ``block_rows`` rows drawn in a seeded random order (so a
     block samples the corpus even when its rows come sorted by label), each block's rows in their reading order.
     The matrix holds the rows block by block (row i is the corpus's row ``order[i]``; ``y``, each row's label code,
@@ -280,7 +282,8 @@ class HashedCorpus:
         import pyarrow.compute as pc
 
         from refinery.core.folds import fold_of
-        from refinery.io.spill import StackedRows, return_freed_memory
+        from refinery.io.spill import return_freed_memory
+        from refinery.io.stacked_rows import StackedRows
         from refinery.progress import progress
 
         stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-")
