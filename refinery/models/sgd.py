@@ -19,8 +19,8 @@ fuse a multiply and an add), as when s falls under 10⁻⁶ in a call. Between c
 ``_standard_intercept`` is not written again) and hands on its last b as the averaged one; with two labels each
 call starts from b = 0 and hands on b̄.
 
-The TF-IDF row (``ngram.tf_idf``: tf·idf, L2-normalized, float32) is computed in the kernel from the stacked
-sublinear tf rows, with no copy of a block's rows.
+The TF-IDF rows (``ngram.tf_idf``: tf·idf, L2-normalized, float32) of a call are computed in the kernel from the
+stacked sublinear tf rows, once for every weight vector.
 """
 from __future__ import annotations
 
