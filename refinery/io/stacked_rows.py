@@ -65,12 +65,13 @@ class StackedRows:
         indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
         first = at = 0
         for lengths in self._lengths:
-            block = self._next_block(int(lengths.sum(dtype=np.int64)))
-            if place is None:
-                indices[at:at + len(block[0])], data[at:at + len(block[1])] = block
+            values = int(lengths.sum(dtype=np.int64))
+            if place is None:   # in place: read or copied straight into the matrix
+                self._next_block((indices[at:at + values], data[at:at + values]))
             else:
+                block = self._next_block((np.empty(values, np.int32), np.empty(values, np.float32)))
                 _scatter_rows(lengths, block, place[first:first + len(lengths)], (indptr, indices, data))
-            at, first = at + len(block[0]), first + len(lengths)
+            at, first = at + values, first + len(lengths)
         self._lengths = []
         if self._files is not None:
             for fh in self._files:
@@ -78,19 +79,20 @@ class StackedRows:
             self._folder.cleanup()
         return sp.csr_matrix((data, indices, indptr), shape=(rows, self.columns))
 
-    def _next_block(self, values: int) -> tuple[np.ndarray, np.ndarray]:
-        """The next block's (columns, values): read back from the spill files, or the next held block."""
+    def _next_block(self, into: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``into`` (columns, values), sized for the next block, filled with it: read back from the spill files, or
+        copied from the next held block."""
         if self._files is None or self._read >= self.spilled:
-            return self._held.pop(0)
-        arrays = (np.empty(values, np.int32), np.empty(values, np.float32))
-        for fh, array in zip(self._files, arrays):
+            into[0][:], into[1][:] = self._held.pop(0)
+            return into
+        for fh, array in zip(self._files, into):
             if self._read == 0:
                 fh.seek(0)
             view = memoryview(array).cast("B")
             if fh.readinto(view) != len(view):
                 raise OSError(f"{fh.name}: the spill file ends short of its {self.spilled:,} values")
-        self._read += values
-        return arrays
+        self._read += len(into[0])
+        return into
 
 
 @numba.njit(nogil=True, cache=True)
