@@ -5,7 +5,9 @@ instead of killing the process mid-write or printing Ray's stack dump. Each sign
 an interrupt a library turned into an error of its own (DuckDB's "Query interrupted", Ray's, a store's failure
 raised by the clean-up it started) still ends as the interrupt it was. Ray's driver replaces the SIGTERM handler
 when it connects; ``sigterm_kept`` puts refinery's back. A signal that comes while numba compiles a kernel is
-delivered once the compiler is done (``_deferred``)."""
+delivered once the compiler is done (``_deferred``); one whose exception Python had to drop, raised where an exception
+cannot escape (a ``__del__``, a weakref or gc callback: ``sys.unraisablehook``), is delivered again (``_redelivered``).
+"""
 from __future__ import annotations
 
 import _thread
@@ -21,16 +23,20 @@ class Terminated(KeyboardInterrupt):
 
 _received: list[int] = []   # the signals that came (Ray re-raises them as a plain KeyboardInterrupt, DuckDB as its own)
 # code an exception must not unwind: numba compiling a kernel (half-registered machine code crashes the kernel's next
-# call) and llvmlite's ctypes callbacks (an exception raised in one is printed and dropped: the run would go on)
+# call) and llvmlite's ctypes callbacks (an exception raised in one is printed and dropped: the run would go on), and
+# a finalizer (``__del__``: dropped too)
 _UNINTERRUPTIBLE = ("numba", "llvmlite")   # their packages' modules
+_FINALIZER = "__del__"
 RETRY_SECONDS = 0.05   # how soon a signal that came inside such code is delivered again
 _retrying: set[int] = set()
 
 
 def _uninterruptible(frame) -> bool:
-    """Whether the main thread, stopped at ``frame``, is inside a module of ``_UNINTERRUPTIBLE`` (or called by one)."""
+    """Whether the main thread, stopped at ``frame``, is inside a module of ``_UNINTERRUPTIBLE`` or a ``__del__`` (or
+    called by one)."""
     while frame is not None:
-        if frame.f_globals.get("__name__", "").partition(".")[0] in _UNINTERRUPTIBLE:
+        if frame.f_globals.get("__name__", "").partition(".")[0] in _UNINTERRUPTIBLE or \
+                frame.f_code.co_name == _FINALIZER:
             return True
         frame = frame.f_back
     return False
@@ -41,6 +47,12 @@ def _deferred(signum: int, frame) -> bool:
     ``RETRY_SECONDS`` later (``_thread.interrupt_main`` runs this handler anew), until it lands outside."""
     if not _uninterruptible(frame):
         return False
+    _deliver_again(signum)
+    return True
+
+
+def _deliver_again(signum: int) -> None:
+    """Deliver ``signum`` to the main thread anew ``RETRY_SECONDS`` from now (once, however often asked meanwhile)."""
     if signum not in _retrying:
         _retrying.add(signum)
 
@@ -51,7 +63,27 @@ def _deferred(signum: int, frame) -> bool:
         timer = threading.Timer(RETRY_SECONDS, again)
         timer.daemon = True
         timer.start()
-    return True
+
+
+def _redelivered(unraisable) -> None:
+    """``sys.unraisablehook`` while refinery's handlers are set: the ``KeyboardInterrupt`` (or ``Terminated``) a
+    handler raised inside a finalizer, which Python prints and drops (the run would go on as if no signal came), is
+    delivered again (``_deliver_again``), to be raised where it ends the run; any other unraisable exception goes to
+    the hook that was there before."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _received:
+        _deliver_again(signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT)
+        return
+    _unraisable_before(unraisable)
+
+
+_unraisable_before = sys.unraisablehook
+
+
+def _keep_exceptions_of_finalizers() -> None:
+    """Install ``_redelivered`` (once)."""
+    global _unraisable_before
+    if sys.unraisablehook is not _redelivered:
+        _unraisable_before, sys.unraisablehook = sys.unraisablehook, _redelivered
 
 
 def _raise_terminated(signum, frame):
@@ -102,12 +134,14 @@ def end_on_interrupt() -> None:
     """Make Ctrl-C raise ``KeyboardInterrupt``, recorded (the command line's process, once its command runs)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise_interrupted)
+        _keep_exceptions_of_finalizers()
 
 
 def end_on_sigterm() -> None:
     """Make SIGTERM raise ``Terminated`` (the command line's processes; a library caller's handling is its own)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
+        _keep_exceptions_of_finalizers()
 
 
 @contextlib.contextmanager

@@ -261,6 +261,44 @@ def test_a_ctrl_c_while_numba_compiles_is_delivered_once_the_kernel_is_built(mon
     assert termination._received == [signal.SIGINT] and kernel(np.arange(4)) == 18
 
 
+@pytest.mark.parametrize("finalizer", ["__del__", "weakref callback"])
+def test_a_ctrl_c_inside_a_finalizer_is_delivered_again_not_dropped(finalizer, monkeypatch):
+    """Ctrl-C whose handler runs inside a finalizer (a ``__del__``, a weakref callback: Python prints the exception
+    raised there and drops it, and the run went on to finish with exit 0) is delivered again, where it ends the run."""
+    import signal
+    import sys
+    import threading
+    import weakref
+
+    from refinery import termination
+
+    monkeypatch.setattr(termination, "_received", [])
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)   # put back after the test
+
+    class Freed:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    class Plain:
+        pass
+
+    def freed_callback():
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.getsignal(signal.SIGINT)
+    termination.end_on_interrupt()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if finalizer == "__del__":
+                Freed()
+            else:
+                weakref.finalize(Plain(), freed_callback)
+            threading.Event().wait(10 * termination.RETRY_SECONDS)   # the interrupt, delivered again, lands here
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert signal.SIGINT in termination._received
+
+
 @pytest.mark.parametrize("files", [
     {"notes.txt": "mine\n", "_SUCCESS": '{"mine": true}'},           # a user's _SUCCESS
     {"notes.txt": "mine\n", "manifest.json": "{}"},                   # a user's manifest.json
