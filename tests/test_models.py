@@ -117,7 +117,7 @@ def test_generator_fine_tuning_learns_the_target_only():
     gen = TransformersGenerator()
     prompt = "Label: b1 contradiction. Write the hypothesis."
     before = gen.generate([prompt], Sampling(temperature=0, max_new_tokens=8))[0][0]
-    gen.fit([prompt] * 8, ["zebra lantern quietly"] * 8, epochs=4, lr=5e-4, batch_size=4)
+    gen.fit([prompt] * 4, ["zebra lantern quietly"] * 4, epochs=4, lr=5e-4, batch_size=4)
     after = gen.generate([prompt], Sampling(temperature=0, max_new_tokens=8))[0][0]
     assert "zebra lantern" not in before and after.startswith("zebra lantern"), (before, after)
 
@@ -126,7 +126,7 @@ def test_lora_fine_tuning_trains_adapters_and_merges():
     gen = TransformersGenerator()
     gen._load()
     frozen = {n: p.detach().clone() for n, p in gen.model.named_parameters()}
-    gen.fit(["Say the code."] * 4, ["violet harbor"] * 4, epochs=10, lr=3e-3, batch_size=2,
+    gen.fit(["Say the code."] * 4, ["violet harbor"] * 4, epochs=5, lr=3e-3, batch_size=2,
             lora={"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]})
     after = gen.generate(["Say the code."], Sampling(temperature=0, max_new_tokens=6))[0][0]
     assert after.startswith("violet harbor"), after
@@ -136,7 +136,7 @@ def test_lora_fine_tuning_trains_adapters_and_merges():
 
 def test_label_conditioned_generation_local_and_ray_stage(tmp_path, ray_local):
     args = ["generate", SNLI_TEST, "--preset", "snli", "--limit", "3", "--target-labels", "all",
-            "--max-new-tokens", "20", "--batch-size", "3"]
+            "--max-new-tokens", "12", "--batch-size", "3"]
     proc = run_cli(*args, "--out", tmp_path / "local")
     out = proc.stdout
     assert "rows in 9,824 = 3 prompted + 9,821 beyond limit + 0 input rejects (ok)" in out, out
@@ -213,12 +213,12 @@ def _vllm_available() -> str | None:
 @pytest.mark.skipif(_vllm_available() is not None, reason=str(_vllm_available()))
 def test_vllm_backend_runs_the_same_ray_data_stage(tmp_path):
     refinery = str(Path(VLLM_PYTHON).parent / "refinery")
-    proc = subprocess.run([refinery, "generate", SNLI_TEST, "--preset", "snli", "--limit", "4", "--target-labels",
+    proc = subprocess.run([refinery, "generate", SNLI_TEST, "--preset", "snli", "--limit", "2", "--target-labels",
                            "all", "--backend", "vllm", "--engine", "ray", "--batch-size", "6", "--max-new-tokens",
-                           "24", "--enforce-eager", "--out", str(tmp_path / "v")], capture_output=True, text=True, cwd=REPO,
+                           "12", "--enforce-eager", "--out", str(tmp_path / "v")], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                                "RAY_ADDRESS": ""}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = Corpus.open(str(tmp_path / "v" / "corpus")).read()
-    assert rows.num_rows == 12 and set(rows["label"].to_pylist()) == {"entailment", "neutral", "contradiction"}
+    assert rows.num_rows == 6 and set(rows["label"].to_pylist()) == {"entailment", "neutral", "contradiction"}
     assert all(t.strip() for t in rows["text_b"].to_pylist())
