@@ -134,8 +134,8 @@ def test_two_round_rewrite_with_smollm2_keeps_size_and_labels(snli_pair, tmp_pat
     table = snli_pair.slice(0, 3000)
     write_table(table, str(tmp_path / "in"))
     out = tmp_path / "rw"
-    printed = run_cli("razor", tmp_path / "in", "--out", out, "--top-k", 12,
-                      "--candidates", 2, "--rounds", 2, "--max-new-tokens", 32, "--verify", "choice").stdout
+    printed = run_cli("razor", tmp_path / "in", "--out", out, "--top-k", 8,
+                      "--candidates", 2, "--rounds", 2, "--max-new-tokens", 24, "--verify", "choice").stdout
     refined = read_any(str(out / "corpus"))
     report = json.loads((out / "report" / "report.json").read_text())
     assert refined.num_rows == report["rows"] == 3000
