@@ -50,25 +50,25 @@ def quote_literal(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def memory_limit() -> str:
+def memory_limit(most: int = 4 << 30) -> str:
     """DuckDB's memory limit: ``REFINERY_DUCKDB_MEMORY`` (e.g. ``6GB``), else a quarter of the machine's memory
-    up to 4 GiB. DuckDB's own default, 80% of the memory, lets one query take what the process's Arrow
-    tables, models and other stages need; beyond the limit it spills to disk."""
+    between 1 GiB and ``most`` bytes. DuckDB's own default, 80% of the memory, lets one query take what the
+    process's Arrow tables, models and other stages need; beyond the limit it spills to disk."""
     given = os.environ.get("REFINERY_DUCKDB_MEMORY")
     if given:
         return given
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return f"{max(1 << 30, min(4 << 30, total // 4)) >> 20}MB"
+    return f"{max(1 << 30, min(most, total // 4)) >> 20}MB"
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that spills to the system temp folder past ``memory_limit()`` and keeps the
+def connect(most_memory: int = 4 << 30) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that spills to the system temp folder past ``memory_limit(most_memory)`` and keeps the
     insertion order. DuckDB is imported here, by the first query: the readers' id hashing and every command's
     start (its --help) import this module without running one."""
     import duckdb
 
     con = duckdb.connect()
-    con.execute("SET memory_limit = " + quote_literal(memory_limit()))
+    con.execute("SET memory_limit = " + quote_literal(memory_limit(most_memory)))
     # spill to the system temp folder, not to ./.tmp of wherever the user happens to stand
     con.execute("SET temp_directory = " + quote_literal(os.path.join(tempfile.gettempdir(), f"refinery-duckdb-{os.getpid()}")))
     con.execute("SET preserve_insertion_order = true")

@@ -27,9 +27,10 @@ def quote_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
 
 
-def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A connection for queries (``db.connect``), on at most ``threads`` threads (None: DuckDB's default)."""
-    con = db.connect()
+def connect(threads: int | None = None, most_memory: int = 4 << 30) -> duckdb.DuckDBPyConnection:
+    """A connection for queries (``db.connect``), on at most ``threads`` threads (None: DuckDB's default), its memory
+    at most ``most_memory`` bytes (DuckDB spills past it)."""
+    con = db.connect(most_memory)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con

@@ -95,6 +95,7 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     candidates = np.union1d([r[0] for r in con.execute("SELECT DISTINCT row_id FROM selected_rows").fetchall()],
                             [r for rows in pool.values() for r in rows]).astype(np.int64)
     guard = ShortcutGuard(audit, candidates, _candidate_rows(con, candidates), features)
+    del audit   # every feature's counts: the guard keeps those the verdicts can see
 
     guard.enforce = config.guard
     trace, turns, refused = _rounds(con, config, chosen, labels, guard)
@@ -122,8 +123,10 @@ _REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (
 
 
 def _texts(con):
-    """The table ``rows``' texts and label in row_id order, as record batches of the reader's batch size."""
-    return _batches(con.sql(f"SELECT {_text_columns(con)} FROM rows ORDER BY row_id"), DEFAULT_BATCH_ROWS)
+    """The table ``rows``' texts and label in row_id order, as record batches of the reader's batch size: the
+    table's insertion order (``queries.load_rows`` writes it in row_id order; the connection preserves it), so
+    that no sort of every row and its texts is made, in memory or spilled."""
+    return _batches(con.sql(f"SELECT {_text_columns(con)} FROM rows"), DEFAULT_BATCH_ROWS)
 
 
 def _pairs(con) -> bool:
@@ -331,7 +334,7 @@ def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table, audit:
     copy_origin = "coalesce(r.origin_id, r.id)" if "origin_id" in present else "r.id"
     earlier_draws = "".join(f", {c}" for c in ("upsample_iteration", "upsample_token") if c in present)
     originals = con.sql(f"SELECT {star}, {original_source} AS source, {original_origin} AS origin_id"
-                        f"{earlier_draws} FROM rows ORDER BY row_id")
+                        f"{earlier_draws} FROM rows")   # row_id order: the table's (``_texts``)
     upsampled = con.sql(f"SELECT {star.replace('*', 'r.*', 1)} REPLACE (r.id || '#up' || a.draw_id AS id), "
                         f"'upsampled' AS source, {copy_origin} AS origin_id, a.iteration AS upsample_iteration, "
                         "a.token AS upsample_token FROM __added a JOIN rows r USING (row_id) ORDER BY a.draw_id")

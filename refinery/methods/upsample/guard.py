@@ -149,9 +149,13 @@ class ShortcutGuard:
         rows, fids = _candidate_features(rows, features, names)
         self.touched, self.fids = _renumbered(fids, len(names))   # the features copies can change
         self.offsets = np.searchsorted(rows, np.arange(len(candidates) + 1))
-        self.slot = {int(r): i for i, r in enumerate(candidates)}
-        kept = np.union1d(np.flatnonzero(eligible), self.touched)   # every feature the verdict can see
-        self.names, self.base = names.take(pa.array(kept)), matrix[kept].astype(np.int64)
+        self._by_row = np.argsort(candidates, kind="stable")   # a candidate's slot by its row (``_slot``): no dict
+        self._rows = candidates[self._by_row]                   # of millions of candidates
+        seen = eligible.copy()
+        seen[self.touched] = True
+        kept = np.flatnonzero(seen)   # every feature the verdict can see (a mask: no sort of millions of ids)
+        del seen
+        self.names, self.base = names.take(pa.array(kept)), matrix[kept].astype(np.int64, copy=False)
         self.in_kept = np.searchsorted(kept, self.touched)
         self.counts = self.base[self.in_kept].copy()
         self.ceiling = self._ceilings(names.take(pa.array(self.touched)), self.counts)
@@ -164,6 +168,13 @@ class ShortcutGuard:
         """The guard over ``table`` (``count_input``'s), counted and its candidates read in one pass."""
         audit, rows = count_input(table, labels, features, prior, candidates)
         return cls(audit, candidates, rows, features)
+
+    def _slot(self, row: int) -> int:
+        """The index in ``candidates`` of the candidate row ``row``."""
+        at = int(np.searchsorted(self._rows, row))
+        if at == len(self._rows) or self._rows[at] != row:
+            raise KeyError(row)
+        return int(self._by_row[at])
 
     def _ceilings(self, names: pa.Array, counts: np.ndarray) -> np.ndarray:
         n = counts.sum(axis=1)
@@ -184,7 +195,7 @@ class ShortcutGuard:
         ``strict``: a copy may not raise a significant feature at all (the copies that keep the label shares)."""
         admitted, refused = [], {}
         for r in row_ids:
-            i, label = self.slot[r], self.label_of[r]
+            i, label = self._slot(r), self.label_of[r]
             f = self.fids[self.offsets[i]:self.offsets[i + 1]]
             c = self.counts[f].astype(np.float64)
             ceiling = self.ceiling[f]
@@ -211,7 +222,7 @@ class ShortcutGuard:
         """Take back the copies of ``row_ids`` (one each)."""
         for r in row_ids:
             label = self.label_of[r]
-            i = self.slot[r]
+            i = self._slot(r)
             self.counts[self.fids[self.offsets[i]:self.offsets[i + 1]], label] -= 1
             self.copies[label] -= 1
 

@@ -39,6 +39,12 @@ from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
 
 
+# DuckDB holds the input's rows (texts and all) for AUDAC's queries, which scan them in order and look up the rows of
+# the selected tokens: it keeps them within 1 GiB and spills the rest to its temp folder (10M planted rows: 4.26 GB
+# peak against 5.25 GB at the 4 GiB of other stages' queries, 4% slower), leaving the memory to the audit's counts
+ROWS_MEMORY = 1 << 30
+
+
 class UpsampleStage(Stage):
     """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet).
 
@@ -59,7 +65,7 @@ class UpsampleStage(Stage):
         features = FeatureConfig().named(source.field_names, source.single_text)
         with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
             corpora = queries.split_corpora(source.splits, source.mapping, source.opts, work)
-            con = queries.connect()
+            con = queries.connect(most_memory=ROWS_MEMORY)
             queries.load_rows(con, queries.files_of(corpora), source.opts.storage_options, with_split=source.named)
             rejects = queries.corpora_rejects(corpora)
             plan = algorithm.plan(con, self.config, features, source.prior)
