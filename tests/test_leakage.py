@@ -239,6 +239,8 @@ def test_distinct_rows_are_the_sorted_distinct_rows_np_unique_gives(planted):
         expected_cells, expected_index = reference(table)
         assert np.array_equal(index, expected_index) and np.array_equal(cells, expected_cells, equal_nan=True)
         assert len(cells) < len(table) and np.array_equal(cells[index], table, equal_nan=True)
+        split, last = distinct_rows(table[:, :-1], table[:, -1])   # a column given apart: the same cells
+        assert np.array_equal(split, cells, equal_nan=True) and np.array_equal(last, index)
 
 
 def test_weighted_counts_are_the_audits_counts_and_sums_of_weights():

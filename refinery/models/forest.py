@@ -14,22 +14,25 @@ from __future__ import annotations
 import numpy as np
 
 
-def distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct rows of ``X`` in lexicographic order, each row's index among them): each column coded by the
-    rank of its value among the column's distinct values and folded into one key, coded in turn by its rank, a
-    column at a time. The ranks come from hashing (``pandas.factorize`` with its distinct values sorted: what
-    ``np.unique(..., return_inverse=True)`` gives, NaN last and -0.0 = 0.0, in linear time instead of a sort of
-    every row; ``np.unique(axis=0)`` sorts rows as records, 5× slower still)."""
+def distinct_rows(X: np.ndarray, *more: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct rows of ``X`` — with the columns ``more`` after its own — in lexicographic order, each row's index
+    among them): each column coded by the rank of its value among the column's distinct values and folded into one
+    key, coded in turn by its rank, a column at a time. The ranks come from hashing (``pandas.factorize`` with its
+    distinct values sorted: what ``np.unique(..., return_inverse=True)`` gives, NaN last and -0.0 = 0.0, in linear
+    time instead of a sort of every row; ``np.unique(axis=0)`` sorts rows as records, 5× slower still). ``more``
+    is read where it is, not stacked beside ``X``: a copy of every row (1 GB for 11M pairs' twelve features)."""
     import pandas as pd
 
+    X = np.asarray(X)
     key = np.zeros(len(X), np.int64)
-    for column in np.asarray(X).T:
-        codes, values = pd.factorize(column, sort=True, use_na_sentinel=False)
+    for column in (*X.T, *more):
+        codes, values = pd.factorize(np.ascontiguousarray(column), sort=True, use_na_sentinel=False)
         key, _ = pd.factorize(key * len(values) + codes, sort=True)
+        del codes
     key = key.astype(np.int64, copy=False)
     first = np.full(key.max() + 1 if len(key) else 0, len(key), np.int64)
     np.minimum.at(first, key, np.arange(len(key)))
-    return np.asarray(X)[first], key
+    return np.column_stack([X[first], *(np.asarray(m)[first] for m in more)]) if more else X[first], key
 
 
 class CellForest:
@@ -47,7 +50,7 @@ class CellForest:
         from sklearn.tree import DecisionTreeClassifier
 
         self.classes_, codes = np.unique(y, return_inverse=True)
-        cells, index = distinct_rows(np.column_stack([X, codes.ravel()]))
+        cells, index = distinct_rows(X, codes.ravel())
         counts = np.bincount(index, minlength=len(cells)).astype(np.float64)
         self.cells_ = len(cells)
         draws = len(y) if self.max_samples is None else min(len(y), self.max_samples)

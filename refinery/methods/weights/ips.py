@@ -82,7 +82,7 @@ def prior_cells(proba: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """(P̂ of each distinct (P̂, y) cell, its label, its rows): the few cells ``fit_prior`` searches over (found
     once for every cap fitted on the same P̂)."""
     C = proba.shape[1]
-    cells, index = distinct_rows(np.column_stack([proba, y]))
+    cells, index = distinct_rows(proba, y)
     return cells[:, :C], cells[:, C].astype(np.int64), np.bincount(index).astype(np.float64)
 
 
