@@ -50,7 +50,10 @@ def quote_literal(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def memory_limit(most: int = 4 << 30) -> str:
+QUERY_MEMORY = 4 << 30   # the most a connection's queries take by default (a stage may ask for less)
+
+
+def memory_limit(most: int = QUERY_MEMORY) -> str:
     """DuckDB's memory limit: ``REFINERY_DUCKDB_MEMORY`` (e.g. ``6GB``), else a quarter of the machine's memory
     between 1 GiB and ``most`` bytes. DuckDB's own default, 80% of the memory, lets one query take what the
     process's Arrow tables, models and other stages need; beyond the limit it spills to disk."""
@@ -61,7 +64,7 @@ def memory_limit(most: int = 4 << 30) -> str:
     return f"{max(1 << 30, min(most, total // 4)) >> 20}MB"
 
 
-def connect(most_memory: int = 4 << 30) -> duckdb.DuckDBPyConnection:
+def connect(most_memory: int = QUERY_MEMORY) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that spills to the system temp folder past ``memory_limit(most_memory)`` and keeps the
     insertion order. DuckDB is imported here, by the first query: the readers' id hashing and every command's
     start (its --help) import this module without running one."""

@@ -27,7 +27,7 @@ def quote_ident(name: str) -> str:
     return '"' + str(name).replace('"', '""') + '"'
 
 
-def connect(threads: int | None = None, most_memory: int = 4 << 30) -> duckdb.DuckDBPyConnection:
+def connect(threads: int | None = None, most_memory: int = db.QUERY_MEMORY) -> duckdb.DuckDBPyConnection:
     """A connection for queries (``db.connect``), on at most ``threads`` threads (None: DuckDB's default), its memory
     at most ``most_memory`` bytes (DuckDB spills past it)."""
     con = db.connect(most_memory)
