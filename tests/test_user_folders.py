@@ -388,6 +388,56 @@ def test_a_failed_run_removes_the_folders_it_created(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["empty", "p.yaml"] and os.listdir(empty) == []
 
 
+_SPILLS = """
+import sys
+from refinery.io import db
+con = db.connect()
+con.execute("SET memory_limit = '64MB'")
+con.execute("SET threads = 1")
+con.execute("CREATE TABLE t AS SELECT range AS a, md5(range::VARCHAR) AS b FROM range(2000000)")
+print("spilled", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_what_a_killed_run_left_in_the_temporary_folder_goes_with_the_next_run(tmp_path):
+    """kill -9 gives a run no chance to remove its scratch (DuckDB's spill files, its databases, local copies): the
+    next run removes what a dead process left, and leaves a live process's and what refinery did not make."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REFINERY
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    mine = temp / "refinery-mine"             # the user's, named like refinery's
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    env = {**os.environ, "TMPDIR": str(temp)}
+
+    def spilling() -> tuple:
+        proc = subprocess.Popen([sys.executable, "-c", _SPILLS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env)
+        assert proc.stdout.readline() == "spilled\n"
+        folder, = temp.glob(f"refinery-{proc.pid}-*")
+        assert len(list(folder.glob("duckdb/duckdb_temp_*"))) >= 2   # DuckDB's spill files are there
+        return proc, folder
+
+    killed, killed_folder = spilling()
+    live, live_folder = spilling()
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert killed_folder.exists()               # nobody removed it
+    done = subprocess.run([REFINERY, "upsample", *SNLI_HARD_ARGS, "--iterations", "2", "--out", tmp_path / "up"],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not killed_folder.exists() and live_folder.exists() and (mine / "notes.txt").read_text() == "mine"
+    live.communicate("")
+    assert live.returncode == 0
+    assert sorted(p.name for p in temp.iterdir()) == ["refinery-mine"]   # each run's own went at its exit
+
+
 def test_a_stage_folder_reads_as_the_corpus_it_made_and_a_filters_folder_names_its_parts(tmp_path):
     """upsample, weights, generate and razor publish their corpus as OUT/corpus beside OUT/report (a data folder
     holds only data); the stage's folder still reads as that corpus, and a filter's folder names its parts."""

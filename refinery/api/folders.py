@@ -17,10 +17,10 @@ class CallFolder:
 
     def __init__(self, out: str | None, name: str):
         if out is None:
-            self.scratch = scratch_folder(f"refinery-{name}-")
+            self.scratch = scratch_folder(f"{name}-")
             self.out = join(self.scratch, name)
         else:
-            self.scratch = scratch_folder(f"refinery-{name}-input-")
+            self.scratch = scratch_folder(f"{name}-input-")
             self.out = os.fspath(out)
         self.remove = weakref.finalize(self, remove_folder, self.scratch)
 

@@ -93,13 +93,13 @@ def inspect(paths, as_json, verify, mapping, opts):
 @input_options
 def sql(query, corpora, fmt, output, limit, params, mapping, opts):
     """Run a named query from sql/ (or a .sql FILE) over CORPORA ([SPLIT=]PATH ...), exposed as view ``corpus``."""
-    import tempfile
 
     from refinery.io import queries
 
     import duckdb
 
     from refinery.io.db import user_queries
+    from refinery.io.scratch import temporary_folder
 
     bad = [p for p in params if "=" not in p]
     if bad:
@@ -107,7 +107,7 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
     if not query.endswith(".sql") and query not in user_queries():
         raise ValueError(f"no query named {query!r}; named queries: {', '.join(user_queries())}, or a FILE.sql")
     con = queries.connect()
-    with tempfile.TemporaryDirectory(prefix="refinery-sql-") as workdir:
+    with temporary_folder("sql-") as workdir:
         files = queries.corpus_files(corpora, mapping, opts, workdir)
         queries.register_corpora(con, files, opts.storage_options)
         try:

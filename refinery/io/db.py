@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from refinery.io.location import get_fs, on_store
+from refinery.io.scratch import process_folder, scratch_folder
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -72,8 +73,9 @@ def connect(most_memory: int = QUERY_MEMORY) -> duckdb.DuckDBPyConnection:
 
     con = duckdb.connect()
     con.execute("SET memory_limit = " + quote_literal(memory_limit(most_memory)))
-    # spill to the system temp folder, not to ./.tmp of wherever the user happens to stand
-    con.execute("SET temp_directory = " + quote_literal(os.path.join(tempfile.gettempdir(), f"refinery-duckdb-{os.getpid()}")))
+    # spill to the process's scratch folder (removed at exit, or by the next run where this one was killed), not to
+    # ./.tmp of wherever the user happens to stand
+    con.execute("SET temp_directory = " + quote_literal(os.path.join(process_folder(), "duckdb")))
     con.execute("SET preserve_insertion_order = true")
     return con
 
@@ -102,7 +104,7 @@ _COPIES: dict[int, str] = {}   # id of a connection → the folder of its local 
 def _copies_of(con) -> str:
     """The folder of ``con``'s local copies, made with the first one and removed when ``con`` is."""
     if id(con) not in _COPIES:
-        folder = tempfile.mkdtemp(prefix="refinery-shards-")
+        folder = scratch_folder("shards-")
         _COPIES[id(con)] = folder
         weakref.finalize(con, _remove_copies, id(con), folder)
     return _COPIES[id(con)]

@@ -7,7 +7,6 @@ import json
 import os
 import posixpath
 import re
-import tempfile
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +16,7 @@ from refinery import __version__
 from refinery.io.location import on_store
 from refinery.io.publishing import AtomicDir
 from refinery.io.redaction import redact
+from refinery.io.scratch import temporary_folder
 
 MAX_INPUTS = 10      # the inputs a card names
 HF_SPLIT = "train"   # the one split a corpus is to the Hub: refinery keeps its splits in the ``split`` column
@@ -156,7 +156,7 @@ def save_to_disk(table: pa.Table, out: str, storage_options: dict | None = None,
             for name in _files(directory.tmp):
                 directory.file(name)
         else:
-            with tempfile.TemporaryDirectory(prefix="refinery-hf-") as staging:
+            with temporary_folder("hf-") as staging:
                 dataset.save_to_disk(staging, num_shards=shards)
                 _upload(staging, directory)
         if rejects is not None:

@@ -1,21 +1,92 @@
-"""A local scratch folder and the Parquet written into it: what the Python API needs to hand in-memory data
-(a DataFrame, a Hugging Face ``Dataset``, …) to the runner, which reads files. The folder is the caller's to
-remove (``remove_folder``) once nothing reads it any more. What refinery publishes names such a file as the
-object it holds (``in_memory_names``), not by its passing path."""
+"""Local scratch folders: every temporary folder refinery makes (DuckDB's spill files and databases, spilled
+counts, local copies of a store's shards, the Parquet the Python API writes of in-memory data, the browser's
+pages) lies in its process's folder under the temporary directory, so that what a killed run left is found and
+removed by the next, and the Parquet written into them. A scratch folder is the caller's to remove
+(``remove_folder``) once nothing reads it any more; the process's folder goes at its exit. What refinery publishes
+names such a file as the object it holds (``in_memory_names``), not by its passing path."""
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+PROCESS_PREFIX = "refinery-"   # a process's folder: refinery-<pid>-<random> under the temporary directory
+OWNER = ".refinery-owner"      # in it, locked (flock) by its process for as long as it lives
+
+_OWN: dict[tuple[int, str], str] = {}   # (pid, temporary directory) → this process's folder there
+
+
+def process_folder() -> str:
+    """This process's folder under the temporary directory (``tempfile.gettempdir()``), made by the first call and
+    removed at the process's exit. The process holds an exclusive ``flock`` on its ``OWNER`` file while it lives, and
+    the call that makes the folder removes every other process's folder whose lock is free (``remove_abandoned``):
+    a run killed by ``kill -9`` or the kernel's OOM killer, which could not remove its own, leaves nothing past the
+    next run."""
+    key = (os.getpid(), tempfile.gettempdir())
+    folder = _OWN.get(key)
+    if folder is not None and os.path.isdir(folder):
+        return folder
+    remove_abandoned(key[1])
+    folder = tempfile.mkdtemp(prefix=f"{PROCESS_PREFIX}{key[0]}-", dir=key[1])
+    staged = os.path.join(folder, OWNER + ".new")
+    handle = os.open(staged, os.O_CREAT | os.O_WRONLY, 0o600)
+    fcntl.flock(handle, fcntl.LOCK_EX)   # held until the process ends (the handle is never closed)
+    os.rename(staged, os.path.join(folder, OWNER))   # visible to others only once locked
+    _OWN[key] = folder
+    atexit.register(_remove_own, key[0], folder)
+    return folder
+
+
+def remove_abandoned(directory: str) -> list[str]:
+    """Remove each folder under ``directory`` that holds an ``OWNER`` file nobody locks (its process has ended
+    without removing it); the folders removed. Anything else is left: folders of live processes, of other users
+    (unreadable), and whatever refinery did not make (no ``OWNER`` file)."""
+    removed = []
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.name.startswith(PROCESS_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                handle = os.open(os.path.join(entry.path, OWNER), os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue   # its process lives
+            else:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+            finally:
+                os.close(handle)
+    return removed
+
+
+def _remove_own(pid: int, folder: str) -> None:
+    if os.getpid() == pid:   # not a forked child that inherited the exit handler
+        shutil.rmtree(folder, ignore_errors=True)
+
 
 def scratch_folder(prefix: str) -> str:
-    """A new, empty local folder under the temporary directory (``tempfile.tempdir``), named ``prefix…``."""
-    return tempfile.mkdtemp(prefix=prefix)
+    """A new, empty folder named ``prefix…`` in this process's folder (``process_folder``)."""
+    return tempfile.mkdtemp(prefix=prefix, dir=process_folder())
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str) -> Iterator[str]:
+    """A scratch folder (``scratch_folder``) removed when the block ends."""
+    folder = scratch_folder(prefix)
+    try:
+        yield folder
+    finally:
+        remove_folder(folder)
 
 
 def remove_folder(path: str) -> None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.db import connect, load_sql, quote_literal
+from refinery.io.scratch import process_folder, scratch_folder
 
 DEFAULT_PARTITIONS = 64
 
@@ -63,7 +64,7 @@ class _Runs:
 
     def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
         self.partitions = partitions
-        self.root = tempfile.mkdtemp(prefix="refinery-spill-", dir=directory)
+        self.root = tempfile.mkdtemp(prefix="spill-", dir=directory) if directory else scratch_folder("spill-")
         self.runs = 0       # spills reported (a rewrite may carry over another's count)
         self._folders = 0   # run folders written
         self._con = None
@@ -200,8 +201,8 @@ class SpilledVectors:
     memory-mapped (``mapped``): rows × dim each, never all in memory. The folder goes with this object (``close``,
     or when it is collected)."""
 
-    def __init__(self, dims: list[int], prefix: str = "refinery-vectors-"):
-        self._folder = tempfile.TemporaryDirectory(prefix=prefix)
+    def __init__(self, dims: list[int], prefix: str = "vectors-"):
+        self._folder = tempfile.TemporaryDirectory(prefix=prefix, dir=process_folder())
         self.dims, self.rows = list(dims), 0
         self._paths = [os.path.join(self._folder.name, f"field{f}.f32") for f in range(len(dims))]
         self._files = [open(p, "wb") for p in self._paths]

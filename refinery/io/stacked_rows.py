@@ -8,6 +8,7 @@ import tempfile
 
 import numba
 import numpy as np
+from refinery.io.scratch import process_folder
 
 
 class StackedRows:
@@ -16,7 +17,7 @@ class StackedRows:
     ``matrix`` allocates the whole matrix once and reads them back into it (``np.vstack`` of the blocks would hold
     the blocks and the matrix together)."""
 
-    def __init__(self, columns: int, in_memory: int = 256 << 20, prefix: str = "refinery-rows-"):
+    def __init__(self, columns: int, in_memory: int = 256 << 20, prefix: str = "rows-"):
         self.columns, self.in_memory = columns, in_memory
         self._held, self._held_bytes, self._lengths = [], 0, []
         self.spilled = 0   # values written to the spill files
@@ -34,7 +35,7 @@ class StackedRows:
 
     def _spill(self) -> None:
         if self._files is None:
-            self._folder = tempfile.TemporaryDirectory(prefix=self._prefix)
+            self._folder = tempfile.TemporaryDirectory(prefix=self._prefix, dir=process_folder())
             self._files = [open(os.path.join(self._folder.name, name), "w+b") for name in ("indices.i32", "data.f32")]
         for indices, data in self._held:
             self._files[0].write(indices.tobytes())

@@ -128,7 +128,7 @@ def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-gra
     from refinery.io.stacked_rows import StackedRows
     from refinery.progress import progress
 
-    stacked, labels = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-"), []
+    stacked, labels = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="ngrams-"), []
     with progress(desc=desc, unit=" rows") as bar:
         for table in tables:
             stacked.append(sublinear_tf(table, inputs, (1, 2), 2 ** bits))
@@ -286,7 +286,7 @@ class HashedCorpus:
         from refinery.io.stacked_rows import StackedRows
         from refinery.progress import progress
 
-        stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="refinery-ngrams-")
+        stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="ngrams-")
         codes, folds, index = [], [], {}
         with progress(desc="confidence: n-grams", unit=" rows") as bar:
             for batch in batches:

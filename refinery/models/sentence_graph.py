@@ -9,7 +9,6 @@ split(s) and scored on the test split, measures how much the way the pairs were 
 from __future__ import annotations
 
 import os
-import tempfile
 from contextlib import contextmanager
 
 import numpy as np
@@ -23,6 +22,7 @@ from refinery.io.schema import Mapping
 from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
 from refinery.models.base import label_proba
 from refinery.progress import progress
+from refinery.io.scratch import temporary_folder
 
 GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
                  "leakage_paths3")
@@ -141,7 +141,7 @@ def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOpti
                     config: GraphConfig = GraphConfig(), threads: int | None = None) -> GraphInput:
     """The rows and leakage features of named inputs ``{split: path or [paths]}``, in DuckDB."""
     con = queries.connect(threads=threads, most_memory=GRAPH_MEMORY)
-    with tempfile.TemporaryDirectory(prefix="refinery-leakage-") as work:
+    with temporary_folder("leakage-") as work:
         corpora = queries.split_corpora(inputs, mapping, opts, work)
         queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
         rejects = queries.corpora_rejects(corpora)

@@ -114,11 +114,11 @@ class StageOutput:
         """Publish at ``location`` (a folder or URL on this output's store) what a library's own writer ``save`` (a
         fitted model's ``save(folder)``) puts in the local folder it is handed; ``location``."""
         import os
-        import tempfile
 
         from refinery.io.publishing import AtomicDir
+        from refinery.io.scratch import temporary_folder
 
-        with tempfile.TemporaryDirectory() as local, AtomicDir(location, self.storage_options) as d:
+        with temporary_folder("publish-") as local, AtomicDir(location, self.storage_options) as d:
             save(local)
             for root, _, names in os.walk(local):
                 for name in sorted(names):

@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import posixpath
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +42,7 @@ from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser
 from refinery.report.page import corpus_name
 from refinery.report.pipeline_page import PipelineFigures, StepEntry, render
+from refinery.io.scratch import temporary_folder
 
 
 AUDITS = "audits"   # OUT/pipeline/audits/KEY.parquet: each step's audit for the report, reused while it is unchanged
@@ -300,7 +300,7 @@ def _screenshots(out: str, d, storage_options: dict, echo) -> None:
     if not is_local(fs):
         echo("   screenshots: only for a local output folder; none taken")
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    with temporary_folder("audits-") as tmp:
         pngs = browser.screenshot_reports(Path(root), Path(tmp))
         for png in pngs:
             d.write_bytes(f"screenshots/{png.name}", png.read_bytes())

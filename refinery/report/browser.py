@@ -25,8 +25,8 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
+from refinery.io.scratch import scratch_folder
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -313,7 +313,7 @@ def _workdir() -> Path:
     """One temporary folder per process (the page copies, screenshots in progress, Chromium's profile)."""
     global _tmp
     if _tmp is None or not _tmp.is_dir():
-        _tmp = Path(tempfile.mkdtemp(prefix="refinery-browser-"))
+        _tmp = Path(scratch_folder("browser-"))
         atexit.register(shutil.rmtree, _tmp, True)
     return _tmp
 

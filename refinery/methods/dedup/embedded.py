@@ -159,7 +159,7 @@ def cosine_pairs(batches, fields: list, threshold: float, spec, *, engine: str =
         return CosinePairs(pairs, values, "exact", len(chosen) * (len(chosen) - 1) // 2, texts=counts), held
     bands, r = minhash.bands_for(collision(threshold), BITS)
     planes = _hyperplanes(sum(v.shape[1] for v in first), BITS, seed)
-    spill = SpilledVectors([v.shape[1] for v in first], prefix="refinery-dedup-")
+    spill = SpilledVectors([v.shape[1] for v in first], prefix="dedup-")
     keys = []
     for chunk in itertools.chain([first], [second] if second is not None else [], embedded):
         keys.append(simhash_band_keys(chunk, planes, bands, r))

@@ -32,11 +32,11 @@ What refinery adds, and why (docs/upsample.md):
 """
 from __future__ import annotations
 
-import tempfile
 
 from refinery.methods.upsample.config import UpsampleConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.io.scratch import temporary_folder
 
 
 # DuckDB holds the input's rows (texts and all) for AUDAC's queries, which scan them in order and look up the rows of
@@ -63,7 +63,7 @@ class UpsampleStage(Stage):
         from refinery.methods.upsample import algorithm, report
 
         features = FeatureConfig().named(source.field_names, source.single_text)
-        with tempfile.TemporaryDirectory(prefix="refinery-audac-") as work:
+        with temporary_folder("audac-") as work:
             corpora = queries.split_corpora(source.splits, source.mapping, source.opts, work)
             con = queries.connect(most_memory=ROWS_MEMORY)
             queries.load_rows(con, queries.files_of(corpora), source.opts.storage_options, with_split=source.named)
