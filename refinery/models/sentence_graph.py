@@ -19,10 +19,10 @@ from refinery.io import queries
 from refinery.io.db import memory_limit
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
+from refinery.io.scratch import temporary_folder
 from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
 from refinery.models.base import label_proba
 from refinery.progress import progress
-from refinery.io.scratch import temporary_folder
 
 GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
                  "leakage_paths3")
@@ -74,6 +74,7 @@ class GraphInput:
 
     def __init__(self, con, nodes: int, rejects: pa.Table):
         self.con, self.nodes, self.rejects = con, nodes, rejects
+        self._on_disk = False   # within ``tables_on_disk``
 
     def __enter__(self) -> "GraphInput":
         return self
@@ -87,15 +88,18 @@ class GraphInput:
 
     @contextmanager
     def tables_on_disk(self):
-        """DuckDB's memory limit lowered to ``TABLES_MEMORY`` meanwhile, so its tables wait on disk while NumPy
-        arrays and forests take the memory (a limit set with ``REFINERY_DUCKDB_MEMORY`` stands)."""
-        if os.environ.get("REFINERY_DUCKDB_MEMORY"):
+        """DuckDB's memory limit lowered to ``TABLES_MEMORY`` meanwhile, so its tables wait on disk and a scan of them
+        keeps no more of them cached while NumPy arrays, forests and counters take the memory (a limit set with
+        ``REFINERY_DUCKDB_MEMORY`` stands; within an outer block, the outer one sets it back)."""
+        if os.environ.get("REFINERY_DUCKDB_MEMORY") or self._on_disk:
             yield
             return
+        self._on_disk = True
         self.con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
         try:
             yield
         finally:
+            self._on_disk = False
             self.con.execute(f"SET memory_limit = '{memory_limit(GRAPH_MEMORY)}'")
 
     def splits(self) -> list[str]:

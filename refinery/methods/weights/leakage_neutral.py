@@ -8,6 +8,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pyarrow as pa
 
+from refinery.core.audit_config import AuditConfig
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
 from refinery.core.weighted_audit_counts import WeightedAuditCounts
@@ -31,7 +32,7 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
     the verdict's lines). Rows keep their split: the name given, or their own ``split`` column; a corpus whose rows
     have neither has no ``split`` column. ``features``: the audit's features the verdict counts."""
     inputs = source.splits if source.named else {UNNAMED: source.paths}
-    with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph:
+    with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph, graph.tables_on_disk():
         w, info = leakage_neutral_weights(graph, config)
         proba, y, cells = info.pop("p_hat"), info.pop("y"), info.pop("cells")
         clip = info["cap"]["clip"]   # the cap in effect (None: none)
@@ -43,19 +44,22 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                   **info, "inputs": inputs, "config": asdict(config)}
         in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "cap", "low_ess_warning",
                        "out_of_fold")
-        counts = WeightedCounts(report["labels"], features, 2, masks=1)
+        audit_config = AuditConfig(features=features, prior=config.prior)
+        rows_of = WeightedCounts(report["labels"], features, 1, masks=1)   # each feature's rows, plain
         with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
                 progress(total=len(w), desc="weights: write", unit=" rows") as bar:
             start = 0
             for batch in graph.batches(_output_rows(graph)):
                 rows = slice(start, start + batch.num_rows)
                 table = pa.Table.from_batches([batch])
-                counts.add(table, None, w[rows])
+                rows_of.add(table, None)
                 writer.write(table.append_column("weight", pa.array(w[rows])))
                 start += batch.num_rows
                 bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
-            audits = _audits(counts, features, config, writer.labels, source.prior)
+            counts = _testable_counted(rows_of, audit_config.min_count, graph, w)
+            del rows_of
+            audits = _audits(counts, audit_config, writer.labels, source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
             record = audits.record_of(1, writer.labels, weighted=True)
             if record is not None:   # the weighted audit of corpus/, kept with it
@@ -114,23 +118,45 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     return w, {**info, "p_hat": proba, "y": y, "cells": cells}
 
 
-def _audits(counts: WeightedCounts, features: FeatureConfig, config, label_rows: dict, carried) -> WeightedAudits:
+def _testable_counted(rows_of: WeightedCounts, min_count: int, graph: GraphInput, w: np.ndarray) -> WeightedCounts:
+    """The rows' counts under weights 1 and under ``w`` of only the features in at least ``min_count`` rows
+    (``rows_of``: every feature's rows, counted as a mask): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so
+    no other feature is tested under any weighting, and the weighted sums of every feature (16 bytes a label and
+    weighting, most features in one row) are never held. It costs one more pass of the tokenizer."""
+    return _counted_again(rows_of.restricted(rows_of.tested((0,), min_count), 2, masks=1), graph, [w],
+                          "weights: count")
+
+
+def _counted_again(counts: WeightedCounts, graph: GraphInput, weights: list, desc: str) -> WeightedCounts:
+    """``counts`` (a ``WeightedCounts.restricted`` counter: weights 1, then one weighting per array of ``weights``)
+    given the graph's rows once more, in the order they were written."""
+    columns = ", ".join(list(counts.fields or {}) + ["label"])
+    with progress(total=len(weights[0]), desc=desc, unit=" rows") as bar:
+        start = 0
+        for batch in graph.batches(f"SELECT {columns} FROM rows"):
+            rows = slice(start, start + batch.num_rows)
+            counts.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in weights))
+            start += batch.num_rows
+            bar.update(batch.num_rows)
+    return counts.flush()
+
+
+def _audits(counts: WeightedCounts, audit_config, label_rows: dict, carried) -> WeightedAudits:
     """The input's audit (weighting 0: every row once) and the output's (weighting 1: the weights) of the one pass
     over the rows, each made by the audit's own code (``core.table_audit.finish`` of a ``WeightedAuditCounts``, as
     ``refinery audit`` makes it of a weighted corpus: counts, n and p0 on sums of weights), the prior rule decided on
     the input (or ``carried`` with it) and carried to the output: the verdict's after side is the audit of corpus/,
     by construction. Both on the features tested on either side (``WeightedCounts.tested``)."""
-    from refinery.core.audit_config import AuditConfig
     from refinery.core.table_audit import finish
 
-    audit_config = AuditConfig(features=features, prior=config.prior)
     rows = counts.tested((0, 1), audit_config.min_count)
     read = (rows, counts.names(rows))
     before = finish(WeightedAuditCounts.view(counts, 0, label_rows, read), audit_config, carried=carried,
                     weighted=True)
     after = finish(WeightedAuditCounts.view(counts, 1, label_rows, read), audit_config, carried=before.prior,
                    weighted=True)
-    return WeightedAudits(before.prior, rows, [before.stats, after.stats], features, tuple(counts.left_out))
+    return WeightedAudits(before.prior, rows, [before.stats, after.stats], audit_config.features,
+                          tuple(counts.left_out))
 
 
 def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dict, graph: GraphInput, capped: dict):
@@ -173,15 +199,8 @@ def _caps_checked(counts: WeightedCounts, flagged: np.ndarray, verdict, graph: G
     advice is about the features this verdict judged, and a run with the cap gets its own verdict."""
     if not capped:
         return []
-    recount = counts.restricted(flagged, 1 + len(capped), masks=1)
-    columns = ", ".join(list(counts.fields or {}) + ["label"])
-    with progress(total=counts.rows, desc="weights: caps", unit=" rows") as bar:
-        start = 0
-        for batch in graph.batches(f"SELECT {columns} FROM rows"):   # the rows in the order they were written
-            rows = slice(start, start + batch.num_rows)
-            recount.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in capped.values()))
-            start += batch.num_rows
-            bar.update(batch.num_rows)
+    recount = _counted_again(counts.restricted(flagged, 1 + len(capped), masks=1), graph, list(capped.values()),
+                             "weights: caps")
     checked = []
     for i, (clip, w) in enumerate(capped.items()):
         v = judge_weightings(recount, after=1 + i, threshold=verdict.threshold, **options)
