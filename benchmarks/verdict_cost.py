@@ -5,8 +5,8 @@ baseline), each a whole process. Prints both wall times, peak RSS and the verdic
     .venv/bin/python benchmarks/verdict_cost.py TRAIN TEST [--out DIR] [--only confidence|weights]
 
 The baseline is the stage with the counting replaced (in that process only): confidence without its
-``WeightedCounts`` (``judges_itself``, as zfilter, which judges in its own pass), weights with a counter that
-counts nothing, so no cap is checked either.
+``WeightedCounts`` (``judges_itself``, as zfilter, which judges in its own pass), weights with a counter of no
+words (the label totals and ``null`` only: its passes read the rows and tokenize nothing), so no cap is checked either.
 """
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ WITHOUT_VERDICT = {
     "confidence": "from refinery.methods.confidence.stage import ConfidenceStage; ConfidenceStage.judges_itself = True",
     "weights": ("from refinery.methods.weights import leakage_neutral as m\n"
                 "class Uncounted(m.WeightedCounts):\n"
-                "    def add(self, table, *weights): return self\n"
+                "    def __init__(self, *args, **kwargs):\n"
+                "        super().__init__(*args, **kwargs)\n"
+                "        self.fields, self.row_families = {}, ()\n"
                 "m.WeightedCounts = Uncounted"),
 }
 

@@ -335,13 +335,16 @@ class WeightedAudits:
 
 
 def audit_weightings(counts: WeightedCounts, weightings=(0, 1), prior: str = "auto", min_count: int = 10,
-                     alpha: float = 0.01, carried: zstats.Prior | None = None) -> WeightedAudits:
+                     alpha: float = 0.01, carried: zstats.Prior | None = None, among: np.ndarray | None = None
+                     ) -> WeightedAudits:
     """The audit of each of ``weightings`` as ``refinery audit`` makes it of that corpus: the ``prior`` rule decided
     once, on the first one's label totals (or ``carried`` with the input), and applied to each one's own label
     totals, the same ``min_count`` and ``alpha``, each its own threshold; on the features tested under any of them
-    (their names built once)."""
+    (their names built once), only those among the rows ``among`` of ``matrix`` where given."""
     _, chosen = counts_prior(counts, prior, weightings[0], carried)
     rows = counts.tested(weightings, min_count)
+    if among is not None:
+        rows = rows[np.isin(rows, among)]
     names = counts.names(rows)
     return WeightedAudits(chosen, rows, [counts.stats(w, counts_prior(counts, chosen.name, w)[0], min_count, alpha,
                                                       rows, names) for w in weightings],
@@ -361,10 +364,11 @@ def judge_audits(audits: WeightedAudits, *, stage: str, before: int = 0, after: 
 def judge_weightings(counts: WeightedCounts, *, stage: str, before: int = 0, after: int = 1, prior: str = "auto",
                      min_count: int = 10, alpha: float = 0.01, notes: tuple = (),
                      audits: WeightedAudits | None = None, carried: zstats.Prior | None = None,
-                     **options) -> Verdict:
+                     among: np.ndarray | None = None, **options) -> Verdict:
     """The verdict on weighting ``after`` against weighting ``before`` of one pass: both audited by
-    ``audit_weightings`` (``audits``: done before, for these weightings in that order) and judged by
-    ``judge_audits``."""
+    ``audit_weightings`` (``audits``: done before, for these weightings in that order; ``among``: on those rows of
+    ``matrix`` only) and judged by ``judge_audits``."""
     if audits is None:
-        audits, before, after = audit_weightings(counts, (before, after), prior, min_count, alpha, carried), 0, 1
+        audits = audit_weightings(counts, (before, after), prior, min_count, alpha, carried, among)
+        before, after = 0, 1
     return judge_audits(audits, stage=stage, before=before, after=after, notes=notes, **options)

@@ -57,7 +57,8 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                 start += batch.num_rows
                 bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
-            counts = _testable_counted(rows_of, audit_config.min_count, graph, w)
+            capped = dict(zip(clips, capped_w))
+            counts = _testable_counted(rows_of, audit_config.min_count, graph, [w, *capped.values()])
             del rows_of
             audits = _audits(counts, audit_config, writer.labels, source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
@@ -66,7 +67,7 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                 record.attach_to(writer)
             manifest = writer.commit()
         report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
-        verdict = _verdict(counts, audits, config, report, graph, dict(zip(clips, capped_w)))
+        verdict = _verdict(counts, audits, config, report, capped)
     out.publish_report(report, page(out, report, verdict))
     return report, verdict.lines()
 
@@ -118,20 +119,15 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     return w, {**info, "p_hat": proba, "y": y, "cells": cells}
 
 
-def _testable_counted(rows_of: WeightedCounts, min_count: int, graph: GraphInput, w: np.ndarray) -> WeightedCounts:
-    """The rows' counts under weights 1 and under ``w`` of only the features in at least ``min_count`` rows
-    (``rows_of``: every feature's rows, counted as a mask): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so
-    no other feature is tested under any weighting, and the weighted sums of every feature (16 bytes a label and
-    weighting, most features in one row) are never held. It costs one more pass of the tokenizer."""
-    return _counted_again(rows_of.restricted(rows_of.tested((0,), min_count), 2, masks=1), graph, [w],
-                          "weights: count")
-
-
-def _counted_again(counts: WeightedCounts, graph: GraphInput, weights: list, desc: str) -> WeightedCounts:
-    """``counts`` (a ``WeightedCounts.restricted`` counter: weights 1, then one weighting per array of ``weights``)
-    given the graph's rows once more, in the order they were written."""
+def _testable_counted(rows_of: WeightedCounts, min_count: int, graph: GraphInput, weights: list) -> WeightedCounts:
+    """The rows' counts under weights 1 and under each of ``weights`` (the weights written, then the caps the
+    verdict may check), of only the features in at least ``min_count`` rows (``rows_of``: every feature's rows,
+    counted as a mask): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is tested under any
+    weighting, and the weighted sums of every feature (16 bytes a label and weighting, most features in one row)
+    are never held. It costs one more pass of the tokenizer over the rows, in the order they were written."""
+    counts = rows_of.restricted(rows_of.tested((0,), min_count), 1 + len(weights), masks=1)
     columns = ", ".join(list(counts.fields or {}) + ["label"])
-    with progress(total=len(weights[0]), desc=desc, unit=" rows") as bar:
+    with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
         start = 0
         for batch in graph.batches(f"SELECT {columns} FROM rows"):
             rows = slice(start, start + batch.num_rows)
@@ -159,7 +155,7 @@ def _audits(counts: WeightedCounts, audit_config, label_rows: dict, carried) -> 
                           tuple(counts.left_out))
 
 
-def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dict, graph: GraphInput, capped: dict):
+def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dict, capped: dict):
     """The weighted audit's verdict against the plain one (``audits``: both, under the input's prior rule; ``report``:
     ``verdict``, ``clips_checked``). Only where
     it warns are the caps of ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold
@@ -167,8 +163,8 @@ def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dic
     options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,),
                "carried": audits.prior}
     verdict = judge_weightings(counts, audits=audits, **options)
-    checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, graph,
-                                                  capped, options)
+    checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, capped,
+                                                  options)
     clip = report["cap"]["clip"]
     now = "no cap now" if clip is None else f"now {clip:.3g}"
     others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
@@ -190,20 +186,15 @@ def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dic
     return verdict
 
 
-def _caps_checked(counts: WeightedCounts, flagged: np.ndarray, verdict, graph: GraphInput, capped: dict,
-                  options: dict) -> list[dict]:
-    """Each cap of ``capped`` ({clip: its weights}, gentlest first) judged as the weights written were, against the
-    input's threshold, on the features over it in the plain or the weighted audit: those few are counted again under
-    every cap in one more pass of the tokenizer (``WeightedCounts.restricted``), not every feature in another table.
-    A cap can also lift a feature under the threshold in both over it (it moves weight onto the light rows): the
-    advice is about the features this verdict judged, and a run with the cap gets its own verdict."""
-    if not capped:
-        return []
-    recount = _counted_again(counts.restricted(flagged, 1 + len(capped), masks=1), graph, list(capped.values()),
-                             "weights: caps")
+def _caps_checked(counts: WeightedCounts, flagged: np.ndarray, verdict, capped: dict, options: dict) -> list[dict]:
+    """Each cap of ``capped`` ({clip: its weights}, gentlest first; weightings 2, 3, … of ``counts``) judged as the
+    weights written were, against the input's threshold, on the features over it in the plain or the weighted
+    audit (``flagged``, rows of ``counts.matrix``). A cap can also lift a feature under the threshold in both over
+    it (it moves weight onto the light rows): the advice is about the features this verdict judged, and a run with
+    the cap gets its own verdict."""
     checked = []
     for i, (clip, w) in enumerate(capped.items()):
-        v = judge_weightings(recount, after=1 + i, threshold=verdict.threshold, **options)
+        v = judge_weightings(counts, after=2 + i, among=flagged, threshold=verdict.threshold, **options)
         checked.append({"clip": clip, "ok": v.ok, "worsened": v.worsened_total, "labels_risen": v.risen,
                         "effective_sample_size": effective_sample_size(w),
                         "max_z": {l: m.after for l, m in v.max_z.items()}})
