@@ -171,7 +171,7 @@ def test_snli_example_local_and_ray_identical_and_reruns_only_what_changed(tmp_p
     # weights' work is one process (DuckDB, a forest): on Ray it ran as one task, whose bars the driver recorded
     assert on_ray["weights"]["task_peak_rss"] > 2**20 and on_ray["zfilter"]["task_peak_rss"] is None
     assert [p["what"] for p in on_ray["weights"]["phases"]] == ["leakage graph", "weights: folds", "cross-predict",
-                                                                "weights: write"]
+                                                                "weights: write", "weights: count"]
     assert set(a["03-weights/corpus"]["split"].to_pylist()) == {"dev", "test"}
     assert a["03-weights/corpus"].num_rows == a["02-zfilter/kept"].num_rows
     audit = json.loads((local / "01-audit" / "report" / "summary.json").read_text())

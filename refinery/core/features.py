@@ -273,13 +273,15 @@ def dedupe(rows: np.ndarray, features: pa.Array) -> pa.Table:
 
 
 def row_feature_lists(table: pa.Table, config: FeatureConfig) -> pa.ListArray:
-    """The distinct features of each row as a list column (row order kept)."""
+    """The distinct features of each row as a list column (row order kept), its values dictionary-encoded: the
+    batch's distinct feature strings once, each (row, feature) an index into them."""
     long = extract(table, config)
     rows = long["row"].to_numpy()
     order = np.argsort(rows, kind="stable")
     counts = np.bincount(rows, minlength=table.num_rows)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    features = pc.take(pc.dictionary_decode(_as_array(long["feature"])), pa.array(order))
+    encoded = _as_array(long["feature"])
+    features = pa.DictionaryArray.from_arrays(encoded.indices.take(pa.array(order)), encoded.dictionary)
     return pa.ListArray.from_arrays(pa.array(offsets), features)
 
 

@@ -69,7 +69,18 @@ class TokenIds:
         return ids
 
     def ids(self, strings: pa.Array) -> np.ndarray:
-        """Ids of the strings of an Arrow string array (no nulls)."""
+        """Ids of the strings of an Arrow string array (no nulls), or of a dictionary-encoded one: its dictionary's
+        entries interned in the order of their first use, so that each value gets the id it would get were the
+        strings interned one by one, at the cost of the distinct strings."""
+        if pa.types.is_dictionary(strings.type):
+            import pandas as pd
+
+            encoded = strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings
+            indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            used = pd.unique(indices)   # the entries in the order of their first use
+            entry_ids = np.zeros(len(encoded.dictionary), dtype=np.int64)
+            entry_ids[used] = self.ids(encoded.dictionary.take(pa.array(used)))
+            return entry_ids[indices]
         data, offsets = string_buffers(strings)
         return self.intern(data, offsets[:-1], offsets[1:])
 

@@ -66,11 +66,15 @@ class ZFilter:
         self.settle_exhausted = False   # settle's budget ran out with features still over the threshold
 
     def _pairs(self, table: pa.Table, counts: IncrementalCounts):
-        feats = table["features"].combine_chunks() if isinstance(table["features"], pa.ChunkedArray) \
-            else table["features"]
-        rows = pc.list_parent_indices(feats).to_numpy()
-        fids = counts.ids(pc.list_flatten(feats))
-        return rows, fids
+        """(row, feature id) of each of the batch's (row, feature) pairs, in row order; a chunk at a time (each its
+        own dictionary of features)."""
+        column = table["features"]
+        rows, fids, start = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+        for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+            rows.append(pc.list_parent_indices(chunk).to_numpy().astype(np.int64) + start)
+            fids.append(counts.ids(pc.list_flatten(chunk)))
+            start += len(chunk)
+        return np.concatenate(rows), np.concatenate(fids)
 
     def _label_ids(self, table: pa.Table) -> np.ndarray:
         idx = self.Z.label_index
