@@ -93,7 +93,6 @@ def inspect(paths, as_json, verify, mapping, opts):
 @input_options
 def sql(query, corpora, fmt, output, limit, params, mapping, opts):
     """Run a named query from sql/ (or a .sql FILE) over CORPORA ([SPLIT=]PATH ...), exposed as view ``corpus``."""
-
     from refinery.io import queries
 
     import duckdb

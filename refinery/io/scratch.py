@@ -44,11 +44,10 @@ def process_folder() -> str:
     return folder
 
 
-def remove_abandoned(directory: str) -> list[str]:
+def remove_abandoned(directory: str) -> None:
     """Remove each folder under ``directory`` that holds an ``OWNER`` file nobody locks (its process has ended
-    without removing it); the folders removed. Anything else is left: folders of live processes, of other users
+    without removing it). Anything else is left: folders of live processes, of other users
     (unreadable), and whatever refinery did not make (no ``OWNER`` file)."""
-    removed = []
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             if not entry.name.startswith(PROCESS_PREFIX) or not entry.is_dir(follow_symlinks=False):
@@ -63,10 +62,8 @@ def remove_abandoned(directory: str) -> list[str]:
                 continue   # its process lives
             else:
                 shutil.rmtree(entry.path, ignore_errors=True)
-                removed.append(entry.path)
             finally:
                 os.close(handle)
-    return removed
 
 
 def _remove_own(pid: int, folder: str) -> None:

@@ -62,9 +62,9 @@ class _Runs:
     FILES = ""    # a partition's files under the root, as a glob with {p}
     MERGED = ""   # where a partition merged from several files is kept (a path FILES matches)
 
-    def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
+    def __init__(self, partitions: int = DEFAULT_PARTITIONS):
         self.partitions = partitions
-        self.root = tempfile.mkdtemp(prefix="spill-", dir=directory) if directory else scratch_folder("spill-")
+        self.root = scratch_folder("spill-")
         self.runs = 0       # spills reported (a rewrite may carry over another's count)
         self._folders = 0   # run folders written
         self._con = None
@@ -146,8 +146,8 @@ class KeyedRuns(_Runs):
     FILES = os.path.join("run-*", "part-{p:05d}.parquet")
     MERGED = os.path.join("run-merged", "part-{p:05d}.parquet")
 
-    def __init__(self, partitions: int = DEFAULT_PARTITIONS, directory: str | None = None):
-        super().__init__(partitions, directory)
+    def __init__(self, partitions: int = DEFAULT_PARTITIONS):
+        super().__init__(partitions)
         self._writers: dict[int, pq.ParquetWriter] = {}
 
     def add(self, code: int, first: np.ndarray, second: np.ndarray, counts: np.ndarray) -> None:

@@ -8,6 +8,7 @@ import tempfile
 
 import numba
 import numpy as np
+
 from refinery.io.scratch import process_folder
 
 

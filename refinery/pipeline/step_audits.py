@@ -30,6 +30,7 @@ from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import get_fs, is_local, join
+from refinery.io.scratch import temporary_folder
 from refinery.core import audit_record
 from refinery.core import stats as zstats
 from refinery.core.audit_record import AuditRecord, settings_of
@@ -42,7 +43,6 @@ from refinery.pipeline.stage import Output, StageInput, stage_class
 from refinery.report import browser
 from refinery.report.page import corpus_name
 from refinery.report.pipeline_page import PipelineFigures, StepEntry, render
-from refinery.io.scratch import temporary_folder
 
 
 AUDITS = "audits"   # OUT/pipeline/audits/KEY.parquet: each step's audit for the report, reused while it is unchanged

@@ -26,9 +26,10 @@ import shutil
 import signal
 import subprocess
 import threading
-from refinery.io.scratch import scratch_folder
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from refinery.io.scratch import scratch_folder
 
 TIMEOUT_S = 60
 MAX_SCREENSHOT_HEIGHT = 16_000

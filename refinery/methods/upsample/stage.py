@@ -32,11 +32,10 @@ What refinery adds, and why (docs/upsample.md):
 """
 from __future__ import annotations
 
-
+from refinery.io.scratch import temporary_folder
 from refinery.methods.upsample.config import UpsampleConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
-from refinery.io.scratch import temporary_folder
 
 
 # DuckDB holds the input's rows (texts and all) for AUDAC's queries, which scan them in order and look up the rows of
