@@ -46,16 +46,16 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                        "out_of_fold")
         audit_config = AuditConfig(features=features, prior=config.prior)
         rows_of = WeightedCounts(report["labels"], features, 1, masks=1)   # each feature's rows, plain
-        with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer, \
-                progress(total=len(w), desc="weights: write", unit=" rows") as bar:
-            start = 0
-            for batch in graph.batches(_output_rows(graph)):
-                rows = slice(start, start + batch.num_rows)
-                table = pa.Table.from_batches([batch])
-                rows_of.add(table, None)
-                writer.write(table.append_column("weight", pa.array(w[rows])))
-                start += batch.num_rows
-                bar.update(batch.num_rows)
+        with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer:
+            with progress(total=len(w), desc="weights: write", unit=" rows") as bar:   # ends before the count's
+                start = 0
+                for batch in graph.batches(_output_rows(graph)):
+                    rows = slice(start, start + batch.num_rows)
+                    table = pa.Table.from_batches([batch])
+                    rows_of.add(table, None)
+                    writer.write(table.append_column("weight", pa.array(w[rows])))
+                    start += batch.num_rows
+                    bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
             capped = dict(zip(clips, capped_w))
             counts = _testable_counted(rows_of, audit_config.min_count, graph, [w, *capped.values()])
