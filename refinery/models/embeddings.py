@@ -29,7 +29,8 @@ from refinery.progress import progress
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 POOLING = "mean, L2-normalized"
-BATCH = 64        # texts per forward pass
+BATCH = 64        # texts per forward pass on a CPU (longer batches pad more and are no faster there)
+GPU_BATCH = 512   # on a GPU: at 64 an H200 waits on the launches (0.22 ms a text against 0.024 at 512)
 CHUNK = 32_768    # texts embedded, then added to the cache, at a time: a killed run keeps what it embedded
 WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 
@@ -136,12 +137,15 @@ def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, d
     missing = np.flatnonzero(~found)
     lengths = np.fromiter((len(distinct[i]) for i in missing), np.int64, len(missing))
     longest_first = missing[np.argsort(-lengths, kind="stable")]
+    if len(missing):   # what the encoder needs is asked only when it runs (Ray started, torch imported)
+        resources = encoder_resources(engine)
+        batch = GPU_BATCH if (resources.gpus if engine == "ray" else _local_gpu()) else BATCH
     with progress(total=len(missing), desc=desc, unit=" text") as bar:
         for start in range(0, len(longest_first), CHUNK):
             part = longest_first[start:start + CHUNK]
             table = pa.table({"text": pa.array([distinct[i] for i in part], pa.string())})
             column = actor_map(table, EmbeddingActor, {"model": spec.model, "max_length": spec.max_length}, engine,
-                               BATCH, 1, encoder_resources(engine), bar=bar)["embedding"].combine_chunks()
+                               batch, 1, resources, bar=bar)["embedding"].combine_chunks()
             fresh = column.values.to_numpy(zero_copy_only=False).reshape(len(part), column.type.list_size)
             cache.store(keys[part], fresh)
             if vectors is None:
@@ -150,6 +154,13 @@ def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, d
     if vectors is None:   # no text at all
         vectors = np.zeros((0, 0), np.float32)
     return Embedded(vectors[where] if len(texts) else vectors[:0], int(found.sum()), len(missing))
+
+
+def _local_gpu() -> bool:
+    """Whether an encoder in this process runs on a GPU (``SentenceEncoder``'s device)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def encoder_resources(engine: str) -> Resources:

@@ -49,7 +49,9 @@ def fit_loop(params, rows: int, loss_of: Callable, *, precision: Precision, epoc
 
     params = [p for p in params if p.requires_grad]
     steps = epochs * math.ceil(rows / batch_size)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    # on a GPU the fused step: one kernel for every parameter instead of a dozen launches each (10 ms -> 1 ms a step on
+    # an H200 fine-tuning MiniLM); CPUs keep the reference implementation
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True if precision.device == "cuda" else None)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / max(steps, 1)))
     scaler = torch.amp.GradScaler(precision.device, enabled=precision.dtype == "float16")
     rng = np.random.default_rng(seed)
