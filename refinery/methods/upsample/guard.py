@@ -102,20 +102,27 @@ def _candidate_features(rows: pa.Table, features: FeatureConfig, names: pa.Array
         column = long["feature"].combine_chunks() if isinstance(long["feature"], pa.ChunkedArray) else long["feature"]
         at = long["row"].to_numpy()
         order = np.argsort(at, kind="stable")
-        slots.append(at[order] + start)
-        local.append(column.indices.to_numpy()[order])
+        slots.append((at[order] + start).astype(np.int32))   # ids as int32: a 10M-row corpus's candidates have
+        local.append(column.indices.to_numpy()[order])        # tens of millions of (row, feature) pairs
         dictionaries.append(column.dictionary)
     if not dictionaries:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    # the chunks' dictionaries as one: each entry's index among the distinct features, then that feature's in names
-    distinct = pc.dictionary_encode(pa.concat_arrays(dictionaries))
-    in_names = pc.fill_null(pc.index_in(distinct.dictionary, value_set=names), -1).to_numpy()
-    entry = in_names[distinct.indices.to_numpy()]
+    # the chunks' dictionaries as one: each entry's index among the distinct features, then that feature's in names,
+    # found by hashing the candidates' features (a fraction of the corpus's) and looking every name up among them
     starts = np.cumsum([0] + [len(d) for d in dictionaries[:-1]])
-    fids = np.concatenate([entry[at + ids] for at, ids in zip(starts, local)]).astype(np.int64)
+    distinct = pc.dictionary_encode(pa.concat_arrays(dictionaries))
+    dictionaries.clear()
+    at_distinct = pc.index_in(names, value_set=distinct.dictionary)
+    found = np.flatnonzero(at_distinct.is_valid().to_numpy(zero_copy_only=False))
+    in_names = np.full(len(distinct.dictionary), -1, np.int32)
+    in_names[at_distinct.filter(at_distinct.is_valid()).to_numpy()] = found
+    del at_distinct, found
+    entry = in_names[distinct.indices.to_numpy()]
+    fids = np.concatenate([entry[at + ids] for at, ids in zip(starts, local)])
+    del entry, local
     slots = np.concatenate(slots)
     known = fids >= 0
-    return slots[known], fids[known]
+    return (slots, fids) if known.all() else (slots[known], fids[known])
 
 
 def _renumbered(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +131,7 @@ def _renumbered(ids: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     seen = np.zeros(size, dtype=bool)
     seen[ids] = True
     distinct = np.flatnonzero(seen)
-    index = np.cumsum(seen, dtype=np.int64) - 1
+    index = np.cumsum(seen, dtype=np.int32) - 1
     return distinct, index[ids]
 
 
