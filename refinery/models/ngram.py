@@ -135,8 +135,10 @@ def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-gra
             labels.append(table["label"].cast(pa.string()))
             bar.update(table.num_rows)
     y, names = label_codes(labels)
+    del labels
+    return_freed_memory()   # the batches' and the hashing's freed memory: not held beside the matrix being stacked
     matrix = stacked.matrix()
-    return_freed_memory()   # the batches' and the hashing's freed memory: not carried through the model's loop
+    return_freed_memory()   # nor carried through the model's loop
     return matrix, y, names
 
 
