@@ -4,11 +4,11 @@ training row scored after each), through refinery's own code (``models.embedding
 ``methods.datamap.learners.FineTuned``) on whatever device torch finds.
 
 Rows: SNLI dev + test (``--data``, default ../shared/data/snli). Embedding: ``--embed-rows`` distinct texts (premises
-and hypotheses), an empty cache (a temporary ``REFINERY_CACHE``), so every text is encoded. Data map: ``--map-rows``
-rows, ``--epochs`` epochs of MiniLM fine-tuned at the map's settings (AdamW, lr 5e-5, batches of 32, length 128,
-precision ``auto``), the time of each epoch's training and of its scoring pass.
+and hypotheses), an empty cache (a temporary ``REFINERY_CACHE``), so every text is encoded. Data map: the first
+``--map-rows`` rows (default: all 19,666), ``--epochs`` epochs of MiniLM fine-tuned at the map's settings (AdamW,
+lr 5e-5, batches of 32, length 128, precision ``auto``), the time of each epoch's training and of its scoring pass.
 
-    .venv/bin/python benchmarks/gpu.py [--model FOLDER] [--embed-rows 40000] [--map-rows 19656] [--epochs 2]
+    .venv/bin/python benchmarks/gpu.py [--model FOLDER] [--embed-rows 40000] [--map-rows N] [--epochs 2]
 
 Prints one JSON line per measurement and a table; ``--json-out`` writes them to a file.
 """
@@ -33,7 +33,9 @@ LABELS = ("contradiction", "entailment", "neutral")
 
 
 def snli_rows(folder: Path) -> pa.Table:
-    """SNLI dev + test as canonical rows (text_a, text_b, label), the pairs without a gold label left out."""
+    """SNLI dev + test as canonical rows (text_a, text_b, label), the pairs without a gold label left out. Read with
+    ``json`` alone, not ``io.corpus.load``: a GPU machine may have torch and transformers but not DuckDB, which the
+    readers import."""
     a, b, label = [], [], []
     for split in ("dev", "test"):
         with open(folder / f"snli_{split}.jsonl") as fh:
@@ -109,7 +111,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--model", default="sentence-transformers/all-MiniLM-L6-v2")
     parser.add_argument("--embed-rows", type=int, default=40_000)
-    parser.add_argument("--map-rows", type=int, default=19_656)
+    parser.add_argument("--map-rows", type=int, default=None, help="Rows the data map trains on (default: all).")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
@@ -123,7 +125,7 @@ def main() -> None:
         os.environ["REFINERY_CACHE"] = cache
         results.append(embedding(texts, args.model))
         print(json.dumps(results[-1]), flush=True)
-    for record in data_map(table.slice(0, args.map_rows), args.model, args.epochs):
+    for record in data_map(table.slice(0, args.map_rows or table.num_rows), args.model, args.epochs):
         results.append(record)
         print(json.dumps(record), flush=True)
     if args.json_out:

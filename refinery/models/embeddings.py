@@ -79,7 +79,7 @@ class SentenceEncoder:
         from transformers import AutoModel, AutoTokenizer
 
         ref = resolve(model)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = encoder_device()
         self.tokenizer = AutoTokenizer.from_pretrained(ref.path, **ref.kwargs())
         self.model = AutoModel.from_pretrained(ref.path, **ref.kwargs()).to(self.device).eval()
         self.max_length = max_length
@@ -139,7 +139,7 @@ def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, d
     longest_first = missing[np.argsort(-lengths, kind="stable")]
     if len(missing):   # what the encoder needs is asked only when it runs (Ray started, torch imported)
         resources = encoder_resources(engine)
-        batch = GPU_BATCH if (resources.gpus if engine == "ray" else _local_gpu()) else BATCH
+        batch = GPU_BATCH if (resources.gpus if engine == "ray" else encoder_device() == "cuda") else BATCH
     with progress(total=len(missing), desc=desc, unit=" text") as bar:
         for start in range(0, len(longest_first), CHUNK):
             part = longest_first[start:start + CHUNK]
@@ -156,11 +156,11 @@ def embed_texts(texts: list[str], spec: EncoderSpec, engine: str = "local", *, d
     return Embedded(vectors[where] if len(texts) else vectors[:0], int(found.sum()), len(missing))
 
 
-def _local_gpu() -> bool:
-    """Whether an encoder in this process runs on a GPU (``SentenceEncoder``'s device)."""
+def encoder_device() -> str:
+    """The device an encoder in this process runs on: ``cuda`` where torch finds a GPU, else ``cpu``."""
     import torch
 
-    return torch.cuda.is_available()
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def encoder_resources(engine: str) -> Resources:
