@@ -19,7 +19,8 @@ from refinery.io.corpus import Corpus, load
 from refinery.io.corpus_writer import write_table
 from refinery.io.schema import PRESETS
 from refinery.models.base import cross_fit_proba
-from refinery.models.ngram import NGramClassifier, by_frequency, cross_fit_sgd, smooth_idf, sublinear_tf, tf_idf
+from refinery.models.ngram import (NGramClassifier, cross_fit_sgd, document_frequency, frequency_ranks,
+                                  smooth_idf, sublinear_tf, tf_idf)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,51 @@ def test_sgd_cross_fit_is_as_good_as_lbfgs_out_of_fold(snli_dev):
     assert np.array_equal(sgd[0], cross_fit_sgd(batches, 5, 0)[0])
 
 
+@pytest.mark.parametrize("in_memory", [10 ** 9, 100_000])
+def test_the_hashed_rows_wait_on_disk_in_blocks_of_their_drawn_order(snli_dev, in_memory):
+    """SNLI dev's hashed rows appended in blocks (held, or spilled past 100 kB), laid out in files in a seeded random
+    order cut into blocks, each block's rows in reading order, their columns renumbered: every block read back (from
+    the files, or the arrays Ray is handed) holds exactly those rows of the stacked matrix; an order whose block
+    takes its rows out of reading order is refused, and a file-backed layout refuses to be pickled to another
+    process."""
+    import pickle
+
+    import scipy.sparse as sp
+
+    from refinery.io.stacked_rows import StackedRows
+
+    table = snli_dev.slice(0, 4000)
+    parts = [sublinear_tf(table.slice(s, 700)) for s in range(0, table.num_rows, 700)]
+    X = sp.vstack(parts, format="csr")
+    stacked = StackedRows(X.shape[1], in_memory=in_memory, count_columns=True)
+    for part in parts:
+        stacked.append(part)
+    assert (stacked.spilled > 0) == (in_memory == 100_000)
+    np.testing.assert_array_equal(stacked.document_frequency, document_frequency(X))
+    rank, columns, _ = frequency_ranks(stacked.document_frequency)
+    drawn = np.random.default_rng(5).permutation(X.shape[0])
+    order = np.concatenate([np.sort(drawn[s:s + 1000]) for s in range(0, len(drawn), 1000)])
+    blocks = stacked.blocks(order, 1000, rank, columns)
+    expected = sp.csr_matrix((X.data, rank[X.indices], X.indptr), shape=(X.shape[0], columns))[order]
+    assert len(blocks) == 4 and blocks.rows == 4000
+    for held in (blocks, blocks.in_memory()):
+        for b in range(len(held)):
+            start, stop = held.span(b)
+            got = held.matrix(b)
+            np.testing.assert_array_equal(got.indptr, expected[start:stop].indptr)
+            np.testing.assert_array_equal(got.indices, expected[start:stop].indices)
+            np.testing.assert_array_equal(got.data, expected[start:stop].data)
+    with pytest.raises(TypeError, match="in_memory"):
+        pickle.dumps(blocks)
+    assert pickle.loads(pickle.dumps(blocks.in_memory())).matrix(3).nnz == expected[3000:].nnz
+    blocks.close()
+    again = StackedRows(X.shape[1])
+    for part in parts:
+        again.append(part)
+    with pytest.raises(ValueError, match="order of their places"):
+        again.blocks(drawn, 1000)   # each block's rows shuffled
+
+
 @pytest.mark.parametrize("labels", [3, 2])
 def test_the_compiled_sgd_is_scikit_learns_partial_fit_bit_for_bit(snli_dev, labels):
     """OneVsRestSGD against SGDClassifier.partial_fit itself, call after call on blocks of SNLI dev rows in a shuffled
@@ -88,9 +134,10 @@ def test_the_compiled_sgd_is_scikit_learns_partial_fit_bit_for_bit(snli_dev, lab
                               random_state=0)
     compiled = OneVsRestSGD(labels, tf.shape[1], alpha)
     # the columns numbered by frequency, as the cross-fitting holds them: the same model, its columns moved
-    ranked, _ = by_frequency(tf.copy())
-    rank = np.zeros(tf.shape[1], np.int64)
-    rank[tf.indices] = ranked.indices
+    import scipy.sparse as sp
+
+    rank, columns, _ = frequency_ranks(document_frequency(tf))
+    ranked = sp.csr_matrix((tf.data, rank[tf.indices], tf.indptr), shape=(tf.shape[0], columns))
     on_ranks = OneVsRestSGD(labels, ranked.shape[1], alpha)
     idf_of_rank = np.zeros(ranked.shape[1], np.float32)
     idf_of_rank[ranked.indices] = idf[tf.indices]

@@ -197,87 +197,87 @@ def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:
     return (np.log((1.0 + documents) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
 
 
-def fold_idf(fold: int, rows: tuple, folds: np.ndarray, document_frequency: np.ndarray) -> tuple[np.ndarray, int]:
+def fold_frequencies(rows, folds: np.ndarray, k: int) -> np.ndarray:
+    """The rows of each fold holding each column (k × columns, int32): a fold's model's idf counts the other folds'
+    rows only (``fold_idf``). ``rows``: ``io.stacked_rows.RowBlocks``, read once; ``folds``: each row's fold."""
+    counts = np.zeros((k, rows.columns), np.int32)
+    for b in range(len(rows)):
+        start, stop = rows.span(b)
+        indptr, indices, _ = rows.block(b)
+        _count_fold_columns(indptr, indices, folds[start:stop], counts)
+    return counts
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_fold_columns(indptr, indices, folds, counts):
+    """counts[fold of r, j] += 1 for each value in column j of each row r."""
+    for r in range(len(indptr) - 1):
+        for p in range(indptr[r], indptr[r + 1]):
+            counts[folds[r], indices[p]] += 1
+
+
+def fold_idf(fold: int, folds: np.ndarray, document_frequency: np.ndarray, fold_frequency: np.ndarray
+             ) -> tuple[np.ndarray, int]:
     """(the idf of fold ``fold``'s model, its training rows): TF-IDF's idf counts the training rows only
-    (``document_frequency`` counts all rows; the fold's own are taken off)."""
-    indptr, indices, _ = rows
-    held_out = np.flatnonzero(folds == fold)
-    fold_df = np.zeros_like(document_frequency)
-    _count_columns(indptr, indices, held_out, fold_df)
-    train_rows = len(folds) - len(held_out)
-    return smooth_idf(document_frequency - fold_df, train_rows), train_rows
+    (``document_frequency`` counts all rows; the fold's own, ``fold_frequency[fold]``, are taken off)."""
+    train_rows = len(folds) - int(np.count_nonzero(folds == fold))
+    return smooth_idf(document_frequency - fold_frequency[fold], train_rows), train_rows
 
 
-def sgd_fold_model(fold: int, rows: tuple, blocks: list, y: np.ndarray, folds: np.ndarray, num_classes: int,
-                   document_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3, seed: int = 0
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def sgd_fold_model(fold: int, rows, y: np.ndarray, folds: np.ndarray, num_classes: int,
+                   document_frequency: np.ndarray, fold_frequency: np.ndarray, *, C: float = 1.0, epochs: int = 3,
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(averaged weights, averaged intercepts) of fold ``fold``'s one-vs-rest model, fit on the other folds' rows,
-    streamed in blocks (each block's rows gathered once for every weight vector).
+    streamed a block at a time (each block's rows gathered once for every weight vector).
 
     The model minimizes (1/n) Σ_{i ∉ fold} log-loss_i + (α/2)‖w‖² with α = 1/(C·n), which is
     ``NGramClassifier``'s objective C·Σ log-loss + ½‖w‖² divided by C·n, one-vs-rest: averaged SGD with
     scikit-learn's "optimal" step size 1/(α(t + t0)) (``sgd.OneVsRestSGD``, its ``partial_fit`` compiled),
-    ``epochs`` passes over the training rows, each pass through ``blocks`` — the row numbers of the corpus in a
-    seeded random order, cut into blocks — in a fresh order, and through each block's rows in a fresh order.
-    ``rows``: the corpus's ``sublinear_tf`` rows as (indptr, indices, data), TF-IDF by ``fold_idf``.
+    ``epochs`` passes over the training rows, each pass through the blocks of ``rows`` — the corpus's
+    ``sublinear_tf`` rows in a seeded random order, cut into blocks (``io.stacked_rows.RowBlocks``) — in a fresh
+    order, and through each block's rows in a fresh order; TF-IDF by ``fold_idf``.
     """
     from refinery.models.sgd import OneVsRestSGD
 
-    idf, train_rows = fold_idf(fold, rows, folds, document_frequency)
+    idf, train_rows = fold_idf(fold, folds, document_frequency, fold_frequency)
     model = OneVsRestSGD(num_classes, len(document_frequency), 1.0 / (C * train_rows))
     rng = np.random.default_rng([seed, fold])
     for _ in range(epochs):
-        for b in rng.permutation(len(blocks)):
-            train = blocks[b][folds[blocks[b]] != fold]
+        for b in rng.permutation(len(rows)):
+            start, stop = rows.span(b)
+            train = np.flatnonzero(folds[start:stop] != fold)
             train = train[rng.permutation(len(train))]
-            model.partial_fit(rows, train, y[train], idf)
+            model.partial_fit(rows.block(b), train, y[start + train], idf)
     return model.averages, model.average_intercepts
 
 
-@numba.njit(nogil=True, cache=True)
-def _count_columns(indptr, indices, rows, counts):
-    """counts[j] += 1 for each value in column j of the ``rows`` (a document frequency over some rows)."""
-    for r in rows:
-        for p in range(indptr[r], indptr[r + 1]):
-            counts[indices[p]] += 1
-
-
-def by_frequency(matrix, quantum: int = 64):
-    """(``matrix`` with its columns renumbered by document frequency, the most frequent first, and the columns
-    that hold no value dropped; each new column's document frequency). The indices are rewritten in place and each
-    row's values keep their order, so every per-column computation over it (TF-IDF, a linear model's steps and
+def frequency_ranks(frequency: np.ndarray, quantum: int = 64) -> tuple[np.ndarray, int, np.ndarray]:
+    """(each column's new number, the columns, each new column's document frequency): columns renumbered by
+    document ``frequency``, the most frequent first, the columns that hold no value dropped. Renumbered, each row's
+    values keep their order, so every per-column computation over the rows (TF-IDF, a linear model's steps and
     scores) gives what it gives over the hashed columns; the weights a model touches most sit together in the
     CPU's cache. The columns are padded with empty ones to a multiple of ``quantum``, so that vector routines
     (BLAS) see whole SIMD blocks, as over the 2^k hashed columns."""
-    import scipy.sparse as sp
-
-    frequency = document_frequency(matrix, chunk=1 << 22)
     used = np.flatnonzero(frequency)
     order = used[np.argsort(-frequency[used], kind="stable")]
-    rank = np.zeros(matrix.shape[1], np.int32)
+    rank = np.zeros(len(frequency), np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)
-    _relabel(matrix.indices, rank)
     columns = max(quantum, -(-len(order) // quantum) * quantum)
     counts = np.zeros(columns, np.int64)
     counts[:len(order)] = frequency[order]
-    return sp.csr_matrix((matrix.data, matrix.indices, matrix.indptr), shape=(matrix.shape[0], columns)), counts
-
-
-@numba.njit(nogil=True, cache=True)
-def _relabel(indices, rank):
-    for p in range(len(indices)):
-        indices[p] = rank[indices[p]]
+    return rank, columns, counts
 
 
 class HashedCorpus:
-    """A corpus read batch by batch into what the SGD fold models need: its ``sublinear_tf`` rows stacked once
-    (``matrix``, CSR; ``io.stacked_rows.StackedRows``), its columns numbered by document frequency (``by_frequency``;
-    ``document_frequency`` of each), and ``blocks`` of ``block_rows`` rows drawn in a seeded random order (so a
-    block samples the corpus even when its rows come sorted by label), each block's rows in their reading order.
-    The matrix holds the rows block by block (row i is the corpus's row ``order[i]``; ``y``, each row's label code,
-    ``classes`` sorted, and ``folds`` in the same order), so the rows a model's step reads lie together.
+    """A corpus read batch by batch into what the SGD fold models need: its ``sublinear_tf`` rows hashed once and
+    laid out in ``rows`` (``io.stacked_rows.RowBlocks``: files of the scratch folder, read a block at a time) in
+    blocks of ``block_rows`` rows drawn in a seeded random order (so a block samples the corpus even when its rows
+    come sorted by label), each block's rows in their reading order; their columns numbered by document frequency
+    (``frequency_ranks``; ``document_frequency`` of each). Row i is the corpus's row ``order[i]``; ``y``, each
+    row's label code (``classes`` sorted), and ``folds`` are in the same order.
 
-    No batch's text is kept: the hashed rows are the largest thing held (about 35 values a pair).
+    No batch's text is kept, and the hashed rows (about 35 values a pair) wait on disk: the process holds about
+    14 bytes a row (its label, fold, order and row start) and the blocks being read.
     """
 
     def __init__(self, batches, k: int, seed: int = 0, inputs: str = "pair", block_rows: int = 65_536):
@@ -288,7 +288,7 @@ class HashedCorpus:
         from refinery.io.stacked_rows import StackedRows
         from refinery.progress import progress
 
-        stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="ngrams-")
+        stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="ngrams-", count_columns=True)
         codes, folds, index = [], [], {}
         with progress(desc="confidence: n-grams", unit=" rows") as bar:
             for batch in batches:
@@ -310,15 +310,10 @@ class HashedCorpus:
         self.y = y[self.order].astype(np.int8 if len(index) < 128 else np.int32)
         self.folds = np.concatenate(folds)[self.order] if folds else np.zeros(0, np.int8)
         del y, codes, folds
-        return_freed_memory()   # the reading's buffers, before the matrix is allocated
-        self.matrix, self.document_frequency = by_frequency(stacked.matrix(self.order))
+        return_freed_memory()   # the reading's buffers
+        relabel, columns, self.document_frequency = frequency_ranks(stacked.document_frequency)
+        self.rows = stacked.blocks(self.order, block_rows, relabel, columns)
         return_freed_memory()
-        self.blocks = [np.arange(start, min(start + block_rows, len(self.y)), dtype=small)
-                       for start in range(0, len(self.y), block_rows)]
-
-    @property
-    def rows(self) -> int:
-        return len(self.y)
 
 
 def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C: float = 1.0,
@@ -327,31 +322,39 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
     """Out-of-fold p(y | x) of every row of ``batches`` (Arrow tables, or one table): (probabilities, classes, each
     row's class index). Each row is scored by the model of its fold (``sgd_fold_model``), fit on the others.
 
-    The rows are hashed once (``HashedCorpus``); the K fold models then train side by side (threads, or Ray tasks
-    reading one copy of the rows from the object store), and each fold's rows are scored by its model
-    (``sgd.ovr_proba``).
+    The rows are hashed once and laid out on disk (``HashedCorpus``); the K fold models then train side by side
+    (threads reading the blocks from the files, or Ray tasks reading one copy of the rows from the object store),
+    and each row is scored by its fold's model (``sgd.ovr_proba``) in one more pass over the blocks.
     """
     from refinery.models.sgd import ovr_proba
     from refinery.pipeline.engine import map_calls
 
     corpus = HashedCorpus([batches] if isinstance(batches, pa.Table) else batches, k, seed, inputs, block_rows)
-    matrix, labels = corpus.matrix, len(corpus.classes)
-    rows = (matrix.indptr, matrix.indices, matrix.data)
-    shared = {"rows": rows, "blocks": corpus.blocks, "y": corpus.y, "folds": corpus.folds, "num_classes": labels,
-              "C": C, "epochs": epochs, "seed": seed, "document_frequency": corpus.document_frequency}
-    present = [f for f in range(k) if (corpus.folds == f).any()]
-    fitted = map_calls(sgd_fold_model, [{"fold": f} for f in present], shared, engine,
-                       desc=f"confidence: {len(present)} fold models, {epochs} epochs")
-    proba = np.zeros((corpus.rows, labels), np.float32)   # the models' float32 probabilities, as they come
-    for i, fold in enumerate(present):
-        (weights, intercepts), fitted[i] = fitted[i], None   # each model let go once its rows are scored
-        idf, _ = fold_idf(fold, rows, corpus.folds, corpus.document_frequency)
-        held_out = np.flatnonzero(corpus.folds == fold)
-        for start in range(0, len(held_out), block_rows):
-            part = held_out[start:start + block_rows]
-            proba[corpus.order[part]] = ovr_proba(tf_idf(matrix[part], idf, in_place=True), weights, intercepts,
-                                                  labels)
-    classes, y = corpus.classes, np.empty(corpus.rows, np.int64)
+    rows, labels = corpus.rows, len(corpus.classes)
+    try:
+        fold_frequency = fold_frequencies(rows, corpus.folds, k)
+        shared = {"rows": rows if engine == "local" else rows.in_memory(), "y": corpus.y, "folds": corpus.folds,
+                  "num_classes": labels, "C": C, "epochs": epochs, "seed": seed,
+                  "document_frequency": corpus.document_frequency, "fold_frequency": fold_frequency}
+        present = [f for f in range(k) if (corpus.folds == f).any()]
+        fitted = map_calls(sgd_fold_model, [{"fold": f} for f in present], shared, engine,
+                           desc=f"confidence: {len(present)} fold models, {epochs} epochs")
+        del shared
+        models = {fold: (*model, fold_idf(fold, corpus.folds, corpus.document_frequency, fold_frequency)[0])
+                  for fold, model in zip(present, fitted)}
+        del fitted
+        proba = np.zeros((len(corpus.y), labels), np.float32)   # the models' float32 probabilities, as they come
+        for b in range(len(rows)):   # each row scored by its fold's model, a block at a time
+            start, stop = rows.span(b)
+            block, block_folds = rows.matrix(b), corpus.folds[start:stop]
+            for fold, (weights, intercepts, idf) in models.items():
+                part = np.flatnonzero(block_folds == fold)
+                if len(part):
+                    proba[corpus.order[start + part]] = ovr_proba(tf_idf(block[part], idf, in_place=True), weights,
+                                                                  intercepts, labels)
+    finally:
+        rows.close()
+    classes, y = corpus.classes, np.empty(len(corpus.y), np.int64)
     y[corpus.order] = corpus.y
-    del corpus, matrix, rows, shared, fitted   # the hashed rows go before the probabilities widen
+    del corpus, models
     return proba.astype(np.float64), classes, y
