@@ -130,13 +130,16 @@ def _snli_pairs():
 
 def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
     """The data map's task model on SNLI dev's pairs (TF-IDF hashed n-grams, stacked through the spill files and
-    normalized in place): the compiled epoch (float32 sums in the rows' order, NumPy's softmax) leaves W bit for bit
-    where minibatch SGD written with SciPy's products does, W ← W − (η/|B|) Σ_{i∈B} x_iᵀ (softmax(x_i W) − e_{y_i})."""
+    normalized in place): the compiled epoch (float32 sums in the rows' order, NumPy's softmax) over the rows laid out
+    on disk leaves W bit for bit where minibatch SGD written with SciPy's products does, W ← W − (η/|B|) Σ_{i∈B}
+    x_iᵀ (softmax(x_i W) − e_{y_i}), in one permutation of every row an epoch (one block) or block by block (three),
+    and scores every row as SciPy's product does."""
     import scipy.sparse as sp
 
     from refinery.io.stacked_rows import StackedRows
     from refinery.methods.datamap.learners import BATCH, SoftmaxHead, softmax
-    from refinery.models.ngram import document_frequency, label_codes, smooth_idf, sublinear_tf, tf_idf
+    from refinery.models.ngram import (HashedCorpus, document_frequency, label_codes, smooth_idf, sublinear_tf,
+                                       tf_idf)
 
     table = _snli_pairs()
     blocks = [sublinear_tf(table.slice(s, 1000), "pair", (1, 2), 2 ** 16) for s in range(0, table.num_rows, 1000)]
@@ -145,16 +148,6 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
         stacked.append(block)
     X = stacked.matrix()
     assert stacked.spilled > 0 and (X != sp.vstack(blocks, format="csr")).nnz == 0
-    for in_memory in (100_000, 10 ** 9):   # rows placed in a given order, read back from disk or held
-        again = StackedRows(2 ** 17, in_memory=in_memory)
-        for block in blocks:
-            again.append(block)
-        order = np.random.default_rng(3).permutation(X.shape[0]).astype(np.int32)
-        placed = again.matrix(order)
-        assert (again.spilled > 0) == (in_memory == 100_000)
-        np.testing.assert_array_equal(placed.indptr, X[order].indptr)
-        np.testing.assert_array_equal(placed.indices, X[order].indices)
-        np.testing.assert_array_equal(placed.data, X[order].data)
     np.testing.assert_array_equal(document_frequency(X, chunk=1000), np.bincount(X.indices, minlength=X.shape[1]))
     idf = smooth_idf(document_frequency(X), X.shape[0])
     expected_features = tf_idf(X, idf)
@@ -162,20 +155,34 @@ def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
     np.testing.assert_array_equal(features.data, expected_features.data)
 
     y, labels = label_codes([table["label"].cast("string")])
-    head = SoftmaxHead(features, y, len(labels), 100.0, seed=0)
-    head.train_epoch(1)
-    head.train_epoch(2)
-    W = np.zeros_like(head.W)
-    for epoch in (1, 2):
-        order = np.random.default_rng([0, epoch]).permutation(len(y))
-        for start in range(0, len(y), BATCH):
-            rows = order[start:start + BATCH]
-            batch = features[rows]
-            used, local = np.unique(batch.indices, return_inverse=True)
-            compact = sp.csr_matrix((batch.data, local.astype(np.int32), batch.indptr), shape=(len(rows), len(used)))
-            residual = softmax(np.asarray(compact @ W[used]))
-            residual[np.arange(len(rows)), y[rows]] -= 1.0
-            W[used] -= (100.0 / len(rows)) * np.asarray(compact.T @ residual, np.float32)
-    np.testing.assert_array_equal(head.W, W)
-    p_gold, right = head.gold(y)
-    assert right.mean() > 0.7 and p_gold.mean() > 0.5   # it learns the rows it trains on
+    for block_rows in (65_536, 4_000):   # one block: one permutation of every row an epoch; three: block by block
+        corpus = HashedCorpus([table], 0, "pair", block_rows, bits=16, by_frequency=False, unit_tf_idf=True)
+        assert len(corpus.rows) == (1 if block_rows == 65_536 else 3)
+        head = SoftmaxHead(corpus.rows, y, len(labels), 100.0, 0, corpus.order)
+        head.train_epoch(1)
+        head.train_epoch(2)
+        W = np.zeros_like(head.W)
+        for epoch in (1, 2):
+            rng = np.random.default_rng([0, epoch])
+            runs = [rng.permutation(len(y))] if len(corpus.rows) == 1 else []
+            for b in (rng.permutation(len(corpus.rows)) if len(corpus.rows) > 1 else []):
+                start, stop = corpus.rows.span(b)
+                local = np.arange(stop - start)
+                rng.shuffle(local)
+                runs.append(corpus.order[start + local])   # the input's rows of block b, in the epoch's order
+            for order in runs:
+                for start in range(0, len(order), BATCH):
+                    rows = order[start:start + BATCH]
+                    batch = features[rows]
+                    used, local = np.unique(batch.indices, return_inverse=True)
+                    compact = sp.csr_matrix((batch.data, local.astype(np.int32), batch.indptr),
+                                            shape=(len(rows), len(used)))
+                    residual = softmax(np.asarray(compact @ W[used]))
+                    residual[np.arange(len(rows)), y[rows]] -= 1.0
+                    W[used] -= (100.0 / len(rows)) * np.asarray(compact.T @ residual, np.float32)
+        np.testing.assert_array_equal(head.W, W)
+        p_gold, right = head.gold(y)
+        proba = softmax(np.asarray(features @ W))
+        np.testing.assert_array_equal(p_gold, proba[np.arange(len(y)), y].astype(np.float32))
+        np.testing.assert_array_equal(right, proba.argmax(axis=1) == y)
+        assert right.mean() > 0.7 and p_gold.mean() > 0.5   # it learns the rows it trains on

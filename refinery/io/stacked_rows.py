@@ -49,9 +49,8 @@ class StackedRows:
             self.spilled += len(indices)
         self._held, self._held_bytes = [], 0
 
-    def matrix(self, order: np.ndarray | None = None):
-        """The stacked rows (CSR, float32 values); the temporary files are removed. ``order``: row ``order[i]`` of
-        the rows appended is the matrix's row i (each block's rows scattered to their places as it is read)."""
+    def matrix(self):
+        """The stacked rows (CSR, float32 values); the temporary files are removed."""
         import scipy.sparse as sp
 
         if self._files is not None and self._held:
@@ -59,26 +58,15 @@ class StackedRows:
         rows = sum(len(lengths) for lengths in self._lengths)
         nnz = sum(int(lengths.sum(dtype=np.int64)) for lengths in self._lengths)
         indptr = np.zeros(rows + 1, np.int32 if nnz < 2 ** 31 else np.int64)   # SciPy's own choice: no copy
-        if order is None:
-            for at, lengths in zip(np.cumsum([0] + [len(x) for x in self._lengths]), self._lengths):
-                np.cumsum(lengths, dtype=indptr.dtype, out=indptr[at + 1:at + 1 + len(lengths)])
-                indptr[at + 1:at + 1 + len(lengths)] += indptr[at]
-            place = None
-        else:
-            np.cumsum(np.concatenate([np.zeros(0, np.int32), *self._lengths])[order], dtype=indptr.dtype,
-                      out=indptr[1:])
-            place = np.empty(rows, order.dtype)
-            place[order] = np.arange(rows, dtype=order.dtype)
+        for at, lengths in zip(np.cumsum([0] + [len(x) for x in self._lengths]), self._lengths):
+            np.cumsum(lengths, dtype=indptr.dtype, out=indptr[at + 1:at + 1 + len(lengths)])
+            indptr[at + 1:at + 1 + len(lengths)] += indptr[at]
         indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
-        first = at = 0
-        for lengths in self._lengths:
+        at = 0
+        for lengths in self._lengths:   # read or copied straight into the matrix
             values = int(lengths.sum(dtype=np.int64))
-            if place is None:   # in place: read or copied straight into the matrix
-                self._next_block((indices[at:at + values], data[at:at + values]))
-            else:
-                block = self._next_block((np.empty(values, np.int32), np.empty(values, np.float32)))
-                _scatter_rows(lengths, block, place[first:first + len(lengths)], (indptr, indices, data))
-            at, first = at + values, first + len(lengths)
+            self._next_block((indices[at:at + values], data[at:at + values]))
+            at += values
         self._lengths = []
         if self._files is not None:
             for fh in self._files:
@@ -87,13 +75,15 @@ class StackedRows:
         return sp.csr_matrix((data, indices, indptr), shape=(rows, self.columns))
 
     def blocks(self, order: np.ndarray, block_rows: int, relabel: np.ndarray | None = None,
-               columns: int | None = None) -> "RowBlocks":
+               columns: int | None = None, transform=None) -> "RowBlocks":
         """The rows appended, laid out in two files (columns, values) in ``order`` (row ``order[i]`` of the rows
         appended at position i) and handed back as ``RowBlocks`` of ``block_rows`` positions; the spill files are
         removed. Each block's rows must come in the order they were appended (``order`` sorted within each block),
         so that the rows an appended block gives each block lie together there: one write per (appended block,
         block), whatever the corpus's size, and the files are written through the OS's page cache, not held.
-        ``relabel``: each column's new number (``columns`` of them), applied as the rows are laid out."""
+        ``relabel``: each column's new number (``columns`` of them), applied as the rows are laid out; ``transform``:
+        called on each appended block's rows as CSR arrays (indptr, indices, data), to change their values in place
+        before they are written (a row-wise weighting such as ``ngram.tf_idf``'s)."""
         if self._files is not None and self._held:
             self._spill()
         lengths = np.concatenate([np.zeros(0, np.int32), *self._lengths])
@@ -110,6 +100,8 @@ class StackedRows:
                 indices, data = self._next_block((np.empty(values, np.int32), np.empty(values, np.float32)))
                 if relabel is not None:
                     indices = relabel[indices]
+                if transform is not None:
+                    transform(np.concatenate([[0], np.cumsum(block_lengths, dtype=np.int64)]), indices, data)
                 laid_out.write_rows(place[first:first + len(block_lengths)], block_lengths, indices, data)
                 first += len(block_lengths)
         except BaseException:
@@ -136,20 +128,6 @@ class StackedRows:
                 raise OSError(f"{fh.name}: the spill file ends short of its {self.spilled:,} values")
         self._read += len(into[0])
         return into
-
-
-@numba.njit(nogil=True, cache=True)
-def _scatter_rows(lengths, block, place, matrix):
-    """Row r of ``block`` (columns, values; ``lengths`` values a row) to the matrix's row ``place[r]``."""
-    columns, values = block
-    indptr, indices, data = matrix
-    at = 0
-    for r in range(len(lengths)):
-        to = indptr[place[r]]
-        for j in range(lengths[r]):
-            indices[to + j], data[to + j] = columns[at + j], values[at + j]
-        at += lengths[r]
-
 
 class RowBlocks:
     """Sparse rows (CSR: columns int32, values float32) in blocks of ``block_rows`` consecutive rows, handed out one

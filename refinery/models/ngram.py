@@ -121,7 +121,7 @@ def sublinear_tf(table: pa.Table, inputs: str = "pair", ngram_range=(1, 2), n_fe
 
 def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-grams"):
     """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
-    code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ, a data map's task model). The
+    code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ). The
     rows are stacked once (``io.stacked_rows.StackedRows``: past 256 MiB the blocks wait on disk, not beside the
     matrix)."""
     from refinery.io.spill import return_freed_memory
@@ -269,18 +269,23 @@ def frequency_ranks(frequency: np.ndarray, quantum: int = 64) -> tuple[np.ndarra
 
 
 class HashedCorpus:
-    """A corpus read batch by batch into what the SGD fold models need: its ``sublinear_tf`` rows hashed once and
-    laid out in ``rows`` (``io.stacked_rows.RowBlocks``: files of the scratch folder, read a block at a time) in
-    blocks of ``block_rows`` rows drawn in a seeded random order (so a block samples the corpus even when its rows
-    come sorted by label), each block's rows in their reading order; their columns numbered by document frequency
-    (``frequency_ranks``; ``document_frequency`` of each). Row i is the corpus's row ``order[i]``; ``y``, each
-    row's label code (``classes`` sorted), and ``folds`` are in the same order.
+    """A corpus read batch by batch into what an SGD model over its hashed n-grams needs: its ``sublinear_tf`` rows
+    (2^``bits`` columns a field) hashed once and laid out in ``rows`` (``io.stacked_rows.RowBlocks``: files of the
+    scratch folder, read a block at a time) in blocks of ``block_rows`` rows drawn in a seeded random order (so a
+    block samples the corpus even when its rows come sorted by label), each block's rows in their reading order (a
+    corpus of one block keeps its order). Row i of ``rows`` is the corpus's row ``order[i]``; ``y``, each row's
+    label code (``classes`` sorted), and ``folds`` (``k`` folds, None: not drawn) are in the same order.
+    ``by_frequency``: the columns numbered by document frequency (``frequency_ranks``); ``unit_tf_idf``: the values
+    made unit-length TF-IDF rows by the idf of every row (``tf_idf``); either way ``document_frequency`` holds each
+    column's rows.
 
     No batch's text is kept, and the hashed rows (about 35 values a pair) wait on disk: the process holds about
     14 bytes a row (its label, fold, order and row start) and the blocks being read.
     """
 
-    def __init__(self, batches, k: int, seed: int = 0, inputs: str = "pair", block_rows: int = 65_536):
+    def __init__(self, batches, seed: int = 0, inputs: str = "pair", block_rows: int = 65_536, *,
+                 k: int | None = None, bits: int = 20, by_frequency: bool = True, unit_tf_idf: bool = False,
+                 desc: str = "n-grams"):
         import pyarrow.compute as pc
 
         from refinery.core.folds import fold_of
@@ -288,16 +293,17 @@ class HashedCorpus:
         from refinery.io.stacked_rows import StackedRows
         from refinery.progress import progress
 
-        stacked = StackedRows(2 ** 20 * (2 if inputs == "pair" else 1), prefix="ngrams-", count_columns=True)
+        stacked = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="ngrams-", count_columns=True)
         codes, folds, index = [], [], {}
-        with progress(desc="confidence: n-grams", unit=" rows") as bar:
+        with progress(desc=desc, unit=" rows") as bar:
             for batch in batches:
-                encoded = pc.dictionary_encode(batch["label"]).combine_chunks()
+                encoded = pc.dictionary_encode(batch["label"].cast(pa.string())).combine_chunks()
                 local = np.array([index.setdefault(v, len(index)) for v in encoded.dictionary.to_pylist()], np.int64)
                 codes.append(local[encoded.indices.to_numpy(zero_copy_only=False)])
-                folds.append(fold_of(batch["id"], k, seed).astype(np.int8 if k < 128 else np.int32))
+                if k is not None:
+                    folds.append(fold_of(batch["id"], k, seed).astype(np.int8 if k < 128 else np.int32))
                 for start in range(0, batch.num_rows, block_rows):   # the scanner's buffers grow with the text
-                    stacked.append(sublinear_tf(batch.slice(start, block_rows), inputs))
+                    stacked.append(sublinear_tf(batch.slice(start, block_rows), inputs, (1, 2), 2 ** bits))
                 bar.update(batch.num_rows)
         self.classes = sorted(index)
         rank = np.argsort(np.argsort(np.array(list(index), dtype=object)))
@@ -308,11 +314,19 @@ class HashedCorpus:
                                      range(0, len(drawn), block_rows)] or [drawn]).astype(small)
         del drawn
         self.y = y[self.order].astype(np.int8 if len(index) < 128 else np.int32)
-        self.folds = np.concatenate(folds)[self.order] if folds else np.zeros(0, np.int8)
+        self.folds = np.concatenate(folds)[self.order] if folds else None
         del y, codes, folds
         return_freed_memory()   # the reading's buffers
-        relabel, columns, self.document_frequency = frequency_ranks(stacked.document_frequency)
-        self.rows = stacked.blocks(self.order, block_rows, relabel, columns)
+        relabel, columns, transform = None, None, None
+        self.document_frequency = stacked.document_frequency
+        if by_frequency:
+            relabel, columns, self.document_frequency = frequency_ranks(stacked.document_frequency)
+        if unit_tf_idf:
+            idf = smooth_idf(self.document_frequency, len(self.y))
+
+            def transform(indptr, indices, data):   # ``tf_idf(…, in_place=True)`` of a block's rows
+                _unit_tf_idf(indptr, indices, data, idf)
+        self.rows = stacked.blocks(self.order, block_rows, relabel, columns, transform)
         return_freed_memory()
 
 
@@ -329,7 +343,8 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
     from refinery.models.sgd import ovr_proba
     from refinery.pipeline.engine import map_calls
 
-    corpus = HashedCorpus([batches] if isinstance(batches, pa.Table) else batches, k, seed, inputs, block_rows)
+    corpus = HashedCorpus([batches] if isinstance(batches, pa.Table) else batches, seed, inputs, block_rows, k=k,
+                          desc="confidence: n-grams")
     rows, labels = corpus.rows, len(corpus.classes)
     try:
         fold_frequency = fold_frequencies(rows, corpus.folds, k)

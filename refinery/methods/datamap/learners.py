@@ -4,8 +4,8 @@ row's probabilities (Swayamdipta et al. 2020; METHODS §8). A learner is resumab
 
 - ``SoftmaxHead`` (``ngram``, ``embeddings``): a multinomial logistic regression trained from zero by minibatch SGD on
   the log-loss, p(l | x) = softmax(xW)_l,  W ← W − (η/|B|) Σ_{i∈B} x_iᵀ (p(·|x_i) − e_{y_i}),  batches of 32 in a seeded
-  order per epoch, on unit-length TF-IDF hashed n-grams (sparse) or on a frozen encoder's sentence embeddings centred
-  on their mean and scaled to unit mean length (dense).
+  order per epoch, on unit-length TF-IDF hashed n-grams (sparse, read from disk a block of 65,536 rows at a time) or
+  on a frozen encoder's sentence embeddings centred on their mean and scaled to unit mean length (dense).
 - ``FineTuned`` (``transformer``): the encoder and a classification head fine-tuned (``models.transformer``,
   AdamW, batches of 32), one epoch per call from the weights after the last; each epoch has its own optimizer and
   linear decay, so a resumed run continues from the saved weights exactly as the uninterrupted one did.
@@ -30,32 +30,42 @@ def softmax(z: np.ndarray) -> np.ndarray:
 
 
 class SoftmaxHead:
-    """Multinomial logistic regression by minibatch SGD from zero on ``features`` (CSR or dense rows) and ``y``."""
+    """Multinomial logistic regression by minibatch SGD from zero on ``features`` and ``y`` (each row's label code):
+    dense rows in the input's order, or sparse rows laid out in blocks on disk (``io.stacked_rows.RowBlocks``; row i
+    of the layout is the input's row ``order[i]``, ``models.ngram.HashedCorpus``). Each epoch takes the rows in a
+    seeded order: dense rows, and a corpus of one block, in one permutation of them all; blocks in a fresh order,
+    each block's rows in a fresh order within it, so that a step reads one block (its rows a random draw of the
+    corpus) and the process holds one block, not the corpus's rows."""
 
-    def __init__(self, features, y: np.ndarray, num_labels: int, lr: float, seed: int):
-        self.features, self.y, self.lr, self.seed = features, y, lr, seed
-        self.W = np.zeros((features.shape[1], num_labels), np.float32)
+    def __init__(self, features, y: np.ndarray, num_labels: int, lr: float, seed: int, order: np.ndarray | None = None):
+        self.features, self.lr, self.seed, self.order = features, lr, seed, order
+        self.y = y if order is None else y[order]   # in the features' order
+        columns = features.columns if order is not None else features.shape[1]
+        self.W = np.zeros((columns, num_labels), np.float32)
 
     def train_epoch(self, epoch: int) -> None:
-        import scipy.sparse as sp
-
-        order = np.arange(len(self.y), dtype=np.int32 if len(self.y) < 2 ** 31 else np.int64)
-        np.random.default_rng([self.seed, epoch]).shuffle(order)   # the permutation of arange(n), in half the memory
-        if not sp.issparse(self.features):
+        rng = np.random.default_rng([self.seed, epoch])
+        if self.order is None:
+            order = np.arange(len(self.y), dtype=np.int32 if len(self.y) < 2 ** 31 else np.int64)
+            rng.shuffle(order)   # the permutation of arange(n), in half the memory
             for start in range(0, len(self.y), BATCH):
                 rows = order[start:start + BATCH]
                 self._dense_step(self.features[rows], self.y[rows])
             return
-        X = self.features
-        indptr = X.indptr
-        longest = int(np.diff(indptr).max()) if len(self.y) else 0
+        blocks = self.features
+        longest = int(np.diff(blocks.indptr).max()) if len(self.y) else 0
         table = _BatchGradient(1 << max(6, (2 * BATCH * longest).bit_length()), self.W.shape[1])
-        csr, scratch = (indptr, X.indices, X.data), (table.features, table.gradient, table.used)
-        for start in range(0, len(self.y), BATCH):
-            rows = order[start:start + BATCH]
-            e = np.exp(_shifted_logits(csr, rows, self.W))   # NumPy's exp and sum: the softmax of ``proba``
-            _sparse_step(csr, rows, self.y, (e, e.sum(axis=1, keepdims=True)), self.W,
-                         np.float32(self.lr / len(rows)), scratch)
+        scratch = (table.features, table.gradient, table.used)
+        for b in rng.permutation(len(blocks)) if len(blocks) > 1 else range(len(blocks)):
+            start, stop = blocks.span(b)
+            order = np.arange(stop - start, dtype=np.int32)
+            rng.shuffle(order)
+            csr, y = blocks.block(b), self.y[start:stop]
+            for first in range(0, len(order), BATCH):
+                rows = order[first:first + BATCH]
+                e = np.exp(_shifted_logits(csr, rows, self.W))   # NumPy's exp and sum: the softmax of ``proba``
+                _sparse_step(csr, rows, y, (e, e.sum(axis=1, keepdims=True)), self.W,
+                             np.float32(self.lr / len(rows)), scratch)
 
     def _dense_step(self, batch: np.ndarray, y: np.ndarray) -> None:
         """One SGD step on the batch's mean log-loss."""
@@ -64,12 +74,19 @@ class SoftmaxHead:
         self.W -= (self.lr / len(y)) * (batch.T @ residual).astype(np.float32)
 
     def gold(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(p(y_i | x_i), whether argmax p(· | x_i) = y_i) of every training row under the current W, a block of rows
-        at a time (no rows × labels matrix of the whole)."""
+        """(p(y_i | x_i), whether argmax p(· | x_i) = y_i) of every training row (``y``: their label codes, in the
+        input's order) under the current W, a block of rows at a time (no rows × labels matrix of the whole)."""
         p_gold, right = np.empty(len(y), np.float32), np.empty(len(y), bool)
-        for s in range(0, len(y), BLOCK_ROWS):
-            proba = softmax(np.asarray(self.features[s:s + BLOCK_ROWS] @ self.W))
-            p_gold[s:s + BLOCK_ROWS], right[s:s + BLOCK_ROWS] = _gold_of(proba, y[s:s + BLOCK_ROWS])
+        if self.order is None:
+            for s in range(0, len(y), BLOCK_ROWS):
+                proba = softmax(np.asarray(self.features[s:s + BLOCK_ROWS] @ self.W))
+                p_gold[s:s + BLOCK_ROWS], right[s:s + BLOCK_ROWS] = _gold_of(proba, y[s:s + BLOCK_ROWS])
+            return p_gold, right
+        for b in range(len(self.features)):
+            start, stop = self.features.span(b)
+            rows = self.order[start:stop]
+            proba = softmax(np.asarray(self.features.matrix(b) @ self.W))
+            p_gold[rows], right[rows] = _gold_of(proba, y[rows])
         return p_gold, right
 
     def state(self) -> bytes:

@@ -65,11 +65,13 @@ class DataMapStage(FilterStage):
         c = self.config
         tables = (b.rows for b in source.iter_batches() if b.rows.num_rows)
         if c.backend == "ngram":
-            from refinery.models.ngram import document_frequency, hashed_rows, smooth_idf, tf_idf
+            from refinery.models.ngram import HashedCorpus
 
-            X, self.y, self.labels = hashed_rows(tables, c.inputs, c.hash_bits, "datamap: n-grams")
-            features = tf_idf(X, smooth_idf(document_frequency(X), X.shape[0]), in_place=True)
-            return learners.SoftmaxHead(features, self.y, len(self.labels), c.step(), c.seed)
+            corpus = HashedCorpus(tables, c.seed, c.inputs, learners.BLOCK_ROWS, bits=c.hash_bits, by_frequency=False,
+                                  unit_tf_idf=True, desc="datamap: n-grams")
+            self.y, self.labels = np.empty(len(corpus.y), np.int64), list(corpus.classes)
+            self.y[corpus.order] = corpus.y
+            return learners.SoftmaxHead(corpus.rows, self.y, len(self.labels), c.step(), c.seed, corpus.order)
         if c.backend == "embeddings":
             from refinery.models.embeddings import EncoderSpec, embedded_rows
 
