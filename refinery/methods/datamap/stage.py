@@ -40,12 +40,14 @@ class DataMapStage(FilterStage):
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         from refinery.io.corpus import input_fingerprints
+        from refinery.methods.datamap import learners
         from refinery.methods.datamap.dynamics import dynamics_of, select, train_epochs
         from refinery.progress import progress
 
         c = self.config
         learner = self._learner(source)
         training = {k: v for k, v in to_dict(c).items() if k not in ("keep", "share")}   # a new selection: no retrain
+        training["block_rows"] = learners.BLOCK_ROWS   # the n-gram model's epochs take the rows block by block
         self.checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
             source.splits, source.opts.storage_options)})
         done = self._done()
