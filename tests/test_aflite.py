@@ -129,31 +129,39 @@ def test_aflite_on_embeddings_embeds_each_text_once_and_reads_it_back_from_the_c
         (tmp_path / "cache" / "embeddings").rglob("*.tmp"))
 
 
-def _snli_hypotheses(rows: int | None = None):
-    """SNLI dev's hypotheses as AFLite's Φ (hashed 1-2-grams, sublinear tf, 2^18 columns) and label codes."""
+def _snli_table(rows: int | None = None):
+    """SNLI dev's labeled pairs (the first ``rows``) in refinery's columns."""
     import pyarrow.json as pj
-
-    from refinery.models.ngram import label_codes, sublinear_tf
 
     table = pj.read_json(SNLI_DEV)
     table = table.rename_columns([{"sentence1": "text_a", "sentence2": "text_b", "gold_label": "label"}.get(n, n)
                                   for n in table.column_names])
-    table = table.filter(pc.field("label") != "-").slice(0, rows)
+    return table.filter(pc.field("label") != "-").slice(0, rows)
+
+
+def _snli_hypotheses(rows: int | None = None):
+    """SNLI dev's hypotheses as AFLite's Φ (hashed 1-2-grams, sublinear tf, 2^18 columns) and label codes."""
+    from refinery.models.ngram import label_codes, sublinear_tf
+
+    table = _snli_table(rows)
     y, labels = label_codes([table["label"].cast("string")])
     return sublinear_tf(table, "hypothesis", (1, 2), 2 ** 18), y, labels
 
 
 def test_the_compiled_naive_bayes_predicts_what_the_sparse_products_of_its_equation_do():
-    """The m models of an iteration fit and scored by the compiled kernels (reading Φ's rows left in place, a block
-    of partitions at a time, the next block drawn meanwhile) give each row the same right and held-out counts as
+    """The m models of an iteration fit and scored by the compiled kernels (reading Φ's rows left from disk a block of
+    rows at a time, a block of partitions at a time, the next block drawn meanwhile) give each row the same right and held-out counts as
     the equation's direct products, Φᵀ Z for N_{l,d} and Φ log θ for the scores, on S = a random 70% of SNLI dev."""
     from refinery.methods.aflite.naive_bayes import naive_bayes_predictability
     from refinery.methods.aflite.partitions import draw_partitions
+    from refinery.models.ngram import HashedCorpus
 
     X, y, labels = _snli_hypotheses()
     alive = np.flatnonzero(np.random.default_rng(1).random(X.shape[0]) < 0.7)
-    right, held = naive_bayes_predictability(X, alive, y, len(labels), draw_partitions(len(alive), 0.5, 20,
-                                                                                      np.random.default_rng(5)))
+    corpus = HashedCorpus([_snli_table()], None, "hypothesis", 1000, bits=18, by_frequency=False)   # 10 blocks
+    assert len(corpus.rows) == 10 and np.array_equal(corpus.y, y)
+    right, held = naive_bayes_predictability(corpus.rows, alive, y, len(labels),
+                                             draw_partitions(len(alive), 0.5, 20, np.random.default_rng(5)))
     S, codes, C = X[alive], y[alive], len(labels)
     expected_right, expected_held = np.zeros(len(alive), np.int32), np.zeros(len(alive), np.int32)
     rng = np.random.default_rng(5)

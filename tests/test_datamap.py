@@ -129,25 +129,20 @@ def _snli_pairs():
 
 
 def test_the_compiled_sgd_epoch_takes_the_numpy_steps_of_its_equation():
-    """The data map's task model on SNLI dev's pairs (TF-IDF hashed n-grams, stacked through the spill files and
-    normalized in place): the compiled epoch (float32 sums in the rows' order, NumPy's softmax) over the rows laid out
+    """The data map's task model on SNLI dev's pairs (TF-IDF hashed n-grams, normalized in place as they are laid
+    out on disk): the compiled epoch (float32 sums in the rows' order, NumPy's softmax) over the rows laid out
     on disk leaves W bit for bit where minibatch SGD written with SciPy's products does, W ← W − (η/|B|) Σ_{i∈B}
     x_iᵀ (softmax(x_i W) − e_{y_i}), in one permutation of every row an epoch (one block) or block by block (three),
     and scores every row as SciPy's product does."""
     import scipy.sparse as sp
 
-    from refinery.io.stacked_rows import StackedRows
     from refinery.methods.datamap.learners import BATCH, SoftmaxHead, softmax
     from refinery.models.ngram import (HashedCorpus, document_frequency, label_codes, smooth_idf, sublinear_tf,
                                        tf_idf)
 
     table = _snli_pairs()
-    blocks = [sublinear_tf(table.slice(s, 1000), "pair", (1, 2), 2 ** 16) for s in range(0, table.num_rows, 1000)]
-    stacked = StackedRows(2 ** 17, in_memory=100_000)   # past 100 kB the blocks wait on disk
-    for block in blocks:
-        stacked.append(block)
-    X = stacked.matrix()
-    assert stacked.spilled > 0 and (X != sp.vstack(blocks, format="csr")).nnz == 0
+    X = sp.vstack([sublinear_tf(table.slice(s, 1000), "pair", (1, 2), 2 ** 16)
+                   for s in range(0, table.num_rows, 1000)], format="csr")
     np.testing.assert_array_equal(document_frequency(X, chunk=1000), np.bincount(X.indices, minlength=X.shape[1]))
     idf = smooth_idf(document_frequency(X), X.shape[0])
     expected_features = tf_idf(X, idf)

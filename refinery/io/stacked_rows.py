@@ -1,6 +1,6 @@
-"""Sparse rows stacked block by block, the blocks past a memory share waiting in spill files (``StackedRows``):
-what a model over a whole corpus's hashed n-grams reads, as one CSR matrix (AFLite's Φ, a data map's task model) or
-laid out in files and read a block at a time (``RowBlocks``: the confidence filter's fold models), so that the
+"""Sparse rows stacked block by block, the blocks past a memory share waiting in spill files (``StackedRows``), then
+laid out in files in the order a model reads them and read a block at a time (``RowBlocks``): what a model over a
+whole corpus's hashed n-grams reads (AFLite's Φ, a data map's and the confidence filter's task models), so that the
 process holds one block of them, whatever the corpus's rows."""
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from refinery.io.scratch import process_folder
 
 
 class StackedRows:
-    """Sparse row blocks (CSR) stacked into one matrix without holding the rows twice: blocks are kept as they come
-    until they pass ``in_memory`` bytes, then every block's columns and values go to files of a temporary folder;
-    ``matrix`` allocates the whole matrix once and reads them back into it (``np.vstack`` of the blocks would hold
-    the blocks and the matrix together)."""
+    """Sparse row blocks (CSR) as they come, to be laid out in a given order (``blocks``): blocks are kept as they
+    come until they pass ``in_memory`` bytes, then every block's columns and values go to files of a temporary
+    folder, from which ``blocks`` reads them back one at a time."""
 
     def __init__(self, columns: int, in_memory: int = 256 << 20, prefix: str = "rows-", count_columns: bool = False):
         self.columns, self.in_memory = columns, in_memory
@@ -48,31 +47,6 @@ class StackedRows:
             self._files[1].write(data.tobytes())
             self.spilled += len(indices)
         self._held, self._held_bytes = [], 0
-
-    def matrix(self):
-        """The stacked rows (CSR, float32 values); the temporary files are removed."""
-        import scipy.sparse as sp
-
-        if self._files is not None and self._held:
-            self._spill()   # the last blocks too: none of them beside the whole matrix
-        rows = sum(len(lengths) for lengths in self._lengths)
-        nnz = sum(int(lengths.sum(dtype=np.int64)) for lengths in self._lengths)
-        indptr = np.zeros(rows + 1, np.int32 if nnz < 2 ** 31 else np.int64)   # SciPy's own choice: no copy
-        for at, lengths in zip(np.cumsum([0] + [len(x) for x in self._lengths]), self._lengths):
-            np.cumsum(lengths, dtype=indptr.dtype, out=indptr[at + 1:at + 1 + len(lengths)])
-            indptr[at + 1:at + 1 + len(lengths)] += indptr[at]
-        indices, data = np.empty(nnz, np.int32), np.empty(nnz, np.float32)
-        at = 0
-        for lengths in self._lengths:   # read or copied straight into the matrix
-            values = int(lengths.sum(dtype=np.int64))
-            self._next_block((indices[at:at + values], data[at:at + values]))
-            at += values
-        self._lengths = []
-        if self._files is not None:
-            for fh in self._files:
-                fh.close()
-            self._folder.cleanup()
-        return sp.csr_matrix((data, indices, indptr), shape=(rows, self.columns))
 
     def blocks(self, order: np.ndarray, block_rows: int, relabel: np.ndarray | None = None,
                columns: int | None = None, transform=None) -> "RowBlocks":
@@ -156,6 +130,10 @@ class RowBlocks:
     @property
     def rows(self) -> int:
         return len(self.indptr) - 1
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.rows, self.columns
 
     def __len__(self) -> int:
         return -(-self.rows // self.block_rows)

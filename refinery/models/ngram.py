@@ -119,29 +119,6 @@ def sublinear_tf(table: pa.Table, inputs: str = "pair", ngram_range=(1, 2), n_fe
     return counts
 
 
-def hashed_rows(tables, inputs: str = "pair", bits: int = 20, desc: str = "n-grams"):
-    """(``sublinear_tf`` of every row of ``tables`` in order with 2^``bits`` columns per field, each row's label
-    code, the labels sorted): what a model over the whole corpus reads (AFLite's Φ). The
-    rows are stacked once (``io.stacked_rows.StackedRows``: past 256 MiB the blocks wait on disk, not beside the
-    matrix)."""
-    from refinery.io.spill import return_freed_memory
-    from refinery.io.stacked_rows import StackedRows
-    from refinery.progress import progress
-
-    stacked, labels = StackedRows(2 ** bits * (2 if inputs == "pair" else 1), prefix="ngrams-"), []
-    with progress(desc=desc, unit=" rows") as bar:
-        for table in tables:
-            stacked.append(sublinear_tf(table, inputs, (1, 2), 2 ** bits))
-            labels.append(table["label"].cast(pa.string()))
-            bar.update(table.num_rows)
-    y, names = label_codes(labels)
-    del labels
-    return_freed_memory()   # the batches' and the hashing's freed memory: not held beside the matrix being stacked
-    matrix = stacked.matrix()
-    return_freed_memory()   # nor carried through the model's loop
-    return matrix, y, names
-
-
 def label_codes(labels: list) -> tuple[np.ndarray, list]:
     """(each row's label code, the labels sorted) of ``labels``, a list of string arrays in row order."""
     import pyarrow.compute as pc
@@ -273,7 +250,8 @@ class HashedCorpus:
     (2^``bits`` columns a field) hashed once and laid out in ``rows`` (``io.stacked_rows.RowBlocks``: files of the
     scratch folder, read a block at a time) in blocks of ``block_rows`` rows drawn in a seeded random order (so a
     block samples the corpus even when its rows come sorted by label), each block's rows in their reading order (a
-    corpus of one block keeps its order). Row i of ``rows`` is the corpus's row ``order[i]``; ``y``, each row's
+    corpus of one block keeps its order; ``seed`` None: every row in reading order). Row i of ``rows`` is the
+    corpus's row ``order[i]``; ``y``, each row's
     label code (``classes`` sorted), and ``folds`` (``k`` folds, None: not drawn) are in the same order.
     ``by_frequency``: the columns numbered by document frequency (``frequency_ranks``); ``unit_tf_idf``: the values
     made unit-length TF-IDF rows by the idf of every row (``tf_idf``); either way ``document_frequency`` holds each
@@ -283,7 +261,7 @@ class HashedCorpus:
     14 bytes a row (its label, fold, order and row start) and the blocks being read.
     """
 
-    def __init__(self, batches, seed: int = 0, inputs: str = "pair", block_rows: int = 65_536, *,
+    def __init__(self, batches, seed: int | None = 0, inputs: str = "pair", block_rows: int = 65_536, *,
                  k: int | None = None, bits: int = 20, by_frequency: bool = True, unit_tf_idf: bool = False,
                  desc: str = "n-grams"):
         import pyarrow.compute as pc
@@ -308,11 +286,14 @@ class HashedCorpus:
         self.classes = sorted(index)
         rank = np.argsort(np.argsort(np.array(list(index), dtype=object)))
         y = rank[np.concatenate(codes)] if codes else np.zeros(0, np.int64)
-        drawn = np.random.default_rng(seed).permutation(len(y))
-        small = np.int32 if len(drawn) < 2 ** 31 else np.int64
-        self.order = np.concatenate([np.sort(drawn[start:start + block_rows]) for start in
-                                     range(0, len(drawn), block_rows)] or [drawn]).astype(small)
-        del drawn
+        small = np.int32 if len(y) < 2 ** 31 else np.int64
+        if seed is None:
+            self.order = np.arange(len(y), dtype=small)
+        else:
+            drawn = np.random.default_rng(seed).permutation(len(y))
+            self.order = np.concatenate([np.sort(drawn[start:start + block_rows]) for start in
+                                         range(0, len(drawn), block_rows)] or [drawn]).astype(small)
+            del drawn
         self.y = y[self.order].astype(np.int8 if len(index) < 128 else np.int32)
         self.folds = np.concatenate(folds)[self.order] if folds else None
         del y, codes, folds

@@ -7,10 +7,10 @@ Partition j's model, counted on its training rows T_j (sublinear tf x_{i,d}):
     log p(l | x) = log π_l + Σ_d x_d log θ_{l,d} + const,   π_l = |{i ∈ T_j : y_i = l}| / |T_j|,
 
 and each held-out row is predicted by the argmax. The partitions are taken a block at a time: two compiled kernels
-read Φ's rows in place (the rows left, by their numbers: no copy of Φ), one summing every N_{l,d} of the block (in
-row order, in float32; the partitions shared among the threads) and one scoring each held-out row under the models of
-the block (the rows shared among the threads). Memory: the block's counts (D × block × labels floats) and its
-membership (rows × block bytes) beside Φ.
+read Φ's rows (``io.stacked_rows.RowBlocks``: from disk, a block of rows at a time; the rows left by their numbers),
+one summing every N_{l,d} of the partitions (in row order, in float32; the partitions shared among the threads) and
+one scoring each held-out row under their models (the rows shared among the threads). Memory: the partitions'
+counts (D × block × labels floats), their membership (rows × block bytes) and one block of Φ's rows.
 """
 from __future__ import annotations
 
@@ -19,21 +19,23 @@ import numpy as np
 
 from refinery.methods.aflite.partitions import membership
 
-BLOCK = 16   # partitions fit and scored together
+BLOCK = 16            # partitions fit and scored together
+BLOCK_ROWS = 65_536   # Φ's rows read at a time
 
 
 def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: int, partitions
                                ) -> tuple[np.ndarray, np.ndarray]:
-    """(right, held out): per row of S (``alive``, the numbers of its rows in ``X``, CSR Φ of the input, ascending;
-    ``y`` the input's label codes), how many of the classifiers that held it out predicted its label, and how many
-    held it out. ``partitions``: the m partitions of S in order, each the positions in ``alive`` of T_j."""
+    """(right, held out): per row of S (``alive``, the numbers of its rows in ``X``, Φ of the input as
+    ``io.stacked_rows.RowBlocks`` in the input's order, ascending; ``y`` the input's label codes), how many of the
+    classifiers that held it out predicted its label, and how many held it out. ``partitions``: the m partitions of
+    S in order, each the positions in ``alive`` of T_j."""
     from concurrent.futures import ThreadPoolExecutor
 
     rows = len(alive)
     right, held = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-    indptr, indices = X.indptr, X.indices
-    data = X.data.astype(np.float32, copy=False)
     labels = y[alive]
+    # the positions in S of each block's rows: S's rows are ascending, so a block's are a run of them
+    bounds = np.searchsorted(alive, [X.span(b)[0] for b in range(len(X))] + [X.shape[0]])
     drawn = iter(partitions)
 
     def next_block() -> np.ndarray | None:
@@ -45,18 +47,27 @@ def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: 
         upcoming = drawing.submit(next_block)
         while (train := upcoming.result()) is not None:
             upcoming = drawing.submit(next_block)
-            _score_block((indptr, indices, data, alive, labels), X.shape[1], num_labels, train, right, held)
+            _score_block(X, (alive, labels, bounds), num_labels, train, right, held)
     return right, held
 
 
-def _score_block(rows: tuple, columns: int, num_labels: int, train: np.ndarray, right: np.ndarray,
-                 held: np.ndarray) -> None:
-    """Fit the block's models (``train``: its membership) on S (``rows``: Φ's CSR arrays, the rows left, their
-    labels) and add their held-out predictions to ``right`` and ``held``."""
-    indptr, indices, data, alive, labels = rows
-    b = train.shape[1]
-    csr = (indptr, indices, data)
-    counts = _label_counts(csr, alive, labels, train, (columns, num_labels), min(b, numba.get_num_threads()))
+def _score_block(X, rows: tuple, num_labels: int, train: np.ndarray, right: np.ndarray, held: np.ndarray) -> None:
+    """Fit the block's models (``train``: its membership) on S (``rows``: the rows left, their labels, the bounds
+    of each of Φ's blocks among them) and add their held-out predictions to ``right`` and ``held``: Φ read a
+    block of rows at a time, twice (the counts, then the scores)."""
+    alive, labels, bounds = rows
+    b, columns = train.shape[1], X.shape[1]
+    threads = min(b, numba.get_num_threads())
+    share = (b + threads - 1) // threads
+    partial = np.zeros((threads, columns, num_labels, share), np.float32)
+    for block, in_block in _blocks_of_s(X, bounds):
+        start = X.span(block)[0]
+        _label_counts(X.block(block), alive[in_block] - start, labels[in_block], train[in_block], partial)
+    counts = np.empty((columns, b, num_labels), np.float32)
+    for t in range(threads):
+        for j in range(t * share, min(b, (t + 1) * share)):
+            counts[:, j, :] = partial[t, :, :, j - t * share]
+    del partial
     counts = counts.reshape(columns, b * num_labels).astype(np.float64)
     per_label = counts.sum(axis=0)                                                              # N_l
     log_theta = (np.log(counts + 1.0) - np.log(per_label + counts.shape[0])[None, :]).astype(np.float32)
@@ -64,21 +75,29 @@ def _score_block(rows: tuple, columns: int, num_labels: int, train: np.ndarray, 
     for j in range(b):
         priors[j] = np.bincount(labels[train[:, j]], minlength=num_labels)
     log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum(axis=1, keepdims=True)).astype(np.float32)
-    _held_out_right(csr, alive, labels, train, (log_theta, log_prior.ravel()), (right, held))
+    for block, in_block in _blocks_of_s(X, bounds):
+        start = X.span(block)[0]
+        _held_out_right(X.block(block), alive[in_block] - start, labels[in_block], train[in_block],
+                        (log_theta, log_prior.ravel()), (right[in_block], held[in_block]))
+
+
+def _blocks_of_s(X, bounds: np.ndarray):
+    """(block of Φ, the slice of S's positions in it) of each block holding rows of S, in order."""
+    for block in range(len(X)):
+        if bounds[block + 1] > bounds[block]:
+            yield block, slice(int(bounds[block]), int(bounds[block + 1]))
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _label_counts(csr, alive, labels, train, shape, threads):
-    """N_{l,d} of each partition of the block (``shape``: D × labels; D × b × labels, float32) from Φ's rows
-    (``csr``: indptr, indices, values), added in row order: the block's partitions
-    shared among ``threads`` threads, each reading every row once and adding its values to the counts of its
-    partitions (side by side per feature and label; a partition not training on the row adds 0, which changes no
-    sum)."""
+def _label_counts(csr, alive, labels, train, counts):
+    """Add to ``counts`` (threads × D × labels × share, float32: thread t's partitions t·share, t·share + 1, … side
+    by side per feature and label) N_{l,d} of each partition of the block from Φ's rows (``csr``: indptr, indices,
+    values; ``alive``: S's rows among them), in row order: each thread reads every row once and adds its values to
+    the counts of its partitions (a partition not training on the row adds 0, which changes no sum). Called on Φ's
+    blocks in order, the sums are added in the rows' order as over the whole of Φ at once."""
     indptr, indices, data = csr
-    columns, num_labels = shape
+    threads, share = counts.shape[0], counts.shape[3]
     b = train.shape[1]
-    share = (b + threads - 1) // threads
-    counts = np.zeros((threads, columns, num_labels, share), np.float32)
     for t in numba.prange(threads):
         first, last = t * share, min(b, (t + 1) * share)
         mine = counts[t]
@@ -91,11 +110,6 @@ def _label_counts(csr, alive, labels, train, shape, threads):
                 value, slab = data[p], mine[indices[p], label]
                 for j in range(share):
                     slab[j] += value * member[j]
-    out = np.empty((columns, b, num_labels), np.float32)
-    for t in range(threads):
-        for j in range(t * share, min(b, (t + 1) * share)):
-            out[:, j, :] = counts[t, :, :, j - t * share]
-    return out
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

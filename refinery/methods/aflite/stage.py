@@ -175,8 +175,9 @@ def _contiguous(done: list) -> list:
 
 
 def _represent(source: StageInput, config: AFLiteConfig):
-    """(Φ of every row: CSR n-grams or dense embeddings, its label codes, the labels sorted, the texts' provenance
-    (``Embedded``; None for n-grams)) of ``source``, read batch by batch in order."""
+    """(Φ of every row: n-grams laid out on disk (``io.stacked_rows.RowBlocks``) or dense embeddings, its label codes,
+    the labels sorted, the texts' provenance (``Embedded``; None for n-grams)) of ``source``, read batch by batch in
+    order."""
     tables = (b.rows for b in source.iter_batches() if b.rows.num_rows)
     if config.representation == "embeddings":
         from refinery.models.embeddings import EncoderSpec, embedded_rows
@@ -184,6 +185,9 @@ def _represent(source: StageInput, config: AFLiteConfig):
         rows = embedded_rows(tables, config.inputs, EncoderSpec(config.model, config.max_length), source.engine,
                              "aflite: embed")
         return rows.features, rows.y, rows.labels, rows.texts
-    from refinery.models.ngram import hashed_rows
+    from refinery.methods.aflite.naive_bayes import BLOCK_ROWS
+    from refinery.models.ngram import HashedCorpus
 
-    return (*hashed_rows(tables, config.inputs, config.hash_bits, "aflite: n-grams"), None)
+    corpus = HashedCorpus(tables, None, config.inputs, BLOCK_ROWS, bits=config.hash_bits, by_frequency=False,
+                          desc="aflite: n-grams")
+    return corpus.rows, corpus.y.astype(np.int64), corpus.classes, None
