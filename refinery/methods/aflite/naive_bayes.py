@@ -10,7 +10,7 @@ and each held-out row is predicted by the argmax. The partitions are taken a blo
 read Φ's rows (``io.stacked_rows.RowBlocks``: from disk, a block of rows at a time; the rows left by their numbers),
 one summing every N_{l,d} of the partitions (in row order, in float32; the partitions shared among the threads) and
 one scoring each held-out row under their models (the rows shared among the threads). Memory: the partitions'
-counts (D × block × labels floats), their membership (rows × block bytes) and one block of Φ's rows.
+counts (D × block × labels floats), their membership (rows × block bytes) and one block of Φ's rows (``BLOCK_ROWS``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 from refinery.methods.aflite.partitions import membership
 
 BLOCK = 16            # partitions fit and scored together
-BLOCK_ROWS = 65_536   # Φ's rows read at a time
+BLOCK_ROWS = 1 << 20   # Φ's rows read at a time (120 MB of hypotheses' n-grams, 360 MB of pairs'): few kernel calls
 
 
 def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: int, partitions
@@ -63,12 +63,8 @@ def _score_block(X, rows: tuple, num_labels: int, train: np.ndarray, right: np.n
     for block, in_block in _blocks_of_s(X, bounds):
         start = X.span(block)[0]
         _label_counts(X.block(block), alive[in_block] - start, labels[in_block], train[in_block], partial)
-    counts = np.empty((columns, b, num_labels), np.float32)
-    for t in range(threads):
-        for j in range(t * share, min(b, (t + 1) * share)):
-            counts[:, j, :] = partial[t, :, :, j - t * share]
+    counts = _by_partition(partial, b).reshape(columns, b * num_labels).astype(np.float64)
     del partial
-    counts = counts.reshape(columns, b * num_labels).astype(np.float64)
     per_label = counts.sum(axis=0)                                                              # N_l
     log_theta = (np.log(counts + 1.0) - np.log(per_label + counts.shape[0])[None, :]).astype(np.float32)
     priors = np.zeros((b, num_labels), np.float32)   # training rows per label
@@ -110,6 +106,17 @@ def _label_counts(csr, alive, labels, train, counts):
                 value, slab = data[p], mine[indices[p], label]
                 for j in range(share):
                     slab[j] += value * member[j]
+
+
+@numba.njit(nogil=True, cache=True)
+def _by_partition(partial, b):
+    """The counts of ``_label_counts`` (threads × D × labels × share) as D × b × labels, partition j at j."""
+    threads, columns, num_labels, share = partial.shape
+    out = np.empty((columns, b, num_labels), np.float32)
+    for t in range(threads):
+        for j in range(t * share, min(b, (t + 1) * share)):
+            out[:, j, :] = partial[t, :, :, j - t * share]
+    return out
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
