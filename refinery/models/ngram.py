@@ -160,15 +160,6 @@ def _unit_tf_idf(indptr, indices, data, idf):
             data[p] = data[p] / norm
 
 
-def document_frequency(tf, chunk: int = 1 << 24) -> np.ndarray:
-    """Rows with each column (``tf``: CSR, canonical), counted a chunk of values at a time (``np.bincount`` widens
-    the whole index array to int64 first)."""
-    counts = np.zeros(tf.shape[1], np.int64)
-    for start in range(0, tf.nnz, chunk):
-        counts += np.bincount(tf.indices[start:start + chunk], minlength=tf.shape[1])
-    return counts
-
-
 def smooth_idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:
     """idf(t) = ln((1 + n) / (1 + df(t))) + 1 (scikit-learn's smooth idf)."""
     return (np.log((1.0 + documents) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
