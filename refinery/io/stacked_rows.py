@@ -74,9 +74,10 @@ class StackedRows:
                 indices, data = self._next_block((np.empty(values, np.int32), np.empty(values, np.float32)))
                 if relabel is not None:
                     indices = relabel[indices]
+                starts = np.concatenate([[0], np.cumsum(block_lengths, dtype=np.int64)])
                 if transform is not None:
-                    transform(np.concatenate([[0], np.cumsum(block_lengths, dtype=np.int64)]), indices, data)
-                laid_out.write_rows(place[first:first + len(block_lengths)], block_lengths, indices, data)
+                    transform(starts, indices, data)
+                laid_out.write_rows(place[first:first + len(block_lengths)], starts, indices, data)
                 first += len(block_lengths)
         except BaseException:
             laid_out.close()
@@ -142,10 +143,10 @@ class RowBlocks:
         """The rows [start, stop) of ``block``."""
         return block * self.block_rows, min((block + 1) * self.block_rows, self.rows)
 
-    def write_rows(self, to: np.ndarray, lengths: np.ndarray, indices: np.ndarray, data: np.ndarray) -> None:
-        """Rows given in some order (``lengths`` values each, their ``indices`` and ``data`` one after the other) to
-        their places ``to``, grouped by block: each block's rows among them must be a run of consecutive places
-        (refused otherwise), written with one ``pwrite`` of each file."""
+    def write_rows(self, to: np.ndarray, starts: np.ndarray, indices: np.ndarray, data: np.ndarray) -> None:
+        """Rows given in some order (row r's ``indices`` and ``data`` at ``starts[r]:starts[r + 1]``) to their places
+        ``to``, grouped by block: each block's rows among them must be a run of consecutive places (refused
+        otherwise), written with one ``pwrite`` of each file."""
         by_block = np.argsort(to // self.block_rows, kind="stable")
         placed = to[by_block]
         firsts = np.concatenate([[0], np.flatnonzero(np.diff(placed // self.block_rows)) + 1])
@@ -153,10 +154,8 @@ class RowBlocks:
         steps[firsts[1:] - 1] = 1   # a new block may start anywhere
         if len(steps) and np.any(steps != 1):
             raise ValueError("each block's rows must come in the order of their places")
-        starts = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=starts[1:])
         columns, values = _gathered_rows(starts, by_block, indices, data)
-        sizes = np.add.reduceat(lengths[by_block].astype(np.int64), firsts) if len(placed) else []
+        sizes = np.add.reduceat(np.diff(starts)[by_block], firsts) if len(placed) else []
         at = 0
         for first, size in zip(firsts, sizes):
             offset = int(self.indptr[placed[first]])

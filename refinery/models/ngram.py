@@ -301,6 +301,12 @@ class HashedCorpus:
         self.rows = stacked.blocks(self.order, block_rows, relabel, columns, transform)
         return_freed_memory()
 
+    def y_as_read(self) -> np.ndarray:
+        """Each row's label code in the order the rows were read (int64)."""
+        y = np.empty(len(self.y), np.int64)
+        y[self.order] = self.y
+        return y
+
 
 def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C: float = 1.0,
                   epochs: int = 3, block_rows: int = 65_536, engine: str = "local"
@@ -341,7 +347,6 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
                                                                   intercepts, labels)
     finally:
         rows.close()
-    classes, y = corpus.classes, np.empty(len(corpus.y), np.int64)
-    y[corpus.order] = corpus.y
+    classes, y = corpus.classes, corpus.y_as_read()
     del corpus, models
     return proba.astype(np.float64), classes, y

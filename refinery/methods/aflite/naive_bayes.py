@@ -60,8 +60,7 @@ def _score_block(X, rows: tuple, num_labels: int, train: np.ndarray, right: np.n
     threads = min(b, numba.get_num_threads())
     share = (b + threads - 1) // threads
     partial = np.zeros((threads, columns, num_labels, share), np.float32)
-    for block, in_block in _blocks_of_s(X, bounds):
-        start = X.span(block)[0]
+    for block, start, in_block in _blocks_of_s(X, bounds):
         _label_counts(X.block(block), alive[in_block] - start, labels[in_block], train[in_block], partial)
     counts = _by_partition(partial, b).reshape(columns, b * num_labels).astype(np.float64)
     del partial
@@ -71,17 +70,16 @@ def _score_block(X, rows: tuple, num_labels: int, train: np.ndarray, right: np.n
     for j in range(b):
         priors[j] = np.bincount(labels[train[:, j]], minlength=num_labels)
     log_prior = np.log(np.maximum(priors, 1e-12) / priors.sum(axis=1, keepdims=True)).astype(np.float32)
-    for block, in_block in _blocks_of_s(X, bounds):
-        start = X.span(block)[0]
+    for block, start, in_block in _blocks_of_s(X, bounds):
         _held_out_right(X.block(block), alive[in_block] - start, labels[in_block], train[in_block],
                         (log_theta, log_prior.ravel()), (right[in_block], held[in_block]))
 
 
 def _blocks_of_s(X, bounds: np.ndarray):
-    """(block of Φ, the slice of S's positions in it) of each block holding rows of S, in order."""
+    """(block of Φ, its first row, the slice of S's positions in it) of each block holding rows of S, in order."""
     for block in range(len(X)):
         if bounds[block + 1] > bounds[block]:
-            yield block, slice(int(bounds[block]), int(bounds[block + 1]))
+            yield block, X.span(block)[0], slice(int(bounds[block]), int(bounds[block + 1]))
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

@@ -190,4 +190,4 @@ def _represent(source: StageInput, config: AFLiteConfig):
 
     corpus = HashedCorpus(tables, None, config.inputs, BLOCK_ROWS, bits=config.hash_bits, by_frequency=False,
                           desc="aflite: n-grams")
-    return corpus.rows, corpus.y.astype(np.int64), corpus.classes, None
+    return corpus.rows, corpus.y_as_read(), corpus.classes, None

@@ -40,8 +40,7 @@ class SoftmaxHead:
     def __init__(self, features, y: np.ndarray, num_labels: int, lr: float, seed: int, order: np.ndarray | None = None):
         self.features, self.lr, self.seed, self.order = features, lr, seed, order
         self.y = y if order is None else y[order]   # in the features' order
-        columns = features.columns if order is not None else features.shape[1]
-        self.W = np.zeros((columns, num_labels), np.float32)
+        self.W = np.zeros((features.shape[1], num_labels), np.float32)
 
     def train_epoch(self, epoch: int) -> None:
         rng = np.random.default_rng([self.seed, epoch])

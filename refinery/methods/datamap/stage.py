@@ -71,8 +71,7 @@ class DataMapStage(FilterStage):
 
             corpus = HashedCorpus(tables, c.seed, c.inputs, learners.BLOCK_ROWS, bits=c.hash_bits, by_frequency=False,
                                   unit_tf_idf=True, desc="datamap: n-grams")
-            self.y, self.labels = np.empty(len(corpus.y), np.int64), list(corpus.classes)
-            self.y[corpus.order] = corpus.y
+            self.y, self.labels = corpus.y_as_read(), list(corpus.classes)
             return learners.SoftmaxHead(corpus.rows, self.y, len(self.labels), c.step(), c.seed, corpus.order)
         if c.backend == "embeddings":
             from refinery.models.embeddings import EncoderSpec, embedded_rows
