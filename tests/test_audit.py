@@ -221,8 +221,11 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     from refinery.methods.audit.counting import load_state
 
     path, _ = planted
+    from refinery.io.memory import budget_of_run
+
     in_memory = audit([path], opts=ReadOptions(batch_rows=7_000))
-    spilled = audit([path], opts=ReadOptions(batch_rows=7_000), config=AuditConfig(memory_budget="1M"))
+    with budget_of_run("1M"):   # the run's budget (--memory-budget 1M)
+        spilled = audit([path], opts=ReadOptions(batch_rows=7_000))
     runs = spilled.counter._runs.root
     assert spilled.counter.spilled_runs >= 8 and os.listdir(runs)
     assert spilled.features == in_memory.features > 10_000

@@ -21,7 +21,7 @@ from refinery.methods.weights.config import WeightsConfig
 from refinery.methods.weights.ips import low_ess_warning
 from refinery.methods.zfilter.stage import ComposeConfig, ZFilterConfig
 from refinery.models.generate import Backend, Sampling
-from refinery.pipeline.config import ConfigError, parse_pipeline
+from refinery.pipeline.config import ConfigError, InputSpec, PipelineSpec, parse_pipeline
 
 SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"
 SICK_SHARES = {"neutral": 5700, "entailment": 2900, "contradiction": 1400}   # SICK's 57/29/14%
@@ -51,7 +51,7 @@ def sick_like(tmp_path_factory):
     (lambda: AuditConfig(prior="emprical"), "prior must be one of auto, uniform, empirical, got 'emprical'"),
     (lambda: AuditConfig(counting="fast"), "counting must be one of exact, sketch, got 'fast'"),
     (lambda: AuditConfig(probe_folds=1), "probe_folds must be an integer of at least 2, got 1"),
-    (lambda: AuditConfig(memory_budget="lots"), "memory budget 'lots'"),
+    (lambda: PipelineSpec(InputSpec(paths=["x"]), [], memory_budget="lots"), "memory budget 'lots'"),
     (lambda: FeatureConfig(families=("unigram", "trigram")), "families must be a non-empty list of unigram"),
     (lambda: ZFilterConfig(batch_size=0), "batch_size must be a positive integer, got 0"),
     (lambda: ZFilterConfig(warmup=-1), "warmup must be a non-negative integer, got -1"),

@@ -166,8 +166,8 @@ def test_every_verb_option_is_a_config_field():
     from refinery.pipeline.config import InputSpec
     from refinery.pipeline.stage import REGISTRY, stage_class
 
-    common = {"--input", "--out", "--mode", "--in-place", "--engine", "--print-config", "--io-timeout", "--profile",
-              "--help", "-h"}
+    common = {"--input", "--out", "--mode", "--in-place", "--engine", "--memory-budget", "--print-config",
+              "--io-timeout", "--profile", "--help", "-h"}
     for name in REGISTRY:
         cls = stage_class(name)
         if not cls.verb:
@@ -204,7 +204,8 @@ def test_compare_options_are_its_config_fields():
     from refinery.methods.compare.stage import CompareStageConfig
     from refinery.pipeline.config import InputSpec
 
-    named = {"--train", "--out", "--engine", "--mode", "--print-config", "--io-timeout", "--help", "-h"}
+    named = {"--train", "--out", "--engine", "--memory-budget", "--mode", "--print-config", "--io-timeout", "--help",
+             "-h"}
     fields = {o for leaf in leaves(CompareStageConfig) + leaves(InputSpec) for o in leaf.names}
     options = {o for p in main.get_command(None, "compare").params for o in p.opts + p.secondary_opts if o.startswith("-")}
     assert options - named == fields

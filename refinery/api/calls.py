@@ -52,7 +52,8 @@ def chosen_splits(stage: str, names: list[str], split) -> tuple[list[str], list[
     return chosen, [s for s in names if s not in chosen]
 
 
-def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode="overwrite", split=None) -> Result:
+def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode="overwrite", split=None,
+               memory_budget=None) -> Result:
     """Stage ``name`` over ``data`` with the keywords ``kwargs`` (its config's and the input's), as its verb
     runs it: one stage into ``out``."""
     cls = stage_class(name)
@@ -68,7 +69,7 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
         with python_terms(source, (cls.Config,)):
             read, untouched = chosen_splits(name, source.split_names(source.input_spec(input_keys)), split)
             spec_in = source.input_spec(input_keys, read)
-            spec = PipelineSpec(spec_in, [StageSpec(name, config)], folder.out, engine)
+            spec = PipelineSpec(spec_in, [StageSpec(name, config)], folder.out, engine, memory_budget=memory_budget)
             step = run_stage(spec, mode, echo=lambda line: None)
     if untouched:
         where = "result.data holds them as given" if source.kind != "path" else "they stay in your files only"
@@ -112,14 +113,16 @@ def stage_function(name: str, cls: type):
     its signature and their help in its docstring."""
     keywords = config_keywords(cls.Config)
 
-    def call(data, /, *, out=None, engine="local", mode="overwrite", split=None, **kwargs):
-        return call_stage(name, data, kwargs, out=out, engine=engine, mode=mode, split=split)
+    def call(data, /, *, out=None, engine="local", mode="overwrite", split=None, memory_budget=None, **kwargs):
+        return call_stage(name, data, kwargs, out=out, engine=engine, mode=mode, split=split,
+                          memory_budget=memory_budget)
 
     params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY),
               inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
               inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, default="local"),
               inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="overwrite"),
-              inspect.Parameter("split", inspect.Parameter.KEYWORD_ONLY, default=None)]
+              inspect.Parameter("split", inspect.Parameter.KEYWORD_ONLY, default=None),
+              inspect.Parameter("memory_budget", inspect.Parameter.KEYWORD_ONLY, default=None)]
     params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=leaf.default)
                for k, leaf in {**keywords, **INPUT_KEYS}.items()]
     call.__signature__ = inspect.Signature(params)
@@ -133,7 +136,8 @@ def stage_function(name: str, cls: type):
                     "{split: data}; ``out``: the stage's folder (default: a temporary folder, removed with the result "
                     "or at exit); ``engine``: local | ray; ``mode``: overwrite | skip | error; ``split``: the named "
                     "split(s) to read (default: train, or every split for a stage that needs them); the others pass "
-                    "through untouched.\n\nThe stage's keywords (its pipeline keys):\n"
+                    "through untouched; ``memory_budget``: what each process of the run may hold ('8G', '512M', or 0.5 "
+                    "of memory; default: half of it).\n\nThe stage's keywords (its pipeline keys):\n"
                     + "\n".join(lines) + "\n\nThe input's keywords: " + ", ".join(INPUT_KEYS) + ".")
     return call
 
@@ -181,16 +185,17 @@ def _pipeline_dict(spec) -> tuple[dict, str]:
     return raw, base
 
 
-def run(spec, /, data=None, *, out=None, engine=None, **kwargs) -> PipelineResult:
+def run(spec, /, data=None, *, out=None, engine=None, memory_budget=None, **kwargs) -> PipelineResult:
     """Run a pipeline (the CLI's ``refinery run``): a YAML file's path, YAML text, or the dict a pipeline file
     holds. With ``data`` (and the input's keywords), the pipeline reads it instead of its file's ``input``;
-    ``out`` replaces its ``out`` (none at all: a new temporary run folder)."""
+    ``out`` replaces its ``out`` (none at all: a new temporary run folder); ``memory_budget`` its
+    ``memory_budget``."""
     raw, base = _pipeline_dict(spec)
     target = os.path.abspath(out) if out is not None else (anchor_path(raw["out"], base) if raw.get("out") else None)
     if data is None and kwargs:
         raise TypeError(f"run(): the input's keywords ({', '.join(kwargs)}) go with data=")
     folder = CallFolder(target, "pipeline")
-    raw = {**raw, "out": folder.out}
+    raw = {**raw, "out": folder.out, **({"memory_budget": memory_budget} if memory_budget is not None else {})}
     source = None
     with folder.removed_on_failure():
         if data is not None:
@@ -214,12 +219,13 @@ def _one_path(name: str, paths: list) -> list:
     return paths
 
 
-def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_maps=None, **kwargs) -> CompareResult:
+def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_maps=None, memory_budget=None,
+            **kwargs) -> CompareResult:
     """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
     baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
-    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset); ``out``
-    and ``mode`` as every stage's. Run as ``refinery compare`` and a pipeline's compare step run it (``run_stage``):
-    the last training corpus is the stage's input, all of them its ``baseline``."""
+    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset); ``out``,
+    ``mode`` and ``memory_budget`` as every stage's. Run as ``refinery compare`` and a pipeline's compare step run it
+    (``run_stage``): the last training corpus is the stage's input, all of them its ``baseline``."""
     from refinery.methods.compare.config import CompareConfig
     from refinery.methods.compare.stage import CompareStageConfig
 
@@ -250,8 +256,8 @@ def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_map
         spec_in = from_dict(InputSpec, {**input_keys, "paths": [baseline[-1]]}, "input")
         step = CompareStageConfig(tuple(evals), baseline, tuple(train_paths), label_maps=label_maps or {}, model=config)
         with python_terms(None, (CompareConfig,)):
-            done = run_stage(PipelineSpec(spec_in, [StageSpec("compare", step)], folder.out), mode,
-                             echo=lambda line: None)
+            done = run_stage(PipelineSpec(spec_in, [StageSpec("compare", step)], folder.out,
+                                          memory_budget=memory_budget), mode, echo=lambda line: None)
     trained_on = [p for paths in train_paths.values() for p in paths]
     return stage_result("compare", done.result, Source("path", train, paths=trained_on), spec_in, folder,
                         output=Output.INPUT, result_class=CompareResult, caller_depth=1)   # passes no corpus on

@@ -11,7 +11,8 @@ import typing
 from refinery.pipeline.config import InputSpec
 from refinery.pipeline.fields import Leaf, leaves
 
-CALL_KEYS = ("out", "engine", "mode", "split")   # where and how a stage's function runs, besides its config
+# where and how a stage's function runs, besides its config
+CALL_KEYS = ("out", "engine", "mode", "split", "memory_budget")
 
 
 def config_keywords(cls: type) -> dict[str, Leaf]:

@@ -12,6 +12,7 @@ import click
 from refinery.cli.base import PipelineCommand
 from refinery.cli.group import RefineryGroup
 from refinery.cli.config_options import config_options, given
+from refinery.cli.options import memory_budget_option
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
 from refinery.pipeline.engine import ENGINES
@@ -43,9 +44,10 @@ def main(debug, quiet, ray_timeout):
 @click.argument("pipeline_file", metavar="PIPELINE.yaml")
 @click.option("--out", help="Output root (default: the file's out:): OUT/00-input, OUT/01-<stage>, …")
 @click.option("--engine", type=click.Choice(ENGINES), help="Where stages run (default: the file's engine:).")
+@memory_budget_option
 @click.option("--print-config", is_flag=True, help="Print the pipeline with every default filled in, and exit.")
 @config_options(ReportConfig, "report")
-def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
+def run_pipeline_command(pipeline_file, out, engine, memory_budget, print_config, **report):
     """Run a pipeline file: its input, then each stage on the previous stage's output.
 
     Stages whose config and inputs are unchanged since the last run are skipped. OUT/pipeline/report.html
@@ -57,6 +59,8 @@ def run_pipeline_command(pipeline_file, out, engine, print_config, **report):
     from refinery.pipeline.runner import run_pipeline
 
     spec = load_pipeline(pipeline_file)
+    if memory_budget:
+        spec.memory_budget = memory_budget
     spec.report = from_dict(ReportConfig, {**to_dict(spec.report), **given(ReportConfig, report, "report")},
                             "report options")
     if print_config:

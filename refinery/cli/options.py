@@ -40,6 +40,17 @@ io_timeout_option = click.option(
                                        f"{CONNECT_TIMEOUT:g} s.")
 
 
+def memory_budget_option(f):
+    from refinery.io.memory import DEFAULT_SHARE
+
+    return click.option(
+        "--memory-budget", metavar="SIZE",
+        help=f"What each process of the run may hold: bytes (8G, 512M) or a fraction of memory (0.5); default "
+             f"{DEFAULT_SHARE:g} of this machine's (or its container's) memory. The audits' exact counts spill to "
+             f"disk past it, dedup holds fewer LSH bands at once, DuckDB takes at most half of it; each step's "
+             f"peak is printed beside it.")(f)
+
+
 def printable_pipeline(spec, references: tuple = ()) -> str:
     """``spec`` as a pipeline file to save anywhere: paths absolute (the stage's ``references`` fields and the
     settings that name a file or folder too), credentials as ``${REFINERY_<NAME>}`` variables (``to_yaml``)."""

@@ -15,7 +15,8 @@ import click
 
 from refinery.cli.config_options import by_option, config_options, given
 from refinery.pipeline.fields import check_unique, leaves
-from refinery.cli.options import engine_option, io_timeout_option, mode_option, printable_pipeline
+from refinery.cli.options import engine_option, io_timeout_option, memory_budget_option, mode_option, \
+    printable_pipeline
 from refinery.io.committed import committed_url
 from refinery.io.splits import split_specs
 from refinery.io.location import join, merged
@@ -28,10 +29,10 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
     cls = stage_class(name)
     _check_options(cls)
 
-    def verb(inputs, named, out, mode, in_place, engine, print_config, profile=None, **params):
+    def verb(*, inputs, named, out, mode, in_place, engine, memory_budget, print_config, profile=None, **params):
         from refinery.pipeline.runner import run_stage
 
-        spec = verb_pipeline(cls, inputs, named, out, engine, profile, params)
+        spec = verb_pipeline(cls, inputs, named, out, engine, profile, params, memory_budget)
         if print_config:
             click.echo(printable_pipeline(spec, cls.references), nl=False)
             return
@@ -42,6 +43,8 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
         click.echo(result.conservation())
         for line in result.lines:
             click.echo(line)
+        if step.status == "ran" and step.peak_rss:
+            click.echo(held_line(step))
         for warning in result.warnings:
             click.echo(f"warning: {warning}", err=True)
         if result.report_file:
@@ -58,6 +61,13 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
     return click.command(name, cls=command_class, help=(inspect.getdoc(cls) or name).replace("``", ""))(f)
 
 
+def held_line(step) -> str:
+    """A step's time and peak memory beside the run's memory budget (a Ray task's peak where it ran as one)."""
+    from refinery.report.format import held
+
+    return f"{step.seconds:.1f} s, {held(max(step.peak_rss or 0, step.task_peak_rss or 0), step.memory_budget)}"
+
+
 def _common_options() -> list:
     return [
         click.argument("inputs", nargs=-1),
@@ -69,6 +79,7 @@ def _common_options() -> list:
                      help="Rerun the stage on its own output: the input is OUT/kept or OUT/corpus of this "
                           "--out, which the run replaces once it has read it."),
         engine_option,
+        memory_budget_option,
         click.option("--print-config", is_flag=True,
                      help="Print this command line as a pipeline file for `refinery run`, and exit."),
         io_timeout_option,
@@ -77,13 +88,13 @@ def _common_options() -> list:
 
 def _check_options(cls) -> None:
     """Refuse a stage whose config and input options would share a name (a config field to rename)."""
-    common = ("--input", "--out", "--mode", "--in-place", "--engine", "--print-config", "--io-timeout",
-              "--profile")
+    common = ("--input", "--out", "--mode", "--in-place", "--engine", "--memory-budget", "--print-config",
+              "--io-timeout", "--profile")
     check_unique(leaves(cls.Config) + leaves(InputSpec), dict.fromkeys(common, "a common option"))
 
 
 def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profile: str | None,
-                  params: dict) -> PipelineSpec:
+                  params: dict, memory_budget: str | None = None) -> PipelineSpec:
     """The one-stage pipeline a verb's command line spells."""
     if inputs and named:
         raise click.UsageError("give INPUTS or --input SPLIT=PATH, not both")
@@ -98,7 +109,7 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
         raise ConfigError(by_option(e, cls.Config)) from None
     where = {"splits": split_specs(named)} if named else {"paths": list(inputs)}
     spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), **where}, where="")
-    return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine)
+    return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine, memory_budget=memory_budget)
 
 
 def compare_pipeline(config, spec_in: InputSpec, out: str) -> PipelineSpec:

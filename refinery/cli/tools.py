@@ -10,7 +10,8 @@ import click
 
 from refinery.cli.base import RefineryCommand
 from refinery.cli.config_options import config_options, given
-from refinery.cli.options import engine_option, input_options, io_timeout_option, mode_option, printable_pipeline
+from refinery.cli.options import engine_option, input_options, io_timeout_option, memory_budget_option, \
+    mode_option, printable_pipeline
 from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
 from refinery.methods.compare.config import parse_named, train_split
@@ -198,10 +199,11 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
 @click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
 @config_options(ProbeConfig, "cfg")
 @engine_option
+@memory_budget_option
 @mode_option
 @config_options(InputSpec, "in")
 @io_timeout_option
-def probe(*, train, out, engine, mode, io_timeout, **params):
+def probe(*, train, out, engine, memory_budget, mode, io_timeout, **params):
     """Train a classifier (on the pair, or the hypothesis alone) on --train and score --eval corpora."""
     from refinery.io.ownership import check_folders_apart
 
@@ -213,7 +215,8 @@ def probe(*, train, out, engine, mode, io_timeout, **params):
             check_folders_apart("--save-model", config.save_model, out)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out, engine), mode)
+    result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out, engine,
+                                         memory_budget=memory_budget), mode)
     if result is None:
         return
     click.echo(result.conservation())
@@ -233,10 +236,11 @@ def probe(*, train, out, engine, mode, io_timeout, **params):
                                                    "and exit.")
 @config_options(CompareStageConfig, "cfg")
 @engine_option
+@memory_budget_option
 @mode_option
 @config_options(InputSpec, "in")
 @io_timeout_option
-def compare(train, out, print_config, engine, mode, io_timeout, **params):
+def compare(train, out, print_config, engine, memory_budget, mode, io_timeout, **params):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
     from refinery.cli.stage_verbs import compare_pipeline
     from refinery.io.committed import committed_url
@@ -251,12 +255,12 @@ def compare(train, out, print_config, engine, mode, io_timeout, **params):
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if print_config:
-        click.echo(printable_pipeline(replace(compare_pipeline(config, spec_in, out), engine=engine), ("baseline",)),
-                   nl=False)
+        click.echo(printable_pipeline(replace(compare_pipeline(config, spec_in, out), engine=engine,
+                                              memory_budget=memory_budget), ("baseline",)), nl=False)
         return
     # the stage's input: the last training corpus (the others are its baseline); a rerun resumes from OUT/runs/
     spec = PipelineSpec(replace(spec_in, paths=[train_split(config.baseline[-1])[0]]),
-                        [StageSpec("compare", config)], out, engine)
+                        [StageSpec("compare", config)], out, engine, memory_budget=memory_budget)
     result = _run_one_stage(spec, mode)
     if result is None:
         return

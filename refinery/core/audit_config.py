@@ -2,19 +2,18 @@
 measures with at their defaults): the features, how they are counted, the prior rule, min_count, α, k."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
 from refinery.core.validation import FOLDER, NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
-from refinery.io.spill import memory_budget
 
 
 @dataclass
 class AuditConfig:
     features: FeatureConfig = field(default_factory=FeatureConfig)
-    counting: str = setting("exact", one_of("exact", "sketch"), "Exact counts (spilling to disk past "
-                            "memory_budget), or bounded-memory sketches.")
+    counting: str = setting("exact", one_of("exact", "sketch"), "Exact counts (spilling to disk past the "
+                            "run's memory budget), or bounded-memory sketches.")
     prior: str = setting("auto", one_of(*zstats.PRIORS), zstats.PRIOR_HELP)
     min_count: int = setting(10, at_least(1), "Rows a feature must be in for its z* to be computed.")
     alpha: float = setting(0.01, OPEN_UNIT_INTERVAL, "Family-wise level of the Bonferroni-corrected threshold.")
@@ -23,8 +22,6 @@ class AuditConfig:
     sketch_lg_k: int = setting(16, at_least(3), "Sketch counting: log2 of the frequent-items map size.")
     sketch_recount: bool = setting(True, help="Sketch counting: a second pass counts the sketches' candidates "
                                               "exactly.")
-    memory_budget: str | None = setting(None, help="Exact counting: spill counts to disk past this "
-                                                   "(8G, 512M, 0.5 of memory; none: half).")
     weighted: bool = setting(True, help="Rows that carry a 'weight' column (refinery weights' output) count as their "
                              "weight: count(x, l) = Σ w, z* and min_count at each feature's effective size "
                              "(Σw)²/Σw² (off: every row counts once).",
@@ -34,8 +31,6 @@ class AuditConfig:
 
     def __post_init__(self):
         validate(self)
-        if self.memory_budget is not None:
-            memory_budget(self.memory_budget)   # its own one-line error
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -44,7 +39,10 @@ class AuditConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "AuditConfig":
-        return cls(**{**d, "features": FeatureConfig.from_dict(d["features"])})
+        """The config an audit saved with its counts; a setting it has that this version has not (an earlier
+        version's ``memory_budget``, now the run's) is left out."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in d.items() if k in known}, "features": FeatureConfig.from_dict(d["features"])})
 
     @property
     def counter_kind(self) -> tuple:

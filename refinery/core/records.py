@@ -140,7 +140,8 @@ class StageReport:
 class StepRecord:
     """What a finished step records of itself in its ``_SUCCESS`` (the runner reads it back to reuse the step):
     its stage and fingerprint, the rows it read and where each went (``accounting``: sums to ``rows_in``), its
-    headline, its report's file, its time, peak memory (and its Ray task's) and its progress bars' phases."""
+    headline, its report's file, its time, peak memory (and its Ray task's), its progress bars' phases and the memory
+    budget of its run (``io.memory``)."""
 
     stage: str
     fingerprint: str
@@ -152,6 +153,7 @@ class StepRecord:
     peak_rss: int | None = None
     task_peak_rss: int | None = None
     phases: list = field(default_factory=list)
+    memory_budget: int | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -163,6 +165,6 @@ class StepRecord:
             return cls(data["stage"], data["fingerprint"], int(data["rows_in"]), dict(data["accounting"]),
                        data.get("headline", ""), data.get("report_file", cls.report_file),
                        float(data.get("seconds", 0.0)), data.get("peak_rss"), data.get("task_peak_rss"),
-                       list(data.get("phases") or ()))
+                       list(data.get("phases") or ()), data.get("memory_budget"))
         except (KeyError, TypeError, ValueError):
             return None

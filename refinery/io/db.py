@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from refinery.io.location import get_fs, on_store
+from refinery.io.memory import memory_budget
 from refinery.io.scratch import process_folder, scratch_folder
 
 if TYPE_CHECKING:
@@ -54,15 +55,15 @@ def quote_literal(value: str) -> str:
 QUERY_MEMORY = 4 << 30   # the most a connection's queries take by default (a stage may ask for less)
 
 
+QUERY_SHARE = 0.5   # of the run's memory budget, the most DuckDB takes before it spills
+LEAST_QUERY_MEMORY = 256 << 20
+
+
 def memory_limit(most: int = QUERY_MEMORY) -> str:
-    """DuckDB's memory limit: ``REFINERY_DUCKDB_MEMORY`` (e.g. ``6GB``), else a quarter of the machine's memory
-    between 1 GiB and ``most`` bytes. DuckDB's own default, 80% of the memory, lets one query take what the
-    process's Arrow tables, models and other stages need; beyond the limit it spills to disk."""
-    given = os.environ.get("REFINERY_DUCKDB_MEMORY")
-    if given:
-        return given
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return f"{max(1 << 30, min(most, total // 4)) >> 20}MB"
+    """DuckDB's memory limit: ``QUERY_SHARE`` of the run's memory budget (``io.memory``), at most ``most`` bytes (what
+    the stage's queries need; DuckDB's own default, 80% of the memory, would take what the process's Arrow tables,
+    models and other stages need) and at least ``LEAST_QUERY_MEMORY``. Beyond the limit it spills to disk."""
+    return f"{max(LEAST_QUERY_MEMORY, min(most, int(QUERY_SHARE * memory_budget()))) >> 20}MB"
 
 
 def connect(most_memory: int = QUERY_MEMORY) -> duckdb.DuckDBPyConnection:

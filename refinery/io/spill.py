@@ -20,40 +20,6 @@ from refinery.io.scratch import process_folder, scratch_folder
 DEFAULT_PARTITIONS = 64
 
 
-def memory_budget(value: str | float | int | None = None) -> int:
-    """Bytes of a budget given as bytes (``8G``, ``8GiB``, ``512M``, ``1000000``) or as a fraction of this
-    machine's memory (``0.5``); None or ``none``: half of it. A bare number over 1 and under 1 MiB is neither."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if value is None or str(value).strip().lower() == "none":
-        return total // 2
-    text = str(value).strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
-    try:
-        amount = float(text[:-1] if scale > 1 else text)
-    except ValueError:
-        raise ValueError(f"memory budget {value!r}: give bytes (8G, 512M) or a fraction of memory (0.5)") from None
-    if amount <= 0:
-        raise ValueError(f"memory budget {value!r} must be positive")
-    if scale == 1 and 1 < amount < 1 << 20:
-        raise ValueError(f"memory budget {value!r}: a fraction of memory is at most 1, and bytes want a unit: give "
-                         f"{value}G for {value} GiB, or 0.5 for half of this machine's memory")
-    return int(amount * total) if scale == 1 and amount <= 1 else int(amount * scale)
-
-
-def return_freed_memory() -> None:
-    """Hand the memory freed by a large build back to the system: Arrow's pool keeps freed pages, and glibc's
-    heap keeps the arrays under its mmap threshold (up to 32 MiB, raised as large arrays come and go), which a
-    process's peak then carries through the rest of a stage."""
-    import ctypes
-    import ctypes.util
-
-    pa.default_memory_pool().release_unused()
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
-
-
 class _Runs:
     """Spill runs under a temporary folder, each hash-partitioned into ``partitions`` files; iterating
     merges one partition at a time (the query ``MERGE`` over its files). ``close`` removes the folder."""

@@ -258,7 +258,7 @@ class HashedCorpus:
         import pyarrow.compute as pc
 
         from refinery.core.folds import fold_of
-        from refinery.io.spill import return_freed_memory
+        from refinery.io.memory import return_freed_memory
         from refinery.io.stacked_rows import StackedRows
         from refinery.progress import progress
 

@@ -8,7 +8,6 @@ split(s) and scored on the test split, measures how much the way the pairs were 
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import numpy as np
@@ -27,8 +26,8 @@ from refinery.progress import progress
 GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
                  "leakage_paths3")
 GRAPH_TABLES = ("pairs", "adj", "nodes", "pair_ends", "pair_common", "pair_paths3")   # what the queries create
-TABLES_MEMORY = "1GB"   # DuckDB's memory while the forests run: its tables go to disk, not beside the forests' arrays
-# DuckDB's memory while it builds the graph (at most; a quarter of a smaller machine's): with the process's own
+TABLES_MEMORY = 1 << 30   # DuckDB's memory while the forests run: its tables go to disk, not beside the forests' arrays
+# DuckDB's memory while it builds the graph (at most; half the memory budget where that is less): with the process's own
 # arrays a stage stays within 4 GB (10M planted pairs and a test split of 1M: 3.5 GB against 4.45 GB at 4 GiB)
 GRAPH_MEMORY = 3 << 30
 
@@ -89,13 +88,13 @@ class GraphInput:
     @contextmanager
     def tables_on_disk(self):
         """DuckDB's memory limit lowered to ``TABLES_MEMORY`` meanwhile, so its tables wait on disk and a scan of them
-        keeps no more of them cached while NumPy arrays, forests and counters take the memory (a limit set with
-        ``REFINERY_DUCKDB_MEMORY`` stands; within an outer block, the outer one sets it back)."""
-        if os.environ.get("REFINERY_DUCKDB_MEMORY") or self._on_disk:
+        keeps no more of them cached while NumPy arrays, forests and counters take the memory (a lower limit, from a
+        tight memory budget, stands; within an outer block, the outer one sets it back)."""
+        if self._on_disk:
             yield
             return
         self._on_disk = True
-        self.con.execute(f"SET memory_limit = '{TABLES_MEMORY}'")
+        self.con.execute(f"SET memory_limit = '{memory_limit(TABLES_MEMORY)}'")
         try:
             yield
         finally:

@@ -109,11 +109,12 @@ def _check_ray_head(channel, address: str, timeout: float, token_mode: bool) -> 
                              "head's GCS address as `ray start --head` printed it (port 6379 by default)") from None
 
 
-def join_cluster(address: str) -> None:
+def join_cluster(address: str, env_vars: dict | None = None) -> None:
     """``ray.init(address)``, waited for from outside, at most ``ray_timeout()`` + ``JOIN_MARGIN`` seconds: a head
     that answers the check (``check_ray_address``) may still keep Ray's connect retrying for many minutes (a wrong
     token, a head of another Ray version), deaf to Ctrl-C. Past the deadline the run ends in one ``RayUnreachable``
-    line, and Ctrl-C or SIGTERM end it at once; the connect left behind ends with the process."""
+    line, and Ctrl-C or SIGTERM end it at once; the connect left behind ends with the process. ``env_vars``: set in
+    every worker of the job (the run's memory budget)."""
     import ray
 
     deadline = ray_timeout() + JOIN_MARGIN
@@ -121,7 +122,8 @@ def join_cluster(address: str) -> None:
 
     def connect():
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True,
+                     **({"runtime_env": {"env_vars": env_vars}} if env_vars else {}))
         except BaseException as e:  # noqa: BLE001 — raised again by the waiting thread
             failed.append(e)
         finally:

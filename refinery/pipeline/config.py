@@ -6,6 +6,7 @@ A pipeline file::
       splits: {dev: data/snli_dev.jsonl, test: data/snli_test.jsonl}   # or paths: [...]
       preset: snli               # or map: {text_a: premise, text_b: hypothesis, label: gold}
     engine: local                # local | ray
+    memory_budget: 8G            # what each process of the run may hold (default: half the machine's memory)
     out: snli-out
     stages:
       - audit: {k: 20}
@@ -29,6 +30,7 @@ from refinery.core.validation import NAME_OR_FOLDER, Allowed, at_least, one_of, 
 from refinery.io.read_options import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
 from refinery.io.location import get_fs, is_local, parse_storage_options
+from refinery.io.memory import parse_budget
 
 
 INPUT_DIR = "00-input"   # a pipeline's step 0: its input as one corpus
@@ -56,6 +58,9 @@ def to_dict(config) -> dict:
     return plain(config)
 
 
+RUN_KEYS = ("engine", "memory_budget")   # a pipeline file's keys for the whole run, beside input, stages, out
+
+
 def from_dict(cls: type, data: dict | None, where: str = "config"):
     """Build config dataclass ``cls`` from plain data, checking keys and types; nested configs recurse."""
     data = dict(data or {})
@@ -63,7 +68,9 @@ def from_dict(cls: type, data: dict | None, where: str = "config"):
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+        run_keys = [k for k in unknown if k in RUN_KEYS]
+        said = f"; {', '.join(run_keys)}: the run's, not a step's (the pipeline file's top level)" if run_keys else ""
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(fields)}{said}")
     values = {}
     for name, value in data.items():
         values[name] = _coerce(hints[name], value, f"{where}.{name}")
@@ -216,10 +223,19 @@ class PipelineSpec:
     out: str | None = None
     engine: str = "local"
     report: ReportConfig = field(default_factory=ReportConfig)
+    memory_budget: str | None = None   # ``io.memory.parse_budget``'s; None: the default share of the memory
+
+    def __post_init__(self):
+        if self.memory_budget is not None:
+            try:
+                parse_budget(self.memory_budget)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
 
     def to_dict(self) -> dict:
         return {"input": {k: v for k, v in to_dict(self.input).items() if v not in ({}, [], None)},
-                "engine": self.engine, **({"out": self.out} if self.out else {}),
+                "engine": self.engine, **({"memory_budget": self.memory_budget} if self.memory_budget else {}),
+                **({"out": self.out} if self.out else {}),
                 "stages": [s.to_dict() for s in self.stages], "report": to_dict(self.report)}
 
     def to_yaml(self) -> str:
@@ -343,7 +359,7 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with input and stages")
     data = _expand(data, where)
-    known = ("input", "stages", "out", "engine", "report")
+    known = ("input", "stages", "out", *RUN_KEYS, "report")
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -380,7 +396,14 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
         raise ConfigError(f"{where}: engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = data.get("out")
     report = from_dict(ReportConfig, data.get("report") or {}, f"{where}: report")
-    return PipelineSpec(spec_in, stages, anchor_path(out, base) if out else None, engine, report)
+    budget = data.get("memory_budget")
+    if budget is not None and not isinstance(budget, (str, int, float)):
+        raise ConfigError(f"{where}: memory_budget: give bytes (8G, 512M) or a fraction of memory (0.5)")
+    try:
+        return PipelineSpec(spec_in, stages, anchor_path(out, base) if out else None, engine, report,
+                            None if budget is None else str(budget))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: memory_budget: {e}") from None
 
 
 def load_pipeline(path: str) -> PipelineSpec:

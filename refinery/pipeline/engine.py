@@ -55,8 +55,14 @@ class StageFailed(RuntimeError):
     """A stage's work on Ray was lost more often than ``TASK_RETRIES`` allows."""
 
 
+_started = {"budget": None, "num_cpus": None, "ours": False}   # the budget and CPUs of the Ray this process started
+
+
 def ray_init(num_cpus: int | None = None):
     """Connect to the cluster named by ``RAY_ADDRESS``, else start a quiet local Ray.
+
+    Its workers hold the run's memory budget (``io.memory``): a local instance's inherit it, a cluster's get it as
+    the job's environment; another budget starts them again (not a Ray the caller started).
 
     A cluster that does not answer, or refuses the driver (say, a head with token authentication and no
     token here), ends it with one ``RayUnreachable`` line naming the address. The local instance has no
@@ -65,8 +71,15 @@ def ray_init(num_cpus: int | None = None):
     """
     import ray
 
+    from refinery.io.memory import MEMORY_BUDGET_ENV
+
+    budget = os.environ.get(MEMORY_BUDGET_ENV)
     if ray.is_initialized():
-        return ray
+        if budget == _started["budget"] or not _started["ours"]:   # a Ray the caller started is theirs to keep
+            return ray
+        ray.shutdown()   # its workers hold another run's memory budget: start them again with this one's
+        num_cpus = num_cpus or _started["num_cpus"]
+    _started.update(budget=budget, num_cpus=num_cpus, ours=True)
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     # a task's error is raised once, as itself (``_faults_named``): not again for each result left unread
@@ -75,7 +88,7 @@ def ray_init(num_cpus: int | None = None):
     if address:
         check_ray_address()
         try:
-            join_cluster(address)
+            join_cluster(address, {MEMORY_BUDGET_ENV: budget} if budget else {})
         except RayUnreachable:
             raise
         except (ConnectionError, RuntimeError, ValueError) as e:

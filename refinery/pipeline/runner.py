@@ -32,6 +32,7 @@ from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join
 from refinery.io.finished import STAGE, corpus_manifest, finished
+from refinery.io.memory import budget_of_run, memory_budget
 from refinery.io.modes import keeps_finished
 from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
@@ -43,6 +44,7 @@ from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.step_audits import write_pipeline_report
 from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, missing_columns, stage_class
 from refinery.progress import peak_rss, recording, reset_peak_rss
+from refinery.report.format import held
 
 _STEP_FOLDER = re.compile(r"\d{2,}-[\w.-]+")   # a pipeline's step folder (``step_folder``): 01-zfilter
 
@@ -59,6 +61,7 @@ class StageRun:
     task_peak_rss: int | None = None   # bytes: the Ray task's, for a stage run as one task (``Stage.one_task``)
     passes_on: str = ""           # the corpus the next step reads
     phases: list = field(default_factory=list)   # its progress bars: {what, count, unit, seconds}
+    memory_budget: int | None = None   # bytes: the run's budget (``io.memory``) its peaks are held to
 
 
 @dataclass
@@ -70,7 +73,8 @@ class PipelineRun:
     def to_dict(self) -> dict:
         return {"out": self.out, "engine": self.engine, "stages": [
             {"folder": s.folder, "stage": s.name, "status": s.status, "seconds": round(s.seconds, 1),
-             "peak_rss": s.peak_rss, "task_peak_rss": s.task_peak_rss, "rows_in": s.result.rows_in,
+             "peak_rss": s.peak_rss, "task_peak_rss": s.task_peak_rss, "memory_budget": s.memory_budget,
+             "rows_in": s.result.rows_in,
              "parts": s.result.parts, "balanced": s.result.balanced, "headline": s.result.headline,
              "fingerprint": s.fingerprint, "phases": s.phases}
             for s in self.stages]}
@@ -115,6 +119,11 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     if not out:
         raise ValueError("no output folder: give --out or out: in the pipeline file")
     engine = check_engine(engine or spec.engine)
+    with budget_of_run(spec.memory_budget):
+        return _run_pipeline(spec, out, engine, echo)
+
+
+def _run_pipeline(spec: PipelineSpec, out: str, engine: str, echo) -> PipelineRun:
     opts = spec.input.read_options()
     source = stage_input(spec.input, opts)   # each input looked up once (a stage's folder read as its corpus)
     check_out_apart(out, source.paths, storage_options=opts.storage_options)
@@ -243,6 +252,11 @@ def run_stage(spec: PipelineSpec, mode: str = "overwrite", echo: Callable[[str],
     part of ``spec.out`` (``OUT/kept``, ``OUT/corpus``: the stage's own earlier output), which the run
     replaces once it has read it.
     """
+    with budget_of_run(spec.memory_budget):
+        return _run_stage(spec, mode, echo, in_place)
+
+
+def _run_stage(spec: PipelineSpec, mode: str, echo, in_place: bool) -> StageRun:
     (stage_spec,) = spec.stages
     opts = spec.input.read_options()
     source = stage_input(spec.input, opts, check_engine(spec.engine))
@@ -311,7 +325,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
         remove_checkpoints(folder, opts.storage_options)   # an interrupted rerun's: the finished output is reused
         return StageRun(label, name, "skipped", record.seconds, result, fp, record.peak_rss, record.task_peak_rss,
-                        phases=record.phases)
+                        phases=record.phases, memory_budget=record.memory_budget)
     echo(f"== {label}")
     t = time.perf_counter()
     reset_peak_rss()
@@ -319,14 +333,15 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     with out.publishing() as marker:
         with recording() as phases:
             result, task_peak = work(out)
-        seconds, peak = time.perf_counter() - t, peak_rss()
+        seconds, peak, budget = time.perf_counter() - t, peak_rss(), memory_budget()
         marker.summary = StepRecord(name, fp, result.rows_in, result.parts, result.headline, result.report_file,
-                                    round(seconds, 3), peak, task_peak, phases).to_json()
-    echo(f"   {result.conservation()}  [{seconds:.1f}s]")
+                                    round(seconds, 3), peak, task_peak, phases, budget).to_json()
+    memory = f", {held(max(peak or 0, task_peak or 0), budget)}" if peak else ""
+    echo(f"   {result.conservation()}  [{seconds:.1f}s{memory}]")
     result = with_rejects_named(result, folder, corpus, opts)
     for line in step_lines(result):
         echo(f"   {line}")
-    return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases)
+    return StageRun(label, name, "ran", seconds, result, fp, peak, task_peak, phases=phases, memory_budget=budget)
 
 
 MANY_REJECTED = 0.05   # a stage whose input lost this share of its rows to rejects says why, on the console

@@ -183,7 +183,8 @@ def pipeline_figures(run, spec, opts: ReadOptions, config: ReportConfig, names: 
         entry = StepEntry(step.folder, step.name, step.status, step.seconds, step.peak_rss, step.task_peak_rss,
                           step.result.rows_in, step.result.parts, step.result.balanced, step.result.headline,
                           _report_link(run.out, step, opts.storage_options), _kind_of_change(stage), step.passes_on,
-                          step.phases, verdicts=report.verdicts, comparison=report.comparison)
+                          step.phases, verdicts=report.verdicts, comparison=report.comparison,
+                          memory_budget=step.memory_budget)
         if step.passes_on and is_corpus(step.passes_on, opts.storage_options):
             entry.rows = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
         if config.audit_steps and step.passes_on and step.passes_on != previous:

@@ -88,6 +88,11 @@ def seconds(s) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
+def held(peak: int, budget: int | None) -> str:
+    """A peak beside the run's memory budget: "peak memory 3.4 GB of a 12.6 GB budget"."""
+    return f"peak memory {size(peak)}" + (f" of a {size(budget)} budget" if budget else "")
+
+
 def size(nbytes) -> str:
     """1.5e9 → "1.5 GB" (powers of 1,000)."""
     value = float(nbytes)

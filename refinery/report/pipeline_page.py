@@ -42,11 +42,12 @@ class StepEntry:
     comparison: Comparison | None = None
     audit: AuditFigures | None = None
     audit_skipped: str | None = None
+    memory_budget: int | None = None   # bytes: the run's budget (``io.memory``)
 
     def to_json(self) -> dict:
         """``receipt.json``'s step: the optional entries only where the step has them."""
         data = {**asdict(self), "audit": self.audit and self.audit.to_json()}
-        for name in ("rows", "verdicts", "comparison", "audit", "audit_skipped"):
+        for name in ("rows", "verdicts", "comparison", "audit", "audit_skipped", "memory_budget"):
             if data[name] is None or data[name] == {}:
                 del data[name]
         return data
@@ -115,10 +116,13 @@ def render(data: PipelineFigures, final_stats, pipeline_yaml: str, alpha: float,
     if audited:
         page.section("Labels at each step", figure(figures.shares({s.step: s.audit.labels for s in audited})))
     page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds, "peak memory": fmt.size,
-                                                            "its Ray task's peak": fmt.size}),
+                                                            "its Ray task's peak": fmt.size,
+                                                            "memory budget": fmt.size}),
                  note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray; a "
                       "stage whose work is one process runs there as one Ray task, whose peak has a column of its "
-                      "own). A reused stage was unchanged since an earlier run, whose time and memory are shown."))
+                      "own). Memory budget: what each process of the run may hold (the run's memory budget: the "
+                      "audits' exact counts and dedup's bands spill or shrink within it, DuckDB takes at most half "
+                      "of it). A reused stage was unchanged since an earlier run, whose time and memory are shown."))
     if any(s.phases for s in steps):
         page.section("Where the time went", table(_phase_rows(steps), formats={"time": fmt.seconds,
                                                                                "per second": fmt.number}),
@@ -176,7 +180,8 @@ def _step_rows(steps: list[StepEntry]) -> list[dict]:
              + (f" (not audited for this report: {s.audit_skipped})" if s.audit_skipped else ""),
              "rows passed on": s.rows,
              "time": s.seconds, "peak memory": s.peak_rss,
-             **({"its Ray task's peak": s.task_peak_rss} if any(t.task_peak_rss for t in steps) else {})}
+             **({"its Ray task's peak": s.task_peak_rss} if any(t.task_peak_rss for t in steps) else {}),
+             "memory budget": s.memory_budget}
             for s in steps]
 
 

@@ -15,7 +15,6 @@ from refinery.core.validation import (
     setting,
     validate,
 )
-from refinery.io.spill import memory_budget
 
 CONFLICTS = ("keep", "drop", "one")
 SIMILARITIES = ("jaccard", "cosine")
@@ -49,16 +48,6 @@ class DedupConfig:
                              "outside'; its same-label copies are removed), drop them all (label noise), or keep one "
                              "as in any cluster.")
     seed: int = setting(0, SEED, "Seed of the MinHash functions.")
-    memory_budget: str | None = setting(None, help="What dedup may hold (8G, 512M, 0.5 of memory; none: half): the "
-                                                   "input's signatures and the LSH bands held at once (three, fewer "
-                                                   "where it is tight); an input whose signatures do not fit is "
-                                                   "refused before anything is written.")
 
     def __post_init__(self):
         validate(self)
-        if self.memory_budget is not None:
-            memory_budget(self.memory_budget)   # its own one-line error
-
-    def budget(self) -> int:
-        """The memory budget in bytes."""
-        return memory_budget(self.memory_budget)
