@@ -68,7 +68,7 @@ def test_every_verb_holds_to_the_budget_it_is_given_and_says_its_peak_beside_it(
     record = json.loads((tight / "_SUCCESS").read_text())
     assert record["memory_budget"] == 2 << 20 and record["peak_rss"] > 2 << 20   # the process itself is larger
     assert json.loads((roomy / "_SUCCESS").read_text())["memory_budget"] == parse_budget(None)
-    assert "peak memory" in proc.stdout and "of a 2.1 MB budget" in proc.stdout, proc.stdout
+    assert "peak memory" in proc.stdout and "over its 2 MiB budget" in proc.stdout, proc.stdout
     again = run_cli("audit", SNLI_DEV, "--preset", "snli", "--memory-budget", "0.3", "--mode", "skip", "--out", tight)
     assert "skipped" in again.stdout
     bad = run_cli("audit", SNLI_DEV, "--preset", "snli", "--memory-budget", "1.5", "--out", tmp_path / "x", check=False)
@@ -94,7 +94,7 @@ def test_a_pipeline_and_a_python_call_take_the_budget_and_record_it(tmp_path, sn
     proc = run_cli("run", tmp_path / "p.yaml")
     steps = json.loads((tmp_path / "p" / "pipeline" / "run.json").read_text())["stages"]
     assert {s["memory_budget"] for s in steps} == {300 << 20}, steps
-    assert proc.stdout.count("of a 315 MB budget") == 3, proc.stdout   # the input, the audit, the z-filter
+    assert proc.stdout.count(" 300 MiB budget") == 3, proc.stdout   # the input, the audit, the z-filter
     run_cli("run", tmp_path / "p.yaml", "--memory-budget", "200M", "--out", tmp_path / "q")
     assert {s["memory_budget"] for s in json.loads((tmp_path / "q" / "pipeline" / "run.json").read_text())["stages"]} \
         == {200 << 20}

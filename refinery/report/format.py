@@ -89,8 +89,22 @@ def seconds(s) -> str:
 
 
 def held(peak: int, budget: int | None) -> str:
-    """A peak beside the run's memory budget: "peak memory 3.4 GB of a 12.6 GB budget"."""
-    return f"peak memory {size(peak)}" + (f" of a {size(budget)} budget" if budget else "")
+    """A peak beside the run's memory budget, in the budget's binary units (``--memory-budget 4G`` is 4 GiB):
+    "peak memory 3.2 GiB of a 4 GiB budget", "peak memory 400 MiB, over its 300 MiB budget"."""
+    if not budget:
+        return f"peak memory {binary_size(peak)}"
+    return f"peak memory {binary_size(peak)}" + (f" of a {binary_size(budget)} budget" if peak <= budget else
+                                                 f", over its {binary_size(budget)} budget")
+
+
+def binary_size(nbytes) -> str:
+    """1 << 30 → "1 GiB", 1.5e9 → "1.4 GiB", 3e8 → "286 MiB" (powers of 1,024)."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{number(value)} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def size(nbytes) -> str:

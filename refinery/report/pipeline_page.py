@@ -115,14 +115,15 @@ def render(data: PipelineFigures, final_stats, pipeline_yaml: str, alpha: float,
                       "rows are in 00-input/rejects with their reasons; a filter's rows in its rejected/ folder."))
     if audited:
         page.section("Labels at each step", figure(figures.shares({s.step: s.audit.labels for s in audited})))
-    page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds, "peak memory": fmt.size,
-                                                            "its Ray task's peak": fmt.size,
-                                                            "memory budget": fmt.size}),
+    page.section("Steps", table(_step_rows(steps), formats={"time": fmt.seconds,
+                                                            "peak memory": fmt.binary_size,
+                                                            "its Ray task's peak": fmt.binary_size,
+                                                            "memory budget": fmt.binary_size}),
                  note("Peak memory: this process's resident memory while the stage ran (the driver's, on Ray; a "
                       "stage whose work is one process runs there as one Ray task, whose peak has a column of its "
-                      "own). Memory budget: what each process of the run may hold (the run's memory budget: the "
-                      "audits' exact counts and dedup's bands spill or shrink within it, DuckDB takes at most half "
-                      "of it). A reused stage was unchanged since an earlier run, whose time and memory are shown."))
+                      "own). Memory budget: the run's, for each of its processes: the audits' exact counts spill to "
+                      "disk past it, dedup holds fewer bands within it, DuckDB takes at most half of it; the "
+                      "process's libraries and the rest of a stage's memory come on top. A reused stage was unchanged since an earlier run, whose time and memory are shown."))
     if any(s.phases for s in steps):
         page.section("Where the time went", table(_phase_rows(steps), formats={"time": fmt.seconds,
                                                                                "per second": fmt.number}),
