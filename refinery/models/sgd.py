@@ -198,17 +198,20 @@ def _fit_vector(v, tf_idf, labelled, vectors, scalars, state, blas):
         if state[2, v] < _RESET_SCALE:
             _fold_scale(v, vectors, state, blas)
         c = np.float32(update)
-        if update != 0.0:
-            step = np.float64(c / np.float32(state[2, v]))
-            for j in range(lo, hi):
-                w[columns[j]] = np.float32(np.float64(w[columns[j]]) + np.float64(x[j]) * step)
-            state[0, v] += update * _INTERCEPT_DECAY
-        steps = np.float32(t)
-        mu = 1.0 / np.float64(steps)
         scale, a = state[2, v], state[3, v]
         step_a = np.float64(-c) / scale
-        for j in range(lo, hi):
-            aw[columns[j]] = np.float32(np.float64(aw[columns[j]]) + a * np.float64(x[j]) * step_a)
+        if update != 0.0:   # w and ā of a column updated side by side: one pass over the row's columns
+            step = np.float64(c / np.float32(scale))
+            for j in range(lo, hi):
+                column, value = columns[j], np.float64(x[j])
+                w[column] = np.float32(np.float64(w[column]) + value * step)
+                aw[column] = np.float32(np.float64(aw[column]) + a * value * step_a)
+            state[0, v] += update * _INTERCEPT_DECAY
+        else:
+            for j in range(lo, hi):
+                aw[columns[j]] = np.float32(np.float64(aw[columns[j]]) + a * np.float64(x[j]) * step_a)
+        steps = np.float32(t)
+        mu = 1.0 / np.float64(steps)
         if steps > 1:
             state[4, v] /= (1.0 - mu)
         state[3, v] += mu * state[4, v] * scale
