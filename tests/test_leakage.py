@@ -271,6 +271,44 @@ def test_weighted_counts_are_the_audits_counts_and_sums_of_weights():
     assert counts.label_totals(1) == {l: 2.0 * n for l, n in counts.label_totals(0).items()}
 
 
+def test_a_replayed_count_is_the_count_of_the_rows_added_again():
+    """A restricted counter fed the token ids a ``replayable`` counter kept on disk (``replay``: no text read or
+    tokenized again) counts exactly what it counts with the rows added again: every feature's sums under three
+    weightings, over slices of several batches with a label coming late; row-level families are refused."""
+    from refinery.core.features import FeatureConfig
+    from refinery.core.weighted_counts import SLICE_ROWS, WeightedCounts
+    from refinery.io.corpus import load
+
+    table = load([SNLI_DEV], PRESETS["snli"])[0]
+    table = table.take(np.argsort(table["label"].to_numpy(zero_copy_only=False), kind="stable"))  # a label per batch
+    config = FeatureConfig().named(("premise", "hypothesis"))
+    rng = np.random.default_rng(0)
+    weights = [rng.gamma(2.0, 1.0, table.num_rows), np.where(rng.random(table.num_rows) < 0.5, 0.5, 3.0)]
+    first = WeightedCounts(None, config, 1, masks=1, replayable=True)
+    for batch in table.to_batches(3_000):   # batches under a slice and one cut into slices
+        first.add(pa.Table.from_batches([batch]), None)
+    first.add(table.slice(0, 0), None)
+    tested = first.tested((0,), 2)
+    again, replayed = (first.restricted(tested, 3, masks=1) for _ in range(2))
+    for batch in table.to_batches(3_000):
+        rows = slice(again.rows, again.rows + batch.num_rows)
+        again.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in weights))
+    seen = []
+    replayed.replay(first, None, *weights, done=seen.append)
+    assert sum(seen) == table.num_rows and first.tokens.slices("labels") == len(seen) > 1 and SLICE_ROWS > 3_000
+    for weighting in range(3):
+        for squares in (False, True):
+            (names, sums), (replayed_names, replayed_sums) = (c.flush().matrix(weighting, squares=squares)
+                                                              for c in (again, replayed))
+            assert names.equals(replayed_names) and np.array_equal(sums, replayed_sums)
+    assert len(tested) > 1_000
+    assert again.label_totals(2) == replayed.label_totals(2)
+    with_rows = WeightedCounts(None, FeatureConfig(("unigram", "length")), 1, replayable=True)
+    with_rows.add(table.slice(0, 100), None)
+    with pytest.raises(ValueError, match="row-level families"):
+        WeightedCounts(None, FeatureConfig(("unigram", "length")), 1).replay(with_rows, None)
+
+
 @pytest.fixture(scope="module")
 def pooled(tmp_path_factory):
     """A corpus whose premises come from a pool whose popularity depends on the label (no planted words): the

@@ -29,6 +29,7 @@ features under other weightings costs the tokenizer's pass and no table of every
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,7 @@ from refinery.core.features import NULL_FEATURE, FeatureConfig, dictionary_ids, 
 from refinery.core.kernels import EMPTY
 from refinery.core.key_counts import KeyCounts
 from refinery.core.verdict import Verdict, judge
+from refinery.io.spill import SpilledSlices
 
 SLICE_ROWS = 1 << 16         # rows tokenized and counted at a time (the work buffers follow it, not the table added)
 UNCOUNTED = ("hypo-only",)  # families a weighted audit leaves out
@@ -56,7 +58,8 @@ class WeightedCounts:
     some of the features (rows of ``matrix``) under ``w`` other weightings.
     """
 
-    def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0):
+    def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0,
+                 replayable: bool = False):
         if not 0 <= masks <= weightings:
             raise ValueError(f"masks must be between 0 and the {weightings} weightings, got {masks}")
         self.label_index: dict[str, int] = {}
@@ -75,6 +78,11 @@ class WeightedCounts:
         self.only: set | None = None   # a restricted counter: the row-level features it counts
         self._counts = None            # per table (keys ascending, counts, sums), in ``matrix``'s order
         self._in_flight: list = []     # the last slice's n-gram counting, still running on the pool's threads
+        # ``replayable``: each slice's label codes and its fields' token ids kept on disk, for ``replay``
+        self.tokens: SpilledSlices | None = None
+        if replayable:
+            self.tokens = SpilledSlices(["labels", *(f"{col}:{part}" for col in ("text_a", "text_b")
+                                                     for part in ("ids", "lengths"))], prefix="tokens-")
 
     @property
     def left_out(self) -> tuple:
@@ -82,28 +90,71 @@ class WeightedCounts:
         return tuple(f for f in self.config.families if f in UNCOUNTED)
 
     def add(self, table: pa.Table, *weights) -> "WeightedCounts":
-        if len(weights) != self.weightings:
-            raise ValueError(f"give {self.weightings} weight arrays (None: all 1), got {len(weights)}")
         n = table.num_rows
         if not n:
             return self
+        w = self._weight_columns(n, weights)
+        if self.fields is None:
+            self.fields = {col: _FieldCounts(name, self.config) for col, name in text_fields(table, self.config)
+                           if any(f in self.config.families for f in ("unigram", "bigram"))}
+        for start in range(0, n, SLICE_ROWS):
+            part = table.slice(start, SLICE_ROWS)
+            self.flush()   # one slice in flight: its fields tokenized and counted on threads (the kernels free the GIL)
+            labels = dictionary_ids(part["label"], self.label_index, self.labels)
+            if self.tokens is not None:
+                self.tokens.append("labels", labels)
+            self._add(labels, w[start:start + SLICE_ROWS], functools.partial(self._tokenized, rows=part), part)
+        return self
+
+    def replay(self, counted: "WeightedCounts", *weights, done=lambda rows: None) -> "WeightedCounts":
+        """Count the rows ``counted`` (a ``replayable`` counter whose every row was added) counted, under ``weights``
+        (one array over all its rows, in the order they were added; None: all 1), from its token ids on disk: the
+        rows' second look without their texts read or tokenized again (``done(rows)`` after each slice). Only
+        n-grams and ``null`` (row-level families need the rows: ``add`` them)."""
+        if counted.tokens is None:
+            raise ValueError("replay needs a counter made with replayable=True")
+        if self.row_families:
+            raise ValueError(f"row-level families ({', '.join(self.row_families)}) need the rows: add them again")
+        n = counted.rows
+        w, first = self._weight_columns(n, weights), 0
+        for k in range(counted.tokens.slices("labels")):
+            labels = counted.tokens.read("labels", k)
+            self.flush()
+            self._add(labels, w[first:first + len(labels)],
+                      functools.partial(counted.replayed, slice_index=k, rows=len(labels)))
+            first += len(labels)
+            done(len(labels))
+        return self
+
+    def replayed(self, col: str, field: _FieldCounts, *, slice_index: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (token ids, row of each token) of column ``col`` of ``add``'s slice ``slice_index`` (``rows`` rows), as
+        ``field`` tokenized them then."""
+        ids = self.tokens.read(f"{col}:ids", slice_index).astype(np.int64)
+        return ids, np.repeat(np.arange(rows, dtype=np.int64), self.tokens.read(f"{col}:lengths", slice_index))
+
+    def _tokenized(self, col: str, field: _FieldCounts, *, rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """``field``'s tokens of column ``col`` of ``rows``, kept on disk too where this counter is ``replayable``."""
+        ids, parents = field.tokenize(rows[col])
+        if self.tokens is not None:   # a row's tokens together, rows ascending: its count of tokens says which
+            self.tokens.append(f"{col}:ids", ids.astype(np.int32))
+            self.tokens.append(f"{col}:lengths", np.bincount(parents, minlength=rows.num_rows).astype(np.int32))
+        return ids, parents
+
+    def _weight_columns(self, n: int, weights: tuple) -> np.ndarray:
+        """rows × (weightings, then Σ w² of each that is not a mask) of ``add``'s or ``replay``'s ``weights``."""
+        if len(weights) != self.weightings:
+            raise ValueError(f"give {self.weightings} weight arrays (None: all 1), got {len(weights)}")
         self._counts = None
         w = np.column_stack([np.ones(n) if x is None else np.asarray(x, np.float64) for x in weights])
         masks = w[:, :self.masks]
         if not np.all((masks == 0) | (masks == 1)):
             raise ValueError(f"the first {self.masks} weighting(s) are masks: weights 0 or 1 only")
-        w = np.column_stack([w, np.square(w[:, self.masks:])])   # Σ w² beside Σ w: n_eff (the module's equation)
-        if self.fields is None:
-            self.fields = {col: _FieldCounts(name, self.config) for col, name in text_fields(table, self.config)
-                           if any(f in self.config.families for f in ("unigram", "bigram"))}
-        for start in range(0, n, SLICE_ROWS):
-            self._add(table.slice(start, SLICE_ROWS), w[start:start + SLICE_ROWS])
-        return self
+        return np.column_stack([w, np.square(w[:, self.masks:])])   # Σ w² beside Σ w: n_eff (the module's equation)
 
-    def _add(self, table: pa.Table, w: np.ndarray) -> None:
-        self.flush()   # one slice in flight: its fields tokenized and counted on threads (the kernels free the GIL)
-        n, S, M = table.num_rows, self.columns, self.masks
-        labels = dictionary_ids(table["label"], self.label_index, self.labels)
+    def _add(self, labels: np.ndarray, w: np.ndarray, tokens_of, table: pa.Table | None = None) -> None:
+        """One slice: its rows' label codes, weight columns, its fields' tokens (``tokens_of(col, field)``) and, for
+        the row-level families, its rows (``table``)."""
+        n, S, M = len(labels), self.columns, self.masks
         C = len(self.labels)
         per_label = np.empty(C * S)   # label-major, as every sum here
         for s in range(S):
@@ -119,13 +170,13 @@ class WeightedCounts:
             orders = [order for order in field.orders if (col, order) in self.tables]
             if not orders:   # a restricted counter with none of this field's features
                 return
-            ids, parents = field.tokenize(table[col])
+            ids, parents = tokens_of(col, field)
             for order in orders:
                 self.tables[col, order].add(ids, parents, labels, first_row, C, pairs=order == 2, masks=masks,
                                             weights=weights, grow=self.only is None)
 
         self._in_flight = [_pool().submit(count, col, field) for col, field in self.fields.items()]
-        if self.row_families and (self.only is None or self.only - {NULL_FEATURE}):
+        if table is not None and self.row_families and (self.only is None or self.only - {NULL_FEATURE}):
             long = extract(table, FeatureConfig(self.row_families, self.config.tokenizer, self.config.field_names,
                                                 self.config.single_field_name))
             if long.num_rows:

@@ -124,3 +124,21 @@ def in_memory_names(text: str) -> str:
         if path in text:
             text = text.replace(path, shown)
     return text
+
+
+def write_at(handle: int, array, offset: int) -> None:
+    """``array``'s bytes written into the open file ``handle`` at byte ``offset`` (``pwrite``, until all are)."""
+    view = memoryview(array).cast("B")
+    while len(view):
+        written = os.pwrite(handle, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def read_at(handle: int, array, offset: int) -> None:
+    """``array`` filled from the open file ``handle`` at byte ``offset`` (``preadv`` into it, until full)."""
+    view = memoryview(array).cast("B")
+    while len(view):
+        read = os.preadv(handle, [view], offset)
+        if read == 0:
+            raise OSError("a scratch file ends short of what was written to it")
+        view, offset = view[read:], offset + read

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refinery.io.db import connect, load_sql, quote_literal
-from refinery.io.scratch import process_folder, scratch_folder
+from refinery.io.scratch import process_folder, read_at, scratch_folder, write_at
 
 DEFAULT_PARTITIONS = 64
 
@@ -189,3 +189,42 @@ class SpilledVectors:
         for fh in self._files:
             fh.close()
         self._folder.cleanup()
+
+
+class SpilledSlices:
+    """Arrays appended slice by slice to one file per stream in a temporary folder (``os.pwrite``; a stream is
+    appended by one thread at a time, different streams side by side), read back slice by slice (``os.pread``:
+    the OS's page cache keeps what memory allows). The folder goes with this object (``close``, or when it is
+    collected)."""
+
+    def __init__(self, streams: list[str], prefix: str = "slices-"):
+        self._folder = tempfile.TemporaryDirectory(prefix=prefix, dir=process_folder())
+        self._fds = {s: os.open(os.path.join(self._folder.name, f"{i}.bin"), os.O_RDWR | os.O_CREAT, 0o600)
+                     for i, s in enumerate(streams)}
+        self._slices: dict[str, list] = {s: [] for s in streams}   # (offset, dtype, length) of each slice
+        self._sizes = dict.fromkeys(streams, 0)
+
+    def append(self, stream: str, array: np.ndarray) -> None:
+        data = np.ascontiguousarray(array)
+        write_at(self._fds[stream], data, self._sizes[stream])
+        self._slices[stream].append((self._sizes[stream], data.dtype, len(data)))
+        self._sizes[stream] += data.nbytes
+
+    def slices(self, stream: str) -> int:
+        return len(self._slices[stream])
+
+    def read(self, stream: str, k: int) -> np.ndarray:
+        offset, dtype, length = self._slices[stream][k]
+        array = np.empty(length, dtype)
+        read_at(self._fds[stream], array, offset)
+        return array
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+        self._folder.cleanup()
+
+    def __del__(self):
+        if getattr(self, "_fds", None):
+            self.close()

@@ -10,7 +10,7 @@ import tempfile
 import numba
 import numpy as np
 
-from refinery.io.scratch import process_folder
+from refinery.io.scratch import process_folder, read_at, write_at
 
 
 class StackedRows:
@@ -160,7 +160,7 @@ class RowBlocks:
         for first, size in zip(firsts, sizes):
             offset = int(self.indptr[placed[first]])
             for handle, array in zip(self._handles, (columns, values)):
-                _write_at(handle, array[at:at + size], offset * array.itemsize)
+                write_at(handle, array[at:at + size], offset * array.itemsize)
             at += int(size)
 
     def block(self, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,7 +172,7 @@ class RowBlocks:
             return local, self.arrays[0][lo:hi], self.arrays[1][lo:hi]
         indices, data = np.empty(hi - lo, np.int32), np.empty(hi - lo, np.float32)
         for handle, array in zip(self._handles, (indices, data)):
-            _read_at(handle, array, lo * array.itemsize)
+            read_at(handle, array, lo * array.itemsize)
         return local, indices, data
 
     def matrix(self, block: int):
@@ -188,7 +188,7 @@ class RowBlocks:
             return self
         indices, data = np.empty(int(self.indptr[-1]), np.int32), np.empty(int(self.indptr[-1]), np.float32)
         for handle, array in zip(self._handles, (indices, data)):
-            _read_at(handle, array, 0)
+            read_at(handle, array, 0)
         return RowBlocks(self.indptr, self.columns, self.block_rows, (indices, data))
 
     def close(self) -> None:
@@ -207,22 +207,6 @@ class RowBlocks:
 
     def __del__(self):
         self.close()
-
-
-def _write_at(handle: int, array: np.ndarray, offset: int) -> None:
-    view = memoryview(array).cast("B")
-    while len(view):
-        written = os.pwrite(handle, view, offset)
-        view, offset = view[written:], offset + written
-
-
-def _read_at(handle: int, array: np.ndarray, offset: int) -> None:
-    view = memoryview(array).cast("B")
-    while len(view):
-        read = os.preadv(handle, [view], offset)
-        if read == 0:
-            raise OSError("a row block's file ends short of its rows")
-        view, offset = view[read:], offset + read
 
 
 @numba.njit(nogil=True, cache=True)

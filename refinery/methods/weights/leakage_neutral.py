@@ -45,7 +45,7 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
         in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "cap", "low_ess_warning",
                        "out_of_fold")
         audit_config = AuditConfig(features=features, prior=config.prior)
-        rows_of = WeightedCounts(report["labels"], features, 1, masks=1)   # each feature's rows, plain
+        rows_of = WeightedCounts(report["labels"], features, 1, masks=1, replayable=True)   # each feature's rows
         with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer:
             with progress(total=len(w), desc="weights: write", unit=" rows") as bar:   # ends before the count's
                 start = 0
@@ -58,8 +58,8 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                     bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
             capped = dict(zip(clips, capped_w))
-            counts = _testable_counted(rows_of, audit_config.min_count, graph, [w, *capped.values()])
-            del rows_of
+            counts = _testable_counted(rows_of, audit_config.min_count, [w, *capped.values()])
+            del rows_of   # and its tokens on disk
             audits = _audits(counts, audit_config, writer.labels, source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
             record = audits.record_of(1, writer.labels, weighted=True)
@@ -119,21 +119,16 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     return w, {**info, "p_hat": proba, "y": y, "cells": cells}
 
 
-def _testable_counted(rows_of: WeightedCounts, min_count: int, graph: GraphInput, weights: list) -> WeightedCounts:
+def _testable_counted(rows_of: WeightedCounts, min_count: int, weights: list) -> WeightedCounts:
     """The rows' counts under weights 1 and under each of ``weights`` (the weights written, then the caps the
     verdict may check), of only the features in at least ``min_count`` rows (``rows_of``: every feature's rows,
     counted as a mask): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is tested under any
     weighting, and the weighted sums of every feature (16 bytes a label and weighting, most features in one row)
-    are never held. It costs one more pass of the tokenizer over the rows, in the order they were written."""
+    are never held. The rows are counted again from the token ids ``rows_of`` kept on disk as they were written
+    (``WeightedCounts.replay``): no text is read or tokenized twice."""
     counts = rows_of.restricted(rows_of.tested((0,), min_count), 1 + len(weights), masks=1)
-    columns = ", ".join(list(counts.fields or {}) + ["label"])
     with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
-        start = 0
-        for batch in graph.batches(f"SELECT {columns} FROM rows"):
-            rows = slice(start, start + batch.num_rows)
-            counts.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in weights))
-            start += batch.num_rows
-            bar.update(batch.num_rows)
+        counts.replay(rows_of, None, *weights, done=bar.update)
     return counts.flush()
 
 
