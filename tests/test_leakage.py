@@ -288,8 +288,8 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
     for batch in table.to_batches(3_000):   # batches under a slice and one cut into slices
         first.add(pa.Table.from_batches([batch]), None)
     first.add(table.slice(0, 0), None)
-    tested = first.tested((0,), 2)
-    again, replayed = (first.restricted(tested, 3, masks=1) for _ in range(2))
+    tested = first.tested((0,), 2)   # the features in ≥ 2 rows, found sorted: what restricted finds in place
+    again, replayed = (first.restricted(2, 3, masks=1) for _ in range(2))
     for batch in table.to_batches(3_000):
         rows = slice(again.rows, again.rows + batch.num_rows)
         again.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in weights))
@@ -301,7 +301,7 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
             (names, sums), (replayed_names, replayed_sums) = (c.flush().matrix(weighting, squares=squares)
                                                               for c in (again, replayed))
             assert names.equals(replayed_names) and np.array_equal(sums, replayed_sums)
-    assert len(tested) > 1_000
+    assert len(tested) > 1_000 and again.names().equals(first.names(tested))
     assert again.label_totals(2) == replayed.label_totals(2)
     with_rows = WeightedCounts(None, FeatureConfig(("unigram", "length")), 1, replayable=True)
     with_rows.add(table.slice(0, 100), None)

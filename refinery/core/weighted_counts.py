@@ -304,30 +304,31 @@ class WeightedCounts:
             start += len(part[2])
         return np.concatenate(tested) if tested else np.zeros(0, np.int64)
 
-    def restricted(self, rows: np.ndarray, weightings: int, masks: int = 0) -> "WeightedCounts":
-        """An empty counter of only the features at ``rows`` of ``matrix`` under ``weightings`` weightings (the
-        first ``masks`` of them masks), with this one's labels and vocabularies (the same rows added again give
-        the same token ids): ``add`` it the rows once more and it probes only those features' keys, a second look
-        at a few features that costs the tokenizer's pass and no table of every feature."""
+    def restricted(self, min_rows: int, weightings: int, masks: int = 0) -> "WeightedCounts":
+        """An empty counter of only the features in at least ``min_rows`` rows (this counter's first weighting, a
+        mask) under ``weightings`` weightings (the first ``masks`` of them masks), with this one's labels and
+        vocabularies (the same rows added again give the same token ids): ``add`` it the rows once more (or
+        ``replay`` them) and it probes only those features' keys, a second look at a few features with no table of
+        every feature. The features are found in each table's slots as they lie: none sorted."""
+        if not self.masks:
+            raise ValueError("restricted needs a counter whose first weighting is a mask (rows counted)")
+        self.flush()
         out = WeightedCounts(self.labels, self.config, weightings, masks)
         out.fields, out.row_families = self.fields, self.row_families
-        rows = np.sort(np.asarray(rows, np.int64))
-        C, values = len(self.labels), out.columns - masks
-        for (col, order), ((keys, _, _), mine) in zip(self.tables, self._parts(rows)):
-            if not len(mine):
+        C, values, M = len(self.labels), out.columns - masks, self.masks
+        for (col, order), counted in self.tables.items():
+            keys, counts = counted.items()
+            keys = keys[counts[:, 0::M].sum(axis=1) >= min_rows]   # label-major: mask 0's count of each label
+            if not len(keys):
                 continue
             table = KeyCounts(dense=order == 1, labels=C * masks, values=C * values)
-            table.add(keys[mine], np.arange(len(mine)), np.zeros(len(mine), np.int64), 0, C,
-                      masks=np.zeros((len(mine), masks), np.int32),
-                      weights=np.zeros((len(mine), values)))   # the keys placed, nothing counted
-            table.table[:, 2] = EMPTY                                        # and no row seen yet
+            table.add(keys, np.arange(len(keys)), np.zeros(len(keys), np.int64), 0, C,
+                      masks=np.zeros((len(keys), masks), np.int32),
+                      weights=np.zeros((len(keys), values)))   # the keys placed, nothing counted
+            table.table[:, 2] = EMPTY                          # and no row seen yet
             out.tables[col, order] = table
-        if self.row_features:
-            mine = list(self._parts(rows))[-1][1]
-            names = list(self.row_features)
-            out.only = {names[i] for i in mine.tolist()}
-        else:
-            out.only = set()
+        S = self.columns
+        out.only = {name for name, sums in self.row_features.items() if _padded(sums, C * S)[0::S].sum() >= min_rows}
         return out
 
 

@@ -126,7 +126,7 @@ def _testable_counted(rows_of: WeightedCounts, min_count: int, weights: list) ->
     weighting, and the weighted sums of every feature (16 bytes a label and weighting, most features in one row)
     are never held. The rows are counted again from the token ids ``rows_of`` kept on disk as they were written
     (``WeightedCounts.replay``): no text is read or tokenized twice."""
-    counts = rows_of.restricted(rows_of.tested((0,), min_count), 1 + len(weights), masks=1)
+    counts = rows_of.restricted(min_count, 1 + len(weights), masks=1)
     with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
         counts.replay(rows_of, None, *weights, done=bar.update)
     return counts.flush()
