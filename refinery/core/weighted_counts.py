@@ -23,9 +23,10 @@ Cost: the tokenizer's, plus one probe of a compiled hash table per (n-gram, row)
 ``kernels.count_present``), the text fields tokenized and counted on two threads while the caller goes on (``add``
 returns with the last slice still counting): about the audit's own counting. Memory per table slot, the slots at
 most 70% used: 12 bytes, 4 per label and mask, 16 per label and float weighting (its Σ w and Σ w²: 72 for 3
-labels, a mask and a weighting); once judged (``stats``), a hashed table keeps only its keys. A counter ``restricted`` to some
-features (``WeightedCounts.restricted``) counts only those, sharing the vocabularies: a second look at a few
-features under other weightings costs the tokenizer's pass and no table of every feature.
+labels, a mask and a weighting); once judged (``stats``), a hashed table keeps only its keys. A counter ``restricted`` to
+the features in enough rows (``WeightedCounts.restricted``) counts only those, sharing the vocabularies: a second
+look at a few features under other weightings holds no table of every feature, and where the first counter was
+``replayable`` (its slices' token ids kept on disk) it costs no tokenizer pass either (``replay``).
 """
 from __future__ import annotations
 
@@ -106,31 +107,22 @@ class WeightedCounts:
             self._add(labels, w[start:start + SLICE_ROWS], functools.partial(self._tokenized, rows=part), part)
         return self
 
-    def replay(self, counted: "WeightedCounts", *weights, done=lambda rows: None) -> "WeightedCounts":
-        """Count the rows ``counted`` (a ``replayable`` counter whose every row was added) counted, under ``weights``
-        (one array over all its rows, in the order they were added; None: all 1), from its token ids on disk: the
-        rows' second look without their texts read or tokenized again (``done(rows)`` after each slice). Only
+    def replay(self, tokens: SpilledSlices, *weights, done=lambda rows: None) -> "WeightedCounts":
+        """Count the rows a ``replayable`` counter counted from the token ids it kept on disk (its ``tokens``, every
+        row added), under ``weights`` (one array over all those rows, in the order they were added; None: all 1):
+        the rows' second look without their texts read or tokenized again (``done(rows)`` after each slice). Only
         n-grams and ``null`` (row-level families need the rows: ``add`` them)."""
-        if counted.tokens is None:
-            raise ValueError("replay needs a counter made with replayable=True")
         if self.row_families:
             raise ValueError(f"row-level families ({', '.join(self.row_families)}) need the rows: add them again")
-        n = counted.rows
-        w, first = self._weight_columns(n, weights), 0
-        for k in range(counted.tokens.slices("labels")):
-            labels = counted.tokens.read("labels", k)
+        sizes = tokens.lengths("labels")
+        w, first = self._weight_columns(sum(sizes), weights), 0
+        for k, rows in enumerate(sizes):
+            labels = tokens.read("labels", k)
             self.flush()
-            self._add(labels, w[first:first + len(labels)],
-                      functools.partial(counted.replayed, slice_index=k, rows=len(labels)))
-            first += len(labels)
-            done(len(labels))
+            self._add(labels, w[first:first + rows], functools.partial(_replayed, tokens, slice_index=k, rows=rows))
+            first += rows
+            done(rows)
         return self
-
-    def replayed(self, col: str, field: _FieldCounts, *, slice_index: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (token ids, row of each token) of column ``col`` of ``add``'s slice ``slice_index`` (``rows`` rows), as
-        ``field`` tokenized them then."""
-        ids = self.tokens.read(f"{col}:ids", slice_index).astype(np.int64)
-        return ids, np.repeat(np.arange(rows, dtype=np.int64), self.tokens.read(f"{col}:lengths", slice_index))
 
     def _tokenized(self, col: str, field: _FieldCounts, *, rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """``field``'s tokens of column ``col`` of ``rows``, kept on disk too where this counter is ``replayable``."""
@@ -330,6 +322,14 @@ class WeightedCounts:
         S = self.columns
         out.only = {name for name, sums in self.row_features.items() if _padded(sums, C * S)[0::S].sum() >= min_rows}
         return out
+
+
+def _replayed(tokens: SpilledSlices, col: str, field: _FieldCounts, *, slice_index: int, rows: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The (token ids, row of each token) of column ``col`` of a ``replayable`` counter's slice ``slice_index`` (of
+    ``rows`` rows), as ``field`` tokenized them then."""
+    ids = tokens.read(f"{col}:ids", slice_index).astype(np.int64)
+    return ids, np.repeat(np.arange(rows, dtype=np.int64), tokens.read(f"{col}:lengths", slice_index))
 
 
 def effective_of(n: np.ndarray, squares: np.ndarray) -> np.ndarray | None:

@@ -210,8 +210,9 @@ class SpilledSlices:
         self._slices[stream].append((self._sizes[stream], data.dtype, len(data)))
         self._sizes[stream] += data.nbytes
 
-    def slices(self, stream: str) -> int:
-        return len(self._slices[stream])
+    def lengths(self, stream: str) -> list[int]:
+        """The length of each slice of ``stream``, in order."""
+        return [length for _, _, length in self._slices[stream]]
 
     def read(self, stream: str, k: int) -> np.ndarray:
         offset, dtype, length = self._slices[stream][k]

@@ -58,8 +58,10 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
                     bar.update(batch.num_rows)
             writer.write(None, graph.rejects)  # the input's rejects stay accounted for
             capped = dict(zip(clips, capped_w))
-            counts = _testable_counted(rows_of, audit_config.min_count, [w, *capped.values()])
-            del rows_of   # and its tokens on disk
+            counts = rows_of.restricted(audit_config.min_count, 2 + len(capped), masks=1)
+            tokens, rows_of = rows_of.tokens, None   # its table of every feature freed before the second look
+            _counted_again(counts, tokens, [w, *capped.values()])
+            tokens.close()
             audits = _audits(counts, audit_config, writer.labels, source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
             record = audits.record_of(1, writer.labels, weighted=True)
@@ -119,17 +121,16 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
     return w, {**info, "p_hat": proba, "y": y, "cells": cells}
 
 
-def _testable_counted(rows_of: WeightedCounts, min_count: int, weights: list) -> WeightedCounts:
-    """The rows' counts under weights 1 and under each of ``weights`` (the weights written, then the caps the
-    verdict may check), of only the features in at least ``min_count`` rows (``rows_of``: every feature's rows,
-    counted as a mask): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is tested under any
-    weighting, and the weighted sums of every feature (16 bytes a label and weighting, most features in one row)
-    are never held. The rows are counted again from the token ids ``rows_of`` kept on disk as they were written
-    (``WeightedCounts.replay``): no text is read or tokenized twice."""
-    counts = rows_of.restricted(min_count, 1 + len(weights), masks=1)
+def _counted_again(counts: WeightedCounts, tokens, weights: list) -> None:
+    """The rows counted again into ``counts`` (the features the first count found in at least ``min_count`` rows,
+    ``WeightedCounts.restricted``) under weights 1 and under each of ``weights`` (the weights written, then the caps
+    the verdict may check): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is tested under
+    any weighting, and the weighted sums of every feature (16 bytes a label and weighting, most features in one
+    row) are never held. The rows come from the token ids the first count kept on disk as they were written
+    (``tokens``, ``WeightedCounts.replay``): no text is read or tokenized twice."""
     with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
-        counts.replay(rows_of, None, *weights, done=bar.update)
-    return counts.flush()
+        counts.replay(tokens, None, *weights, done=bar.update)
+    counts.flush()
 
 
 def _audits(counts: WeightedCounts, audit_config, label_rows: dict, carried) -> WeightedAudits:
