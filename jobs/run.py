@@ -23,6 +23,7 @@ end_before_start()   # an interrupt while the imports below run: one line, not t
 from refinery.cli.base import ended  # noqa: E402
 from refinery.pipeline.config import load_pipeline  # noqa: E402
 from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV  # noqa: E402
+from refinery.io.memory import budget_of_run  # noqa: E402
 from refinery.pipeline.engine import ray_init  # noqa: E402
 from refinery.pipeline.runner import run_pipeline  # noqa: E402
 from refinery.termination import end_on_sigterm, finish_undisturbed  # noqa: E402
@@ -48,10 +49,11 @@ def main(argv=None) -> int:
     end_on_sigterm()   # ``ray job stop`` sends SIGTERM: the job ends as an interrupted command does
     if args.ray_timeout is not None:
         os.environ[RAY_TIMEOUT_ENV] = str(args.ray_timeout)
-    if args.engine == "ray":
-        ray_init()  # joins the job's cluster before any work: one that does not answer fails in one line
     spec = load_pipeline(args.pipeline)
-    run = run_pipeline(spec, args.out, args.engine)
+    with budget_of_run(spec.memory_budget):   # the workers joined with the pipeline's memory budget
+        if args.engine == "ray":
+            ray_init()  # joins the job's cluster before any work: one that does not answer fails in one line
+        run = run_pipeline(spec, args.out, args.engine)
     if not all(s.result.balanced for s in run.stages):
         print("error: a stage's rows do not add up (see the MISMATCH line above)", file=sys.stderr)
         return 1
