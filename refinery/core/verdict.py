@@ -56,6 +56,7 @@ The cost follows the features over the threshold, not the vocabulary: both sides
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -389,8 +390,9 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
                            None if ro < 0 else round(float(za), 4), float(b.n[r]), None if np.isnan(na) else float(na),
                            None if ro < 0 else round(float(a.p[ro, j]), 4), round(float(b.p[r, j] - b.p0[j]), 6),
                            None if ro < 0 else round(float(ea), 6))
-             for r, j, ro, za, na, ea in _by(-b.z[rb[gone], jb[gone]], _named(b, rb[gone]), rb[gone], jb[gone], ra_of[gone], z_after[gone],
-                                             n_after[gone], effect_after[gone])][:listed]
+             for r, j, ro, za, na, ea in itertools.islice(_by(-b.z[rb[gone], jb[gone]], _named(b, rb[gone]), rb[gone],
+                                                              jb[gone], ra_of[gone], z_after[gone], n_after[gone],
+                                                              effect_after[gone]), listed)]   # only those listed
     rows = of_audits(before, after, labels)
     return Verdict(stage=stage, threshold=t, margin=margin, under_threshold=under_threshold, max_z=max_z,
                    remaining=remaining, remaining_total=remaining_total, worsened=worsened[:listed],
