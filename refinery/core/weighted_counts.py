@@ -55,8 +55,9 @@ class WeightedCounts:
     ``labels``: the labels, in order (more are added as rows bring them). ``masks``: how many of the first
     weightings take only weights 0 or 1 (``None``: all 1), counted as integers. ``add(table, *weights)``: one weight
     array per weighting (``None``: all 1) for the batch's rows. ``stats(i, p0, min_count, alpha)``: the ``ZStats``
-    of weighting i (labels sorted; z* at n_eff, ``effective``). ``label_totals(i)``: Σ w per label. ``restricted(rows, w)``: a counter of only
-    some of the features (rows of ``matrix``) under ``w`` other weightings.
+    of weighting i (labels sorted; z* at n_eff, ``effective``). ``label_totals(i)``: Σ w per label.
+    ``restricted(min_rows, w)``: a counter of only the features in at least ``min_rows`` rows under ``w`` other
+    weightings; ``replayable``: the slices' token ids kept on disk, for such a counter's ``replay``.
     """
 
     def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0,
