@@ -79,6 +79,14 @@ def test_every_verb_holds_to_the_budget_it_is_given_and_says_its_peak_beside_it(
                                         "stages": [{"audit": {"memory_budget": "4G"}}], "out": str(tmp_path / "p")}))
     proc = run_cli("run", step_key, check=False)
     assert proc.returncode == 2 and "memory_budget: the run's, not a step's" in proc.stderr, proc.stderr
+    # a file an earlier refinery printed (--print-config) carries the step's key as null: read as before
+    step_key.write_text(yaml.safe_dump({"input": {"paths": [str(SNLI_DEV)], "preset": "snli"},
+                                        "stages": [{"audit": {"memory_budget": None}}], "out": str(tmp_path / "p")}))
+    run_cli("run", step_key)
+    hand_set = run_cli("audit", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "h", check=False,
+                       env={MEMORY_BUDGET_ENV: "plenty"})   # set by hand in a job's environment: refused, named
+    assert hand_set.returncode == 2 and f"{MEMORY_BUDGET_ENV}=plenty" in hand_set.stderr, hand_set.stderr
+    assert len(hand_set.stderr.strip().splitlines()) == 1, hand_set.stderr
 
 
 def test_a_pipeline_and_a_python_call_take_the_budget_and_record_it(tmp_path, snli_dev_head, monkeypatch):

@@ -3,6 +3,7 @@ and ``run`` for pipeline files."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import sys
@@ -60,7 +61,7 @@ def run_pipeline_command(pipeline_file, out, engine, memory_budget, print_config
 
     spec = load_pipeline(pipeline_file)
     if memory_budget:
-        spec.memory_budget = memory_budget
+        spec = dataclasses.replace(spec, memory_budget=memory_budget)   # checked as the file's key is
     spec.report = from_dict(ReportConfig, {**to_dict(spec.report), **given(ReportConfig, report, "report")},
                             "report options")
     if print_config:

@@ -55,15 +55,20 @@ def parse_budget(value: str | float | int | None) -> int:
 def memory_budget() -> int:
     """This process's budget in bytes: the run's (``REFINERY_MEMORY_BUDGET``), else ``DEFAULT_SHARE`` of the usable
     memory."""
-    given = os.environ.get(MEMORY_BUDGET_ENV)
-    return int(given) if given and given.isdigit() else parse_budget(None)
+    given = os.environ.get(MEMORY_BUDGET_ENV, "").strip()
+    if not given:
+        return parse_budget(None)
+    try:
+        return int(given) if given.isdigit() else parse_budget(given)
+    except ValueError as e:
+        raise ValueError(f"{MEMORY_BUDGET_ENV}={given}: {e}") from None
 
 
 @contextmanager
 def budget_of_run(value: str | float | int | None) -> Iterator[int]:
     """The budget ``value`` (``parse_budget``) set for this process and those it starts while the block runs, then
-    the one before set back (a notebook's next call has its own); None leaves the budget as it is (each process
-    then takes its own machine's default share). Yields this process's budget in bytes."""
+    the one before set back (a notebook's next call has its own); None leaves the budget as it is (one set around
+    this run, else each process's own default share). Yields this process's budget in bytes."""
     if value is None:
         yield memory_budget()
         return

@@ -1,7 +1,8 @@
-"""Hash-partitioned spill runs: counts that outgrow a memory budget go to disk as Parquet runs, each
-row in the partition its feature's hash picks (``sql/_spill_partition.sql``), so the runs merge one
-partition at a time (``sql/_spill_merge.sql``: every count of a feature is in one partition) in a
-fraction of the memory the whole would take."""
+"""What waits on disk instead of in memory. Hash-partitioned spill runs: counts that outgrow a memory budget go to
+disk as Parquet runs, each row in the partition its feature's hash picks (``sql/_spill_partition.sql``), so the runs
+merge one partition at a time (``sql/_spill_merge.sql``: every count of a feature is in one partition) in a fraction
+of the memory the whole would take. ``SpilledVectors``: embeddings, read back memory-mapped. ``SpilledSlices``: arrays
+appended slice by slice (a counter's token ids), read back a slice at a time."""
 from __future__ import annotations
 
 import glob
@@ -192,8 +193,8 @@ class SpilledVectors:
 
 
 class SpilledSlices:
-    """Arrays appended slice by slice to one file per stream in a temporary folder (``os.pwrite``; a stream is
-    appended by one thread at a time, different streams side by side), read back slice by slice (``os.pread``:
+    """Arrays appended slice by slice to one file per stream in a temporary folder (``pwrite``; a stream is
+    appended by one thread at a time, different streams side by side), read back slice by slice (``preadv``:
     the OS's page cache keeps what memory allows). The folder goes with this object (``close``, or when it is
     collected)."""
 

@@ -59,11 +59,13 @@ def to_dict(config) -> dict:
 
 
 RUN_KEYS = ("engine", "memory_budget")   # a pipeline file's keys for the whole run, beside input, stages, out
+MOVED_TO_RUN = ("memory_budget",)   # a step's keys that became the run's: left out of a step where null, as older
+#                                     refinery printed them (--print-config), refused where set
 
 
 def from_dict(cls: type, data: dict | None, where: str = "config"):
     """Build config dataclass ``cls`` from plain data, checking keys and types; nested configs recurse."""
-    data = dict(data or {})
+    data = {k: v for k, v in (data or {}).items() if not (k in MOVED_TO_RUN and v is None)}
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))

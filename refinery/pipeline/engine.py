@@ -152,6 +152,7 @@ def ray_shutdown():
 
     if ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
         ray.shutdown()
+    _started.update(budget=None, num_cpus=None, ours=False)   # a Ray started next is the caller's until ours
 
 
 def check_engine(engine: str) -> str:

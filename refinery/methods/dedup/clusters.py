@@ -145,11 +145,9 @@ def rows_nbytes(rows: "Rows") -> int:
             + sum(s.starts.nbytes + s.values.nbytes for s in rows.shingles))
 
 
-def bands_at_once(held: int, signed: int, budget: int | None) -> int:
+def bands_at_once(held: int, signed: int, budget: int) -> int:
     """How many LSH bands to hold at once: ``BANDS_AT_ONCE``, fewer where ``held`` bytes (the rows' signatures)
     and ``signed`` rows' bands would pass ``budget``; ``OverBudget`` where not even one band fits."""
-    if budget is None:
-        return BANDS_AT_ONCE
     fits = (budget - held) // max(BAND_BYTES_PER_ROW * signed, 1)
     if fits < 1:
         need = held + BAND_BYTES_PER_ROW * signed

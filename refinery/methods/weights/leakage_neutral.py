@@ -60,8 +60,10 @@ def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig)
             capped = dict(zip(clips, capped_w))
             counts = rows_of.restricted(audit_config.min_count, 2 + len(capped), masks=1)
             tokens, rows_of = rows_of.tokens, None   # its table of every feature freed before the second look
-            _counted_again(counts, tokens, [w, *capped.values()])
-            tokens.close()
+            try:
+                _counted_again(counts, tokens, [w, *capped.values()])
+            finally:
+                tokens.close()
             audits = _audits(counts, audit_config, writer.labels, source.prior)
             out.prior = audits.prior   # the input's audit's rule, recorded
             record = audits.record_of(1, writer.labels, weighted=True)
