@@ -113,10 +113,10 @@ class WeightedCounts:
         row added), under ``weights`` (one array over all those rows, in the order they were added; None: all 1):
         the rows' second look without their texts read or tokenized again (``done(rows)`` after each slice). Only
         n-grams and ``null`` (row-level families need the rows: ``add`` them)."""
-        if self.fields is None:
-            raise ValueError("replay counts into a counter restricted from the one that kept the tokens")
         if self.row_families:
             raise ValueError(f"row-level families ({', '.join(self.row_families)}) need the rows: add them again")
+        if self.fields is None:
+            raise ValueError("replay counts into a counter restricted from the one that kept the tokens")
         sizes = tokens.lengths("labels")
         w, first = self._weight_columns(sum(sizes), weights), 0
         for k, rows in enumerate(sizes):
