@@ -99,21 +99,21 @@ def held(peak: int, budget: int | None) -> str:
 
 def binary_size(nbytes) -> str:
     """1 << 30 → "1 GiB", 1.5e9 → "1.4 GiB", 3e8 → "286 MiB" (powers of 1,024)."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{number(value)} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    return _scaled(nbytes, 1024, ("B", "KiB", "MiB", "GiB", "TiB"))
 
 
 def size(nbytes) -> str:
     """1.5e9 → "1.5 GB" (powers of 1,000)."""
+    return _scaled(nbytes, 1000, ("B", "kB", "MB", "GB", "TB"))
+
+
+def _scaled(nbytes, base: int, units: tuple) -> str:
+    """``nbytes`` in the largest of ``units`` (each ``base`` times the one before) under which it is ≥ 1."""
     value = float(nbytes)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{number(value)} {unit}"
-        value /= 1000
+    for unit in units:
+        if abs(value) < base or unit == units[-1]:
+            return f"{value:.0f} {unit}" if unit == units[0] else f"{number(value)} {unit}"
+        value /= base
     raise AssertionError("unreachable")
 
 
