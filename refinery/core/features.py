@@ -272,19 +272,6 @@ def dedupe(rows: np.ndarray, features: pa.Array) -> pa.Table:
     return pa.table({"row": key >> 32, "feature": pa.DictionaryArray.from_arrays(indices, encoded.dictionary)})
 
 
-def row_feature_lists(table: pa.Table, config: FeatureConfig) -> pa.ListArray:
-    """The distinct features of each row as a list column (row order kept), its values dictionary-encoded: the
-    batch's distinct feature strings once, each (row, feature) an index into them."""
-    long = extract(table, config)
-    rows = long["row"].to_numpy()
-    order = np.argsort(rows, kind="stable")
-    counts = np.bincount(rows, minlength=table.num_rows)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    encoded = _as_array(long["feature"])
-    features = pa.DictionaryArray.from_arrays(encoded.indices.take(pa.array(order)), encoded.dictionary)
-    return pa.ListArray.from_arrays(pa.array(offsets), features)
-
-
 def dictionary_ids(values, index: dict, names: list | None = None) -> np.ndarray:
     """Ids of the strings of ``values`` in ``index`` (string → id), unseen ones registered with
     the next id (and appended to ``names``). The array is dictionary-encoded first (unless it is

@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
+from refinery.core.kernels import add_cells
 from refinery.core.vocabulary import TokenIds
 
 
@@ -25,6 +26,8 @@ class IncrementalCounts:
         self.matrix = np.zeros((1024, len(self.labels)), dtype=np.int32)
         self.label_totals = {l: 0 for l in self.labels}
         self._tested = np.zeros(1024, dtype=bool)   # n ≥ the min_count ``retest`` was last given, per feature
+        self._marks = np.full(1024, -1, dtype=np.int64)   # the last ``add``/``subtract`` that listed each feature
+        self._calls = 0
         self.tested = 0                              # how many: the features an audit of these counts tests
 
     @property
@@ -42,26 +45,28 @@ class IncrementalCounts:
 
     def add(self, feature_ids, label_ids, row_labels=None) -> np.ndarray:
         """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added. Returns the distinct
-        feature ids counted (sorted)."""
+        feature ids counted, in the order of their first pair."""
         F, C = self.num_features, len(self.labels)
         if F > self.matrix.shape[0]:  # grown by half: the copy briefly holds both
             grown = np.zeros((max(F, self.matrix.shape[0] * 3 // 2), C), dtype=self.matrix.dtype)
             grown[: self.matrix.shape[0]] = self.matrix
             self.matrix = grown
-        cells, counts = np.unique(np.asarray(feature_ids) * C + label_ids, return_counts=True)
-        self.matrix.reshape(-1)[cells] += counts.astype(self.matrix.dtype)  # distinct cells: the add is exact
         for l in row_labels if row_labels is not None else ():
             self.label_totals[l] += 1
-        features = cells // C   # sorted, as the cells are
-        return features[np.r_[True, features[1:] != features[:-1]]] if len(features) else features
+        return self._counted(feature_ids, label_ids, 1)
 
-    def subtract(self, feature_ids, label_ids, row_labels) -> None:
-        """Take back rows counted by ``add`` (their pairs, and ``row_labels`` one per row)."""
-        C = len(self.labels)
-        cells, counts = np.unique(np.asarray(feature_ids) * C + label_ids, return_counts=True)
-        self.matrix.reshape(-1)[cells] -= counts.astype(self.matrix.dtype)
+    def subtract(self, feature_ids, label_ids, row_labels) -> np.ndarray:
+        """Take back rows counted by ``add`` (their pairs, and ``row_labels`` one per row); the distinct feature ids."""
         for l in row_labels:
             self.label_totals[l] -= 1
+        return self._counted(feature_ids, label_ids, -1)
+
+    def _counted(self, feature_ids, label_ids, step: int) -> np.ndarray:
+        if len(self._marks) < self.matrix.shape[0]:
+            self._marks = np.concatenate([self._marks, np.full(self.matrix.shape[0] - len(self._marks), -1, np.int64)])
+        self._calls += 1
+        return add_cells(self.matrix, np.asarray(feature_ids, np.int64), np.asarray(label_ids, np.int64), step,
+                         self._marks, self._calls)
 
     def retest(self, ids: np.ndarray, min_count: int) -> None:
         """Update ``tested`` for the features ``ids`` whose counts changed (distinct): each is tested where

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.core.features import NULL_FEATURE, FeatureConfig, row_feature_lists
+from refinery.core.features import NULL_FEATURE, FeatureConfig
+from refinery.core.row_features import row_feature_lists
 from refinery.core.incremental_counts import IncrementalCounts
 from refinery.core.stats import rows_per_label
 from refinery.io.raw import rebatch
@@ -65,14 +66,27 @@ class ZFilter:
         self.seeded = False                                   # rows entered Z unconditionally (``seed``)
         self.settle_exhausted = False   # settle's budget ran out with features still over the threshold
 
-    def _pairs(self, table: pa.Table, counts: IncrementalCounts):
-        """(row, feature id) of each of the batch's (row, feature) pairs, in row order; a chunk at a time (each its
-        own dictionary of features)."""
+    def interned(self, table: pa.Table) -> pa.Table:
+        """``table`` (``add_features``'s) with each row's features as Z's feature ids (``feature_ids``): each distinct
+        string of a chunk interned once, in the order of its first use, so that a feature's id is the same whatever
+        the batches (once per featurized batch, before the decision batches cut it)."""
         column = table["features"]
+        lists = []
+        for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+            offsets = chunk.offsets.to_numpy()
+            ids = self.Z.ids(pc.list_flatten(chunk))
+            lists.append(pa.ListArray.from_arrays(pa.array((offsets - offsets[0]).astype(np.int32)), pa.array(ids)))
+        column = pa.chunked_array(lists, pa.list_(pa.int64()))
+        return pa.table({"label": table["label"], "feature_ids": column})
+
+    def _pairs(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(row, feature id) of each of the batch's (row, feature) pairs, in row order; a batch of ``add_features`` is
+        ``interned`` first."""
+        column = (table if "feature_ids" in table.column_names else self.interned(table))["feature_ids"]
         rows, fids, start = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
         for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
             rows.append(pc.list_parent_indices(chunk).to_numpy().astype(np.int64) + start)
-            fids.append(counts.ids(pc.list_flatten(chunk)))
+            fids.append(pc.list_flatten(chunk).to_numpy())
             start += len(chunk)
         return np.concatenate(rows), np.concatenate(fids)
 
@@ -88,8 +102,8 @@ class ZFilter:
         self._touched.append(self.Z.add(fids, label_ids, row_labels))
 
     def seed(self, table: pa.Table) -> None:
-        """Rows of D_seed enter Z unconditionally."""
-        rows, fids = self._pairs(table, self.Z)
+        """Rows of D_seed (``add_features``'s table) enter Z unconditionally."""
+        rows, fids = self._pairs(table)
         lab = self._label_ids(table)
         self._add_to_z(fids, lab[rows], table["label"].to_pylist())
         self.seeded = True
@@ -109,12 +123,12 @@ class ZFilter:
         return self.biased.cells(zstats.bonferroni_threshold(self.config.alpha, self.seen.tested * len(self.Z.labels)))
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, "Hits"]:
-        """Decide a batch against the current Z; accepted rows update Z. Returns (keep, the B_Z features each
-        rejected row hit)."""
-        rows, fids = self._pairs(table, self.Z)
+        """Decide a batch (``add_features``'s, or ``interned``) against the current Z; accepted rows update Z. Returns
+        (keep, the B_Z features each rejected row hit)."""
+        rows, fids = self._pairs(table)
         lab = self._label_ids(table)
         self.seen.retest(self.seen.add(fids, lab[rows], table["label"].to_pylist()), self.config.min_count)
-        pair_hit = np.isin(fids * len(self.Z.labels) + lab[rows], self.biased_cells())
+        pair_hit = _among(fids * len(self.Z.labels) + lab[rows], self.biased_cells())
         hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
         keep = ~hit_rows
         acc = keep[rows]
@@ -203,8 +217,8 @@ class ZFilter:
             alive[out] = False
             sizes = offsets[out + 1] - offsets[out]
             gone = np.repeat(offsets[out] - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(sizes.sum())
-            self.Z.subtract(fids[gone], np.repeat(labels[out], sizes), [self.Z.labels[j] for j in labels[out]])
-            self._touched.append(np.unique(fids[gone]))
+            self._touched.append(self.Z.subtract(fids[gone], np.repeat(labels[out], sizes),
+                                                 [self.Z.labels[j] for j in labels[out]]))
         if not taken_rows:
             return Settled.none()
         return Settled(positions[np.concatenate(taken_rows)], np.concatenate(taken_thresholds),
@@ -234,6 +248,13 @@ class ZFilter:
         cells = f * len(self.Z.labels) + j
         order = np.argsort(cells)
         return cells[order], need[order], effect[order], threshold
+
+
+def _among(cells: np.ndarray, sorted_cells: np.ndarray) -> np.ndarray:
+    """Which of ``cells`` are in ``sorted_cells`` (B_Z's few: a binary search each)."""
+    if not len(sorted_cells):
+        return np.zeros(len(cells), dtype=bool)
+    return sorted_cells[np.minimum(np.searchsorted(sorted_cells, cells), len(sorted_cells) - 1)] == cells
 
 
 def _pairs_of(fids: np.ndarray, features: np.ndarray, num_features: int, chunk: int = 1 << 24) -> np.ndarray:
@@ -355,7 +376,7 @@ def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> i
     label_totals = dict(sorted(rows_per_label(table["label"]).items()))
     zf = ZFilter(list(label_totals), config, label_totals)
     kept = 0
-    for batch in rebatch(with_features(iter([table]), config.features), config.batch_size):
+    for batch in rebatch(map(zf.interned, with_features(iter([table]), config.features)), config.batch_size):
         keep, _ = zf.filter(batch)
         kept += int(keep.sum())
     return kept

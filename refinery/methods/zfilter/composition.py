@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
-from refinery.core.features import FeatureConfig, row_feature_lists
+from refinery.core.features import FeatureConfig
+from refinery.core.row_features import row_feature_lists
 from refinery.core.incremental_counts import IncrementalCounts
 from refinery.io.corpus import Corpus, iter_input_batches
 from refinery.methods.zfilter.decisions import Decisions
