@@ -27,6 +27,7 @@ class BiasedSet:
         self.members: list[np.ndarray] | None = None  # S_l, ids per label; None until the first build
         self.scores: list[np.ndarray] = []
         self.bounds = np.full(len(Z.labels), -np.inf)
+        self._rescored = np.zeros(0, dtype=bool)   # per feature: rescored by the update under way
 
     def _z(self, ids: np.ndarray) -> np.ndarray:
         counts = self.Z.matrix[ids].astype(np.float64)
@@ -63,8 +64,17 @@ class BiasedSet:
             return self.rebuild()
         ids = self._candidates(touched)
         z = self._z(ids)
+        if len(self._rescored) < self.Z.num_features:
+            self._rescored = np.zeros(self.Z.matrix.shape[0], dtype=bool)
+        self._rescored[ids] = True
+        try:
+            self._update(ids, z)
+        finally:
+            self._rescored[ids] = False
+
+    def _update(self, ids: np.ndarray, z: np.ndarray) -> None:
         for j in range(len(self.Z.labels)):
-            old = ~np.isin(self.members[j], ids, assume_unique=True)
+            old = ~self._rescored[self.members[j]]
             enter = z[:, j] >= self.bounds[j]
             m = np.concatenate([self.members[j][old], ids[enter]])
             s = np.concatenate([self.scores[j][old], z[enter, j]])
