@@ -62,6 +62,7 @@ class ZFilter:
         self.biased = BiasedSet(self.Z, config.k, config.min_count, self.prior.name)
         self._touched: list[np.ndarray] = []  # features whose Z counts changed since B_Z was updated
         self.kept = KeptRows() if config.settle else None   # what ``settle`` may take back
+        self._flag, self._flagged = np.zeros(0, dtype=bool), np.zeros(0, np.int64)   # the features of B_Z's cells
         self.streamed = 0                                     # rows filtered so far: the next row's position
         self.seeded = False                                   # rows entered Z unconditionally (``seed``)
         self.settle_exhausted = False   # settle's budget ran out with features still over the threshold
@@ -128,7 +129,7 @@ class ZFilter:
         rows, fids = self._pairs(table)
         lab = self._label_ids(table)
         self.seen.retest(self.seen.add(fids, lab[rows], table["label"].to_pylist()), self.config.min_count)
-        pair_hit = _among(fids * len(self.Z.labels) + lab[rows], self.biased_cells())
+        pair_hit = self._hits(fids, lab[rows], self.biased_cells())
         hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
         keep = ~hit_rows
         acc = keep[rows]
@@ -139,6 +140,19 @@ class ZFilter:
                           np.bincount(rows[acc], minlength=table.num_rows)[kept_rows], fids[acc])
         self.streamed += table.num_rows
         return keep, Hits(rows[pair_hit], fids[pair_hit])
+
+    def _hits(self, fids: np.ndarray, labels: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        """Which pairs (feature id, label id) are among B_Z's sorted ``cells``: the few pairs whose feature is in B_Z
+        for some label (a flag per feature) searched for their cell."""
+        if len(self._flag) < self.Z.num_features:   # grown by half, as Z's vocabulary
+            self._flag = np.zeros(self.Z.num_features * 3 // 2, dtype=bool)
+        self._flag[self._flagged] = False
+        self._flagged = cells // len(self.Z.labels)
+        self._flag[self._flagged] = True
+        hit = np.zeros(len(fids), dtype=bool)
+        maybe = np.flatnonzero(self._flag[fids])
+        hit[maybe] = _among(fids[maybe] * len(self.Z.labels) + labels[maybe], cells)
+        return hit
 
     def input_audit(self) -> zstats.ZStats:
         """The input's audit (every streamed row), whose threshold Φ⁻¹(1 − α/m) ``settle`` holds Z to."""

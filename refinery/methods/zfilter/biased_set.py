@@ -64,8 +64,8 @@ class BiasedSet:
             return self.rebuild()
         ids = self._candidates(touched)
         z = self._z(ids)
-        if len(self._rescored) < self.Z.num_features:
-            self._rescored = np.zeros(self.Z.matrix.shape[0], dtype=bool)
+        if len(self._rescored) < self.Z.num_features:   # grown by half, as Z's vocabulary
+            self._rescored = np.zeros(self.Z.num_features * 3 // 2, dtype=bool)
         self._rescored[ids] = True
         try:
             self._update(ids, z)

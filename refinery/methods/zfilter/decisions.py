@@ -34,7 +34,7 @@ class Decisions:
         rejected, prefix_index = rejected[order], prefix_index[order].astype(np.int8)
         rejected_at = np.full(rows, -1, dtype=np.int32 if rows < 2 ** 31 else np.int64)
         rejected_at[rejected] = np.arange(len(rejected))
-        distinct, pair_names = np.unique(pair_feature_ids, return_inverse=True)
+        distinct, pair_names = _distinct(pair_feature_ids)
         names = names_of(distinct)
         alphabetical = np.empty(len(distinct), dtype=np.int64)
         alphabetical[np.argsort(names.to_numpy(zero_copy_only=False), kind="stable")] = np.arange(len(distinct))
@@ -81,6 +81,18 @@ class Decisions:
         at = self.rejected_at[positions]
         names = self.hit_names(np.maximum(at, 0))
         return pa.ListArray.from_arrays(_offsets(names), pc.list_flatten(names), mask=pa.array(at < 0))
+
+
+def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ``ids``, sorted; each id's index among them): ``np.unique(ids, return_inverse=True)`` through a
+    table over the id range, not a sort of every id."""
+    if not len(ids):
+        return ids.astype(np.int64), np.zeros(0, np.int64)
+    present = np.zeros(int(ids.max()) + 1, dtype=bool)
+    present[ids] = True
+    distinct = np.flatnonzero(present)
+    index = np.cumsum(present, dtype=np.int64) - 1
+    return distinct, index[ids]
 
 
 def _offsets(lists: pa.ListArray) -> pa.Array:
