@@ -263,59 +263,92 @@ def _token_start(token_ends, t):
     return token_ends[t - 1] if t > 0 else 0
 
 
+FREE_SLOT = np.uint64(0xFFFFFFFFFFFFFFFF)   # an unused slot of an ``intern_tokens`` table (no id is 2³² − 1)
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _same_bytes(arena, a, data, b, length):
+    for j in range(length):
+        if arena[a + j] != data[b + j]:
+            return False
+    return True
+
+
+_GATHER = 512   # tokens whose slots and candidates ``intern_tokens`` reads ahead at a time
+
+
 @numba.njit(nogil=True, cache=True)
 def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
     """Set ``ids[i]`` (i ≥ ``start``) to the dense id of token ``data[starts[i]:ends[i]]`` (FNV-1a
     hash ``token_hashes[i]``; ``tokens`` is ``(data, starts, ends, token_hashes)``), adding unseen tokens
     to the arena; stops before the vocabulary would pass ``limit`` tokens.
 
-    ``vocabulary`` is ``(arena, token_ends, hashes, table)``; ``table``: linear-probing slots holding ids (int32) by hash; token ``id`` is
-    ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end per
-    token locates it); ``hashes[id]`` keeps the low 32 bits of its hash, all a table of at most
-    2³¹ slots places by. Returns (arena_used, n_ids, position reached)."""
+    ``vocabulary`` is ``(arena, token_ends, table)``; ``table``: linear-probing uint64 slots placed by a hash's low
+    bits, each holding the hash's high 32 bits (so that a probe rejects another token without reading it) and the
+    token's id; token ``id`` is ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end
+    per token locates it). The tokens go ``_GATHER`` at a time: their first slots are read in one loop, the
+    candidates' ends in a second, so that the memory reads of many tokens are under way together; each token is
+    then confirmed by its bytes, or probed for (and added) one by one. Returns (arena_used, n_ids, position
+    reached)."""
     data, starts, ends, token_hashes = tokens
-    arena, token_ends, hashes, table = vocabulary
-    mask = len(table) - 1
-    for i in range(start, len(starts)):
-        h = np.uint32(token_hashes[i] & np.uint64(0xFFFFFFFF))
-        slot = np.int64(h) & mask
-        length = ends[i] - starts[i]
-        while True:
-            t = table[slot]
-            if t == EMPTY:
-                if n_ids >= limit:
-                    return arena_used, n_ids, i
-                arena[arena_used:arena_used + length] = data[starts[i]:ends[i]]
-                token_ends[n_ids] = arena_used + length
-                hashes[n_ids] = h
-                table[slot] = n_ids
-                ids[i] = n_ids
-                arena_used += length
-                n_ids += 1
-                break
-            a = _token_start(token_ends, t)
-            if hashes[t] == h and token_ends[t] - a == length:
-                same = True
-                for j in range(length):
-                    if arena[a + j] != data[starts[i] + j]:
-                        same = False
-                        break
-                if same:
-                    ids[i] = t
+    arena, token_ends, table = vocabulary
+    mask = np.uint64(len(table) - 1)
+    first = np.empty(_GATHER, np.uint64)
+    at = np.empty(_GATHER, np.int64)
+    for g in range(start, len(starts), _GATHER):
+        stop = min(g + _GATHER, len(starts))
+        for i in range(g, stop):
+            first[i - g] = table[token_hashes[i] & mask]
+        for i in range(g, stop):
+            entry = first[i - g]
+            at[i - g] = -1
+            if entry != FREE_SLOT and (entry & ~_LOW) == (token_hashes[i] & ~_LOW):
+                t = np.int64(entry & _LOW)
+                a = _token_start(token_ends, t)
+                if token_ends[t] - a == ends[i] - starts[i]:
+                    at[i - g] = a
+        for i in range(g, stop):
+            if at[i - g] >= 0 and _same_bytes(arena, at[i - g], data, starts[i], ends[i] - starts[i]):
+                ids[i] = np.int64(first[i - g] & _LOW)
+                continue
+            h = token_hashes[i]
+            tag = h & ~_LOW
+            slot = h & mask
+            length = ends[i] - starts[i]
+            while True:
+                entry = table[slot]
+                if entry == FREE_SLOT:
+                    if n_ids >= limit:
+                        return arena_used, n_ids, i
+                    arena[arena_used:arena_used + length] = data[starts[i]:ends[i]]
+                    token_ends[n_ids] = arena_used + length
+                    table[slot] = tag | np.uint64(n_ids)
+                    ids[i] = n_ids
+                    arena_used += length
+                    n_ids += 1
                     break
-            slot = (slot + 1) & mask
+                if (entry & ~_LOW) == tag:
+                    t = np.int64(entry & _LOW)
+                    a = _token_start(token_ends, t)
+                    if token_ends[t] - a == length and _same_bytes(arena, a, data, starts[i], length):
+                        ids[i] = t
+                        break
+                slot = (slot + np.uint64(1)) & mask
     return arena_used, n_ids, len(starts)
 
 
 @numba.njit(nogil=True, cache=True)
-def reinsert(hashes, table):
-    """Place ids ``0..len(hashes)-1`` by their hashes in a new (larger) ``intern_tokens`` table."""
-    mask = len(table) - 1
-    for t in range(len(hashes)):
-        slot = np.int64(hashes[t]) & mask
-        while table[slot] != EMPTY:
-            slot = (slot + 1) & mask
-        table[slot] = t
+def reinsert(arena, token_ends, n_ids, table):
+    """Place ids ``0..n_ids-1`` in a new (larger) ``intern_tokens`` table, their hashes computed again from the
+    arena."""
+    mask = np.uint64(len(table) - 1)
+    for t in range(n_ids):
+        h = _fnv_span(arena, _token_start(token_ends, t), token_ends[t])
+        slot = h & mask
+        while table[slot] != FREE_SLOT:
+            slot = (slot + np.uint64(1)) & mask
+        table[slot] = (h & ~_LOW) | np.uint64(t)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import TokenizerOptions
-from refinery.core.kernels import BYTE_CLASS, EMPTY, fnv, gram_bytes, intern_tokens, reinsert, scan_ascii
+from refinery.core.kernels import BYTE_CLASS, FREE_SLOT, fnv, gram_bytes, intern_tokens, reinsert, scan_ascii
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -30,8 +30,7 @@ class TokenIds:
         self.arena = np.empty(1 << 20, dtype=np.uint8)
         self.used = 0
         self.token_ends = np.empty(1 << 14, dtype=np.int64)
-        self.hashes = np.empty(1 << 14, dtype=np.uint32)  # low halves: placement and a quick reject
-        self.table = np.full(1 << 15, EMPTY, dtype=np.int32)
+        self.table = np.full(1 << 15, FREE_SLOT, dtype=np.uint64)
         self.slots = len(self.table)   # the table's length, also while it is being replaced
         self.size = 0
         if seed:
@@ -44,7 +43,7 @@ class TokenIds:
     def nbytes(self) -> int:
         """Memory held; read safely from another thread while the table doubles (it is ``None``
         between the old table's release and the new one's allocation)."""
-        return self.arena.nbytes + self.token_ends.nbytes + self.hashes.nbytes + 4 * self.slots
+        return self.arena.nbytes + self.token_ends.nbytes + 8 * self.slots
 
     def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray | None = None
                ) -> np.ndarray:
@@ -58,14 +57,13 @@ class TokenIds:
         while done < len(starts):
             limit = len(self.table) // 2
             self.token_ends = _grown(self.token_ends, limit)
-            self.hashes = _grown(self.hashes, limit)
             self.used, self.size, done = intern_tokens((data, starts, ends, hashes), ids, done,
-                                                       (self.arena, self.token_ends, self.hashes, self.table),
+                                                       (self.arena, self.token_ends, self.table),
                                                        self.used, self.size, limit)
             if done < len(starts):
                 self.slots, self.table = 2 * self.slots, None  # free the old table before the new one
-                self.table = np.full(self.slots, EMPTY, dtype=np.int32)
-                reinsert(self.hashes[:self.size], self.table)
+                self.table = np.full(self.slots, FREE_SLOT, dtype=np.uint64)
+                reinsert(self.arena, self.token_ends, self.size, self.table)
         return ids
 
     def ids(self, strings: pa.Array) -> np.ndarray:
