@@ -1,5 +1,6 @@
 """The compiled exact counter gives the counts of the reference path (extract + Arrow group-by)."""
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -8,6 +9,7 @@ from conftest import DATA, SNLI_DEV
 from refinery.core.feature_counts import FeatureCounts, KeyCounts
 from refinery.core.features import FeatureConfig, TokenizerOptions, extract
 from refinery.core.stats import COUNTS_SCHEMA
+from refinery.core.row_features import row_feature_lists
 from refinery.core.vocabulary import TokenIds, token_ids
 from refinery.io.corpus import load
 from refinery.io.schema import PRESETS
@@ -158,3 +160,49 @@ def test_a_whole_corpus_added_at_once_is_counted_a_slice_at_a_time(monkeypatch):
     # a slice's bytes are just its own, offsets from 0
     data, offsets = string_buffers(pa.array(["ab", "cde", "f", "gh"]).slice(1, 2))
     assert bytes(data) == b"cdef" and offsets.tolist() == [0, 3, 4]
+
+
+def reference_row_lists(table: pa.Table, config: FeatureConfig) -> list:
+    """Each row's distinct features as ``extract`` finds them (its order within a row), by a sort of its rows."""
+    long = extract(table, config)
+    order = np.argsort(long["row"].to_numpy(), kind="stable")
+    features = pc.dictionary_decode(long["feature"].combine_chunks()).take(pa.array(order))
+    counts = np.bincount(long["row"].to_numpy(), minlength=table.num_rows)
+    return pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32)), features).to_pylist()
+
+
+def listed(lists: pa.ListArray) -> list:
+    flat = pc.list_flatten(lists)
+    return pa.ListArray.from_arrays(lists.offsets, flat.dictionary.take(flat.indices)).to_pylist()
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["default", "cased-nopunct-nostop", "nostop"])
+def test_row_feature_lists_are_extracts_features_in_its_order(corpus_by_label, options):
+    """z-filtering's rows (``row_features``, listed by a kernel over token ids) hold ``extract``'s features in its
+    order; the dictionary lists the batch's features in the order of their first use (the ids Z gives them)."""
+    odd = pa.table({"text_a": ["Café au lait n't, don't!", None, "  ", "a a a a b a b", "ÉCOLE école", "x@premise y"],
+                    "text_b": ["Nobody DOESN'T won't", "x", "", "a b a b", "e e e", "y"],
+                    "label": ["a", "b", "a", "c", "b", "a"]})
+    for table in (corpus_by_label.slice(0, 3000), odd):
+        for families in (("unigram", "bigram", "null"), ALL_FAMILIES, ("bigram",), ("ratio", "overlap", "null")):
+            config = FeatureConfig(families=families, tokenizer=options)
+            lists = row_feature_lists(table, config)
+            assert listed(lists) == reference_row_lists(table, config)
+            flat = pc.list_flatten(lists)
+            first_use = pd.unique(flat.indices.to_numpy())
+            assert np.array_equal(first_use, np.arange(len(flat.dictionary)))
+    single = corpus_by_label.slice(0, 2000).select(["text_b", "label"]).rename_columns(["text_a", "label"])
+    config = FeatureConfig(families=("unigram", "bigram", "length", "null"), tokenizer=options)
+    assert listed(row_feature_lists(single, config)) == reference_row_lists(single, config)
+
+
+def test_interning_table_growth_keeps_every_id():
+    """Tokens interned across many doublings of the table (slots re-placed from the arena's bytes) keep their ids,
+    and colliding low hash bits are told apart by their bytes."""
+    vocab = TokenIds()
+    words = pa.array([f"w{i}" for i in range(300_000)], pa.string())
+    first = vocab.ids(words)
+    assert np.array_equal(first, np.arange(300_000)) and vocab.slots >= 600_000
+    again = vocab.ids(pa.array([f"w{i}" for i in range(299_999, -1, -7)] + ["new"], pa.string()))
+    assert np.array_equal(again[:-1], np.arange(299_999, -1, -7)) and again[-1] == 300_000
+    assert vocab.grams(np.array([12345, 300_000]), np.array([-1, -1]), "@x").to_pylist() == ["w12345@x", "new@x"]
