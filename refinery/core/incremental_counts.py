@@ -43,23 +43,29 @@ class IncrementalCounts:
         ids = np.asarray(ids, dtype=np.int64)
         return self.vocabulary.grams(ids, np.full(len(ids), -1, dtype=np.int64), "")
 
-    def add(self, feature_ids, label_ids, row_labels=None) -> np.ndarray:
-        """Count pairs (feature id, label id); ``row_labels`` are the labels of the rows added. Returns the distinct
-        feature ids counted, in the order of their first pair."""
+    def add(self, feature_ids, label_ids, row_label_ids=None) -> np.ndarray:
+        """Count pairs (feature id, label id); ``row_label_ids`` are the label ids of the rows added. Returns the
+        distinct feature ids counted, in the order of their first pair."""
         F, C = self.num_features, len(self.labels)
         if F > self.matrix.shape[0]:  # grown by half: the copy briefly holds both
             grown = np.zeros((max(F, self.matrix.shape[0] * 3 // 2), C), dtype=self.matrix.dtype)
             grown[: self.matrix.shape[0]] = self.matrix
             self.matrix = grown
-        for l in row_labels if row_labels is not None else ():
-            self.label_totals[l] += 1
+        self._count_rows(row_label_ids, 1)
         return self._counted(feature_ids, label_ids, 1)
 
-    def subtract(self, feature_ids, label_ids, row_labels) -> np.ndarray:
-        """Take back rows counted by ``add`` (their pairs, and ``row_labels`` one per row); the distinct feature ids."""
-        for l in row_labels:
-            self.label_totals[l] -= 1
+    def subtract(self, feature_ids, label_ids, row_label_ids) -> np.ndarray:
+        """Take back rows counted by ``add`` (their pairs, and ``row_label_ids`` one per row); the distinct feature
+        ids."""
+        self._count_rows(row_label_ids, -1)
         return self._counted(feature_ids, label_ids, -1)
+
+    def _count_rows(self, row_label_ids, step: int) -> None:
+        if row_label_ids is None or not len(row_label_ids):
+            return
+        rows = np.bincount(np.asarray(row_label_ids, np.int64), minlength=len(self.labels))
+        for label, n in zip(self.labels, rows.tolist()):
+            self.label_totals[label] += step * n
 
     def _counted(self, feature_ids, label_ids, step: int) -> np.ndarray:
         if len(self._marks) < self.matrix.shape[0]:

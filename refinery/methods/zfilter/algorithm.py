@@ -78,7 +78,7 @@ class ZFilter:
             ids = self.Z.ids(pc.list_flatten(chunk))
             lists.append(pa.ListArray.from_arrays(pa.array((offsets - offsets[0]).astype(np.int32)), pa.array(ids)))
         column = pa.chunked_array(lists, pa.list_(pa.int64()))
-        return pa.table({"label": table["label"], "feature_ids": column})
+        return pa.table({"label": table["label"], "label_id": self._label_ids(table), "feature_ids": column})
 
     def _pairs(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(row, feature id) of each of the batch's (row, feature) pairs, in row order; a batch of ``add_features`` is
@@ -92,21 +92,27 @@ class ZFilter:
         return np.concatenate(rows), np.concatenate(fids)
 
     def _label_ids(self, table: pa.Table) -> np.ndarray:
-        idx = self.Z.label_index
-        labels = table["label"].to_pylist()
-        unknown = set(labels) - set(idx)
+        """Each row's label id (``interned`` keeps them as ``label_id``): the label column dictionary-encoded, each
+        distinct label looked up once."""
+        if "label_id" in table.column_names:
+            return table["label_id"].to_numpy()
+        column = table["label"]
+        encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+        values = encoded.dictionary.to_pylist()
+        unknown = set(values) - set(self.Z.label_index)
         if unknown:
             raise ValueError(f"labels {sorted(unknown)} are not in the label set {self.Z.labels}")
-        return np.array([idx[l] for l in labels], dtype=np.int64)
+        ids = np.array([self.Z.label_index[v] for v in values], dtype=np.int64)
+        return ids[encoded.indices.to_numpy(zero_copy_only=False)] if len(ids) else np.zeros(0, np.int64)
 
-    def _add_to_z(self, fids: np.ndarray, label_ids: np.ndarray, row_labels: list) -> None:
-        self._touched.append(self.Z.add(fids, label_ids, row_labels))
+    def _add_to_z(self, fids: np.ndarray, label_ids: np.ndarray, row_label_ids: np.ndarray) -> None:
+        self._touched.append(self.Z.add(fids, label_ids, row_label_ids))
 
     def seed(self, table: pa.Table) -> None:
         """Rows of D_seed (``add_features``'s table) enter Z unconditionally."""
         rows, fids = self._pairs(table)
         lab = self._label_ids(table)
-        self._add_to_z(fids, lab[rows], table["label"].to_pylist())
+        self._add_to_z(fids, lab[rows], lab)
         self.seeded = True
 
     def biased_cells(self) -> np.ndarray:
@@ -128,12 +134,12 @@ class ZFilter:
         (keep, the B_Z features each rejected row hit)."""
         rows, fids = self._pairs(table)
         lab = self._label_ids(table)
-        self.seen.retest(self.seen.add(fids, lab[rows], table["label"].to_pylist()), self.config.min_count)
+        self.seen.retest(self.seen.add(fids, lab[rows], lab), self.config.min_count)
         pair_hit = self._hits(fids, lab[rows], self.biased_cells())
         hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
         keep = ~hit_rows
         acc = keep[rows]
-        self._add_to_z(fids[acc], lab[rows[acc]], [l for l, k in zip(table["label"].to_pylist(), keep) if k])
+        self._add_to_z(fids[acc], lab[rows[acc]], lab[keep])
         if self.kept is not None:
             kept_rows = np.flatnonzero(keep)
             self.kept.add(self.streamed + kept_rows, lab[kept_rows],
@@ -231,8 +237,7 @@ class ZFilter:
             alive[out] = False
             sizes = offsets[out + 1] - offsets[out]
             gone = np.repeat(offsets[out] - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(sizes.sum())
-            self._touched.append(self.Z.subtract(fids[gone], np.repeat(labels[out], sizes),
-                                                 [self.Z.labels[j] for j in labels[out]]))
+            self._touched.append(self.Z.subtract(fids[gone], np.repeat(labels[out], sizes), labels[out]))
         if not taken_rows:
             return Settled.none()
         return Settled(positions[np.concatenate(taken_rows)], np.concatenate(taken_thresholds),

@@ -114,10 +114,10 @@ class PartCounts:
         for part in ("original", "generated"):
             mine = parts == part
             pairs = mine[rows]
-            row_labels = [l for l, m in zip(labels, mine) if m]
+            row_label_ids = lab[mine]
             for side in ("input", "kept") if kept else ("input",):
                 for counted in (part, "together"):
-                    self.counts[side, counted].add(fids[pairs], lab[rows[pairs]], row_labels)
+                    self.counts[side, counted].add(fids[pairs], lab[rows[pairs]], row_label_ids)
 
     def stats(self, side: str, part: str, prior: str, config: ZFilterConfig) -> zstats.ZStats:
         return self.counts[side, part].stats(prior, config.min_count, config.alpha)
