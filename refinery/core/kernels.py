@@ -568,3 +568,17 @@ def add_cells(counts, feature_ids, label_ids, step, marks, mark):
             out[n] = f
             n += 1
     return out[:n]
+
+
+@numba.njit(nogil=True, cache=True)
+def first_use(indices, size):
+    """The distinct values of ``indices`` (each in ``0..size-1``) in the order of their first occurrence."""
+    seen = np.zeros(size, np.bool_)
+    out = np.empty(size, np.int64)
+    n = 0
+    for i in indices:
+        if not seen[i]:
+            seen[i] = True
+            out[n] = i
+            n += 1
+    return out[:n]

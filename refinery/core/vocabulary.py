@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import TokenizerOptions
-from refinery.core.kernels import BYTE_CLASS, FREE_SLOT, fnv, gram_bytes, intern_tokens, reinsert, scan_ascii
+from refinery.core.kernels import BYTE_CLASS, FREE_SLOT, first_use, fnv, gram_bytes, intern_tokens, reinsert, scan_ascii
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -71,11 +71,11 @@ class TokenIds:
         entries interned in the order of their first use, so that each value gets the id it would get were the
         strings interned one by one, at the cost of the distinct strings."""
         if pa.types.is_dictionary(strings.type):
-            import pandas as pd
-
             encoded = strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings
             indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-            used = pd.unique(indices)   # the entries in the order of their first use
+            used = first_use(indices, len(encoded.dictionary))   # the entries in the order of their first use
+            if len(used) == len(encoded.dictionary) and np.array_equal(used, np.arange(len(used))):
+                return self.ids(encoded.dictionary)[indices]     # a dictionary in that order already
             entry_ids = np.zeros(len(encoded.dictionary), dtype=np.int64)
             entry_ids[used] = self.ids(encoded.dictionary.take(pa.array(used)))
             return entry_ids[indices]
