@@ -28,6 +28,7 @@ from refinery.core.row_features import row_feature_lists
 from refinery.core.incremental_counts import IncrementalCounts
 from refinery.core.stats import rows_per_label
 from refinery.io.raw import rebatch
+from refinery.io.spill import SpilledSlices
 from refinery.methods.zfilter.biased_set import BiasedSet
 from refinery.methods.zfilter.config import ZFilterConfig
 from refinery.pipeline.engine import stream_map
@@ -202,9 +203,24 @@ class ZFilter:
         if self.kept is None:
             return Settled.none()
         fids, offsets, labels, positions = self.kept.arrays()
+        try:
+            taken_rows, taken_thresholds, pair_rows, pair_fids = self._take_back(fids, offsets, labels, input_threshold,
+                                                                                 max_rounds)
+        finally:
+            fids.close()
+            self.kept = None
+        if not taken_rows:
+            return Settled.none()
+        return Settled(positions[np.concatenate(taken_rows)], np.concatenate(taken_thresholds),
+                       positions[np.concatenate(pair_rows)], np.concatenate(pair_fids))
+
+    def _take_back(self, fids: "KeptIds", offsets: np.ndarray, labels: np.ndarray, input_threshold: float,
+                   max_rounds: int) -> tuple[list, list, list, list]:
+        """``settle``'s rounds: (the kept rows taken back, each round's; their thresholds; pairs (row, feature id) of
+        the features each was taken back for)."""
         C = len(self.Z.labels)
-        budget = int(self.config.settle_limit * len(positions))
-        alive = np.ones(len(positions), dtype=bool)
+        budget = int(self.config.settle_limit * len(labels))
+        alive = np.ones(len(labels), dtype=bool)
         taken_rows, taken_thresholds, pair_rows, pair_fids = [], [], [], []
         for _ in range(max_rounds):
             cells, need, effect, threshold = self._over(input_threshold)
@@ -215,10 +231,10 @@ class ZFilter:
             if not fits.any():
                 break
             cells, need = cells[fits], need[fits]
-            m = _pairs_of(fids, np.unique(cells // C), self.Z.num_features)   # the pairs of the features
+            m, ids = fids.among(np.unique(cells // C), self.Z.num_features)   # the pairs of the features
             row = np.searchsorted(offsets, m, side="right") - 1         # each pair's row
-            m, row = m[alive[row]], row[alive[row]]
-            key = fids[m].astype(np.int64) * C + labels[row]
+            ids, row = ids[alive[row]], row[alive[row]]
+            key = ids.astype(np.int64) * C + labels[row]
             inside = np.isin(key, cells)
             row, key = row[inside], key[inside]
             order = np.lexsort((row, key))                              # by cell, then by stream order
@@ -237,11 +253,8 @@ class ZFilter:
             alive[out] = False
             sizes = offsets[out + 1] - offsets[out]
             gone = np.repeat(offsets[out] - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(sizes.sum())
-            self._touched.append(self.Z.subtract(fids[gone], np.repeat(labels[out], sizes), labels[out]))
-        if not taken_rows:
-            return Settled.none()
-        return Settled(positions[np.concatenate(taken_rows)], np.concatenate(taken_thresholds),
-                       positions[np.concatenate(pair_rows)], np.concatenate(pair_fids))
+            self._touched.append(self.Z.subtract(fids.take(gone), np.repeat(labels[out], sizes), labels[out]))
+        return taken_rows, taken_thresholds, pair_rows, pair_fids
 
     def _over(self, input_threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """Cells ``feature · C + label`` of Z over the threshold (sorted), for each the rows of that label to take
@@ -274,15 +287,6 @@ def _among(cells: np.ndarray, sorted_cells: np.ndarray) -> np.ndarray:
     if not len(sorted_cells):
         return np.zeros(len(cells), dtype=bool)
     return sorted_cells[np.minimum(np.searchsorted(sorted_cells, cells), len(sorted_cells) - 1)] == cells
-
-
-def _pairs_of(fids: np.ndarray, features: np.ndarray, num_features: int, chunk: int = 1 << 24) -> np.ndarray:
-    """Indices of the entries of ``fids`` that are among ``features``: a lookup table read a chunk at a time (a
-    whole-array ``np.isin`` holds an int64 copy of every pair: a gigabyte at 10M rows)."""
-    wanted = np.zeros(num_features, dtype=bool)
-    wanted[features] = True
-    return np.concatenate([start + np.flatnonzero(wanted[fids[start:start + chunk]])
-                           for start in range(0, len(fids), chunk)] or [np.empty(0, np.int64)])
 
 
 def _within(need: np.ndarray, effect: np.ndarray, budget: int) -> np.ndarray:
@@ -362,32 +366,84 @@ class Settled:
 
 
 class KeptRows:
-    """The stream's kept rows as ``ZFilter.settle`` reads them: position, label id and feature ids (about
-    4 bytes a feature and 20 a row)."""
+    """The stream's kept rows as ``ZFilter.settle`` reads them: position, label id and size of each row in memory
+    (about 20 bytes a row), their feature ids on disk (``KeptIds``, 4 bytes a feature), so that what settle holds
+    follows the rows only by those 20 bytes."""
 
     def __init__(self):
-        self._parts: list[tuple] = []
+        self._rows: list[tuple] = []
+        self.ids = KeptIds()
 
     def add(self, positions: np.ndarray, label_ids: np.ndarray, sizes: np.ndarray, feature_ids: np.ndarray):
-        self._parts.append((positions.astype(np.int64), label_ids.astype(np.int32), sizes.astype(np.int32),
-                            feature_ids.astype(np.int32)))
+        self._rows.append((positions.astype(np.int64), label_ids.astype(np.int32), sizes.astype(np.int32)))
+        self.ids.append(feature_ids)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(feature ids (int32), each row's offset into them (one more than the rows), each row's label id (int32),
-        each row's stream position), the parts freed as they are copied (the feature ids are held once)."""
-        parts, self._parts = self._parts, []
-        rows, pairs = sum(len(p[0]) for p in parts), sum(len(p[3]) for p in parts)
-        positions, labels = np.empty(rows, np.int64), np.empty(rows, np.int32)
-        sizes, fids = np.empty(rows, np.int64), np.empty(pairs, np.int32)
-        row = pair = 0
-        parts.reverse()
-        while parts:
-            p, l, s, f = parts.pop()
-            positions[row:row + len(p)], labels[row:row + len(p)], sizes[row:row + len(p)] = p, l, s
-            fids[pair:pair + len(f)] = f
-            row, pair = row + len(p), pair + len(f)
-        return fids, np.r_[0, np.cumsum(sizes)], labels, positions
+    def arrays(self) -> tuple["KeptIds", np.ndarray, np.ndarray, np.ndarray]:
+        """(the feature ids, each row's offset into them (one more than the rows), each row's label id (int32),
+        each row's stream position)."""
+        parts, self._rows = self._rows, []
+        positions = np.concatenate([p for p, _, _ in parts]) if parts else np.zeros(0, np.int64)
+        labels = np.concatenate([l for _, l, _ in parts]) if parts else np.zeros(0, np.int32)
+        sizes = np.concatenate([s for _, _, s in parts]) if parts else np.zeros(0, np.int32)
+        self.ids.finish()
+        return self.ids, np.r_[0, np.cumsum(sizes, dtype=np.int64)], labels, positions
 
+
+class KeptIds:
+    """Feature ids (int32) appended batch by batch to a scratch file (``io.spill.SpilledSlices``, slices of ``SLICE``
+    ids), then read back a slice at a time: the ids among some features (``among``), or those at some positions
+    (``take``)."""
+
+    SLICE = 1 << 22
+
+    def __init__(self):
+        self._pending: list[np.ndarray] = []
+        self._held = 0
+        self._file = SpilledSlices(["ids"], prefix="zfilter-kept-")
+        self._starts = [0]   # each slice's first position, and the end
+
+    def append(self, ids: np.ndarray) -> None:
+        self._pending.append(ids.astype(np.int32))
+        self._held += len(ids)
+        if self._held >= self.SLICE:
+            self.finish()
+
+    def finish(self) -> None:
+        """Write what is held."""
+        if self._held:
+            self._file.append("ids", np.concatenate(self._pending))
+            self._starts.append(self._starts[-1] + self._held)
+        self._pending, self._held = [], 0
+
+    def __len__(self) -> int:
+        return self._starts[-1] + self._held
+
+    def _slices(self) -> Iterator[tuple[int, np.ndarray]]:
+        for k, start in enumerate(self._starts[:-1]):
+            yield start, self._file.read("ids", k)
+
+    def among(self, features: np.ndarray, num_features: int) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, ids) of the ids that are among ``features``: a lookup table read a slice at a time."""
+        wanted = np.zeros(num_features, dtype=bool)
+        wanted[features] = True
+        positions, ids = [np.empty(0, np.int64)], [np.empty(0, np.int32)]
+        for start, chunk in self._slices():
+            hit = np.flatnonzero(wanted[chunk])
+            positions.append(start + hit)
+            ids.append(chunk[hit])
+        return np.concatenate(positions), np.concatenate(ids)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """The ids at ``positions`` (ascending)."""
+        out = np.empty(len(positions), np.int32)
+        bounds = np.searchsorted(positions, self._starts)
+        for k, (start, chunk) in enumerate(self._slices()):
+            if bounds[k] < bounds[k + 1]:
+                out[bounds[k]:bounds[k + 1]] = chunk[positions[bounds[k]:bounds[k + 1]] - start]
+        return out
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> int:
