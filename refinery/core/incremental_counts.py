@@ -26,7 +26,7 @@ class IncrementalCounts:
         self.matrix = np.zeros((1024, len(self.labels)), dtype=np.int32)
         self.label_totals = {l: 0 for l in self.labels}
         self._tested = np.zeros(1024, dtype=bool)   # n ≥ the min_count ``retest`` was last given, per feature
-        self._marks = np.full(1024, -1, dtype=np.int64)   # the last ``add``/``subtract`` that listed each feature
+        self._marks = np.full(1024, -1, dtype=np.int32)   # the last ``add``/``subtract`` that listed each feature
         self._calls = 0
         self.tested = 0                              # how many: the features an audit of these counts tests
 
@@ -69,7 +69,7 @@ class IncrementalCounts:
 
     def _counted(self, feature_ids, label_ids, step: int) -> np.ndarray:
         if len(self._marks) < self.matrix.shape[0]:
-            self._marks = np.concatenate([self._marks, np.full(self.matrix.shape[0] - len(self._marks), -1, np.int64)])
+            self._marks = np.concatenate([self._marks, np.full(self.matrix.shape[0] - len(self._marks), -1, np.int32)])
         self._calls += 1
         return add_cells(self.matrix, np.asarray(feature_ids, np.int64), np.asarray(label_ids, np.int64), step,
                          self._marks, self._calls)
