@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
-from refinery.core.kernels import add_cells
+from refinery.core.row_kernels import add_cells
 from refinery.core.vocabulary import TokenIds
 
 

@@ -390,7 +390,7 @@ EMPTY_KEY = np.uint64(0xFFFFFFFFFFFFFFFF)   # never a key: a word's index is bel
 
 
 @numba.njit(nogil=True, cache=True)
-def _mixed(x):
+def mix64(x):
     """splitmix64's finalizer: every bit of ``x`` moves every bit of the result."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -408,8 +408,8 @@ def scatter_by_part(keys, counts, word_hashes, suffix_hashes, partitions):
     for i in range(n):
         key = keys[i]
         second = key & WORD_MASK
-        h = _mixed(suffix_hashes[key >> _SUFFIX_SHIFT] ^ _mixed(word_hashes[(key >> _SECOND_SHIFT) & WORD_MASK]
-                   ^ _mixed(word_hashes[second - np.uint64(1)] if second else np.uint64(0))))
+        h = mix64(suffix_hashes[key >> _SUFFIX_SHIFT] ^ mix64(word_hashes[(key >> _SECOND_SHIFT) & WORD_MASK]
+                   ^ mix64(word_hashes[second - np.uint64(1)] if second else np.uint64(0))))
         part[i] = np.int32(((h >> np.uint64(32)) * np.uint64(partitions)) >> np.uint64(32))
         starts[part[i] + 1] += 1
     for p in range(partitions):
@@ -440,7 +440,7 @@ def add_translated(keys, counts, columns, word_map, suffix_map, table_keys, tabl
             second = np.uint64(word_map[second - np.uint64(1)]) + np.uint64(1)
         joined = (np.uint64(suffix_map[key >> _SUFFIX_SHIFT]) << _SUFFIX_SHIFT) \
             | (np.uint64(word_map[(key >> _SECOND_SHIFT) & WORD_MASK]) << _SECOND_SHIFT) | second
-        slot = _mixed(joined) & mask
+        slot = mix64(joined) & mask
         while table_keys[slot] != EMPTY_KEY and table_keys[slot] != joined:
             slot = (slot + np.uint64(1)) & mask
         if table_keys[slot] == EMPTY_KEY:
@@ -449,125 +449,6 @@ def add_translated(keys, counts, columns, word_map, suffix_map, table_keys, tabl
         for j in range(counts.shape[1]):
             table_counts[slot, columns[j]] += counts[i, j]
     return held
-
-
-# A feature of a row as one uint64 (``row_features``): its kind's code in the top 4 bits (per text field: 2 × field
-# for unigrams, + 1 for bigrams; 2 × fields for a row-level feature), the first token id (or the row-level feature's
-# index) in the next 30, the second token id plus one (0: none) in the lowest 30.
-ROW_KEY_CODE_SHIFT, ROW_KEY_WORD_BITS = np.uint64(60), 30
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _row_key(code, first, second):
-    return (np.uint64(code) << ROW_KEY_CODE_SHIFT) | (np.uint64(first) << np.uint64(ROW_KEY_WORD_BITS)) \
-        | np.uint64(second + 1)
-
-
-@numba.njit(nogil=True, cache=True)
-def _bigram_slot(table, key):
-    """Slot of ``key`` in a linear-probing table of rows ``[key, index · 2³² + last row listed]`` (or the empty slot
-    where it goes): one cache line a probe."""
-    mask = np.uint64(len(table) - 1)
-    slot = _mixed(np.uint64(key)) & mask
-    while table[slot, 0] != EMPTY and table[slot, 0] != key:
-        slot = (slot + np.uint64(1)) & mask
-    return slot
-
-
-@numba.njit(nogil=True, cache=True)
-def row_feature_keys(tokens, token_rows, field_starts, dense_sizes, orders, extra, n_rows):
-    """Each row's distinct features in the order of ``features.extract``: per text field its unigrams, then its
-    bigrams (``orders``: (unigrams?, bigrams?)), then the row's ``extra`` features; each as an index into the batch's
-    features, numbered in the order of their first use; each feature's key (``_row_key``) kept for its name.
-
-    ``tokens``/``token_rows``: every field's token ids and rows, field after field (``field_starts``, one more than
-    the fields), in row order within a field; ``dense_sizes``: each field's distinct tokens, then the row-level
-    features' (unigrams and row-level features are found by their id in a dense array, bigrams in a hash table);
-    ``extra``: (offsets, one more than the rows; indices of row-level features). Returns (feature indices, offsets
-    per row, the keys)."""
-    extra_offsets, extra_ids = extra
-    fields = len(field_starts) - 1
-    most = (field_starts[fields] - field_starts[0]) * 2 + len(extra_ids)
-    values = np.empty(most, np.int32)
-    offsets = np.empty(n_rows + 1, np.int64)
-    keys = np.empty(max(most, 1), np.uint64)
-    dense_base = np.zeros(fields + 2, np.int64)
-    for f in range(fields + 1):
-        dense_base[f + 1] = dense_base[f] + dense_sizes[f]
-    dense_index = np.full(dense_base[fields + 1], EMPTY, np.int64)
-    dense_stamp = np.full(dense_base[fields + 1], EMPTY, np.int64)
-    capacity = 1 << 16
-    while capacity < 2 * (field_starts[fields] - field_starts[0]) // 4:
-        capacity *= 2
-    table = np.full((capacity, 2), EMPTY, np.int64)
-    held = 0   # keys in the table
-    size = 0
-    at = 0
-    cursor = field_starts[:-1].copy()
-    for row in range(n_rows):
-        offsets[row] = at
-        for f in range(fields + 1):
-            if f < fields:
-                start = cursor[f]
-                end = start
-                while end < field_starts[f + 1] and token_rows[end] == row:
-                    end += 1
-                cursor[f] = end
-            else:
-                start, end = extra_offsets[row], extra_offsets[row + 1]
-            for order in range(2 if f < fields else 1):
-                if f < fields and not orders[order]:
-                    continue
-                for i in range(start, end - order):
-                    if order == 0:
-                        d = dense_base[f] + (tokens[i] if f < fields else extra_ids[i])
-                        index = dense_index[d]
-                        if index == EMPTY:
-                            index = dense_index[d] = size
-                            keys[size] = _row_key(2 * f, tokens[i] if f < fields else extra_ids[i], -1)
-                            size += 1
-                        if dense_stamp[d] != row:
-                            dense_stamp[d] = row
-                            values[at] = index
-                            at += 1
-                        continue
-                    key = np.int64(_row_key(2 * f + 1, tokens[i], tokens[i + 1]))
-                    slot = _bigram_slot(table, key)
-                    if table[slot, 0] == EMPTY:
-                        if 2 * (held + 1) > len(table):   # past half full: twice the slots, every key placed again
-                            old = table
-                            table = np.full((2 * len(old), 2), EMPTY, np.int64)
-                            for k in range(len(old)):
-                                if old[k, 0] != EMPTY:
-                                    s = _bigram_slot(table, old[k, 0])
-                                    table[s, 0], table[s, 1] = old[k, 0], old[k, 1]
-                            slot = _bigram_slot(table, key)
-                        table[slot, 0], table[slot, 1] = key, (np.int64(size) << 32) | 0xFFFFFFFF
-                        keys[size] = np.uint64(key)
-                        size += 1
-                        held += 1
-                    if (table[slot, 1] & 0xFFFFFFFF) != row:
-                        table[slot, 1] = (table[slot, 1] & ~np.int64(0xFFFFFFFF)) | row
-                        values[at] = np.int32(table[slot, 1] >> 32)
-                        at += 1
-    offsets[n_rows] = at
-    return values[:at], offsets, keys[:size]
-
-
-@numba.njit(nogil=True, cache=True)
-def add_cells(counts, feature_ids, label_ids, step, marks, mark):
-    """``counts[feature_ids[i], label_ids[i]] += step`` for every pair; returns the distinct features, in the order
-    of their first pair (``marks[f] == mark`` once f is listed: ``mark`` new for each call)."""
-    out = np.empty(len(feature_ids), np.int64)
-    n = 0
-    for i in range(len(feature_ids)):
-        f = feature_ids[i]
-        counts[f, label_ids[i]] += step
-        if marks[f] != mark:
-            marks[f] = mark
-            out[n] = f
-            n += 1
-    return out[:n]
 
 
 @numba.njit(nogil=True, cache=True)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core.features import NULL_FEATURE, STOPWORD_LIST, FeatureConfig, extract, text_fields
-from refinery.core.kernels import ROW_KEY_CODE_SHIFT, ROW_KEY_WORD_BITS, row_feature_keys
+from refinery.core.row_kernels import ROW_KEY_CODE_SHIFT, ROW_KEY_WORD_BITS, row_feature_keys
 from refinery.core.vocabulary import TokenIds, token_ids
 
 _WORD_MASK = np.uint64((1 << ROW_KEY_WORD_BITS) - 1)
