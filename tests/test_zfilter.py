@@ -14,7 +14,7 @@ from refinery.io.schema import PRESETS
 from refinery.core.table_audit import audit_table
 from refinery.methods.audit.counting import audit
 from refinery.methods.confidence.scoring import confidence_filter
-from refinery.methods.zfilter.algorithm import ZFilter, add_features, with_features
+from refinery.methods.zfilter.algorithm import KeptIds, ZFilter, add_features, with_features
 from refinery.methods.zfilter.config import PARTS, ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.stage import ComposeStage, ZFilterStage
 from refinery.pipeline.output import StageOutput
@@ -340,14 +340,21 @@ def test_verdict_at_scale_counts_material_rises_and_a_value_at_the_threshold_is_
     assert "contradiction" not in at.over and at.remaining_total["contradiction"] == 0
 
 
-def test_settle_takes_back_at_most_its_limit_and_says_what_stays(tmp_path):
+def test_settle_takes_back_at_most_its_limit_and_says_what_stays(tmp_path, monkeypatch):
     """A planted corpus whose premises repeat (a pool of 1,000 for 20,000 rows): unbounded, settle brings every label
-    under the threshold; with --settle-limit 0.02 it takes back at most 2% of the stream's kept rows, and the
+    under the threshold (the same rows whether the kept rows' feature ids wait on disk in one slice or in slices of
+    5,000); with --settle-limit 0.02 it takes back at most 2% of the stream's kept rows, and the
     verdict names what stays over the threshold and the option that goes further. In a shuffled stream each
     rejected row still carries the features it hit (decisions are kept by input position)."""
     synth.write(synth.SynthSpec(rows=20_000, seed=3, premise_pool=1000), str(tmp_path / "c"))
     full = run_stage(ZFilterStage(ZFilterConfig(settle_limit=1.0)), [tmp_path / "c"], tmp_path / "full")
     assert full["verdict"]["ok"] and full["settled_out"] > 300
+    monkeypatch.setattr(KeptIds, "SLICE", 5000)
+    sliced = run_stage(ZFilterStage(ZFilterConfig(settle_limit=1.0)), [tmp_path / "c"], tmp_path / "sliced")
+    assert sliced["settled_out"] == full["settled_out"]
+    assert Corpus.open(str(tmp_path / "sliced" / "rejected")).read().equals(
+        Corpus.open(str(tmp_path / "full" / "rejected")).read())
+    monkeypatch.undo()
     bounded = run_stage(ZFilterStage(ZFilterConfig(settle_limit=0.02)), [tmp_path / "c"], tmp_path / "bounded")
     stream_kept = bounded["kept"] + bounded["settled_out"]
     assert 0 < bounded["settled_out"] <= 0.02 * stream_kept
