@@ -103,7 +103,7 @@ def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_pat
     assert in_memory.report["test_split"] == "test" and in_memory.rows_in == 19_666
     assert in_memory.report["leakage_accuracy"] == from_dict.report["leakage_accuracy"]
     run_cli("leakage", tmp_path / "snli_dd", "--preset", "snli", "--out", tmp_path / "leak")
-    cli = json.loads((tmp_path / "leak" / "report.json").read_text())
+    cli = json.loads((tmp_path / "leak" / "report" / "report.json").read_text())
     assert cli["leakage_accuracy"] == in_memory.report["leakage_accuracy"] > cli["majority_accuracy"]
     weights = rf.weights(str(tmp_path / "snli_dd"), preset="snli", folds=3, split=["train", "test"])
     assert weights.corpus and isinstance(rf.weights(dd, preset="snli", folds=3).data, datasets.DatasetDict)

@@ -230,7 +230,7 @@ WIDE = [("zfilter-snli", "report/report.html"), ("upsample-snli", "report/report
         ("pipeline-snli", "03-weights/report/report.html"), ("compose-snli", "report/report.html"),
         ("compare", "report/report.html"), ("pipeline-snli", "pipeline/report.html")]
 WIDTHS = (1000, 1400)
-REPORTS = [*WIDE, ("leakage-snli", "report.html"),
+REPORTS = [*WIDE, ("leakage-snli", "report/report.html"),
            *(("pipeline-snli", f"{stage}/report/report.html") for stage in ("01-audit", "02-zfilter")),
            *(("pipeline-hans", f"{stage}/report/report.html") for stage in ("01-audit", "02-zfilter",
                                                                              "03-upsample", "04-confidence")),

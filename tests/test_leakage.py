@@ -106,13 +106,13 @@ def test_planted_leakage_is_predictable_and_weights_neutralize_it(planted):
     out = planted / "report"
     inputs = ["--input", f"train={planted / 'train'}", "--input", f"test={planted / 'test'}"]
     run_cli("leakage", *inputs, "--out", out, "--trees", "50")
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / "report" / "report.json").read_text())
     assert report["test_split"] == "test" and report["rows"] == {"train": 18_000, "test": 6_000}
     assert report["leakage_accuracy"] > report["majority_accuracy"] + 0.2, report
     assert report["leakage_beats_majority"] and report["leakage_ci95"][0] > report["majority_accuracy"]
-    features = pq.read_table(out / "features.parquet")
+    features = pq.read_table(out / "report" / "features.parquet")
     assert features.num_rows == 24_000
-    page = (out / "report.html").read_text()   # the degree heatmap: one SVG per label, no PNG
+    page = (out / "report" / "report.html").read_text()   # the degree heatmap: one SVG per label, no PNG
     assert "<img" not in page and page.count("<svg") == len(set(features["label"].to_pylist())) >= 2
 
     run_cli("weights", *inputs, "--out", planted / "weighted", "--folds", "5", "--trees", "50")
@@ -126,7 +126,7 @@ def test_planted_leakage_is_predictable_and_weights_neutralize_it(planted):
     d = weighted.manifest["weights"]["diagnostics"]
     assert 0 < d["effective_sample_size"] < 24_000 and d["max"] > 1
 
-    proc = run_cli("evaluate", "--predictions", out / "predictions.parquet", "--weights", planted / "weighted")
+    proc = run_cli("evaluate", "--predictions", out / "report" / "predictions.parquet", "--weights", planted / "weighted")
     result = json.loads(proc.stdout)["test"]
     assert result["accuracy"] > result["majority_accuracy"] + 0.2
     # under the weights the leakage-only forest falls back toward the weighted majority rate
@@ -161,7 +161,7 @@ def test_two_label_selection_probability_is_paper_eq1():
 def test_snli_dev_test_graph_end_to_end(tmp_path):
     inputs = ["--input", f"dev={SNLI_DEV}", "--input", f"test={SNLI_TEST}", "--preset", "snli"]
     run_cli("leakage", *inputs, "--out", tmp_path / "lk", "--trees", "30", "--identical-pairs", "entailment")
-    report = json.loads((tmp_path / "lk" / "report.json").read_text())
+    report = json.loads((tmp_path / "lk" / "report" / "report.json").read_text())
     assert report["edges"] == 19_666
     # each premise has about three hypotheses: far fewer sentences than 2 × pairs
     assert 20_000 < report["nodes"] < 30_000

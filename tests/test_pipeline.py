@@ -321,11 +321,11 @@ def test_leakage_stage_scores_the_pipelines_named_splits(tmp_path):
     printed = run_cli("run", spec, "--out", tmp_path / "o", "--no-audit-steps").stdout
     receipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
     assert not any("audit" in s for s in receipt["steps"]) and "auditing" not in printed
-    assert [s["report"] for s in receipt["steps"]] == [None, "../01-leakage/report.html", "../02-zfilter/report/report.html"]
-    report = json.loads((tmp_path / "o" / "01-leakage" / "report.json").read_text())
+    assert [s["report"] for s in receipt["steps"]] == [None, "../01-leakage/report/report.html", "../02-zfilter/report/report.html"]
+    report = json.loads((tmp_path / "o" / "01-leakage" / "report" / "report.json").read_text())
     assert report["rows"] == {"train": 3261, "test": 3261} and report["test_split"] == "test"
     assert 0 < report["majority_accuracy"] < 0.5 and 0 < report["leakage_accuracy"] < 1
-    predictions = pa.parquet.read_table(tmp_path / "o" / "01-leakage" / "predictions.parquet")
+    predictions = pa.parquet.read_table(tmp_path / "o" / "01-leakage" / "report" / "predictions.parquet")
     assert predictions.num_rows == 3261
     assert "== 02-zfilter" in printed and "rows in 6,522 = " in printed      # the rows passed on unchanged
 

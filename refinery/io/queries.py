@@ -17,7 +17,9 @@ from refinery.io import db
 from refinery.io.corpus import AllRejected, Corpus, is_corpus
 from refinery.io.corpus_writer import convert
 from refinery.io.db import load_sql, quote_literal
-from refinery.io.schema import REJECTS_SCHEMA, empty_table
+from refinery.io.read_options import ReadOptions
+from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
+from refinery.io.scratch import temporary_folder
 from refinery.io.splits import split_specs
 from refinery.io.location import get_fs, is_local
 
@@ -172,6 +174,16 @@ def files_of(corpora: dict) -> dict[str, list[str]]:
 def corpus_files(specs, mapping, opts, workdir: str) -> dict[str, list[str]]:
     """Parquet files per split of ``specs`` (see :func:`split_corpora`)."""
     return files_of(split_corpora(specs, mapping, opts, workdir))
+
+
+def load_input(con, splits: dict, mapping: Mapping | None, opts: ReadOptions, with_split: bool = True) -> pa.Table:
+    """Table ``rows`` of ``con`` (``load_rows``): the rows of ``splits`` ({split: path or [paths]}: raw inputs read
+    through ``mapping`` into a scratch folder, removed once loaded; finished corpora as they are) in input order;
+    the rejects of every input, which an output carries so that no row goes missing."""
+    with temporary_folder("rows-") as work:
+        corpora = split_corpora(splits, mapping, opts, work)
+        load_rows(con, files_of(corpora), opts.storage_options, with_split=with_split)
+        return corpora_rejects(corpora)
 
 
 def corpora_rejects(corpora: dict) -> pa.Table:

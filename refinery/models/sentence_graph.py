@@ -18,8 +18,8 @@ from refinery.io import queries
 from refinery.io.db import memory_limit
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.io.scratch import temporary_folder
-from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES, ForestConfig, GraphConfig
+from refinery.models.leakage_settings import (ADVANCED_FEATURES, BASIC_FEATURES, GRAPH_MEMORY, ForestConfig,
+                                              GraphConfig)
 from refinery.models.base import label_proba
 from refinery.progress import progress
 
@@ -27,9 +27,6 @@ GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage
                  "leakage_paths3")
 GRAPH_TABLES = ("pairs", "adj", "nodes", "pair_ends", "pair_common", "pair_paths3")   # what the queries create
 TABLES_MEMORY = 1 << 30   # DuckDB's memory while the forests run: its tables go to disk, not beside the forests' arrays
-# DuckDB's memory while it builds the graph (at most; half the memory budget where that is less): with the process's own
-# arrays a stage stays within 4 GB (10M planted pairs and a test split of 1M: 3.5 GB against 4.45 GB at 4 GiB)
-GRAPH_MEMORY = 3 << 30
 
 
 def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
@@ -93,13 +90,18 @@ class GraphInput:
         if self._on_disk:
             yield
             return
-        self._on_disk = True
-        self.con.execute(f"SET memory_limit = '{memory_limit(TABLES_MEMORY)}'")
+        self.keep_tables_on_disk()
         try:
             yield
         finally:
             self._on_disk = False
             self.con.execute(f"SET memory_limit = '{memory_limit(GRAPH_MEMORY)}'")
+
+    def keep_tables_on_disk(self) -> None:
+        """DuckDB's memory limit lowered to ``TABLES_MEMORY`` from now on (``tables_on_disk``, for the rest of the
+        connection's life)."""
+        self._on_disk = True
+        self.con.execute(f"SET memory_limit = '{memory_limit(TABLES_MEMORY)}'")
 
     def splits(self) -> list[str]:
         """The splits in input order."""
@@ -142,12 +144,15 @@ class GraphInput:
 
 def corpus_features(inputs: dict, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
                     config: GraphConfig = GraphConfig(), threads: int | None = None) -> GraphInput:
-    """The rows and leakage features of named inputs ``{split: path or [paths]}``, in DuckDB."""
+    """The rows and leakage features of named inputs ``{split: path or [paths]}``, in DuckDB (a connection of its own,
+    closed with the ``GraphInput``)."""
     con = queries.connect(threads=threads, most_memory=GRAPH_MEMORY)
-    with temporary_folder("leakage-") as work:
-        corpora = queries.split_corpora(inputs, mapping, opts, work)
-        queries.load_rows(con, queries.files_of(corpora), opts.storage_options)
-        rejects = queries.corpora_rejects(corpora)
+    return graph_of(con, queries.load_input(con, inputs, mapping, opts), config)
+
+
+def graph_of(con, rejects, config: GraphConfig = GraphConfig()) -> GraphInput:
+    """The sentence graph of the rows in ``con``'s table ``rows`` (``queries.load_input``; ``rejects``: the input's)
+    and their leakage features."""
     return GraphInput(con, build_graph(con, config), rejects)
 
 

@@ -13,50 +13,61 @@ from dataclasses import asdict
 import pyarrow as pa
 
 from refinery.methods.leakage.config import LeakageConfig
+from refinery.models.leakage_settings import GRAPH_MEMORY
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 
-class LeakageStage(Stage):
+class LeakageStage(TableStage):
     """How well the sentence graph alone predicts the label (leakage features, random forest; Zhang et al. 2019).
 
     The input needs two splits or more (``--input train=… --input test=…``, or a ``split`` column). Writes
-    features.parquet, predictions.parquet and the report; in a pipeline the rows pass on unchanged.
+    ``report/``: the report, features.parquet and predictions.parquet; in a pipeline the rows pass on unchanged.
     """
 
     name, Config = "leakage", LeakageConfig
     needs = ("id", "text_a", "text_b", "label", "split")
     output = Output.INPUT
-    one_task = True
+    version = 2   # 2: the report and its tables in report/ (were in the stage folder itself)
+    unnamed_split = "all"   # an unnamed input is scored as the splits of its own ``split`` column
+    rows_memory = GRAPH_MEMORY
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        """Features, predictability and report of the input's splits (a corpus's own ``split`` column wins, so one
-        corpus of several splits is scored as those splits), published in the stage folder itself:
-        features.parquet, predictions.parquet (test split), report.json, report.html, and with ``identical_label``
-        the identical-pair probe corpus ``identical/``."""
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """The input's sentence graph, its features' predictability (a corpus's own ``split`` column wins, so one
+        corpus of several splits is scored as those splits), and with ``identical_label`` the identical-pair probe
+        corpus ``identical/``."""
         from refinery.methods.leakage import report
-        from refinery.models.sentence_graph import (corpus_features, feature_summary, identical_pairs,
-                                                             predictability)
+        from refinery.models.sentence_graph import feature_summary, graph_of, identical_pairs, predictability
 
-        config = self.config
-        inputs = source.splits if source.named else {"all": source.paths}
-        with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph:
-            r, predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
-            r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
-                     inputs=inputs, nodes=graph.nodes, edges=graph.num_rows, feature_summary=feature_summary(graph))
-            tested = r["rows"].get(r["test_split"], 0)
-            interval = report.accuracy_interval(r["leakage_accuracy"], tested)
-            r.update(leakage_ci95=[round(v, 4) for v in interval],
-                     leakage_beats_majority=report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"],
-                                                                  tested))
-            page = report.page(out, r, report.degree_heatmaps(graph))
-            # the features are read as they are written: no other query on the graph until they are
-            features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")
-            out.publish_report(r, page, part="", files={
-                "features.parquet": _shown("features.parquet", r["edges"], features),
-                "predictions.parquet": _shown("predictions.parquet", predictions.num_rows, predictions.to_reader())})
-            if config.identical_label is not None:
-                out.write_corpus("identical", identical_pairs(graph, config.identical_label))
+        config, source = self.config, rows.source
+        graph = self.graph = graph_of(rows.con, rows.rejects, config.graph)
+        r, self.predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
+        r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
+                 inputs=source.splits if source.named else {"all": source.paths}, nodes=graph.nodes,
+                 edges=graph.num_rows, feature_summary=feature_summary(graph))
+        tested = r["rows"].get(r["test_split"], 0)
+        interval = report.accuracy_interval(r["leakage_accuracy"], tested)
+        r.update(leakage_ci95=[round(v, 4) for v in interval],
+                 leakage_beats_majority=report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"], tested))
+        self.report = r
+        if config.identical_label is None:
+            return []
+        return [CorpusPart("identical", [identical_pairs(graph, config.identical_label)])]
+
+    def result(self, manifests: dict, out: StageOutput) -> StageResult:
+        """The report published in ``report/``: report.json, report.html, features.parquet (every pair's),
+        predictions.parquet (the test split's)."""
+        from refinery.methods.leakage import report
+
+        r, graph = self.report, self.graph
+        page = report.page(out, r, report.degree_heatmaps(graph))
+        # the features are read as they are written: no other query on the graph until they are
+        features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")
+        out.publish_report(r, page, files={
+            "features.parquet": _shown("features.parquet", r["edges"], features),
+            "predictions.parquet": _shown("predictions.parquet", self.predictions.num_rows,
+                                          self.predictions.to_reader())})
         pairs = sum(r["rows"].values())
         lo, hi = r["leakage_ci95"]
         beyond = "above it beyond chance" if r["leakage_beats_majority"] else \
@@ -69,8 +80,7 @@ class LeakageStage(Stage):
                  *(f"  {name:<22} {acc:.4f}" for name, acc in r["ablations"].items()))
         return StageResult(pairs + r["rejected"], {"pairs": pairs, "input rejects": r["rejected"]}, r,
                            f"leakage accuracy {r['leakage_accuracy']:.4f} against majority "
-                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})", lines,
-                           report_file="report.html")
+                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})", lines)
 
 
 def _shown(name: str, rows: int, batches: pa.RecordBatchReader) -> pa.RecordBatchReader:

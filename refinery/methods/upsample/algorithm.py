@@ -2,11 +2,12 @@
 ``refinery.methods.upsample.stage`` and docs/upsample.md), in DuckDB SQL (``sql/audac_*.sql``, beside this module)
 over the table ``rows``: the rows that hold the tokens S to correct (the input's audit's word features:
 ``tokens``), the round robin of draws checked by the ``ShortcutGuard``, the copies that keep the label shares, the
-turns undone until the verdicts hold; and the up-sampled corpus, written through the stage's output."""
+turns undone until the verdicts hold; and the up-sampled corpus's rows."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -20,8 +21,6 @@ from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
 from refinery.methods.upsample.guard import ShortcutGuard, count_input
 from refinery.methods.upsample.tokens import TokenBand, select_tokens, split_token, words
-from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output
 from refinery.progress import progress
 
 
@@ -318,10 +317,9 @@ def _set_extra(con, rows: list) -> None:
                 "GROUP BY row_id")
 
 
-def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table, audit: AuditRecord | None) -> None:
-    """The up-sampled corpus as ``out``'s ``corpus/``: the input's rows (``source`` original), then the copies
-    ``added`` in draw order (``source`` upsampled, id ``<origin>#up<draw>``, their origin, iteration and token), and
-    the input's rejects; its ``audit`` kept with it."""
+def upsampled_rows(con, added: list) -> Iterator[pa.Table]:
+    """The up-sampled corpus's rows, 100,000 at a time: the input's rows (``source`` original), then the copies
+    ``added`` in draw order (``source`` upsampled, id ``<origin>#up<draw>``, their origin, iteration and token)."""
     con.register("__added", pa.table({"draw_id": pa.array([a[0] for a in added], pa.int64()),
                                       "iteration": pa.array([a[1] for a in added], pa.int64()),
                                       "token": pa.array([a[2] for a in added], pa.string()),
@@ -338,11 +336,6 @@ def publish_corpus(con, out: StageOutput, added: list, rejects: pa.Table, audit:
     upsampled = con.sql(f"SELECT {star.replace('*', 'r.*', 1)} REPLACE (r.id || '#up' || a.draw_id AS id), "
                         f"'upsampled' AS source, {copy_origin} AS origin_id, a.iteration AS upsample_iteration, "
                         "a.token AS upsample_token FROM __added a JOIN rows r USING (row_id) ORDER BY a.draw_id")
-    with out.corpus(Output.CORPUS.value) as writer:
-        for rel in (originals, upsampled):
-            for rb in _batches(rel, 100_000):
-                writer.write(pa.Table.from_batches([rb]))
-        writer.write(rejects=rejects)  # the input's rejects stay accounted for
-        if audit is not None:
-            audit.attach_to(writer)
-        writer.commit()
+    for rel in (originals, upsampled):
+        for rb in _batches(rel, 100_000):
+            yield pa.Table.from_batches([rb])

@@ -32,19 +32,13 @@ What refinery adds, and why (docs/upsample.md):
 """
 from __future__ import annotations
 
-from refinery.io.scratch import temporary_folder
 from refinery.methods.upsample.config import UpsampleConfig
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
 
 
-# DuckDB holds the input's rows (texts and all) for AUDAC's queries, which scan them in order and look up the rows of
-# the selected tokens: it keeps them within 1 GiB and spills the rest to its temp folder (10M planted rows: 4.26 GB
-# peak against 5.25 GB at the 4 GiB of other stages' queries, 4% slower), leaving the memory to the audit's counts
-ROWS_MEMORY = 1 << 30
-
-
-class UpsampleStage(Stage):
+class UpsampleStage(TableStage):
     """AUDAC adaptive round-robin up-sampling (DuckDB SQL over Parquet).
 
     The output's ``corpus/`` holds the input and its up-sampled copies; ``report/`` the trace and the verdict.
@@ -54,25 +48,32 @@ class UpsampleStage(Stage):
     needs = ("id", "text_a", "label")
     output = Output.CORPUS
     version = 2   # 2: the corpus in corpus/ (report/ sat inside it: pandas read its files as data)
-    one_task = True
+    # DuckDB holds the input's rows (texts and all) for AUDAC's queries, which scan them in order and look up the rows
+    # of the selected tokens: it keeps them within 1 GiB and spills the rest to its temp folder (10M planted rows:
+    # 4.26 GB peak against 5.25 GB at the 4 GiB of other stages' queries, 4% slower), leaving the memory to the
+    # audit's counts
+    rows_memory = 1 << 30
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """AUDAC's plan (``algorithm.plan``) and the up-sampled corpus: the input's rows, the copies, its rejects, the
+        output's audit kept with it."""
         from refinery.core.features import FeatureConfig
-        from refinery.io import queries
         from refinery.methods.upsample import algorithm, report
 
+        source = rows.source
         features = FeatureConfig().named(source.field_names, source.single_text)
-        with temporary_folder("audac-") as work:
-            corpora = queries.split_corpora(source.splits, source.mapping, source.opts, work)
-            con = queries.connect(most_memory=ROWS_MEMORY)
-            queries.load_rows(con, queries.files_of(corpora), source.opts.storage_options, with_split=source.named)
-            rejects = queries.corpora_rejects(corpora)
-            plan = algorithm.plan(con, self.config, features, source.prior)
-            out.prior = plan.prior   # the input's audit's rule, recorded with the corpus
-            r = report.summary(plan, self.config, inputs=source.paths, rejected=rejects.num_rows)
-            algorithm.publish_corpus(con, out, plan.added, rejects, plan.audit)
-        out.publish_report(r, report.page(out, r, plan, self.config),
-                           files={"trace.parquet": report.trace_table(plan.trace)})
+        plan = algorithm.plan(rows.con, self.config, features, source.prior)
+        self.plan = plan
+        self.report = report.summary(plan, self.config, inputs=source.paths, rejected=rows.rejects.num_rows)
+        return [CorpusPart(Output.CORPUS.value, algorithm.upsampled_rows(rows.con, plan.added), rows.rejects,
+                           audit=lambda labels: PartAudit(plan.prior, plan.audit))]
+
+    def result(self, manifests: dict, out: StageOutput) -> StageResult:
+        from refinery.methods.upsample import report
+
+        r = self.report
+        out.publish_report(r, report.page(out, r, self.plan, self.config),
+                           files={"trace.parquet": report.trace_table(self.plan.trace)})
         v = r["verdict"]
         lines = [v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"])]
         headline = (f"{r['rows_before']:,} -> {r['rows_after']:,} rows (+{r['rows_added']:,} up-sampled copies), "

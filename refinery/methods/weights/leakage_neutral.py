@@ -1,9 +1,10 @@
 """The leakage-neutral weights of a corpus (Zhang et al. 2019, Algorithm 1; the method: the ``weights`` stage's
 module docstring): P̂(y | l) cross-predicted by forests over its sentence graph's leakage features, the weights, and
-the corpus written back with a ``weight`` column while its words are counted plain and weighted for the verdict."""
+the corpus given back with a ``weight`` column while its words are counted plain and weighted for the verdict."""
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -14,66 +15,76 @@ from refinery.core.folds import fold_of
 from refinery.core.weighted_audit_counts import WeightedAuditCounts
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedAudits, WeightedCounts, judge_weightings
 from refinery.models.leakage_settings import FEATURE_SETS, ForestConfig
-from refinery.models.sentence_graph import GraphInput, corpus_features
+from refinery.models.sentence_graph import GraphInput
 from refinery.methods.weights.ips import (SUGGESTED_CLIPS, Cap, cap_in_effect, diagnostics, effective_sample_size,
                                           fit_prior, ips_weights, label_shares, low_ess_warning, prior_cells,
                                           weight_histogram, weighted_accuracy)
-from refinery.methods.weights.report import page
-from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, StageInput
+from refinery.pipeline.table_stage import PartAudit
 from refinery.progress import progress
 
 UNNAMED = ""   # the split name of an input given without names: no split is written for it
 
 
-def weigh(source: StageInput, out: StageOutput, config, features: FeatureConfig) -> tuple[dict, list]:
-    """Write ``source`` back as ``out``'s ``corpus/`` with a ``weight`` column (``config``: the stage's
-    ``WeightsConfig``), the diagnostics in its manifest, the verdict and the report in ``report/``; (report.json,
-    the verdict's lines). Rows keep their split: the name given, or their own ``split`` column; a corpus whose rows
-    have neither has no ``split`` column. ``features``: the audit's features the verdict counts."""
-    inputs = source.splits if source.named else {UNNAMED: source.paths}
-    with corpus_features(inputs, source.mapping, source.opts, config.graph) as graph, graph.tables_on_disk():
+class Weighing:
+    """The leakage-neutral weights of a corpus, as the table executor writes it (``WeightsStage``): the weights of
+    every row of ``graph`` under ``config`` (the stage's ``WeightsConfig``) on construction; ``rows`` gives the corpus
+    back with a ``weight`` column as it counts its words (``features``: the audit's) plain and weighted; once every
+    row is written, ``measured`` makes both audits (the prior rule decided on the input, or ``carried`` with it) and
+    the weighted one's record kept with the corpus; after the commit, ``judged`` makes the verdict and the report.
+    Rows keep their split: the name given, or their own ``split`` column; a corpus whose rows have neither has no
+    ``split`` column."""
+
+    IN_MANIFEST = ("prior", "observed_shares", "weighted_shares", "diagnostics", "cap", "low_ess_warning",
+                   "out_of_fold")
+
+    def __init__(self, graph: GraphInput, config, features: FeatureConfig, inputs: dict, carried=None):
+        self.graph, self.config, self.carried = graph, config, carried
+        graph.keep_tables_on_disk()
         w, info = leakage_neutral_weights(graph, config)
         proba, y, cells = info.pop("p_hat"), info.pop("y"), info.pop("cells")
         clip = info["cap"]["clip"]   # the cap in effect (None: none)
         clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (clip is None or c < clip)]
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c) for c in clips]
         del proba, y
-        report = {"labels": info.pop("labels"),
-                  "low_ess_warning": low_ess_warning(w, clip, dict(zip(clips, capped_w))),   # exact ESS
-                  **info, "inputs": inputs, "config": asdict(config)}
-        in_manifest = ("prior", "observed_shares", "weighted_shares", "diagnostics", "cap", "low_ess_warning",
-                       "out_of_fold")
-        audit_config = AuditConfig(features=features, prior=config.prior)
-        rows_of = WeightedCounts(report["labels"], features, 1, masks=1, replayable=True)   # each feature's rows
-        with out.corpus(Output.CORPUS.value, extra={"weights": {k: report[k] for k in in_manifest}}) as writer:
-            with progress(total=len(w), desc="weights: write", unit=" rows") as bar:   # ends before the count's
-                start = 0
-                for batch in graph.batches(_output_rows(graph)):
-                    rows = slice(start, start + batch.num_rows)
-                    table = pa.Table.from_batches([batch])
-                    rows_of.add(table, None)
-                    writer.write(table.append_column("weight", pa.array(w[rows])))
-                    start += batch.num_rows
-                    bar.update(batch.num_rows)
-            writer.write(None, graph.rejects)  # the input's rejects stay accounted for
-            capped = dict(zip(clips, capped_w))
-            counts = rows_of.restricted(audit_config.min_count, 2 + len(capped), masks=1)
-            tokens, rows_of = rows_of.tokens, None   # its table of every feature freed before the second look
-            try:
-                _counted_again(counts, tokens, [w, *capped.values()])
-            finally:
-                tokens.close()
-            audits = _audits(counts, audit_config, writer.labels, source.prior)
-            out.prior = audits.prior   # the input's audit's rule, recorded
-            record = audits.record_of(1, writer.labels, weighted=True)
-            if record is not None:   # the weighted audit of corpus/, kept with it
-                record.attach_to(writer)
-            manifest = writer.commit()
-        report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(w))
-        verdict = _verdict(counts, audits, config, report, capped)
-    out.publish_report(report, page(out, report, verdict))
-    return report, verdict.lines()
+        self.w, self.capped = w, dict(zip(clips, capped_w))
+        self.report = {"labels": info.pop("labels"),
+                       "low_ess_warning": low_ess_warning(w, clip, self.capped),   # exact ESS
+                       **info, "inputs": inputs, "config": asdict(config)}
+        self.audit_config = AuditConfig(features=features, prior=config.prior)
+        self.rows_of = WeightedCounts(self.report["labels"], features, 1, masks=1, replayable=True)  # each feature's rows
+
+    def manifest_entries(self) -> dict:
+        """What the weighted corpus's manifest keeps of the weights (``weights``)."""
+        return {"weights": {k: self.report[k] for k in self.IN_MANIFEST}}
+
+    def rows(self) -> Iterator[pa.Table]:
+        """The corpus with its ``weight`` column, in input order, each table counted as it passes."""
+        with progress(total=len(self.w), desc="weights: write", unit=" rows") as bar:   # ends before the count's
+            start = 0
+            for batch in self.graph.batches(_output_rows(self.graph)):
+                table = pa.Table.from_batches([batch])
+                self.rows_of.add(table, None)
+                yield table.append_column("weight", pa.array(self.w[start:start + batch.num_rows]))
+                start += batch.num_rows
+                bar.update(batch.num_rows)
+
+    def measured(self, label_rows: dict) -> PartAudit:
+        """Once every row is written (``label_rows``: the rows per label written): the rows counted again under each
+        weighting (``_counted_again``), the input's and the weighted audits, the prior rule and the weighted audit's
+        record."""
+        self.counts = self.rows_of.restricted(self.audit_config.min_count, 2 + len(self.capped), masks=1)
+        tokens, self.rows_of = self.rows_of.tokens, None   # its table of every feature freed before the second look
+        try:
+            _counted_again(self.counts, tokens, [self.w, *self.capped.values()])
+        finally:
+            tokens.close()
+        self.audits = _audits(self.counts, self.audit_config, label_rows, self.carried)
+        return PartAudit(self.audits.prior, self.audits.record_of(1, label_rows, weighted=True))
+
+    def judged(self, manifest: dict):
+        """The report (``manifest``: the weighted corpus's, committed) and the verdict."""
+        self.report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(self.w))
+        return _verdict(self.counts, self.audits, self.config, self.report, self.capped)
 
 
 def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int

@@ -30,11 +30,13 @@ accuracy with and without the weights.
 from __future__ import annotations
 
 from refinery.methods.weights.config import WeightsConfig
+from refinery.models.leakage_settings import GRAPH_MEMORY
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 
-class WeightsStage(Stage):
+class WeightsStage(TableStage):
     """Leakage-neutral IPS weights w = 1/P(S=y|l) (Zhang et al. 2019, Algorithm 1).
 
     The output's ``corpus/`` is the input with a ``weight`` column, and a ``split`` column where the input has
@@ -46,24 +48,38 @@ class WeightsStage(Stage):
     needs = ("id", "text_a", "text_b", "label")
     adds = ("weight",)
     output = Output.CORPUS
-    one_task = True
     version = 4   # 4: the corpus in corpus/; 3: report/ (the verdict, the histogram); 2: no invented 'all' split
+    unnamed_split = ""   # an unnamed input's rows keep their own ``split`` column, or none (``leakage_neutral.UNNAMED``)
+    rows_memory = GRAPH_MEMORY
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """The weights of the input's rows (``leakage_neutral.Weighing``) and the weighted corpus."""
         from refinery.core.features import FeatureConfig
-        from refinery.methods.weights.leakage_neutral import weigh
-        from refinery.methods.weights.report import cap_text
+        from refinery.methods.weights.leakage_neutral import UNNAMED, Weighing
+        from refinery.models.sentence_graph import graph_of
+
+        source = rows.source
+        features = FeatureConfig().named(source.field_names, source.single_text)
+        inputs = source.splits if source.named else {UNNAMED: source.paths}
+        weighing = self.weighing = Weighing(graph_of(rows.con, rows.rejects, self.config.graph), self.config,
+                                            features, inputs, source.prior)
+        return [CorpusPart(Output.CORPUS.value, weighing.rows(), rows.rejects, weighing.manifest_entries(),
+                           audit=weighing.measured)]
+
+    def result(self, manifests: dict, out: StageOutput) -> StageResult:
+        from refinery.methods.weights.report import cap_text, page
         from refinery.pipeline.filter import verdict_headline
 
-        r, verdict_lines = weigh(source, out, self.config, FeatureConfig().named(source.field_names,
-                                                                                 source.single_text))
+        verdict = self.weighing.judged(manifests[Output.CORPUS.value])
+        r = self.weighing.report
+        out.publish_report(r, page(out, r, verdict))
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
         ess = (f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows "
                f"({r['cap']['share']:.0%})")
         lines = (f"{d['rows']:,} rows -> {out.url(Output.CORPUS.value)}: weight min {d['min']:.3f}, "
                  f"max {d['max']:.2f}× the mean, {ess}", f"  {cap_text(r['cap'])}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
-                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict_lines)
+                 f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict.lines())
         warnings = ((warning["message"],) if warning else ()) + tuple(r["verdict"]["warnings"])
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}"
