@@ -155,6 +155,55 @@ def test_no_method_package_imports_another(tmp_path):
     assert not crossing, "method packages importing another:\n" + "\n".join(crossing)
 
 
+# what opens a corpus (reads its rows by itself), writes one or commits: the executors' (pipeline/) and io's work
+CORPUS_OPENERS = {"load_rows", "load_input", "split_corpora", "corpora_rejects", "corpus_features", "iter_input_batches",
+                  "write_corpus", "commit"}
+# the method modules that still open, write or commit corpora themselves (issue 63): the list may only shrink
+STILL_OPEN_CORPORA = {"refinery.methods.audit.counting", "refinery.methods.audit.on_ray", "refinery.methods.audit.stage",
+                      "refinery.methods.compare.training", "refinery.methods.confidence.scoring",
+                      "refinery.methods.decontaminate.stage",
+                      "refinery.methods.ibadr.pool", "refinery.methods.ibadr.stage", "refinery.methods.probe.stage",
+                      "refinery.methods.razor.stage", "refinery.methods.zfilter.composition",
+                      "refinery.methods.zfilter.stream"}
+
+
+def _corpus_openings(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of each call in ``tree`` that opens a corpus, writes one or commits: a call of one of
+    ``CORPUS_OPENERS``, ``Corpus.open``, ``out.corpus(…)``, ``source.load()``, or io.corpus's ``load``."""
+    loads = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "refinery.io.corpus"
+             for a in n.names if a.name == "load"}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        receiver = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+        if name in CORPUS_OPENERS or (receiver, name) in {("Corpus", "open"), ("out", "corpus"), ("source", "load")} \
+                or (isinstance(func, ast.Name) and name in loads):
+            found.append((node.lineno, f"{receiver + '.' if receiver else ''}{name}(…)"))
+    return found
+
+
+def test_no_method_module_opens_a_corpus():
+    """Issue 63: a stage declares its kind and its pure functions; reading its input, writing its corpora and the
+    commit are its executor's (pipeline/: filters, map stages, table stages) and io's. No module under methods/
+    opens a corpus, writes one or commits, but those of ``STILL_OPEN_CORPORA`` (stages not yet moved onto an
+    executor), which may only shrink. The check must find a planted opening."""
+    planted = ast.parse("from refinery.io.corpus import load as read\n"
+                        "def f(source, out, con):\n    rows = read(['x'])\n    out.corpus('kept').commit()\n"
+                        "    return source.load(), queries.load_input(con, {}, None, None)\n")
+    assert {what for _, what in _corpus_openings(planted)} == {"read(…)", "commit(…)", "out.corpus(…)",
+                                                               "source.load(…)", "queries.load_input(…)"}
+    opening = {module: _corpus_openings(ast.parse(path.read_text())) for module, path in MODULES.items()
+               if module.startswith("refinery.methods.")}
+    found = [f"{_where(module, line)}: {what}" for module, calls in opening.items() if module not in STILL_OPEN_CORPORA
+             for line, what in calls]
+    assert not found, "method modules that open, write or commit a corpus themselves:\n" + "\n".join(found)
+    moved = sorted(m for m in STILL_OPEN_CORPORA if not opening.get(m))
+    assert not moved, f"no longer open a corpus (take them off STILL_OPEN_CORPORA): {', '.join(moved)}"
+
+
 def test_io_and_core_import_refinery_at_the_top():
     hidden = [f"{_where(module, line)}: {module} imports {target} inside a function"
               for module, target, line, in_function in EDGES

@@ -1,6 +1,6 @@
 """``TableStage``: a stage computed over its whole input at once in DuckDB (AUDAC's up-sampling plan, the sentence
 graph's leakage features, the leakage-neutral weights over them); its reading, writing and commit are the table
-executor's (``write_table``), never the stage's.
+executor's (``write_computed``), never the stage's.
 
 The executor loads the input's rows into the DuckDB table ``rows`` (``row_id``: the position in input order; named
 splits in a ``split`` column, an unnamed input's rows under ``unnamed_split``) with DuckDB's memory at most
@@ -81,10 +81,10 @@ class TableStage(Stage):
         committed (``manifests``: {part: its manifest})."""
 
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
-        return write_table(self, source, out)
+        return write_computed(self, source, out)
 
 
-def write_table(stage: TableStage, source: StageInput, out: "StageOutput") -> StageResult:
+def write_computed(stage: TableStage, source: StageInput, out: "StageOutput") -> StageResult:
     """Load ``source``'s rows into DuckDB, write and commit the corpora ``stage.compute`` gives, then
     ``stage.result``; the connection is closed (its spill removed) however it ends."""
     from refinery.io import queries

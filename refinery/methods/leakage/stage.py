@@ -50,7 +50,7 @@ class LeakageStage(TableStage):
         interval = report.accuracy_interval(r["leakage_accuracy"], tested)
         r.update(leakage_ci95=[round(v, 4) for v in interval],
                  leakage_beats_majority=report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"], tested))
-        self.report = r
+        self.summary = r
         if config.identical_label is None:
             return []
         return [CorpusPart("identical", [identical_pairs(graph, config.identical_label)])]
@@ -60,7 +60,7 @@ class LeakageStage(TableStage):
         predictions.parquet (the test split's)."""
         from refinery.methods.leakage import report
 
-        r, graph = self.report, self.graph
+        r, graph = self.summary, self.graph
         page = report.page(out, r, report.degree_heatmaps(graph))
         # the features are read as they are written: no other query on the graph until they are
         features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")

@@ -64,14 +64,14 @@ class UpsampleStage(TableStage):
         features = FeatureConfig().named(source.field_names, source.single_text)
         plan = algorithm.plan(rows.con, self.config, features, source.prior)
         self.plan = plan
-        self.report = report.summary(plan, self.config, inputs=source.paths, rejected=rows.rejects.num_rows)
+        self.summary = report.summary(plan, self.config, inputs=source.paths, rejected=rows.rejects.num_rows)
         return [CorpusPart(Output.CORPUS.value, algorithm.upsampled_rows(rows.con, plan.added), rows.rejects,
                            audit=lambda labels: PartAudit(plan.prior, plan.audit))]
 
     def result(self, manifests: dict, out: StageOutput) -> StageResult:
         from refinery.methods.upsample import report
 
-        r = self.report
+        r = self.summary
         out.publish_report(r, report.page(out, r, self.plan, self.config),
                            files={"trace.parquet": report.trace_table(self.plan.trace)})
         v = r["verdict"]

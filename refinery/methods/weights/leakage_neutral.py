@@ -47,15 +47,15 @@ class Weighing:
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c) for c in clips]
         del proba, y
         self.w, self.capped = w, dict(zip(clips, capped_w))
-        self.report = {"labels": info.pop("labels"),
+        self.summary = {"labels": info.pop("labels"),
                        "low_ess_warning": low_ess_warning(w, clip, self.capped),   # exact ESS
                        **info, "inputs": inputs, "config": asdict(config)}
         self.audit_config = AuditConfig(features=features, prior=config.prior)
-        self.rows_of = WeightedCounts(self.report["labels"], features, 1, masks=1, replayable=True)  # each feature's rows
+        self.rows_of = WeightedCounts(self.summary["labels"], features, 1, masks=1, replayable=True)   # rows of each
 
     def manifest_entries(self) -> dict:
         """What the weighted corpus's manifest keeps of the weights (``weights``)."""
-        return {"weights": {k: self.report[k] for k in self.IN_MANIFEST}}
+        return {"weights": {k: self.summary[k] for k in self.IN_MANIFEST}}
 
     def rows(self) -> Iterator[pa.Table]:
         """The corpus with its ``weight`` column, in input order, each table counted as it passes."""
@@ -83,8 +83,8 @@ class Weighing:
 
     def judged(self, manifest: dict):
         """The report (``manifest``: the weighted corpus's, committed) and the verdict."""
-        self.report.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(self.w))
-        return _verdict(self.counts, self.audits, self.config, self.report, self.capped)
+        self.summary.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(self.w))
+        return _verdict(self.counts, self.audits, self.config, self.summary, self.capped)
 
 
 def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int

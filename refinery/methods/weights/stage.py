@@ -71,7 +71,7 @@ class WeightsStage(TableStage):
         from refinery.pipeline.filter import verdict_headline
 
         verdict = self.weighing.judged(manifests[Output.CORPUS.value])
-        r = self.weighing.report
+        r = self.weighing.summary
         out.publish_report(r, page(out, r, verdict))
         d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
         ess = (f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows "
