@@ -85,6 +85,11 @@ class IncrementalCounts:
         self.tested += int(now.sum()) - int(self._tested[ids].sum())
         self._tested[ids] = now
 
+    def freeze(self) -> None:
+        """Counting is over: the per-feature working arrays of ``add``, ``subtract`` and ``retest`` are let go (at 49M
+        features, 0.4 GB); the counts, the names, ``tested`` and the statistics stay."""
+        self._marks, self._tested = np.zeros(0, np.int32), np.zeros(0, bool)
+
     @property
     def rows(self) -> int:
         return sum(self.label_totals.values())

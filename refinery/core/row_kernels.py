@@ -1,6 +1,7 @@
 """The compiled kernels of each row's features (z-filtering, METHODS §2): listing a batch's rows' distinct
-features as packed keys (``row_feature_keys``, for ``row_features``) and counting (feature, label) pairs by id
-(``add_cells``, for ``incremental_counts``)."""
+features as packed keys (``row_feature_keys``, for ``row_features``), counting (feature, label) pairs by id
+(``add_cells``, for ``incremental_counts``), and grouping the features of rows by row (``lists_by_row``, for a
+z-filter's decisions)."""
 from __future__ import annotations
 
 import numba
@@ -126,3 +127,26 @@ def add_cells(counts, feature_ids, label_ids, step, marks, mark):
             out[n] = f
             n += 1
     return out[:n]
+
+
+@numba.njit(nogil=True, cache=True)
+def lists_by_row(rows, values, n_rows):
+    """(offsets, grouped) of the pairs (``rows[i]``, ``values[i]``): each row's values, ascending, at
+    ``grouped[offsets[r]:offsets[r + 1]]`` (rows in 0 … n_rows − 1, in any order; int32 throughout): a counting sort
+    by row, then each row's few values sorted in place."""
+    offsets = np.zeros(n_rows + 1, np.int32)
+    for i in range(len(rows)):
+        offsets[rows[i] + 1] += 1
+    for r in range(n_rows):
+        offsets[r + 1] += offsets[r]
+    filled = offsets[:n_rows].copy()
+    grouped = np.empty(len(rows), np.int32)
+    for i in range(len(rows)):
+        r = rows[i]
+        grouped[filled[r]] = values[i]
+        filled[r] += 1
+    for r in range(n_rows):
+        a, b = offsets[r], offsets[r + 1]
+        if b - a > 1:
+            grouped[a:b] = np.sort(grouped[a:b])
+    return offsets, grouped

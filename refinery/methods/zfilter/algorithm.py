@@ -161,6 +161,13 @@ class ZFilter:
         hit[maybe] = _among(fids[maybe] * len(self.Z.labels) + labels[maybe], cells)
         return hit
 
+    def end_stream(self) -> None:
+        """The stream is over: what only its batches used is let go (the input's counting arrays, B_Z and its flags),
+        before ``settle`` and the decisions take their memory."""
+        self.seen.freeze()
+        self.biased = None
+        self._flag, self._flagged = np.zeros(0, dtype=bool), np.zeros(0, np.int64)
+
     def input_audit(self) -> zstats.ZStats:
         """The input's audit (every streamed row), whose threshold Φ⁻¹(1 − α/m) ``settle`` holds Z to."""
         return self.seen.stats(self.prior.name, self.config.min_count, self.config.alpha)

@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.row_kernels import lists_by_row
+
 
 class Decisions:
     """Every input row's decision: ``rejected_at`` (per input row, in input order, the index of its rejection,
@@ -29,20 +31,25 @@ class Decisions:
     def build(cls, rows: int, rejected: np.ndarray, prefix_index: np.ndarray, prefixes: list[str],
               pair_positions: np.ndarray, pair_feature_ids: np.ndarray, names_of) -> "Decisions":
         """From the rejected rows' input positions (distinct, each with the index of its reason's prefix) and
-        pairs (input position, feature id) of the features each hit; ``names_of(ids)`` names feature ids."""
-        order = np.argsort(rejected, kind="stable")
-        rejected, prefix_index = rejected[order], prefix_index[order].astype(np.int8)
-        rejected_at = np.full(rows, -1, dtype=np.int32 if rows < 2 ** 31 else np.int64)
-        rejected_at[rejected] = np.arange(len(rejected))
+        pairs (input position, feature id) of the features each hit; ``names_of(ids)`` names feature ids. Memory
+        holds 4 bytes a row and about 12 a pair beside the arguments (the pairs grouped by a counting sort; each
+        array let go once read, so that a caller that passes them without keeping them frees them here)."""
+        rejected_at = _numbered(rows, rejected)
+        ordered_prefixes = np.empty(len(rejected), np.int8)
+        ordered_prefixes[rejected_at[rejected]] = prefix_index
+        del rejected, prefix_index
+        pair_rows = rejected_at[pair_positions]
+        del pair_positions
         distinct, pair_names = _distinct(pair_feature_ids)
+        del pair_feature_ids
         names = names_of(distinct)
-        alphabetical = np.empty(len(distinct), dtype=np.int64)
-        alphabetical[np.argsort(names.to_numpy(zero_copy_only=False), kind="stable")] = np.arange(len(distinct))
-        pairs = np.lexsort((alphabetical[pair_names], pair_positions))
-        offsets = np.r_[np.searchsorted(pair_positions[pairs], rejected), len(pairs)]
-        hits = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                        pa.array(pair_names[pairs].astype(np.int32)))
-        return cls(rejected_at, prefix_index, prefixes, hits, names)
+        by_name = np.argsort(names.to_numpy(zero_copy_only=False), kind="stable").astype(np.int32)
+        rank = np.empty(len(distinct), np.int32)
+        rank[by_name] = np.arange(len(distinct), dtype=np.int32)
+        offsets, ranks = lists_by_row(pair_rows, rank[pair_names], len(ordered_prefixes))
+        del pair_rows, pair_names
+        hits = pa.ListArray.from_arrays(pa.array(offsets), pa.array(by_name[ranks]))
+        return cls(rejected_at, ordered_prefixes, prefixes, hits, names)
 
     @property
     def rejected(self) -> int:
@@ -83,15 +90,27 @@ class Decisions:
         return pa.ListArray.from_arrays(_offsets(names), pc.list_flatten(names), mask=pa.array(at < 0))
 
 
+def _numbered(rows: int, rejected: np.ndarray) -> np.ndarray:
+    """Per input row (``rows`` of them), the index of its rejection among ``rejected`` (distinct positions) in input
+    order, −1 for a kept row: a count of the rejected rows before it, not a sort of them."""
+    at = np.zeros(rows, dtype=bool)
+    at[rejected] = True
+    numbered = np.cumsum(at, dtype=np.int32 if rows < 2 ** 31 else np.int64)
+    numbered -= 1
+    numbered[~at] = -1
+    return numbered
+
+
 def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct ``ids``, sorted; each id's index among them): ``np.unique(ids, return_inverse=True)`` through a
-    table over the id range, not a sort of every id."""
+    """(the distinct ``ids``, sorted; each id's index among them, int32): ``np.unique(ids, return_inverse=True)``
+    through a table over the id range, not a sort of every id."""
     if not len(ids):
-        return ids.astype(np.int64), np.zeros(0, np.int64)
+        return ids.astype(np.int64), np.zeros(0, np.int32)
     present = np.zeros(int(ids.max()) + 1, dtype=bool)
     present[ids] = True
     distinct = np.flatnonzero(present)
-    index = np.cumsum(present, dtype=np.int64) - 1
+    index = np.cumsum(present, dtype=np.int32)
+    index -= 1
     return distinct, index[ids]
 
 

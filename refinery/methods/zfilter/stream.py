@@ -55,6 +55,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     rows = (b.rows for b in source.iter_batches() if b.rows.num_rows)
     whole = pa.concat_tables(list(rows), promote_options="permissive") if config.shuffle_seed is not None else None
     label_totals = label_counts(source, seed, read_raw=config.prior == "auto", whole=whole)
+    order = None   # a shuffled stream's order: its positions mapped back to the input's
     if whole is not None:
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
         rows = iter([whole.take(pa.array(order))])
@@ -73,8 +74,9 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
             keep, hits = zf.filter(batch)
             rejected.append(start + np.flatnonzero(~keep))
             pair_positions.append(start + hits.rows)
-            pair_ids.append(hits.feature_ids)
+            pair_ids.append(hits.feature_ids.astype(np.int32))
             bar.update(batch.num_rows)
+    zf.end_stream()
     audit = zf.input_audit()
     passed_through = zf.nothing_to_remove(audit)
     if passed_through:
@@ -83,17 +85,24 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     threshold = audit.threshold
     del audit
     settled = zf.settle(threshold) if config.settle else Settled.none()
+    zf.Z.freeze()
     thresholds, prefix_of_settled = np.unique(settled.thresholds, return_inverse=True)
     prefixes = [STREAM_REASON] + [SETTLE_REASON.format(threshold=t) for t in thresholds]
-    positions = np.concatenate([*rejected, settled.positions]).astype(np.int64)
-    prefix_index = np.r_[np.zeros(len(positions) - len(settled), np.int64), 1 + prefix_of_settled]
-    pairs = np.concatenate([*pair_positions, settled.pair_positions]).astype(np.int64)
-    pair_ids = np.concatenate([*pair_ids, settled.pair_feature_ids]).astype(np.int64)
-    if whole is not None:   # stream positions are those of the shuffled order: back to the input's
-        positions, pairs = order[positions], order[pairs]
-    decisions = Decisions.build(zf.streamed, positions, prefix_index, prefixes, pairs, pair_ids, zf.Z.names)
+    prefix_index = np.r_[np.zeros(sum(map(len, rejected)), np.int64), 1 + prefix_of_settled]
+    # the columns joined as they are handed over, so that the decisions let each go once read
+    decisions = Decisions.build(zf.streamed, _joined(rejected, settled.positions, np.int64, order), prefix_index,
+                                prefixes, _joined(pair_positions, settled.pair_positions, np.int64, order),
+                                _joined(pair_ids, settled.pair_feature_ids, np.int32), zf.Z.names)
     return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(settled),
                      decisions.rejections_by_feature(), zf.settle_exhausted, passed_through)
+
+
+def _joined(chunks: list, last: np.ndarray, dtype, order: np.ndarray | None = None) -> np.ndarray:
+    """``chunks`` (emptied) and ``last`` as one array of ``dtype``; stream positions mapped through ``order`` (a
+    shuffled stream's) back to the input's."""
+    joined = np.concatenate([*chunks, last]).astype(dtype, copy=False)
+    chunks.clear()
+    return joined if order is None else order[joined]
 
 
 def label_counts(source: StageInput, seed: pa.Table | None, read_raw: bool, whole: pa.Table | None = None) -> dict:
