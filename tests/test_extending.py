@@ -16,6 +16,7 @@ import pytest
 
 import refinery as rf
 from conftest import REPO, SNLI_DEV
+from label_share_plugin import LabelShare
 from short_text_plugin import ShortText
 
 ROWS = 300
@@ -75,20 +76,22 @@ def test_a_filter_from_outside_is_a_verb_a_pipeline_step_and_an_rf_call(pairs, t
         rf.short_text
 
 
-def test_the_plugin_holds_to_the_contract_locally_and_on_ray(tmp_path, monkeypatch):
-    """``check_stage`` (docs/extending.md) on the page's filter: every promise of the contract holds, on both
-    engines, killed and rerun."""
+def test_the_plugins_hold_to_the_contract_locally_and_on_ray(tmp_path, monkeypatch):
+    """``check_stage`` (docs/extending.md) on the page's filter and on its table stage: every promise of the contract
+    holds, on both engines, killed and rerun."""
     from refinery.pipeline import stage
     from refinery.testing import check_stage
 
     monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
     stage.register(ShortText)
+    stage.register(LabelShare)
     from refinery.pipeline.engine import ray_shutdown
 
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))   # Ray's workers import the plugin's module:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))   # Ray's workers import the plugins' modules:
     ray_shutdown()                                                 # a Ray of their own, started with it
     try:
-        result = check_stage(["short-text", "{input}", "--min-words", 7], folder=str(tmp_path))
+        result = check_stage(["short-text", "{input}", "--min-words", 7], folder=str(tmp_path / "filter"))
+        table = check_stage(["label-share", "{input}", "--rare", 0.34], folder=str(tmp_path / "table"))
     finally:
         ray_shutdown()
     assert result.ok, str(result)
@@ -96,6 +99,28 @@ def test_the_plugin_holds_to_the_contract_locally_and_on_ray(tmp_path, monkeypat
     for promise in ("accounting", "each input row once", "its reason", "the audit a user runs next",
                     "ray writes the local engine's corpora and figures", "its rerun equals", "mid-overwrite"):
         assert promise in checked, str(result)
+    assert table.ok, str(table)
+    checked = " ".join(c.name for c in table.checks)
+    for promise in ("accounting", "whole", "ray writes the local engine's corpora and figures", "its rerun equals",
+                    "mid-overwrite"):
+        assert promise in checked, str(table)
+
+
+def test_a_table_stage_from_outside_computes_over_the_whole_input(pairs, monkeypatch):
+    """The page's table stage (tests/label_share_plugin.py) as an ``rf.`` call: the input's rows in their order, each
+    with its label's share of the corpus as pandas counts it, and the rows accounted for."""
+    from refinery.pipeline import stage
+
+    monkeypatch.setattr(stage, "REGISTRY", dict(stage.REGISTRY))
+    stage.register(LabelShare)
+    called = rf.label_share(pairs, preset="snli", rare=0.34)
+    rows = called.to_pandas(canonical=True)
+    shares = rows["label"].value_counts(normalize=True)
+    lines = [json.loads(line) for line in Path(pairs).read_text().splitlines()]
+    assert rows["text_b"].tolist() == [line["sentence2"] for line in lines]   # the input's order
+    assert (rows["label_share"] - rows["label"].map(shares)).abs().max() < 1e-12
+    assert (rows["rare_label"] == (rows["label"].map(shares) < 0.34)).all() and rows["rare_label"].any()
+    assert called.parts == {"out": ROWS, "input rejects": 0}
 
 
 def test_check_stage_finds_a_filter_that_loses_rows(tmp_path, monkeypatch):
