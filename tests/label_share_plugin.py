@@ -35,9 +35,9 @@ class LabelShare(TableStage):
 
     def result(self, manifests, out):
         manifest = manifests["corpus"]
-        shares = {label: n / manifest["rows"] for label, n in manifest["labels"].items()}
-        report = {"rows": manifest["rows"], "rejected": manifest["rejected"], "shares": shares}
+        shares = {label: n / manifest.rows for label, n in manifest.labels.items()}
+        report = {"rows": manifest.rows, "rejected": manifest.rejected, "shares": shares}
         out.publish_report(report, out.report_page("Label shares").section("Labels", fields(shares)))
-        return StageResult(manifest["rows"] + manifest["rejected"],
-                           {"out": manifest["rows"], "input rejects": manifest["rejected"]}, report,
+        return StageResult(manifest.rows + manifest.rejected, {"out": manifest.rows, "input rejects": manifest.rejected},
+                           report,
                            f"{len(shares)} labels, the rarest {min(shares.values()):.1%} of the rows")

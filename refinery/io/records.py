@@ -194,6 +194,19 @@ class CorpusManifest:
     attached: dict = field(default_factory=dict)   # {key: FileRecord}
 
     @property
+    def rows(self) -> int:
+        return self.body["rows"]
+
+    @property
+    def rejected(self) -> int:
+        return self.body["rejected"]
+
+    @property
+    def labels(self) -> dict:
+        """Rows per label."""
+        return self.body["labels"]
+
+    @property
     def files(self) -> list[str]:
         return self.body["files"]
 

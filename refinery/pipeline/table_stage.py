@@ -25,6 +25,7 @@ from refinery.pipeline.stage import Stage, StageInput, StageResult
 if TYPE_CHECKING:
     from refinery.core.audit_record import AuditRecord
     from refinery.core.stats import Prior
+    from refinery.io.records import CorpusManifest
     from refinery.pipeline.output import StageOutput
 
 
@@ -78,7 +79,7 @@ class TableStage(Stage):
     @abstractmethod
     def result(self, manifests: dict, out: "StageOutput") -> StageResult:
         """The report published through ``out`` and the stage's result, once the corpora ``compute`` gave are
-        committed (``manifests``: {part: its manifest})."""
+        committed (``manifests``: {part: its ``io.records.CorpusManifest``: rows, rejected, labels, …})."""
 
     def run(self, source: StageInput, out: "StageOutput") -> StageResult:
         return write_computed(self, source, out)
@@ -101,8 +102,11 @@ def write_computed(stage: TableStage, source: StageInput, out: "StageOutput") ->
         con.close()
 
 
-def _committed(part: CorpusPart, out: "StageOutput") -> dict:
+def _committed(part: CorpusPart, out: "StageOutput") -> "CorpusManifest":
     """``part`` written as a corpus of ``out`` and committed: its manifest."""
+    from refinery.io.location import join
+    from refinery.io.records import MANIFEST, CorpusManifest
+
     with out.corpus(part.name, settings=part.settings, extra=part.extra) as writer:
         for rows in part.rows:
             writer.write(rows)
@@ -114,4 +118,4 @@ def _committed(part: CorpusPart, out: "StageOutput") -> dict:
                 out.prior = measured.prior   # read by the manifest at the commit
             if measured.record is not None:
                 measured.record.attach_to(writer)
-        return writer.commit()
+        return CorpusManifest.checked(join(out.url(part.name), MANIFEST), writer.commit())

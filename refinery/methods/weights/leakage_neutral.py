@@ -81,9 +81,9 @@ class Weighing:
         self.audits = _audits(self.counts, self.audit_config, label_rows, self.carried)
         return PartAudit(self.audits.prior, self.audits.record_of(1, label_rows, weighted=True))
 
-    def judged(self, manifest: dict):
-        """The report (``manifest``: the weighted corpus's, committed) and the verdict."""
-        self.summary.update(rows=manifest["rows"], rejected=manifest["rejected"], histogram=weight_histogram(self.w))
+    def judged(self, manifest):
+        """The report (``manifest``: the weighted corpus's ``CorpusManifest``, committed) and the verdict."""
+        self.summary.update(rows=manifest.rows, rejected=manifest.rejected, histogram=weight_histogram(self.w))
         return _verdict(self.counts, self.audits, self.config, self.summary, self.capped)
 
 
