@@ -72,8 +72,9 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
                                                             source.opts.batch_rows)), config.batch_size):
             start = zf.streamed
             keep, hits = zf.filter(batch)
-            rejected.append(start + np.flatnonzero(~keep))
-            pair_positions.append(start + hits.rows)
+            at = np.int32 if zf.streamed < 2 ** 31 else np.int64   # positions: 4 bytes while they fit
+            rejected.append((start + np.flatnonzero(~keep)).astype(at))
+            pair_positions.append((start + hits.rows).astype(at))
             pair_ids.append(hits.feature_ids.astype(np.int32))
             bar.update(batch.num_rows)
     zf.end_stream()
@@ -90,17 +91,18 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     prefixes = [STREAM_REASON] + [SETTLE_REASON.format(threshold=t) for t in thresholds]
     prefix_index = np.r_[np.zeros(sum(map(len, rejected)), np.int64), 1 + prefix_of_settled]
     # the columns joined as they are handed over, so that the decisions let each go once read
-    decisions = Decisions.build(zf.streamed, _joined(rejected, settled.positions, np.int64, order), prefix_index,
-                                prefixes, _joined(pair_positions, settled.pair_positions, np.int64, order),
+    at = np.int32 if zf.streamed < 2 ** 31 else np.int64
+    decisions = Decisions.build(zf.streamed, _joined(rejected, settled.positions, at, order), prefix_index,
+                                prefixes, _joined(pair_positions, settled.pair_positions, at, order),
                                 _joined(pair_ids, settled.pair_feature_ids, np.int32), zf.Z.names)
     return Filtering(decisions, seed if seed is not None and seed.num_rows else None, zf, len(settled),
                      decisions.rejections_by_feature(), zf.settle_exhausted, passed_through)
 
 
 def _joined(chunks: list, last: np.ndarray, dtype, order: np.ndarray | None = None) -> np.ndarray:
-    """``chunks`` (emptied) and ``last`` as one array of ``dtype``; stream positions mapped through ``order`` (a
-    shuffled stream's) back to the input's."""
-    joined = np.concatenate([*chunks, last]).astype(dtype, copy=False)
+    """``chunks`` (of ``dtype``; emptied) and ``last`` as one array of ``dtype``; stream positions mapped through
+    ``order`` (a shuffled stream's) back to the input's."""
+    joined = np.concatenate([*chunks, last.astype(dtype)]) if chunks or len(last) else np.zeros(0, dtype)
     chunks.clear()
     return joined if order is None else order[joined]
 
