@@ -86,7 +86,7 @@ def test_bom_delimited_release_and_a_split_made_of_several_files(tmp_path):
     out = tmp_path / "leak"
     run_cli("leakage", "--input", f"train={a}", "--input", f"train={b}", "--input", f"test={c}",
             "--preset", "msrp", "--out", out, "--trees", 10)
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / "report" / "report.json").read_text())
     assert report["rows"] == {"train": 400, "test": len(rows) - 400}
 
 

@@ -13,8 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.core.row_kernels import lists_by_row
-
 
 class Decisions:
     """Every input row's decision: ``rejected_at`` (per input row, in input order, the index of its rejection,
@@ -34,6 +32,8 @@ class Decisions:
         pairs (input position, feature id) of the features each hit; ``names_of(ids)`` names feature ids. Memory
         holds 4 bytes a row and about 12 a pair beside the arguments (the pairs grouped by a counting sort; each
         array let go once read, so that a caller that passes them without keeping them frees them here)."""
+        from refinery.core.row_kernels import lists_by_row   # compiled: not imported by the verbs' --help
+
         rejected_at = _numbered(rows, rejected)
         ordered_prefixes = np.empty(len(rejected), np.int8)
         ordered_prefixes[rejected_at[rejected]] = prefix_index
