@@ -62,8 +62,7 @@ class UpsampleStage(TableStage):
 
         source = rows.source
         features = FeatureConfig().named(source.field_names, source.single_text)
-        plan = algorithm.plan(rows.con, self.config, features, source.prior)
-        self.plan = plan
+        plan = self.plan = algorithm.plan(rows.con, self.config, features, source.prior)
         self.summary = report.summary(plan, self.config, inputs=source.paths, rejected=rows.rejects.num_rows)
         return [CorpusPart(Output.CORPUS.value, algorithm.upsampled_rows(rows.con, plan.added), rows.rejects,
                            audit=lambda labels: PartAudit(plan.prior, plan.audit))]

@@ -48,8 +48,8 @@ class Weighing:
         del proba, y
         self.w, self.capped = w, dict(zip(clips, capped_w))
         self.summary = {"labels": info.pop("labels"),
-                       "low_ess_warning": low_ess_warning(w, clip, self.capped),   # exact ESS
-                       **info, "inputs": inputs, "config": asdict(config)}
+                        "low_ess_warning": low_ess_warning(w, clip, self.capped),   # exact ESS
+                        **info, "inputs": inputs, "config": asdict(config)}
         self.audit_config = AuditConfig(features=features, prior=config.prior)
         self.rows_of = WeightedCounts(self.summary["labels"], features, 1, masks=1, replayable=True)   # rows of each
 
