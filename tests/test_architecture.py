@@ -167,22 +167,25 @@ STILL_OPEN_CORPORA = {"refinery.methods.audit.counting", "refinery.methods.audit
                       "refinery.methods.zfilter.stream"}
 
 
+def _calls(tree: ast.AST):
+    """(call, the name it calls, the name of its receiver or "") of each call in ``tree``: ``fs.open(…)`` gives
+    ("open", "fs"), ``load(…)`` ("load", "")."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            yield node, name, func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                else ""
+
+
 def _corpus_openings(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, what) of each call in ``tree`` that opens a corpus, writes one or commits: a call of one of
     ``CORPUS_OPENERS``, ``Corpus.open``, ``out.corpus(…)``, ``source.load()``, or io.corpus's ``load``."""
     loads = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "refinery.io.corpus"
              for a in n.names if a.name == "load"}
-    found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        receiver = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
-        if name in CORPUS_OPENERS or (receiver, name) in {("Corpus", "open"), ("out", "corpus"), ("source", "load")} \
-                or (isinstance(func, ast.Name) and name in loads):
-            found.append((node.lineno, f"{receiver + '.' if receiver else ''}{name}(…)"))
-    return found
+    return [(node.lineno, f"{receiver + '.' if receiver else ''}{name}(…)") for node, name, receiver in _calls(tree)
+            if name in CORPUS_OPENERS or (receiver, name) in {("Corpus", "open"), ("out", "corpus"), ("source", "load")}
+            or (isinstance(node.func, ast.Name) and name in loads)]
 
 
 def test_no_method_module_opens_a_corpus():
@@ -240,12 +243,7 @@ def _direct_writes(path: Path):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
                 scopes.setdefault(id(node), fn.name)
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        receiver = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
+    for node, name, receiver in _calls(tree):
         scope = scopes.get(id(node))
         if name == "open" and any(c in (_mode(node, 1) or "") for c in "wax+"):
             yield node.lineno, f"{receiver + '.' if receiver else ''}open(…, {_mode(node, 1)!r})", scope

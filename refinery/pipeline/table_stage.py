@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TableInput:
     """The input as a table stage computes over it: ``con``, a DuckDB connection holding table ``rows``, the input's
-    ``rejects`` (carried into the corpora it writes), and ``source``, what was read (its splits, field names and
-    carried prior)."""
+    ``rejects`` (carried into the corpora it writes), ``source``, what was read (its splits, field names and
+    carried prior), and ``splits``, its paths by the split their rows were loaded under (an unnamed input's under
+    the stage's ``unnamed_split``)."""
 
     con: object
     rejects: pa.Table
     source: StageInput
+    splits: dict
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ def write_computed(stage: TableStage, source: StageInput, out: "StageOutput") ->
     try:
         rejects = queries.load_input(con, splits, source.mapping, source.opts,
                                      with_split=named or stage.unnamed_split is not None)
-        manifests = {part.name: _committed(part, out) for part in stage.compute(TableInput(con, rejects, source))}
+        manifests = {part.name: _committed(part, out)
+                     for part in stage.compute(TableInput(con, rejects, source, splits))}
         return stage.result(manifests, out)
     finally:
         con.close()

@@ -40,11 +40,11 @@ class LeakageStage(TableStage):
         from refinery.methods.leakage import report
         from refinery.models.sentence_graph import feature_summary, graph_of, identical_pairs, predictability
 
-        config, source = self.config, rows.source
+        config = self.config
         graph = self.graph = graph_of(rows.con, rows.rejects, config.graph)
         r, self.predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
         r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
-                 inputs=source.splits if source.named else {"all": source.paths}, nodes=graph.nodes,
+                 inputs=rows.splits, nodes=graph.nodes,
                  edges=graph.num_rows, feature_summary=feature_summary(graph))
         tested = r["rows"].get(r["test_split"], 0)
         interval = report.accuracy_interval(r["leakage_accuracy"], tested)

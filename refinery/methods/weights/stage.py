@@ -55,14 +55,13 @@ class WeightsStage(TableStage):
     def compute(self, rows: TableInput) -> list[CorpusPart]:
         """The weights of the input's rows (``leakage_neutral.Weighing``) and the weighted corpus."""
         from refinery.core.features import FeatureConfig
-        from refinery.methods.weights.leakage_neutral import UNNAMED, Weighing
+        from refinery.methods.weights.leakage_neutral import Weighing
         from refinery.models.sentence_graph import graph_of
 
         source = rows.source
         features = FeatureConfig().named(source.field_names, source.single_text)
-        inputs = source.splits if source.named else {UNNAMED: source.paths}
         weighing = self.weighing = Weighing(graph_of(rows.con, rows.rejects, self.config.graph), self.config,
-                                            features, inputs, source.prior)
+                                            features, rows.splits, source.prior)
         return [CorpusPart(Output.CORPUS.value, weighing.rows(), rows.rejects, weighing.manifest_entries(),
                            audit=weighing.measured)]
 

@@ -90,12 +90,17 @@ class Decisions:
         return pa.ListArray.from_arrays(_offsets(names), pc.list_flatten(names), mask=pa.array(at < 0))
 
 
+def position_type(rows: int):
+    """The integer type of a position among ``rows`` rows: 4 bytes while they fit."""
+    return np.int32 if rows < 2 ** 31 else np.int64
+
+
 def _numbered(rows: int, rejected: np.ndarray) -> np.ndarray:
     """Per input row (``rows`` of them), the index of its rejection among ``rejected`` (distinct positions) in input
     order, −1 for a kept row: a count of the rejected rows before it, not a sort of them."""
     at = np.zeros(rows, dtype=bool)
     at[rejected] = True
-    numbered = np.cumsum(at, dtype=np.int32 if rows < 2 ** 31 else np.int64)
+    numbered = np.cumsum(at, dtype=position_type(rows))
     numbered -= 1
     numbered[~at] = -1
     return numbered

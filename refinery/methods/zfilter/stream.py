@@ -19,7 +19,7 @@ from refinery.core.stats import rows_per_label
 from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
 from refinery.io.raw import rebatch
 from refinery.methods.zfilter.algorithm import Settled, ZFilter, add_features, with_features
-from refinery.methods.zfilter.decisions import Decisions
+from refinery.methods.zfilter.decisions import Decisions, position_type
 from refinery.methods.zfilter.config import ZFilterConfig
 from refinery.pipeline.engine import ParquetSource
 from refinery.pipeline.stage import StageInput
@@ -72,7 +72,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
                                                             source.opts.batch_rows)), config.batch_size):
             start = zf.streamed
             keep, hits = zf.filter(batch)
-            at = np.int32 if zf.streamed < 2 ** 31 else np.int64   # positions: 4 bytes while they fit
+            at = position_type(zf.streamed)
             rejected.append((start + np.flatnonzero(~keep)).astype(at))
             pair_positions.append((start + hits.rows).astype(at))
             pair_ids.append(hits.feature_ids.astype(np.int32))
@@ -91,7 +91,7 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     prefixes = [STREAM_REASON] + [SETTLE_REASON.format(threshold=t) for t in thresholds]
     prefix_index = np.r_[np.zeros(sum(map(len, rejected)), np.int64), 1 + prefix_of_settled]
     # the columns joined as they are handed over, so that the decisions let each go once read
-    at = np.int32 if zf.streamed < 2 ** 31 else np.int64
+    at = position_type(zf.streamed)
     decisions = Decisions.build(zf.streamed, _joined(rejected, settled.positions, at, order), prefix_index,
                                 prefixes, _joined(pair_positions, settled.pair_positions, at, order),
                                 _joined(pair_ids, settled.pair_feature_ids, np.int32), zf.Z.names)
