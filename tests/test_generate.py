@@ -111,3 +111,27 @@ def test_generation_on_the_s3_server_resumes_there_and_equals_ray_actors_writing
     run_cli(*args, "--out", "s3://bucket/ray", "--engine", "ray")
     assert _read("s3://bucket/killed").equals(_read("s3://bucket/ray")) and _read("s3://bucket/ray").num_rows > 0
     assert not list((s3.root / "bucket").glob(f"*/{CHECKPOINTS}"))
+
+
+def test_killed_razor_round_prompts_again_only_its_unfinished_shards(endpoint, snli_in_shards, tmp_path):
+    """RAZOR's rounds keep each finished shard of their prompts: a run killed half-way through a round's rewrites
+    sends again only the prompts of the shards it had not finished, to the corpus an uninterrupted run writes."""
+    url, counted = endpoint
+    args = ["razor", snli_in_shards, "--backend", "openai", "--base-url", url, "--model", "tiny", "--top-k", 24,
+            "--candidates", 2, "--rounds", 1, "--max-new-tokens", 6, "--verify-max-new-tokens", 3, "--batch-size", 4,
+            "--shard-rows", 4]   # 24 rewrite prompts: 6 shards of 4
+    killed = tmp_path / "killed"
+    shards = f"{CHECKPOINTS}/razor/round-001-rewrite-*.parquet"
+    killed_when(args, killed, shards, at_least=2)
+    finished = len(list(killed.glob(shards)))
+    assert 2 <= finished < 6
+    _settled(counted)
+    counted.prompts = 0
+    rerun = run_cli(*args, "--out", killed).stdout
+    assert f"resumed: 0 finished round(s) and {finished} shard(s) of prompts" in rerun, rerun
+    resumed_prompts, counted.prompts = counted.prompts, 0
+    run_cli(*args, "--out", tmp_path / "straight")
+    assert resumed_prompts == counted.prompts - 4 * finished > 0   # the finished shards' prompts not sent again
+    for part in ("corpus", "scores"):
+        assert _read(killed, part).equals(_read(tmp_path / "straight", part))
+    assert not (killed / CHECKPOINTS).exists()

@@ -46,7 +46,7 @@ def test_killed_razor_resumes_from_its_last_finished_round(tiny_generator, tmp_p
     args = ["razor", SNLI_TEST, "--preset", "snli", "--model", tiny_generator, "--top-k", 6, "--candidates", 2,
             "--rounds", 3, "--max-new-tokens", 8, "--verify-max-new-tokens", 4]
     killed = tmp_path / "killed"
-    assert killed_when(args, killed, f"{CHECKPOINTS}/razor/round-*.parquet") == ["round-001.parquet"]
+    assert killed_when(args, killed, f"{CHECKPOINTS}/razor/round-???.parquet") == ["round-001.parquet"]
     assert "resumed: 1 finished round(s)" in run_cli(*args, "--out", killed).stdout
     assert not (killed / CHECKPOINTS).exists()
     run_cli(*args, "--out", tmp_path / "straight")

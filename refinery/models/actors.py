@@ -77,12 +77,14 @@ class ClassifierActor:
 
 def generate_table(table: pa.Table, backend: str, backend_kwargs: dict | None = None, sampling: Sampling = Sampling(),
                    *, engine: str = "local", batch_size: int = 32, actors: int = 1, resources=None,
-                   prompt_column: str = "prompt", bar=None) -> pa.Table:
+                   prompt_column: str = "prompt", bar=None, pieces=None) -> pa.Table:
     """``table``'s prompts through a generator: in-process, or an actor pool of ``actors`` with ``resources``
-    (a ``Resources``) each; ``bar``: the caller's bar to advance per batch (``actor_map``)."""
+    (a ``Resources``) each; ``bar``: the caller's bar to advance per batch; ``pieces``: where finished units of
+    prompts are kept, so that a killed run's rerun prompts only the others (``actor_map``'s)."""
     kwargs = {"backend": backend, "backend_kwargs": backend_kwargs or {}, "sampling": asdict(sampling),
               "prompt_column": prompt_column}
-    return actor_map(table, GeneratorActor, kwargs, engine, batch_size, actors, resources, desc="generate", bar=bar)
+    return actor_map(table, GeneratorActor, kwargs, engine, batch_size, actors, resources, desc="generate", bar=bar,
+                     pieces=pieces)
 
 
 def classify_table(table: pa.Table, model_path: str, engine: str = "local", batch_size: int = 256,

@@ -314,46 +314,91 @@ def ray_options(resources) -> dict:
     return resources.ray_options() if resources is not None else {}
 
 
+@dataclass(frozen=True)
+class UnitPieces:
+    """Where a long ``actor_map`` keeps what it finished: units of ``rows`` rows (whole batches, so that a unit's
+    output is the same whichever units run beside it), each kept as the piece ``<prefix>-<k>`` of ``checkpoints``
+    (an ``io.checkpoints.Checkpoints``) once mapped; a killed run's rerun maps only the units it had not finished."""
+
+    checkpoints: object
+    prefix: str
+    rows: int
+
+    def name(self, unit: int) -> str:
+        return f"{self.prefix}-{unit:05d}"
+
+
 def actor_map(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str = "local", batch_size: int = 32,
-              actors: int = 1, resources=None, *, desc: str = "model", bar: Progress | None = None) -> pa.Table:
+              actors: int = 1, resources=None, *, desc: str = "model", bar: Progress | None = None,
+              pieces: UnitPieces | None = None) -> pa.Table:
     """A model actor class (``models.actors``: a model loaded once, called on batches) over ``table``: in-process,
     or a Ray Data actor pool of ``actors``, each asking for ``resources`` (cpus, gpus, memory); rows keep their
-    order.
+    order, one output row per input row.
 
     Progress is shown as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that spans several calls
     (generation's shards); per batch, and within one where the actor class has an ``advance`` attribute: locally it
-    is handed a function to call with the rows of the batch done so far (fractions too)."""
+    is handed a function to call with the rows of the batch done so far (fractions too). With ``pieces`` the rows
+    are mapped in units kept as checkpoint pieces (``UnitPieces``): the units a killed run finished are read back,
+    the others mapped in one pass and each kept as soon as its rows are out."""
     from refinery.progress import progress
 
     own = bar is None
     bar = progress(total=table.num_rows, desc=desc, unit=" row") if own else bar
     try:
-        if check_engine(engine) == "local":
-            actor, parts = actor_cls(**actor_kwargs), []
-            for start in range(0, table.num_rows, batch_size):
-                within = RowsDone(bar)
-                if hasattr(actor, "advance"):   # an actor that says how far into a batch it is (a generator)
-                    actor.advance = within
-                parts.append(actor(table.slice(start, batch_size)))
-                within(parts[-1].num_rows)
-            return pa.concat_tables(parts) if parts else actor(table)
-        ray = ray_init()
-        options = _actor_options(resources)   # Ray Data's: no GPU count where none are asked, no CPU count beside GPUs
-        gpus = options["num_gpus"]
-        options.update(num_gpus=gpus or None, num_cpus=None if gpus else options["num_cpus"])
-        with _faults_named(desc), _quiet_remote_args_deprecation():
-            ds = _ordered(ray.data.from_arrow(table)).map_batches(
-                actor_cls, fn_constructor_kwargs=actor_kwargs, batch_size=batch_size, batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=actors), max_restarts=TASK_RETRIES,
-                max_task_retries=TASK_RETRIES, **options)
-            parts = []
-            for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-                parts.append(block)
-                bar.update(block.num_rows)
+        if pieces is None:
+            parts = list(_actor_blocks(table, actor_cls, actor_kwargs, engine, batch_size, actors, resources, desc,
+                                       bar))
             return pa.concat_tables(parts) if parts else table.slice(0, 0)
+        unit_rows = max(1, pieces.rows // batch_size) * batch_size
+        units = range(-(-table.num_rows // unit_rows))
+        finished = set(pieces.checkpoints.done())
+        done = {k: pieces.checkpoints.get(pieces.name(k)) for k in units if pieces.name(k) in finished}
+        todo = [k for k in units if done.get(k) is None]
+        bar.update(table.num_rows - sum(min(unit_rows, table.num_rows - k * unit_rows) for k in todo))
+        rest = [table.slice(k * unit_rows, unit_rows) for k in todo]
+        blocks = _actor_blocks(pa.concat_tables(rest), actor_cls, actor_kwargs, engine, batch_size, actors,
+                               resources, desc, bar) if rest else iter(())
+        held: list = []
+        for k, unit in zip(todo, rest):   # each unit's rows cut from the stream as soon as they are all out
+            while sum(b.num_rows for b in held) < unit.num_rows:
+                held.append(next(blocks))
+            joined = pa.concat_tables(held)
+            done[k] = joined.slice(0, unit.num_rows)
+            held = [joined.slice(unit.num_rows)]
+            pieces.checkpoints.put(pieces.name(k), done[k])
+        return pa.concat_tables([done[k] for k in units]) if units else table.slice(0, 0)
     finally:
         if own:
             bar.close()
+
+
+def _actor_blocks(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str, batch_size: int, actors: int,
+                  resources, desc: str, bar: Progress) -> Iterator[pa.Table]:
+    """``actor_map``'s output blocks, in order, as they come (locally, an empty table mapped: its columns)."""
+    if check_engine(engine) == "local":
+        actor = actor_cls(**actor_kwargs)
+        if not table.num_rows:
+            yield actor(table)
+        for start in range(0, table.num_rows, batch_size):
+            within = RowsDone(bar)
+            if hasattr(actor, "advance"):   # an actor that says how far into a batch it is (a generator)
+                actor.advance = within
+            block = actor(table.slice(start, batch_size))
+            within(block.num_rows)
+            yield block
+        return
+    ray = ray_init()
+    options = _actor_options(resources)   # Ray Data's: no GPU count where none are asked, no CPU count beside GPUs
+    gpus = options["num_gpus"]
+    options.update(num_gpus=gpus or None, num_cpus=None if gpus else options["num_cpus"])
+    with _faults_named(desc), _quiet_remote_args_deprecation():
+        ds = _ordered(ray.data.from_arrow(table)).map_batches(
+            actor_cls, fn_constructor_kwargs=actor_kwargs, batch_size=batch_size, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=actors), max_restarts=TASK_RETRIES,
+            max_task_retries=TASK_RETRIES, **options)
+        for block in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            bar.update(block.num_rows)
+            yield block
 
 
 def _actor_options(resources) -> dict:

@@ -39,6 +39,9 @@ class RazorConfig:
                                           path=FOLDER)
     score_only: bool = setting(False, help="Only γ per row and the objective.")
     batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
+    shard_rows: int = setting(1024, at_least(1), "Prompts per shard of a round (rounded to whole batches), each kept "
+                                                 "until the output is published: a killed run generates only "
+                                                 "unfinished ones.")
 
     def __post_init__(self):
         validate(self)

@@ -69,8 +69,9 @@ def console_lines(r: dict) -> tuple:
              f"median γ {r['gamma']['median']:.4g}",
              *(f"  round {x['round']}: {x['candidates']} candidates, {x['accepted']} accepted, {x['replaced']} "
                f"replaced, objective {objective(x)}" + ("" if x["kept"] else " (undone)") for x in r.get("rounds", []))]
-    if r.get("resumed_rounds"):
-        lines.append(f"resumed: {r['resumed_rounds']} finished round(s) from the interrupted run before")
+    if r.get("resumed_rounds") or r.get("resumed_shards"):
+        lines.append(f"resumed: {r['resumed_rounds']} finished round(s) and {r.get('resumed_shards', 0)} shard(s) of "
+                     f"prompts from the interrupted run before")
     if "verdict" in r:
         v = r["verdict"]
         lines += [v["line"], *(f"  {w}" for w in v["warnings"]), *(f"  note: {n}" for n in v["notes"])]

@@ -46,20 +46,21 @@ def verified_label(answer: str, labels: list) -> str | None:
     return by_name.get(words[0].casefold())
 
 
-def _generate(prompts: list[str], sampling: Sampling, config: RazorConfig, engine: str
+def _generate(prompts: list[str], sampling: Sampling, config: RazorConfig, engine: str, pieces=None
               ) -> tuple[list[list[str]], list]:
-    """G_α's (or G_β's) texts for each prompt and each prompt's generation error (None where it worked)."""
+    """G_α's (or G_β's) texts for each prompt and each prompt's generation error (None where it worked); with
+    ``pieces`` (``pipeline.engine.UnitPieces``) each finished shard of prompts is kept, for a rerun after a kill."""
     from refinery.models.actors import generate_table
 
     if not prompts:
         return [], []
     out = generate_table(pa.table({"prompt": pa.array(prompts, pa.string())}), config.backend.name,
                          config.backend.kwargs(), sampling, engine=engine, batch_size=config.batch_size,
-                         resources=RESOURCES)
+                         resources=RESOURCES, pieces=pieces)
     return out["generated"].to_pylist(), out["generation_error"].to_pylist()
 
 
-def verify(prompts: list[str], labels: list, config: RazorConfig, engine: str = "local") -> list:
+def verify(prompts: list[str], labels: list, config: RazorConfig, engine: str = "local", pieces=None) -> list:
     """G_β's label for each verification prompt (None when its answer is not exactly a label).
 
     ``answer``: the generated reply's first word must be a label; ``choice``: the label with the
@@ -72,13 +73,21 @@ def verify(prompts: list[str], labels: list, config: RazorConfig, engine: str = 
         if not hasattr(generator, "choose"):
             raise ValueError(f"verify mode 'choice' needs the transformers backend, not {config.backend.name!r}")
         return generator.choose(prompts, labels) if prompts else []
-    outs, _ = _generate(prompts, config.verify, config, engine)
+    outs, _ = _generate(prompts, config.verify, config, engine, pieces)
     return [verified_label(o[0] if o else "", labels) for o in outs]
 
 
 def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, round_no: int = 1, *, engine: str = "local",
-                  verifier=None) -> tuple[pa.Table, dict]:
-    """One round: rewrite the top-k rows by γ, verify, replace with the lowest-γ accepted candidate."""
+                  verifier=None, checkpoints=None) -> tuple[pa.Table, dict]:
+    """One round: rewrite the top-k rows by γ, verify, replace with the lowest-γ accepted candidate. With
+    ``checkpoints`` each finished shard of the round's prompts is a piece (``round-<n>-rewrite-<k>``,
+    ``round-<n>-verify-<k>``): a rerun after a kill prompts only the others."""
+    from refinery.pipeline.engine import UnitPieces
+
+    def pieces(phase: str):
+        return None if checkpoints is None else UnitPieces(checkpoints, f"{round_piece(round_no)}-{phase}",
+                                                           config.shard_rows)
+
     target = scored_field(table)
     pair = target == "text_b"
     labels = sorted(set(table["label"].to_pylist()))
@@ -86,7 +95,7 @@ def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, round_no
     rows = table.take(pa.array(top)).to_pylist()
     rewrite = replace(config.rewrite, n=config.candidates, seed=config.rewrite.seed + round_no)
     texts, errors = _generate([_fill(REWRITE_PAIR if pair else REWRITE_SINGLE, r, labels) for r in rows], rewrite,
-                              config, engine)
+                              config, engine, pieces("rewrite"))
     candidates = [(i, c) for i, outs in enumerate(texts) for c in dict.fromkeys(map(clean_candidate, outs))
                   if c is not None and c != rows[i][target]]
     cand_rows = [{**rows[i], target: c} for i, c in candidates]
@@ -98,7 +107,7 @@ def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, round_no
                                                          schema=table.select(canonical).schema)) if cand_rows else []
     else:
         prompts = [_fill(VERIFY_PAIR if pair else VERIFY_SINGLE, r, labels) for r in cand_rows]
-        answers = verify(prompts, labels, config, engine)
+        answers = verify(prompts, labels, config, engine, pieces("verify"))
     accepted = [(i, c) for (i, c), a, r in zip(candidates, answers, cand_rows) if a == r["label"]]
     gamma = candidate_gamma([c for _, c in accepted], [rows[i]["label"] for i, _ in accepted], scores, config)
     best: dict[int, tuple[float, str]] = {}
@@ -133,6 +142,18 @@ def _set_at(table: pa.Table, name: str, positions: list[int], values: list) -> p
     return table.append_column(name, column)
 
 
+def round_piece(round_no: int) -> str:
+    """The checkpoint piece of a finished round (its table and figures)."""
+    return f"round-{round_no:03d}"
+
+
+def resumed(checkpoints) -> tuple[int, int]:
+    """What a killed run left finished: (its rounds, the shards of prompts of the round it was cut in)."""
+    names = checkpoints.done()
+    rounds = {name for name in names if re.fullmatch(r"round-\d{3}", name)}
+    return len(rounds), sum(name.rsplit("-", 2)[0] not in rounds for name in names if name not in rounds)
+
+
 def refine(table: pa.Table, config: RazorConfig, *, engine: str = "local", verifier=None, scores: Scores | None = None,
            checkpoints=None) -> tuple[pa.Table, Scores, list[dict]]:
     """Rounds of ``rewrite_round`` while the objective increases; a round that lowers it is undone.
@@ -146,20 +167,24 @@ def refine(table: pa.Table, config: RazorConfig, *, engine: str = "local", verif
     scores = scores if scores is not None else score(table, config)
     history = []
     for round_no in progress(range(1, config.rounds + 1), desc="razor rounds"):
-        saved = checkpoints.get(f"round-{round_no:03d}") if checkpoints is not None else None
+        saved = checkpoints.get(round_piece(round_no)) if checkpoints is not None else None
         if saved is not None:
             stats = json.loads(saved.schema.metadata[b"razor_round"])
             candidate = saved.replace_schema_metadata(None)
             new_scores = score(candidate, config)
         else:
-            candidate, stats = rewrite_round(table, scores, config, round_no, engine=engine, verifier=verifier)
+            candidate, stats = rewrite_round(table, scores, config, round_no, engine=engine, verifier=verifier,
+                                             checkpoints=checkpoints)
             new_scores = score(candidate, config)
             stats.update(objective_before=scores.objective, objective_after=new_scores.objective,
                          gamma=gamma_summary(new_scores.gamma))
             stats["kept"] = stats["replaced"] > 0 and new_scores.objective > scores.objective
             if checkpoints is not None:
-                checkpoints.put(f"round-{round_no:03d}", candidate.replace_schema_metadata(
+                checkpoints.put(round_piece(round_no), candidate.replace_schema_metadata(
                     {"razor_round": json.dumps(stats, default=float)}))
+                for name in checkpoints.done():   # the round's shards of prompts: the round's piece holds them now
+                    if name.startswith(f"{round_piece(round_no)}-"):
+                        checkpoints.remove(name)
         history.append(stats)
         if not stats["kept"]:
             break

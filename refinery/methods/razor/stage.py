@@ -117,7 +117,7 @@ class RazorStage(Stage):
         verdict and the checkpoints, to clear once the report is published."""
         from refinery.io.checkpoints import CHECKPOINTS, table_digest
         from refinery.io.redaction import redact
-        from refinery.methods.razor.rewrite import refine
+        from refinery.methods.razor.rewrite import refine, resumed
         from refinery.methods.razor.scores import gamma_summary
         from refinery.core import stats as zstats
         from refinery.methods.razor.verdict import verdict
@@ -127,9 +127,10 @@ class RazorStage(Stage):
         config = self.config
         verifier = load_classifier(config.verifier_model) if config.verifier_model else None
         checkpoints = out.checkpoints("razor", {"config": redact(config.to_dict()), "rows": table_digest(table)})
-        report["resumed_rounds"] = len(checkpoints.done())
-        if report["resumed_rounds"]:
-            announce(f"razor: resuming after {report['resumed_rounds']} finished round(s) of an interrupted run "
+        report["resumed_rounds"], report["resumed_shards"] = resumed(checkpoints)
+        if report["resumed_rounds"] or report["resumed_shards"]:
+            announce(f"razor: resuming after {report['resumed_rounds']} finished round(s) and "
+                     f"{report['resumed_shards']} finished shard(s) of prompts of an interrupted run "
                      f"(checkpoints in {out.url(CHECKPOINTS)})")
         refined, after, history = refine(table, config, engine=engine, verifier=verifier, scores=before,
                                          checkpoints=checkpoints)
