@@ -104,6 +104,19 @@ class Progress(tqdm):
         super().close()
 
 
+class RowsDone:
+    """Called with the rows of a batch done so far (a float, rising): moves ``bar`` by the whole rows gained."""
+
+    def __init__(self, bar: Progress):
+        self.bar, self.shown = bar, 0
+
+    def __call__(self, rows: float) -> None:
+        gained = int(rows) - self.shown
+        if gained > 0:
+            self.bar.update(gained)
+            self.shown += gained
+
+
 def announce(text: str) -> None:
     """A line about the work as it starts (a resume from checkpoints) on stderr, above any bar: on a terminal,
     in a pipe and under ``--quiet`` alike, for it is no bar."""

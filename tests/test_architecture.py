@@ -163,7 +163,7 @@ STILL_OPEN_CORPORA = {"refinery.methods.audit.counting", "refinery.methods.audit
                       "refinery.methods.compare.training", "refinery.methods.confidence.scoring",
                       "refinery.methods.decontaminate.stage",
                       "refinery.methods.ibadr.pool", "refinery.methods.ibadr.stage", "refinery.methods.probe.stage",
-                      "refinery.methods.razor.stage", "refinery.methods.zfilter.composition",
+                      "refinery.methods.zfilter.composition",
                       "refinery.methods.zfilter.stream"}
 
 

@@ -215,3 +215,11 @@ def with_deadline(seconds: float, fn, *args) -> None:
     worker = threading.Thread(target=call, daemon=True, name="refinery-cleanup")
     worker.start()
     worker.join(seconds)
+
+
+def pyarrow_filesystem(url: str, storage_options: dict | None = None):
+    """The filesystem of ``url`` as Arrow's readers take one (None: the local disk, which they reach themselves)."""
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    fs, _ = get_fs(url, storage_options)
+    return None if is_local(fs) else PyFileSystem(FSSpecHandler(fs))

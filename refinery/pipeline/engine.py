@@ -1,11 +1,11 @@
 """Where work runs: in-process, a local Ray, or the cluster named by ``RAY_ADDRESS``.
 
-The one module that owns Ray. Stages hand it a row-wise function and a source; it returns the
-mapped batches as a stream, in input order, whichever engine runs them:
+The one module that owns Ray. Stages hand it a row-wise function and a source; it returns the mapped batches as a
+stream, in input order, whichever engine runs them:
 
-- ``stream_map``: a stateless function over Parquet shards (Ray Data ``read_parquet`` →
-  ``map_batches`` on workers) or over a stream of tables read by the driver (a bounded window
-  of Ray tasks). Nothing is materialized: the driver holds at most ``window`` batches.
+- ``stream_map``: a stateless function over Parquet shards (Ray Data ``read_parquet`` → ``map_batches`` on workers)
+  or over a stream of tables read by the driver (a bounded window of Ray tasks). Nothing is materialized: the
+  driver holds at most ``window`` batches.
 - ``map_reduce``: units mapped to partitioned parts and part p of every unit reduced, all on Ray workers
   (the audit's counts summed by key range), the driver handed the reduced values only.
 - ``actor_map``: a stateful, model-holding stage class as a Ray Data actor pool.
@@ -14,10 +14,10 @@ mapped batches as a stream, in input order, whichever engine runs them:
 - ``run_as_task``: a stage whose work is one process (DuckDB, NumPy) as one Ray task, so the driver only
   orchestrates; its progress bars are relayed to the driver and drawn there.
 
-Faults: a task whose worker process or node dies is rerun, and a dead actor restarted (its
-batch retried), at most ``TASK_RETRIES`` times; an exception raised by the stage's own code is
-never retried. When the retries are spent the stage fails with ``StageFailed``, one line that
-names the stage, and Ray's own traceback of the fault is kept off the console.
+Faults: a task whose worker process or node dies is rerun, and a dead actor restarted (its batch retried), at most
+``TASK_RETRIES`` times; an exception raised by the stage's own code is never retried. When the retries are spent
+the stage fails with ``StageFailed``, one line that names the stage, and Ray's own traceback of the fault is kept
+off the console.
 
 A cluster named by ``RAY_ADDRESS`` must answer within ``ray_timeout()`` seconds (``--ray-timeout``,
 ``REFINERY_RAY_TIMEOUT``): one that does not, or that refuses the driver, ends the run with one
@@ -39,6 +39,7 @@ from refinery.pipeline.cluster_address import RayUnreachable, check_ray_address,
 from refinery.termination import sigterm_kept
 
 if TYPE_CHECKING:
+    from refinery.pipeline.unit_pieces import UnitPieces
     from refinery.progress import Progress   # tqdm loads when a bar is drawn, not at a command's start
 
 
@@ -213,15 +214,6 @@ def _faults_named(stage: str):
         raise (e.cause if isinstance(e.cause, Exception) else e) from None
 
 
-def _pyarrow_fs(url: str, storage_options: dict):
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    from refinery.io.location import get_fs, is_local
-
-    fs, _ = get_fs(url, storage_options)
-    return None if is_local(fs) else PyFileSystem(FSSpecHandler(fs))
-
-
 def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "local", fn_kwargs: dict | None = None,
                batch_rows: int = 65_536, *, window: int | None = None, stage: str | None = None,
                resources=None) -> Iterator:
@@ -245,10 +237,10 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
     ray = ray_init()
     with _faults_named(stage or fn.__name__):
         if isinstance(source, ParquetSource):
-            from refinery.io.location import get_fs
+            from refinery.io.location import get_fs, pyarrow_filesystem
 
             paths = [get_fs(f, source.storage_options)[1] for f in source.files]
-            filesystem = _pyarrow_fs(source.files[0], source.storage_options)
+            filesystem = pyarrow_filesystem(source.files[0], source.storage_options)
             with _quiet_remote_args_deprecation():
                 ds = ray.data.read_parquet(paths, filesystem=filesystem, ray_remote_args={"max_retries": TASK_RETRIES})
                 ds = _bounded(_ordered(ds)).map_batches(fn, fn_kwargs=kwargs, batch_format="pyarrow",
@@ -314,67 +306,36 @@ def ray_options(resources) -> dict:
     return resources.ray_options() if resources is not None else {}
 
 
-@dataclass(frozen=True)
-class UnitPieces:
-    """Where a long ``actor_map`` keeps what it finished: units of ``rows`` rows (whole batches, so that a unit's
-    output is the same whichever units run beside it), each kept as the piece ``<prefix>-<k>`` of ``checkpoints``
-    (an ``io.checkpoints.Checkpoints``) once mapped; a killed run's rerun maps only the units it had not finished."""
-
-    checkpoints: object
-    prefix: str
-    rows: int
-
-    def name(self, unit: int) -> str:
-        return f"{self.prefix}-{unit:05d}"
-
-
 def actor_map(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str = "local", batch_size: int = 32,
               actors: int = 1, resources=None, *, desc: str = "model", bar: Progress | None = None,
-              pieces: UnitPieces | None = None) -> pa.Table:
-    """A model actor class (``models.actors``: a model loaded once, called on batches) over ``table``: in-process,
-    or a Ray Data actor pool of ``actors``, each asking for ``resources`` (cpus, gpus, memory); rows keep their
-    order, one output row per input row.
-
-    Progress is shown as rows done: on a bar named ``desc``, or on ``bar``, a caller's bar that spans several calls
-    (generation's shards); per batch, and within one where the actor class has an ``advance`` attribute: locally it
-    is handed a function to call with the rows of the batch done so far (fractions too). With ``pieces`` the rows
-    are mapped in units kept as checkpoint pieces (``UnitPieces``): the units a killed run finished are read back,
-    the others mapped in one pass and each kept as soon as its rows are out."""
+              pieces: "UnitPieces | None" = None) -> pa.Table:
+    """A model actor class (``models.actors``: a model loaded once, called on batches) over ``table``, one output
+    row per input row in order: in-process, or a Ray Data actor pool of ``actors``, each asking for ``resources``.
+    Progress is rows done, on a bar named ``desc`` or a caller's ``bar`` (generation's shards), per batch and within
+    one where the actor has an ``advance`` attribute (locally, called with the batch's rows done so far). With
+    ``pieces`` (``unit_pieces.UnitPieces``) the units a killed run finished are read back, the others mapped."""
     from refinery.progress import progress
 
     own = bar is None
     bar = progress(total=table.num_rows, desc=desc, unit=" row") if own else bar
     try:
-        if pieces is None:
-            parts = list(_actor_blocks(table, actor_cls, actor_kwargs, engine, batch_size, actors, resources, desc,
-                                       bar))
-            return pa.concat_tables(parts) if parts else table.slice(0, 0)
-        unit_rows = max(1, pieces.rows // batch_size) * batch_size
-        units = range(-(-table.num_rows // unit_rows))
-        finished = set(pieces.checkpoints.done())
-        done = {k: pieces.checkpoints.get(pieces.name(k)) for k in units if pieces.name(k) in finished}
-        todo = [k for k in units if done.get(k) is None]
-        bar.update(table.num_rows - sum(min(unit_rows, table.num_rows - k * unit_rows) for k in todo))
-        rest = [table.slice(k * unit_rows, unit_rows) for k in todo]
-        blocks = _actor_blocks(pa.concat_tables(rest), actor_cls, actor_kwargs, engine, batch_size, actors,
-                               resources, desc, bar) if rest else iter(())
-        held: list = []
-        for k, unit in zip(todo, rest):   # each unit's rows cut from the stream as soon as they are all out
-            while sum(b.num_rows for b in held) < unit.num_rows:
-                held.append(next(blocks))
-            joined = pa.concat_tables(held)
-            done[k] = joined.slice(0, unit.num_rows)
-            held = [joined.slice(unit.num_rows)]
-            pieces.checkpoints.put(pieces.name(k), done[k])
-        return pa.concat_tables([done[k] for k in units]) if units else table.slice(0, 0)
+        def blocks(rows: pa.Table) -> Iterator[pa.Table]:
+            return _actor_blocks(rows, actor_cls, actor_kwargs, engine, batch_size, actors=actors,
+                                 resources=resources, desc=desc, bar=bar)
+        if pieces is not None:
+            return pieces.mapped(table, blocks, batch_size, bar)
+        parts = list(blocks(table))
+        return pa.concat_tables(parts) if parts else table.slice(0, 0)
     finally:
         if own:
             bar.close()
 
 
-def _actor_blocks(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str, batch_size: int, actors: int,
+def _actor_blocks(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str, batch_size: int, *, actors: int,
                   resources, desc: str, bar: Progress) -> Iterator[pa.Table]:
     """``actor_map``'s output blocks, in order, as they come (locally, an empty table mapped: its columns)."""
+    from refinery.progress import RowsDone
+
     if check_engine(engine) == "local":
         actor = actor_cls(**actor_kwargs)
         if not table.num_rows:
@@ -429,19 +390,6 @@ def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: 
             pool.submit(lambda actor, value: actor.__call__.remote(value), item)
         while pool.has_next():
             on_done(pool.get_next_unordered())
-
-
-class RowsDone:
-    """Called with the rows of a batch done so far (a float, rising): moves ``bar`` by the whole rows gained."""
-
-    def __init__(self, bar: Progress):
-        self.bar, self.shown = bar, 0
-
-    def __call__(self, rows: float) -> None:
-        gained = int(rows) - self.shown
-        if gained > 0:
-            self.bar.update(gained)
-            self.shown += gained
 
 
 def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engine: str = "local",

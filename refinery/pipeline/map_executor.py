@@ -225,7 +225,8 @@ def _reached(url: str, engine: str, options: dict) -> bool:
 def _map_units(stage, todo: Iterator[MapUnit], shards: InputShards | None, labels: list, checkpoints: Checkpoints,
                source: StageInput, out: StageOutput, bar) -> None:
     """Each unit of ``todo`` mapped and written as a piece: in this process, or on the stage's Ray actors."""
-    from refinery.pipeline.engine import RowsDone, actor_pool_map
+    from refinery.pipeline.engine import actor_pool_map
+    from refinery.progress import RowsDone
 
     if source.engine != "ray":
         worker = UnitWorker(stage, shards, labels, checkpoints)

@@ -33,13 +33,17 @@ if TYPE_CHECKING:
 class TableInput:
     """The input as a table stage computes over it: ``con``, a DuckDB connection holding table ``rows``, the input's
     ``rejects`` (carried into the corpora it writes), ``source``, what was read (its splits, field names and
-    carried prior), and ``splits``, its paths by the split their rows were loaded under (an unnamed input's under
-    the stage's ``unnamed_split``)."""
+    carried prior), ``splits``, its paths by the split their rows were loaded under (an unnamed input's under
+    the stage's ``unnamed_split``), and ``checkpoints(task, key)``: the finished pieces of a long computation kept
+    in the output (``io.checkpoints.Checkpoints``), which a killed run's rerun reads back. A stage that reads its
+    rows itself, as batches of ``source`` (``queries_rows`` false), gets no ``con`` and no ``rejects`` (its batches
+    carry them)."""
 
     con: object
-    rejects: pa.Table
+    rejects: pa.Table | None
     source: StageInput
     splits: dict
+    checkpoints: Callable
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,11 @@ class TableStage(Stage):
     rows_memory: ClassVar[int] = 1 << 30          # DuckDB's memory for the rows and the stage's queries (bytes)
     unnamed_split: ClassVar[str | None] = None   # the split of an unnamed input's rows (None: no split column added)
 
+    def queries_rows(self) -> bool:
+        """Whether ``compute`` queries the input's rows in DuckDB (loaded first as table ``rows``); False: it reads
+        them itself in passes of the input's batches (``TableInput.source.iter_batches``)."""
+        return True
+
     @abstractmethod
     def compute(self, rows: TableInput) -> list[CorpusPart]:
         """The corpora to write from the input (``rows``), in the order they are written."""
@@ -88,18 +97,21 @@ class TableStage(Stage):
 
 
 def write_computed(stage: TableStage, source: StageInput, out: "StageOutput") -> StageResult:
-    """Load ``source``'s rows into DuckDB, write and commit the corpora ``stage.compute`` gives, then
-    ``stage.result``; the connection is closed (its spill removed) however it ends."""
+    """Load ``source``'s rows into DuckDB (where the stage queries them), write and commit the corpora
+    ``stage.compute`` gives, then ``stage.result``; the connection is closed (its spill removed) however it ends."""
     from refinery.io import queries
 
     named = source.named
     splits = source.splits if named or stage.unnamed_split is None else {stage.unnamed_split: source.paths}
+    if not stage.queries_rows():
+        computed = stage.compute(TableInput(None, None, source, splits, out.checkpoints))
+        return stage.result({part.name: _committed(part, out) for part in computed}, out)
     con = queries.connect(most_memory=stage.rows_memory)
     try:
         rejects = queries.load_input(con, splits, source.mapping, source.opts,
                                      with_split=named or stage.unnamed_split is not None)
         manifests = {part.name: _committed(part, out)
-                     for part in stage.compute(TableInput(con, rejects, source, splits))}
+                     for part in stage.compute(TableInput(con, rejects, source, splits, out.checkpoints))}
         return stage.result(manifests, out)
     finally:
         con.close()

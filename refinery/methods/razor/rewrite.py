@@ -49,7 +49,7 @@ def verified_label(answer: str, labels: list) -> str | None:
 def _generate(prompts: list[str], sampling: Sampling, config: RazorConfig, engine: str, pieces=None
               ) -> tuple[list[list[str]], list]:
     """G_α's (or G_β's) texts for each prompt and each prompt's generation error (None where it worked); with
-    ``pieces`` (``pipeline.engine.UnitPieces``) each finished shard of prompts is kept, for a rerun after a kill."""
+    ``pieces`` (``pipeline.unit_pieces.UnitPieces``) each finished shard of prompts is kept, for a rerun after a kill."""
     from refinery.models.actors import generate_table
 
     if not prompts:
@@ -82,7 +82,7 @@ def rewrite_round(table: pa.Table, scores: Scores, config: RazorConfig, round_no
     """One round: rewrite the top-k rows by γ, verify, replace with the lowest-γ accepted candidate. With
     ``checkpoints`` each finished shard of the round's prompts is a piece (``round-<n>-rewrite-<k>``,
     ``round-<n>-verify-<k>``): a rerun after a kill prompts only the others."""
-    from refinery.pipeline.engine import UnitPieces
+    from refinery.pipeline.unit_pieces import UnitPieces
 
     def pieces(phase: str):
         return None if checkpoints is None else UnitPieces(checkpoints, f"{round_piece(round_no)}-{phase}",
