@@ -22,7 +22,7 @@ import inspect
 import posixpath
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
 import pyarrow as pa
@@ -63,6 +63,17 @@ class Resources:
         return {"num_cpus": self.cpus, "num_gpus": self.gpus, "memory": int(self.memory_gb * 2**30)}
 
 
+@dataclass(frozen=True)
+class SideInput:
+    """A corpus a stage reads besides its input (an evaluation set, z-filtering's seed): its ``paths``, the
+    ``mapping`` its raw files are read through (None: refinery's columns), and ``option``, what a message about it
+    names (``--against test``)."""
+
+    paths: tuple
+    mapping: Mapping | None = None
+    option: str = ""
+
+
 @dataclass
 class StageInput:
     """The corpora a stage reads: ``{split: [paths]}`` (split ``""``: unnamed, rows keep any ``split`` column
@@ -76,6 +87,7 @@ class StageInput:
     field_names: tuple | None = None   # the task's names of text_a and text_b (the input's preset's)
     single_text: bool = False          # whether the input's preset has one text
     prior: Prior | None = None         # the audit's prior rule its corpora record (decided on their lineage's first)
+    _sides: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # read_side's, once each
 
     @property
     def paths(self) -> list[str]:
@@ -119,6 +131,49 @@ class StageInput:
                 cols = set(_columns(path, self.mapping, self.opts.storage_options)) | ({"split"} if split else set())
                 common = cols if common is None else common & cols
         return sorted(common or ())
+
+    def read_side(self, side: SideInput) -> tuple[pa.Table, pa.Table]:
+        """The rows and the rejects of a corpus the stage reads besides its input (``SideInput``), in memory, read
+        once per run with the input's storage and batch options; a missing or unreadable one is a ``ValueError``
+        naming its option."""
+        from refinery.io.corpus import load
+
+        key = (side.paths, repr(side.mapping))
+        if key not in self._sides:
+            try:
+                self._sides[key] = load(list(side.paths), side.mapping, self.opts)
+            except (FileNotFoundError, ValueError) as error:
+                raise ValueError(f"{side.option}: {error}" if side.option else str(error)) from None
+        return self._sides[key]
+
+    def shard_files(self):
+        """The input's Parquet shards in order, as workers read them themselves (``engine.ParquetSource``), where
+        it is unnamed and every input a finished corpus; else None (the driver reads the rows)."""
+        from refinery.io.corpus import Corpus, is_corpus
+        from refinery.pipeline.engine import ParquetSource
+
+        so = self.opts.storage_options
+        if self.named or not all(is_corpus(url, so) for url in self.paths):
+            return None
+        return ParquetSource(tuple(f for url in self.paths for f in Corpus.open(url, so).files), storage_options=so)
+
+    def rows_per_label(self, read_raw: bool = True) -> dict:
+        """Rows per label of the input: each finished corpus's from its manifest, each raw input's read (its labels
+        only), or counted 0 where not ``read_raw``."""
+        from collections import Counter
+
+        from refinery.core.stats import rows_per_label
+        from refinery.io.corpus import Corpus, is_corpus, iter_input_batches
+
+        counts, raw, so = Counter(), [], self.opts.storage_options
+        for url in self.paths:
+            if is_corpus(url, so):
+                counts.update(Corpus.open(url, so).manifest["labels"])
+            else:
+                raw.append(url)
+        for _, batch in iter_input_batches(raw if read_raw else [], self.mapping, replace(self.opts, row_ids=False)):
+            counts.update(rows_per_label(batch.rows["label"]))
+        return dict(counts)
 
     def load(self) -> tuple[pa.Table, pa.Table]:
         """All rows (named splits in a ``split`` column) and all rejects, in memory."""

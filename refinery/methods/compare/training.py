@@ -15,13 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.io.corpus import input_mapping, is_corpus, load, stage_parts
+from refinery.io.corpus import input_mapping, is_corpus, stage_parts
 from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage import SideInput, StageInput
 
 SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
 
@@ -149,7 +149,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
         splits = {s for _, s in selected}
         if len(splits) > 1:
             raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")
-        table, rejects[name] = load([p for p, _ in selected], source.mapping, source.opts)
+        table, rejects[name] = source.read_side(SideInput(tuple(p for p, _ in selected), source.mapping))
         tables[name], other_splits[name] = training_rows(name, table, splits.pop() or split)
         if not tables[name].num_rows:
             raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
@@ -164,7 +164,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
         if raw:
             raise ValueError(f"evaluation set {e.name}: {raw[0]} is a raw file not in refinery's columns, read with "
                              f"no preset: give its preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)")
-        table, eval_rejects[e.name] = load(list(e.paths), mapping, source.opts)
+        table, eval_rejects[e.name] = source.read_side(SideInput(tuple(e.paths), mapping))
         if not table.num_rows:
             raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
         eval_pairs[e.name] = is_pair(table)

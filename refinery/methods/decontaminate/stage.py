@@ -19,7 +19,7 @@ from refinery.methods.decontaminate.config import DecontaminateConfig
 from refinery.pipeline.executor import rows_among
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput, set_column
+from refinery.pipeline.stage import SideInput, StageInput, set_column
 
 CHUNK_ROWS = 1_000_000   # training rows matched against an evaluation set at once
 
@@ -55,19 +55,19 @@ class DecontaminateStage(FilterStage):
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Each evaluation set read and matched against the training rows; kept: the contaminated rows' matches."""
-        from refinery.io.corpus import load
         from refinery.methods.decontaminate.overlap import Match, contamination
         from refinery.methods.decontaminate.report import EXAMPLES, summarize
 
         sets = []
         for e in self.config.eval_sets():
             mapping = e.mapping(source.mapping)   # every row with a text counts: an overlap has no label
+            hint = "" if e.preset else (f" (an evaluation set's preset goes after its path: --against "
+                                        f"{e.name}=PATH:PRESET)")
             try:
-                table, rejects = load(list(e.paths), mapping and dataclasses.replace(mapping, label_set=None),
-                                      source.opts)
-            except (FileNotFoundError, ValueError) as error:   # named by the --against it came from
-                raise ValueError(f"--against {e.name}: {error}" + ("" if e.preset else f" (an evaluation set's preset "
-                                 f"goes after its path: --against {e.name}=PATH:PRESET)")) from None
+                table, rejects = source.read_side(SideInput(tuple(e.paths), mapping and dataclasses.replace(
+                    mapping, label_set=None), f"--against {e.name}"))
+            except ValueError as error:   # named by the --against it came from
+                raise ValueError(f"{error}{hint}") from None
             if not table.num_rows:
                 raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}"
                                  + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))

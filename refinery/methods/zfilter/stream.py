@@ -8,7 +8,6 @@ input's counts for the report.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
@@ -16,13 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core.stats import rows_per_label
-from refinery.io.corpus import Corpus, is_corpus, iter_input_batches, load
 from refinery.io.raw import rebatch
 from refinery.methods.zfilter.algorithm import Settled, ZFilter, add_features, with_features
 from refinery.methods.zfilter.decisions import Decisions, position_type
 from refinery.methods.zfilter.config import ZFilterConfig
-from refinery.pipeline.engine import ParquetSource
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage import SideInput, StageInput
 from refinery.progress import progress
 
 STREAM_REASON = "hits B_Z(label): "
@@ -51,7 +48,7 @@ class Filtering:
 def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     """Algorithm 1 over ``source`` (conditionally on ``config.seed_corpus``, read through its mapping), then
     ``settle``. On Ray, an input of finished corpora is read and featurized by workers; Z stays here."""
-    seed = load(list(config.seed_corpus), source.mapping, source.opts)[0] if config.seed_corpus else None
+    seed = source.read_side(SideInput(tuple(config.seed_corpus), source.mapping))[0] if config.seed_corpus else None
     rows = (b.rows for b in source.iter_batches() if b.rows.num_rows)
     whole = pa.concat_tables(list(rows), promote_options="permissive") if config.shuffle_seed is not None else None
     label_totals = label_counts(source, seed, read_raw=config.prior == "auto", whole=whole)
@@ -59,10 +56,8 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
     if whole is not None:
         order = np.random.default_rng(config.shuffle_seed).permutation(whole.num_rows)
         rows = iter([whole.take(pa.array(order))])
-    elif source.engine == "ray" and not source.named and all(is_corpus(u, source.opts.storage_options)
-                                                               for u in source.paths):
-        corpora = [Corpus.open(u, source.opts.storage_options) for u in source.paths]  # workers read the shards
-        rows = ParquetSource(tuple(f for c in corpora for f in c.files), storage_options=source.opts.storage_options)
+    elif source.engine == "ray":
+        rows = source.shard_files() or rows   # workers read the shards of finished corpora
     zf = ZFilter(list(label_totals), config, label_totals, source.prior)
     if seed is not None and seed.num_rows:
         zf.seed(add_features(seed, config.features))
@@ -112,21 +107,13 @@ def label_counts(source: StageInput, seed: pa.Table | None, read_raw: bool, whol
     from the inputs already in memory (``whole``), a finished corpus's manifest, or a read of raw inputs
     that computes no ids. With a declared label set and not ``read_raw``, raw inputs are not read (their
     labels count 0)."""
-    mapping, opts = source.mapping, source.opts
+    mapping = source.mapping
     declared = mapping is not None and bool(mapping.label_set)
     counts = Counter(dict.fromkeys(mapping.label_set, 0) if declared else {})
     if seed is not None:
         counts.update(rows_per_label(seed["label"]))
     if whole is not None:
         counts.update(rows_per_label(whole["label"]))
-        return dict(sorted(counts.items()))
-    raw = []
-    for url in source.paths:
-        if is_corpus(url, opts.storage_options):
-            counts.update(Corpus.open(url, opts.storage_options).manifest["labels"])
-        else:
-            raw.append(url)
-    unread = [] if declared and not read_raw else raw
-    for _, b in iter_input_batches(unread, mapping, dataclasses.replace(opts, row_ids=False)):
-        counts.update(rows_per_label(b.rows["label"]))
+    else:
+        counts.update(source.rows_per_label(read_raw=read_raw or not declared))
     return dict(sorted(counts.items()))
