@@ -1,76 +1,95 @@
 """The ``probe`` stage: train a classifier on one corpus and score others (hypothesis-only probes, task models).
 
-Publishes ``report.json`` (per evaluation corpus: accuracy against its majority class, its rows and rejects)
-and ``predictions.parquet`` (id, split, label, prediction, p_label; what ``refinery evaluate`` and the confidence
+Publishes ``report.json`` (per evaluation corpus: accuracy against its majority class, its rows and rejects), its
+page ``report.html`` and ``predictions.parquet`` (id, split, label, prediction, p_label; what ``refinery evaluate`` and the confidence
 filter read) in its folder and, with ``save_model``, the fitted classifier. Every evaluation corpus is read, and
 the saved model's folder checked, before the model is fit.
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING
 
 from refinery.models.evaluation import EvalSet
 from refinery.methods.probe.config import ProbeConfig
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, SideInput, StageResult
+from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
 
 
-class ProbeStage(Stage):
-    """Train a classifier on the input and score the ``evaluate`` corpora with it (``refinery probe``)."""
+class ProbeStage(TableStage):
+    """Train a classifier on the input and score the ``evaluate`` corpora with it (``refinery probe``): a table stage
+    that writes no corpus (on Ray one task reads the corpora and writes the report)."""
 
     name, Config = "probe", ProbeConfig
     output = Output.INPUT
     verb = False   # ``refinery probe --train`` (cli/tools.py)
-    one_task = True   # one model trained and scored: on Ray one task reads the corpora and writes the report
 
     def also_reads(self) -> list[str]:
         """The evaluation corpora: part of its fingerprint (``--mode skip`` runs again when one changed)."""
         return [p for e in self.config.eval_sets() for p in e.paths]
 
-    def run(self, source: StageInput, out: "StageOutput") -> StageResult:
-        import pyarrow as pa
-
-        from refinery.io.corpus import load
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """Every evaluation corpus read and the saved model's folder checked, then the model fit on the input's rows
+        and each corpus scored; no corpus written."""
         from refinery.io.ownership import claim_output
 
-        c = self.config
+        c, source = self.config, rows.source
         if c.save_model:
             claim_output(c.save_model, source.opts.storage_options, "--save-model")
-        train_table, rejects = source.load()
-        evals = {e.name: (e, *load(list(e.paths), e.mapping(source.mapping), source.opts)) for e in c.eval_sets()}
+        evals = {e.name: (e, *source.read_side(SideInput(tuple(e.paths), e.mapping(source.mapping))))
+                 for e in c.eval_sets()}
         empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]
         if empty:
             raise ValueError(f"evaluation corpus {empty[0]}: no good rows in {', '.join(evals[empty[0]][0].paths)}")
-        model = c.classifier()
+        train_table = rows.con.sql("SELECT * EXCLUDE (row_id) FROM rows ORDER BY row_id").to_arrow_table()
+        self.model = model = c.classifier()
         t = time.perf_counter()
         model.fit(train_table)
-        report = {**c.model_key(), "train": source.paths, "train_rows": train_table.num_rows,
-                  "train_rejected": rejects.num_rows, "fit_seconds": round(time.perf_counter() - t, 2), "eval": {}}
+        report = self.summary = {**c.model_key(), "train": source.paths, "train_rows": train_table.num_rows,
+                                 "train_rejected": rows.rejects.num_rows,
+                                 "fit_seconds": round(time.perf_counter() - t, 2), "eval": {}}
         if getattr(model, "precision_", None) is not None:
             report["train_precision"] = model.precision_.to_dict()
-        predictions, warnings = [], []
+        self.predictions, self.warnings = [], []
         for name, (e, table, eval_rejects) in evals.items():
             report["eval"][name], scored = _score(model, e, table)
             report["eval"][name]["rejected"] = eval_rejects.num_rows
-            predictions.append(scored)
+            self.predictions.append(scored)
             if eval_rejects.num_rows:
-                warnings.append(e.scored_on_part(table.num_rows, eval_rejects))
+                self.warnings.append(e.scored_on_part(table.num_rows, eval_rejects))
         if evals:
             report["accuracy"] = report["eval"][next(iter(evals))]["accuracy"]
+        return []
+
+    def result(self, manifests: dict, out: "StageOutput") -> StageResult:
+        """``report.json``, ``report.html`` and ``predictions.parquet`` published in the stage's folder, the model
+        saved where ``save_model`` says."""
+        import pyarrow as pa
+
+        from refinery.report import format as fmt
+        from refinery.report.page import fields, table
+
+        c, report = self.config, self.summary
         if c.save_model:
-            out.save_folder(c.save_model, model.save)
-        with out.files("") as d:
-            d.write_parquet("predictions.parquet", pa.concat_tables(predictions) if predictions else
-                            _predictions_schema().empty_table())   # no --eval: the columns, for evaluate to name
-            d.write_text("report.json", json.dumps(report, indent=1))
-            d.commit()
-        rows = train_table.num_rows
-        return StageResult(rows + rejects.num_rows, {"trained on": rows, "input rejects": rejects.num_rows}, report,
-                           _headline(c, report), tuple(_lines(report)), tuple(warnings), report_file="report.json")
+            out.save_folder(c.save_model, self.model.save)
+        page = out.report_page(f"probe: {c.backend} on the {'hypothesis' if c.inputs == 'hypothesis' else 'input'}")
+        page.section("Training", fields({"rows": report["train_rows"], "rejected": report["train_rejected"],
+                                         "fit seconds": report["fit_seconds"]}))
+        if report["eval"]:
+            page.section("Accuracy on each evaluation corpus", table(
+                [{"corpus": name, "accuracy": r["accuracy"], "majority class": r["majority_accuracy"],
+                  "rows": r["rows"], "rejected": r["rejected"]} for name, r in report["eval"].items()],
+                formats={"accuracy": fmt.percent, "majority class": fmt.percent}))
+        predictions = pa.concat_tables(self.predictions) if self.predictions else _predictions_schema().empty_table()
+        out.publish_report(report, page, {"predictions.parquet": predictions}, part="")   # no --eval: the columns,
+        #                                                                                  for evaluate to name
+        trained, rejected = report["train_rows"], report["train_rejected"]
+        return StageResult(trained + rejected, {"trained on": trained, "input rejects": rejected}, report,
+                           _headline(c, report), tuple(_lines(report)), tuple(self.warnings),
+                           report_file="report.json")
 
 
 def _headline(c: ProbeConfig, report: dict) -> str:
