@@ -150,7 +150,7 @@ def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=
                                           engine=source.engine)
         return LabelScores(proba[np.arange(len(y)), y], y, tuple(classes),
                            proba.astype(np.float32) if config.label_issues else None)
-    table, _ = source.load()
+    table = _model_view(source, config)
     labels, label = np.unique(table["label"].to_numpy(zero_copy_only=False), return_inverse=True)   # sorted, as
     labels = tuple(labels.tolist())                                                                   # SGD's
     if not config.label_issues:
@@ -159,6 +159,16 @@ def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=
     column = {c: j for j, c in enumerate(classes)}   # a saved model's labels hold the input's (refused otherwise)
     proba = proba[:, [column[l] for l in labels]]
     return LabelScores(proba[np.arange(len(label)), label], label, labels, proba.astype(np.float32))
+
+
+def _model_view(source: StageInput, config: ConfidenceConfig) -> pa.Table:
+    """What the models (or ``--proba-column``) read of every row of ``source``, in its batches' order: its id, texts
+    and label (and the column of probabilities), not the input's other columns."""
+    wanted = ("id", "text_a", "text_b", "label", "split", *([config.proba_column] if config.proba_column else []))
+    parts = [b.rows.select([c for c in wanted if c in b.rows.column_names]) for b in source.iter_batches()
+             if b.rows.num_rows]
+    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table(
+        {c: pa.array([], pa.string()) for c in ("id", "text_a", "label")})
 
 
 @dataclass
