@@ -160,7 +160,6 @@ CORPUS_OPENERS = {"load_rows", "load_input", "split_corpora", "corpora_rejects",
                   "write_corpus", "commit"}
 # the method modules that still open, write or commit corpora themselves (issue 63): the list may only shrink
 STILL_OPEN_CORPORA = {"refinery.methods.audit.counting", "refinery.methods.audit.on_ray", "refinery.methods.audit.stage",
-                      "refinery.methods.ibadr.pool", "refinery.methods.ibadr.stage",
                       "refinery.methods.zfilter.composition"}
 
 

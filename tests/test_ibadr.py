@@ -18,8 +18,8 @@ from refinery.io.corpus_writer import write_table
 from refinery.methods.ibadr import iteration as ibadr_iteration
 from refinery.methods.ibadr.audit import ShortcutAudit
 from refinery.methods.ibadr.config import IbadrConfig
-from refinery.methods.ibadr.pool import iterations_of, publish
-from refinery.methods.ibadr.report import console_lines, top_z_text
+from refinery.methods.ibadr.pool import Grown, iterations_of, report_of
+from refinery.methods.ibadr.report import TITLE, console_lines, report_page, top_z_text
 from refinery.methods.ibadr.stage import IbadrStage
 from refinery.models.precision import resolve_precision
 from refinery.pipeline.config import from_dict
@@ -199,10 +199,12 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
     def outputs(accepted, name):
         audit = ShortcutAudit(table, FeatureConfig())
         pool = pa.concat_tables([ibadr_iteration.initial_pool(table), accepted])
-        out = tmp_path / name
-        report = publish(StageOutput(str(out)), iterations_of(StageOutput(str(out)), config, table), table, pool, [],
-                         config=config, iterations=0, audit=audit)
-        return audit, report, (out / "report" / "report.html").read_text(), "\n".join(console_lines(report))
+        out = StageOutput(str(tmp_path / name))
+        grown = Grown(table, table.num_rows, pool, [], audit, iterations_of(out.checkpoints, config, table), 0)
+        verdict, _ = audit.judge_pool(grown.accepted(), config)
+        report = report_of(grown, verdict, grown.generated(), config, 0)
+        return audit, report, report_page(report, verdict, out.report_page(TITLE)).html(), \
+            "\n".join(console_lines(report))
 
     audit, report, page, console = outputs(_pseudo_samples([("A man walks.", "Nobody is sleeping.",
                                                               "contradiction")] * 40), "worse")
@@ -234,7 +236,7 @@ def test_the_iterations_of_other_rows_are_not_reused(snli_pair, tmp_path):
 
     config, out = IbadrConfig(), StageOutput(str(tmp_path / "out"))
     first, other = snli_pair.slice(0, 500), snli_pair.slice(500, 500)
-    with iterations_of(out, config, first).folder("iteration-001") as piece:
+    with iterations_of(out.checkpoints, config, first).folder("iteration-001") as piece:
         piece.write_parquet("pool.parquet", pa.table({"x": [1]}))
-    assert iterations_of(out, config, first).done() == ["iteration-001"]
-    assert iterations_of(out, config, other).done() == []
+    assert iterations_of(out.checkpoints, config, first).done() == ["iteration-001"]
+    assert iterations_of(out.checkpoints, config, other).done() == []

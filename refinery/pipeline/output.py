@@ -136,15 +136,20 @@ class StageOutput:
         return Report(title, corpus_name(paths, self.storage_options), paths if read is None else list(read))
 
     def publish_report(self, report: dict, page: Report | str, files: dict | None = None, part: str = REPORT) -> str:
-        """Publish ``report.json``, ``report.html`` and ``files`` ({name: text, bytes, an Arrow table, or a
-        ``pa.RecordBatchReader`` streamed into one zstd Parquet file, for a table too large to hold, or a function that
-        writes the file into the binary file object it is handed, for a library's own writer}) as the folder
-        ``part`` (``""``: the stage folder itself); the HTML's URL."""
+        """Publish ``report.json``, ``report.html`` and ``files`` (``publish_files``'s) as the folder ``part`` (``""``:
+        the stage folder itself); the HTML's URL."""
+        self.publish_files(part, {"report.json": json.dumps(report, indent=1, default=str), **(files or {}),
+                                  "report.html": page if isinstance(page, str) else page.html()})
+        return self.url(part, "report.html")
+
+    def publish_files(self, part: str, files: dict) -> None:
+        """Publish ``files`` ({name: text, bytes, an Arrow table, or a ``pa.RecordBatchReader`` streamed into one
+        zstd Parquet file, for a table too large to hold, or a function that writes the file into the binary file
+        object it is handed, for a library's own writer}) as the folder ``part``, whole or not at all."""
         from refinery.io.scratch import in_memory_names
 
         with self.files(part) as d:
-            d.write_text("report.json", in_memory_names(json.dumps(report, indent=1, default=str)))
-            for name, content in (files or {}).items():
+            for name, content in files.items():
                 if isinstance(content, pa.Table):
                     d.write_parquet(name, content)
                 elif isinstance(content, pa.RecordBatchReader):
@@ -156,9 +161,7 @@ class StageOutput:
                         content(fh)
                 else:
                     d.write_bytes(name, content)
-            d.write_text("report.html", in_memory_names(page if isinstance(page, str) else page.html()))
             d.commit()
-        return self.url(part, "report.html")
 
     def checkpoints(self, task: str, key: dict | None = None, *, kept: bool = False, local: bool = False,
                     resume: bool = True) -> Checkpoints:

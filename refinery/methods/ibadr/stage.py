@@ -8,7 +8,8 @@ from __future__ import annotations
 from refinery.core.features import FeatureConfig
 from refinery.methods.ibadr.config import PROFILES, RESOURCES, IbadrConfig
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
 
 
 def accounting(report: dict) -> tuple[int, dict]:
@@ -18,11 +19,12 @@ def accounting(report: dict) -> tuple[int, dict]:
         "input rejects": report["input_rejected"]}
 
 
-class IbadrStage(Stage):
+class IbadrStage(TableStage):
     """IBADR: iterative bias-aware generation of low-bias pseudo samples (Wang et al. 2023).
 
     Writes ``pool/`` (the corpus and the accepted pseudo samples: what a pipeline's next stage reads),
-    ``generated/`` (every pseudo sample, its status and reason), ``report/`` and ``checkpoints/``.
+    ``generated/`` (every pseudo sample, its status and reason), ``report/`` and ``checkpoints/``. A table stage:
+    the loop trains on the whole pool (on Ray one task, its generator's actors that task's).
     """
 
     name, Config = "ibadr", IbadrConfig
@@ -32,20 +34,31 @@ class IbadrStage(Stage):
     output = Output.POOL
     profiles = PROFILES
     version = 2   # 2: the verdict on the pool and the original's top features measured under its p0 in report/
-    one_task = True   # the loop trains on the whole pool: on Ray one task reads and writes it (its generator's
-    #                   actors are that task's)
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
-        """IBADR over the input (or its ``sample_rows``): ``pool/``, ``generated/``, ``report/`` and
-        ``checkpoints/`` (see the class); the audit's features are the input's preset's names."""
-        from refinery.methods.ibadr.report import console_lines
-
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """IBADR over the input (or its ``sample_rows``): the pool, with the input's rejects, judged against the
+        original's shortcuts (the audit's features: the input's preset's names)."""
         from refinery.methods.ibadr.pool import grow_pool
+
+        source = rows.source
+        table = rows.con.sql("SELECT * EXCLUDE (row_id) FROM rows ORDER BY row_id").to_arrow_table()
+        grown = self.grown = grow_pool(table, self.config, rows.checkpoints, engine=source.engine,
+                                       features=FeatureConfig().named(source.field_names, source.single_text),
+                                       carried=source.prior)
+        self.verdict, record = grown.audit.judge_pool(grown.accepted(), self.config)
+        return [CorpusPart("pool", [grown.pool], rows.rejects, settings={"ibadr": self.config.to_dict()},
+                           audit=lambda labels: PartAudit(grown.audit.prior, record))]
+
+    def result(self, manifests: dict, out: StageOutput) -> StageResult:
+        """``generated/`` and the report published once the pool is."""
+        from refinery.methods.ibadr.pool import report_of
+        from refinery.methods.ibadr.report import TITLE, console_lines, report_page
         from refinery.pipeline.filter import verdict_headline
 
-        table, rejects = source.load()
-        r = grow_pool(table, rejects, self.config, out, engine=source.engine,
-                      features=FeatureConfig().named(source.field_names, source.single_text))
+        generated = self.grown.generated()
+        r = report_of(self.grown, self.verdict, generated, self.config, manifests["pool"].rejected)
+        out.publish_files("generated", {"generated.parquet": generated})
+        out.publish_report(r, report_page(r, self.verdict, out.report_page(TITLE)))
         v = r["verdict"]
         return StageResult(*accounting(r), r, f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted "
                                               f"-> pool {r['pool_rows']:,}; {verdict_headline(v)}", console_lines(r),
