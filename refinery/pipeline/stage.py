@@ -175,6 +175,21 @@ class StageInput:
             counts.update(rows_per_label(batch.rows["label"]))
         return dict(counts)
 
+    def read_rejects(self) -> pa.Table:
+        """The input's rejects: a finished corpus's from its rejects file, a raw input's by reading it."""
+        from refinery.io.corpus import Corpus, corpus_of, is_corpus, iter_input_batches
+        from refinery.io.schema import REJECTS_SCHEMA, empty_table
+
+        so, tables = self.opts.storage_options, []
+        for url in (corpus_of(u, so) for u in self.paths):   # a stage's folder: the corpus it made
+            if is_corpus(url, so):
+                corpus = Corpus.open(url, so)
+                tables += [corpus.read_rejects()] if corpus.manifest.get("rejected") else []
+            else:
+                tables += [b.rejects for _, b in iter_input_batches([url], self.mapping, self.opts)
+                           if b.rejects.num_rows]
+        return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)
+
     def load(self) -> tuple[pa.Table, pa.Table]:
         """All rows (named splits in a ``split`` column) and all rejects, in memory."""
         from refinery.io.corpus import load

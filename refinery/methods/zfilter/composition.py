@@ -2,7 +2,7 @@
 ``seqz`` = Z(D0) ∪ Z(G | Z(D0)).
 
 Each filtering is a ``ZFilterStage`` run under OUT/stages with its own report (``z_original``, ``z_generated``;
-Z-Aug reads D0 unfiltered into ``stages/original``). The composition's kept/ is D0's rows (as kept by its
+Z-Aug keeps D0 whole, read as it is). The composition's kept/ is D0's rows (as kept by its
 filtering, or whole) and then G's; rejected/ D0's rows filtered out and then G's; each row's ``source`` is
 ``original`` or ``generated`` where it has none. ``ComposeStage`` streams G's rows itself, so what this module
 hands it is G's decisions, D0's rows that lead each part, and every row counted per part for the report.
@@ -20,7 +20,6 @@ from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
 from refinery.core.row_features import row_feature_lists
 from refinery.core.incremental_counts import IncrementalCounts
-from refinery.io.corpus import Corpus, iter_input_batches
 from refinery.methods.zfilter.decisions import Decisions
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput
@@ -29,54 +28,55 @@ from refinery.pipeline.stage import StageInput
 
 @dataclass
 class Composition:
-    """A composition's filterings, done: G's rejected rows (``decisions``), D0's folders (``d0_rejected`` None
-    when D0 is kept whole), every row counted per part (``audit``) and the input rejects per part."""
+    """A composition's filterings, done: G's rejected rows (``decisions``), D0's rows as kept and rejected (each a
+    ``StageInput``: its filtering's corpus, or D0 itself where it is kept whole; ``d0_rejected`` None then), every
+    row counted per part (``audit``) and the input rejects per part."""
 
     kind: str
     decisions: Decisions
-    d0_kept: str
-    d0_rejected: str | None
+    d0_kept: StageInput
+    d0_rejected: StageInput | None
     audit: "PartCounts"
     input_rejects: dict
-    storage_options: dict
-    batch_rows: int
 
     def leading(self, part: str) -> Iterator[tuple[pa.Table | None, pa.Table | None]]:
         """D0's rows that lead the composition's ``part`` (kept, with D0's input rejects; rejected), each with
         ``source`` original where it has none."""
-        path = self.d0_kept if part == "kept" else self.d0_rejected
-        if path is None:
+        d0 = self.d0_kept if part == "kept" else self.d0_rejected
+        if d0 is None:
             return
-        corpus = Corpus.open(path, self.storage_options)
-        for table in corpus.iter_tables(batch_rows=self.batch_rows):
-            yield with_source(_untagged(table), "original"), None
-        if part == "kept" and corpus.manifest.get("rejected"):
-            yield None, corpus.read_rejects()
+        for batch in d0.iter_batches():
+            if batch.rows.num_rows:
+                yield with_source(_untagged(batch.rows), "original"), None
+            if part == "kept" and batch.rejects.num_rows:
+                yield None, batch.rejects
 
 
 def compose(kind: str, original: list, source: StageInput, out: StageOutput, config: ZFilterConfig,
             zfilter_stage: type) -> Composition:
     """The filterings of the composition ``kind`` of D0 (``original``) and G (``source``) under ``out``/stages,
-    each a run of ``zfilter_stage`` (the zfilter stage's class)."""
-    so = out.storage_options
+    each a run of ``zfilter_stage`` (the zfilter stage's class); Z-Aug's D0, kept whole, is read as it is."""
     stages = out.part("stages")
-    d0 = StageInput({"": list(original)}, source.mapping, source.opts, source.engine, source.field_names,
-                    source.single_text)
+
+    def corpus(paths: list, mapping=None) -> StageInput:
+        return StageInput({"": list(paths)}, mapping, source.opts, source.engine, source.field_names,
+                          source.single_text)
+
+    d0 = corpus(original, source.mapping)
     if kind == "zaug":
-        d0_kept, d0_rejected = stages.written("original"), None
-        _copy(d0, stages.part("", original, {"compose": kind, "original": "D0 as it is"}), "original")
+        d0_kept, d0_rejected, seed = d0, None, tuple(original)
     else:
         z_original = stages.part("z_original", original, {})
         _filtering(zfilter_stage(replace(config, seed_corpus=())), d0, z_original)
-        d0_kept, d0_rejected = z_original.written("kept"), z_original.written("rejected")
+        d0_kept, d0_rejected = corpus([z_original.written("kept")]), corpus([z_original.written("rejected")])
+        seed = () if kind == "parz" else (z_original.written("kept"),)
     g_out = stages.part("z_generated", source.paths, {})
-    g = _filtering(zfilter_stage(replace(config, seed_corpus=() if kind == "parz" else (d0_kept,))), source, g_out)
-    g_kept, g_rejected = g_out.written("kept"), g_out.written("rejected")
+    g = _filtering(zfilter_stage(replace(config, seed_corpus=seed)), source, g_out)
+    g_kept, g_rejected = corpus([g_out.written("kept")]), corpus([g_out.written("rejected")])
     kept = [(d0_kept, "original"), (g_kept, "generated")] if kind == "parz" else [(g_kept, "generated")]
     rejected = [(d0_rejected, "original")] * (d0_rejected is not None) + [(g_rejected, "generated")]
-    audit, input_rejects = _count(kept, rejected, [(d0_kept, "original"), (g_kept, "generated")], config,
-                                  so, source.opts.batch_rows)
-    return Composition(kind, g.decisions, d0_kept, d0_rejected, audit, input_rejects, so, source.opts.batch_rows)
+    audit, input_rejects = _count(kept, rejected, [(d0_kept, "original"), (g_kept, "generated")], config)
+    return Composition(kind, g.decisions, d0_kept, d0_rejected, audit, input_rejects)
 
 
 def _filtering(stage, source: StageInput, out: StageOutput):
@@ -84,13 +84,6 @@ def _filtering(stage, source: StageInput, out: StageOutput):
     out.settings = {"zfilter": stage.config.to_dict()}
     stage.run(source, out)
     return stage
-
-
-def _copy(source: StageInput, out: StageOutput, part: str) -> None:
-    """Z-Aug's D0, read and published as it is (its rejects beside it)."""
-    with out.corpus(part) as writer:
-        writer.copy((batch for _, batch in iter_input_batches(source.paths, source.mapping, source.opts)),
-                    source.paths)
 
 
 class PartCounts:
@@ -124,26 +117,22 @@ class PartCounts:
 
 
 
-def _count(kept: list, rejected: list, reject_sources: list, config: ZFilterConfig, storage_options: dict,
-           batch_rows: int) -> tuple[PartCounts, dict]:
-    """Every row of the filterings' folders ([(corpus, part)]) counted per part, as read and, from ``kept``, as
-    kept (a row a filtering kept as its seed, ``source_stage`` seed, is D0's); and the input rejects of
-    ``reject_sources``' corpora per part."""
-    folders = [p for p, _ in kept + rejected]
-    labels = sorted({l for p in folders for l in Corpus.open(p, storage_options).manifest["labels"]})
+def _count(kept: list, rejected: list, reject_sources: list, config: ZFilterConfig) -> tuple[PartCounts, dict]:
+    """Every row of the filterings' outputs ([(its ``StageInput``, part)]) counted per part, as read and, from
+    ``kept``, as kept (a row a filtering kept as its seed, ``source_stage`` seed, is D0's); and the input rejects of
+    ``reject_sources`` per part."""
+    labels = sorted({l for d, _ in kept + rejected for l in d.rows_per_label()})
     audit = PartCounts(labels, config.features)
     for sources, is_kept in ((kept, True), (rejected, False)):
-        for path, part in sources:
-            for table in Corpus.open(path, storage_options).iter_tables(batch_rows=batch_rows):
+        for d, part in sources:
+            for table in (b.rows for b in d.iter_batches() if b.rows.num_rows):
                 parts = np.full(table.num_rows, part, dtype=object)
                 if "source_stage" in table.column_names:
                     parts[np.asarray(table["source_stage"].to_pylist(), dtype=object) == "seed"] = "original"
                 audit.add(_untagged(table), parts, is_kept)
     input_rejects = {"original": 0, "generated": 0}
-    for path, part in reject_sources:
-        corpus = Corpus.open(path, storage_options)
-        if corpus.manifest.get("rejected"):
-            input_rejects[part] += corpus.read_rejects().num_rows
+    for d, part in reject_sources:
+        input_rejects[part] += d.read_rejects().num_rows
     return audit, input_rejects
 
 
