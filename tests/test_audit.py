@@ -18,8 +18,9 @@ from refinery.methods.audit.config import AuditConfig
 from refinery.core.audit_counters import count_table
 from refinery.core.table_audit import audit_table, finish
 from refinery.methods.audit.counting import audit
-from refinery.methods.audit.stage import write_outputs
+from refinery.methods.audit.stage import AuditStage, write_outputs
 from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage_input import StageInput
 
 
 def test_snli_table10_words(tmp_path):
@@ -287,7 +288,7 @@ def test_ray_hands_on_the_rejects_in_the_order_of_the_inputs(tmp_path, ray_local
     seen = {}
     for name, count in (("local", count_local), ("ray", count_ray)):
         seen[name] = []
-        count(inputs, PRESETS["snli"], ReadOptions(), AuditConfig(), on_rejects=seen[name].append)
+        count(StageInput({"": inputs}, PRESETS["snli"], engine=name), AuditConfig(), on_rejects=seen[name].append)
     local, on_ray = (pa.concat_tables(seen[n]).select(["source_file", "line"]).to_pylist() for n in ("local", "ray"))
     assert [Path(r["source_file"]).name for r in local] == ["a.jsonl", "b.jsonl"] and on_ray == local
 
@@ -322,8 +323,9 @@ def test_summed_partials_join_units_by_their_strings():
 @pytest.mark.ray
 def test_ray_over_units_and_partitions_with_the_probe_equals_local(planted, ray_local, monkeypatch):
     """Several units, each cut into a part per CPU, summed by the reducers, and the hypothesis-only probe trained
-    by a Ray task: the counts, statistics and saved state equal the local audit's. The driver's ``load`` and
-    ``probe_counts`` fail if called: the probe reads the input and trains in a worker."""
+    by a Ray task: the counts, statistics and saved state equal the local audit's. The driver's reading of the
+    rows (``read_columns``) and ``probe_counts`` fail if called: the probe reads the input and trains in a worker."""
+    from refinery.io import read_units
     from refinery.methods.audit import on_ray
 
     path, _ = planted
@@ -333,11 +335,11 @@ def test_ray_over_units_and_partitions_with_the_probe_equals_local(planted, ray_
     def in_the_driver(*args, **kwargs):
         raise AssertionError("the probe ran in the driver")
 
-    monkeypatch.setattr(on_ray, "UNIT_ROWS", 10_000)
-    monkeypatch.setattr(on_ray, "MIN_UNIT_ROWS", 1_000)
-    monkeypatch.setattr(on_ray, "load", in_the_driver)
+    monkeypatch.setattr(read_units, "UNIT_ROWS", 10_000)
+    monkeypatch.setattr(read_units, "MIN_UNIT_ROWS", 1_000)
+    monkeypatch.setattr(StageInput, "read_columns", in_the_driver)
     monkeypatch.setattr(on_ray, "probe_counts", in_the_driver)
-    assert len(on_ray.corpus_units(Corpus.open(path).files, {}, 2)) == 3   # a shard each (one row group)
+    assert len(read_units.corpus_units(Corpus.open(path).files, {}, 2)) == 3   # a shard each (one row group)
     on_ray_result = audit([path], config=config, engine="ray")
     counter = on_ray_result.counter
     assert type(counter).__name__ == "MergedCounts"   # summed by the workers' reducers
@@ -366,11 +368,12 @@ def test_ray_reads_raw_files(ray_local, tmp_path):
     bad.write_text("".join(json.dumps({"sentence1": "A b .", "sentence2": "C d .", "gold_label": "-"}) + "\n"
                            for _ in range(20)) + "{not json\n")
     inputs = [SNLI_DEV, str(bad)]
-    out = StageOutput(str(tmp_path), inputs=inputs)
-    local = audit(inputs, PRESETS["snli"], engine="local", rejects=out.corpus("local"))
-    on_ray = audit(inputs, PRESETS["snli"], engine="ray", rejects=out.corpus("ray"))
+    local, on_ray = (audit(inputs, PRESETS["snli"], engine=e) for e in ("local", "ray"))
     assert local.counter.counts().equals(on_ray.counter.counts())
-    local_rejects, ray_rejects = (Corpus.open(str(tmp_path / e)).read_rejects() for e in ("local", "ray"))
+    for engine in ("local", "ray"):   # the stage: its counting pass hands the rejects to the rejects/ writer
+        AuditStage(AuditConfig()).run(StageInput({"": inputs}, PRESETS["snli"], engine=engine),
+                                      StageOutput(str(tmp_path / engine), inputs=inputs))
+    local_rejects, ray_rejects = (Corpus.open(str(tmp_path / e / "rejects")).read_rejects() for e in ("local", "ray"))
     assert local.rejected == on_ray.rejected == local_rejects.num_rows == 21
     assert local_rejects.equals(ray_rejects)
 

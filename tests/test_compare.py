@@ -13,7 +13,7 @@ from refinery.methods.compare import training
 from refinery.methods.compare.config import CompareConfig
 from refinery.methods.compare.stage import CompareStage, CompareStageConfig
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage_input import StageInput
 
 HANS = DATA / "hans" / "hans_regenerated.tsv"
 MNLI_HARD = DATA / "mnli" / "mnli_dev_matched_hard.jsonl"

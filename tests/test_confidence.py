@@ -271,7 +271,8 @@ def test_confidence_on_ray_decides_in_worker_processes_and_keeps_the_local_rows(
     from refinery.methods.confidence.config import ConfidenceConfig
     from refinery.methods.confidence.stage import ConfidenceStage
     from refinery.pipeline.output import StageOutput
-    from refinery.pipeline.stage import StageInput, set_column
+    from refinery.pipeline.stage import set_column
+    from refinery.pipeline.stage_input import StageInput
 
     class RecordingPid(ConfidenceStage):
         def decide(self, batch):

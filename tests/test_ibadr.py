@@ -24,7 +24,7 @@ from refinery.methods.ibadr.stage import IbadrStage
 from refinery.models.precision import resolve_precision
 from refinery.pipeline.config import from_dict
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage_input import StageInput
 
 
 @pytest.fixture(scope="module")

@@ -93,13 +93,13 @@ def test_the_audit_of_a_weighted_corpus_is_its_weights_verdict(weighted, tmp_pat
 def test_the_weighted_audit_on_ray_equals_local(weighted, ray_local, monkeypatch):
     """Several units, each cut into a part per CPU and summed by the reducers: the sums of weights, the statistics
     and the significant features equal the local audit's (sums added in another order: equal to 1e-9)."""
-    from refinery.methods.audit import on_ray
+    from refinery.io import read_units
     from refinery.methods.audit.counting import audit
 
     out, _ = weighted
     path = str(out / "corpus")
-    monkeypatch.setattr(on_ray, "UNIT_ROWS", 4_000)
-    monkeypatch.setattr(on_ray, "MIN_UNIT_ROWS", 1_000)
+    monkeypatch.setattr(read_units, "UNIT_ROWS", 4_000)
+    monkeypatch.setattr(read_units, "MIN_UNIT_ROWS", 1_000)
     local, ray = (audit([path], engine=engine, weighted=True) for engine in ("local", "ray"))
     assert ray.weighted and type(ray.counter).__name__ == "WeightedAuditCounts" and ray.counter.merged
     assert ray.label_rows == local.label_rows and ray.counter.label_totals == pytest.approx(local.counter.label_totals)

@@ -18,7 +18,7 @@ from refinery.methods.zfilter.algorithm import KeptIds, ZFilter, add_features, w
 from refinery.methods.zfilter.config import PARTS, ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.stage import ComposeStage, ZFilterStage
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage_input import StageInput
 
 
 def run_stage(stage, inputs: list, out, mapping=None) -> dict:

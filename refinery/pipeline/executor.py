@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 import pyarrow as pa
 
-from refinery.pipeline.stage import Output, StageInput, set_column, with_split
+from refinery.pipeline.stage import Output, set_column
+from refinery.pipeline.stage_input import StageInput, with_split
 
 if TYPE_CHECKING:
     from refinery.io.corpus_writer import ShardTarget, WrittenShard

@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import TOP_REASONS
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageResult
+from refinery.pipeline.stage_input import StageInput
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput

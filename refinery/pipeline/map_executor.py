@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import pyarrow as pa
 
-from refinery.pipeline.stage import StageInput, with_split
+from refinery.pipeline.stage_input import StageInput, with_split
 
 if TYPE_CHECKING:
     from refinery.io.checkpoints import Checkpoints

@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.map_executor import Mapped, write_mapped
-from refinery.pipeline.stage import Output, Resources, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Resources, Stage, StageResult
+from refinery.pipeline.stage_input import StageInput
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput

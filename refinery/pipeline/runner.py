@@ -42,7 +42,8 @@ from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSp
 from refinery.pipeline.engine import check_engine, run_as_task
 from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.step_audits import write_pipeline_report
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult, missing_columns, stage_class
+from refinery.pipeline.stage import Output, Stage, StageResult, missing_columns, stage_class
+from refinery.pipeline.stage_input import StageInput
 from refinery.progress import peak_rss, recording, reset_peak_rss
 from refinery.report.format import held
 

@@ -39,7 +39,8 @@ from refinery.core.stats import Prior, ZStats
 from refinery.core.weighted_counts import WeightedCounts, counts_prior
 from refinery.pipeline.config import ReportConfig, to_dict
 from refinery.pipeline.output import AUDIT_PRIOR, StageOutput, recorded
-from refinery.pipeline.stage import Output, StageInput, stage_class
+from refinery.pipeline.stage import Output, stage_class
+from refinery.pipeline.stage_input import StageInput
 from refinery.report import browser
 from refinery.report.page import corpus_name
 from refinery.report.pipeline_page import PipelineFigures, StepEntry, render

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
 
 import pyarrow as pa
 
-from refinery.pipeline.stage import Stage, StageInput, StageResult
+from refinery.pipeline.stage import Stage, StageResult
+from refinery.pipeline.stage_input import StageInput
 
 if TYPE_CHECKING:
     from refinery.core.audit_record import AuditRecord
@@ -60,7 +61,9 @@ class CorpusPart:
     """A corpus a table stage writes: the part ``name`` of its folder (``""``: the folder itself), its ``rows`` (Arrow
     tables, in order; consumed once, as they are written), the input's ``rejects`` it answers for, the ``extra``
     entries of its manifest, the ``settings`` it records (None: the stage's), and ``audit``: given the rows per label
-    written, once every row is, what the stage measured of them (``PartAudit``)."""
+    written, once every row is, what the stage measured of them (``PartAudit``). ``rejects_from``: a computation
+    that finds the input's rejects as it runs (a counting pass over the input's batches), called with the function
+    it hands each table of them to, as they come, after the rows; one that raises leaves the part unwritten."""
 
     name: str
     rows: Iterable[pa.Table]
@@ -68,6 +71,7 @@ class CorpusPart:
     extra: dict = field(default_factory=dict)
     settings: dict | None = None
     audit: Callable[[dict], PartAudit] | None = None
+    rejects_from: Callable[[Callable[[pa.Table], None]], None] | None = None
 
 
 class TableStage(Stage):
@@ -127,6 +131,8 @@ def _committed(part: CorpusPart, out: "StageOutput") -> "CorpusManifest":
             writer.write(rows)
         if part.rejects is not None:
             writer.write(rejects=part.rejects)
+        if part.rejects_from is not None:
+            part.rejects_from(lambda rejects: writer.write(rejects=rejects))
         if part.audit is not None:
             measured = part.audit(writer.labels)
             if measured.prior is not None:

@@ -17,7 +17,8 @@ from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput, set_column
+from refinery.pipeline.stage import set_column
+from refinery.pipeline.stage_input import StageInput
 
 TASK = "aflite"   # its checkpoints: one table per finished iteration
 

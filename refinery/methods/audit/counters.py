@@ -8,6 +8,8 @@ from refinery.core.audit_config import AuditConfig
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.weighted_audit_counts import WEIGHTED_COUNTS_SCHEMA, row_weights
 
+PROBE_COLUMNS = ("id", "text_a", "text_b", "label")   # what the hypothesis-only probe reads of a row
+
 
 def probe_counts(table: pa.Table, config: AuditConfig, weighted: bool = False) -> pa.Table:
     """Long counts of ``hypo-only-pred=<label>``: a cross-fitted hypothesis-only probe's prediction per row (with

@@ -5,11 +5,11 @@ to a saved state (``update``).
 """
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import os
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -19,26 +19,27 @@ from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.audit_counters import count_table, new_counter
 from refinery.core.table_audit import AuditResult, finish
 from refinery.core.weighted_audit_counts import WEIGHT_COLUMN, BadWeights
-from refinery.io.corpus import AllRejected, EmptyInput, iter_input_batches, reject_reasons
+from refinery.io.corpus import AllRejected, EmptyInput, reject_reasons
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
-from refinery.methods.audit.counters import add_probe
+from refinery.methods.audit.counters import PROBE_COLUMNS, add_probe
 from refinery.pipeline.engine import check_engine
+from refinery.pipeline.stage_input import StageInput
 from refinery.progress import progress
 
 
-def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: AuditConfig,
-                only: pa.Array | None = None, probe: bool = True, on_rejects=None, weighted: bool = False):
-    """One pass over ``inputs``: the counter. ``probe``: add the hypothesis-only probe's counts; ``on_rejects``:
+def count_local(source: StageInput, config: AuditConfig, only: pa.Array | None = None, probe: bool = True,
+                on_rejects=None, weighted: bool = False):
+    """One pass over ``source``: the counter. ``probe``: add the hypothesis-only probe's counts; ``on_rejects``:
     called with each batch of the input's rejects; ``weighted``: count sums of the rows' ``weight``."""
     counter = new_counter(config, only, weighted)
     load_kernels_in_background()
     probe_tables = []
-    columns = ["id", "text_a", "text_b", "label"] + ([WEIGHT_COLUMN] if weighted else [])
+    columns = list(PROBE_COLUMNS) + ([WEIGHT_COLUMN] if weighted else [])
     with progress(desc="audit" if only is None else "recount", unit=" rows") as bar:
-        for path, batch in iter_input_batches(inputs, mapping, opts):
+        for path, batch in source.iter_read():
             try:
                 count_table(batch.rows, config, counter, only)
             except BadWeights as e:
@@ -46,27 +47,20 @@ def count_local(inputs, mapping: Mapping | None, opts: ReadOptions, config: Audi
             if on_rejects is not None and batch.rejects.num_rows:
                 on_rejects(batch.rejects)
             if probe and "hypo-only" in config.features.families:
-                probe_tables.append(batch.rows.select(columns))
+                probe_tables.append(batch.rows.select([c for c in columns if c in batch.rows.column_names]))
             bar.update(batch.rows.num_rows)
     add_probe(counter, probe_tables, config, weighted)
     return counter
 
 
-def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
-          config: AuditConfig = AuditConfig(), engine: str = "local", rejects=None,
-          carried: zstats.Prior | None = None, weighted: bool = False) -> AuditResult:
-    """Count features over ``inputs`` (added to the saved state of ``config.update`` if given) and compute
-    z-statistics. ``rejects``: a corpus writer (``StageOutput.corpus``) that publishes the input's rejects, as a
-    corpus of no rows (an ``AllRejected`` error names it when no row was good). ``carried``: the prior rule the
-    inputs record (an ``auto`` prior takes it: ``stats.choose_prior``). ``weighted``: the rows carry a ``weight``
-    and count as their weight (``core.weighted_audit_counts``: count(x, l) = Σ w, n(x) = Σ w, z* and min_count at
-    n_eff(x) = (Σ w)²/Σ w²; exact counts, in memory).
-
-    Sketch mode with ``sketch_recount`` (and no ``state``) reads the inputs twice: the sketches
-    bound memory and name the candidate features, then a second pass counts just those exactly,
-    so their z* carry no sketch error. An update of a saved state keeps the sketch estimates.
-    """
-    check_engine(engine)
+def count(source: StageInput, config: AuditConfig, on_rejects=None, weighted: bool = False) -> "Counted":
+    """The audit's counting pass over ``source`` (added to the saved state of ``config.update`` if given), in-process
+    or on Ray workers as ``source.engine`` says: the counter, and with ``on_rejects`` each batch of the input's rejects
+    handed to it as it is read (without, their reasons counted). An input of no row at all, or of one label, is
+    refused here (``_check_counted``), before its rejects are published; one whose rows were all rejected, by
+    ``Counted.finish`` once they are. ``weighted``: the rows carry a ``weight`` and count as their weight
+    (``core.weighted_audit_counts``: exact counts, in memory)."""
+    check_engine(source.engine)
     if weighted and (config.counting != "exact" or config.update is not None):
         raise ValueError("a weighted audit counts exactly, from scratch: leave out --counting sketch and --update, "
                          "or count rows with --unweighted")
@@ -76,27 +70,57 @@ def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOption
         if saved.counter_kind != config.counter_kind:
             raise ValueError(f"{state}: saved with features {saved.features.to_dict()} and {saved.counting} "
                              "counting; the update must use the same")
-    if engine == "ray":
-        from refinery.methods.audit.on_ray import count_ray as count
-    else:
-        count = count_local
-    opts = replace(opts, row_ids="hypo-only" in config.features.families)   # only the probe's folds read ids
+    source = dataclasses.replace(source, opts=replace(source.opts, row_ids="hypo-only" in config.features.families))
     recount = config.counting == "sketch" and config.sketch_recount and base is None
     reasons = Counter()
-    with rejects if rejects is not None else contextlib.nullcontext():
-        counter = count(inputs, mapping, opts, config, probe=not recount, on_rejects=(
-            (lambda t: reasons.update(reject_reasons(t))) if rejects is None else (lambda t: rejects.write(rejects=t))),
-            weighted=weighted)
-        reasons = reasons if rejects is None else rejects.reasons
-        if base is not None:
-            counter = base.merge(counter)
-        _check_counted(counter, inputs, reasons)   # before the rejects are published: a previous output stays whole
-        if rejects is not None:
-            rejects.commit()
-    if not counter.rows:
-        raise AllRejected(inputs, reasons, rejects and f"{rejects.out} (refinery inspect {rejects.out})")
-    recounted = count(inputs, mapping, opts, config, only=counter.candidates()) if recount else None
-    return finish(counter, config, sum(reasons.values()), recounted, carried, weighted)
+    counter = _pass(source)(source, config, probe=not recount, weighted=weighted, on_rejects=(
+        (lambda t: reasons.update(reject_reasons(t))) if on_rejects is None else
+        (lambda t: (reasons.update(reject_reasons(t)), on_rejects(t)))))
+    if base is not None:
+        counter = base.merge(counter)
+    _check_counted(counter, source.paths, reasons)
+    return Counted(source, config, counter, reasons, recount, weighted)
+
+
+def _pass(source: StageInput):
+    if source.engine == "ray":
+        from refinery.methods.audit.on_ray import count_ray
+        return count_ray
+    return count_local
+
+
+@dataclass
+class Counted:
+    """The audit's counts of an input (``count``): its ``counter``, the reasons its rejects were given, and whether
+    sketch mode's candidates are counted again exactly (``recount``)."""
+
+    source: StageInput
+    config: AuditConfig
+    counter: object
+    reasons: Counter
+    recount: bool
+    weighted: bool
+
+    def finish(self, carried: zstats.Prior | None = None, rejects_at: str | None = None) -> AuditResult:
+        """The z-statistics (METHODS §1; ``carried``: the prior rule the input records, which an ``auto`` prior
+        takes: ``stats.choose_prior``). Sketch mode with ``sketch_recount`` reads the input again: the sketches
+        bounded memory and named the candidate features, the second pass counts just those exactly, so their z*
+        carry no sketch error. An input whose every row was rejected is refused here, naming where its rejects
+        are (``rejects_at``)."""
+        if not self.counter.rows:
+            raise AllRejected(self.source.paths, self.reasons,
+                              rejects_at and f"{rejects_at} (refinery inspect {rejects_at})")
+        recounted = _pass(self.source)(self.source, self.config, only=self.counter.candidates()) \
+            if self.recount else None
+        return finish(self.counter, self.config, sum(self.reasons.values()), recounted, carried, self.weighted)
+
+
+def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),
+          config: AuditConfig = AuditConfig(), engine: str = "local", carried: zstats.Prior | None = None,
+          weighted: bool = False) -> AuditResult:
+    """The audit of ``inputs`` (files, folders, corpora; raw files read through ``mapping``): features counted and
+    z-statistics computed (``count`` and ``Counted.finish``), its rejects' reasons counted, written nowhere."""
+    return count(StageInput({"": list(inputs)}, mapping, opts, engine), config, weighted=weighted).finish(carried)
 
 
 def _check_counted(counter, inputs, reasons: Counter) -> None:

@@ -11,7 +11,9 @@ from refinery.core.records import AuditSummary
 from refinery.core.stats import WEIGHT_COLUMN
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.stage_input import StageInput
+from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label",
                   notes: list | None = None) -> dict:
@@ -84,17 +86,19 @@ UNWEIGHTED = (f"counts rows (--unweighted): the '{WEIGHT_COLUMN}' column the row
               "counts once")
 
 
-class AuditStage(Stage):
+class AuditStage(TableStage):
     """z-statistics of surface features against the label (Gardner et al. 2021).
 
     Writes ``report/`` (stats.parquet, topk.json, summary.json, report.html and the mergeable counts) and
     ``rejects/`` (the input's rejects, each with its reason); in a pipeline the rows pass on to the next stage
-    unchanged.
+    unchanged. A table stage that reads its rows itself (``queries_rows`` false): its counting pass hands the
+    rejects it meets to the table executor's writer as it goes; on Ray the driver hands units to workers.
     """
 
     name, Config = "audit", AuditConfig
     needs = ("text_a", "label")
     output = Output.INPUT
+    one_task = False   # its counting pass spreads over Ray's workers (``on_ray``): the driver hands out the units
 
     def also_reads(self) -> list[str]:
         """The saved counts of ``update`` (an earlier audit's folder): a changed state runs the step again."""
@@ -102,20 +106,38 @@ class AuditStage(Stage):
 
         return list(state_files(self.config.update)) if self.config.update else []
 
-    def measure(self, source: StageInput, out: StageOutput | None = None):
-        """The audit of ``source``; its input's rejects published as ``out``'s rejects/ (without ``out``, written
-        nowhere: what a pipeline's report measures at each step): a ``core.table_audit.AuditResult``."""
-        from refinery.methods.audit.counting import audit
+    def queries_rows(self) -> bool:
+        return False
 
-        config = replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
-        rejects = out.corpus("rejects", settings={self.name: config.to_dict()}) if out is not None else None
-        return audit(source.paths, source.mapping, source.opts, config, engine=source.engine, rejects=rejects,
-                     carried=source.prior, weighted=self.config.weighted and WEIGHT_COLUMN in source.columns())
+    def _named(self, source: StageInput) -> AuditConfig:
+        return replace(self.config, features=self.config.features.named(source.field_names, source.single_text))
 
-    def run(self, source: StageInput, out: StageOutput) -> StageResult:
+    def _weighted(self, source: StageInput) -> bool:
+        return self.config.weighted and WEIGHT_COLUMN in source.columns()
+
+    def measure(self, source: StageInput):
+        """The audit of ``source``, its rejects written nowhere (what a pipeline's report measures at each step): a
+        ``core.table_audit.AuditResult``."""
+        from refinery.methods.audit.counting import count
+
+        return count(source, self._named(source), weighted=self._weighted(source)).finish(source.prior)
+
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """``rejects/``: the input's rejects, handed to the writer by the counting pass as it meets them."""
+        from refinery.methods.audit.counting import count
+
+        source, config = rows.source, self._named(rows.source)
+
+        def counting(write_rejects) -> None:
+            self.counted = count(source, config, on_rejects=write_rejects, weighted=self._weighted(source))
+
+        return [CorpusPart("rejects", (), settings={self.name: config.to_dict()}, rejects_from=counting)]
+
+    def result(self, manifests: dict, out: StageOutput) -> StageResult:
         from refinery.report import terminal
 
-        result = self.measure(source, out)
+        source = self.counted.source
+        result = self.counted.finish(source.prior, out.url("rejects"))
         notes = [WEIGHTED if result.weighted else UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
         try:
             summary = write_outputs(result, out, notes=notes)
@@ -131,4 +153,3 @@ class AuditStage(Stage):
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
                            f"prior {summary['prior']}", tuple(lines))
-

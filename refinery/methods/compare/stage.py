@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from refinery.core.validation import NOT_EMPTY, setting, validate
 from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps
-from refinery.pipeline.stage import Output, Stage, StageInput, StageResult
+from refinery.pipeline.stage import Output, Stage, StageResult
+from refinery.pipeline.stage_input import StageInput
 
 if TYPE_CHECKING:
     import pyarrow as pa

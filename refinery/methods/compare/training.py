@@ -21,7 +21,7 @@ from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import SideInput, StageInput
+from refinery.pipeline.stage_input import SideInput, StageInput
 
 SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
 

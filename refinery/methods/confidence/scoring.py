@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 
 from refinery.methods.confidence.config import AUTO, ConfidenceConfig
 from refinery.models.base import CLASSIFIERS
-from refinery.pipeline.stage import StageInput, set_column
+from refinery.pipeline.stage import set_column
+from refinery.pipeline.stage_input import StageInput
 
 
 def label_confidence(table: pa.Table, model=None, proba_column: str | None = None) -> np.ndarray:
@@ -150,7 +151,8 @@ def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=
                                           engine=source.engine)
         return LabelScores(proba[np.arange(len(y)), y], y, tuple(classes),
                            proba.astype(np.float32) if config.label_issues else None)
-    table = _model_view(source, config)
+    table = source.read_columns(("id", "text_a", "text_b", "label", "split",
+                                 *([config.proba_column] if config.proba_column else [])))
     labels, label = np.unique(table["label"].to_numpy(zero_copy_only=False), return_inverse=True)   # sorted, as
     labels = tuple(labels.tolist())                                                                   # SGD's
     if not config.label_issues:
@@ -159,16 +161,6 @@ def source_confidence(source: StageInput, config: ConfidenceConfig, checkpoints=
     column = {c: j for j, c in enumerate(classes)}   # a saved model's labels hold the input's (refused otherwise)
     proba = proba[:, [column[l] for l in labels]]
     return LabelScores(proba[np.arange(len(label)), label], label, labels, proba.astype(np.float32))
-
-
-def _model_view(source: StageInput, config: ConfidenceConfig) -> pa.Table:
-    """What the models (or ``--proba-column``) read of every row of ``source``, in its batches' order: its id, texts
-    and label (and the column of probabilities), not the input's other columns."""
-    wanted = ("id", "text_a", "text_b", "label", "split", *([config.proba_column] if config.proba_column else []))
-    parts = [b.rows.select([c for c in wanted if c in b.rows.column_names]) for b in source.iter_batches()
-             if b.rows.num_rows]
-    return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table(
-        {c: pa.array([], pa.string()) for c in ("id", "text_a", "label")})
 
 
 @dataclass

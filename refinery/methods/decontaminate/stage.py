@@ -19,7 +19,8 @@ from refinery.methods.decontaminate.config import DecontaminateConfig
 from refinery.pipeline.executor import rows_among
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import SideInput, StageInput, set_column
+from refinery.pipeline.stage import set_column
+from refinery.pipeline.stage_input import SideInput, StageInput
 
 CHUNK_ROWS = 1_000_000   # training rows matched against an evaluation set at once
 

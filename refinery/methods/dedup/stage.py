@@ -20,7 +20,8 @@ from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import rows_among
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput, set_column
+from refinery.pipeline.stage import set_column
+from refinery.pipeline.stage_input import StageInput
 
 TASK = "dedup"   # its checkpoints: the verified pairs of each group of LSH bands
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from refinery.models.evaluation import EvalSet
 from refinery.methods.probe.config import ProbeConfig
-from refinery.pipeline.stage import Output, SideInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.stage_input import SideInput
 from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ import pyarrow as pa
 from refinery.core.features import FeatureConfig
 from refinery.methods.razor.config import RESOURCES, RazorConfig
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import Output, StageInput, StageResult
+from refinery.pipeline.stage import Output, StageResult
+from refinery.pipeline.stage_input import StageInput
 from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
 
 

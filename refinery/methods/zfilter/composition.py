@@ -23,7 +23,7 @@ from refinery.core.incremental_counts import IncrementalCounts
 from refinery.methods.zfilter.decisions import Decisions
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage_input import StageInput
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, number_in, one_of, setting, validate
-from refinery.pipeline.stage import StageInput
+from refinery.pipeline.stage_input import StageInput
 
 COMPOSITIONS = ("zaug", "parz", "seqz")
 BIASED_SETS = ("significant", "top-k")   # B_Z(l): the top-k of l's significant features, or of all (the paper's)

@@ -22,7 +22,8 @@ from refinery.methods.zfilter.decisions import tag
 from refinery.pipeline.executor import row_numbers
 from refinery.pipeline.filter import FilterStage, split, verdict_headline
 from refinery.pipeline.output import StageOutput
-from refinery.pipeline.stage import StageInput, StageResult, set_column
+from refinery.pipeline.stage import StageResult, set_column
+from refinery.pipeline.stage_input import StageInput
 
 
 class _DecidedInPrepare(FilterStage):

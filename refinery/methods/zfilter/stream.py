@@ -19,7 +19,7 @@ from refinery.io.raw import rebatch
 from refinery.methods.zfilter.algorithm import Settled, ZFilter, add_features, with_features
 from refinery.methods.zfilter.decisions import Decisions, position_type
 from refinery.methods.zfilter.config import ZFilterConfig
-from refinery.pipeline.stage import SideInput, StageInput
+from refinery.pipeline.stage_input import SideInput, StageInput
 from refinery.progress import progress
 
 STREAM_REASON = "hits B_Z(label): "

@@ -1,0 +1,224 @@
+"""``StageInput``: the corpora a stage reads, and the ways it reads them (batches in order, the input's shards and
+units for workers, rows per label, rejects, the columns a model reads, side corpora), so that a stage never opens a
+corpus itself."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterator
+
+import pyarrow as pa
+
+from refinery.io.read_options import ReadOptions
+from refinery.io.schema import CANONICAL_FIELDS, Mapping
+
+if TYPE_CHECKING:
+    from refinery.core.stats import Prior
+    from refinery.io.canonical import Batch
+
+
+@dataclass(frozen=True)
+class SideInput:
+    """A corpus a stage reads besides its input (an evaluation set, z-filtering's seed): its ``paths``, the
+    ``mapping`` its raw files are read through (None: refinery's columns), and ``option``, what a message about it
+    names (``--against test``)."""
+
+    paths: tuple
+    mapping: Mapping | None = None
+    option: str = ""
+
+
+@dataclass
+class StageInput:
+    """The corpora a stage reads: ``{split: [paths]}`` (split ``""``: unnamed, rows keep any ``split`` column
+    they have), raw files read through ``mapping`` or finished corpora (``mapping`` None). A pipeline's
+    stages read its input's corpus, and know the input's preset by its ``field_names``."""
+
+    splits: dict
+    mapping: Mapping | None = None
+    opts: ReadOptions = field(default_factory=ReadOptions)
+    engine: str = "local"
+    field_names: tuple | None = None   # the task's names of text_a and text_b (the input's preset's)
+    single_text: bool = False          # whether the input's preset has one text
+    prior: Prior | None = None         # the audit's prior rule its corpora record (decided on their lineage's first)
+    _sides: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # read_side's, once each
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for paths in self.splits.values() for p in paths]
+
+    @property
+    def named(self) -> bool:
+        return any(self.splits)
+
+    def iter_batches(self) -> Iterator["Batch"]:
+        """Canonical batches of every split in order, named splits in a ``split`` column; each input's
+        rejects come as batches of their own."""
+        for _, batch in self.iter_read():
+            yield batch
+
+    def iter_read(self) -> Iterator[tuple[str, "Batch"]]:
+        """``iter_batches``' batches, each with the file it was read from (for a message naming it)."""
+        from refinery.io.canonical import Batch
+        from refinery.io.corpus import iter_input_batches
+
+        for split, paths in self.splits.items():
+            for path, batch in iter_input_batches(paths, self.mapping, self.opts):
+                yield path, (Batch(with_split(batch.rows, split), batch.rejects) if split else batch)
+
+    def read_columns(self, columns) -> pa.Table:
+        """``columns`` (those the rows have) of every good row, in memory, in ``iter_batches``' order: what a model
+        fit on the whole input reads, not the input's other columns."""
+        parts = [b.rows.select([c for c in columns if c in b.rows.column_names]) for b in self.iter_batches()
+                 if b.rows.num_rows]
+        if parts:
+            return pa.concat_tables(parts, promote_options="permissive")
+        return pa.table({c: pa.array([], pa.string()) for c in columns if c in CANONICAL_FIELDS})
+
+    def read_units(self, cpus: int) -> tuple[list, list]:
+        """The input cut into units that workers read themselves (``io.read_units``): each finished corpus's row
+        groups in units of about equal rows for ``cpus`` workers, each raw file whole; and (the number of units
+        before them, the corpus) of each finished corpus that keeps rejects."""
+        from refinery.io.corpus import Corpus, corpus_of, input_mapping
+        from refinery.io.inputs import expand_paths
+        from refinery.io.read_units import Piece, corpus_units
+
+        so, units, keeping_rejects = self.opts.storage_options, [], []
+        for path in self.paths:
+            read_by = input_mapping(path, self.mapping, self.opts)   # as iter_batches reads it (``io.corpus``)
+            if read_by is None:   # a corpus, or a stage's folder: the corpus it made
+                corpus = Corpus.open(corpus_of(path, so), so)
+                if corpus.manifest.get("rejected"):
+                    keeping_rejects.append((len(units), corpus))
+                units += corpus_units(corpus.files, so, cpus)
+            else:
+                units += [(Piece(file, mapping=read_by),) for file in expand_paths([path], so)]
+        return units, keeping_rejects
+
+    def rows_at(self, wanted: list, columns: tuple = ("id", "text_a", "text_b")) -> dict:
+        """Row number (in the order ``iter_batches`` gives the good rows) → the row's ``columns`` (those it has), for
+        the rows ``wanted``: a pass over the input that keeps only them."""
+        import numpy as np
+
+        wanted, found, start = np.unique(np.asarray(wanted, np.int64)), {}, 0
+        for batch in (b.rows for b in self.iter_batches() if b.rows.num_rows):
+            mine = wanted[(wanted >= start) & (wanted < start + batch.num_rows)]
+            if len(mine):
+                part = batch.select([c for c in columns if c in batch.column_names])
+                found.update(zip(mine.tolist(), part.take(pa.array(mine - start)).to_pylist()))
+            start += batch.num_rows
+            if start > (wanted[-1] if len(wanted) else -1):
+                break
+        return found
+
+    def columns(self) -> list[str]:
+        """The canonical columns every input has: a corpus's schema, or what the mapping gives raw files."""
+        common = None
+        for split, paths in self.splits.items():
+            for path in paths:
+                cols = set(_columns(path, self.mapping, self.opts.storage_options)) | ({"split"} if split else set())
+                common = cols if common is None else common & cols
+        return sorted(common or ())
+
+    def read_side(self, side: SideInput) -> tuple[pa.Table, pa.Table]:
+        """The rows and the rejects of a corpus the stage reads besides its input (``SideInput``), in memory, read
+        once per run with the input's storage and batch options; a missing or unreadable one is a ``ValueError``
+        naming its option."""
+        from refinery.io.corpus import load
+
+        key = (side.paths, repr(side.mapping))
+        if key not in self._sides:
+            try:
+                self._sides[key] = load(list(side.paths), side.mapping, self.opts)
+            except (FileNotFoundError, ValueError) as error:
+                raise ValueError(f"{side.option}: {error}" if side.option else str(error)) from None
+        return self._sides[key]
+
+    def shard_files(self):
+        """The input's Parquet shards in order, as workers read them themselves (``engine.ParquetSource``), where
+        it is unnamed and every input a finished corpus; else None (the driver reads the rows)."""
+        from refinery.io.corpus import Corpus, is_corpus
+        from refinery.pipeline.engine import ParquetSource
+
+        so = self.opts.storage_options
+        if self.named or not all(is_corpus(url, so) for url in self.paths):
+            return None
+        return ParquetSource(tuple(f for url in self.paths for f in Corpus.open(url, so).files), storage_options=so)
+
+    def rows_per_label(self, read_raw: bool = True) -> dict:
+        """Rows per label of the input: each finished corpus's from its manifest, each raw input's read (its labels
+        only), or counted 0 where not ``read_raw``."""
+        from collections import Counter
+
+        from refinery.core.stats import rows_per_label
+        from refinery.io.corpus import Corpus, is_corpus, iter_input_batches
+
+        counts, raw, so = Counter(), [], self.opts.storage_options
+        for url in self.paths:
+            if is_corpus(url, so):
+                counts.update(Corpus.open(url, so).manifest["labels"])
+            else:
+                raw.append(url)
+        for _, batch in iter_input_batches(raw if read_raw else [], self.mapping, replace(self.opts, row_ids=False)):
+            counts.update(rows_per_label(batch.rows["label"]))
+        return dict(counts)
+
+    def read_rejects(self) -> pa.Table:
+        """The input's rejects: a finished corpus's from its rejects file, a raw input's by reading it."""
+        from refinery.io.corpus import Corpus, corpus_of, is_corpus, iter_input_batches
+        from refinery.io.schema import REJECTS_SCHEMA, empty_table
+
+        so, tables = self.opts.storage_options, []
+        for url in (corpus_of(u, so) for u in self.paths):   # a stage's folder: the corpus it made
+            if is_corpus(url, so):
+                corpus = Corpus.open(url, so)
+                tables += [corpus.read_rejects()] if corpus.manifest.get("rejected") else []
+            else:
+                tables += [b.rejects for _, b in iter_input_batches([url], self.mapping, self.opts)
+                           if b.rejects.num_rows]
+        return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)
+
+    def load(self) -> tuple[pa.Table, pa.Table]:
+        """All rows (named splits in a ``split`` column) and all rejects, in memory."""
+        from refinery.io.corpus import load
+
+        if not self.named:
+            return load(self.paths, self.mapping, self.opts)
+        rows, rejects = zip(*(load(paths, self.mapping, self.opts) for paths in self.splits.values()))
+        tables = [with_split(t, s) for s, t in zip(self.splits, rows)]
+        return pa.concat_tables(tables, promote_options="permissive"), pa.concat_tables(rejects)
+
+
+def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[str]:
+    import pyarrow.parquet as pq
+
+    from refinery.io.corpus import Corpus, corpus_of, input_mapping
+    from refinery.io.location import get_fs
+
+    mapping = input_mapping(path, mapping, ReadOptions(storage_options=storage_options))
+    if mapping is None:   # a corpus (a stage's folder: the corpus it made)
+        corpus = Corpus.open(corpus_of(path, storage_options), storage_options)
+        if not corpus.files:
+            return list(CANONICAL_FIELDS)
+        if "columns" in corpus.manifest:   # recorded by the writer (a corpus written before: its first shard's)
+            return list(corpus.manifest["columns"])
+        fs, local = get_fs(corpus.files[0], storage_options)
+        with fs.open(local, "rb") as fh:
+            return pq.read_schema(fh).names
+    mapped = [name for name, column in mapping.columns.items() if column]
+    return ["id", *mapped, *(["split"] if mapping and _carries_split(path, mapping, storage_options) else [])]
+
+
+def _carries_split(path: str, mapping: Mapping, storage_options: dict) -> bool:
+    """Whether a raw input's rows carry a ``split`` column of their own (its first batch tells)."""
+    from refinery.io.readers import read_input
+
+    opts = ReadOptions(batch_rows=1_000, storage_options=storage_options, row_ids=False)
+    first = next((batch for _, batch in read_input(path, mapping, opts) if batch.rows.num_rows), None)
+    return first is not None and "split" in first.rows.column_names
+
+
+def with_split(table: pa.Table, split: str) -> pa.Table:
+    """``table`` with a ``split`` column holding ``split`` (replacing one it had)."""
+    if "split" in table.column_names:
+        table = table.drop_columns(["split"])
+    return table.append_column("split", pa.array([split] * table.num_rows, pa.string()))
