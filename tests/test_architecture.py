@@ -197,6 +197,16 @@ def test_no_method_module_opens_a_corpus():
     assert not found, "method modules that open, write or commit a corpus themselves:\n" + "\n".join(found)
 
 
+def test_no_stage_runs_itself():
+    """Issue 63: every stage declares its kind (a filter, a map, a table stage) and is run by that kind's executor:
+    no class under methods/ defines ``run``."""
+    found = [f"{_where(module, fn.lineno)}: {cls.name}.run" for module, path in MODULES.items()
+             if module.startswith("refinery.methods.") for cls in ast.walk(ast.parse(path.read_text()))
+             if isinstance(cls, ast.ClassDef) for fn in cls.body
+             if isinstance(fn, ast.FunctionDef) and fn.name == "run"]
+    assert not found, "stages that run themselves:\n" + "\n".join(found)
+
+
 def test_io_and_core_import_refinery_at_the_top():
     hidden = [f"{_where(module, line)}: {module} imports {target} inside a function"
               for module, target, line, in_function in EDGES

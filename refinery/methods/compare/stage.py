@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from refinery.core.validation import NOT_EMPTY, setting, validate
 from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps
-from refinery.pipeline.stage import Output, Stage, StageResult
+from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
+from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,14 +95,16 @@ def _is_input(entry: str, own: list) -> bool:
     return own == [path] or bool(own) and all(p.startswith(path + "/") for p in own)
 
 
-class CompareStage(Stage):
+class CompareStage(TableStage):
     """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets (report only;
-    the rows pass on)."""
+    the rows pass on). A table stage that reads its training corpora and evaluation sets itself (as side
+    corpora); on Ray each corpus × seed model is a task of its own, started from the driver."""
 
     name, Config = "compare", CompareStageConfig
     output = Output.INPUT
     references = ("baseline",)
     verb = False   # ``refinery compare`` names its corpora (--train NAME=PATH), the input of other verbs (cli/tools.py)
+    one_task = False   # its models train as Ray tasks side by side (``training.trained_runs``)
 
     def also_reads(self) -> list[str]:
         return [p for e in self.config.eval_sets() for p in e.paths]
@@ -110,17 +113,27 @@ class CompareStage(Stage):
     def referenced_path(cls, reference: str) -> str:
         return train_split(reference)[0]
 
-    def run(self, source: StageInput, out: "StageOutput") -> StageResult:
+    def queries_rows(self) -> bool:
+        return False
+
+    def compute(self, rows: TableInput) -> list[CorpusPart]:
+        """Every corpus × seed model trained (each finished run kept in the output's ``runs/``) and scored; no
+        corpus written."""
+        c = self.config
+        self.train, self.mine = training_corpora(c.baseline, rows.source.paths, c.names)
+        self.evals = c.eval_sets()
+        self.summary, self.predictions = _compare(self.train, self.evals, rows.source, c.model,
+                                                  rows.checkpoints("runs", kept=True), c.split)
+        return []
+
+    def result(self, manifests: dict, out: "StageOutput") -> StageResult:
         from refinery.methods.compare.page import console_lines, report_page
         from refinery.report import format as fmt
 
-        c = self.config
-        train, mine = training_corpora(c.baseline, source.paths, c.names)
-        evals = c.eval_sets()
-        report, predictions = _compare(train, evals, source, c.model, out, c.split)
-        page = report_page(report, train, {e.name: list(e.paths) for e in evals}, out)
-        out.publish_report(report, page, {"predictions.parquet": predictions})
-        trained = report["train"][mine]   # it passes its whole input on: the splits it did not train on too
+        report = self.summary
+        page = report_page(report, self.train, {e.name: list(e.paths) for e in self.evals}, out)
+        out.publish_report(report, page, {"predictions.parquet": self.predictions})
+        trained = report["train"][self.mine]   # it passes its whole input on: the splits it did not train on too
         rows, rejected = trained["rows"] + trained["other_splits_left_out"], trained["rejected"]
         refined = [n for n in report["train"] if n != report["baseline"]]
         gains = "; ".join(f"{n} " + ", ".join(f"{ev} {fmt.points(per[n]['gain']['delta'])}"
@@ -132,11 +145,11 @@ class CompareStage(Stage):
                            lines=(headline, *console_lines(report)), warnings=tuple(report["warnings"]))
 
 
-def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, out: "StageOutput",
-             split: str | None) -> tuple[dict, "pa.Table"]:
+def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, runs, split: str | None
+             ) -> tuple[dict, "pa.Table"]:
     """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each seed and
-    score every ``EvalSet``: the report and every run's predictions. Each finished run is published under
-    ``out``'s ``runs/`` and reused while its fingerprint holds.
+    score every ``EvalSet``: the report and every run's predictions. Each finished run is kept in ``runs`` (the
+    output's ``runs/``) and reused while its fingerprint holds.
 
     Honest by construction: evaluation rows whose texts are in a training corpus fail the run unless
     ``config.allow_overlap`` (then the report marks those cells); the rows each corpus contaminates (a run of
@@ -163,7 +176,7 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     preds: list[pa.Table] = []
     jobs = [{"name": n, "seed": s, "key": run_fingerprint(config, train_prints[n], s, eval_prints)}
             for n in data.names for s in range(config.seeds)]
-    for job, table in zip(jobs, trained_runs(jobs, data, source.engine, out)):
+    for job, table in zip(jobs, trained_runs(jobs, data, source.engine, runs)):
         name = job["name"]
         preds.append(table.append_column("contaminated", pa.array(np.concatenate(
             [data.contamination[e.name][name].rows for e in evals]))))

@@ -20,7 +20,7 @@ from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, train_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
-from refinery.pipeline.output import StageOutput
+from refinery.io.checkpoints import Checkpoints
 from refinery.pipeline.stage_input import SideInput, StageInput
 
 SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
@@ -210,24 +210,24 @@ def run_fingerprint(config: CompareConfig, train_print: tuple, seed: int, eval_p
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def trained_runs(jobs: list, data: Corpora, engine: str, out: StageOutput) -> list:
+def trained_runs(jobs: list, data: Corpora, engine: str, runs: Checkpoints) -> list:
     """``predictions_of`` each job ({name, seed, key}), in order: one after the other in this process, or under
     ``--engine ray`` each as a Ray task, side by side (the corpora put in the object store once; where the output
-    is on this machine's disk and the cluster has other nodes, in this process, which alone reaches it)."""
-    from refinery.io.location import get_fs, is_local
+    is on this machine's disk and the cluster has other nodes, in this process, which alone reaches it). ``runs``:
+    the output's ``runs/``, where each finished run is kept."""
     from refinery.pipeline.engine import map_calls, single_node
     from refinery.progress import progress
 
-    if engine == "ray" and (not is_local(get_fs(out.folder, out.storage_options)[0]) or single_node()):
-        return map_calls(predictions_of, jobs, {"data": data, "out": out}, engine="ray", desc="compare")
-    return [predictions_of(data, **job, out=out) for job in progress(jobs, desc="compare", unit=" run")]
+    if engine == "ray" and (not runs.local or single_node()):
+        return map_calls(predictions_of, jobs, {"data": data, "runs": runs}, engine="ray", desc="compare")
+    return [predictions_of(data, **job, runs=runs) for job in progress(jobs, desc="compare", unit=" run")]
 
 
-def predictions_of(data: Corpora, name: str, seed: int, key: str, out: StageOutput) -> pa.Table:
+def predictions_of(data: Corpora, name: str, seed: int, key: str, runs: Checkpoints) -> pa.Table:
     """The predictions of corpus ``name``'s model of ``seed`` on every evaluation set: a finished run of
-    fingerprint ``key`` reused, else trained, scored and kept (a finished run survives an interrupted comparison,
-    and a later comparison of the same output reuses it)."""
-    runs, run = out.checkpoints("runs", kept=True), f"{_safe(name)}-seed{seed}"
+    fingerprint ``key`` reused, else trained, scored and kept in ``runs`` (a finished run survives an interrupted
+    comparison, and a later comparison of the same output reuses it)."""
+    run = f"{_safe(name)}-seed{seed}"
     fingerprint = {"fingerprint": key, "corpus": name, "seed": seed}
     table = runs.get(run, "predictions.parquet", key=fingerprint)
     if table is not None:
