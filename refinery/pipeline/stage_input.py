@@ -40,7 +40,6 @@ class StageInput:
     field_names: tuple | None = None   # the task's names of text_a and text_b (the input's preset's)
     single_text: bool = False          # whether the input's preset has one text
     prior: Prior | None = None         # the audit's prior rule its corpora record (decided on their lineage's first)
-    _sides: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # read_side's, once each
 
     @property
     def paths(self) -> list[str]:
@@ -121,17 +120,16 @@ class StageInput:
 
     def read_side(self, side: SideInput) -> tuple[pa.Table, pa.Table]:
         """The rows and the rejects of a corpus the stage reads besides its input (``SideInput``), in memory, read
-        once per run with the input's storage and batch options; a missing or unreadable one is a ``ValueError``
-        naming its option."""
+        with the input's storage and batch options; one missing or unreadable is a ``ValueError`` naming its
+        ``option``, where it has one."""
         from refinery.io.corpus import load
 
-        key = (side.paths, repr(side.mapping))
-        if key not in self._sides:
-            try:
-                self._sides[key] = load(list(side.paths), side.mapping, self.opts)
-            except (FileNotFoundError, ValueError) as error:
-                raise ValueError(f"{side.option}: {error}" if side.option else str(error)) from None
-        return self._sides[key]
+        try:
+            return load(list(side.paths), side.mapping, self.opts)
+        except (FileNotFoundError, ValueError) as error:
+            if not side.option:
+                raise
+            raise ValueError(f"{side.option}: {error}") from None
 
     def shard_files(self):
         """The input's Parquet shards in order, as workers read them themselves (``engine.ParquetSource``), where

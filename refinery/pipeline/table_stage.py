@@ -46,6 +46,11 @@ class TableInput:
     splits: dict
     checkpoints: Callable
 
+    def table(self) -> pa.Table:
+        """Every row of ``rows`` in memory, in input order, without ``row_id``: what a computation over the whole
+        table starts from (a model fit on it, RAZOR's rounds, IBADR's pool)."""
+        return self.con.sql("SELECT * EXCLUDE (row_id) FROM rows ORDER BY row_id").to_arrow_table()
+
 
 @dataclass(frozen=True)
 class PartAudit:

@@ -73,9 +73,13 @@ def count(source: StageInput, config: AuditConfig, on_rejects=None, weighted: bo
     source = dataclasses.replace(source, opts=replace(source.opts, row_ids="hypo-only" in config.features.families))
     recount = config.counting == "sketch" and config.sketch_recount and base is None
     reasons = Counter()
-    counter = _pass(source)(source, config, probe=not recount, weighted=weighted, on_rejects=(
-        (lambda t: reasons.update(reject_reasons(t))) if on_rejects is None else
-        (lambda t: (reasons.update(reject_reasons(t)), on_rejects(t)))))
+
+    def rejected(rejects: pa.Table) -> None:
+        reasons.update(reject_reasons(rejects))
+        if on_rejects is not None:
+            on_rejects(rejects)
+
+    counter = _pass(source)(source, config, probe=not recount, weighted=weighted, on_rejects=rejected)
     if base is not None:
         counter = base.merge(counter)
     _check_counted(counter, source.paths, reasons)

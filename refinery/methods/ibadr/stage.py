@@ -41,7 +41,7 @@ class IbadrStage(TableStage):
         from refinery.methods.ibadr.pool import grow_pool
 
         source = rows.source
-        table = rows.con.sql("SELECT * EXCLUDE (row_id) FROM rows ORDER BY row_id").to_arrow_table()
+        table = rows.table()
         grown = self.grown = grow_pool(table, self.config, rows.checkpoints, engine=source.engine,
                                        features=FeatureConfig().named(source.field_names, source.single_text),
                                        carried=source.prior)

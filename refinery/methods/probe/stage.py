@@ -45,7 +45,7 @@ class ProbeStage(TableStage):
         empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]
         if empty:
             raise ValueError(f"evaluation corpus {empty[0]}: no good rows in {', '.join(evals[empty[0]][0].paths)}")
-        train_table = rows.con.sql("SELECT * EXCLUDE (row_id) FROM rows ORDER BY row_id").to_arrow_table()
+        train_table = rows.table()
         self.model = model = c.classifier()
         t = time.perf_counter()
         model.fit(train_table)

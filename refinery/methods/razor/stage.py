@@ -46,7 +46,7 @@ class RazorStage(TableStage):
 
         if self.config.score_only:
             return [self._streamed_scores(rows.source)]
-        table = rows.con.sql("SELECT * EXCLUDE (row_id) FROM rows ORDER BY row_id").to_arrow_table()
+        table = rows.table()
         before = score(table, self.config)
         r = self.summary = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
                            "gamma": gamma_summary(before.gamma), "config": self.config.to_dict()}
