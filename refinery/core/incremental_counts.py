@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
-from refinery.core.row_kernels import add_cells
+from refinery.core.row_kernels import add_cells, add_row_cells, add_rows_passing
 from refinery.core.vocabulary import TokenIds
 
 
@@ -25,10 +25,9 @@ class IncrementalCounts:
         self.vocabulary = vocabulary.vocabulary if vocabulary else TokenIds()
         self.matrix = np.zeros((1024, len(self.labels)), dtype=np.int32)
         self.label_totals = {l: 0 for l in self.labels}
-        self._tested = np.zeros(1024, dtype=bool)   # n ≥ the min_count ``retest`` was last given, per feature
         self._marks = np.full(1024, -1, dtype=np.int32)   # the last ``add``/``subtract`` that listed each feature
         self._calls = 0
-        self.tested = 0                              # how many: the features an audit of these counts tests
+        self.tested = 0              # the features an audit of these counts tests (n ≥ min_count: ``add_all_rows``)
 
     @property
     def num_features(self) -> int:
@@ -46,13 +45,30 @@ class IncrementalCounts:
     def add(self, feature_ids, label_ids, row_label_ids=None) -> np.ndarray:
         """Count pairs (feature id, label id); ``row_label_ids`` are the label ids of the rows added. Returns the
         distinct feature ids counted, in the order of their first pair."""
+        self._grow()
+        self._count_rows(row_label_ids, 1)
+        return self._counted(feature_ids, label_ids, 1)
+
+    def add_rows(self, feature_ids: np.ndarray, offsets: np.ndarray, row_label_ids: np.ndarray,
+                 keep: np.ndarray | None = None) -> np.ndarray:
+        """Count the rows ``keep`` selects (default: all): row r's features are ``feature_ids[offsets[r]:offsets[r +
+        1]]``, its label ``row_label_ids[r]``. Returns the distinct feature ids counted, as ``add``."""
+        keep = np.ones(len(row_label_ids), dtype=bool) if keep is None else keep
+        self._grow()
+        self._count_rows(row_label_ids[keep], 1)
+        self._calls += 1
+        return add_row_cells(self.matrix, feature_ids, offsets, row_label_ids, keep, self._marks, self._calls)
+
+    def _grow(self) -> None:
+        """Room for every feature of the vocabulary, in the counts and ``_marks`` (grown by half: the copy briefly
+        holds both)."""
         F, C = self.num_features, len(self.labels)
-        if F > self.matrix.shape[0]:  # grown by half: the copy briefly holds both
+        if F > self.matrix.shape[0]:
             grown = np.zeros((max(F, self.matrix.shape[0] * 3 // 2), C), dtype=self.matrix.dtype)
             grown[: self.matrix.shape[0]] = self.matrix
             self.matrix = grown
-        self._count_rows(row_label_ids, 1)
-        return self._counted(feature_ids, label_ids, 1)
+        if len(self._marks) < self.matrix.shape[0]:
+            self._marks = np.concatenate([self._marks, np.full(self.matrix.shape[0] - len(self._marks), -1, np.int32)])
 
     def subtract(self, feature_ids, label_ids, row_label_ids) -> np.ndarray:
         """Take back rows counted by ``add`` (their pairs, and ``row_label_ids`` one per row); the distinct feature
@@ -68,27 +84,23 @@ class IncrementalCounts:
             self.label_totals[label] += step * n
 
     def _counted(self, feature_ids, label_ids, step: int) -> np.ndarray:
-        if len(self._marks) < self.matrix.shape[0]:
-            self._marks = np.concatenate([self._marks, np.full(self.matrix.shape[0] - len(self._marks), -1, np.int32)])
         self._calls += 1
         return add_cells(self.matrix, np.asarray(feature_ids, np.int64), np.asarray(label_ids, np.int64), step,
                          self._marks, self._calls)
 
-    def retest(self, ids: np.ndarray, min_count: int) -> None:
-        """Update ``tested`` for the features ``ids`` whose counts changed (distinct): each is tested where
-        n ≥ ``min_count``. O(len(ids)), so that Z's significance threshold follows it batch by batch."""
-        if len(self._tested) < self.matrix.shape[0]:
-            grown = np.zeros(self.matrix.shape[0], dtype=bool)
-            grown[: len(self._tested)] = self._tested
-            self._tested = grown
-        now = zstats.row_totals(self.matrix[ids]) >= min_count
-        self.tested += int(now.sum()) - int(self._tested[ids].sum())
-        self._tested[ids] = now
+    def add_all_rows(self, feature_ids: np.ndarray, offsets: np.ndarray, row_label_ids: np.ndarray,
+                     min_count: int) -> None:
+        """Count every row (as ``add_rows``) of counts that only grow (no ``subtract``: the input's, streamed), and
+        ``tested``, the features with n ≥ ``min_count``, with them: Z's significance threshold follows it batch by
+        batch. One pass over the pairs; the distinct features are not listed."""
+        self._grow()
+        self._count_rows(row_label_ids, 1)
+        self.tested += int(add_rows_passing(self.matrix, feature_ids, offsets, row_label_ids, min_count))
 
     def freeze(self) -> None:
-        """Counting is over: the per-feature working arrays of ``add``, ``subtract`` and ``retest`` are let go (at 49M
-        features, 0.4 GB); the counts, the names, ``tested`` and the statistics stay."""
-        self._marks, self._tested = np.zeros(0, np.int32), np.zeros(0, bool)
+        """Counting is over: the per-feature working array of ``add`` and ``subtract`` is let go (at 49M features,
+        0.2 GB); the counts, the names, ``tested`` and the statistics stay."""
+        self._marks = np.zeros(0, np.int32)
 
     @property
     def rows(self) -> int:

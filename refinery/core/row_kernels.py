@@ -1,7 +1,7 @@
 """The compiled kernels of each row's features (z-filtering, METHODS §2): listing a batch's rows' distinct
 features as packed keys (``row_feature_keys``, for ``row_features``), counting (feature, label) pairs by id
-(``add_cells``, for ``incremental_counts``), and grouping the features of rows by row (``lists_by_row``, for a
-z-filter's decisions)."""
+(``add_cells``; row by row, ``add_row_cells`` and ``add_rows_passing``: for ``incremental_counts``),
+and grouping the features of rows by row (``lists_by_row``, for a z-filter's decisions)."""
 from __future__ import annotations
 
 import numba
@@ -127,6 +127,46 @@ def add_cells(counts, feature_ids, label_ids, step, marks, mark):
             out[n] = f
             n += 1
     return out[:n]
+
+
+@numba.njit(nogil=True, cache=True)
+def add_row_cells(counts, feature_ids, offsets, row_labels, keep, marks, mark):
+    """``counts[f, row_labels[r]] += 1`` for every feature f of every row r with ``keep[r]`` (row r's features:
+    ``feature_ids[offsets[r]:offsets[r + 1]]``); returns the distinct features, in the order of their first pair
+    (``marks`` and ``mark`` as ``add_cells``'s)."""
+    out = np.empty(offsets[len(offsets) - 1] - offsets[0], np.int64)
+    n = 0
+    for r in range(len(offsets) - 1):
+        if not keep[r]:
+            continue
+        label = row_labels[r]
+        for i in range(offsets[r], offsets[r + 1]):
+            f = feature_ids[i]
+            counts[f, label] += 1
+            if marks[f] != mark:
+                marks[f] = mark
+                out[n] = f
+                n += 1
+    return out[:n]
+
+
+@numba.njit(nogil=True, cache=True)
+def add_rows_passing(counts, feature_ids, offsets, row_labels, min_count):
+    """``add_row_cells`` of every row, for counts that only grow; returns how many features' n(f) (the sum of
+    their row of ``counts``) reached ``min_count`` (in one pass: each does once, at the pair that brings it
+    there)."""
+    reached = 0
+    for r in range(len(offsets) - 1):
+        label = row_labels[r]
+        for i in range(offsets[r], offsets[r + 1]):
+            f = feature_ids[i]
+            counts[f, label] += 1
+            total = 0
+            for j in range(counts.shape[1]):
+                total += counts[f, j]
+            if total == min_count:
+                reached += 1
+    return reached
 
 
 @numba.njit(nogil=True, cache=True)

@@ -31,6 +31,7 @@ from refinery.io.raw import rebatch
 from refinery.io.spill import SpilledSlices
 from refinery.methods.zfilter.biased_set import BiasedSet
 from refinery.methods.zfilter.config import ZFilterConfig
+from refinery.methods.zfilter.kernels import rows_hitting
 from refinery.pipeline.engine import stream_map
 
 
@@ -81,16 +82,18 @@ class ZFilter:
         column = pa.chunked_array(lists, pa.list_(pa.int64()))
         return pa.table({"label": table["label"], "label_id": self._label_ids(table), "feature_ids": column})
 
-    def _pairs(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(row, feature id) of each of the batch's (row, feature) pairs, in row order; a batch of ``add_features`` is
-        ``interned`` first."""
+    def _lists(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, one more than the rows; feature ids) of the batch's rows: row r's feature ids are
+        ``ids[offsets[r]:offsets[r + 1]]``; a batch of ``add_features`` is ``interned`` first."""
         column = (table if "feature_ids" in table.column_names else self.interned(table))["feature_ids"]
-        rows, fids, start = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
-        for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-            rows.append(pc.list_parent_indices(chunk).to_numpy().astype(np.int64) + start)
-            fids.append(pc.list_flatten(chunk).to_numpy())
-            start += len(chunk)
-        return np.concatenate(rows), np.concatenate(fids)
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        offsets, fids, start = [np.zeros(1, np.int64)], [np.zeros(0, np.int64)], 0
+        for chunk in chunks:
+            bounds = chunk.offsets.to_numpy()
+            offsets.append(bounds[1:] - bounds[0] + start)
+            fids.append(chunk.values.to_numpy()[bounds[0]:bounds[-1]])
+            start += int(bounds[-1] - bounds[0])
+        return np.concatenate(offsets), np.concatenate(fids)
 
     def _label_ids(self, table: pa.Table) -> np.ndarray:
         """Each row's label id (``interned`` keeps them as ``label_id``): the label column dictionary-encoded, each
@@ -106,14 +109,10 @@ class ZFilter:
         ids = np.array([self.Z.label_index[v] for v in values], dtype=np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)] if len(ids) else np.zeros(0, np.int64)
 
-    def _add_to_z(self, fids: np.ndarray, label_ids: np.ndarray, row_label_ids: np.ndarray) -> None:
-        self._touched.append(self.Z.add(fids, label_ids, row_label_ids))
-
     def seed(self, table: pa.Table) -> None:
         """Rows of D_seed (``add_features``'s table) enter Z unconditionally."""
-        rows, fids = self._pairs(table)
-        lab = self._label_ids(table)
-        self._add_to_z(fids, lab[rows], lab)
+        offsets, fids = self._lists(table)
+        self._touched.append(self.Z.add_rows(fids, offsets, self._label_ids(table)))
         self.seeded = True
 
     def biased_cells(self) -> np.ndarray:
@@ -133,33 +132,28 @@ class ZFilter:
     def filter(self, table: pa.Table) -> tuple[np.ndarray, "Hits"]:
         """Decide a batch (``add_features``'s, or ``interned``) against the current Z; accepted rows update Z. Returns
         (keep, the B_Z features each rejected row hit)."""
-        rows, fids = self._pairs(table)
+        offsets, fids = self._lists(table)
         lab = self._label_ids(table)
-        self.seen.retest(self.seen.add(fids, lab[rows], lab), self.config.min_count)
-        pair_hit = self._hits(fids, lab[rows], self.biased_cells())
-        hit_rows = np.bincount(rows[pair_hit], minlength=table.num_rows) > 0
-        keep = ~hit_rows
-        acc = keep[rows]
-        self._add_to_z(fids[acc], lab[rows[acc]], lab[keep])
+        self.seen.add_all_rows(fids, offsets, lab, self.config.min_count)
+        keep, hit_rows, hit_fids = self._hits(fids, offsets, lab, self.biased_cells())
+        self._touched.append(self.Z.add_rows(fids, offsets, lab, keep))
         if self.kept is not None:
             kept_rows = np.flatnonzero(keep)
-            self.kept.add(self.streamed + kept_rows, lab[kept_rows],
-                          np.bincount(rows[acc], minlength=table.num_rows)[kept_rows], fids[acc])
+            sizes = np.diff(offsets)
+            self.kept.add(self.streamed + kept_rows, lab[kept_rows], sizes[kept_rows], fids[np.repeat(keep, sizes)])
         self.streamed += table.num_rows
-        return keep, Hits(rows[pair_hit], fids[pair_hit])
+        return keep, Hits(hit_rows, hit_fids)
 
-    def _hits(self, fids: np.ndarray, labels: np.ndarray, cells: np.ndarray) -> np.ndarray:
-        """Which pairs (feature id, label id) are among B_Z's sorted ``cells``: the few pairs whose feature is in B_Z
-        for some label (a flag per feature) searched for their cell."""
+    def _hits(self, fids: np.ndarray, offsets: np.ndarray, labels: np.ndarray, cells: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keep, hit rows, hit feature ids) of the batch's rows (``_lists``'s, with their label ids) against B_Z's
+        sorted ``cells`` (``kernels.rows_hitting``: a flag per feature of B_Z, so that most pairs cost one lookup)."""
         if len(self._flag) < self.Z.num_features:   # grown by half, as Z's vocabulary
             self._flag = np.zeros(self.Z.num_features * 3 // 2, dtype=bool)
         self._flag[self._flagged] = False
         self._flagged = cells // len(self.Z.labels)
         self._flag[self._flagged] = True
-        hit = np.zeros(len(fids), dtype=bool)
-        maybe = np.flatnonzero(self._flag[fids])
-        hit[maybe] = _among(fids[maybe] * len(self.Z.labels) + labels[maybe], cells)
-        return hit
+        return rows_hitting(fids, offsets, labels, self._flag, cells, len(self.Z.labels))
 
     def end_stream(self) -> None:
         """The stream is over: what only its batches used is let go (the input's counting arrays, B_Z and its flags),
@@ -287,13 +281,6 @@ class ZFilter:
         cells = f * len(self.Z.labels) + j
         order = np.argsort(cells)
         return cells[order], need[order], effect[order], threshold
-
-
-def _among(cells: np.ndarray, sorted_cells: np.ndarray) -> np.ndarray:
-    """Which of ``cells`` are in ``sorted_cells`` (B_Z's few: a binary search each)."""
-    if not len(sorted_cells):
-        return np.zeros(len(cells), dtype=bool)
-    return sorted_cells[np.minimum(np.searchsorted(sorted_cells, cells), len(sorted_cells) - 1)] == cells
 
 
 def _within(need: np.ndarray, effect: np.ndarray, budget: int) -> np.ndarray:

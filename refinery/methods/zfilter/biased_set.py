@@ -5,6 +5,7 @@ import numpy as np
 
 from refinery.core import stats as zstats
 from refinery.core.incremental_counts import IncrementalCounts
+from refinery.methods.zfilter.kernels import eligible_scores, shortlist_after
 
 
 class BiasedSet:
@@ -38,15 +39,11 @@ class BiasedSet:
         return zstats.prior_vector(self.Z.labels, self.Z.label_totals, self.prior)
 
     def _z(self, ids: np.ndarray, p0: np.ndarray) -> np.ndarray:
-        counts = self.Z.matrix[ids].astype(np.float64)
-        n = np.maximum(counts.sum(axis=1), 1)[:, None]
-        return zstats.z_score(counts / n, n, p0[None, :])
+        return eligible_scores(self.Z.matrix, ids, p0, 0)[1]
 
-    def _candidates(self, ids: np.ndarray | None = None) -> np.ndarray:
-        """Of ``ids`` (default: every feature), those with n ≥ min_count."""
-        counts = self.Z.matrix[: self.Z.num_features] if ids is None else self.Z.matrix[ids]
-        eligible = np.flatnonzero(zstats.row_totals(counts) >= self.min_count)
-        return eligible if ids is None else ids[eligible]
+    def _scored_candidates(self, ids: np.ndarray, p0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of ``ids``, those with n ≥ min_count, and their z* under ``p0``."""
+        return eligible_scores(self.Z.matrix, np.asarray(ids, np.int64), p0, self.min_count)
 
     def _cut(self, ids: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """The ``shortlist`` best of ``ids`` (all those tied with the last) and the bound below them."""
@@ -58,9 +55,9 @@ class BiasedSet:
 
     def rebuild(self) -> None:
         """Every label's S_l from every candidate, under the prior of now."""
-        ids = self._candidates()
         self.reference = self._p0()
-        z = self._z(ids, self.reference)
+        counted = min(self.Z.num_features, len(self.Z.matrix))   # features interned but not yet counted have no row
+        ids, z = self._scored_candidates(np.arange(counted), self.reference)
         self.members, self.scores = [], []
         for j in range(len(self.Z.labels)):
             m, s, self.bounds[j] = self._cut(ids, z[:, j])
@@ -71,17 +68,13 @@ class BiasedSet:
         """Rescore the features whose counts changed (``touched``, distinct ids)."""
         if self.members is None:
             return self.rebuild()
-        ids = self._candidates(touched)
-        z = self._z(ids, self.reference)
+        ids, z = self._scored_candidates(touched, self.reference)
         if len(self._rescored) < self.Z.num_features:   # grown by half, as Z's vocabulary
             self._rescored = np.zeros(self.Z.num_features * 3 // 2, dtype=bool)
         self._rescored[ids] = True
         try:
             for j in range(len(self.Z.labels)):
-                old = ~self._rescored[self.members[j]]
-                enter = z[:, j] >= self.bounds[j]
-                m = np.concatenate([self.members[j][old], ids[enter]])
-                s = np.concatenate([self.scores[j][old], z[enter, j]])
+                m, s = shortlist_after(self.members[j], self.scores[j], self._rescored, ids, z[:, j], self.bounds[j])
                 if len(m) > 2 * self.shortlist:
                     m, s, theta = self._cut(m, s)
                     self.bounds[j] = max(self.bounds[j], theta)
@@ -130,6 +123,7 @@ class BiasedSet:
             return np.empty(0, dtype=np.int64)
         kth = np.partition(zj, -k)[-k]
         above = ids[zj > kth]
-        tied_ids = ids[zj == kth]
-        tied = tied_ids[np.argsort(self.Z.names(tied_ids).to_numpy(zero_copy_only=False), kind="stable")]
+        tied = ids[zj == kth]
+        if len(tied) > k - len(above):   # some of the tied are left out: the first by name are taken
+            tied = tied[np.argsort(self.Z.names(tied).to_numpy(zero_copy_only=False), kind="stable")]
         return np.concatenate([above, tied[: k - len(above)]]).astype(np.int64)
