@@ -63,6 +63,8 @@ def test_incremental_state_matches_recount():
     full_order = eligible[np.argsort(full_names)]
     np.testing.assert_array_equal(inc.counts[order], full.counts[full_order])
     np.testing.assert_allclose(inc.z[order], full.z[full_order])
+    # m, the features the input's audit tests (n ≥ min_count over every streamed row), counted as they pass it
+    assert zf.seen.tested == int((audit_table(table).stats.n >= cfg.min_count).sum()) > 1000
 
 
 def test_running_biased_set_is_the_top_k_of_a_fresh_recount():
