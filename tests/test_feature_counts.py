@@ -10,7 +10,7 @@ from refinery.core.feature_counts import FeatureCounts, KeyCounts
 from refinery.core.features import FeatureConfig, TokenizerOptions, extract
 from refinery.core.stats import COUNTS_SCHEMA
 from refinery.core.row_features import row_feature_lists
-from refinery.core.vocabulary import TokenIds, token_ids
+from refinery.core.vocabulary import TokenIds, string_buffers, token_ids
 from refinery.io.corpus import load
 from refinery.io.schema import PRESETS
 
@@ -197,12 +197,19 @@ def test_row_feature_lists_are_extracts_features_in_its_order(corpus_by_label, o
 
 
 def test_interning_table_growth_keeps_every_id():
-    """Tokens interned across many doublings of the table (slots re-placed from the arena's bytes) keep their ids,
-    and colliding low hash bits are told apart by their bytes."""
+    """Tokens interned across many doublings of the table (slots moved by the hash bits they keep) keep their ids,
+    and tokens of the same hash, whose slots and kept bits are alike, are told apart by their bytes."""
     vocab = TokenIds()
     words = pa.array([f"w{i}" for i in range(300_000)], pa.string())
     first = vocab.ids(words)
-    assert np.array_equal(first, np.arange(300_000)) and vocab.slots >= 600_000
+    assert np.array_equal(first, np.arange(300_000)) and len(vocab.table) >= 600_000
     again = vocab.ids(pa.array([f"w{i}" for i in range(299_999, -1, -7)] + ["new"], pa.string()))
     assert np.array_equal(again[:-1], np.arange(299_999, -1, -7)) and again[-1] == 300_000
     assert vocab.grams(np.array([12345, 300_000]), np.array([-1, -1]), "@x").to_pylist() == ["w12345@x", "new@x"]
+    same = TokenIds()   # 40,000 tokens of one hash, across the table's doublings
+    data, offsets = string_buffers(pa.array([f"s{i}" for i in range(40_000)], pa.string()))
+    hashes = np.full(40_000, 0x9E3779B97F4A7C15, np.uint64)
+    assert np.array_equal(same.intern(data, offsets[:-1], offsets[1:], hashes), np.arange(40_000))
+    back = np.arange(39_999, -1, -13)
+    assert len(same.table) > 1 << 15 and np.array_equal(
+        same.intern(data, offsets[back], offsets[back + 1], hashes[back]), back)

@@ -284,8 +284,9 @@ def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
     hash ``token_hashes[i]``; ``tokens`` is ``(data, starts, ends, token_hashes)``), adding unseen tokens
     to the arena; stops before the vocabulary would pass ``limit`` tokens.
 
-    ``vocabulary`` is ``(arena, token_ends, table)``; ``table``: linear-probing uint64 slots placed by a hash's low
-    bits, each holding the hash's high 32 bits (so that a probe rejects another token without reading it) and the
+    ``vocabulary`` is ``(arena, token_ends, table)``; ``table``: linear-probing uint64 slots, a token's first its
+    hash's top log2(slots) bits (``_home``), each holding the hash's high 32 bits (so that a probe rejects another
+    token without reading it, and a larger table finds the token's place from the slot alone: ``reinsert``) and the
     token's id; token ``id`` is ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end
     per token locates it). The tokens go ``_GATHER`` at a time: their first slots are read in one loop, the
     candidates' ends in a second, so that the memory reads of many tokens are under way together; each token is
@@ -294,12 +295,13 @@ def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
     data, starts, ends, token_hashes = tokens
     arena, token_ends, table = vocabulary
     mask = np.uint64(len(table) - 1)
+    shift = _home_shift(len(table))
     first = np.empty(_GATHER, np.uint64)
     at = np.empty(_GATHER, np.int64)
     for g in range(start, len(starts), _GATHER):
         stop = min(g + _GATHER, len(starts))
         for i in range(g, stop):
-            first[i - g] = table[token_hashes[i] & mask]
+            first[i - g] = table[token_hashes[i] >> shift]
         for i in range(g, stop):
             entry = first[i - g]
             at[i - g] = -1
@@ -314,7 +316,7 @@ def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
                 continue
             h = token_hashes[i]
             tag = h & ~_LOW
-            slot = h & mask
+            slot = h >> shift
             length = ends[i] - starts[i]
             while True:
                 entry = table[slot]
@@ -339,16 +341,29 @@ def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
 
 
 @numba.njit(nogil=True, cache=True)
-def reinsert(arena, token_ends, n_ids, table):
-    """Place ids ``0..n_ids-1`` in a new (larger) ``intern_tokens`` table, their hashes computed again from the
-    arena."""
+def _home_shift(slots):
+    """64 − log2(``slots``): a hash shifted right by it is its token's first slot among ``slots`` (a power of two,
+    at most 2³², so that the hash's high 32 bits a slot keeps hold it)."""
+    bits = 0
+    while (1 << bits) < slots:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@numba.njit(nogil=True, cache=True)
+def reinsert(old, table):
+    """Place the tokens of ``old`` in ``table`` (a larger ``intern_tokens`` table): each slot holds its token's hash's
+    high 32 bits, which hold its first slot in any table of up to 2³² slots, so the tokens move in one pass over
+    ``old``, in the order of their slots (their new places ascend with it), without their bytes."""
     mask = np.uint64(len(table) - 1)
-    for t in range(n_ids):
-        h = _fnv_span(arena, _token_start(token_ends, t), token_ends[t])
-        slot = h & mask
+    shift = _home_shift(len(table))
+    for entry in old:
+        if entry == FREE_SLOT:
+            continue
+        slot = entry >> shift
         while table[slot] != FREE_SLOT:
             slot = (slot + np.uint64(1)) & mask
-        table[slot] = (h & ~_LOW) | np.uint64(t)
+        table[slot] = entry
 
 
 @numba.njit(nogil=True, cache=True)

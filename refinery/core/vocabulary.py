@@ -31,7 +31,6 @@ class TokenIds:
         self.used = 0
         self.token_ends = np.empty(1 << 14, dtype=np.int64)
         self.table = np.full(1 << 15, FREE_SLOT, dtype=np.uint64)
-        self.slots = len(self.table)   # the table's length, also while it is being replaced
         self.size = 0
         if seed:
             self.ids(pa.array(seed, pa.string()))
@@ -41,9 +40,8 @@ class TokenIds:
 
     @property
     def nbytes(self) -> int:
-        """Memory held; read safely from another thread while the table doubles (it is ``None``
-        between the old table's release and the new one's allocation)."""
-        return self.arena.nbytes + self.token_ends.nbytes + 8 * self.slots
+        """Memory held (the table's while it doubles: the larger one is counted once it replaced it)."""
+        return self.arena.nbytes + self.token_ends.nbytes + self.table.nbytes
 
     def intern(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, hashes: np.ndarray | None = None
                ) -> np.ndarray:
@@ -61,9 +59,11 @@ class TokenIds:
                                                        (self.arena, self.token_ends, self.table),
                                                        self.used, self.size, limit)
             if done < len(starts):
-                self.slots, self.table = 2 * self.slots, None  # free the old table before the new one
-                self.table = np.full(self.slots, FREE_SLOT, dtype=np.uint64)
-                reinsert(self.arena, self.token_ends, self.size, self.table)
+                if 2 * len(self.table) > 1 << 32:
+                    raise ValueError(f"TokenIds: {self.size:,} tokens; at most 2³¹ fit a table's 32-bit ids")
+                grown = np.full(2 * len(self.table), FREE_SLOT, dtype=np.uint64)
+                reinsert(self.table, grown)
+                self.table = grown
         return ids
 
     def ids(self, strings: pa.Array) -> np.ndarray:
