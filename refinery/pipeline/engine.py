@@ -108,6 +108,14 @@ def ray_init(num_cpus: int | None = None):
                 log_to_driver=False,
                 configure_logging=True,
             )
+    return ray
+
+
+def ray_data():
+    """``ray_init``'s Ray with Ray Data set up for refinery's streams: no progress bars or plan notes of its own, its
+    errors off the console, Parquet read by plain retried tasks. Called where a stream goes through Ray Data (its
+    import, about a second of the driver's CPU, is left to those: tasks and reducers do without it)."""
+    ray = ray_init()
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.verbose_stats_logs = False
@@ -116,7 +124,7 @@ def ray_init(num_cpus: int | None = None):
     # restarted, so losing a node while it lists fails the read past any retry budget
     ctx.use_datasource_v2 = False
     for handler in logging.getLogger("ray.data").handlers:
-        if handler.get_name() == "console":
+        if handler.get_name() == "console" and _for_the_console not in handler.filters:
             handler.addFilter(_for_the_console)
     return ray
 
@@ -234,7 +242,7 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
         for t in source:
             yield fn(t, **kwargs)
         return
-    ray = ray_init()
+    ray = ray_data() if isinstance(source, ParquetSource) else ray_init()
     with _faults_named(stage or fn.__name__):
         if isinstance(source, ParquetSource):
             from refinery.io.location import get_fs, pyarrow_filesystem
@@ -348,7 +356,7 @@ def _actor_blocks(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str, b
             within(block.num_rows)
             yield block
         return
-    ray = ray_init()
+    ray = ray_data()
     options = _actor_options(resources)   # Ray Data's: no GPU count where none are asked, no CPU count beside GPUs
     gpus = options["num_gpus"]
     options.update(num_gpus=gpus or None, num_cpus=None if gpus else options["num_cpus"])
