@@ -114,6 +114,16 @@ def compare(before: str, after: str) -> list[str]:
     return lines
 
 
+def baseline_tree(revision: str, tree: str) -> str:
+    """``tree``, a fresh folder holding ``refinery/`` as it was at ``revision`` (``git archive``): a ``PYTHONPATH``
+    that runs the earlier code."""
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(tree)
+    archive = subprocess.run(["git", "archive", revision, "refinery"], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    return tree
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="The earlier commit (any git revision).")
@@ -121,11 +131,7 @@ def main() -> None:
     parser.add_argument("--keep", help="Keep the outputs in this folder (default: a temporary one, removed).")
     args = parser.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix="same-results-")
-    tree = os.path.join(root, "baseline-tree")
-    shutil.rmtree(tree, ignore_errors=True)
-    os.makedirs(tree)
-    archive = subprocess.run(["git", "archive", args.baseline, "refinery"], cwd=REPO, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    tree = baseline_tree(args.baseline, os.path.join(root, "baseline-tree"))
     print(f"# every method on SNLI dev: {args.baseline} against this checkout ({machine_line()})")
     for side, code in (("before", tree), ("after", None)):
         os.makedirs(os.path.join(root, side), exist_ok=True)
