@@ -69,7 +69,7 @@ def test_pipeline_keeps_each_steps_phases_in_its_marker_and_report(tmp_path):
 
 
 def test_a_stage_run_as_a_ray_task_relays_its_bars_and_raises_its_own_errors(ray_local):
-    from refinery.pipeline.engine import run_as_task
+    from refinery.pipeline.ray_task import run_as_task
     from refinery.progress import progress, recording
 
     def _counts(steps: int) -> int:   # defined here: Ray pickles it by value (workers cannot import tests)

@@ -67,6 +67,38 @@ def test_incremental_state_matches_recount():
     assert zf.seen.tested == int((audit_table(table).stats.n >= cfg.min_count).sum()) > 1000
 
 
+def test_rows_featurized_ahead_come_in_order_and_a_read_error_in_its_place():
+    """Locally the next batches are featurized in a thread of their own while Algorithm 1 decides the earlier
+    ones: the batches come as one thread would make them; an input that fails part-way gives the batches before
+    it, then its error; a stream left early stops its thread."""
+    import threading
+
+    table, _ = load([SNLI_HARD], PRESETS["snli"])
+    cfg = ZFilterConfig()
+    ahead = list(with_features(rebatch(iter([table]), 500), cfg.features))
+    alone = [add_features(batch, cfg.features) for batch in rebatch(iter([table]), 500)]
+    assert len(ahead) == len(alone) > 4 and all(a.equals(b) for a, b in zip(ahead, alone))
+
+    def failing():
+        yield from rebatch(iter([table.slice(0, 1500)]), 500)
+        raise OSError("the input's fourth batch is unreadable")
+
+    got = []
+    try:
+        for batch in with_features(failing(), cfg.features):
+            got.append(batch)
+        raise AssertionError("the error was not raised")
+    except OSError as e:
+        assert "fourth batch" in str(e) and len(got) == 3
+    stream = with_features(rebatch(iter([table]), 100), cfg.features)
+    next(stream)
+    assert any(t.name == "refinery-ahead" for t in threading.enumerate())
+    stream.close()
+    for thread in [t for t in threading.enumerate() if t.name == "refinery-ahead"]:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+
+
 def test_running_biased_set_is_the_top_k_of_a_fresh_recount():
     """B_Z kept up to date batch by batch (a shortlist of k, so trims and rebuilds happen) is, at
     every batch, the top-k by z* of all features with n >= min_count, ties broken by name; under the empirical

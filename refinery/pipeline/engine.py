@@ -11,8 +11,8 @@ stream, in input order, whichever engine runs them:
 - ``actor_map``: a stateful, model-holding stage class as a Ray Data actor pool.
 - ``actor_pool_map``: a model loaded once per Ray actor, called on each of a stream of units (a map stage's).
 - ``map_calls``: independent calls side by side (threads, or Ray tasks).
-- ``run_as_task``: a stage whose work is one process (DuckDB, NumPy) as one Ray task, so the driver only
-  orchestrates; its progress bars are relayed to the driver and drawn there.
+- ``ray_task.run_as_task`` (a module of its own): a stage whose work is one process (DuckDB, NumPy) as one Ray
+  task, so the driver only orchestrates; its progress bars are relayed to the driver and drawn there.
 
 Faults: a task whose worker process or node dies is rerun, and a dead actor restarted (its batch retried), at most
 ``TASK_RETRIES`` times; an exception raised by the stage's own code is never retried. When the retries are spent
@@ -48,7 +48,6 @@ ENGINES = ("local", "ray")
 # the store's size: 512 MiB keeps it bounded on a small machine and holds the streaming window twice.
 LOCAL_OBJECT_STORE_BYTES = 512 << 20
 STREAM_STORE_BYTES = 256 << 20      # what a streamed dataset may buffer ahead of the driver
-RELAY_POLL_SECONDS = 0.5            # how often the driver reads the progress bars of a stage run as a task
 TASK_RETRIES = 3  # reruns of a task (restarts of an actor) whose worker or node died, then the stage fails
 
 
@@ -83,7 +82,7 @@ def ray_init(num_cpus: int | None = None):
     _started.update(budget=budget, num_cpus=num_cpus, ours=True)
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    # a task's error is raised once, as itself (``_faults_named``): not again for each result left unread
+    # a task's error is raised once, as itself (``faults_named``): not again for each result left unread
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     address = os.environ.get("RAY_ADDRESS")
     if address:
@@ -206,7 +205,7 @@ def _quiet_remote_args_deprecation():
 
 
 @contextmanager
-def _faults_named(stage: str):
+def faults_named(stage: str):
     """A worker, actor, node or object lost past the retries, as one ``StageFailed`` line naming ``stage``; an error
     a task raised (a bad row, an unreadable file) as itself, as it would be raised in this process."""
     from ray import exceptions as rx
@@ -224,10 +223,12 @@ def _faults_named(stage: str):
 
 def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "local", fn_kwargs: dict | None = None,
                batch_rows: int = 65_536, *, window: int | None = None, stage: str | None = None,
-               resources=None) -> Iterator:
+               resources=None, ahead: int = 0) -> Iterator:
     """``fn(batch, **fn_kwargs)`` over every batch of ``source``, yielded in input order.
 
-    ``local`` runs it in-process; ``ray`` runs it on workers: Parquet shards are read there by
+    ``local`` runs it in-process (with ``ahead``, reading and mapping the next ``ahead`` batches in a thread of
+    their own while the caller works on the earlier ones: for a compiled ``fn`` that releases the GIL beside a
+    caller whose own work does); ``ray`` runs it on workers: Parquet shards are read there by
     Ray Data (``fn`` returns a table), a driver-side stream (of tables, or any picklable items; ``fn``
     returns any picklable value) is shipped in a window of at most ``window`` tasks in flight, each asking
     for ``resources`` (a ``stage.Resources``), ``fn_kwargs`` put in the object store once for all of them.
@@ -239,11 +240,11 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
             from refinery.io.corpus import iter_parquet
 
             source = iter_parquet(source.files, source.storage_options, batch_rows=batch_rows)
-        for t in source:
-            yield fn(t, **kwargs)
+        mapped = (fn(t, **kwargs) for t in source)
+        yield from computed_ahead(mapped, ahead) if ahead else mapped
         return
     ray = ray_data() if isinstance(source, ParquetSource) else ray_init()
-    with _faults_named(stage or fn.__name__):
+    with faults_named(stage or fn.__name__):
         if isinstance(source, ParquetSource):
             from refinery.io.location import get_fs, pyarrow_filesystem
 
@@ -268,6 +269,48 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
             yield ray.get(in_flight.popleft())
 
 
+def computed_ahead(items: Iterator, ahead: int) -> Iterator:
+    """``items`` in order, the next ``ahead`` of them computed meanwhile by a thread of their own. What computing
+    ``items`` raises is raised here, in its place in the order; closing this generator (the caller's error, a
+    Ctrl-C) stops the thread before its next item."""
+    import queue
+    import threading
+
+    end = object()
+    waiting: queue.Queue = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def hand_on(entry) -> bool:
+        while not stop.is_set():
+            try:
+                waiting.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def compute() -> None:
+        try:
+            for item in items:
+                if not hand_on((item, None)):
+                    return
+            hand_on((end, None))
+        except BaseException as e:   # raised in the caller's thread, where the item it could not compute was due
+            hand_on((end, e))
+
+    threading.Thread(target=compute, name="refinery-ahead", daemon=True).start()
+    try:
+        while True:
+            item, error = waiting.get()
+            if item is end:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+
+
 def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: int, *, shared: dict | None = None,
                stage: str | None = None, resources=None, on_mapped: Callable = lambda read: None) -> list:
     """A reduce by key range on Ray workers, the driver holding only what it is handed.
@@ -281,7 +324,7 @@ def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: i
     put in the object store once).
     """
     ray = ray_init()
-    with _faults_named(stage or map_fn.__name__):
+    with faults_named(stage or map_fn.__name__):
         refs = {name: ray.put(value) for name, value in (shared or {}).items()}
         mapping = ray.remote(num_returns=partitions + 2, max_retries=TASK_RETRIES, **ray_options(resources))(_flat)
         reducing = ray.remote(max_retries=TASK_RETRIES, **ray_options(resources))(_reduced)
@@ -360,7 +403,7 @@ def _actor_blocks(table: pa.Table, actor_cls, actor_kwargs: dict, engine: str, b
     options = _actor_options(resources)   # Ray Data's: no GPU count where none are asked, no CPU count beside GPUs
     gpus = options["num_gpus"]
     options.update(num_gpus=gpus or None, num_cpus=None if gpus else options["num_cpus"])
-    with _faults_named(desc), _quiet_remote_args_deprecation():
+    with faults_named(desc), _quiet_remote_args_deprecation():
         ds = _ordered(ray.data.from_arrow(table)).map_batches(
             actor_cls, fn_constructor_kwargs=actor_kwargs, batch_size=batch_size, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=actors), max_restarts=TASK_RETRIES,
@@ -389,7 +432,7 @@ def actor_pool_map(items: Iterable, worker_cls, worker_kwargs: dict, *, actors: 
     ray = ray_init()
     remote = ray.remote(worker_cls).options(max_restarts=TASK_RETRIES, max_task_retries=TASK_RETRIES,
                                             **_actor_options(resources))
-    with _faults_named(stage):   # the arguments are small (a stage, its input's shard list): in the actor's spec,
+    with faults_named(stage):   # the arguments are small (a stage, its input's shard list): in the actor's spec,
         #                           where a restarted actor finds them again
         pool = ActorPool([remote.remote(**worker_kwargs) for _ in range(actors)])
         for item in items:
@@ -425,7 +468,7 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
                     bar.update(1)
             return results
         ray = ray_init()
-        with _faults_named(desc):
+        with faults_named(desc):
             refs = {name: ray.put(value) for name, value in shared.items()}
             remote = ray.remote(max_retries=TASK_RETRIES, num_cpus=cpus)(fn)
             pending = {remote.remote(**refs, **call): i for i, call in enumerate(calls)}
@@ -434,68 +477,3 @@ def map_calls(fn: Callable, calls: list[dict], shared: dict | None = None, engin
                 results[pending.pop(done[0])] = ray.get(done[0])
                 bar.update(1)
     return results
-
-
-def run_as_task(fn: Callable, args: tuple, resources=None, desc: str = "stage", on_this_node: bool = True
-                ) -> tuple[object, int | None]:
-    """``(fn(*args), the task's peak resident memory)`` with ``fn`` run as one Ray task asking for ``resources``
-    (cpus, gpus, memory); ``on_this_node`` keeps it on the driver's node (outputs on the driver's local disk), asking
-    for no CPUs there.
-
-    The task's progress bars are drawn by the driver as they advance (and recorded there); an exception
-    raised by ``fn`` is raised here as itself, not wrapped in Ray's traceback; Ctrl-C cancels the task.
-    """
-    from ray import exceptions as rx
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from refinery.progress import Mirror
-
-    ray = ray_init()
-    board = ray.remote(num_cpus=0)(_ProgressBoard).remote()
-    options = {**ray_options(resources), "max_retries": TASK_RETRIES}
-    if on_this_node:   # beside the driver, as in-process work would be: asking no CPUs, as a head may have none
-        options.update(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False))
-    ref = ray.remote(_relaying).options(**options).remote(fn, args, board)
-    mirror = Mirror()
-    try:
-        with _faults_named(desc):
-            while True:
-                done, _ = ray.wait([ref], timeout=RELAY_POLL_SECONDS)
-                mirror.update(ray.get(board.states.remote()))
-                if done:
-                    return ray.get(ref)
-    except rx.RayTaskError as e:
-        raise (e.cause if isinstance(e.cause, Exception) else e) from None
-    except KeyboardInterrupt:
-        ray.cancel(ref, force=True)
-        raise
-    finally:
-        mirror.close()
-        ray.kill(board)
-
-
-class _ProgressBoard:
-    """The latest state of each progress bar of a task (a Ray actor the task writes and the driver reads)."""
-
-    def __init__(self):
-        self._states: dict = {}
-
-    def put(self, key: int, state: dict) -> None:
-        self._states[key] = state
-
-    def states(self) -> dict:
-        return self._states
-
-
-def _relaying(fn: Callable, args: tuple, board) -> tuple[object, int | None]:
-    """In the task: ``fn(*args)`` with every progress bar's state sent to ``board``, and this process's peak memory."""
-    import ray
-
-    from refinery.progress import peak_rss, relayed, reset_peak_rss
-
-    reset_peak_rss()
-    with relayed(lambda key, state: board.put.remote(key, state)):
-        value = fn(*args)
-    ray.get(board.states.remote())   # after this task's own puts, in order: the driver reads the last states
-    return value, peak_rss()

@@ -186,14 +186,14 @@ class _Tally:
 
 def prepared(stage, source: StageInput, out: StageOutput):
     """The filter ``stage`` with its ``prepare`` done: in this process, or, for a ``prepare_as_task`` filter under
-    ``--engine ray``, as one Ray task (``engine.run_as_task``; on the driver's node where the output is on its local
+    ``--engine ray``, as one Ray task (``ray_task.run_as_task``; on the driver's node where the output is on its local
     disk, for the checkpoints), which reads the input itself and hands back the filter with what it decided: the
     driver reads no row."""
     if source.engine != "ray" or not stage.prepare_as_task:
         stage.prepare(source, out)
         return stage
     from refinery.io.location import get_fs, is_local
-    from refinery.pipeline.engine import run_as_task
+    from refinery.pipeline.ray_task import run_as_task
 
     done, _ = run_as_task(_prepare, (stage, source, out), stage.resources, f"{stage.name}: prepare",
                           on_this_node=is_local(get_fs(out.folder, out.storage_options)[0]))

@@ -39,7 +39,8 @@ from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, p
 from refinery.io.redaction import redact_text
 from refinery.core.records import StepRecord
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
-from refinery.pipeline.engine import check_engine, run_as_task
+from refinery.pipeline.engine import check_engine
+from refinery.pipeline.ray_task import run_as_task
 from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.step_audits import write_pipeline_report
 from refinery.pipeline.stage import Output, Stage, StageResult, missing_columns, stage_class

@@ -23,7 +23,8 @@ from refinery.io.read_units import Piece, unit_batches
 from refinery.methods.audit.config import AuditConfig
 from refinery.core.audit_counters import count_table, new_counter
 from refinery.methods.audit.counters import PROBE_COLUMNS, probe_counts
-from refinery.pipeline.engine import cluster_cpus, map_reduce, run_as_task
+from refinery.pipeline.engine import cluster_cpus, map_reduce
+from refinery.pipeline.ray_task import run_as_task
 from refinery.pipeline.stage_input import StageInput
 from refinery.progress import progress
 

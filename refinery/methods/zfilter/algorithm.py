@@ -44,8 +44,9 @@ def add_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
 def with_features(tables, config: FeatureConfig, engine: str = "local", batch_rows: int = 65_536
                   ) -> Iterator[pa.Table]:
     """``add_features`` over a stream of tables or a ``ParquetSource``, in stream order (on Ray: on workers, so the
-    driver receives labels and features, not the rows' texts)."""
-    return stream_map(tables, add_features, engine, {"config": config}, batch_rows, stage="zfilter")
+    driver receives labels and features, not the rows' texts; locally, two batches ahead in a thread of their own,
+    beside Algorithm 1's compiled passes)."""
+    return stream_map(tables, add_features, engine, {"config": config}, batch_rows, stage="zfilter", ahead=2)
 
 
 class ZFilter:
