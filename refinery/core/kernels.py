@@ -285,7 +285,7 @@ def intern_tokens(tokens, ids, start, vocabulary, arena_used, n_ids, limit):
     to the arena; stops before the vocabulary would pass ``limit`` tokens.
 
     ``vocabulary`` is ``(arena, token_ends, table)``; ``table``: linear-probing uint64 slots, a token's first its
-    hash's top log2(slots) bits (``_home``), each holding the hash's high 32 bits (so that a probe rejects another
+    hash's top log2(slots) bits (``_home_shift``), each holding the hash's high 32 bits (so that a probe rejects another
     token without reading it, and a larger table finds the token's place from the slot alone: ``reinsert``) and the
     token's id; token ``id`` is ``arena[token_ends[id - 1]:token_ends[id]]`` (the arena grows in id order, so one end
     per token locates it). The tokens go ``_GATHER`` at a time: their first slots are read in one loop, the

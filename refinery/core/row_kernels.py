@@ -113,6 +113,18 @@ def row_feature_keys(tokens, token_rows, field_starts, dense_sizes, orders, extr
     return values[:at], offsets, keys[:size]
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _count_cell(counts, f, label, step, marks, mark, out, n):
+    """``counts[f, label] += step``, and f listed at ``out[n]`` the first time the call ``mark`` counts it
+    (``marks[f] == mark`` from then on); returns how many are listed."""
+    counts[f, label] += step
+    if marks[f] != mark:
+        marks[f] = mark
+        out[n] = f
+        n += 1
+    return n
+
+
 @numba.njit(nogil=True, cache=True)
 def add_cells(counts, feature_ids, label_ids, step, marks, mark):
     """``counts[feature_ids[i], label_ids[i]] += step`` for every pair; returns the distinct features, in the order
@@ -120,12 +132,7 @@ def add_cells(counts, feature_ids, label_ids, step, marks, mark):
     out = np.empty(len(feature_ids), np.int64)
     n = 0
     for i in range(len(feature_ids)):
-        f = feature_ids[i]
-        counts[f, label_ids[i]] += step
-        if marks[f] != mark:
-            marks[f] = mark
-            out[n] = f
-            n += 1
+        n = _count_cell(counts, feature_ids[i], label_ids[i], step, marks, mark, out, n)
     return out[:n]
 
 
@@ -139,14 +146,8 @@ def add_row_cells(counts, feature_ids, offsets, row_labels, keep, marks, mark):
     for r in range(len(offsets) - 1):
         if not keep[r]:
             continue
-        label = row_labels[r]
         for i in range(offsets[r], offsets[r + 1]):
-            f = feature_ids[i]
-            counts[f, label] += 1
-            if marks[f] != mark:
-                marks[f] = mark
-                out[n] = f
-                n += 1
+            n = _count_cell(counts, feature_ids[i], row_labels[r], 1, marks, mark, out, n)
     return out[:n]
 
 
