@@ -367,6 +367,138 @@ def test_no_string_key_read_of_another_modules_report():
         t.split(".")[1] for m, t, _, _ in EDGES if m == "refinery.pipeline.step_audits" and t.count(".")}
 
 
+
+# A record-like value: a dict whose keys are fields (a report, a manifest, a marker's body), not a typed mapping
+# whose keys are data (``dict[str, int]``: rows per label). Unannotated: what it returns is not said, so it counts.
+_UNTYPED = {"dict", "dict | None", "Mapping", "dict[str, Any]", "dict[str, object]", "Any", "tuple[dict, pa.Table]"}
+
+
+def _returns() -> dict[str, str | None]:
+    """{"module.function" / "module.Class.method": its return annotation} of every refinery function and method,
+    and {"module.Class.attribute": its annotation} of every annotated class attribute and property."""
+    found = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[f"{module}.{node.name}"] = ast.unparse(node.returns) if node.returns else None
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        found[f"{module}.{node.name}.{item.name}"] = ast.unparse(item.returns) if item.returns else None
+                    elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        found[f"{module}.{node.name}.{item.target.id}"] = ast.unparse(item.annotation)
+    return found
+
+
+def _record_like(annotation: str | None) -> bool:
+    return annotation is None or annotation in _UNTYPED or annotation.startswith("tuple[dict")
+
+
+def _foreign_record_reads(tree: ast.AST, module: str, returns: dict) -> list[tuple[int, str]]:
+    """(line, what) of every read by a string key (``x["k"]``, ``x.get("k")``) of a record-like dict another
+    module made: the value of a call of another module's function (read at once, or through any name, tuple part
+    or ``self`` attribute it was bound to), or an attribute of another module's class declared a record-like
+    dict (``corpus.body["k"]``)."""
+    imported = {}   # local name -> "module.name" of refinery's own functions, classes and modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("refinery") and not node.level:
+            imported.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            imported.update({(a.asname or a.name): a.name for a in node.names if a.name.startswith("refinery")})
+    foreign_attributes = {qualified.rsplit(".", 1)[1] for qualified, annotation in returns.items()
+                          if qualified.count(".") >= 3 and annotation is not None and _record_like(annotation)
+                          and not qualified.startswith(module + ".")} - {
+        qualified.rsplit(".", 1)[1] for qualified, annotation in returns.items()
+        if qualified.count(".") >= 3 and annotation is not None and not _record_like(annotation)}
+
+    def made_by(call) -> str | None:
+        """The other module's function (or class method) ``call`` calls, where it returns a record-like value."""
+        if not isinstance(call, ast.Call):
+            return None
+        dotted = ast.unparse(call.func)
+        head = dotted.split(".")[0]
+        if head not in imported:
+            return None
+        qualified = imported[head] + dotted[len(head):]
+        if qualified in returns and not qualified.startswith(module + "."):
+            return qualified if _record_like(returns[qualified]) else None
+        return None
+
+    def part_made_by(call, index: int) -> str | None:
+        """The function a tuple-returning ``call`` comes from, where its part ``index`` is record-like."""
+        if not isinstance(call, ast.Call):
+            return None
+        dotted = ast.unparse(call.func)
+        head = dotted.split(".")[0]
+        qualified = imported.get(head, "") + dotted[len(head):]
+        annotation = returns.get(qualified) if head in imported and not qualified.startswith(module + ".") else None
+        if not annotation or not annotation.startswith("tuple["):
+            return None
+        parts = [ast.unparse(e) for e in ast.parse(annotation, mode="eval").body.slice.elts]
+        return qualified if index < len(parts) and _record_like(parts[index]) else None
+
+    def bound(scope) -> dict[str, str]:
+        """{name or self.attribute: the function it was bound to the value of} within ``scope``."""
+        names = {}
+        for node in ast.walk(scope):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Tuple):
+                        for i, element in enumerate(target.elts):
+                            if (source := part_made_by(node.value, i)) is not None:
+                                names[ast.unparse(element)] = source
+                    elif (source := made_by(node.value)) is not None:
+                        names[ast.unparse(target)] = source
+        return names
+
+    found = set()
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module))]
+    classes = {id(method): cls for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef) for method in cls.body}
+    for scope in scopes:
+        names = bound(scope)
+        if id(scope) in classes:   # a method: what other methods of its class bound to ``self``'s attributes too
+            names = {**{k: v for k, v in bound(classes[id(scope)]).items() if k.startswith("self.")}, **names}
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                    and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                value, key = node.value, node.slice.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                value, key = node.func.value, node.args[0].value
+            else:
+                continue
+            source = names.get(ast.unparse(value)) or made_by(value)
+            if source is None and isinstance(value, ast.Attribute) and value.attr in foreign_attributes \
+                    and ast.unparse(value.value) not in ("self", "cls"):
+                source = f"the attribute {value.attr}"
+            if source is not None:
+                found.add((node.lineno, f"{ast.unparse(value)}[{key!r}] ({source})"))
+    return sorted(found)
+
+
+def test_no_string_key_read_of_a_record_another_module_made():
+    """Issue 63: what one module hands another is a typed record (a dataclass: ``CorpusManifest``, ``Marker``,
+    ``HfStamp``, ``Converted``, ``Predictability``, ``StageResult``, …) or a typed mapping whose keys are data
+    (``dict[str, int]``), never a dict read by field names elsewhere: no module reads by a string key a dict
+    returned by another module's function or held in another module's class attribute declared a bare ``dict``.
+    The check must find a planted read, whatever name the value is bound to."""
+    returns = {"refinery.io.somewhere.made": "dict", "refinery.io.somewhere.counts": "dict[str, int]",
+               "refinery.io.somewhere.both": "tuple[dict, pa.Table]", "refinery.io.somewhere.Made.body": "dict"}
+    planted = ast.parse(
+        "from refinery.io.somewhere import made, counts, both\nfrom refinery.io import somewhere\n"
+        "def f(x):\n    whatever_name = made(x)\n    body, table = both(x)\n    per_label = counts(x)\n"
+        "    return whatever_name['rows'], somewhere.made(x).get('files'), body['run'], per_label['entailment'], "
+        "x.body['k'], table['label']\n"
+        "class S:\n    def prepare(self):\n        self.kept = made(1)\n    def result(self):\n"
+        "        return self.kept['seed']\n")
+    assert sorted(what.split("[")[0] for _, what in _foreign_record_reads(planted, "refinery.cli.x", returns)) == [
+        "body", "self.kept", "somewhere.made(x)", "whatever_name", "x.body"]
+    returns = _returns()
+    found = [f"{_where(module, line)}: {what}" for module, path in MODULES.items()
+             for line, what in _foreign_record_reads(ast.parse(path.read_text()), module, returns)]
+    assert not found, "\n".join(found)
+
 # ---------------------------------------------------------------- one shape for every method (issue 53)
 
 def test_every_method_is_a_package_of_the_same_shape():

@@ -183,14 +183,14 @@ def test_weights_warn_when_a_few_rows_carry_the_weight(tmp_path, sick_like):
     # row as for one grown on cells; seed 1 is one of the many
     proc = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--seed", 1, "--clip", "none",
                    "--out", tmp_path / "w")   # the paper's letter: no cap (the default caps at half the rows' ESS)
-    warning = Corpus.open(str(tmp_path / "w" / "corpus")).manifest["weights"]["low_ess_warning"]
+    warning = Corpus.open(str(tmp_path / "w" / "corpus")).manifest.body["weights"]["low_ess_warning"]
     assert warning["effective_sample_size"] < 1000 and warning["clip"] == 10
     assert warning["clipped_effective_sample_size"] > 1000
     assert f"warning: {warning['message']}" in proc.stderr and "--clip 10 gives" in warning["message"]
     clipped = run_cli("weights", "--input", f"all={sick_like}", "--preset", "sick", "--seed", 1, "--clip", "10",
                       "--out", tmp_path / "w10")
     assert "is under 10% of the" not in clipped.stderr   # no ESS warning (the verdict may warn about words)
-    d = Corpus.open(str(tmp_path / "w10" / "corpus")).manifest["weights"]["diagnostics"]
+    d = Corpus.open(str(tmp_path / "w10" / "corpus")).manifest.body["weights"]["diagnostics"]
     assert d["effective_sample_size"] == pytest.approx(warning["clipped_effective_sample_size"])   # what it said
     assert low_ess_warning(np.ones(100), None) is None
 

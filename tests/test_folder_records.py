@@ -55,7 +55,7 @@ def base(tmp_path_factory) -> Path:
 def _rows(path) -> int:
     from refinery.io.corpus import Corpus
 
-    return Corpus.open(str(path)).manifest["rows"]
+    return Corpus.open(str(path)).manifest.rows
 
 
 def _copy(base: Path, where: Path, name: str) -> Path:

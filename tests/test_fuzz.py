@@ -40,9 +40,9 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
     corpus = tmp_path / "corpus"
     _conserved(run_cli("convert", raw, "--preset", "snli", "--out", corpus, *STORAGE).stdout, n)
     manifest = Corpus.open(str(corpus)).manifest
-    assert manifest["rows"] + manifest["rejected"] == n
-    assert _unaltered(fuzzed, read_any(str(corpus))) == manifest["rows"]
-    assert f"rejected  {manifest['rejected']:,}" in run_cli("inspect", corpus).stdout  # a finished corpus's rejects
+    assert manifest.rows + manifest.rejected == n
+    assert _unaltered(fuzzed, read_any(str(corpus))) == manifest.rows
+    assert f"rejected  {manifest.rejected:,}" in run_cli("inspect", corpus).stdout  # a finished corpus's rejects
     reasons = set(Corpus.open(str(corpus)).read_rejects()["reason"].to_pylist())
     assert len({r.split(":")[0] for r in reasons}) >= 8, reasons  # the damage is told apart, not lumped
 
@@ -52,7 +52,7 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
         zf = tmp_path / f"zf-{name}"
         _conserved(run_cli("zfilter", source, *flags, "--out", zf, "--k", 5, *STORAGE).stdout, n)
         kept, dropped = Corpus.open(str(zf / "kept")), Corpus.open(str(zf / "rejected"))
-        assert kept.manifest["rows"] + kept.manifest["rejected"] + dropped.manifest["rows"] == n
+        assert kept.manifest.rows + kept.manifest.rejected + dropped.manifest.rows == n
         _unaltered(fuzzed, kept.read()), _unaltered(fuzzed, dropped.read())
         assert (zf / "_SUCCESS").exists()
 
@@ -61,14 +61,14 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
     _conserved(run_cli("confidence", raw, "--preset", "snli", "--model", tmp_path / "m", "--tau", 0.5,
                        "--out", conf, *STORAGE).stdout, n)
     kept, dropped = Corpus.open(str(conf / "kept")), Corpus.open(str(conf / "rejected"))
-    assert kept.manifest["rows"] + kept.manifest["rejected"] + dropped.manifest["rows"] == n
+    assert kept.manifest.rows + kept.manifest.rejected + dropped.manifest.rows == n
     _unaltered(fuzzed, kept.read()), _unaltered(fuzzed, dropped.read())
 
     up = tmp_path / "up"
     _conserved(run_cli("upsample", raw, "--preset", "snli", "--out", up, *STORAGE).stdout, n)
     rows, m = read_any(str(up / "corpus")), Corpus.open(str(up / "corpus")).manifest
     copies = pc.equal(rows["source"], "upsampled")
-    assert m["rows"] - pc.sum(copies).as_py() + m["rejected"] == n
+    assert m.rows - pc.sum(copies).as_py() + m.rejected == n
     originals = rows.filter(pc.invert(copies))
     _unaltered(fuzzed, originals)
     copied = rows.filter(copies)
@@ -78,7 +78,7 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
     _conserved(run_cli("weights", "--input", f"train={raw}", "--preset", "snli", "--out", w, "--folds", 2,
                        "--trees", 5, *STORAGE).stdout, n)
     m = Corpus.open(str(w / "corpus")).manifest
-    assert m["rows"] + m["rejected"] == n and _unaltered(fuzzed, read_any(str(w / "corpus"))) == m["rows"]
+    assert m.rows + m.rejected == n and _unaltered(fuzzed, read_any(str(w / "corpus"))) == m.rows
 
     out = run_cli("leakage", "--input", f"train={raw}", "--input", f"test={raw}", "--preset", "snli",
                   "--out", tmp_path / "leak", "--trees", 5, *STORAGE).stdout

@@ -108,24 +108,24 @@ def test_every_corpus_carries_a_card_that_datasets_loads(snli, tmp_path):
     manifest = Corpus.open(str(folder)).manifest
     front, body = _card(folder)
     assert front["configs"] == [{"config_name": "default",
-                                 "data_files": [{"split": "train", "path": manifest["files"]}]}]
-    assert len(manifest["files"]) == 3 and front["dataset_info"]["splits"][0]["num_examples"] == manifest["rows"]
+                                 "data_files": [{"split": "train", "path": manifest.files}]}]
+    assert len(manifest.files) == 3 and front["dataset_info"]["splits"][0]["num_examples"] == manifest.rows
     loaded = datasets.load_dataset(str(folder), split="train")
     by_glob = datasets.load_dataset("parquet", data_files=str(folder / "part-*.parquet"), split="train")
-    shard = pq.read_schema(folder / manifest["files"][0])
+    shard = pq.read_schema(folder / manifest.files[0])
     assert loaded.features == by_glob.features == datasets.Features.from_arrow_schema(shard)
-    assert loaded.num_rows == by_glob.num_rows == manifest["rows"] == ROWS - len(NO_GOLD)
-    assert {lab: loaded["label"].count(lab) for lab in NLI3} == manifest["labels"]
+    assert loaded.num_rows == by_glob.num_rows == manifest.rows == ROWS - len(NO_GOLD)
+    assert {lab: loaded["label"].count(lab) for lab in NLI3} == manifest.labels
     splits = {s: loaded["split"].count(s) for s in ("test", "validation")}
-    for label, n in manifest["labels"].items():
-        assert f"| {label} | {n:,} | {n / manifest['rows']:.1%} |" in body
+    for label, n in manifest.labels.items():
+        assert f"| {label} | {n:,} | {n / manifest.rows:.1%} |" in body
     for split, n in splits.items():
-        assert f"| {split} | {n:,} | {n / manifest['rows']:.1%} |" in body
-    assert f": {ROWS:,} rows in = {manifest['rows']:,} + {len(NO_GOLD)}." in body
+        assert f"| {split} | {n:,} | {n / manifest.rows:.1%} |" in body
+    assert f": {ROWS:,} rows in = {manifest.rows:,} + {len(NO_GOLD)}." in body
     assert "refinery convert" in body and "text_a=premise" in body
     assert "README.md" not in " ".join(expand_paths([str(folder)]))   # never read as data
     run_cli("convert", folder, "--out", tmp_path / "again")         # nor as part of the corpus
-    assert Corpus.open(str(tmp_path / "again")).manifest["rows"] == manifest["rows"]
+    assert Corpus.open(str(tmp_path / "again")).manifest.rows == manifest.rows
 
 
 def test_card_lists_every_shards_columns_names_no_storage_options_and_is_deterministic(snli_pair, tmp_path):
@@ -218,7 +218,7 @@ def test_save_to_disk_on_an_object_store_replaces_the_previous_version(snli_pair
     table = snli_pair.slice(0, 500).append_column("split", pa.array(["train"] * 300 + ["test"] * 200))
     fs = fsspec.filesystem("memory")
     first = save_to_disk(table, "memory://bucket/hf", shard_rows=100)
-    assert first == {"rows": 500, "rejected": 0, "splits": {"train": 300, "test": 200}}
+    assert first == {"train": 300, "test": 200}
     assert len(fs.glob("/bucket/hf/train/data-*.arrow")) == 3
     save_to_disk(table.slice(0, 400), "memory://bucket/hf")
     loaded = datasets.load_from_disk("memory://bucket/hf")

@@ -42,8 +42,8 @@ def test_snli_dash_labels_go_to_rejects(tmp_path):
     lines = open(SNLI_DEV).read().splitlines()[:50]
     lines.append(json.dumps({"sentence1": "A man .", "sentence2": "A person .", "gold_label": "-"}))
     src.write_text("\n".join(lines) + "\n")
-    manifest = convert([str(src)], str(tmp_path / "out"), PRESETS["snli"])
-    assert (manifest["rows"], manifest["rejected"]) == (50, 1)
+    manifest = convert([str(src)], str(tmp_path / "out"), PRESETS["snli"]).manifest
+    assert (manifest.rows, manifest.rejected) == (50, 1)
     rejects = Corpus.open(str(tmp_path / "out")).read_rejects()
     assert rejects["line"].to_pylist() == [51]
     assert "label not in the label set" in rejects["reason"][0].as_py()
@@ -70,9 +70,9 @@ def planted_bad_file(path):
 def test_bad_rows_quarantined_with_reasons(tmp_path):
     src = tmp_path / "bad.jsonl"
     n_lines = planted_bad_file(src)
-    manifest = convert([str(src)], str(tmp_path / "out"), PRESETS["snli"])
-    assert manifest["rows"] + manifest["rejected"] == n_lines
-    assert manifest["rows"] == 2
+    manifest = convert([str(src)], str(tmp_path / "out"), PRESETS["snli"]).manifest
+    assert manifest.rows + manifest.rejected == n_lines
+    assert manifest.rows == 2
     rejects = Corpus.open(str(tmp_path / "out")).read_rejects().to_pylist()
     by_line = {r["line"]: r for r in rejects}
     assert sorted(by_line) == [2, 3, 4, 5, 6, 7, 8, 9]
@@ -193,9 +193,10 @@ def test_publish_modes_idempotent(tmp_path):
     m1 = convert([SNLI_HARD], out, PRESETS["snli"])
     data1 = (tmp_path / "c" / "part-00000.parquet").read_bytes()
     m2 = convert([SNLI_HARD], out, PRESETS["snli"], mode="overwrite")
-    assert m1["file_stats"] == m2["file_stats"]
+    assert m1.manifest.stats == m2.manifest.stats and not m1.skipped
     assert data1 == (tmp_path / "c" / "part-00000.parquet").read_bytes()
-    assert convert([SNLI_HARD], out, PRESETS["snli"], mode="skip") == {**m1, "skipped": True}   # kept, said so
+    kept = convert([SNLI_HARD], out, PRESETS["snli"], mode="skip")
+    assert kept.skipped and kept.manifest.body == m2.manifest.body   # kept, said so
     with pytest.raises(OutputExists):
         convert([SNLI_HARD], out, PRESETS["snli"], mode="error")
 
@@ -213,7 +214,7 @@ def test_manifest_fields_and_checksums(tmp_path):
     import hashlib
 
     out = tmp_path / "c"
-    manifest = convert([SNLI_HARD], str(out), PRESETS["snli"], shard_rows=1000)
+    manifest = convert([SNLI_HARD], str(out), PRESETS["snli"], shard_rows=1000).manifest.body   # as written
     assert isinstance(manifest["rows"], int) and isinstance(manifest["rejected"], int)
     assert len(manifest["files"]) == 4 and manifest["rows"] == 3261
     for stat in manifest["file_stats"]:
@@ -284,13 +285,13 @@ def test_a_corpus_folder_reads_as_its_rows_in_pandas_pyarrow_and_datasets(tmp_pa
     datasets = pytest.importorskip("datasets")
     src = _write_jsonl(tmp_path / "in.jsonl", _nli_rows(200) + [{"sentence1": "x", "gold_label": "neutral"}])
     out = tmp_path / "c"
-    manifest = convert([src], str(out), PRESETS["snli"], shard_rows=80)
+    manifest = convert([src], str(out), PRESETS["snli"], shard_rows=80).manifest
     rows = Corpus.open(str(out)).read()
-    assert manifest["rows"] == 200 and manifest["rejected"] == 1   # the reject is not among the rows below
+    assert manifest.rows == 200 and manifest.rejected == 1   # the reject is not among the rows below
     assert pd.read_parquet(out).equals(rows.to_pandas())
     assert pads.dataset(out).to_table().equals(rows)
     assert datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf")).num_rows == 200
-    assert sorted(p.name for p in out.iterdir()) == [".refinery", ".refinery.json", *manifest["files"]]
+    assert sorted(p.name for p in out.iterdir()) == [".refinery", ".refinery.json", *manifest.files]
 
 
 def test_columns_whose_types_drift_between_batches_end_in_one_schema_as_a_whole_read_gives(tmp_path):
@@ -308,8 +309,8 @@ def test_columns_whose_types_drift_between_batches_end_in_one_schema_as_a_whole_
     whole = convert([src], str(tmp_path / "whole"), PRESETS["snli"])
     opts = ReadOptions(batch_rows=2)
     drifted = convert([src], str(tmp_path / "drift"), PRESETS["snli"], opts, shard_rows=3)
-    assert len(drifted["files"]) > 1 and whole["rows"] == drifted["rows"] == 12
-    schemas = {pq.read_schema(tmp_path / "drift" / f) for f in drifted["files"]}
+    assert len(drifted.manifest.files) > 1 and whole.rows == drifted.rows == 12
+    schemas = {pq.read_schema(tmp_path / "drift" / f) for f in drifted.manifest.files}
     assert len(schemas) == 1 and schemas.pop().field("extra").type == pa.string()
     assert pd.read_parquet(tmp_path / "drift").equals(pd.read_parquet(tmp_path / "whole"))
     assert Corpus.open(str(tmp_path / "drift")).read()["extra"].to_pylist()[3:10] == \
@@ -333,8 +334,8 @@ def test_nested_columns_whose_types_change_in_a_piece_never_crash_the_reader(tmp
               "for _ in range(12):\n    _arrow_lines(lines, 0, len(lines.starts), ReadOptions(), frozenset())\n")
     proc = subprocess.run([sys.executable, "-c", script, src], capture_output=True, text=True)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
-    manifest = convert([src], str(tmp_path / "c"), parse_mapping("text_a=premise,text_b=hypothesis,label=label"))
-    assert manifest["rows"] == 30_000 and manifest["rejected"] == 0
+    converted = convert([src], str(tmp_path / "c"), parse_mapping("text_a=premise,text_b=hypothesis,label=label"))
+    assert converted.rows == 30_000 and converted.rejected == 0
     assert Corpus.open(str(tmp_path / "c")).read()["l"].to_pylist()[14_999:15_001] == ["[14999]", "str"]
 
 
@@ -408,8 +409,8 @@ def test_convert_of_an_input_whose_every_row_is_rejected_fails_naming_reasons_an
         f"missing or null value in column 'sentence2' (1); the rejects, each with its reason, are in "
         f"{out}/.refinery/rejects-*.parquet; check --preset or --map and --labels")
     corpus = Corpus.open(str(out))   # written, for the user to read
-    assert corpus.manifest["rows"] == 0 and corpus.read_rejects().num_rows == 31
-    assert corpus.manifest["reject_reasons"] == {
+    assert corpus.manifest.rows == 0 and corpus.read_rejects().num_rows == 31
+    assert corpus.manifest.reject_reasons == {
         "label not in the label set entailment|neutral|contradiction": 30,
         "missing or null value in column 'sentence2'": 1}
 

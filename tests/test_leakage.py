@@ -123,7 +123,7 @@ def test_planted_leakage_is_predictable_and_weights_neutralize_it(planted):
     assert abs(w.mean() - 1) < 1e-9 and w.min() > 0
     for label in set(y):  # weighted label proportions equal the observed ones (3 labels)
         assert abs(w[y == label].sum() / w.sum() - (y == label).mean()) < 1e-6
-    d = weighted.manifest["weights"]["diagnostics"]
+    d = weighted.manifest.body["weights"]["diagnostics"]
     assert 0 < d["effective_sample_size"] < 24_000 and d["max"] > 1
 
     proc = run_cli("evaluate", "--predictions", out / "report" / "predictions.parquet", "--weights", planted / "weighted")

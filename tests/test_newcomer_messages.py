@@ -76,7 +76,7 @@ def test_convert_keeps_the_presets_field_names_for_the_audit(tmp_path):
     @premise/@hypothesis, where the input's audit (and a stage's output) names them @sentence1/@sentence2."""
     _msrp_file(tmp_path / "msr.txt", _snli_rows(SNLI_DEV, 2000))
     run_cli("convert", tmp_path / "msr.txt", "--preset", "msrp", "--out", tmp_path / "c")
-    assert Corpus.open(str(tmp_path / "c")).manifest["field_names"] == ["sentence1", "sentence2"]
+    assert Corpus.open(str(tmp_path / "c")).manifest.body["field_names"] == ["sentence1", "sentence2"]
     run_cli("audit", tmp_path / "c", "--out", tmp_path / "a")
     run_cli("audit", tmp_path / "msr.txt", "--preset", "msrp", "--out", tmp_path / "raw")
     converted = json.loads((tmp_path / "a" / "report" / "topk.json").read_text())

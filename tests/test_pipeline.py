@@ -508,7 +508,7 @@ def test_a_step_reads_an_earlier_step_so_methods_run_side_by_side(tmp_path):
     assert run["aflite"]["rows_in"] == run["zfilter"]["rows_in"] == 900   # both read the input
     report = json.loads((tmp_path / "o" / "03-compare" / "report" / "report.json").read_text())
     assert list(report["train"]) == ["00-input", "01-zfilter", "02-aflite"]
-    assert report["train"]["02-aflite"]["rows"] == Corpus.open(str(tmp_path / "o" / "02-aflite" / "kept")).manifest["rows"]
+    assert report["train"]["02-aflite"]["rows"] == Corpus.open(str(tmp_path / "o" / "02-aflite" / "kept")).manifest.rows
     assert "  reads: input" in run_cli("run", tmp_path / "p.yaml", "--print-config").stdout
     spec["stages"][1]["reads"] = "confidence"
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))

@@ -58,7 +58,7 @@ def test_pipeline_keeps_each_steps_phases_in_its_marker_and_report(tmp_path):
     assert [(p["what"], p["count"], p["unit"]) for p in marker["phases"]] == [("zfilter", 9842, "rows")]
     receipt = json.loads((tmp_path / "out" / "pipeline" / "receipt.json").read_text())
     confidence = next(s for s in receipt["steps"] if s["step"] == "02-confidence")
-    kept = Corpus.open(str(tmp_path / "out" / "01-zfilter" / "kept")).manifest["rows"]
+    kept = Corpus.open(str(tmp_path / "out" / "01-zfilter" / "kept")).manifest.rows
     assert [(p["what"], p["count"]) for p in confidence["phases"]] == [
         ("confidence: n-grams", kept), ("confidence: 3 fold models, 3 epochs", 3)]
     assert "Where the time went" in (tmp_path / "out" / "pipeline" / "report.html").read_text()

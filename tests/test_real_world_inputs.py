@@ -127,7 +127,7 @@ def test_convert_and_inspect_account_for_every_line_and_alter_no_text(cases, nam
     rows_in, rows_out, rejected = _equation(run_cli("convert", case.input, *case.flags, "--out", out).stdout)
     assert rows_in == records and rows_out + rejected == records
     corpus = Corpus.open(str(out))
-    assert (corpus.manifest["rows"], corpus.manifest["rejected"]) == (rows_out, rejected)
+    assert (corpus.manifest.rows, corpus.manifest.rejected) == (rows_out, rejected)
     assert sorted(corpus.read_rejects()["line"].to_pylist()) == sorted(case.rejects)
     assert rows_out == records - len(case.rejects)
     rows = corpus.read()

@@ -69,8 +69,8 @@ def s3(tmp_path, monkeypatch):
 def test_s3_round_trip_identical(s3, tmp_path):
     env, root = s3.env, s3.root
     local = load([SNLI_HARD], PRESETS["snli"])[0]
-    manifest = convert([SNLI_HARD], "s3://bucket/snli_hard", PRESETS["snli"], shard_rows=1000)
-    assert manifest["rows"] == 3261 and len(manifest["files"]) == 4
+    manifest = convert([SNLI_HARD], "s3://bucket/snli_hard", PRESETS["snli"], shard_rows=1000).manifest
+    assert manifest.rows == 3261 and len(manifest.files) == 4
     assert (root / "bucket" / "snli_hard" / MANIFEST).exists()
     back = Corpus.open("s3://bucket/snli_hard").read()
     assert back.equals(local)
@@ -156,7 +156,7 @@ def test_ray_job_submit_to_local_head(tmp_path, monkeypatch):
         assert "pipeline finished: 4 steps under s3://bucket/snli-run" in proc.stdout
         run = s3.root / "bucket" / "snli-run"
         assert Corpus.open(str(run / "00-input"), {"endpoint_url": s3.env["AWS_ENDPOINT_URL"], "key": "testkey",
-                                                    "secret": "testsecret"}).manifest["rows"] == 2000
+                                                    "secret": "testsecret"}).manifest.rows == 2000
         assert (run / "03-weights" / "_SUCCESS").exists() and (run / "pipeline" / "report.html").exists()
         failed = submit("s3://nobucket/run")
         said = {line for line in failed.stdout.splitlines() if line.startswith("error: ")}   # Ray shows it twice
@@ -203,17 +203,17 @@ def test_s3_server_stopped_mid_write_never_loses_a_finished_output(s3, tmp_path)
     assert "rows in 9,842 = 9,842 out + 0 rejected (ok)" in done
     first = Corpus.open("s3://bucket/snli")
     assert first.read().equals(local)
-    assert listed() == sorted([META_DIR, ".refinery.json", *first.manifest["files"]])
+    assert listed() == sorted([META_DIR, ".refinery.json", *first.manifest.files])
 
     cut("--shard-rows", "200", "--mode", "overwrite")                   # overwrite of a finished output, cut
-    half = set(listed()) - {META_DIR, ".refinery.json", *first.manifest["files"]}
+    half = set(listed()) - {META_DIR, ".refinery.json", *first.manifest.files}
     assert len(half) >= 3                                               # the cut run's shards, listed nowhere
     still = Corpus.open("s3://bucket/snli")                             # the finished output still reads
     assert still.manifest == first.manifest and still.read().equals(local)
     run_cli(*cli[1:], "--shard-rows", "500", env=s3.env)                # the rerun replaces it whole
     last = Corpus.open("s3://bucket/snli")
-    assert last.read().equals(local) and len(last.manifest["files"]) == 20
-    assert listed() == sorted([META_DIR, ".refinery.json", *last.manifest["files"]])
+    assert last.read().equals(local) and len(last.manifest.files) == 20
+    assert listed() == sorted([META_DIR, ".refinery.json", *last.manifest.files])
 
 
 def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
@@ -222,7 +222,7 @@ def test_multi_part_run_on_s3_is_marked_finished_last(s3, tmp_path):
     marker = json.loads((s3.root / "bucket" / "zf" / "_SUCCESS").read_text())
     assert marker["parts"] == ["kept", "rejected", "report"]
     kept, dropped = Corpus.open(f"{out}/kept").manifest, Corpus.open(f"{out}/rejected").manifest
-    assert kept["rows"] + dropped["rows"] == marker["accounting"]["kept"] + marker["accounting"]["filtered out"] == 3261
+    assert kept.rows + dropped.rows == marker["accounting"]["kept"] + marker["accounting"]["filtered out"] == 3261
     local = tmp_path / "zf"
     run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", local, "--k", 5)
     assert Corpus.open(f"{out}/kept").read().equals(Corpus.open(str(local / "kept")).read())
@@ -241,7 +241,7 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
             env=s3.env)
     last = Corpus.open("s3://bucket/ours")
     names = sorted(p.name for p in (s3.root / "bucket" / "ours").iterdir())
-    assert names == sorted([META_DIR, ".refinery.json", "notes.txt", *last.manifest["files"]])
+    assert names == sorted([META_DIR, ".refinery.json", "notes.txt", *last.manifest.files])
     assert (s3.root / "bucket" / "ours" / "notes.txt").read_text() == "added by a user\n"
 
 
@@ -286,7 +286,7 @@ def test_a_store_stopped_mid_write_fails_within_its_deadline_and_the_rerun_is_cl
     run_cli(*args[:-1], local)
     expected = Corpus.open(str(local if verb[0] == "convert" else local / "kept")).read()
     assert Corpus.open(kept).read().equals(expected)
-    finished = Corpus.open(kept).manifest["files"]
+    finished = Corpus.open(kept).manifest.files
     left = sorted(p.name for p in (s3.root / committed_url(kept).removeprefix("s3://")).glob("part-*"))
     assert left == sorted(finished)          # a cut run's shards and the older version's are gone
     if verb[0] == "zfilter":                 # a cut run's objects too: only the committed run's are left (rclone

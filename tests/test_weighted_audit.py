@@ -40,7 +40,7 @@ def test_weights_default_cap_keeps_half_the_rows_and_no_cap_is_an_option(weighte
     assert cap["setting"] == "auto" and 2 < cap["clip"] < 1_000 and d["max"] == pytest.approx(cap["clip"])
     assert cap["share"] == pytest.approx(d["effective_sample_size"] / d["rows"]) and cap["share"] < 0.51
     assert f"cap {cap['clip']:.3g}× the mean weight (--clip auto" in said and "(50%)" in said
-    assert Corpus.open(str(out / "corpus")).manifest["weights"]["cap"]["clip"] == pytest.approx(cap["clip"])
+    assert Corpus.open(str(out / "corpus")).manifest.body["weights"]["cap"]["clip"] == pytest.approx(cap["clip"])
     assert report["weighted_shares"] == pytest.approx(report["observed_shares"], abs=1e-6)
 
     run_cli("weights", "--input", f"dev={SNLI_DEV}", "--preset", "snli", "--clip", "none", "--out", tmp_path / "n")

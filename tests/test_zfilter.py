@@ -30,7 +30,7 @@ def test_snli_zfilter_accounts_for_every_row(tmp_path):
     run_cli("zfilter", SNLI_DEV, SNLI_TEST, "--preset", "snli", "--k", "20", "--out", tmp_path / "z")
     kept = Corpus.open(str(tmp_path / "z" / "kept"))
     rejected = Corpus.open(str(tmp_path / "z" / "rejected"))
-    assert kept.manifest["rows"] + rejected.manifest["rows"] == 19666
+    assert kept.manifest.rows + rejected.manifest.rows == 19666
     ids = kept.read(["id"])["id"].to_pylist() + rejected.read(["id"])["id"].to_pylist()
     assert len(set(ids)) == 19666
     report = json.loads((tmp_path / "z" / "report" / "report.json").read_text())
@@ -171,8 +171,8 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
                                                                        sources["rejected"][part]), (kind, part)
             assert parts[part]["input"] == 3000 and sum(parts[part]["kept_by_label"].values()) == parts[part]["kept"]
         assert (parts["original"]["input_rejected"], parts["generated"]["input_rejected"]) == (1, 0)
-        assert (r["kept"], r["rejected"], r["input_rejected"]) == (kept.manifest["rows"], rejected.manifest["rows"],
-                                                                    kept.manifest["rejected"]) == (
+        assert (r["kept"], r["rejected"], r["input_rejected"]) == (kept.manifest.rows, rejected.manifest.rows,
+                                                                    kept.manifest.rejected) == (
             parts["together"]["kept"], parts["together"]["rejected"], 1)
         judged = {"zaug": ["together"], "seqz": ["original", "together"], "parz": list(PARTS)}[kind]
         assert r["input"] == 6000 and list(r["verdicts"]) == [PARTS[p] for p in judged]
@@ -415,7 +415,7 @@ def test_a_filter_that_deletes_most_of_a_label_is_no_ok(tmp_path):
     assert "(6% kept), 14.6% → 1.0% of the corpus: the label is lost, 6% of its rows kept where the other labels kept " \
         "100% of theirs" in said and "remedy: add rows of the label" in said, said
     verdict = json.loads((tmp_path / "zf" / "report" / "report.json").read_text())["verdict"]
-    kept = Corpus.open(str(tmp_path / "zf" / "kept")).manifest["labels"]
+    kept = Corpus.open(str(tmp_path / "zf" / "kept")).manifest.labels
     assert verdict["labels_lost"] == ["contradiction"] and not verdict["ok"]
     assert {label: rows["after"] for label, rows in verdict["label_rows"].items()} == kept
 

@@ -155,11 +155,11 @@ def read(data, /, *, out=None, **kwargs) -> Result:
         opts = spec_in.read_options()
         with python_terms(source):
             if spec_in.splits:
-                parts = ingest(spec_in, stage_input(spec_in, opts), folder.out).parts
+                manifest = ingest(spec_in, stage_input(spec_in, opts), folder.out)
             else:
-                parts = convert(list(stage_input(spec_in, opts).paths), folder.out, spec_in.mapping(), opts,
-                                config={"input": to_dict(spec_in)})
-    rows, rejected = parts["rows"], parts["rejected"]
+                manifest = convert(list(stage_input(spec_in, opts).paths), folder.out, spec_in.mapping(), opts,
+                                   config={"input": to_dict(spec_in)}).manifest
+    rows, rejected = manifest.rows, manifest.rejected
     canonical = dataclasses.replace(source, schema=None, features={}, parts={})   # read's corpus: refinery's columns
     result = Result("read", folder.out, rows + rejected, {"rows": rows, "rejected": rejected},
                     headline=f"{rows:,} rows", corpus=folder.out, source=canonical, input=spec_in, report_file="")

@@ -45,14 +45,14 @@ def convert(inputs, out, fmt, shard_rows, mode, mapping, opts):
     if fmt == "hf":
         os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")   # the accounting line is the progress
         result = corpus_writer.convert_hf(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
-        where = "a Hugging Face " + (f"DatasetDict ({', '.join(result['splits'])})" if result["splits"] else "Dataset")
+        where = "a Hugging Face " + (f"DatasetDict ({', '.join(result.splits)})" if result.splits else "Dataset")
     else:
         result = corpus_writer.convert(inputs, out, mapping, opts, mode=mode, shard_rows=shard_rows, config=config)
-        where = f"{len(result['files'])} shard(s)"
-    if result.get("skipped"):
+        where = f"{len(result.manifest.files)} shard(s)"
+    if result.skipped:
         click.echo(f"{out}: skipped (same inputs and config)")
-    click.echo(f"{out}: {result['rows']:,} rows, {result['rejected']:,} rejected in {where}")
-    click.echo(conservation(result["rows"] + result["rejected"], out=result["rows"], rejected=result["rejected"]))
+    click.echo(f"{out}: {result.rows:,} rows, {result.rejected:,} rejected in {where}")
+    click.echo(conservation(result.rows + result.rejected, out=result.rows, rejected=result.rejected))
 
 
 @tools.command(cls=RefineryCommand)
@@ -173,7 +173,7 @@ def synth(*, out, rows, seed, planted, leak, label_shares, premise_pool, signal_
     if label_shares:
         kwargs["label_shares"] = synth_mod.parse_shares(label_shares)
     manifest = synth_mod.write(synth_mod.SynthSpec(**kwargs), out, shard_rows=shard_rows, mode=mode)
-    click.echo(f"{out}: {manifest['rows']:,} rows in {len(manifest['files'])} shard(s)")
+    click.echo(f"{out}: {manifest.rows:,} rows in {len(manifest.files)} shard(s)")
 
 
 @tools.command(cls=RefineryCommand)

@@ -70,17 +70,11 @@ def reject_reasons(rejects: pa.Table) -> Counter:
 
 @dataclass
 class Corpus:
-    """A finished canonical corpus: its manifest, checked (``record``: ``records.CorpusManifest``), and where its
-    shards are."""
+    """A finished canonical corpus: its manifest, checked (``records.CorpusManifest``), and where its shards are."""
 
     url: str
-    record: CorpusManifest
+    manifest: CorpusManifest
     storage_options: dict | None = None
-
-    @property
-    def manifest(self) -> dict:
-        """The manifest as written, its fields of the types the schema gives them (``records``)."""
-        return self.record.body
 
     @classmethod
     def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
@@ -103,13 +97,13 @@ class Corpus:
         """Each listed file is there with the size the manifest records (corpora written before sizes were
         recorded: present): one listing of the folder, so a shard replaced, truncated or removed behind refinery's
         back is named, not read."""
-        record = self.record.record
+        record = self.manifest.record
         with on_store(self.url, "listing the corpus"):
             found = {posixpath.relpath(p, path): info.get("size") for p, info in
                      fs.find(path, detail=True, withdirs=False).items()}
         forget_listings(fs, path)   # the listings it cached: a later read must see a file written since
-        for name in self.record.paths():
-            recorded = self.record.recorded(name).bytes
+        for name in self.manifest.paths():
+            recorded = self.manifest.recorded(name).bytes
             if name not in found:
                 raise FileNotFoundError(f"{posixpath.join(self.url, name)}: listed in {record} but missing; the "
                                         "corpus was changed after refinery wrote it: write it again")
@@ -124,15 +118,15 @@ class Corpus:
         for block in data_blocks:
             digest.update(block)
         if expected is not None and digest.hexdigest() != expected:
-            raise ValueError(f"{url}: its sha256 differs from the one {self.record.record} records; the file was "
+            raise ValueError(f"{url}: its sha256 differs from the one {self.manifest.record} records; the file was "
                              "changed after refinery wrote it: write the corpus again")
 
     def verify(self) -> int:
         """Check every listed file's sha256 (shards, rejects, attached tables) against the manifest's (a whole read
         of the corpus); the files checked. Raises ``ValueError`` naming the first that differs."""
         checked = 0
-        for name in self.record.paths():
-            expected = self.record.recorded(name).sha256
+        for name in self.manifest.paths():
+            expected = self.manifest.recorded(name).sha256
             if expected is None:
                 continue
             url = posixpath.join(self.url, name)
@@ -145,7 +139,7 @@ class Corpus:
     def attached(self, key: str) -> pa.Table | None:
         """The table a stage kept with the corpus under ``key`` (``CorpusWriter.attach``), or None where it kept
         none; a table whose bytes differ from what the manifest records is refused (``ValueError``)."""
-        entry = self.record.attached.get(key)
+        entry = self.manifest.attached.get(key)
         if entry is None:
             return None
         url = posixpath.join(self.url, entry.path)
@@ -157,11 +151,11 @@ class Corpus:
 
     @property
     def files(self) -> list[str]:
-        return [posixpath.join(self.url, f) for f in self.manifest["files"]]
+        return [posixpath.join(self.url, f) for f in self.manifest.files]
 
     @property
     def reject_files(self) -> list[str]:
-        return [posixpath.join(self.url, f) for f in self.manifest["rejects"]]
+        return [posixpath.join(self.url, f) for f in self.manifest.rejects]
 
     def iter_tables(self, columns=None, batch_rows: int = 65_536) -> Iterator[pa.Table]:
         """The rows in order, ``batch_rows`` at a time."""
@@ -297,7 +291,7 @@ def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: Rea
             corpus = Corpus.open(url, opts.storage_options)
             for table in corpus.iter_tables(batch_rows=opts.batch_rows):
                 yield url, Batch(table, empty_table(REJECTS_SCHEMA))
-            if corpus.manifest.get("rejected"):  # a corpus's own rejects travel with its rows
+            if corpus.manifest.rejected:  # a corpus's own rejects travel with its rows
                 yield url, Batch(EMPTY_CANONICAL, corpus.read_rejects())
             continue
         empty = True

@@ -25,7 +25,7 @@ from refinery.io.common_schema import common_schema, conform
 from refinery.io.corpus import (CARD, FORMAT, REJECTS, AllRejected, concat, input_fingerprints, iter_input_batches,
                                 load, reject_reasons, value_counts)
 from refinery.io.finished import CORPUS, HF, finished
-from refinery.io.records import MANIFEST, META_DIR, manifest_path
+from refinery.io.records import MANIFEST, META_DIR, CorpusManifest, HfStamp
 from refinery.io.hf import dataset_card, datasets_package, save_to_disk
 from refinery.io.layout import DEFAULT_SHARD_ROWS, ROW_GROUP_ROWS
 from refinery.io.location import get_fs, is_local, join, on_store
@@ -60,11 +60,8 @@ class CorpusWriter(AbortsOnError):
         self.config = config or {}
         self.extra = {} if extra is None else extra   # a mapping read at the commit
         self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
-        self.skipped = False
-        self.manifest: dict | None = None
-        if mode != "overwrite":
-            self.skipped = keeps_finished(out, mode, finished(location, storage_options, CORPUS, HF),
-                                          _differs(self.inputs, self.config))
+        self._finished = finished(location, storage_options, CORPUS, HF) if mode != "overwrite" else None
+        self.skipped = keeps_finished(out, mode, self._finished, _differs(self.inputs, self.config))
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self._shard: _ShardWriter | None = None   # the shard whose row groups are being written
@@ -206,12 +203,11 @@ class CorpusWriter(AbortsOnError):
         return records
 
     # -- publishing
-    def commit(self) -> dict:
-        """Flush, write the manifest last, and move the result into place."""
+    def commit(self) -> CorpusManifest:
+        """Flush, write the manifest last, and move the result into place: the manifest (where ``mode`` kept the
+        finished corpus, its own)."""
         if self.skipped:
-            with self.fs.open(manifest_path(self.fs, self.path), "r") as fh:
-                self.manifest = json.load(fh)
-            return self.manifest
+            return self._finished
         self._flush_rows(final=True)
         if self._rejects:
             self._flush_rejects()
@@ -229,7 +225,7 @@ class CorpusWriter(AbortsOnError):
             if shard_schema != schema:
                 table = pq.read_table(pa.BufferReader(self._dir.read_bytes(self._files[i]["path"])))
                 self._files[i] = _ShardWriter(self._dir, self._names[i], schema).write(conform(table, schema))
-        self.manifest = {
+        manifest = {
             "format": FORMAT,
             "rows": sum(f["rows"] for f in self._files),
             "rejected": sum(f["rows"] for f in self._reject_files),
@@ -245,13 +241,15 @@ class CorpusWriter(AbortsOnError):
             "command": redact(command_line()),
             "config": redact(self.config),
         }
-        card = dataset_card(self.manifest, schema, self._nbytes, dict(sorted(self._splits.items())))
-        self._dir.write_text(CARD, in_memory_names(card))
-        self._dir.write_text(MANIFEST, in_memory_names(json.dumps(self.manifest, indent=2, default=str)))
+        text = json.dumps(manifest, indent=2, default=str)
+        checked = CorpusManifest.checked(join(self.out, MANIFEST), json.loads(text))   # as a reader will have it
+        self._dir.write_text(CARD, in_memory_names(dataset_card(checked, schema, self._nbytes,
+                                                                dict(sorted(self._splits.items())))))
+        self._dir.write_text(MANIFEST, in_memory_names(text))
         self._dir.commit()
-        return self.manifest
+        return checked
 
-    def copy(self, batches: Iterable, inputs) -> dict:
+    def copy(self, batches: Iterable, inputs) -> CorpusManifest:
         """Write every ``Batch`` of ``batches`` (rows and rejects, as read from ``inputs``) and commit: the manifest.
         Inputs without a good row are ``commit_all_rejected``: their rejects published, ``AllRejected`` raised."""
         rows = 0
@@ -399,13 +397,13 @@ class _ShardWriter:
 def _differs(inputs: dict | None, config: dict):
     """How a finished corpus differs from one of ``inputs`` and ``config`` (``modes.keeps_finished``'s
     ``differs``): None where it does not."""
-    def differs(stored: dict) -> str | None:
-        if stored.get("inputs") != inputs:
-            changed = sorted(set(stored.get("inputs") or {}) ^ set(inputs or {})) or \
-                sorted(k for k in inputs or {} if stored["inputs"].get(k) != inputs[k])
+    def differs(stored: CorpusManifest | HfStamp) -> str | None:
+        if stored.inputs != (inputs or {}):
+            changed = sorted(set(stored.inputs) ^ set(inputs or {})) or \
+                sorted(k for k in inputs or {} if stored.inputs.get(k) != inputs[k])
             return (f"was made from other inputs or inputs that have changed since "
                     f"({', '.join(changed[:3]) or 'inputs'})")
-        if stored.get("config") != json.loads(json.dumps(redact(config), default=str)):
+        if stored.config != json.loads(json.dumps(redact(config), default=str)):
             return "holds a corpus made with another configuration"
         return None
 
@@ -416,43 +414,56 @@ def command_line() -> str:
     return " ".join(["refinery", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("refinery") else " ".join(sys.argv)
 
 
-def write_table(table: pa.Table, out: str, rejects: pa.Table | None = None, **kwargs) -> dict:
+def write_table(table: pa.Table, out: str, rejects: pa.Table | None = None, **kwargs) -> CorpusManifest:
     """Write one in-memory table (and the input rejects it answers for) as a finished corpus, manifest last."""
     with CorpusWriter(out, **kwargs) as writer:
         writer.write(table, rejects)
         return writer.commit()
 
 
+@dataclass(frozen=True)
+class Converted:
+    """What ``convert`` or ``convert_hf`` published (or kept: ``skipped``, ``--mode skip`` found the same run
+    finished): its rows and rejects, and a corpus's manifest or a Hugging Face folder's rows per split (none for a
+    ``Dataset``)."""
+
+    rows: int
+    rejected: int
+    manifest: CorpusManifest | None = None
+    splits: dict = field(default_factory=dict)
+    skipped: bool = False
+
+
 def convert(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(),
-            mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> dict:
+            mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS, config: dict | None = None) -> Converted:
     """Read raw inputs and write the canonical corpus with its rejects and manifest; inputs without a good row
     are an ``EmptyInput`` (their rejects published). The manifest records the names the preset gives the texts
     (``Mapping.recorded_names``: ``msrp``'s sentence1/sentence2), so that the corpus's audit names its features as
     the input's does and a stage's output would."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config=config, storage_options=opts.storage_options,
                       inputs=inputs, extra=mapping.recorded_names() if mapping is not None else None) as writer:
-        if writer.skipped:   # ``mode`` kept the finished corpus: its manifest, said so
-            return {**writer.commit(), "skipped": True}
-        return writer.copy((batch for _, batch in iter_input_batches(inputs, mapping, opts)), inputs)
+        manifest = writer.commit() if writer.skipped else \
+            writer.copy((batch for _, batch in iter_input_batches(inputs, mapping, opts)), inputs)
+        return Converted(manifest.rows, manifest.rejected, manifest, skipped=writer.skipped)
 
 
 def convert_hf(inputs, out: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions(), mode: str = "overwrite",
-               shard_rows: int | None = None, config: dict | None = None) -> dict:
+               shard_rows: int | None = None, config: dict | None = None) -> Converted:
     """Read raw inputs (or corpora) into a Hugging Face ``save_to_disk`` folder (``hf.save_to_disk``: a
     ``DatasetDict`` where the rows have splits, their rejects in ``rejects.parquet``), in memory. ``mode`` as for a
-    corpus: the run's inputs and config are kept in the folder's marker for ``skip``. Returns {"rows", "rejected",
-    "splits"}."""
+    corpus: the run's inputs and config are kept in the folder's marker for ``skip`` (``HfStamp``)."""
     datasets_package()   # before any input is read
     config = {**(config or {}), "format": "hf"}
     inputs = list(inputs)
     prints = input_fingerprints(inputs, opts.storage_options)
     stored = finished(out, opts.storage_options, CORPUS, HF) if mode != "overwrite" else None
     if keeps_finished(out, mode, stored, _differs(prints, config)):
-        return {**stored, "skipped": True}
+        return Converted(stored.rows, stored.rejected, splits=stored.splits, skipped=True)
     rows, rejects = load(inputs, mapping, opts)
-    result = save_to_disk(rows, out, opts.storage_options, rejects, shard_rows)
+    splits = save_to_disk(rows, out, opts.storage_options, rejects, shard_rows)
+    rejected = rejects.num_rows if rejects is not None else 0
     if not rows.num_rows:
         raise AllRejected(inputs, reject_reasons(rejects), posixpath.join(out, "rejects.parquet"))
-    stamp_marker(out, opts.storage_options, hf={**result, "inputs": prints,
-                                                "config": json.loads(json.dumps(redact(config), default=str))})
-    return result
+    stamp_marker(out, HfStamp(rows.num_rows, rejected, splits, prints,
+                              json.loads(json.dumps(redact(config), default=str))), opts.storage_options)
+    return Converted(rows.num_rows, rejected, splits=splits)

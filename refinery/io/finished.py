@@ -17,9 +17,10 @@ import posixpath
 from refinery.io.committed import committed_url
 from refinery.io.location import get_fs, on_store
 from refinery.io.ownership import read_marker, run_record
-from refinery.io.records import CorpusManifest, manifest_path, read_record
+from refinery.io.records import CorpusManifest, HfStamp, RunRecord, manifest_path, read_record
 
 STAGE, CORPUS, HF = "stage", "corpus", "hf"
+FinishedRecord = RunRecord | CorpusManifest | HfStamp
 
 
 def corpus_manifest(url: str, storage_options: dict | None = None) -> CorpusManifest | None:
@@ -36,10 +37,10 @@ def corpus_manifest(url: str, storage_options: dict | None = None) -> CorpusMani
     return CorpusManifest.checked(record, read_record(fs, path, name, record, "reading the corpus manifest"))
 
 
-def finished(url: str, storage_options: dict | None = None, *kinds: str) -> dict | None:
-    """What the finished output at ``url`` records of its run, for the first of ``kinds`` (``STAGE``, ``CORPUS``,
-    ``HF``; default: a corpus) it is finished as; None where it is finished as none of them. Each record is checked
-    before it is returned (``records``)."""
+def finished(url: str, storage_options: dict | None = None, *kinds: str) -> FinishedRecord | None:
+    """What the finished output at ``url`` records of its run, for the first of ``kinds`` (``STAGE``: its
+    ``RunRecord``; ``CORPUS``: its ``CorpusManifest``; ``HF``: its ``HfStamp``; default: a corpus) it is finished as;
+    None where it is finished as none of them. Each record is checked before it is returned (``records``)."""
     for kind in kinds or (CORPUS,):
         record = _READERS[kind](url, storage_options)
         if record is not None:
@@ -47,18 +48,13 @@ def finished(url: str, storage_options: dict | None = None, *kinds: str) -> dict
     return None
 
 
-def _stage(url: str, storage_options: dict | None) -> dict | None:
-    found = run_record(url, storage_options)
-    return None if found is None else found.body
+def _corpus(url: str, storage_options: dict | None) -> CorpusManifest | None:
+    return corpus_manifest(committed_url(url, storage_options), storage_options)
 
 
-def _corpus(url: str, storage_options: dict | None) -> dict | None:
-    found = corpus_manifest(committed_url(url, storage_options), storage_options)
-    return None if found is None else found.body
+def _hf(url: str, storage_options: dict | None) -> HfStamp | None:
+    found = read_marker(url, storage_options)
+    return None if found is None else found.hf
 
 
-def _hf(url: str, storage_options: dict | None) -> dict | None:
-    return read_marker(url, storage_options).get("hf")
-
-
-_READERS = {STAGE: _stage, CORPUS: _corpus, HF: _hf}
+_READERS = {STAGE: run_record, CORPUS: _corpus, HF: _hf}

@@ -15,6 +15,7 @@ import yaml
 from refinery import __version__
 from refinery.io.location import on_store
 from refinery.io.publishing import AtomicDir
+from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 from refinery.io.redaction import redact
 from refinery.io.scratch import temporary_folder
 
@@ -70,38 +71,38 @@ def hub_feature(t: pa.DataType) -> dict:
     return {"dtype": _DTYPES.get(str(t), str(t))}
 
 
-def dataset_card(manifest: dict, schema: pa.Schema | None, num_bytes: int, splits: dict[str, int]) -> str:
+def dataset_card(manifest: CorpusManifest, schema: pa.Schema | None, num_bytes: int, splits: dict[str, int]) -> str:
     """A corpus's card (``.refinery/README.md``): the Hub's front matter (its shards as the one split ``train`` of
     ``num_bytes`` bytes in Arrow, the columns of ``schema`` (the shards', None without rows) as features) and what
     refinery did, from ``manifest``: the command and configuration (never storage options or credentials), the accounting, the
     label distribution, the counts of the ``split`` column (``splits``) and the columns."""
-    rows, rejected = manifest["rows"], manifest["rejected"]
+    rows, rejected = manifest.rows, manifest.rejected
     front = {}
     if schema is not None:
         front = {"configs": [{"config_name": "default",
-                              "data_files": [{"split": HF_SPLIT, "path": manifest["files"]}]}],
+                              "data_files": [{"split": HF_SPLIT, "path": manifest.files}]}],
                  "dataset_info": {"features": [{"name": f.name, **hub_feature(f.type)} for f in schema],
                                   "splits": [{"name": HF_SPLIT, "num_bytes": num_bytes, "num_examples": rows}]}}
     front["tags"] = ["refinery"]
     lines = ["---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
              "# A refinery corpus", "",
-             f"Written by refinery {__version__} ({manifest['format']}): {rows:,} rows in "
-             f"{len(manifest['files'])} Parquet shard(s), and "
+             f"Written by refinery {__version__} ({CORPUS_FORMAT}): {rows:,} rows in "
+             f"{len(manifest.files)} Parquet shard(s), and "
              + (f"{rejected:,} rejected, each with its reason, in `.refinery/rejects-*.parquet` (not part of the "
                 "dataset)"
                 if rejected else "no row rejected") + f": {rows + rejected:,} rows in = {rows:,} + {rejected:,}.", ""]
     if schema is not None:
         lines += ["```python", "from datasets import load_dataset", "",
                   f'ds = load_dataset("path/to/this/folder", split="{HF_SPLIT}")', "```", ""]
-    lines += ["## How it was made", "", "```", _STORAGE_OPTION.sub("", redact(manifest.get("command", ""))), "```",
+    lines += ["## How it was made", "", "```", _STORAGE_OPTION.sub("", redact(manifest.command)), "```",
               ""]
-    inputs = list(manifest.get("inputs") or ())
+    inputs = list(manifest.inputs)
     if inputs:
         more = f" and {len(inputs) - MAX_INPUTS:,} more" if len(inputs) > MAX_INPUTS else ""
         lines += ["From " + ", ".join(f"`{redact(name)}`" for name in inputs[:MAX_INPUTS]) + more + ".", ""]
-    config = redact(_without_storage_options(json.loads(json.dumps(manifest.get("config") or {}, default=str))))
+    config = redact(_without_storage_options(json.loads(json.dumps(manifest.config, default=str))))
     lines += ["```yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(), "```", ""]
-    lines += _counts("Labels", "label", manifest["labels"], rows)
+    lines += _counts("Labels", "label", manifest.labels, rows)
     if splits:
         lines += _counts("Splits", "split", splits, rows) + [
             f"The splits are the values of the `split` column; the Hub and `load_dataset` see one split, "
@@ -134,7 +135,7 @@ def _without_storage_options(value):
 # ---------------------------------------------------------------- save_to_disk folders
 
 def save_to_disk(table: pa.Table, out: str, storage_options: dict | None = None, rejects: pa.Table | None = None,
-                 shard_rows: int | None = None) -> dict:
+                 shard_rows: int | None = None) -> dict[str, int]:
     """Write ``table`` as a ``datasets`` ``save_to_disk`` folder at ``out`` (``datasets.load_from_disk(out)``
     reads it): a ``DatasetDict`` of its splits when every row has a ``split`` (the column becomes the dict's
     keys, in the order the rows name them), else a ``Dataset``; ``rejects`` (the rejects schema) in
@@ -142,7 +143,7 @@ def save_to_disk(table: pa.Table, out: str, storage_options: dict | None = None,
     ``shard_rows``: rows per Arrow file (default: ``datasets``' 500 MB). Published as refinery publishes a
     corpus (``AtomicDir``: a folder refinery did not write is refused; locally, a sibling folder renamed into
     place; on an object store the Arrow files get the run's id and the metadata naming them comes last).
-    Returns {"rows", "rejected", "splits": {split: rows}} ({} for a ``Dataset``)."""
+    Returns its rows per split ({} for a ``Dataset``)."""
     dataset = as_dataset(table)
     parts = dict(dataset) if isinstance(dataset, dict) else {}   # a DatasetDict is a dict of its splits
     bad = [n for n in parts if not _SPLIT_NAME.fullmatch(n) or n in (".", "..")]
@@ -162,8 +163,7 @@ def save_to_disk(table: pa.Table, out: str, storage_options: dict | None = None,
         if rejects is not None:
             directory.write_parquet("rejects.parquet", rejects)
         directory.commit()
-    return {"rows": table.num_rows, "rejected": rejects.num_rows if rejects is not None else 0,
-            "splits": {n: t.num_rows for n, t in parts.items()}}
+    return {n: t.num_rows for n, t in parts.items()}
 
 
 def _shards(rows: int, shard_rows: int | None) -> int | None:

@@ -23,7 +23,7 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def keeps_finished(folder: str, mode: str, finished: dict | None, differs: Callable[[dict], str | None]) -> bool:
+def keeps_finished(folder: str, mode: str, finished, differs: Callable[[object], str | None]) -> bool:
     """Whether ``mode`` keeps the finished result in ``folder`` (``finished``: what it records of its run, None
     where there is none) rather than make it again; ``differs(finished)`` says how that run differs from this one
     (None: it does not). ``skip`` refuses a different one with that reason, ``error`` refuses any."""

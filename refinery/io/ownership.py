@@ -13,7 +13,7 @@ import uuid
 from refinery import __version__
 from refinery.io.location import (CLEANUP_SECONDS, ForeignOutput, check_bucket, folder_entries, get_fs, is_local,
                                   join, on_store, with_deadline)
-from refinery.io.records import MARKER_FORMAT, Marker, RunRecord, manifest_path, marker_of, parsed, record_bytes
+from refinery.io.records import MARKER_FORMAT, HfStamp, Marker, RunRecord, manifest_path, marker_of, parsed, record_bytes
 
 
 OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
@@ -138,8 +138,8 @@ def marker_body(files, **extra) -> str:
 def published_run(out: str, storage_options: dict | None = None) -> str | None:
     """The run id of what a run published in ``out``; None where refinery published nothing there (or emptied it,
     ``unpublish``, leaving a user's file)."""
-    body = read_marker(out, storage_options)
-    return None if body.get("emptied") else body.get("run")
+    found = read_marker(out, storage_options)
+    return None if found is None or found.emptied else found.run
 
 
 def run_record(folder: str, storage_options: dict | None = None) -> RunRecord | None:
@@ -168,17 +168,18 @@ def holds_corpus(folder: str, storage_options: dict | None = None) -> bool:
     return manifest_path(fs, path) is not None
 
 
-def read_marker(out: str, storage_options: dict | None = None) -> dict:
-    """The body of refinery's marker in ``out`` ({} where there is none)."""
+def read_marker(out: str, storage_options: dict | None = None) -> Marker | None:
+    """Refinery's marker in ``out`` (``Marker``), None where there is none."""
     fs, path = get_fs(out, storage_options)
-    found = _marker(fs, path)
-    return found.body if found else {}
+    return _marker(fs, path)
 
 
-def stamp_marker(out: str, storage_options: dict | None = None, **extra) -> None:
-    """Add ``extra`` keys (a finished command's fingerprint) to refinery's marker in ``out``."""
+def stamp_marker(out: str, stamp: HfStamp, storage_options: dict | None = None) -> None:
+    """Add a Hugging Face folder's ``stamp`` (the finished command's rows and fingerprint) to refinery's marker in
+    ``out``."""
     fs, path = get_fs(out, storage_options)
-    body = {"run": new_run_id(), **read_marker(out, storage_options), **extra}
+    found = read_marker(out, storage_options)
+    body = {"run": new_run_id(), **(found.body if found else {}), "hf": stamp.to_json()}
     files = body.pop("files", [OWNER_MARKER])
     body.pop("written_by", None)
     body.pop("format", None)

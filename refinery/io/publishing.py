@@ -273,12 +273,13 @@ class RunOutput:
     def _mark_runs(self) -> None:
         """Refinery's marker in the store's folder lists ``_runs/`` before the first file is written there: a cut
         run's files are refinery's to remove."""
-        body = read_marker(self.out, self.storage_options)
-        if RUNS not in body.get("files", ()):
+        found = read_marker(self.out, self.storage_options)
+        files = found.files if found else []
+        if RUNS not in files:
             with on_store(self.out, f"writing {OWNER_MARKER}"):
                 self.fs.pipe_file(join(self.path, OWNER_MARKER),
-                                  marker_body({*body.get("files", ()), OWNER_MARKER, RUNS},
-                                              run=body.get("run") or new_run_id()).encode())
+                                  marker_body({*files, OWNER_MARKER, RUNS},
+                                              run=(found and found.run) or new_run_id()).encode())
 
     def _record(self, parts) -> bytes:
         body = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run": self.run_id, "parts": sorted(parts),
@@ -327,8 +328,8 @@ class RunOutput:
                     self.fs.exists(join(self.path, name, OWNER_MARKER)):
                 unpublish_run(join(self.out, name), self.storage_options)
         own = read_marker(self.out, self.storage_options)
-        stale = set(own.get("files", ())) - {OWNER_MARKER, RUN_MARKER, RUNS}
+        stale = set(own.files if own else ()) - {OWNER_MARKER, RUN_MARKER, RUNS}
         if stale:
             remove_present(self.fs, self.path, stale)
             self.fs.pipe_file(join(self.path, OWNER_MARKER),
-                              marker_body([OWNER_MARKER, RUN_MARKER, RUNS], run=own.get("run") or new_run_id()).encode())
+                              marker_body([OWNER_MARKER, RUN_MARKER, RUNS], run=own.run or new_run_id()).encode())

@@ -159,10 +159,10 @@ def split_corpora(specs, mapping, opts, workdir: str) -> dict:
                 path = out
             corpus = Corpus.open(path, opts.storage_options)
             corpora.setdefault(split, []).append(corpus)
-            reasons.update(corpus.manifest.get("reject_reasons") or {})
-        if not sum(c.manifest["rows"] for c in corpora[split]):
+            reasons.update(corpus.manifest.reject_reasons)
+        if not sum(c.manifest.rows for c in corpora[split]):
             raise AllRejected(named, reasons or Counter({"reason not recorded": sum(
-                c.manifest.get("rejected", 0) for c in corpora[split])}))   # the rejects are in those corpora
+                c.manifest.rejected for c in corpora[split])}))   # the rejects are in those corpora
     return corpora
 
 

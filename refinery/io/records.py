@@ -29,6 +29,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 META_DIR = ".refinery"   # a corpus's own files: hidden, so that tools reading the folder see only its shards
 MANIFEST = f"{META_DIR}/manifest.json"
 LEGACY_MANIFEST = "manifest.json"   # where corpora written before .refinery/ keep it (still read)
+FIELD_NAMES, SINGLE_TEXT = "field_names", "single_text"   # a manifest's record of its input's preset's names
+AUDIT_PRIOR = "audit_prior"   # a manifest's record of the audit's prior rule (decided on its lineage's first)
 
 
 def _count(value) -> bool:
@@ -214,6 +216,44 @@ class CorpusManifest:
     def rejects(self) -> list[str]:
         return self.body["rejects"]
 
+    @property
+    def reject_reasons(self) -> dict:
+        """Rejected rows per reason."""
+        return self.body.get("reject_reasons") or {}
+
+    @property
+    def columns(self) -> list[str] | None:
+        """Its shards' columns (None in a corpus written before they were recorded: its first shard's)."""
+        return self.body.get("columns")
+
+    @property
+    def inputs(self) -> dict:
+        """What it was made from: each input's fingerprint (``--mode skip`` compares them)."""
+        return self.body.get("inputs") or {}
+
+    @property
+    def config(self) -> dict:
+        return self.body.get("config") or {}
+
+    @property
+    def command(self) -> str:
+        return self.body.get("command", "")
+
+    @property
+    def field_names(self) -> tuple[tuple[str, str] | None, bool]:
+        """The names its input's preset gives the two texts (``msrp``'s sentence1/sentence2), where it records two
+        plain names, and whether the input is a single text; (None, False) where it records none."""
+        given = self.body.get(FIELD_NAMES)
+        if isinstance(given, list) and len(given) == 2 and \
+                all(isinstance(n, str) and re.fullmatch(r"[\w.-]{1,64}", n) for n in given):
+            return tuple(given), bool(self.body.get(SINGLE_TEXT))
+        return None, False
+
+    @property
+    def audit_prior(self):
+        """Its lineage's prior rule as recorded (``core.stats.Prior.recorded`` reads it), or None."""
+        return self.body.get(AUDIT_PRIOR)
+
     def recorded(self, path: str) -> FileRecord:
         """What the manifest records of the file ``path`` (a shard, a reject shard, an attached table): its
         ``FileRecord``, one of no rows, size or checksum where it records none (a corpus written before them)."""
@@ -282,9 +322,44 @@ class Marker:
         _typed(record, body, _MARKER_FIELDS, ("files",) if earlier else ("files", "run"), fix=fix)
         return cls(name, inside(record, "files", body["files"]), body)
 
+    @property
+    def run(self) -> str | None:
+        """The run that wrote the folder (None in refinery 0.1's marker)."""
+        return self.body.get("run")
+
+    @property
+    def emptied(self) -> bool:
+        """Whether refinery emptied the folder of what it published (``unpublish``), leaving a user's file."""
+        return bool(self.body.get("emptied"))
+
+    @property
+    def hf(self) -> "HfStamp | None":
+        """A Hugging Face folder's stamp (the run that wrote it), None in any other folder."""
+        stamp = self.body.get("hf")
+        return None if stamp is None else HfStamp(stamp.get("rows", 0), stamp.get("rejected", 0),
+                                                  stamp.get("splits") or {}, stamp.get("inputs") or {},
+                                                  stamp.get("config") or {})
+
     def check_links(self, record: str, folder: str) -> None:
         """On a local disk: no file it lists is reached through a symbolic link out of ``folder``."""
         links_inside(record, folder, {"files": self.files})
+
+
+@dataclass(frozen=True)
+class HfStamp:
+    """What refinery's marker in a Hugging Face ``save_to_disk`` folder records of the run that wrote it: its rows,
+    its rejects (``rejects.parquet``), rows per split (none for a ``Dataset``), and its inputs' fingerprints and
+    config (what ``--mode skip`` compares)."""
+
+    rows: int
+    rejected: int
+    splits: dict
+    inputs: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"rows": self.rows, "rejected": self.rejected, "splits": self.splits, "inputs": self.inputs,
+                "config": self.config}
 
 
 @functools.lru_cache(maxsize=4)

@@ -45,13 +45,13 @@ def input_shards(splits: dict, storage_options: dict) -> InputShards | None:
             if not is_corpus(url, storage_options):
                 return None
             corpus = Corpus.open(url, storage_options)
-            rows = {s.get("path"): s.get("rows") for s in corpus.manifest.get("file_stats", [])}
-            for name, file in zip(corpus.manifest["files"], corpus.files):
-                if not isinstance(rows.get(name), int):
+            for name, file in zip(corpus.manifest.files, corpus.files):
+                rows = corpus.manifest.recorded(name).rows
+                if rows is None:
                     return None
-                shards.append(InputShard(file, rows[name], split))
+                shards.append(InputShard(file, rows, split))
             reject_files += corpus.reject_files
-            for label, n in (corpus.manifest.get("labels") or {}).items():
+            for label, n in corpus.manifest.labels.items():
                 labels[label] = labels.get(label, 0) + n
     return InputShards(shards, reject_files, storage_options, labels)
 

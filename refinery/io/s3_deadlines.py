@@ -52,9 +52,9 @@ class S3WithDeadlines(s3fs.S3FileSystem):
         is answered again from ``store_answers`` (a read's body kept: a ``KeptBody``)."""
         name = method if isinstance(method, str) else method.__name__
         request = store_answers.request(self._endpoint(), name, akwarglist, kwargs)
-        answer = store_answers.kept(request)   # raises the FileNotFoundError it was
-        if answer is not None:
-            return _given_again(answer)
+        kept = store_answers.kept(request)   # raises the FileNotFoundError it was
+        if kept is not None:
+            return _given_again(kept)
         store_answers.changed(name, kwargs)
         asked_at = store_answers.generation()
         try:

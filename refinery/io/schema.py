@@ -6,8 +6,9 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from refinery.io.records import FIELD_NAMES, SINGLE_TEXT
+
 CANONICAL_FIELDS = ("id", "text_a", "text_b", "label")
-FIELD_NAMES, SINGLE_TEXT = "field_names", "single_text"   # a manifest's record of its input's preset's names
 OPTIONAL_FIELDS = {
     "weight": pa.float64(),
     "source": pa.string(),

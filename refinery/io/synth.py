@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.io.corpus_writer import CorpusWriter
+from refinery.io.records import CorpusManifest
 
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 DEFAULT_PLANTED = {
@@ -247,7 +248,7 @@ def _plant_copies(spec: SynthSpec, table: pa.Table, held_out: pa.Table | None, v
                      "planted_flip": pa.array(flip, pa.bool_())})
 
 
-def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "overwrite", **kwargs) -> dict:
+def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "overwrite", **kwargs) -> CorpusManifest:
     """Write the corpus as a canonical corpus (shards + manifest, atomically)."""
     with CorpusWriter(out, mode=mode, shard_rows=shard_rows, config={"synth": _spec_dict(spec)},
                       extra={"planted": {w: list(v) for w, v in spec.planted.items()}}, **kwargs) as writer:

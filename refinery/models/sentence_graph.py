@@ -9,6 +9,7 @@ split(s) and scored on the test split, measures how much the way the pairs were 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
@@ -172,18 +173,39 @@ def _columns(names) -> slice | list[int]:
     return slice(cols[0], cols[-1] + 1) if cols == list(range(cols[0], cols[-1] + 1)) else cols
 
 
-def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
-                   forest: ForestConfig = ForestConfig()) -> tuple[dict, pa.Table]:
-    """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2).
+@dataclass(frozen=True)
+class Predictability:
+    """How well leakage features alone predict the label (paper Tables 1–2): the splits a forest trained and was
+    tested on, the rows of each split, the accuracy of the basic and advanced features' forests, the majority
+    class's (the label commonest in the training splits), each ablation's (``without:F``, ``only:F``), the
+    forests' feature importances, and the test split's ``predictions`` (row_id, split, label, prediction,
+    p(label), id)."""
 
-    Returns the report and the test split's predictions (row_id, split, label, prediction, p(label), id). Each
-    forest is kept only as long as its accuracy and importances take, the basic one for the predictions.
-    """
+    train_splits: list
+    test_split: str
+    rows: dict
+    leakage_accuracy: float
+    advanced_accuracy: float
+    majority_label: str
+    majority_accuracy: float
+    ablations: dict
+    importances: dict
+    predictions: pa.Table
+
+    def to_json(self) -> dict:
+        """Its figures as the report keeps them (the predictions apart)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "predictions"}
+
+
+def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
+                   forest: ForestConfig = ForestConfig()) -> Predictability:
+    """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2). Each
+    forest is kept only as long as its accuracy and importances take, the basic one for the predictions."""
     train_splits, test = split_roles(splits, test_split)
     labels = graph.labels()
     names = pa.array(labels, pa.string())
     rows = dict(graph.con.sql("SELECT split, count(*) FROM features GROUP BY split").fetchall())
-    report = {"train_splits": train_splits, "test_split": test, "rows": {s: int(rows.get(s, 0)) for s in splits}}
+    accuracy_of = {}
     runs = [("leakage_accuracy", BASIC_FEATURES), ("advanced_accuracy", ADVANCED_FEATURES)]
     runs += [(f"without:{f}", tuple(g for g in BASIC_FEATURES if g != f)) for f in BASIC_FEATURES]
     runs += [(f"only:{f}", (f,)) for f in BASIC_FEATURES]
@@ -198,7 +220,7 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
             if name.startswith(("without:", "only:")):
                 ablations[name] = accuracy
                 continue
-            report[name] = accuracy
+            accuracy_of[name] = accuracy
             kind = "basic" if features == BASIC_FEATURES else "advanced"
             importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
             if kind == "basic":
@@ -207,8 +229,6 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
         del X_train
         basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
         proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
-    report.update(majority_label=labels[majority], majority_accuracy=float((y_test == majority).mean()),
-                  ablations=ablations, importances=importances)
     keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
     ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
     predictions = pa.table({
@@ -218,17 +238,26 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
         "p_label": pa.array(label_proba(proba, basic.classes_, y_test)),
         "id": ids["id"],
     })
-    return report, predictions
+    return Predictability(train_splits, test, {s: int(rows.get(s, 0)) for s in splits},
+                          accuracy_of["leakage_accuracy"], accuracy_of["advanced_accuracy"], labels[majority],
+                          float((y_test == majority).mean()), ablations, importances, predictions)
 
 
 DEGREE_BINS = (1, 2, 3, 4, 5, 6, 11, 21, 51)
 
 
-def degree_table(graph: GraphInput, min_cell: int = 10) -> dict:
-    """Label shares per (S1_freq, S2_freq) degree cell (paper Fig. 2): {label: matrix}, and the cell counts.
+@dataclass(frozen=True)
+class DegreeTable:
+    """Label shares per (S1_freq, S2_freq) degree cell (paper Fig. 2): ``shares`` {label: matrix}, and each cell's
+    pairs (``counts``)."""
 
-    Cells with fewer than ``min_cell`` pairs are left empty (NaN) rather than shown as 0 or 1.
-    """
+    shares: dict
+    counts: np.ndarray
+
+
+def degree_table(graph: GraphInput, min_cell: int = 10) -> DegreeTable:
+    """The ``DegreeTable`` of ``graph``'s pairs; cells with fewer than ``min_cell`` pairs are left empty (NaN)
+    rather than shown as 0 or 1."""
     B = len(DEGREE_BINS)
     cells = graph.con.sql(
         "SELECT len(list_filter($bins, lambda b: b <= s1_freq)) - 1, len(list_filter($bins, lambda b: b <= s2_freq)) - 1, "
@@ -238,7 +267,7 @@ def degree_table(graph: GraphInput, min_cell: int = 10) -> dict:
         hits[label][a, b] = n
     total = sum(hits.values())
     shares = {str(label): np.where(total >= min_cell, hit / np.maximum(total, 1), np.nan) for label, hit in hits.items()}
-    return {"shares": shares, "counts": total.astype(np.int64)}
+    return DegreeTable(shares, total.astype(np.int64))
 
 
 def identical_pairs(graph: GraphInput, label: str) -> pa.Table:

@@ -232,7 +232,7 @@ def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, o
         record = stage.kept_record(audits, kept_w.labels)
         if record is not None:
             record.attach_to(kept_w)
-        kept, dropped = kept_w.commit()["rows"], dropped_w.commit()["rows"]
+        kept, dropped = kept_w.commit().rows, dropped_w.commit().rows
     return tally.written(kept, dropped), audits
 
 

@@ -37,6 +37,7 @@ from refinery.pipeline.stage import Output, Stage, StageResult
 from refinery.pipeline.stage_input import StageInput
 
 if TYPE_CHECKING:
+    from refinery.core.verdict import Verdict
     from refinery.pipeline.output import StageOutput
 
 MIN_KEPT_SHARE = 0.1   # a filter keeping less warns: its settings likely do not suit the data
@@ -44,10 +45,10 @@ NOTHING_KEPT = "no verdict: nothing was kept, and an empty corpus is not judged"
 TOO_FEW_KEPT = "no verdict: the {kept:,} kept rows are too few for any feature to be tested (min_count)"
 
 
-def verdict_headline(verdict: dict) -> str:
-    """A stage's verdict (``Verdict.to_dict()``) in a pipeline log's line: ok, or what went wrong and the remedy, in
-    the words of its ``warnings`` (``Verdict.warnings``: the lines the verb prints under the verdict)."""
-    return "verdict ok" if verdict["ok"] else "verdict WARNING: " + "; ".join(verdict["warnings"])
+def verdict_headline(verdict: Verdict) -> str:
+    """A stage's verdict in a pipeline log's line: ok, or what went wrong and the remedy, in the words of its
+    ``warnings`` (``Verdict.warnings``: the lines the verb prints under the verdict)."""
+    return "verdict ok" if verdict.ok else "verdict WARNING: " + "; ".join(verdict.warnings())
 
 
 class FilterStage(Stage):
@@ -139,7 +140,7 @@ class FilterStage(Stage):
             report["resumed"] = self.resumed
         self._write_report(report, out, verdict, sections)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
-        headline = rows_line + (f"; {verdict_headline(report['verdict'])}" if verdict is not None else
+        headline = rows_line + (f"; {verdict_headline(verdict)}" if verdict is not None else
                                 f"; {report['not_judged']}" if "not_judged" in report else "")
         if self.checkpoints is not None:
             self.checkpoints.clear()

@@ -183,7 +183,7 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
         if not rows:
             first.commit_all_rejected(source.paths)
         _take_pieces(units, checkpoints, writers)
-        written = {part: writer.commit()["rows"] for part, writer in writers.items()}
+        written = {part: writer.commit().rows for part, writer in writers.items()}
         labels_written = {part: writer.labels for part, writer in writers.items()}
     checkpoints.clear()
     mapped = rows if limit is None else min(rows, limit)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator
 import pyarrow as pa
 
 from refinery.io.location import join
-from refinery.io.schema import FIELD_NAMES, SINGLE_TEXT
+from refinery.io.records import AUDIT_PRIOR, FIELD_NAMES, SINGLE_TEXT
 
 if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options build without them
     from refinery.core.audit_record import AuditRecord
@@ -29,10 +28,10 @@ if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options bui
     from refinery.io.checkpoints import Checkpoints
     from refinery.io.corpus_writer import CorpusWriter
     from refinery.io.publishing import AtomicDir, RunOutput
+    from refinery.io.records import CorpusManifest
     from refinery.report.page import Report
 
 REPORT = "report"   # the part holding report.json and report.html
-AUDIT_PRIOR = "audit_prior"   # a manifest's record of the audit's prior rule (decided on its lineage's first)
 
 
 @dataclass
@@ -94,7 +93,7 @@ class StageOutput:
                             storage_options=self.storage_options, inputs=self.inputs, **options)
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
-                     settings: dict | None = None, audit: AuditRecord | None = None, **options) -> dict:
+                     settings: dict | None = None, audit: AuditRecord | None = None, **options) -> CorpusManifest:
         """Publish an in-memory table (and the input rejects it answers for) as the corpus ``part``, with its
         ``audit`` where the stage has one (``AuditRecord.attach_to``); its manifest."""
         with self.corpus(part, settings=settings, **options) as writer:
@@ -190,16 +189,15 @@ def recorded(paths: list, storage_options: dict) -> tuple[tuple, Prior | None]:
     from refinery.io.corpus import corpus_of
     from refinery.io.finished import CORPUS, HF, finished
 
-    manifests = [finished(corpus_of(path, storage_options), storage_options, CORPUS, HF) or {} for path in paths]
+    from refinery.io.records import CorpusManifest
+
+    manifests = [finished(corpus_of(path, storage_options), storage_options, CORPUS, HF) for path in paths]
     names, priors = set(), set()
     for manifest in manifests:
-        given = manifest.get(FIELD_NAMES)
-        if isinstance(given, list) and len(given) == 2 and \
-                all(isinstance(n, str) and re.fullmatch(r"[\w.-]{1,64}", n) for n in given):
-            names.add((tuple(given), bool(manifest.get(SINGLE_TEXT))))
-        else:
-            names.add(None)
-        priors.add(Prior.recorded(manifest.get(AUDIT_PRIOR)))
+        corpus = isinstance(manifest, CorpusManifest)   # a Hugging Face folder records neither
+        given, single = manifest.field_names if corpus else (None, False)
+        names.add((given, single) if given is not None else None)
+        priors.add(Prior.recorded(manifest.audit_prior if corpus else None))
     return (next(iter(names)) if len(names) == 1 and None not in names else (None, False),
             next(iter(priors)) if len(priors) == 1 else None)
 

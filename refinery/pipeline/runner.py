@@ -32,6 +32,7 @@ from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join
 from refinery.io.finished import STAGE, corpus_manifest, finished
+from refinery.io.records import CorpusManifest
 from refinery.io.memory import budget_of_run, memory_budget
 from refinery.io.modes import keeps_finished
 from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, published_run,
@@ -87,14 +88,18 @@ def fingerprint(*parts) -> str:
     return hashlib.sha256(json.dumps([__version__, *parts], sort_keys=True, default=str).encode()).hexdigest()
 
 
-def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> StageResult:
+def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> CorpusManifest:
     """The pipeline's input (``spec`` read as ``source``) as one canonical corpus; named splits become a ``split``
-    column."""
+    column. Its manifest."""
     out.inputs, out.field_names, out.single_text = list(source.paths), source.field_names, source.single_text
     out.prior = source.prior   # a corpus's recorded rule carries on; the first stage that counts decides one
     with out.corpus(settings={"input": to_dict(spec)}) as writer:
-        manifest = writer.copy(source.iter_batches(), source.paths)   # no good row: the rejects stay, named
-    rows, rejected = manifest["rows"], manifest["rejected"]
+        return writer.copy(source.iter_batches(), source.paths)   # no good row: the rejects stay, named
+
+
+def _ingested(manifest: CorpusManifest, source: StageInput) -> StageResult:
+    """The input step's result: its rows and rejects."""
+    rows, rejected = manifest.rows, manifest.rejected
     return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
                        f"{rows:,} rows" + (f" in splits {', '.join(source.splits)}" if source.named else ""))
 
@@ -181,7 +186,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
     try:
         upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(source.paths, opts.storage_options))
         run.stages.append(_step(folder, INPUT_STEP, upstream, opts, echo,
-                                lambda out: (ingest(spec.input, source, out), None), corpus=""))
+                                lambda out: (_ingested(ingest(spec.input, source, out), source), None), corpus=""))
         run.stages[-1].passes_on = folder
         corpus_opts = ReadOptions(batch_rows=opts.batch_rows, storage_options=opts.storage_options)
         current = folder
@@ -223,7 +228,7 @@ def _refuse_nothing_passed_on(before: StageRun, current: str, folder: str, name:
                               ) -> None:
     """A step whose input holds no rows (the step before it kept none) does not run: ``EmptyInput`` names that
     step, what it read and where its report says why (the input step refuses an empty input itself)."""
-    if before.name == "input" or Corpus.open(current, storage_options).manifest["rows"]:
+    if before.name == "input" or Corpus.open(current, storage_options).manifest.rows:
         return
     where = committed_url(posixpath.join(posixpath.dirname(folder), before.folder, before.result.report_file),
                           storage_options)
@@ -238,7 +243,7 @@ def _refuse_empty_corpora(source: StageInput) -> None:
     line: a stage would divide by their zero rows (raw inputs are checked as they are read)."""
     so = source.opts.storage_options
     if source.paths and all((record := corpus_manifest(committed_url(p, so), so)) is not None
-                            and not record.body["rows"] for p in source.paths):   # the manifests: no input listed
+                            and not record.rows for p in source.paths):   # the manifests: no input listed
         raise EmptyInput(f"{', '.join(source.paths)}: no rows (a corpus that the run which wrote it left "
                          "empty); give a corpus that holds rows")
 
@@ -320,7 +325,7 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     if not is_local(fs):   # one listing of the step's folder answers the lookups of its records that follow
         folder_entries(fs, path)
     done = finished(folder, opts.storage_options, STAGE)
-    record = StepRecord.from_json(done) if done is not None else None
+    record = StepRecord.from_json(done.body) if done is not None else None
     if keeps_finished(folder, mode, done, lambda _: None if record is not None and record.fingerprint == fp else
                       "holds a result made from other inputs or options"):
         result = StageResult(record.rows_in, record.accounting, {}, record.headline, report_file=record.report_file)
@@ -354,7 +359,7 @@ def with_rejects_named(result: StageResult, folder: str, part: str | None, opts:
     """``result`` with a warning where at least ``MANY_REJECTED`` of the input rows were rejected: how many, the
     commonest reason (read from the output corpus's rejects: an input of another release read through the wrong
     preset loses all its rows of one label, silently but for a count) and where each rejected row is kept."""
-    rejected = result.parts.get("input rejects", result.parts.get("rejected", 0))
+    rejected = result.input_rejects
     url = None if part is None else join(folder, part) if part else folder
     if rejected < MANY_REJECTED * max(result.rows_in, 1) or not rejected or url is None \
             or not is_corpus(url, opts.storage_options):

@@ -73,12 +73,17 @@ class StageResult:
     """A finished stage: the rows it read, where each went, its report, and what the terminal shows."""
 
     rows_in: int
-    parts: dict                 # {"kept": n, "filtered out": n, "input rejects": n}: sums to rows_in
+    parts: dict[str, int]       # {"kept": n, "filtered out": n, "input rejects": n}: sums to rows_in
     report: dict
     headline: str = ""          # one line for a pipeline's log
     lines: tuple = ()           # further lines the stage's verb prints
     warnings: tuple = ()        # what a user should act on (the verb prints them to stderr)
     report_file: str = "report/report.html"   # the HTML report, relative to the stage folder
+
+    @property
+    def input_rejects(self) -> int:
+        """The input rows it rejected (``rejected``: those of the pipeline's input step)."""
+        return self.parts.get("input rejects", self.parts.get("rejected", 0))
 
     @property
     def balanced(self) -> bool:

@@ -86,7 +86,7 @@ class StageInput:
             read_by = input_mapping(path, self.mapping, self.opts)   # as iter_batches reads it (``io.corpus``)
             if read_by is None:   # a corpus, or a stage's folder: the corpus it made
                 corpus = Corpus.open(corpus_of(path, so), so)
-                if corpus.manifest.get("rejected"):
+                if corpus.manifest.rejected:
                     keeping_rejects.append((len(units), corpus))
                 units += corpus_units(corpus.files, so, cpus)
             else:
@@ -153,7 +153,7 @@ class StageInput:
         counts, raw, so = Counter(), [], self.opts.storage_options
         for url in self.paths:
             if is_corpus(url, so):
-                counts.update(Corpus.open(url, so).manifest["labels"])
+                counts.update(Corpus.open(url, so).manifest.labels)
             else:
                 raw.append(url)
         for _, batch in iter_input_batches(raw if read_raw else [], self.mapping, replace(self.opts, row_ids=False)):
@@ -169,7 +169,7 @@ class StageInput:
         for url in (corpus_of(u, so) for u in self.paths):   # a stage's folder: the corpus it made
             if is_corpus(url, so):
                 corpus = Corpus.open(url, so)
-                tables += [corpus.read_rejects()] if corpus.manifest.get("rejected") else []
+                tables += [corpus.read_rejects()] if corpus.manifest.rejected else []
             else:
                 tables += [b.rejects for _, b in iter_input_batches([url], self.mapping, self.opts)
                            if b.rejects.num_rows]
@@ -197,8 +197,8 @@ def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[
         corpus = Corpus.open(corpus_of(path, storage_options), storage_options)
         if not corpus.files:
             return list(CANONICAL_FIELDS)
-        if "columns" in corpus.manifest:   # recorded by the writer (a corpus written before: its first shard's)
-            return list(corpus.manifest["columns"])
+        if corpus.manifest.columns is not None:   # recorded by the writer (a corpus written before: its first shard's)
+            return list(corpus.manifest.columns)
         fs, local = get_fs(corpus.files[0], storage_options)
         with fs.open(local, "rb") as fh:
             return pq.read_schema(fh).names

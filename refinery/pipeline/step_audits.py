@@ -38,7 +38,7 @@ from refinery.core.records import StageReport
 from refinery.core.stats import Prior, ZStats
 from refinery.core.weighted_counts import WeightedCounts, counts_prior
 from refinery.pipeline.config import ReportConfig, to_dict
-from refinery.pipeline.output import AUDIT_PRIOR, StageOutput, recorded
+from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.stage import Output, stage_class
 from refinery.pipeline.stage_input import StageInput
 from refinery.report import browser
@@ -93,10 +93,10 @@ def _measure_weighted(corpus: str, opts: ReadOptions, config, field_names, colum
     read = [c for c in ("text_a", "text_b", "label", "weight") if c in columns]
     for batch in source.iter_tables(read, opts.batch_rows):
         counts.add(batch, batch["weight"].to_numpy(zero_copy_only=False))
-    rows_per_label = {l: int(source.manifest["labels"].get(l, 0)) for l in sorted(counts.labels)}
+    rows_per_label = {l: int(source.manifest.labels.get(l, 0)) for l in sorted(counts.labels)}
     if not counts.rows:
         raise EmptyInput(f"{corpus}: no rows to audit")
-    p0, prior = counts_prior(counts, config.prior, 0, Prior.recorded(source.manifest.get(AUDIT_PRIOR)) or carried)
+    p0, prior = counts_prior(counts, config.prior, 0, Prior.recorded(source.manifest.audit_prior) or carried)
     st = counts.stats(0, p0, config.min_count, config.alpha)   # p0 of the weighted shares, as the weights verdict
     return AuditRecord.of(st, prior, rows_per_label, _settings(config, field_names), weighted=True)
 
@@ -187,7 +187,7 @@ def pipeline_figures(run, spec, opts: ReadOptions, config: ReportConfig, names: 
                           step.phases, verdicts=report.verdicts, comparison=report.comparison,
                           memory_budget=step.memory_budget)
         if step.passes_on and is_corpus(step.passes_on, opts.storage_options):
-            entry.rows = Corpus.open(step.passes_on, opts.storage_options).manifest["rows"]
+            entry.rows = Corpus.open(step.passes_on, opts.storage_options).manifest.rows
         if config.audit_steps and step.passes_on and step.passes_on != previous:
             columns = StageInput({"": [step.passes_on]}, None, corpus_opts).columns()
             weighted = "weight" in columns

@@ -128,9 +128,6 @@ def write_computed(stage: TableStage, source: StageInput, out: "StageOutput") ->
 
 def _committed(part: CorpusPart, out: "StageOutput") -> "CorpusManifest":
     """``part`` written as a corpus of ``out`` and committed: its manifest."""
-    from refinery.io.location import join
-    from refinery.io.records import MANIFEST, CorpusManifest
-
     with out.corpus(part.name, settings=part.settings, extra=part.extra) as writer:
         for rows in part.rows:
             writer.write(rows)
@@ -144,4 +141,4 @@ def _committed(part: CorpusPart, out: "StageOutput") -> "CorpusManifest":
                 out.prior = measured.prior   # read by the manifest at the commit
             if measured.record is not None:
                 measured.record.attach_to(writer)
-        return CorpusManifest.checked(join(out.url(part.name), MANIFEST), writer.commit())
+        return writer.commit()

@@ -68,7 +68,7 @@ def corpus_name(paths, storage_options: dict | None = None) -> str:
 
 def _origins(path: str, storage_options: dict, depth: int) -> list[str]:
     if depth and is_corpus(path, storage_options):
-        inputs = Corpus.open(path, storage_options).manifest.get("inputs") or {}
+        inputs = Corpus.open(path, storage_options).manifest.inputs
         if inputs:
             return [name for p in inputs for name in _origins(p, storage_options, depth - 1)]
     return [posixpath.basename(path.rstrip("/")) or path]

@@ -129,8 +129,8 @@ def _inputs(out: str, args: list, source: str) -> list:
     from refinery.io.splits import parse_split_spec
 
     for corpus in _corpora(out).values():
-        if corpus.manifest.get("inputs"):
-            return [parse_split_spec(spec)[1] for spec in corpus.manifest["inputs"]]
+        if corpus.manifest.inputs:
+            return [parse_split_spec(spec)[1] for spec in corpus.manifest.inputs]
     named = [parse_split_spec(args[i + 1])[1] for i, a in enumerate(args[:-1]) if a == "--input"]
     return named or [source]
 
@@ -162,7 +162,7 @@ def _whole_corpora(result: StageCheck, out: str) -> None:
         except Exception as e:   # a shard missing or unreadable: what the check is for
             broken.append(f"{part}: {type(e).__name__}: {e}")
             continue
-        if read != corpus.manifest["rows"]:
+        if read != corpus.manifest.rows:
             broken.append(f"{part}: manifest says {corpus.manifest['rows']} rows, its shards hold {read}")
     result.add("every corpus it wrote is whole", not broken, "; ".join(broken))
 

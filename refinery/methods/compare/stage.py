@@ -127,22 +127,23 @@ class CompareStage(TableStage):
         return []
 
     def result(self, manifests: dict, out: "StageOutput") -> StageResult:
+        from refinery.core.records import Comparison
         from refinery.methods.compare.page import console_lines, report_page
+        from refinery.methods.compare.statistics import passed_on
         from refinery.report import format as fmt
 
         report = self.summary
         page = report_page(report, self.train, {e.name: list(e.paths) for e in self.evals}, out)
         out.publish_report(report, page, {"predictions.parquet": self.predictions})
-        trained = report["train"][self.mine]   # it passes its whole input on: the splits it did not train on too
-        rows, rejected = trained["rows"] + trained["other_splits_left_out"], trained["rejected"]
-        refined = [n for n in report["train"] if n != report["baseline"]]
-        gains = "; ".join(f"{n} " + ", ".join(f"{ev} {fmt.points(per[n]['gain']['delta'])}"
-                                              for ev, per in report["accuracy"].items() if "gain" in per[n])
-                          for n in refined)
-        warned = f" ({len(report['warnings'])} warning(s) below)" if report["warnings"] else ""
-        headline = f"against {report['baseline']}: {gains or 'no baseline'}{warned}"
+        rows, rejected = passed_on(report, self.mine)   # its whole input: the splits it did not train on too
+        comparison = Comparison.from_json(report)
+        refined = [n for n in self.train if n != comparison.baseline]
+        gains = "; ".join(f"{n} " + ", ".join(f"{row.eval} {fmt.points(row.gain)}" for row in comparison.rows
+                                              if row.train == n and row.gain is not None) for n in refined)
+        warned = f" ({len(comparison.warnings)} warning(s) below)" if comparison.warnings else ""
+        headline = f"against {comparison.baseline}: {gains or 'no baseline'}{warned}"
         return StageResult(rows + rejected, {"passed on": rows, "input rejects": rejected}, report, headline,
-                           lines=(headline, *console_lines(report)), warnings=tuple(report["warnings"]))
+                           lines=(headline, *console_lines(report)), warnings=comparison.warnings)
 
 
 def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, runs, split: str | None
@@ -161,8 +162,7 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
     from refinery.core.features import FeatureConfig
     from refinery.io.corpus import input_fingerprints
     from refinery.methods.compare.slices import bias_slices
-    from refinery.methods.compare.statistics import (label_collapses, label_notes, one_label, one_label_notes,
-                                                     reading_notes, several_labels, summarize)
+    from refinery.methods.compare.statistics import summarize
     from refinery.methods.compare.training import read_corpora, run_fingerprint, trained_runs
 
     data = read_corpora(train, evals, source, config, split)
@@ -186,20 +186,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
             predicted.setdefault((name, e.name), []).append(part["prediction"].to_numpy(zero_copy_only=False))
 
     predicted = {k: np.vstack(v) for k, v in predicted.items()}
-    correct = {(n, ev): labels == gold[ev] for (n, ev), labels in predicted.items()}   # seeds × rows booleans
-    report = summarize(data, correct)
-    for (name, ev), labels in predicted.items():
-        report["accuracy"][ev][name]["one_label"] = one_label(labels)
-    report["reads"] = data.reads
-    for e in evals:
-        report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
-        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(data.eval_keys[e.name],
-                                                                              data.eval_tables[e.name]["label"])
     mapping = source.mapping
     features = FeatureConfig().named(mapping.field_names if mapping else None, single_text=data.reads == "text_a")
-    report["bias_slices"] = bias_slices(data, features, correct, predicted)
-    report["warnings"] = [w for e in evals if (w := e.scored_on_part(data.eval_tables[e.name].num_rows,
-                                                                   data.eval_rejects[e.name]))] \
-        + label_collapses(report)
-    report["notes"] = label_notes(report) + reading_notes(report) + one_label_notes(report)
-    return report, pa.concat_tables(preds)
+    correct = {(n, ev): labels == gold[ev] for (n, ev), labels in predicted.items()}   # seeds × rows booleans
+    slices = bias_slices(data, features, correct, predicted)
+    return summarize(data, correct, predicted, slices), pa.concat_tables(preds)

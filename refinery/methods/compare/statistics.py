@@ -81,11 +81,37 @@ def majority_baseline(labels: pa.ChunkedArray) -> dict:
             "accuracy": round(counts.field("counts")[best].as_py() / len(labels), 4)}
 
 
-def summarize(data: Corpora, correct: dict) -> dict:
-    """The report's figures from ``correct`` ({(corpus, set): seeds × rows correctness}): per evaluation set and
-    corpus its accuracy (mean, std and each seed's), breakdowns, weighted accuracy, overlapping rows, contaminated
-    rows and the accuracy on the others, 95% interval and gain over the baseline; and what was trained on and
-    scored."""
+def summarize(data: Corpora, correct: dict, predicted: dict, slices: dict) -> dict:
+    """The report from ``predicted`` ({(corpus, set): seeds × rows labels}) and ``correct`` (the same, seeds × rows
+    correctness): per evaluation set and corpus its accuracy (mean, std and each seed's), breakdowns, weighted
+    accuracy, overlapping rows, contaminated rows and the accuracy on the others, 95% interval and gain over the
+    baseline, the share of its commonest prediction; ``slices`` (``slices.bias_slices``); what was trained on and
+    scored, and what the comparison warns and notes."""
+    report = _accuracies(data, correct)
+    for (name, ev), labels in predicted.items():
+        report["accuracy"][ev][name]["one_label"] = one_label(labels)
+    report["reads"] = data.reads
+    for e in data.evals:
+        report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
+        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(data.eval_keys[e.name],
+                                                                              data.eval_tables[e.name]["label"])
+    report["bias_slices"] = slices
+    report["warnings"] = [w for e in data.evals if (w := e.scored_on_part(data.eval_tables[e.name].num_rows,
+                                                                        data.eval_rejects[e.name]))] \
+        + label_collapses(report)
+    report["notes"] = label_notes(report) + reading_notes(report) + one_label_notes(report)
+    return report
+
+
+def passed_on(report: dict, name: str) -> tuple[int, int]:
+    """(rows, input rejects) of the training corpus ``name``: the rows it passes on (the splits it did not train
+    on too) and those its reading rejected."""
+    trained = report["train"][name]
+    return trained["rows"] + trained["other_splits_left_out"], trained["rejected"]
+
+
+def _accuracies(data: Corpora, correct: dict) -> dict:
+    """The report's figures from ``correct`` ({(corpus, set): seeds × rows correctness}) (``summarize``)."""
     config, names = data.config, data.names
     base = names[0]
     summary = {}

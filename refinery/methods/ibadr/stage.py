@@ -12,11 +12,12 @@ from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
 
 
-def accounting(report: dict) -> tuple[int, dict]:
-    """(rows in, where they went) of a run's report: every input row is in the pool, not sampled, or rejected."""
-    return report["original_rows"] + report["not_sampled"] + report["input_rejected"], {
-        "in the pool": report["original_rows"], "not sampled": report["not_sampled"],
-        "input rejects": report["input_rejected"]}
+def accounting(grown, input_rejected: int) -> tuple[int, dict]:
+    """(rows in, where they went) of a run (``grown``: ``pool.Grown``): every input row is in the pool, not sampled,
+    or rejected."""
+    not_sampled = grown.rows_given - grown.table.num_rows
+    return grown.table.num_rows + not_sampled + input_rejected, {
+        "in the pool": grown.table.num_rows, "not sampled": not_sampled, "input rejects": input_rejected}
 
 
 class IbadrStage(TableStage):
@@ -55,11 +56,11 @@ class IbadrStage(TableStage):
         from refinery.methods.ibadr.report import TITLE, console_lines, report_page
         from refinery.pipeline.filter import verdict_headline
 
-        generated = self.grown.generated()
-        r = report_of(self.grown, self.verdict, generated, self.config, manifests["pool"].rejected)
+        grown, verdict, rejected = self.grown, self.verdict, manifests["pool"].rejected
+        generated = grown.generated()
+        r = report_of(grown, verdict, generated, self.config, rejected)
         out.publish_files("generated", {"generated.parquet": generated})
-        out.publish_report(r, report_page(r, self.verdict, out.report_page(TITLE)))
-        v = r["verdict"]
-        return StageResult(*accounting(r), r, f"{r['generated']:,} pseudo samples, {r['accepted']:,} accepted "
-                                              f"-> pool {r['pool_rows']:,}; {verdict_headline(v)}", console_lines(r),
-                           () if v["ok"] else tuple(v["warnings"]))
+        out.publish_report(r, report_page(r, verdict, out.report_page(TITLE)))
+        return StageResult(*accounting(grown, rejected), r, f"{generated.num_rows:,} pseudo samples, "
+                           f"{grown.accepted().num_rows:,} accepted -> pool {grown.pool.num_rows:,}; "
+                           f"{verdict_headline(verdict)}", console_lines(r), tuple(verdict.warnings()))

@@ -41,7 +41,7 @@ def _share(v) -> str:
 def degree_heatmaps(graph: GraphInput, min_cell: int = 10) -> list[str]:
     """Label share against the degrees of both sentences, one SVG heatmap per label (paper Fig. 2), cropped
     to the degrees the corpus has; cells with fewer than ``min_cell`` pairs are left empty."""
-    shares = degree_table(graph, min_cell)["shares"]
+    shares = degree_table(graph, min_cell).shares
     ticks = [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(DEGREE_BINS, DEGREE_BINS[1:])]
     ticks.append(f"{DEGREE_BINS[-1]}+")
     return [heatmap(share, ticks, ticks, title=f"share of {label}", x_label="S2_freq: pairs sentence 2 is in",

@@ -42,15 +42,16 @@ class LeakageStage(TableStage):
 
         config = self.config
         graph = self.graph = graph_of(rows.con, rows.rejects, config.graph)
-        r, self.predictions = predictability(graph, graph.splits(), config.test_split, config.forest)
-        r.update(rejected=graph.rejects.num_rows, graph=asdict(config.graph), forest=asdict(config.forest),
-                 inputs=rows.splits, nodes=graph.nodes,
-                 edges=graph.num_rows, feature_summary=feature_summary(graph))
-        tested = r["rows"].get(r["test_split"], 0)
-        interval = report.accuracy_interval(r["leakage_accuracy"], tested)
-        r.update(leakage_ci95=[round(v, 4) for v in interval],
-                 leakage_beats_majority=report.beats_majority(r["leakage_accuracy"], r["majority_accuracy"], tested))
-        self.summary = r
+        found = predictability(graph, graph.splits(), config.test_split, config.forest)
+        self.predictions = found.predictions
+        tested = found.rows.get(found.test_split, 0)
+        interval = report.accuracy_interval(found.leakage_accuracy, tested)
+        self.summary = {**found.to_json(), "rejected": graph.rejects.num_rows, "graph": asdict(config.graph),
+                        "forest": asdict(config.forest), "inputs": rows.splits, "nodes": graph.nodes,
+                        "edges": graph.num_rows, "feature_summary": feature_summary(graph),
+                        "leakage_ci95": [round(v, 4) for v in interval],
+                        "leakage_beats_majority": report.beats_majority(found.leakage_accuracy,
+                                                                        found.majority_accuracy, tested)}
         if config.identical_label is None:
             return []
         return [CorpusPart("identical", [identical_pairs(graph, config.identical_label)])]

@@ -75,8 +75,8 @@ class RazorStage(TableStage):
         self.checkpoints.clear()
         headline = (f"{r['rows']:,} rows scored on {r['field']}, {r['replaced_rows']:,} rows rewritten, "
                     f"objective {' → '.join(change(r['objective'], r['objective_after']))}; "
-                    f"{verdict_headline(r['verdict'])}")
-        warnings = () if r["verdict"]["ok"] else tuple(r["verdict"]["warnings"])
+                    f"{verdict_headline(self.judged)}")
+        warnings = () if self.judged.ok else tuple(self.judged.warnings())
         return StageResult(r["rows"] + r["input_rejected"], counts, r, headline, console_lines(r), warnings)
 
     def _streamed_scores(self, source: StageInput) -> CorpusPart:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from refinery.core.verdict import Verdict, judge
 from refinery.methods.zfilter.composition import Composition
-from refinery.methods.zfilter.report import audit_summary, remedies
+from refinery.methods.zfilter.report import accounting, audit_summary, remedies, terminal_lines
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageResult
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
 from refinery.report.page import Report, config_table, figure, link, note, table, top_features
 
 
-def compose_report(composition: Composition, out: StageOutput, config: ZFilterConfig) -> dict:
+def compose_report(composition: Composition, out: StageOutput, config: ZFilterConfig) -> StageResult:
     """Each part of a composition and the two together: rows read, kept and filtered out per label, and a
     verdict (``core.verdict``) of its rows read against its rows kept, all under one prior rule (``out.prior``:
-    ``auto`` decides it on the labels of D0 and G together); published as ``out``'s report (report.json, report.html)."""
+    ``auto`` decides it on the labels of D0 and G together); published as ``out``'s report (report.json, report.html),
+    and the stage's result."""
     kind, audit, input_rejects = composition.kind, composition.audit, composition.input_rejects
     page = out.report_page(f"compose ({kind}): original and generated rows, z-filtered (Wu et al. 2022 §4.2)")
     prior = out.prior   # decided on D0 and G together (``ComposeStage.prepare``), or carried with the input
@@ -60,7 +62,8 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
                          if kind != "zaug" or name == "z_generated"},
               "config": config.to_dict()}
     out.publish_report(report, _page(page, report, verdicts, summaries["before"][1], summaries["after"][1]))
-    return report
+    return StageResult(*accounting(report), report, f"{kind}: kept {together['kept']:,} of D0 and G, filtered out "
+                       f"{together['rejected']:,}", terminal_lines(report))
 
 
 def _unjudged(kind: str, part: str, verdict: Verdict) -> str:

@@ -6,7 +6,9 @@ from refinery.core import stats as zstats
 from refinery.core.verdict import LabelRows, Verdict, judge
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.methods.zfilter.stream import Filtering
+from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.output import StageOutput
+from refinery.pipeline.stage import StageResult
 from refinery.report import figures
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
@@ -34,10 +36,10 @@ def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept", settl
 
 
 def publish_report(filtering: Filtering, written: dict, out: StageOutput, config: ZFilterConfig,
-                   after: zstats.ZStats) -> dict:
-    """zfilter's report.json and page under ``out``'s report/: ``written`` is ``FilterStage``'s count of what it
-    wrote (kept/ with the seed's rows that lead it, rejected/, the input's rejects; rows per label); ``after``: the
-    z-statistics of Z (the kept rows), computed once for the audit kept with kept/."""
+                   after: zstats.ZStats) -> StageResult:
+    """zfilter's report.json and page under ``out``'s report/, and the stage's result: ``written`` is
+    ``FilterStage``'s count of what it wrote (kept/ with the seed's rows that lead it, rejected/, the input's rejects;
+    rows per label); ``after``: the z-statistics of Z (the kept rows), computed once for the audit kept with kept/."""
     zf, seed_by_label = filtering.zf, filtering.seed_by_label
     page = out.report_page("z-filter: rows whose features leak the label, filtered out (Wu et al. 2022)")
     before = zf.seen.stats(zf.prior.name, config.min_count, config.alpha)
@@ -69,7 +71,16 @@ def publish_report(filtering: Filtering, written: dict, out: StageOutput, config
         "topk_before": top_before, "topk_after": top_after, "config": config.to_dict(),
     }
     out.publish_report(report, _page(page, report, verdict, plot_before, plot_after))
-    return report
+    seeded = f" ({seed:,} seed rows)" if seed else ""
+    return StageResult(*accounting(report), report, f"kept {report['kept']:,}{seeded}, filtered out "
+                       f"{report['rejected']:,}; {verdict_headline(verdict)}", terminal_lines(report))
+
+
+def accounting(report: dict) -> tuple[int, dict]:
+    """(rows in, where they went) of a z-filter or composition report: the seed's rows (a composition's D0) lead
+    kept/, and its input rejects are D0's and G's."""
+    return report["input"] + report["seed"] + report["input_rejected"], {
+        "kept": report["kept"], "filtered out": report["rejected"], "input rejects": report["input_rejected"]}
 
 
 def _page(page: Report, report: dict, verdict: Verdict, plot_before: str, plot_after: str) -> Report:

@@ -20,7 +20,7 @@ from refinery.core import stats as zstats
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
 from refinery.pipeline.executor import row_numbers
-from refinery.pipeline.filter import FilterStage, split, verdict_headline
+from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageResult, set_column
 from refinery.pipeline.stage_input import StageInput
@@ -83,19 +83,9 @@ class ZFilterStage(_DecidedInPrepare):
 
     def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """zfilter's own report and verdict (the input's z-statistics against those of Z)."""
-        from refinery.methods.zfilter.report import publish_report, terminal_lines
+        from refinery.methods.zfilter.report import publish_report
 
-        r = publish_report(self.filtering, written, out, self.named_config, self.kept_stats)
-        seeded = f" ({r['seed']:,} seed rows)" if r["seed"] else ""
-        return StageResult(*_accounting(r), r, f"kept {r['kept']:,}{seeded}, filtered out "
-                           f"{r['rejected']:,}; {verdict_headline(r['verdict'])}", terminal_lines(r))
-
-
-def _accounting(r: dict) -> tuple[int, dict]:
-    """(rows in, where they went) of a z-filter or composition report: the seed's rows (a composition's D0) lead
-    kept/, and its input rejects are D0's and G's."""
-    return r["input"] + r["seed"] + r["input_rejected"], {
-        "kept": r["kept"], "filtered out": r["rejected"], "input rejects": r["input_rejected"]}
+        return publish_report(self.filtering, written, out, self.named_config, self.kept_stats)
 
 
 class ComposeStage(_DecidedInPrepare):
@@ -147,8 +137,5 @@ class ComposeStage(_DecidedInPrepare):
     def result(self, written: dict, audits, out: StageOutput) -> StageResult:
         """The composition's report: each part's verdict and the two together's."""
         from refinery.methods.zfilter.compose_report import compose_report
-        from refinery.methods.zfilter.report import terminal_lines
 
-        r = compose_report(self.composition, out, self.named_config)
-        return StageResult(*_accounting(r), r, f"{self.config.composition}: kept {r['kept']:,} of D0 and G, "
-                           f"filtered out {r['rejected']:,}", terminal_lines(r))
+        return compose_report(self.composition, out, self.named_config)
