@@ -142,7 +142,7 @@ def _accounting(result: StageCheck, out: str, inputs: list) -> None:
     parts = record.get("accounting") or {}
     result.add("accounting: rows in = its parts", record.get("rows_in") == sum(parts.values()),
                f"rows in {record.get('rows_in')}, parts {parts}")
-    given = sum(m["rows"] + m.get("rejected", 0) for m in (Corpus.open(p).manifest for p in inputs))
+    given = sum(m.rows + m.rejected for m in (Corpus.open(p).manifest for p in inputs))
     result.add("accounting: rows in = the input's rows and rejects", record.get("rows_in") == given,
                f"rows in {record.get('rows_in')}, the input holds {given}")
 
