@@ -6,7 +6,6 @@ read it as the rows. This module reads them, and says whether a finished one can
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections import Counter
 import posixpath
@@ -75,12 +74,15 @@ class Corpus:
     url: str
     manifest: CorpusManifest
     storage_options: dict | None = None
+    sizes_checked: bool = False   # whether its files' sizes were checked (``_check_sizes``): before a file is read
 
     @classmethod
-    def open(cls, url: str, storage_options: dict | None = None) -> "Corpus":
+    def open(cls, url: str, storage_options: dict | None = None, check_sizes: bool = True) -> "Corpus":
         """The corpus at ``url`` (a part of a run's folder: of the run committed there, ``committed_url``), its
         manifest checked as one record (``corpus_manifest``), then, before a row is read, that no file it names is
-        reached through a symbolic link out of the folder and each is there with the size it records."""
+        reached through a symbolic link out of the folder and each is there with the size it records (now, or
+        where not ``check_sizes``, before the first of its files is read: what only reads its manifest, a step
+        that is skipped, lists no folder)."""
         url = committed_url(url, storage_options)
         fs, path = get_fs(url, storage_options)
         forget_listings(fs, path)  # another process may have published it since this one last looked
@@ -90,13 +92,17 @@ class Corpus:
         if is_local(fs):
             record.check_links(path)
         corpus = cls(url.rstrip("/"), record, storage_options)
-        corpus._check_sizes(fs, path)
+        if check_sizes:
+            corpus._check_sizes()
         return corpus
 
-    def _check_sizes(self, fs, path: str) -> None:
+    def _check_sizes(self) -> None:
         """Each listed file is there with the size the manifest records (corpora written before sizes were
         recorded: present): one listing of the folder, so a shard replaced, truncated or removed behind refinery's
         back is named, not read."""
+        if self.sizes_checked:
+            return
+        fs, path = get_fs(self.url, self.storage_options)
         record = self.manifest.record
         with on_store(self.url, "listing the corpus"):
             found = {posixpath.relpath(p, path): info.get("size") for p, info in
@@ -111,6 +117,7 @@ class Corpus:
                 raise ValueError(f"{posixpath.join(self.url, name)}: {found[name]:,} bytes where {record} records "
                                  f"{recorded:,}; the file was replaced or cut after refinery wrote it: write the "
                                  "corpus again")
+        self.sizes_checked = True
 
     def _digest_checked(self, url: str, data_blocks, expected: str | None) -> None:
         """Refuse (``ValueError``) the file ``url`` whose sha256 over ``data_blocks`` is not ``expected``."""
@@ -142,6 +149,7 @@ class Corpus:
         entry = self.manifest.attached.get(key)
         if entry is None:
             return None
+        self._check_sizes()
         url = posixpath.join(self.url, entry.path)
         fs, path = get_fs(url, self.storage_options)
         with on_store(self.url, "reading what the corpus keeps"):
@@ -151,10 +159,13 @@ class Corpus:
 
     @property
     def files(self) -> list[str]:
+        """Its shards, each checked to be there with the size the manifest records (``_check_sizes``, once)."""
+        self._check_sizes()
         return [posixpath.join(self.url, f) for f in self.manifest.files]
 
     @property
     def reject_files(self) -> list[str]:
+        self._check_sizes()
         return [posixpath.join(self.url, f) for f in self.manifest.rejects]
 
     def iter_tables(self, columns=None, batch_rows: int = 65_536) -> Iterator[pa.Table]:
@@ -202,6 +213,29 @@ def corpus_of(url: str, storage_options: dict | None = None) -> str:
     return part
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """An input resolved once (``resolve``): ``url`` as given; ``path``, what is read of it (a stage's folder: the
+    corpus it made, ``corpus_of``); ``corpus``, the finished corpus there, opened (``Corpus.open``: read in the run
+    committed there, its manifest checked), or None where the input is raw (files, a folder of them, a glob)."""
+
+    url: str
+    path: str
+    corpus: Corpus | None = None
+
+
+def resolve(url: "str | Resolved", storage_options: dict | None = None) -> Resolved:
+    """``url`` as refinery reads it (``Resolved``; one already resolved as it is): what a step resolves once for
+    each of its inputs and hands down, so that no reader looks its pointers and manifest up again."""
+    if isinstance(url, Resolved):
+        return url
+    if not any(ch in url for ch in "*?["):
+        for path in (url, posixpath.join(url.rstrip("/"), STAGE_CORPUS)):
+            if is_corpus(path, storage_options):
+                return Resolved(url, path, Corpus.open(path, storage_options, check_sizes=False))
+    return Resolved(url, url)
+
+
 def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
     """The corpora inside a stage's folder ``url`` (``kept``, ``rejected``, ``pool``, …), or none."""
     fs, path = get_fs(url, storage_options)
@@ -228,12 +262,16 @@ def not_a_corpus(url: str, storage_options: dict | None = None, columns: list | 
                                                  else "--preset or ") + "--map text_a=COLUMN,label=COLUMN,…")
 
 
-def input_mapping(url: str, mapping: Mapping | None, opts: ReadOptions = ReadOptions()) -> Mapping | None:
-    """How the input ``url`` is read: a finished corpus (or a stage's folder that made one) as it is (None);
-    a raw input through ``mapping``, else, where it is already in refinery's columns (``text_a``, ``label``, …), as
-    it is (``canonical_mapping``), on the command line and through the API alike; else ``not_a_corpus``."""
-    if is_corpus(corpus_of(url, opts.storage_options), opts.storage_options):
+def input_mapping(url: "str | Resolved", mapping: Mapping | None, opts: ReadOptions = ReadOptions()
+                  ) -> Mapping | None:
+    """How the input ``url`` (or its ``Resolved``) is read: a finished corpus (or a stage's folder that made one) as
+    it is (None); a raw input through ``mapping``, else, where it is already in refinery's columns (``text_a``,
+    ``label``, …), as it is (``canonical_mapping``), on the command line and through the API alike; else
+    ``not_a_corpus``."""
+    resolved = resolve(url, opts.storage_options)
+    if resolved.corpus is not None:
         return None
+    url = resolved.url
     if mapping is not None:
         return mapping
     if stage_parts(url, opts.storage_options):   # a stage's folder: its parts are corpora, not one file to read
@@ -280,22 +318,22 @@ def concat(tables: list[pa.Table]) -> pa.Table:
         return pa.concat_tables([conform(t, schema) for t in tables])
 
 
-def iter_input_batches(inputs: Iterable[str], mapping: Mapping | None, opts: ReadOptions = ReadOptions()
-                       ) -> Iterator[tuple[str, Batch]]:
+def iter_input_batches(inputs: "Iterable[str | Resolved]", mapping: Mapping | None,
+                       opts: ReadOptions = ReadOptions()) -> Iterator[tuple[str, Batch]]:
     """Canonical batches from raw inputs (through ``input_mapping``: with a mapping, or as they are where they are in
-    refinery's columns) or finished corpora (without one). A raw input that
+    refinery's columns) or finished corpora (without one), each input a path or its ``Resolved``. A raw input that
     holds no rows at all (an empty file, a header alone) is an ``EmptyInput`` naming it. A stage's folder reads
     as the corpus it made (``corpus_of``)."""
-    for url in map(functools.partial(corpus_of, storage_options=opts.storage_options), inputs):
-        if is_corpus(url, opts.storage_options):
-            corpus = Corpus.open(url, opts.storage_options)
+    for resolved in (resolve(url, opts.storage_options) for url in inputs):
+        url, corpus = resolved.path, resolved.corpus
+        if corpus is not None:
             for table in corpus.iter_tables(batch_rows=opts.batch_rows):
                 yield url, Batch(table, empty_table(REJECTS_SCHEMA))
             if corpus.manifest.rejected:  # a corpus's own rejects travel with its rows
                 yield url, Batch(EMPTY_CANONICAL, corpus.read_rejects())
             continue
         empty = True
-        for path, batch in read_input(url, input_mapping(url, mapping, opts), opts):
+        for path, batch in read_input(url, input_mapping(resolved, mapping, opts), opts):
             empty = empty and not batch.rows.num_rows and not batch.rejects.num_rows
             yield path, batch
         if empty:
@@ -314,29 +352,30 @@ def load(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions
         for _, batch in iter_input_batches([url], mapping, opts):
             table = batch.rows
             if with_split and "split" not in table.column_names:
-                table = table.append_column("split", pa.array([split_name(url)] * table.num_rows, pa.string()))
+                name = split_name(url.url if isinstance(url, Resolved) else url)
+                table = table.append_column("split", pa.array([name] * table.num_rows, pa.string()))
             rows.append(table)
             rejects.append(batch.rejects)
     return concat(rows), (pa.concat_tables(rejects) if rejects else empty_table(REJECTS_SCHEMA))
 
 
-def input_fingerprints(inputs: Iterable[str] | dict, storage_options: dict | None = None) -> dict[str, str]:
-    """What ``--mode skip`` compares, per input: a finished corpus by the sha256 of its manifest (which
-    holds every shard's sha256; its shards' names without a store's run ids, which differ between two runs that
-    wrote the same rows), a raw file by its size and fsspec checksum (the modification stamp
+def input_fingerprints(inputs: "Iterable[str | Resolved] | dict", storage_options: dict | None = None
+                       ) -> dict[str, str]:
+    """What ``--mode skip`` compares, per input (a path, or its ``Resolved``): a finished corpus by the sha256 of its
+    manifest (which holds every shard's sha256; its shards' names without a store's run ids, which differ between two
+    runs that wrote the same rows), a raw file by its size and fsspec checksum (the modification stamp
     locally, the ETag on object stores). ``SPLIT=PATH`` inputs ({split: paths}) keep the split in the key."""
     if isinstance(inputs, dict):
         inputs = [f"{split}={path}" for split, paths in inputs.items()
                   for path in ([paths] if isinstance(paths, str) else paths)]
     prints: dict[str, str] = {}
     for spec in inputs:
-        split, url = parse_split_spec(spec)
+        split, url = ("", spec) if isinstance(spec, Resolved) else parse_split_spec(spec)
         prefix = f"{split}=" if split else ""
-        url = corpus_of(url, storage_options)
-        if is_corpus(url, storage_options):
-            committed = committed_url(url, storage_options)
-            corpus_manifest(committed, storage_options)   # checked before its digest stands for the corpus
-            fs, path = get_fs(committed, storage_options)
+        resolved = resolve(url, storage_options)
+        url = resolved.path
+        if resolved.corpus is not None:   # its manifest checked before its digest stands for the corpus
+            fs, path = get_fs(resolved.corpus.url, storage_options)
             manifest = RUN_ID_IN_NAME.sub("", fs.cat_file(manifest_path(fs, path)).decode())   # a store's run ids
             prints[prefix + url] = "manifest:" + hashlib.sha256(manifest.encode()).hexdigest()
             continue

@@ -44,12 +44,13 @@ class CorpusWriter(AbortsOnError):
 
     ``mode``: ``overwrite`` replaces a finished output, ``skip`` leaves it (``skipped`` is
     then True and nothing is written), ``error`` refuses to touch it. ``location``: where the corpus is written
-    when not at ``out`` (a part of a run, written where no reader looks until the run's commit).
+    when not at ``out`` (a part of a run, written where no reader looks until the run's commit). ``inputs``: what
+    it was made from, whose fingerprints (``input_prints``, where the caller has them) the manifest keeps.
     """
 
     def __init__(self, out: str, *, mode: str = "overwrite", shard_rows: int = DEFAULT_SHARD_ROWS,
                  config: dict | None = None, storage_options: dict | None = None, extra: Mapping | None = None,
-                 inputs: Iterable[str] | None = None, location: str | None = None):
+                 inputs: Iterable[str] | None = None, location: str | None = None, input_prints: dict | None = None):
         check_mode(mode)
         self.out = out.rstrip("/")   # the corpus's URL, as it is published and named
         location = (location or out).rstrip("/")   # where it is written (a run's folder before its commit)
@@ -59,7 +60,8 @@ class CorpusWriter(AbortsOnError):
         self.shard_rows = shard_rows
         self.config = config or {}
         self.extra = {} if extra is None else extra   # a mapping read at the commit
-        self.inputs = input_fingerprints(inputs, storage_options) if inputs is not None else None
+        self.inputs = input_prints if input_prints is not None else \
+            input_fingerprints(inputs, storage_options) if inputs is not None else None
         self._finished = finished(location, storage_options, CORPUS, HF) if mode != "overwrite" else None
         self.skipped = keeps_finished(out, mode, self._finished, _differs(self.inputs, self.config))
         self._buffer: list[pa.Table] = []

@@ -46,6 +46,7 @@ class StageOutput:
     field_names: tuple | None = None   # the input's names of text_a and text_b (its preset's): kept in each manifest,
     single_text: bool = False          # so that the next stage or audit of a corpus names its features the same
     prior: Prior | None = None   # the audit's prior rule: carried from the input, or decided by the stage as it counts
+    input_prints: dict | None = None   # the fingerprints of ``inputs`` where the step has them (kept in each manifest)
 
     def __post_init__(self):
         self.folder = self.folder.rstrip("/")
@@ -66,7 +67,7 @@ class StageOutput:
         """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
         return StageOutput(self.url(name), self.storage_options, self.inputs if inputs is None else inputs,
                            self.settings if settings is None else settings, self.written(name), self.field_names,
-                           self.single_text, self.prior)
+                           self.single_text, self.prior, self.input_prints if inputs is None else None)
 
     @contextlib.contextmanager
     def publishing(self) -> Iterator[RunOutput]:
@@ -90,7 +91,8 @@ class StageOutput:
         options["extra"] = _Recorded(self, options.get("extra") or {})
         return CorpusWriter(self.url(part), location=self.written(part),
                             config=self.settings if settings is None else settings,
-                            storage_options=self.storage_options, inputs=self.inputs, **options)
+                            storage_options=self.storage_options, inputs=self.inputs, input_prints=self.input_prints,
+                            **options)
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
                      settings: dict | None = None, audit: AuditRecord | None = None, **options) -> CorpusManifest:
@@ -182,22 +184,19 @@ def _stream_parquet(folder: AtomicDir, name: str, batches: pa.RecordBatchReader)
 
 
 def recorded(paths: list, storage_options: dict) -> tuple[tuple, Prior | None]:
-    """What every one of the corpora ``paths`` records of its lineage (a stage's output keeps its input's): (the
-    field names and single-text flag, or none; the audit's prior rule, or None), each where all record the same
-    and every path is a corpus."""
+    """What every one of the corpora ``paths`` (each a path or its ``io.corpus.Resolved``) records of its lineage (a
+    stage's output keeps its input's): (the field names and single-text flag, or none; the audit's prior rule, or
+    None), each where all record the same and every path is a corpus (a raw input or a Hugging Face folder records
+    neither)."""
     from refinery.core.stats import Prior
-    from refinery.io.corpus import corpus_of
-    from refinery.io.finished import CORPUS, HF, finished
+    from refinery.io.corpus import resolve
 
-    from refinery.io.records import CorpusManifest
-
-    manifests = [finished(corpus_of(path, storage_options), storage_options, CORPUS, HF) for path in paths]
+    corpora = [resolve(path, storage_options).corpus for path in paths]
     names, priors = set(), set()
-    for manifest in manifests:
-        corpus = isinstance(manifest, CorpusManifest)   # a Hugging Face folder records neither
-        given, single = manifest.field_names if corpus else (None, False)
+    for corpus in corpora:
+        given, single = corpus.manifest.field_names if corpus else (None, False)
         names.add((given, single) if given is not None else None)
-        priors.add(Prior.recorded(manifest.audit_prior if corpus else None))
+        priors.add(Prior.recorded(corpus.manifest.audit_prior if corpus else None))
     return (next(iter(names)) if len(names) == 1 and None not in names else (None, False),
             next(iter(priors)) if len(priors) == 1 else None)
 

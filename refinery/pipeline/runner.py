@@ -31,7 +31,7 @@ from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus, reject_reasons
 from refinery.io.read_options import ReadOptions
 from refinery.io.location import folder_entries, get_fs, is_local, join
-from refinery.io.finished import STAGE, corpus_manifest, finished
+from refinery.io.finished import STAGE, finished
 from refinery.io.records import CorpusManifest
 from refinery.io.memory import budget_of_run, memory_budget
 from refinery.io.modes import keeps_finished
@@ -108,9 +108,10 @@ def stage_input(spec: InputSpec, opts: ReadOptions, engine: str = "local") -> St
     """The raw input of ``spec`` as a stage reads it: named as its preset names text_a and text_b, or, for refinery
     corpora read without one, as their manifests record their own input's names."""
     mapping = spec.mapping()
-    paths = spec.split_paths()
-    names, prior = recorded([p for ps in paths.values() for p in ps], opts.storage_options)
-    return StageInput(paths, mapping, opts, engine, *(_names(mapping) if mapping is not None else names), prior)
+    source = StageInput(spec.split_paths(), mapping, opts, engine)
+    names, source.prior = recorded(list(map(source.resolved, source.paths)), opts.storage_options)
+    source.field_names, source.single_text = _names(mapping) if mapping is not None else names
+    return source
 
 
 def _names(mapping) -> tuple:
@@ -184,7 +185,8 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
     run, opts = PipelineRun(out, engine), source.opts
     folder, name, started = join(out, INPUT_DIR), "input", time.perf_counter()
     try:
-        upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(source.paths, opts.storage_options))
+        upstream = fingerprint("input", to_dict(spec.input), input_fingerprints(map(source.resolved, source.paths),
+                                                                                opts.storage_options))
         run.stages.append(_step(folder, INPUT_STEP, upstream, opts, echo,
                                 lambda out: (_ingested(ingest(spec.input, source, out), source), None), corpus=""))
         run.stages[-1].passes_on = folder
@@ -241,9 +243,8 @@ def _refuse_nothing_passed_on(before: StageRun, current: str, folder: str, name:
 def _refuse_empty_corpora(source: StageInput) -> None:
     """A verb's finished corpora that hold no row between them (a run that kept none wrote them) are refused in one
     line: a stage would divide by their zero rows (raw inputs are checked as they are read)."""
-    so = source.opts.storage_options
-    if source.paths and all((record := corpus_manifest(committed_url(p, so), so)) is not None
-                            and not record.rows for p in source.paths):   # the manifests: no input listed
+    if source.paths and all((corpus := source.resolved(p).corpus) is not None and not corpus.manifest.rows
+                            for p in source.paths):   # the manifests: no input listed
         raise EmptyInput(f"{', '.join(source.paths)}: no rows (a corpus that the run which wrote it left "
                          "empty); give a corpus that holds rows")
 
@@ -282,13 +283,15 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     cls = stage_class(stage_spec.name)
     config, referenced = _resolve_references(cls, stage_spec.config, steps)
     stage = cls(config)
+    prints = input_fingerprints(map(source.resolved, source.paths), opts.storage_options)
     fp = fingerprint(stage_spec.name, cls.version, cls.code_digest(), to_dict(stage_spec.config), *upstream,
-                     sorted(input_fingerprints([*source.paths, *referenced, *stage.also_reads()],
-                                               opts.storage_options).values()))
+                     sorted([*prints.values(), *input_fingerprints([*referenced, *stage.also_reads()],
+                                                                   opts.storage_options).values()]))
 
     def work(out: StageOutput) -> tuple[StageResult, int | None]:
         stage.check_input(source)
-        out.inputs, out.settings = list(source.paths), {stage_spec.name: to_dict(config)}
+        out.inputs, out.input_prints = list(source.paths), prints
+        out.settings = {stage_spec.name: to_dict(config)}
         out.field_names, out.single_text, out.prior = source.field_names, source.single_text, source.prior
         if source.engine == "ray" and stage.one_task:
             return run_as_task(stage.run, (source, out), stage.resources, stage.name,

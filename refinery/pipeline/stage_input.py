@@ -14,6 +14,7 @@ from refinery.io.schema import CANONICAL_FIELDS, Mapping
 if TYPE_CHECKING:
     from refinery.core.stats import Prior
     from refinery.io.canonical import Batch
+    from refinery.io.corpus import Resolved
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,18 @@ class StageInput:
     field_names: tuple | None = None   # the task's names of text_a and text_b (the input's preset's)
     single_text: bool = False          # whether the input's preset has one text
     prior: Prior | None = None         # the audit's prior rule its corpora record (decided on their lineage's first)
+    _resolved: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # path → io's Resolved
+
+    def resolved(self, path: str) -> "Resolved":
+        """``path`` as it is read (``io.corpus.resolve``: the corpus it names, opened, or a raw input), resolved
+        once for the step: every read of the input below, here and on Ray's workers (they get it resolved), uses
+        it and looks no pointer or manifest up again."""
+        from refinery.io.corpus import resolve
+
+        found = self._resolved.get(path)
+        if found is None:
+            found = self._resolved[path] = resolve(path, self.opts.storage_options)
+        return found
 
     @property
     def paths(self) -> list[str]:
@@ -61,7 +74,7 @@ class StageInput:
         from refinery.io.corpus import iter_input_batches
 
         for split, paths in self.splits.items():
-            for path, batch in iter_input_batches(paths, self.mapping, self.opts):
+            for path, batch in iter_input_batches(map(self.resolved, paths), self.mapping, self.opts):
                 yield path, (Batch(with_split(batch.rows, split), batch.rejects) if split else batch)
 
     def read_columns(self, columns) -> pa.Table:
@@ -77,15 +90,16 @@ class StageInput:
         """The input cut into units that workers read themselves (``io.read_units``): each finished corpus's row
         groups in units of about equal rows for ``cpus`` workers, each raw file whole; and (the number of units
         before them, the corpus) of each finished corpus that keeps rejects."""
-        from refinery.io.corpus import Corpus, corpus_of, input_mapping
+        from refinery.io.corpus import input_mapping
         from refinery.io.inputs import expand_paths
         from refinery.io.read_units import Piece, corpus_units
 
         so, units, keeping_rejects = self.opts.storage_options, [], []
         for path in self.paths:
-            read_by = input_mapping(path, self.mapping, self.opts)   # as iter_batches reads it (``io.corpus``)
+            resolved = self.resolved(path)
+            read_by = input_mapping(resolved, self.mapping, self.opts)   # as iter_batches reads it (``io.corpus``)
             if read_by is None:   # a corpus, or a stage's folder: the corpus it made
-                corpus = Corpus.open(corpus_of(path, so), so)
+                corpus = resolved.corpus
                 if corpus.manifest.rejected:
                     keeping_rejects.append((len(units), corpus))
                 units += corpus_units(corpus.files, so, cpus)
@@ -114,7 +128,8 @@ class StageInput:
         common = None
         for split, paths in self.splits.items():
             for path in paths:
-                cols = set(_columns(path, self.mapping, self.opts.storage_options)) | ({"split"} if split else set())
+                cols = set(_columns(self.resolved(path), self.mapping, self.opts.storage_options)) | \
+                    ({"split"} if split else set())
                 common = cols if common is None else common & cols
         return sorted(common or ())
 
@@ -125,7 +140,7 @@ class StageInput:
         from refinery.io.corpus import load
 
         try:
-            return load(list(side.paths), side.mapping, self.opts)
+            return load(list(side.paths), side.mapping, self.opts)   # resolved once, in this read
         except (FileNotFoundError, ValueError) as error:
             if not side.option:
                 raise
@@ -134,13 +149,13 @@ class StageInput:
     def shard_files(self):
         """The input's Parquet shards in order, as workers read them themselves (``engine.ParquetSource``), where
         it is unnamed and every input a finished corpus; else None (the driver reads the rows)."""
-        from refinery.io.corpus import Corpus, is_corpus
         from refinery.pipeline.engine import ParquetSource
 
-        so = self.opts.storage_options
-        if self.named or not all(is_corpus(url, so) for url in self.paths):
+        corpora = [self.resolved(url).corpus for url in self.paths]
+        if self.named or None in corpora:
             return None
-        return ParquetSource(tuple(f for url in self.paths for f in Corpus.open(url, so).files), storage_options=so)
+        return ParquetSource(tuple(f for corpus in corpora for f in corpus.files),
+                             storage_options=self.opts.storage_options)
 
     def rows_per_label(self, read_raw: bool = True) -> dict:
         """Rows per label of the input: each finished corpus's from its manifest, each raw input's read (its labels
@@ -148,30 +163,30 @@ class StageInput:
         from collections import Counter
 
         from refinery.core.stats import rows_per_label
-        from refinery.io.corpus import Corpus, is_corpus, iter_input_batches
+        from refinery.io.corpus import iter_input_batches
 
-        counts, raw, so = Counter(), [], self.opts.storage_options
-        for url in self.paths:
-            if is_corpus(url, so):
-                counts.update(Corpus.open(url, so).manifest.labels)
+        counts, raw = Counter(), []
+        for resolved in map(self.resolved, self.paths):
+            if resolved.corpus is not None:
+                counts.update(resolved.corpus.manifest.labels)
             else:
-                raw.append(url)
+                raw.append(resolved)
         for _, batch in iter_input_batches(raw if read_raw else [], self.mapping, replace(self.opts, row_ids=False)):
             counts.update(rows_per_label(batch.rows["label"]))
         return dict(counts)
 
     def read_rejects(self) -> pa.Table:
         """The input's rejects: a finished corpus's from its rejects file, a raw input's by reading it."""
-        from refinery.io.corpus import Corpus, corpus_of, is_corpus, iter_input_batches
+        from refinery.io.corpus import iter_input_batches
         from refinery.io.schema import REJECTS_SCHEMA, empty_table
 
-        so, tables = self.opts.storage_options, []
-        for url in (corpus_of(u, so) for u in self.paths):   # a stage's folder: the corpus it made
-            if is_corpus(url, so):
-                corpus = Corpus.open(url, so)
+        tables = []
+        for resolved in map(self.resolved, self.paths):   # a stage's folder: the corpus it made
+            corpus = resolved.corpus
+            if corpus is not None:
                 tables += [corpus.read_rejects()] if corpus.manifest.rejected else []
             else:
-                tables += [b.rejects for _, b in iter_input_batches([url], self.mapping, self.opts)
+                tables += [b.rejects for _, b in iter_input_batches([resolved], self.mapping, self.opts)
                            if b.rejects.num_rows]
         return pa.concat_tables(tables) if tables else empty_table(REJECTS_SCHEMA)
 
@@ -180,21 +195,23 @@ class StageInput:
         from refinery.io.corpus import load
 
         if not self.named:
-            return load(self.paths, self.mapping, self.opts)
-        rows, rejects = zip(*(load(paths, self.mapping, self.opts) for paths in self.splits.values()))
+            return load(list(map(self.resolved, self.paths)), self.mapping, self.opts)
+        rows, rejects = zip(*(load(list(map(self.resolved, paths)), self.mapping, self.opts)
+                              for paths in self.splits.values()))
         tables = [with_split(t, s) for s, t in zip(self.splits, rows)]
         return pa.concat_tables(tables, promote_options="permissive"), pa.concat_tables(rejects)
 
 
-def _columns(path: str, mapping: Mapping | None, storage_options: dict) -> list[str]:
+def _columns(resolved: "Resolved", mapping: Mapping | None, storage_options: dict) -> list[str]:
     import pyarrow.parquet as pq
 
-    from refinery.io.corpus import Corpus, corpus_of, input_mapping
+    from refinery.io.corpus import input_mapping
     from refinery.io.location import get_fs
 
-    mapping = input_mapping(path, mapping, ReadOptions(storage_options=storage_options))
+    mapping = input_mapping(resolved, mapping, ReadOptions(storage_options=storage_options))
+    path = resolved.url
     if mapping is None:   # a corpus (a stage's folder: the corpus it made)
-        corpus = Corpus.open(corpus_of(path, storage_options), storage_options)
+        corpus = resolved.corpus
         if not corpus.files:
             return list(CANONICAL_FIELDS)
         if corpus.manifest.columns is not None:   # recorded by the writer (a corpus written before: its first shard's)
