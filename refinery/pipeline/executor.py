@@ -162,6 +162,26 @@ def shard_plan(source: StageInput) -> ShardPlan | None:
     return ShardPlan(units, shards.reject_files, options)
 
 
+@dataclass(frozen=True)
+class FilterWritten:
+    """What a filter wrote (``write_filtered``): the rows of kept/ and rejected/ (the leading rows included), the
+    input's rejects, the rows of each label kept and filtered out, and the commonest reasons with their rows."""
+
+    kept: int
+    filtered_out: int
+    input_rejects: int
+    kept_by_label: dict[str, int]
+    filtered_by_label: dict[str, int]
+    reasons: dict[str, int]
+
+    def to_json(self) -> dict:
+        """As a filter's report.json keeps it."""
+        return {"kept": self.kept, "filtered_out": self.filtered_out, "input_rejects": self.input_rejects,
+                "by_label": {l: {"kept": self.kept_by_label[l], "filtered out": self.filtered_by_label[l]}
+                             for l in self.kept_by_label},
+                "reasons": self.reasons}
+
+
 class _Tally:
     """What the driver adds up of the rows written: per label kept and filtered out, the reasons, the input's
     rejects."""
@@ -176,12 +196,11 @@ class _Tally:
         self.dropped.update(dropped)
         self.reasons.update(reasons)
 
-    def written(self, kept: int, dropped: int) -> dict:
-        """What was written, as ``FilterStage.result`` reads it."""
-        return {"kept": kept, "filtered_out": dropped, "input_rejects": self.input_rejects,
-                "by_label": {l: {"kept": self.kept[l], "filtered out": self.dropped[l]}
-                             for l in sorted(set(self.kept) | set(self.dropped))},
-                "reasons": dict(self.reasons.most_common(TOP_REASONS))}
+    def written(self, kept: int, dropped: int) -> FilterWritten:
+        """What was written (``kept`` and ``dropped``: the rows of kept/ and rejected/)."""
+        labels = sorted(set(self.kept) | set(self.dropped))
+        return FilterWritten(kept, dropped, self.input_rejects, {l: self.kept[l] for l in labels},
+                             {l: self.dropped[l] for l in labels}, dict(self.reasons.most_common(TOP_REASONS)))
 
 
 def prepared(stage, source: StageInput, out: StageOutput):
@@ -206,9 +225,9 @@ def _prepare(stage, source: StageInput, out: StageOutput):
     return stage
 
 
-def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[dict, object]:
-    """kept/ and rejected/ of the filter ``stage`` (its ``prepare`` done) written and committed: (what was written,
-    as ``FilterStage.result`` reads it; the audits of the input and of the kept rows for the verdict
+def write_filtered(stage, source: StageInput, out: StageOutput) -> tuple[FilterWritten, object]:
+    """kept/ and rejected/ of the filter ``stage`` (its ``prepare`` done) written and committed: (what was written;
+    the audits of the input and of the kept rows for the verdict
     (``WeightedAudits``), unless the filter ``judges_itself``). The kept rows' audit is kept with kept/
     (``FilterStage.kept_record``)."""
     from refinery.core.features import FeatureConfig

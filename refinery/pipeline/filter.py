@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.executor import TOP_REASONS
+from refinery.pipeline.executor import TOP_REASONS, FilterWritten
 from refinery.pipeline.stage import Output, Stage, StageResult
 from refinery.pipeline.stage_input import StageInput
 
@@ -108,7 +108,7 @@ class FilterStage(Stage):
         that ``judges_itself`` gives its own."""
         return None if audits is None else audits.record_of(1, kept_labels)
 
-    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
+    def result(self, written: FilterWritten, audits, out: StageOutput) -> StageResult:
         """The report published and the stage's result, once kept/ and rejected/ are: ``written`` (rows kept and
         filtered out, per label, the commonest reasons, the input's rejects) and the verdict on ``audits`` (the
         input's and the kept rows'): do the kept rows carry the shortcuts less than the dropped ones? A filter with a
@@ -116,8 +116,8 @@ class FilterStage(Stage):
         from refinery.core.weighted_counts import judge_audits
 
         details, sections = self.report_details()
-        report = {**written, **details, "config": to_dict(self.config)}
-        kept, dropped, input_rejects = written["kept"], written["filtered_out"], written["input_rejects"]
+        report = {**written.to_json(), **details, "config": to_dict(self.config)}
+        kept, dropped, input_rejects = written.kept, written.filtered_out, written.input_rejects
         verdict = judge_audits(audits, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
             if audits is not None and kept else None
         if verdict is not None and all(m.after is None for m in verdict.max_z.values()):

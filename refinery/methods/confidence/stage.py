@@ -32,7 +32,7 @@ from refinery.methods.confidence.issues import (
 )
 from refinery.methods.confidence.scoring import Reasons, refuse_unusable, source_confidence, tau_text, thresholds
 from refinery.pipeline.config import to_dict
-from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.executor import FilterWritten, row_numbers
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import set_column
@@ -135,7 +135,7 @@ class ConfidenceStage(FilterStage):
                      "The flagged rows with the widest margin p_M(suggested) − p_M(given); every flagged row is in "
                      "rejected/ with its suggested_label.") if found.examples else note("No row was flagged."))])
 
-    def result(self, written: dict, audits, out: StageOutput):
+    def result(self, written: FilterWritten, audits, out: StageOutput):
         """The filter's result, its headline and first line naming τ per label and the rows each kept (the rows
         flagged per pair, with label issues)."""
         done = super().result(written, audits, out)

@@ -6,6 +6,7 @@ from refinery.core import stats as zstats
 from refinery.core.verdict import LabelRows, Verdict, judge
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.methods.zfilter.stream import Filtering
+from refinery.pipeline.executor import FilterWritten
 from refinery.pipeline.filter import verdict_headline
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageResult
@@ -35,7 +36,7 @@ def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept", settl
     return f"raise --k (now {config.k}), or run refinery zfilter on {where} again."
 
 
-def publish_report(filtering: Filtering, written: dict, out: StageOutput, config: ZFilterConfig,
+def publish_report(filtering: Filtering, written: FilterWritten, out: StageOutput, config: ZFilterConfig,
                    after: zstats.ZStats) -> StageResult:
     """zfilter's report.json and page under ``out``'s report/, and the stage's result: ``written`` is
     ``FilterStage``'s count of what it wrote (kept/ with the seed's rows that lead it, rejected/, the input's rejects;
@@ -55,15 +56,14 @@ def publish_report(filtering: Filtering, written: dict, out: StageOutput, config
     del before, after
     seed = sum(seed_by_label.values())
     labels = zf.Z.labels
-    by_label = written["by_label"]
     report = {
         "prior": str(zf.prior), "threshold": round(verdict.threshold, 4),
         "threshold_input": round(input_threshold, 4), "verdict": verdict.to_dict(),
-        "kept": written["kept"], "rejected": written["filtered_out"], "seed": seed,
-        "settled_out": filtering.settled_out, "input": written["kept"] + written["filtered_out"] - seed,
-        "input_rejected": written["input_rejects"],
-        "kept_by_label": {l: by_label.get(l, {}).get("kept", 0) + seed_by_label.get(l, 0) for l in labels},
-        "rejected_by_label": {l: by_label.get(l, {}).get("filtered out", 0) for l in labels},
+        "kept": written.kept, "rejected": written.filtered_out, "seed": seed,
+        "settled_out": filtering.settled_out, "input": written.kept + written.filtered_out - seed,
+        "input_rejected": written.input_rejects,
+        "kept_by_label": {l: written.kept_by_label.get(l, 0) + seed_by_label.get(l, 0) for l in labels},
+        "rejected_by_label": {l: written.filtered_by_label.get(l, 0) for l in labels},
         "seed_by_label": {l: seed_by_label.get(l, 0) for l in labels},
         "max_z_before": {l: (v[0]["z"] if v else None) for l, v in top_before.items()},
         "max_z_after": {l: (v[0]["z"] if v else None) for l, v in top_after.items()},

@@ -19,7 +19,7 @@ import pyarrow as pa
 from refinery.core import stats as zstats
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
-from refinery.pipeline.executor import row_numbers
+from refinery.pipeline.executor import FilterWritten, row_numbers
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageResult, set_column
@@ -81,7 +81,7 @@ class ZFilterStage(_DecidedInPrepare):
         self.kept_stats = zf.Z.stats(zf.prior.name, config.min_count, config.alpha)
         return AuditRecord.of_output(self.kept_stats, zf.prior, kept_labels, config.features)
 
-    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
+    def result(self, written: FilterWritten, audits, out: StageOutput) -> StageResult:
         """zfilter's own report and verdict (the input's z-statistics against those of Z)."""
         from refinery.methods.zfilter.report import publish_report
 
@@ -134,7 +134,7 @@ class ComposeStage(_DecidedInPrepare):
         kept, dropped = split(rows, keep)
         return kept, set_column(dropped, "biased_features", self.biased_features(batch, keep))
 
-    def result(self, written: dict, audits, out: StageOutput) -> StageResult:
+    def result(self, written: FilterWritten, audits, out: StageOutput) -> StageResult:
         """The composition's report: each part's verdict and the two together's."""
         from refinery.methods.zfilter.compose_report import compose_report
 
