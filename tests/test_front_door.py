@@ -54,6 +54,9 @@ def assert_same_outputs(verb_out, stage_out, verb_input: str, stage_input: str, 
             a, b = (json.loads(p.read_text()) for p in (path, other))
             for key in ("rows", "rejected", "labels", "files", "rejects", "file_stats"):
                 assert a.get(key) == b.get(key), (name, key)
+        elif name.endswith("key.json"):   # a checkpoint's: its settings alike, its inputs' fingerprints their own
+            a, b = (json.loads(p.read_text()) for p in (path, other))
+            assert (a or {}).get("settings") == (b or {}).get("settings") and (a is None) == (b is None), name
         elif name.endswith((".json", ".html", ".svg")) and not name.endswith(".refinery.json"):  # not run ids
             texts = [re.sub(r"<time>[^<]*</time>", "", p.read_text()).replace(verb_input, "INPUT")
                      .replace(stage_input, "INPUT") for p in (path, other)]   # a report's header has its date

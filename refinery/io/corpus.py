@@ -365,12 +365,13 @@ def input_fingerprints(inputs: "Iterable[str | Resolved] | dict", storage_option
     manifest (which holds every shard's sha256; its shards' names without a store's run ids, which differ between two
     runs that wrote the same rows), a raw file by its size and fsspec checksum (the modification stamp
     locally, the ETag on object stores). ``SPLIT=PATH`` inputs ({split: paths}) keep the split in the key."""
-    if isinstance(inputs, dict):
-        inputs = [f"{split}={path}" for split, paths in inputs.items()
-                  for path in ([paths] if isinstance(paths, str) else paths)]
+    if isinstance(inputs, dict):   # {split: paths} ("": unnamed)
+        given = [(split, path) for split, paths in inputs.items()
+                 for path in ([paths] if isinstance(paths, (str, Resolved)) else paths)]
+    else:
+        given = [("", spec) if isinstance(spec, Resolved) else parse_split_spec(spec) for spec in inputs]
     prints: dict[str, str] = {}
-    for spec in inputs:
-        split, url = ("", spec) if isinstance(spec, Resolved) else parse_split_spec(spec)
+    for split, url in given:
         prefix = f"{split}=" if split else ""
         resolved = resolve(url, storage_options)
         url = resolved.path

@@ -140,7 +140,7 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
     """Every unit of the stage's requests mapped (those a killed run finished read back), its parts committed as the
     stage's corpora in unit order: what was written."""
     from refinery.io.checkpoints import CHECKPOINTS
-    from refinery.io.corpus import input_fingerprints, iter_parquet
+    from refinery.io.corpus import iter_parquet
     from refinery.io.redaction import redact
     from refinery.io.row_ranges import input_shards
     from refinery.progress import announce, progress
@@ -149,9 +149,8 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
     shards = input_shards(source.splits, options) if source.mapping is None else None
     labels = _labels(stage, source, shards)
     per_row, size = stage.requests_per_row(labels), stage.unit_requests()
-    checkpoints = out.checkpoints(stage.name, {
-        "settings": redact(stage.checkpoint_settings()), "labels": labels, "unit_requests": size,
-        "inputs": input_fingerprints(source.splits if source.named else source.paths, options)})
+    checkpoints = out.checkpoints(stage.name, {"settings": redact(stage.checkpoint_settings()), "labels": labels,
+                                               "unit_requests": size})
     done = set(checkpoints.done())
     if done:
         announce(f"{stage.name}: resuming after {len(done)} finished shard(s) of an interrupted run "

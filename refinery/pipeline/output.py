@@ -46,7 +46,9 @@ class StageOutput:
     field_names: tuple | None = None   # the input's names of text_a and text_b (its preset's): kept in each manifest,
     single_text: bool = False          # so that the next stage or audit of a corpus names its features the same
     prior: Prior | None = None   # the audit's prior rule: carried from the input, or decided by the stage as it counts
-    input_prints: dict | None = None   # the fingerprints of ``inputs`` where the step has them (kept in each manifest)
+    input_prints: dict | None = None   # the fingerprints of ``inputs`` where the step has them (``SPLIT=PATH`` keys
+    #                                    where named): kept in each manifest, and in the key of its checkpoints
+    fingerprint: str = ""   # the step's (its stage, version, config and inputs): what checkpoints are kept for
 
     def __post_init__(self):
         self.folder = self.folder.rstrip("/")
@@ -67,7 +69,8 @@ class StageOutput:
         """The output of a stage run inside this one's folder (a composition's filterings), committed with it."""
         return StageOutput(self.url(name), self.storage_options, self.inputs if inputs is None else inputs,
                            self.settings if settings is None else settings, self.written(name), self.field_names,
-                           self.single_text, self.prior, self.input_prints if inputs is None else None)
+                           self.single_text, self.prior, self.input_prints if inputs is None else None,
+                           self.fingerprint)
 
     @contextlib.contextmanager
     def publishing(self) -> Iterator[RunOutput]:
@@ -91,8 +94,16 @@ class StageOutput:
         options["extra"] = _Recorded(self, options.get("extra") or {})
         return CorpusWriter(self.url(part), location=self.written(part),
                             config=self.settings if settings is None else settings,
-                            storage_options=self.storage_options, inputs=self.inputs, input_prints=self.input_prints,
-                            **options)
+                            storage_options=self.storage_options, inputs=self.inputs,
+                            input_prints=self._manifest_prints(), **options)
+
+    def _manifest_prints(self) -> dict | None:
+        """``input_prints`` as a manifest keeps them: by path (``--mode skip`` compares them with the paths' own)."""
+        from refinery.io.splits import parse_split_spec
+
+        if self.input_prints is None:
+            return None
+        return {parse_split_spec(key)[1]: value for key, value in self.input_prints.items()}
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
                      settings: dict | None = None, audit: AuditRecord | None = None, **options) -> CorpusManifest:
@@ -164,13 +175,25 @@ class StageOutput:
                     d.write_bytes(name, content)
             d.commit()
 
-    def checkpoints(self, task: str, key: dict | None = None, *, kept: bool = False, local: bool = False,
-                    resume: bool = True) -> Checkpoints:
+    def checkpoints(self, task: str, settings: dict | None = None, *, kept: bool = False, local: bool = False,
+                    resume: bool = True, own_keys: bool = False) -> Checkpoints:
         """The finished pieces of a long ``task`` kept under the folder (``_checkpoints/<task>``, or ``<task>`` itself
         where they are ``kept`` in the finished output; on the local disk where they are ``local``), reused while
-        ``key`` is unchanged (``io.checkpoints``)."""
+        their key is unchanged (``io.checkpoints``). The one recipe of a key: the ``settings`` the pieces depend on
+        (a stage's config but the options that only choose among finished pieces) and the step's input
+        fingerprints; without ``settings``, the step's fingerprint (any change of config or input starts over).
+        ``own_keys``: no key for the task, each piece is reused under a key of its own (a comparison's runs)."""
         from refinery.io.checkpoints import Checkpoints
+        from refinery.io.corpus import input_fingerprints
 
+        if own_keys:
+            key = None
+        elif settings is None and self.fingerprint:
+            key = {"step": self.fingerprint}
+        else:
+            inputs = self.input_prints if self.input_prints is not None else \
+                input_fingerprints(self.inputs, self.storage_options)
+            key = {"settings": settings or {}, "inputs": inputs}
         return Checkpoints(self.folder, task, key, self.storage_options, kept=kept, local=local, resume=resume)
 
 

@@ -283,14 +283,15 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     cls = stage_class(stage_spec.name)
     config, referenced = _resolve_references(cls, stage_spec.config, steps)
     stage = cls(config)
-    prints = input_fingerprints(map(source.resolved, source.paths), opts.storage_options)
+    prints = input_fingerprints({split: list(map(source.resolved, paths)) for split, paths in source.splits.items()},
+                                opts.storage_options)   # a named split's keyed "SPLIT=PATH"
     fp = fingerprint(stage_spec.name, cls.version, cls.code_digest(), to_dict(stage_spec.config), *upstream,
                      sorted([*prints.values(), *input_fingerprints([*referenced, *stage.also_reads()],
                                                                    opts.storage_options).values()]))
 
     def work(out: StageOutput) -> tuple[StageResult, int | None]:
         stage.check_input(source)
-        out.inputs, out.input_prints = list(source.paths), prints
+        out.inputs, out.input_prints, out.fingerprint = list(source.paths), prints, fp
         out.settings = {stage_spec.name: to_dict(config)}
         out.field_names, out.single_text, out.prior = source.field_names, source.single_text, source.prior
         if source.engine == "ray" and stage.one_task:

@@ -35,7 +35,7 @@ class TableInput:
     """The input as a table stage computes over it: ``con``, a DuckDB connection holding table ``rows``, the input's
     ``rejects`` (carried into the corpora it writes), ``source``, what was read (its splits, field names and
     carried prior), ``splits``, its paths by the split their rows were loaded under (an unnamed input's under
-    the stage's ``unnamed_split``), and ``checkpoints(task, key)``: the finished pieces of a long computation kept
+    the stage's ``unnamed_split``), and ``checkpoints(task, settings)``: the finished pieces of a long computation kept
     in the output (``io.checkpoints.Checkpoints``), which a killed run's rerun reads back. A stage that reads its
     rows itself, as batches of ``source`` (``queries_rows`` false), gets no ``con`` and no ``rejects`` (its batches
     carry them)."""

@@ -38,14 +38,11 @@ class AFLiteStage(FilterStage):
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Φ of every row, in the order the batches come, and the loop (``algorithm.adversarial_filter``)."""
-        from refinery.io.corpus import input_fingerprints
         from refinery.methods.aflite.algorithm import Removal, adversarial_filter
         from refinery.progress import progress
 
         X, y, labels, self.embedded = _represent(source, self.config)
-        key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
-                                                                             source.opts.storage_options)}
-        self.checkpoints = out.checkpoints(TASK, key)
+        self.checkpoints = out.checkpoints(TASK, {"config": to_dict(self.config)})
         names = self.checkpoints.done()
         done = _contiguous([_removal_of(self.checkpoints.get(name)) for name in names if name.startswith("iter-")])
         scores = self.checkpoints.get(f"scores-{done[-1].iteration:04d}") if done else None

@@ -123,7 +123,7 @@ class CompareStage(TableStage):
         self.train, self.mine = training_corpora(c.baseline, rows.source.paths, c.names)
         self.evals = c.eval_sets()
         self.summary, self.predictions = _compare(self.train, self.evals, rows.source, c.model,
-                                                  rows.checkpoints("runs", kept=True), c.split)
+                                                  rows.checkpoints("runs", kept=True, own_keys=True), c.split)
         return []
 
     def result(self, manifests: dict, out: "StageOutput") -> StageResult:

@@ -60,13 +60,9 @@ class ConfidenceStage(FilterStage):
         killed run continues from them. On Ray it runs as a task of its own (``prepare_as_task``), the fold
         models on the cluster: the driver receives the scores only.
         """
-        from refinery.io.corpus import input_fingerprints
-
         self.checkpoints, self.resumed = None, ""
         if self.config.fits_per_fold:
-            key = {"config": to_dict(self.config), "inputs": input_fingerprints(source.splits,
-                                                                                 source.opts.storage_options)}
-            self.checkpoints = out.checkpoints(self.name, key)
+            self.checkpoints = out.checkpoints(self.name, {"config": to_dict(self.config)})
             done = len(self.checkpoints.done())
             if done:
                 self.resumed = f"resumed: {done} of {self.config.folds} folds' scores from the interrupted run before"

@@ -40,7 +40,6 @@ class DataMapStage(FilterStage):
     embedded = None   # with the embeddings backend: how many distinct texts were embedded and read from the cache
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
-        from refinery.io.corpus import input_fingerprints
         from refinery.methods.datamap import learners
         from refinery.methods.datamap.dynamics import dynamics_of, select, train_epochs
         from refinery.progress import progress
@@ -49,8 +48,7 @@ class DataMapStage(FilterStage):
         learner = self._learner(source)
         training = {k: v for k, v in to_dict(c).items() if k not in ("keep", "share")}   # a new selection: no retrain
         training["block_rows"] = learners.BLOCK_ROWS   # the n-gram model's epochs take the rows block by block
-        self.checkpoints = out.checkpoints(TASK, {"training": training, "inputs": input_fingerprints(
-            source.splits, source.opts.storage_options)})
+        self.checkpoints = out.checkpoints(TASK, {"training": training})
         done = self._done()
         with progress(total=c.epochs, desc=f"datamap: {c.epochs} epochs", unit=" epoch") as bar:
             records = train_epochs(learner, self.y, c.epochs, done, self._keep_epoch, bar)

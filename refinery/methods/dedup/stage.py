@@ -61,15 +61,13 @@ class DedupStage(FilterStage):
     def _jaccard(self, source: StageInput, out: StageOutput, rows):
         """The Jaccard measure, its LSH bands held as many at once as the memory budget allows, each group's
         verified pairs kept in checkpoints (a rerun after a kill finds them again)."""
-        from refinery.io.corpus import input_fingerprints
         from refinery.io.memory import memory_budget
         from refinery.methods.dedup.clusters import JaccardMeasure, bands_at_once, rows_nbytes
 
         at_once = bands_at_once(rows_nbytes(rows), len(rows), memory_budget())
         signature = {k: v for k, v in to_dict(self.config).items()
                      if k in ("threshold", "shingle_size", "permutations", "seed")}
-        self.checkpoints = out.checkpoints(TASK, {"config": signature, "at_once": at_once, "inputs": input_fingerprints(
-            source.splits, source.opts.storage_options)})
+        self.checkpoints = out.checkpoints(TASK, {"config": signature, "at_once": at_once})
         done = len(self.checkpoints.done())
         if done:
             self.resumed = f"resumed: {done} groups of LSH bands verified by the interrupted run before"

@@ -28,7 +28,7 @@ def _step(iteration: int) -> str:
 
 def iterations_of(checkpoints, config: IbadrConfig, table: pa.Table) -> Checkpoints:
     """The finished iterations kept in the output's ``checkpoints/`` (local: models are folders; ``checkpoints``: the
-    output's ``checkpoints(task, key, …)``), reused while the config's ``checkpoint_key`` holds and the rows are
+    output's ``checkpoints(task, settings, …)``), reused while the config's ``checkpoint_key`` holds and the rows are
     ``table``'s (the input, sampled); ``config.resume`` off, or another key, starts over."""
     return checkpoints("checkpoints", {**config.checkpoint_key(), "rows": table_digest(table)}, kept=True,
                        local=True, resume=config.resume)
