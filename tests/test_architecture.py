@@ -437,10 +437,26 @@ def _foreign_record_reads(tree: ast.AST, module: str, returns: dict) -> list[tup
         parts = [ast.unparse(e) for e in ast.parse(annotation, mode="eval").body.slice.elts]
         return qualified if index < len(parts) and _record_like(parts[index]) else None
 
+    def attribute_of(value) -> str | None:
+        """What ``value`` is, where it is an attribute another module's class declares a record-like dict."""
+        if isinstance(value, ast.Attribute) and value.attr in foreign_attributes \
+                and ast.unparse(value.value) not in ("self", "cls"):
+            return f"the attribute {value.attr}"
+        return None
+
     def bound(scope) -> dict[str, str]:
-        """{name or self.attribute: the function it was bound to the value of} within ``scope``."""
+        """{name or self.attribute: the function it was bound to the value of} within ``scope``; a loop's or a
+        comprehension's name, to each of the values it runs over (``for m in (c.manifest for c in corpora)``)."""
         names = {}
         for node in ast.walk(scope):
+            if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name):
+                over = node.iter
+                elements = [over.elt] if isinstance(over, (ast.GeneratorExp, ast.ListComp, ast.SetComp)) else \
+                    over.elts if isinstance(over, (ast.List, ast.Tuple)) else []
+                source = next((made_by(e) or attribute_of(e) for e in elements if made_by(e) or attribute_of(e)),
+                              None)
+                if source is not None:
+                    names[node.target.id] = source
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
@@ -468,10 +484,7 @@ def _foreign_record_reads(tree: ast.AST, module: str, returns: dict) -> list[tup
                 value, key = node.func.value, node.args[0].value
             else:
                 continue
-            source = names.get(ast.unparse(value)) or made_by(value)
-            if source is None and isinstance(value, ast.Attribute) and value.attr in foreign_attributes \
-                    and ast.unparse(value.value) not in ("self", "cls"):
-                source = f"the attribute {value.attr}"
+            source = names.get(ast.unparse(value)) or made_by(value) or attribute_of(value)
             if source is not None:
                 found.add((node.lineno, f"{ast.unparse(value)}[{key!r}] ({source})"))
     return sorted(found)
@@ -491,9 +504,10 @@ def test_no_string_key_read_of_a_record_another_module_made():
         "    return whatever_name['rows'], somewhere.made(x).get('files'), body['run'], per_label['entailment'], "
         "x.body['k'], table['label']\n"
         "class S:\n    def prepare(self):\n        self.kept = made(1)\n    def result(self):\n"
-        "        return self.kept['seed']\n")
+        "        return self.kept['seed']\n"
+        "def g(corpora):\n    return sum(m['rows'] for m in (c.body for c in corpora))\n")
     assert sorted(what.split("[")[0] for _, what in _foreign_record_reads(planted, "refinery.cli.x", returns)) == [
-        "body", "self.kept", "somewhere.made(x)", "whatever_name", "x.body"]
+        "body", "m", "self.kept", "somewhere.made(x)", "whatever_name", "x.body"]
     returns = _returns()
     found = [f"{_where(module, line)}: {what}" for module, path in MODULES.items()
              for line, what in _foreign_record_reads(ast.parse(path.read_text()), module, returns)]
