@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refinery.io.corpus import Corpus, corpus_of, is_corpus
+from refinery.io.corpus import resolve
 from refinery.io.location import get_fs, on_store
 
 
@@ -36,15 +36,15 @@ class InputShards:
 
 
 def input_shards(splits: dict, storage_options: dict) -> InputShards | None:
-    """The shards of the corpora ``splits`` names (``{split: [paths]}``), or None where one is not a finished corpus
-    or its manifest records no rows per shard (a worker could not find a row by its number)."""
+    """The shards of the corpora ``splits`` names (``{split: [paths or their io.corpus.Resolved]}``), or None where
+    one is not a finished corpus or its manifest records no rows per shard (a worker could not find a row by its
+    number)."""
     shards, reject_files, labels = [], [], {}
     for split, paths in splits.items():
         for url in paths:
-            url = corpus_of(url, storage_options)
-            if not is_corpus(url, storage_options):
+            corpus = resolve(url, storage_options).corpus
+            if corpus is None:
                 return None
-            corpus = Corpus.open(url, storage_options)
             for name, file in zip(corpus.manifest.files, corpus.files):
                 rows = corpus.manifest.recorded(name).rows
                 if rows is None:

@@ -150,7 +150,7 @@ def shard_plan(source: StageInput) -> ShardPlan | None:
     options = source.opts.storage_options
     if source.engine != "ray" or source.mapping is not None:
         return None
-    shards = input_shards(source.splits, options)
+    shards = input_shards(source.resolved_splits(), options)
     if shards is None:
         return None
     units, first = [], 0

@@ -146,7 +146,7 @@ def write_mapped(stage, source: StageInput, out: StageOutput) -> Mapped:
     from refinery.progress import announce, progress
 
     options = source.opts.storage_options
-    shards = input_shards(source.splits, options) if source.mapping is None else None
+    shards = input_shards(source.resolved_splits(), options) if source.mapping is None else None
     labels = _labels(stage, source, shards)
     per_row, size = stage.requests_per_row(labels), stage.unit_requests()
     checkpoints = out.checkpoints(stage.name, {"settings": redact(stage.checkpoint_settings()), "labels": labels,

@@ -283,8 +283,7 @@ def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: d
     cls = stage_class(stage_spec.name)
     config, referenced = _resolve_references(cls, stage_spec.config, steps)
     stage = cls(config)
-    prints = input_fingerprints({split: list(map(source.resolved, paths)) for split, paths in source.splits.items()},
-                                opts.storage_options)   # a named split's keyed "SPLIT=PATH"
+    prints = input_fingerprints(source.resolved_splits(), opts.storage_options)   # a named split's: "SPLIT=PATH"
     fp = fingerprint(stage_spec.name, cls.version, cls.code_digest(), to_dict(stage_spec.config), *upstream,
                      sorted([*prints.values(), *input_fingerprints([*referenced, *stage.also_reads()],
                                                                    opts.storage_options).values()]))

@@ -54,6 +54,10 @@ class StageInput:
             found = self._resolved[path] = resolve(path, self.opts.storage_options)
         return found
 
+    def resolved_splits(self) -> dict:
+        """``splits`` with each path ``resolved``."""
+        return {split: list(map(self.resolved, paths)) for split, paths in self.splits.items()}
+
     @property
     def paths(self) -> list[str]:
         return [p for paths in self.splits.values() for p in paths]

@@ -61,6 +61,11 @@ class Grown:
     steps: Checkpoints
     iterations: int
 
+    @property
+    def not_sampled(self) -> int:
+        """The input's rows left out of the sample the loop started from (``sample_rows``)."""
+        return self.rows_given - self.table.num_rows
+
     def accepted(self) -> pa.Table:
         """The pseudo samples the pool took in."""
         return self.pool.filter(pc.equal(self.pool["source"], "generated"))
@@ -133,4 +138,4 @@ def report_of(grown: Grown, verdict, generated: pa.Table, config: IbadrConfig, i
             "mean_top_z": top_z(summary, accepted.num_rows), "verdict": verdict.to_dict(),
             "train_precision": history[-1]["train_precision"] if history else None,
             "input_rejected": input_rejected, "backend": config.backend, "config": config.to_dict(),
-            "not_sampled": grown.rows_given - grown.table.num_rows}
+            "not_sampled": grown.not_sampled}

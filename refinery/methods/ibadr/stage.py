@@ -15,9 +15,8 @@ from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, Tab
 def accounting(grown, input_rejected: int) -> tuple[int, dict]:
     """(rows in, where they went) of a run (``grown``: ``pool.Grown``): every input row is in the pool, not sampled,
     or rejected."""
-    not_sampled = grown.rows_given - grown.table.num_rows
-    return grown.table.num_rows + not_sampled + input_rejected, {
-        "in the pool": grown.table.num_rows, "not sampled": not_sampled, "input rejects": input_rejected}
+    return grown.table.num_rows + grown.not_sampled + input_rejected, {
+        "in the pool": grown.table.num_rows, "not sampled": grown.not_sampled, "input rejects": input_rejected}
 
 
 class IbadrStage(TableStage):
