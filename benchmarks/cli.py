@@ -174,7 +174,7 @@ def main():
         print("\nzfilter (refinery zfilter RAW --preset snli --out DIR: batch 1,000, k = 20)")
         times = median_of([[REFINERY, "zfilter", raw, "--preset", "snli", "--out", out("zf")]], args.repeat)
         show("refinery zfilter", times[0])
-        kept = Corpus.open(os.path.join(out("zf"), "kept")).manifest["rows"]
+        kept = Corpus.open(os.path.join(out("zf"), "kept")).manifest.rows
         print(f"  kept {kept:,} of {args.rows:,} rows (goal: <= 60 s)")
 
 

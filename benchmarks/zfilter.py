@@ -98,7 +98,7 @@ def main():
                   f"kept {r['kept']:,}, rejected {r['rejected']:,}")
         print(f"max z* before {runs['local']['max_z_before']}\nmax z* after  {runs['local']['max_z_after']}")
         if "ray" in runs:
-            same = all(Corpus.open(os.path.join(work, f"z-{e}", "kept")).manifest["rows"] == runs["local"]["kept"]
+            same = all(Corpus.open(os.path.join(work, f"z-{e}", "kept")).manifest.rows == runs["local"]["kept"]
                        for e in runs) and _same_rows(work)
             print(f"ray / local throughput: {runs['local']['wall'] / runs['ray']['wall']:.2f}x; "
                   f"same kept rows: {same}")
