@@ -92,7 +92,7 @@ STAGES: dict[str, Callable[[Inputs, str], list]] = {
     "leakage": lambda i, s: ["leakage", "--input", f"train={s}", "--input", f"test={i.evaluation}", *SNLI,
                              "--trees", 10],
     "razor": lambda i, s: ["razor", s, *SNLI, "--score-only"],
-    "probe": lambda i, s: ["probe", "--train", s, *SNLI, "--eval", f"test={i.evaluation}"],
+    "probe": lambda i, s: ["probe", s, *SNLI, "--eval", f"test={i.evaluation}"],
     "compare": lambda i, s: ["compare", "--train", f"a={s}", *SNLI, "--eval", f"test={i.evaluation}",
                              "--allow-overlap", "--bootstrap", 100],
     "generate": lambda i, s: ["generate", s, *SNLI, "--model", i.generator, "--limit", 4, "--target-labels", "all",

@@ -118,7 +118,7 @@ def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_pat
 
 def test_compare_reads_dataframes_results_and_files(dev):
     zf = rf.zfilter(dev, preset="snli", k=20)
-    result = rf.compare({"snli": dev, "z-filtered": zf}, {"hard": (SNLI_HARD, "snli"), "hans": (HANS, "hans")},
+    result = rf.compare(train={"snli": dev, "z-filtered": zf}, evals={"hard": (SNLI_HARD, "snli"), "hans": (HANS, "hans")},
                         preset="snli", bootstrap=200)
     table = result.table
     assert list(table["eval"]) == ["hard", "hard", "hans", "hans"]

@@ -22,9 +22,10 @@ MNLI_HARD = DATA / "mnli" / "mnli_dev_matched_hard.jsonl"
 def compare(train: dict, evals: list, out, mapping, **model):
     """The compare stage on ``train`` ({name: path}, the first the baseline) and ``evals`` (NAME=PATH[:PRESET]),
     read through ``mapping``: its result."""
-    paths = tuple(str(p) for p in train.values())
-    config = CompareStageConfig(tuple(evals), paths, tuple(train), model=CompareConfig(**model))
-    return CompareStage(config).run(StageInput({"": [paths[-1]]}, mapping), StageOutput(str(out), inputs=paths))
+    paths = {name: str(p) for name, p in train.items()}
+    config = CompareStageConfig(paths, tuple(evals), model=CompareConfig(**model))
+    last = list(paths.values())[-1]
+    return CompareStage(config).run(StageInput({"": [last]}, mapping), StageOutput(str(out), inputs=list(paths.values())))
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +139,9 @@ def test_compare_refuses_repeated_names_and_training_on_evaluation_rows(tmp_path
     twice = run_cli("compare", "--train", f"snli={SNLI_DEV}", "--train", f"snli={SNLI_HARD}", "--eval",
                     f"hard={SNLI_HARD}", "--preset", "snli", "--out", tmp_path / "a", check=False)
     assert twice.returncode == 2 and "names 'snli' twice" in twice.stderr, twice.stderr
+    none = run_cli("compare", "--eval", f"hard={SNLI_HARD}", "--preset", "snli", "--out", tmp_path / "a", check=False)
+    assert none.returncode == 2 and "give --train NAME=PATH[@SPLIT]" in none.stderr, none.stderr
+    assert not (tmp_path / "a").exists()
     # SNLI-hard is a subset of SNLI test: training on test and scoring on hard scores training rows
     leaked = run_cli("compare", "--train", f"test={SNLI_HARD.replace('_hard', '')}", "--eval", f"hard={SNLI_HARD}",
                      "--preset", "snli", "--out", tmp_path / "b", check=False)

@@ -347,7 +347,7 @@ def test_confidence_defaults_keep_a_share_of_every_label_and_its_verdict_is_the_
 def saved_model(tmp_path_factory):
     """An n-gram task model trained on SNLI dev, saved (``probe --save-model``)."""
     root = tmp_path_factory.mktemp("saved")
-    run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", root / "probe", "--save-model", root / "m")
+    run_cli("probe", SNLI_DEV, "--preset", "snli", "--out", root / "probe", "--save-model", root / "m")
     return root / "m"
 
 

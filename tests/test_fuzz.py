@@ -56,7 +56,7 @@ def test_fuzzed_corpus_through_every_verb(fuzzed, tmp_path):
         _unaltered(fuzzed, kept.read()), _unaltered(fuzzed, dropped.read())
         assert (zf / "_SUCCESS").exists()
 
-    run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
+    run_cli("probe", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
     conf = tmp_path / "conf"
     _conserved(run_cli("confidence", raw, "--preset", "snli", "--model", tmp_path / "m", "--tau", 0.5,
                        "--out", conf, *STORAGE).stdout, n)

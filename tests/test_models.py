@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def test_hypothesis_only_probe_learns_the_artifacts(tmp_path):
-    run_cli("probe", "--inputs", "hypothesis", "--train", SNLI_DEV, "--eval", SNLI_TEST, "--eval", SNLI_HARD,
+    run_cli("probe", "--inputs", "hypothesis", SNLI_DEV, "--eval", SNLI_TEST, "--eval", SNLI_HARD,
             "--preset", "snli", "--out", tmp_path / "probe", "--save-model", tmp_path / "model")
     report = json.loads((tmp_path / "probe" / "report.json").read_text())
     assert report["accuracy"] >= 0.50  # chance is 1/3
@@ -37,7 +37,7 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
     one name overwrote each other; --mode skip kept a result whose eval file had changed."""
     hans = str(DATA / "hans" / "hans_regenerated.tsv")
     (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:300]))
-    args = ("probe", "--train", SNLI_HARD, "--preset", "snli", "--eval", hans, "--eval", f"hans={hans}:hans",
+    args = ("probe", SNLI_HARD, "--preset", "snli", "--eval", hans, "--eval", f"hans={hans}:hans",
             "--eval", tmp_path / "ev.jsonl", "--out", tmp_path / "p", "--mode", "skip")
     proc = run_cli(*args)
     scores = json.loads((tmp_path / "p" / "report.json").read_text())["eval"]
@@ -49,7 +49,7 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
     (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:200]))   # an eval file changes
     again = run_cli(*args, check=False)
     assert again.returncode == 2 and "holds a result made from other inputs" in again.stderr, again.stdout
-    refused = [run_cli("probe", "--train", SNLI_HARD, "--preset", "snli", *extra, "--out", tmp_path / "q", check=False)
+    refused = [run_cli("probe", SNLI_HARD, "--preset", "snli", *extra, "--out", tmp_path / "q", check=False)
                for extra in (("--eval", SNLI_TEST, "--eval", tmp_path / "snli_test.jsonl"),
                              ("--save-model", tmp_path / "q" / "model"))]
     assert [r.returncode for r in refused] == [2, 2] and not (tmp_path / "q").exists()
@@ -57,7 +57,7 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
 
 
 def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
-    run_cli("probe", "--train", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
+    run_cli("probe", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
     out = run_cli("confidence", SNLI_TEST, "--preset", "snli", "--model", tmp_path / "m", "--tau", "0.6",
                   "--out", tmp_path / "c").stdout
     assert "rows in 9,824 = " in out and "+ 0 input rejects (ok)" in out, out

@@ -264,7 +264,7 @@ def test_audit_zfilter_weights_compare_over_one_file_and_an_unchanged_rerun_audi
     weighted = Corpus.open(str(tmp_path / "o" / "03-weights" / "corpus")).read()
     assert "split" not in weighted.column_names and "weight" in weighted.column_names
     report = json.loads((tmp_path / "o" / "04-compare" / "report" / "report.json").read_text())
-    assert list(report["train"]) == ["00-input", "03-weights"] and report["train"]["03-weights"]["weighted"]
+    assert list(report["train"]) == ["input", "03-weights"] and report["train"]["03-weights"]["weighted"]
     assert report["train"]["03-weights"]["rows"] == weighted.num_rows and report["eval"]["hard"]["rows"] == 300
     receipt = json.loads((tmp_path / "o" / "pipeline" / "receipt.json").read_text())
     recount = fresh_audit(tmp_path / "o" / "00-input", tmp_path / "recount", "--k", 5)
@@ -412,13 +412,13 @@ def test_compare_stage_scores_the_filtered_corpus_against_the_input(tmp_path):
     """examples/compare.yaml: z-filter SNLI dev, then compare it with the unfiltered input on SNLI-hard and HANS."""
     out = tmp_path / "cmp"
     printed = run_cli("run", REPO / "examples" / "compare.yaml", "--out", out, env={"DATA": str(DATA)}).stdout
-    assert "02-compare" in printed and "against 00-input: 01-zfilter snli-hard " in printed
+    assert "02-compare" in printed and "against input: zfiltered snli-hard " in printed
     report = json.loads((out / "02-compare" / "report" / "report.json").read_text())
-    assert report["baseline"] == "00-input" and list(report["train"]) == ["00-input", "01-zfilter"]
-    assert report["train"]["00-input"]["rows"] == 9_842 > report["train"]["01-zfilter"]["rows"]
+    assert report["baseline"] == "input" and list(report["train"]) == ["input", "zfiltered"]
+    assert report["train"]["input"]["rows"] == 9_842 > report["train"]["zfiltered"]["rows"]
     assert set(report["accuracy"]) == {"snli-hard", "hans"}
-    assert "heuristic × label" in report["accuracy"]["hans"]["01-zfilter"]["breakdown"]
-    gain = report["accuracy"]["snli-hard"]["01-zfilter"]["gain"]
+    assert "heuristic × label" in report["accuracy"]["hans"]["zfiltered"]["breakdown"]
+    gain = report["accuracy"]["snli-hard"]["zfiltered"]["gain"]
     assert gain["ci95"][0] <= gain["delta"] <= gain["ci95"][1]
     page = (out / "pipeline" / "report.html").read_text()    # compare's answer is in the pipeline's report
     assert "Does it help? (02-compare)" in page and f"{100 * gain['delta']:+.1f} points" in page
@@ -464,7 +464,7 @@ def test_a_compare_step_runs_again_when_an_evaluation_set_changes(tmp_path):
     rerun = run_cli("run", spec, "--out", tmp_path / "o").stdout
     assert "== 01-compare\n" in rerun
     report = json.loads((tmp_path / "o" / "01-compare" / "report" / "report.json").read_text())
-    by_label = report["accuracy"]["dev"]["00-input"]["breakdown"]["label"]
+    by_label = report["accuracy"]["dev"]["input"]["breakdown"]["label"]
     assert sum(c["rows"] for c in by_label.values()) == 900
 
 
@@ -500,14 +500,14 @@ def test_a_step_reads_an_earlier_step_so_methods_run_side_by_side(tmp_path):
     (tmp_path / "hard.jsonl").write_text("\n".join(open(SNLI_HARD).read().splitlines()[:300]) + "\n")
     spec = {"input": {"paths": ["dev.jsonl"], "preset": "snli"}, "stages": [
         {"zfilter": {"k": 5}}, {"aflite": {"partitions": 8}, "reads": "input"},
-        {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "baseline": ["input", "zfilter"],
+        {"compare": {"evals": [f"hard={tmp_path / 'hard.jsonl'}:snli"], "train": {"input": "input", "zfilter": "zfilter"},
                      "model": {"bootstrap": 100}}}]}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(spec))
     run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o")
     run = {s["stage"]: s for s in json.loads((tmp_path / "o" / "pipeline" / "run.json").read_text())["stages"]}
     assert run["aflite"]["rows_in"] == run["zfilter"]["rows_in"] == 900   # both read the input
     report = json.loads((tmp_path / "o" / "03-compare" / "report" / "report.json").read_text())
-    assert list(report["train"]) == ["00-input", "01-zfilter", "02-aflite"]
+    assert list(report["train"]) == ["input", "zfilter", "02-aflite"]   # the step's own input named by its step
     assert report["train"]["02-aflite"]["rows"] == Corpus.open(str(tmp_path / "o" / "02-aflite" / "kept")).manifest.rows
     assert "  reads: input" in run_cli("run", tmp_path / "p.yaml", "--print-config").stdout
     spec["stages"][1]["reads"] = "confidence"

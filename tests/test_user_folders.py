@@ -19,7 +19,7 @@ VERBS = {
     "upsample": ("upsample", *SNLI_HARD_ARGS, "--iterations", "2"),
     "leakage": ("leakage", *TRAIN_TEST, "--trees", "10"),
     "weights": ("weights", *TRAIN_TEST, "--trees", "10", "--folds", "2"),
-    "probe": ("probe", "--train", SNLI_HARD, "--eval", SNLI_DEV, "--preset", "snli"),
+    "probe": ("probe", SNLI_HARD, "--eval", SNLI_DEV, "--preset", "snli"),
     "compare": ("compare", "--train", f"hard={SNLI_HARD}", "--eval", f"dev={SNLI_DEV}", "--preset", "snli",
                 "--bootstrap", "100"),
     "synth": ("synth", "--rows", "500"),
@@ -473,7 +473,7 @@ def test_another_stage_or_pipeline_in_the_same_out_leaves_nothing_of_the_earlier
     assert (out / "kept" / "notes.txt").read_text() == "mine" and (out / "kept" / "part-00000.parquet").exists()
     assert json.loads((out / "_SUCCESS").read_text())["parts"] == ["kept", "rejected", "report"]
     probed = tmp_path / "probed"   # a verb that writes into --out itself: its files go too
-    run_cli("probe", "--train", SNLI_HARD, "--preset", "snli", "--out", probed)
+    run_cli("probe", SNLI_HARD, "--preset", "snli", "--out", probed)
     (probed / "notes.txt").write_text("mine")
     run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", probed)
     assert sorted(p.name for p in probed.iterdir()) == [".refinery.json", "_SUCCESS", "kept", "notes.txt", "rejected",

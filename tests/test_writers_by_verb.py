@@ -76,7 +76,7 @@ def test_compare_probe_sql_and_inspect_read_every_writer(written, tmp_path, writ
                       "--allow-overlap", "--bootstrap", "100", "--out", tmp_path / "c").stdout
         assert f"training rows: w {ROWS - HARD.get(writer, 0):,}" in out
     else:
-        probe = run_cli("probe", "--train", path, "--eval", jsonl, "--preset", "snli", "--out", tmp_path / "p").stdout
+        probe = run_cli("probe", path, "--eval", jsonl, "--preset", "snli", "--out", tmp_path / "p").stdout
         assert f"on {ROWS - HARD.get(writer, 0):,} rows" in probe
     counts = json.loads(run_cli("sql", "label_distribution", path, "--preset", "snli", "--format", "json").stdout)
     assert sum(r["n"] for r in counts) == ROWS - HARD.get(writer, 0)

@@ -18,11 +18,11 @@ The modules: ``inputs`` (the caller's data as the runner's input), ``returns`` (
 came), ``keywords`` (keyword arguments as configs), ``errors`` (messages in the API's words), ``folders``
 (where a call writes), ``results`` and ``calls``.
 """
-from refinery.api.calls import SplitsNotice, compare, read, run, stage_function
+from refinery.api.calls import SplitsNotice, read, run, stage_function
 from refinery.api.results import AuditResult, CompareResult, PipelineResult, Result
 from refinery.pipeline.stage import stage_class, stage_names
 
-__all__ = ["compare", "read", "run", "Result", "AuditResult", "CompareResult", "PipelineResult", "SplitsNotice"]
+__all__ = ["read", "run", "Result", "AuditResult", "CompareResult", "PipelineResult", "SplitsNotice"]
 
 
 def _stage_named(name: str) -> str | None:

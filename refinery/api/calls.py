@@ -1,5 +1,5 @@
-"""The calls: one function per registered stage, made from its class (``stage_function``), and the three that
-are not one stage: ``read`` (data into a corpus), ``run`` (a pipeline) and ``compare``. Each adapts the
+"""The calls: one function per registered stage, made from its class (``stage_function``), and the two that
+are not one stage: ``read`` (data into a corpus) and ``run`` (a pipeline). Each adapts the
 caller's data (``inputs``), builds the stage's config from the keywords (``keywords``), runs through the same
 runner as the CLI, words errors for the caller (``errors``) and returns a result (``results``)."""
 from __future__ import annotations
@@ -15,14 +15,14 @@ from refinery.api.errors import python_terms
 from refinery.api.folders import CallFolder
 from refinery.api.inputs import Source, as_source, check_preset
 from refinery.api.keywords import INPUT_KEYS, config_dict, config_keywords, input_keywords
-from refinery.api.results import CompareResult, PipelineResult, Result, stage_result
+from refinery.api.results import PipelineResult, Result, stage_result
 from refinery.io.corpus_writer import convert
 from refinery.io.location import join
 from refinery.io.modes import check_mode
-from refinery.pipeline.config import (InputSpec, PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
+from refinery.pipeline.config import (PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
-from refinery.pipeline.stage import Output, stage_class
+from refinery.pipeline.stage import stage_class
 
 
 
@@ -55,13 +55,20 @@ def chosen_splits(stage: str, names: list[str], split) -> tuple[list[str], list[
 def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode="overwrite", split=None,
                memory_budget=None) -> Result:
     """Stage ``name`` over ``data`` with the keywords ``kwargs`` (its config's and the input's), as its verb
-    runs it: one stage into ``out``."""
+    runs it: one stage into ``out``. A stage whose config names its input (``Stage.input_field``: compare's
+    ``train``) reads the last of those corpora where ``data`` is None."""
     cls = stage_class(name)
     input_keys, rest = input_keywords(kwargs)
     check_mode(mode)
+    if data is None and (cls.input_field is None or cls.input_field not in rest):
+        raise TypeError(f"{name}() needs data" + (f", or {cls.input_field}=" if cls.input_field else ""))
     folder = CallFolder(out, name)
     with folder.removed_on_failure():
         rest = evaluation_sets_as_specs(cls.Config, rest, folder.scratch)
+        if cls.input_field in rest:
+            rest = {**rest, cls.input_field: _corpora_as_paths(cls.input_field, rest[cls.input_field], input_keys,
+                                                               folder.scratch)}
+            data = data if data is not None else list(rest[cls.input_field].values())[-1]
         with python_terms(None, (cls.Config,)):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
             config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
         source = as_source(data, folder.scratch)
@@ -81,7 +88,25 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
 
 def _names_evaluation_sets(f: dataclasses.Field) -> bool:
     """Whether a config's field takes evaluation sets, ``NAME=PATH[:PRESET]`` (decontaminate's ``against``)."""
-    return "NAME=PATH" in (f.metadata.get("metavar") or "")
+    return "NAME=PATH" in (f.metadata.get("metavar") or "") and ":PRESET" in f.metadata["metavar"]
+
+
+def _corpora_as_paths(key: str, corpora, input_keys: dict, scratch: str) -> dict:
+    """The named corpora a config's ``input_field`` takes (compare's ``train``: ``{name: data or a Result}``, read
+    through the input's preset) as ``{name: path}``: a result's corpus (or folder), a path as it is, in-memory data
+    written as Parquet under ``scratch``."""
+    if not isinstance(corpora, dict):
+        raise TypeError(f"{key}: give the corpora as {{name: data}}, e.g. {key}={{'original': df, 'filtered': "
+                        f"result}} (the first is the baseline)")
+    paths = {}
+    for name, data in corpora.items():
+        if isinstance(data, Result):
+            paths[name] = data.corpus or data.out
+            continue
+        source = as_source(data, join(scratch, key, str(name)))
+        check_preset(input_keys, source)
+        (paths[name],) = _one_path(name, source.all_paths)
+    return paths
 
 
 def evaluation_sets_as_specs(config_cls: type, keywords: dict, scratch: str) -> dict:
@@ -113,11 +138,12 @@ def stage_function(name: str, cls: type):
     its signature and their help in its docstring."""
     keywords = config_keywords(cls.Config)
 
-    def call(data, /, *, out=None, engine="local", mode="overwrite", split=None, memory_budget=None, **kwargs):
+    def call(data=None, /, *, out=None, engine="local", mode="overwrite", split=None, memory_budget=None, **kwargs):
         return call_stage(name, data, kwargs, out=out, engine=engine, mode=mode, split=split,
                           memory_budget=memory_budget)
 
-    params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY),
+    params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY,
+                                **({"default": None} if cls.input_field else {})),
               inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
               inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, default="local"),
               inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="overwrite"),
@@ -130,10 +156,13 @@ def stage_function(name: str, cls: type):
     doc = inspect.getdoc(cls) or name
     lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip()
              + (" In Python: {name: data, or (data, preset)}, data a path, DataFrame, Arrow table or HF Dataset; or "
-                "'NAME=PATH[:PRESET]' strings." if _names_evaluation_sets(leaf.field) else "")
+                "'NAME=PATH[:PRESET]' strings." if _names_evaluation_sets(leaf.field) else
+                " In Python: {name: data or a Result}, data a path, DataFrame, Arrow table or HF Dataset."
+                if k == cls.input_field else "")
              for k, leaf in keywords.items()]
     call.__doc__ = (f"{doc}\n\n``data``: a path, DataFrame, Arrow table, HF Dataset/DatasetDict, Ray Dataset or "
-                    "{split: data}; ``out``: the stage's folder (default: a temporary folder, removed with the result "
+                    "{split: data}" + (f" (none: the last of ``{cls.input_field}``)" if cls.input_field else "")
+                    + "; ``out``: the stage's folder (default: a temporary folder, removed with the result "
                     "or at exit); ``engine``: local | ray; ``mode``: overwrite | skip | error; ``split``: the named "
                     "split(s) to read (default: train, or every split for a stage that needs them); the others pass "
                     "through untouched; ``memory_budget``: what each process of the run may hold ('8G', '512M', or 0.5 "
@@ -217,47 +246,3 @@ def _one_path(name: str, paths: list) -> list:
         raise ValueError(f"{name} is {len(paths)} inputs; give each training corpus and evaluation set as one file, "
                          "folder or corpus")
     return paths
-
-
-def compare(train: dict, eval: dict, /, *, out=None, mode="overwrite", label_maps=None, memory_budget=None,
-            **kwargs) -> CompareResult:
-    """Does it help? The same model trained on each of ``train`` ({name: data or a Result}; the first is the
-    baseline) and scored on each of ``eval`` ({name: data, or (data, preset)}). The keywords are
-    ``CompareConfig``'s (backend, inputs, seeds, bootstrap, …) and the input's (the training data's preset); ``out``,
-    ``mode`` and ``memory_budget`` as every stage's. Run as ``refinery compare`` and a pipeline's compare step run it
-    (``run_stage``): the last training corpus is the stage's input, all of them its ``baseline``."""
-    from refinery.methods.compare.config import CompareConfig
-    from refinery.methods.compare.stage import CompareStageConfig
-
-    if not isinstance(train, dict) or not isinstance(eval, dict):
-        raise TypeError("compare(train, eval): give each as {name: data}, e.g. compare({'original': df, "
-                        "'filtered': result}, {'hard': ('hard.jsonl', 'snli')})")
-    check_mode(mode)
-    input_keys, rest = input_keywords(kwargs)
-    with python_terms(None, (CompareConfig,)):
-        config = from_dict(CompareConfig, config_dict(CompareConfig, rest, "compare"), "compare")
-    folder = CallFolder(out, "compare")
-    with folder.removed_on_failure():
-        train_paths = {}
-        for name, data in train.items():
-            if isinstance(data, Result):
-                train_paths[name] = [data.corpus or data.out]
-                continue
-            source = as_source(data, join(folder.scratch, "train", name))
-            check_preset(input_keys, source)
-            train_paths[name] = source.all_paths
-        evals = []
-        for name, value in eval.items():
-            data, preset = value if isinstance(value, tuple) else (value, None)
-            source = as_source(data, join(folder.scratch, "eval", name))
-            (path,) = _one_path(name, source.all_paths)
-            evals.append(f"{name}={path}" + (f":{preset.lower()}" if preset else ""))
-        baseline = tuple(_one_path(name, paths)[0] for name, paths in train_paths.items())
-        spec_in = from_dict(InputSpec, {**input_keys, "paths": [baseline[-1]]}, "input")
-        step = CompareStageConfig(tuple(evals), baseline, tuple(train_paths), label_maps=label_maps or {}, model=config)
-        with python_terms(None, (CompareConfig,)):
-            done = run_stage(PipelineSpec(spec_in, [StageSpec("compare", step)], folder.out,
-                                          memory_budget=memory_budget), mode, echo=lambda line: None)
-    trained_on = [p for paths in train_paths.values() for p in paths]
-    return stage_result("compare", done.result, Source("path", train, paths=trained_on), spec_in, folder,
-                        output=Output.INPUT, result_class=CompareResult, caller_depth=1)   # passes no corpus on

@@ -10,8 +10,8 @@ from refinery.cli.base import RefineryCommand, ended, first_sentence
 
 class RefineryGroup(click.Group):
     """The ``refinery`` group: its own commands, the commands of the groups named in ``verbs_from``
-    (``"module:group"``, imported when one of them is invoked or listed), and a verb for every registered stage
-    that runs alone (``Stage.verb``), built when it is invoked: a command imports only what it runs, and
+    (``"module:group"``, imported when one of them is invoked or listed), and a verb for every registered stage,
+    built when it is invoked: a command imports only what it runs, and
     ``refinery --help`` reads the stages' summaries from their sources.
 
     Errors end as one line on stderr (exit 2 for a user's mistake); ``--debug`` shows the traceback.
@@ -35,11 +35,10 @@ class RefineryGroup(click.Group):
         from refinery.pipeline.stage import stage_class
 
         try:
-            verb = stage_class(name).verb
+            stage_class(name)
         except ValueError:   # no such stage: click says "No such command"
             return
-        if verb:
-            self.add_command(stage_command(name, RefineryCommand))
+        self.add_command(stage_command(name, RefineryCommand))
 
     def list_commands(self, ctx):
         from refinery.pipeline.stage import stage_names

@@ -57,8 +57,8 @@ def printable_pipeline(spec, references: tuple = ()) -> str:
     from refinery.pipeline.config import anchor_input, anchor_path, anchor_references, anchor_settings
 
     here = os.getcwd()
-    stages = [dataclasses.replace(s, config=anchor_references(anchor_settings(s.config, here), references, set(), here))
-              for s in spec.stages]
+    stages = [dataclasses.replace(s, config=anchor_references(anchor_settings(s.config, here), references, {"input"},
+                                                              here)) for s in spec.stages]
     return dataclasses.replace(spec, input=anchor_input(spec.input, here), stages=stages,
                                out=anchor_path(spec.out, here) if spec.out else None).to_yaml()
 

@@ -34,7 +34,8 @@ def stage_command(name: str, command_class: type[click.Command]) -> click.Comman
 
         spec = verb_pipeline(cls, inputs, named, out, engine, profile, params, memory_budget)
         if print_config:
-            click.echo(printable_pipeline(spec, cls.references), nl=False)
+            step = dataclasses.replace(spec.stages[0], config=cls.pipeline_step(spec.stages[0].config, spec.input))
+            click.echo(printable_pipeline(dataclasses.replace(spec, stages=[step]), cls.references), nl=False)
             return
         step = run_stage(spec, mode, echo=lambda line: None, in_place=in_place)
         result = step.result
@@ -98,48 +99,17 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
     """The one-stage pipeline a verb's command line spells."""
     if inputs and named:
         raise click.UsageError("give INPUTS or --input SPLIT=PATH, not both")
-    if not inputs and not named:
-        raise click.UsageError("give INPUTS (or --input SPLIT=PATH)")
     data = given(cls.Config, params, "cfg")
+    if not inputs and not named and cls.input_field not in data:
+        field = next((f for f in dataclasses.fields(cls.Config) if f.name == cls.input_field), None)
+        raise click.UsageError("give INPUTS (or --input SPLIT=PATH)" if field is None else
+                               f"give {field.metadata['option']} {field.metadata['metavar']} (repeat for more)")
     if profile:
         data = merged(to_dict(cls.profiles[profile]), data)
     try:
         config = from_dict(cls.Config, data, where="")
     except ConfigError as e:   # the command line is the place: "--k must be …, got -5"
         raise ConfigError(by_option(e, cls.Config)) from None
-    where = {"splits": split_specs(named)} if named else {"paths": list(inputs)}
+    where = {"splits": split_specs(named)} if named else {"paths": list(inputs) or cls.config_input(config)}
     spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), **where}, where="")
     return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine, memory_budget=memory_budget)
-
-
-def compare_pipeline(config, spec_in: InputSpec, out: str) -> PipelineSpec:
-    """The pipeline ``refinery compare`` spells (``config``: its ``CompareStageConfig``, the ``--train`` corpora
-    as its baseline): its last training corpus as the input, the others as the ``compare`` step's baseline, every
-    one trained on the same split and named as on the command line. A pipeline reads the input through the
-    preset or map; its compare step reads the baseline corpora and the evaluation sets as refinery corpora or
-    through their own preset (``NAME=PATH:PRESET``), so the command line's preset is written onto each set."""
-    from refinery.io.corpus import is_corpus
-    from refinery.methods.compare.config import train_split
-
-    paths = [train_split(path) for path in config.baseline]
-    splits = {split for _, split in paths}
-    if len(splits) > 1:
-        raise click.UsageError(f"--print-config: a pipeline's compare trains every corpus on one split; these name "
-                               f"{', '.join(sorted(map(str, splits)))}")
-    *baseline, (last, _) = paths
-    so = spec_in.storage_options
-    raw = next((p for p, _ in baseline if not is_corpus(p, so)), None)
-    if raw:
-        raise click.UsageError(f"--print-config: a pipeline reads only its input through --preset or --map; "
-                               f"convert the baseline {raw} into a corpus first (refinery convert {raw} …)")
-    sets = []
-    for e in config.eval_sets():
-        path = e.paths[0] if "://" in e.paths[0] else os.path.abspath(e.paths[0])
-        preset = e.preset or (None if is_corpus(path, so) else spec_in.preset)
-        if preset is None and not is_corpus(path, so):
-            raise click.UsageError(f"--print-config: evaluation set {e.name} ({path}) needs its own preset in a "
-                                   f"pipeline: {e.name}=PATH:PRESET, or a corpus")
-        sets.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
-    step = dataclasses.replace(config, evals=tuple(sets), baseline=tuple(p for p, _ in baseline) or ("input",),
-                               split=splits.pop() or config.split)
-    return PipelineSpec(dataclasses.replace(spec_in, paths=[last]), [StageSpec("compare", step)], out)

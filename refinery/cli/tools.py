@@ -1,23 +1,16 @@
 """The verbs that are not stages: converting and inspecting corpora, SQL over them, synthetic corpora,
-evaluating predictions, the task-model probe and comparison, and a local generator server."""
+evaluating predictions and a local generator server."""
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 
 import click
 
 from refinery.cli.base import RefineryCommand
-from refinery.cli.config_options import config_options, given
-from refinery.cli.options import engine_option, input_options, io_timeout_option, memory_budget_option, \
-    mode_option, printable_pipeline
+from refinery.cli.options import input_options, mode_option
 from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
-from refinery.methods.compare.config import parse_named, train_split
-from refinery.methods.compare.stage import CompareStageConfig
-from refinery.methods.probe.config import ProbeConfig
-from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec, from_dict
 from refinery.pipeline.stage import conservation
 
 
@@ -192,92 +185,6 @@ def evaluate(predictions, weights_path, prediction_column, storage_options):
     result = evaluate_predictions(read_any(predictions, so), read_any(weights_path, so) if weights_path else None,
                                   prediction_column)
     click.echo(json.dumps(result, indent=1))
-
-
-@tools.command(cls=RefineryCommand)
-@click.option("--train", "train", multiple=True, required=True, help="Training corpus (repeatable).")
-@click.option("--out", required=True, help="Folder: report.json, predictions.parquet.")
-@config_options(ProbeConfig, "cfg")
-@engine_option
-@memory_budget_option
-@mode_option
-@config_options(InputSpec, "in")
-@io_timeout_option
-def probe(*, train, out, engine, memory_budget, mode, io_timeout, **params):
-    """Train a classifier (on the pair, or the hypothesis alone) on --train and score --eval corpora."""
-    from refinery.io.ownership import check_folders_apart
-
-    del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
-    try:
-        config = from_dict(ProbeConfig, given(ProbeConfig, params, "cfg"), where="")
-        spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), "paths": list(train)}, where="")
-        if config.save_model:
-            check_folders_apart("--save-model", config.save_model, out)
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
-    result = _run_one_stage(PipelineSpec(spec_in, [StageSpec("probe", config)], out, engine,
-                                         memory_budget=memory_budget), mode)
-    if result is None:
-        return
-    click.echo(result.conservation())
-    click.echo(result.headline)
-    for line in result.lines:
-        click.echo(line)
-    for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
-
-
-@tools.command(cls=RefineryCommand)
-@click.option("--train", "train", multiple=True, required=True, metavar="NAME=PATH[@SPLIT]",
-              help="A training corpus (repeat; the first is the baseline). Folders, globs, finished corpora; a "
-                   "corpus with named splits trains on its 'train' rows (or its only split), or on @SPLIT's.")
-@click.option("--out", required=True, help="Folder: report/ (report.json, report.html, predictions.parquet), runs/.")
-@click.option("--print-config", is_flag=True, help="Print this command line as a pipeline file for `refinery run`, "
-                                                   "and exit.")
-@config_options(CompareStageConfig, "cfg")
-@engine_option
-@memory_budget_option
-@mode_option
-@config_options(InputSpec, "in")
-@io_timeout_option
-def compare(train, out, print_config, engine, memory_budget, mode, io_timeout, **params):
-    """Does it help? The same model trained on each corpus, scored on in-domain and challenge sets."""
-    from refinery.cli.stage_verbs import compare_pipeline
-    from refinery.io.committed import committed_url
-    from refinery.io.location import join
-
-    del io_timeout   # set for every store client by the verb (RefineryCommand.invoke)
-    try:
-        named = parse_named(train, "--train")
-        training = {"baseline": [path for (path,) in named.values()], "names": list(named)}
-        config = from_dict(CompareStageConfig, {**given(CompareStageConfig, params, "cfg"), **training}, where="")
-        spec_in = from_dict(InputSpec, given(InputSpec, params, "in"), where="")
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
-    if print_config:
-        click.echo(printable_pipeline(replace(compare_pipeline(config, spec_in, out), engine=engine,
-                                              memory_budget=memory_budget), ("baseline",)), nl=False)
-        return
-    # the stage's input: the last training corpus (the others are its baseline); a rerun resumes from OUT/runs/
-    spec = PipelineSpec(replace(spec_in, paths=[train_split(config.baseline[-1])[0]]),
-                        [StageSpec("compare", config)], out, engine, memory_budget=memory_budget)
-    result = _run_one_stage(spec, mode)
-    if result is None:
-        return
-    click.echo("\n".join(result.lines))
-    click.echo(f"report: {committed_url(join(out, result.report_file), spec_in.storage_options)}")
-
-
-def _run_one_stage(spec, mode: str):
-    """The one stage of ``spec`` run into its folder by ``runner.run_stage`` (as every stage's verb): its result, or
-    None where ``mode`` kept a finished run (said on the console)."""
-    from refinery.pipeline.runner import run_stage
-
-    step = run_stage(spec, mode, echo=lambda line: None)
-    if step.status == "skipped":
-        click.echo(f"{spec.out}: skipped (same inputs and options)")
-        return None
-    return step.result
 
 
 @tools.command(cls=RefineryCommand)

@@ -343,8 +343,8 @@ def anchor_references(config, references: tuple, step_names: set, base: str):
     def anchored(value: str) -> str:
         return value if value in step_names else anchor_path(value, base)
 
-    changes = {f: anchored(v) if isinstance(v, str) else type(v)(map(anchored, v))
-               for f in references if (v := getattr(config, f))}
+    changes = {f: anchored(v) if isinstance(v, str) else {k: anchored(x) for k, x in v.items()}
+               if isinstance(v, dict) else type(v)(map(anchored, v)) for f in references if (v := getattr(config, f))}
     return dataclasses.replace(config, **changes) if changes else config
 
 

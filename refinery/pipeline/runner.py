@@ -35,10 +35,11 @@ from refinery.io.finished import STAGE, finished
 from refinery.io.records import CorpusManifest
 from refinery.io.memory import budget_of_run, memory_budget
 from refinery.io.modes import keeps_finished
-from refinery.io.ownership import (check_out_apart, claim_folder, made_folder, published_run,
+from refinery.io.ownership import (check_folders_apart, check_out_apart, claim_folder, made_folder, published_run,
                                    remove_failed_output, unpublish_run)
 from refinery.io.redaction import redact_text
 from refinery.core.records import StepRecord
+from refinery.core.validation import FOLDER
 from refinery.pipeline.config import INPUT_DIR, InputSpec, PipelineSpec, StageSpec, step_folder, to_dict
 from refinery.pipeline.engine import check_engine
 from refinery.pipeline.ray_task import run_as_task
@@ -274,6 +275,9 @@ def _run_stage(spec: PipelineSpec, mode: str, echo, in_place: bool) -> StageRun:
                          "give a new --out")
     check_out_apart(spec.out, source.paths, output.next_input(spec.out, "") if in_place else None,
                     opts.storage_options)
+    for f in dataclasses.fields(stage_spec.config):   # a folder a setting names (probe's saved model) is not OUT's
+        if f.metadata.get("path") == FOLDER and getattr(stage_spec.config, f.name):
+            check_folders_apart("--" + f.name.replace("_", "-"), getattr(stage_spec.config, f.name), spec.out)
     _refuse_empty_corpora(source)   # a pipeline's steps: _refuse_nothing_passed_on, naming the step that kept none
     return _stage_step(stage_spec, source, spec.out.rstrip("/"), {}, opts, echo, mode, to_dict(spec.input))[0]
 
@@ -309,9 +313,11 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
         value = getattr(config, name)
         if value is None:
             continue
-        items = [steps.get(v, v) for v in ([value] if isinstance(value, str) else value)]
+        items = [steps.get(v, v) for v in ([value] if isinstance(value, str) else
+                                           value.values() if isinstance(value, dict) else value)]
         named += [cls.referenced_path(v) for v in items]
-        changes[name] = items[0] if isinstance(value, str) else type(value)(items)
+        changes[name] = items[0] if isinstance(value, str) else dict(zip(value, items)) if isinstance(value, dict) \
+            else type(value)(items)
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 

@@ -161,7 +161,9 @@ class Stage(ABC):
     output: ClassVar[Output] = Output.KEPT
     references: ClassVar[tuple] = ()   # config fields holding corpora: paths or earlier steps' names
     profiles: ClassVar[dict] = {}      # named starting configs (the verb's --profile)
-    verb: ClassVar[bool] = True        # whether ``refinery NAME`` runs the stage alone (compare's verb is its own)
+    # a ``references`` field whose last corpus is the input of a verb or call given none (compare's ``train``: the
+    # corpora it trains on, the last its input)
+    input_field: ClassVar[str | None] = None
     one_task: ClassVar[bool] = False   # its work is one process (DuckDB, NumPy): on Ray it runs as one task there
     version: ClassVar[int] = 1         # part of its fingerprint: raise it when the stage's output changes
 
@@ -200,6 +202,21 @@ class Stage(ABC):
     def referenced_path(cls, reference: str) -> str:
         """The file, folder or corpus a resolved ``references`` value reads (compare's ``PATH@SPLIT``: PATH)."""
         return reference
+
+    @classmethod
+    def config_input(cls, config) -> list[str]:
+        """The input ``config`` names itself (``input_field``'s last corpus), for a verb or call given none; []
+        where the stage has no such field or it names none."""
+        value = getattr(config, cls.input_field) if cls.input_field else None
+        corpora = list(value.values() if isinstance(value, dict) else [value] if isinstance(value, str) else value or ())
+        return [cls.referenced_path(corpora[-1])] if corpora else []
+
+    @classmethod
+    def pipeline_step(cls, config, spec_in):
+        """The config of the one step of the pipeline a verb's command line spells (``--print-config``), read by
+        a pipeline whose input is ``spec_in``: as it is, unless a stage reads more than its input through the
+        command line's preset (compare)."""
+        return config
 
     def check_input(self, source: StageInput) -> None:
         """Refuse an input without a column this stage needs (NeMo Curator's ``validate_input``), naming the

@@ -27,24 +27,24 @@ class CompareConfig(TaskModel):
                                           "row of fewer words is matched whole.")
 
 
-def parse_named(specs, option: str) -> dict:
-    """``NAME=PATH`` specs into {name: [path]}; a name given twice is an error (the second would hide the first)."""
+def parse_training(specs) -> dict:
+    """``--train NAME=PATH[@SPLIT]`` specs into {name: path}, in order; a name given twice is an error (the second
+    would hide the first)."""
     named: dict = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"{option} {spec!r} is not NAME=PATH")
+            raise ValueError(f"--train {spec!r} is not NAME=PATH")
         if name in named:
-            raise ValueError(f"{option} names {name!r} twice ({named[name][0]} and {path}); "
-                             "give each a name of its own")
-        named[name] = [path]
+            raise ValueError(f"--train names {name!r} twice ({named[name]} and {path}); give each a name of its own")
+        named[name] = path
     return named
 
 
 _SPLIT_SELECTOR = re.compile(r"@([\w.-]+)$")
 
 
-def train_split(path: str) -> tuple[str, str | None]:
+def path_and_split(path: str) -> tuple[str, str | None]:
     """``PATH@SPLIT`` → (PATH, SPLIT); a plain path → (path, None)."""
     match = _SPLIT_SELECTOR.search(path)
     return (path[: match.start()], match.group(1)) if match and "/" not in match.group(1) else (path, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from refinery.methods.compare.config import train_split
+from refinery.methods.compare.config import path_and_split
 from refinery.methods.compare.training import READS
 from refinery.pipeline.output import StageOutput
 from refinery.report import figures
@@ -78,7 +78,7 @@ def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Rep
     read = [f"{n}: {p}" for n, paths in train.items() for p in paths] + \
            [f"{n} (evaluation): {p}" for n, paths in evals.items() for p in paths]
     title = "Compare: the same model trained on each corpus, scored on evaluation sets"
-    page = out.report_page(title, corpora=[train_split(p)[0] for paths in train.values() for p in paths], read=read)
+    page = out.report_page(title, corpora=[path_and_split(p)[0] for paths in train.values() for p in paths], read=read)
     findings = [f'<p class="bad">{html.escape("Warning: " + w)}</p>' for w in report.get("warnings", [])]
     findings += [note(n) for n in report.get("notes", [])]
     if findings:

@@ -8,11 +8,13 @@ lives in the sibling modules (``training``, ``statistics``, ``slices``, ``page``
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting, validate
-from refinery.methods.compare.config import CompareConfig, train_split
+from refinery.methods.compare.config import CompareConfig, parse_training, path_and_split
 from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
@@ -31,18 +33,21 @@ def _specs(values) -> tuple:
 
 @dataclass
 class CompareStageConfig:
-    """The comparison: the training corpora (a pipeline's step: the ``baseline`` corpora, then its input; the verb:
-    its ``--train`` corpora), the evaluation sets they are scored on, and the task model (``model``)."""
+    """The comparison: the training corpora (``train``, named; the first is the baseline, and the stage's input is
+    trained last where it is not among them), the evaluation sets they are scored on, and the task model
+    (``model``)."""
 
+    train: dict = setting(default_factory=lambda: {"input": "input"},
+                          help="A training corpus, NAME=PATH[@SPLIT] (repeat; the first is the baseline, the last the "
+                               "input). Files, folders, globs, finished corpora; a corpus with named splits trains on "
+                               "its 'train' rows (or its only split), or on @SPLIT's. In a pipeline {name: a path or a "
+                               "preceding step's name}; the step's own input is trained last where it is none of them.",
+                          option="--train", multiple=True, parse=parse_training, metavar="NAME=PATH[@SPLIT]")
     evals: tuple = setting((), help="An evaluation set with its own preset (default: the training corpora's "
                                     "--preset/--map); repeat for more (required).",
                            option="--eval", multiple=True, parse=_specs, metavar="NAME=PATH[:PRESET]")
-    baseline: tuple = setting(("input",), help="Corpora this step's input is compared with: names of preceding "
-                                               "steps, or paths; the first is the baseline.", hidden=True)
-    names: tuple = setting((), help="The training corpora's names in the report, in training order (none: each its "
-                                    "step folder, or its path).", hidden=True)
-    split: str | None = setting(None, NOT_EMPTY.or_none(), "The split every training corpus trains on (none: its "
-                                                           "train split, or its only one).")
+    train_split: str | None = setting(None, NOT_EMPTY.or_none(), "The split every training corpus trains on (none: "
+                                                                 "its train split, or its only one).")
     label_maps: dict = setting(default_factory=dict, help="Map training labels onto evaluation set NAME's labels "
                                                           "(presets' maps built in: hans).",
                                option="--label-map", multiple=True, parse=parse_label_maps, metavar="NAME=FROM:TO,…")
@@ -50,6 +55,10 @@ class CompareStageConfig:
 
     def __post_init__(self):
         validate(self)
+        if not isinstance(self.train, dict) or not self.train or not all(
+                isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.train.items()):
+            raise ValueError(f"train must name each training corpus, {{name: path}} (the first is the baseline), "
+                             f"got {self.train!r}")
         if not self.evals:
             raise ValueError("compare needs at least one evaluation set (evals: [NAME=PATH[:PRESET], …])")
         sets = self.eval_sets()
@@ -69,28 +78,23 @@ def step_name(path: str) -> str:
     return parts[-1] if parts else path
 
 
-def training_corpora(baseline: tuple, own: list, names: tuple = ()) -> tuple[dict, str]:
-    """({name: paths} of the baseline corpora and then the step's own input, the name of the step's input): each
-    named by ``names`` in order, else by its step (``step_name``), or by its whole path where two share a step name
-    (then a corpus named twice is trained once); a baseline that is the step's input itself (a ``PATH@SPLIT`` too)
-    is trained once, the last such."""
-    entries = [[p] for p in (baseline if names else dict.fromkeys(baseline))]
-    mine = next((i for i in reversed(range(len(entries))) if _is_input(entries[i][0], own)), None)
+def training_corpora(train: dict, own: list) -> tuple[dict, str]:
+    """({name: paths} of the ``train`` corpora in their order, then the step's own input where none of them is it;
+    the name of the step's input): where several are the input (a ``PATH@SPLIT`` too), the last; an input of its
+    own is named by its step (``step_name``), or by its whole path where a training corpus has that name."""
+    entries = {name: [path] for name, path in train.items()}
+    mine = next((name for name in reversed(list(entries)) if _is_input(entries[name][0], own)), None)
     if mine is None:
-        entries.append(list(own))
-        mine = len(entries) - 1
-    if names and len(names) != len(entries):
-        raise ValueError(f"compare: {len(names)} names for {len(entries)} training corpora")
-    found = [step_name(paths[0]) for paths in entries]
-    found = [name if found.count(name) == 1 else paths[0] for name, paths in zip(found, entries)]
-    chosen = list(names or found)
-    return dict(zip(chosen, entries)), chosen[mine]
+        mine = step_name(own[0]) if own else "input"
+        mine = own[0] if mine in entries else mine
+        entries[mine] = list(own)
+    return entries, mine
 
 
 def _is_input(entry: str, own: list) -> bool:
     """Whether the training corpus ``entry`` (``PATH[@SPLIT]``) is the step's input ``own``: its path, or the folder
     of its splits (an HF DatasetDict's, read split by split)."""
-    path = train_split(entry)[0].rstrip("/")
+    path = path_and_split(entry)[0].rstrip("/")
     own = [p.rstrip("/") for p in own]
     return own == [path] or bool(own) and all(p.startswith(path + "/") for p in own)
 
@@ -102,8 +106,8 @@ class CompareStage(TableStage):
 
     name, Config = "compare", CompareStageConfig
     output = Output.INPUT
-    references = ("baseline",)
-    verb = False   # ``refinery compare`` names its corpora (--train NAME=PATH), the input of other verbs (cli/tools.py)
+    references = ("train",)
+    input_field = "train"   # ``refinery compare --train a=… --train b=…``: the last is the input
     one_task = False   # its models train as Ray tasks side by side (``training.trained_runs``)
 
     def also_reads(self) -> list[str]:
@@ -111,7 +115,36 @@ class CompareStage(TableStage):
 
     @classmethod
     def referenced_path(cls, reference: str) -> str:
-        return train_split(reference)[0]
+        return path_and_split(reference)[0]
+
+    @classmethod
+    def pipeline_step(cls, config: CompareStageConfig, spec_in) -> CompareStageConfig:
+        """The step of the pipeline ``refinery compare``'s command line spells: its last training corpus is the
+        pipeline's input (``input``), every one trained on the same split; the other training corpora and the
+        evaluation sets are read as refinery corpora or through their own preset (a pipeline reads only its input
+        through the command line's), so the preset is written onto each set that needs it."""
+        from refinery.io.corpus import is_corpus
+
+        paths = [path_and_split(path) for path in config.train.values()]
+        splits = {split for _, split in paths}
+        if len(splits) > 1:
+            raise ValueError(f"a pipeline's compare trains every corpus on one split; these name "
+                             f"{', '.join(sorted(map(str, splits)))}")
+        so = spec_in.storage_options
+        raw = next((p for p, _ in paths[:-1] if not is_corpus(p, so)), None)
+        if raw:
+            raise ValueError(f"a pipeline reads only its input through its preset or map; convert the training "
+                             f"corpus {raw} into a corpus first (refinery convert {raw} …)")
+        sets = []
+        for e in config.eval_sets():
+            path = e.paths[0] if "://" in e.paths[0] else os.path.abspath(e.paths[0])
+            preset = e.preset or (None if is_corpus(path, so) else spec_in.preset)
+            if preset is None and not is_corpus(path, so):
+                raise ValueError(f"evaluation set {e.name} ({path}) needs its own preset in a pipeline: "
+                                 f"{e.name}=PATH:PRESET, or a corpus")
+            sets.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
+        train = dict(zip(config.train, [p for p, _ in paths[:-1]] + ["input"]))
+        return dataclasses.replace(config, train=train, evals=tuple(sets), train_split=splits.pop() or config.train_split)
 
     def queries_rows(self) -> bool:
         return False
@@ -120,10 +153,10 @@ class CompareStage(TableStage):
         """Every corpus × seed model trained (each finished run kept in the output's ``runs/``) and scored; no
         corpus written."""
         c = self.config
-        self.train, self.mine = training_corpora(c.baseline, rows.source.paths, c.names)
+        self.train, self.mine = training_corpora(c.train, rows.source.paths)
         self.evals = c.eval_sets()
         self.summary, self.predictions = _compare(self.train, self.evals, rows.source, c.model,
-                                                  rows.checkpoints("runs", kept=True, own_keys=True), c.split)
+                                                  rows.checkpoints("runs", kept=True, own_keys=True), c.train_split)
         return []
 
     def result(self, manifests: dict, out: "StageOutput") -> StageResult:
@@ -167,8 +200,8 @@ def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig
 
     data = read_corpora(train, evals, source, config, split)
     so = source.opts.storage_options
-    train_prints = {n: (input_fingerprints([train_split(p)[0] for p in paths], so),
-                        [train_split(p)[1] or split for p in paths]) for n, paths in train.items()}
+    train_prints = {n: (input_fingerprints([path_and_split(p)[0] for p in paths], so),
+                        [path_and_split(p)[1] or split for p in paths]) for n, paths in train.items()}
     eval_prints = [(e.name, e.preset, sorted(e.full_label_map().items()), input_fingerprints(list(e.paths), so))
                    for e in evals] + [("reads", data.reads)]
     predicted: dict = {}  # (corpus, eval) -> seeds × rows labels

@@ -17,13 +17,13 @@ import pyarrow.compute as pc
 
 from refinery.io.corpus import input_mapping, is_corpus, stage_parts
 from refinery.io.schema import is_pair
-from refinery.methods.compare.config import CompareConfig, train_split
+from refinery.methods.compare.config import CompareConfig, path_and_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
 from refinery.io.checkpoints import Checkpoints
 from refinery.pipeline.stage_input import SideInput, StageInput
 
-SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's split: key in a pipeline"
+SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's train_split: key in a pipeline"
 
 # What the models read: both texts, the hypothesis (text_b) alone, or the one text of single-text corpora
 READS = {"pair": "the pair (text_a and text_b)", "text_b": "the hypothesis (text_b) alone",
@@ -145,7 +145,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     refuse_repeated_names(evals)
     tables, rejects, other_splits = {}, {}, {}
     for name, paths in train.items():
-        selected = [train_split(p) for p in paths]
+        selected = [path_and_split(p) for p in paths]
         splits = {s for _, s in selected}
         if len(splits) > 1:
             raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")

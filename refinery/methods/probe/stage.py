@@ -26,7 +26,6 @@ class ProbeStage(TableStage):
 
     name, Config = "probe", ProbeConfig
     output = Output.INPUT
-    verb = False   # ``refinery probe --train`` (cli/tools.py)
 
     def also_reads(self) -> list[str]:
         """The evaluation corpora: part of its fingerprint (``--mode skip`` runs again when one changed)."""
@@ -88,8 +87,9 @@ class ProbeStage(TableStage):
         out.publish_report(report, page, {"predictions.parquet": predictions}, part="")   # no --eval: the columns,
         #                                                                                  for evaluate to name
         trained, rejected = report["train_rows"], report["train_rejected"]
+        headline = _headline(c, report)
         return StageResult(trained + rejected, {"trained on": trained, "input rejects": rejected}, report,
-                           _headline(c, report), tuple(_lines(report)), tuple(self.warnings),
+                           headline, (headline, *_lines(report)), tuple(self.warnings),
                            report_file="report.json")
 
 
