@@ -32,7 +32,7 @@ def commands(generator: str) -> dict:
         "razor": ["razor", "{input}", "--score-only"],
         "razor --rewrite": ["razor", "{input}", "--model", generator, "--top-k", 4, "--candidates", 2, "--rounds", 1,
                             *tiny],
-        "probe": ["probe", "--train", "{input}", "--eval", "test={evaluation}"],
+        "probe": ["probe", "{input}", "--eval", "test={evaluation}"],
         "compare": ["compare", "--train", "a={input}", "--eval", "test={evaluation}", "--allow-overlap",
                     "--bootstrap", 100],
         "generate": ["generate", "{input}", "--model", generator, "--limit", 4, "--target-labels", "all",

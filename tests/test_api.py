@@ -116,10 +116,11 @@ def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_pat
     assert trained["rows"] == len(dev_test["train"])
 
 
-def test_compare_reads_dataframes_results_and_files(dev):
+def test_compare_reads_dataframes_results_and_files(dev, dev_test):
     zf = rf.zfilter(dev, preset="snli", k=20)
-    result = rf.compare(train={"snli": dev, "z-filtered": zf}, evals={"hard": (SNLI_HARD, "snli"), "hans": (HANS, "hans")},
-                        preset="snli", bootstrap=200)
+    result = rf.compare(train={"snli": dev_test, "z-filtered": zf},   # named splits: the train split's rows
+                        evals={"hard": (SNLI_HARD, "snli"), "hans": (HANS, "hans")}, preset="snli", bootstrap=200)
+    assert result.report["train"]["snli"]["rows"] == len(dev)
     table = result.table
     assert list(table["eval"]) == ["hard", "hard", "hans", "hans"]
     assert list(table["train"][:2]) == ["snli", "z-filtered"]

@@ -492,6 +492,18 @@ def test_a_credential_from_the_environment_reaches_no_file_of_the_run(tmp_path):
     assert "storage_options: {secret: '${REFINERY_SECRET}'}" in saved
 
 
+def test_a_mistyped_step_name_in_a_corpus_setting_is_refused_before_any_work(tmp_path):
+    """compare's ``train`` and zfilter's ``seed_corpus`` name earlier steps or paths: a name that is neither (a step
+    mistyped) is refused when the file is read, naming the closest step, not after the steps before it ran."""
+    spec = {"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [
+        {"zfilter": {}}, {"compare": {"train": {"orig": "input", "z": "zfiltre"}, "evals": [f"dev={SNLI_DEV}:snli"]}}]}
+    with pytest.raises(ConfigError, match="train: 'zfiltre' is no earlier step and no file or folder; did you mean "
+                                          "'zfilter'"):
+        parse_pipeline(spec, str(tmp_path))
+    spec["stages"][1]["compare"]["train"]["z"] = SNLI_DEV   # a path: read as it is
+    assert parse_pipeline(spec, str(tmp_path)).stages[1].config.train["z"] == SNLI_DEV
+
+
 def test_a_step_reads_an_earlier_step_so_methods_run_side_by_side(tmp_path):
     """``reads: input`` runs a stage on the pipeline's input instead of the step before it; compare then names
     both methods' outputs; a step that names no earlier step is refused before any work."""

@@ -105,6 +105,14 @@ def _corpora_as_paths(key: str, corpora, input_keys: dict, scratch: str) -> dict
             continue
         source = as_source(data, join(scratch, key, str(name)))
         check_preset(input_keys, source)
+        if source.splits and not source.paths:   # a DatasetDict, {split: data}: its train split, or its only one
+            splits = list(source.splits)
+            chosen = "train" if "train" in splits else splits[0] if len(splits) == 1 else None
+            if chosen is None:
+                raise ValueError(f"{key}: {name} has splits {', '.join(splits)} and none named 'train': give the "
+                                 f"one to train on, {key}={{{name!r}: data[{splits[0]!r}], …}}")
+            (paths[name],) = _one_path(name, source.splits[chosen])
+            continue
         (paths[name],) = _one_path(name, source.all_paths)
     return paths
 
@@ -138,8 +146,11 @@ def stage_function(name: str, cls: type):
     its signature and their help in its docstring."""
     keywords = config_keywords(cls.Config)
 
-    def call(data=None, /, *, out=None, engine="local", mode="overwrite", split=None, memory_budget=None, **kwargs):
-        return call_stage(name, data, kwargs, out=out, engine=engine, mode=mode, split=split,
+    def call(*data, out=None, engine="local", mode="overwrite", split=None, memory_budget=None, **kwargs):
+        if len(data) > 1:   # compare(train, eval) as it was called before its corpora were keywords
+            raise TypeError(f"{call.__name__}() takes its data and nothing else by position; give the rest by keyword"
+                            + (f": {call.__name__}({cls.input_field}={{name: data, …}}, …)" if cls.input_field else ""))
+        return call_stage(name, data[0] if data else None, kwargs, out=out, engine=engine, mode=mode, split=split,
                           memory_budget=memory_budget)
 
     params = [inspect.Parameter("data", inspect.Parameter.POSITIONAL_ONLY,

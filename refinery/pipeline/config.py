@@ -348,6 +348,26 @@ def anchor_references(config, references: tuple, step_names: set, base: str):
     return dataclasses.replace(config, **changes) if changes else config
 
 
+def _refuse_unknown_references(config, cls, step_names: set, base: str, where: str) -> None:
+    """A ``references`` value that names no earlier step and no local file, folder or glob match (a relative path
+    taken from ``base``): a step's name mistyped (``zfiltre``) is refused here, naming the closest step, before any
+    step runs."""
+    import difflib
+    import glob
+
+    for f in cls.references:
+        value = getattr(config, f)
+        values = [value] if isinstance(value, str) else list(value.values() if isinstance(value, dict) else value or ())
+        for v in values:
+            path = anchor_path(cls.referenced_path(v), base)
+            if v in step_names or "://" in path or os.path.exists(path) or glob.glob(path):
+                continue
+            close = difflib.get_close_matches(v, sorted(step_names), n=1)
+            raise ConfigError(f"{where}: {f}: {v!r} is no earlier step and no file or folder"
+                              + (f"; did you mean {close[0]!r}?" if close else
+                                 f" (earlier steps: {', '.join(sorted(step_names))})"))
+
+
 def _step_names(before: list) -> set:
     """What a stage's references may name: the input, and each preceding stage by its name or its folder."""
     return {"input", INPUT_DIR, *(s.name for s in before),
@@ -392,6 +412,7 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
         except ValueError as e:
             raise ConfigError(f"{where}: stage {i}: {e}") from None
         config = anchor_settings(from_dict(cls.Config, params, f"{where}: stage {i} ({name})"), base)
+        _refuse_unknown_references(config, cls, _step_names(stages), base, f"{where}: stage {i} ({name})")
         stages.append(StageSpec(name, anchor_references(config, cls.references, _step_names(stages), base), reads))
     engine = data.get("engine", "local")
     if engine not in ENGINES:

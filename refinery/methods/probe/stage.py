@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 
 class ProbeStage(TableStage):
-    """Train a classifier on the input and score the ``evaluate`` corpora with it (``refinery probe``): a table stage
-    that writes no corpus (on Ray one task reads the corpora and writes the report)."""
+    """Train a classifier on the input (the pair, or the hypothesis alone: the hypothesis-only probe) and score the
+    evaluation corpora with it (a report and the predictions; the rows pass on): a table stage that writes no
+    corpus (on Ray one task reads the corpora and writes the report)."""
 
     name, Config = "probe", ProbeConfig
     output = Output.INPUT
