@@ -352,6 +352,32 @@ def test_ray_over_units_and_partitions_with_the_probe_equals_local(planted, ray_
 
 
 @pytest.mark.ray
+def test_on_ray_the_statistics_are_made_beside_the_summed_counts_not_in_the_driver(planted, ray_local, monkeypatch,
+                                                                                   tmp_path):
+    """An exact audit on Ray leaves the reducers' summed counts on the workers (``on_ray.HeldCounts``): a task takes
+    them to make the statistics, the saved state and the report, so the driver never builds the ``MergedCounts``
+    (it fails here if it did; Ray's workers import their own); what it writes equals the local audit's."""
+    from refinery.core import merged_counts
+    from refinery.pipeline.config import InputSpec, PipelineSpec, StageSpec
+    from refinery.pipeline.runner import run_stage
+
+    path, _ = planted
+    local = run_stage(PipelineSpec(InputSpec(paths=[path]), [StageSpec("audit", AuditConfig())],
+                                   str(tmp_path / "local")), echo=lambda line: None)
+
+    def in_the_driver(*args, **kwargs):
+        raise AssertionError("the summed counts reached the driver")
+
+    monkeypatch.setattr(merged_counts.MergedCounts, "__init__", in_the_driver)
+    on_ray = run_stage(PipelineSpec(InputSpec(paths=[path]), [StageSpec("audit", AuditConfig())],
+                                    str(tmp_path / "ray"), "ray"), echo=lambda line: None)
+    assert on_ray.result.report == {**local.result.report, "inputs": on_ray.result.report["inputs"]}
+    assert on_ray.result.lines == local.result.lines
+    summaries = [json.loads((tmp_path / side / "report" / "summary.json").read_text()) for side in ("local", "ray")]
+    assert summaries[0] == summaries[1] and summaries[0]["rows"] == 60_000
+
+
+@pytest.mark.ray
 def test_sketch_recount_on_ray_is_exact(planted, ray_local):
     path, _ = planted
     on_ray = audit([path], config=AuditConfig(counting="sketch", sketch_lg_k=12), engine="ray")

@@ -312,7 +312,8 @@ def computed_ahead(items: Iterator, ahead: int) -> Iterator:
 
 
 def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: int, *, shared: dict | None = None,
-               stage: str | None = None, resources=None, on_mapped: Callable = lambda read: None) -> list:
+               stage: str | None = None, resources=None, on_mapped: Callable = lambda read: None,
+               held: bool = False) -> list:
     """A reduce by key range on Ray workers, the driver holding only what it is handed.
 
     ``map_fn(unit, **shared)`` returns (what the driver reads of the unit, what every reducer reads of it, the
@@ -320,7 +321,8 @@ def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: i
     ``reduce_fn(parts, common)`` combines part p of every unit with the list of what every unit hands every
     reducer (each put in the object store once), on a worker too, as soon as the maps it reads are done: the
     parts go from worker to worker, never through the driver, and are freed once reduced. Returns the
-    ``partitions`` reduced values. Every task asks for ``resources`` and is rerun if its worker dies (``shared``
+    ``partitions`` reduced values, or with ``held`` their refs (once every reducer is done), the values left in the
+    object store for a task to take. Every task asks for ``resources`` and is rerun if its worker dies (``shared``
     put in the object store once).
     """
     ray = ray_init()
@@ -335,6 +337,9 @@ def map_reduce(units: list, map_fn: Callable, reduce_fn: Callable, partitions: i
         del mapped   # the reducers hold the parts now
         for read in reads:
             on_mapped(ray.get(read))
+        if held:
+            ray.wait(reduced, num_returns=len(reduced), fetch_local=False)
+            return reduced
         return ray.get(reduced)
 
 

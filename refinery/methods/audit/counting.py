@@ -79,11 +79,12 @@ def count(source: StageInput, config: AuditConfig, on_rejects=None, weighted: bo
         if on_rejects is not None:
             on_rejects(rejects)
 
-    counter = _pass(source)(source, config, probe=not recount, weighted=weighted, on_rejects=rejected)
+    counted = Counted(source, config, _pass(source)(source, config, probe=not recount, weighted=weighted,
+                                                   on_rejects=rejected), reasons, recount, weighted)
     if base is not None:
-        counter = base.merge(counter)
-    _check_counted(counter, source.paths, reasons)
-    return Counted(source, config, counter, reasons, recount, weighted)
+        counted.counter = base.merge(counted.taken())
+    _check_counted(counted.counter, source.paths, reasons)
+    return counted
 
 
 def _pass(source: StageInput):
@@ -95,8 +96,9 @@ def _pass(source: StageInput):
 
 @dataclass
 class Counted:
-    """The audit's counts of an input (``count``): its ``counter``, the reasons its rejects were given, and whether
-    sketch mode's candidates are counted again exactly (``recount``)."""
+    """The audit's counts of an input (``count``): its ``counter`` (on Ray, exact counts left on the workers:
+    ``on_ray.HeldCounts``), the reasons its rejects were given, and whether sketch mode's candidates are counted again
+    exactly (``recount``)."""
 
     source: StageInput
     config: AuditConfig
@@ -114,9 +116,24 @@ class Counted:
         if not self.counter.rows:
             raise AllRejected(self.source.paths, self.reasons,
                               rejects_at and f"{rejects_at} (refinery inspect {rejects_at})")
-        recounted = _pass(self.source)(self.source, self.config, only=self.counter.candidates()) \
-            if self.recount else None
-        return finish(self.counter, self.config, sum(self.reasons.values()), recounted, carried, self.weighted)
+        counter = self.taken()
+        recounted = _pass(self.source)(self.source, self.config, only=counter.candidates()) if self.recount else None
+        return finish(counter, self.config, sum(self.reasons.values()), recounted, carried, self.weighted)
+
+    @property
+    def held(self) -> bool:
+        """Whether the counts are left on Ray's workers (``on_ray.HeldCounts``: an exact audit on Ray)."""
+        if self.source.engine != "ray":
+            return False
+        from refinery.methods.audit.on_ray import HeldCounts
+
+        return isinstance(self.counter, HeldCounts)
+
+    def taken(self):
+        """The counter, in this process: counts an audit on Ray left on the workers fetched (``held``)."""
+        if self.held:
+            self.counter = self.counter.counter()
+        return self.counter
 
 
 def audit(inputs, mapping: Mapping | None = None, opts: ReadOptions = ReadOptions(),

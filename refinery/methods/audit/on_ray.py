@@ -1,15 +1,18 @@
 """The audit's counting pass on Ray workers (``counting.count_local``'s twin): the input cut into units of rows,
-each counted by a worker, their counts summed on workers by key range (``pipeline.engine.map_reduce``), so the
-driver holds the summed counts and the strings they name, never one unit's counts.
+each counted by a worker, their counts summed on workers by key range (``pipeline.engine.map_reduce``), never one
+unit's counts in the driver.
 
 Exact counting hands on compact count arrays (``core.merged_counts``: each unit's counts cut into one part per
 CPU of the cluster by a hash of each feature's strings, its strings put in the object store once for every
 reducer; reducer p joins the strings part p of every unit uses and sums the part), so the driver is handed each
-unit's rows, label totals and rejects, then the reducers' parts; sketches, and the recount of sketch mode's
+unit's rows, label totals and rejects; the reducers' parts stay in the object store (``HeldCounts``) for the task
+that makes the statistics, the saved state and the report (``in_a_task``); sketches, and the recount of sketch mode's
 candidates, are small states merged by one reducer. The ``hypo-only`` family's probe is trained by one Ray task
 that reads the inputs itself and hands back its few counts (``hypo_only_counts``).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -104,14 +107,15 @@ def count_ray(source: StageInput, config: AuditConfig, only: pa.Array | None = N
         reduce = summed_part if weighted else sum_partials if partitioned else merge_states
         reduced = map_reduce(units, count_unit, reduce, partitions,
                              shared={"config": config, "only": only, "partitions": partitions, "opts": opts,
-                                     "weighted": weighted}, stage="audit", on_mapped=mapped) if units else []
+                                     "weighted": weighted}, stage="audit", on_mapped=mapped,
+                             held=partitioned and not weighted) if units else []
         hand_on_corpus_rejects(len(units))
     if weighted:
         counter = WeightedAuditCounts()
         counter.add_counts(pa.concat_tables(reduced) if reduced else WEIGHTED_COUNTS_SCHEMA.empty_table(), weights,
                            totals)
     elif partitioned:
-        counter = MergedCounts(reduced, totals)
+        counter = HeldCounts(reduced, totals)
     else:
         counter = counter_from_bytes(reduced[0]) if reduced else new_counter(config, only)
     if probe and "hypo-only" in config.features.families:
@@ -119,6 +123,44 @@ def count_ray(source: StageInput, config: AuditConfig, only: pa.Array | None = N
                                 on_this_node=False)
         counter.add_counts(counts)
     return counter
+
+
+@dataclass
+class HeldCounts:
+    """Exact counts summed on Ray's workers and left in its object store (the reducers' ``SummedPart``s, as refs),
+    so that the statistics and the saved state are made by a task beside them (``in_a_task``), not by the driver:
+    what the driver reads of them (rows, rows per label) and ``counter``, the ``MergedCounts`` of the process that
+    takes them."""
+
+    parts: list             # refs of the reducers' ``SummedPart``s
+    label_totals: dict
+    extra: list = field(default_factory=list)   # long counts of features no part holds (the hypo-only probe's)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.label_totals.values())
+
+    def add_counts(self, counts: pa.Table) -> None:
+        self.extra.append(counts)
+
+    def counter(self) -> MergedCounts:
+        import ray
+
+        counter = MergedCounts(ray.get(self.parts), self.label_totals)
+        for counts in self.extra:
+            counter.add_counts(counts)
+        return counter
+
+
+def in_a_task(fn, args: tuple, out):
+    """``fn(*args)`` as a Ray task beside the counts a ``HeldCounts`` left on the workers (on the driver's node where
+    ``out``, the output it publishes through, is on its local disk): the audit's statistics and report, so that the
+    driver is handed the summary, not every feature's counts."""
+    from refinery.io.location import get_fs, is_local
+
+    value, _ = run_as_task(fn, args, desc="audit statistics", on_this_node=is_local(get_fs(out.folder,
+                                                                                             out.storage_options)[0]))
+    return value
 
 
 def hypo_only_counts(source: StageInput, config: AuditConfig, weighted: bool = False) -> pa.Table:

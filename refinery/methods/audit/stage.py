@@ -53,6 +53,17 @@ def write_outputs(result, out: StageOutput, title: str = "Audit: which features 
     return summary
 
 
+def published(counted, rejects_at: str, out: StageOutput, notes: list) -> tuple[dict, dict]:
+    """The z-statistics of ``counted`` (``counting.Counted.finish``; ``rejects_at``: where its rejects are, named
+    where every row was rejected) published through ``out`` (``write_outputs``): the summary and the top features
+    per label. On Ray, a task's work (``on_ray.in_a_task``)."""
+    result = counted.finish(counted.source.prior, rejects_at)
+    try:
+        return write_outputs(result, out, notes=notes), result.top_k()
+    finally:
+        result.counter.close()
+
+
 def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
     from refinery.report import format as fmt
     from refinery.report.page import Report, config_table, fields, figure, humanize, note, per_label, top_features
@@ -137,18 +148,20 @@ class AuditStage(TableStage):
         from refinery.report import terminal
 
         source = self.counted.source
-        result = self.counted.finish(source.prior, out.url("rejects"))
-        notes = [WEIGHTED if result.weighted else UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
-        try:
-            summary = write_outputs(result, out, notes=notes)
-        finally:
-            result.counter.close()
+        notes = [WEIGHTED if self.counted.weighted else UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
+        args = (self.counted, out.url("rejects"), out, notes)
+        if self.counted.held:   # a task beside the counts the workers summed, which never reach the driver
+            from refinery.methods.audit.on_ray import in_a_task
+
+            summary, top_k = in_a_task(published, args, out)
+        else:
+            summary, top_k = published(*args)
         top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
         lines = [f"note: {n}" for n in notes] + ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
                  if summary["spilled_runs"] else []) + [
             f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
             f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
-            terminal.label_prior(summary["label_prior"]), terminal.topk(result.top_k(), threshold=summary["threshold"])]
+            terminal.label_prior(summary["label_prior"]), terminal.topk(top_k, threshold=summary["threshold"])]
         return StageResult(summary["rows"] + summary["rejected"],
                            {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
                            f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
