@@ -56,6 +56,26 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
     assert "two evaluation corpora are named 'snli_test'" in refused[0].stderr and "overlap" in refused[1].stderr
 
 
+def test_probe_trains_on_the_train_split_and_its_printed_pipeline_reads_the_sets_alike(tmp_path):
+    """An input of named splits trains on its train split, never its test split pooled in (SNLI-hard is drawn from
+    SNLI test: pooled, the probe scored its own training rows); the rows of the others are counted apart. The verb's
+    --print-config writes the command line's preset onto an evaluation set, which a pipeline reads without it, and
+    the pipeline scores the same."""
+    args = ("probe", "--input", f"train={SNLI_DEV}", "--input", f"test={SNLI_TEST}", "--preset", "snli",
+            "--eval", f"hard={SNLI_HARD}")
+    proc = run_cli(*args, "--out", tmp_path / "p")
+    report = json.loads((tmp_path / "p" / "report.json").read_text())
+    assert report["train_rows"] == 9_842 and report["other_splits_left_out"] == 9_824
+    assert proc.stdout.startswith("rows in 19,666 = 9,842 trained on + 9,824 other splits, not trained on + 0 input "
+                                  "rejects (ok)\n")
+    printed = run_cli(*args, "--out", tmp_path / "pipe", "--print-config").stdout
+    assert f"hard={SNLI_HARD}:snli" in printed
+    (tmp_path / "p.yaml").write_text(printed)
+    run_cli("run", tmp_path / "p.yaml")
+    piped = json.loads((tmp_path / "pipe" / "01-probe" / "report.json").read_text())
+    assert piped["eval"]["hard"]["accuracy"] == report["eval"]["hard"]["accuracy"]
+
+
 def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
     run_cli("probe", SNLI_DEV, "--preset", "snli", "--out", tmp_path / "p", "--save-model", tmp_path / "m")
     out = run_cli("confidence", SNLI_TEST, "--preset", "snli", "--model", tmp_path / "m", "--tau", "0.6",

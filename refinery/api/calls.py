@@ -60,25 +60,32 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
     cls = stage_class(name)
     input_keys, rest = input_keywords(kwargs)
     check_mode(mode)
-    if data is None and (cls.input_field is None or cls.input_field not in rest):
-        raise TypeError(f"{name}() needs data" + (f", or {cls.input_field}=" if cls.input_field else ""))
+    field = cls.input_field
+    if field is not None and field not in rest and isinstance(data, dict):   # compare({name: data, …}, …)
+        raise TypeError(f"{name}() takes its corpora by name as {field}={{name: data, …}}, not as data")
+    if data is None and (field is None or not rest.get(field)):
+        raise TypeError(f"{name}() needs data" + (f", or {field}={{name: data, …}}" if field else ""))
     folder = CallFolder(out, name)
     with folder.removed_on_failure():
         rest = evaluation_sets_as_specs(cls.Config, rest, folder.scratch)
-        if cls.input_field in rest:
-            rest = {**rest, cls.input_field: _corpora_as_paths(cls.input_field, rest[cls.input_field], input_keys,
-                                                               folder.scratch)}
-            data = data if data is not None else list(rest[cls.input_field].values())[-1]
+        source = None
+        if field in rest:
+            if data is None and split is not None:
+                raise TypeError(f"{name}(): split= chooses among the splits of data; give one split of a corpus in "
+                                f"{field} as {{name: data['SPLIT']}}")
+            named, last, chosen = _named_corpora(field, rest[field], input_keys, folder.scratch)
+            rest = {**rest, field: named}
+            source, split = (last, chosen) if data is None else (None, split)
         with python_terms(None, (cls.Config,)):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
             config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
-        source = as_source(data, folder.scratch)
+        source = source or as_source(data, folder.scratch)
         check_preset(input_keys, source)
         with python_terms(source, (cls.Config,)):
             read, untouched = chosen_splits(name, source.split_names(source.input_spec(input_keys)), split)
             spec_in = source.input_spec(input_keys, read)
             spec = PipelineSpec(spec_in, [StageSpec(name, config)], folder.out, engine, memory_budget=memory_budget)
             step = run_stage(spec, mode, echo=lambda line: None)
-    if untouched:
+    if untouched and not (field in rest and data is None):   # the field's corpora: noticed in _named_corpora
         where = "result.data holds them as given" if source.kind != "path" else "they stay in your files only"
         warnings.warn(f"{name} read split {', '.join(map(repr, read))} and passed {', '.join(map(repr, untouched))} "
                       f"through untouched ({where}); split= names the splits to read", SplitsNotice, stacklevel=3)
@@ -87,34 +94,40 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
 
 
 def _names_evaluation_sets(f: dataclasses.Field) -> bool:
-    """Whether a config's field takes evaluation sets, ``NAME=PATH[:PRESET]`` (decontaminate's ``against``)."""
-    return "NAME=PATH" in (f.metadata.get("metavar") or "") and ":PRESET" in f.metadata["metavar"]
+    """Whether a config's field takes evaluation sets, ``NAME=PATH[:PRESET]`` (compare's ``evals``, decontaminate's
+    ``against``, probe's ``evaluate``, whose name may be left out)."""
+    return "PATH[:PRESET]" in (f.metadata.get("metavar") or "")
 
 
-def _corpora_as_paths(key: str, corpora, input_keys: dict, scratch: str) -> dict:
+def _named_corpora(key: str, corpora, input_keys: dict, scratch: str) -> tuple[dict, Source, str | None]:
     """The named corpora a config's ``input_field`` takes (compare's ``train``: ``{name: data or a Result}``, read
-    through the input's preset) as ``{name: path}``: a result's corpus (or folder), a path as it is, in-memory data
-    written as Parquet under ``scratch``."""
+    through the input's preset) as ``{name: path}`` (a result's corpus or folder, a path as it is, in-memory data
+    written as Parquet under ``scratch``; of data with named splits, its ``train`` split, or its only one, the
+    others named in a ``SplitsNotice``), the last one's ``Source`` and the split chosen of it (None: it has
+    none)."""
     if not isinstance(corpora, dict):
         raise TypeError(f"{key}: give the corpora as {{name: data}}, e.g. {key}={{'original': df, 'filtered': "
                         f"result}} (the first is the baseline)")
-    paths = {}
+    paths, source, chosen = {}, None, None
     for name, data in corpora.items():
-        if isinstance(data, Result):
-            paths[name] = data.corpus or data.out
-            continue
-        source = as_source(data, join(scratch, key, str(name)))
+        given = data.corpus or data.out if isinstance(data, Result) else data
+        source = as_source(given, join(scratch, key, str(name)))
         check_preset(input_keys, source)
-        if source.splits and not source.paths:   # a DatasetDict, {split: data}: its train split, or its only one
+        chosen = None
+        if source.splits and not source.paths:   # a DatasetDict, {split: data}: one split of it
             splits = list(source.splits)
             chosen = "train" if "train" in splits else splits[0] if len(splits) == 1 else None
             if chosen is None:
-                raise ValueError(f"{key}: {name} has splits {', '.join(splits)} and none named 'train': give the "
-                                 f"one to train on, {key}={{{name!r}: data[{splits[0]!r}], …}}")
+                raise ValueError(f"{key}: {name} has splits {', '.join(splits)} and none named 'train': give the one "
+                                 f"to train on, {key}={{{name!r}: data[{splits[0]!r}], …}}")
+            others = [s for s in splits if s != chosen]
+            if others:
+                warnings.warn(f"{key}: {name} is trained on its split {chosen!r}, not on {', '.join(map(repr, others))} "
+                              f"({key}={{{name!r}: data['SPLIT']}} trains on another)", SplitsNotice, stacklevel=4)
             (paths[name],) = _one_path(name, source.splits[chosen])
             continue
         (paths[name],) = _one_path(name, source.all_paths)
-    return paths
+    return paths, source, chosen
 
 
 def evaluation_sets_as_specs(config_cls: type, keywords: dict, scratch: str) -> dict:

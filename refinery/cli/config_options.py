@@ -40,6 +40,8 @@ def _shown(value) -> str | None:
         return "on" if value else "off"
     if isinstance(value, (tuple, list)):
         return ",".join(map(str, value))
+    if isinstance(value, dict):   # a repeated NAME=VALUE option's
+        return " ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
 
 
@@ -62,7 +64,8 @@ def click_option(leaf: Leaf, group: str):
         return click.option(leaf.option, leaf.dest(group), **kwargs)
     if hint is tuple or hint is list or typing.get_origin(hint) is tuple:
         if meta.get("multiple"):
-            kwargs.update(multiple=True, callback=lambda ctx, param, value: tuple(value) or None)
+            kwargs.update(multiple=True, callback=lambda ctx, param, value: tuple(value) or None,
+                          metavar=meta.get("metavar"))
         else:
             kwargs.update(callback=_comma_list, metavar=meta.get("metavar", "A,B,…"))
         return click.option(leaf.option, leaf.dest(group), **kwargs)

@@ -54,6 +54,26 @@ def refuse_repeated_names(evals: list[EvalSet]) -> None:
         raise ValueError(f"two evaluation corpora are named {repeated[0]!r}: give each a name of its own, NAME=PATH")
 
 
+def with_presets(evals: list[EvalSet], spec_in) -> tuple:
+    """``evals`` as the specs a pipeline file holds (``NAME=PATH[:PRESET]``, local paths absolute) for a pipeline whose
+    input is ``spec_in``: a pipeline reads only its input through its preset or map, so each set that is not a
+    refinery corpus carries its own, or the input's; one that has neither is refused."""
+    import os
+
+    from refinery.io.corpus import is_corpus
+
+    so, specs = spec_in.storage_options, []
+    for e in evals:
+        path = e.paths[0] if "://" in e.paths[0] else os.path.abspath(e.paths[0])
+        corpus = is_corpus(path, so)
+        preset = e.preset or (None if corpus else spec_in.preset)
+        if preset is None and not corpus:
+            raise ValueError(f"evaluation set {e.name} ({path}) needs its own preset in a pipeline: "
+                             f"{e.name}=PATH:PRESET, or a corpus")
+        specs.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
+    return tuple(specs)
+
+
 def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
     """``NAME=PATH[:PRESET]`` (a path may itself hold ``:``, as in ``s3://``) into an ``EvalSet``."""
     name, sep, path = spec.partition("=")

@@ -3,9 +3,13 @@ encoder, and what it reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, at_least, number_in, one_of, setting, validate
 from refinery.models.precision import PRECISIONS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -44,3 +48,22 @@ class TaskModel:
         keep = ("backend", "inputs") + (() if self.backend == "ngram" else
                                          ("model", "epochs", "lr", "batch_size", "max_length", "precision"))
         return {k: getattr(self, k) for k in keep}
+
+
+def training_rows(corpus: str, table: pa.Table, split: str | None, hint: str) -> tuple[pa.Table, int]:
+    """The rows a task model trains on: a corpus with named splits gives its ``split`` rows (default: ``train``, or
+    its only split), never its evaluation splits pooled in; the number of rows of other splits left out. ``corpus``
+    names it in an error, ``hint`` says how to name another split."""
+    import pyarrow.compute as pc
+
+    present = sorted(set(table["split"].drop_null().to_pylist())) if "split" in table.column_names else []
+    if not present:
+        if split:
+            raise ValueError(f"{corpus}: split {split!r} was asked for, but it has no named splits")
+        return table, 0
+    chosen = split or ("train" if "train" in present or len(present) > 1 else present[0])
+    if chosen not in present:
+        raise ValueError(f"{corpus} has splits {', '.join(present)} and no {chosen!r} split; name the one to train "
+                         f"on ({hint})")
+    kept = table.filter(pc.fill_null(pc.equal(table["split"], chosen), False))
+    return kept, table.num_rows - kept.num_rows

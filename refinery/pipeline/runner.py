@@ -279,7 +279,9 @@ def _run_stage(spec: PipelineSpec, mode: str, echo, in_place: bool) -> StageRun:
         if f.metadata.get("path") == FOLDER and getattr(stage_spec.config, f.name):
             check_folders_apart("--" + f.name.replace("_", "-"), getattr(stage_spec.config, f.name), spec.out)
     _refuse_empty_corpora(source)   # a pipeline's steps: _refuse_nothing_passed_on, naming the step that kept none
-    return _stage_step(stage_spec, source, spec.out.rstrip("/"), {}, opts, echo, mode, to_dict(spec.input))[0]
+    # what a setting's ``input`` names alone: the one input (compare's default training corpus)
+    steps = {"input": source.paths[0]} if len(source.paths) == 1 and not source.named else {}
+    return _stage_step(stage_spec, source, spec.out.rstrip("/"), steps, opts, echo, mode, to_dict(spec.input))[0]
 
 
 def _stage_step(stage_spec: StageSpec, source: StageInput, folder: str, steps: dict, opts: ReadOptions, echo,

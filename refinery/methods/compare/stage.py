@@ -9,13 +9,12 @@ lives in the sibling modules (``training``, ``statistics``, ``slices``, ``page``
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting, validate
 from refinery.methods.compare.config import CompareConfig, parse_training, path_and_split
-from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps
+from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps, with_presets
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
 from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
@@ -102,8 +101,10 @@ def _is_input(entry: str, own: list) -> bool:
 class CompareStage(TableStage):
     """Does it help? The same model trained on each training corpus (the first is the baseline) and scored on
     in-domain and challenge sets: accuracy, the gain on the baseline with its 95% interval, and the rows of the
-    baseline's shortcuts (a report; the rows pass on). A table stage that reads its training corpora and evaluation
-    sets itself (as side corpora); on Ray each corpus × seed model is a task of its own, started from the driver."""
+    baseline's shortcuts (a report; the rows pass on)."""
+
+    # a table stage that reads its training corpora and evaluation sets itself (side corpora); on Ray each
+    # corpus × seed model is a task of its own
 
     name, Config = "compare", CompareStageConfig
     output = Output.INPUT
@@ -132,20 +133,16 @@ class CompareStage(TableStage):
             raise ValueError(f"a pipeline's compare trains every corpus on one split; these name "
                              f"{', '.join(sorted(map(str, splits)))}")
         so = spec_in.storage_options
-        raw = next((p for p, _ in paths[:-1] if not is_corpus(p, so)), None)
+        raw = next(((name, p) for name, (p, _) in list(zip(config.train, paths))[:-1] if not is_corpus(p, so)), None)
         if raw:
-            raise ValueError(f"a pipeline reads only its input through its preset or map; convert the training "
-                             f"corpus {raw} into a corpus first (refinery convert {raw} …)")
-        sets = []
-        for e in config.eval_sets():
-            path = e.paths[0] if "://" in e.paths[0] else os.path.abspath(e.paths[0])
-            preset = e.preset or (None if is_corpus(path, so) else spec_in.preset)
-            if preset is None and not is_corpus(path, so):
-                raise ValueError(f"evaluation set {e.name} ({path}) needs its own preset in a pipeline: "
-                                 f"{e.name}=PATH:PRESET, or a corpus")
-            sets.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
+            name, path = raw
+            read = f" --preset {spec_in.preset}" if spec_in.preset else " (its --preset or --map)"
+            raise ValueError(f"a pipeline reads only its input through its preset or map; make the training corpus "
+                             f"{path} a corpus first, refinery convert {path}{read} --out DIR, then give "
+                             f"{name}=DIR")
         train = dict(zip(config.train, [p for p, _ in paths[:-1]] + ["input"]))
-        return dataclasses.replace(config, train=train, evals=tuple(sets), train_split=splits.pop() or config.train_split)
+        return dataclasses.replace(config, train=train, evals=with_presets(config.eval_sets(), spec_in),
+                                   train_split=splits.pop() or config.train_split)
 
     def queries_rows(self) -> bool:
         return False

@@ -20,6 +20,7 @@ from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, path_and_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
+from refinery.models.task_model import training_rows
 from refinery.io.checkpoints import Checkpoints
 from refinery.pipeline.stage_input import SideInput, StageInput
 
@@ -65,23 +66,6 @@ class Corpora:
         for t, e in self.label_maps[name].items():
             merged.setdefault(e, []).append(t)
         return {e: ts for e, ts in merged.items() if ts != [e]}
-
-
-def training_rows(name: str, table: pa.Table, split: str | None) -> tuple[pa.Table, int]:
-    """The rows a model trains on: a corpus with named splits gives its ``split`` rows (default: ``train``, or
-    its only split); the number of rows of other splits left out."""
-    present = sorted(set(table["split"].drop_null().to_pylist())) if "split" in table.column_names else []
-    if not present:
-        if split:
-            raise ValueError(f"training corpus {name}: split {split!r} was asked for, but it has no named splits")
-        return table, 0
-    chosen = split or ("train" if "train" in present or len(present) > 1 else present[0])
-    if chosen not in present:
-        raise ValueError(f"training corpus {name} has splits {', '.join(present)} and no {chosen!r} split; "
-                         f"name the one to train on ({SPLIT_HINT})")
-    keep = pc.fill_null(pc.equal(table["split"], chosen), False)
-    kept = table.filter(keep)
-    return kept, table.num_rows - kept.num_rows
 
 
 def model_reads(tables: dict, inputs: str) -> str:
@@ -150,7 +134,8 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
         if len(splits) > 1:
             raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")
         table, rejects[name] = source.read_side(SideInput(tuple(p for p, _ in selected), source.mapping))
-        tables[name], other_splits[name] = training_rows(name, table, splits.pop() or split)
+        tables[name], other_splits[name] = training_rows(f"training corpus {name}", table, splits.pop() or split,
+                                                         SPLIT_HINT)
         if not tables[name].num_rows:
             raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
     train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))

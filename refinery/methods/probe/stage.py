@@ -7,10 +7,12 @@ the saved model's folder checked, before the model is fit.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
 from refinery.models.evaluation import EvalSet
+from refinery.models.task_model import training_rows
 from refinery.methods.probe.config import ProbeConfig
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import SideInput
@@ -21,9 +23,11 @@ if TYPE_CHECKING:
 
 
 class ProbeStage(TableStage):
-    """Train a classifier on the input (the pair, or the hypothesis alone: the hypothesis-only probe) and score the
-    evaluation corpora with it (a report and the predictions; the rows pass on): a table stage that writes no
-    corpus (on Ray one task reads the corpora and writes the report)."""
+    """Train a classifier on the input (its train split where it has named splits; the pair, or the hypothesis
+    alone: the hypothesis-only probe) and score the evaluation corpora with it (a report and the predictions; the
+    rows pass on)."""
+
+    # a table stage that writes no corpus: on Ray one task reads the corpora and writes the report
 
     name, Config = "probe", ProbeConfig
     output = Output.INPUT
@@ -31,6 +35,14 @@ class ProbeStage(TableStage):
     def also_reads(self) -> list[str]:
         """The evaluation corpora: part of its fingerprint (``--mode skip`` runs again when one changed)."""
         return [p for e in self.config.eval_sets() for p in e.paths]
+
+    @classmethod
+    def pipeline_step(cls, config: ProbeConfig, spec_in) -> ProbeConfig:
+        """The step of the pipeline a verb's command line spells: each evaluation corpus that is not a refinery
+        corpus carries the command line's preset, which a pipeline reads only its input through (``with_presets``)."""
+        from refinery.models.evaluation import with_presets
+
+        return dataclasses.replace(config, evaluate=with_presets(config.eval_sets(), spec_in))
 
     def compute(self, rows: TableInput) -> list[CorpusPart]:
         """Every evaluation corpus read and the saved model's folder checked, then the model fit on the input's rows
@@ -45,12 +57,12 @@ class ProbeStage(TableStage):
         empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]
         if empty:
             raise ValueError(f"evaluation corpus {empty[0]}: no good rows in {', '.join(evals[empty[0]][0].paths)}")
-        train_table = rows.table()
+        train_table, left_out = training_rows("the input", rows.table(), None, "give that split alone as the input")
         self.model = model = c.classifier()
         t = time.perf_counter()
         model.fit(train_table)
         report = self.summary = {**c.model_key(), "train": source.paths, "train_rows": train_table.num_rows,
-                                 "train_rejected": rows.rejects.num_rows,
+                                 "other_splits_left_out": left_out, "train_rejected": rows.rejects.num_rows,
                                  "fit_seconds": round(time.perf_counter() - t, 2), "eval": {}}
         if getattr(model, "precision_", None) is not None:
             report["train_precision"] = model.precision_.to_dict()
@@ -87,9 +99,11 @@ class ProbeStage(TableStage):
         predictions = pa.concat_tables(self.predictions) if self.predictions else _predictions_schema().empty_table()
         out.publish_report(report, page, {"predictions.parquet": predictions}, part="")   # no --eval: the columns,
         #                                                                                  for evaluate to name
-        trained, rejected = report["train_rows"], report["train_rejected"]
+        trained, rejected, others = report["train_rows"], report["train_rejected"], report["other_splits_left_out"]
         headline = _headline(c, report)
-        return StageResult(trained + rejected, {"trained on": trained, "input rejects": rejected}, report,
+        parts = {"trained on": trained, **({"other splits, not trained on": others} if others else {}),
+                 "input rejects": rejected}
+        return StageResult(trained + others + rejected, parts, report,
                            headline, (headline, *_lines(report)), tuple(self.warnings),
                            report_file="report.json")
 
@@ -105,7 +119,11 @@ def _headline(c: ProbeConfig, report: dict) -> str:
 
 
 def _lines(report: dict):
-    """Each evaluation corpus's accuracy against its majority class's."""
+    """The rows of the input's other splits, not trained on; each evaluation corpus's accuracy against its majority
+    class's."""
+    if report["other_splits_left_out"]:
+        yield (f"  trained on the input's train split (or its only one): {report['other_splits_left_out']:,} rows of "
+               "its other splits were not")
     for name, r in report["eval"].items():
         rejected = f", {r['rejected']:,} rejected" if r["rejected"] else ""
         yield (f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
