@@ -95,6 +95,10 @@ def test_settings_naming_a_folder_are_taken_from_the_pipeline_files_folder_and_p
     """A saved model's relative folder was read from the working directory, not the pipeline file's; and
     ``--print-config`` wrote it relative, so the printed file ran only from where it was printed."""
     (tmp_path / "runs" / "model").mkdir(parents=True)
+    (tmp_path / "runs" / "s").mkdir()   # a corpus setting's path must be there (a step's name need not), and the
+    (tmp_path / "runs" / "a").mkdir()   # state an audit updates
+    for name in ("state.bin", "state.json"):
+        (tmp_path / "runs" / "a" / name).write_text("")
     (tmp_path / "runs" / "p.yaml").write_text("input: {paths: [d.jsonl], preset: snli}\nstages:\n"
                                               "  - confidence: {model: model}\n  - confidence: {model: ngram}\n"
                                               "  - audit: {update: a}\n"

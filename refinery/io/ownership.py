@@ -221,11 +221,13 @@ def check_folders_apart(option: str, path: str, out: str) -> None:
                                   "outside --out")
 
 
-def check_out_apart(out: str, inputs, replaces: str | None = None, storage_options: dict | None = None) -> None:
+def check_out_apart(out: str, inputs, replaces: str | None = None, storage_options: dict | None = None,
+                    one_stage: bool = True) -> None:
     """Refuse an ``out`` that is, holds or lies inside one of ``inputs``: writing there would replace or mix
     with the data the run reads. ``replaces`` (``--in-place``) is the part of ``out`` the run publishes its
     corpus as (``OUT/kept``, ``OUT/corpus``): an input that is that part of a folder refinery wrote is allowed,
-    and the run replaces it, atomically, once it has read it."""
+    and the run replaces it, atomically, once it has read it. ``one_stage``: a stage's run, which may rerun in
+    place (a pipeline's may not: its refusal names no ``--in-place``)."""
     o_protocol, o_path = _location(out)
     for given in inputs:
         i_protocol, i_path = _location(str(given))
@@ -237,7 +239,7 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
             hint = f"; --in-place reruns a stage on its own output: --out {out} for the input {replaces}"
         else:   # a part of an earlier output (OUT/kept): the user may mean to run the stage on it again
             hint = ("; or --in-place to rerun a stage on its own output, replacing it"
-                    if posixpath.dirname(i_path) == o_path else "")
+                    if posixpath.dirname(i_path) == o_path and one_stage else "")
         relation = _relation(o_path, i_path)
         if relation == "is":
             raise OutputOverlapsInput(f"--out {out} is the input {given}: refinery would replace the data it reads; "

@@ -366,6 +366,9 @@ def _refuse_unknown_references(config, cls, step_names: set, base: str, where: s
             raise ConfigError(f"{where}: {f}: {v!r} is no earlier step and no file or folder"
                               + (f"; did you mean {close[0]!r}?" if close else
                                  f" (earlier steps: {', '.join(sorted(step_names))})"))
+    for path in cls(config).also_reads():   # its evaluation sets (compare's, probe's, decontaminate's)
+        if "://" not in path and not os.path.exists(path) and not glob.glob(path):
+            raise ConfigError(f"{where}: {path} is no file or folder (a file the stage reads)")
 
 
 def _step_names(before: list) -> set:

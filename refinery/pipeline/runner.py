@@ -135,7 +135,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
 def _run_pipeline(spec: PipelineSpec, out: str, engine: str, echo) -> PipelineRun:
     opts = spec.input.read_options()
     source = stage_input(spec.input, opts)   # each input looked up once (a stage's folder read as its corpus)
-    check_out_apart(out, source.paths, storage_options=opts.storage_options)
+    check_out_apart(out, source.paths, storage_options=opts.storage_options, one_stage=False)
     check_columns(spec, source)
     made = made_folder(out, opts.storage_options)
     created = claim_folder(out, opts.storage_options) == "new"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting, validate
 from refinery.methods.compare.config import CompareConfig, parse_training, path_and_split
-from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps, with_presets
+from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps, refuse_repeated_names, with_presets
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
 from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
@@ -61,6 +61,7 @@ class CompareStageConfig:
         if not self.evals:
             raise ValueError("compare needs at least one evaluation set (evals: [NAME=PATH[:PRESET], …])")
         sets = self.eval_sets()
+        refuse_repeated_names(sets)
         unknown = sorted(set(self.label_maps) - {e.name for e in sets})
         if unknown:
             raise ValueError(f"label_maps names no evaluation set: {', '.join(unknown)}")
