@@ -66,6 +66,10 @@ def test_probe_trains_on_the_train_split_and_its_printed_pipeline_reads_the_sets
     proc = run_cli(*args, "--out", tmp_path / "p")
     report = json.loads((tmp_path / "p" / "report.json").read_text())
     assert report["train_rows"] == 9_842 and report["other_splits_left_out"] == 9_824
+    assert report["eval"]["hard"]["overlap_rows"] == 0
+    leaked = run_cli("probe", SNLI_TEST, "--preset", "snli", "--eval", f"hard={SNLI_HARD}", "--out", tmp_path / "l")
+    assert "evaluation corpus hard: 3,261 of its 3,261 rows are also training rows" in leaked.stderr
+    assert json.loads((tmp_path / "l" / "report.json").read_text())["eval"]["hard"]["overlap_rows"] == 3_261
     assert proc.stdout.startswith("rows in 19,666 = 9,842 trained on + 9,824 other splits, not trained on + 0 input "
                                   "rejects (ok)\n")
     printed = run_cli(*args, "--out", tmp_path / "pipe", "--print-config").stdout

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from refinery.methods.compare.training import READS, Corpora, weights
+from refinery.methods.compare.training import Corpora, weights
+from refinery.models.task_model import READS
 from refinery.report import format as fmt
 
 BREAKDOWN_LIMIT = 50  # a --by column with more distinct values is reported as too many

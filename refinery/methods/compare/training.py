@@ -20,16 +20,11 @@ from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, path_and_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
-from refinery.models.task_model import training_rows
+from refinery.models.task_model import READS, model_reads, model_texts, model_view, text_keys, training_rows
 from refinery.io.checkpoints import Checkpoints
 from refinery.pipeline.stage_input import SideInput, StageInput
 
 SPLIT_HINT = "NAME=PATH@SPLIT on the command line, compare's train_split: key in a pipeline"
-
-# What the models read: both texts, the hypothesis (text_b) alone, or the one text of single-text corpora
-READS = {"pair": "the pair (text_a and text_b)", "text_b": "the hypothesis (text_b) alone",
-         "text_a": "one text (text_a) alone"}
-
 
 @dataclass
 class Corpora:
@@ -66,48 +61,6 @@ class Corpora:
         for t, e in self.label_maps[name].items():
             merged.setdefault(e, []).append(t)
         return {e: ts for e, ts in merged.items() if ts != [e]}
-
-
-def model_reads(tables: dict, inputs: str) -> str:
-    """What every model reads (a ``READS`` key): the training corpora must agree, being all pairs or all single
-    texts; ``inputs`` hypothesis reads text_b of pairs (the n-gram and transformer models read a single text's
-    text_a either way)."""
-    pairs = {n: is_pair(t) for n, t in tables.items()}
-    if len(set(pairs.values())) > 1:
-        one = [n for n, p in pairs.items() if not p]
-        two = [n for n, p in pairs.items() if p]
-        raise ValueError(f"training corpora {', '.join(two)} hold pairs and {', '.join(one)} single texts: their "
-                         "models would read different things; compare corpora of one kind")
-    if not any(pairs.values()):
-        return "text_a"
-    return "text_b" if inputs == "hypothesis" else "pair"
-
-
-def model_view(table: pa.Table, reads: str, where: str) -> pa.Table:
-    """The evaluation rows as the models read them: a model trained on single texts scores a pair on its text_a
-    alone (text_b dropped); a model of pairs cannot score single texts (a clear error)."""
-    if reads == "text_a" and "text_b" in table.column_names:
-        return table.drop_columns(["text_b"])
-    if reads == "pair" and not is_pair(table):
-        raise ValueError(f"evaluation set {where} holds single texts, and the models read pairs (trained on "
-                         "text_a and text_b): evaluate them on pairs (its pair preset), or train on single texts")
-    return table
-
-
-def model_texts(table: pa.Table, reads: str = "pair") -> list:
-    """The texts the model reads (``model_reads``): text_a and text_b, the hypothesis (text_b, else the one
-    text), or the one text."""
-    a = table["text_a"]
-    b = table["text_b"] if "text_b" in table.column_names else pa.nulls(table.num_rows, pa.string())
-    return {"text_a": [a], "text_b": [pc.coalesce(b, a)]}.get(reads, [a, b])
-
-
-def text_keys(table: pa.Table, reads: str = "pair") -> pa.Array:
-    """Normalized text of what the model reads (``model_texts``, joined by a tab), the identity of the leak check
-    and of the inputs that carry several gold labels: case-folded, with only letters and digits kept, so that a
-    tokenized release (``dog 's .``) and its raw text (``dog's.``) are the same row."""
-    keys = [pc.replace_substring_regex(pc.utf8_lower(t), r"[^\w]+|_", "") for t in model_texts(table, reads)]
-    return keys[0] if len(keys) == 1 else pc.binary_join_element_wise(keys[0], pc.fill_null(keys[1], ""), "\t")
 
 
 def weights(table: pa.Table) -> np.ndarray | None:
