@@ -112,7 +112,7 @@ class ProbeStage(TableStage):
                  "input rejects": rejected}
         return StageResult(trained + others + rejected, parts, report,
                            headline, (headline, *_lines(report)), tuple(self.warnings),
-                           report_file="report.json")
+                           report_file="report.html")
 
 
 def _headline(c: ProbeConfig, report: dict) -> str:
