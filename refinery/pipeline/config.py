@@ -31,6 +31,7 @@ from refinery.io.read_options import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, Read
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
 from refinery.io.location import get_fs, is_local, parse_storage_options
 from refinery.io.memory import parse_budget
+from refinery.pipeline.stage import mapped_references, reference_values
 
 
 INPUT_DIR = "00-input"   # a pipeline's step 0: its input as one corpus
@@ -343,32 +344,32 @@ def anchor_references(config, references: tuple, step_names: set, base: str):
     def anchored(value: str) -> str:
         return value if value in step_names else anchor_path(value, base)
 
-    changes = {f: anchored(v) if isinstance(v, str) else {k: anchored(x) for k, x in v.items()}
-               if isinstance(v, dict) else type(v)(map(anchored, v)) for f in references if (v := getattr(config, f))}
+    changes = {f: mapped_references(v, anchored) for f in references if (v := getattr(config, f))}
     return dataclasses.replace(config, **changes) if changes else config
 
 
-def _refuse_unknown_references(config, cls, step_names: set, base: str, where: str) -> None:
-    """A ``references`` value that names no earlier step and no local file, folder or glob match (a relative path
-    taken from ``base``): a step's name mistyped (``zfiltre``) is refused here, naming the closest step, before any
-    step runs."""
+def _refuse_absent_inputs(config, cls, step_names: set, base: str, where: str) -> None:
+    """Refuse, before any step runs, what a stage would read that is not there: a ``references`` value that names
+    no earlier step and no local file, folder or glob match (a relative path taken from ``base``; a step's name
+    mistyped, ``zfiltre``, is answered with the closest step), or a local file the stage reads besides
+    (``Stage.also_reads``: evaluation sets, an audit's saved state)."""
     import difflib
     import glob
 
+    def there(path: str) -> bool:
+        return "://" in path or os.path.exists(path) or bool(glob.glob(path))
+
     for f in cls.references:
-        value = getattr(config, f)
-        values = [value] if isinstance(value, str) else list(value.values() if isinstance(value, dict) else value or ())
-        for v in values:
-            path = anchor_path(cls.referenced_path(v), base)
-            if v in step_names or "://" in path or os.path.exists(path) or glob.glob(path):
+        for v in reference_values(getattr(config, f)):
+            if v in step_names or there(anchor_path(cls.referenced_path(v), base)):
                 continue
             close = difflib.get_close_matches(v, sorted(step_names), n=1)
             raise ConfigError(f"{where}: {f}: {v!r} is no earlier step and no file or folder"
                               + (f"; did you mean {close[0]!r}?" if close else
                                  f" (earlier steps: {', '.join(sorted(step_names))})"))
-    for path in cls(config).also_reads():   # its evaluation sets (compare's, probe's, decontaminate's)
-        if "://" not in path and not os.path.exists(path) and not glob.glob(path):
-            raise ConfigError(f"{where}: {path} is no file or folder (a file the stage reads)")
+    absent = next((path for path in cls(config).also_reads() if not there(path)), None)
+    if absent:
+        raise ConfigError(f"{where}: {absent} is no file or folder (a file the stage reads)")
 
 
 def _step_names(before: list) -> set:
@@ -415,7 +416,7 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
         except ValueError as e:
             raise ConfigError(f"{where}: stage {i}: {e}") from None
         config = anchor_settings(from_dict(cls.Config, params, f"{where}: stage {i} ({name})"), base)
-        _refuse_unknown_references(config, cls, _step_names(stages), base, f"{where}: stage {i} ({name})")
+        _refuse_absent_inputs(config, cls, _step_names(stages), base, f"{where}: stage {i} ({name})")
         stages.append(StageSpec(name, anchor_references(config, cls.references, _step_names(stages), base), reads))
     engine = data.get("engine", "local")
     if engine not in ENGINES:

@@ -45,7 +45,8 @@ from refinery.pipeline.engine import check_engine
 from refinery.pipeline.ray_task import run_as_task
 from refinery.pipeline.output import StageOutput, recorded
 from refinery.pipeline.step_audits import write_pipeline_report
-from refinery.pipeline.stage import Output, Stage, StageResult, missing_columns, stage_class
+from refinery.pipeline.stage import (Output, Stage, StageResult, mapped_references, missing_columns,
+                                     reference_values, stage_class)
 from refinery.pipeline.stage_input import StageInput
 from refinery.progress import peak_rss, recording, reset_peak_rss
 from refinery.report.format import held
@@ -315,11 +316,8 @@ def _resolve_references(cls, config, steps: dict) -> tuple[object, list[str]]:
         value = getattr(config, name)
         if value is None:
             continue
-        items = [steps.get(v, v) for v in ([value] if isinstance(value, str) else
-                                           value.values() if isinstance(value, dict) else value)]
-        named += [cls.referenced_path(v) for v in items]
-        changes[name] = items[0] if isinstance(value, str) else dict(zip(value, items)) if isinstance(value, dict) \
-            else type(value)(items)
+        changes[name] = mapped_references(value, lambda v: steps.get(v, v))
+        named += [cls.referenced_path(v) for v in reference_values(changes[name])]
     return (dataclasses.replace(config, **changes) if changes else config), named
 
 

@@ -34,6 +34,19 @@ if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
 
 
+def reference_values(value) -> list:
+    """The corpora a ``references`` field's value names: one (a string), a sequence, or a dict's values (named)."""
+    return [value] if isinstance(value, str) else list(value.values() if isinstance(value, dict) else value or ())
+
+
+def mapped_references(value, fn):
+    """A ``references`` field's value of the same shape (a string, a sequence, a dict) with ``fn`` applied to each
+    corpus it names."""
+    if isinstance(value, str):
+        return fn(value)
+    return {k: fn(v) for k, v in value.items()} if isinstance(value, dict) else type(value)(map(fn, value))
+
+
 class Output(enum.Enum):
     """What the next stage of a pipeline reads from a finished stage."""
 
@@ -207,8 +220,7 @@ class Stage(ABC):
     def config_input(cls, config) -> list[str]:
         """The input ``config`` names itself (``input_field``'s last corpus), for a verb or call given none; []
         where the stage has no such field or it names none."""
-        value = getattr(config, cls.input_field) if cls.input_field else None
-        corpora = list(value.values() if isinstance(value, dict) else [value] if isinstance(value, str) else value or ())
+        corpora = reference_values(getattr(config, cls.input_field)) if cls.input_field else []
         return [cls.referenced_path(corpora[-1])] if corpora else []
 
     @classmethod
