@@ -118,3 +118,11 @@ def text_keys(table: pa.Table, reads: str = "pair") -> pa.Array:
 
     keys = [pc.replace_substring_regex(pc.utf8_lower(t), r"[^\w]+|_", "") for t in model_texts(table, reads)]
     return keys[0] if len(keys) == 1 else pc.binary_join_element_wise(keys[0], pc.fill_null(keys[1], ""), "\t")
+
+
+def overlap_rows(keys: pa.Array, trained: pa.Array) -> int:
+    """How many of an evaluation set's rows (their ``text_keys``) are training rows (``trained``: a training
+    corpus's ``text_keys``): compare's leak check, probe's warning."""
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.is_in(keys, value_set=trained)).as_py() or 0)

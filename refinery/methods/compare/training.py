@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from refinery.io.corpus import input_mapping, is_corpus, stage_parts
 from refinery.io.schema import is_pair
 from refinery.methods.compare.config import CompareConfig, path_and_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
-from refinery.models.task_model import READS, model_reads, model_texts, model_view, text_keys, training_rows
+from refinery.models.task_model import (READS, model_reads, model_texts, model_view, overlap_rows, text_keys,
+                                       training_rows)
 from refinery.io.checkpoints import Checkpoints
 from refinery.pipeline.stage_input import SideInput, StageInput
 
@@ -116,8 +116,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
                                  f"(columns: {', '.join(eval_tables[e.name].column_names)})")
     train_keys = {n: text_keys(t, reads) for n, t in tables.items()}
     eval_keys = {e.name: text_keys(eval_tables[e.name], reads) for e in evals}
-    leaks = {e.name: {n: int(pc.sum(pc.is_in(eval_keys[e.name], value_set=keys)).as_py() or 0)
-                      for n, keys in train_keys.items()} for e in evals}
+    leaks = {e.name: {n: overlap_rows(eval_keys[e.name], keys) for n, keys in train_keys.items()} for e in evals}
     overlap = [(ev, n, c) for ev, per in leaks.items() for n, c in per.items() if c]
     if overlap and not config.allow_overlap:
         ev, n, c = overlap[0]

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from refinery.models.evaluation import EvalSet
-from refinery.models.task_model import READS, model_reads, text_keys, training_rows
+from refinery.models.task_model import READS, model_reads, overlap_rows, text_keys, training_rows
 from refinery.methods.probe.config import ProbeConfig
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import SideInput
@@ -72,7 +72,7 @@ class ProbeStage(TableStage):
         for name, (e, table, eval_rejects) in evals.items():
             report["eval"][name], scored = _score(model, e, table)
             report["eval"][name]["rejected"] = eval_rejects.num_rows
-            overlap = report["eval"][name]["overlap_rows"] = _overlap(text_keys(table, reads), trained)
+            overlap = report["eval"][name]["overlap_rows"] = overlap_rows(text_keys(table, reads), trained)
             self.predictions.append(scored)
             if eval_rejects.num_rows:
                 self.warnings.append(e.scored_on_part(table.num_rows, eval_rejects))
@@ -135,13 +135,6 @@ def _lines(report: dict):
         rejected = f", {r['rejected']:,} rejected" if r["rejected"] else ""
         yield (f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
                f"{r['rows']:,} rows{rejected})")
-
-
-def _overlap(keys, trained) -> int:
-    """How many of an evaluation corpus's rows (their ``text_keys``) are training rows (``trained``)."""
-    import pyarrow.compute as pc
-
-    return int(pc.sum(pc.is_in(keys, value_set=trained)).as_py() or 0)
 
 
 def _score(model, e: EvalSet, table):
