@@ -33,6 +33,13 @@ def pytest_collection_modifyitems(items):
         item.add_marker(pytest.mark.xdist_group("ray-cluster" if module in RAY_CLUSTER_MODULES else module))
 
 
+@pytest.fixture(autouse=True)
+def python_terms_by_default(monkeypatch):
+    """Each test starts with messages in Python's terms, whatever a command line run in-process before it chose
+    (``refinery.messages``: the CLI sets its terms for its whole process)."""
+    monkeypatch.delenv("REFINERY_TERMS", raising=False)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

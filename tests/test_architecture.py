@@ -2,6 +2,7 @@
 and function-level imports alike) has no cycle and no import of a higher layer, and io/ and core/ import
 refinery's own modules at the top of the file only (a function-level import there would hide a cycle)."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -587,3 +588,41 @@ def test_one_implementation_of_resume():
              for line, what in _resume_mechanisms(ast.parse(path.read_text()))]
     assert not found, "\n".join(found)
     assert "Checkpoints" in PUBLISHERS and not (ROOT / "io" / "step_folders.py").exists()
+
+
+# Options of other programs a message may name (``ray start --head``, ``pip install --no-deps``), and the string
+# the option machinery builds a flag's off-name from.
+_OTHER_PROGRAMS_OPTIONS = {("refinery.pipeline.cluster_address", "--head"), ("refinery.pipeline.cluster_address", "--address"),
+                           ("refinery.models.registry", "--no-deps"), ("refinery.pipeline.fields", "--no-")}
+_OPTION_SPELLED = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _options_spelled(tree) -> list[tuple[int, str]]:
+    """(line, option) of each CLI option spelled in a string of ``tree`` that is not a docstring or an option's
+    own declaration (a config field's ``option=``)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skipped.add(id(first.value))
+        if isinstance(node, ast.keyword) and node.arg == "option":
+            skipped.update(id(n) for n in ast.walk(node.value))
+    return [(node.lineno, option) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+            for option in _OPTION_SPELLED.findall(node.value)]
+
+
+def test_no_option_spelled_below_the_front_doors():
+    """Issue 63: a message names a setting as a record (``refinery.messages.Setting``), which each front door words
+    in its own terms (``--max-copies 2``, ``max_copies=2``, ``max_copies: 2``); no module under the front doors
+    spells a CLI option in a string (its help, an error, a report's remedy). The check must find a planted one."""
+    planted = ast.parse('def f(cap):\n    """Uses --docs."""\n    x = setting(1, option="--k")\n'
+                        '    raise ValueError(f"lower --max-copies (now {cap})")\n')
+    assert _options_spelled(planted) == [(4, "--max-copies")]
+    below = [m for m in MODULES if _layer(m) < LAYERS.index("refinery.api")
+             and m not in ("refinery.messages", "refinery.report.browser")]   # the terms; Chromium's options
+    found = [f"{_where(module, line)}: {option}" for module in below
+             for line, option in _options_spelled(ast.parse(MODULES[module].read_text()))
+             if (module, option) not in _OTHER_PROGRAMS_OPTIONS]
+    assert not found, f"{len(found)} options spelled:\n" + "\n".join(found)

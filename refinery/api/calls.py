@@ -19,6 +19,7 @@ from refinery.api.results import PipelineResult, Result, stage_result
 from refinery.io.corpus_writer import convert
 from refinery.io.location import join
 from refinery.io.modes import check_mode
+from refinery.messages import text
 from refinery.pipeline.config import (PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
@@ -76,11 +77,11 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
             named, last, chosen = _named_corpora(field, rest[field], input_keys, folder.scratch)
             rest = {**rest, field: named}
             source, split = (last, chosen) if data is None else (None, split)
-        with python_terms(None, (cls.Config,)):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
+        with python_terms(None):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
             config = from_dict(cls.Config, config_dict(cls.Config, rest, name), name)
         source = source or as_source(data, folder.scratch)
         check_preset(input_keys, source)
-        with python_terms(source, (cls.Config,)):
+        with python_terms(source):
             read, untouched = chosen_splits(name, source.split_names(source.input_spec(input_keys)), split)
             spec_in = source.input_spec(input_keys, read)
             spec = PipelineSpec(spec_in, [StageSpec(name, config)], folder.out, engine, memory_budget=memory_budget)
@@ -178,7 +179,7 @@ def stage_function(name: str, cls: type):
     call.__signature__ = inspect.Signature(params)
     call.__name__ = call.__qualname__ = name.replace("-", "_")
     doc = inspect.getdoc(cls) or name
-    lines = [f"    {k}: {leaf.field.metadata.get('help', '')}".rstrip()
+    lines = [f"    {k}: {text(leaf.field.metadata.get('help', ''), 'python')}".rstrip()
              + (" In Python: {name: data, or (data, preset)}, data a path, DataFrame, Arrow table or HF Dataset; or "
                 "'NAME=PATH[:PRESET]' strings." if _names_evaluation_sets(leaf.field) else
                 " In Python: {name: data or a Result}, data a path, DataFrame, Arrow table or HF Dataset."
@@ -259,7 +260,7 @@ def run(spec, /, data=None, *, out=None, engine=None, memory_budget=None, **kwar
         parsed = parse_pipeline(raw, base)
         source = source or Source("path", parsed.input.paths or parsed.input.splits, paths=parsed.input.paths,
                                   splits=parsed.input.splits)
-        with python_terms(source, tuple(stage_class(s.name).Config for s in parsed.stages)):
+        with python_terms(source):
             done = run_pipeline(parsed, engine=engine, echo=lambda line: None)
     return PipelineResult(done, source, parsed, folder)
 

@@ -25,6 +25,7 @@ from refinery.io.corpus import Corpus, is_corpus
 from refinery.io.records import MANIFEST
 from refinery.io.hf import datasets_package
 from refinery.io.location import get_fs, join
+from refinery.messages import text
 from refinery.pipeline.config import InputSpec, PipelineSpec
 from refinery.pipeline.runner import PipelineRun, stage_input
 from refinery.pipeline.stage import Output, StageResult, conservation, set_column, stage_class
@@ -59,7 +60,8 @@ class Result:
         that reads what the stage published (the first subclass that ``reads`` it), else a plain ``Result``."""
         corpus = None if output is Output.INPUT else output.next_input(folder, "")
         fields = dict(stage=name, out=folder, rows_in=result.rows_in, parts=dict(result.parts),
-                      headline=result.headline, corpus=corpus, source=source, input=spec, warnings=tuple(result.warnings), report_file=result.report_file,
+                      headline=text(result.headline, "python"), corpus=corpus, source=source, input=spec,
+                      warnings=tuple(in_python_terms(w, source) for w in result.warnings), report_file=result.report_file,
                       _report=_as_published(result.report), splits=tuple(splits), untouched=tuple(untouched))
         plain = cls(**fields)
         kind = next((c for c in cls.__subclasses__() if c.reads(plain)), None)
@@ -296,7 +298,7 @@ def stage_result(name: str, result: StageResult, source: Source, spec_in: InputS
         folder.keep_until_exit()   # result.data is a path into it
     done._stamp = done.stamp()
     for warning in done.warnings:
-        warnings.warn(f"{name}: {in_python_terms(warning, source, (stage_class(name).Config,))}",
+        warnings.warn(f"{name}: {warning}",
                       stacklevel=caller_depth + 1)
     return done
 

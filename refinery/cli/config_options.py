@@ -16,6 +16,7 @@ import typing
 import click
 
 from refinery.core.validation import SettingError
+from refinery.messages import text
 from refinery.pipeline.fields import Leaf, check_unique, leaves, nest
 
 
@@ -54,7 +55,8 @@ def click_option(leaf: Leaf, group: str):
     meta, hint = leaf.field.metadata, leaf.hint
     allowed = meta.get("allowed")
     shown = leaf.names[0 if leaf.default else 1] if hint is bool else _shown(leaf.default)
-    kwargs = {"default": None, "help": " ".join(filter(None, [meta.get("help"), shown and f"[default: {shown}]"]))}
+    kwargs = {"default": None, "help": " ".join(filter(None, [text(meta.get("help", ""), "cli"),
+                                                              shown and f"[default: {shown}]"]))}
     if hint is bool:
         return click.option(leaf.declaration, leaf.dest(group), **kwargs)
     if "parse" in meta:

@@ -14,6 +14,7 @@ from refinery.cli.base import PipelineCommand
 from refinery.cli.group import RefineryGroup
 from refinery.cli.config_options import config_options, given
 from refinery.cli.options import memory_budget_option
+from refinery.messages import TERMS_ENV
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
 from refinery.pipeline.engine import ENGINES
@@ -33,6 +34,7 @@ from refinery.termination import end_on_sigterm, finish_undisturbed
 def main(debug, quiet, ray_timeout):
     """refinery: audit and debias labeled text corpora."""
     end_on_sigterm()
+    os.environ[TERMS_ENV] = "cli"   # messages name options as this command line spells them (its Ray workers too)
     if quiet:
         set_quiet()
     quiet_other_bars()

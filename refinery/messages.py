@@ -1,0 +1,178 @@
+"""Messages as records: the words of a refusal, a warning or a remedy, with the settings and commands they name kept
+apart as parts, so that each front door names them in its own terms. A remedy that says "lower the cap" names the
+setting ``Setting("max_copies", 2)``; the command line shows it as its option (``--max-copies 2``), Python as the
+keyword (``max_copies=2``), a pipeline file as its key (``max_copies: 2``).
+
+Which terms a message is shown in is the front door's choice (``shown_as``): the CLI and ``refinery run`` set
+theirs for the whole process (``REFINERY_TERMS``, which Ray workers started by it inherit), the API for each call.
+Python's are the default. A ``Message`` renders itself in the terms in force wherever it becomes text (a report's
+JSON and page, a warning printed, ``str()`` of a ``Refusal``), so a module that words a message never spells an
+option, and one record serves every front door.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from dataclasses import dataclass
+
+TERMS = ("cli", "python", "pipeline")
+TERMS_ENV = "REFINERY_TERMS"
+_terms: contextvars.ContextVar[str | None] = contextvars.ContextVar("refinery_terms", default=None)
+
+
+def terms() -> str:
+    """The terms messages are shown in here: the front door's (``shown_as``), else ``REFINERY_TERMS``, else Python's."""
+    chosen = _terms.get() or os.environ.get(TERMS_ENV, "python")
+    return chosen if chosen in TERMS else "python"
+
+
+@contextlib.contextmanager
+def shown_as(name: str, process: bool = False):
+    """Show messages in ``name``'s terms inside the block; ``process``: also in this process's Ray workers (the
+    environment they inherit) and after the block, as a command's whole process does."""
+    if name not in TERMS:
+        raise ValueError(f"terms {name!r}: one of {', '.join(TERMS)}")
+    if process:
+        os.environ[TERMS_ENV] = name
+    token = _terms.set(name)
+    try:
+        yield
+    finally:
+        _terms.reset(token)
+
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting a message names: its key (a config field as a pipeline file and Python name it, ``max_copies``),
+    the value a remedy gives it (unset: the setting itself), and its option where that is not the key's
+    (``--identical-pairs`` for ``identical_label``; ``pipeline.fields.setting`` reads it off the config).
+    ``placeholder``: a value that stands for what the user gives (``COLUMN``), shown bare."""
+
+    name: str
+    value: object = _UNSET
+    option: str | None = None
+    placeholder: bool = False
+
+    @classmethod
+    def of(cls, config: type, name: str, value=_UNSET, **kw) -> "Setting":
+        """Setting ``name`` of the config dataclass ``config``, with the option its field declares (where it
+        declares one: ``--identical-pairs``, ``--weighted/--unweighted``)."""
+        field = config.__dataclass_fields__[name]
+        return cls(name, value, field.metadata.get("option"), **kw)
+
+    def words(self, kind: str) -> str:
+        has_value = self.value is not _UNSET
+        if kind == "cli":
+            on, _, off = (self.option or "--" + self.name.replace("_", "-")).partition("/")
+            if self.value is False:
+                return off or "--no-" + on[2:]
+            if self.value is True or not has_value or self.value is None:
+                return on
+            return f"{on} {self.value}"
+        if kind == "pipeline":
+            return f"{self.name}: {_yaml(self.value)}" if has_value else self.name
+        if not has_value:
+            return f"{self.name}=…"
+        shown = self.value if self.placeholder or isinstance(self.value, (bool, int, float)) else repr(self.value)
+        return f"{self.name}={shown}"
+
+
+def _yaml(value) -> str:
+    return "true" if value is True else "false" if value is False else str(value)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A refinery command a message names: its verb and settings (``refinery compose --composition seqz``,
+    ``rf.compose(..., composition='seqz')``, a ``compose`` step with ``composition: seqz``)."""
+
+    verb: str
+    settings: tuple = ()
+
+    def words(self, kind: str) -> str:
+        given = [s.words(kind) for s in self.settings]
+        if kind == "cli":
+            return " ".join(["refinery", self.verb, *given])
+        if kind == "python":
+            return f"rf.{self.verb}({', '.join(['…', *given])})"
+        return f"a {self.verb} step" + (f" with {', '.join(given)}" if given else "")
+
+
+@dataclass(frozen=True)
+class NamedSplits:
+    """The remedy of an input that names no splits: each split its own input."""
+
+    def words(self, kind: str) -> str:
+        if kind == "cli":
+            return "--input train=PATH --input test=PATH"
+        if kind == "python":
+            return "{'train': data, 'test': data} (a DatasetDict, or a split column)"
+        return "input: {train: PATH, test: PATH}"
+
+
+@dataclass(frozen=True)
+class CommandLineOnly:
+    """Words only the command line has a setting for (``--in-place``); elsewhere they are left out."""
+
+    parts: tuple
+
+    def words(self, kind: str) -> str:
+        return render(self.parts, kind) if kind == "cli" else ""
+
+
+def render(parts, kind: str | None = None) -> str:
+    """The text of ``parts`` (strings, settings, commands, messages) in ``kind``'s terms (those in force: ``terms``)."""
+    kind = kind or terms()
+    return "".join(p if isinstance(p, str) else p.words(kind) if hasattr(p, "words") else str(p) for p in parts)
+
+
+@dataclass(frozen=True, init=False)
+class Message:
+    """Words with the settings they name as parts: ``Message("lower ", Setting("max_copies"), " (now 3)")``. Its
+    text is its rendering in the terms in force (``str``); ``+`` joins messages and strings into a message."""
+
+    parts: tuple
+
+    def __init__(self, *parts):
+        flat = []
+        for p in parts:
+            flat.extend(p.parts if isinstance(p, Message) else (p,))
+        object.__setattr__(self, "parts", tuple(flat))
+
+    def words(self, kind: str) -> str:
+        return render(self.parts, kind)
+
+    def __str__(self) -> str:
+        return render(self.parts)
+
+    def __add__(self, other):
+        return Message(self, other)
+
+    def __radd__(self, other):
+        return Message(other, self)
+
+    def __bool__(self) -> bool:
+        return bool(str(self))
+
+    def __contains__(self, text: str) -> bool:
+        return text in str(self)
+
+
+def text(value, kind: str | None = None) -> str:
+    """A message, string or refusal as text in ``kind``'s terms (those in force by default)."""
+    if isinstance(value, BaseException):
+        return render(value.args, kind) if value.args else type(value).__name__
+    return render((value,), kind)
+
+
+class Refusal(ValueError):
+    """What the user can fix (exit 2 on the command line), worded as parts: ``Refusal("give ", Setting("labels"),
+    " or a preset")``. Its text is its rendering in the terms in force; it pickles with its parts (a Ray worker's
+    refusal is worded by the driver's front door)."""
+
+    def __str__(self) -> str:
+        return text(self)
