@@ -1,7 +1,8 @@
 """Messages as records: the words of a refusal, a warning or a remedy, with the settings and commands they name kept
 apart as parts, so that each front door names them in its own terms. A remedy that says "lower the cap" names the
 setting ``Setting("max_copies", 2)``; the command line shows it as its option (``--max-copies 2``), Python as the
-keyword (``max_copies=2``), a pipeline file as its key (``max_copies: 2``).
+keyword (``max_copies=2``), a pipeline file as its key (``max_copies: 2``; the settings of ``refinery run`` itself,
+``COMMAND_SETTINGS``, as its options).
 
 Which terms a message is shown in is the front door's choice (``shown_as``): the CLI and ``refinery run`` set
 theirs for the whole process (``REFINERY_TERMS``, which Ray workers started by it inherit), the API for each call.
@@ -42,7 +43,19 @@ def shown_as(name: str, process: bool = False):
         _terms.reset(token)
 
 
-_UNSET = object()
+class _Unset:
+    """A setting named without a value; one object, also after pickling (a Ray worker's message)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+    def __reduce__(self) -> str:
+        return "_UNSET"
+
+
+_UNSET = _Unset()
+# settings of the command that runs a pipeline file, not keys of the file: a pipeline's message names them as options
+COMMAND_SETTINGS = frozenset({"out", "mode", "in_place", "io_timeout", "ray_timeout"})
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,7 @@ class Setting:
 
     def words(self, kind: str) -> str:
         has_value = self.value is not _UNSET
-        if kind == "cli":
+        if kind == "cli" or kind == "pipeline" and self.name in COMMAND_SETTINGS:
             on, _, off = (self.option or "--" + self.name.replace("_", "-")).partition("/")
             if self.value is False:
                 return off or "--no-" + on[2:]
@@ -111,7 +124,7 @@ class NamedSplits:
             return "--input train=PATH --input test=PATH"
         if kind == "python":
             return "{'train': data, 'test': data} (a DatasetDict, or a split column)"
-        return "input: {train: PATH, test: PATH}"
+        return "input: {splits: {train: PATH, test: PATH}}"
 
 
 @dataclass(frozen=True)

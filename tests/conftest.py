@@ -37,7 +37,8 @@ def pytest_collection_modifyitems(items):
 def python_terms_by_default(monkeypatch):
     """Each test starts with messages in Python's terms, whatever a command line run in-process before it chose
     (``refinery.messages``: the CLI sets its terms for its whole process)."""
-    monkeypatch.delenv("REFINERY_TERMS", raising=False)
+    monkeypatch.setenv("REFINERY_TERMS", "python")   # recorded as unset, so that a command line's is undone after
+    monkeypatch.delenv("REFINERY_TERMS")
 
 
 def free_port():

@@ -391,7 +391,7 @@ def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli
         proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / f"run{code}", check=False)
         assert proc.returncode == code, proc.stderr
         if code:
-            assert proc.stderr.strip().splitlines()[-1].startswith("error: --tau 0.999 would keep no row")
+            assert proc.stderr.strip().splitlines()[-1].startswith("error: tau: 0.999 would keep no row")
             assert not (tmp_path / f"run{code}" / "01-confidence" / "kept").exists()
         else:
             assert "(tau auto, 80% of each label: contradiction > " in proc.stdout

@@ -89,7 +89,8 @@ def test_verb_is_its_one_stage_pipeline(name, snli_small, tmp_path):
     corpus = str(snli_small / "corpus")
     source = [str(snli_small / "raw.jsonl"), "--preset", "snli"] if kind == "raw" else [corpus]
     options = [corpus if o == "CORPUS" else o for o in options]
-    verb = run_cli(name, *source, *options, "--out", tmp_path / "verb").stdout
+    # in the terms of a pipeline's messages, so that its remedies read as the pipeline's (max_copies: 2)
+    verb = run_cli(name, *source, *options, "--out", tmp_path / "verb", env={"REFINERY_TERMS": "pipeline"}).stdout
     where = (f"paths: [{snli_small / 'raw.jsonl'}]\n  preset: snli" if kind == "raw" else f"paths: [{corpus}]")
     (tmp_path / "p.yaml").write_text(f"input:\n  {where}\nstages:\n  {stage_yaml.replace('CORPUS', corpus)}\n")
     piped = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "pipe").stdout

@@ -210,7 +210,7 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
                                                               "contradiction")] * 40), "worse")
     verdict, mean = report["verdict"], report["mean_top_z"]
     assert not verdict["ok"] and "nobody@hypothesis" in {c["feature"] for c in verdict["worsened"]}
-    assert "lower --tau (now 0.4" in verdict["remedy"] and verdict["warnings"][0] in console
+    assert "lower tau=… (now 0.4" in verdict["remedy"] and verdict["warnings"][0] in console
     assert mean["accepted_rows"] == 40 and 0 < mean["absent"] < mean["features"] == 30
     sentence = top_z_text(mean)
     assert f"in the 40 accepted pseudo samples ({mean['absent']} of these 30 absent from them, counted as 0)" \

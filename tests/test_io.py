@@ -407,7 +407,7 @@ def test_convert_of_an_input_whose_every_row_is_rejected_fails_naming_reasons_an
     assert str(refused.value) == (
         f"no good rows in {src}: all 31 rejected: label not in the label set entailment|neutral|contradiction (30); "
         f"missing or null value in column 'sentence2' (1); the rejects, each with its reason, are in "
-        f"{out}/.refinery/rejects-*.parquet; check --preset or --map and --labels")
+        f"{out}/.refinery/rejects-*.parquet; check preset=… or map=… and labels=…")
     corpus = Corpus.open(str(out))   # written, for the user to read
     assert corpus.manifest.rows == 0 and corpus.read_rejects().num_rows == 31
     assert corpus.manifest.reject_reasons == {

@@ -67,10 +67,10 @@ def test_pipeline_errors_name_the_file_and_key(tmp_path):
         parse_pipeline({**bad, "stages": [{"zfilter": {"k": "five"}}]})
     with pytest.raises(ConfigError, match="unknown stage 'zfliter'; did you mean 'zfilter'\\?"):
         parse_pipeline({**bad, "stages": ["zfliter"]})
-    with pytest.raises(ConfigError, match=r"^pipeline: input: --map: unknown canonical field 'txt_a'; did you mean "
+    with pytest.raises(ConfigError, match=r"^pipeline: input: map=…: unknown canonical field 'txt_a'; did you mean "
                                           r"'text_a'\? \(fields: text_a, "):
         parse_pipeline({**bad, "input": {"paths": [SNLI_HARD], "map": {"txt_a": "sentence1", "label": "gold_label"}}})
-    with pytest.raises(ConfigError, match=r"give one of --model .* and --proba-column .*, not both"):
+    with pytest.raises(ConfigError, match=r"give one of model=… .* and proba_column=… .*, not both"):
         parse_pipeline({**bad, "stages": [{"confidence": {"model": "ngram", "proba_column": "p"}}]})
     assert parse_pipeline({**bad, "stages": [{"confidence": {"tau": 0.5}}]}).stages[0].config.model == "ngram"
     path = tmp_path / "p.yaml"

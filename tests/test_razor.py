@@ -101,7 +101,7 @@ def test_verdict_catches_a_shortcut_the_rewrites_carry_and_credits_rewrites_that
 
     worse = judged(lambda i, h: h + " nobody" if i % 3 == 0 else h)
     assert not worse.ok and worse.worsened[0].feature == "nobody@hypothesis"
-    assert "--top-k, now 20; --rounds, now 3" in worse.remedy_worsened
+    assert "top_k=…, now 20; rounds=…, now 3" in worse.remedy_worsened
     renamed = judged(lambda i, h: h.replace("sleeping", "resting"))
     assert not renamed.ok and "resting@hypothesis" in {c.feature for c in renamed.worsened}
     others = [h for h, y in zip(hypotheses, labels) if y != "contradiction"]

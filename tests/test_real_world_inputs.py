@@ -193,7 +193,7 @@ def test_csv_multiline_reads_a_quoted_field_over_lines_as_one_row_and_still_stop
     assert reasons[11].startswith("unbalanced quote") and reasons[17] == "expected 5 columns, got 6"
     assert reasons[20] == "undecodable bytes (not UTF-8)"
     default = load([str(case.input)], mapping)[1]
-    assert "read such records with --csv-multiline" in default.filter(pa.compute.equal(default["line"], 6))["reason"][0].as_py()
+    assert "read such records with csv_multiline=True" in default.filter(pa.compute.equal(default["line"], 6))["reason"][0].as_py()
 
 
 def test_hf_folders_give_their_arrow_files_in_their_own_order_and_never_their_metadata(cases):
@@ -239,7 +239,7 @@ def test_absent_optional_columns_and_ambiguous_headers(cases, tmp_path):
     no_ids = str(cases["large_string_parquet"].input)                     # no pairID: the preset hashes ids
     rows, _ = load([no_ids], PRESETS["snli"])
     assert rows.num_rows == 400 and rows["id"].null_count == 0 and len(set(rows["id"].to_pylist())) == 400
-    with pytest.raises(MissingColumnError, match=r"no column 'pairID' \(--map\)"):   # a --map names what it needs
+    with pytest.raises(MissingColumnError, match=r"no column 'pairID' \(map=…\)"):   # a --map names what it needs
         load([no_ids], parse_mapping("text_a=sentence1,text_b=sentence2,label=gold_label,id=pairID"))
     (tmp_path / "dup.tsv").write_text("id\ttext\ttext\tlabel\n1\ta\tb\tyes\n")
     with pytest.raises(AmbiguousColumnError, match=r"two columns named 'text' \(columns 2 and 3\)"):

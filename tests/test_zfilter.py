@@ -326,7 +326,7 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     assert not v["ok"] and v["labels_over_threshold"] and letter["settled_out"] == 0
     strongest = [v["remaining"][label][0]["feature"] for label in v["labels_over_threshold"]]
     assert all(f in " ".join(v["warnings"]) for f in strongest)
-    assert "--no-settle" in v["remedy"] and "--k" in v["remedy"]
+    assert "settle=False" in v["remedy"] and "k=…" in v["remedy"]
 
 
 def test_a_step_after_one_that_kept_nothing_is_refused_in_one_line(tmp_path):
@@ -393,7 +393,7 @@ def test_settle_takes_back_at_most_its_limit_and_says_what_stays(tmp_path, monke
     stream_kept = bounded["kept"] + bounded["settled_out"]
     assert 0 < bounded["settled_out"] <= 0.02 * stream_kept
     v = bounded["verdict"]
-    assert not v["ok"] and v["labels_over_threshold"] and "raise --settle-limit" in v["remedy"]
+    assert not v["ok"] and v["labels_over_threshold"] and "raise settle_limit=…" in v["remedy"]
     shuffled = run_stage(ZFilterStage(ZFilterConfig(shuffle_seed=7)), [tmp_path / "c"], tmp_path / "shuffled")
     rejected = Corpus.open(str(tmp_path / "shuffled" / "rejected")).read()
     assert rejected.num_rows == shuffled["rejected"] > 0

@@ -28,7 +28,7 @@ def user_errors() -> tuple:
 def _one_line(e: BaseException) -> str:
     from refinery.messages import text as worded
 
-    text = worded(e.args[0], "cli") if isinstance(e, KeyError) and e.args else worded(e, "cli")
+    text = worded(e.args[0]) if isinstance(e, KeyError) and e.args else worded(e)   # in the command's terms
     text = " ".join(text.split()) or type(e).__name__
     return redact_text(text if len(text) <= 500 else text[:500] + " …")
 

@@ -34,7 +34,7 @@ from refinery.termination import end_on_sigterm, finish_undisturbed
 def main(debug, quiet, ray_timeout):
     """refinery: audit and debias labeled text corpora."""
     end_on_sigterm()
-    os.environ[TERMS_ENV] = "cli"   # messages name options as this command line spells them (its Ray workers too)
+    os.environ.setdefault(TERMS_ENV, "cli")   # messages name options as this command line does (its Ray workers too)
     if quiet:
         set_quiet()
     quiet_other_bars()
@@ -61,6 +61,7 @@ def run_pipeline_command(pipeline_file, out, engine, memory_budget, print_config
     from refinery.pipeline.config import from_dict, load_pipeline, to_dict
     from refinery.pipeline.runner import run_pipeline
 
+    os.environ[TERMS_ENV] = "pipeline"   # its settings are the file's keys: a remedy names max_copies: 2
     spec = load_pipeline(pipeline_file)
     if memory_budget:
         spec = dataclasses.replace(spec, memory_budget=memory_budget)   # checked as the file's key is

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from refinery.core import stats as zstats
 from refinery.core.features import FeatureConfig
 from refinery.core.validation import FOLDER, NOT_EMPTY, OPEN_UNIT_INTERVAL, at_least, one_of, setting, validate
+from refinery.messages import Setting
 
 
 @dataclass
@@ -48,3 +49,6 @@ class AuditConfig:
     def counter_kind(self) -> tuple:
         """What a saved state must share with an update of it."""
         return self.features, self.counting
+
+
+UNWEIGHTED = Setting.of(AuditConfig, "weighted", False)   # the remedy that counts rows, not weights (--unweighted)

@@ -16,17 +16,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
+from refinery.core.audit_config import UNWEIGHTED
 from refinery.core.exact_counts import write_counts_file
 from refinery.core.feature_counts import string_hashes
 from refinery.core.features import FeatureConfig
 from refinery.core.weighted_counts import WeightedCounts, effective_of
+from refinery.messages import Refusal
 
 WEIGHT_COLUMN = zstats.WEIGHT_COLUMN
 WEIGHTED_COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.float64()),
                                     ("square", pa.float64())])
 
 
-class BadWeights(ValueError):
+class BadWeights(Refusal):
     """A ``weight`` column the weighted audit cannot count (missing, negative, not finite, not numbers)."""
 
 
@@ -35,13 +37,13 @@ def row_weights(table: pa.Table) -> np.ndarray:
     column = table[WEIGHT_COLUMN]
     if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
         raise BadWeights(f"column {WEIGHT_COLUMN!r} holds {column.type}, not numbers: give every row a number ≥ 0, "
-                         "or count rows with --unweighted")
+                         "or count rows with ", UNWEIGHTED)
     w = column.to_numpy(zero_copy_only=False).astype(np.float64)   # nulls become NaN
     bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
     if len(bad):
         raise BadWeights(f"column {WEIGHT_COLUMN!r}: {len(bad):,} row(s) with a missing, negative or infinite weight "
                          f"(the first at row {bad[0]:,} of its batch: {column[int(bad[0])].as_py()!r}): give every "
-                         "row a number ≥ 0, or count rows with --unweighted")
+                         "row a number ≥ 0, or count rows with ", UNWEIGHTED)
     return w
 
 

@@ -28,6 +28,7 @@ from refinery.io.finished import STAGE, corpus_manifest, finished
 from refinery.io.records import MANIFEST, META_DIR, manifest_path
 from refinery.io.ownership import RUN_ID_IN_NAME, STAGE_CORPUS
 from refinery.io.records import CORPUS_FORMAT, CorpusManifest
+from refinery.messages import Refusal, Setting
 
 CARD = f"{META_DIR}/README.md"
 REJECTS = f"{META_DIR}/rejects"     # the rejects' shards: rejects-00000.parquet, …
@@ -39,7 +40,7 @@ class OutputExists(FileExistsError):
     pass
 
 
-class EmptyInput(ValueError):
+class EmptyInput(Refusal):
     """An input or split with no good rows: refused unless the caller allows it."""
 
 
@@ -58,8 +59,8 @@ class AllRejected(EmptyInput):
         top = "; ".join(f"{reason} ({n:,})" for reason, n in reasons.most_common(TOP_REASONS))
         more = f"; {len(reasons) - TOP_REASONS:,} other reasons" if len(reasons) > TOP_REASONS else ""
         where = f"; the rejects, each with its reason, are in {rejects}" if rejects else ""
-        super().__init__(f"no good rows in {named}: all {total:,} rejected: {top}{more}{where}; "
-                         "check --preset or --map and --labels")
+        super().__init__(f"no good rows in {named}: all {total:,} rejected: {top}{more}{where}; check ",
+                         Setting("preset"), " or ", Setting("map"), " and ", Setting("labels"))
 
 
 def reject_reasons(rejects: pa.Table) -> Counter:
@@ -255,11 +256,13 @@ def not_a_corpus(url: str, storage_options: dict | None = None, columns: list | 
         return ValueError(f"{url} is a refinery stage's folder, not a corpus: read one of its parts, "
                           f"{' or '.join(parts)}")
     if columns is None:
-        return ValueError(f"{url} is not a refinery corpus; name its columns with --preset or --map")
+        return Refusal(f"{url} is not a refinery corpus; name its columns with ", Setting("preset"), " or ",
+                       Setting("map"))
     fitting = [name for name, preset in PRESETS.items() if all(c in columns for c in preset.required.values())]
-    return ValueError(f"{url} has no {' and '.join(AS_IS_REQUIRED)} columns (it has {', '.join(columns) or 'none'}); "
-                      "name its columns with " + (" or ".join(f"--preset {n}" for n in fitting[:3]) + " or " if fitting
-                                                 else "--preset or ") + "--map text_a=COLUMN,label=COLUMN,…")
+    presets = [Setting("preset", name) for name in fitting[:3]] or [Setting("preset")]
+    return Refusal(f"{url} has no {' and '.join(AS_IS_REQUIRED)} columns (it has {', '.join(columns) or 'none'}); "
+                   "name its columns with ", *[part for preset in presets for part in (preset, " or ")],
+                   Setting("map", "text_a=COLUMN,label=COLUMN,…", placeholder=True))
 
 
 def input_mapping(url: "str | Resolved", mapping: Mapping | None, opts: ReadOptions = ReadOptions()

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from refinery.io.lines import BLOCK_BYTES, line_blocks
 from refinery.io.raw import rejects_table, with_lines
+from refinery.messages import Message, Setting
 
 
 def delimited_pieces(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, object, pa.Table]]:
@@ -141,12 +142,13 @@ def _spanning_record(lines, given_back: list, splitter: _LineSplitter, lineno: i
         text, undecodable = _decode_line(b"\n".join([line, *(t[1] for t in taken)]).rstrip(b"\r"))
         yield (lineno, None, _safe(text), "undecodable bytes (not UTF-8)") if undecodable else (lineno, fields, text, None)
         return
-    yield lineno, None, first_text, (f"quoted field runs over lines {lineno}-{last}: a record over several lines "
-                                     "(read such records with --csv-multiline)")
+    # a reason is the rejects table's text: the setting named in the run's terms
+    remedy = str(Message(" (read such records with ", Setting("csv_multiline", True), ")"))
+    yield lineno, None, first_text, f"quoted field runs over lines {lineno}-{last}: a record over several lines{remedy}"
     for number, following in taken:
         if following.strip():
             yield number, None, _safe(_decode_line(following.rstrip(b"\r"))[0]), \
-                f"inside the quoted field opened on line {lineno} (read such records with --csv-multiline)"
+                f"inside the quoted field opened on line {lineno}{remedy}"
 
 
 def _line_end(line: bytes) -> str:

@@ -18,6 +18,7 @@ from refinery.io.publishing import AtomicDir
 from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 from refinery.io.redaction import redact
 from refinery.io.scratch import temporary_folder
+from refinery.messages import Message, Setting
 
 MAX_INPUTS = 10      # the inputs a card names
 HF_SPLIT = "train"   # the one split a corpus is to the Hub: refinery keeps its splits in the ``split`` column
@@ -33,16 +34,20 @@ _STORAGE_OPTION = re.compile(r"\s--storage-option(?:=|\s+)\S+")
 _SPLIT_NAME = re.compile(r"[^/\\]+")
 
 
-def datasets_package(needed_by: str = "--format hf"):
+HF_FORMAT = Setting("format", "hf")   # convert's output format that needs ``datasets``: what a message names by default
+
+
+def datasets_package(needed_by: str | Setting = HF_FORMAT):
     """The ``datasets`` module, or one line saying how to install it."""
     try:
         import datasets
     except ImportError:
-        raise ModuleNotFoundError(f"{needed_by} needs the datasets package: pip install 'refinery[hf]'") from None
+        raise ModuleNotFoundError(Message(needed_by, " needs the datasets package: pip install 'refinery[hf]'")) \
+            from None
     return datasets
 
 
-def as_dataset(table: pa.Table, needed_by: str = "--format hf"):
+def as_dataset(table: pa.Table, needed_by: str | Setting = HF_FORMAT):
     """A ``DatasetDict`` of the table's splits when every row has a ``split`` (the column becomes the dict's
     keys, in the order the rows name them), else a ``Dataset``."""
     datasets = datasets_package(needed_by)

@@ -23,6 +23,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from refinery.io.store_failures import CHECKSUM_SETTINGS, io_timeout, store_error
+from refinery.messages import Refusal, Setting
 
 if TYPE_CHECKING:
     import fsspec
@@ -127,7 +128,8 @@ def parse_storage_options(pairs) -> dict:
     for pair in pairs or ():
         key, _, value = pair.partition("=")
         if not _:
-            raise ValueError(f"--storage-option {pair!r} is not KEY=VALUE")
+            raise Refusal(Setting("storage_options", repr(pair), option="--storage-option", placeholder=True),
+                          " is not KEY=VALUE")
         if key == "endpoint_url":
             options.setdefault("client_kwargs", {})["endpoint_url"] = value
         else:

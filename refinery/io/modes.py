@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from refinery.io.corpus import OutputExists
+from refinery.messages import Message, Setting
 
 MODES = ("overwrite", "skip", "error")   # a user's choices; ``rerun`` is a pipeline's own
 MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "
@@ -30,8 +31,10 @@ def keeps_finished(folder: str, mode: str, finished, differs: Callable[[object],
     if not finished or mode == "overwrite":
         return False
     if mode == "error":
-        raise OutputExists(f"{folder} already holds a finished result (use --mode overwrite or skip)")
+        raise OutputExists(Message(f"{folder} already holds a finished result (use ", Setting("mode", "overwrite"),
+                                   " or skip)"))
     why = differs(finished)
     if mode == "skip" and why:
-        raise OutputExists(f"{folder} {why}; --mode skip reuses only an identical run (use --mode overwrite)")
+        raise OutputExists(Message(f"{folder} ", why, "; ", Setting("mode", "skip"),
+                                   " reuses only an identical run (use ", Setting("mode", "overwrite"), ")"))
     return why is None

@@ -14,6 +14,7 @@ from refinery import __version__
 from refinery.io.location import (CLEANUP_SECONDS, ForeignOutput, check_bucket, folder_entries, get_fs, is_local,
                                   join, on_store, with_deadline)
 from refinery.io.records import MARKER_FORMAT, HfStamp, Marker, RunRecord, manifest_path, marker_of, parsed, record_bytes
+from refinery.messages import CommandLineOnly, Message, Refusal, Setting
 
 
 OWNER_MARKER = ".refinery.json"   # in every folder refinery publishes: the files it wrote there, and the run
@@ -24,7 +25,7 @@ RESUMABLE = ("_checkpoints", "runs", "checkpoints")   # finished work a rerun co
 STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus it made (upsample, weights, …)
 
 
-class OutputOverlapsInput(ValueError):
+class OutputOverlapsInput(Refusal):
     """``--out`` is, holds or lies inside an input: refused unless the run replaces a corpus in place."""
 
 
@@ -55,10 +56,10 @@ def marked(fs, path: str) -> bool:
     return any(fs.isfile(join(path, name)) for name in (OWNER_MARKER, EARLIER_MARKER))
 
 
-def claim_output(out: str, storage_options: dict | None = None, option: str = "--out") -> str:
+def claim_output(out: str, storage_options: dict | None = None, setting: str = "out") -> str:
     """Whether refinery may write ``out``: ``"new"`` (absent or an empty folder) or ``"ours"`` (a folder whose
     ``.refinery.json`` is refinery's marker, ``Marker``). Anything else raises ``ForeignOutput`` naming a
-    file found there (and ``option``, the command line's name for ``out``): refinery never deletes or replaces
+    file found there (and ``setting``, the name of the setting that gave ``out``): refinery never deletes or replaces
     what it did not write. On a local disk the markers of the folders inside a folder of refinery's (its parts:
     kept/, report/) are checked too (``Marker``): an overwrite reads them to tell refinery's files from the user's,
     and a crafted one is refused now, before the run, not at its commit."""
@@ -70,7 +71,8 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
             check_bucket(out, fs, path)
     ours = bool({OWNER_MARKER, EARLIER_MARKER} & set(entries)) and _marker(fs, path) is not None
     if is_file:
-        raise ForeignOutput(f"{option} {out} is a file, not a folder; give a folder for refinery's outputs")
+        raise ForeignOutput(Message(Setting(setting, out), " is a file, not a folder; give a folder for refinery's "
+                                    "outputs"))
     if not entries:
         return "new"
     if ours:
@@ -78,9 +80,9 @@ def claim_output(out: str, storage_options: dict | None = None, option: str = "-
             _check_markers_below(fs, path)
         return "ours"
     shown = ", ".join(sorted(entries)[:4]) + (" …" if len(entries) > 4 else "")
-    raise ForeignOutput(f"{option} {out} already holds files refinery did not write ({shown}); refinery never "
-                        "deletes or replaces them: give a new or empty folder (e.g. "
-                        f"{join(out.rstrip('/'), 'refinery-out')})")
+    raise ForeignOutput(Message(Setting(setting, out), f" already holds files refinery did not write ({shown}); "
+                                "refinery never deletes or replaces them: give a new or empty folder (e.g. "
+                                f"{join(out.rstrip('/'), 'refinery-out')})"))
 
 
 def _file_or_entries(fs, path: str) -> tuple[bool, list[str]]:
@@ -212,13 +214,14 @@ def _relation(a: str, b: str) -> str | None:
     return "inside" if a.startswith(b.rstrip("/") + "/") else None
 
 
-def check_folders_apart(option: str, path: str, out: str) -> None:
-    """Refuse ``option``'s folder (a saved model's, say) where it is, holds or lies inside ``--out``: writing
-    one would replace or mix with the other."""
-    (a_protocol, a), (b_protocol, b) = _location(path), _location(out)
+def check_folders_apart(folder: Setting, out: str) -> None:
+    """Refuse the folder a setting gives (a saved model's, say: ``folder``, its value the folder) where it is,
+    holds or lies inside ``out``: writing one would replace or mix with the other."""
+    (a_protocol, a), (b_protocol, b) = _location(folder.value), _location(out)
     if a_protocol == b_protocol and _relation(a, b):
-        raise OutputOverlapsInput(f"{option} {path} and --out {out} overlap: give {option} a folder of its own, "
-                                  "outside --out")
+        raise OutputOverlapsInput(folder, " and ", Setting("out", out), " overlap: give ",
+                                  Setting(folder.name, option=folder.option), " a folder of its own, outside ",
+                                  Setting("out"))
 
 
 def check_out_apart(out: str, inputs, replaces: str | None = None, storage_options: dict | None = None,
@@ -235,21 +238,23 @@ def check_out_apart(out: str, inputs, replaces: str | None = None, storage_optio
             continue
         if replaces is not None and i_path == _location(replaces)[1] and claim_output(out, storage_options) == "ours":
             continue
+        in_place = Setting("in_place")   # the command line's alone: the API and a pipeline rerun in place nowhere
         if replaces is not None:
-            hint = f"; --in-place reruns a stage on its own output: --out {out} for the input {replaces}"
+            hint = CommandLineOnly(("; ", in_place, " reruns a stage on its own output: ", Setting("out", out),
+                                    f" for the input {replaces}"))
         else:   # a part of an earlier output (OUT/kept): the user may mean to run the stage on it again
-            hint = ("; or --in-place to rerun a stage on its own output, replacing it"
-                    if posixpath.dirname(i_path) == o_path and one_stage else "")
+            hint = CommandLineOnly(("; or ", in_place, " to rerun a stage on its own output, replacing it")
+                                   if posixpath.dirname(i_path) == o_path and one_stage else ())
         relation = _relation(o_path, i_path)
         if relation == "is":
-            raise OutputOverlapsInput(f"--out {out} is the input {given}: refinery would replace the data it reads; "
-                                      f"give another folder{hint}")
+            raise OutputOverlapsInput(Setting("out", out), f" is the input {given}: refinery would replace the data "
+                                      "it reads; give another folder", hint)
         if relation == "holds":
-            raise OutputOverlapsInput(f"--out {out} holds the input {given}: refinery would write among the data "
-                                      f"it reads; give a folder outside it{hint}")
+            raise OutputOverlapsInput(Setting("out", out), f" holds the input {given}: refinery would write among "
+                                      "the data it reads; give a folder outside it", hint)
         if relation == "inside":
-            raise OutputOverlapsInput(f"--out {out} lies inside the input {given}: refinery would write into the "
-                                      "data it reads; give a folder outside it")
+            raise OutputOverlapsInput(Setting("out", out), f" lies inside the input {given}: refinery would write "
+                                      "into the data it reads; give a folder outside it")
 
 
 def remove_present(fs, path: str, names) -> None:

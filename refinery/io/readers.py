@@ -32,6 +32,7 @@ from refinery.io.schema import PRESETS, Mapping
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
 from refinery.io.scratch import in_memory_names
+from refinery.messages import Message, Refusal, Setting
 
 MAX_JSON_DEPTH = 64  # deeper values are that row's reject, not a RecursionError
 JSONL_BLOCK_BYTES = BLOCK_BYTES  # whole lines handed to Arrow's JSON reader at a time
@@ -42,7 +43,7 @@ class BadRowError(ValueError):
     """Raised under ``on_bad_row='fail'``: names the file, line and column."""
 
 
-class MissingColumnError(ValueError):
+class MissingColumnError(Refusal):
     """A mapped column that a file lacks, raised before any of its rows is read: one line naming the
     file, the column, the columns the file has, and a preset or column that fits."""
 
@@ -405,7 +406,7 @@ def _with_mapped_columns(pieces, mapping: Mapping, source: str, from_schema: boo
     yield from pieces
 
 
-def _missing_columns_message(source: str, missing: list[str], columns: list[str], mapping: Mapping) -> str:
+def _missing_columns_message(source: str, missing: list[str], columns: list[str], mapping: Mapping) -> Message:
     """``x.tsv has no column 'sentence1' (--preset snli); it has a, b, c; try --preset sick`` (one line)."""
     listed = ", ".join(columns[:20]) + (f", … ({len(columns) - 20} more)" if len(columns) > 20 else "") \
         if columns else "none"
@@ -417,10 +418,10 @@ def _missing_columns_message(source: str, missing: list[str], columns: list[str]
                if name != mapping.preset and all(c in columns for c in preset.required.values())]
     fitting.sort(key=lambda name: -sum(c in columns for c in PRESETS[name].columns.values()))
     if fitting:
-        hints.append("try " + " or ".join(f"--preset {name}" for name in fitting[:3]))
-    how = f"--preset {mapping.preset}" if mapping.preset else "--map"
-    return (f"{source} has no column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} ({how}); "
-            f"it has {listed}" + "".join(f"; {h}" for h in hints))
+        hints.append(Message("try ", *[part for name in fitting[:3] for part in (" or ", Setting("preset", name))][1:]))
+    how = Setting("preset", mapping.preset) if mapping.preset else Setting("map")
+    return Message(f"{source} has no column{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} (", how,
+                   f"); it has {listed}", *[part for hint in hints for part in ("; ", hint)])
 
 
 def _looks_like_jsonl(fs, path) -> bool:

@@ -32,6 +32,7 @@ from s3fs.core import version_id_kw
 
 from refinery.io import store_answers
 from refinery.io.store_failures import io_timeout, store_error
+from refinery.messages import Message, Setting
 
 UPLOAD_RATE = 1 << 20   # bytes a second a call that sends data is given beyond the I/O timeout
 # what each call does, in the words of an error line; a call not listed is named by its own words
@@ -170,8 +171,8 @@ async def _named(url: str, operation: str, seconds: float | None, endpoint: str 
         if not deadline.expired():
             raise store_error(url, operation, e) from e
         allowance = seconds - io_timeout()   # what a call that sends data is given for its size
-        reason = f"no answer within {io_timeout():g} s (--io-timeout)" + (
-            f" and {allowance:.0f} s for the data it sent" if allowance >= 0.5 else "")
+        reason = str(Message(f"no answer within {io_timeout():g} s (", Setting("io_timeout"), ")", (
+            f" and {allowance:.0f} s for the data it sent" if allowance >= 0.5 else "")))
         SILENT[endpoint] = (time.monotonic() + io_timeout(), reason)
         raise store_error(url, operation, reason) from e
     except Exception as e:  # noqa: BLE001 — any failure of the store or of the way to it, named

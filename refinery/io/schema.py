@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from refinery.io.records import FIELD_NAMES, SINGLE_TEXT
+from refinery.messages import Refusal, Setting
 
 CANONICAL_FIELDS = ("id", "text_a", "text_b", "label")
 OPTIONAL_FIELDS = {
@@ -159,16 +160,16 @@ def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
     columns = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         if "=" not in part:
-            raise ValueError(f"--map entry {part!r} is not NAME=COLUMN")
+            raise Refusal(Setting("map"), f" entry {part!r} is not NAME=COLUMN")
         key, col = (s.strip() for s in part.split("=", 1))
         if key not in MAPPED_FIELDS:
             close = difflib.get_close_matches(key, MAPPED_FIELDS, n=1)
-            raise ValueError(f"--map: unknown canonical field {key!r}"
-                             + (f"; did you mean {close[0]!r}?" if close else "") + f" (fields: {', '.join(MAPPED_FIELDS)})")
+            raise Refusal(Setting("map"), f": unknown canonical field {key!r}" + (
+                f"; did you mean {close[0]!r}?" if close else "") + f" (fields: {', '.join(MAPPED_FIELDS)})")
         columns[key] = col
     for required in ("text_a", "label"):
         if required not in columns:
-            raise ValueError(f"--map must name {required}=COLUMN")
+            raise Refusal(Setting("map"), f" must name {required}=COLUMN")
     label_set = tuple(s.strip() for s in labels.split(",")) if labels else None
     return Mapping(columns, label_set=label_set, optional=())
 
@@ -176,7 +177,7 @@ def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
 def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None = None) -> Mapping | None:
     """The mapping named by ``--preset`` or spelled by ``--map`` (None: inputs are canonical corpora)."""
     if preset and mapping:
-        raise ValueError("give either --preset or --map, not both")
+        raise Refusal("give either ", Setting("preset"), " or ", Setting("map"), ", not both")
     if preset:
         try:
             m = PRESETS[preset.lower()]
@@ -198,8 +199,9 @@ def _preset_labels(preset: str, mapping: Mapping, labels: str) -> tuple:
     for label in given:
         close = [k for k in difflib.get_close_matches(label, known, n=1, cutoff=0.8) if k != label]
         if label not in known and close:
-            raise ValueError(f"--labels: {label!r} is not one of {preset}'s labels ({', '.join(dict.fromkeys(known))}); "
-                             f"did you mean {close[0]!r}? (its rows would all be rejected as outside the label set)")
+            raise Refusal(Setting("labels"), f": {label!r} is not one of {preset}'s labels "
+                          f"({', '.join(dict.fromkeys(known))}); did you mean {close[0]!r}? (its rows would all be "
+                          "rejected as outside the label set)")
     return given
 
 

@@ -5,14 +5,29 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from refinery.io.schema import PRESETS, Mapping
+from refinery.messages import Refusal, Setting
 
 # predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
 PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
+LABEL_MAPS = Setting("label_maps", option="--label-map")   # compare's: on the command line, one set's map an option
+
+
+@dataclass(frozen=True)
+class LabelMapFor:
+    """The remedy of an evaluation set no training label maps to: a label map for it, as each front door gives
+    one (``--label-map NAME=FROM:TO,…``, ``label_maps={'NAME': {'FROM': 'TO'}}``)."""
+
+    name: str
+
+    def words(self, kind: str) -> str:
+        if kind == "cli":
+            return replace(LABEL_MAPS, value=f"{self.name}=FROM:TO,…").words(kind)
+        return replace(LABEL_MAPS, value={self.name: {"FROM": "TO"}}).words(kind)
 
 
 @dataclass
@@ -100,12 +115,17 @@ def parse_label_maps(specs) -> dict:
         for pair in filter(None, pairs.split(",")):
             src, colon, dst = pair.partition(":")
             if not colon:
-                raise ValueError(f"--label-map {spec!r}: {pair!r} is not FROM:TO")
+                raise Refusal(_given(spec), f": {pair!r} is not FROM:TO")
             out[src] = dst
         if not sep or not out:
-            raise ValueError(f"--label-map {spec!r} is not NAME=FROM:TO,...")
+            raise Refusal(_given(spec), " is not NAME=FROM:TO,...")
         maps[name] = out
     return maps
+
+
+def _given(spec: str) -> Setting:
+    """A label map as the command line gave it."""
+    return replace(LABEL_MAPS, value=repr(spec), placeholder=True)
 
 
 def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, where: str) -> dict:
@@ -122,8 +142,8 @@ def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, whe
             out[t] = target
     unreached = [e for e in eval_labels if e not in out.values()]
     if unreached:
-        raise ValueError(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
-                         f"{', '.join(map(repr, train_labels))} (give --label-map {where}=FROM:TO,…)")
+        raise Refusal(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
+                      f"{', '.join(map(repr, train_labels))} (give ", LabelMapFor(where), ")")
     return out
 
 

@@ -19,6 +19,7 @@ from refinery.io import queries
 from refinery.io.db import memory_limit
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
+from refinery.messages import NamedSplits, Refusal, Setting
 from refinery.models.leakage_settings import (ADVANCED_FEATURES, BASIC_FEATURES, GRAPH_MEMORY, ForestConfig,
                                               GraphConfig)
 from refinery.models.base import label_proba
@@ -40,7 +41,8 @@ def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
         raise ValueError(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs")
     has_ids = {"node_a", "node_b"} <= columns
     if config.node_key == "id" and not has_ids:
-        raise ValueError("node_key=id needs node_a/node_b columns (a preset such as qqp or msrp, or --map node_a=…)")
+        raise Refusal("node_key=id needs node_a/node_b columns (a preset such as qqp or msrp, or ",
+                      Setting("map", "node_a=…"), ")")
     for col in ("node_a", "node_b"):
         if col not in columns:
             con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
@@ -160,7 +162,7 @@ def graph_of(con, rejects, config: GraphConfig = GraphConfig()) -> GraphInput:
 def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
     """(training splits, test split): the test split is the one named ``test``, else the last given."""
     if len(splits) < 2:
-        raise ValueError("predictability needs a training and a test split (--input train=… --input test=…)")
+        raise Refusal("predictability needs a training and a test split (", NamedSplits(), ")")
     test = test_split or ("test" if "test" in splits else splits[-1])
     if test not in splits:
         raise ValueError(f"no split named {test!r}; splits: {', '.join(splits)}")

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import is_pair
+from refinery.messages import Message, Setting
 from refinery.models.precision import PRECISIONS
 
 
@@ -19,7 +20,8 @@ class TaskModel:
     options of ``refinery probe`` and ``refinery compare``, and their pipeline keys."""
 
     backend: str = setting("ngram", one_of("ngram", "transformer"),
-                           "An n-gram classifier, or a fine-tuned transformer encoder (--model).")
+                           Message("An n-gram classifier, or a fine-tuned transformer encoder (", Setting("model"),
+                                   ")."))
     inputs: str = setting("pair", one_of("pair", "hypothesis"),
                           "What the model reads: the pair, or the hypothesis alone (the hypothesis-only bias probe).")
     model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,

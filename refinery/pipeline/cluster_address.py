@@ -12,9 +12,12 @@ import sys
 import threading
 import time
 
+from refinery.messages import Message, Setting
+
 RAY_TIMEOUT = 30.0  # seconds the cluster at RAY_ADDRESS may take to answer before the run fails
 RAY_TIMEOUT_ENV = "REFINERY_RAY_TIMEOUT"   # set by ``refinery --ray-timeout`` and ``jobs/run.py --ray-timeout``
 JOIN_MARGIN = 10.0  # seconds ray.init may take beyond the deadline once the head answered (it starts the driver's side)
+DEADLINE = Message(Setting("ray_timeout"), " sets the deadline")   # how a message of a cluster too slow ends
 
 
 class RayUnreachable(ConnectionError):
@@ -54,13 +57,14 @@ def check_ray_address() -> None:
                              "HOST:PORT as `ray start --head` printed it (port 6379 by default), or unset "
                              "RAY_ADDRESS for a local Ray")
     timeout, started = ray_timeout(), time.monotonic()
-    fix = f"is the head running? (`ray status --address {target}`); --ray-timeout sets the deadline"
+    fix = Message(f"is the head running? (`ray status --address {target}`); ", DEADLINE)
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as e:
         reason = f"no answer within {timeout:g} s" if isinstance(e, TimeoutError) else \
             (e.strerror or type(e).__name__).lower()
-        raise RayUnreachable(f"the Ray cluster at RAY_ADDRESS={address} does not answer ({reason}); {fix}") from None
+        raise RayUnreachable(Message(f"the Ray cluster at RAY_ADDRESS={address} does not answer ({reason}); ", fix)) \
+            from None
     if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true"):
         return   # a TLS cluster's handshake needs its certificates: ray.init does it
     import grpc
@@ -71,9 +75,9 @@ def check_ray_address() -> None:
         if target == address:   # a GCS (a Ray Client server, ray://, speaks another protocol)
             _check_ray_head(channel, address, max(0.1, timeout - (time.monotonic() - started)), token_mode)
     except grpc.FutureTimeoutError:
-        raise RayUnreachable(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there within "
-                             f"{timeout:g} s: give the head's GCS port (6379 by default), not the dashboard's "
-                             f"(8265); {fix}") from None
+        raise RayUnreachable(Message(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there "
+                                     f"within {timeout:g} s: give the head's GCS port (6379 by default), not the "
+                                     "dashboard's (8265); ", fix)) from None
     finally:
         channel.close()
 
@@ -103,8 +107,8 @@ def _check_ray_head(channel, address: str, timeout: float, token_mode: bool) -> 
                                  "token authentication); set RAY_AUTH_MODE to token here too, with the head's token "
                                  "in RAY_AUTH_TOKEN or in ~/.ray/auth_token") from None
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise RayUnreachable(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there within "
-                                 f"{timeout:g} s; --ray-timeout sets the deadline") from None
+            raise RayUnreachable(Message(f"RAY_ADDRESS={address} accepts connections, but no Ray head answered there "
+                                         f"within {timeout:g} s; ", DEADLINE)) from None
         raise RayUnreachable(f"RAY_ADDRESS={address} answers, but not as a Ray head ({code.name.lower()}): give the "
                              "head's GCS address as `ray start --head` printed it (port 6379 by default)") from None
 
@@ -135,9 +139,9 @@ def join_cluster(address: str, env_vars: dict | None = None) -> None:
         threading.Thread(target=connect, name="ray-connect", daemon=True).start()
         joined = done.wait(deadline)
     if not joined:
-        raise RayUnreachable(f"the Ray cluster at RAY_ADDRESS={address} answered, but joining it took longer than "
-                             f"{deadline:g} s (is RAY_AUTH_TOKEN the head's token, and Ray {ray.__version__} the "
-                             "head's version?); --ray-timeout sets the deadline")
+        raise RayUnreachable(Message(f"the Ray cluster at RAY_ADDRESS={address} answered, but joining it took longer "
+                                     f"than {deadline:g} s (is RAY_AUTH_TOKEN the head's token, and Ray "
+                                     f"{ray.__version__} the head's version?); ", DEADLINE))
     if failed:
         raise failed[0]
 

@@ -48,6 +48,7 @@ from refinery.pipeline.step_audits import write_pipeline_report
 from refinery.pipeline.stage import (Output, Stage, StageResult, mapped_references, missing_columns,
                                      reference_values, stage_class)
 from refinery.pipeline.stage_input import StageInput
+from refinery.messages import Refusal, Setting
 from refinery.progress import peak_rss, recording, reset_peak_rss
 from refinery.report.format import held
 
@@ -127,7 +128,7 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     """Run ``spec`` under ``out`` (default: the file's ``out``), skipping unchanged stages."""
     out = (out or spec.out or "").rstrip("/")
     if not out:
-        raise ValueError("no output folder: give --out or out: in the pipeline file")
+        raise Refusal("no output folder: give ", Setting("out"), " or out: in the pipeline file")
     engine = check_engine(engine or spec.engine)
     with budget_of_run(spec.memory_budget):
         return _run_pipeline(spec, out, engine, echo)
@@ -272,13 +273,14 @@ def _run_stage(spec: PipelineSpec, mode: str, echo, in_place: bool) -> StageRun:
     source = stage_input(spec.input, opts, check_engine(spec.engine))
     output = stage_class(stage_spec.name)(stage_spec.config).output
     if in_place and output is Output.INPUT:
-        raise ValueError(f"--in-place: {stage_spec.name} writes no corpus of its own, so it replaces nothing; "
-                         "give a new --out")
+        raise Refusal(Setting("in_place"), f": {stage_spec.name} writes no corpus of its own, so it replaces "
+                      "nothing; give a new ", Setting("out"))
     check_out_apart(spec.out, source.paths, output.next_input(spec.out, "") if in_place else None,
                     opts.storage_options)
     for f in dataclasses.fields(stage_spec.config):   # a folder a setting names (probe's saved model) is not OUT's
         if f.metadata.get("path") == FOLDER and getattr(stage_spec.config, f.name):
-            check_folders_apart("--" + f.name.replace("_", "-"), getattr(stage_spec.config, f.name), spec.out)
+            check_folders_apart(Setting.of(type(stage_spec.config), f.name, getattr(stage_spec.config, f.name)),
+                                spec.out)
     _refuse_empty_corpora(source)   # a pipeline's steps: _refuse_nothing_passed_on, naming the step that kept none
     # what a setting's ``input`` names alone: the one input (compare's default training corpus)
     steps = {"input": source.paths[0]} if len(source.paths) == 1 and not source.named else {}
@@ -388,6 +390,6 @@ def step_lines(result: StageResult) -> list[str]:
     stage's lines (each verdict with its reasons and remedy, as ``Verdict.lines`` words them; its headline where it
     has none), then its warnings not already among them."""
     given = result.lines or ((result.headline,) if result.headline else ())
-    lines = [part for line in given for part in line.split("\n")]   # a table a stage prints: a line per row
+    lines = [part for line in given for part in str(line).split("\n")]   # a table a stage prints: a line per row
     said = {line.strip() for line in lines}
-    return lines + [f"warning: {w}" for w in result.warnings if w.strip() not in said]
+    return lines + [f"warning: {w}" for w in result.warnings if str(w).strip() not in said]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 import pyarrow as pa
 
 from refinery.io.ownership import STAGE_CORPUS
+from refinery.messages import Message, NamedSplits, Refusal, Setting
 from refinery.pipeline.stage_input import StageInput
 
 if TYPE_CHECKING:
@@ -112,13 +113,13 @@ def conservation(rows_in: int, **parts: int) -> str:
     return f"rows in {rows_in:,} = {terms} ({'ok' if rows_in == sum(parts.values()) else 'MISMATCH'})"
 
 
-class MissingColumns(ValueError):
+class MissingColumns(Refusal):
     """A stage's input lacks a column the stage needs."""
 
 
-def splits_hint(missing) -> str:
+def splits_hint(missing) -> Message:
     """The fix a ``MissingColumns`` message ends with when the missing column is ``split``."""
-    return "; name the splits: --input train=PATH --input test=PATH" if "split" in missing else ""
+    return Message("; name the splits: ", NamedSplits()) if "split" in missing else Message()
 
 
 def missing_columns(needed_by: str, missing: list, source: StageInput, columns: list, added: tuple = ()
@@ -131,23 +132,25 @@ def missing_columns(needed_by: str, missing: list, source: StageInput, columns: 
     splits named; any other column mapped."""
     how, named, unread, mapped = _as_read(source, columns)
     has = ", ".join(named) + (f" (and the steps before it add {', '.join(added)})" if added else "")
-    message = (f"{needed_by} needs column(s) {', '.join(missing)}, which {' and '.join(source.paths)} lacks: "
-               f"read {how}, it has {has}" + (f"; not read: {', '.join(unread)}" if unread else ""))
+    message = Message(f"{needed_by} needs column(s) {', '.join(missing)}, which {' and '.join(source.paths)} lacks: "
+                      "read ", how, f", it has {has}" + (f"; not read: {', '.join(unread)}" if unread else ""))
     to_map = [c for c in missing if c != "split"]
     if "text_b" in to_map:
-        message += (f"; {needed_by} reads pairs of texts (text_a and text_b) and this input has one text a row")
+        message += f"; {needed_by} reads pairs of texts (text_a and text_b) and this input has one text a row"
         to_map.remove("text_b")
         if unread and mapped:
-            message += (": if a column it does not read holds the second text, name it, --map "
-                        + ",".join(f"{k}={v}" for k, v in mapped.items()) + ",text_b=COLUMN")
+            columns_map = ",".join([*(f"{k}={v}" for k, v in mapped.items()), "text_b=COLUMN"])
+            message += Message(": if a column it does not read holds the second text, name it, ",
+                               Setting("map", columns_map, placeholder=True))
         elif not unread:
             message += f", so {needed_by} does not apply to it"
     if to_map:
-        message += "; name the column(s): --map " + ",".join(f"{c}=COLUMN" for c in to_map)
+        message += Message("; name the column(s): ",
+                           Setting("map", ",".join(f"{c}=COLUMN" for c in to_map), placeholder=True))
     return MissingColumns(message + splits_hint(missing))
 
 
-def _as_read(source: StageInput, columns: list) -> tuple[str, list, list, dict]:
+def _as_read(source: StageInput, columns: list) -> tuple[Message | str, list, list, dict]:
     """(how the input is read: its preset, a map, as it is or as a corpus; each of ``columns`` as the data names it;
     the raw data's columns nothing reads; {canonical column: the data's} of a raw input)."""
     from refinery.io.corpus import input_mapping
@@ -158,8 +161,8 @@ def _as_read(source: StageInput, columns: list) -> tuple[str, list, list, dict]:
     if mapping is None:   # a refinery corpus: its texts by the names its manifest records
         names = dict(zip(("text_a", "text_b")[:1 if source.single_text else 2], source.field_names or ()))
         return "as a refinery corpus", [f"{c} ({names[c]})" if c in names else c for c in columns], [], {}
-    how = f"with --preset {mapping.preset}" if mapping.preset else "with --map" if source.mapping else \
-        "as it is (in refinery's columns)"
+    how = Message("with ", Setting("preset", mapping.preset)) if mapping.preset else \
+        Message("with ", Setting("map")) if source.mapping else "as it is (in refinery's columns)"
     given = {k: v for k, v in mapping.columns.items() if v and k in columns}
     return how, [f"{given[c]} (as {c})" if given.get(c, c) != c else c for c in columns], \
         [c for c in input_columns(path, source.opts) if c not in given.values()], given

@@ -156,8 +156,9 @@ def figure(svg: str, caption: str = "") -> str:
     return f"<figure>{svg}" + (f"<figcaption>{html.escape(caption)}</figcaption>" if caption else "") + "</figure>"
 
 
-def note(text: str) -> str:
-    return f'<p class="note">{html.escape(text)}</p>'
+def note(text) -> str:
+    """A note: text, or a ``refinery.messages.Message`` worded in the run's terms."""
+    return f'<p class="note">{html.escape(str(text))}</p>'
 
 
 def link(href: str, text: str) -> str:

@@ -21,7 +21,7 @@ def section(v: Verdict) -> str:
     """The verdict's HTML: a headline (red when the stage broke its promise) and its tables."""
     css = "" if v.ok else ' class="bad"'
     parts = [f"<p{css}>{html.escape(v.line())}</p>"]
-    parts += [f"<p{css}>{html.escape(w)}</p>" for w in v.warnings()]
+    parts += [f"<p{css}>{html.escape(str(w))}</p>" for w in v.warnings()]
     parts += [note(n) for n in v.notes]
     risen = set(v.risen)
     parts.append(table([{"label": l, "max z* before": m.before, "feature before": m.feature_before,

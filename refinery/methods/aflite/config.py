@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from refinery.core.validation import (NAME_OR_FOLDER, NOT_EMPTY, SEED, Allowed, at_least, number_in, one_of, setting,
                                       validate)
+from refinery.messages import Message, Setting
 
 INPUTS = ("pair", "hypothesis")
 REPRESENTATIONS = ("ngrams", "embeddings")
@@ -28,17 +29,18 @@ class AFLiteConfig:
                           "corpus's text), or the pair (where a premise recurs with each label, as in SNLI, a "
                           "bag of n-grams of the pair learns the premise and predicts its other rows' labels).")
     representation: str = setting("ngrams", one_of(*REPRESENTATIONS),
-                                  "Φ and its classifiers: hashed word n-grams with multinomial naive Bayes, or "
-                                  "sentence embeddings of a frozen encoder (--model; of the pair: u, v, their "
-                                  "distance and product) with logistic regression, the paper's; embeddings are "
-                                  "cached by content.")
+                                  Message("Φ and its classifiers: hashed word n-grams with multinomial naive "
+                                          "Bayes, or sentence embeddings of a frozen encoder (", Setting("model"),
+                                          "; of the pair: u, v, their distance and product) with logistic "
+                                          "regression, the paper's; embeddings are cached by content."))
     model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,
-                         "The frozen encoder of --representation embeddings (name or folder).", path=NAME_OR_FOLDER)
+                         Message("The frozen encoder of ", Setting("representation", "embeddings"),
+                                 " (name or folder)."), path=NAME_OR_FOLDER)
     max_length: int = setting(128, at_least(1), "The encoder's input length, in tokens (embeddings).")
     hash_bits: int = setting(18, Allowed(lambda v: isinstance(v, int) and not isinstance(v, bool) and 10 <= v <= 24,
                                          "an integer from 10 to 24"),
-                             "Φ of --representation ngrams: each field's word 1-2-grams hashed into 2^bits "
-                             "columns.")
+                             Message("Φ of ", Setting("representation", "ngrams"),
+                                     ": each field's word 1-2-grams hashed into 2^bits columns."))
     seed: int = setting(0, SEED, "Seed of the partitions.")
 
     def __post_init__(self):

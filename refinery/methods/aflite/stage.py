@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from refinery.messages import Message, Setting
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
@@ -119,10 +120,11 @@ class AFLiteStage(FilterStage):
         return (f"{c.model} embeddings (mean-pooled, unit length, max length {c.max_length}) of {what}; logistic "
                 f"regression; {self.embedded.provenance()}")
 
-    def remedy(self) -> str:
-        return (f"the rows AFLite keeps are those its linear models find hard, and they can carry a word "
-                f"shortcut more often: raise --tau (now {self.config.tau:g}) or --target-share (now "
-                f"{self.config.target_share:g}), or z-filter the kept rows (refinery zfilter OUT/kept).")
+    def remedy(self) -> Message:
+        return Message("the rows AFLite keeps are those its linear models find hard, and they can carry a word "
+                       "shortcut more often: raise ", Setting("tau"), f" (now {self.config.tau:g}) or ",
+                       Setting("target_share"), f" (now {self.config.target_share:g}), or z-filter the kept rows "
+                       "(refinery zfilter OUT/kept).")
 
 
 class _Reasons:

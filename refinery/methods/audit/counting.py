@@ -18,11 +18,12 @@ from refinery.core.counts import counter_from_bytes
 from refinery.core.feature_counts import load_kernels_in_background
 from refinery.core.audit_counters import count_table, new_counter
 from refinery.core.table_audit import AuditResult, finish
-from refinery.core.weighted_audit_counts import WEIGHT_COLUMN, BadWeights
+from refinery.core.weighted_audit_counts import UNWEIGHTED, WEIGHT_COLUMN, BadWeights
 from refinery.io.corpus import AllRejected, EmptyInput, reject_reasons
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
+from refinery.messages import Message, Refusal, Setting
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.methods.audit.counters import PROBE_COLUMNS, add_probe
 from refinery.pipeline.engine import check_engine
@@ -43,7 +44,7 @@ def count_local(source: StageInput, config: AuditConfig, only: pa.Array | None =
             try:
                 count_table(batch.rows, config, counter, only)
             except BadWeights as e:
-                raise BadWeights(f"{path}: {e}") from None
+                raise BadWeights(f"{path}: ", *e.args) from None
             if on_rejects is not None and batch.rejects.num_rows:
                 on_rejects(batch.rejects)
             if probe and "hypo-only" in config.features.families:
@@ -62,8 +63,8 @@ def count(source: StageInput, config: AuditConfig, on_rejects=None, weighted: bo
     (``core.weighted_audit_counts``: exact counts, in memory)."""
     check_engine(source.engine)
     if weighted and (config.counting != "exact" or config.update is not None):
-        raise ValueError("a weighted audit counts exactly, from scratch: leave out --counting sketch and --update, "
-                         "or count rows with --unweighted")
+        raise Refusal("a weighted audit counts exactly, from scratch: leave out ", Setting("counting", "sketch"),
+                      " and ", Setting("update"), ", or count rows with ", UNWEIGHTED)
     base, state = None, config.update
     if state is not None:
         base, saved = load_state(state)
@@ -151,9 +152,9 @@ def _check_counted(counter, inputs, reasons: Counter) -> None:
         raise AllRejected(inputs, reasons)
     present = [label for label, n in counter.label_totals.items() if n]
     if len(present) == 1:
-        raise EmptyInput(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read "
-                         f"({sum(reasons.values()):,} rejected): z-statistics compare labels; check --preset or --map, "
-                         "and the rejects' reasons")
+        raise EmptyInput(Message(f"only one label ({present[0]!r}) in the {counter.rows:,} rows read "
+                                 f"({sum(reasons.values()):,} rejected): z-statistics compare labels; check ",
+                                 Setting("preset"), " or ", Setting("map"), ", and the rejects' reasons"))
 
 
 def state_files(path: str) -> tuple[str, str]:

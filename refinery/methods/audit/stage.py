@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from refinery.core.audit_config import UNWEIGHTED
 from refinery.core.records import AuditSummary
 from refinery.core.stats import WEIGHT_COLUMN
+from refinery.messages import Message
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
@@ -79,7 +81,7 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
                 "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in summary["error_bounds"].items()
                                       if not isinstance(v, dict))
                 + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}),
-                     *(note(n) for n in summary.get("notes", ())))
+                     *(note(str(n)) for n in summary.get("notes", ())))
             .section("Labels", per_label(summary["label_prior"], **{
                 "significant features": summary["significant"], "max z*": summary["max_z"]}, formats={"max z*": fmt.z}))
             .section("z-statistics (Gardner et al. 2021)", figure(svg, (
@@ -91,10 +93,11 @@ def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
             .html())
 
 
-WEIGHTED = (f"counts the '{WEIGHT_COLUMN}' column: a row of weight w counts as w rows (count(x, l) = Σ w), z* and "
-            "min_count at each feature's effective rows (Σw)²/Σw², the audit the `refinery weights` verdict makes of these rows; --unweighted counts rows")
-UNWEIGHTED = (f"counts rows (--unweighted): the '{WEIGHT_COLUMN}' column the rows carry is not read, every row "
-              "counts once")
+WEIGHTED_NOTE = Message(f"counts the '{WEIGHT_COLUMN}' column: a row of weight w counts as w rows "
+                        "(count(x, l) = Σ w), z* and min_count at each feature's effective rows (Σw)²/Σw², the audit "
+                        "the `refinery weights` verdict makes of these rows; ", UNWEIGHTED, " counts rows")
+UNWEIGHTED_NOTE = Message("counts rows (", UNWEIGHTED, f"): the '{WEIGHT_COLUMN}' column the rows carry is not read, "
+                          "every row counts once")
 
 
 class AuditStage(TableStage):
@@ -148,7 +151,8 @@ class AuditStage(TableStage):
         from refinery.report import terminal
 
         source = self.counted.source
-        notes = [WEIGHTED if self.counted.weighted else UNWEIGHTED] if WEIGHT_COLUMN in source.columns() else []
+        weighting = WEIGHTED_NOTE if self.counted.weighted else UNWEIGHTED_NOTE
+        notes = [weighting] if WEIGHT_COLUMN in source.columns() else []
         args = (self.counted, out.url("rejects"), out, notes)
         if self.counted.held:   # a task beside the counts the workers summed, which never reach the driver
             from refinery.methods.audit.on_ray import in_a_task

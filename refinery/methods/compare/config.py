@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from refinery.core.validation import at_least, setting
+from refinery.messages import Refusal, Setting
 from refinery.models.task_model import TaskModel
 
 @dataclass
@@ -34,9 +35,10 @@ def parse_training(specs) -> dict:
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"--train {spec!r} is not NAME=PATH")
+            raise Refusal(Setting("train"), f" {spec!r} is not NAME=PATH")
         if name in named:
-            raise ValueError(f"--train names {name!r} twice ({named[name]} and {path}); give each a name of its own")
+            raise Refusal(Setting("train"), f" names {name!r} twice ({named[name]} and {path}); give each a name of "
+                          "its own")
         named[name] = path
     return named
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting, validate
+from refinery.messages import Message, Refusal, Setting
 from refinery.methods.compare.config import CompareConfig, parse_training, path_and_split
 from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps, refuse_repeated_names, with_presets
 from refinery.pipeline.stage import Output, StageResult
@@ -42,8 +43,8 @@ class CompareStageConfig:
                                "its 'train' rows (or its only split), or on @SPLIT's. In a pipeline {name: a path or a "
                                "preceding step's name}; the step's own input is trained last where it is none of them.",
                           option="--train", multiple=True, parse=parse_training, metavar="NAME=PATH[@SPLIT]")
-    evals: tuple = setting((), help="An evaluation set with its own preset (default: the training corpora's "
-                                    "--preset/--map); repeat for more (required).",
+    evals: tuple = setting((), help=Message("An evaluation set with its own preset (default: the training corpora's ",
+                                            Setting("preset"), "/", Setting("map"), "); repeat for more (required)."),
                            option="--eval", multiple=True, parse=_specs, metavar="NAME=PATH[:PRESET]")
     train_split: str | None = setting(None, NOT_EMPTY.or_none(), "The split every training corpus trains on (none: "
                                                                  "its train split, or its only one).")
@@ -137,10 +138,11 @@ class CompareStage(TableStage):
         raw = next(((name, p) for name, (p, _) in list(zip(config.train, paths))[:-1] if not is_corpus(p, so)), None)
         if raw:
             name, path = raw
-            read = f" --preset {spec_in.preset}" if spec_in.preset else " (its --preset or --map)"
-            raise ValueError(f"a pipeline reads only its input through its preset or map; make the training corpus "
-                             f"{path} a corpus first, refinery convert {path}{read} --out DIR, then give "
-                             f"{name}=DIR")
+            read = Setting("preset", spec_in.preset) if spec_in.preset else \
+                Message("(its ", Setting("preset"), " or ", Setting("map"), ")")
+            raise Refusal(f"a pipeline reads only its input through its preset or map; make the training corpus "
+                          f"{path} a corpus first, refinery convert {path} ", read, " ",
+                          Setting("out", "DIR", placeholder=True), f", then give {name}=DIR")
         train = dict(zip(config.train, [p for p, _ in paths[:-1]] + ["input"]))
         return dataclasses.replace(config, train=train, evals=with_presets(config.eval_sets(), spec_in),
                                    train_split=splits.pop() or config.train_split)

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from refinery.io.corpus import input_mapping, is_corpus, stage_parts
 from refinery.io.schema import is_pair
+from refinery.messages import Refusal, Setting
 from refinery.methods.compare.config import CompareConfig, path_and_split
 from refinery.methods.compare.contamination import contaminated
 from refinery.models.evaluation import project, refuse_repeated_names, resolve_label_map
@@ -120,10 +121,11 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     overlap = [(ev, n, c) for ev, per in leaks.items() for n, c in per.items() if c]
     if overlap and not config.allow_overlap:
         ev, n, c = overlap[0]
-        raise ValueError(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
-                         f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. "
-                         f"Train on another split ({SPLIT_HINT}), remove those rows, or allow the overlap to report them marked "
-                         "(--allow-overlap; allow_overlap: true under compare's model: in a pipeline)")
+        raise Refusal(f"{c:,} of the {eval_tables[ev].num_rows:,} rows of evaluation set {ev} are also in training "
+                      f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. "
+                      f"Train on another split ({SPLIT_HINT}), remove those rows, or allow the overlap to report them "
+                      "marked (", Setting("allow_overlap", True),
+                      "; allow_overlap: true under compare's model: in a pipeline)")
     found = contaminated({n: model_texts(t, reads) for n, t in tables.items()}, {n: t["id"] for n, t in tables.items()},
                          {e.name: model_texts(eval_tables[e.name], reads) for e in evals},
                          {e.name: eval_tables[e.name]["id"] for e in evals}, config.ngram)

@@ -15,6 +15,7 @@ from refinery.core.validation import (
     setting,
     validate,
 )
+from refinery.messages import Message, Refusal, Setting
 from refinery.models.base import CLASSIFIERS
 
 SOLVERS = ("sgd", "lbfgs")
@@ -34,14 +35,16 @@ def _tau(text: str):
 
 @dataclass
 class ConfidenceConfig:
-    tau: float | str = setting(AUTO, TAU, "τ: the p_M(label | text) a kept row exceeds; auto: τ per label, the "
-                                          "one that keeps --keep-share of its rows (0.95: Wu et al.'s).",
+    tau: float | str = setting(AUTO, TAU, Message("τ: the p_M(label | text) a kept row exceeds; auto: τ per label, "
+                                                  "the one that keeps ", Setting("keep_share"),
+                                                  " of its rows (0.95: Wu et al.'s)."),
                                parse=_tau, metavar="auto|τ")
     keep_share: float = setting(KEEP_SHARE, number_in(0, 1, open_low=True), "With tau auto: the share of each label's "
                                                                      "rows kept (its most confident ones).")
-    model: str | None = setting(None, NOT_EMPTY.or_none(), "ngram or transformer (cross-fitted on the input), or a "
-                                                           "saved classifier's folder (none and no --proba-column: "
-                                                           "ngram).", path=NAME_OR_FOLDER)
+    model: str | None = setting(None, NOT_EMPTY.or_none(),
+                                Message("ngram or transformer (cross-fitted on the input), or a saved classifier's "
+                                        "folder (none and no ", Setting("proba_column"), ": ngram)."),
+                                path=NAME_OR_FOLDER)
     proba_column: str | None = setting(None, NOT_EMPTY.or_none(), "Or a column holding p_M(label | text).")
     folds: int = setting(5, at_least(2), "K of the cross-fitting.")
     seed: int = setting(0, SEED, "Seed of the folds (and of SGD's order).")
@@ -67,24 +70,26 @@ class ConfidenceConfig:
         if self.model is None and self.proba_column is None:
             self.model = "ngram"   # the n-gram model cross-fitted on the input: what needs nothing else
         if self.model is not None and self.proba_column is not None:
-            raise ValueError("give one of --model (model: ngram, transformer or a saved classifier's folder) and "
-                             "--proba-column (proba_column: a column holding p_M(label | text)), not both")
+            raise Refusal("give one of ", Setting("model"), " (model: ngram, transformer or a saved classifier's "
+                          "folder) and ", Setting("proba_column"), " (proba_column: a column holding "
+                          "p_M(label | text)), not both")
         if self.label_issues and self.proba_column is not None:
-            raise ValueError(f"--label-issues needs p_M(l | x) of every label, and --proba-column "
-                             f"{self.proba_column} holds p_M(label | text) of the given label only: leave out "
-                             "--proba-column (the n-gram model is cross-fitted on the input) or give --model "
-                             "(ngram, transformer or a saved classifier's folder)")
+            raise Refusal(Setting("label_issues", True), " needs p_M(l | x) of every label, and ",
+                          Setting("proba_column", self.proba_column), " holds p_M(label | text) of the given label "
+                          "only: leave out ", Setting("proba_column"), " (the n-gram model is cross-fitted on the "
+                          "input) or give ", Setting("model"), " (ngram, transformer or a saved classifier's folder)")
         if self.label_issues and not self.auto:
-            raise ValueError(f"--label-issues decides instead of τ: give --tau {self.tau} or --label-issues, "
-                             "not both")
+            raise Refusal(Setting("label_issues", True), " decides instead of τ: give ", Setting("tau", self.tau),
+                          " or ", Setting("label_issues", True), ", not both")
         if self.label_issues and self.keep_share != KEEP_SHARE:
-            raise ValueError(f"--keep-share is the share of each label that --tau auto keeps, and --label-issues "
-                             f"decides instead of τ: give --label-issues or --keep-share {self.keep_share:g}, "
-                             "not both")
+            raise Refusal(Setting("keep_share"), " is the share of each label that ", Setting("tau", AUTO),
+                          " keeps, and ", Setting("label_issues", True), " decides instead of τ: give ",
+                          Setting("label_issues", True), " or ", Setting("keep_share", self.keep_share), ", not both")
         if not self.auto and self.keep_share != KEEP_SHARE:
-            raise ValueError(f"--keep-share is the share of each label that --tau auto keeps: with --tau "
-                             f"{self.tau} it would do nothing; give --tau auto --keep-share {self.keep_share:g}, "
-                             f"or --tau {self.tau} alone")
+            raise Refusal(Setting("keep_share"), " is the share of each label that ", Setting("tau", AUTO),
+                          " keeps: with ", Setting("tau", self.tau), " it would do nothing; give ",
+                          Setting("tau", AUTO), " ", Setting("keep_share", self.keep_share), ", or ",
+                          Setting("tau", self.tau), " alone")
 
     @property
     def auto(self) -> bool:

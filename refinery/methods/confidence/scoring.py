@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.messages import Message, Refusal, Setting
 from refinery.methods.confidence.config import AUTO, ConfidenceConfig
 from refinery.models.base import CLASSIFIERS
 from refinery.pipeline.stage import set_column
@@ -41,17 +42,18 @@ def _probabilities(table: pa.Table, column: str) -> np.ndarray:
             values = values.cast(pa.float64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             bad = next(i for i, v in enumerate(values.to_pylist()) if v is not None and not _is_number(v))
-            raise ValueError(f"--proba-column {column}: row {table['id'][bad].as_py()!r} holds {values[bad].as_py()!r}, "
-                             "not a number; give p_M(label | text) as a number in [0, 1]") from None
+            raise Refusal(Setting("proba_column", column), f": row {table['id'][bad].as_py()!r} holds "
+                          f"{values[bad].as_py()!r}, not a number; give p_M(label | text) as a number in [0, 1]") \
+                from None
     elif not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type) or pa.types.is_null(values.type)):
-        raise ValueError(f"--proba-column {column} holds {values.type}, not numbers in [0, 1]")
+        raise Refusal(Setting("proba_column", column), f" holds {values.type}, not numbers in [0, 1]")
     p = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
     p = np.where(np.isnan(p), 0.0, p)   # null and NaN: missing
     outside = np.flatnonzero((p < 0) | (p > 1))
     if len(outside):
         i = int(outside[0])
-        raise ValueError(f"--proba-column {column}: row {table['id'][i].as_py()!r} holds {p[i]:g}, outside [0, 1] "
-                         f"({len(outside):,} of {len(p):,} rows); give p_M(label | text), a probability")
+        raise Refusal(Setting("proba_column", column), f": row {table['id'][i].as_py()!r} holds {p[i]:g}, outside "
+                      f"[0, 1] ({len(outside):,} of {len(p):,} rows); give p_M(label | text), a probability")
     return p
 
 
@@ -93,10 +95,10 @@ def refuse_unknown_labels(table: pa.Table, classes, model: str) -> None:
     if unknown:
         named = ", ".join(f"{label!r} ({n:,} rows)" for n, label in unknown[:3])
         label, be = ("labels", "are") if len(unknown) > 1 else ("label", "is")
-        raise ValueError(f"--model {model} was trained on the labels {', '.join(map(str, classes))}; the input's "
-                         f"{label} {named} {be} none of them, so its rows would all score 0 and be dropped: give a "
-                         "model trained on this corpus's labels, or read the input with the preset or --map whose "
-                         "labels the model knows")
+        raise Refusal(Setting("model", model), f" was trained on the labels {', '.join(map(str, classes))}; the "
+                      f"input's {label} {named} {be} none of them, so its rows would all score 0 and be dropped: "
+                      "give a model trained on this corpus's labels, or read the input with the preset or ",
+                      Setting("map"), " whose labels the model knows")
 
 
 def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
@@ -235,30 +237,41 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     labels' highest p_M)."""
     if usable(chosen):
         return
-    given = f"--tau auto --keep-share {config.keep_share:g}" if config.auto else f"--tau {tau_text(config.tau)}"
+    given = Message(Setting("tau", AUTO), " ", Setting("keep_share", config.keep_share)) if config.auto else \
+        _tau(tau_text(config.tau))
     what = "no row" if not chosen.kept.sum() else "the rows of one label only"
-    said = [f"{given} would keep {what} ({_per_label(chosen.labels, chosen.kept, chosen.rows)}), which the next "
-            "audit cannot judge; nothing was written"]
+    said = [Message(given, f" would keep {what} ({_per_label(chosen.labels, chosen.kept, chosen.rows)}), which the "
+                    "next audit cannot judge; nothing was written")]
     present = np.flatnonzero(chosen.rows > 0)
     highest = {j: scores.confidence[scores.label == j].max() for j in present}
     never = [chosen.labels[j] for j, p in highest.items() if p <= 0]
     if never:
-        said.append(f"no τ keeps a row of {', '.join(map(str, never))}: p_M(label | text) is 0 on all its rows; "
-                    "check the model or --proba-column")
-        raise ValueError("; ".join(said))
+        said.append(Message(f"no τ keeps a row of {', '.join(map(str, never))}: p_M(label | text) is 0 on all its "
+                            "rows; check the model or ", Setting("proba_column")))
+        raise Refusal(*_sentences(said))
     n, share = len(chosen.labels), config.keep_share
     auto = None if config.auto else thresholds(scores, AUTO, share)
     if auto is not None and usable(auto):
-        said.append(f"--tau auto (τ per label, --keep-share {share:g}) keeps "
-                    + ", ".join(f"{l} {k:,}" for l, k, r in zip(auto.labels, auto.kept, auto.rows) if r))
+        said.append(Message(Setting("tau", AUTO), " (τ per label, ", Setting("keep_share", share), ") keeps "
+                            + ", ".join(f"{l} {k:,}" for l, k, r in zip(auto.labels, auto.kept, auto.rows) if r)))
     if auto is not None:
         one = math.floor(auto.tau[present].min() * 100) / 100
         if (_rows_kept(scores, np.full(n, one), n)[1] >= share * chosen.rows).all():
-            said.append(f"--tau {one:.2f} keeps at least {share:.0%} of every label")
+            said.append(Message(_tau(f"{one:.2f}"), f" keeps at least {share:.0%} of every label"))
     top = math.floor(min(highest.values()) * 100) / 100
     top = top - 0.01 if top >= min(highest.values()) else top
-    said.append(f"--tau {top:.2f} is the highest τ that keeps rows of every label")
-    raise ValueError("; ".join(said))
+    said.append(Message(_tau(f"{top:.2f}"), " is the highest τ that keeps rows of every label"))
+    raise Refusal(*_sentences(said))
+
+
+def _tau(digits: str) -> Setting:
+    """τ as a refusal gives it, with the digits it prints (0.90, 0.3417): shown bare in every front door's terms."""
+    return Setting("tau", digits, placeholder=True)
+
+
+def _sentences(said: list) -> list:
+    """The sentences of a refusal, "; " between them."""
+    return [part for i, sentence in enumerate(said) for part in ((sentence,) if not i else ("; ", sentence))]
 
 
 def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):

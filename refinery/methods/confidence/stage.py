@@ -22,7 +22,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from refinery.methods.confidence.config import ConfidenceConfig
+from refinery.messages import Message, Setting
+from refinery.methods.confidence.config import AUTO, ConfidenceConfig
 from refinery.methods.confidence.issues import (
     LABEL_ISSUE,
     IssueReasons,
@@ -140,13 +141,13 @@ class ConfidenceStage(FilterStage):
         return dataclasses.replace(done, headline=f"{rows_line} ({taus}){sep}{rest}",
                                    lines=(f"{done.lines[0]} ({taus})", *done.lines[1:]))
 
-    def few_kept_hint(self) -> str:
+    def few_kept_hint(self) -> Message | str:
         """Where p_M lies against a τ given: the rows' median and highest confidence (auto keeps the share asked)."""
         if not len(self._confidence) or self.config.auto:
             return ""
-        return (f": p_M(label | text) has median {float(np.median(self._confidence)):.3f} and reaches "
-                f"{self._confidence.max():.3f}, against tau {tau_text(self.config.tau)}; --tau auto keeps "
-                f"{self.config.keep_share:.0%} of each label's rows")
+        return Message(f": p_M(label | text) has median {float(np.median(self._confidence)):.3f} and reaches "
+                       f"{self._confidence.max():.3f}, against tau {tau_text(self.config.tau)}; ",
+                       Setting("tau", AUTO), f" keeps {self.config.keep_share:.0%} of each label's rows")
 
     def reason_kind(self, reason: str) -> str:
         """The reason without the row's p_M: its label's τ (one group per τ), or a label issue's pair."""
@@ -154,12 +155,12 @@ class ConfidenceStage(FilterStage):
             return issue_kind(reason)
         return "p_M(label | text) <= " + reason.rpartition(" <= ")[2]
 
-    def remedy(self) -> str:
+    def remedy(self) -> Message:
         if self.issues is not None:
-            return ("a model is most confident where a shortcut gives the label away, so the rows it calls "
-                    "mislabeled are often the shortcut's counter-examples: leave out --label-issues, or z-filter "
-                    "the kept rows (refinery zfilter OUT/kept).")
-        lower = (f"a larger --keep-share (now {self.config.keep_share:g})" if self.config.auto else
-                 f"a lower --tau (now {tau_text(self.config.tau)})")
-        return (f"a model is most confident where a shortcut gives the label away, so the rows it keeps carry the "
-                f"shortcut more often: {lower}, or z-filter the kept rows (refinery zfilter OUT/kept).")
+            return Message("a model is most confident where a shortcut gives the label away, so the rows it calls "
+                           "mislabeled are often the shortcut's counter-examples: leave out ",
+                           Setting("label_issues", True), ", or z-filter the kept rows (refinery zfilter OUT/kept).")
+        lower = (Message("a larger ", Setting("keep_share"), f" (now {self.config.keep_share:g})") if self.config.auto
+                 else Message("a lower ", Setting("tau"), f" (now {tau_text(self.config.tau)})"))
+        return Message("a model is most confident where a shortcut gives the label away, so the rows it keeps carry "
+                       "the shortcut more often: ", lower, ", or z-filter the kept rows (refinery zfilter OUT/kept).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate
+from refinery.messages import Message, Setting
 
 REGIONS = ("ambiguous", "hard", "easy", "random")
 BACKENDS = ("ngram", "embeddings", "transformer")
@@ -19,9 +20,10 @@ class DataMapConfig:
     share: float = setting(0.33, number_in(0, 1, open_low=True), "The share of the rows kept (the paper's 33%).")
     epochs: int = setting(5, at_least(2), "E: epochs of training; the dynamics are recorded after each.")
     backend: str = setting("ngram", one_of(*BACKENDS),
-                           "The task model: a softmax head on hashed n-grams (ngram) or on a frozen encoder's sentence "
-                           "embeddings (embeddings, --model; cached by content), trained from zero by SGD; or the "
-                           "encoder fine-tuned with its head (transformer, --model), the paper's setting.")
+                           Message("The task model: a softmax head on hashed n-grams (ngram) or on a frozen "
+                                   "encoder's sentence embeddings (embeddings, ", Setting("model"), "; cached by "
+                                   "content), trained from zero by SGD; or the encoder fine-tuned with its head "
+                                   "(transformer, ", Setting("model"), "), the paper's setting."))
     inputs: str = setting("pair", one_of("pair", "hypothesis"), "What the task model reads.")
     lr: float | None = setting(None, number_in(0, open_low=True).or_none(),
                                "The task model's step: SGD's η on unit-length rows, batches of 32 (none: 100 for "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from refinery.messages import Message, Setting
 from refinery.methods.datamap.config import DataMapConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
@@ -162,10 +163,10 @@ class DataMapStage(FilterStage):
         return (f"a softmax head on {c.model} sentence embeddings of the {c.inputs} (frozen), SGD from zero, "
                 f"η {c.step():g}; {self.embedded.provenance()}")
 
-    def remedy(self) -> str:
-        return (f"the {self.config.keep} rows carry these features more often: keep another region (--keep, now "
-                f"{self.config.keep}) or a larger --share (now {self.config.share:g}), or z-filter the kept rows "
-                "(refinery zfilter OUT/kept).")
+    def remedy(self) -> Message:
+        return Message(f"the {self.config.keep} rows carry these features more often: keep another region (",
+                       Setting("keep"), f", now {self.config.keep}) or a larger ", Setting("share"),
+                       f" (now {self.config.share:g}), or z-filter the kept rows (refinery zfilter OUT/kept).")
 
 
 class _Reasons:

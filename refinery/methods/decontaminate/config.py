@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refinery.core.validation import SEED, at_least, number_in, setting, validate
+from refinery.messages import Message, Setting
 from refinery.models.evaluation import EvalSet, parse_eval_set, refuse_repeated_names
 
 
@@ -16,8 +17,9 @@ def _specs(values) -> tuple:
 
 @dataclass
 class DecontaminateConfig:
-    against: tuple = setting((), help="An evaluation set the training rows must not overlap, with its own preset "
-                                      "(default: the input's --preset/--map); repeat for more (required).",
+    against: tuple = setting((), help=Message("An evaluation set the training rows must not overlap, with its own "
+                                              "preset (default: the input's ", Setting("preset"), "/",
+                                              Setting("map"), "); repeat for more (required)."),
                              option="--against", multiple=True, parse=_specs, metavar="NAME=PATH[:PRESET]")
     ngram: int = setting(13, at_least(1), "N: a training row sharing a run of N words with an evaluation row is "
                                           "removed (GPT-3's and datatrove's 13); a row of fewer words is matched "

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
+from refinery.messages import Message, Refusal, Setting
 from refinery.methods.decontaminate.config import DecontaminateConfig
 from refinery.pipeline.executor import rows_among
 from refinery.pipeline.filter import FilterStage, split
@@ -62,13 +63,13 @@ class DecontaminateStage(FilterStage):
         sets = []
         for e in self.config.eval_sets():
             mapping = e.mapping(source.mapping)   # every row with a text counts: an overlap has no label
-            hint = "" if e.preset else (f" (an evaluation set's preset goes after its path: --against "
-                                        f"{e.name}=PATH:PRESET)")
+            hint = "" if e.preset else Message(" (an evaluation set's preset goes after its path: ",
+                                               Setting("against", f"{e.name}=PATH:PRESET"), ")")
             try:
                 table, rejects = source.read_side(SideInput(tuple(e.paths), mapping and dataclasses.replace(
-                    mapping, label_set=None), f"--against {e.name}"))
+                    mapping, label_set=None), Message(Setting("against", e.name))))
             except ValueError as error:   # named by the --against it came from
-                raise ValueError(f"{error}{hint}") from None
+                raise Refusal(*error.args, hint) from None
             if not table.num_rows:
                 raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}"
                                  + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))
@@ -124,10 +125,10 @@ class DecontaminateStage(FilterStage):
 
         return details(self.sets, self.config)
 
-    def remedy(self) -> str:
-        return ("the training rows that overlap the evaluation sets carried the shortcut less often than the rows "
-                f"kept: the overlap is the evaluation sets' own; raise --ngram (now {self.config.ngram}) to remove "
-                "only longer overlaps.")
+    def remedy(self) -> Message:
+        return Message("the training rows that overlap the evaluation sets carried the shortcut less often than the "
+                       "rows kept: the overlap is the evaluation sets' own; raise ", Setting("ngram"),
+                       f" (now {self.config.ngram}) to remove only longer overlaps.")
 
 
 class _Reasons:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from refinery.core import minhash
+from refinery.messages import Refusal, Setting
 from refinery.methods.dedup.config import DedupConfig
 
 KINDS = ("", "exact duplicate", "normalized duplicate", "near-duplicate", "label conflict")
@@ -134,7 +135,7 @@ BAND_BYTES_PER_ROW = 28  # what one band held at once takes per signed row: its 
 #                          (4) and its candidate codes, joined and sorted (about 12 on planted and real corpora)
 
 
-class OverBudget(ValueError):
+class OverBudget(Refusal):
     """The input's signatures and one band do not fit in the memory budget."""
 
 
@@ -152,8 +153,8 @@ def bands_at_once(held: int, signed: int, budget: int) -> int:
     if fits < 1:
         need = held + BAND_BYTES_PER_ROW * signed
         raise OverBudget(f"dedup holds {_size(held)} of the input's signatures and needs {_size(need)} with one "
-                         f"LSH band: the memory budget of {_size(budget)} is too small for this input; give "
-                         f"--memory-budget {-(-need // 2**20)}M or more, or dedup the splits apart")
+                         f"LSH band: the memory budget of {_size(budget)} is too small for this input; give ",
+                         Setting("memory_budget", f"{-(-need // 2**20)}M"), " or more, or dedup the splits apart")
     return int(min(BANDS_AT_ONCE, fits))
 
 

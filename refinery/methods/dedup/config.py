@@ -15,6 +15,7 @@ from refinery.core.validation import (
     setting,
     validate,
 )
+from refinery.messages import Message, Setting
 
 CONFLICTS = ("keep", "drop", "one")
 SIMILARITIES = ("jaccard", "cosine")
@@ -23,18 +24,21 @@ SIMILARITIES = ("jaccard", "cosine")
 @dataclass
 class DedupConfig:
     similarity: str = setting("jaccard", one_of(*SIMILARITIES),
-                              "What makes two distinct rows near-duplicates: the Jaccard of their word shingles "
-                              "(MinHash-LSH), or the cosine of their sentence embeddings (a frozen encoder, --model; "
-                              "embeddings cached by content): paraphrases too, at the encoder's cost.")
+                              Message("What makes two distinct rows near-duplicates: the Jaccard of their word "
+                                      "shingles (MinHash-LSH), or the cosine of their sentence embeddings (a frozen "
+                                      "encoder, ", Setting("model"), "; embeddings cached by content): paraphrases "
+                                      "too, at the encoder's cost."))
     threshold: float = setting(0.8, number_in(0, 1, open_low=True),
                                "Jaccard of word shingles from which two rows are near-duplicates (each of a pair's "
                                "texts must reach it; 1: exact and normalized duplicates only).")
     cosine_threshold: float = setting(0.9, number_in(0, 1, open_low=True),
-                                      "Cosine of sentence embeddings from which two rows are near-duplicates under "
-                                      "--similarity cosine (each of a pair's texts must reach it; 1: exact and "
-                                      "normalized duplicates only).")
+                                      Message("Cosine of sentence embeddings from which two rows are "
+                                              "near-duplicates under ", Setting("similarity", "cosine"),
+                                              " (each of a pair's texts must reach it; 1: exact and normalized "
+                                              "duplicates only)."))
     model: str = setting("sentence-transformers/all-MiniLM-L6-v2", NOT_EMPTY,
-                         "The frozen encoder of --similarity cosine (name or folder).", path=NAME_OR_FOLDER)
+                         Message("The frozen encoder of ", Setting("similarity", "cosine"), " (name or folder)."),
+                         path=NAME_OR_FOLDER)
     shingle_size: int = setting(2, at_least(1), "Words per shingle (a text of fewer words is one shingle, whole).")
     permutations: int = setting(128, at_least(8), "MinHash values per row; cut into LSH bands that make a pair at "
                                                   "the threshold a candidate with probability ≥ 0.99.")

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from refinery.methods.dedup.clusters import CONFLICT, KINDS, NEAR, Duplicates, Rows
+from refinery.messages import Message, NamedSplits
 from refinery.methods.dedup.config import DedupConfig
 
 EXAMPLES = 12   # pairs shown side by side
@@ -127,8 +128,8 @@ def details(summary: DedupSummary, config: DedupConfig) -> tuple[dict, list]:
                 + (f"its first row of split {config.prefer_split} where it has one, else " if config.prefer_split
                    else "") + f"its first row in input order; label-conflict clusters are {conflict_note}.")),
         ("Label conflicts", table(s.conflicts) if s.conflicts else note("No cluster's rows carry different labels.")),
-        ("Duplicates per split pair", table(s.split_pairs) if s.split_pairs else note(
-            "The input names no splits (--input NAME=PATH), or no duplicate was found.")),
+        ("Duplicates per split pair", table(s.split_pairs) if s.split_pairs else note(str(Message(
+            "The input names no splits (", NamedSplits(), "), or no duplicate was found.")))),
         ("Share of each label removed", table(s.removed_by_label, formats={"share removed": fmt.percent})),
         ("Example pairs", table(s.examples) if s.examples else note("No duplicate was found.")),
     ]

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.messages import Message, NamedSplits, Refusal, Setting
 from refinery.methods.dedup.config import DedupConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import rows_among
@@ -110,12 +111,13 @@ class DedupStage(FilterStage):
 
         return details(self.summary, self.config)
 
-    def remedy(self) -> str:
-        option, now = (("cosine-threshold", self.config.cosine_threshold) if self.config.similarity == "cosine"
-                       else ("threshold", self.config.threshold))
-        return ("the duplicates dedup removed were of rows that carry a shortcut less often than the rows kept: keep "
-                f"label-conflict clusters whole (--conflicts keep, now {self.config.conflicts}) or raise --{option} "
-                f"(now {now:g}) so fewer rows are removed.")
+    def remedy(self) -> Message:
+        threshold, now = (("cosine_threshold", self.config.cosine_threshold) if self.config.similarity == "cosine"
+                          else ("threshold", self.config.threshold))
+        return Message("the duplicates dedup removed were of rows that carry a shortcut less often than the rows "
+                       "kept: keep label-conflict clusters whole (", Setting("conflicts", "keep"),
+                       f", now {self.config.conflicts}) or raise ", Setting(threshold), f" (now {now:g}) so fewer "
+                       "rows are removed.")
 
 
 def _refuse_unknown_split(preferred: str | None, splits: list) -> None:
@@ -126,11 +128,11 @@ def _refuse_unknown_split(preferred: str | None, splits: list) -> None:
     if preferred is None or preferred in splits:
         return
     if not splits:
-        raise ValueError(f"--prefer-split {preferred}: the input names no splits; give them as --input NAME=PATH "
-                         "(e.g. --input train=… --input test=…)")
+        raise Refusal(Setting("prefer_split", preferred), ": the input names no splits; give them as ",
+                      NamedSplits())
     close = difflib.get_close_matches(preferred, [str(s) for s in splits], 1, 0.6)
-    raise ValueError(f"--prefer-split {preferred}: the input has no split of that name (its splits: "
-                     f"{', '.join(map(str, splits))})" + (f"; did you mean {close[0]}?" if close else ""))
+    raise Refusal(Setting("prefer_split", preferred), ": the input has no split of that name (its splits: "
+                  f"{', '.join(map(str, splits))})" + (f"; did you mean {close[0]}?" if close else ""))
 
 
 class _Reasons:

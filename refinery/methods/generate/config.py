@@ -6,6 +6,7 @@ import string
 from dataclasses import dataclass
 
 from refinery.core.validation import NOT_EMPTY, Allowed, at_least, number_in, setting, validate
+from refinery.messages import Message, Setting
 from refinery.models.generate import Backend, Sampling
 
 DEFAULT_TEMPLATE = ("Premise: {text_a}\nWrite one short sentence that is {label_description}. "
@@ -33,7 +34,8 @@ class GenerationConfig:
     batch_size: int = setting(16, at_least(1), "Prompts per generator call.")
     shard_rows: int = setting(1024, at_least(1), "Prompts per shard (rounded to whole batches), each kept until the "
                                                  "output is published: a killed run generates only unfinished ones.")
-    actors: int = setting(1, at_least(1), "Ray actors, each with its own generator (--engine ray).")
+    actors: int = setting(1, at_least(1), Message("Ray actors, each with its own generator (",
+                                                  Setting("engine", "ray"), ")."))
     gpus_per_actor: float = setting(0.0, number_in(0), "GPUs each actor asks for.")
 
     def __post_init__(self):

@@ -15,6 +15,7 @@ from refinery.core.audit_record import AuditRecord
 from refinery.core.features import FeatureConfig
 from refinery.core.verdict import Verdict, judge
 from refinery.core.weighted_counts import WeightedCounts
+from refinery.messages import Message, Setting
 from refinery.methods.ibadr.config import IbadrConfig
 
 
@@ -59,17 +60,18 @@ class ShortcutAudit:
             self.counts.add(accepted, np.zeros(accepted.num_rows), None)
         after = self.counts.stats(1, self._p0(1))
         v = judge(self.before, after, stage="ibadr", under_threshold=False,
-                  prior=str(self.prior), remedy_worsened=(
-                      f"the accepted pseudo samples carry these features: lower --tau (now {config.tau}; the task "
-                      "model, fit on the corpus, is surest of samples that carry its shortcuts) or generate from the "
-                      "least biased group only (--lowest-indicator); generated/ holds each sample and its "
-                      "confidence."))
+                  prior=str(self.prior), remedy_worsened=Message(
+                      "the accepted pseudo samples carry these features: lower ", Setting("tau"),
+                      f" (now {config.tau}; the task model, fit on the corpus, is surest of samples that carry its "
+                      "shortcuts) or generate from the least biased group only (", Setting("lowest_indicator", True),
+                      "); generated/ holds each sample and its confidence."))
         if self.prior.name == "empirical":
             v.notes.append("p0 of each side is its own label shares (the pseudo samples' labels are drawn uniformly)")
         if v.ok and v.weakened_nothing():
-            v.notes.append(f"no shortcut weakened by the {accepted.num_rows:,} accepted pseudo samples; to add more, "
-                           f"raise --per-iteration (now {config.per_iteration:,}) or --iterations (now "
-                           f"{config.iterations}).")
+            v.notes.append(str(Message(   # a verdict's notes are text: its page escapes them
+                f"no shortcut weakened by the {accepted.num_rows:,} accepted pseudo samples; to add more, raise ",
+                Setting("per_iteration"), f" (now {config.per_iteration:,}) or ", Setting("iterations"),
+                f" (now {config.iterations}).")))
         record = None if self.counts.left_out else AuditRecord.of_output(
             after, self.prior, {l: round(n) for l, n in self.counts.label_totals(1).items()}, self.features)
         return v, record

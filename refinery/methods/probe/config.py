@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refinery.core.validation import FOLDER, NOT_EMPTY, setting
+from refinery.messages import Message, Setting
 from refinery.models.evaluation import EvalSet, parse_eval_set, refuse_repeated_names
 from refinery.models.task_model import TaskModel
 
@@ -25,11 +26,14 @@ class ProbeConfig(TaskModel):
     """The classifier (``TaskModel``: the backend, what it reads, the transformer's training), the corpora it
     scores, and where the fitted classifier is saved (a folder or URL; none: not saved)."""
 
-    evaluate: tuple = setting((), help="A corpus to score, [NAME=]PATH[:PRESET] (name: its file or folder's; preset: "
-                                       "the training data's --preset/--map); repeat for more.",
+    evaluate: tuple = setting((), help=Message("A corpus to score, [NAME=]PATH[:PRESET] (name: its file or folder's; "
+                                               "preset: the training data's ", Setting("preset"), "/",
+                                               Setting("map"), "); repeat for more."),
                               option="--eval", multiple=True, metavar="[NAME=]PATH[:PRESET]")
-    save_model: str | None = setting(None, NOT_EMPTY.or_none(), "Save the fitted classifier here (a folder or URL), "
-                                     "for --model of confidence or razor's --verifier-model.", path=FOLDER)
+    save_model: str | None = setting(None, NOT_EMPTY.or_none(),
+                                     Message("Save the fitted classifier here (a folder or URL), for ",
+                                             Setting("model"), " of confidence or razor's ",
+                                             Setting("verifier_model"), "."), path=FOLDER)
 
     def __post_init__(self):
         super().__post_init__()

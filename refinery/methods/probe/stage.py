@@ -51,7 +51,7 @@ class ProbeStage(TableStage):
 
         c, source = self.config, rows.source
         if c.save_model:
-            claim_output(c.save_model, source.opts.storage_options, "--save-model")
+            claim_output(c.save_model, source.opts.storage_options, "save_model")
         evals = {e.name: (e, *source.read_side(SideInput(tuple(e.paths), e.mapping(source.mapping))))
                  for e in c.eval_sets()}
         empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]

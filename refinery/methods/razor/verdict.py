@@ -17,6 +17,7 @@ from refinery.core.features import FeatureConfig
 from refinery.core.stats import Prior
 from refinery.core.verdict import Verdict
 from refinery.core.weighted_counts import WeightedCounts, audit_weightings, judge_audits
+from refinery.messages import Message, Setting
 from refinery.methods.razor.config import RazorConfig
 from refinery.methods.razor.scores import scored_field
 
@@ -33,11 +34,12 @@ def verdict(table: pa.Table, refined: pa.Table, features: FeatureConfig, config:
     if rewritten.any():
         counts.add(refined.filter(pa.array(rewritten)), np.zeros(int(rewritten.sum())), None)
     audits = audit_weightings(counts, (0, 1), carried=prior)
-    v = judge_audits(audits, stage="razor", under_threshold=False, remedy_worsened=(
-        f"the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (--top-k, "
-        f"now {config.top_k}; --rounds, now {config.rounds}) or use another generator (--model); the report's "
-        "examples show what the rewrites add."))
+    v = judge_audits(audits, stage="razor", under_threshold=False, remedy_worsened=Message(
+        "the rewrites carry these features more often than the rows they replaced: rewrite fewer rows (",
+        Setting("top_k"), f", now {config.top_k}; ", Setting("rounds"), f", now {config.rounds}) or use another "
+        "generator (", Setting("model"), "); the report's examples show what the rewrites add."))
     if v.ok and v.weakened_nothing():
-        v.notes.append(f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise "
-                       f"--top-k (now {config.top_k}) or --rounds (now {config.rounds}).")
+        v.notes.append(str(Message(   # a verdict's notes are text: its page escapes them
+            f"no shortcut weakened by the {int(rewritten.sum()):,} rewritten rows; to rewrite more, raise ",
+            Setting("top_k"), f" (now {config.top_k}) or ", Setting("rounds"), f" (now {config.rounds}).")))
     return v, audits.record_of(1, zstats.rows_per_label(refined["label"]))

@@ -19,6 +19,7 @@ from refinery.core.features import FeatureConfig, extract, fields_of
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
+from refinery.messages import Message, Setting
 from refinery.methods.upsample.guard import ShortcutGuard, count_input
 from refinery.methods.upsample.tokens import TokenBand, select_tokens, split_token, words
 from refinery.progress import progress
@@ -103,10 +104,11 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
     added = [(draw_id, it, tok, r) for draw_id, (it, tok, r) in enumerate(
         (trace[j]["iteration"], trace[j]["token"], r) for j, rows in turns for r in rows)]
     _set_extra(con, [a[3] for a in added])
-    verdict, verdict_input_p0 = guard.verdicts(_REMEDY.format(cap=config.max_copies))
+    verdict, verdict_input_p0 = guard.verdicts(_remedy(config.max_copies))
     if not config.guard:
-        verdict.notes.append("--no-guard: every drawn copy was added, as the paper does; the guard (on by default) "
-                             "refuses the copies that would make or strengthen a shortcut")
+        verdict.notes.append(str(Message(   # a verdict's notes are text: its page escapes them
+            Setting("guard", False), ": every drawn copy was added, as the paper does; the guard (on by default) "
+            "refuses the copies that would make or strengthen a shortcut")))
     output = guard.after()
     return Plan(labels=labels, totals=totals, prior=prior, p0=target, threshold=threshold, band=band, fields=fields,
                 every_token=every_token, before=before, after=words(output, fields, config.remove_stopwords),
@@ -117,8 +119,9 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
                                             dict(zip(labels, (guard.totals + guard.copies).tolist())), features))
 
 
-_REMEDY = ("lower --max-copies (now {cap}), or --k; or correct with generation (refinery ibadr) or filtering "
-           "(refinery zfilter) instead")
+def _remedy(cap: int) -> Message:
+    return Message("lower ", Setting("max_copies"), f" (now {cap}), or ", Setting("k"), "; or correct with generation "
+                   "(refinery ibadr) or filtering (refinery zfilter) instead")
 
 
 def _texts(con):

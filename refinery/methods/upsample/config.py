@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from refinery.core import stats as zstats
 from refinery.core.validation import SEED, at_least, number_in, one_of, setting, validate
+from refinery.messages import Message, Setting
 
 AUDIT_MIN_COUNT = 10  # the audit's min_count (its default): the tokens', the guard's and the verdict's
 
@@ -29,11 +30,11 @@ class UpsampleConfig:
                                               "rows, the fewest-copied first.")
     remove_stopwords: bool = setting(True, help="Leave English stopwords out of the tokens (the paper does; "
                                                 "negations and quantifiers stay).")
-    guard: bool = setting(True, help="Refuse a copy that would take a feature over the significance threshold or "
-                                     "raise a significant one, keep the label shares (empirical prior) and undo the "
-                                     "last turns until nothing got worse; off: every drawn copy is added, as the paper "
-                                     "does (with --prior uniform and a large --max-copies: its letter). The verdict "
-                                     "is made either way.")
+    guard: bool = setting(True, help=Message(
+        "Refuse a copy that would take a feature over the significance threshold or raise a significant one, keep "
+        "the label shares (empirical prior) and undo the last turns until nothing got worse; off: every drawn copy "
+        "is added, as the paper does (with ", Setting("prior", "uniform"), " and a large ", Setting("max_copies"),
+        ": its letter). The verdict is made either way."))
     seed: int = setting(0, SEED, "Seed of the draws.")
 
     def __post_init__(self):
@@ -49,3 +50,10 @@ class UpsampleConfig:
 
 def _band_count(value: float, rows: int) -> float:
     return value if value > 1 else value * rows
+
+
+def wider_band(hint: str) -> Message:
+    """The band settings of ``hint`` (``tokens.left_out``'s "band_min,band_max", each as it words it)."""
+    band_min, band_max = hint.split(",")
+    return Message(Setting("band_min", band_min, placeholder=True), " ",
+                   Setting("band_max", band_max, placeholder=True))

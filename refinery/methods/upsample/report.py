@@ -6,7 +6,9 @@ from dataclasses import asdict
 
 import pyarrow as pa
 
+from refinery.messages import Message, Setting
 from refinery.methods.upsample.algorithm import Plan
+from refinery.methods.upsample.config import wider_band
 from refinery.methods.upsample.tokens import (IBADR, copies_needed, deficits, left_out, only, over_cap_reason,
                                               ranked_tokens, uncorrectable_reason)
 from refinery.pipeline.output import StageOutput
@@ -125,8 +127,9 @@ def page(out: StageOutput, report: dict, plan: Plan, config) -> Report:
                      f"for {config.iterations:,} iterations at most."))
             .section("Tokens not fully corrected",
                      table(short, formats={"p̂(label)": change, "p0": fmt.number}),
-                     note(f"A row is copied at most {config.max_copies:,} times (--max-copies): a token whose short "
-                          "labels have too few rows is corrected as far as they go."))
+                     note(str(Message(f"A row is copied at most {config.max_copies:,} times (", Setting("max_copies"),
+                                      "): a token whose short labels have too few rows is corrected as far as they "
+                                      "go."))))
             .section("Token z-statistics before", figure(plot(before, "before")))
             .section("Token z-statistics after", figure(plot(after, "after"), (
                 "The same statistics after up-sampling: the corrected tokens (the table above) fall towards the "
@@ -138,18 +141,28 @@ def page(out: StageOutput, report: dict, plan: Plan, config) -> Report:
                              if len(uncorrectable) > SHOWN else "")))
             .section("Tokens left out: the significant ones, and every negation and quantifier",
                      table(left, formats={"z*": fmt.z}),
-                     note(f"Tokens whose z* passes the input's audit's threshold {fmt.z(report['threshold'])} are "
-                          f"taken from the band of {lo:,} to {hi:,} rows"
-                          + (" (the configured band held none of them: widened to every token whose correction "
-                             "fits --max-copies)" if report["band_widened"] else "")
-                          + (f"; --band-min {report['band_hint'].split(',')[0]} --band-max "
-                             f"{report['band_hint'].split(',')[1]} would take in those outside it that copies can "
-                             "correct." if report["band_hint"] else ".")))
+                     note(str(_band_note(report, lo, hi))))
             .section("Copies drawn per token and iteration", table(
                 list(drawn.values()), ["token", *map(str, iterations), "total"]),
                 note("trace.parquet holds each turn's deficit, the copies of each label, the rows refused and the "
                      "turns undone."))
             .section("Configuration", config_table(report["config"])))
+
+
+def _band_note(report: dict, lo: int, hi: int) -> Message:
+    """How the tokens were taken from the count band [``lo``, ``hi``], and the band that would take in the
+    significant tokens outside it (``report["band_hint"]``)."""
+    widened = (" (the configured band held none of them: widened to every token whose correction fits ",
+               Setting("max_copies"), ")") if report["band_widened"] else ()
+    hint = ("; ", wider_band(report["band_hint"]), " would take in those outside it that copies can correct.") \
+        if report["band_hint"] else (".",)
+    return Message(f"Tokens whose z* passes the input's audit's threshold {fmt.z(report['threshold'])} are taken "
+                   f"from the band of {lo:,} to {hi:,} rows", *widened, *hint)
+
+
+def _joined(parts: list, separator: str) -> Message:
+    """``separator.join(parts)`` of strings and messages, as a message."""
+    return Message(*(p for i, part in enumerate(parts) for p in ((separator, part) if i else (part,))))
 
 
 def _pair_or_text(change):
@@ -191,9 +204,10 @@ def not_corrected(chosen: list, p_after: dict, supply: list, config, p0: dict, a
             reasons.append(", ".join(f"{b:,} {l} rows" for l, b in blocked.items() if b)
                            + " not copied: a copy would have strengthened a shortcut")
         if not reasons:
-            reasons.append(f"stopped after {config.iterations} iterations (more with --iterations)")
+            reasons.append(Message(f"stopped after {config.iterations} iterations (more with ", Setting("iterations"),
+                                   ")"))
         out.append({"token": tok, "label": c["label"], "p_hat_before": c["counts"][c["label"]] / c["n"],
                     "p_hat_after": p_after[tok][c["label"]], "p0": p0[c["label"]],
                     "deficit_after": {l: d for l, d in left.items() if d}, "copies_needed": need,
-                    "reason": "; ".join(reasons)})
+                    "reason": _joined(reasons, "; ")})
     return out

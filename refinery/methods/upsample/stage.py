@@ -32,7 +32,7 @@ What refinery adds, and why (docs/upsample.md):
 """
 from __future__ import annotations
 
-from refinery.methods.upsample.config import UpsampleConfig
+from refinery.methods.upsample.config import UpsampleConfig, wider_band
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
@@ -134,6 +134,5 @@ def _lines(r: dict, config: UpsampleConfig) -> list[str]:
         lines.append("  negations and quantifiers under the threshold, nothing to correct: "
                      + ", ".join(f"{e['token']} {e['z']:.1f}" for e in calm))
         if r["band_hint"]:
-            lower, upper = r["band_hint"].split(",")
-            lines.append(f"  --band-min {lower} --band-max {upper} would take in those outside the band")
+            lines.append(f"  {wider_band(r['band_hint'])} would take in those outside the band")
     return lines

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.features import KEPT_WORDS, STOPWORD_LIST
+from refinery.messages import Message, Setting
 
 def words(stats: zstats.ZStats, fields: list, drop_stopwords: bool = False) -> zstats.ZStats:
     """AUDAC's tokens (METHODS §1, §3): the audit's unigram features of words, ``w@field`` of the text ``fields``
@@ -139,7 +140,7 @@ def left_out(every_token: zstats.ZStats, fields: list, chosen: list, config, row
         if e["z"] <= threshold:
             reason = f"z* under the threshold {threshold:.2f}: not a shortcut here, nothing to correct"
         elif config.remove_stopwords and split_token(e["token"], fields)[0] in STOPWORD_LIST:
-            reason = "a stopword (kept with --no-remove-stopwords)"
+            reason = Message("a stopword (kept with ", Setting("remove_stopwords", False), ")")
         elif math.isinf(most):
             reason = uncorrectable_reason(e["token"], [l for l, c in need.items() if math.isinf(c)])
         elif most > config.max_copies and band.widened:   # taken from every n: the copies left it out
@@ -149,9 +150,9 @@ def left_out(every_token: zstats.ZStats, fields: list, chosen: list, config, row
             if most <= config.max_copies:
                 outside.append(e["n"])
             else:
-                reason += f"; {over_cap_reason(e['token'], e['counts'], need, config.max_copies)}"
+                reason = Message(reason, "; ", over_cap_reason(e["token"], e["counts"], need, config.max_copies))
         else:
-            reason = f"not among the top {config.k} in the band (a larger --k takes it in)"
+            reason = Message(f"not among the top {config.k} in the band (a larger ", Setting("k"), " takes it in)")
         out.append({"token": e["token"], "n": e["n"], "z": e["z"], "label": e["label"], "counts": e["counts"],
                     "copies_needed": None if math.isinf(most) or e["z"] <= threshold else most, "reason": reason,
                     "uncorrectable": math.isinf(most) and e["z"] > threshold})
@@ -168,13 +169,14 @@ def uncorrectable_reason(token: str, labels: list) -> str:
     return f"no {' or '.join(labels)} row contains `{token}`: copies cannot correct it; {IBADR}"
 
 
-def over_cap_reason(token: str, counts: dict, need: dict, cap: int) -> str:
+def over_cap_reason(token: str, counts: dict, need: dict, cap: int) -> Message:
     """'3 entailment rows contain `no`; correcting it would copy each 40 times (--max-copies 3)'."""
     short = [l for l, c in need.items() if c > cap]
     parts = [f"{counts.get(l, 0):,} {l} {'row contains' if counts.get(l, 0) == 1 else 'rows contain'} `{token}`"
              for l in short]
     most = max(need[l] for l in short)
-    return (f"{' and '.join(parts)}; correcting it would copy each {most:,} times (--max-copies {cap}); {IBADR}")
+    return Message(f"{' and '.join(parts)}; correcting it would copy each {most:,} times (", Setting("max_copies", cap),
+                   f"); {IBADR}")
 
 
 def _widened(bound: float, n: int, rows: int, lower: bool) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from refinery.core import stats as zstats
 from refinery.core.validation import OPEN_UNIT_INTERVAL, SEED, Allowed, at_least, number_in, one_of, setting, validate
+from refinery.messages import Setting
 from refinery.models.leakage_settings import FEATURE_SETS, ForestConfig, GraphConfig
 
 MIN_ESS_SHARE = 0.5   # the default cap keeps the effective sample size (Σw)²/Σw² at least this share of the rows
@@ -21,6 +22,11 @@ def _clip(text: str) -> float | str:
         return text if text in (AUTO_CLIP, NO_CLIP) else float(text)
     except ValueError:
         return text
+
+
+def clip_setting(clip: float | str) -> Setting:
+    """The ``clip`` setting of a cap (a whole number as one: ``--clip 10``, ``clip=10``), ``auto`` or ``none``."""
+    return Setting("clip", int(clip) if isinstance(clip, float) and clip.is_integer() else clip)
 
 
 @dataclass

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP
+from refinery.messages import Message
+from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP, clip_setting
 from refinery.models.forest import distinct_rows
 
 LOW_ESS_SHARE = 0.1              # an effective sample size under this share of the rows is warned about
@@ -183,11 +184,11 @@ def low_ess_warning(w: np.ndarray, clip: float | None, refit: dict | None = None
     options = [c for c in SUGGESTED_CLIPS if clip is None or c < clip]
     estimates = {c: effective_sample_size(refit[c] if c in refit else capped(w, c)) for c in options}
     suggestion = next((c for c in options if estimates[c] >= floor), options[-1] if options else None)
-    message = (f"effective sample size {ess:,.0f} is under {LOW_ESS_SHARE:.0%} of the {len(w):,} rows: "
-               f"a few rows carry the weight (max {w.max():,.1f}× the mean)")
+    message = Message(f"effective sample size {ess:,.0f} is under {LOW_ESS_SHARE:.0%} of the {len(w):,} rows: "
+                      f"a few rows carry the weight (max {w.max():,.1f}× the mean)")
     if suggestion is not None:
-        message += f"; --clip {suggestion:g} gives {'' if suggestion in refit else 'about '}" \
-                   f"{estimates[suggestion]:,.0f}"
+        about = "" if suggestion in refit else "about "
+        message += Message("; ", clip_setting(suggestion), f" gives {about}{estimates[suggestion]:,.0f}")
     return {"message": message, "effective_sample_size": ess, "clip": suggestion,
             "clipped_effective_sample_size": estimates.get(suggestion)}
 

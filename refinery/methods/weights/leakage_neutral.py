@@ -14,8 +14,10 @@ from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
 from refinery.core.weighted_audit_counts import WeightedAuditCounts
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedAudits, WeightedCounts, judge_weightings
+from refinery.messages import Message, Setting
 from refinery.models.leakage_settings import FEATURE_SETS, ForestConfig
 from refinery.models.sentence_graph import GraphInput
+from refinery.methods.weights.config import clip_setting
 from refinery.methods.weights.ips import (SUGGESTED_CLIPS, Cap, cap_in_effect, diagnostics, effective_sample_size,
                                           fit_prior, ips_weights, label_shares, low_ess_warning, prior_cells,
                                           weight_histogram, weighted_accuracy)
@@ -176,20 +178,21 @@ def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dic
                                                   options)
     clip = report["cap"]["clip"]
     now = "no cap now" if clip is None else f"now {clip:.3g}"
-    others = (f"a larger --min-proba (now {config.min_proba:g})" if config.features == "basic" else
-              f"fewer leakage features (--features basic) or a larger --min-proba (now {config.min_proba:g})")
+    larger_floor = Message("a larger ", Setting("min_proba"), f" (now {config.min_proba:g})")
+    others = larger_floor if config.features == "basic" else Message(
+        "fewer leakage features (", Setting("features", "basic"), ") or ", larger_floor)
     holds = next((c for c in checked if c["ok"]), None)
     if holds:
-        remedy = (f"cap the weights: --clip {holds['clip']:g} ({now}) keeps every row under {holds['clip']:g}× "
-                  f"the mean weight; under it none of the features over the threshold here worsens (effective "
-                  f"sample size {holds['effective_sample_size']:,.0f}).")
+        remedy = Message("cap the weights: ", clip_setting(holds["clip"]), f" ({now}) keeps every row under "
+                         f"{holds['clip']:g}× the mean weight; under it none of the features over the threshold here "
+                         f"worsens (effective sample size {holds['effective_sample_size']:,.0f}).")
     elif checked:
         tightest = checked[-1]
-        remedy = (f"cap the weights: even --clip {tightest['clip']:g} ({now}) leaves {tightest['worsened']:,} of the "
-                  f"features over the threshold here worsened; the leakage features single out a few rows: try "
-                  f"{others}.")
+        remedy = Message("cap the weights: even ", clip_setting(tightest["clip"]), f" ({now}) leaves "
+                         f"{tightest['worsened']:,} of the features over the threshold here worsened; the leakage "
+                         "features single out a few rows: try ", others, ".")
     else:
-        remedy = f"the leakage features single out a few rows: try {others}."
+        remedy = Message("the leakage features single out a few rows: try ", others, ".")
     verdict = replace(verdict, remedy_worsened=remedy)
     report["verdict"], report["clips_checked"] = verdict.to_dict(), checked
     return verdict

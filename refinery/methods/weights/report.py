@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 
 from refinery.core.verdict import Verdict
-from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP
+from refinery.messages import Message, Setting
+from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP, clip_setting
 from refinery.methods.weights.ips import LOW_ESS_SHARE
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
@@ -14,16 +15,16 @@ from refinery.report.figures.histogram import histogram
 from refinery.report.page import Report, config_table, fields, figure, note, table
 
 
-def cap_text(cap: dict) -> str:
+def cap_text(cap: dict) -> Message:
     """The cap the weights were written under (``ips.Cap.to_json``), and why."""
     if cap["clip"] is None:
-        return ("no cap (--clip none, the paper's letter)" if cap["setting"] == NO_CLIP else
-                f"no cap (--clip {AUTO_CLIP}: the uncapped weights keep the effective sample size ≥ "
-                f"{MIN_ESS_SHARE:.0%} of the rows)")
-    why = (f"--clip {AUTO_CLIP}: the largest cap that keeps the effective sample size ≥ {MIN_ESS_SHARE:.0%} of the "
-           f"rows" if cap["setting"] == AUTO_CLIP else f"--clip {cap['clip']:g}")
-    return (f"cap {cap['clip']:.3g}× the mean weight ({why}); effective sample size "
-            f"{cap['effective_sample_size']:,.0f} of {cap['rows']:,} rows ({fmt.percent(cap['share'])})")
+        return (Message("no cap (", clip_setting(NO_CLIP), ", the paper's letter)") if cap["setting"] == NO_CLIP else
+                Message("no cap (", clip_setting(AUTO_CLIP), ": the uncapped weights keep the effective sample size ≥ "
+                        f"{MIN_ESS_SHARE:.0%} of the rows)"))
+    why = Message(clip_setting(AUTO_CLIP), ": the largest cap that keeps the effective sample size ≥ "
+                  f"{MIN_ESS_SHARE:.0%} of the rows") if cap["setting"] == AUTO_CLIP else clip_setting(cap["clip"])
+    return Message(f"cap {cap['clip']:.3g}× the mean weight (", why, "); effective sample size "
+                   f"{cap['effective_sample_size']:,.0f} of {cap['rows']:,} rows ({fmt.percent(cap['share'])})")
 
 
 def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
@@ -38,7 +39,7 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
     if report["cap"]["clip"] is not None:
         marks.append((report["cap"]["clip"], f"cap {report['cap']['clip']:.3g}"))
     weights_block = [
-        f'<p class="bad">{html.escape(warning["message"])}</p>' if warning else "",
+        f'<p class="bad">{html.escape(str(warning["message"]))}</p>' if warning else "",
         fields({"rows weighted": d["rows"], "cap": cap_text(report["cap"]),
                 "effective sample size (Σw)² / Σw²": f"{d['effective_sample_size']:,.0f} ({fmt.percent(ess_share)} of "
                                                      f"the rows)",
@@ -52,7 +53,7 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
     ]
     shares = [{"label": l, "share of rows": report["observed_shares"][l],
                "weighted share": report["weighted_shares"][l], "prior π": report["prior"][l]} for l in labels]
-    clips = [{"--clip": c["clip"], "effective sample size": c["effective_sample_size"],
+    clips = [{"clip": c["clip"], "effective sample size": c["effective_sample_size"],
               "verdict": "ok" if c["ok"] else "WARNING", "features worsened": c["worsened"]}
              for c in report["clips_checked"]]
     return (page
@@ -61,9 +62,10 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
             .section("Caps checked", table(clips, formats={"effective sample size": fmt.count}) if clips
                      else note("No cap needed checking: the verdict holds." if verdict.ok else
                                "No cap below the largest weight to check."),
-                     note("Where the verdict warns: the weights each --clip would give (the prior fitted again "
-                          "under the cap), judged as these weights were on the features over the threshold with "
-                          "or without these weights: the verdict each would get."))
+                     note(str(Message("Where the verdict warns: the weights each ", Setting("clip"), " would give "
+                                      "(the prior fitted again under the cap), judged as these weights were on the "
+                                      "features over the threshold with or without these weights: the verdict each "
+                                      "would get."))))
             .section("Labels", table(shares, formats={"share of rows": fmt.percent, "weighted share": fmt.percent,
                                                       "prior π": fmt.number}),
                      note("π is fitted so that the weighted label shares equal the observed ones."))

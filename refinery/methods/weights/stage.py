@@ -79,7 +79,7 @@ class WeightsStage(TableStage):
                  f"max {d['max']:.2f}× the mean, {ess}", f"  {cap_text(r['cap'])}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
                  f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict.lines())
-        warnings = ((warning["message"],) if warning else ()) + tuple(verdict.warnings())
+        warnings = ((str(warning["message"]),) if warning else ()) + tuple(verdict.warnings())
         return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}"
                            + (f"; warning: {warning['message']}" if warning else "")

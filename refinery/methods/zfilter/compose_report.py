@@ -3,6 +3,7 @@ and audited before and after under one prior, with a verdict where the compositi
 from __future__ import annotations
 
 from refinery.core.verdict import Verdict, judge
+from refinery.messages import Message, Setting
 from refinery.methods.zfilter.composition import Composition
 from refinery.methods.zfilter.report import accounting, audit_summary, remedies, terminal_lines
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
@@ -37,8 +38,8 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
         if promise[part] is None:
             notes.append(_unjudged(kind, part, verdicts[part]))
         if kind == "zaug" and part == "together":
-            verdicts[part].notes.append("Z-Aug keeps D0 as it is, shortcuts included; --composition seqz filters "
-                                        "D0 first.")
+            verdicts[part].notes.append(str(Message(   # a verdict's notes are text: its page escapes them
+                "Z-Aug keeps D0 as it is, shortcuts included; ", Setting("composition", "seqz"), " filters D0 first.")))
         read = audit.counts["input", part].label_totals
         kept_by = audit.counts["kept", part].label_totals
         rejects = sum(input_rejects.values()) if part == "together" else input_rejects[part]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from refinery.core import stats as zstats
 from refinery.core.verdict import LabelRows, Verdict, judge
+from refinery.messages import Command, Message, Setting
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.methods.zfilter.stream import Filtering
 from refinery.pipeline.executor import FilterWritten
@@ -21,19 +22,21 @@ def audit_summary(stats: zstats.ZStats, config: ZFilterConfig, title: str) -> tu
     return stats.top_k(config.k), figures.zplot(stats, 6, title)
 
 
-def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept", settle_exhausted: bool = False) -> str:
-    """What removes the features a z-filtering left over the threshold, with the option that applies."""
+def remedies(config: ZFilterConfig, seeded: bool, where: str = "OUT/kept", settle_exhausted: bool = False) -> Message:
+    """What removes the features a z-filtering left over the threshold, with the setting that applies."""
     if settle_exhausted:
-        return (f"settle took back its most (--settle-limit, now {config.settle_limit:g} of the rows the stream kept) "
-                "before every feature was under the threshold: raise --settle-limit (1: no bound, at the cost of "
-                f"rows) or --k (now {config.k}).")
+        return Message("settle took back its most (", Setting("settle_limit"), f", now {config.settle_limit:g} of the "
+                       "rows the stream kept) before every feature was under the threshold: raise ",
+                       Setting("settle_limit"), " (1: no bound, at the cost of rows) or ", Setting("k"),
+                       f" (now {config.k}).")
     if not config.settle:
-        return ("drop --no-settle (settle: true): after the stream it takes back the fewest earliest-admitted rows "
-                f"that bring these under the threshold; or raise --k (now {config.k}).")
+        return Message("drop ", Setting("settle", False), " (settle: true): after the stream it takes back the "
+                       "fewest earliest-admitted rows that bring these under the threshold; or raise ", Setting("k"),
+                       f" (now {config.k}).")
     if seeded:
-        return ("the seed's rows are kept as they are, so its own shortcuts stay: filter the seed corpus first "
-                "(refinery compose --composition seqz).")
-    return f"raise --k (now {config.k}), or run refinery zfilter on {where} again."
+        return Message("the seed's rows are kept as they are, so its own shortcuts stay: filter the seed corpus first "
+                       "(", Command("compose", (Setting("composition", "seqz"),)), ").")
+    return Message("raise ", Setting("k"), f" (now {config.k}), or run ", Command("zfilter"), f" on {where} again.")
 
 
 def publish_report(filtering: Filtering, written: FilterWritten, out: StageOutput, config: ZFilterConfig,
@@ -48,8 +51,9 @@ def publish_report(filtering: Filtering, written: FilterWritten, out: StageOutpu
     verdict = judge(before, after, stage="zfilter", remedy_remaining=remedy, remedy_worsened=remedy,
                     prior=str(zf.prior))
     if filtering.passed_through:
-        verdict.notes.append("the input's audit finds no feature over the threshold: every row passes through "
-                             "(--biased-set top-k filters each label's top-k features whatever their z*)")
+        verdict.notes.append(str(Message(   # a verdict's notes are text: its page escapes them
+            "the input's audit finds no feature over the threshold: every row passes through (",
+            Setting("biased_set", "top-k"), " filters each label's top-k features whatever their z*)")))
     top_before, plot_before = audit_summary(before, config, f"{page.corpus}: input")
     top_after, plot_after = audit_summary(after, config, f"{page.corpus}: kept rows")
     input_threshold = before.threshold
