@@ -28,10 +28,10 @@ class TaskModel:
                          "Encoder of the transformer backend (name or folder).", path=NAME_OR_FOLDER)
     epochs: int = setting(2, at_least(1), "Transformer fine-tuning epochs.")
     lr: float = setting(5e-5, number_in(0, open_low=True), "Transformer learning rate.")
-    batch_size: int = setting(32, at_least(1), "Transformer batch size.", option="--batch")
+    batch_size: int = setting(32, at_least(1), "Transformer batch size.")
     max_length: int = setting(128, at_least(1), "Transformer input length, in tokens.")
-    precision: str = setting("auto", one_of(*PRECISIONS), "Transformer fine-tuning precision. auto: bf16 autocast "
-                             "where the device computes bf16 natively, float32 elsewhere.", option="--train-precision")
+    train_precision: str = setting("auto", one_of(*PRECISIONS), "Transformer fine-tuning precision. auto: bf16 "
+                                   "autocast where the device computes bf16 natively, float32 elsewhere.")
 
     def __post_init__(self):
         validate(self)
@@ -43,12 +43,12 @@ class TaskModel:
             return make_classifier("ngram", self.inputs)
         return make_classifier("transformer", self.inputs, model=self.model, epochs=self.epochs, lr=self.lr,
                                batch_size=self.batch_size, max_length=self.max_length, seed=seed,
-                               precision=self.precision)
+                               precision=self.train_precision)
 
     def model_key(self) -> dict:
         """What a fitted model depends on (not a comparison's seed count, bootstrap draws or breakdowns)."""
         keep = ("backend", "inputs") + (() if self.backend == "ngram" else
-                                         ("model", "epochs", "lr", "batch_size", "max_length", "precision"))
+                                         ("model", "epochs", "lr", "batch_size", "max_length", "train_precision"))
         return {k: getattr(self, k) for k in keep}
 
 

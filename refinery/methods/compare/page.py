@@ -124,7 +124,7 @@ def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Rep
              "set's labels."))
     config = dict(report["config"])
     if config.get("backend") == "ngram":
-        for key in ("model", "epochs", "lr", "batch_size", "max_length", "precision"):
+        for key in ("model", "epochs", "lr", "batch_size", "max_length", "train_precision"):
             config.pop(key, None)
     page.section("Configuration", config_table(config), note(
         "The n-gram backend: the transformer's settings (model, epochs, learning rate, batch size, length, "
