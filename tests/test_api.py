@@ -126,6 +126,8 @@ def test_compare_reads_dataframes_results_and_files(dev, dev_test):
     assert list(table["train"][:2]) == ["snli", "z-filtered"]
     assert table["accuracy"].between(0, 1).all() and table["gain"].isna().tolist() == [True, False, True, False]
     assert table.loc[0, "majority"] == pytest.approx(0.348, abs=0.01)
+    own = rf.compare(zf.data, train={"snli": dev}, evals={"hard": (SNLI_HARD, "snli")}, preset="snli", bootstrap=100)
+    assert list(own.table["train"]) == ["snli", "input"]   # the data, trained last, named as a pipeline's input
 
 
 def test_a_pipeline_over_a_dataframe(dev):

@@ -75,6 +75,8 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
                 raise TypeError(f"{name}(): split= chooses among the splits of data; give one split of a corpus in "
                                 f"{field} as {{name: data['SPLIT']}}")
             named, last, chosen = _named_corpora(field, rest[field], input_keys, folder.scratch)
+            if data is not None and "input" not in named:   # the data is trained last, named as a pipeline's input
+                named["input"] = "input"
             rest = {**rest, field: named}
             source, split = (last, chosen) if data is None else (None, split)
         with python_terms(None):   # a config's refusal in keywords: keep_share=0.5, not --keep-share
