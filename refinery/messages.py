@@ -78,6 +78,8 @@ class Setting:
         return cls(name, value, field.metadata.get("option"), **kw)
 
     def words(self, kind: str) -> str:
+        if isinstance(self.value, Shapes):   # what to give, as each front door gives it
+            return Setting(self.name, getattr(self.value, kind), self.option, placeholder=True).words(kind)
         has_value = self.value is not _UNSET
         if kind == "cli" or kind == "pipeline" and self.name in COMMAND_SETTINGS:
             on, _, off = (self.option or "--" + self.name.replace("_", "-")).partition("/")
@@ -94,25 +96,65 @@ class Setting:
         return f"{self.name}={shown}"
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """A setting's value as each front door gives it, shown bare: ``Setting("evals", Shapes("NAME=PATH[:PRESET]",
+    "{'NAME': data}", "[NAME=PATH[:PRESET], …]"))`` reads ``--eval NAME=PATH[:PRESET]``, ``evals={'NAME': data}``,
+    ``evals: [NAME=PATH[:PRESET], …]``."""
+
+    cli: str
+    python: str
+    pipeline: str
+
+
 def _yaml(value) -> str:
     return "true" if value is True else "false" if value is False else str(value)
 
 
 @dataclass(frozen=True)
 class Command:
-    """A refinery command a message names: its verb and settings (``refinery compose --composition seqz``,
-    ``rf.compose(..., composition='seqz')``, a ``compose`` step with ``composition: seqz``)."""
+    """A refinery command a message names: its verb, settings and what it reads (``on``: an output part of this
+    run, ``kept``; none: any input): ``refinery zfilter OUT/kept --k 20``, ``rf.zfilter(result.data, k=20)``, a
+    ``zfilter`` step after this one with ``k: 20``. ``function``: the Python function where it is not the verb's
+    (``convert``: ``rf.read``)."""
 
     verb: str
     settings: tuple = ()
+    on: str | None = None
+    function: str | None = None
 
     def words(self, kind: str) -> str:
         given = [s.words(kind) for s in self.settings]
         if kind == "cli":
-            return " ".join(["refinery", self.verb, *given])
+            return " ".join(["refinery", self.verb, *([f"OUT/{self.on}"] if self.on else []), *given])
         if kind == "python":
-            return f"rf.{self.verb}({', '.join(['…', *given])})"
-        return f"a {self.verb} step" + (f" with {', '.join(given)}" if given else "")
+            name = (self.function or self.verb).replace("-", "_")
+            return f"rf.{name}({', '.join(['result.data' if self.on else '…', *given])})"
+        article = "an" if self.verb[0] in "aeiou" else "a"
+        return (f"{article} {self.verb} step" + (" after this one" if self.on else "")
+                + (f" with {', '.join(given)}" if given else ""))
+
+
+@dataclass(frozen=True)
+class RejectsAt:
+    """How to read the rejects folder ``url`` (each rejected row with its reason): ``refinery inspect URL``, or in
+    Python ``pandas.read_parquet('URL')``."""
+
+    url: str
+
+    def words(self, kind: str) -> str:
+        return f"pandas.read_parquet({self.url!r})" if kind == "python" else f"refinery inspect {self.url}"
+
+
+@dataclass(frozen=True)
+class Together:
+    """Settings given together: ``--tau auto --keep-share 0.8`` on the command line, ``tau='auto', keep_share=0.8``
+    elsewhere."""
+
+    settings: tuple
+
+    def words(self, kind: str) -> str:
+        return (" " if kind == "cli" else ", ").join(s.words(kind) for s in self.settings)
 
 
 @dataclass(frozen=True)
@@ -189,3 +231,14 @@ class Refusal(ValueError):
 
     def __str__(self) -> str:
         return text(self)
+
+    def __reduce__(self):
+        """Pickled as its parts and attributes, whatever its subclass's ``__init__`` takes (a Ray task's refusal)."""
+        return _refusal, (type(self), self.args, self.__dict__)
+
+
+def _refusal(cls: type, args: tuple, attributes: dict) -> Refusal:
+    refusal = cls.__new__(cls)
+    refusal.args = args
+    refusal.__dict__.update(attributes)
+    return refusal

@@ -359,5 +359,5 @@ def test_a_result_refuses_a_folder_a_later_run_replaced(dev, tmp_path):
     assert len(second.data) != kept
     with pytest.raises(RuntimeError, match="now holds a later run than this result's"):
         first.data
-    with pytest.raises(FileExistsError, match=r"already holds a finished result \(use mode='overwrite' or skip\)"):
+    with pytest.raises(FileExistsError, match=r"already holds a finished result \(use mode='overwrite' or mode='skip'\)"):
         rf.zfilter(dev, preset="snli", k=5, out=tmp_path / "z", mode="error")

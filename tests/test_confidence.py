@@ -482,7 +482,7 @@ def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):
     assert proc.stderr.strip().splitlines() == ["error: --keep-share is the share of each label that --tau auto keeps: "
                                                 "with --tau 0.4 it would do nothing; give --tau auto --keep-share "
                                                 "0.5, or --tau 0.4 alone"]
-    with pytest.raises(ValueError, match=r"give tau='auto' keep_share=0\.5, or tau=0\.4 alone"):
+    with pytest.raises(ValueError, match=r"give tau='auto', keep_share=0\.5, or tau=0\.4 alone"):
         rf.confidence(str(SNLI_DEV), preset="snli", tau=0.4, keep_share=0.5, out=str(tmp_path / "api"))
     assert not (tmp_path / "api").exists()
 

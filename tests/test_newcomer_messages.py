@@ -28,7 +28,8 @@ def test_a_pipeline_step_says_its_verdicts_reasons_as_the_verb_does(lost_label_c
     spec.write_text(yaml.safe_dump({"input": {"paths": [str(lost_label_corpus)]},
                                     "stages": [{"audit": {}}, {"zfilter": {}}, {"upsample": {}}]}))
     said = run_cli("run", spec, "--out", tmp_path / "o").stdout
-    verb = run_cli("zfilter", lost_label_corpus, "--out", tmp_path / "zf").stdout.splitlines()
+    verb = run_cli("zfilter", lost_label_corpus, "--out", tmp_path / "zf",   # in a pipeline's terms, as the step
+                   env={"REFINERY_TERMS": "pipeline"}).stdout.splitlines()
     verdict = json.loads((tmp_path / "zf" / "report" / "report.json").read_text())["verdict"]
     assert verdict["labels_lost"] == ["contradiction"]
     step = said.split("== 02-zfilter\n")[1].split("== 03-upsample")[0].splitlines()

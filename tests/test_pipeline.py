@@ -70,7 +70,7 @@ def test_pipeline_errors_name_the_file_and_key(tmp_path):
     with pytest.raises(ConfigError, match=r"^pipeline: input: map=…: unknown canonical field 'txt_a'; did you mean "
                                           r"'text_a'\? \(fields: text_a, "):
         parse_pipeline({**bad, "input": {"paths": [SNLI_HARD], "map": {"txt_a": "sentence1", "label": "gold_label"}}})
-    with pytest.raises(ConfigError, match=r"give one of model=… .* and proba_column=… .*, not both"):
+    with pytest.raises(ConfigError, match=r"give one of model=… \(ngram, .*\) and proba_column=… \(a column .*\), not both"):
         parse_pipeline({**bad, "stages": [{"confidence": {"model": "ngram", "proba_column": "p"}}]})
     assert parse_pipeline({**bad, "stages": [{"confidence": {"tau": 0.5}}]}).stages[0].config.model == "ngram"
     path = tmp_path / "p.yaml"

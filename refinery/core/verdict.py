@@ -68,9 +68,10 @@ from refinery.core.label_rows import LABEL_KEPT, LabelRows, count, lost_labels, 
 from refinery.core.prior_drift import prior_drift
 from refinery.core.records import VerdictSummary
 from refinery.core.stats import ZStats
+from refinery.messages import Command, Message
 
-LOST_LABEL_REMEDY = ("add rows of the label rather than filter them away (refinery upsample, refinery generate), "
-                     "or filter less")
+LOST_LABEL_REMEDY = Message("add rows of the label rather than filter them away (", Command("upsample"), ", ",
+                            Command("generate"), "), or filter less")
 MARGIN = 1.0        # a significant feature whose z* rose by at least this much has worsened
 MIN_EFFECT_RISE = 0.01   # ... and whose effect p̂ − p0 rose by at least one point (z* grows with √n),
 MIN_Z_GROWTH = 0.1       # or whose z* grew by at least a tenth (the same effect over more rows: n × 1.21)
@@ -230,11 +231,11 @@ class Verdict:
                        f"{total:,} feature(s) over it: " + ", ".join(f"{c.feature} {_z(c.z_after)} (δ {points(c.effect_after)})"
                                                              for c in feats[:5])
                        + (f", +{total - 5:,} more" if total > 5 else ""))
-        remedy = self.remedy_worsened if self.worsened_total or self.risen else ""
-        if self.under_threshold and self.over and self.remedy_remaining and self.remedy_remaining != remedy:
-            remedy = f"{remedy} {self.remedy_remaining}".strip()
+        remedy = str(self.remedy_worsened) if self.worsened_total or self.risen else ""
+        if self.under_threshold and self.over and self.remedy_remaining and str(self.remedy_remaining) != remedy:
+            remedy = _then(remedy, self.remedy_remaining)
         if self.lost:
-            remedy = f"{remedy} {self.remedy_labels or LOST_LABEL_REMEDY}".strip()
+            remedy = _then(remedy, self.remedy_labels or LOST_LABEL_REMEDY)
         if remedy:
             out.append(f"remedy: {remedy}")
         return out
@@ -274,6 +275,12 @@ class Verdict:
                 "remedy": self.warnings()[-1][len("remedy: "):] if self.warnings()
                 and self.warnings()[-1].startswith("remedy: ") else None,
                 "notes": self.notes}
+
+
+def _then(remedy: str, more) -> str:
+    """Two remedies in one line, one clause after the other."""
+    more = str(more).strip()
+    return f"{remedy.rstrip().rstrip('.')}; {more}" if remedy.strip() else more
 
 
 def _z(v) -> str:

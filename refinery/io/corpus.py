@@ -58,8 +58,8 @@ class AllRejected(EmptyInput):
             return
         top = "; ".join(f"{reason} ({n:,})" for reason, n in reasons.most_common(TOP_REASONS))
         more = f"; {len(reasons) - TOP_REASONS:,} other reasons" if len(reasons) > TOP_REASONS else ""
-        where = f"; the rejects, each with its reason, are in {rejects}" if rejects else ""
-        super().__init__(f"no good rows in {named}: all {total:,} rejected: {top}{more}{where}; check ",
+        where = ("; the rejects, each with its reason, are in ", rejects) if rejects else ()
+        super().__init__(f"no good rows in {named}: all {total:,} rejected: {top}{more}", *where, "; check ",
                          Setting("preset"), " or ", Setting("map"), " and ", Setting("labels"))
 
 

@@ -32,7 +32,7 @@ def keeps_finished(folder: str, mode: str, finished, differs: Callable[[object],
         return False
     if mode == "error":
         raise OutputExists(Message(f"{folder} already holds a finished result (use ", Setting("mode", "overwrite"),
-                                   " or skip)"))
+                                   " or ", Setting("mode", "skip"), ")"))
     why = differs(finished)
     if mode == "skip" and why:
         raise OutputExists(Message(f"{folder} ", why, "; ", Setting("mode", "skip"),

@@ -135,6 +135,13 @@ def _map_columns(text: str) -> dict:
     return dict(parse_mapping(text).columns)
 
 
+# a label set's names: text or numbers (a file's labels 0, 1), never a YAML boolean (an unquoted yes, no, on, off)
+_LABEL_NAMES = Allowed(lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
+    isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v),
+    "a list of label names (quote yes, no, on, off, true and false in a pipeline file: unquoted, YAML reads them as "
+    "booleans)")
+
+
 @dataclass
 class InputSpec:
     """The input of a pipeline or a verb: named splits or plain paths, and how to read them. Its fields are the
@@ -147,8 +154,8 @@ class InputSpec:
                                  "Column mapping of a known release (see README, 'Bringing your own data').")
     map: dict | None = setting(None, help="Explicit column mapping.", parse=_map_columns,
                                metavar="text_a=COL,text_b=COL,label=COL,id=COL")
-    labels: list | None = setting(None, help="Declared label set (rows outside it are rejected).", metavar="A,B,C",
-                                  parse=lambda v: [x.strip() for x in v.split(",") if x.strip()])
+    labels: list | None = setting(None, _LABEL_NAMES.or_none(), "Declared label set (rows outside it are rejected).",
+                                  metavar="A,B,C", parse=lambda v: [x.strip() for x in v.split(",") if x.strip()])
     on_bad_row: str = setting("quarantine", one_of("quarantine", "fail"),
                               "Quarantine bad rows in rejects, or fail naming file and line.")
     max_chars: int = setting(DEFAULT_MAX_CHARS, at_least(1), "Reject rows whose text is longer.")
@@ -185,7 +192,7 @@ class InputSpec:
     def mapping(self) -> Mapping | None:
         """How raw files' columns become canonical ones (None: the inputs are canonical corpora)."""
         text_map = ",".join(f"{k}={v}" for k, v in self.map.items()) if self.map else None
-        return resolve_mapping(self.preset, text_map, ",".join(self.labels) if self.labels else None)
+        return resolve_mapping(self.preset, text_map, ",".join(map(str, self.labels)) if self.labels else None)
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(batch_rows=self.batch_rows, max_chars=self.max_chars, on_bad_row=self.on_bad_row,

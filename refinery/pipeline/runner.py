@@ -48,7 +48,7 @@ from refinery.pipeline.step_audits import write_pipeline_report
 from refinery.pipeline.stage import (Output, Stage, StageResult, mapped_references, missing_columns,
                                      reference_values, stage_class)
 from refinery.pipeline.stage_input import StageInput
-from refinery.messages import Refusal, Setting
+from refinery.messages import Message, Refusal, RejectsAt, Setting
 from refinery.progress import peak_rss, recording, reset_peak_rss
 from refinery.report.format import held
 
@@ -379,9 +379,9 @@ def with_rejects_named(result: StageResult, folder: str, part: str | None, opts:
     if not reasons:
         return result
     reason, n = reasons.most_common(1)[0]
-    said = (f"{rejected:,} of {result.rows_in:,} input rows ({rejected / result.rows_in:.1%}) were rejected, {n:,} "
-            f"for {reason}; each rejected row is kept with its reason in {part or posixpath.basename(folder)}/'s "
-            f"rejects (refinery inspect {url} counts them by reason)")
+    said = Message(f"{rejected:,} of {result.rows_in:,} input rows ({rejected / result.rows_in:.1%}) were rejected, "
+                   f"{n:,} for {reason}; each rejected row is kept with its reason in "
+                   f"{part or posixpath.basename(folder)}/'s rejects (", RejectsAt(url), " reads them)")
     return dataclasses.replace(result, warnings=(*result.warnings, said))
 
 

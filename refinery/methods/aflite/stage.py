@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from refinery.messages import Message, Setting
+from refinery.messages import Command, Message, Setting
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
@@ -123,8 +123,8 @@ class AFLiteStage(FilterStage):
     def remedy(self) -> Message:
         return Message("the rows AFLite keeps are those its linear models find hard, and they can carry a word "
                        "shortcut more often: raise ", Setting("tau"), f" (now {self.config.tau:g}) or ",
-                       Setting("target_share"), f" (now {self.config.target_share:g}), or z-filter the kept rows "
-                       "(refinery zfilter OUT/kept).")
+                       Setting("target_share"), f" (now {self.config.target_share:g}), or z-filter the kept rows (",
+                       Command("zfilter", on="kept"), ").")
 
 
 class _Reasons:

@@ -23,7 +23,7 @@ from refinery.io.corpus import AllRejected, EmptyInput, reject_reasons
 from refinery.io.location import get_fs
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import Mapping
-from refinery.messages import Message, Refusal, Setting
+from refinery.messages import Message, Refusal, RejectsAt, Setting
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
 from refinery.methods.audit.counters import PROBE_COLUMNS, add_probe
 from refinery.pipeline.engine import check_engine
@@ -116,7 +116,7 @@ class Counted:
         are (``rejects_at``)."""
         if not self.counter.rows:
             raise AllRejected(self.source.paths, self.reasons,
-                              rejects_at and f"{rejects_at} (refinery inspect {rejects_at})")
+                              rejects_at and Message(f"{rejects_at} (", RejectsAt(rejects_at), ")"))
         counter = self.taken()
         recounted = _pass(self.source)(self.source, self.config, only=counter.candidates()) if self.recount else None
         return finish(counter, self.config, sum(self.reasons.values()), recounted, carried, self.weighted)

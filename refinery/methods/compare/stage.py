@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from refinery.core.validation import NOT_EMPTY, setting, validate
-from refinery.messages import Message, Refusal, Setting
+from refinery.messages import Message, Refusal, Setting, Shapes
 from refinery.methods.compare.config import CompareConfig, parse_training, path_and_split
 from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps, refuse_repeated_names, with_presets
 from refinery.pipeline.stage import Output, StageResult
@@ -60,7 +60,7 @@ class CompareStageConfig:
             raise ValueError(f"train must name each training corpus, {{name: path}} (the first is the baseline), "
                              f"got {self.train!r}")
         if not self.evals:
-            raise ValueError("compare needs at least one evaluation set (evals: [NAME=PATH[:PRESET], …])")
+            raise Refusal("at least one evaluation set is needed (", Setting.of(CompareStageConfig, "evals", Shapes("NAME=PATH[:PRESET]", "{'NAME': data}", "[NAME=PATH[:PRESET], …]")), ")")
         sets = self.eval_sets()
         refuse_repeated_names(sets)
         unknown = sorted(set(self.label_maps) - {e.name for e in sets})

@@ -15,7 +15,7 @@ from refinery.core.validation import (
     setting,
     validate,
 )
-from refinery.messages import Message, Refusal, Setting
+from refinery.messages import Message, Refusal, Setting, Together
 from refinery.models.base import CLASSIFIERS
 
 SOLVERS = ("sgd", "lbfgs")
@@ -70,9 +70,8 @@ class ConfidenceConfig:
         if self.model is None and self.proba_column is None:
             self.model = "ngram"   # the n-gram model cross-fitted on the input: what needs nothing else
         if self.model is not None and self.proba_column is not None:
-            raise Refusal("give one of ", Setting("model"), " (model: ngram, transformer or a saved classifier's "
-                          "folder) and ", Setting("proba_column"), " (proba_column: a column holding "
-                          "p_M(label | text)), not both")
+            raise Refusal("give one of ", Setting("model"), " (ngram, transformer or a saved classifier's folder) and ",
+                          Setting("proba_column"), " (a column holding p_M(label | text)), not both")
         if self.label_issues and self.proba_column is not None:
             raise Refusal(Setting("label_issues", True), " needs p_M(l | x) of every label, and ",
                           Setting("proba_column", self.proba_column), " holds p_M(label | text) of the given label "
@@ -88,7 +87,7 @@ class ConfidenceConfig:
         if not self.auto and self.keep_share != KEEP_SHARE:
             raise Refusal(Setting("keep_share"), " is the share of each label that ", Setting("tau", AUTO),
                           " keeps: with ", Setting("tau", self.tau), " it would do nothing; give ",
-                          Setting("tau", AUTO), " ", Setting("keep_share", self.keep_share), ", or ",
+                          Together((Setting("tau", AUTO), Setting("keep_share", self.keep_share))), ", or ",
                           Setting("tau", self.tau), " alone")
 
     @property

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from refinery.messages import Message, Refusal, Setting
+from refinery.messages import Message, Refusal, Setting, Together
 from refinery.methods.confidence.config import AUTO, ConfidenceConfig
 from refinery.models.base import CLASSIFIERS
 from refinery.pipeline.stage import set_column
@@ -237,7 +237,7 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     labels' highest p_M)."""
     if usable(chosen):
         return
-    given = Message(Setting("tau", AUTO), " ", Setting("keep_share", config.keep_share)) if config.auto else \
+    given = Message(Together((Setting("tau", AUTO), Setting("keep_share", config.keep_share)))) if config.auto else \
         _tau(tau_text(config.tau))
     what = "no row" if not chosen.kept.sum() else "the rows of one label only"
     said = [Message(given, f" would keep {what} ({_per_label(chosen.labels, chosen.kept, chosen.rows)}), which the "

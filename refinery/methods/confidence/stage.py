@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from refinery.messages import Message, Setting
+from refinery.messages import Command, Message, Setting
 from refinery.methods.confidence.config import AUTO, ConfidenceConfig
 from refinery.methods.confidence.issues import (
     LABEL_ISSUE,
@@ -159,8 +159,8 @@ class ConfidenceStage(FilterStage):
         if self.issues is not None:
             return Message("a model is most confident where a shortcut gives the label away, so the rows it calls "
                            "mislabeled are often the shortcut's counter-examples: leave out ",
-                           Setting("label_issues", True), ", or z-filter the kept rows (refinery zfilter OUT/kept).")
+                           Setting("label_issues", True), ", or z-filter the kept rows (", Command("zfilter", on="kept"), ").")
         lower = (Message("a larger ", Setting("keep_share"), f" (now {self.config.keep_share:g})") if self.config.auto
                  else Message("a lower ", Setting("tau"), f" (now {tau_text(self.config.tau)})"))
         return Message("a model is most confident where a shortcut gives the label away, so the rows it keeps carry "
-                       "the shortcut more often: ", lower, ", or z-filter the kept rows (refinery zfilter OUT/kept).")
+                       "the shortcut more often: ", lower, ", or z-filter the kept rows (", Command("zfilter", on="kept"), ").")

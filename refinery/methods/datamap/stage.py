@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from refinery.messages import Message, Setting
+from refinery.messages import Command, Message, Setting
 from refinery.methods.datamap.config import DataMapConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
@@ -166,7 +166,7 @@ class DataMapStage(FilterStage):
     def remedy(self) -> Message:
         return Message(f"the {self.config.keep} rows carry these features more often: keep another region (",
                        Setting("keep"), f", now {self.config.keep}) or a larger ", Setting("share"),
-                       f" (now {self.config.share:g}), or z-filter the kept rows (refinery zfilter OUT/kept).")
+                       f" (now {self.config.share:g}), or z-filter the kept rows (", Command("zfilter", on="kept"), ").")
 
 
 class _Reasons:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from refinery.core.validation import SEED, at_least, number_in, setting, validate
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Refusal, Setting, Shapes
 from refinery.models.evaluation import EvalSet, parse_eval_set, refuse_repeated_names
 
 
@@ -34,7 +34,8 @@ class DecontaminateConfig:
     def __post_init__(self):
         validate(self)
         if not self.against:
-            raise ValueError("decontaminate needs at least one evaluation set (against: [NAME=PATH[:PRESET], …])")
+            raise Refusal("at least one evaluation set is needed (", Setting.of(DecontaminateConfig, "against", Shapes("NAME=PATH[:PRESET]", "{'NAME': data}", "[NAME=PATH[:PRESET], …]")),
+                          ")")
         refuse_repeated_names(self.eval_sets())
 
     def eval_sets(self) -> list[EvalSet]:

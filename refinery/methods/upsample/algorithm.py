@@ -19,7 +19,7 @@ from refinery.core.features import FeatureConfig, extract, fields_of
 from refinery.core.verdict import Verdict
 from refinery.io import queries
 from refinery.io.read_options import DEFAULT_BATCH_ROWS
-from refinery.messages import Message, Setting
+from refinery.messages import Command, Message, Setting
 from refinery.methods.upsample.guard import ShortcutGuard, count_input
 from refinery.methods.upsample.tokens import TokenBand, select_tokens, split_token, words
 from refinery.progress import progress
@@ -120,8 +120,8 @@ def plan(con, config, features: FeatureConfig, carried: zstats.Prior | None = No
 
 
 def _remedy(cap: int) -> Message:
-    return Message("lower ", Setting("max_copies"), f" (now {cap}), or ", Setting("k"), "; or correct with generation "
-                   "(refinery ibadr) or filtering (refinery zfilter) instead")
+    return Message("lower ", Setting("max_copies"), f" (now {cap}), or ", Setting("k"), "; or correct with generation (",
+                   Command("ibadr"), ") or filtering (", Command("zfilter"), ") instead")
 
 
 def _texts(con):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from refinery.core import stats as zstats
 from refinery.core.validation import SEED, at_least, number_in, one_of, setting, validate
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Setting, Together
 
 AUDIT_MIN_COUNT = 10  # the audit's min_count (its default): the tokens', the guard's and the verdict's
 
@@ -55,5 +55,5 @@ def _band_count(value: float, rows: int) -> float:
 def wider_band(hint: str) -> Message:
     """The band settings of ``hint`` (``tokens.left_out``'s "band_min,band_max", each as it words it)."""
     band_min, band_max = hint.split(",")
-    return Message(Setting("band_min", band_min, placeholder=True), " ",
-                   Setting("band_max", band_max, placeholder=True))
+    return Message(Together((Setting("band_min", band_min, placeholder=True),
+                             Setting("band_max", band_max, placeholder=True))))

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from refinery.core import stats as zstats
 from refinery.core.features import KEPT_WORDS, STOPWORD_LIST
-from refinery.messages import Message, Setting
+from refinery.messages import Command, Message, Setting
 
 def words(stats: zstats.ZStats, fields: list, drop_stopwords: bool = False) -> zstats.ZStats:
     """AUDAC's tokens (METHODS §1, §3): the audit's unigram features of words, ``w@field`` of the text ``fields``
@@ -162,7 +162,7 @@ def left_out(every_token: zstats.ZStats, fields: list, chosen: list, config, row
     return out, f"{lower},{_widened(config.band_max, max(outside), rows, lower=False)}"
 
 
-IBADR = "consider generation (refinery ibadr) for counter-examples"
+IBADR = Message("consider generation (", Command("ibadr"), ") for counter-examples")
 
 
 def uncorrectable_reason(token: str, labels: list) -> str:

@@ -64,7 +64,9 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
               "config": config.to_dict()}
     out.publish_report(report, _page(page, report, verdicts, summaries["before"][1], summaries["after"][1]))
     return StageResult(*accounting(report), report, f"{kind}: kept {together['kept']:,} of D0 and G, filtered out "
-                       f"{together['rejected']:,}", terminal_lines(report))
+                       f"{together['rejected']:,}", terminal_lines(report),
+                       tuple(f"{PARTS[p]}: {w}" for p, v in verdicts.items() if promise[p] is not None and not v.ok
+                             for w in v.warnings()))
 
 
 def _unjudged(kind: str, part: str, verdict: Verdict) -> str:

@@ -77,7 +77,8 @@ def publish_report(filtering: Filtering, written: FilterWritten, out: StageOutpu
     out.publish_report(report, _page(page, report, verdict, plot_before, plot_after))
     seeded = f" ({seed:,} seed rows)" if seed else ""
     return StageResult(*accounting(report), report, f"kept {report['kept']:,}{seeded}, filtered out "
-                       f"{report['rejected']:,}; {verdict_headline(verdict)}", terminal_lines(report))
+                       f"{report['rejected']:,}; {verdict_headline(verdict)}", terminal_lines(report),
+                       () if verdict.ok else tuple(verdict.warnings()))
 
 
 def accounting(report: dict) -> tuple[int, dict]:
