@@ -174,3 +174,17 @@ def test_an_input_that_loses_many_rows_to_rejects_says_why(tmp_path):
     assert len(said) == 1, proc.stderr
     assert said[0].startswith("warning: 299 of 1,299 input rows (23.0%) were rejected, 299 for label not in the "
                               "label set") and "preset hans" in said[0], said
+
+
+def test_an_evaluation_set_of_other_labels_is_refused_with_its_reason(tmp_path):
+    """`compare --eval odd=FILE:snli` over a file whose labels are ent/con/neu said only "no good rows in FILE": the
+    refusal names how many were rejected and why, and the fix."""
+    rows = [json.loads(line) for line in open(SNLI_TEST)][:200]
+    short = {"entailment": "ent", "contradiction": "con", "neutral": "neu"}
+    (tmp_path / "odd.jsonl").write_text("".join(json.dumps({**r, "gold_label": short[r["gold_label"]]}) + "\n"
+                                                for r in rows if r["gold_label"] in short))
+    done = run_cli("compare", "--train", f"dev={SNLI_DEV}", "--eval", f"odd={tmp_path / 'odd.jsonl'}:snli",
+                   "--preset", "snli", "--out", tmp_path / "c", check=False)
+    assert done.returncode == 2 and "evaluation set odd: no good rows in" in done.stderr
+    assert "rejected, most for 'label not in the label set entailment|neutral|contradiction'" in done.stderr
+    assert f"give the preset of its release (odd={tmp_path / 'odd.jsonl'}:PRESET)" in done.stderr

@@ -46,6 +46,18 @@ class EvalSet:
     def full_label_map(self) -> dict:
         return {**PRESET_LABEL_MAPS.get(self.preset or "", {}), **self.label_map}
 
+    def no_good_rows(self, rejects) -> str:
+        """The refusal of an evaluation corpus none of whose rows could be read: its rejects' commonest reason and
+        the fix."""
+        from refinery.io.corpus import reject_reasons
+
+        said = f"evaluation set {self.name}: no good rows in {', '.join(self.paths)}"
+        if not rejects.num_rows:
+            return f"{said}: it holds no rows"
+        reason, _ = reject_reasons(rejects).most_common(1)[0]
+        return (f"{said}: all {rejects.num_rows:,} rejected, most for {reason!r}; give the preset of its release "
+                f"({self.name}={self.paths[0]}:PRESET), or write its rows in that preset's columns and labels")
+
     def scored_on_part(self, rows: int, rejects) -> str | None:
         """The warning for an evaluation corpus scored on part of its rows (None where none was rejected): how many
         were rejected, the commonest reason, the fix (read with the training corpora's preset, another release's

@@ -105,7 +105,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
                              f"no preset: give its preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)")
         table, eval_rejects[e.name] = source.read_side(SideInput(tuple(e.paths), mapping))
         if not table.num_rows:
-            raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}")
+            raise ValueError(e.no_good_rows(eval_rejects[e.name]))
         eval_pairs[e.name] = is_pair(table)
         eval_tables[e.name] = model_view(table, reads, e.name)
         eval_labels[e.name] = sorted(set(eval_tables[e.name]["label"].to_pylist()))

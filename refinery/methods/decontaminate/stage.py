@@ -71,8 +71,7 @@ class DecontaminateStage(FilterStage):
             except ValueError as error:   # named by the --against it came from
                 raise Refusal(*error.args, hint) from None
             if not table.num_rows:
-                raise ValueError(f"evaluation set {e.name}: no good rows in {', '.join(e.paths)}"
-                                 + (f" ({e.scored_on_part(0, rejects)})" if rejects.num_rows else ""))
+                raise ValueError(e.no_good_rows(rejects))
             fields = [table[c].combine_chunks() for c in ("text_a", "text_b") if c in table.column_names
                       and table[c].null_count < table.num_rows]
             sets.append((e, table, rejects.num_rows, fields, []))

@@ -56,7 +56,8 @@ class ProbeStage(TableStage):
                  for e in c.eval_sets()}
         empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]
         if empty:
-            raise ValueError(f"evaluation corpus {empty[0]}: no good rows in {', '.join(evals[empty[0]][0].paths)}")
+            e, _, rejects = evals[empty[0]]
+            raise ValueError(e.no_good_rows(rejects))
         train_table, left_out = training_rows("the input", rows.table(), None, "give that split alone as the input")
         self.model = model = c.classifier()
         t = time.perf_counter()
