@@ -109,7 +109,8 @@ def test_a_misspelt_choice_is_refused_naming_the_closest(tmp_path):
 def test_pipeline_file_is_validated_whole_before_the_first_stage(tmp_path):
     path = tmp_path / "bad.yaml"
     for bad, message in (({"k": -5}, "k must be a positive integer, got -5"),
-                         ({"prior": "emprical"}, "prior must be one of auto, uniform, empirical, got 'emprical'")):
+                         ({"prior": "emprical"}, "prior must be one of auto, uniform, empirical, got 'emprical'; "
+                                                 "did you mean 'empirical'?")):
         path.write_text(yaml.safe_dump({"input": {"paths": [SNLI_HARD], "preset": "snli"},
                                         "stages": [{"audit": {"k": 20}}, {"zfilter": bad}]}))
         proc = run_cli("run", path, "--out", tmp_path / "o", check=False)

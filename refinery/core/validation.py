@@ -9,6 +9,7 @@ and pipeline files all build configs, so all three reject a bad value before any
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -89,12 +90,15 @@ class SettingError(ValueError):
     (``k must be a positive integer, got -5``: a pipeline file's and the Python API's word for it); the CLI words
     it by its option (``worded("--k")``)."""
 
-    def __init__(self, field: dataclasses.Field, accepts: str, value):
+    def __init__(self, field: dataclasses.Field, accepts: str, value, choices: tuple | None = None):
         self.field, self.accepts, self.value = field, accepts, value
+        close = difflib.get_close_matches(value.lower(), [str(c) for c in choices], n=1) \
+            if choices and isinstance(value, str) else []
+        self.suggestion = f"; did you mean {close[0]!r}?" if close else ""
         super().__init__(self.worded(field.name))
 
     def worded(self, name: str) -> str:
-        return f"{name} must be {self.accepts}, got {self.value!r}"
+        return f"{name} must be {self.accepts}, got {self.value!r}{self.suggestion}"
 
 
 def validate(config) -> None:
@@ -104,4 +108,4 @@ def validate(config) -> None:
         allowed = f.metadata.get("allowed")
         value = getattr(config, f.name)
         if allowed is not None and not allowed.test(value):
-            raise SettingError(f, allowed.text, value)
+            raise SettingError(f, allowed.text, value, allowed.choices)

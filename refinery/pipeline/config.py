@@ -19,6 +19,7 @@ are read from the environment.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 import os
 import re
@@ -73,7 +74,9 @@ def from_dict(cls: type, data: dict | None, where: str = "config"):
     if unknown:
         run_keys = [k for k in unknown if k in RUN_KEYS]
         said = f"; {', '.join(run_keys)}: the run's, not a step's (the pipeline file's top level)" if run_keys else ""
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(fields)}{said}")
+        close = [m for k in unknown for m in difflib.get_close_matches(k, list(fields), n=1)]
+        meant = f"; did you mean {', '.join(map(repr, close))}?" if close and not run_keys else ""
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}{meant}; known: {', '.join(fields)}{said}")
     values = {}
     for name, value in data.items():
         values[name] = _coerce(hints[name], value, f"{where}.{name}")
