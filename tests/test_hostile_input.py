@@ -188,7 +188,7 @@ def test_only_credentials_are_hidden_not_words_that_contain_key_or_token(tmp_pat
     pipeline.write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n  - zfilter: {{kk: 1}}\n")
     proc = run_cli("run", pipeline, check=False)
     assert proc.returncode == 2 and proc.stderr.endswith(
-        f"error: {pipeline}: stage 1 (zfilter): unknown key(s) kk; known: k, batch_size, min_count, warmup, settle, settle_limit, "
+        f"error: {pipeline}: stage 1 (zfilter): unknown key(s) kk; did you mean 'k'?; known: k, batch_size, min_count, warmup, settle, settle_limit, "
         "biased_set, prior, alpha, shuffle_seed, features, seed_corpus\n"), proc.stderr
 
 

@@ -30,7 +30,7 @@ def _one_line(e: BaseException) -> str:
 
     text = worded(e.args[0]) if isinstance(e, KeyError) and e.args else worded(e)   # in the command's terms
     text = " ".join(text.split()) or type(e).__name__
-    return redact_text(text if len(text) <= 500 else text[:300] + " … " + text[-200:])   # the remedy is at the end
+    return redact_text(text if len(text) <= 800 else text[:500] + " … " + text[-300:])   # the remedy is at the end
 
 
 _SENTENCE_END = re.compile(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
