@@ -29,13 +29,11 @@ def terms() -> str:
 
 
 @contextlib.contextmanager
-def shown_as(name: str, process: bool = False):
-    """Show messages in ``name``'s terms inside the block; ``process``: also in this process's Ray workers (the
-    environment they inherit) and after the block, as a command's whole process does."""
+def shown_as(name: str):
+    """Show messages in ``name``'s terms inside the block (a command sets ``REFINERY_TERMS`` for its whole process
+    instead, so that the Ray workers it starts inherit them)."""
     if name not in TERMS:
         raise ValueError(f"terms {name!r}: one of {', '.join(TERMS)}")
-    if process:
-        os.environ[TERMS_ENV] = name
     token = _terms.set(name)
     try:
         yield

@@ -10,24 +10,18 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from refinery.io.schema import PRESETS, Mapping
-from refinery.messages import Refusal, Setting
+from refinery.messages import Refusal, Setting, Shapes
 
 # predictions of a 3-class NLI model onto the label sets of presets that have fewer labels
 PRESET_LABEL_MAPS = {"hans": {"neutral": "non-entailment", "contradiction": "non-entailment"}}
 LABEL_MAPS = Setting("label_maps", option="--label-map")   # compare's: on the command line, one set's map an option
 
 
-@dataclass(frozen=True)
-class LabelMapFor:
+def label_map_for(name: str) -> Setting:
     """The remedy of an evaluation set no training label maps to: a label map for it, as each front door gives
     one (``--label-map NAME=FROM:TO,…``, ``label_maps={'NAME': {'FROM': 'TO'}}``)."""
-
-    name: str
-
-    def words(self, kind: str) -> str:
-        if kind == "cli":
-            return replace(LABEL_MAPS, value=f"{self.name}=FROM:TO,…").words(kind)
-        return replace(LABEL_MAPS, value={self.name: {"FROM": "TO"}}).words(kind)
+    return replace(LABEL_MAPS, value=Shapes(f"{name}=FROM:TO,…", f"{{{name!r}: {{'FROM': 'TO'}}}}",
+                                            f"{{{name}: {{FROM: TO}}}}"))
 
 
 @dataclass
@@ -155,7 +149,7 @@ def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, whe
     unreached = [e for e in eval_labels if e not in out.values()]
     if unreached:
         raise Refusal(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
-                      f"{', '.join(map(repr, train_labels))} (give ", LabelMapFor(where), ")")
+                      f"{', '.join(map(repr, train_labels))} (give ", label_map_for(where), ")")
     return out
 
 
