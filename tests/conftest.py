@@ -34,11 +34,14 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(autouse=True)
-def python_terms_by_default(monkeypatch):
-    """Each test starts with messages in Python's terms, whatever a command line run in-process before it chose
-    (``refinery.messages``: the CLI sets its terms for its whole process)."""
-    monkeypatch.setenv("REFINERY_TERMS", "python")   # recorded as unset, so that a command line's is undone after
-    monkeypatch.delenv("REFINERY_TERMS")
+def python_terms_by_default():
+    """Each test runs with messages in Python's terms, whatever a command line run in-process before it chose
+    (``refinery.messages``: the CLI sets its terms for its whole process); its own patch, which a test's
+    ``monkeypatch.undo()`` leaves in place."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REFINERY_TERMS", "python")   # recorded as unset, so that a command line's is undone after
+        patch.delenv("REFINERY_TERMS")
+        yield
 
 
 def free_port():
