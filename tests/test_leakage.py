@@ -180,6 +180,14 @@ def test_snli_dev_test_graph_end_to_end(tmp_path):
     assert table.num_rows == 19_666 and abs(table["weight"].to_numpy().mean() - 1) < 1e-9
 
 
+def test_the_test_split_is_named_or_the_last_and_a_missing_one_refused():
+    assert sentence_graph.split_roles(["train", "dev", "test"]) == (["train", "dev"], "test")
+    assert sentence_graph.split_roles(["train", "dev"]) == (["train"], "dev")
+    with pytest.raises(ValueError, match=r"^test_split='validation': the input has no split of that name; its "
+                                         r"splits: train, test$"):
+        sentence_graph.split_roles(["train", "test"], "validation")
+
+
 def test_inductive_graphs_are_per_split():
     both = {"dev": SNLI_DEV, "test": SNLI_TEST}
     transductive = sentence_graph.corpus_features(both, PRESETS["snli"]).features()

@@ -165,7 +165,8 @@ def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[
         raise Refusal("predictability needs a training and a test split (", NamedSplits(), ")")
     test = test_split or ("test" if "test" in splits else splits[-1])
     if test not in splits:
-        raise ValueError(f"no split named {test!r}; splits: {', '.join(splits)}")
+        raise Refusal(Setting("test_split", test), f": the input has no split of that name; its splits: "
+                      f"{', '.join(splits)}")
     return [s for s in splits if s != test], test
 
 
