@@ -196,6 +196,11 @@ class Message:
             flat.extend(p.parts if isinstance(p, Message) else (p,))
         object.__setattr__(self, "parts", tuple(flat))
 
+    @classmethod
+    def joined(cls, parts, separator: str) -> "Message":
+        """``separator.join(parts)`` of strings and messages, as a message."""
+        return cls(*(p for i, part in enumerate(parts) for p in ((separator, part) if i else (part,))))
+
     def words(self, kind: str) -> str:
         return render(self.parts, kind)
 

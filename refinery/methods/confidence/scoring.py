@@ -248,7 +248,7 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     if never:
         said.append(Message(f"no τ keeps a row of {', '.join(map(str, never))}: p_M(label | text) is 0 on all its "
                             "rows; check the model or ", Setting("proba_column")))
-        raise Refusal(*_sentences(said))
+        raise Refusal(Message.joined(said, "; "))
     n, share = len(chosen.labels), config.keep_share
     auto = None if config.auto else thresholds(scores, AUTO, share)
     if auto is not None and usable(auto):
@@ -261,17 +261,12 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     top = math.floor(min(highest.values()) * 100) / 100
     top = top - 0.01 if top >= min(highest.values()) else top
     said.append(Message(_tau(f"{top:.2f}"), " is the highest τ that keeps rows of every label"))
-    raise Refusal(*_sentences(said))
+    raise Refusal(Message.joined(said, "; "))
 
 
 def _tau(digits: str) -> Setting:
     """τ as a refusal gives it, with the digits it prints (0.90, 0.3417): shown bare in every front door's terms."""
     return Setting("tau", digits, placeholder=True)
-
-
-def _sentences(said: list) -> list:
-    """The sentences of a refusal, "; " between them."""
-    return [part for i, sentence in enumerate(said) for part in ((sentence,) if not i else ("; ", sentence))]
 
 
 def confidence_filter(table: pa.Table, tau: float = 0.95, model=None, proba_column: str | None = None):

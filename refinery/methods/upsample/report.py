@@ -160,11 +160,6 @@ def _band_note(report: dict, lo: int, hi: int) -> Message:
                    f"from the band of {lo:,} to {hi:,} rows", *widened, *hint)
 
 
-def _joined(parts: list, separator: str) -> Message:
-    """``separator.join(parts)`` of strings and messages, as a message."""
-    return Message(*(p for i, part in enumerate(parts) for p in ((separator, part) if i else (part,))))
-
-
 def _pair_or_text(change):
     return lambda v: v if isinstance(v, str) else change(v)
 
@@ -209,5 +204,5 @@ def not_corrected(chosen: list, p_after: dict, supply: list, config, p0: dict, a
         out.append({"token": tok, "label": c["label"], "p_hat_before": c["counts"][c["label"]] / c["n"],
                     "p_hat_after": p_after[tok][c["label"]], "p0": p0[c["label"]],
                     "deficit_after": {l: d for l, d in left.items() if d}, "copies_needed": need,
-                    "reason": _joined(reasons, "; ")})
+                    "reason": Message.joined(reasons, "; ")})
     return out
