@@ -5,7 +5,8 @@ keyword (``max_copies=2``), a pipeline file as its key (``max_copies: 2``; the s
 ``COMMAND_SETTINGS``, as its options).
 
 Which terms a message is shown in is the front door's choice (``shown_as``): the CLI and ``refinery run`` set
-theirs for the whole process (``REFINERY_TERMS``, which Ray workers started by it inherit), the API for each call.
+theirs for the whole process (``REFINERY_TERMS``, which its Ray workers get: a local instance's inherit it, a
+cluster's as the job's environment), the API for each call.
 Python's are the default. A ``Message`` renders itself in the terms in force wherever it becomes text (a report's
 JSON and page, a warning printed, ``str()`` of a ``Refusal``), so a module that words a message never spells an
 option, and one record serves every front door.

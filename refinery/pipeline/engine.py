@@ -61,8 +61,9 @@ _started = {"budget": None, "num_cpus": None, "ours": False}   # the budget and 
 def ray_init(num_cpus: int | None = None):
     """Connect to the cluster named by ``RAY_ADDRESS``, else start a quiet local Ray.
 
-    Its workers hold the run's memory budget (``io.memory``): a local instance's inherit it, a cluster's get it as
-    the job's environment; another budget starts them again (not a Ray the caller started).
+    Its workers hold the run's memory budget (``io.memory``) and the terms of its messages (``refinery.messages``):
+    a local instance's inherit them, a cluster's get them as the job's environment; another budget starts them
+    again (not a Ray the caller started).
 
     A cluster that does not answer, or refuses the driver (say, a head with token authentication and no
     token here), ends it with one ``RayUnreachable`` line naming the address. The local instance has no
@@ -72,6 +73,7 @@ def ray_init(num_cpus: int | None = None):
     import ray
 
     from refinery.io.memory import MEMORY_BUDGET_ENV
+    from refinery.messages import TERMS_ENV
 
     budget = os.environ.get(MEMORY_BUDGET_ENV)
     if ray.is_initialized():
@@ -88,7 +90,9 @@ def ray_init(num_cpus: int | None = None):
     if address:
         check_ray_address()
         try:
-            join_cluster(address, {MEMORY_BUDGET_ENV: budget} if budget else {})
+            # the run's memory budget and the terms its messages are shown in, for the cluster's workers too
+            join_cluster(address, {name: os.environ[name] for name in (MEMORY_BUDGET_ENV, TERMS_ENV)
+                                   if os.environ.get(name)})
         except RayUnreachable:
             raise
         except (ConnectionError, RuntimeError, ValueError) as e:
