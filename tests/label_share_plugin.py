@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from refinery.core.report_record import ReportRecord
 from refinery.core.validation import number_in, setting, validate
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.table_stage import CorpusPart, TableStage
@@ -18,6 +19,15 @@ class LabelShareConfig:
         validate(self)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LabelShareReport(ReportRecord):
+    """report.json: the rows, the input's rejects and each label's share of the rows."""
+
+    rows: int
+    rejected: int
+    shares: dict
+
+
 class LabelShare(TableStage):
     """Each row with its label's share of the corpus (label_share) and whether that label is rare."""
 
@@ -25,6 +35,7 @@ class LabelShare(TableStage):
     needs = ("id", "text_a", "label")
     adds = ("label_share", "rare_label")
     output = Output.CORPUS
+    report_type = LabelShareReport
 
     def compute(self, rows):
         reader = rows.con.execute(
@@ -36,7 +47,7 @@ class LabelShare(TableStage):
     def result(self, manifests, out):
         manifest = manifests["corpus"]
         shares = {label: n / manifest.rows for label, n in manifest.labels.items()}
-        report = {"rows": manifest.rows, "rejected": manifest.rejected, "shares": shares}
+        report = LabelShareReport(rows=manifest.rows, rejected=manifest.rejected, shares=shares)
         out.publish_report(report, out.report_page("Label shares").section("Labels", fields(shares)))
         return StageResult(manifest.rows + manifest.rejected, {"out": manifest.rows, "input rejects": manifest.rejected},
                            report,

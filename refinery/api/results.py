@@ -30,6 +30,7 @@ from refinery.pipeline.config import InputSpec, PipelineSpec
 from refinery.pipeline.runner import PipelineRun, stage_input
 from refinery.pipeline.stage import Output, StageResult, conservation, set_column, stage_class
 from refinery.core.records import Comparison, StageReport
+from refinery.core.report_record import ReportRecord
 from refinery.report.page import scoped_style
 
 
@@ -348,11 +349,12 @@ class PipelineResult:
                 f"<ul>{rows}</ul>{body}</div>")
 
 
-def _as_published(report: dict) -> dict | None:
+def _as_published(report: ReportRecord) -> dict | None:
     """A stage's report as its ``report.json`` holds it: in-memory inputs named as what they hold."""
     from refinery.io.scratch import in_memory_names
 
-    return json.loads(in_memory_names(json.dumps(report, default=str))) if report else None
+    data = report if isinstance(report, dict) else report.to_json()   # TRANSITION
+    return json.loads(in_memory_names(json.dumps(data, default=str))) if data else None
 
 
 def _report_body(report: str, storage_options: dict) -> str:

@@ -25,12 +25,15 @@ and ``remedy()``, the filter's own advice. The verdict is on the console, in rep
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.core.report_record import ReportRecord, optional
+from refinery.messages import Message
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import TOP_REASONS, FilterWritten
 from refinery.pipeline.stage import Output, Stage, StageResult
@@ -51,8 +54,30 @@ def verdict_headline(verdict: Verdict) -> str:
     return "verdict ok" if verdict.ok else "verdict WARNING: " + "; ".join(verdict.warnings())
 
 
+@dataclass(frozen=True, kw_only=True)
+class FilterReport(ReportRecord):
+    """Every filter's report: the rows kept, filtered out and rejected on input, each label's rows kept and
+    filtered out (``by_label``: {label: {"kept", "filtered out"}}), the commonest reasons with their rows, the
+    configuration, the verdict (``core.verdict.Verdict.to_dict``), or why there is none (``not_judged``), a
+    warning where it kept few rows, the warnings, and what a resumed run read back. A filter with entries of its
+    own reports a subclass (``FilterStage.report_type``) that adds them."""
+
+    kept: int
+    filtered_out: int
+    input_rejects: int
+    by_label: dict
+    reasons: dict
+    config: dict
+    not_judged: str | None = optional()
+    verdict: dict | None = optional()
+    few_kept: Message | str | None = optional()
+    warnings: list = ()
+    resumed: str | None = optional()
+
+
 class FilterStage(Stage):
     output = Output.KEPT
+    report_type: ClassVar[type[FilterReport]] = FilterReport   # a subclass adds the filter's own entries
     checkpoints = None   # a filter's ``Checkpoints`` of a long ``prepare``: removed once the rows are published
     resumed = ""         # what ``prepare`` read back from a killed run's checkpoints, said on the console
     judges_itself: ClassVar[bool] = False   # its report carries a verdict of its own (zfilter's, against the
@@ -116,35 +141,33 @@ class FilterStage(Stage):
         from refinery.core.weighted_counts import judge_audits
 
         details, sections = self.report_details()
-        report = {**written.to_json(), **details, "config": to_dict(self.config)}
         kept, dropped, input_rejects = written.kept, written.filtered_out, written.input_rejects
         verdict = judge_audits(audits, stage=self.name, under_threshold=False, remedy_worsened=self.remedy()) \
             if audits is not None and kept else None
+        not_judged = None
         if verdict is not None and all(m.after is None for m in verdict.max_z.values()):
             verdict = None   # no feature of the kept rows reaches min_count: nothing to judge them by
-            report["not_judged"] = TOO_FEW_KEPT.format(kept=kept)
-        if verdict is not None:
-            report["verdict"] = verdict.to_dict()
-        elif audits is not None and not kept:   # an empty corpus holds no shortcut, and no signal either
-            report["not_judged"] = NOTHING_KEPT
+            not_judged = TOO_FEW_KEPT.format(kept=kept)
+        elif verdict is None and audits is not None and not kept:   # an empty corpus: no shortcut, and no signal
+            not_judged = NOTHING_KEPT
         share = kept / max(kept + dropped, 1)
         settings = ", ".join(f"{k} {v}" for k, v in self.settings_in_effect().items())
-        if share < MIN_KEPT_SHARE:
-            report["few_kept"] = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}){self.few_kept_hint()}"
-                                  f"; check the settings ({settings})")
-        warnings = (report["few_kept"],) if "few_kept" in report else ()
+        few_kept = (f"kept {share:.1%} of the rows ({kept:,} of {kept + dropped:,}){self.few_kept_hint()}"
+                    f"; check the settings ({settings})") if share < MIN_KEPT_SHARE else None
+        warnings = (few_kept,) if few_kept is not None else ()
         if verdict is not None and not verdict.ok:
             warnings += tuple(verdict.warnings())
-        report["warnings"] = list(warnings)
-        if self.resumed:   # the report is the whole run's; it says that part of it was read back
-            report["resumed"] = self.resumed
+        # the report is the whole run's; ``resumed`` says that part of it was read back
+        report = self.report_type(**written.to_json(), **details, config=to_dict(self.config), not_judged=not_judged,
+                                  verdict=None if verdict is None else verdict.to_dict(), few_kept=few_kept,
+                                  warnings=list(warnings), resumed=self.resumed or None)
         self._write_report(report, out, verdict, sections)
         rows_line = f"kept {kept:,}, filtered out {dropped:,}"
         headline = rows_line + (f"; {verdict_headline(verdict)}" if verdict is not None else
-                                f"; {report['not_judged']}" if "not_judged" in report else "")
+                                f"; {not_judged}" if not_judged else "")
         if self.checkpoints is not None:
             self.checkpoints.clear()
-        lines = (rows_line, *(verdict.lines() if verdict else [report["not_judged"]] if "not_judged" in report else ()),
+        lines = (rows_line, *(verdict.lines() if verdict else [not_judged] if not_judged else ()),
                  *((self.resumed,) if self.resumed else ()))
         return StageResult(kept + dropped + input_rejects,
                            {"kept": kept, "filtered out": dropped, "input rejects": input_rejects},
@@ -159,39 +182,41 @@ class FilterStage(Stage):
         return ""
 
     def report_details(self) -> tuple[dict, list]:
-        """What the filter adds to its report: (report.json entries, [(heading, HTML)] sections of its page)."""
+        """What the filter adds to its report: (its ``report_type``'s own fields, [(heading, HTML)] sections of its
+        page)."""
         return {}, []
 
-    def _write_report(self, report: dict, out: StageOutput, verdict, sections: list) -> None:
+    def _write_report(self, report: FilterReport, out: StageOutput, verdict, sections: list) -> None:
         from refinery.report import format as fmt
         from refinery.report import verdict as verdict_html
         from refinery.report.page import config_table, fields, note, table
 
         doc = (type(self).__doc__ or self.name).strip().split("\n")[0]
         by_label = [{"label": l, **c, "rows kept": c["kept"] / max(c["kept"] + c["filtered out"], 1)}
-                    for l, c in report["by_label"].items()]
+                    for l, c in report.by_label.items()]
         page = out.report_page(f"{self.name}: {doc.rstrip('.')}")
         if verdict is not None:
             page.section(verdict_html.HEADING, verdict_html.section(verdict))
-        elif "not_judged" in report:
-            page.section(verdict_html.HEADING, note(report["not_judged"].capitalize() + "."))
-        if "few_kept" in report:
-            page.section("Few rows kept", note(report["few_kept"][0].upper() + report["few_kept"][1:] + "."))
-        if "resumed" in report:
-            page.section("Resumed", note(f"This run was {report['resumed'].removeprefix('resumed')} after a kill, "
+        elif report.not_judged:
+            page.section(verdict_html.HEADING, note(report.not_judged.capitalize() + "."))
+        if report.few_kept:
+            few_kept = str(report.few_kept)
+            page.section("Few rows kept", note(few_kept[0].upper() + few_kept[1:] + "."))
+        if report.resumed:
+            page.section("Resumed", note(f"This run was {report.resumed.removeprefix('resumed')} after a kill, "
                                          "and this report is the whole run's: its figures are those of an "
                                          "uninterrupted run."))
         page = (page
-                .section("Rows", fields({k.replace("_", " "): report[k]
-                                         for k in ("kept", "filtered_out", "input_rejects")}))
+                .section("Rows", fields({"kept": report.kept, "filtered out": report.filtered_out,
+                                         "input rejects": report.input_rejects}))
                 .section("Rows per label", table(by_label, formats={"rows kept": fmt.percent}))
                 .section("Why rows were filtered out", table(
-                    [{"reason": r, "rows": n} for r, n in report["reasons"].items()]),
+                    [{"reason": r, "rows": n} for r, n in report.reasons.items()]),
                     note(f"The {TOP_REASONS} commonest reasons; each filtered-out row carries its own in "
-                         "rejected/.") if len(report["reasons"]) >= TOP_REASONS else ""))
+                         "rejected/.") if len(report.reasons) >= TOP_REASONS else ""))
         for heading, html in sections:
             page = page.section(heading, html)
-        page = page.section("Configuration", config_table(report["config"]))
+        page = page.section("Configuration", config_table(report.config))
         out.publish_report(report, page)
 
 

@@ -24,6 +24,7 @@ from refinery.io.records import AUDIT_PRIOR, FIELD_NAMES, SINGLE_TEXT
 
 if TYPE_CHECKING:   # the writers load when a stage writes: a verb's options build without them
     from refinery.core.audit_record import AuditRecord
+    from refinery.core.report_record import ReportRecord
     from refinery.core.stats import Prior
     from refinery.io.checkpoints import Checkpoints
     from refinery.io.corpus_writer import CorpusWriter
@@ -147,10 +148,11 @@ class StageOutput:
         paths = self.inputs if corpora is None else [str(p) for p in corpora]
         return Report(title, corpus_name(paths, self.storage_options), paths if read is None else list(read))
 
-    def publish_report(self, report: dict, page: Report | str, files: dict | None = None, part: str = REPORT) -> str:
-        """Publish ``report.json``, ``report.html`` and ``files`` (``publish_files``'s) as the folder ``part`` (``""``:
+    def publish_report(self, report: ReportRecord, page: Report | str, files: dict | None = None,
+                       part: str = REPORT) -> str:
+        """Publish ``report.json`` (``report``'s JSON), ``report.html`` and ``files`` (``publish_files``'s) as the folder ``part`` (``""``:
         the stage folder itself); the HTML's URL."""
-        self.publish_files(part, {"report.json": json.dumps(report, indent=1, default=str), **(files or {}),
+        self.publish_files(part, {"report.json": json.dumps(_json(report), indent=1, default=str), **(files or {}),
                                   "report.html": page if isinstance(page, str) else page.html()})
         return self.url(part, "report.html")
 
@@ -248,3 +250,7 @@ class _Recorded(Mapping):
 
     def __len__(self) -> int:
         return len(self._items())
+
+
+def _json(report):   # TRANSITION: dict reports until every stage's is a record
+    return report if isinstance(report, dict) else report.to_json()

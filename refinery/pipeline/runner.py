@@ -26,6 +26,7 @@ from typing import Callable
 
 from refinery import __version__
 from refinery.io import store_answers
+from refinery.core.report_record import ReportRecord
 from refinery.io.checkpoints import remove_checkpoints
 from refinery.io.committed import committed_url
 from refinery.io.corpus import Corpus, EmptyInput, input_fingerprints, is_corpus, reject_reasons
@@ -103,7 +104,7 @@ def ingest(spec: InputSpec, source: StageInput, out: StageOutput) -> CorpusManif
 def _ingested(manifest: CorpusManifest, source: StageInput) -> StageResult:
     """The input step's result: its rows and rejects."""
     rows, rejected = manifest.rows, manifest.rejected
-    return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, {"rows": rows, "rejected": rejected},
+    return StageResult(rows + rejected, {"rows": rows, "rejected": rejected}, ReportRecord(),
                        f"{rows:,} rows" + (f" in splits {', '.join(source.splits)}" if source.named else ""))
 
 
@@ -217,7 +218,7 @@ def _run_steps(spec: PipelineSpec, source: StageInput, out: str, engine: str, ec
             status, what = ("interrupted", "interrupted (Ctrl-C)") if interrupted else (
                 "failed", "failed: " + redact_text(" ".join(str(error).split()) or type(error).__name__))
             run.stages.append(StageRun(posixpath.basename(folder), name, status, time.perf_counter() - started,
-                                       StageResult(0, {}, {}, what, report_file="")))
+                                       StageResult(0, {}, ReportRecord(), what, report_file="")))
             try:
                 write_pipeline_report(run, spec, opts, _names(spec.input.mapping()), echo)
                 echo(f"report: {out}/pipeline/report.html (the run {'was ' * interrupted}{status} at "
@@ -339,7 +340,8 @@ def _step(folder: str, name: str, fp: str, opts: ReadOptions, echo, work, mode: 
     record = StepRecord.from_json(done.body) if done is not None else None
     if keeps_finished(folder, mode, done, lambda _: None if record is not None and record.fingerprint == fp else
                       "holds a result made from other inputs or options"):
-        result = StageResult(record.rows_in, record.accounting, {}, record.headline, report_file=record.report_file)
+        result = StageResult(record.rows_in, record.accounting, ReportRecord(), record.headline,
+                             report_file=record.report_file)
         echo(f"== {label}: unchanged, skipped ({result.conservation()})")
         remove_checkpoints(folder, opts.storage_options)   # an interrupted rerun's: the finished output is reused
         return StageRun(label, name, "skipped", record.seconds, result, fp, record.peak_rss, record.task_peak_rss,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 
+from refinery.core.report_record import ReportRecord
 from refinery.io.ownership import STAGE_CORPUS
 from refinery.messages import Message, NamedSplits, Refusal, Setting
 from refinery.pipeline.stage_input import StageInput
@@ -88,7 +89,7 @@ class StageResult:
 
     rows_in: int
     parts: dict[str, int]       # {"kept": n, "filtered out": n, "input rejects": n}: sums to rows_in
-    report: dict
+    report: ReportRecord        # its report.json is ``report.to_json()``
     headline: str = ""          # one line for a pipeline's log
     lines: tuple = ()           # further lines the stage's verb prints
     warnings: tuple = ()        # what a user should act on (the verb prints them to stderr)
@@ -175,6 +176,7 @@ class Stage(ABC):
     adds: ClassVar[tuple] = ()
     resources: ClassVar[Resources] = Resources()
     output: ClassVar[Output] = Output.KEPT
+    report_type: ClassVar[type[ReportRecord]] = ReportRecord   # its report's record: report.json is its JSON
     references: ClassVar[tuple] = ()   # config fields holding corpora: paths or earlier steps' names
     profiles: ClassVar[dict] = {}      # named starting configs (the verb's --profile)
     # a ``references`` field whose last corpus is the input of a verb or call given none (compare's ``train``: the

@@ -6,6 +6,8 @@ words planted with their labels), and each promise is checked:
 - **accounting**: the run's record says rows in = the sum of its parts, and rows in = the input's rows + its rejects;
 - **whole corpora**: every corpus it wrote opens, its manifest's rows are the rows its shards hold;
 - **rows of a filter**: kept/ and rejected/ hold each input row once, and every rejected row has a reason;
+- **its report a record**: report.json is the JSON of the report record the stage declares (``Stage.report_type``),
+  read back entry for entry by its ``from_json``;
 - **verdict = a fresh audit**: where its report has a verdict, its after side is what ``refinery audit`` of the
   corpus it passes on prints (each label's max z*, the threshold, the features left over it);
 - **engines**: under ``--engine ray`` it writes the same corpora, row for row;
@@ -91,6 +93,7 @@ def check_stage(command: list, *, engines: tuple = ("local", "ray"), rows: int =
     _accounting(result, out, inputs)
     _whole_corpora(result, out)
     _filter_rows(result, out, inputs)
+    _report_record(result, out)
     _verdict(result, out, root)
     uninterrupted = _as_written_at(state(out), out)
     for engine in engines:
@@ -145,6 +148,25 @@ def _accounting(result: StageCheck, out: str, inputs: list) -> None:
     given = sum(m.rows + m.rejected for m in (Corpus.open(p).manifest for p in inputs))
     result.add("accounting: rows in = the input's rows and rejects", record.get("rows_in") == given,
                f"rows in {record.get('rows_in')}, the input holds {given}")
+
+
+def _report_record(result: StageCheck, out: str) -> None:
+    from refinery.core.report_record import ReportRecord
+    from refinery.pipeline.stage import stage_class
+
+    record = _record(out)
+    path = os.path.join(out, os.path.dirname(record.get("report_file") or ""), "report.json")
+    if not record.get("report_file") or not os.path.exists(path):
+        return
+    with open(path) as fh:
+        data = json.load(fh)
+    kind = stage_class(record["stage"]).report_type
+    declared = kind is not ReportRecord
+    back = json.loads(json.dumps(kind.from_json(data).to_json(), default=str)) if declared else None
+    result.add("its report.json is the record it declares", declared and back == data,
+               f"{kind.__name__} is no stage's record" if not declared else
+               f"read back by {kind.__name__}: " + "; ".join(sorted(str(k) for k in data.keys() ^ back.keys()) or
+                                                          [k for k in data if data[k] != back.get(k)]))
 
 
 def _corpora(out: str) -> dict:

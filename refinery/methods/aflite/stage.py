@@ -9,6 +9,7 @@ batch's rows up by their number in the input. ``FilterStage`` writes kept/ (each
 """
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pyarrow as pa
 
@@ -16,12 +17,27 @@ from refinery.messages import Command, Message, Setting
 from refinery.methods.aflite.config import AFLiteConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
-from refinery.pipeline.filter import FilterStage, split
+from refinery.core.report_record import optional
+from refinery.pipeline.filter import FilterReport, FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import set_column
 from refinery.pipeline.stage_input import StageInput
 
 TASK = "aflite"   # its checkpoints: one table per finished iteration
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AFLiteReport(FilterReport):
+    """AFLite's report (Le Bras et al. 2020, Algorithm 1): every filter's entries, then each iteration's figures
+    (``algorithm.Round``: rows left, mean predictability, rows reaching τ, removed, removed per label), why the loop
+    stopped, the iterations read back from a killed run's checkpoints, the representation Φ in words, and the
+    encoder's counts where Φ is embeddings."""
+
+    iterations: list = ()
+    stopped: str = ""
+    resumed_iterations: int = 0
+    representation: str = ""
+    embeddings: dict | None = optional()
 
 
 class AFLiteStage(FilterStage):
@@ -30,6 +46,8 @@ class AFLiteStage(FilterStage):
     Writes kept/ (with the input's rejects), rejected/ (each row with its predictability and the iteration that
     removed it) and report/.
     """
+
+    report_type = AFLiteReport
 
     name, Config = "aflite", AFLiteConfig
     prepare_as_task = True   # its loop is one process: on Ray a task of its own, not the driver

@@ -34,10 +34,20 @@ from refinery.methods.confidence.issues import (
 from refinery.methods.confidence.scoring import Reasons, refuse_unusable, source_confidence, tau_text, thresholds
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import FilterWritten, row_numbers
-from refinery.pipeline.filter import FilterStage, split
+from refinery.core.report_record import optional
+from refinery.pipeline.filter import FilterReport, FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import set_column
 from refinery.pipeline.stage_input import StageInput
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConfidenceReport(FilterReport):
+    """The confidence filter's report: every filter's entries, then τ and the rows and kept rows of each label
+    (``tau_by_label``), or, with label issues, the rows flagged per label and pair with examples (``label_issues``)."""
+
+    tau_by_label: dict | None = optional()
+    label_issues: dict | None = optional()
 
 
 class ConfidenceStage(FilterStage):
@@ -46,6 +56,8 @@ class ConfidenceStage(FilterStage):
     Writes kept/ (with the input's rejects) and rejected/, each row with its confidence (a label issue with its
     ``suggested_label``), and report/.
     """
+
+    report_type = ConfidenceReport
 
     name, Config = "confidence", ConfidenceConfig
     needs = ("id", "text_a", "label")

@@ -10,6 +10,7 @@ and each label's share in every region.
 """
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pyarrow as pa
 
@@ -17,7 +18,8 @@ from refinery.messages import Command, Message, Setting
 from refinery.methods.datamap.config import DataMapConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import row_numbers
-from refinery.pipeline.filter import FilterStage, split
+from refinery.core.report_record import optional
+from refinery.pipeline.filter import FilterReport, FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import set_column
 from refinery.pipeline.stage_input import StageInput
@@ -27,12 +29,29 @@ COLUMNS = ("datamap_confidence", "datamap_variability", "datamap_correctness", "
 KEY = {"ambiguous": "variability", "hard": "confidence", "easy": "confidence"}
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataMapReport(FilterReport):
+    """The data map's report (Swayamdipta et al. 2020): every filter's entries, then each epoch's training accuracy,
+    each label's rows per region (easy, ambiguous, hard), the epochs read back from a killed run, the quartiles of
+    confidence and variability, the task model in words, and the encoder's counts where it embeds."""
+
+    epochs: list = ()
+    regions_by_label: list = ()
+    resumed_epochs: int = 0
+    confidence: dict = dataclasses.field(default_factory=dict)
+    variability: dict = dataclasses.field(default_factory=dict)
+    task_model: str = ""
+    embeddings: dict | None = optional()
+
+
 class DataMapStage(FilterStage):
     """Data maps (Swayamdipta et al. 2020): keep the most ambiguous, hard-to-learn or easy-to-learn rows.
 
     Writes kept/ (with the input's rejects) and rejected/, every row with its training dynamics, and report/ with
     the data map.
     """
+
+    report_type = DataMapReport
 
     name, Config = "datamap", DataMapConfig
     prepare_as_task = True   # its loop is one process: on Ray a task of its own, not the driver

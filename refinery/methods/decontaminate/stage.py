@@ -18,7 +18,8 @@ import pyarrow as pa
 from refinery.messages import Message, Refusal, Setting
 from refinery.methods.decontaminate.config import DecontaminateConfig
 from refinery.pipeline.executor import rows_among
-from refinery.pipeline.filter import FilterStage, split
+from refinery.core.report_record import optional
+from refinery.pipeline.filter import FilterReport, FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import set_column
 from refinery.pipeline.stage_input import SideInput, StageInput
@@ -40,12 +41,23 @@ def chunks(source: StageInput, rows: int = CHUNK_ROWS):
         yield pa.concat_tables(parts, promote_options="permissive")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DecontaminateReport(FilterReport):
+    """decontaminate's report: every filter's entries, then per evaluation set the training rows that overlap it
+    and how (``contamination``) and the overlap rule in words."""
+
+    contamination: list = ()
+    rule: str = ""
+
+
 class DecontaminateStage(FilterStage):
     """Remove the training rows that share an n-gram of N words (or are near-duplicates) of an evaluation set's rows.
 
     Writes kept/ (with the input's rejects), rejected/ (each row with the evaluation set and row it overlaps, and its
     reason) and report/ (contamination per evaluation set, and the rows behind it).
     """
+
+    report_type = DecontaminateReport
 
     name, Config = "decontaminate", DecontaminateConfig
     needs = ("id", "text_a", "label")

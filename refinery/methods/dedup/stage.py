@@ -11,6 +11,7 @@ conflict carries them in kept/ too), the verdict and the report.
 """
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,12 +20,22 @@ from refinery.messages import Message, NamedSplits, Refusal, Setting
 from refinery.methods.dedup.config import DedupConfig
 from refinery.pipeline.config import to_dict
 from refinery.pipeline.executor import rows_among
-from refinery.pipeline.filter import FilterStage, split
+from refinery.core.report_record import optional
+from refinery.pipeline.filter import FilterReport, FilterStage, split
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import set_column
 from refinery.pipeline.stage_input import StageInput
 
 TASK = "dedup"   # its checkpoints: the verified pairs of each group of LSH bands
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DedupReport(FilterReport):
+    """dedup's report: every filter's entries, then its clusters' figures (``report.DedupSummary``: duplicate pairs,
+    clusters, rows removed, pairs whose labels disagree, by split and label) and the LSH settings in words."""
+
+    dedup: dict = dataclasses.field(default_factory=dict)
+    lsh: str = ""
 
 
 class DedupStage(FilterStage):
@@ -35,6 +46,8 @@ class DedupStage(FilterStage):
     Writes kept/ (with the input's rejects), rejected/ (each row with its kept partner's id in duplicate_of, its
     similarity and its reason) and report/ (clusters, duplicates per split pair, label conflicts, example pairs).
     """
+
+    report_type = DedupReport
 
     name, Config = "dedup", DedupConfig
     needs = ("id", "text_a", "label")

@@ -38,6 +38,11 @@ class Cap:
     def to_json(self) -> dict:
         return {**asdict(self), "share": self.share}
 
+    @classmethod
+    def from_json(cls, data: dict) -> Cap:
+        """The cap of its ``to_json`` (whose ``share`` it works out again)."""
+        return cls(**{k: v for k, v in data.items() if k != "share"})
+
 
 def cap_in_effect(setting: float | str, cells: tuple, tolerance: float = 1e-9) -> float | None:
     """The cap ``setting`` (a ``WeightsConfig.clip``) puts on the weights: ``none`` none, ``auto`` ``auto_clip``'s,
