@@ -228,10 +228,47 @@ def text(value, kind: str | None = None) -> str:
     return render((value,), kind)
 
 
+# What a refusal can be, each a stable name a program matches (``except Refusal as e: if e.code == …``), the command
+# line prints after the error (``[missing-columns]``) and docs/errors.md explains with its usual fix.
+CODES = {
+    "bad-input": "an input file, folder or value that cannot be read as a corpus (its format, encoding or shape)",
+    "bad-row": "a row refused under on_bad_row: fail",
+    "missing-columns": "the input lacks a column the stage needs, or a mapped column is not in the file",
+    "empty-input": "an input, split or label with no rows",
+    "all-rejected": "every row of the input was rejected",
+    "missing-split": "a split the run names is not in the input, or the input names no splits where some are needed",
+    "invalid-setting": "a setting's value is out of its range, of the wrong kind, or not one of its choices",
+    "conflicting-settings": "settings given together that exclude each other",
+    "missing-setting": "a setting the run needs was not given",
+    "unknown-setting": "a setting, key or stage that does not exist",
+    "too-few-rows": "too few rows (in all, of a label, or kept) for the method to decide anything",
+    "label-emptied": "the run would leave a label with no rows",
+    "output-exists": "the output holds a finished run and the mode does not replace it",
+    "output-overlaps-input": "the output is, holds or lies inside an input",
+    "not-refinerys": "a folder refinery did not make, where it would write or remove",
+    "over-budget": "the work does not fit in the memory budget",
+    "bad-weights": "a weight column that cannot be counted",
+    "storage": "a store or file system that refused or failed a call",
+    "cluster": "a Ray cluster that does not answer, or an engine that cannot run here",
+    "model": "a model that cannot be loaded, trained or called as configured",
+    "refused": "any other refusal",
+}
+
+
 class Refusal(ValueError):
     """What the user can fix (exit 2 on the command line), worded as parts: ``Refusal("give ", Setting("labels"),
-    " or a preset")``. Its text is its rendering in the terms in force; it pickles with its parts (a Ray worker's
-    refusal is worded by the driver's front door)."""
+    " or a preset", code="missing-setting")``. Its text is its rendering in the terms in force; it pickles with its
+    parts and code (a Ray worker's refusal is worded by the driver's front door). ``code``: what kind of refusal it
+    is, one of ``CODES`` (a subclass names its own)."""
+
+    code = "refused"
+
+    def __init__(self, *parts, code: str | None = None):
+        super().__init__(*parts)
+        if code is not None:
+            if code not in CODES:
+                raise TypeError(f"refusal code {code!r} is not one of refinery.messages.CODES")
+            self.code = code
 
     def __str__(self) -> str:
         return text(self)

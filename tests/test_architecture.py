@@ -626,3 +626,37 @@ def test_no_option_spelled_below_the_front_doors():
              for line, option in _options_spelled(ast.parse(MODULES[module].read_text()))
              if (module, option) not in _OTHER_PROGRAMS_OPTIONS]
     assert not found, f"{len(found)} options spelled:\n" + "\n".join(found)
+
+
+def _uncoded_user_errors(tree) -> list[tuple[int, str]]:
+    """(line, what) of each ``raise ValueError(…)`` / ``raise KeyError(…)`` (a user's error without a code) and each
+    plain ``Refusal(…)`` that gives no ``code=``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name) \
+                and node.exc.func.id in ("ValueError", "KeyError"):
+            found.append((node.lineno, f"raise {node.exc.func.id}"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Refusal" \
+                and not any(k.arg == "code" for k in node.keywords):
+            found.append((node.lineno, "Refusal without code="))
+    return found
+
+
+def test_every_refusal_names_its_code():
+    """Issue 63: what a user can fix is a ``Refusal`` with a code (``refinery.messages.CODES``: what a program
+    matches, the command line prints as ``[missing-columns]`` and docs/errors.md explains), never a bare
+    ``ValueError``; refinery's own faults raise ``RuntimeError`` or ``TypeError``. The check must find planted ones."""
+    planted = ast.parse('def f(x):\n    if x:\n        raise ValueError("no")\n    raise Refusal("give ", x)\n'
+                        'def g():\n    raise Refusal("give", code="missing-setting")\n')
+    assert _uncoded_user_errors(planted) == [(3, "raise ValueError"), (4, "Refusal without code=")]
+    found = [f"{_where(module, line)}: {what}" for module in MODULES if module != "refinery.messages"
+             for line, what in _uncoded_user_errors(ast.parse(MODULES[module].read_text()))]
+    assert not found, f"{len(found)} user errors without a code:\n" + "\n".join(found)
+
+
+def test_every_refusal_code_is_explained():
+    """docs/errors.md explains each code of ``refinery.messages.CODES``, under a heading of its own, and no other."""
+    from refinery.messages import CODES
+
+    page = (ROOT.parent / "docs" / "errors.md").read_text()
+    assert re.findall(r"^### `([a-z-]+)`$", page, re.M) == list(CODES)

@@ -120,8 +120,21 @@ def ended(e: BaseException) -> int:
         _quiet_stdout()
         return 0
     e = store_failure_in(e) or e
-    click.echo(f"error: {_one_line(e)}", err=True)
+    code = error_code(e)
+    click.echo(f"error: {_one_line(e)}" + (f" [{code}]" if code else ""), err=True)
     return 2 if isinstance(e, user_errors()) else 1
+
+
+def error_code(e: BaseException) -> str | None:
+    """What kind of refusal ``e`` is (``messages.CODES``, explained in docs/errors.md): its ``code`` (a ``Refusal``'s
+    and every error class of refinery's that a user can fix), a missing file ``bad-input``, a disk's or store's
+    other failure ``storage``; None for refinery's own faults."""
+    if not isinstance(e, user_errors()):
+        return None
+    code = getattr(e, "code", None)
+    if isinstance(code, str):
+        return code
+    return "bad-input" if isinstance(e, FileNotFoundError) else "storage" if isinstance(e, OSError) else None
 
 
 SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more

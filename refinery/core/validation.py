@@ -14,6 +14,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from refinery.messages import Refusal
+
 
 @dataclass(frozen=True)
 class Allowed:
@@ -85,10 +87,12 @@ def setting(default=dataclasses.MISSING, allowed: Allowed | None = None, help: s
                              metadata={"allowed": allowed, "help": help, **cli})
 
 
-class SettingError(ValueError):
+class SettingError(Refusal):
     """A value a setting's ``Allowed`` refuses: the field, what it accepts and the value. Worded by its key
     (``k must be a positive integer, got -5``: a pipeline file's and the Python API's word for it); the CLI words
     it by its option (``worded("--k")``)."""
+
+    code = "invalid-setting"
 
     def __init__(self, field: dataclasses.Field, accepts: str, value, choices: tuple | None = None):
         self.field, self.accepts, self.value = field, accepts, value

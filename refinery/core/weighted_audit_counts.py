@@ -31,6 +31,8 @@ WEIGHTED_COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.strin
 class BadWeights(Refusal):
     """A ``weight`` column the weighted audit cannot count (missing, negative, not finite, not numbers)."""
 
+    code = "bad-weights"
+
 
 def row_weights(table: pa.Table) -> np.ndarray:
     """The ``weight`` column of a batch as float64; ``BadWeights`` where one is missing, negative or not finite."""

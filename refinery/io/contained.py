@@ -11,6 +11,8 @@ import os
 import posixpath
 import re
 
+from refinery.messages import Refusal
+
 MAX_PATH = 4096   # characters of one entry (a file name refinery writes is a few dozen)
 # what no entry may hold, looked for in all entries at once, each between newlines (``_suspect``): NUL, '\', another
 # store, a leading '/', an empty, '.' or '..' part; and a drive ('C:'), where a ':' is there at all
@@ -19,10 +21,12 @@ _SUSPECT = ("\x00", "\\", "://", "\n/", "//", "/\n", "\n\n", "/./", "/.\n", "\n.
 _DRIVE = re.compile(r"(?m)^.:")
 
 
-class BadRecord(ValueError):
+class BadRecord(Refusal):
     """A record of a folder (its manifest, marker, ``_SUCCESS``) that refinery did not write as it is: a field of
     the wrong type, an entry twice, a path outside the folder, JSON cut short. One line naming the record and the
     field; exit 2."""
+
+    code = "bad-input"
 
 
 class OutsideFolder(BadRecord):

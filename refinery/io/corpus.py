@@ -37,16 +37,22 @@ FORMAT = CORPUS_FORMAT
 
 
 class OutputExists(FileExistsError):
-    pass
+    """The output holds a finished run and the mode does not replace it."""
+
+    code = "output-exists"
 
 
 class EmptyInput(Refusal):
     """An input or split with no good rows: refused unless the caller allows it."""
 
+    code = "empty-input"
+
 
 class AllRejected(EmptyInput):
     """Every row of the inputs was rejected. ``rejects`` is where they were written, each with its reason
     (None where they were written nowhere): a run that fails with it leaves them there for the user to read."""
+
+    code = "all-rejected"
 
     def __init__(self, inputs, reasons: Counter, rejects: str | None = None):
         self.reasons, self.rejects = reasons, rejects

@@ -171,9 +171,13 @@ def json_object(fs, path: str) -> dict | None:
 class ForeignOutput(FileExistsError):
     """``--out`` names a folder (or a file) that refinery did not write: refused whatever ``--mode``."""
 
+    code = "not-refinerys"
+
 
 class MissingBucket(FileNotFoundError):
     """An object-store URL whose bucket does not exist: refinery never creates buckets."""
+
+    code = "storage"
 
 
 def check_bucket(url: str, fs, path: str) -> None:

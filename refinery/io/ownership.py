@@ -28,6 +28,8 @@ STAGE_CORPUS = "corpus"   # the part of a stage's folder that holds the corpus i
 class OutputOverlapsInput(Refusal):
     """``--out`` is, holds or lies inside an input: refused unless the run replaces a corpus in place."""
 
+    code = "output-overlaps-input"
+
 
 RUN_ID_IN_NAME = re.compile(r"-\d{8}T\d{6}-[0-9a-f]{8}(?=\.|$)")   # a run's id in an object-store file's name
 

@@ -39,17 +39,23 @@ JSONL_BLOCK_BYTES = BLOCK_BYTES  # whole lines handed to Arrow's JSON reader at 
 LINE_BY_LINE = 2048           # a block Arrow refuses is halved down to this many lines, then read line by line
 
 
-class BadRowError(ValueError):
+class BadRowError(Refusal):
     """Raised under ``on_bad_row='fail'``: names the file, line and column."""
+
+    code = "bad-row"
 
 
 class MissingColumnError(Refusal):
     """A mapped column that a file lacks, raised before any of its rows is read: one line naming the
     file, the column, the columns the file has, and a preset or column that fits."""
 
+    code = "missing-columns"
 
-class AmbiguousColumnError(ValueError):
+
+class AmbiguousColumnError(Refusal):
     """A mapped column whose name the file's header holds more than once."""
+
+    code = "bad-input"
 
 
 # ---------------------------------------------------------------- JSON and JSONL

@@ -34,6 +34,8 @@ CHECKSUM_SETTINGS = {"request_checksum_calculation": "AWS_REQUEST_CHECKSUM_CALCU
 class StoreError(OSError):
     """A store's or a disk's failure, one line: ``URL: OPERATION failed: REASON`` (``store_error``)."""
 
+    code = "storage"   # what kind of refusal (``messages.CODES``); ``errno`` is the system's code
+
     def __init__(self, url: str, operation: str, reason: str, code: int | None = None):
         super().__init__(f"{url}: {operation} failed: {reason}")
         self.url, self.operation, self.reason, self.errno = url, operation, reason, code

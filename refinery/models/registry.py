@@ -76,4 +76,6 @@ def resolve(name: str) -> ModelRef:
 
 
 class ModelNotFound(LookupError):
-    pass
+    """A model name no backend knows."""
+
+    code = "model"

@@ -24,6 +24,8 @@ class RayUnreachable(ConnectionError):
     """The cluster at ``RAY_ADDRESS`` did not answer in time, or refused the driver: the user's setting
     to fix (a ``ConnectionError``, so the command line exits 2)."""
 
+    code = "cluster"
+
 
 def ray_timeout() -> float:
     """Seconds the cluster at ``RAY_ADDRESS`` may take to answer: ``REFINERY_RAY_TIMEOUT``, else ``RAY_TIMEOUT``."""

@@ -27,6 +27,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from refinery.messages import Refusal
 from refinery.core.validation import NAME_OR_FOLDER, Allowed, at_least, one_of, setting, validate
 from refinery.io.read_options import DEFAULT_BATCH_ROWS, DEFAULT_MAX_CHARS, ReadOptions
 from refinery.io.schema import PRESETS, Mapping, parse_mapping, resolve_mapping
@@ -43,8 +44,10 @@ def step_folder(i: int, name: str) -> str:
     return f"{i:02d}-{name}"
 
 
-class ConfigError(ValueError):
+class ConfigError(Refusal):
     """A pipeline file or stage config that cannot run, named by where it is wrong."""
+
+    code = "invalid-setting"
 
 
 def to_dict(config) -> dict:

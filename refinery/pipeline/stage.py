@@ -117,6 +117,8 @@ def conservation(rows_in: int, **parts: int) -> str:
 class MissingColumns(Refusal):
     """A stage's input lacks a column the stage needs."""
 
+    code = "missing-columns"
+
 
 def splits_hint(missing) -> Message:
     """The fix a ``MissingColumns`` message ends with when the missing column is ``split``."""

@@ -138,6 +138,8 @@ BAND_BYTES_PER_ROW = 28  # what one band held at once takes per signed row: its 
 class OverBudget(Refusal):
     """The input's signatures and one band do not fit in the memory budget."""
 
+    code = "over-budget"
+
 
 def rows_nbytes(rows: "Rows") -> int:
     """The memory of what dedup keeps of the input's rows (``Rows``)."""
