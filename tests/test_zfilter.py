@@ -15,14 +15,16 @@ from refinery.core.table_audit import audit_table
 from refinery.methods.audit.counting import audit
 from refinery.methods.confidence.scoring import confidence_filter
 from refinery.methods.zfilter.algorithm import KeptIds, ZFilter, add_features, with_features
+from refinery.methods.zfilter.compose_report import ComposeReport
 from refinery.methods.zfilter.config import PARTS, ComposeConfig, ZFilterConfig
+from refinery.methods.zfilter.report import ZFilterReport
 from refinery.methods.zfilter.stage import ComposeStage, ZFilterStage
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage_input import StageInput
 
 
-def run_stage(stage, inputs: list, out, mapping=None) -> dict:
-    """``stage`` over ``inputs`` into the folder ``out``, as the runner calls it; its report."""
+def run_stage(stage, inputs: list, out, mapping=None):
+    """``stage`` over ``inputs`` into the folder ``out``, as the runner calls it; its report (a record)."""
     return stage.run(StageInput({"": [str(p) for p in inputs]}, mapping), StageOutput(str(out))).report
 
 
@@ -159,7 +161,9 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
     reports = {"seqz": json.loads((tmp_path / "seqz" / "report" / "report.json").read_text())}
     for kind in ("zaug", "parz"):
         stage = ComposeStage(ComposeConfig(kind, (d0,), ZFilterConfig(batch_size=500)))
-        reports[kind] = run_stage(stage, [g], tmp_path / kind, PRESETS["snli"])
+        reports[kind] = run_stage(stage, [g], tmp_path / kind, PRESETS["snli"]).to_json()
+        assert ComposeReport.from_json(reports[kind]).to_json() == reports[kind] == \
+            json.loads((tmp_path / kind / "report" / "report.json").read_text())
     for kind, r in reports.items():
         kept, rejected = (Corpus.open(str(tmp_path / kind / part)) for part in ("kept", "rejected"))
         sources = {part: Counter(c.read(["source"])["source"].to_pylist()) for part, c in (("kept", kept),
@@ -310,20 +314,22 @@ def test_zfilter_on_small_imbalanced_snli_ends_under_the_threshold(tmp_path):
     path = tmp_path / "imbalanced.jsonl"
     sizes = _imbalanced_snli(path)
     r = run_stage(ZFilterStage(), [path], tmp_path / "z", PRESETS["snli"])
-    assert r["kept"] + r["rejected"] == sum(sizes.values())
-    v = json.loads((tmp_path / "z" / "report" / "report.json").read_text())["verdict"]
-    assert v["ok"] and r["prior"].startswith("empirical")
+    assert r.kept + r.rejected == sum(sizes.values())
+    published = json.loads((tmp_path / "z" / "report" / "report.json").read_text())
+    assert json.loads(json.dumps(ZFilterReport.from_json(published).to_json())) == published   # its record's JSON
+    v = published["verdict"]
+    assert v["ok"] and r.prior.startswith("empirical")
     assert all(m["after"] < v["threshold"] for m in v["max_z"].values())
-    assert r["settled_out"] > 0
+    assert r.settled_out > 0
     rejected = Corpus.open(str(tmp_path / "z" / "rejected")).read().to_pylist()
-    assert sum(x["reason"].startswith("over the threshold") for x in rejected) == r["settled_out"]
+    assert sum(x["reason"].startswith("over the threshold") for x in rejected) == r.settled_out
     html = (tmp_path / "z" / "report" / "report.html").read_text()
     assert "Verdict: the shortcuts before and after" in html and "verdict ok" in html
 
     letter = run_stage(ZFilterStage(ZFilterConfig(settle=False, biased_set="top-k")), [path], tmp_path / "letter",
                        PRESETS["snli"])
-    v = letter["verdict"]
-    assert not v["ok"] and v["labels_over_threshold"] and letter["settled_out"] == 0
+    v = letter.verdict
+    assert not v["ok"] and v["labels_over_threshold"] and letter.settled_out == 0
     strongest = [v["remaining"][label][0]["feature"] for label in v["labels_over_threshold"]]
     assert all(f in " ".join(v["warnings"]) for f in strongest)
     assert "settle=False" in v["remedy"] and "k=…" in v["remedy"]
@@ -382,21 +388,21 @@ def test_settle_takes_back_at_most_its_limit_and_says_what_stays(tmp_path, monke
     rejected row still carries the features it hit (decisions are kept by input position)."""
     synth.write(synth.SynthSpec(rows=20_000, seed=3, premise_pool=1000), str(tmp_path / "c"))
     full = run_stage(ZFilterStage(ZFilterConfig(settle_limit=1.0)), [tmp_path / "c"], tmp_path / "full")
-    assert full["verdict"]["ok"] and full["settled_out"] > 300
+    assert full.verdict["ok"] and full.settled_out > 300
     monkeypatch.setattr(KeptIds, "SLICE", 5000)
     sliced = run_stage(ZFilterStage(ZFilterConfig(settle_limit=1.0)), [tmp_path / "c"], tmp_path / "sliced")
-    assert sliced["settled_out"] == full["settled_out"]
+    assert sliced.settled_out == full.settled_out
     assert Corpus.open(str(tmp_path / "sliced" / "rejected")).read().equals(
         Corpus.open(str(tmp_path / "full" / "rejected")).read())
     monkeypatch.undo()
     bounded = run_stage(ZFilterStage(ZFilterConfig(settle_limit=0.02)), [tmp_path / "c"], tmp_path / "bounded")
-    stream_kept = bounded["kept"] + bounded["settled_out"]
-    assert 0 < bounded["settled_out"] <= 0.02 * stream_kept
-    v = bounded["verdict"]
+    stream_kept = bounded.kept + bounded.settled_out
+    assert 0 < bounded.settled_out <= 0.02 * stream_kept
+    v = bounded.verdict
     assert not v["ok"] and v["labels_over_threshold"] and "raise settle_limit=…" in v["remedy"]
     shuffled = run_stage(ZFilterStage(ZFilterConfig(shuffle_seed=7)), [tmp_path / "c"], tmp_path / "shuffled")
     rejected = Corpus.open(str(tmp_path / "shuffled" / "rejected")).read()
-    assert rejected.num_rows == shuffled["rejected"] > 0
+    assert rejected.num_rows == shuffled.rejected > 0
     cfg = ZFilterConfig().features
     for row, feats in zip(rejected.to_pylist(), add_features(rejected, cfg)["features"].to_pylist()):
         assert row["biased_features"] and set(row["biased_features"]) <= set(feats)

@@ -77,7 +77,7 @@ class FilterReport(ReportRecord):
 
 class FilterStage(Stage):
     output = Output.KEPT
-    report_type: ClassVar[type[FilterReport]] = FilterReport   # a subclass adds the filter's own entries
+    report_type: ClassVar[type[ReportRecord]] = FilterReport   # a subclass adds its own entries; zfilter reports its own
     checkpoints = None   # a filter's ``Checkpoints`` of a long ``prepare``: removed once the rows are published
     resumed = ""         # what ``prepare`` read back from a killed run's checkpoints, said on the console
     judges_itself: ClassVar[bool] = False   # its report carries a verdict of its own (zfilter's, against the

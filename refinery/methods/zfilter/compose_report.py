@@ -2,16 +2,52 @@
 and audited before and after under one prior, with a verdict where the composition promises one."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from refinery.core.report_record import ReportRecord
 from refinery.core.verdict import Verdict, judge
 from refinery.messages import Message, Setting
-from refinery.methods.zfilter.composition import Composition
-from refinery.methods.zfilter.report import accounting, audit_summary, remedies, terminal_lines
+from refinery.methods.zfilter.report import accounting, audit_summary, remedies
 from refinery.methods.zfilter.config import PARTS, ZFilterConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import StageResult
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
 from refinery.report.page import Report, config_table, figure, link, note, table, top_features
+
+if TYPE_CHECKING:   # the composition loads when a stage runs: the stage's module imports the record without it
+    from refinery.methods.zfilter.composition import Composition
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComposeReport(ReportRecord):
+    """compose's report.json: the kind of composition (zaug, parz, seqz); the rows of D0 and G together read, of a
+    seed (none: D0 is a part), kept, filtered out and rejected on input; the prior p0 and the threshold t (rounded)
+    of the kept rows together; each part's rows (``parts``: {original, generated, together: {"input",
+    "input_rejected", "kept", "rejected", "kept_by_label", "rejected_by_label"}}); the verdict of each part the
+    composition promises one for (``verdicts``: {part's name: ``core.verdict.Verdict.to_dict``}) and why the others
+    have none (``notes``); each label's largest z* (Wu et al. 2022, eq. 1) of D0 ∪ G before and after; their top-k
+    features before and after (``ZStats.top_k``); each filtering's report page under stages/ (``stages``: {name:
+    path}); the configuration."""
+
+    kind: str
+    input: int
+    seed: int
+    kept: int
+    rejected: int
+    input_rejected: int
+    prior: str
+    threshold: float
+    parts: dict
+    verdicts: dict
+    notes: list
+    max_z_before: dict
+    max_z_after: dict
+    topk_before: dict
+    topk_after: dict
+    stages: dict
+    config: dict
 
 
 def compose_report(composition: Composition, out: StageOutput, config: ZFilterConfig) -> StageResult:
@@ -51,22 +87,31 @@ def compose_report(composition: Composition, out: StageOutput, config: ZFilterCo
                          "after": audit_summary(after, config, "kept rows")}
         del before, after
     together = parts["together"]
-    report = {"kind": kind, "input": together["input"], "seed": 0, "kept": together["kept"],
-              "rejected": together["rejected"], "input_rejected": together["input_rejected"], "prior": str(prior),
-              "threshold": round(verdicts["together"].threshold, 4), "parts": parts,
-              "verdicts": {PARTS[p]: v.to_dict() for p, v in verdicts.items() if promise[p] is not None},
-              "notes": notes,
-              "max_z_before": {l: m.before for l, m in verdicts["together"].max_z.items()},
-              "max_z_after": {l: m.after for l, m in verdicts["together"].max_z.items()},
-              "topk_before": summaries["before"][0], "topk_after": summaries["after"][0],
-              "stages": {name: f"stages/{name}/report/report.html" for name in ("z_original", "z_generated")
-                         if kind != "zaug" or name == "z_generated"},
-              "config": config.to_dict()}
+    report = ComposeReport(
+        kind=kind, input=together["input"], seed=0, kept=together["kept"], rejected=together["rejected"],
+        input_rejected=together["input_rejected"], prior=str(prior), threshold=round(verdicts["together"].threshold, 4),
+        parts=parts, verdicts={PARTS[p]: v.to_dict() for p, v in verdicts.items() if promise[p] is not None},
+        notes=notes, max_z_before={l: m.before for l, m in verdicts["together"].max_z.items()},
+        max_z_after={l: m.after for l, m in verdicts["together"].max_z.items()},
+        topk_before=summaries["before"][0], topk_after=summaries["after"][0],
+        stages={name: f"stages/{name}/report/report.html" for name in ("z_original", "z_generated")
+                if kind != "zaug" or name == "z_generated"},
+        config=config.to_dict())
     out.publish_report(report, _page(page, report, verdicts, summaries["before"][1], summaries["after"][1]))
+    judged = {p: v for p, v in verdicts.items() if promise[p] is not None}
     return StageResult(*accounting(report), report, f"{kind}: kept {together['kept']:,} of D0 and G, filtered out "
-                       f"{together['rejected']:,}", terminal_lines(report),
-                       tuple(f"{PARTS[p]}: {w}" for p, v in verdicts.items() if promise[p] is not None and not v.ok
-                             for w in v.warnings()))
+                       f"{together['rejected']:,}", _terminal_lines(report, judged),
+                       tuple(f"{PARTS[p]}: {w}" for p, v in judged.items() if not v.ok for w in v.warnings()))
+
+
+def _terminal_lines(report: ComposeReport, verdicts: dict[str, Verdict]) -> tuple:
+    """The terminal summary: each part's rows, the prior, each verdict (``verdicts``: those of the parts judged)
+    under its part's name, then why the other parts have none."""
+    rows = [f"{PARTS[p]}: {v['input']:,} rows read, kept {v['kept']:,} ({fmt.percent(v['kept'] / max(v['input'], 1))}),"
+            f" filtered out {v['rejected']:,}, input rejects {v['input_rejected']:,}" for p, v in report.parts.items()]
+    return (*rows, f"prior {report.prior}",
+            *(line for p, v in verdicts.items() for line in (f"{PARTS[p]}: {v.line()}", *v.lines()[1:])),
+            *(f"note: {n}" for n in report.notes))
 
 
 def _unjudged(kind: str, part: str, verdict: Verdict) -> str:
@@ -82,8 +127,8 @@ def _unjudged(kind: str, part: str, verdict: Verdict) -> str:
             + "; the verdict on D0 ∪ G is the one that holds them to it.")
 
 
-def _page(page: Report, report: dict, verdicts: dict, plot_before: str, plot_after: str) -> Report:
-    parts = report["parts"]
+def _page(page: Report, report: ComposeReport, verdicts: dict, plot_before: str, plot_after: str) -> Report:
+    parts = report.parts
     rows = [{"part": PARTS[p], "rows read": v["input"], "input rejects": v["input_rejected"], "kept": v["kept"],
              "filtered out": v["rejected"], "rows kept": v["kept"] / max(v["input"], 1)} for p, v in parts.items()]
     by_label = [{"label": l, "part": PARTS[p], "kept": v["kept_by_label"][l], "filtered out": v["rejected_by_label"][l],
@@ -91,19 +136,19 @@ def _page(page: Report, report: dict, verdicts: dict, plot_before: str, plot_aft
                  "max z* before": verdicts[p].max_z[l].before, "max z* after": verdicts[p].max_z[l].after}
                 for l in parts["together"]["kept_by_label"] for p, v in parts.items()]
     page.section("Rows", table(rows, formats={"rows kept": fmt.percent}),
-                 note(f"Every row read is kept or filtered out: kept/ holds {report['kept']:,} rows, rejected/ "
-                      f"{report['rejected']:,}; each row's source column says its part. prior p0: {report['prior']}."),
-                 *(note(n) for n in report["notes"]))
+                 note(f"Every row read is kept or filtered out: kept/ holds {report.kept:,} rows, rejected/ "
+                      f"{report.rejected:,}; each row's source column says its part. prior p0: {report.prior}."),
+                 *(note(n) for n in report.notes))
     for p, v in verdicts.items():
-        if PARTS[p] in report["verdicts"]:
+        if PARTS[p] in report.verdicts:
             page.section(f"Verdict: {PARTS[p]}", verdict_html.section(v))
     page.section("Per label", table(by_label, formats={"rows kept": fmt.percent, "max z* before": fmt.z,
                                                        "max z* after": fmt.z}))
     page.section("z-statistics of D0 ∪ G", figure(plot_before))
     page.section("z-statistics of the kept rows", figure(plot_after))
-    page.section("Top features of D0 ∪ G", top_features(report["topk_before"], report["threshold"]))
-    page.section("Top features of the kept rows", top_features(report["topk_after"], report["threshold"]))
+    page.section("Top features of D0 ∪ G", top_features(report.topk_before, report.threshold))
+    page.section("Top features of the kept rows", top_features(report.topk_after, report.threshold))
     page.section("Each filtering", note("Each filtering's own report (its input against the corpus it kept; Z "
                                         "includes the seed's rows): ")
-                 + "".join(f"<p>{link('../' + path, path)}</p>" for path in report["stages"].values()))
-    return page.section("Configuration", config_table(report["config"]))
+                 + "".join(f"<p>{link('../' + path, path)}</p>" for path in report.stages.values()))
+    return page.section("Configuration", config_table(report.config))

@@ -4,21 +4,24 @@ Algorithm 1 is stateful: each row is decided against the Z that the rows before 
 it once over the whole input, in order (``stream.filter_stream``: the seed's rows, Z, the settle pass), and
 records each rejected row's id, reason and hit features; ``decide`` then looks each batch's rows up
 (``decisions.Decisions``: stateless, so it may run on any worker). ``FilterStage`` writes kept/ (led by the
-seed's rows), rejected/ and the rows' accounting; the report is zfilter's own (``report.publish_report``:
-the input's z-statistics against those of Z, the verdict, the settle and the plots). A composition
-(``ComposeStage``, §4.2) runs its filterings first, each a ``ZFilterStage`` under stages/, and writes the
-composition whole.
+seed's rows), rejected/ and the rows' accounting; the report is zfilter's own (``report.ZFilterReport``, which
+``report.publish_report`` writes: the input's z-statistics against those of Z, the verdict, the settle and the
+plots). A composition (``ComposeStage``, §4.2) runs its filterings first, each a ``ZFilterStage`` under stages/,
+and writes the composition whole (its report a ``compose_report.ComposeReport``).
 
 This module is what the registry imports for a verb's options, so it holds no heavy import: the algorithm
-(``algorithm``, ``biased_set``), the stream, the reports and the composition load when a stage runs.
+(``algorithm``, ``biased_set``), the stream and the composition load when a stage runs (the reports' modules,
+which name them in annotations only, load with it for their records).
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
 from refinery.core import stats as zstats
+from refinery.methods.zfilter.compose_report import ComposeReport, compose_report
 from refinery.methods.zfilter.config import ComposeConfig, ZFilterConfig
 from refinery.methods.zfilter.decisions import tag
+from refinery.methods.zfilter.report import ZFilterReport, publish_report
 from refinery.pipeline.executor import FilterWritten, row_numbers
 from refinery.pipeline.filter import FilterStage, split
 from refinery.pipeline.output import StageOutput
@@ -47,6 +50,7 @@ class ZFilterStage(_DecidedInPrepare):
     """
 
     name, Config = "zfilter", ZFilterConfig
+    report_type = ZFilterReport
     needs = ("id", "text_a", "label")
     adds = ("source_stage",)   # on kept/, what the next step reads (biased_features is on rejected/ only)
     references = ("seed_corpus",)   # its verdict: the kept rows' z* against the input's threshold and prior
@@ -83,8 +87,6 @@ class ZFilterStage(_DecidedInPrepare):
 
     def result(self, written: FilterWritten, audits, out: StageOutput) -> StageResult:
         """zfilter's own report and verdict (the input's z-statistics against those of Z)."""
-        from refinery.methods.zfilter.report import publish_report
-
         return publish_report(self.filtering, written, out, self.named_config, self.kept_stats)
 
 
@@ -96,6 +98,7 @@ class ComposeStage(_DecidedInPrepare):
     """
 
     name, Config = "compose", ComposeConfig
+    report_type = ComposeReport
     version = 2   # kept/ and rejected/ hold the whole composition, rows carry source, report/ per part
     needs = ("id", "text_a", "label")
     adds = ("source",)
@@ -136,6 +139,4 @@ class ComposeStage(_DecidedInPrepare):
 
     def result(self, written: FilterWritten, audits, out: StageOutput) -> StageResult:
         """The composition's report: each part's verdict and the two together's."""
-        from refinery.methods.zfilter.compose_report import compose_report
-
         return compose_report(self.composition, out, self.named_config)
