@@ -71,24 +71,27 @@ class ConfidenceConfig:
             self.model = "ngram"   # the n-gram model cross-fitted on the input: what needs nothing else
         if self.model is not None and self.proba_column is not None:
             raise Refusal("give one of ", Setting("model"), " (ngram, transformer or a saved classifier's folder) and ",
-                          Setting("proba_column"), " (a column holding p_M(label | text)), not both")
+                          Setting("proba_column"), " (a column holding p_M(label | text)), not both",
+                          code="conflicting-settings")
         if self.label_issues and self.proba_column is not None:
             raise Refusal(Setting("label_issues", True), " needs p_M(l | x) of every label, and ",
                           Setting("proba_column", self.proba_column), " holds p_M(label | text) of the given label "
                           "only: leave out ", Setting("proba_column"), " (the n-gram model is cross-fitted on the "
-                          "input) or give ", Setting("model"), " (ngram, transformer or a saved classifier's folder)")
+                          "input) or give ", Setting("model"), " (ngram, transformer or a saved classifier's folder)",
+                          code="conflicting-settings")
         if self.label_issues and not self.auto:
             raise Refusal(Setting("label_issues", True), " decides instead of τ: give ", Setting("tau", self.tau),
-                          " or ", Setting("label_issues", True), ", not both")
+                          " or ", Setting("label_issues", True), ", not both", code="conflicting-settings")
         if self.label_issues and self.keep_share != KEEP_SHARE:
             raise Refusal(Setting("keep_share"), " is the share of each label that ", Setting("tau", AUTO),
                           " keeps, and ", Setting("label_issues", True), " decides instead of τ: give ",
-                          Setting("label_issues", True), " or ", Setting("keep_share", self.keep_share), ", not both")
+                          Setting("label_issues", True), " or ", Setting("keep_share", self.keep_share), ", not both",
+                          code="conflicting-settings")
         if not self.auto and self.keep_share != KEEP_SHARE:
             raise Refusal(Setting("keep_share"), " is the share of each label that ", Setting("tau", AUTO),
                           " keeps: with ", Setting("tau", self.tau), " it would do nothing; give ",
                           Together((Setting("tau", AUTO), Setting("keep_share", self.keep_share))), ", or ",
-                          Setting("tau", self.tau), " alone")
+                          Setting("tau", self.tau), " alone", code="conflicting-settings")
 
     @property
     def auto(self) -> bool:

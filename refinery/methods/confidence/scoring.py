@@ -22,10 +22,10 @@ from refinery.pipeline.stage_input import StageInput
 def label_confidence(table: pa.Table, model=None, proba_column: str | None = None) -> np.ndarray:
     """p_M(label | text) per row: from a fitted classifier, or from a column holding that probability."""
     if (model is None) == (proba_column is None):
-        raise ValueError("give exactly one of a model or a probability column")
+        raise TypeError("give exactly one of a model or a probability column")
     if proba_column is not None:
         if proba_column not in table.column_names:
-            raise KeyError(f"no column {proba_column!r}; columns: {table.column_names}")
+            raise Refusal(f"no column {proba_column!r}; columns: {table.column_names}", code="missing-columns")
         return _probabilities(table, proba_column)
     from refinery.models.base import own_label_proba
 
@@ -43,17 +43,19 @@ def _probabilities(table: pa.Table, column: str) -> np.ndarray:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             bad = next(i for i, v in enumerate(values.to_pylist()) if v is not None and not _is_number(v))
             raise Refusal(Setting("proba_column", column), f": row {table['id'][bad].as_py()!r} holds "
-                          f"{values[bad].as_py()!r}, not a number; give p_M(label | text) as a number in [0, 1]") \
+                          f"{values[bad].as_py()!r}, not a number; give p_M(label | text) as a number in [0, 1]",
+                          code="bad-input") \
                 from None
     elif not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type) or pa.types.is_null(values.type)):
-        raise Refusal(Setting("proba_column", column), f" holds {values.type}, not numbers in [0, 1]")
+        raise Refusal(Setting("proba_column", column), f" holds {values.type}, not numbers in [0, 1]", code="bad-input")
     p = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
     p = np.where(np.isnan(p), 0.0, p)   # null and NaN: missing
     outside = np.flatnonzero((p < 0) | (p > 1))
     if len(outside):
         i = int(outside[0])
         raise Refusal(Setting("proba_column", column), f": row {table['id'][i].as_py()!r} holds {p[i]:g}, outside "
-                      f"[0, 1] ({len(outside):,} of {len(p):,} rows); give p_M(label | text), a probability")
+                      f"[0, 1] ({len(outside):,} of {len(p):,} rows); give p_M(label | text), a probability",
+                      code="bad-input")
     return p
 
 
@@ -98,7 +100,7 @@ def refuse_unknown_labels(table: pa.Table, classes, model: str) -> None:
         raise Refusal(Setting("model", model), f" was trained on the labels {', '.join(map(str, classes))}; the "
                       f"input's {label} {named} {be} none of them, so its rows would all score 0 and be dropped: "
                       "give a model trained on this corpus's labels, or read the input with the preset or ",
-                      Setting("map"), " whose labels the model knows")
+                      Setting("map"), " whose labels the model knows", code="model")
 
 
 def split_by_confidence(table: pa.Table, conf: np.ndarray, tau: float):
@@ -248,7 +250,7 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     if never:
         said.append(Message(f"no τ keeps a row of {', '.join(map(str, never))}: p_M(label | text) is 0 on all its "
                             "rows; check the model or ", Setting("proba_column")))
-        raise Refusal(Message.joined(said, "; "))
+        raise Refusal(Message.joined(said, "; "), code="label-emptied")
     n, share = len(chosen.labels), config.keep_share
     auto = None if config.auto else thresholds(scores, AUTO, share)
     if auto is not None and usable(auto):
@@ -261,7 +263,7 @@ def refuse_unusable(scores: LabelScores, chosen: Thresholds, config: ConfidenceC
     top = math.floor(min(highest.values()) * 100) / 100
     top = top - 0.01 if top >= min(highest.values()) else top
     said.append(Message(_tau(f"{top:.2f}"), " is the highest τ that keeps rows of every label"))
-    raise Refusal(Message.joined(said, "; "))
+    raise Refusal(Message.joined(said, "; "), code="label-emptied")
 
 
 def _tau(digits: str) -> Setting:

@@ -35,7 +35,7 @@ class DecontaminateConfig:
         validate(self)
         if not self.against:
             raise Refusal("at least one evaluation set is needed (", Setting.of(DecontaminateConfig, "against", Shapes("NAME=PATH[:PRESET]", "{'NAME': data}", "[NAME=PATH[:PRESET], …]")),
-                          ")")
+                          ")", code="missing-setting")
         refuse_repeated_names(self.eval_sets())
 
     def eval_sets(self) -> list[EvalSet]:

@@ -81,9 +81,9 @@ class DecontaminateStage(FilterStage):
                 table, rejects = source.read_side(SideInput(tuple(e.paths), mapping and dataclasses.replace(
                     mapping, label_set=None), Message(Setting("against", e.name))))
             except ValueError as error:   # named by the --against it came from
-                raise Refusal(*error.args, hint) from None
+                raise Refusal(*error.args, hint, code=getattr(error, "code", "bad-input")) from None
             if not table.num_rows:
-                raise ValueError(e.no_good_rows(rejects))
+                raise Refusal(e.no_good_rows(rejects), code="all-rejected")
             fields = [table[c].combine_chunks() for c in ("text_a", "text_b") if c in table.column_names
                       and table[c].null_count < table.num_rows]
             sets.append((e, table, rejects.num_rows, fields, []))
@@ -107,9 +107,9 @@ class DecontaminateStage(FilterStage):
             for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
                 found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
         if train_rows and len(found) == train_rows:   # the next audit could judge nothing: refused before a write
-            raise ValueError(f"decontaminate would keep no row: every one of the {train_rows:,} training rows "
+            raise Refusal(f"decontaminate would keep no row: every one of the {train_rows:,} training rows "
                              f"overlaps {', '.join(sorted({f[0] for f in found.values()}))}: the training corpus is "
-                             "part of the evaluation set (or the set itself); nothing was written")
+                             "part of the evaluation set (or the set itself); nothing was written", code="too-few-rows")
         self.dropped_rows = np.array(sorted(found), np.int64)
         matches = [found[i] for i in self.dropped_rows.tolist()]
         self.eval_set = pa.array([m[0] for m in matches], pa.string())

@@ -142,10 +142,11 @@ def _refuse_unknown_split(preferred: str | None, splits: list) -> None:
         return
     if not splits:
         raise Refusal(Setting("prefer_split", preferred), ": the input names no splits; give them as ",
-                      NamedSplits())
+                      NamedSplits(), code="missing-split")
     close = difflib.get_close_matches(preferred, [str(s) for s in splits], 1, 0.6)
     raise Refusal(Setting("prefer_split", preferred), ": the input has no split of that name (its splits: "
-                  f"{', '.join(map(str, splits))})" + (f"; did you mean {close[0]}?" if close else ""))
+                  f"{', '.join(map(str, splits))})" + (f"; did you mean {close[0]}?" if close else ""),
+                  code="missing-split")
 
 
 class _Reasons:

@@ -27,6 +27,7 @@ from refinery.core.features import NULL_FEATURE, FeatureConfig
 from refinery.core.row_features import row_feature_lists
 from refinery.core.incremental_counts import IncrementalCounts
 from refinery.core.stats import rows_per_label
+from refinery.messages import Refusal
 from refinery.io.raw import rebatch
 from refinery.io.spill import SpilledSlices
 from refinery.methods.zfilter.biased_set import BiasedSet
@@ -106,7 +107,7 @@ class ZFilter:
         values = encoded.dictionary.to_pylist()
         unknown = set(values) - set(self.Z.label_index)
         if unknown:
-            raise ValueError(f"labels {sorted(unknown)} are not in the label set {self.Z.labels}")
+            raise Refusal(f"labels {sorted(unknown)} are not in the label set {self.Z.labels}", code="bad-input")
         ids = np.array([self.Z.label_index[v] for v in values], dtype=np.int64)
         return ids[encoded.indices.to_numpy(zero_copy_only=False)] if len(ids) else np.zeros(0, np.int64)
 

@@ -65,7 +65,7 @@ class Decisions:
         """(keep, reasons) of the input rows at ``positions``: the ``FilterStage.decide`` of the filter that made
         these decisions."""
         if len(positions) and positions.max() >= len(self.rejected_at):
-            raise ValueError("a row the z-filter did not see reached its decisions (the input changed while it ran)")
+            raise RuntimeError("a row the z-filter did not see reached its decisions (the input changed while it ran)")
         at = self.rejected_at[positions]
         keep = at < 0
         reasons = np.empty(len(positions), dtype=object)
