@@ -51,7 +51,7 @@ class Plan:
     uncorrectable: list          # tokens some label never co-occurs with, passed over
     trace: list                  # each turn: iteration, token, deficit, copies per label, refused, undone
     added: list                  # (draw id, iteration, token, row_id) of each copy, in draw order
-    refused: dict                # {row refused: the feature its copy would have raised}
+    refused: dict[int, str]      # {row refused: the feature its copy would have raised}
     undone: int                  # turns undone until the verdicts held
     supply: list                 # per token and short label: rows left to copy, refused (audac_supply)
     copies: dict                 # copies added per label

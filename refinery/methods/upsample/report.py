@@ -1,14 +1,15 @@
-"""AUDAC's report (docs/upsample.md): report.json's figures of a ``Plan`` (the corrected tokens' p̂ and z* before
-and after, what was left out or not fully corrected and why, the verdicts) and its HTML page."""
+"""AUDAC's report (docs/upsample.md): report.json's figures of a ``Plan`` (``UpsampleReport``: the corrected tokens'
+p̂ and z* before and after, what was left out or not fully corrected and why, the verdicts), its HTML page and
+what the terminal shows of it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from refinery.core.report_record import ReportRecord
 from refinery.messages import Message, Setting
-from refinery.methods.upsample.algorithm import Plan
 from refinery.methods.upsample.config import wider_band
 from refinery.methods.upsample.tokens import (IBADR, copies_needed, deficits, left_out, only, over_cap_reason,
                                               ranked_tokens, uncorrectable_reason)
@@ -17,6 +18,9 @@ from refinery.report.figures.zplot import zplot
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_page
 from refinery.report.page import Report, config_table, fields, figure, note, table
+
+if TYPE_CHECKING:   # the algorithm (DuckDB) loads when the stage runs
+    from refinery.methods.upsample.algorithm import Plan
 
 SHOWN = 20   # uncorrectable tokens listed in the HTML report (report.json has them all)
 
@@ -194,6 +198,61 @@ def page(out: StageOutput, report: UpsampleReport, plan: Plan, config) -> Report
                 note("trace.parquet holds each turn's deficit, the copies of each label, the rows refused and the "
                      "turns undone."))
             .section("Configuration", config_table(report.config)))
+
+
+def _significant_left_out(r: UpsampleReport) -> list:
+    """The tokens left out of the correction whose z* is over the threshold (in the report's order)."""
+    return [e for e in r.left_out if e["z"] > r.threshold]
+
+
+def untouched(r: UpsampleReport) -> tuple:
+    """A warning where significant tokens were left as they were (a verdict of 'nothing got worse' says nothing of
+    them): the largest by z*, each with why, and whether any row was added at all."""
+    shown = sorted(_significant_left_out(r), key=lambda e: -e["z"])
+    if not shown:
+        return ()
+    top = "; ".join(f"{e['token']} (z* {e['z']:.1f}, {e['label']}): {e['reason']}" for e in shown[:3])
+    more = f"; +{len(shown) - 3} more" if len(shown) > 3 else ""
+    added = "it added no row, so " if not r.rows_added else ""
+    return (f"{added}{len(shown):,} significant token(s) stay as they were: {top}{more}",)
+
+
+def console_lines(r: UpsampleReport, config) -> list[str]:
+    """What the terminal shows of an up-sampling under ``config`` (the stage's ``UpsampleConfig``): the prior, each
+    token's largest p̂ before and after, what was not corrected and why, what was left out."""
+    lines = [f"  prior p0: {r.prior}; at most {config.max_copies} copies of a row "
+             f"(most made: {r.most_copies_of_a_row})"]
+    width = max((len(c["token"]) for c in r.selected), default=0)
+    for c in r.selected:
+        tok, label = c["token"], c["label"]
+        lines.append(f"  {tok:<{width}} z* {c['z']:5.1f} -> {r.z_after[tok]:5.1f}   p̂({label}) "
+                     f"{r.p_hat_before[tok][label]:.3f} -> {r.p_hat_after[tok][label]:.3f} "
+                     f"(p0 {r.p0[label]:.3f})")
+    for e in r.not_corrected:
+        lines.append(f"  not fully corrected: {e['token']}: {e['reason']}")
+    for u in r.uncorrectable:
+        lines.append(f"  uncorrectable: {u['token']}: {u['reason']}")
+    if r.refused["rows"]:
+        feats = ", ".join(r.refused["features"])
+        lines.append(f"  {r.refused['rows']:,} rows not copied: a copy would have strengthened a shortcut ({feats})")
+    if r.undone_turns:
+        lines.append(f"  {r.undone_turns} turn(s) undone: the output's label shares moved its prior")
+    shown = _significant_left_out(r)
+    if shown:
+        lo, hi = r.band
+        widened = ", widened: the configured band held none" if r.band_widened else ""
+        lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "
+                     f"{lo:,} to {hi:,}{widened}; significant: z* > {r.threshold:.2f}, the audit's):")
+        width = max(len(e["token"]) for e in shown)
+        lines += [f"    {e['token']:<{width}} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}"
+                  for e in shown]
+    calm = [e for e in r.left_out if e["z"] <= r.threshold]
+    if calm:
+        lines.append("  negations and quantifiers under the threshold, nothing to correct: "
+                     + ", ".join(f"{e['token']} {e['z']:.1f}" for e in calm))
+        if r.band_hint:
+            lines.append(f"  {wider_band(r.band_hint)} would take in those outside the band")
+    return lines
 
 
 def _band_note(report: UpsampleReport, lo: int, hi: int) -> Message:

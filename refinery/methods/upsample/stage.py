@@ -32,15 +32,11 @@ What refinery adds, and why (docs/upsample.md):
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from refinery.methods.upsample.config import UpsampleConfig, wider_band
+from refinery.methods.upsample import report
+from refinery.methods.upsample.config import UpsampleConfig
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
-
-if TYPE_CHECKING:   # the report's module loads when the stage runs
-    from refinery.methods.upsample.report import UpsampleReport
 
 
 class UpsampleStage(TableStage):
@@ -50,6 +46,7 @@ class UpsampleStage(TableStage):
     """
 
     name, Config = "upsample", UpsampleConfig
+    report_type = report.UpsampleReport
     needs = ("id", "text_a", "label")
     output = Output.CORPUS
     version = 2   # 2: the corpus in corpus/ (report/ sat inside it: pandas read its files as data)
@@ -63,7 +60,7 @@ class UpsampleStage(TableStage):
         """AUDAC's plan (``algorithm.plan``) and the up-sampled corpus: the input's rows, the copies, its rejects, the
         output's audit kept with it."""
         from refinery.core.features import FeatureConfig
-        from refinery.methods.upsample import algorithm, report
+        from refinery.methods.upsample import algorithm
 
         source = rows.source
         features = FeatureConfig().named(source.field_names, source.single_text)
@@ -73,8 +70,6 @@ class UpsampleStage(TableStage):
                            audit=lambda labels: PartAudit(plan.prior, plan.audit))]
 
     def result(self, manifests: dict, out: StageOutput) -> StageResult:
-        from refinery.methods.upsample import report
-
         r = self.summary
         out.publish_report(r, report.page(out, r, self.plan, self.config),
                            files={"trace.parquet": report.trace_table(self.plan.trace)})
@@ -85,59 +80,5 @@ class UpsampleStage(TableStage):
         ok = r.verdict["ok"] and r.verdict_input_p0["ok"]
         warnings = () if ok else tuple(r.verdict["warnings"] or r.verdict_input_p0["warnings"])
         return StageResult(r.rows_before + r.rejected, {"out": r.rows_before, "input rejects": r.rejected},
-                           r, headline, (headline, *_lines(r, self.config), *lines), warnings + _untouched(r))
-
-
-def _significant_left_out(r: UpsampleReport) -> list:
-    """The tokens left out of the correction whose z* is over the threshold (in the report's order)."""
-    return [e for e in r.left_out if e["z"] > r.threshold]
-
-
-def _untouched(r: UpsampleReport) -> tuple:
-    """A warning where significant tokens were left as they were (a verdict of 'nothing got worse' says nothing of
-    them): the largest by z*, each with why, and whether any row was added at all."""
-    shown = sorted(_significant_left_out(r), key=lambda e: -e["z"])
-    if not shown:
-        return ()
-    top = "; ".join(f"{e['token']} (z* {e['z']:.1f}, {e['label']}): {e['reason']}" for e in shown[:3])
-    more = f"; +{len(shown) - 3} more" if len(shown) > 3 else ""
-    added = "it added no row, so " if not r.rows_added else ""
-    return (f"{added}{len(shown):,} significant token(s) stay as they were: {top}{more}",)
-
-
-def _lines(r: UpsampleReport, config: UpsampleConfig) -> list[str]:
-    """What the terminal shows of an up-sampling: the prior, each token's largest p̂ before and after, what was
-    not corrected and why, what was left out."""
-    lines = [f"  prior p0: {r.prior}; at most {config.max_copies} copies of a row "
-             f"(most made: {r.most_copies_of_a_row})"]
-    width = max((len(c["token"]) for c in r.selected), default=0)
-    for c in r.selected:
-        tok, label = c["token"], c["label"]
-        lines.append(f"  {tok:<{width}} z* {c['z']:5.1f} -> {r.z_after[tok]:5.1f}   p̂({label}) "
-                     f"{r.p_hat_before[tok][label]:.3f} -> {r.p_hat_after[tok][label]:.3f} "
-                     f"(p0 {r.p0[label]:.3f})")
-    for e in r.not_corrected:
-        lines.append(f"  not fully corrected: {e['token']}: {e['reason']}")
-    for u in r.uncorrectable:
-        lines.append(f"  uncorrectable: {u['token']}: {u['reason']}")
-    if r.refused["rows"]:
-        feats = ", ".join(r.refused["features"])
-        lines.append(f"  {r.refused['rows']:,} rows not copied: a copy would have strengthened a shortcut ({feats})")
-    if r.undone_turns:
-        lines.append(f"  {r.undone_turns} turn(s) undone: the output's label shares moved its prior")
-    shown = _significant_left_out(r)
-    if shown:
-        lo, hi = r.band
-        widened = ", widened: the configured band held none" if r.band_widened else ""
-        lines.append(f"  left out of the top {config.k} tokens by z*, with the negations and quantifiers (band: n from "
-                     f"{lo:,} to {hi:,}{widened}; significant: z* > {r.threshold:.2f}, the audit's):")
-        width = max(len(e["token"]) for e in shown)
-        lines += [f"    {e['token']:<{width}} z* {e['z']:6.1f} {e['label']}, n {e['n']:,}: {e['reason']}"
-                  for e in shown]
-    calm = [e for e in r.left_out if e["z"] <= r.threshold]
-    if calm:
-        lines.append("  negations and quantifiers under the threshold, nothing to correct: "
-                     + ", ".join(f"{e['token']} {e['z']:.1f}" for e in calm))
-        if r.band_hint:
-            lines.append(f"  {wider_band(r.band_hint)} would take in those outside the band")
-    return lines
+                           r, headline, (headline, *report.console_lines(r, self.config), *lines),
+                           warnings + report.untouched(r))

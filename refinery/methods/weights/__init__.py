@@ -4,5 +4,6 @@ module:
 - ``stage``: the stage and the method (its docstring); ``config``: its config;
 - ``leakage_neutral``: a corpus's weights, from the sentence graph's leakage features (``methods.leakage``), written
   back with the verdict; ``ips``: the arithmetic on P̂(y | l) (weights, prior, effective sample size, debiased
-  accuracy); ``evaluation``: a predictions table's debiased accuracy (``refinery evaluate``); ``report``: the page.
+  accuracy); ``evaluation``: a predictions table's debiased accuracy (``refinery evaluate``); ``report``: the report
+  (``WeightsReport``) and its page.
 """

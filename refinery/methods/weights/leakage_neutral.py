@@ -12,6 +12,7 @@ import pyarrow as pa
 from refinery.core.audit_config import AuditConfig
 from refinery.core.features import FeatureConfig
 from refinery.core.folds import fold_of
+from refinery.core.verdict import Verdict
 from refinery.core.weighted_audit_counts import WeightedAuditCounts
 from refinery.core.weighted_counts import WEIGHTED_NOTE, WeightedAudits, WeightedCounts, judge_weightings
 from refinery.messages import Message, Setting
@@ -21,6 +22,7 @@ from refinery.methods.weights.config import clip_setting
 from refinery.methods.weights.ips import (SUGGESTED_CLIPS, Cap, cap_in_effect, diagnostics, effective_sample_size,
                                           fit_prior, ips_weights, label_shares, low_ess_warning, prior_cells,
                                           weight_histogram, weighted_accuracy)
+from refinery.methods.weights.report import WeightsReport
 from refinery.pipeline.table_stage import PartAudit
 from refinery.progress import progress
 
@@ -32,7 +34,8 @@ class Weighing:
     every row of ``graph`` under ``config`` (the stage's ``WeightsConfig``) on construction; ``rows`` gives the corpus
     back with a ``weight`` column as it counts its words (``features``: the audit's) plain and weighted; once every
     row is written, ``measured`` makes both audits (the prior rule decided on the input, or ``carried`` with it) and
-    the weighted one's record kept with the corpus; after the commit, ``judged`` makes the verdict and the report.
+    the weighted one's record kept with the corpus; after the commit, ``judged`` makes the report (``WeightsReport``)
+    and the verdict.
     Rows keep their split: the name given, or their own ``split`` column; a corpus whose rows have neither has no
     ``split`` column."""
 
@@ -44,20 +47,21 @@ class Weighing:
         graph.keep_tables_on_disk()
         w, info = leakage_neutral_weights(graph, config)
         proba, y, cells = info.pop("p_hat"), info.pop("y"), info.pop("cells")
-        clip = info["cap"]["clip"]   # the cap in effect (None: none)
+        clip = info["cap"].clip   # the cap in effect (None: none)
         clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (clip is None or c < clip)]
         capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c) for c in clips]
         del proba, y
         self.w, self.capped = w, dict(zip(clips, capped_w))
-        self.summary = {"labels": info.pop("labels"),
+        self.entries = {"labels": info.pop("labels"),   # the report's entries known before the rows are written
                         "low_ess_warning": low_ess_warning(w, clip, self.capped),   # exact ESS
                         **info, "inputs": inputs, "config": asdict(config)}
         self.audit_config = AuditConfig(features=features, prior=config.prior)
-        self.rows_of = WeightedCounts(self.summary["labels"], features, 1, masks=1, replayable=True)   # rows of each
+        self.rows_of = WeightedCounts(self.entries["labels"], features, 1, masks=1, replayable=True)   # rows of each
 
     def manifest_entries(self) -> dict:
         """What the weighted corpus's manifest keeps of the weights (``weights``)."""
-        return {"weights": {k: self.summary[k] for k in self.IN_MANIFEST}}
+        kept = {k: self.entries[k] for k in self.IN_MANIFEST}
+        return {"weights": {**kept, "cap": kept["cap"].to_json()}}
 
     def rows(self) -> Iterator[pa.Table]:
         """The corpus with its ``weight`` column, in input order, each table counted as it passes."""
@@ -83,10 +87,12 @@ class Weighing:
         self.audits = _audits(self.counts, self.audit_config, label_rows, self.carried)
         return PartAudit(self.audits.prior, self.audits.record_of(1, label_rows, weighted=True))
 
-    def judged(self, manifest):
+    def judged(self, manifest) -> tuple[WeightsReport, Verdict]:
         """The report (``manifest``: the weighted corpus's ``CorpusManifest``, committed) and the verdict."""
-        self.summary.update(rows=manifest.rows, rejected=manifest.rejected, histogram=weight_histogram(self.w))
-        return _verdict(self.counts, self.audits, self.config, self.summary, self.capped)
+        histogram = weight_histogram(self.w)
+        verdict, checked = _verdict(self.counts, self.audits, self.config, self.entries["cap"].clip, self.capped)
+        return WeightsReport(**self.entries, rows=manifest.rows, rejected=manifest.rejected, histogram=histogram,
+                             verdict=verdict.to_dict(), clips_checked=checked), verdict
 
 
 def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int
@@ -127,7 +133,7 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
         "observed_shares": dict(zip(labels, map(float, observed))),
         "weighted_shares": dict(zip(labels, map(float, weighted))),
         "diagnostics": diagnostics(w),
-        "cap": Cap(config.clip, clip, effective_sample_size(w), len(w)).to_json(),
+        "cap": Cap(config.clip, clip, effective_sample_size(w), len(w)),
         "out_of_fold": {"accuracy": float((predicted == y).mean()),
                         "weighted_accuracy": weighted_accuracy(predicted == y, w),
                         "majority_accuracy": float(observed.max()),
@@ -166,17 +172,17 @@ def _audits(counts: WeightedCounts, audit_config, label_rows: dict, carried) -> 
                           tuple(counts.left_out))
 
 
-def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dict, capped: dict):
-    """The weighted audit's verdict against the plain one (``audits``: both, under the input's prior rule; ``report``:
-    ``verdict``, ``clips_checked``). Only where
-    it warns are the caps of ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold
-    (``_caps_checked``), and the gentlest under which none of them worsens is named as the remedy."""
+def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, clip: float | None,
+             capped: dict) -> tuple[Verdict, list[dict]]:
+    """(the weighted audit's verdict against the plain one, the caps checked): ``audits``, both, under the input's
+    prior rule; ``clip``, the cap the weights were written under (None: none). Only where it warns are the caps of
+    ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold (``_caps_checked``),
+    and the gentlest under which none of them worsens is named as the remedy."""
     options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,),
                "carried": audits.prior}
     verdict = judge_weightings(counts, audits=audits, **options)
     checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, capped,
                                                   options)
-    clip = report["cap"]["clip"]
     now = "no cap now" if clip is None else f"now {clip:.3g}"
     larger_floor = Message("a larger ", Setting("min_proba"), f" (now {config.min_proba:g})")
     others = larger_floor if config.features == "basic" else Message(
@@ -193,9 +199,7 @@ def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, report: dic
                          "features single out a few rows: try ", others, ".")
     else:
         remedy = Message("the leakage features single out a few rows: try ", others, ".")
-    verdict = replace(verdict, remedy_worsened=remedy)
-    report["verdict"], report["clips_checked"] = verdict.to_dict(), checked
-    return verdict
+    return replace(verdict, remedy_worsened=remedy), checked
 
 
 def _caps_checked(counts: WeightedCounts, flagged: np.ndarray, verdict, capped: dict, options: dict) -> list[dict]:

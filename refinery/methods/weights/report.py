@@ -1,13 +1,16 @@
-"""The weights stage's report page: the verdict of the weighted audit, the weights' histogram and effective sample
-size, the caps checked, the label shares and π, and the leakage-only model's accuracy with and without the weights."""
+"""The weights stage's report, report.json's entries (``WeightsReport``), and its page: the verdict of the weighted
+audit, the weights' histogram and effective sample size, the caps checked, the label shares and π, and the
+leakage-only model's accuracy with and without the weights."""
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 
+from refinery.core.report_record import ReportRecord
 from refinery.core.verdict import Verdict
 from refinery.messages import Message, Setting
 from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP, clip_setting
-from refinery.methods.weights.ips import LOW_ESS_SHARE
+from refinery.methods.weights.ips import LOW_ESS_SHARE, Cap
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report import verdict as verdict_html
@@ -15,32 +18,60 @@ from refinery.report.figures.histogram import histogram
 from refinery.report.page import Report, config_table, fields, figure, note, table
 
 
-def cap_text(cap: dict) -> Message:
-    """The cap the weights were written under (``ips.Cap.to_json``), and why."""
-    if cap["clip"] is None:
-        return (Message("no cap (", clip_setting(NO_CLIP), ", the paper's letter)") if cap["setting"] == NO_CLIP else
+@dataclass(frozen=True, kw_only=True)
+class WeightsReport(ReportRecord):
+    """The weights stage's report: the ``labels``; the warning where the effective sample size (Σw)²/Σw² is under
+    ``ips.LOW_ESS_SHARE`` of the rows (``ips.low_ess_warning``: its message, the ESS, the clip it suggests and the
+    ESS that clip gives; None otherwise); the fitted prior π, the observed and the weighted label shares (equal by
+    π's fit), the weights' ``diagnostics`` (``ips.diagnostics``), the ``cap`` they were written under, the
+    leakage-only model's ``out_of_fold`` accuracy and majority rate, plain and weighted (Debiased Eva: Σ w·[ŷ = y] /
+    Σ w); the inputs by split, the configuration; the rows weighted and the input's rejected rows, the weights'
+    ``histogram`` (``ips.weight_histogram``); the verdict of the weighted audit against the plain one
+    (``core.verdict.Verdict.to_dict``) and the caps checked where it warns (``leakage_neutral._caps_checked``)."""
+
+    labels: list
+    low_ess_warning: dict | None
+    prior: dict
+    observed_shares: dict
+    weighted_shares: dict
+    diagnostics: dict
+    cap: Cap
+    out_of_fold: dict
+    inputs: dict
+    config: dict
+    rows: int
+    rejected: int
+    histogram: dict
+    verdict: dict
+    clips_checked: list
+
+
+def cap_text(cap: Cap) -> Message:
+    """The cap the weights were written under, and why."""
+    if cap.clip is None:
+        return (Message("no cap (", clip_setting(NO_CLIP), ", the paper's letter)") if cap.setting == NO_CLIP else
                 Message("no cap (", clip_setting(AUTO_CLIP), ": the uncapped weights keep the effective sample size ≥ "
                         f"{MIN_ESS_SHARE:.0%} of the rows)"))
     why = Message(clip_setting(AUTO_CLIP), ": the largest cap that keeps the effective sample size ≥ "
-                  f"{MIN_ESS_SHARE:.0%} of the rows") if cap["setting"] == AUTO_CLIP else clip_setting(cap["clip"])
-    return Message(f"cap {cap['clip']:.3g}× the mean weight (", why, "); effective sample size "
-                   f"{cap['effective_sample_size']:,.0f} of {cap['rows']:,} rows ({fmt.percent(cap['share'])})")
+                  f"{MIN_ESS_SHARE:.0%} of the rows") if cap.setting == AUTO_CLIP else clip_setting(cap.clip)
+    return Message(f"cap {cap.clip:.3g}× the mean weight (", why, "); effective sample size "
+                   f"{cap.effective_sample_size:,.0f} of {cap.rows:,} rows ({fmt.percent(cap.share)})")
 
 
-def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
+def page(out: StageOutput, report: WeightsReport, verdict: Verdict) -> Report:
     """The weights' report of ``report`` and its ``verdict``, on ``out``'s report page."""
     page = out.report_page("weights: leakage-neutral inverse-propensity weights (Zhang et al. 2019)")
     corpus = page.corpus
-    d, oof, warning = report["diagnostics"], report["out_of_fold"], report["low_ess_warning"]
-    labels = report["labels"]
+    d, oof, warning = report.diagnostics, report.out_of_fold, report.low_ess_warning
+    labels = report.labels
     ess_share = d["effective_sample_size"] / max(d["rows"], 1)
-    hist = report["histogram"]
+    hist = report.histogram
     marks = [(1.0, "mean weight 1")]
-    if report["cap"]["clip"] is not None:
-        marks.append((report["cap"]["clip"], f"cap {report['cap']['clip']:.3g}"))
+    if report.cap.clip is not None:
+        marks.append((report.cap.clip, f"cap {report.cap.clip:.3g}"))
     weights_block = [
         f'<p class="bad">{html.escape(str(warning["message"]))}</p>' if warning else "",
-        fields({"rows weighted": d["rows"], "cap": cap_text(report["cap"]),
+        fields({"rows weighted": d["rows"], "cap": cap_text(report.cap),
                 "effective sample size (Σw)² / Σw²": f"{d['effective_sample_size']:,.0f} ({fmt.percent(ess_share)} of "
                                                      f"the rows)",
                 "least weight": d["min"], "largest weight (× the mean)": d["max"],
@@ -51,11 +82,11 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
                "The effective sample size is the number of unweighted rows that would estimate as precisely: "
                f"under {LOW_ESS_SHARE:.0%} of the rows, a few rows carry the weight."),
     ]
-    shares = [{"label": l, "share of rows": report["observed_shares"][l],
-               "weighted share": report["weighted_shares"][l], "prior π": report["prior"][l]} for l in labels]
+    shares = [{"label": l, "share of rows": report.observed_shares[l],
+               "weighted share": report.weighted_shares[l], "prior π": report.prior[l]} for l in labels]
     clips = [{"clip": c["clip"], "effective sample size": c["effective_sample_size"],
               "verdict": "ok" if c["ok"] else "WARNING", "features worsened": c["worsened"]}
-             for c in report["clips_checked"]]
+             for c in report.clips_checked]
     return (page
             .section(verdict_html.HEADING, verdict_html.section(verdict))
             .section("The weights", *weights_block)
@@ -76,4 +107,4 @@ def page(out: StageOutput, report: dict, verdict: Verdict) -> Report:
                 "weighted majority class": fmt.percent(oof["weighted_majority_accuracy"])}),
                 note("A random forest on the sentence-graph features alone, cross-predicted. Under the weights its "
                      "accuracy should fall to the weighted majority rate: the label no longer depends on them."))
-            .section("Configuration", config_table(report["config"])))
+            .section("Configuration", config_table(report.config)))

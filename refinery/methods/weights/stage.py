@@ -30,6 +30,7 @@ accuracy with and without the weights.
 from __future__ import annotations
 
 from refinery.methods.weights.config import WeightsConfig
+from refinery.methods.weights.report import WeightsReport, cap_text, page
 from refinery.models.leakage_settings import GRAPH_MEMORY
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
@@ -45,6 +46,7 @@ class WeightsStage(TableStage):
     """
 
     name, Config = "weights", WeightsConfig
+    report_type = WeightsReport
     needs = ("id", "text_a", "text_b", "label")
     adds = ("weight",)
     output = Output.CORPUS
@@ -66,21 +68,19 @@ class WeightsStage(TableStage):
                            audit=weighing.measured)]
 
     def result(self, manifests: dict, out: StageOutput) -> StageResult:
-        from refinery.methods.weights.report import cap_text, page
         from refinery.pipeline.filter import verdict_headline
 
-        verdict = self.weighing.judged(manifests[Output.CORPUS.value])
-        r = self.weighing.summary
+        r, verdict = self.weighing.judged(manifests[Output.CORPUS.value])
         out.publish_report(r, page(out, r, verdict))
-        d, oof, warning = r["diagnostics"], r["out_of_fold"], r["low_ess_warning"]
+        d, oof, warning = r.diagnostics, r.out_of_fold, r.low_ess_warning
         ess = (f"effective sample size {d['effective_sample_size']:,.0f} of {d['rows']:,} rows "
-               f"({r['cap']['share']:.0%})")
+               f"({r.cap.share:.0%})")
         lines = (f"{d['rows']:,} rows -> {out.url(Output.CORPUS.value)}: weight min {d['min']:.3f}, "
-                 f"max {d['max']:.2f}× the mean, {ess}", f"  {cap_text(r['cap'])}",
+                 f"max {d['max']:.2f}× the mean, {ess}", f"  {cap_text(r.cap)}",
                  f"  leakage-only model: accuracy {oof['accuracy']:.4f} -> weighted {oof['weighted_accuracy']:.4f} "
                  f"(weighted majority {oof['weighted_majority_accuracy']:.4f})", *verdict.lines())
         warnings = ((str(warning["message"]),) if warning else ()) + tuple(verdict.warnings())
-        return StageResult(r["rows"] + r["rejected"], {"weighted": r["rows"], "input rejects": r["rejected"]}, r,
+        return StageResult(r.rows + r.rejected, {"weighted": r.rows, "input rejects": r.rejected}, r,
                            f"weights min {d['min']:.3f}, max {d['max']:.2f}, {ess}"
                            + (f"; warning: {warning['message']}" if warning else "")
                            + f"; {verdict_headline(verdict)}", lines, warnings)
