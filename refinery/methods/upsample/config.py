@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from refinery.core import stats as zstats
 from refinery.core.validation import SEED, at_least, number_in, one_of, setting, validate
-from refinery.messages import Message, Setting, Together
+from refinery.messages import Message, Refusal, Setting, Together
 
 AUDIT_MIN_COUNT = 10  # the audit's min_count (its default): the tokens', the guard's and the verdict's
 
@@ -40,7 +40,8 @@ class UpsampleConfig:
     def __post_init__(self):
         validate(self)
         if (self.band_min > 1) == (self.band_max > 1) and self.band_min >= self.band_max:
-            raise ValueError(f"band_min must be less than band_max, got {self.band_min:g} and {self.band_max:g}")
+            raise Refusal(Setting("band_min", self.band_min), " must be less than ",
+                          Setting("band_max", self.band_max), code="invalid-setting")
 
     def band(self, rows: int) -> tuple[int, int]:
         """[lo, hi] of n(s) over a corpus of ``rows`` rows (lo at least min_count)."""

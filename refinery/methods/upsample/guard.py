@@ -180,7 +180,7 @@ class ShortcutGuard:
         """The index in ``candidates`` of the candidate row ``row``."""
         at = int(np.searchsorted(self._rows, row))
         if at == len(self._rows) or self._rows[at] != row:
-            raise KeyError(row)
+            raise RuntimeError(f"row {row} is no candidate of the guard")
         return int(self._by_row[at])
 
     def _ceilings(self, names: pa.Array, counts: np.ndarray) -> np.ndarray:

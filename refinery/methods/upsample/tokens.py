@@ -47,7 +47,7 @@ def split_token(token: str, fields: list) -> tuple[str, str]:
     for column, suffix in fields:
         if token.endswith(f"@{suffix}"):
             return token[: -len(suffix) - 1], column
-    raise ValueError(f"{token!r} is no word feature of the fields {', '.join(s for _, s in fields)}")
+    raise RuntimeError(f"{token!r} is no word feature of the fields {', '.join(s for _, s in fields)}")
 
 
 def deficits(counts: dict, p0: dict) -> dict:

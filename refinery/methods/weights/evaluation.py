@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from refinery.messages import Refusal
 from refinery.methods.weights.ips import weighted_accuracy
 
 
@@ -16,14 +17,15 @@ def evaluate(predictions: pa.Table, weights: pa.Table | None = None, prediction_
     """
     for col in ("label", prediction_column):
         if col not in predictions.column_names:
-            raise KeyError(f"predictions have no column {col!r}; columns: {predictions.column_names}")
+            raise Refusal(f"predictions have no column {col!r}; columns: {predictions.column_names}",
+                          code="missing-columns")
     if weights is not None:
         keys = ["id"] + (["split"] if "split" in predictions.column_names and "split" in weights.column_names else [])
         joined = predictions.drop_columns([c for c in ("weight",) if c in predictions.column_names]).join(
             weights.select(keys + ["weight"]), keys, join_type="left outer")
         missing = joined["weight"].null_count
         if missing:
-            raise ValueError(f"{missing:,} predictions have no weight (joined on {', '.join(keys)})")
+            raise Refusal(f"{missing:,} predictions have no weight (joined on {', '.join(keys)})", code="bad-input")
         predictions = joined
     y = predictions["label"].to_numpy(zero_copy_only=False)
     pred = predictions[prediction_column].cast(pa.string()).to_numpy(zero_copy_only=False)

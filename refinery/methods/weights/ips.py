@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from refinery.messages import Message
+from refinery.messages import Message, Refusal
 from refinery.methods.weights.config import AUTO_CLIP, MIN_ESS_SHARE, NO_CLIP, clip_setting
 from refinery.models.forest import distinct_rows
 
@@ -72,7 +72,8 @@ def capped(w: np.ndarray, clip: float | None, counts: np.ndarray | None = None) 
     if clip is None:
         return w
     if clip <= 1:
-        raise ValueError(f"clip must be a number > 1 (a multiple of the mean weight), got {clip!r}")
+        raise Refusal(f"clip must be a number > 1 (a multiple of the mean weight), got {clip!r}",
+                      code="invalid-setting")
     while w.max() > clip * (1 + 1e-12):
         w = np.minimum(w, clip)
         w /= np.average(w, weights=counts)
@@ -109,7 +110,7 @@ def fit_prior(proba: np.ndarray, y: np.ndarray, clip: float | None = None, toler
     proba, y, counts = prior_cells(proba, y) if cells is None else cells
     target = np.bincount(y, weights=counts, minlength=C) / counts.sum()
     if np.any(target == 0):
-        raise ValueError("every label needs at least one row to fit the prior")
+        raise Refusal("every label needs at least one row to fit the prior", code="too-few-rows")
     log_prior = np.log(target)
 
     def shares_at(lp: np.ndarray) -> np.ndarray:
