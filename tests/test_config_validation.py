@@ -59,7 +59,7 @@ def sick_like(tmp_path_factory):
     (lambda: ZFilterConfig(shuffle_seed=-1), "shuffle_seed must be a non-negative integer or none, got -1"),
     (lambda: ComposeConfig(composition="zsum"), "composition must be one of zaug, parz, seqz, got 'zsum'"),
     (lambda: UpsampleConfig(step=0), r"step must be a number in \(0, 1\], got 0"),
-    (lambda: UpsampleConfig(band_min=0.02, band_max=0.002), "band_min must be less than band_max, got 0.02 and 0.002"),
+    (lambda: UpsampleConfig(band_min=0.02, band_max=0.002), "band_min=0.02 must be less than band_max=0.002"),
     (lambda: UpsampleConfig(band_min=-1), "band_min must be a number ≥ 0, got -1"),
     (lambda: WeightsConfig(clip=0.5), "clip must be a number > 1, auto or none, got 0.5"),
     (lambda: WeightsConfig(folds=1), "folds must be an integer of at least 2, got 1"),
@@ -86,12 +86,11 @@ def test_every_config_rejects_a_bad_value_naming_key_value_and_what_is_allowed(b
     (["zfilter", "--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
     (["confidence", "--tau", "1.5"], "--tau must be auto or a number in [0, 1), got 1.5"),
     (["weights", "--trees", "0"], "--trees must be a positive integer, got 0"),   # a nested config's option
-    (["upsample", "--band-min", "0.02", "--band-max", "0.002"],
-     "band_min must be less than band_max, got 0.02 and 0.002"),
+    (["upsample", "--band-min", "0.02", "--band-max", "0.002"], "--band-min 0.02 must be less than --band-max 0.002"),
 ])
 def test_cli_bad_value_is_one_line_before_any_work(tmp_path, args, message):
     proc = run_cli(args[0], SNLI_DEV, "--preset", "snli", *args[1:], "--out", tmp_path / "o", check=False)
-    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {message}", proc.stderr
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {message} [invalid-setting]", proc.stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -114,12 +113,22 @@ def test_pipeline_file_is_validated_whole_before_the_first_stage(tmp_path):
         path.write_text(yaml.safe_dump({"input": {"paths": [SNLI_HARD], "preset": "snli"},
                                         "stages": [{"audit": {"k": 20}}, {"zfilter": bad}]}))
         proc = run_cli("run", path, "--out", tmp_path / "o", check=False)
-        assert proc.returncode == 2 and proc.stderr.strip() == f"error: {path}: stage 2 (zfilter): {message}"
+        assert proc.returncode == 2 and proc.stderr.strip() == \
+            f"error: {path}: stage 2 (zfilter): {message} [invalid-setting]"
         assert not (tmp_path / "o").exists() and proc.stdout == ""
     with pytest.raises(ConfigError, match=r"pipeline: stage 1 \(compose\)\.zfilter: min_count must be a positive"):
         parse_pipeline({"input": {"paths": [SNLI_HARD]}, "stages": [{"compose": {"zfilter": {"min_count": 0}}}]})
-    with pytest.raises(ConfigError, match="pipeline: input: batch_rows must be a positive integer, got 0"):
+    with pytest.raises(ConfigError, match="pipeline: input: batch_rows must be a positive integer, got 0") as refused:
         parse_pipeline({"input": {"paths": [SNLI_HARD], "batch_rows": 0}, "stages": ["audit"]})
+    assert refused.value.code == "invalid-setting"
+    for data, code in (({"input": {"paths": [SNLI_HARD], "preset": "snli", "map": {"text_a": "a"}}, "stages": ["audit"]},
+                        "conflicting-settings"),   # a key the run does not know, or one that excludes another
+                       ({"input": {"paths": [SNLI_HARD]}, "stages": ["audit"], "stage": []}, "unknown-setting"),
+                       ({"input": {"paths": [SNLI_HARD]}}, "missing-setting"),
+                       ({"input": {"paths": [SNLI_HARD]}, "stages": ["audit"], "engine": "spark"}, "invalid-setting")):
+        with pytest.raises(ConfigError) as refused:
+            parse_pipeline(data)
+        assert refused.value.code == code, refused.value
 
 
 def test_auto_prior_is_uniform_on_balanced_snli_and_empirical_on_sick_shares(tmp_path, sick_like):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from conftest import SNLI_HARD
 
 from refinery.cli.main import main
+from refinery.messages import Refusal
 
 ROWS = 400   # the small corpus's lines of SNLI's hard test set (a few are rejected: no gold label)
 
@@ -155,11 +156,12 @@ def test_an_attached_table_changed_is_named_not_trusted(base, tmp_path):
     kept = _copy(base, tmp_path, "zf") / "kept"
     table = next(kept.glob(".refinery/*.parquet"))
     table.write_bytes(table.read_bytes()[:-1] + b"\0")   # the same size, another checksum
-    with pytest.raises(ValueError, match=r"\.parquet: its sha256 differs from the one .*manifest\.json records"):
+    with pytest.raises(Refusal, match=r"\.parquet: its sha256 differs from the one .*manifest\.json records") as e:
         Corpus.open(str(kept)).attached("audit")
-    refused(*cli("inspect", "--verify", kept)[::2], table.name)
+    assert e.value.code == "bad-input"
+    refused(*cli("inspect", "--verify", kept)[::2], table.name, "[bad-input]")
     table.write_bytes(b"cut")
-    refused(*cli("inspect", kept)[::2], f"{table.name}: 3 bytes where")
+    refused(*cli("inspect", kept)[::2], f"{table.name}: 3 bytes where", "[bad-input]")
 
 
 @pytest.mark.parametrize("change, named", [

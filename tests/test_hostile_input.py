@@ -104,21 +104,23 @@ def test_compressed_files_and_shard_folders(tmp_path):
     assert glob["text_b"].equals(one["text_b"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["convert", SNLI_DEV, "--out", "{tmp}/o"], "(it has sentence1, sentence2, gold_label); name its columns with --preset snli"),
-    (["convert", "{tmp}/data.xyz", "--preset", "snli", "--out", "{tmp}/o"], "data.xyz"),
-    (["sql", "label_distribution", SNLI_DEV, "--preset", "snli", "--param", "x"], "--param 'x' is not NAME=VALUE"),
-    (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows in"),
-    (["zfilter", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/z"], "no good rows in"),
-    (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "no good rows in"),
+@pytest.mark.parametrize("args, message, code", [
+    (["convert", SNLI_DEV, "--out", "{tmp}/o"], "(it has sentence1, sentence2, gold_label); name its columns with --preset snli",
+     "missing-columns"),
+    (["convert", "{tmp}/data.xyz", "--preset", "snli", "--out", "{tmp}/o"], "data.xyz", "bad-input"),
+    (["sql", "label_distribution", SNLI_DEV, "--preset", "snli", "--param", "x"], "--param 'x' is not NAME=VALUE",
+     "invalid-setting"),
+    (["audit", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/a"], "no good rows in", "all-rejected"),
+    (["zfilter", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/z"], "no good rows in", "all-rejected"),
+    (["upsample", "{tmp}/empty.jsonl", "--preset", "snli", "--out", "{tmp}/u"], "no good rows in", "all-rejected"),
     (["audit", "{tmp}/cut.jsonl.gz", "--preset", "snli", "--out", "{tmp}/a"],
-     "cut.jsonl.gz: the compressed file is damaged or cut short"),
+     "cut.jsonl.gz: the compressed file is damaged or cut short", "bad-input"),
     (["audit", "{tmp}/cut.parquet", "--map", "text_a=text_a,label=label", "--out", "{tmp}/a"],
-     "cut.parquet: not a whole Parquet file"),
+     "cut.parquet: not a whole Parquet file", "bad-input"),
     (["audit", "{tmp}/bad.jsonl", "--preset", "snli", "--on-bad-row", "fail", "--engine", "ray", "--out", "{tmp}/a"],
-     "bad.jsonl, line 3: malformed JSON"),   # raised in a Ray worker: the same one line
+     "bad.jsonl, line 3: malformed JSON", "bad-row"),   # raised in a Ray worker: the same one line
 ])
-def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
+def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message, code):
     (tmp_path / "empty.jsonl").write_text('{"sentence1": "only a premise", "sentence2": " ", "gold_label": "neutral"}\n')
     (tmp_path / "data.xyz").write_text("x\n")
     data = "".join(json.dumps(r) + "\n" for r in _snli_lines(300)).encode()
@@ -131,6 +133,7 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):
     proc = run_cli(*[a.format(tmp=tmp_path) for a in args], check=False)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert code is None or proc.stderr.rstrip().endswith(f" [{code}]"), proc.stderr   # the kind of refusal (issue 63)
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -189,7 +192,7 @@ def test_only_credentials_are_hidden_not_words_that_contain_key_or_token(tmp_pat
     proc = run_cli("run", pipeline, check=False)
     assert proc.returncode == 2 and proc.stderr.endswith(
         f"error: {pipeline}: stage 1 (zfilter): unknown key(s) kk; did you mean 'k'?; known: k, batch_size, min_count, warmup, settle, settle_limit, "
-        "biased_set, prior, alpha, shuffle_seed, features, seed_corpus\n"), proc.stderr
+        "biased_set, prior, alpha, shuffle_seed, features, seed_corpus [unknown-setting]\n"), proc.stderr
 
 
 def test_a_truncated_json_line_is_rejected_with_a_reason_that_reads(tmp_path):

@@ -395,7 +395,8 @@ def test_an_empty_input_is_refused_by_every_verb_naming_the_file(tmp_path, verb)
         out = ["--out", str(tmp_path / "out")] if verb != "inspect" else []
         result = CliRunner().invoke(main, [verb, str(tmp_path / name), "--preset", "snli", *out])
         assert result.exit_code == 2, (name, result.output)
-        assert result.output == f"error: {tmp_path / name}: no rows (an empty input); give a file that holds rows\n"
+        assert result.output == (f"error: {tmp_path / name}: no rows (an empty input); give a file that holds rows "
+                                 "[empty-input]\n")
         assert not (tmp_path / "out").exists()
 
 
@@ -408,6 +409,7 @@ def test_convert_of_an_input_whose_every_row_is_rejected_fails_naming_reasons_an
         f"no good rows in {src}: all 31 rejected: label not in the label set entailment|neutral|contradiction (30); "
         f"missing or null value in column 'sentence2' (1); the rejects, each with its reason, are in "
         f"{out}/.refinery/rejects-*.parquet; check preset=… or map=… and labels=…")
+    assert refused.value.code == "all-rejected"
     corpus = Corpus.open(str(out))   # written, for the user to read
     assert corpus.manifest.rows == 0 and corpus.read_rejects().num_rows == 31
     assert corpus.manifest.reject_reasons == {
@@ -431,7 +433,7 @@ def test_every_verb_fails_an_all_rejected_input_in_one_line_and_leaves_its_rejec
     where = str(tmp_path / ALL_REJECTED[verb].format(out=out))
     assert result.exit_code == 2 and result.output == (
         f"error: no good rows in {src}: all 40 rejected: label not in the label set entailment|neutral|contradiction "
-        f"(40); the rejects, each with its reason, are in {where}; check --preset or --map and --labels\n")
+        f"(40); the rejects, each with its reason, are in {where}; check --preset or --map and --labels [all-rejected]\n")
     rejects = Corpus.open(str(out / {"convert": "", "audit": "rejects", "zfilter": "kept"}[verb])).read_rejects()
     assert rejects.num_rows == 40 and rejects["line"].to_pylist() == list(range(1, 41))
     assert not (out / "_SUCCESS").exists()   # not a finished run

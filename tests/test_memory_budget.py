@@ -13,6 +13,7 @@ from conftest import SNLI_DEV, run_cli
 
 from refinery.io import memory
 from refinery.io.memory import MEMORY_BUDGET_ENV, budget_of_run, memory_budget, parse_budget, usable_memory
+from refinery.messages import Refusal
 
 
 def test_a_budget_is_bytes_or_a_share_of_the_memory_a_container_may_use(tmp_path, monkeypatch):
@@ -22,8 +23,9 @@ def test_a_budget_is_bytes_or_a_share_of_the_memory_a_container_may_use(tmp_path
     assert parse_budget(None) == int(memory.DEFAULT_SHARE * usable_memory())
     for bad, said in [("lots", "give bytes"), ("1.5", "a fraction of memory is at most 1"),
                       ("-2G", "must be positive")]:
-        with pytest.raises(ValueError, match=said):
+        with pytest.raises(Refusal, match=said) as e:
             parse_budget(bad)
+        assert e.value.code == "invalid-setting"
     # a container's cgroup limit under the machine's memory is what the process may use; "max" is no limit
     limit = tmp_path / "memory.max"
     monkeypatch.setattr(memory, "_CGROUP_LIMITS", (str(tmp_path / "v2-absent"), str(limit)))
@@ -79,6 +81,7 @@ def test_every_verb_holds_to_the_budget_it_is_given_and_says_its_peak_beside_it(
                                         "stages": [{"audit": {"memory_budget": "4G"}}], "out": str(tmp_path / "p")}))
     proc = run_cli("run", step_key, check=False)
     assert proc.returncode == 2 and "memory_budget: the run's, not a step's" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[unknown-setting]"), proc.stderr
     # a file an earlier refinery printed (--print-config) carries the step's key as null: read as before
     step_key.write_text(yaml.safe_dump({"input": {"paths": [str(SNLI_DEV)], "preset": "snli"},
                                         "stages": [{"audit": {"memory_budget": None}}], "out": str(tmp_path / "p")}))
@@ -112,8 +115,9 @@ def test_a_pipeline_and_a_python_call_take_the_budget_and_record_it(tmp_path, sn
     done = rf.run(spec, out=str(tmp_path / "r"), memory_budget="100M")
     assert {s["memory_budget"] for s in json.loads((tmp_path / "r" / "pipeline" / "run.json").read_text())["stages"]} \
         == {100 << 20} and done is not None
-    with pytest.raises(ValueError, match="memory budget 'plenty'"):
+    with pytest.raises(Refusal, match="memory budget 'plenty'") as e:
         rf.audit(str(snli_dev_head), preset="snli", memory_budget="plenty")
+    assert e.value.code == "invalid-setting"
 
 
 def test_rays_workers_hold_the_runs_budget(ray_local, monkeypatch):

@@ -116,6 +116,7 @@ def test_a_file_in_refinerys_columns_reads_without_a_map(tmp_path):
     proc = run_cli("inspect", tmp_path / "snli.jsonl", check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "has no text_a and label columns (it has " in proc.stderr and "sentence1" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[missing-columns]"), proc.stderr
     assert "--preset snli" in proc.stderr
 
 

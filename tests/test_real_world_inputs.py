@@ -121,7 +121,8 @@ def test_convert_and_inspect_account_for_every_line_and_alter_no_text(cases, nam
         for verb in (("convert", "--out", out), ("inspect",)):
             refused = run_cli(verb[0], case.input, *case.flags, *verb[1:], check=False)
             assert refused.returncode == 2, refused.stdout
-            assert refused.stderr == f"error: {case.input}: no rows (an empty input); give a file that holds rows\n"
+            assert refused.stderr == (f"error: {case.input}: no rows (an empty input); give a file that holds rows "
+                                      "[empty-input]\n")
         assert not out.exists()
         return
     rows_in, rows_out, rejected = _equation(run_cli("convert", case.input, *case.flags, "--out", out).stdout)

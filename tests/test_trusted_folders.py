@@ -92,7 +92,7 @@ def test_the_cli_reads_no_file_outside_the_corpus_and_names_a_cut_shard(corpus, 
     shard.write_bytes(shard.read_bytes()[:-10])
     proc = run_cli("audit", cut, "--out", tmp_path / "audit", check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert f"{shard.name}: " in proc.stderr and "bytes where" in proc.stderr
+    assert f"{shard.name}: " in proc.stderr and "bytes where" in proc.stderr and "[bad-input]" in proc.stderr
     assert not (tmp_path / "audit").exists()
     assert "match the sha256" in run_cli("inspect", corpus, "--verify").stderr
 

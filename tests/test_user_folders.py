@@ -453,7 +453,7 @@ def test_a_stage_folder_reads_as_the_corpus_it_made_and_a_filters_folder_names_i
     run_cli("zfilter", small, "--preset", "snli", "--k", "5", "--out", tmp_path / "zf")
     proc = run_cli("audit", tmp_path / "zf", "--out", tmp_path / "a3", check=False)
     assert proc.returncode == 2 and proc.stderr.strip().endswith(f"{tmp_path / 'zf' / 'kept'} or "
-                                                                 f"{tmp_path / 'zf' / 'rejected'}"), proc.stderr
+                                                                 f"{tmp_path / 'zf' / 'rejected'} [bad-input]"), proc.stderr
 
 
 def test_another_stage_or_pipeline_in_the_same_out_leaves_nothing_of_the_earlier_one(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from refinery.core.exact_counts import ExactCounts
 from refinery.core.sketch_counts import SketchCounts
+from refinery.messages import Refusal
 
 
 def make_counter(mode: str, **kwargs):
@@ -11,7 +12,7 @@ def make_counter(mode: str, **kwargs):
         return ExactCounts(**kwargs)
     if mode == "sketch":
         return SketchCounts(**kwargs)
-    raise ValueError(f"counting mode must be exact or sketch, not {mode!r}")
+    raise Refusal(f"counting mode must be exact or sketch, not {mode!r}", code="invalid-setting")
 
 
 def counter_from_bytes(data: bytes):

@@ -174,7 +174,7 @@ class ExactCounts(SavedState):
         if self._batches is None:
             self._batches = FeatureCounts(features)
         elif self._batches.config != features:
-            raise ValueError("ExactCounts.add_table: every batch must be counted with the same features")
+            raise RuntimeError("ExactCounts.add_table: every batch must be counted with the same features")
         self._batches.add(table)
         self._matrix = None
         zstats.add_totals(self.label_totals, zstats.rows_per_label(table["label"]))

@@ -279,7 +279,7 @@ def dictionary_ids(values, index: dict, names: list | None = None) -> np.ndarray
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
     if encoded.null_count:
-        raise ValueError("dictionary_ids: values must not be null")
+        raise RuntimeError("dictionary_ids: values must not be null")
     local = np.empty(len(encoded.dictionary), dtype=np.int64)
     for i, value in enumerate(encoded.dictionary.to_pylist()):
         j = index.get(value)

@@ -39,7 +39,7 @@ def ngram_counts(texts: pa.Array, num_rows: int, n_features: int = 2 ** 20, ngra
                  options: TokenizerOptions = TokenizerOptions()) -> sp.csr_matrix:
     """CSR (float32) of each row's n-gram counts in ``n_features`` hashed columns."""
     if n_features & (n_features - 1):
-        raise ValueError(f"n_features must be a power of 2, not {n_features}")
+        raise RuntimeError(f"n_features must be a power of 2, not {n_features}")
     with np.errstate(over="ignore"):
         grams, rows = ngram_hashes(*token_hashes(texts, options), ngram_range)
         columns = ((grams * _GOLDEN) >> np.uint64(64 - n_features.bit_length() + 1)).astype(np.int64)

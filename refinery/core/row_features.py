@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from refinery.core.features import NULL_FEATURE, STOPWORD_LIST, FeatureConfig, extract, text_fields
 from refinery.core.row_kernels import ROW_KEY_CODE_SHIFT, ROW_KEY_WORD_BITS, row_feature_keys
 from refinery.core.vocabulary import TokenIds, token_ids
+from refinery.messages import Refusal
 
 _WORD_MASK = np.uint64((1 << ROW_KEY_WORD_BITS) - 1)
 ROW_FAMILIES = ("length", "ratio", "overlap")   # features of a whole row, from ``features.extract``
@@ -33,8 +34,8 @@ def row_feature_lists(table: pa.Table, config: FeatureConfig) -> pa.ListArray:
         vocabulary = TokenIds(seed=STOPWORD_LIST if stopwords else ())
         ids, parents = token_ids(table[column], config.tokenizer, vocabulary, stopwords)
         if len(vocabulary) >= 1 << ROW_KEY_WORD_BITS:
-            raise ValueError(f"row_feature_lists: {len(vocabulary):,} distinct tokens in one batch; use smaller "
-                             "batches")
+            raise Refusal(f"row_feature_lists: {len(vocabulary):,} distinct tokens in one batch; use smaller "
+                          "batches", code="over-budget")
         vocabularies.append(vocabulary)
         tokens.append(ids)
         rows.append(parents)

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from refinery.core.features import NULL_FEATURE, null_row
 from refinery.core.prior_drift import prior_drift
+from refinery.messages import Refusal
 
 COUNTS_SCHEMA = pa.schema([("feature", pa.string()), ("label", pa.string()), ("count", pa.int64())])
 OTHER = "__other__"  # sketch mode: mass of n(x) not attributed to a tracked label
@@ -245,7 +246,7 @@ def choose_prior(prior: str, label_totals: dict, carried: Prior | None = None) -
     label's share s_l of the rows has 1/(1.5·C) ≤ s_l ≤ 1.5/C, else empirical. Under p0 = 1/C an imbalanced
     corpus's commonest words (and ``null``) rank as biases toward its majority label merely for being common."""
     if prior not in PRIORS:
-        raise ValueError(f"prior must be one of {', '.join(PRIORS)}, got {prior!r}")
+        raise Refusal(f"prior must be one of {', '.join(PRIORS)}, got {prior!r}", code="invalid-setting")
     if prior != "auto":
         return Prior(prior)
     if carried is not None:

@@ -360,7 +360,7 @@ def judge(before: ZStats, after: ZStats, *, stage: str, under_threshold: bool = 
     """
     labels = list(before.labels)
     if sorted(labels) != sorted(after.labels):
-        raise ValueError(f"the audits' labels differ: {before.labels} before, {after.labels} after")
+        raise RuntimeError(f"the audits' labels differ: {before.labels} before, {after.labels} after")
     t = after.threshold if threshold is None else float(threshold)
     t_before = before.threshold
     b, a = _Side(before, labels, t_before), _Side(after, labels, t)

@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 
 from refinery.core.features import TokenizerOptions
 from refinery.core.kernels import BYTE_CLASS, FREE_SLOT, first_use, fnv, gram_bytes, intern_tokens, reinsert, scan_ascii
+from refinery.messages import Refusal
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -60,7 +61,8 @@ class TokenIds:
                                                        self.used, self.size, limit)
             if done < len(starts):
                 if 2 * len(self.table) > 1 << 32:
-                    raise ValueError(f"TokenIds: {self.size:,} tokens; at most 2³¹ fit a table's 32-bit ids")
+                    raise Refusal(f"TokenIds: {self.size:,} tokens; at most 2³¹ fit a table's 32-bit ids",
+                                  code="over-budget")
                 grown = np.full(2 * len(self.table), FREE_SLOT, dtype=np.uint64)
                 reinsert(self.table, grown)
                 self.table = grown
@@ -98,7 +100,7 @@ def string_buffers(strings) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(strings, pa.ChunkedArray):
         strings = strings.combine_chunks()
     if strings.null_count:
-        raise ValueError("string_buffers: nulls must be filled first")
+        raise RuntimeError("string_buffers: nulls must be filled first")
     width = np.int64 if pa.types.is_large_string(strings.type) else np.int32
     _, off_buf, data_buf = strings.buffers()
     offsets = np.frombuffer(off_buf, dtype=width)[strings.offset:strings.offset + len(strings) + 1].astype(np.int64)
@@ -187,5 +189,5 @@ def token_hashes(texts, options: TokenizerOptions, scanner: ByteScanner | None =
         order = np.argsort(rows, kind="stable")
         hashes, rows = hashes[order], rows[order]
     if options.remove_stopwords:
-        raise ValueError("token_hashes keeps stopwords (hashed features have no vocabulary to seed)")
+        raise RuntimeError("token_hashes keeps stopwords (hashed features have no vocabulary to seed)")
     return hashes, rows

@@ -110,7 +110,7 @@ class WeightedAuditCounts:
         if self.batches is None:
             self.batches = WeightedCounts(None, features, 1)
         elif self.batches.config != features:
-            raise ValueError("WeightedAuditCounts.add_table: every batch must be counted with the same features")
+            raise RuntimeError("WeightedAuditCounts.add_table: every batch must be counted with the same features")
         self.batches.add(table, row_weights(table))
         zstats.add_totals(self._label_rows, zstats.rows_per_label(table["label"]))
         self._matrix = None

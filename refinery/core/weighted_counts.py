@@ -63,7 +63,7 @@ class WeightedCounts:
     def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0,
                  replayable: bool = False):
         if not 0 <= masks <= weightings:
-            raise ValueError(f"masks must be between 0 and the {weightings} weightings, got {masks}")
+            raise RuntimeError(f"masks must be between 0 and the {weightings} weightings, got {masks}")
         self.label_index: dict[str, int] = {}
         self.labels: list[str] = []
         dictionary_ids(pa.array(list(labels or ()), pa.string()), self.label_index, self.labels)
@@ -114,9 +114,9 @@ class WeightedCounts:
         the rows' second look without their texts read or tokenized again (``done(rows)`` after each slice). Only
         n-grams and ``null`` (row-level families need the rows: ``add`` them)."""
         if self.row_families:
-            raise ValueError(f"row-level families ({', '.join(self.row_families)}) need the rows: add them again")
+            raise RuntimeError(f"row-level families ({', '.join(self.row_families)}) need the rows: add them again")
         if self.fields is None:
-            raise ValueError("replay counts into a counter restricted from the one that kept the tokens")
+            raise RuntimeError("replay counts into a counter restricted from the one that kept the tokens")
         sizes = tokens.lengths("labels")
         w, first = self._weight_columns(sum(sizes), weights), 0
         for k, rows in enumerate(sizes):
@@ -138,12 +138,12 @@ class WeightedCounts:
     def _weight_columns(self, n: int, weights: tuple) -> np.ndarray:
         """rows × (weightings, then Σ w² of each that is not a mask) of ``add``'s or ``replay``'s ``weights``."""
         if len(weights) != self.weightings:
-            raise ValueError(f"give {self.weightings} weight arrays (None: all 1), got {len(weights)}")
+            raise RuntimeError(f"give {self.weightings} weight arrays (None: all 1), got {len(weights)}")
         self._counts = None
         w = np.column_stack([np.ones(n) if x is None else np.asarray(x, np.float64) for x in weights])
         masks = w[:, :self.masks]
         if not np.all((masks == 0) | (masks == 1)):
-            raise ValueError(f"the first {self.masks} weighting(s) are masks: weights 0 or 1 only")
+            raise RuntimeError(f"the first {self.masks} weighting(s) are masks: weights 0 or 1 only")
         return np.column_stack([w, np.square(w[:, self.masks:])])   # Σ w² beside Σ w: n_eff (the module's equation)
 
     def _add(self, labels: np.ndarray, w: np.ndarray, tokens_of, table: pa.Table | None = None) -> None:
@@ -306,7 +306,7 @@ class WeightedCounts:
         ``replay`` them) and it probes only those features' keys, a second look at a few features with no table of
         every feature. The features are found in each table's slots as they lie: none sorted."""
         if not self.masks:
-            raise ValueError("restricted needs a counter whose first weighting is a mask (rows counted)")
+            raise RuntimeError("restricted needs a counter whose first weighting is a mask (rows counted)")
         self.flush()
         out = WeightedCounts(self.labels, self.config, weightings, masks)
         out.fields, out.row_families = self.fields, self.row_families

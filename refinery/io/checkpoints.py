@@ -73,8 +73,8 @@ class Checkpoints:
     def __init__(self, out: str, task: str, key: dict | None = None, storage_options: dict | None = None, *,
                  kept: bool = False, local: bool = False, resume: bool = True):
         if kept and task not in RESUMABLE:
-            raise ValueError(f"pieces kept in the output live in a folder each commit keeps ({', '.join(RESUMABLE)}), "
-                             f"not {task!r}")
+            raise RuntimeError(f"pieces kept in the output live in a folder each commit keeps "
+                               f"({', '.join(RESUMABLE)}), not {task!r}")
         claim_folder(out, storage_options)   # never inside a folder refinery did not write
         self.storage_options = storage_options
         self.root = join(out, task) if kept else join(out, CHECKPOINTS, task)
@@ -156,7 +156,7 @@ class Checkpoints:
     def path_of(self, name: str, *parts: str) -> str:
         """The local path of the folder piece ``name`` (or of ``parts`` inside it), for a library to load."""
         if not self.local:
-            raise ValueError(f"{self.root} is not on the local disk: keep the pieces local=True")
+            raise RuntimeError(f"{self.root} is not on the local disk: keep the pieces local=True")
         return os.path.join(self.path, name, *parts)
 
     def put(self, name: str, table: pa.Table) -> None:

@@ -60,7 +60,7 @@ class AllRejected(EmptyInput):
         total = sum(reasons.values())
         named = ", ".join(inputs)
         if not total:
-            super().__init__(f"{named}: no rows (an empty input); give a file that holds rows")
+            super().__init__(f"{named}: no rows (an empty input); give a file that holds rows", code="empty-input")
             return
         top = "; ".join(f"{reason} ({n:,})" for reason, n in reasons.most_common(TOP_REASONS))
         more = f"; {len(reasons) - TOP_REASONS:,} other reasons" if len(reasons) > TOP_REASONS else ""
@@ -121,23 +121,21 @@ class Corpus:
                 raise FileNotFoundError(f"{posixpath.join(self.url, name)}: listed in {record} but missing; the "
                                         "corpus was changed after refinery wrote it: write it again")
             if recorded is not None and found[name] != recorded:
-                raise ValueError(f"{posixpath.join(self.url, name)}: {found[name]:,} bytes where {record} records "
-                                 f"{recorded:,}; the file was replaced or cut after refinery wrote it: write the "
-                                 "corpus again")
+                raise Refusal(f"{posixpath.join(self.url, name)}: {found[name]:,} bytes where {record} records "
+                              f"{recorded:,}; the file was replaced or cut after refinery wrote it: write the "
+                              "corpus again", code="bad-input")
         self.sizes_checked = True
 
-    def _digest_checked(self, url: str, data_blocks, expected: str | None) -> None:
-        """Refuse (``ValueError``) the file ``url`` whose sha256 over ``data_blocks`` is not ``expected``."""
-        digest = hashlib.sha256()
-        for block in data_blocks:
-            digest.update(block)
-        if expected is not None and digest.hexdigest() != expected:
-            raise ValueError(f"{url}: its sha256 differs from the one {self.manifest.record} records; the file was "
-                             "changed after refinery wrote it: write the corpus again")
+    def _digest_checked(self, url: str, digest: str, expected: str | None) -> None:
+        """Refuse (``Refusal``, bad-input) the file ``url`` whose sha256 ``digest`` is not ``expected`` (outside
+        ``on_store``: a file changed is the user's to write again, not a store's failure)."""
+        if expected is not None and digest != expected:
+            raise Refusal(f"{url}: its sha256 differs from the one {self.manifest.record} records; the file was "
+                          "changed after refinery wrote it: write the corpus again", code="bad-input")
 
     def verify(self) -> int:
         """Check every listed file's sha256 (shards, rejects, attached tables) against the manifest's (a whole read
-        of the corpus); the files checked. Raises ``ValueError`` naming the first that differs."""
+        of the corpus); the files checked. Raises a ``Refusal`` (bad-input) naming the first that differs."""
         checked = 0
         for name in self.manifest.paths():
             expected = self.manifest.recorded(name).sha256
@@ -146,13 +144,14 @@ class Corpus:
             url = posixpath.join(self.url, name)
             fs, path = get_fs(url, self.storage_options)
             with on_store(url, "verifying the corpus"), fs.open(path, "rb") as fh:
-                self._digest_checked(url, iter(lambda: fh.read(1 << 22), b""), expected)
+                digest = _sha256(iter(lambda: fh.read(1 << 22), b""))
+            self._digest_checked(url, digest, expected)
             checked += 1
         return checked
 
     def attached(self, key: str) -> pa.Table | None:
         """The table a stage kept with the corpus under ``key`` (``CorpusWriter.attach``), or None where it kept
-        none; a table whose bytes differ from what the manifest records is refused (``ValueError``)."""
+        none; a table whose bytes differ from what the manifest records is refused (``Refusal``, bad-input)."""
         entry = self.manifest.attached.get(key)
         if entry is None:
             return None
@@ -161,7 +160,7 @@ class Corpus:
         fs, path = get_fs(url, self.storage_options)
         with on_store(self.url, "reading what the corpus keeps"):
             data = fs.cat_file(path)   # whole, in one request
-        self._digest_checked(url, [data], entry.sha256)
+        self._digest_checked(url, _sha256([data]), entry.sha256)
         return pq.read_table(pa.BufferReader(data))
 
     @property
@@ -199,6 +198,14 @@ class Corpus:
                 tables.append(pq.read_table(fh, columns=columns))
         empty = empty_table(REJECTS_SCHEMA)
         return pa.concat_tables(tables) if tables else empty.select(columns) if columns else empty
+
+
+def _sha256(data_blocks) -> str:
+    """The sha256 (hex) of the bytes ``data_blocks`` yields."""
+    digest = hashlib.sha256()
+    for block in data_blocks:
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def iter_parquet(files, storage_options: dict | None = None, columns=None, batch_rows: int = 65_536
@@ -254,21 +261,21 @@ def stage_parts(url: str, storage_options: dict | None = None) -> list[str]:
     return [posixpath.join(url.rstrip("/"), f) for f in folders if is_corpus(posixpath.join(url, f), storage_options)]
 
 
-def not_a_corpus(url: str, storage_options: dict | None = None, columns: list | None = None) -> ValueError:
+def not_a_corpus(url: str, storage_options: dict | None = None, columns: list | None = None) -> Refusal:
     """The error for ``url`` read without a mapping where it is no corpus and not in refinery's columns: a stage's
     folder names its parts; a file its ``columns`` and the presets whose columns it has."""
     parts = stage_parts(url, storage_options)
     if parts:
-        return ValueError(f"{url} is a refinery stage's folder, not a corpus: read one of its parts, "
-                          f"{' or '.join(parts)}")
+        return Refusal(f"{url} is a refinery stage's folder, not a corpus: read one of its parts, "
+                       f"{' or '.join(parts)}", code="bad-input")
     if columns is None:
         return Refusal(f"{url} is not a refinery corpus; name its columns with ", Setting("preset"), " or ",
-                       Setting("map"))
+                       Setting("map"), code="missing-columns")
     fitting = [name for name, preset in PRESETS.items() if all(c in columns for c in preset.required.values())]
     presets = [Setting("preset", name) for name in fitting[:3]] or [Setting("preset")]
     return Refusal(f"{url} has no {' and '.join(AS_IS_REQUIRED)} columns (it has {', '.join(columns) or 'none'}); "
                    "name its columns with ", *[part for preset in presets for part in (preset, " or ")],
-                   Setting("map", "text_a=COLUMN,label=COLUMN,…", placeholder=True))
+                   Setting("map", "text_a=COLUMN,label=COLUMN,…", placeholder=True), code="missing-columns")
 
 
 def input_mapping(url: "str | Resolved", mapping: Mapping | None, opts: ReadOptions = ReadOptions()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from refinery.io.location import get_fs, on_store
 from refinery.io.memory import memory_budget
 from refinery.io.scratch import process_folder, scratch_folder
+from refinery.messages import Refusal
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -39,7 +40,8 @@ def load_sql(name_or_file: str, package: str | None = None) -> str:
         return Path(name_or_file).read_text()
     queries = named_queries(package)
     if name_or_file not in queries:
-        raise KeyError(f"no query named {name_or_file!r}; named queries: {', '.join(user_queries())}")
+        raise Refusal(f"no query named {name_or_file!r}; named queries: {', '.join(user_queries())}",
+                      code="unknown-setting")
     return queries[name_or_file].read_text()
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from refinery.io.lines import BLOCK_BYTES, line_blocks
 from refinery.io.raw import rejects_table, with_lines
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Refusal, Setting
 
 
 def delimited_pieces(fs, path, opts, source, delimiter, quoting) -> Iterator[tuple[pa.Table, object, pa.Table]]:
@@ -71,10 +71,10 @@ def _header(lines, splitter: _LineSplitter, source: str) -> list[str] | None:
             continue
         text, undecodable = _decode_line(body)
         if undecodable:
-            raise ValueError(f"{source}: the header (line {lineno}) holds undecodable bytes (not UTF-8)")
+            raise Refusal(f"{source}: the header (line {lineno}) holds undecodable bytes (not UTF-8)", code="bad-input")
         names, still_open = splitter.split(text)
         if still_open:
-            raise ValueError(f"{source}: the header (line {lineno}) has an unbalanced quote")
+            raise Refusal(f"{source}: the header (line {lineno}) has an unbalanced quote", code="bad-input")
         return names
     return None
 

@@ -18,7 +18,7 @@ from refinery.io.publishing import AtomicDir
 from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 from refinery.io.redaction import redact
 from refinery.io.scratch import temporary_folder
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Refusal, Setting
 
 MAX_INPUTS = 10      # the inputs a card names
 HF_SPLIT = "train"   # the one split a corpus is to the Hub: refinery keeps its splits in the ``split`` column
@@ -153,7 +153,7 @@ def save_to_disk(table: pa.Table, out: str, storage_options: dict | None = None,
     parts = dict(dataset) if isinstance(dataset, dict) else {}   # a DatasetDict is a dict of its splits
     bad = [n for n in parts if not _SPLIT_NAME.fullmatch(n) or n in (".", "..")]
     if bad:
-        raise ValueError(f"split {bad[0]!r} cannot name a folder of a Hugging Face DatasetDict")
+        raise Refusal(f"split {bad[0]!r} cannot name a folder of a Hugging Face DatasetDict", code="bad-input")
     shards = {n: _shards(d.num_rows, shard_rows) for n, d in parts.items()} if parts \
         else _shards(table.num_rows, shard_rows)
     with AtomicDir(out, storage_options) as directory:

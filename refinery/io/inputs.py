@@ -10,6 +10,7 @@ import re
 from refinery.io.schema import Mapping
 from refinery.io.location import check_bucket, get_fs, on_store
 from refinery.io.ownership import EARLIER_MARKER, OWNER_MARKER, RUN_MARKER
+from refinery.messages import Refusal
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".txt": "tsv", ".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow",
@@ -40,8 +41,8 @@ def detect_format(path: str, mapping: Mapping | None) -> str:
         return FORMATS[ext]
     if mapping and mapping.format:
         return mapping.format
-    raise ValueError(f"{path}: cannot tell the format from the extension {ext!r}; "
-                     f"use one of {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)})")
+    raise Refusal(f"{path}: cannot tell the format from the extension {ext!r}; "
+                  f"use one of {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)})", code="bad-input")
 
 
 def is_data_name(name: str) -> bool:
@@ -156,7 +157,8 @@ def _json_file(fs, path: str) -> dict:
     try:
         return json.loads(fs.cat_file(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not the JSON a Hugging Face save_to_disk folder holds ({e})") from None
+        raise Refusal(f"{path}: not the JSON a Hugging Face save_to_disk folder holds ({e})",
+                      code="bad-input") from None
 
 
 def _as_url(fs, url: str, path: str) -> str:

@@ -129,7 +129,7 @@ def parse_storage_options(pairs) -> dict:
         key, _, value = pair.partition("=")
         if not _:
             raise Refusal(Setting("storage_options", repr(pair), option="--storage-option", placeholder=True),
-                          " is not KEY=VALUE")
+                          " is not KEY=VALUE", code="invalid-setting")
         if key == "endpoint_url":
             options.setdefault("client_kwargs", {})["endpoint_url"] = value
         else:

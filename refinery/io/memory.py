@@ -11,6 +11,8 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
+from refinery.messages import Refusal
+
 MEMORY_BUDGET_ENV = "REFINERY_MEMORY_BUDGET"   # the run's budget in bytes, inherited by the processes it starts
 DEFAULT_SHARE = 0.5   # of the memory this process may use, without a budget given
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max",                     # cgroup v2
@@ -43,12 +45,13 @@ def parse_budget(value: str | float | int | None) -> int:
     try:
         amount = float(text[:-1] if scale > 1 else text)
     except ValueError:
-        raise ValueError(f"memory budget {value!r}: give bytes (8G, 512M) or a fraction of memory (0.5)") from None
+        raise Refusal(f"memory budget {value!r}: give bytes (8G, 512M) or a fraction of memory (0.5)",
+                      code="invalid-setting") from None
     if amount <= 0:
-        raise ValueError(f"memory budget {value!r} must be positive")
+        raise Refusal(f"memory budget {value!r} must be positive", code="invalid-setting")
     if scale == 1 and 1 < amount < 1 << 20:
-        raise ValueError(f"memory budget {value!r}: a fraction of memory is at most 1, and bytes want a unit: give "
-                         f"{value}G for {value} GiB, or 0.5 for half of this machine's memory")
+        raise Refusal(f"memory budget {value!r}: a fraction of memory is at most 1, and bytes want a unit: give "
+                      f"{value}G for {value} GiB, or 0.5 for half of this machine's memory", code="invalid-setting")
     return int(amount * usable) if scale == 1 and amount <= 1 else int(amount * scale)
 
 
@@ -61,7 +64,7 @@ def memory_budget() -> int:
     try:
         return int(given) if given.isdigit() else parse_budget(given)
     except ValueError as e:
-        raise ValueError(f"{MEMORY_BUDGET_ENV}={given}: {e}") from None
+        raise Refusal(f"{MEMORY_BUDGET_ENV}={given}: {e}", code="invalid-setting") from None
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from refinery.io.corpus import OutputExists
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Refusal, Setting
 
 MODES = ("overwrite", "skip", "error")   # a user's choices; ``rerun`` is a pipeline's own
 MODE_HELP = ("What to do when OUT already holds a finished result: replace it (only the files refinery wrote "
@@ -18,9 +18,9 @@ MODE_HELP = ("What to do when OUT already holds a finished result: replace it (o
 
 
 def check_mode(mode: str) -> str:
-    """``mode`` where it is one of ``MODES``; else a ``ValueError`` naming them."""
+    """``mode`` where it is one of ``MODES``; else a ``Refusal`` (invalid-setting) naming them."""
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise Refusal(f"mode must be one of {', '.join(MODES)}, got {mode!r}", code="invalid-setting")
     return mode
 
 

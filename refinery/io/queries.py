@@ -22,6 +22,7 @@ from refinery.io.schema import REJECTS_SCHEMA, Mapping, empty_table
 from refinery.io.scratch import temporary_folder
 from refinery.io.splits import split_specs
 from refinery.io.location import get_fs, is_local
+from refinery.messages import Refusal
 
 
 def quote_ident(name: str) -> str:
@@ -89,7 +90,7 @@ def _bind(sql: str, name: str, params: dict | None) -> dict:
     used = set(re.findall(r"\$([A-Za-z_]\w*)", sql))
     missing = used - set(params or {})
     if missing:
-        raise KeyError(f"query {name!r} needs parameters: {', '.join(sorted(missing))}")
+        raise Refusal(f"query {name!r} needs parameters: {', '.join(sorted(missing))}", code="missing-setting")
     return {k: v for k, v in (params or {}).items() if k in used}
 
 

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from refinery.io.schema import REJECTS_SCHEMA, empty_table
+from refinery.messages import Refusal
 
 EMPTY_REJECTS = empty_table(REJECTS_SCHEMA)
 
@@ -38,7 +39,8 @@ def parquet_pieces(fs, path, opts, source, mapped) -> Iterator[tuple[pa.Table, o
         try:
             pf = pq.ParquetFile(fh)
         except pa.ArrowInvalid as e:
-            raise ValueError(f"{source}: not a whole Parquet file ({e}); a damaged or cut-short copy?") from None
+            raise Refusal(f"{source}: not a whole Parquet file ({e}); a damaged or cut-short copy?",
+                          code="bad-input") from None
         yield from _numbered((pa.Table.from_batches([rb]) for rb in pf.iter_batches(batch_size=opts.batch_rows)),
                              pf.schema_arrow, source, mapped)
 
@@ -52,7 +54,7 @@ def arrow_pieces(fs, path, opts, source, mapped) -> Iterator[tuple[pa.Table, obj
         try:
             reader = pa.ipc.open_file(data) if is_file else pa.ipc.open_stream(data)
         except pa.ArrowInvalid as e:
-            raise ValueError(f"{source}: not an Arrow IPC file or stream ({e})") from None
+            raise Refusal(f"{source}: not an Arrow IPC file or stream ({e})", code="bad-input") from None
         batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if is_file else reader
         tables = (pa.Table.from_batches([rb], reader.schema) for rb in batches)
         yield from _numbered(rebatch(tables, opts.batch_rows), reader.schema, source, mapped)

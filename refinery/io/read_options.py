@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from refinery.messages import Refusal
+
 DEFAULT_BATCH_ROWS = 65_536
 DEFAULT_MAX_CHARS = 20_000
 DEFAULT_MAX_ROW_BYTES = 4 << 20
@@ -24,6 +26,7 @@ class ReadOptions:
         for name in ("batch_rows", "max_chars", "max_row_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise Refusal(f"{name} must be a positive integer, got {value!r}", code="invalid-setting")
         if self.on_bad_row not in ("quarantine", "fail"):
-            raise ValueError(f"on_bad_row must be one of quarantine, fail, got {self.on_bad_row!r}")
+            raise Refusal(f"on_bad_row must be one of quarantine, fail, got {self.on_bad_row!r}",
+                          code="invalid-setting")

@@ -373,7 +373,8 @@ def _whole(pieces, source: str):
     try:
         yield from pieces
     except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
-        raise ValueError(f"{source}: the compressed file is damaged or cut short ({e}); download it again") from None
+        raise Refusal(f"{source}: the compressed file is damaged or cut short ({e}); download it again",
+                      code="bad-input") from None
 
 
 def _unique_columns(pieces, mapping: Mapping, source: str):

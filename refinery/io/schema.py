@@ -160,16 +160,17 @@ def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
     columns = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         if "=" not in part:
-            raise Refusal(Setting("map"), f" entry {part!r} is not NAME=COLUMN")
+            raise Refusal(Setting("map"), f" entry {part!r} is not NAME=COLUMN", code="invalid-setting")
         key, col = (s.strip() for s in part.split("=", 1))
         if key not in MAPPED_FIELDS:
             close = difflib.get_close_matches(key, MAPPED_FIELDS, n=1)
             raise Refusal(Setting("map"), f": unknown canonical field {key!r}" + (
-                f"; did you mean {close[0]!r}?" if close else "") + f" (fields: {', '.join(MAPPED_FIELDS)})")
+                f"; did you mean {close[0]!r}?" if close else "") + f" (fields: {', '.join(MAPPED_FIELDS)})",
+                          code="unknown-setting")
         columns[key] = col
     for required in ("text_a", "label"):
         if required not in columns:
-            raise Refusal(Setting("map"), f" must name {required}=COLUMN")
+            raise Refusal(Setting("map"), f" must name {required}=COLUMN", code="missing-setting")
     label_set = tuple(s.strip() for s in labels.split(",")) if labels else None
     return Mapping(columns, label_set=label_set, optional=())
 
@@ -177,14 +178,15 @@ def parse_mapping(spec: str, labels: str | None = None) -> Mapping:
 def resolve_mapping(preset: str | None, mapping: str | None, labels: str | None = None) -> Mapping | None:
     """The mapping named by ``--preset`` or spelled by ``--map`` (None: inputs are canonical corpora)."""
     if preset and mapping:
-        raise Refusal("give either ", Setting("preset"), " or ", Setting("map"), ", not both")
+        raise Refusal("give either ", Setting("preset"), " or ", Setting("map"), ", not both",
+                      code="conflicting-settings")
     if preset:
         try:
             m = PRESETS[preset.lower()]
         except KeyError:
             close = difflib.get_close_matches(preset.lower(), PRESETS, n=1)
-            raise ValueError(f"unknown preset {preset!r}" + (f"; did you mean {close[0]!r}?" if close else "")
-                             + f" (presets: {', '.join(PRESETS)})") from None
+            raise Refusal(f"unknown preset {preset!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                          + f" (presets: {', '.join(PRESETS)})", code="invalid-setting") from None
         return replace(m, label_set=_preset_labels(preset.lower(), m, labels)) if labels else m
     if mapping:
         return parse_mapping(mapping, labels)
@@ -201,7 +203,7 @@ def _preset_labels(preset: str, mapping: Mapping, labels: str) -> tuple:
         if label not in known and close:
             raise Refusal(Setting("labels"), f": {label!r} is not one of {preset}'s labels "
                           f"({', '.join(dict.fromkeys(known))}); did you mean {close[0]!r}? (its rows would all be "
-                          "rejected as outside the label set)")
+                          "rejected as outside the label set)", code="invalid-setting")
     return given
 
 

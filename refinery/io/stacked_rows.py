@@ -153,7 +153,7 @@ class RowBlocks:
         steps = np.diff(placed)
         steps[firsts[1:] - 1] = 1   # a new block may start anywhere
         if len(steps) and np.any(steps != 1):
-            raise ValueError("each block's rows must come in the order of their places")
+            raise RuntimeError("each block's rows must come in the order of their places")
         columns, values = _gathered_rows(starts, by_block, indices, data)
         sizes = np.add.reduceat(np.diff(starts)[by_block], firsts) if len(placed) else []
         at = 0

@@ -10,6 +10,8 @@ import errno
 import os
 import shutil
 
+from refinery.messages import Refusal
+
 IO_TIMEOUT = 60.0
 
 
@@ -20,9 +22,9 @@ def io_timeout() -> float:
     try:
         timeout = float(value) if value else IO_TIMEOUT
     except ValueError:
-        raise ValueError(f"REFINERY_IO_TIMEOUT={value!r} is not a number of seconds") from None
+        raise Refusal(f"REFINERY_IO_TIMEOUT={value!r} is not a number of seconds", code="invalid-setting") from None
     if timeout <= 0:
-        raise ValueError(f"the I/O timeout must be a positive number of seconds, got {value}")
+        raise Refusal(f"the I/O timeout must be a positive number of seconds, got {value}", code="invalid-setting")
     return timeout
 
 

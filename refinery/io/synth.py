@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from refinery.io.corpus_writer import CorpusWriter
 from refinery.io.records import CorpusManifest
+from refinery.messages import Refusal
 
 SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 DEFAULT_PLANTED = {
@@ -77,21 +78,23 @@ class SynthSpec:
         if self.label_shares is not None:
             shares = tuple(float(x) for x in self.label_shares)
             if len(shares) != len(self.labels) or min(shares) <= 0:
-                raise ValueError(f"label_shares must give a positive share to each of the {len(self.labels)} labels "
-                                 f"({', '.join(self.labels)}), got {', '.join(map(str, self.label_shares))}")
+                raise Refusal(f"label_shares must give a positive share to each of the {len(self.labels)} labels "
+                              f"({', '.join(self.labels)}), got {', '.join(map(str, self.label_shares))}",
+                              code="invalid-setting")
             object.__setattr__(self, "label_shares", tuple(x / sum(shares) for x in shares))
         if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}")
+            raise Refusal(f"split must be one of {', '.join(SPLITS)}, not {self.split!r}", code="invalid-setting")
         if self.split == "anti-shortcut" and not (self.planted or self.premise_pool):
-            raise ValueError("an anti-shortcut split needs shortcuts to reverse: planted words or a premise pool")
+            raise Refusal("an anti-shortcut split needs shortcuts to reverse: planted words or a premise pool",
+                          code="conflicting-settings")
         shares = {"near_duplicates": self.near_duplicates, "flip_share": self.flip_share,
                   "contamination": self.contamination}
         for name, share in shares.items():
             if not 0 <= share <= 1:
-                raise ValueError(f"{name} must be a share from 0 to 1, got {share}")
+                raise Refusal(f"{name} must be a share from 0 to 1, got {share}", code="invalid-setting")
         if self.near_duplicates + self.contamination > 0.5:
-            raise ValueError("near_duplicates and contamination together must leave at least half the rows as they "
-                             f"are, got {self.near_duplicates} + {self.contamination}")
+            raise Refusal("near_duplicates and contamination together must leave at least half the rows as they "
+                          f"are, got {self.near_duplicates} + {self.contamination}", code="invalid-setting")
 
     @property
     def plants_copies(self) -> bool:
@@ -267,7 +270,8 @@ def parse_shares(text: str) -> tuple:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"label shares are numbers separated by commas (0.56,0.29,0.15), got {text!r}") from None
+        raise Refusal(f"label shares are numbers separated by commas (0.56,0.29,0.15), got {text!r}",
+                      code="invalid-setting") from None
 
 
 def parse_planted(text: str) -> dict:

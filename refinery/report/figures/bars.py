@@ -33,12 +33,12 @@ def bars(groups: list[str], series: list[str], values: list[list[float]], low: l
             return a
         if a.shape == (G, S):
             return a.T
-        raise ValueError(f"bars: expected {S} series × {G} groups, got shape {a.shape}")
+        raise RuntimeError(f"bars: expected {S} series × {G} groups, got shape {a.shape}")
 
     vals, lows, highs = grid(values), grid(low), grid(high)
     ref = np.array([np.nan if v is None else v for v in reference], dtype=float) if reference is not None else None
     if ref is not None and len(ref) != G:
-        raise ValueError(f"bars: reference needs one value per group ({G}), got {len(ref)}")
+        raise RuntimeError(f"bars: reference needs one value per group ({G}), got {len(ref)}")
     W = float(min(MAX_WIDTH, max(520, 100 + G * (S * 60 + 50))))
     svg = Svg(W)
     y = svg.title(title, 6)

@@ -18,7 +18,7 @@ def histogram(edges, counts, title: str = "", x_label: str = "", y_label: str = 
     each of its own colour, the x axis widened to take in each."""
     edges, counts = np.asarray(edges, float), np.asarray(counts, float)
     if len(edges) != len(counts) + 1:
-        raise ValueError(f"histogram: {len(counts)} counts need {len(counts) + 1} edges, got {len(edges)}")
+        raise RuntimeError(f"histogram: {len(counts)} counts need {len(counts) + 1} edges, got {len(edges)}")
     W = 720.0
     svg = Svg(W)
     y = svg.title(title, 6)
