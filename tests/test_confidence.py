@@ -18,6 +18,7 @@ from refinery.io.checkpoints import CHECKPOINTS
 from refinery.io.corpus import Corpus, load
 from refinery.io.corpus_writer import write_table
 from refinery.io.schema import PRESETS
+from refinery.messages import Refusal
 from refinery.models.base import cross_fit_proba
 from refinery.models.ngram import NGramClassifier, cross_fit_sgd, frequency_ranks, smooth_idf, sublinear_tf, tf_idf
 
@@ -109,7 +110,7 @@ def test_the_hashed_rows_wait_on_disk_in_blocks_of_their_drawn_order(snli_dev, i
     again = StackedRows(X.shape[1])
     for part in parts:
         again.append(part)
-    with pytest.raises(ValueError, match="order of their places"):
+    with pytest.raises(RuntimeError, match="order of their places"):
         again.blocks(drawn, 1000)   # each block's rows shuffled
 
 
@@ -381,7 +382,7 @@ def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli
     report = json.loads((tmp_path / "api" / "report" / "report.json").read_text())
     assert all(t["kept"] == int(np.ceil(0.8 * t["rows"])) for t in report["tau_by_label"].values())
     assert "(tau auto, 80% of each label: contradiction > " in result.headline
-    with pytest.raises(ValueError, match=r"^tau=0\.999 would keep no row \(contradiction 0 of \d+, .*; tau='auto' "
+    with pytest.raises(Refusal, match=r"^tau=0\.999 would keep no row \(contradiction 0 of \d+, .*; tau='auto' "
                                          r"\(τ per label, keep_share=0\.8\) keeps contradiction \d+"):
         rf.confidence(str(snli_dev_head), preset="snli", folds=3, tau=0.999, out=str(tmp_path / "api-refused"))
     assert not (tmp_path / "api-refused" / "kept").exists()
@@ -481,9 +482,10 @@ def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):
     assert proc.returncode == 2 and not (tmp_path / "o").exists(), proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: --keep-share is the share of each label that --tau auto keeps: "
                                                 "with --tau 0.4 it would do nothing; give --tau auto --keep-share "
-                                                "0.5, or --tau 0.4 alone"]
-    with pytest.raises(ValueError, match=r"give tau='auto', keep_share=0\.5, or tau=0\.4 alone"):
+                                                "0.5, or --tau 0.4 alone [conflicting-settings]"]
+    with pytest.raises(Refusal, match=r"give tau='auto', keep_share=0\.5, or tau=0\.4 alone") as refused:
         rf.confidence(str(SNLI_DEV), preset="snli", tau=0.4, keep_share=0.5, out=str(tmp_path / "api"))
+    assert refused.value.code == "conflicting-settings"
     assert not (tmp_path / "api").exists()
 
 

@@ -184,8 +184,9 @@ def test_the_test_split_is_named_or_the_last_and_a_missing_one_refused():
     assert sentence_graph.split_roles(["train", "dev", "test"]) == (["train", "dev"], "test")
     assert sentence_graph.split_roles(["train", "dev"]) == (["train"], "dev")
     with pytest.raises(ValueError, match=r"^test_split='validation': the input has no split of that name; its "
-                                         r"splits: train, test$"):
+                                         r"splits: train, test$") as refused:
         sentence_graph.split_roles(["train", "test"], "validation")
+    assert refused.value.code == "missing-split"
 
 
 def test_inductive_graphs_are_per_split():
@@ -314,7 +315,7 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
     assert again.label_totals(2) == replayed.label_totals(2)
     with_rows = WeightedCounts(None, FeatureConfig(("unigram", "length")), 1, replayable=True)
     with_rows.add(table.slice(0, 100), None)
-    with pytest.raises(ValueError, match="row-level families"):
+    with pytest.raises(RuntimeError, match="row-level families"):
         WeightedCounts(None, FeatureConfig(("unigram", "length")), 1).replay(with_rows.tokens, None)
 
 
