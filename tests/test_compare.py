@@ -132,6 +132,7 @@ def test_an_evaluation_label_no_map_reaches_is_a_clear_error(tmp_path):
                    "--label-map", "hard=neutral:contradiction,contradiction:contradiction", "--out", tmp_path / "b",
                    check=False)
     assert proc.returncode == 2 and "no training label maps to 'neutral'" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[missing-setting]"), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -167,6 +168,7 @@ def test_a_corpus_with_splits_trains_on_its_train_split(tmp_path):
     nosplit = run_cli("compare", "--train", f"w={tmp_path / 'w' / 'corpus'}@dev", "--eval", f"hard={SNLI_HARD}", "--preset",
                       "snli", "--out", tmp_path / "d", check=False)
     assert nosplit.returncode == 2 and "has splits test, train and no 'dev' split" in nosplit.stderr
+    assert nosplit.stderr.rstrip().endswith("[missing-split]"), nosplit.stderr
 
 
 def test_a_corpus_of_one_named_split_trains_on_it_and_print_config_gives_the_same_comparison(tmp_path):
@@ -228,8 +230,9 @@ def test_bias_slices_score_the_rows_of_the_baselines_top_feature_by_label(tmp_pa
                                                               "neutral": 0.5}, start=10_000))
     result = compare({"base": train}, [f"test={test}"], tmp_path / "cmp", PRESETS["snli"], bootstrap=200)
     report, out = result.report, "\n".join(result.lines)
-    assert report == json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
-    slices = report["bias_slices"]["test"]
+    assert report.to_json() == json.loads((tmp_path / "cmp" / "report" / "report.json").read_text())
+    assert type(report).from_json(report.to_json()) == report
+    slices = report.bias_slices["test"]
     top = slices["features"][0]
     assert (top["feature"], top["label"], top["eval_label"]) == ("zzcue@hypothesis", "contradiction", "contradiction")
     assert top["z"] > slices["threshold"]
@@ -344,9 +347,9 @@ def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_r
     result = compare({"claims": train, "again": train}, [f"sym={test}:fever"], tmp_path / "cmp",
                      PRESETS["fever_claims"], bootstrap=100)
     report, out = result.report, "\n".join(result.lines)
-    assert report["reads"] == "text_a"
-    assert report["accuracy"]["sym"]["claims"]["mean"] == pytest.approx(1 / 3, abs=1e-4)
-    shared = report["eval"]["sym"]["inputs_with_several_labels"]
+    assert report.reads == "text_a"
+    assert report.accuracy["sym"]["claims"]["mean"] == pytest.approx(1 / 3, abs=1e-4)
+    shared = report.eval["sym"]["inputs_with_several_labels"]
     assert shared == {"rows": 300, "inputs": 100, "best_possible_accuracy": round(1 / 3, 4), "separates_models": False}
     assert "this set cannot separate the models" in out and "scored on their text_a alone" in out
     assert "cannot separate the models" in (tmp_path / "cmp" / "report" / "report.html").read_text()
@@ -365,11 +368,13 @@ def test_models_of_pairs_and_of_single_texts_are_not_compared_or_scored_on_what_
     single = pa.table({"text_a": ["a dog runs"], "label": ["SUPPORTS"]})
     assert training.model_reads({"a": pairs}, "pair") == "pair" and training.model_reads({"a": pairs}, "hypothesis") == "text_b"
     assert training.model_reads({"a": single}, "hypothesis") == "text_a"
-    with pytest.raises(ValueError, match="training corpora a hold pairs and b single texts"):
+    with pytest.raises(ValueError, match="training corpora a hold pairs and b single texts") as mixed:
         training.model_reads({"a": pairs, "b": single}, "pair")
+    assert mixed.value.code == "conflicting-settings"
     assert training.model_view(pairs, "text_a", "e").column_names == ["text_a", "label"]     # the claim alone
-    with pytest.raises(ValueError, match="evaluation set e holds single texts, and the models read pairs"):
+    with pytest.raises(ValueError, match="evaluation set e holds single texts, and the models read pairs") as single_texts:
         training.model_view(single, "pair", "e")
+    assert single_texts.value.code == "missing-columns"
 
 
 def test_a_compare_step_passes_on_every_split_of_its_input_and_counts_them(tmp_path):
@@ -402,13 +407,13 @@ def test_a_model_that_predicts_one_label_has_no_gap_to_read(tmp_path):
                                                               "neutral": 0.5}, start=10_000))
     result = compare({"base": train, "one": one}, [f"test={test}"], tmp_path / "cmp", PRESETS["snli"], bootstrap=100)
     report, said = result.report, "\n".join(result.lines)
-    assert report["accuracy"]["test"]["one"]["one_label"]["label"] == "contradiction"
-    assert report["accuracy"]["test"]["base"]["one_label"] is None
-    top = report["bias_slices"]["test"]["features"][0]
+    assert report.accuracy["test"]["one"]["one_label"]["label"] == "contradiction"
+    assert report.accuracy["test"]["base"]["one_label"] is None
+    top = report.bias_slices["test"]["features"][0]
     assert top["feature"] == "zzcue@hypothesis" and top["one_label"]["one"]["label"] == "contradiction"
     assert top["gap"]["one"] is None and top["gap"]["base"] > 0.2 and top["one_label"]["base"] is None
     assert "one predicts 'contradiction' for 100% of them (no gap: it reads one label)" in said, said
-    assert any(n.startswith("test: one's model predicts 'contradiction' for ") for n in report["notes"])
+    assert any(n.startswith("test: one's model predicts 'contradiction' for ") for n in report.notes)
     page = (tmp_path / "cmp" / "report" / "report.html").read_text()
     assert "zzcue@hypothesis: one predicts &#x27;contradiction&#x27;" in page
 

@@ -208,7 +208,7 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
 
     audit, report, page, console = outputs(_pseudo_samples([("A man walks.", "Nobody is sleeping.",
                                                               "contradiction")] * 40), "worse")
-    verdict, mean = report["verdict"], report["mean_top_z"]
+    verdict, mean = report.verdict, report.mean_top_z
     assert not verdict["ok"] and "nobody@hypothesis" in {c["feature"] for c in verdict["worsened"]}
     assert "lower tau=… (now 0.4" in verdict["remedy"] and verdict["warnings"][0] in console
     assert mean["accepted_rows"] == 40 and 0 < mean["absent"] < mean["features"] == 30
@@ -216,7 +216,8 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
     assert f"in the 40 accepted pseudo samples ({mean['absent']} of these 30 absent from them, counted as 0)" \
         in sentence
     assert sentence in console and html.escape(sentence) in page and verdict["line"] in console
-    assert not re.search(r"\bnan\b", console + json.dumps(report), re.I)
+    assert not re.search(r"\bnan\b", console + json.dumps(report.to_json()), re.I)
+    assert type(report).from_json(json.loads(json.dumps(report.to_json()))) == report
 
     significant = {e["feature"].split("@")[0] for entries in audit.top.values() for e in entries
                    if e["z"] > audit.before.threshold and re.fullmatch(r"\w+@hypothesis", e["feature"])}
@@ -224,7 +225,7 @@ def test_report_figures_agree_and_the_verdict_is_right_both_ways(snli_pair, tmp_
                if significant & set(r["text_b"].lower().split())
                for label in ("contradiction", "entailment", "neutral")]
     _, report, page, console = outputs(_pseudo_samples(counter), "counter")
-    verdict = report["verdict"]
+    verdict = report.verdict
     assert verdict["ok"] and verdict["fixed_total"] == verdict["significant_before"] > 0, verdict["line"]
     assert console.count("verdict ok") == 1 and "WARNING" not in page
 

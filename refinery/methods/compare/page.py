@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from refinery.methods.compare.config import path_and_split
+from refinery.methods.compare.statistics import CompareReport
 from refinery.models.task_model import READS
 from refinery.pipeline.output import StageOutput
 from refinery.report import figures
@@ -29,30 +30,30 @@ def accuracy_cell(entry: dict, ngram: int) -> str:
 SLICES_SHOWN = 5     # features per evaluation set in the console summary (the report has them all)
 
 
-def console_lines(report: dict) -> list[str]:
+def console_lines(report: CompareReport) -> list[str]:
     """The console summary: what the models read, each set's accuracies and gains in points, its slices of the
     baseline's most biased features (majority label vs the others, and the gap), then the warnings and notes."""
-    names = list(report["train"])
-    config = report["config"]
-    lines = [f"{config['backend']} reading {READS[report['reads']]}, {config['seeds']} seed(s); training rows: "
-             + ", ".join(f"{n} {report['train'][n]['rows']:,}" for n in names)]
+    names = list(report.train)
+    config = report.config
+    lines = [f"{config['backend']} reading {READS[report.reads]}, {config['seeds']} seed(s); training rows: "
+             + ", ".join(f"{n} {report.train[n]['rows']:,}" for n in names)]
     width = max(len(n) for n in names) + 2
-    for ev, per in report["accuracy"].items():
-        info = report["eval"][ev]
+    for ev, per in report.accuracy.items():
+        info = report.eval[ev]
         lines.append(f"{ev} ({info['rows']:,} rows; majority class {info['majority']['label']} "
                      f"{info['majority']['accuracy']:.1%})")
         lines += [f"  {n:<{width}} {accuracy_cell(per[n], config['ngram'])}" for n in names]
-        slices = report.get("bias_slices", {}).get(ev)
+        slices = report.bias_slices.get(ev)
         if slices and slices["features"]:
-            lines.append(f"  {report['baseline']}'s most biased features: accuracy on rows of the feature's label "
+            lines.append(f"  {report.baseline}'s most biased features: accuracy on rows of the feature's label "
                          "vs the others (gap)")
             for f in slices["features"][:SLICES_SHOWN]:
                 lines.append(f"    {f['feature']} → {f['eval_label']} ({f['rows']:,} rows): "
                              + "; ".join(_slice_cell(f, n) for n in names))
             if len(slices["features"]) > SLICES_SHOWN:
                 lines.append(f"    +{len(slices['features']) - SLICES_SHOWN} more in the report")
-    lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
-    lines += [f"note: {n}" for n in report.get("notes", [])]
+    lines += [f"WARNING: {w}" for w in report.warnings]
+    lines += [f"note: {n}" for n in report.notes]
     return lines
 
 
@@ -70,17 +71,17 @@ def _pct(v) -> str:
     return "—" if v is None else f"{v:.1%}"
 
 
-def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Report:
+def report_page(report: CompareReport, train: dict, evals: dict, out: StageOutput) -> Report:
     """The report page of ``report``: headed by the training corpora ({name: paths}) and listing them and the
     evaluation sets ({name: paths}) it read."""
-    acc, names, base = report["accuracy"], list(report["train"]), report["baseline"]
-    seeds = report["config"]["seeds"]
+    acc, names, base = report.accuracy, list(report.train), report.baseline
+    seeds = report.config["seeds"]
     read = [f"{n}: {p}" for n, paths in train.items() for p in paths] + \
            [f"{n} (evaluation): {p}" for n, paths in evals.items() for p in paths]
     title = "Compare: the same model trained on each corpus, scored on evaluation sets"
     page = out.report_page(title, corpora=[path_and_split(p)[0] for paths in train.values() for p in paths], read=read)
-    findings = [f'<p class="bad">{html.escape("Warning: " + w)}</p>' for w in report.get("warnings", [])]
-    findings += [note(n) for n in report.get("notes", [])]
+    findings = [f'<p class="bad">{html.escape("Warning: " + w)}</p>' for w in report.warnings]
+    findings += [note(n) for n in report.notes]
     if findings:
         page.section("Warnings and notes", *findings)
     page.section("Accuracy", figure(_bars(report), (
@@ -88,15 +89,15 @@ def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Rep
         "its 95% interval (bootstrap over the evaluation rows). Dashed line: always answering the set's majority "
         "class." + (f" A refined corpus's gain over {base}, in points, and its paired bootstrap 95% interval are in "
                     "the table; a gain whose interval excludes 0 is significant." if len(names) > 1 else ""))),
-        table(*_accuracy_rows(report)), note(f"The models read {READS[report['reads']]}. " + _contamination_rule(
+        table(*_accuracy_rows(report)), note(f"The models read {READS[report.reads]}. " + _contamination_rule(
             report)))
     examples = [{"evaluation set": ev, "training corpus": n, "evaluation id": x["id"], "training id": x["training_id"]}
-                for ev, info in report["eval"].items() for n, k in info["contaminated"].items() for x in k["examples"]]
+                for ev, info in report.eval.items() for n, k in info["contaminated"].items() for x in k["examples"]]
     if examples:
         page.section("Contaminated rows", note(f"A few per evaluation set and training corpus (all of them counted "
                                                "in the accuracy table), each with a training row it shares a run of "
-                                               f"{report['config']['ngram']} words with."), table(examples))
-    for ev, slices in report.get("bias_slices", {}).items():
+                                               f"{report.config['ngram']} words with."), table(examples))
+    for ev, slices in report.bias_slices.items():
         page.section(f"{ev}: does the model follow {base}'s shortcuts?", *_slice_blocks(slices, names, base))
     for ev, per in acc.items():
         for what in per[base]["breakdown"]:
@@ -110,25 +111,25 @@ def report_page(report: dict, train: dict, evals: dict, out: StageOutput) -> Rep
     page.section("Training corpora", table([
         {"corpus": n, "role": "baseline" if n == base else "refined", "rows": v["rows"], "input rejects": v["rejected"],
          "other splits left out": v["other_splits_left_out"], "weighted": "yes" if v["weighted"] else "no"}
-        for n, v in report["train"].items()]))
+        for n, v in report.train.items()]))
     page.section("Evaluation sets", table([
         {"set": n, "rows": v["rows"], "input rejects": v["rejected"], "majority class": v["majority"]["label"],
          "its accuracy": v["majority"]["accuracy"],
          "training labels mapped": ", ".join(f"{a} → {b}" for a, b in v["label_map"].items() if a != b) or "none",
          "training labels it lacks": ", ".join(v["training_labels_unscored"]) or "none",
          "rows also in training": ", ".join(f"{k} {c:,}" for k, c in v["leaked_rows"].items() if c) or "none"}
-        for n, v in report["eval"].items()], formats={"its accuracy": fmt.percent}),
+        for n, v in report.eval.items()], formats={"its accuracy": fmt.percent}),
         note("A prediction of a mapped training label counts as the label it maps to (the probabilities of the "
              "training labels mapping to one label are summed). A training label a set lacks, mapped to none of its "
              "labels, is never predicted on it: its probability is left out and each row gets the likeliest of the "
              "set's labels."))
-    config = dict(report["config"])
+    config = dict(report.config)
     if config.get("backend") == "ngram":
         for key in ("model", "epochs", "lr", "batch_size", "max_length", "train_precision"):
             config.pop(key, None)
     page.section("Configuration", config_table(config), note(
         "The n-gram backend: the transformer's settings (model, epochs, learning rate, batch size, length, "
-        "precision) do not apply.") if report["config"].get("backend") == "ngram" else "")
+        "precision) do not apply.") if report.config.get("backend") == "ngram" else "")
     return page
 
 
@@ -204,14 +205,14 @@ def _slice_bars(slices: dict, names: list) -> str:
                         y_label="accuracy", percent=True, paired=True)
 
 
-def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
+def _accuracy_rows(report: CompareReport) -> tuple[list, list, dict]:
     """One row per (evaluation set, corpus) after the set's majority class: accuracy, the rows the corpus
     contaminates and the accuracy on the others, ± std over seeds, the gain over the baseline and its 95% interval,
     the weighted accuracy and overlapping rows where there are any."""
-    acc, base = report["accuracy"], report["baseline"]
+    acc, base = report.accuracy, report.baseline
     rows = []
     for ev, per in acc.items():
-        majority = report["eval"][ev]["majority"]
+        majority = report.eval[ev]["majority"]
         rows.append({"evaluation set": ev, "training corpus": f"(majority class: {majority['label']})",
                      "accuracy": majority["accuracy"]})
         for n, e in per.items():
@@ -236,9 +237,9 @@ def _accuracy_rows(report: dict) -> tuple[list, list, dict]:
     return rows, columns, {c: _or_blank(f) for c, f in formats.items() if c in columns}
 
 
-def _contamination_rule(report: dict) -> str:
+def _contamination_rule(report: CompareReport) -> str:
     """What a contaminated row is."""
-    n = report["config"]["ngram"]
+    n = report.config["ngram"]
     return (f"Contaminated rows: the evaluation rows that share a run of {n} words with a row of the training corpus "
             f"(what the models read, normalized: case, punctuation and whitespace folded; a row of fewer than {n} "
             "words matched whole), decontaminate's rule; the accuracy on the other rows says whether the score "
@@ -249,14 +250,14 @@ def _or_blank(format_):
     return lambda v: "" if v == "" else format_(v)
 
 
-def _bars(report: dict) -> str:
+def _bars(report: CompareReport) -> str:
     """Grouped bars from 0%: one group per evaluation set, one bar per training corpus, whiskers its accuracy's
     95% interval; the majority class as each group's reference."""
-    acc, names = report["accuracy"], list(report["train"])
+    acc, names = report.accuracy, list(report.train)
     evals = list(acc)
     values = [[acc[ev][n]["mean"] for ev in evals] for n in names]     # values[series][group]
     low = [[acc[ev][n]["ci95"][0] for ev in evals] for n in names]
     high = [[acc[ev][n]["ci95"][1] for ev in evals] for n in names]
-    reference = [report["eval"][ev]["majority"]["accuracy"] for ev in evals]
+    reference = [report.eval[ev]["majority"]["accuracy"] for ev in evals]
     return figures.bars(evals, names, values, low, high, reference, reference_label="majority class",
                         y_label="accuracy", percent=True)

@@ -23,6 +23,7 @@ from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from refinery.methods.compare.statistics import CompareReport
     from refinery.pipeline.output import StageOutput
 
 
@@ -170,7 +171,7 @@ class CompareStage(TableStage):
         page = report_page(report, self.train, {e.name: list(e.paths) for e in self.evals}, out)
         out.publish_report(report, page, {"predictions.parquet": self.predictions})
         rows, rejected = passed_on(report, self.mine)   # its whole input: the splits it did not train on too
-        comparison = Comparison.from_json(report)
+        comparison = Comparison.from_json(report.to_json())
         refined = [n for n in self.train if n != comparison.baseline]
         gains = "; ".join(f"{n} " + ", ".join(f"{row.eval} {fmt.points(row.gain)}" for row in comparison.rows
                                               if row.train == n and row.gain is not None) for n in refined)
@@ -181,7 +182,7 @@ class CompareStage(TableStage):
 
 
 def _compare(train: dict, evals: list, source: StageInput, config: CompareConfig, runs, split: str | None
-             ) -> tuple[dict, "pa.Table"]:
+             ) -> tuple[CompareReport, pa.Table]:
     """Train ``config``'s model on each of ``train`` ({name: paths}; the first is the baseline) for each seed and
     score every ``EvalSet``: the report and every run's predictions. Each finished run is kept in ``runs`` (the
     output's ``runs/``) and reused while its fingerprint holds.

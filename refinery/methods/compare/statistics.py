@@ -9,9 +9,12 @@ evaluation rows.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
+from refinery.core.report_record import ReportRecord
 from refinery.methods.compare.training import Corpora, weights
 from refinery.models.task_model import READS
 from refinery.report import format as fmt
@@ -82,37 +85,82 @@ def majority_baseline(labels: pa.ChunkedArray) -> dict:
             "accuracy": round(counts.field("counts")[best].as_py() / len(labels), 4)}
 
 
-def summarize(data: Corpora, correct: dict, predicted: dict, slices: dict) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class CompareReport(ReportRecord):
+    """A comparison's report (``summarize``; ``core.records.Comparison`` reads its answer from the JSON): the task
+    model's settings (``config``), the baseline corpus, the training labels, each training corpus ({name: rows,
+    rejected, other_splits_left_out, weighted}), each evaluation set ({name: rows, rejected, labels, label_map,
+    training_labels_unscored, labels_merged, majority, leaked_rows, contaminated, pairs_read_as_one_text,
+    inputs_with_several_labels}), the accuracies ({set: {corpus: mean, std, seeds, breakdown, …, gain, ci95,
+    one_label}}), what the models read (``task_model.READS``' key), the bias slices (``slices.bias_slices``), and
+    what the comparison warns (a set scored on part of its rows, a label's collapse) and notes."""
+
+    config: dict
+    baseline: str
+    training_labels: list
+    train: dict
+    eval: dict
+    accuracy: dict
+    reads: str
+    bias_slices: dict
+    warnings: list
+    notes: list
+
+
+def summarize(data: Corpora, correct: dict, predicted: dict, slices: dict) -> CompareReport:
     """The report from ``predicted`` ({(corpus, set): seeds × rows labels}) and ``correct`` (the same, seeds × rows
     correctness): per evaluation set and corpus its accuracy (mean, std and each seed's), breakdowns, weighted
     accuracy, overlapping rows, contaminated rows and the accuracy on the others, 95% interval and gain over the
     baseline, the share of its commonest prediction; ``slices`` (``slices.bias_slices``); what was trained on and
     scored, and what the comparison warns and notes."""
-    report = _accuracies(data, correct)
+    config, base = data.config, data.names[0]
+    accuracy = _accuracies(data, correct)
     for (name, ev), labels in predicted.items():
-        report["accuracy"][ev][name]["one_label"] = one_label(labels)
-    report["reads"] = data.reads
-    for e in data.evals:
-        report["eval"][e.name]["pairs_read_as_one_text"] = data.reads == "text_a" and data.eval_pairs[e.name]
-        report["eval"][e.name]["inputs_with_several_labels"] = several_labels(data.eval_keys[e.name],
-                                                                              data.eval_tables[e.name]["label"])
-    report["bias_slices"] = slices
-    report["warnings"] = [w for e in data.evals if (w := e.scored_on_part(data.eval_tables[e.name].num_rows,
-                                                                        data.eval_rejects[e.name]))] \
-        + label_collapses(report)
-    report["notes"] = label_notes(report) + reading_notes(report) + one_label_notes(report)
-    return report
+        accuracy[ev][name]["one_label"] = one_label(labels)
+    sets = _eval_sets(data)
+    warnings = [w for e in data.evals if (w := e.scored_on_part(data.eval_tables[e.name].num_rows,
+                                                                data.eval_rejects[e.name]))] \
+        + label_collapses(accuracy, base)
+    notes = label_notes(sets, data.train_labels) + reading_notes(sets, accuracy, data.reads) \
+        + one_label_notes(accuracy)
+    return CompareReport(
+        config={k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()}, baseline=base,
+        training_labels=data.train_labels,
+        train={n: {"rows": data.tables[n].num_rows, "rejected": data.rejects[n].num_rows,
+                   "other_splits_left_out": data.other_splits[n],
+                   "weighted": "weight" in data.tables[n].column_names} for n in data.names},
+        eval=sets, accuracy=accuracy, reads=data.reads, bias_slices=slices, warnings=warnings, notes=notes)
 
 
-def passed_on(report: dict, name: str) -> tuple[int, int]:
+def passed_on(report: CompareReport, name: str) -> tuple[int, int]:
     """(rows, input rejects) of the training corpus ``name``: the rows it passes on (the splits it did not train
     on too) and those its reading rejected."""
-    trained = report["train"][name]
+    trained = report.train[name]
     return trained["rows"] + trained["other_splits_left_out"], trained["rejected"]
 
 
+def _eval_sets(data: Corpora) -> dict:
+    """Each evaluation set as the report holds it: its rows and rejects, labels and label map, the training labels
+    it lacks or merges, its majority class, the rows each training corpus leaks or contaminates, whether its pairs
+    are read as one text, and the inputs it gives several gold labels."""
+    return {e.name: {"rows": data.eval_tables[e.name].num_rows, "rejected": data.eval_rejects[e.name].num_rows,
+                     "labels": data.eval_labels[e.name], "label_map": data.label_maps[e.name],
+                     "training_labels_unscored": data.labels_unscored(e.name),
+                     "labels_merged": data.labels_merged(e.name),
+                     "majority": majority_baseline(data.eval_tables[e.name]["label"]),
+                     "leaked_rows": data.leaks[e.name],
+                     "contaminated": {n: {"rows": k.count, "share": round(k.count / len(k.rows), 4),
+                                          "examples": k.examples}
+                                      for n, k in data.contamination[e.name].items()},
+                     "pairs_read_as_one_text": data.reads == "text_a" and data.eval_pairs[e.name],
+                     "inputs_with_several_labels": several_labels(data.eval_keys[e.name],
+                                                                  data.eval_tables[e.name]["label"])}
+            for e in data.evals}
+
+
 def _accuracies(data: Corpora, correct: dict) -> dict:
-    """The report's figures from ``correct`` ({(corpus, set): seeds × rows correctness}) (``summarize``)."""
+    """Each evaluation set's accuracies from ``correct`` ({(corpus, set): seeds × rows correctness}): {set:
+    {corpus: its figures}} (``summarize``)."""
     config, names = data.config, data.names
     base = names[0]
     summary = {}
@@ -140,24 +188,7 @@ def _accuracies(data: Corpora, correct: dict) -> dict:
         for n, (lo, hi) in zip(names, own):
             per[n]["ci95"] = [round(lo, 4), round(hi, 4)]
         summary[e.name] = per
-    return {
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()},
-        "baseline": base,
-        "training_labels": data.train_labels,
-        "train": {n: {"rows": data.tables[n].num_rows, "rejected": data.rejects[n].num_rows,
-                      "other_splits_left_out": data.other_splits[n],
-                      "weighted": "weight" in data.tables[n].column_names} for n in names},
-        "eval": {e.name: {"rows": data.eval_tables[e.name].num_rows, "rejected": data.eval_rejects[e.name].num_rows,
-                          "labels": data.eval_labels[e.name], "label_map": data.label_maps[e.name],
-                          "training_labels_unscored": data.labels_unscored(e.name),
-                          "labels_merged": data.labels_merged(e.name),
-                          "majority": majority_baseline(data.eval_tables[e.name]["label"]),
-                          "leaked_rows": data.leaks[e.name],
-                          "contaminated": {n: {"rows": k.count, "share": round(k.count / len(k.rows), 4),
-                                               "examples": k.examples}
-                                           for n, k in data.contamination[e.name].items()}} for e in data.evals},
-        "accuracy": summary,
-    }
+    return summary
 
 
 def clean_accuracy(correct: np.ndarray, contaminated: np.ndarray) -> dict:
@@ -186,18 +217,20 @@ def one_label(predictions: np.ndarray) -> dict | None:
     return {"label": str(labels[top]), "share": round(float(share), 4)} if share >= ONE_LABEL else None
 
 
-def one_label_notes(report: dict) -> list[str]:
-    """A note for every (evaluation set, corpus) whose model predicts one label for (nearly) every row."""
+def one_label_notes(accuracy: dict) -> list[str]:
+    """A note for every (evaluation set, corpus) whose model predicts one label for (nearly) every row
+    (``accuracy``: the report's)."""
     return [f"{ev}: {n}'s model predicts {e['one_label']['label']!r} for {e['one_label']['share']:.1%} of the rows: "
             f"its accuracy is that label's share of the set, not a reading of the pairs, and its slices mean nothing"
-            for ev, per in report["accuracy"].items() for n, e in per.items() if e.get("one_label")]
+            for ev, per in accuracy.items() for n, e in per.items() if e.get("one_label")]
 
 
-def label_collapses(report: dict) -> list[str]:
-    """A warning for every (evaluation set, refined corpus, gold label) whose accuracy fell by more than
-    ``COLLAPSE`` against the baseline's: the headline's mean over labels can hide one label's collapse."""
-    base, out = report["baseline"], []
-    for ev, per in report["accuracy"].items():
+def label_collapses(accuracy: dict, base: str) -> list[str]:
+    """A warning for every (evaluation set, refined corpus, gold label) whose accuracy (``accuracy``: the report's)
+    fell by more than ``COLLAPSE`` against the baseline ``base``'s: the headline's mean over labels can hide one
+    label's collapse."""
+    out = []
+    for ev, per in accuracy.items():
         by_label = {n: e["breakdown"]["label"] for n, e in per.items()}
         for n, cells in by_label.items():
             if n == base or isinstance(cells, str):
@@ -211,16 +244,16 @@ def label_collapses(report: dict) -> list[str]:
     return out
 
 
-def label_notes(report: dict) -> list[str]:
-    """A note for every evaluation set whose labels are not the training labels one to one: the training labels it
-    lacks (no row is scored against them and no prediction is one of them: the models answer among its labels), and
-    the training labels predicted as another of its labels."""
+def label_notes(sets: dict, training_labels: list) -> list[str]:
+    """A note for every evaluation set (``sets``: the report's) whose labels are not the training labels one to
+    one: the training labels it lacks (no row is scored against them and no prediction is one of them: the models
+    answer among its labels), and the training labels predicted as another of its labels."""
     out = []
-    for ev, info in report["eval"].items():
+    for ev, info in sets.items():
         unscored = info["training_labels_unscored"]
         if unscored:
             out.append(f"{ev} has no {_listed(unscored)} rows (its labels: {', '.join(info['labels'])}; the models "
-                       f"were trained on {', '.join(report['training_labels'])}): its accuracy is over its "
+                       f"were trained on {', '.join(training_labels)}): its accuracy is over its "
                        f"{len(info['labels'])} labels only, each row given the likeliest of them and a prediction of "
                        f"{_listed(unscored)} left out")
         out += [f"{ev}: the models' {_listed(ts)} predictions are scored as its {e}"
@@ -234,13 +267,13 @@ def _listed(labels: list) -> str:
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
-def reading_notes(report: dict) -> list[str]:
-    """Notes on how to read the scores: an evaluation set on which every model is under its majority class, pairs
-    scored on one text, and evaluation sets in which one input carries several gold labels (a model answers an
-    input one way: those rows cap every model's accuracy alike)."""
+def reading_notes(sets: dict, accuracy: dict, reads: str) -> list[str]:
+    """Notes on how to read the scores (``sets``, ``accuracy``, ``reads``: the report's): an evaluation set on
+    which every model is under its majority class, pairs scored on one text, and evaluation sets in which one input
+    carries several gold labels (a model answers an input one way: those rows cap every model's accuracy alike)."""
     out = []
-    for ev, info in report["eval"].items():
-        majority, means = info["majority"], [v["mean"] for v in report["accuracy"][ev].values()]
+    for ev, info in sets.items():
+        majority, means = info["majority"], [v["mean"] for v in accuracy[ev].values()]
         if means and max(means) < majority["accuracy"]:
             out.append(f"{ev}: every model scores under its majority class ({majority['label']!r}, "
                        f"{majority['accuracy']:.1%}; the best {max(means):.1%}): a gain here is among models that do "
@@ -252,7 +285,7 @@ def reading_notes(report: dict) -> list[str]:
         if not shared["rows"]:
             continue
         what = f"{ev}: {shared['rows']:,} of its {info['rows']:,} rows share what the models read, " \
-               f"{READS[report['reads']]}, with a row of another gold label, so no model can score over " \
+               f"{READS[reads]}, with a row of another gold label, so no model can score over " \
                f"{shared['best_possible_accuracy']:.1%}"
         if not shared["separates_models"]:
             what += "; every input carries several labels: this set cannot separate the models"

@@ -13,10 +13,11 @@ those an uninterrupted run makes.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 import pyarrow as pa
 
+from refinery.core.report_record import ReportRecord
 from refinery.io.redaction import redact
 from refinery.methods.generate.config import GenerationConfig
 from refinery.methods.generate.prompts import generated_rows, prompts, target_labels
@@ -26,6 +27,28 @@ from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, Resources, StageResult
 
 FAILED = "failed"   # the part holding the prompts that produced no text, each with its reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateReport(ReportRecord):
+    """A generation run's report: the rows prompted and those beyond ``limit``, the prompts, the generated rows
+    (corpus/) and failed prompts (failed/), the input's rejects, the backend, its model and the engine, the sampling
+    and the template, the shards and those read back from a killed run, and the configuration (secrets redacted)."""
+
+    inputs: int
+    beyond_limit: int
+    prompts: int
+    generated: int
+    failed: int
+    input_rejected: int
+    backend: str
+    model: str
+    engine: str
+    sampling: dict
+    template: str
+    shards: int
+    resumed_shards: int
+    config: dict
 
 
 class GenerateStage(MapStage):
@@ -93,19 +116,20 @@ class GenerateStage(MapStage):
         from refinery.report.page import config_table, fields
 
         config = self.config
-        r = {"inputs": mapped.mapped, "beyond_limit": mapped.beyond_limit, "prompts": mapped.requests,
-             "generated": mapped.written[Output.CORPUS.value], "failed": mapped.written[FAILED],
-             "input_rejected": mapped.input_rejects, "backend": config.backend.name, "model": config.backend.model,
-             "engine": mapped.engine, "sampling": asdict(config.sampling), "template": config.template,
-             "shards": mapped.units, "resumed_shards": mapped.resumed, "config": redact(asdict(config))}
+        r = GenerateReport(inputs=mapped.mapped, beyond_limit=mapped.beyond_limit, prompts=mapped.requests,
+                           generated=mapped.written[Output.CORPUS.value], failed=mapped.written[FAILED],
+                           input_rejected=mapped.input_rejects, backend=config.backend.name,
+                           model=config.backend.model, engine=mapped.engine, sampling=asdict(config.sampling),
+                           template=config.template, shards=mapped.units, resumed_shards=mapped.resumed,
+                           config=redact(asdict(config)))
         page = out.report_page(f"{self.name}: label-conditioned generation")
-        shown = {"rows prompted": "inputs", "rows beyond the limit": "beyond_limit", "input rejects": "input_rejected",
-                 "prompts": "prompts", "generated rows (corpus/)": "generated", "failed prompts (failed/)": "failed",
-                 "shards": "shards", "shards read back from a killed run": "resumed_shards", "engine": "engine"}
-        page.section("Prompts", fields({label: r[key] for label, key in shown.items()}))
-        page.section("Configuration", config_table(json.loads(json.dumps(r["config"], default=str))))
+        page.section("Prompts", fields({
+            "rows prompted": r.inputs, "rows beyond the limit": r.beyond_limit, "input rejects": r.input_rejected,
+            "prompts": r.prompts, "generated rows (corpus/)": r.generated, "failed prompts (failed/)": r.failed,
+            "shards": r.shards, "shards read back from a killed run": r.resumed_shards, "engine": r.engine}))
+        page.section("Configuration", config_table(json.loads(json.dumps(r.config, default=str))))
         out.publish_report(r, page)
-        headline = f"{r['prompts']:,} prompts -> {r['generated']:,} generated rows, {r['failed']:,} failed"
+        headline = f"{r.prompts:,} prompts -> {r.generated:,} generated rows, {r.failed:,} failed"
         return StageResult(mapped.rows + mapped.input_rejects,
                            {"prompted": mapped.mapped, "beyond limit": mapped.beyond_limit,
                             "input rejects": mapped.input_rejects}, r, headline,

@@ -19,6 +19,7 @@ from refinery.methods.ibadr.audit import ShortcutAudit, top_z
 from refinery.methods.ibadr.config import IbadrConfig
 from refinery.methods.ibadr.iteration import (GENERATED_SCHEMA, _classifier, _rng, _sample, _with_training_params,
                                               fine_tune_shallow, initial_pool, run_iteration)
+from refinery.methods.ibadr.report import IbadrReport
 
 
 def _step(iteration: int) -> str:
@@ -125,17 +126,17 @@ def grow_pool(table: pa.Table, config: IbadrConfig, checkpoints, *, engine: str,
     return Grown(table, rows_given, pool, history, audit, steps, iterations)
 
 
-def report_of(grown: Grown, verdict, generated: pa.Table, config: IbadrConfig, input_rejected: int) -> dict:
+def report_of(grown: Grown, verdict, generated: pa.Table, config: IbadrConfig, input_rejected: int) -> IbadrReport:
     """The run's report: the pool against the rows it started from, each iteration, the original's top features in
     the accepted samples and the ``verdict`` (``ShortcutAudit.judge_pool``'s)."""
     accepted = grown.accepted()
     summary = grown.audit.in_rows(accepted)
     history = grown.history
-    return {"original_rows": grown.table.num_rows, "pool_rows": grown.pool.num_rows, "accepted": accepted.num_rows,
-            "generated": generated.num_rows,
-            "by_status": dict(sorted(Counter(generated["status"].to_pylist()).items())),
-            "iterations": history, "original_top_features_in_accepted": summary,
-            "mean_top_z": top_z(summary, accepted.num_rows), "verdict": verdict.to_dict(),
-            "train_precision": history[-1]["train_precision"] if history else None,
-            "input_rejected": input_rejected, "backend": config.backend, "config": config.to_dict(),
-            "not_sampled": grown.not_sampled}
+    return IbadrReport(original_rows=grown.table.num_rows, pool_rows=grown.pool.num_rows, accepted=accepted.num_rows,
+                       generated=generated.num_rows,
+                       by_status=dict(sorted(Counter(generated["status"].to_pylist()).items())),
+                       iterations=history, original_top_features_in_accepted=summary,
+                       mean_top_z=top_z(summary, accepted.num_rows), verdict=verdict.to_dict(),
+                       train_precision=history[-1]["train_precision"] if history else None,
+                       input_rejected=input_rejected, backend=config.backend, config=config.to_dict(),
+                       not_sampled=grown.not_sampled)

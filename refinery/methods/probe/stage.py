@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from refinery.core.report_record import ReportRecord, optional
 from refinery.models.evaluation import EvalSet
 from refinery.models.task_model import READS, model_reads, overlap_rows, text_keys, training_rows
 from refinery.methods.probe.config import ProbeConfig
@@ -20,6 +22,31 @@ from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
 if TYPE_CHECKING:
     from refinery.pipeline.output import StageOutput
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeReport(ReportRecord):
+    """A probe's report: the classifier's settings (``TaskModel.model_key``: the backend and what it reads; the
+    transformer's encoder and training too, its ``train_precision`` the precision it was fine-tuned in, a
+    ``Precision.to_dict``), the training corpus, its rows trained on, of other splits left out and rejected, the
+    fit's seconds, each evaluation corpus ({name: rows, accuracy, majority_accuracy, preset, rejected,
+    overlap_rows}) and the first one's accuracy (none without one)."""
+
+    backend: str
+    inputs: str
+    model: str | None = optional()
+    epochs: int | None = optional()
+    lr: float | None = optional()
+    batch_size: int | None = optional()
+    max_length: int | None = optional()
+    train_precision: dict | str | None = optional()
+    train: list
+    train_rows: int
+    other_splits_left_out: int
+    train_rejected: int
+    fit_seconds: float
+    eval: dict
+    accuracy: float | None = optional()
 
 
 class ProbeStage(TableStage):
@@ -62,18 +89,17 @@ class ProbeStage(TableStage):
         self.model = model = c.classifier()
         t = time.perf_counter()
         model.fit(train_table)
-        report = self.summary = {**c.model_key(), "train": source.paths, "train_rows": train_table.num_rows,
-                                 "other_splits_left_out": left_out, "train_rejected": rows.rejects.num_rows,
-                                 "fit_seconds": round(time.perf_counter() - t, 2), "eval": {}}
+        fit_seconds = round(time.perf_counter() - t, 2)
+        key = c.model_key()
         if getattr(model, "precision_", None) is not None:
-            report["train_precision"] = model.precision_.to_dict()
-        self.predictions, self.warnings = [], []
+            key["train_precision"] = model.precision_.to_dict()   # the precision it was fine-tuned in
+        self.predictions, self.warnings, scores = [], [], {}
         reads = model_reads({"the input": train_table}, c.inputs)
         trained = text_keys(train_table, reads)
         for name, (e, table, eval_rejects) in evals.items():
-            report["eval"][name], scored = _score(model, e, table)
-            report["eval"][name]["rejected"] = eval_rejects.num_rows
-            overlap = report["eval"][name]["overlap_rows"] = overlap_rows(text_keys(table, reads), trained)
+            scores[name], scored = _score(model, e, table)
+            scores[name]["rejected"] = eval_rejects.num_rows
+            overlap = scores[name]["overlap_rows"] = overlap_rows(text_keys(table, reads), trained)
             self.predictions.append(scored)
             if eval_rejects.num_rows:
                 self.warnings.append(e.scored_on_part(table.num_rows, eval_rejects))
@@ -81,8 +107,10 @@ class ProbeStage(TableStage):
                 self.warnings.append(f"evaluation corpus {name}: {overlap:,} of its {table.num_rows:,} rows are also "
                                      f"training rows (the same texts where the model reads {READS[reads]}): its "
                                      "accuracy is inflated; score rows the model was not trained on")
-        if evals:
-            report["accuracy"] = report["eval"][next(iter(evals))]["accuracy"]
+        self.summary = ProbeReport(**key, train=source.paths, train_rows=train_table.num_rows,
+                                   other_splits_left_out=left_out, train_rejected=rows.rejects.num_rows,
+                                   fit_seconds=fit_seconds, eval=scores,
+                                   accuracy=scores[next(iter(evals))]["accuracy"] if evals else None)
         return []
 
     def result(self, manifests: dict, out: "StageOutput") -> StageResult:
@@ -97,17 +125,17 @@ class ProbeStage(TableStage):
         if c.save_model:
             out.save_folder(c.save_model, self.model.save)
         page = out.report_page(f"probe: {c.backend} on the {'hypothesis' if c.inputs == 'hypothesis' else 'input'}")
-        page.section("Training", fields({"rows": report["train_rows"], "rejected": report["train_rejected"],
-                                         "fit seconds": report["fit_seconds"]}))
-        if report["eval"]:
+        page.section("Training", fields({"rows": report.train_rows, "rejected": report.train_rejected,
+                                         "fit seconds": report.fit_seconds}))
+        if report.eval:
             page.section("Accuracy on each evaluation corpus", table(
                 [{"corpus": name, "accuracy": r["accuracy"], "majority class": r["majority_accuracy"],
-                  "rows": r["rows"], "rejected": r["rejected"]} for name, r in report["eval"].items()],
+                  "rows": r["rows"], "rejected": r["rejected"]} for name, r in report.eval.items()],
                 formats={"accuracy": fmt.percent, "majority class": fmt.percent}))
         predictions = pa.concat_tables(self.predictions) if self.predictions else _predictions_schema().empty_table()
         out.publish_report(report, page, {"predictions.parquet": predictions}, part="")   # no --eval: the columns,
         #                                                                                  for evaluate to name
-        trained, rejected, others = report["train_rows"], report["train_rejected"], report["other_splits_left_out"]
+        trained, rejected, others = report.train_rows, report.train_rejected, report.other_splits_left_out
         headline = _headline(c, report)
         parts = {"trained on": trained, **({"other splits, not trained on": others} if others else {}),
                  "input rejects": rejected}
@@ -116,23 +144,23 @@ class ProbeStage(TableStage):
                            report_file="report.html")
 
 
-def _headline(c: ProbeConfig, report: dict) -> str:
+def _headline(c: ProbeConfig, report: ProbeReport) -> str:
     """What was trained, on how many rows, in how long, and its accuracy on each evaluation corpus against that
     corpus's majority class."""
     reads = "hypothesis-only" if c.inputs == "hypothesis" else "full input"
     scored = "; ".join(f"{name} {r['accuracy']:.1%} (majority {r['majority_accuracy']:.1%})"
-                       for name, r in report["eval"].items())
-    return (f"{c.backend} ({reads}) on {report['train_rows']:,} rows in {report['fit_seconds']:.0f}s"
+                       for name, r in report.eval.items())
+    return (f"{c.backend} ({reads}) on {report.train_rows:,} rows in {report.fit_seconds:.0f}s"
             + (f": {scored}" if scored else ""))
 
 
-def _lines(report: dict):
+def _lines(report: ProbeReport):
     """The rows of the input's other splits, not trained on; each evaluation corpus's accuracy against its majority
     class's."""
-    if report["other_splits_left_out"]:
-        yield (f"  trained on the input's train split (or its only one): {report['other_splits_left_out']:,} rows of "
+    if report.other_splits_left_out:
+        yield (f"  trained on the input's train split (or its only one): {report.other_splits_left_out:,} rows of "
                "its other splits were not")
-    for name, r in report["eval"].items():
+    for name, r in report.eval.items():
         rejected = f", {r['rejected']:,} rejected" if r["rejected"] else ""
         yield (f"  {name:<28} accuracy {r['accuracy']:.4f}  (majority {r['majority_accuracy']:.4f}, "
                f"{r['rows']:,} rows{rejected})")
