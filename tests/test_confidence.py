@@ -259,7 +259,7 @@ def test_confidence_refuses_a_tau_that_keeps_no_row_or_one_label_of_a_probabilit
     proc = run_cli("confidence", scored_dev / "dev", "--proba-column", column, "--tau", tau, "--out", out,
                    check=False)
     assert proc.returncode == 2 and not out.exists(), proc.stderr
-    assert proc.stderr.splitlines() == [f"error: {refused}"]
+    assert proc.stderr.splitlines() == [f"error: {refused} [label-emptied]"]
 
 
 @pytest.mark.ray
@@ -365,7 +365,7 @@ def test_confidence_refuses_a_tau_that_keeps_no_row_naming_the_taus_that_work(sa
                                "neutral 0 of 3,235), which the next audit cannot judge; nothing was written; --tau "
                                "auto (τ per label, --keep-share 0.8) keeps contradiction 2,623, entailment 2,664, "
                                "neutral 2,588; --tau "), line
-        assert line.endswith(" is the highest τ that keeps rows of every label")
+        assert line.endswith(" is the highest τ that keeps rows of every label [label-emptied]")
     named = line.split("; --tau ")[2].split(" keeps at least 80% of every label")[0]
     run_cli("confidence", SNLI_DEV, "--preset", "snli", "--model", saved_model, "--tau", named,
             "--out", tmp_path / "named")
@@ -469,7 +469,7 @@ def test_label_issues_refuse_a_column_of_one_label_and_a_tau(scored_dev, options
     out = scored_dev / "refused-issues"
     proc = run_cli("confidence", scored_dev / "dev", "--label-issues", *options, "--out", out, check=False)
     assert proc.returncode == 2 and not out.exists(), proc.stderr
-    assert proc.stderr.splitlines() == [f"error: {refused}"]
+    assert proc.stderr.splitlines() == [f"error: {refused} [conflicting-settings]"]
 
 
 def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):

@@ -352,10 +352,11 @@ def test_decontaminate_reads_evaluation_rows_whatever_their_label_and_joins_spli
     assert whole.returncode == 2 and not (tmp_path / "b").exists(), whole.stderr
     assert whole.stderr.strip().splitlines() == [
         "error: decontaminate would keep no row: every one of the 3,261 training rows overlaps test: the training "
-        "corpus is part of the evaluation set (or the set itself); nothing was written"]
+        "corpus is part of the evaluation set (or the set itself); nothing was written [too-few-rows]"]
     typo = run_cli("decontaminate", SNLI_DEV, "--preset", "snli", "--against", f"t={SNLI_TEST}:snl",
                    "--out", tmp_path / "c", check=False)
     assert typo.returncode == 2 and "no preset 'snl' (did you mean 'snli'?)" in typo.stderr, typo.stderr
+    assert typo.stderr.rstrip().endswith("[invalid-setting]"), typo.stderr
     assert proc.returncode == 0
 
 
