@@ -1,5 +1,6 @@
 """The audit on real SNLI and on planted-bias corpora; exact vs sketch; local vs Ray; incremental."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -234,9 +235,9 @@ def test_counts_spilled_under_a_memory_budget_equal_counts_in_memory(planted, tm
     # the statistics' pass left each partition merged in one file, which the state is written from
     assert {os.path.dirname(f) for f in glob.glob(os.path.join(runs, "run-*", "*.parquet"))} == \
         {os.path.join(runs, "run-merged")}
-    summary = write_outputs(spilled, StageOutput(str(tmp_path / "a"), inputs=[path]))
+    report = write_outputs(spilled, StageOutput(str(tmp_path / "a"), inputs=[path]))
     spilled.counter.close()
-    assert summary["spilled_runs"] == spilled.counter.spilled_runs and not os.path.exists(runs)
+    assert report.spilled_runs == spilled.counter.spilled_runs and not os.path.exists(runs)
     saved, _ = load_state(str(tmp_path / "a"))
     assert saved.counts().equals(in_memory.counter.counts())
 
@@ -371,7 +372,7 @@ def test_on_ray_the_statistics_are_made_beside_the_summed_counts_not_in_the_driv
     monkeypatch.setattr(merged_counts.MergedCounts, "__init__", in_the_driver)
     on_ray = run_stage(PipelineSpec(InputSpec(paths=[path]), [StageSpec("audit", AuditConfig())],
                                     str(tmp_path / "ray"), "ray"), echo=lambda line: None)
-    assert on_ray.result.report == {**local.result.report, "inputs": on_ray.result.report["inputs"]}
+    assert on_ray.result.report == replace(local.result.report, inputs=on_ray.result.report.inputs)
     assert on_ray.result.lines == local.result.lines
     summaries = [json.loads((tmp_path / side / "report" / "summary.json").read_text()) for side in ("local", "ray")]
     assert summaries[0] == summaries[1] and summaries[0]["rows"] == 60_000

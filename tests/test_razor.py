@@ -11,7 +11,7 @@ from conftest import (SNLI_DEV, SNLI_TEST, assert_kept_audit_is_a_fresh_one, ass
 from refinery.io.corpus import read_any
 from refinery.methods.razor import scores as razor_scores
 from refinery.methods.razor.config import RazorConfig
-from refinery.methods.razor.report import change, console_lines
+from refinery.methods.razor.report import RazorReport, change, console_lines
 from refinery.methods.razor.rewrite import clean_candidate, verified_label
 from refinery.methods.razor.verdict import verdict
 from refinery.methods.audit.config import AuditConfig
@@ -110,10 +110,10 @@ def test_verdict_catches_a_shortcut_the_rewrites_carry_and_credits_rewrites_that
     assert swapped.ok and swapped.fixed_total >= 5 and not swapped.notes
     assert swapped.max_z["contradiction"].after < swapped.max_z["contradiction"].before - 1
 
-    report = {"rows": 3000, "field": "text_b", "objective": 31_782_330.4, "gamma": {"median": 0.0134},
-              "rounds": [{"round": 1, "candidates": 4, "accepted": 2, "replaced": 1, "kept": False,
-                          "objective_before": 31_782_330.4, "objective_after": 31_782_265.1}],
-              "verdict": swapped.to_dict()}
+    report = RazorReport(rows=3000, field="text_b", objective=31_782_330.4, gamma={"median": 0.0134}, config={},
+                         rounds=[{"round": 1, "candidates": 4, "accepted": 2, "replaced": 1, "kept": False,
+                                  "objective_before": 31_782_330.4, "objective_after": 31_782_265.1}],
+                         verdict=swapped.to_dict(), input_rejected=0)
     lines = console_lines(report)
     assert "objective 31,782,330 → 31,782,265 (undone)" in lines[1]   # it printed 3.17823e+07 -> 3.17823e+07
     assert lines[2] == swapped.line() and len(lines) == 3              # a verdict that holds is one line

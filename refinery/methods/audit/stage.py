@@ -5,10 +5,11 @@ report. Light to import (the verb's options are its config's fields, in ``config
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from refinery.core.audit_config import UNWEIGHTED
 from refinery.core.records import AuditSummary
+from refinery.core.report_record import ReportRecord
 from refinery.core.stats import WEIGHT_COLUMN
 from refinery.messages import Message
 from refinery.methods.audit.config import STATE_FILE, STATE_META, AuditConfig
@@ -17,47 +18,66 @@ from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
 from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 
+
+@dataclass(frozen=True, kw_only=True)
+class AuditReport(ReportRecord):
+    """The audit's report (report.json and summary.json): the rows counted and the input's rejects; the audit's summary
+    (``core.records.AuditSummary``: rows per label, the Bonferroni threshold on z*, the prior p0 as shown and as
+    recorded); the features counted and those in ≥ min_count rows (z* is defined for those); each label's prior
+    and share (``label_prior``), its count of significant features and its max z*; the counting's error bounds; the
+    runs the counts spilled to disk in; the configuration, the inputs and the notes (the weighting's)."""
+
+    rows: int
+    rejected: int
+    labels: dict
+    threshold: float
+    prior: str
+    prior_record: dict | None
+    features: int
+    features_with_min_count: int
+    label_prior: dict
+    significant: dict
+    max_z: dict
+    error_bounds: dict
+    spilled_runs: int
+    config: dict
+    inputs: list
+    notes: list
+
+
 def write_outputs(result, out: StageOutput, title: str = "Audit: which features leak the label",
-                  notes: list | None = None) -> dict:
-    """Publish ``out``'s report/: the summary (report.json and summary.json, with ``notes``), stats.parquet (features
+                  notes: list | None = None) -> AuditReport:
+    """Publish ``out``'s report/: the report (report.json and summary.json, with ``notes``), stats.parquet (features
     with n ≥ min_count), topk.json, zplot.svg, report.html and the mergeable state (every feature's counts)."""
     from refinery.report import figures
     from refinery.report.page import corpus_name
 
     st, cfg, inputs = result.stats, result.config, out.inputs
     topk = result.top_k()
-    summary = {
-        "rows": result.rows,
-        "rejected": result.rejected,
+    report = AuditReport(
+        rows=result.rows, rejected=result.rejected,
         **AuditSummary({l: int(result.label_rows.get(l, 0)) for l in st.labels}, st.threshold,
                        str(result.prior), result.prior.record()).to_json(),
-        "features": result.features,
-        "features_with_min_count": int((st.effective_n >= cfg.min_count).sum()),
-        "label_prior": result.label_prior(),
-        "significant": st.significant_per_label(),
-        "max_z": {l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels},
-        "error_bounds": result.error_bounds(),
-        "spilled_runs": result.counter.spilled_runs,
-        "config": cfg.to_dict(),
-        "inputs": list(inputs),
-        "notes": list(notes or ()),
-    }
+        features=result.features, features_with_min_count=int((st.effective_n >= cfg.min_count).sum()),
+        label_prior=result.label_prior(), significant=st.significant_per_label(),
+        max_z={l: (topk[l][0]["z"] if topk[l] else None) for l in st.labels}, error_bounds=result.error_bounds(),
+        spilled_runs=result.counter.spilled_runs, config=cfg.to_dict(), inputs=list(inputs), notes=list(notes or ()))
     corpus = corpus_name(inputs, out.storage_options)
     svg = figures.zplot(st, k=min(cfg.k, 8), title=f"z-statistics of {corpus}" if corpus else "z-statistics")
-    out.publish_report(summary, _html(summary, svg, topk, title, corpus), files={
+    out.publish_report(report, _html(report, svg, topk, title, corpus), files={
         "stats.parquet": st.to_table(cfg.min_count, result.weighted),   # the features z* is defined for
         "topk.json": json.dumps(topk, indent=1),
         "zplot.svg": svg,
         STATE_FILE: result.counter.write_state,
         STATE_META: json.dumps({"config": cfg.to_dict(), "rows": result.rows, "inputs": list(inputs),
                                 "weighted": result.weighted}, indent=1),
-        "summary.json": json.dumps(summary, indent=1, default=str)})
-    return summary
+        "summary.json": json.dumps(report.to_json(), indent=1, default=str)})
+    return report
 
 
-def published(counted, rejects_at: str, out: StageOutput, notes: list) -> tuple[dict, dict]:
+def published(counted, rejects_at: str, out: StageOutput, notes: list) -> tuple[AuditReport, dict]:
     """The z-statistics of ``counted`` (``counting.Counted.finish``; ``rejects_at``: where its rejects are, named
-    where every row was rejected) published through ``out`` (``write_outputs``): the summary and the top features
+    where every row was rejected) published through ``out`` (``write_outputs``): the report and the top features
     per label. On Ray, a task's work (``on_ray.in_a_task``)."""
     result = counted.finish(counted.source.prior, rejects_at)
     try:
@@ -66,29 +86,29 @@ def published(counted, rejects_at: str, out: StageOutput, notes: list) -> tuple[
         result.counter.close()
 
 
-def _html(summary: dict, svg: str, topk: dict, title: str, corpus: str) -> str:
+def _html(report: AuditReport, svg: str, topk: dict, title: str, corpus: str) -> str:
     from refinery.report import format as fmt
     from refinery.report.page import Report, config_table, fields, figure, humanize, note, per_label, top_features
 
-    cfg = summary["config"]
-    return (Report(title, corpus, summary["inputs"])
+    cfg = report.config
+    return (Report(title, corpus, report.inputs)
             .section("Summary", fields({
-                "rows": summary["rows"], "input rejects": summary["rejected"],
-                "features counted": summary["features"],
-                f"features in ≥ {cfg['min_count']:,} rows": summary["features_with_min_count"],
-                "significance threshold": f"z* > {fmt.z(summary['threshold'])} (Bonferroni, α = {cfg['alpha']:g})",
-                "prior p0": summary["prior"],
-                "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in summary["error_bounds"].items()
+                "rows": report.rows, "input rejects": report.rejected,
+                "features counted": report.features,
+                f"features in ≥ {cfg['min_count']:,} rows": report.features_with_min_count,
+                "significance threshold": f"z* > {fmt.z(report.threshold)} (Bonferroni, α = {cfg['alpha']:g})",
+                "prior p0": report.prior,
+                "counting": ", ".join(f"{humanize(k)} {fmt.value(v)}" for k, v in report.error_bounds.items()
                                       if not isinstance(v, dict))
-                + (f"; spilled to disk in {summary['spilled_runs']:,} runs" if summary["spilled_runs"] else "")}),
-                     *(note(str(n)) for n in summary.get("notes", ())))
-            .section("Labels", per_label(summary["label_prior"], **{
-                "significant features": summary["significant"], "max z*": summary["max_z"]}, formats={"max z*": fmt.z}))
+                + (f"; spilled to disk in {report.spilled_runs:,} runs" if report.spilled_runs else "")}),
+                     *(note(str(n)) for n in report.notes))
+            .section("Labels", per_label(report.label_prior, **{
+                "significant features": report.significant, "max z*": report.max_z}, formats={"max z*": fmt.z}))
             .section("z-statistics (Gardner et al. 2021)", figure(svg, (
                 "Each dot is a feature: the share of its rows with the label against the number of rows it is in. "
                 "Above the red curve a feature's z* exceeds the threshold: it predicts the label more often than "
                 "the prior allows.")))
-            .section(f"Top {cfg['k']} features per label", top_features(topk, summary["threshold"]))
+            .section(f"Top {cfg['k']} features per label", top_features(topk, report.threshold))
             .section("Configuration", config_table(cfg))
             .html())
 
@@ -112,6 +132,7 @@ class AuditStage(TableStage):
     name, Config = "audit", AuditConfig
     needs = ("text_a", "label")
     output = Output.INPUT
+    report_type = AuditReport
     one_task = False   # its counting pass spreads over Ray's workers (``on_ray``): the driver hands out the units
 
     def also_reads(self) -> list[str]:
@@ -157,16 +178,16 @@ class AuditStage(TableStage):
         if self.counted.held:   # a task beside the counts the workers summed, which never reach the driver
             from refinery.methods.audit.on_ray import in_a_task
 
-            summary, top_k = in_a_task(published, args, out)
+            report, top_k = in_a_task(published, args, out)
         else:
-            summary, top_k = published(*args)
-        top = ", ".join(f"{l} {z:.1f}" for l, z in summary["max_z"].items() if z is not None)
-        lines = [f"note: {n}" for n in notes] + ([f"counts spilled to disk in {summary['spilled_runs']} runs (memory budget)"]
-                 if summary["spilled_runs"] else []) + [
-            f"{summary['rows']:,} rows ({summary['rejected']:,} rejected), {summary['features']:,} features, "
-            f"threshold z > {summary['threshold']:.2f}", f"prior: {summary['prior']}",
-            terminal.label_prior(summary["label_prior"]), terminal.topk(top_k, threshold=summary["threshold"])]
-        return StageResult(summary["rows"] + summary["rejected"],
-                           {"counted": summary["rows"], "input rejects": summary["rejected"]}, summary,
-                           f"{summary['rows']:,} rows, {summary['features']:,} features; max z* {top}; "
-                           f"prior {summary['prior']}", tuple(lines))
+            report, top_k = published(*args)
+        top = ", ".join(f"{l} {z:.1f}" for l, z in report.max_z.items() if z is not None)
+        spilled = f"counts spilled to disk in {report.spilled_runs} runs (memory budget)"
+        lines = [f"note: {n}" for n in notes] + ([spilled] if report.spilled_runs else []) + [
+            f"{report.rows:,} rows ({report.rejected:,} rejected), {report.features:,} features, "
+            f"threshold z > {report.threshold:.2f}", f"prior: {report.prior}",
+            terminal.label_prior(report.label_prior), terminal.topk(top_k, threshold=report.threshold)]
+        return StageResult(report.rows + report.rejected,
+                           {"counted": report.rows, "input rejects": report.rejected}, report,
+                           f"{report.rows:,} rows, {report.features:,} features; max z* {top}; "
+                           f"prior {report.prior}", tuple(lines))

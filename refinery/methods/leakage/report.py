@@ -1,15 +1,21 @@
-"""The leakage stage's report page (Zhang et al. 2019): the forests' accuracy against the majority class, the
-ablations, a label-against-degree heatmap per label (paper Fig. 2), the feature importances and distribution."""
+"""The leakage stage's report (``LeakageReport``) and its page (Zhang et al. 2019): the forests' accuracy against the
+majority class, the ablations, a label-against-degree heatmap per label (paper Fig. 2), the feature importances and
+distribution."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from refinery.core.report_record import ReportRecord
 from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES
-from refinery.models.sentence_graph import DEGREE_BINS, GraphInput, degree_table
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report.figures.heatmap import heatmap
 from refinery.report.page import Report, config_table, fields, figure, note, table
+
+if TYPE_CHECKING:   # the graph's module loads DuckDB: imported where the heatmaps are drawn
+    from refinery.models.sentence_graph import GraphInput
 
 FEATURE_MEANINGS = {
     "s1_freq": "pairs sentence 1 is in (its degree)",
@@ -27,6 +33,35 @@ FEATURE_MEANINGS = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class LeakageReport(ReportRecord):
+    """The leakage stage's report: the forests' figures (``models.sentence_graph.Predictability``: the training
+    splits and the test split, each split's pairs, the accuracy of the basic and advanced features' forests, the
+    majority class and its accuracy, each ablation's accuracy (paper Table 2: ``without:F``, ``only:F``), each
+    forest's feature importances); the input's rejects, the graph's and the forest's settings, the inputs by split,
+    the graph's sentences (nodes) and pairs (edges), each feature's distribution, the basic forest's accuracy's
+    95% interval and whether it lies above the majority class's (``beats_majority``)."""
+
+    train_splits: list
+    test_split: str
+    rows: dict
+    leakage_accuracy: float
+    advanced_accuracy: float
+    majority_label: str
+    majority_accuracy: float
+    ablations: dict
+    importances: dict
+    rejected: int
+    graph: dict
+    forest: dict
+    inputs: dict
+    nodes: int
+    edges: int
+    feature_summary: dict
+    leakage_ci95: list
+    leakage_beats_majority: bool
+
+
 def _points(delta) -> str:
     """An accuracy difference in percentage points: 0.0047 → "+0.5 pts" (text passes through)."""
     if isinstance(delta, str):
@@ -41,6 +76,8 @@ def _share(v) -> str:
 def degree_heatmaps(graph: GraphInput, min_cell: int = 10) -> list[str]:
     """Label share against the degrees of both sentences, one SVG heatmap per label (paper Fig. 2), cropped
     to the degrees the corpus has; cells with fewer than ``min_cell`` pairs are left empty."""
+    from refinery.models.sentence_graph import DEGREE_BINS, degree_table
+
     shares = degree_table(graph, min_cell).shares
     ticks = [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in zip(DEGREE_BINS, DEGREE_BINS[1:])]
     ticks.append(f"{DEGREE_BINS[-1]}+")
@@ -60,13 +97,13 @@ def beats_majority(accuracy: float, majority: float, n: int) -> bool:
     return accuracy_interval(accuracy, n)[0] > majority
 
 
-def page(out: StageOutput, report: dict, heatmaps: list[str]) -> Report:
+def page(out: StageOutput, report: LeakageReport, heatmaps: list[str]) -> Report:
     """The leakage report of ``report`` with the degree ``heatmaps``, on ``out``'s report page (its header lists each
     path read with its split)."""
-    inputs = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in report["inputs"].items()}
+    inputs = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in report.inputs.items()}
     read = [f"{split}: {p}" for split, paths in inputs.items() for p in paths]
-    majority, rows = report["majority_accuracy"], report["rows"]
-    test = report["test_split"]
+    majority, rows = report.majority_accuracy, report.rows
+    test = report.test_split
     basic = ", ".join(BASIC_FEATURES)
     n = rows.get(test, 0)
 
@@ -76,30 +113,30 @@ def page(out: StageOutput, report: dict, heatmaps: list[str]) -> Report:
                 "vs majority class": accuracy - majority,
                 "above it beyond chance": "yes" if beats_majority(accuracy, majority, n) else "no"}
     forests = [
-        {"forest": f"majority class ({report['majority_label']}), no features", "accuracy": majority,
+        {"forest": f"majority class ({report.majority_label}), no features", "accuracy": majority,
          "95% interval": "—", "vs majority class": "—", "above it beyond chance": "—"},
-        {"forest": f"basic leakage features ({basic})", **judged(report["leakage_accuracy"])},
-        {"forest": f"advanced: the {len(ADVANCED_FEATURES)} features below", **judged(report["advanced_accuracy"])},
+        {"forest": f"basic leakage features ({basic})", **judged(report.leakage_accuracy)},
+        {"forest": f"advanced: the {len(ADVANCED_FEATURES)} features below", **judged(report.advanced_accuracy)},
     ]
-    ablations = [{"forest reads": "all three basic features", "accuracy": report["leakage_accuracy"],
-                  "vs majority class": report["leakage_accuracy"] - majority}]
+    ablations = [{"forest reads": "all three basic features", "accuracy": report.leakage_accuracy,
+                  "vs majority class": report.leakage_accuracy - majority}]
     ablations += [{"forest reads": f"{'all but' if kind == 'without' else 'only'} {name}", "accuracy": acc,
                    "vs majority class": acc - majority}
-                  for kind_name, acc in report["ablations"].items() for kind, name in [kind_name.split(":", 1)]]
-    importances = report["importances"]
+                  for kind_name, acc in report.ablations.items() for kind, name in [kind_name.split(":", 1)]]
+    importances = report.importances
     features_table = [{"feature": name, "what it counts": FEATURE_MEANINGS.get(name, ""),
                        "basic forest": importances["basic"].get(name, "not read"),
                        "advanced forest": importances["advanced"].get(name, "not read")}
                       for name in importances["advanced"]]
     distribution = [{"feature": name, "mean": s["mean"], "median": s["q50"], "90th percentile": s["q90"],
-                     "99th percentile": s["q99"], "max": s["max"]} for name, s in report["feature_summary"].items()]
+                     "99th percentile": s["q99"], "max": s["max"]} for name, s in report.feature_summary.items()]
     accuracy = {"accuracy": fmt.percent, "vs majority class": _points}
     return (out.report_page("Leakage: the label predicted from the sentence graph alone (Zhang et al. 2019)", read=read)
             .section("Predictability of the label from the graph alone", fields({
                 "test split": f"{test} ({rows.get(test, 0):,} pairs)",
-                "training splits": ", ".join(f"{s} ({rows.get(s, 0):,} pairs)" for s in report["train_splits"]),
-                "sentences (graph nodes)": report["nodes"], "pairs (graph edges)": report["edges"],
-                "input rejects": report["rejected"]}),
+                "training splits": ", ".join(f"{s} ({rows.get(s, 0):,} pairs)" for s in report.train_splits),
+                "sentences (graph nodes)": report.nodes, "pairs (graph edges)": report.edges,
+                "input rejects": report.rejected}),
                 table(forests, ["forest", "accuracy", "95% interval", "vs majority class", "above it beyond chance"],
                       accuracy),
                 note(f"A random forest fit on the training split(s) reads only how often each sentence recurs and how "
@@ -120,4 +157,4 @@ def page(out: StageOutput, report: dict, heatmaps: list[str]) -> Report:
                 note("Each feature's importance: its share of its forest's impurity decrease (100% per forest); the "
                      f"basic forest reads {basic} only."))
             .section("Feature distribution (over all pairs)", table(distribution))
-            .section("Configuration", config_table({"graph": report["graph"], "forest": report["forest"]})))
+            .section("Configuration", config_table({"graph": report.graph, "forest": report.forest})))

@@ -13,6 +13,7 @@ from dataclasses import asdict
 import pyarrow as pa
 
 from refinery.methods.leakage.config import LeakageConfig
+from refinery.methods.leakage.report import LeakageReport, accuracy_interval, beats_majority, degree_heatmaps, page
 from refinery.models.leakage_settings import GRAPH_MEMORY
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
@@ -32,12 +33,12 @@ class LeakageStage(TableStage):
     version = 2   # 2: the report and its tables in report/ (were in the stage folder itself)
     unnamed_split = "all"   # an unnamed input is scored as the splits of its own ``split`` column
     rows_memory = GRAPH_MEMORY
+    report_type = LeakageReport
 
     def compute(self, rows: TableInput) -> list[CorpusPart]:
         """The input's sentence graph, its features' predictability (a corpus's own ``split`` column wins, so one
         corpus of several splits is scored as those splits), and with ``identical_label`` the identical-pair probe
         corpus ``identical/``."""
-        from refinery.methods.leakage import report
         from refinery.models.sentence_graph import feature_summary, graph_of, identical_pairs, predictability
 
         config = self.config
@@ -45,13 +46,12 @@ class LeakageStage(TableStage):
         found = predictability(graph, graph.splits(), config.test_split, config.forest)
         self.predictions = found.predictions
         tested = found.rows.get(found.test_split, 0)
-        interval = report.accuracy_interval(found.leakage_accuracy, tested)
-        self.summary = {**found.to_json(), "rejected": graph.rejects.num_rows, "graph": asdict(config.graph),
-                        "forest": asdict(config.forest), "inputs": rows.splits, "nodes": graph.nodes,
-                        "edges": graph.num_rows, "feature_summary": feature_summary(graph),
-                        "leakage_ci95": [round(v, 4) for v in interval],
-                        "leakage_beats_majority": report.beats_majority(found.leakage_accuracy,
-                                                                        found.majority_accuracy, tested)}
+        interval = accuracy_interval(found.leakage_accuracy, tested)
+        self.summary = LeakageReport(
+            **found.to_json(), rejected=graph.rejects.num_rows, graph=asdict(config.graph),
+            forest=asdict(config.forest), inputs=rows.splits, nodes=graph.nodes, edges=graph.num_rows,
+            feature_summary=feature_summary(graph), leakage_ci95=[round(v, 4) for v in interval],
+            leakage_beats_majority=beats_majority(found.leakage_accuracy, found.majority_accuracy, tested))
         if config.identical_label is None:
             return []
         return [CorpusPart("identical", [identical_pairs(graph, config.identical_label)])]
@@ -59,29 +59,27 @@ class LeakageStage(TableStage):
     def result(self, manifests: dict, out: StageOutput) -> StageResult:
         """The report published in ``report/``: report.json, report.html, features.parquet (every pair's),
         predictions.parquet (the test split's)."""
-        from refinery.methods.leakage import report
-
         r, graph = self.summary, self.graph
-        page = report.page(out, r, report.degree_heatmaps(graph))
+        html = page(out, r, degree_heatmaps(graph))
         # the features are read as they are written: no other query on the graph until they are
         features = graph.batches("SELECT f.*, r.id FROM features f POSITIONAL JOIN (SELECT id FROM rows) r")
-        out.publish_report(r, page, files={
-            "features.parquet": _shown("features.parquet", r["edges"], features),
+        out.publish_report(r, html, files={
+            "features.parquet": _shown("features.parquet", r.edges, features),
             "predictions.parquet": _shown("predictions.parquet", self.predictions.num_rows,
                                           self.predictions.to_reader())})
-        pairs = sum(r["rows"].values())
-        lo, hi = r["leakage_ci95"]
-        beyond = "above it beyond chance" if r["leakage_beats_majority"] else \
+        pairs = sum(r.rows.values())
+        lo, hi = r.leakage_ci95
+        beyond = "above it beyond chance" if r.leakage_beats_majority else \
             "not above it beyond chance: the graph gives the label away no more than its shares do"
-        lines = (f"{r['edges']:,} pairs, {r['nodes']:,} sentences; test split {r['test_split']!r}",
-                 f"  leakage accuracy  {r['leakage_accuracy']:.4f}  (95% interval {lo:.4f} to {hi:.4f}; advanced "
-                 f"{r['advanced_accuracy']:.4f})",
-                 f"  majority accuracy {r['majority_accuracy']:.4f}  ({r['majority_label']}): the leakage forest is "
+        lines = (f"{r.edges:,} pairs, {r.nodes:,} sentences; test split {r.test_split!r}",
+                 f"  leakage accuracy  {r.leakage_accuracy:.4f}  (95% interval {lo:.4f} to {hi:.4f}; advanced "
+                 f"{r.advanced_accuracy:.4f})",
+                 f"  majority accuracy {r.majority_accuracy:.4f}  ({r.majority_label}): the leakage forest is "
                  f"{beyond}",
-                 *(f"  {name:<22} {acc:.4f}" for name, acc in r["ablations"].items()))
-        return StageResult(pairs + r["rejected"], {"pairs": pairs, "input rejects": r["rejected"]}, r,
-                           f"leakage accuracy {r['leakage_accuracy']:.4f} against majority "
-                           f"{r['majority_accuracy']:.4f} (test split {r['test_split']!r})", lines)
+                 *(f"  {name:<22} {acc:.4f}" for name, acc in r.ablations.items()))
+        return StageResult(pairs + r.rejected, {"pairs": pairs, "input rejects": r.rejected}, r,
+                           f"leakage accuracy {r.leakage_accuracy:.4f} against majority "
+                           f"{r.majority_accuracy:.4f} (test split {r.test_split!r})", lines)
 
 
 def _shown(name: str, rows: int, batches: pa.RecordBatchReader) -> pa.RecordBatchReader:

@@ -1,7 +1,7 @@
 """The ``razor`` stage: RAZOR's shortcut scores γ and, unless --score-only, its rewrite loop and verdict.
 
-Light to import (the verb's options are its config's fields): the scores, the loop and the verdict are in the
-sibling modules, imported when the stage runs.
+Light to import (the verb's options are its config's fields; its report's record and page, ``report``, are light
+too): the scores, the loop and the verdict are in the sibling modules, imported when the stage runs.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from refinery.core.features import FeatureConfig
 from refinery.methods.razor.config import RESOURCES, RazorConfig
+from refinery.methods.razor.report import TITLE, RazorReport, change, console_lines, report_page
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
@@ -30,6 +31,7 @@ class RazorStage(TableStage):
     adds = ("source",)
     resources = RESOURCES
     version = 2   # 2: the verdict on the rewritten corpus in report/
+    report_type = RazorReport
 
     @property
     def output(self) -> Output:
@@ -48,36 +50,35 @@ class RazorStage(TableStage):
             return [self._streamed_scores(rows.source)]
         table = rows.table()
         before = score(table, self.config)
-        r = self.summary = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
-                           "gamma": gamma_summary(before.gamma), "config": self.config.to_dict()}
-        settings = {"razor": dict(r)}   # what each corpus records: the scores' figures and the settings
+        figures = {"rows": table.num_rows, "field": scored_field(table), "objective": before.objective,
+                   "gamma": gamma_summary(before.gamma), "config": self.config.to_dict()}
+        settings = {"razor": figures}   # what each corpus records: the scores' figures and the settings
         scored = table.select(["id", "label"]).append_column("gamma", pa.array(before.gamma))
         source = rows.source
-        refined, prior, record = self._rewrite(table, before, r, rows, features=FeatureConfig().named(
+        refined, prior, record, rewriting = self._rewrite(table, before, rows, features=FeatureConfig().named(
             source.field_names, source.single_text))
+        self.figures = {**figures, **rewriting}
         return [CorpusPart("scores", [scored], rows.rejects, settings=settings),
                 CorpusPart(Output.CORPUS.value, [refined], rows.rejects, settings=settings,
                            audit=lambda labels: PartAudit(prior, record))]
 
     def result(self, manifests: dict, out: StageOutput) -> StageResult:
         """The report published (with the verdict, where the corpus was rewritten), the checkpoints cleared."""
-        from refinery.methods.razor.report import TITLE, change, console_lines, report_page
         from refinery.pipeline.filter import verdict_headline
         from refinery.report import format as fmt
 
-        r = self.summary
-        r["input_rejected"] = manifests["scores"].rejected
+        r = RazorReport(**self.figures, input_rejected=manifests["scores"].rejected)
         out.publish_report(r, report_page(r, out.report_page(TITLE), self.judged))
-        counts = {"scored": r["rows"], "input rejects": r["input_rejected"]}
+        counts = {"scored": r.rows, "input rejects": r.input_rejected}
         if self.config.score_only:
-            headline = f"{r['rows']:,} rows scored on {r['field']}: objective {fmt.number(r['objective'])}"
-            return StageResult(r["rows"] + r["input_rejected"], counts, r, headline, console_lines(r), ())
+            headline = f"{r.rows:,} rows scored on {r.field}: objective {fmt.number(r.objective)}"
+            return StageResult(r.rows + r.input_rejected, counts, r, headline, console_lines(r), ())
         self.checkpoints.clear()
-        headline = (f"{r['rows']:,} rows scored on {r['field']}, {r['replaced_rows']:,} rows rewritten, "
-                    f"objective {' → '.join(change(r['objective'], r['objective_after']))}; "
+        headline = (f"{r.rows:,} rows scored on {r.field}, {r.replaced_rows:,} rows rewritten, "
+                    f"objective {' → '.join(change(r.objective, r.objective_after))}; "
                     f"{verdict_headline(self.judged)}")
         warnings = () if self.judged.ok else tuple(self.judged.warnings())
-        return StageResult(r["rows"] + r["input_rejected"], counts, r, headline, console_lines(r), warnings)
+        return StageResult(r.rows + r.input_rejected, counts, r, headline, console_lines(r), warnings)
 
     def _streamed_scores(self, source: StageInput) -> CorpusPart:
         """``scores/`` streamed: the vocabulary, the label sums and every row's γ in three passes over the input,
@@ -106,8 +107,8 @@ class RazorStage(TableStage):
             vocab, sums = fit(blocks([field, "label"]), field, config)
         gamma = np.concatenate([np.zeros(0)] + [g for _, g in gammas(blocks([field, "label"]), field, vocab, sums,
                                                                        config)])
-        r = self.summary = {"rows": len(gamma), "field": field, "objective": sums.objective(),
-                           "gamma": gamma_summary(gamma), "config": config.to_dict()}
+        self.figures = {"rows": len(gamma), "field": field, "objective": sums.objective(),
+                        "gamma": gamma_summary(gamma), "config": config.to_dict()}
         self.judged = None
 
         def scored():
@@ -117,13 +118,14 @@ class RazorStage(TableStage):
                 start += block.num_rows
 
         input_rejects = pa.concat_tables(rejects) if rejects else None   # the passes' (each finds the same)
-        return CorpusPart("scores", scored(), input_rejects, settings={"razor": dict(r)})
+        return CorpusPart("scores", scored(), input_rejects, settings={"razor": dict(self.figures)})
 
-    def _rewrite(self, table: pa.Table, before, report: dict, rows: TableInput, *, features: FeatureConfig
-                 ) -> tuple[pa.Table, object, object]:
+    def _rewrite(self, table: pa.Table, before, rows: TableInput, *, features: FeatureConfig
+                 ) -> tuple[pa.Table, object, object, dict]:
         """The rewrite loop from the input's scores ``before``, checkpointed round by round and within a round by
-        shard of prompts (a killed run resumes after its last finished one); adds the rounds and the verdict to
-        ``report``; (the rewritten corpus, the audit's prior rule, the audit record kept with it)."""
+        shard of prompts (a killed run resumes after its last finished one); (the rewritten corpus, the audit's prior
+        rule, the audit record kept with it, the report's entries of the rewriting: ``RazorReport``'s from
+        ``resumed_rounds`` to ``verdict``)."""
         from refinery.io.checkpoints import table_digest
         from refinery.io.redaction import redact
         from refinery.methods.razor.rewrite import refine, resumed
@@ -137,17 +139,17 @@ class RazorStage(TableStage):
         verifier = load_classifier(config.verifier_model) if config.verifier_model else None
         checkpoints = self.checkpoints = rows.checkpoints("razor", {"config": redact(config.to_dict()),
                                                                     "rows": table_digest(table)})
-        report["resumed_rounds"], report["resumed_shards"] = resumed(checkpoints)
-        if report["resumed_rounds"] or report["resumed_shards"]:
-            announce(f"razor: resuming after {report['resumed_rounds']} finished round(s) and "
-                     f"{report['resumed_shards']} finished shard(s) of prompts of an interrupted run "
-                     f"(checkpoints in {checkpoints.root})")
+        resumed_rounds, resumed_shards = resumed(checkpoints)
+        if resumed_rounds or resumed_shards:
+            announce(f"razor: resuming after {resumed_rounds} finished round(s) and {resumed_shards} finished "
+                     f"shard(s) of prompts of an interrupted run (checkpoints in {checkpoints.root})")
         refined, after, history = refine(table, config, engine=source.engine, verifier=verifier, scores=before,
                                          checkpoints=checkpoints)
         prior = zstats.choose_prior("auto", zstats.rows_per_label(table["label"]), source.prior)   # recorded
         self.judged, record = verdict(table, refined, features, config, prior)
-        report.update(rounds=history, objective_after=after.objective, gamma_after=gamma_summary(after.gamma),
-                      replaced_rows=sum(s == "rewritten" for s in refined["source"].to_pylist())
-                      if "source" in refined.column_names else 0,
-                      backend=config.backend.name, verdict=self.judged.to_dict())
-        return refined, prior, record
+        replaced = sum(s == "rewritten" for s in refined["source"].to_pylist()) \
+            if "source" in refined.column_names else 0
+        return refined, prior, record, {
+            "resumed_rounds": resumed_rounds, "resumed_shards": resumed_shards, "rounds": history,
+            "objective_after": after.objective, "gamma_after": gamma_summary(after.gamma), "replaced_rows": replaced,
+            "backend": config.backend.name, "verdict": self.judged.to_dict()}
