@@ -243,6 +243,7 @@ CODES = {
     "unknown-setting": "a setting, key or stage that does not exist",
     "too-few-rows": "too few rows (in all, of a label, or kept) for the method to decide anything",
     "label-emptied": "the run would leave a label with no rows",
+    "evaluation-overlap": "rows of an evaluation set that are also training rows (their scores would be inflated)",
     "output-exists": "the output holds a finished run and the mode does not replace it",
     "output-overlaps-input": "the output is, holds or lies inside an input",
     "not-refinerys": "a folder refinery did not make, where it would write or remove",

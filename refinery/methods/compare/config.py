@@ -35,10 +35,10 @@ def parse_training(specs) -> dict:
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise Refusal(Setting("train"), f" {spec!r} is not NAME=PATH")
+            raise Refusal(Setting("train"), f" {spec!r} is not NAME=PATH", code="invalid-setting")
         if name in named:
             raise Refusal(Setting("train"), f" names {name!r} twice ({named[name]} and {path}); give each a name of "
-                          "its own")
+                          "its own", code="invalid-setting")
         named[name] = path
     return named
 

@@ -58,15 +58,16 @@ class CompareStageConfig:
         validate(self)
         if not isinstance(self.train, dict) or not self.train or not all(
                 isinstance(k, str) and k and isinstance(v, str) and v for k, v in self.train.items()):
-            raise ValueError(f"train must name each training corpus, {{name: path}} (the first is the baseline), "
-                             f"got {self.train!r}")
+            raise Refusal(f"train must name each training corpus, {{name: path}} (the first is the baseline), "
+                          f"got {self.train!r}", code="invalid-setting")
         if not self.evals:
-            raise Refusal("at least one evaluation set is needed (", Setting.of(CompareStageConfig, "evals", Shapes("NAME=PATH[:PRESET]", "{'NAME': data}", "[NAME=PATH[:PRESET], …]")), ")")
+            raise Refusal("at least one evaluation set is needed (", Setting.of(CompareStageConfig, "evals", Shapes("NAME=PATH[:PRESET]", "{'NAME': data}", "[NAME=PATH[:PRESET], …]")), ")",
+                          code="missing-setting")
         sets = self.eval_sets()
         refuse_repeated_names(sets)
         unknown = sorted(set(self.label_maps) - {e.name for e in sets})
         if unknown:
-            raise ValueError(f"label_maps names no evaluation set: {', '.join(unknown)}")
+            raise Refusal(f"label_maps names no evaluation set: {', '.join(unknown)}", code="unknown-setting")
 
     def eval_sets(self) -> list[EvalSet]:
         return [parse_eval_set(e, self.label_maps) for e in self.evals]
@@ -133,8 +134,8 @@ class CompareStage(TableStage):
         paths = [path_and_split(path) for path in config.train.values()]
         splits = {split for _, split in paths}
         if len(splits) > 1:
-            raise ValueError(f"a pipeline's compare trains every corpus on one split; these name "
-                             f"{', '.join(sorted(map(str, splits)))}")
+            raise Refusal(f"a pipeline's compare trains every corpus on one split; these name "
+                          f"{', '.join(sorted(map(str, splits)))}", code="conflicting-settings")
         so = spec_in.storage_options
         raw = next(((name, p) for name, (p, _) in list(zip(config.train, paths))[:-1] if not is_corpus(p, so)), None)
         if raw:
@@ -143,7 +144,7 @@ class CompareStage(TableStage):
                 Message("(its ", Setting("preset"), " or ", Setting("map"), ")")
             raise Refusal(f"a pipeline reads only its input through its preset or map; make the training corpus "
                           f"{path} a corpus first, refinery convert {path} ", read, " ",
-                          Setting("out", "DIR", placeholder=True), f", then give {name}=DIR")
+                          Setting("out", "DIR", placeholder=True), f", then give {name}=DIR", code="bad-input")
         train = dict(zip(config.train, [p for p, _ in paths[:-1]] + ["input"]))
         return dataclasses.replace(config, train=train, evals=with_presets(config.eval_sets(), spec_in),
                                    train_split=splits.pop() or config.train_split)

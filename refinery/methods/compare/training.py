@@ -79,19 +79,20 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     evaluation row in a training corpus unless ``config.allow_overlap``; then each set's rows each corpus
     contaminates (``contamination``)."""
     if not train or not evals:
-        raise ValueError("compare needs at least one training corpus and one evaluation set")
+        raise Refusal("compare needs at least one training corpus and one evaluation set", code="missing-setting")
     refuse_repeated_names(evals)
     tables, rejects, other_splits = {}, {}, {}
     for name, paths in train.items():
         selected = [path_and_split(p) for p in paths]
         splits = {s for _, s in selected}
         if len(splits) > 1:
-            raise ValueError(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})")
+            raise Refusal(f"training corpus {name}: its paths name different splits ({', '.join(map(str, splits))})",
+                          code="conflicting-settings")
         table, rejects[name] = source.read_side(SideInput(tuple(p for p, _ in selected), source.mapping))
         tables[name], other_splits[name] = training_rows(f"training corpus {name}", table, splits.pop() or split,
                                                          SPLIT_HINT)
         if not tables[name].num_rows:
-            raise ValueError(f"training corpus {name}: no good rows in {', '.join(paths)}")
+            raise Refusal(f"training corpus {name}: no good rows in {', '.join(paths)}", code="all-rejected")
     train_labels = sorted(set().union(*(set(t["label"].to_pylist()) for t in tables.values())))
     reads = model_reads(tables, config.inputs)
     eval_tables, eval_rejects, label_maps, eval_labels, eval_pairs = {}, {}, {}, {}, {}
@@ -101,11 +102,12 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
                and not stage_parts(p, source.opts.storage_options)   # a stage's folder: load names its parts
                and not _as_is(p, source)]
         if raw:
-            raise ValueError(f"evaluation set {e.name}: {raw[0]} is a raw file not in refinery's columns, read with "
-                             f"no preset: give its preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)")
+            raise Refusal(f"evaluation set {e.name}: {raw[0]} is a raw file not in refinery's columns, read with "
+                          f"no preset: give its preset, {e.name}={raw[0]}:PRESET (e.g. :snli, :hans)",
+                          code="missing-columns")
         table, eval_rejects[e.name] = source.read_side(SideInput(tuple(e.paths), mapping))
         if not table.num_rows:
-            raise ValueError(e.no_good_rows(eval_rejects[e.name]))
+            raise Refusal(e.no_good_rows(eval_rejects[e.name]), code="all-rejected")
         eval_pairs[e.name] = is_pair(table)
         eval_tables[e.name] = model_view(table, reads, e.name)
         eval_labels[e.name] = sorted(set(eval_tables[e.name]["label"].to_pylist()))
@@ -113,8 +115,8 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
     for col in config.by:
         for e in evals:
             if col not in eval_tables[e.name].column_names:
-                raise ValueError(f"evaluation set {e.name} has no column {col!r} to break down by "
-                                 f"(columns: {', '.join(eval_tables[e.name].column_names)})")
+                raise Refusal(f"evaluation set {e.name} has no column {col!r} to break down by "
+                              f"(columns: {', '.join(eval_tables[e.name].column_names)})", code="missing-columns")
     train_keys = {n: text_keys(t, reads) for n, t in tables.items()}
     eval_keys = {e.name: text_keys(eval_tables[e.name], reads) for e in evals}
     leaks = {e.name: {n: overlap_rows(eval_keys[e.name], keys) for n, keys in train_keys.items()} for e in evals}
@@ -125,7 +127,7 @@ def read_corpora(train: dict, evals: list, source: StageInput, config: CompareCo
                       f"corpus {n} (same texts where the models read {READS[reads]}): its scores would be inflated. "
                       f"Train on another split ({SPLIT_HINT}), remove those rows, or allow the overlap to report them "
                       "marked (", Setting("allow_overlap", True),
-                      "; allow_overlap: true under compare's model: in a pipeline)")
+                      "; allow_overlap: true under compare's model: in a pipeline)", code="evaluation-overlap")
     found = contaminated({n: model_texts(t, reads) for n, t in tables.items()}, {n: t["id"] for n, t in tables.items()},
                          {e.name: model_texts(eval_tables[e.name], reads) for e in evals},
                          {e.name: eval_tables[e.name]["id"] for e in evals}, config.ngram)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from refinery.messages import Refusal
 from refinery.methods.generate.config import GenerationConfig
 from refinery.models.label_descriptions import label_description
 
@@ -28,7 +29,8 @@ def prompts(table: pa.Table, config: GenerationConfig, labels: list) -> pa.Table
             try:
                 prompt = config.template.format(**fields)
             except KeyError as e:
-                raise ValueError(f"template names {e} but rows have only {', '.join(fields)}") from None
+                raise Refusal(f"template names {e} but rows have only {', '.join(fields)}",
+                              code="invalid-setting") from None
             out.append({"origin_id": r["id"], "text_a": r["text_a"], "label": label, "prompt": prompt})
     return pa.Table.from_pylist(out, schema=pa.schema([("origin_id", pa.string()), ("text_a", pa.string()),
                                                        ("label", pa.string()), ("prompt", pa.string())]))

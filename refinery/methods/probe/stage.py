@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from refinery.core.report_record import ReportRecord, optional
+from refinery.messages import Refusal
 from refinery.models.evaluation import EvalSet
 from refinery.models.task_model import READS, model_reads, overlap_rows, text_keys, training_rows
 from refinery.methods.probe.config import ProbeConfig
@@ -84,7 +85,7 @@ class ProbeStage(TableStage):
         empty = [name for name, (_, table, _) in evals.items() if not table.num_rows]
         if empty:
             e, _, rejects = evals[empty[0]]
-            raise ValueError(e.no_good_rows(rejects))
+            raise Refusal(e.no_good_rows(rejects), code="all-rejected")
         train_table, left_out = training_rows("the input", rows.table(), None, "give that split alone as the input")
         self.model = model = c.classifier()
         t = time.perf_counter()
