@@ -54,6 +54,7 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
                              ("--save-model", tmp_path / "q" / "model"))]
     assert [r.returncode for r in refused] == [2, 2] and not (tmp_path / "q").exists()
     assert "two evaluation corpora are named 'snli_test'" in refused[0].stderr and "overlap" in refused[1].stderr
+    assert refused[0].stderr.rstrip().endswith("[invalid-setting]"), refused[0].stderr
 
 
 def test_probe_trains_on_the_train_split_and_its_printed_pipeline_reads_the_sets_alike(tmp_path):
@@ -98,7 +99,7 @@ def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
     assert hans.stderr.endswith(f"error: --model {tmp_path / 'm'} was trained on the labels contradiction, entailment, "
                                 "neutral; the input's label 'non-entailment' (15,000 rows) is none of them, so its rows "
                                 "would all score 0 and be dropped: give a model trained on this corpus's labels, or "
-                                "read the input with the preset or --map whose labels the model knows\n")
+                                "read the input with the preset or --map whose labels the model knows [model]\n")
 
 
 @pytest.fixture(scope="module")

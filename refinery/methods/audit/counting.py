@@ -64,13 +64,13 @@ def count(source: StageInput, config: AuditConfig, on_rejects=None, weighted: bo
     check_engine(source.engine)
     if weighted and (config.counting != "exact" or config.update is not None):
         raise Refusal("a weighted audit counts exactly, from scratch: leave out ", Setting("counting", "sketch"),
-                      " and ", Setting("update"), ", or count rows with ", UNWEIGHTED)
+                      " and ", Setting("update"), ", or count rows with ", UNWEIGHTED, code="conflicting-settings")
     base, state = None, config.update
     if state is not None:
         base, saved = load_state(state)
         if saved.counter_kind != config.counter_kind:
-            raise ValueError(f"{state}: saved with features {saved.features.to_dict()} and {saved.counting} "
-                             "counting; the update must use the same")
+            raise Refusal(f"{state}: saved with features {saved.features.to_dict()} and {saved.counting} "
+                          "counting; the update must use the same", code="conflicting-settings")
     source = dataclasses.replace(source, opts=replace(source.opts, row_ids="hypo-only" in config.features.families))
     recount = config.counting == "sketch" and config.sketch_recount and base is None
     reasons = Counter()
@@ -171,8 +171,8 @@ def load_state(path: str):
     with fs.open(config) as fh:
         meta = json.load(fh)
     if meta.get("weighted"):
-        raise ValueError(f"{path}: its counts are sums of weights (a weighted audit), which an update cannot add "
-                         "rows to: audit the corpora together instead")
+        raise Refusal(f"{path}: its counts are sums of weights (a weighted audit), which an update cannot add "
+                      "rows to: audit the corpora together instead", code="invalid-setting")
     with fs.open(counts, "rb") as fh:
         counter = counter_from_bytes(fh.read())
     return counter, AuditConfig.from_dict(meta["config"])

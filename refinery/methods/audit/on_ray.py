@@ -23,6 +23,7 @@ from refinery.core.merged_counts import MergedCounts, sum_partials, unit_partial
 from refinery.core.weighted_audit_counts import WEIGHT_COLUMN, WEIGHTED_COUNTS_SCHEMA, WeightedAuditCounts, summed_part
 from refinery.io.read_options import ReadOptions
 from refinery.io.read_units import Piece, unit_batches
+from refinery.messages import Refusal
 from refinery.methods.audit.config import AuditConfig
 from refinery.core.audit_counters import count_table, new_counter
 from refinery.methods.audit.counters import PROBE_COLUMNS, probe_counts
@@ -76,7 +77,7 @@ def count_ray(source: StageInput, config: AuditConfig, only: pa.Array | None = N
     from its worker, a corpus's are read here; both reach ``on_rejects`` in the order of the inputs. ``weighted``:
     sums of weights, each reducer summing its features' parts of every unit (``weighted_audit_counts.summed_part``)."""
     if not source.paths:
-        raise ValueError("nothing to audit: no input")
+        raise Refusal("nothing to audit: no input", code="empty-input")
     cpus = cluster_cpus()
     totals, opts = {}, source.opts
     units, corpus_rejects = source.read_units(cpus)   # corpus_rejects: (the unit they come before, the corpus)

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 from refinery.core.features import TokenizerOptions
 from refinery.core.validation import FOLDER, NOT_EMPTY, at_least, one_of, setting, validate
+from refinery.messages import Refusal
 from refinery.models.generate import Backend, Sampling
 from refinery.pipeline.stage import Resources
 
@@ -46,7 +47,8 @@ class RazorConfig:
     def __post_init__(self):
         validate(self)
         if self.verify_mode == "choice" and self.verifier_model is None and self.backend.name != "transformers":
-            raise ValueError(f"verify_mode choice needs the transformers backend, got {self.backend.name!r}")
+            raise Refusal(f"verify_mode choice needs the transformers backend, got {self.backend.name!r}",
+                          code="conflicting-settings")
 
     def to_dict(self) -> dict:
         d = asdict(self)

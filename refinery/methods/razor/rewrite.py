@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from refinery.messages import Refusal
 from refinery.methods.razor.config import (RESOURCES, REWRITE_PAIR, REWRITE_SINGLE, VERIFY_PAIR, VERIFY_SINGLE,
                                            RazorConfig)
 from refinery.methods.razor.scores import Scores, candidate_gamma, gamma_summary, score, scored_field
@@ -71,7 +72,8 @@ def verify(prompts: list[str], labels: list, config: RazorConfig, engine: str = 
 
         generator = shared_generator(config.backend.name, config.backend.kwargs())
         if not hasattr(generator, "choose"):
-            raise ValueError(f"verify mode 'choice' needs the transformers backend, not {config.backend.name!r}")
+            raise Refusal(f"verify mode 'choice' needs the transformers backend, not {config.backend.name!r}",
+                          code="model")
         return generator.choose(prompts, labels) if prompts else []
     outs, _ = _generate(prompts, config.verify, config, engine, pieces)
     return [verified_label(o[0] if o else "", labels) for o in outs]
