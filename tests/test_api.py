@@ -12,6 +12,7 @@ import pytest
 import refinery as rf
 from conftest import DATA, SNLI_DEV, SNLI_HARD, SNLI_TEST, run_cli
 from refinery.pipeline.config import ConfigError
+from refinery.messages import Refusal
 
 HANS = str(DATA / "hans" / "hans_regenerated.tsv")
 
@@ -137,6 +138,11 @@ def test_a_pipeline_over_a_dataframe(dev):
     assert done["zfilter"].to_pandas(canonical=True)["id"].tolist() == \
         rf.zfilter(dev, preset="snli", k=20).to_pandas(canonical=True)["id"].tolist()
     assert isinstance(done.data, pd.DataFrame) and done["audit"].top(1)["feature"].tolist()
+    with pytest.raises(KeyError, match="no stage 'zfiltre'; stages: 01-audit, 02-zfilter") as no_stage:
+        done["zfiltre"]                                                      # a mapping's KeyError, and a refusal
+    with pytest.raises(Refusal, match="no label 'maybe'; labels: ") as no_label:
+        done["audit"].top(1, label="maybe")
+    assert (no_stage.value.code, no_label.value.code) == ("unknown-setting", "invalid-setting")
     steps = {s["step"]: s for s in done.receipt["steps"]}                 # the pipeline report, as data
     assert steps["02-zfilter"]["rows"] == len(done.data) and "<svg" in done._repr_html_()
     assert max(steps["02-zfilter"]["audit"]["max_z"].values()) < max(steps["00-input"]["audit"]["max_z"].values())
@@ -150,17 +156,20 @@ def test_keywords_are_the_config_and_validate_as_everywhere(dev):
         rf.upsample).parameters
     with pytest.raises(TypeError, match=r"unknown keyword 'kk'; did you mean 'k'\?"):
         rf.zfilter(dev, preset="snli", kk=20)
-    with pytest.raises(ConfigError, match=r"zfilter\.k: expected an integer, got '20'"):
+    with pytest.raises(ConfigError, match=r"zfilter\.k: expected an integer, got '20'") as invalid:
         rf.zfilter(dev, preset="snli", k="20")
-    with pytest.raises(ValueError, match=r"name the data's columns: preset=.*try preset='snli'"):
+    assert invalid.value.code == "invalid-setting"
+    with pytest.raises(Refusal, match=r"name the data's columns: preset=.*try preset='snli'") as unnamed:
         rf.audit(dev)
+    assert unnamed.value.code == "missing-columns"
     with pytest.raises(ValueError, match="unknown preset|one of"):
         rf.audit(dev, preset="snil")
     with pytest.raises(TypeError, match="cannot read a builtins.int"):
         rf.audit(42, preset="snli")
     mixed = dev.assign(extra=[1, "a"] * (len(dev) // 2))
-    with pytest.raises(ValueError, match=r"column 'extra' holds values of more than one type"):
+    with pytest.raises(Refusal, match=r"column 'extra' holds values of more than one type") as mixed_types:
         rf.audit(mixed, preset="snli")
+    assert mixed_types.value.code == "bad-input"
     flat = rf.audit(dev, preset="snli", lowercase=False, min_count=5)        # a nested config's field by its flat name
     nested = rf.audit(dev, preset="snli", features={"tokenizer": {"lowercase": False}}, min_count=5)
     assert flat.report["config"]["features"]["tokenizer"]["lowercase"] is False
@@ -291,10 +300,11 @@ def test_a_datasetdict_keeps_its_splits_and_its_class_labels(class_label_dict):
     assert test.input_rejects["reason"].str.startswith("label not in the label set entailment|neutral").all()
     pooled = rf.audit(dd, map=COLS, split=["train", "test"])
     assert pooled.parts["counted"] == 3297 and pooled.untouched == ()
-    with pytest.raises(ValueError, match=r"no split 'dev'; the data's splits: train, test"):
+    with pytest.raises(Refusal, match=r"no split 'dev'; the data's splits: train, test") as no_split:
         rf.audit(dd, map=COLS, split="dev")
-    with pytest.raises(ValueError, match=r"splits a, b and none named 'train': .*split='a'"):
+    with pytest.raises(Refusal, match=r"splits a, b and none named 'train': .*split='a'") as no_train:
         rf.audit({"a": dd["train"], "b": dd["test"]}, map=COLS)
+    assert no_split.value.code == no_train.value.code == "missing-split"
 
 
 def test_a_split_column_keeps_its_splits(notebook_frames):

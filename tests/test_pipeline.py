@@ -61,12 +61,14 @@ def test_every_stage_config_round_trips_and_declares_its_contract():
 
 def test_pipeline_errors_name_the_file_and_key(tmp_path):
     bad = {"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [{"zfilter": {"k": 5, "kk": 1}}]}
-    with pytest.raises(ConfigError, match=r"stage 1 \(zfilter\): unknown key\(s\) kk"):
+    with pytest.raises(ConfigError, match=r"stage 1 \(zfilter\): unknown key\(s\) kk") as unknown:
         parse_pipeline(bad)
-    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: expected an integer, got 'five'"):
+    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: expected an integer, got 'five'") as invalid:
         parse_pipeline({**bad, "stages": [{"zfilter": {"k": "five"}}]})
-    with pytest.raises(ConfigError, match="unknown stage 'zfliter'; did you mean 'zfilter'\\?"):
+    with pytest.raises(ConfigError, match="unknown stage 'zfliter'; did you mean 'zfilter'\\?") as no_stage:
         parse_pipeline({**bad, "stages": ["zfliter"]})
+    assert (unknown.value.code, invalid.value.code, no_stage.value.code) == (
+        "unknown-setting", "invalid-setting", "unknown-setting")
     with pytest.raises(ConfigError, match=r"^pipeline: input: map=…: unknown canonical field 'txt_a'; did you mean "
                                           r"'text_a'\? \(fields: text_a, "):
         parse_pipeline({**bad, "input": {"paths": [SNLI_HARD], "map": {"txt_a": "sentence1", "label": "gold_label"}}})
@@ -437,7 +439,8 @@ def test_the_examples_write_only_where_out_says():
     assert [(s.name, s.reads) for s in methods.stages][2:] == [("aflite", "input"), ("datamap", "input"), (
         "confidence", "input"), ("upsample", "input"), ("compare", None)]
     proc = run_cli("run", REPO / "examples" / "snli.yaml", check=False)
-    assert proc.returncode == 2 and proc.stderr == "error: no output folder: give --out or out: in the pipeline file\n"
+    assert proc.returncode == 2 and proc.stderr == ("error: no output folder: give --out or out: in the pipeline file "
+                                                    "[missing-setting]\n")
 
 
 def test_a_step_needing_a_column_no_earlier_step_gives_is_refused_before_any_work(tmp_path):
@@ -502,8 +505,9 @@ def test_a_mistyped_step_name_in_a_corpus_setting_is_refused_before_any_work(tmp
     spec = {"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [
         {"zfilter": {}}, {"compare": {"train": {"orig": "input", "z": "zfiltre"}, "evals": [f"dev={SNLI_DEV}:snli"]}}]}
     with pytest.raises(ConfigError, match="train: 'zfiltre' is no earlier step and no file or folder; did you mean "
-                                          "'zfilter'"):
+                                          "'zfilter'") as refused:
         parse_pipeline(spec, str(tmp_path))
+    assert refused.value.code == "unknown-setting"
     spec["stages"][1]["compare"]["train"]["z"] = SNLI_DEV   # a path: read as it is
     assert parse_pipeline(spec, str(tmp_path)).stages[1].config.train["z"] == SNLI_DEV
 
@@ -530,4 +534,5 @@ def test_a_step_reads_an_earlier_step_so_methods_run_side_by_side(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec))
     refused = run_cli("run", tmp_path / "bad.yaml", "--out", tmp_path / "bad", check=False)
     assert refused.returncode == 2 and "reads: 'confidence' names no earlier step" in refused.stderr
+    assert refused.stderr.rstrip().endswith("[unknown-setting]")
     assert not (tmp_path / "bad").exists()

@@ -25,8 +25,9 @@ def test_an_explicit_precision_wins_and_unknown_ones_are_refused():
         chosen = resolve_precision(name, "cpu")
         assert (chosen.dtype, chosen.reason) == (name, "requested explicitly")
     assert resolve_precision("float32", "cpu").autocast().__class__.__name__ == "nullcontext"
-    with pytest.raises(ValueError, match="precision must be one of"):
+    with pytest.raises(ValueError, match="precision must be one of") as refused:
         resolve_precision("fp8", "cpu")
+    assert refused.value.code == "invalid-setting"
 
 
 def test_float16_fine_tuning_scales_the_loss_and_still_learns():

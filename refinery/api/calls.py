@@ -19,7 +19,7 @@ from refinery.api.results import PipelineResult, Result, stage_result
 from refinery.io.corpus_writer import convert
 from refinery.io.location import join
 from refinery.io.modes import check_mode
-from refinery.messages import text
+from refinery.messages import Refusal, text
 from refinery.pipeline.config import (PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
                                       to_dict)
 from refinery.pipeline.runner import ingest, run_pipeline, run_stage, stage_input
@@ -39,17 +39,18 @@ def chosen_splits(stage: str, names: list[str], split) -> tuple[list[str], list[
         if len(names) < 2 or "split" in stage_class(stage).needs:
             return list(names), []
         if "train" not in names:
-            raise ValueError(f"the data has splits {', '.join(names)} and none named 'train': name the one {stage} "
-                             f"reads, e.g. split={names[0]!r} (a list of splits pools them)")
+            raise Refusal(f"the data has splits {', '.join(names)} and none named 'train': name the one {stage} "
+                          f"reads, e.g. split={names[0]!r} (a list of splits pools them)", code="missing-split")
         chosen = ["train"]
     else:
         chosen = [split] if isinstance(split, str) else list(split)
         if not names:
-            raise ValueError(f"split={split!r}: the data has no named splits (give a DatasetDict, {{split: data}} "
-                             "or a split column)")
+            raise Refusal(f"split={split!r}: the data has no named splits (give a DatasetDict, {{split: data}} "
+                          "or a split column)", code="missing-split")
         unknown = [s for s in chosen if s not in names]
         if unknown or not chosen:
-            raise ValueError(f"no split {unknown[0] if unknown else ''!r}; the data's splits: {', '.join(names)}")
+            raise Refusal(f"no split {unknown[0] if unknown else ''!r}; the data's splits: {', '.join(names)}",
+                          code="missing-split")
     return chosen, [s for s in names if s not in chosen]
 
 
@@ -121,8 +122,8 @@ def _named_corpora(key: str, corpora, input_keys: dict, scratch: str) -> tuple[d
             splits = list(source.splits)
             chosen = "train" if "train" in splits else splits[0] if len(splits) == 1 else None
             if chosen is None:
-                raise ValueError(f"{key}: {name} has splits {', '.join(splits)} and none named 'train': give the one "
-                                 f"to train on, {key}={{{name!r}: data[{splits[0]!r}], …}}")
+                raise Refusal(f"{key}: {name} has splits {', '.join(splits)} and none named 'train': give the one "
+                              f"to train on, {key}={{{name!r}: data[{splits[0]!r}], …}}", code="missing-split")
             others = [s for s in splits if s != chosen]
             if others:
                 warnings.warn(f"{key}: {name} is trained on its split {chosen!r}, not on {', '.join(map(repr, others))} "
@@ -237,7 +238,8 @@ def _pipeline_dict(spec) -> tuple[dict, str]:
     if isinstance(raw, str) and re.search(r"\.(ya?ml|json)$", raw):
         raise FileNotFoundError(f"no pipeline file {raw}")
     if not isinstance(raw, dict):
-        raise ValueError(f"a pipeline is a file, YAML text or a dict with input and stages, not {raw!r:.80}")
+        raise Refusal(f"a pipeline is a file, YAML text or a dict with input and stages, not {raw!r:.80}",
+                      code="invalid-setting")
     return raw, base
 
 
@@ -270,6 +272,6 @@ def run(spec, /, data=None, *, out=None, engine=None, memory_budget=None, **kwar
 def _one_path(name: str, paths: list) -> list:
     """The one file, folder or corpus that a training corpus or evaluation set ``name`` is."""
     if len(paths) != 1:
-        raise ValueError(f"{name} is {len(paths)} inputs; give each training corpus and evaluation set as one file, "
-                         "folder or corpus")
+        raise Refusal(f"{name} is {len(paths)} inputs; give each training corpus and evaluation set as one file, "
+                      "folder or corpus", code="invalid-setting")
     return paths

@@ -16,9 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from refinery.io.corpus import EmptyInput
 from refinery.io.location import join
 from refinery.io.schema import PRESETS, canonical_mapping, parse_mapping
 from refinery.io.scratch import write_parquet_file
+from refinery.messages import Refusal
 from refinery.pipeline.config import InputSpec, from_dict
 
 
@@ -176,8 +178,8 @@ def _split_column_parts(data, kind: str) -> dict | None:
         values = list(dict.fromkeys(column.to_list() if kind in ("pandas", "polars") else column.to_pylist()))
     empty = [v for v in values if v is None or (isinstance(v, float) and v != v) or str(v) == ""]
     if empty:
-        raise ValueError("the data's split column is empty in some rows: give every row a split, or rename the "
-                         "column if it is no split")
+        raise Refusal("the data's split column is empty in some rows: give every row a split, or rename the "
+                      "column if it is no split", code="bad-input")
     return {str(v): _rows_of_split(data, kind, v) for v in values}
 
 
@@ -202,16 +204,17 @@ def _batches(data, kind: str):
     if kind == "pandas":
         repeated = sorted({str(c) for c in data.columns[data.columns.duplicated()]})
         if repeated:
-            raise ValueError(f"the DataFrame has more than one column named {', '.join(map(repr, repeated))}; "
-                             "rename them so each column has a name of its own")
+            raise Refusal(f"the DataFrame has more than one column named {', '.join(map(repr, repeated))}; "
+                          "rename them so each column has a name of its own", code="bad-input")
         index_named = any(n is not None for n in data.index.names)
         try:
             table = pa.Table.from_pandas(data.reset_index() if index_named else data, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             column = re.search(r"column (.+?) with type", str(e))
             which = f"column {column.group(1)!r}" if column else "a column"
-            raise ValueError(f"the DataFrame's {which} holds values of more than one type ({e}); make it one "
-                             f"type, e.g. df[{column.group(1) if column else 'col'!r}].astype(str)") from None
+            raise Refusal(f"the DataFrame's {which} holds values of more than one type ({e}); make it one "
+                          f"type, e.g. df[{column.group(1) if column else 'col'!r}].astype(str)",
+                          code="bad-input") from None
         return table.schema, table.to_batches()
     if kind == "polars":
         table = data.to_arrow()
@@ -227,7 +230,7 @@ def _batches(data, kind: str):
         stream = iter(data.iter_batches(batch_format="pyarrow", batch_size=65_536))   # an iterable that restarts
         first = next(stream, None)
         if first is None:
-            raise ValueError("the Ray Dataset has no rows")
+            raise EmptyInput("the Ray Dataset has no rows")
         return first.schema, (b for t in (first, *stream) for b in t.to_batches())
     if isinstance(data, pa.RecordBatch):
         return data.schema, [data]
@@ -259,7 +262,7 @@ def _as_parquet(data, kind: str, path: str, shown: str) -> tuple[str, dict]:
     """(the Parquet file ``data`` is written to, named ``shown`` in reports; its HF ClassLabel columns)."""
     schema, batches = _batches(data, kind)
     if not write_parquet_file(path, schema, batches, shown):
-        raise ValueError(f"the {type(data).__name__} has no rows")
+        raise EmptyInput(f"the {type(data).__name__} has no rows")
     return path, (_class_labels(data) if kind == "hf" else {})
 
 
@@ -270,6 +273,6 @@ def check_preset(keys: dict, source: Source) -> None:
     columns = list(source.columns)
     fitting = [n for n, p in PRESETS.items() if all(c in columns for c in p.required.values())]
     hint = f"; try preset={fitting[0]!r}" if fitting else ""
-    raise ValueError(f"name the data's columns: preset= (one of {', '.join(PRESETS)}) or map={{'text_a': COL, "
-                     f"'text_b': COL, 'label': COL}}; it has {', '.join(columns)}{hint}")
+    raise Refusal(f"name the data's columns: preset= (one of {', '.join(PRESETS)}) or map={{'text_a': COL, "
+                  f"'text_b': COL, 'label': COL}}; it has {', '.join(columns)}{hint}", code="missing-columns")
 

@@ -25,7 +25,7 @@ from refinery.io.corpus import Corpus, is_corpus
 from refinery.io.records import MANIFEST
 from refinery.io.hf import datasets_package
 from refinery.io.location import get_fs, join
-from refinery.messages import text
+from refinery.messages import Refusal, text
 from refinery.pipeline.config import InputSpec, PipelineSpec
 from refinery.pipeline.runner import PipelineRun, stage_input
 from refinery.pipeline.stage import Output, StageResult, conservation, set_column, stage_class
@@ -242,7 +242,8 @@ class AuditResult(Result):
         stats = self.stats
         if label is not None:
             if label not in set(stats["label"]):
-                raise ValueError(f"no label {label!r}; labels: {', '.join(sorted(set(stats['label'])))}")
+                raise Refusal(f"no label {label!r}; labels: {', '.join(sorted(set(stats['label'])))}",
+                              code="invalid-setting")
             stats = stats[stats["label"] == label]
         top = (stats[stats["feature"] != "null"].sort_values(["label", "z"], ascending=[True, False], kind="stable")
                .groupby("label", sort=True).head(k).reset_index(drop=True))
@@ -304,6 +305,13 @@ def stage_result(name: str, result: StageResult, source: Source, spec_in: InputS
     return done
 
 
+class NoStage(Refusal, KeyError):
+    """A stage a pipeline's result does not hold (``result["zfiltre"]``): a ``KeyError``, as a mapping's is, and a
+    refusal of an unknown name."""
+
+    code = "unknown-setting"
+
+
 class PipelineResult:
     """A finished pipeline: each stage's ``Result`` (``result["zfilter"]`` or ``result[2]``) and the final corpus."""
 
@@ -323,7 +331,7 @@ class PipelineResult:
             return list(self.stages.values())[key]
         matches = [r for folder, r in self.stages.items() if key in (folder, r.stage)]
         if not matches:
-            raise KeyError(f"no stage {key!r}; stages: {', '.join(self.stages)}")
+            raise NoStage(f"no stage {key!r}; stages: {', '.join(self.stages)}")
         return matches[-1]
 
     @property

@@ -109,7 +109,7 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
     try:
         config = from_dict(cls.Config, data, where="")
     except ConfigError as e:   # the command line is the place: "--k must be …, got -5"
-        raise ConfigError(by_option(e, cls.Config)) from None
+        raise ConfigError(by_option(e, cls.Config), code=e.code) from None
     where = {"splits": split_specs(named)} if named else {"paths": list(inputs) or cls.config_input(config)}
     spec_in = from_dict(InputSpec, {**given(InputSpec, params, "in"), **where}, where="")
     return PipelineSpec(spec_in, [StageSpec(cls.name, config)], out, engine, memory_budget=memory_budget)

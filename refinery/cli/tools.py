@@ -11,6 +11,7 @@ from refinery.cli.base import RefineryCommand
 from refinery.cli.options import input_options, mode_option
 from refinery.io.layout import DEFAULT_SHARD_ROWS
 from refinery.io.location import parse_storage_options
+from refinery.messages import Refusal
 from refinery.pipeline.stage import conservation
 
 
@@ -96,9 +97,10 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
 
     bad = [p for p in params if "=" not in p]
     if bad:
-        raise ValueError(f"--param {bad[0]!r} is not NAME=VALUE")
+        raise Refusal(f"--param {bad[0]!r} is not NAME=VALUE", code="invalid-setting")
     if not query.endswith(".sql") and query not in user_queries():
-        raise ValueError(f"no query named {query!r}; named queries: {', '.join(user_queries())}, or a FILE.sql")
+        raise Refusal(f"no query named {query!r}; named queries: {', '.join(user_queries())}, or a FILE.sql",
+                      code="unknown-setting")
     con = queries.connect()
     with temporary_folder("sql-") as workdir:
         files = queries.corpus_files(corpora, mapping, opts, workdir)
@@ -106,8 +108,9 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
         try:
             result = queries.run(con, query, dict(p.split("=", 1) for p in params))
         except duckdb.Error as e:   # the query's own mistake (a column the corpus lacks): named, with DuckDB's words
-            raise ValueError(f"{query}: {str(e).splitlines()[0]} (the view is `corpus`: columns "
-                             f"{', '.join(c[0] for c in con.execute('DESCRIBE corpus').fetchall())})") from None
+            raise Refusal(f"{query}: {str(e).splitlines()[0]} (the view is `corpus`: columns "
+                          f"{', '.join(c[0] for c in con.execute('DESCRIBE corpus').fetchall())})",
+                          code="invalid-setting") from None
     if output or fmt == "parquet":
         target = output or f"{query.removesuffix('.sql')}.parquet"
         queries.save_result(result, target, fmt)

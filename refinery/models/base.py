@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core.folds import fold_of
+from refinery.messages import Refusal
 
 
 @runtime_checkable
@@ -80,7 +81,7 @@ def make_classifier(backend: str, inputs: str = "pair", **params) -> Classifier:
         from refinery.models.transformer import TransformerClassifier
 
         return TransformerClassifier(inputs=inputs, **params)
-    raise ValueError(f"unknown classifier backend {backend!r} ({', '.join(CLASSIFIERS)})")
+    raise Refusal(f"unknown classifier backend {backend!r} ({', '.join(CLASSIFIERS)})", code="invalid-setting")
 
 
 def load_classifier(path: str) -> Classifier:
@@ -94,4 +95,4 @@ def load_classifier(path: str) -> Classifier:
         from refinery.models.transformer import TransformerClassifier
 
         return TransformerClassifier.load(path)
-    raise ValueError(f"{path}: unknown classifier kind {kind!r}")
+    raise Refusal(f"{path}: unknown classifier kind {kind!r}", code="model")

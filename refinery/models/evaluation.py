@@ -72,7 +72,8 @@ def refuse_repeated_names(evals: list[EvalSet]) -> None:
     names = [e.name for e in evals]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ValueError(f"two evaluation corpora are named {repeated[0]!r}: give each a name of its own, NAME=PATH")
+        raise Refusal(f"two evaluation corpora are named {repeated[0]!r}: give each a name of its own, NAME=PATH",
+                      code="invalid-setting")
 
 
 def with_presets(evals: list[EvalSet], spec_in) -> tuple:
@@ -89,8 +90,8 @@ def with_presets(evals: list[EvalSet], spec_in) -> tuple:
         corpus = is_corpus(path, so)
         preset = e.preset or (None if corpus else spec_in.preset)
         if preset is None and not corpus:
-            raise ValueError(f"evaluation set {e.name} ({path}) needs its own preset in a pipeline: "
-                             f"{e.name}=PATH:PRESET, or a corpus")
+            raise Refusal(f"evaluation set {e.name} ({path}) needs its own preset in a pipeline: "
+                          f"{e.name}=PATH:PRESET, or a corpus", code="missing-setting")
         specs.append(f"{e.name}={path}" + (f":{preset}" if preset else ""))
     return tuple(specs)
 
@@ -99,14 +100,15 @@ def parse_eval_set(spec: str, label_maps: dict | None = None) -> EvalSet:
     """``NAME=PATH[:PRESET]`` (a path may itself hold ``:``, as in ``s3://``) into an ``EvalSet``."""
     name, sep, path = spec.partition("=")
     if not sep or not name or not path:
-        raise ValueError(f"evaluation set {spec!r} is not NAME=PATH[:PRESET]")
+        raise Refusal(f"evaluation set {spec!r} is not NAME=PATH[:PRESET]", code="invalid-setting")
     head, colon, preset = path.rpartition(":")
     if colon and preset.lower() in PRESETS:
         path = head
     elif colon and head and re.fullmatch(r"[A-Za-z][\w-]*", preset):   # a preset's place, not a URL's (s3://…)
         close = difflib.get_close_matches(preset.lower(), list(PRESETS), 1, 0.6)
-        raise ValueError(f"evaluation set {spec!r}: no preset {preset!r}"
-                         + (f" (did you mean {close[0]!r}?)" if close else "") + f"; presets: {', '.join(PRESETS)}")
+        raise Refusal(f"evaluation set {spec!r}: no preset {preset!r}"
+                      + (f" (did you mean {close[0]!r}?)" if close else "") + f"; presets: {', '.join(PRESETS)}",
+                      code="invalid-setting")
     else:
         preset = None
     return EvalSet(name, (path,), preset.lower() if preset else None, dict((label_maps or {}).get(name, {})))
@@ -121,10 +123,10 @@ def parse_label_maps(specs) -> dict:
         for pair in filter(None, pairs.split(",")):
             src, colon, dst = pair.partition(":")
             if not colon:
-                raise Refusal(_given(spec), f": {pair!r} is not FROM:TO")
+                raise Refusal(_given(spec), f": {pair!r} is not FROM:TO", code="invalid-setting")
             out[src] = dst
         if not sep or not out:
-            raise Refusal(_given(spec), " is not NAME=FROM:TO,...")
+            raise Refusal(_given(spec), " is not NAME=FROM:TO,...", code="invalid-setting")
         maps[name] = out
     return maps
 
@@ -143,13 +145,13 @@ def resolve_label_map(train_labels: list, eval_labels: list, explicit: dict, whe
         target = explicit.get(t, by_fold.get(str(t).casefold()))
         if target is not None:
             if target not in eval_labels:
-                raise ValueError(f"{where}: label map sends {t!r} to {target!r}, which is not one of its labels "
-                                 f"({', '.join(map(str, eval_labels))})")
+                raise Refusal(f"{where}: label map sends {t!r} to {target!r}, which is not one of its labels "
+                              f"({', '.join(map(str, eval_labels))})", code="invalid-setting")
             out[t] = target
     unreached = [e for e in eval_labels if e not in out.values()]
     if unreached:
         raise Refusal(f"{where}: no training label maps to {', '.join(map(repr, unreached))}; training labels are "
-                      f"{', '.join(map(repr, train_labels))} (give ", label_map_for(where), ")")
+                      f"{', '.join(map(repr, train_labels))} (give ", label_map_for(where), ")", code="missing-setting")
     return out
 
 

@@ -22,6 +22,7 @@ from refinery.core.validation import (
     FOLDER, NAME_OR_FOLDER, NOT_EMPTY, SEED, at_least, number_in, one_of, setting, validate,
 )
 from refinery.io.local_cache import cache_folder, cache_text
+from refinery.messages import Refusal
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import ModelRef, resolve
 from refinery.models.training import fit_loop
@@ -64,7 +65,7 @@ class Backend:
     def __post_init__(self):
         validate(self)
         if self.name == "openai" and not self.base_url:
-            raise ValueError("the openai backend needs base_url")
+            raise Refusal("the openai backend needs base_url", code="missing-setting")
 
     def kwargs(self) -> dict:
         """The arguments of ``make_generator(self.name, …)``."""
@@ -394,5 +395,5 @@ BACKENDS = {"transformers": TransformersGenerator, "vllm": VLLMGenerator, "opena
 
 def make_generator(backend: str, **kwargs) -> Generator:
     if backend not in BACKENDS:
-        raise ValueError(f"unknown generator backend {backend!r} ({', '.join(BACKENDS)})")
+        raise Refusal(f"unknown generator backend {backend!r} ({', '.join(BACKENDS)})", code="invalid-setting")
     return BACKENDS[backend](**kwargs)

@@ -14,6 +14,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from threadpoolctl import threadpool_limits
 
+from refinery.messages import Refusal
+
 
 class SeenColumns(TransformerMixin, BaseEstimator):
     """Keeps the hashed columns that occur in the training rows.
@@ -43,7 +45,7 @@ class NGramClassifier:
     def __init__(self, inputs: str = "pair", ngram_range=(1, 2), n_features: int = 2 ** 20, C: float = 1.0,
                  max_iter: int = 1000):
         if inputs not in ("hypothesis", "premise", "pair"):
-            raise ValueError(f"inputs must be hypothesis, premise or pair, not {inputs!r}")
+            raise Refusal(f"inputs must be hypothesis, premise or pair, not {inputs!r}", code="invalid-setting")
         self.inputs, self.ngram_range, self.n_features = inputs, tuple(ngram_range), n_features
         self.C, self.max_iter = C, max_iter
         self.pipeline = None

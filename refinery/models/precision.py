@@ -14,6 +14,8 @@ import logging
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+from refinery.messages import Refusal
+
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 log = logging.getLogger("refinery.precision")
@@ -92,7 +94,7 @@ def native_dtype(device: str) -> tuple[str, str]:
 def resolve_precision(requested: str, device: str) -> Precision:
     """``requested`` (one of PRECISIONS) on ``device``; the choice is logged."""
     if requested not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {requested!r}")
+        raise Refusal(f"precision must be one of {', '.join(PRECISIONS)}, not {requested!r}", code="invalid-setting")
     import torch
 
     kind = torch.device(device).type

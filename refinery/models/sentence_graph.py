@@ -38,11 +38,12 @@ def build_graph(con, config: GraphConfig = GraphConfig()) -> int:
     columns = {c[0] for c in con.execute("DESCRIBE rows").fetchall()}
     missing_b = con.sql("SELECT count(*) FROM rows WHERE text_b IS NULL").fetchall()[0][0]
     if missing_b:
-        raise ValueError(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs")
+        raise Refusal(f"{missing_b:,} rows have no text_b: leakage features need sentence pairs",
+                      code="missing-columns")
     has_ids = {"node_a", "node_b"} <= columns
     if config.node_key == "id" and not has_ids:
         raise Refusal("node_key=id needs node_a/node_b columns (a preset such as qqp or msrp, or ",
-                      Setting("map", "node_a=…"), ")")
+                      Setting("map", "node_a=…"), ")", code="missing-columns")
     for col in ("node_a", "node_b"):
         if col not in columns:
             con.execute(f"ALTER TABLE rows ADD COLUMN {col} VARCHAR")
@@ -162,11 +163,11 @@ def graph_of(con, rejects, config: GraphConfig = GraphConfig()) -> GraphInput:
 def split_roles(splits: list[str], test_split: str | None = None) -> tuple[list[str], str]:
     """(training splits, test split): the test split is the one named ``test``, else the last given."""
     if len(splits) < 2:
-        raise Refusal("predictability needs a training and a test split (", NamedSplits(), ")")
+        raise Refusal("predictability needs a training and a test split (", NamedSplits(), ")", code="missing-split")
     test = test_split or ("test" if "test" in splits else splits[-1])
     if test not in splits:
         raise Refusal(Setting("test_split", test), f": the input has no split of that name; its splits: "
-                      f"{', '.join(splits)}")
+                      f"{', '.join(splits)}", code="missing-split")
     return [s for s in splits if s != test], test
 
 

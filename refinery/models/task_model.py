@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from refinery.core.validation import NAME_OR_FOLDER, NOT_EMPTY, at_least, number_in, one_of, setting, validate
 from refinery.io.schema import is_pair
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Refusal, Setting
 from refinery.models.precision import PRECISIONS
 
 
@@ -61,12 +61,12 @@ def training_rows(corpus: str, table: pa.Table, split: str | None, hint: str) ->
     present = sorted(set(table["split"].drop_null().to_pylist())) if "split" in table.column_names else []
     if not present:
         if split:
-            raise ValueError(f"{corpus}: split {split!r} was asked for, but it has no named splits")
+            raise Refusal(f"{corpus}: split {split!r} was asked for, but it has no named splits", code="missing-split")
         return table, 0
     chosen = split or ("train" if "train" in present or len(present) > 1 else present[0])
     if chosen not in present:
-        raise ValueError(f"{corpus} has splits {', '.join(present)} and no {chosen!r} split; name the one to train "
-                         f"on ({hint})")
+        raise Refusal(f"{corpus} has splits {', '.join(present)} and no {chosen!r} split; name the one to train "
+                      f"on ({hint})", code="missing-split")
     kept = table.filter(pc.fill_null(pc.equal(table["split"], chosen), False))
     return kept, table.num_rows - kept.num_rows
 
@@ -84,8 +84,8 @@ def model_reads(tables: dict, inputs: str) -> str:
     if len(set(pairs.values())) > 1:
         one = [n for n, p in pairs.items() if not p]
         two = [n for n, p in pairs.items() if p]
-        raise ValueError(f"training corpora {', '.join(two)} hold pairs and {', '.join(one)} single texts: their "
-                         "models would read different things; compare corpora of one kind")
+        raise Refusal(f"training corpora {', '.join(two)} hold pairs and {', '.join(one)} single texts: their "
+                      "models would read different things; compare corpora of one kind", code="conflicting-settings")
     if not any(pairs.values()):
         return "text_a"
     return "text_b" if inputs == "hypothesis" else "pair"
@@ -97,8 +97,9 @@ def model_view(table: pa.Table, reads: str, where: str) -> pa.Table:
     if reads == "text_a" and "text_b" in table.column_names:
         return table.drop_columns(["text_b"])
     if reads == "pair" and not is_pair(table):
-        raise ValueError(f"evaluation set {where} holds single texts, and the models read pairs (trained on "
-                         "text_a and text_b): evaluate them on pairs (its pair preset), or train on single texts")
+        raise Refusal(f"evaluation set {where} holds single texts, and the models read pairs (trained on "
+                      "text_a and text_b): evaluate them on pairs (its pair preset), or train on single texts",
+                      code="missing-columns")
     return table
 
 

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from refinery.messages import Refusal
 from refinery.models.precision import resolve_precision
 from refinery.models.registry import resolve
 from refinery.models.training import fit_loop
@@ -25,7 +26,7 @@ class TransformerClassifier:
                  epochs: int = 1, lr: float = 5e-5, batch_size: int = 32, max_length: int = 128,
                  weight_decay: float = 0.01, seed: int = 0, device: str | None = None, precision: str = "auto"):
         if inputs not in ("hypothesis", "premise", "pair"):
-            raise ValueError(f"inputs must be hypothesis, premise or pair, not {inputs!r}")
+            raise Refusal(f"inputs must be hypothesis, premise or pair, not {inputs!r}", code="invalid-setting")
         self.model_name, self.inputs, self.epochs, self.lr = model, inputs, epochs, lr
         self.batch_size, self.max_length, self.weight_decay, self.seed = batch_size, max_length, weight_decay, seed
         self.device, self.precision = device, precision
@@ -73,7 +74,7 @@ class TransformerClassifier:
             self.build(sorted(set(table["label"].to_pylist())))
         unknown = set(table["label"].to_pylist()) - set(self.classes_)
         if unknown:
-            raise ValueError(f"warm start: labels {sorted(unknown)} are not among the model's {self.classes_}")
+            raise RuntimeError(f"warm start: labels {sorted(unknown)} are not among the model's {self.classes_}")
         y = torch.tensor([self.classes_.index(l) for l in table["label"].to_pylist()])
         w = torch.tensor(sample_weight if sample_weight is not None else np.ones(table.num_rows), dtype=torch.float32)
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from refinery.messages import Message, Setting
+from refinery.messages import Message, Refusal, Setting
 
 RAY_TIMEOUT = 30.0  # seconds the cluster at RAY_ADDRESS may take to answer before the run fails
 RAY_TIMEOUT_ENV = "REFINERY_RAY_TIMEOUT"   # set by ``refinery --ray-timeout`` and ``jobs/run.py --ray-timeout``
@@ -35,7 +35,7 @@ def ray_timeout() -> float:
     except ValueError:
         timeout = 0.0
     if not timeout > 0:
-        raise ValueError(f"{RAY_TIMEOUT_ENV}={value!r} is not a number of seconds above 0")
+        raise Refusal(f"{RAY_TIMEOUT_ENV}={value!r} is not a number of seconds above 0", code="invalid-setting")
     return timeout
 
 

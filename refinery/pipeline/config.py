@@ -79,14 +79,21 @@ def from_dict(cls: type, data: dict | None, where: str = "config"):
         said = f"; {', '.join(run_keys)}: the run's, not a step's (the pipeline file's top level)" if run_keys else ""
         close = [m for k in unknown for m in difflib.get_close_matches(k, list(fields), n=1)]
         meant = f"; did you mean {', '.join(map(repr, close))}?" if close and not run_keys else ""
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}{meant}; known: {', '.join(fields)}{said}")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}{meant}; known: {', '.join(fields)}{said}",
+                          code="unknown-setting")
     values = {}
     for name, value in data.items():
         values[name] = _coerce(hints[name], value, f"{where}.{name}")
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:   # a SettingError stays its cause, for the CLI to name the option
-        raise ConfigError(f"{where}: {e}" if where else str(e)) from e
+        raise ConfigError(f"{where}: {e}" if where else str(e), code=_code_of(e)) from e
+
+
+def _code_of(error: BaseException) -> str | None:
+    """The code of a refusal a config's check raised, for the ``ConfigError`` that names where it is wrong (a
+    plain ``ValueError``: none, the default)."""
+    return error.code if isinstance(error, Refusal) else None
 
 
 # scalar field types: the Python types a YAML value may have, and how an error names them
@@ -175,9 +182,9 @@ class InputSpec:
     def __post_init__(self):
         validate(self)
         if self.splits and self.paths:
-            raise ValueError("give splits (named) or paths, not both")
+            raise Refusal("give splits (named) or paths, not both", code="conflicting-settings")
         if self.preset and self.map:
-            raise ValueError("give preset or map, not both")
+            raise Refusal("give preset or map, not both", code="conflicting-settings")
 
     def split_paths(self) -> dict:
         """{split: [paths]}: named splits, the splits of a Hugging Face ``DatasetDict`` folder given alone, or
@@ -186,7 +193,7 @@ class InputSpec:
         from refinery.io.inputs import hf_splits
 
         if not self.splits and not self.paths:
-            raise ValueError("no input: give paths or named splits")
+            raise Refusal("no input: give paths or named splits", code="missing-setting")
         if self.splits:
             return {s: [corpus_of(p, self.storage_options) for p in ([p] if isinstance(p, str) else p)]
                     for s, p in self.splits.items()}
@@ -246,7 +253,7 @@ class PipelineSpec:
             try:
                 parse_budget(self.memory_budget)
             except ValueError as e:
-                raise ConfigError(str(e)) from None
+                raise ConfigError(str(e), code=_code_of(e)) from None
 
     def to_dict(self) -> dict:
         return {"input": {k: v for k, v in to_dict(self.input).items() if v not in ({}, [], None)},
@@ -291,7 +298,7 @@ def _expand(value, where: str):
             if m.group(1) in os.environ:
                 return os.environ[m.group(1)]
             if m.group(2) is None:
-                raise ConfigError(f"{where}: environment variable {m.group(1)} is not set")
+                raise ConfigError(f"{where}: environment variable {m.group(1)} is not set", code="missing-setting")
             return m.group(2)
         expanded = _VAR.sub(sub, value)
         return FromEnvironment(expanded) if _VAR.fullmatch(value) else expanded
@@ -379,10 +386,11 @@ def _refuse_absent_inputs(config, cls, step_names: set, base: str, where: str) -
             close = difflib.get_close_matches(v, sorted(step_names), n=1)
             raise ConfigError(f"{where}: {f}: {v!r} is no earlier step and no file or folder"
                               + (f"; did you mean {close[0]!r}?" if close else
-                                 f" (earlier steps: {', '.join(sorted(step_names))})"))
+                                 f" (earlier steps: {', '.join(sorted(step_names))})"),
+                              code="unknown-setting" if close else "bad-input")
     absent = next((path for path in cls(config).also_reads() if not there(path)), None)
     if absent:
-        raise ConfigError(f"{where}: {absent} is no file or folder (a file the stage reads)")
+        raise ConfigError(f"{where}: {absent} is no file or folder (a file the stage reads)", code="bad-input")
 
 
 def _step_names(before: list) -> set:
@@ -401,16 +409,17 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
     known = ("input", "stages", "out", *RUN_KEYS, "report")
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}",
+                          code="unknown-setting")
     if "input" not in data or not data.get("stages"):
-        raise ConfigError(f"{where}: needs input and at least one stage")
+        raise ConfigError(f"{where}: needs input and at least one stage", code="missing-setting")
     spec_in = from_dict(InputSpec, data["input"], f"{where}: input")
     if not spec_in.splits and not spec_in.paths:
-        raise ConfigError(f"{where}: input: give paths or splits")
+        raise ConfigError(f"{where}: input: give paths or splits", code="missing-setting")
     try:
         spec_in.mapping()   # a map's unknown field or a preset's typo named with the file, before any stage
     except ValueError as e:
-        raise ConfigError(f"{where}: input: {e}") from None
+        raise ConfigError(f"{where}: input: {e}", code=_code_of(e)) from None
     spec_in = anchor_input(spec_in, base)
     stages = []
     for i, entry in enumerate(data["stages"], 1):
@@ -423,11 +432,11 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
                               f"earlier step than the one before it, {READS}: STEP)")
         if reads is not None and (not isinstance(reads, str) or reads not in _step_names(stages)):
             raise ConfigError(f"{where}: stage {i} ({name}): {READS}: {reads!r} names no earlier step; give one of "
-                              f"{', '.join(sorted(_step_names(stages)))}")
+                              f"{', '.join(sorted(_step_names(stages)))}", code="unknown-setting")
         try:
             cls = stage_class(name)
         except ValueError as e:
-            raise ConfigError(f"{where}: stage {i}: {e}") from None
+            raise ConfigError(f"{where}: stage {i}: {e}", code=_code_of(e)) from None
         config = anchor_settings(from_dict(cls.Config, params, f"{where}: stage {i} ({name})"), base)
         _refuse_absent_inputs(config, cls, _step_names(stages), base, f"{where}: stage {i} ({name})")
         stages.append(StageSpec(name, anchor_references(config, cls.references, _step_names(stages), base), reads))
@@ -443,7 +452,7 @@ def parse_pipeline(data: dict, base: str = ".", where: str = "pipeline") -> Pipe
         return PipelineSpec(spec_in, stages, anchor_path(out, base) if out else None, engine, report,
                             None if budget is None else str(budget))
     except ConfigError as e:
-        raise ConfigError(f"{where}: memory_budget: {e}") from None
+        raise ConfigError(f"{where}: memory_budget: {e}", code=e.code) from None
 
 
 def load_pipeline(path: str) -> PipelineSpec:
@@ -459,6 +468,6 @@ def load_pipeline(path: str) -> PipelineSpec:
         hint = ("; a ${VAR} inside [ ] or { } needs quotes: [\"${VAR}\"]" if re.search(r"[\[{][^\n]*\$\{", text)
                 else "")
         said = " ".join(str(e).replace(' in "<unicode string>",', " at").split())
-        raise ConfigError(f"{path}: not valid YAML: {said}{hint}") from None
+        raise ConfigError(f"{path}: not valid YAML: {said}{hint}", code="bad-input") from None
     base = os.path.dirname(os.path.abspath(path)) if is_local(fs) else "."
     return parse_pipeline(data, base, where=path)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
+from refinery.messages import Refusal
 from refinery.pipeline.cluster_address import RayUnreachable, check_ray_address, join_cluster
 from refinery.termination import sigterm_kept
 
@@ -169,7 +170,7 @@ def ray_shutdown():
 
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        raise Refusal(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}", code="invalid-setting")
     return engine
 
 

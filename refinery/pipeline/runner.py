@@ -129,7 +129,8 @@ def run_pipeline(spec: PipelineSpec, out: str | None = None, engine: str | None 
     """Run ``spec`` under ``out`` (default: the file's ``out``), skipping unchanged stages."""
     out = (out or spec.out or "").rstrip("/")
     if not out:
-        raise Refusal("no output folder: give ", Setting("out"), " or out: in the pipeline file")
+        raise Refusal("no output folder: give ", Setting("out"), " or out: in the pipeline file",
+                      code="missing-setting")
     engine = check_engine(engine or spec.engine)
     with budget_of_run(spec.memory_budget):
         return _run_pipeline(spec, out, engine, echo)
@@ -275,7 +276,7 @@ def _run_stage(spec: PipelineSpec, mode: str, echo, in_place: bool) -> StageRun:
     output = stage_class(stage_spec.name)(stage_spec.config).output
     if in_place and output is Output.INPUT:
         raise Refusal(Setting("in_place"), f": {stage_spec.name} writes no corpus of its own, so it replaces "
-                      "nothing; give a new ", Setting("out"))
+                      "nothing; give a new ", Setting("out"), code="invalid-setting")
     check_out_apart(spec.out, source.paths, output.next_input(spec.out, "") if in_place else None,
                     opts.storage_options)
     for f in dataclasses.fields(stage_spec.config):   # a folder a setting names (probe's saved model) is not OUT's

@@ -311,8 +311,8 @@ def _entry(name: str):
         import difflib
 
         close = difflib.get_close_matches(name, REGISTRY, n=1)
-        raise ValueError(f"unknown stage {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
-                         + f" (stages: {', '.join(sorted(REGISTRY))})")
+        raise Refusal(f"unknown stage {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                      + f" (stages: {', '.join(sorted(REGISTRY))})", code="unknown-setting")
     return REGISTRY[name]
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 
+from refinery.messages import CODES, Refusal
 from refinery.io.read_options import ReadOptions
 from refinery.io.schema import CANONICAL_FIELDS, Mapping
 
@@ -139,8 +140,8 @@ class StageInput:
 
     def read_side(self, side: SideInput) -> tuple[pa.Table, pa.Table]:
         """The rows and the rejects of a corpus the stage reads besides its input (``SideInput``), in memory, read
-        with the input's storage and batch options; one missing or unreadable is a ``ValueError`` naming its
-        ``option``, where it has one."""
+        with the input's storage and batch options; one missing or unreadable is a ``Refusal`` naming its
+        ``option``, where it has one (of its error's kind, else ``bad-input``)."""
         from refinery.io.corpus import load
 
         try:
@@ -148,7 +149,9 @@ class StageInput:
         except (FileNotFoundError, ValueError) as error:
             if not side.option:
                 raise
-            raise ValueError(f"{side.option}: {error}") from None
+            code = getattr(error, "code", None)   # a refusal's kind stays; a file not there: bad-input
+            code = code if isinstance(code, str) and code in CODES else "bad-input"
+            raise Refusal(f"{side.option}: {error}", code=code) from None
 
     def shard_files(self):
         """The input's Parquet shards in order, as workers read them themselves (``engine.ParquetSource``), where
