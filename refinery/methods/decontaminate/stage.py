@@ -108,8 +108,8 @@ class DecontaminateStage(FilterStage):
                 found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
         if train_rows and len(found) == train_rows:   # the next audit could judge nothing: refused before a write
             raise Refusal(f"decontaminate would keep no row: every one of the {train_rows:,} training rows "
-                             f"overlaps {', '.join(sorted({f[0] for f in found.values()}))}: the training corpus is "
-                             "part of the evaluation set (or the set itself); nothing was written", code="too-few-rows")
+                          f"overlaps {', '.join(sorted({f[0] for f in found.values()}))}: the training corpus is "
+                          "part of the evaluation set (or the set itself); nothing was written", code="too-few-rows")
         self.dropped_rows = np.array(sorted(found), np.int64)
         matches = [found[i] for i in self.dropped_rows.tolist()]
         self.eval_set = pa.array([m[0] for m in matches], pa.string())
