@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 import refinery
 
@@ -660,3 +661,20 @@ def test_every_refusal_code_is_explained():
 
     page = (ROOT.parent / "docs" / "errors.md").read_text()
     assert re.findall(r"^### `([a-z-]+)`$", page, re.M) == list(CODES)
+
+
+def test_every_stage_declares_its_reports_record():
+    """Issue 63: each stage's report is a typed record (``Stage.report_type``, a frozen dataclass derived from
+    ``ReportRecord``) that ``StageResult`` carries and report.json is the JSON of; no stage reports a dict."""
+    import dataclasses
+
+    from refinery.core.report_record import ReportRecord
+    from refinery.pipeline.stage import StageResult, stage_class, stage_names
+
+    undeclared = [name for name in stage_names() if not (issubclass(stage_class(name).report_type, ReportRecord)
+                                                         and stage_class(name).report_type is not ReportRecord)]
+    assert not undeclared, f"stages reporting no record of their own: {undeclared}"
+    assert all(stage_class(name).report_type.__dataclass_params__.frozen for name in stage_names())
+    with pytest.raises(TypeError, match="ReportRecord"):
+        StageResult(1, {"kept": 1}, {"kept": 1})
+    assert dataclasses.is_dataclass(ReportRecord) and not ReportRecord()

@@ -361,7 +361,7 @@ def _as_published(report: ReportRecord) -> dict | None:
     """A stage's report as its ``report.json`` holds it: in-memory inputs named as what they hold."""
     from refinery.io.scratch import in_memory_names
 
-    data = report if isinstance(report, dict) else report.to_json()   # TRANSITION
+    data = report.to_json()
     return json.loads(in_memory_names(json.dumps(data, default=str))) if data else None
 
 

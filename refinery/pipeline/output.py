@@ -152,7 +152,7 @@ class StageOutput:
                        part: str = REPORT) -> str:
         """Publish ``report.json`` (``report``'s JSON), ``report.html`` and ``files`` (``publish_files``'s) as the folder ``part`` (``""``:
         the stage folder itself); the HTML's URL."""
-        self.publish_files(part, {"report.json": json.dumps(_json(report), indent=1, default=str), **(files or {}),
+        self.publish_files(part, {"report.json": json.dumps(report.to_json(), indent=1, default=str), **(files or {}),
                                   "report.html": page if isinstance(page, str) else page.html()})
         return self.url(part, "report.html")
 
@@ -250,7 +250,3 @@ class _Recorded(Mapping):
 
     def __len__(self) -> int:
         return len(self._items())
-
-
-def _json(report):   # TRANSITION: dict reports until every stage's is a record
-    return report if isinstance(report, dict) else report.to_json()

@@ -95,6 +95,10 @@ class StageResult:
     warnings: tuple = ()        # what a user should act on (the verb prints them to stderr)
     report_file: str = "report/report.html"   # the HTML report, relative to the stage folder
 
+    def __post_init__(self):
+        if not isinstance(self.report, ReportRecord):   # a stage's own fault: its report is its record
+            raise TypeError(f"a stage's report is a ReportRecord (its report_type), not {type(self.report).__name__}")
+
     @property
     def input_rejects(self) -> int:
         """The input rows it rejected (``rejected``: those of the pipeline's input step)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 
 from refinery.methods.compare.config import path_and_split
-from refinery.methods.compare.statistics import CompareReport
+from refinery.methods.compare.report import CompareReport
 from refinery.models.task_model import READS
 from refinery.pipeline.output import StageOutput
 from refinery.report import figures

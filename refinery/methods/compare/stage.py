@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from refinery.core.validation import NOT_EMPTY, setting, validate
 from refinery.messages import Message, Refusal, Setting, Shapes
 from refinery.methods.compare.config import CompareConfig, parse_training, path_and_split
+from refinery.methods.compare.report import CompareReport
 from refinery.models.evaluation import EvalSet, parse_eval_set, parse_label_maps, refuse_repeated_names, with_presets
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.stage_input import StageInput
@@ -23,7 +24,6 @@ from refinery.pipeline.table_stage import CorpusPart, TableInput, TableStage
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from refinery.methods.compare.statistics import CompareReport
     from refinery.pipeline.output import StageOutput
 
 
@@ -106,6 +106,8 @@ class CompareStage(TableStage):
     """Does it help? The same model trained on each training corpus (the first is the baseline) and scored on
     in-domain and challenge sets: accuracy, the gain on the baseline with its 95% interval, and the rows of the
     baseline's shortcuts (a report; the rows pass on)."""
+
+    report_type = CompareReport
 
     # a table stage that reads its training corpora and evaluation sets itself (side corpora); on Ray each
     # corpus × seed model is a task of its own

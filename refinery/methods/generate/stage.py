@@ -58,6 +58,8 @@ class GenerateStage(MapStage):
     rejects), ``failed/`` the failed prompts with their reasons, and ``report/`` the run's figures.
     """
 
+    report_type = GenerateReport
+
     name, Config = "generate", GenerationConfig
     needs = ("id", "text_a", "label")
     adds = ("source", "origin_id")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from refinery.core.features import FeatureConfig
 from refinery.methods.ibadr.config import PROFILES, RESOURCES, IbadrConfig
+from refinery.methods.ibadr.report import IbadrReport
 from refinery.pipeline.output import StageOutput
 from refinery.pipeline.stage import Output, StageResult
 from refinery.pipeline.table_stage import CorpusPart, PartAudit, TableInput, TableStage
@@ -26,6 +27,8 @@ class IbadrStage(TableStage):
     ``generated/`` (every pseudo sample, its status and reason), ``report/`` and ``checkpoints/``. A table stage:
     the loop trains on the whole pool (on Ray one task, its generator's actors that task's).
     """
+
+    report_type = IbadrReport
 
     name, Config = "ibadr", IbadrConfig
     needs = ("id", "text_a", "label")

@@ -55,6 +55,8 @@ class ProbeStage(TableStage):
     alone: the hypothesis-only probe) and score the evaluation corpora with it (a report and the predictions; the
     rows pass on)."""
 
+    report_type = ProbeReport
+
     # a table stage that writes no corpus: on Ray one task reads the corpora and writes the report
 
     name, Config = "probe", ProbeConfig
