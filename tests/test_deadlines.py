@@ -98,6 +98,7 @@ def test_a_store_silent_on_writes_ends_a_run_within_the_io_timeout_naming_the_wr
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert re.match(r"error: s3://bucket/out\S*: writing (\S+ )?failed: ", lines[0]), lines[0]
     assert f"no answer within {IO_TIMEOUT} s (--io-timeout)" in lines[0], lines[0]
+    assert lines[0].endswith("[storage]"), lines[0]
     assert elapsed < IO_TIMEOUT + SLACK_S, f"{elapsed:.1f} s"
 
 
@@ -130,6 +131,7 @@ def test_a_silent_store_ends_every_verb_within_the_io_timeout(silent_store, tmp_
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith(f"error: {url}") and " failed: " in lines[0], lines[0]
     assert f"no answer within {IO_TIMEOUT} s (--io-timeout)" in lines[0], lines[0]
+    assert lines[0].endswith("[storage]"), lines[0]
     assert elapsed < IO_TIMEOUT + SLACK_S, f"{verb}: {elapsed:.1f} s"
 
 
@@ -146,6 +148,7 @@ def test_a_store_that_dies_before_duckdb_reads_it_ends_in_one_line_naming_it(s3,
     assert ended(raised.value) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and re.match(r"error: s3://bucket/hard/part-\S+\.parquet: reading failed: ", lines[0]), lines
+    assert lines[0].endswith("[storage]"), lines
 
 
 def test_upsample_ends_in_one_line_when_its_store_dies_while_it_reads_the_shards(s3, tmp_path):
@@ -168,6 +171,7 @@ def test_upsample_ends_in_one_line_when_its_store_dies_while_it_reads_the_shards
     lines = err.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert re.match(rf"error: {CORPUS}/part-\S+\.parquet: reading failed: ", lines[0]), lines[0]
+    assert lines[0].endswith("[storage]"), lines[0]
 
 
 def test_ctrl_c_while_the_store_refuses_ends_as_an_interrupt(silent_store, tmp_path):

@@ -226,7 +226,7 @@ def test_a_ray_address_that_does_not_answer_fails_in_one_line_before_any_work(tm
             proc = subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=60, cwd=REPO,
                                   env={**os.environ, **RAY_ENV, "RAY_ADDRESS": address, **token})
             assert proc.returncode == 2 and time.monotonic() - started < 30, (name, proc.stderr)
-            assert proc.stderr.count("\n") == 1, (name, proc.stderr)
+            assert proc.stderr.count("\n") == 1 and proc.stderr.rstrip().endswith("[cluster]"), (name, proc.stderr)
             assert proc.stderr.startswith(said.get(name, "error: the Ray cluster at ")), proc.stderr
             assert name.startswith("token") or f"RAY_ADDRESS={address}" in proc.stderr, proc.stderr
     other.stop(None)
@@ -259,6 +259,7 @@ def test_a_head_that_answers_but_never_lets_the_driver_join_ends_within_the_dead
                               env=env)
         assert proc.returncode == 2 and time.monotonic() - started < 30, proc.stderr
         assert proc.stderr.count("\n") == 1 and "answered, but joining it took longer than" in proc.stderr, proc.stderr
+        assert proc.stderr.rstrip().endswith("[cluster]"), proc.stderr
         command[2] = "60"
         proc = subprocess.Popen(list(map(str, [*command, tmp_path / "b"])), stderr=subprocess.PIPE, text=True, env=env)
         time.sleep(6)   # well into the connect

@@ -7,6 +7,7 @@ verb that reads them, and the overwrite of a folder by a filter, against each.""
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from conftest import SNLI_HARD
 
 from refinery.cli.main import main
-from refinery.messages import Refusal
+from refinery.messages import CODES, Refusal
 
 ROWS = 400   # the small corpus's lines of SNLI's hard test set (a few are rejected: no gold label)
 
@@ -32,9 +33,11 @@ def cli(*args) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def refused(code: int, err: str, *named: str) -> None:
-    """The verb ended with exit 2 and one line on stderr, no traceback, naming each of ``named``."""
+def refused(code: int, err: str, *named: str, kind: str = "bad-input") -> None:
+    """The verb ended with exit 2 and one line on stderr, no traceback, naming each of ``named``, a refusal of
+    ``kind`` (its code, ``refinery.messages.CODES``: a record refinery did not write as it is, by default)."""
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, (code, err)
+    assert err.rstrip().endswith(f" [{kind}]"), (kind, err)
     for text in named:
         assert text in err, (text, err)
 
@@ -159,9 +162,9 @@ def test_an_attached_table_changed_is_named_not_trusted(base, tmp_path):
     with pytest.raises(Refusal, match=r"\.parquet: its sha256 differs from the one .*manifest\.json records") as e:
         Corpus.open(str(kept)).attached("audit")
     assert e.value.code == "bad-input"
-    refused(*cli("inspect", "--verify", kept)[::2], table.name, "[bad-input]")
+    refused(*cli("inspect", "--verify", kept)[::2], table.name)
     table.write_bytes(b"cut")
-    refused(*cli("inspect", kept)[::2], f"{table.name}: 3 bytes where", "[bad-input]")
+    refused(*cli("inspect", kept)[::2], f"{table.name}: 3 bytes where")
 
 
 @pytest.mark.parametrize("change, named", [
@@ -228,7 +231,8 @@ def test_a_parts_marker_crafted_is_refused_when_the_folder_is_claimed_before_any
     piped = _copy(base, tmp_path / "piped", "zf")
     (piped / ".refinery.json").unlink()
     os.mkfifo(piped / ".refinery.json")
-    refused(*cli("zfilter", base / "corpus", "--out", piped, "--k", 5)[::2], "refinery did not write")
+    refused(*cli("zfilter", base / "corpus", "--out", piped, "--k", 5)[::2], "refinery did not write",
+            kind="not-refinerys")
 
 
 def _listing_a_million(marker: Path) -> None:
@@ -376,12 +380,13 @@ def test_fuzz_crafted_records_are_read_whole_or_refused_in_one_line(base, decoy,
                      ("zfilter", base / "corpus", "--out", work / "zf", "--k", 5)):
             code, out, err = cli(*args)
             assert code in (0, 2) and "Traceback" not in err + out, (crafted, args, code, err)
-            if code == 2:
+            if code == 2:   # one line, ending with the kind of refusal it is
                 assert err.count("\n") == 1, (crafted, args, err)
+                assert re.search(r" \[([a-z-]+)\]$", err.rstrip())[1] in CODES, (crafted, args, err)
             elif args[0] == "inspect":
                 assert f"rows      {rows}\n" in out, (crafted, args, out)
-            if changed and _refused_for_certain(record, how, args[0]):
-                assert code == 2, (crafted, args, out, err)
+            if changed and _refused_for_certain(record, how, args[0]):   # a record not as refinery wrote it
+                assert code == 2 and err.rstrip().endswith(" [bad-input]"), (crafted, args, out, err)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     assert _fingerprint(decoy / "decoy") == decoys, crafted

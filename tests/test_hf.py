@@ -194,8 +194,10 @@ def test_convert_format_hf_modes_and_a_users_folder(snli, tmp_path):
     assert (out / "state.json").stat().st_mtime_ns == before
     refused = run_cli(*args, "--out", out, "--mode", "error", check=False)
     assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
+    assert refused.stderr.rstrip().endswith("[output-exists]"), refused.stderr
     other = run_cli("convert", root / "snli.parquet", *MAP, "--out", out, "--mode", "skip", check=False)
     assert other.returncode == 2 and "another configuration" in other.stderr   # a corpus is not this Dataset
+    assert other.stderr.rstrip().endswith("[output-exists]"), other.stderr
     (out / "notes.txt").write_text("mine\n")
     run_cli(*args, "--out", out, env=ENV)                                     # overwrite: the user's file stays
     assert (out / "notes.txt").read_text() == "mine\n" and datasets.load_from_disk(str(out)).num_rows == 585
@@ -206,6 +208,7 @@ def test_convert_format_hf_modes_and_a_users_folder(snli, tmp_path):
     (mine / "data.txt").write_text("mine\n")
     refused = run_cli(*args, "--out", mine, check=False)
     assert refused.returncode == 2 and "refinery did not write" in refused.stderr
+    assert refused.stderr.rstrip().endswith("[not-refinerys]"), refused.stderr
     assert [p.name for p in mine.iterdir()] == ["data.txt"]
 
 

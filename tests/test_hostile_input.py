@@ -133,7 +133,7 @@ def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message, code):
     proc = run_cli(*[a.format(tmp=tmp_path) for a in args], check=False)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
-    assert code is None or proc.stderr.rstrip().endswith(f" [{code}]"), proc.stderr   # the kind of refusal (issue 63)
+    assert proc.stderr.rstrip().endswith(f" [{code}]"), proc.stderr   # the kind of refusal (issue 63)
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -146,14 +146,17 @@ def test_skip_reuses_only_an_identical_run_and_dead_temps_are_cleaned(tmp_path):
     other = run_cli("convert", source, "--preset", "snli", "--labels", "entailment,neutral", "--out", out,
                     "--mode", "skip", check=False)
     assert other.returncode == 2 and "another configuration" in other.stderr
+    assert other.stderr.rstrip().endswith("[output-exists]"), other.stderr
     with open(source, "a") as fh:                       # same path and config, but the input has changed
         fh.write('{"sentence1": "A late row .", "sentence2": "Added .", "gold_label": "neutral"}\n')
     changed = run_cli("convert", source, "--preset", "snli", "--out", out, "--mode", "skip", check=False)
     assert changed.returncode == 2 and "inputs that have changed" in changed.stderr and str(source) in changed.stderr
+    assert changed.stderr.rstrip().endswith("[output-exists]"), changed.stderr
     zf = tmp_path / "zf"                                # verbs with several parts compare their inputs too
     run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", zf, "--k", 5)
     moved = run_cli("zfilter", SNLI_DEV, "--preset", "snli", "--out", zf, "--k", 5, "--mode", "skip", check=False)
     assert moved.returncode == 2 and "other inputs" in moved.stderr
+    assert moved.stderr.rstrip().endswith("[output-exists]"), moved.stderr
     dead = tmp_path / "c.tmp-999999999-0123456789ab"   # a run killed mid-write (no such process)
     dead.mkdir()
     (dead / "part-00000.parquet").write_bytes(b"half")

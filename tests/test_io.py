@@ -91,7 +91,7 @@ def test_bad_row_fail_names_file_and_line(tmp_path):
     planted_bad_file(src)
     proc = run_cli("convert", src, "--preset", "snli", "--out", tmp_path / "out", "--on-bad-row", "fail",
                    check=False)
-    assert proc.returncode != 0
+    assert proc.returncode == 2 and proc.stderr.rstrip().endswith("[bad-row]"), proc.stderr
     assert "bad.jsonl, line 2" in proc.stderr
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob("out.tmp-*")), "a failed run must not leave a temporary folder"
@@ -197,8 +197,9 @@ def test_publish_modes_idempotent(tmp_path):
     assert data1 == (tmp_path / "c" / "part-00000.parquet").read_bytes()
     kept = convert([SNLI_HARD], out, PRESETS["snli"], mode="skip")
     assert kept.skipped and kept.manifest.body == m2.manifest.body   # kept, said so
-    with pytest.raises(OutputExists):
+    with pytest.raises(OutputExists) as refused:
         convert([SNLI_HARD], out, PRESETS["snli"], mode="error")
+    assert refused.value.code == "output-exists"
 
 
 def test_crash_leaves_no_finished_output(tmp_path):
@@ -395,8 +396,9 @@ def test_an_empty_input_is_refused_by_every_verb_naming_the_file(tmp_path, verb)
         out = ["--out", str(tmp_path / "out")] if verb != "inspect" else []
         result = CliRunner().invoke(main, [verb, str(tmp_path / name), "--preset", "snli", *out])
         assert result.exit_code == 2, (name, result.output)
-        assert result.output == (f"error: {tmp_path / name}: no rows (an empty input); give a file that holds rows "
-                                 "[empty-input]\n")
+        [line] = result.output.splitlines()   # one line: the file, that it has no rows, the fix, the code
+        assert line.startswith(f"error: {tmp_path / name}: no rows") and line.endswith(" [empty-input]"), line
+        assert "give a file that holds rows" in line, line
         assert not (tmp_path / "out").exists()
 
 
@@ -405,11 +407,12 @@ def test_convert_of_an_input_whose_every_row_is_rejected_fails_naming_reasons_an
     out = tmp_path / "c"
     with pytest.raises(AllRejected) as refused:
         convert([src], str(out), PRESETS["snli"])
-    assert str(refused.value) == (
-        f"no good rows in {src}: all 31 rejected: label not in the label set entailment|neutral|contradiction (30); "
-        f"missing or null value in column 'sentence2' (1); the rejects, each with its reason, are in "
-        f"{out}/.refinery/rejects-*.parquet; check preset=… or map=… and labels=…")
     assert refused.value.code == "all-rejected"
+    said = str(refused.value)   # the file, the commonest reasons with their counts, where the rejects are, the fix
+    assert f"no good rows in {src}: all 31 rejected" in said, said
+    assert "label not in the label set entailment|neutral|contradiction (30)" in said, said
+    assert "missing or null value in column 'sentence2' (1)" in said, said
+    assert f"{out}/.refinery/rejects-*.parquet" in said and "preset=… or map=… and labels=…" in said, said
     corpus = Corpus.open(str(out))   # written, for the user to read
     assert corpus.manifest.rows == 0 and corpus.read_rejects().num_rows == 31
     assert corpus.manifest.reject_reasons == {
@@ -431,9 +434,11 @@ def test_every_verb_fails_an_all_rejected_input_in_one_line_and_leaves_its_rejec
     out = tmp_path / "c"
     result = CliRunner().invoke(main, [verb, src, "--preset", "snli", "--out", str(out)])
     where = str(tmp_path / ALL_REJECTED[verb].format(out=out))
-    assert result.exit_code == 2 and result.output == (
-        f"error: no good rows in {src}: all 40 rejected: label not in the label set entailment|neutral|contradiction "
-        f"(40); the rejects, each with its reason, are in {where}; check --preset or --map and --labels [all-rejected]\n")
+    assert result.exit_code == 2, result.output
+    [line] = result.output.splitlines()   # one line: the file, the reason, where the rejects are, the fix, the code
+    assert line.startswith(f"error: no good rows in {src}: all 40 rejected") and line.endswith(" [all-rejected]"), line
+    assert "label not in the label set entailment|neutral|contradiction (40)" in line, line
+    assert f"are in {where};" in line and "--preset or --map and --labels" in line, line
     rejects = Corpus.open(str(out / {"convert": "", "audit": "rejects", "zfilter": "kept"}[verb])).read_rejects()
     assert rejects.num_rows == 40 and rejects["line"].to_pylist() == list(range(1, 41))
     assert not (out / "_SUCCESS").exists()   # not a finished run

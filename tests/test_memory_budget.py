@@ -75,7 +75,7 @@ def test_every_verb_holds_to_the_budget_it_is_given_and_says_its_peak_beside_it(
     assert "skipped" in again.stdout
     bad = run_cli("audit", SNLI_DEV, "--preset", "snli", "--memory-budget", "1.5", "--out", tmp_path / "x", check=False)
     assert bad.returncode == 2 and "a fraction of memory is at most 1" in bad.stderr and not (tmp_path / "x").exists()
-    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.rstrip().endswith("[invalid-setting]"), bad.stderr
     step_key = tmp_path / "step.yaml"
     step_key.write_text(yaml.safe_dump({"input": {"paths": [str(SNLI_DEV)], "preset": "snli"},
                                         "stages": [{"audit": {"memory_budget": "4G"}}], "out": str(tmp_path / "p")}))
@@ -90,6 +90,7 @@ def test_every_verb_holds_to_the_budget_it_is_given_and_says_its_peak_beside_it(
                        env={MEMORY_BUDGET_ENV: "plenty"})   # set by hand in a job's environment: refused, named
     assert hand_set.returncode == 2 and f"{MEMORY_BUDGET_ENV}=plenty" in hand_set.stderr, hand_set.stderr
     assert len(hand_set.stderr.strip().splitlines()) == 1, hand_set.stderr
+    assert hand_set.stderr.rstrip().endswith("[invalid-setting]"), hand_set.stderr
 
 
 def test_a_pipeline_and_a_python_call_take_the_budget_and_record_it(tmp_path, snli_dev_head, monkeypatch):

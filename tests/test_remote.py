@@ -114,15 +114,18 @@ def test_an_s3_compatible_store_works_out_of_the_box_and_buckets_are_never_creat
     run_cli("audit", "s3://bucket/hard", "--k", "3", "--out", "s3://bucket/audit")
     proc = run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", "s3://nobucket/zf", check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://nobucket does not exist" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[storage]"), proc.stderr
     assert not (s3.root / "nobucket").exists()
     proc = run_cli("zfilter", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/zf", check=False,
                    env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://bucket/zf" in proc.stderr, proc.stderr
-    assert "credentials" in proc.stderr
+    assert "credentials" in proc.stderr and proc.stderr.rstrip().endswith("[storage]"), proc.stderr
     proc = run_cli("inspect", "s3://bucket/hard", check=False, env={"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "s3://bucket/hard" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[storage]"), proc.stderr
     proc = run_cli("audit", "s3://nobucket/train.jsonl", "--preset", "snli", "--out", "s3://bucket/a2", check=False)
     assert proc.returncode == 2 and "s3://nobucket does not exist" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[storage]"), proc.stderr
 
 
 def test_ray_job_submit_to_local_head(tmp_path, monkeypatch):
@@ -161,7 +164,9 @@ def test_ray_job_submit_to_local_head(tmp_path, monkeypatch):
         failed = submit("s3://nobucket/run")
         said = {line for line in failed.stdout.splitlines() if line.startswith("error: ")}   # Ray shows it twice
         assert failed.returncode != 0 and "Traceback" not in failed.stdout + failed.stderr, failed.stdout[-3000:]
-        assert len(said) == 1 and "the bucket s3://nobucket does not exist" in said.pop(), failed.stdout[-3000:]
+        assert len(said) == 1, failed.stdout[-3000:]
+        line = said.pop().rstrip()
+        assert "the bucket s3://nobucket does not exist" in line and line.endswith("[storage]"), failed.stdout[-3000:]
     finally:
         head.stop()
         s3.stop()
@@ -234,6 +239,7 @@ def test_s3_prefix_a_user_wrote_is_refused_and_user_objects_survive_an_overwrite
     (mine / "notes.txt").write_text("mine\n")
     refused = run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/mine", env=s3.env, check=False)
     assert refused.returncode == 2 and "refinery did not write" in refused.stderr, refused.stderr
+    assert refused.stderr.rstrip().endswith("[not-refinerys]"), refused.stderr
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     run_cli("convert", SNLI_HARD, "--preset", "snli", "--out", "s3://bucket/ours", env=s3.env)
     (s3.root / "bucket" / "ours" / "notes.txt").write_text("added by a user\n")
@@ -313,6 +319,7 @@ def test_a_store_that_stops_answering_fails_within_the_io_timeout(tmp_path):
         listener.close()
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "s3://bucket/x" in proc.stderr and "timeout" in proc.stderr.lower(), proc.stderr
+    assert proc.stderr.rstrip().endswith("[storage]"), proc.stderr
     assert elapsed < 2 + 5, elapsed
 
 
@@ -327,7 +334,7 @@ def test_a_full_disk_names_the_output_and_the_space_left(tmp_path):
                        check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert str(mount / "out") in proc.stderr and "no space left on device" in proc.stderr
-        assert "MiB free" in proc.stderr
+        assert "MiB free" in proc.stderr and proc.stderr.rstrip().endswith("[storage]"), proc.stderr
         assert os.listdir(mount) == []       # nothing half-written left behind
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)

@@ -50,8 +50,9 @@ def test_a_manifest_naming_a_path_outside_its_folder_is_refused_naming_it(corpus
     from refinery.io.corpus import Corpus
 
     copy = _crafted_copy(corpus, tmp_path, lambda m: m["files"].append(entry))
-    with pytest.raises(OutsideFolder, match=r"manifest\.json: 'files' entry 2 .* not a file inside the folder"):
+    with pytest.raises(OutsideFolder, match=r"manifest\.json: 'files' entry 2 .* not a file inside the folder") as e:
         Corpus.open(copy)
+    assert e.value.code == "bad-input"
 
 
 @pytest.mark.parametrize("change", [
@@ -64,18 +65,21 @@ def test_a_manifest_of_the_wrong_types_is_refused_naming_it(corpus, tmp_path, ch
     from refinery.io.contained import BadRecord
     from refinery.io.corpus import Corpus
 
-    with pytest.raises(BadRecord, match=r"manifest\.json: .* rewrite .*manifest\.json"):
+    with pytest.raises(BadRecord, match=r"manifest\.json: .* rewrite .*manifest\.json") as e:
         Corpus.open(_crafted_copy(corpus, tmp_path, change))
+    assert e.value.code == "bad-input"
 
 
 def test_a_huge_manifest_ends_within_seconds(corpus, tmp_path):
+    from refinery.cli.base import error_code
     from refinery.io.corpus import Corpus
 
     copy = _crafted_copy(corpus, tmp_path, lambda m: m["files"].extend(f"part-{i:07d}.parquet" for i in range(10**6)))
     started = time.monotonic()
-    with pytest.raises(FileNotFoundError, match="part-0000000.parquet: listed in .* but missing"):
+    with pytest.raises(FileNotFoundError, match="part-0000000.parquet: listed in .* but missing") as e:
         Corpus.open(copy)
     assert time.monotonic() - started < 10
+    assert error_code(e.value) == "bad-input"   # the code the command line gives a missing file
 
 
 def test_the_cli_reads_no_file_outside_the_corpus_and_names_a_cut_shard(corpus, tmp_path):
@@ -85,6 +89,7 @@ def test_the_cli_reads_no_file_outside_the_corpus_and_names_a_cut_shard(corpus, 
     proc = run_cli("inspect", copy, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "manifest.json: 'files' entry 1 '../elsewhere.parquet'" in proc.stderr and not proc.stdout
+    assert proc.stderr.rstrip().endswith("[bad-input]"), proc.stderr
 
     cut = tmp_path / "cut"
     shutil.copytree(corpus, cut)
@@ -92,7 +97,8 @@ def test_the_cli_reads_no_file_outside_the_corpus_and_names_a_cut_shard(corpus, 
     shard.write_bytes(shard.read_bytes()[:-10])
     proc = run_cli("audit", cut, "--out", tmp_path / "audit", check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert f"{shard.name}: " in proc.stderr and "bytes where" in proc.stderr and "[bad-input]" in proc.stderr
+    assert f"{shard.name}: " in proc.stderr and "bytes where" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[bad-input]"), proc.stderr
     assert not (tmp_path / "audit").exists()
     assert "match the sha256" in run_cli("inspect", corpus, "--verify").stderr
 
@@ -113,6 +119,7 @@ def test_an_overwrite_under_a_crafted_marker_is_refused_and_removes_nothing(corp
     assert time.monotonic() - started < 30
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert ".refinery.json: 'files' entry" in proc.stderr and "not a file inside the folder" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[bad-input]"), proc.stderr
     assert (sibling / "keep.txt").read_text() == "the user's" and (out / "report" / "report.json").exists()
 
 
@@ -143,8 +150,9 @@ def test_a_run_pointer_naming_a_folder_outside_its_own_is_refused_naming_it(corp
     from refinery.io.corpus import Corpus
 
     folder = _run_folder(corpus, tmp_path, root=entry)
-    with pytest.raises(OutsideFolder, match=r"_SUCCESS: 'root' entry 1 .* not a file inside the folder"):
+    with pytest.raises(OutsideFolder, match=r"_SUCCESS: 'root' entry 1 .* not a file inside the folder") as e:
         Corpus.open(f"{folder}/kept")
+    assert e.value.code == "bad-input"
 
 
 @pytest.mark.parametrize("parts", ["kept", {"kept": 1}, ["/etc"], ["kept"] * 100_000])
@@ -154,5 +162,6 @@ def test_a_run_pointer_of_the_wrong_types_or_huge_ends_in_one_line_within_second
     proc = run_cli("audit", f"{folder}/kept", "--out", tmp_path / "a", check=False)
     assert time.monotonic() - started < 30
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "_SUCCESS: 'parts'" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[bad-input]"), proc.stderr
     if isinstance(parts, list) and parts[0] == "kept":   # a part named twice: a reader would take it twice
         assert "'parts' entry 2 'kept' is named twice" in proc.stderr

@@ -57,6 +57,7 @@ def test_a_users_folder_is_refused_by_every_verb_before_any_work(tmp_path, verb)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "refinery did not write" in lines[0] and "paper.tex" in lines[0], proc.stderr
+    assert lines[0].endswith("[not-refinerys]"), proc.stderr
     assert _snapshot(tmp_path / "myproj") == before
     assert sorted(os.listdir(tmp_path)) == ["myproj"]            # no temporary folder beside it either
 
@@ -67,6 +68,7 @@ def test_a_pipeline_refuses_a_users_folder(tmp_path):
     spec.write_text(json.dumps({"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [{"audit": {}}]}))
     proc = run_cli("run", spec, "--out", tmp_path / "myproj", check=False)
     assert proc.returncode == 2 and "refinery did not write" in proc.stderr, proc.stderr
+    assert proc.stderr.rstrip().endswith("[not-refinerys]"), proc.stderr
     assert _snapshot(tmp_path / "myproj") == before
 
 
@@ -95,13 +97,16 @@ def test_modes_skip_and_error_mean_the_same_in_every_verb(tmp_path):
     assert "skipped" in skipped.stdout and (out / "report" / "summary.json").stat().st_mtime_ns == stamp
     other = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--k", "4", "--mode", "skip", check=False)
     assert other.returncode == 2 and "other inputs or options" in other.stderr
+    assert other.stderr.rstrip().endswith("[output-exists]"), other.stderr
     refused = run_cli("audit", *SNLI_HARD_ARGS, "--out", out, "--mode", "error", check=False)
     assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
+    assert refused.stderr.rstrip().endswith("[output-exists]"), refused.stderr
     assert (out / "report" / "summary.json").stat().st_mtime_ns == stamp
     corpus = tmp_path / "c"
     run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus)
     refused = run_cli("convert", *SNLI_HARD_ARGS, "--out", corpus, "--mode", "error", check=False)
     assert refused.returncode == 2 and "already holds a finished" in refused.stderr
+    assert refused.stderr.rstrip().endswith("[output-exists]"), refused.stderr
 
 
 def test_a_file_as_out_is_refused(tmp_path):
@@ -109,6 +114,7 @@ def test_a_file_as_out_is_refused(tmp_path):
     target.write_text("mine\n")
     proc = run_cli("convert", *SNLI_HARD_ARGS, "--out", target, check=False)
     assert proc.returncode == 2 and "is a file" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[not-refinerys]"), proc.stderr
     assert target.read_text() == "mine\n"
 
 
@@ -314,6 +320,7 @@ def test_only_refinerys_own_marker_makes_a_folder_refinerys(tmp_path, files):
     proc = run_cli(*VERBS["zfilter"], "--out", out, check=False)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "refinery did not write" in lines[0], proc.stderr
+    assert lines[0].endswith("[not-refinerys]"), proc.stderr
     assert any(name in lines[0] for name in files)
     assert _snapshot(out) == before
 
@@ -349,16 +356,20 @@ def test_out_on_around_or_inside_the_input_is_refused_and_in_place_reruns_a_stag
             proc = run_cli("upsample", corpus, "--out", out, "--iterations", "2", *in_place, check=False)
             lines = proc.stderr.strip().splitlines()
             assert proc.returncode == 2 and len(lines) == 1, (out, proc.stderr)
-            assert says in lines[0] or (in_place and "refinery did not write" in lines[0]), (out, proc.stderr)
+            assert (says in lines[0] and lines[0].endswith("[output-overlaps-input]")) or (
+                in_place and "refinery did not write" in lines[0] and lines[0].endswith("[not-refinerys]")), \
+                (out, proc.stderr)
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "dev.jsonl").write_bytes(open(SNLI_HARD, "rb").read())
     proc = run_cli("zfilter", raw / "*.jsonl", "--preset", "snli", "--out", raw, check=False)   # a glob's folder
     assert proc.returncode == 2 and "holds the input" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[output-overlaps-input]"), proc.stderr
     assert sorted(os.listdir(raw)) == ["dev.jsonl"]
     proc = run_cli("zfilter", raw / "dev.jsonl", "--preset", "snli", "--out", raw / "dev.jsonl", "--in-place",
                    check=False)
     assert proc.returncode == 2 and "is a file" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[not-refinerys]"), proc.stderr
     assert _snapshot(corpus) == before and sorted(os.listdir(tmp_path)) == ["corpus", "raw"]
 
     zf = tmp_path / "zf"   # --in-place: a stage run again on the corpus part of its own output, replacing it
@@ -367,6 +378,7 @@ def test_out_on_around_or_inside_the_input_is_refused_and_in_place_reruns_a_stag
     first = json.loads((zf / "_SUCCESS").read_text())["accounting"]
     proc = run_cli("zfilter", zf / "kept", "--k", "5", "--out", zf, check=False)
     assert proc.returncode == 2 and "--in-place to rerun a stage on its own output" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[output-overlaps-input]"), proc.stderr
     run_cli("zfilter", zf / "kept", "--k", "5", "--no-settle", "--biased-set", "top-k", "--out", zf, "--in-place")
     again = json.loads((zf / "_SUCCESS").read_text())["accounting"]
     assert again["kept"] + again["filtered out"] == first["kept"] and again["filtered out"] > 0
@@ -385,6 +397,7 @@ def test_a_failed_run_removes_the_folders_it_created(tmp_path):
     for args in attempts:
         proc = run_cli(*args, check=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.rstrip().endswith("[missing-columns]"), proc.stderr   # columns the preset or --map names
     assert sorted(os.listdir(tmp_path)) == ["empty", "p.yaml"] and os.listdir(empty) == []
 
 
