@@ -252,6 +252,7 @@ CODES = {
     "storage": "a store or file system that refused or failed a call",
     "cluster": "a Ray cluster that does not answer, or an engine that cannot run here",
     "model": "a model that cannot be loaded, trained or called as configured",
+    "missing-package": "an optional package a setting needs is not installed",
     "refused": "any other refusal",
 }
 

@@ -18,7 +18,7 @@ from refinery.io.publishing import AtomicDir
 from refinery.io.records import CORPUS_FORMAT, CorpusManifest
 from refinery.io.redaction import redact
 from refinery.io.scratch import temporary_folder
-from refinery.messages import Message, Refusal, Setting
+from refinery.messages import Refusal, Setting
 
 MAX_INPUTS = 10      # the inputs a card names
 HF_SPLIT = "train"   # the one split a corpus is to the Hub: refinery keeps its splits in the ``split`` column
@@ -42,8 +42,8 @@ def datasets_package(needed_by: str | Setting = HF_FORMAT):
     try:
         import datasets
     except ImportError:
-        raise ModuleNotFoundError(Message(needed_by, " needs the datasets package: pip install 'refinery[hf]'")) \
-            from None
+        raise Refusal(needed_by, " needs the datasets package: pip install 'refinery[hf]'",
+                      code="missing-package") from None
     return datasets
 
 
