@@ -162,8 +162,9 @@ def test_keywords_are_the_config_and_validate_as_everywhere(dev):
     with pytest.raises(Refusal, match=r"name the data's columns: preset=.*try preset='snli'") as unnamed:
         rf.audit(dev)
     assert unnamed.value.code == "missing-columns"
-    with pytest.raises(ValueError, match="unknown preset|one of"):
+    with pytest.raises(ValueError, match="unknown preset|one of") as no_preset:
         rf.audit(dev, preset="snil")
+    assert no_preset.value.code == "invalid-setting" and "did you mean 'snli'" in str(no_preset.value)
     with pytest.raises(TypeError, match="cannot read a builtins.int"):
         rf.audit(42, preset="snli")
     mixed = dev.assign(extra=[1, "a"] * (len(dev) // 2))
@@ -193,6 +194,7 @@ def test_errors_name_the_callers_keywords_and_data_and_rejects_it_can_still_read
     with pytest.raises(AllRejected) as raised:
         rf.zfilter(dev.head(50).assign(gold_label=0), preset="snli")
     message = str(raised.value)
+    assert raised.value.code == "all-rejected"
     assert message.startswith("no good rows in pandas.DataFrame (in memory): all 50 rejected: label not in the label ")
     assert message.endswith("; check preset=… or map=… and labels=…")
     assert len(glob.glob(re.search(r"are in (\S+);", message).group(1))) == 1
@@ -200,6 +202,7 @@ def test_errors_name_the_callers_keywords_and_data_and_rejects_it_can_still_read
     (tmp_path / "in" / "d.jsonl").write_text("".join(open(SNLI_DEV).readlines()[:20]))
     with pytest.raises(ValueError) as raised:
         rf.zfilter(str(tmp_path / "in" / "d.jsonl"), preset="snli", out=tmp_path / "in")
+    assert raised.value.code == "output-overlaps-input"
     assert str(raised.value).endswith("refinery would write among the data it reads; give a folder outside it")
     with pytest.raises(KeyboardInterrupt):
         with python_terms(None):
@@ -319,8 +322,9 @@ def test_a_split_column_keeps_its_splits(notebook_frames):
         up = rf.upsample(frame, map=COLS, k=5, iterations=1).data
     assert (up.split == "test").sum() == 300 and (up.split == "train").sum() > 3000
     assert rf.leakage(frame, map=COLS).report["test_split"] == "test"      # a stage that needs splits reads all
-    with pytest.raises(ValueError, match=r"name the splits: \{'train': data, 'test': data\}"):
+    with pytest.raises(ValueError, match=r"name the splits: \{'train': data, 'test': data\}") as unnamed:
         rf.leakage(notebook_frames["train"], map=COLS)
+    assert unnamed.value.code == "missing-columns"
 
 
 def test_temporary_folders_are_removed(notebook_frames, tmp_path, monkeypatch):
@@ -341,8 +345,9 @@ def test_temporary_folders_are_removed(notebook_frames, tmp_path, monkeypatch):
     del result
     gc.collect()
     assert not held() and len(data) == 300                                  # gone with its result; the data stays
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'nope'") as refused:
         rf.audit(train, map={"text_a": "premise", "label": "nope"})      # a failed call leaves nothing
+    assert refused.value.code == "missing-columns"
     assert not held()
     script = ("import refinery as rf, tempfile; tempfile.tempdir = %r\n"
               "kept = rf.zfilter(%r, preset='snli', k=20).data\nprint(kept)") % (str(tmp_path), SNLI_TEST)
@@ -369,5 +374,7 @@ def test_a_result_refuses_a_folder_a_later_run_replaced(dev, tmp_path):
     assert len(second.data) != kept
     with pytest.raises(RuntimeError, match="now holds a later run than this result's"):
         first.data
-    with pytest.raises(FileExistsError, match=r"already holds a finished result \(use mode='overwrite' or mode='skip'\)"):
+    with pytest.raises(FileExistsError, match=r"already holds a finished result \(use mode='overwrite' or mode='skip'\)"
+                       ) as exists:
         rf.zfilter(dev, preset="snli", k=5, out=tmp_path / "z", mode="error")
+    assert exists.value.code == "output-exists"

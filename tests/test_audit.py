@@ -473,7 +473,8 @@ def test_a_refused_input_leaves_the_finished_audit_in_out_whole(tmp_path):
     before = files()
     refused = run_cli("audit", tmp_path / "one.jsonl", "--preset", "snli", "--out", out, check=False)
     assert refused.returncode == 2 and "only one label ('neutral')" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1
+    assert len(refused.stderr.strip().splitlines()) == 1 and refused.stderr.rstrip().endswith("[empty-input]"), \
+        refused.stderr
     assert files() == before and (out / "_SUCCESS").exists()
 
 

@@ -140,6 +140,7 @@ def test_compare_refuses_repeated_names_and_training_on_evaluation_rows(tmp_path
     twice = run_cli("compare", "--train", f"snli={SNLI_DEV}", "--train", f"snli={SNLI_HARD}", "--eval",
                     f"hard={SNLI_HARD}", "--preset", "snli", "--out", tmp_path / "a", check=False)
     assert twice.returncode == 2 and "names 'snli' twice" in twice.stderr, twice.stderr
+    assert twice.stderr.rstrip().endswith("[invalid-setting]"), twice.stderr
     none = run_cli("compare", "--eval", f"hard={SNLI_HARD}", "--preset", "snli", "--out", tmp_path / "a", check=False)
     assert none.returncode == 2 and "give --train NAME=PATH[@SPLIT]" in none.stderr, none.stderr
     assert not (tmp_path / "a").exists()
@@ -147,6 +148,7 @@ def test_compare_refuses_repeated_names_and_training_on_evaluation_rows(tmp_path
     leaked = run_cli("compare", "--train", f"test={SNLI_HARD.replace('_hard', '')}", "--eval", f"hard={SNLI_HARD}",
                      "--preset", "snli", "--out", tmp_path / "b", check=False)
     assert leaked.returncode == 2 and "3,261 of the 3,261 rows of evaluation set hard" in leaked.stderr, leaked.stderr
+    assert leaked.stderr.rstrip().endswith("[evaluation-overlap]") and "--allow-overlap" in leaked.stderr, leaked.stderr
     assert not (tmp_path / "b" / "report").exists()
     allowed = run_cli("compare", "--train", f"test={SNLI_HARD.replace('_hard', '')}", "--eval", f"hard={SNLI_HARD}",
                       "--preset", "snli", "--allow-overlap", "--out", tmp_path / "b").stdout
@@ -356,9 +358,10 @@ def test_a_set_pairing_each_claim_with_every_label_cannot_separate_models_that_r
     # the overlap is judged on the claims the model reads: the evidence differs, the claims do not
     leaked = _jsonl(tmp_path / "leaked.jsonl", [{"id": f"l{i}", "claim": c, "evidence": "other evidence",
                                                  "label": labels[i % 3]} for i, c in enumerate(claims[:30])])
-    with pytest.raises(ValueError, match=r"30 of the 30 rows of evaluation set leak are also in training corpus "
-                                         r"claims \(same texts where the models read one text \(text_a\) alone\)"):
+    with pytest.raises(ValueError, match=r"30 of the 30 rows of evaluation set leak .* training corpus claims "
+                                         r".*one text \(text_a\) alone") as overlap:
         compare({"claims": train}, [f"leak={leaked}:fever"], tmp_path / "cmp2", PRESETS["fever_claims"])
+    assert overlap.value.code == "evaluation-overlap"
 
 
 def test_models_of_pairs_and_of_single_texts_are_not_compared_or_scored_on_what_they_do_not_read():

@@ -242,15 +242,13 @@ def test_confidence_keeping_too_few_rows_to_test_a_feature_warns(scored_dev):
 
 
 @pytest.mark.parametrize("column, tau, refused", [
-    ("keeps_five", 0.95, "--tau 0.95 would keep no row (contradiction 0 of 3,278, entailment 0 of 3,329, neutral 0 "
-                         "of 3,235), which the next audit cannot judge; nothing was written; --tau auto (τ per label, "
-                         "--keep-share 0.8) keeps contradiction 1, entailment 2, neutral 2; --tau 0.89 is the highest "
-                         "τ that keeps rows of every label"),
-    ("one_label", 0.5, "--tau 0.5 would keep the rows of one label only (contradiction 3,278 of 3,278, entailment 0 "
-                       "of 3,329, neutral 0 of 3,235), which the next audit cannot judge; nothing was written; --tau "
-                       "auto (τ per label, --keep-share 0.8) keeps contradiction 3,278, entailment 3,329, neutral "
-                       "3,235; --tau 0.00 keeps at least 80% of every label; --tau 0.29 is the highest τ that keeps "
-                       "rows of every label")])
+    ("keeps_five", 0.95, ("--tau 0.95 would keep no row", "(contradiction 0 of 3,278, entailment 0 of 3,329, "
+                          "neutral 0 of 3,235)", "nothing was written", "--keep-share 0.8) keeps contradiction 1, "
+                          "entailment 2, neutral 2", "--tau 0.89 is the highest τ that keeps rows of every label")),
+    ("one_label", 0.5, ("--tau 0.5 would keep the rows of one label only", "(contradiction 3,278 of 3,278, "
+                        "entailment 0 of 3,329, neutral 0 of 3,235)", "nothing was written", "--tau auto", "--keep-share "
+                        "0.8) keeps contradiction 3,278, entailment 3,329, neutral 3,235", "--tau 0.00 keeps at least "
+                        "80% of every label", "--tau 0.29 is the highest τ that keeps rows of every label"))])
 def test_confidence_refuses_a_tau_that_keeps_no_row_or_one_label_of_a_probability_column(
         scored_dev, column, tau, refused):
     """A τ that would leave an empty or one-label corpus (the next audit fails on either) is refused before
@@ -259,7 +257,8 @@ def test_confidence_refuses_a_tau_that_keeps_no_row_or_one_label_of_a_probabilit
     proc = run_cli("confidence", scored_dev / "dev", "--proba-column", column, "--tau", tau, "--out", out,
                    check=False)
     assert proc.returncode == 2 and not out.exists(), proc.stderr
-    assert proc.stderr.splitlines() == [f"error: {refused} [label-emptied]"]
+    line, = proc.stderr.splitlines()
+    assert line.endswith("[label-emptied]") and all(said in line for said in refused), line
 
 
 @pytest.mark.ray
@@ -361,11 +360,11 @@ def test_confidence_refuses_a_tau_that_keeps_no_row_naming_the_taus_that_work(sa
         proc = run_cli("confidence", SNLI_DEV, "--preset", "snli", *p_m, "--tau", "0.999", "--out", out, check=False)
         assert proc.returncode == 2 and not out.exists() and proc.stdout == "", proc.stderr
         line, = proc.stderr.splitlines()
-        assert line.startswith("error: --tau 0.999 would keep no row (contradiction 0 of 3,278, entailment 0 of 3,329, "
-                               "neutral 0 of 3,235), which the next audit cannot judge; nothing was written; --tau "
-                               "auto (τ per label, --keep-share 0.8) keeps contradiction 2,623, entailment 2,664, "
-                               "neutral 2,588; --tau "), line
-        assert line.endswith(" is the highest τ that keeps rows of every label [label-emptied]")
+        assert line.endswith("[label-emptied]"), line
+        assert "--tau 0.999 would keep no row (contradiction 0 of 3,278, entailment 0 of 3,329, neutral 0 of " \
+               "3,235)" in line and "nothing was written" in line, line
+        assert "--tau auto (τ per label, --keep-share 0.8) keeps contradiction 2,623, entailment 2,664, " \
+               "neutral 2,588; --tau " in line and "is the highest τ that keeps rows of every label" in line, line
     named = line.split("; --tau ")[2].split(" keeps at least 80% of every label")[0]
     run_cli("confidence", SNLI_DEV, "--preset", "snli", "--model", saved_model, "--tau", named,
             "--out", tmp_path / "named")
@@ -383,8 +382,9 @@ def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli
     assert all(t["kept"] == int(np.ceil(0.8 * t["rows"])) for t in report["tau_by_label"].values())
     assert "(tau auto, 80% of each label: contradiction > " in result.headline
     with pytest.raises(Refusal, match=r"^tau=0\.999 would keep no row \(contradiction 0 of \d+, .*; tau='auto' "
-                                         r"\(τ per label, keep_share=0\.8\) keeps contradiction \d+"):
+                                         r"\(τ per label, keep_share=0\.8\) keeps contradiction \d+") as refused:
         rf.confidence(str(snli_dev_head), preset="snli", folds=3, tau=0.999, out=str(tmp_path / "api-refused"))
+    assert refused.value.code == "label-emptied"
     assert not (tmp_path / "api-refused" / "kept").exists()
     for step, code in (("{folds: 3}", 0), ("{folds: 3, tau: 0.999}", 2)):
         (tmp_path / "p.yaml").write_text(f"input: {{paths: [{snli_dev_head}], preset: snli}}\n"
@@ -393,6 +393,7 @@ def test_confidence_default_and_refusal_hold_in_the_api_and_a_pipeline_step(snli
         assert proc.returncode == code, proc.stderr
         if code:
             assert proc.stderr.strip().splitlines()[-1].startswith("error: tau: 0.999 would keep no row")
+            assert proc.stderr.rstrip().endswith("[label-emptied]"), proc.stderr
             assert not (tmp_path / f"run{code}" / "01-confidence" / "kept").exists()
         else:
             assert "(tau auto, 80% of each label: contradiction > " in proc.stdout
@@ -457,19 +458,19 @@ def test_label_issues_find_flipped_labels_and_suggest_the_original(flipped_plant
 
 
 @pytest.mark.parametrize("options, refused", [
-    (("--proba-column", "drops_shortcut"), ("--label-issues needs p_M(l | x) of every label, and --proba-column "
-     "drops_shortcut holds p_M(label | text) of the given label only: leave out --proba-column (the n-gram model is "
-     "cross-fitted on the input) or give --model (ngram, transformer or a saved classifier's folder)")),
-    (("--tau", "0.5"), "--label-issues decides instead of τ: give --tau 0.5 or --label-issues, not both"),
-    (("--keep-share", "0.5"), "--keep-share is the share of each label that --tau auto keeps, and --label-issues "
-     "decides instead of τ: give --label-issues or --keep-share 0.5, not both")])
+    (("--proba-column", "drops_shortcut"), ("--label-issues needs p_M(l | x) of every label", "--proba-column "
+     "drops_shortcut holds p_M(label | text) of the given label only", "leave out --proba-column", "give --model")),
+    (("--tau", "0.5"), ("--label-issues decides instead of τ", "give --tau 0.5 or --label-issues, not both")),
+    (("--keep-share", "0.5"), ("--keep-share is the share of each label that --tau auto keeps", "--label-issues "
+     "decides instead of τ", "give --label-issues or --keep-share 0.5, not both"))])
 def test_label_issues_refuse_a_column_of_one_label_and_a_tau(scored_dev, options, refused):
     """Label issues need p_M of every label, which a column of p_M(label | text) does not hold; and they decide
     instead of τ: either is refused in one line naming the fix, exit 2, nothing written."""
     out = scored_dev / "refused-issues"
     proc = run_cli("confidence", scored_dev / "dev", "--label-issues", *options, "--out", out, check=False)
     assert proc.returncode == 2 and not out.exists(), proc.stderr
-    assert proc.stderr.splitlines() == [f"error: {refused} [conflicting-settings]"]
+    line, = proc.stderr.splitlines()
+    assert line.endswith("[conflicting-settings]") and all(said in line for said in refused), line
 
 
 def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):
@@ -480,9 +481,10 @@ def test_keep_share_with_a_given_tau_is_refused_naming_both(tmp_path):
     proc = run_cli("confidence", SNLI_DEV, "--preset", "snli", "--tau", "0.4", "--keep-share", "0.5",
                    "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2 and not (tmp_path / "o").exists(), proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: --keep-share is the share of each label that --tau auto keeps: "
-                                                "with --tau 0.4 it would do nothing; give --tau auto --keep-share "
-                                                "0.5, or --tau 0.4 alone [conflicting-settings]"]
+    line, = proc.stderr.strip().splitlines()
+    assert line.endswith("[conflicting-settings]") and "--keep-share" in line and "with --tau 0.4 it would do " \
+        "nothing" in line, line
+    assert "give --tau auto --keep-share 0.5, or --tau 0.4 alone" in line, line   # the fix, in the options' terms
     with pytest.raises(Refusal, match=r"give tau='auto', keep_share=0\.5, or tau=0\.4 alone") as refused:
         rf.confidence(str(SNLI_DEV), preset="snli", tau=0.4, keep_share=0.5, out=str(tmp_path / "api"))
     assert refused.value.code == "conflicting-settings"

@@ -76,8 +76,13 @@ def sick_like(tmp_path_factory):
     (lambda: Backend(tensor_parallel=0), "tensor_parallel must be a positive integer, got 0"),
 ])
 def test_every_config_rejects_a_bad_value_naming_key_value_and_what_is_allowed(build, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as refused:
         build()
+    assert refused.value.code == CONFLICTING.get(message, "invalid-setting"), refused.value
+
+
+# the refusals above of settings given together (the rest are a setting's value out of its range or choices)
+CONFLICTING = {"choice needs the transformers backend": "conflicting-settings"}
 
 
 @pytest.mark.parametrize("args, message", [   # named by the option the user typed, not the config's key
@@ -116,8 +121,10 @@ def test_pipeline_file_is_validated_whole_before_the_first_stage(tmp_path):
         assert proc.returncode == 2 and proc.stderr.strip() == \
             f"error: {path}: stage 2 (zfilter): {message} [invalid-setting]"
         assert not (tmp_path / "o").exists() and proc.stdout == ""
-    with pytest.raises(ConfigError, match=r"pipeline: stage 1 \(compose\)\.zfilter: min_count must be a positive"):
+    with pytest.raises(ConfigError, match=r"pipeline: stage 1 \(compose\)\.zfilter: min_count must be a positive"
+                       ) as refused:
         parse_pipeline({"input": {"paths": [SNLI_HARD]}, "stages": [{"compose": {"zfilter": {"min_count": 0}}}]})
+    assert refused.value.code == "invalid-setting"
     with pytest.raises(ConfigError, match="pipeline: input: batch_rows must be a positive integer, got 0") as refused:
         parse_pipeline({"input": {"paths": [SNLI_HARD], "batch_rows": 0}, "stages": ["audit"]})
     assert refused.value.code == "invalid-setting"

@@ -116,8 +116,10 @@ def test_mode_skip_reuses_and_error_refuses(snli_small, tmp_path):
     assert (tmp_path / "z" / "kept" / "part-00000.parquet").stat().st_mtime_ns == before
     changed = run_cli(*args[:-4], "--k", "6", *args[-2:], "--mode", "skip", check=False)
     assert changed.returncode == 2 and "other inputs or options" in changed.stderr
+    assert changed.stderr.rstrip().endswith("[output-exists]") and "--mode overwrite" in changed.stderr, changed.stderr
     refused = run_cli(*args, "--mode", "error", check=False)
     assert refused.returncode == 2 and "already holds a finished result" in refused.stderr
+    assert refused.stderr.rstrip().endswith("[output-exists]") and "--mode overwrite" in refused.stderr, refused.stderr
 
 
 # ---------------------------------------------------------------- a stage from outside refinery
@@ -149,6 +151,7 @@ def test_a_new_stage_is_a_verb_and_a_pipeline_key(snli_small, tmp_path, monkeypa
     bad = runner.invoke(group, ["short-text", SNLI_TEST, "--preset", "snli", "--min-words", "0",
                                 "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "--min-words must be a positive integer, got 0" in bad.output
+    assert bad.output.rstrip().endswith("[invalid-setting]"), bad.output
     assert cls.name == "short-text"
 
 

@@ -49,12 +49,15 @@ def test_probe_reads_each_eval_through_its_own_preset_and_says_what_it_rejected(
     (tmp_path / "ev.jsonl").write_text("".join(open(SNLI_TEST).readlines()[:200]))   # an eval file changes
     again = run_cli(*args, check=False)
     assert again.returncode == 2 and "holds a result made from other inputs" in again.stderr, again.stdout
+    assert again.stderr.rstrip().endswith("[output-exists]"), again.stderr
     refused = [run_cli("probe", SNLI_HARD, "--preset", "snli", *extra, "--out", tmp_path / "q", check=False)
                for extra in (("--eval", SNLI_TEST, "--eval", tmp_path / "snli_test.jsonl"),
                              ("--save-model", tmp_path / "q" / "model"))]
     assert [r.returncode for r in refused] == [2, 2] and not (tmp_path / "q").exists()
     assert "two evaluation corpora are named 'snli_test'" in refused[0].stderr and "overlap" in refused[1].stderr
     assert refused[0].stderr.rstrip().endswith("[invalid-setting]"), refused[0].stderr
+    assert refused[1].stderr.rstrip().endswith("[output-overlaps-input]"), refused[1].stderr
+    assert "--save-model" in refused[1].stderr and "--out" in refused[1].stderr
 
 
 def test_probe_trains_on_the_train_split_and_its_printed_pipeline_reads_the_sets_alike(tmp_path):
@@ -96,10 +99,10 @@ def test_confidence_filter_keeps_only_rows_above_tau(tmp_path):
     hans = run_cli("confidence", DATA / "hans" / "hans_regenerated.tsv", "--preset", "hans", "--model", tmp_path / "m",
                    "--out", tmp_path / "h", check=False)   # its non-entailment rows would all score 0
     assert hans.returncode == 2 and not (tmp_path / "h").exists(), hans.stderr
-    assert hans.stderr.endswith(f"error: --model {tmp_path / 'm'} was trained on the labels contradiction, entailment, "
-                                "neutral; the input's label 'non-entailment' (15,000 rows) is none of them, so its rows "
-                                "would all score 0 and be dropped: give a model trained on this corpus's labels, or "
-                                "read the input with the preset or --map whose labels the model knows [model]\n")
+    line = hans.stderr.splitlines()[-1]
+    assert line.startswith(f"error: --model {tmp_path / 'm'} ") and line.endswith("[model]"), line
+    assert "contradiction, entailment, neutral" in line and "'non-entailment' (15,000 rows)" in line, line
+    assert "give a model trained on this corpus's labels" in line and "--map" in line, line
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +137,9 @@ def test_registry_resolves_packaged_names_and_explains_missing_ones(monkeypatch)
     smol = registry.resolve("SmolLM2-135M-Instruct")
     assert smol.gguf_file and (Path(smol.path) / smol.gguf_file).exists()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(registry.ModelNotFound, match="neither a local path nor a packaged model"):
+    with pytest.raises(registry.ModelNotFound, match="neither a local path nor a packaged model") as missing:
         registry.resolve("some-org/not-installed-model")
+    assert missing.value.code == "model" and "some-org/not-installed-model" in str(missing.value)
 
 
 def test_generator_fine_tuning_learns_the_target_only():

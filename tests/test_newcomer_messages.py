@@ -149,7 +149,7 @@ def test_a_missing_column_is_named_as_the_users_file_names_it_with_the_fix(tmp_p
     proc = run_cli("weights", tmp_path / "train.jsonl", "--preset", "fever_claims", "--out", tmp_path / "w",
                    check=False)
     said = proc.stderr.strip()
-    assert proc.returncode == 2 and len(said.splitlines()) == 1, said
+    assert proc.returncode == 2 and len(said.splitlines()) == 1 and said.endswith("[missing-columns]"), said
     assert "read with --preset fever_claims, it has id, label, claim (as text_a); not read: evidence_pages" in said
     assert "weights reads pairs of texts" in said and "--map text_a=claim,label=label,id=id,text_b=COLUMN" in said
     # a pipeline refuses the step before any work, in the same words
@@ -158,6 +158,7 @@ def test_a_missing_column_is_named_as_the_users_file_names_it_with_the_fix(tmp_p
                                     "stages": [{"weights": {}}]}))
     proc = run_cli("run", spec, "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2 and "step 01-weights needs column(s) text_b" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[missing-columns]"), proc.stderr
     assert "claim (as text_a); not read: evidence_pages" in proc.stderr
 
 
@@ -187,5 +188,6 @@ def test_an_evaluation_set_of_other_labels_is_refused_with_its_reason(tmp_path):
     done = run_cli("compare", "--train", f"dev={SNLI_DEV}", "--eval", f"odd={tmp_path / 'odd.jsonl'}:snli",
                    "--preset", "snli", "--out", tmp_path / "c", check=False)
     assert done.returncode == 2 and "evaluation set odd: no good rows in" in done.stderr
+    assert done.stderr.rstrip().endswith("[all-rejected]"), done.stderr
     assert "rejected, most for 'label not in the label set entailment|neutral|contradiction'" in done.stderr
     assert f"give the preset of its release (odd={tmp_path / 'odd.jsonl'}:PRESET)" in done.stderr

@@ -69,16 +69,18 @@ def test_pipeline_errors_name_the_file_and_key(tmp_path):
         parse_pipeline({**bad, "stages": ["zfliter"]})
     assert (unknown.value.code, invalid.value.code, no_stage.value.code) == (
         "unknown-setting", "invalid-setting", "unknown-setting")
-    with pytest.raises(ConfigError, match=r"^pipeline: input: map=…: unknown canonical field 'txt_a'; did you mean "
-                                          r"'text_a'\? \(fields: text_a, "):
+    with pytest.raises(ConfigError, match=r"^pipeline: input: map=…: .*'txt_a'; did you mean "
+                                          r"'text_a'\? \(fields: text_a, ") as field:
         parse_pipeline({**bad, "input": {"paths": [SNLI_HARD], "map": {"txt_a": "sentence1", "label": "gold_label"}}})
-    with pytest.raises(ConfigError, match=r"give one of model=… \(ngram, .*\) and proba_column=… \(a column .*\), not both"):
+    with pytest.raises(ConfigError, match=r"model=… \(ngram, .*\) and proba_column=… .*not both") as both:
         parse_pipeline({**bad, "stages": [{"confidence": {"model": "ngram", "proba_column": "p"}}]})
+    assert (field.value.code, both.value.code) == ("unknown-setting", "conflicting-settings")
     assert parse_pipeline({**bad, "stages": [{"confidence": {"tau": 0.5}}]}).stages[0].config.model == "ngram"
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({**bad, "stages": [{"audit": {"features": {"families": ["unigram", "trigram"]}}}]}))
     proc = run_cli("run", path, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stderr.rstrip().endswith("[invalid-setting]"), proc.stderr
     assert str(path) in proc.stderr and "trigram" in proc.stderr
 
 
@@ -126,12 +128,13 @@ def test_a_variable_gives_a_number_or_a_flag_its_setting_takes(tmp_path, monkeyp
     config = load_pipeline(str(tmp_path / "p.yaml")).stages[0].config
     assert (config.k, config.settle) == (7, False)
     monkeypatch.setenv("K", "seven")
-    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: the environment gives 'seven', not an integer"):
+    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: .*'seven'.*integer") as from_environment:
         load_pipeline(str(tmp_path / "p.yaml"))
     (tmp_path / "q.yaml").write_text(f"input: {{paths: [{SNLI_HARD}], preset: snli}}\nstages:\n"
                                      "  - zfilter: {k: '7'}\n")
-    with pytest.raises(ConfigError, match="expected an integer, got '7'"):
+    with pytest.raises(ConfigError, match=r"\(zfilter\)\.k: .*integer.*'7'") as as_text:
         load_pipeline(str(tmp_path / "q.yaml"))
+    assert from_environment.value.code == as_text.value.code == "invalid-setting"
 
 
 def test_runs_print_config_writes_out_absolute_and_credentials_as_variables(tmp_path):
@@ -239,6 +242,7 @@ def test_failed_stage_leaves_earlier_stages_finished(tmp_path):
                                     "stages": [{"zfilter": {"k": 5}}, {"confidence": {"proba_column": "missing"}}]}))
     proc = run_cli("run", spec, "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2 and "no column 'missing'" in proc.stderr
+    assert proc.stderr.rstrip().endswith("[missing-columns]"), proc.stderr
     assert (tmp_path / "o" / "01-zfilter" / "_SUCCESS").exists()
     assert not (tmp_path / "o" / "02-confidence" / "_SUCCESS").exists()
     # the pipeline report is still written: the finished step, and the failed one with its error
@@ -439,8 +443,9 @@ def test_the_examples_write_only_where_out_says():
     assert [(s.name, s.reads) for s in methods.stages][2:] == [("aflite", "input"), ("datamap", "input"), (
         "confidence", "input"), ("upsample", "input"), ("compare", None)]
     proc = run_cli("run", REPO / "examples" / "snli.yaml", check=False)
-    assert proc.returncode == 2 and proc.stderr == ("error: no output folder: give --out or out: in the pipeline file "
-                                                    "[missing-setting]\n")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.rstrip().endswith("[missing-setting]"), proc.stderr
+    assert "no output folder" in proc.stderr and "--out" in proc.stderr and "out: in the pipeline file" in proc.stderr
 
 
 def test_a_step_needing_a_column_no_earlier_step_gives_is_refused_before_any_work(tmp_path):
@@ -450,7 +455,7 @@ def test_a_step_needing_a_column_no_earlier_step_gives_is_refused_before_any_wor
     spec.write_text(yaml.safe_dump({"input": {"paths": [SNLI_HARD], "preset": "snli"},
                                     "stages": [{"zfilter": {"k": 5}}, {"leakage": {}}]}))
     proc = run_cli("run", spec, "--out", tmp_path / "o", check=False)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 2 and proc.stderr.rstrip().endswith("[missing-columns]"), proc.stderr
     assert "step 02-leakage needs column(s) split" in proc.stderr and "name the splits" in proc.stderr
     assert "the steps before it add source_stage" in proc.stderr
     assert not (tmp_path / "o").exists()
@@ -504,8 +509,7 @@ def test_a_mistyped_step_name_in_a_corpus_setting_is_refused_before_any_work(tmp
     mistyped) is refused when the file is read, naming the closest step, not after the steps before it ran."""
     spec = {"input": {"paths": [SNLI_HARD], "preset": "snli"}, "stages": [
         {"zfilter": {}}, {"compare": {"train": {"orig": "input", "z": "zfiltre"}, "evals": [f"dev={SNLI_DEV}:snli"]}}]}
-    with pytest.raises(ConfigError, match="train: 'zfiltre' is no earlier step and no file or folder; did you mean "
-                                          "'zfilter'") as refused:
+    with pytest.raises(ConfigError, match="train: 'zfiltre' is no earlier step and no file or folder.*'zfilter'") as refused:
         parse_pipeline(spec, str(tmp_path))
     assert refused.value.code == "unknown-setting"
     spec["stages"][1]["compare"]["train"]["z"] = SNLI_DEV   # a path: read as it is

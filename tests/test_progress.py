@@ -78,7 +78,9 @@ def test_a_stage_run_as_a_ray_task_relays_its_bars_and_raises_its_own_errors(ray
         return steps
 
     def _refuses(value: str):
-        raise ValueError(f"column {value!r} is not in the input")
+        from refinery.messages import Refusal
+
+        raise Refusal(f"column {value!r} is not in the input", code="missing-columns")
 
     with recording() as phases:
         value, task_peak = run_as_task(_counts, (6,), desc="counting")
@@ -87,7 +89,7 @@ def test_a_stage_run_as_a_ray_task_relays_its_bars_and_raises_its_own_errors(ray
     assert phases[0]["seconds"] >= 1.0                        # the task's own time, not the mirror's
     with pytest.raises(ValueError) as refused:                # the stage's error itself, not Ray's wrapper
         run_as_task(_refuses, ("lable",), desc="refusing")
-    assert str(refused.value) == "column 'lable' is not in the input"
+    assert str(refused.value) == "column 'lable' is not in the input" and refused.value.code == "missing-columns"
 
 
 def interrupted_when(args, finished: str) -> tuple[int, str]:

@@ -343,14 +343,16 @@ def test_a_step_after_one_that_kept_nothing_is_refused_in_one_line(tmp_path):
     proc = run_cli("run", tmp_path / "p.yaml", "--out", tmp_path / "o", check=False)
     assert proc.returncode == 2, proc.stderr
     assert "\n   warning: kept 0.0% of the rows (0 of 3,261); check the settings (keep ambiguous" in proc.stdout
-    assert proc.stderr.splitlines()[-1] == (
-        "error: 02-zfilter: 01-datamap passed on no rows of the 3,261 it read, so zfilter has nothing to work "
-        f"on; loosen datamap's settings (its report: {tmp_path / 'o' / '01-datamap' / 'report' / 'report.html'})")
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("error: 02-zfilter: ") and line.endswith("[empty-input]"), line
+    assert "01-datamap passed on no rows of the 3,261 it read" in line and "loosen datamap's settings" in line, line
+    assert str(tmp_path / "o" / "01-datamap" / "report" / "report.html") in line, line
     kept = tmp_path / "o" / "01-datamap" / "kept"
     proc = run_cli("zfilter", kept, "--out", tmp_path / "z", check=False)
     assert proc.returncode == 2 and not (tmp_path / "z").exists(), proc.stderr
-    assert proc.stderr.endswith(f"error: {kept}: no rows (a corpus that the run which wrote it left empty); "
-                                "give a corpus that holds rows\n")
+    line, = proc.stderr.splitlines()
+    assert line.startswith(f"error: {kept}: no rows") and line.endswith("[empty-input]"), line
+    assert "give a corpus that holds rows" in line, line
 
 
 def test_verdict_at_scale_counts_material_rises_and_a_value_at_the_threshold_is_not_over_it():
