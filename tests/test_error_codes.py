@@ -35,6 +35,17 @@ def test_the_command_line_ends_a_refusal_with_its_code(claims, tmp_path):
     assert not (tmp_path / "z").exists()
 
 
+def test_a_command_line_spelled_wrong_ends_with_its_code_too(tmp_path):
+    """click's usage errors (an option or verb that does not exist, a missing option, a value click refuses) end
+    as every refusal's line does."""
+    for args, code in ((["zfiltr", SNLI_DEV], "unknown-setting"),
+                       (["zfilter", SNLI_DEV, "--kk", "3"], "unknown-setting"), (["compare"], "missing-setting"), (["zfilter", SNLI_DEV, "--preset", "snl"], "invalid-setting"),
+                       (["convert", SNLI_DEV, "--preset", "snli", "--batch-rows", "0"], "invalid-setting")):
+        said = run_cli(*args, "--out", tmp_path / "o", check=False)
+        assert said.returncode == 2 and said.stderr.rstrip().endswith(f"[{code}]"), (args, said.stderr)
+    assert not (tmp_path / "o").exists()
+
+
 def test_python_gives_the_code_on_the_exception(claims):
     frame = pd.read_json(claims, lines=True)
     with pytest.raises(Refusal) as unmapped:

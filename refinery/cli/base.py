@@ -125,6 +125,29 @@ def ended(e: BaseException) -> int:
     return 2 if isinstance(e, user_errors()) else 1
 
 
+def usage_error(message: str, code: str) -> click.UsageError:
+    """A mistake in how a command line is spelled (click shows it under the verb's usage, exit 2), of the kind
+    ``code`` (``messages.CODES``)."""
+    error = click.UsageError(message)
+    error.code = code
+    return error
+
+
+_USAGE_CODES = ((click.NoSuchOption, "unknown-setting"), (click.MissingParameter, "missing-setting"),
+                (click.BadParameter, "invalid-setting"),
+                (getattr(click.exceptions, "NoSuchCommand", ()), "unknown-setting"))   # a verb (click ≥ 8.2)
+
+
+def coded(e: click.UsageError) -> click.UsageError:
+    """``e`` shown with its code at the end, as every refusal's line ends (``usage_error``'s, the refusal it was
+    made from, or the kind of click's error: an option that does not exist ``unknown-setting``, …)."""
+    code = getattr(e, "code", None) or getattr(e.__cause__, "code", None) or \
+        next((c for kind, c in _USAGE_CODES if isinstance(e, kind)), "invalid-setting")
+    worded = e.format_message
+    e.format_message = lambda: f"{worded()} [{code}]"
+    return e
+
+
 def error_code(e: BaseException) -> str | None:
     """What kind of refusal ``e`` is (``messages.CODES``, explained in docs/errors.md): its ``code`` (a ``Refusal``'s
     and every error class of refinery's that a user can fix), a missing file ``bad-input``, a disk's or store's

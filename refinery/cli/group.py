@@ -5,7 +5,7 @@ import importlib
 
 import click
 
-from refinery.cli.base import RefineryCommand, ended, first_sentence
+from refinery.cli.base import RefineryCommand, coded, ended, first_sentence
 
 
 class RefineryGroup(click.Group):
@@ -69,6 +69,8 @@ class RefineryGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:   # a command line spelled wrong: its line ends with its code too
+            raise coded(e) from e.__cause__
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 — the one place errors become messages

@@ -27,7 +27,7 @@ def input_options(f):
             spec = from_dict(InputSpec, given(InputSpec, kwargs, "in"), where="input")
             kwargs["mapping"], kwargs["opts"] = spec.mapping(), spec.read_options()
         except ValueError as e:
-            raise click.UsageError(str(e)) from None
+            raise click.UsageError(str(e)) from e   # shown with the refusal's code (``base.coded``)
         return f(*args, **kwargs)
 
     return config_options(InputSpec, "in")(wrapper)

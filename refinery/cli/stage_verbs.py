@@ -13,6 +13,7 @@ import os
 
 import click
 
+from refinery.cli.base import usage_error
 from refinery.cli.config_options import by_option, config_options, given
 from refinery.pipeline.fields import check_unique, leaves
 from refinery.cli.options import engine_option, io_timeout_option, memory_budget_option, mode_option, \
@@ -98,12 +99,13 @@ def verb_pipeline(cls, inputs: tuple, named: tuple, out: str, engine: str, profi
                   params: dict, memory_budget: str | None = None) -> PipelineSpec:
     """The one-stage pipeline a verb's command line spells."""
     if inputs and named:
-        raise click.UsageError("give INPUTS or --input SPLIT=PATH, not both")
+        raise usage_error("give INPUTS or --input SPLIT=PATH, not both", "conflicting-settings")
     data = given(cls.Config, params, "cfg")
     if not inputs and not named and cls.input_field not in data:
         field = next((f for f in dataclasses.fields(cls.Config) if f.name == cls.input_field), None)
-        raise click.UsageError("give INPUTS (or --input SPLIT=PATH)" if field is None else
-                               f"give {field.metadata['option']} {field.metadata['metavar']} (repeat for more)")
+        raise usage_error("give INPUTS (or --input SPLIT=PATH)" if field is None else
+                          f"give {field.metadata['option']} {field.metadata['metavar']} (repeat for more)",
+                          "missing-setting")
     if profile:
         data = merged(to_dict(cls.profiles[profile]), data)
     try:
