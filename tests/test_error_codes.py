@@ -39,7 +39,8 @@ def test_a_command_line_spelled_wrong_ends_with_its_code_too(tmp_path):
     """click's usage errors (an option or verb that does not exist, a missing option, a value click refuses) end
     as every refusal's line does."""
     for args, code in ((["zfiltr", SNLI_DEV], "unknown-setting"),
-                       (["zfilter", SNLI_DEV, "--kk", "3"], "unknown-setting"), (["compare"], "missing-setting"), (["zfilter", SNLI_DEV, "--preset", "snl"], "invalid-setting"),
+                       (["zfilter", SNLI_DEV, "--kk", "3"], "unknown-setting"), (["compare"], "missing-setting"),
+                       (["zfilter", SNLI_DEV, "--preset", "snl"], "invalid-setting"),
                        (["convert", SNLI_DEV, "--preset", "snli", "--batch-rows", "0"], "invalid-setting")):
         said = run_cli(*args, "--out", tmp_path / "o", check=False)
         assert said.returncode == 2 and said.stderr.rstrip().endswith(f"[{code}]"), (args, said.stderr)
