@@ -2,7 +2,7 @@
 whole corpora, a filter's rows and reasons, the verdict against a fresh audit, the same corpora on Ray, killed and
 rerun, killed mid-overwrite; on planted corpora of 2,000 rows, the generating stages with a tiny generator.
 
-    .venv/bin/python benchmarks/check_stages.py [--only zfilter,generate] [--local-only]
+    .venv/bin/python benchmarks/check_stages.py [--only zfilter,generate] [--local-only] [--no-kill]
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="Comma-separated stages (default: every one).")
     parser.add_argument("--local-only", action="store_true", help="Not on Ray.")
+    parser.add_argument("--no-kill", action="store_true", help="Not killed and rerun (the quick checks only).")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="check-stages-")
     generator = make_tiny_generator(os.path.join(root, "generator"))
@@ -61,7 +62,7 @@ def main() -> None:
             continue
         start = time.perf_counter()
         result = check_stage(command, engines=("local",) if args.local_only else ("local", "ray"),
-                             folder=os.path.join(root, name.replace(" ", "")))
+                             folder=os.path.join(root, name.replace(" ", "")), kill=not args.no_kill)
         print(f"| {name} | {len(result.checks)} | {', '.join(c.name for c in result.failures) or 'none'} | "
               f"{time.perf_counter() - start:.0f} |", flush=True)
         if not result.ok:
