@@ -223,6 +223,8 @@ class Message:
 
 def text(value, kind: str | None = None) -> str:
     """A message, string or refusal as text in ``kind``'s terms (those in force by default)."""
+    if isinstance(value, OSError) and value.strerror:   # the system's (errno, reason[, file]): the file named
+        return f"{value.filename}: {value.strerror}" if value.filename else value.strerror
     if isinstance(value, BaseException):
         return render(value.args, kind) if value.args else type(value).__name__
     return render((value,), kind)

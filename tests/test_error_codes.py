@@ -65,3 +65,39 @@ def test_a_refusal_keeps_its_code_through_pickling_and_codes_are_checked():
     assert rejected.code == "all-rejected" and set(CODES) >= {made.code, rejected.code}
     with pytest.raises(TypeError):
         Refusal("no such kind", code="no-such-code")
+
+
+def test_what_a_newcomer_tried_is_refused_with_its_name_and_code(claims, tmp_path):
+    """A missing model, an empty SQL file, JSON given where Parquet is read, a pipeline file that is a folder: one
+    line naming the path, with its code (they said `2No such file or directory`, or ended with exit 1)."""
+    (tmp_path / "empty.sql").write_text("-- nothing yet\n")
+    for args, code, named in ((["confidence", SNLI_DEV, "--preset", "snli", "--model", tmp_path / "nosuch", "--out",
+                                tmp_path / "c"], "model", "nosuch"),
+                              (["sql", tmp_path / "empty.sql", SNLI_DEV, "--preset", "snli"], "invalid-setting",
+                               "empty.sql"),
+                              (["evaluate", "--predictions", claims], "bad-input", "claims.jsonl"),
+                              (["run", tmp_path, "--out", tmp_path / "r"], "bad-input", str(tmp_path))):
+        said = run_cli(*args, check=False)
+        assert said.returncode == 2 and said.stderr.rstrip().endswith(f"[{code}]"), (args, said.stderr)
+        assert named in said.stderr and len(said.stderr.strip().splitlines()) == 1, said.stderr
+
+
+def test_python_refusals_are_refusals_whatever_else_they_are(claims, tmp_path):
+    """An output folder of the user's, a finished output under mode='error', a missing file and broken pipeline YAML
+    are each caught by ``except Refusal`` (and still by what they were: FileExistsError, FileNotFoundError)."""
+    frame = pd.read_json(claims, lines=True)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    fever = {"text_a": "claim", "text_b": "evidence", "label": "verdict"}
+    rf.audit(frame, map=fever, out=str(tmp_path / "done"))
+    for call, code, kind in ((lambda: rf.audit(frame, map=fever, out=str(tmp_path / "mine")), "not-refinerys",
+                              FileExistsError),
+                             (lambda: rf.audit(frame, map=fever, out=str(tmp_path / "done"), mode="error"),
+                              "output-exists", FileExistsError),
+                             (lambda: rf.audit(str(tmp_path / "nosuch.jsonl"), preset="snli"), "bad-input",
+                              FileNotFoundError),
+                             (lambda: rf.run("stages: [audit\n"), "bad-input", Refusal)):
+        with pytest.raises(Refusal) as refused:
+            call()
+        assert refused.value.code == code and isinstance(refused.value, kind), refused.value
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"

@@ -17,7 +17,7 @@ from refinery.api.inputs import Source, as_source, check_preset
 from refinery.api.keywords import INPUT_KEYS, config_dict, config_keywords, input_keywords
 from refinery.api.results import PipelineResult, Result, stage_result
 from refinery.io.corpus_writer import convert
-from refinery.io.location import join
+from refinery.io.location import MissingInput, join
 from refinery.io.modes import check_mode
 from refinery.messages import Refusal, text
 from refinery.pipeline.config import (PipelineSpec, StageSpec, anchor_path, from_dict, parse_pipeline,
@@ -230,13 +230,18 @@ def _pipeline_dict(spec) -> tuple[dict, str]:
     """(the dict a pipeline file holds, the folder its relative paths start from) of a pipeline given as a
     file's path, YAML text or a dict."""
     import yaml
-    if isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
-        with open(spec) as fh:
-            raw, base = yaml.safe_load(fh), os.path.dirname(os.path.abspath(spec))
-    else:
-        raw, base = (yaml.safe_load(spec) if isinstance(spec, str) else dict(spec)), "."
+    is_file = isinstance(spec, (str, os.PathLike)) and os.path.exists(spec)
+    try:
+        if is_file:
+            with open(spec) as fh:
+                raw, base = yaml.safe_load(fh), os.path.dirname(os.path.abspath(spec))
+        else:
+            raw, base = (yaml.safe_load(spec) if isinstance(spec, str) else dict(spec)), "."
+    except yaml.YAMLError as e:
+        said = " ".join(str(e).replace(' in "<unicode string>",', " at").split())
+        raise Refusal(f"{spec if is_file else 'the pipeline'}: not valid YAML: {said}", code="bad-input") from None
     if isinstance(raw, str) and re.search(r"\.(ya?ml|json)$", raw):
-        raise FileNotFoundError(f"no pipeline file {raw}")
+        raise MissingInput(f"no pipeline file {raw}")
     if not isinstance(raw, dict):
         raise Refusal(f"a pipeline is a file, YAML text or a dict with input and stages, not {raw!r:.80}",
                       code="invalid-setting")

@@ -151,13 +151,15 @@ def coded(e: click.UsageError) -> click.UsageError:
 def error_code(e: BaseException) -> str | None:
     """What kind of refusal ``e`` is (``messages.CODES``, explained in docs/errors.md): its ``code`` (a ``Refusal``'s
     and every error class of refinery's that a user can fix), a missing file ``bad-input``, a disk's or store's
-    other failure ``storage``; None for refinery's own faults."""
+    other failure ``storage``, any other error a user can fix ``refused``; None for refinery's own faults."""
     if not isinstance(e, user_errors()):
         return None
     code = getattr(e, "code", None)
     if isinstance(code, str):
         return code
-    return "bad-input" if isinstance(e, FileNotFoundError) else "storage" if isinstance(e, OSError) else None
+    if isinstance(e, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):   # a path that is not what it
+        return "bad-input"                                                           # should be
+    return "storage" if isinstance(e, OSError) else "refused"
 
 
 SHOWN_PUBLISHED = 8   # folders an interrupt names, then how many more

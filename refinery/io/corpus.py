@@ -23,7 +23,7 @@ from refinery.io.read_options import ReadOptions
 from refinery.io.readers import input_columns, read_input
 from refinery.io.schema import AS_IS_REQUIRED, PRESETS, REJECTS_SCHEMA, Mapping, canonical_mapping, empty_table
 from refinery.io.splits import parse_split_spec, split_name
-from refinery.io.location import forget_listings, get_fs, is_local, on_store
+from refinery.io.location import MissingInput, forget_listings, get_fs, is_local, on_store
 from refinery.io.finished import STAGE, corpus_manifest, finished
 from refinery.io.records import MANIFEST, META_DIR, manifest_path
 from refinery.io.ownership import RUN_ID_IN_NAME, STAGE_CORPUS
@@ -36,8 +36,8 @@ TOP_REASONS = 3                     # the reasons an all-rejected error names
 FORMAT = CORPUS_FORMAT
 
 
-class OutputExists(FileExistsError):
-    """The output holds a finished run and the mode does not replace it."""
+class OutputExists(FileExistsError, Refusal):
+    """The output holds a finished run and the mode does not replace it (a refusal, and a ``FileExistsError``)."""
 
     code = "output-exists"
 
@@ -95,7 +95,7 @@ class Corpus:
         forget_listings(fs, path)  # another process may have published it since this one last looked
         record = corpus_manifest(url, storage_options)
         if record is None:
-            raise FileNotFoundError(f"{url}: no {MANIFEST}; not a finished refinery corpus")
+            raise MissingInput(f"{url}: no {MANIFEST}; not a finished refinery corpus")
         if is_local(fs):
             record.check_links(path)
         corpus = cls(url.rstrip("/"), record, storage_options)
@@ -118,8 +118,8 @@ class Corpus:
         for name in self.manifest.paths():
             recorded = self.manifest.recorded(name).bytes
             if name not in found:
-                raise FileNotFoundError(f"{posixpath.join(self.url, name)}: listed in {record} but missing; the "
-                                        "corpus was changed after refinery wrote it: write it again")
+                raise MissingInput(f"{posixpath.join(self.url, name)}: listed in {record} but missing; the "
+                                   "corpus was changed after refinery wrote it: write it again")
             if recorded is not None and found[name] != recorded:
                 raise Refusal(f"{posixpath.join(self.url, name)}: {found[name]:,} bytes where {record} records "
                               f"{recorded:,}; the file was replaced or cut after refinery wrote it: write the "
@@ -309,9 +309,13 @@ def read_any(url: str, storage_options: dict | None = None) -> pa.Table:
         return Corpus.open(url, storage_options).read()
     fs, path = get_fs(url, storage_options)
     if not fs.exists(path):
-        raise FileNotFoundError(f"{url}: no such file or corpus")
+        raise MissingInput(f"{url}: no such file or corpus")
     with fs.open(path, "rb") as fh:
-        return pq.read_table(fh)
+        try:
+            return pq.read_table(fh)
+        except pa.ArrowInvalid as e:   # a JSON or CSV file where a corpus or Parquet file was asked
+            raise Refusal(f"{url}: not a corpus or a Parquet file ({str(e).splitlines()[0]}); make it one with "
+                          "refinery convert", code="bad-input") from None
 
 
 def is_corpus(url: str, storage_options=None) -> bool:

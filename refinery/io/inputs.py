@@ -8,7 +8,7 @@ import posixpath
 import re
 
 from refinery.io.schema import Mapping
-from refinery.io.location import check_bucket, get_fs, on_store
+from refinery.io.location import MissingInput, check_bucket, get_fs, on_store
 from refinery.io.ownership import EARLIER_MARKER, OWNER_MARKER, RUN_MARKER
 from refinery.messages import Refusal
 
@@ -69,8 +69,8 @@ def expand_paths(inputs, storage_options=None) -> list[str]:
                 check_bucket(url, fs, path)
         _notice(url, skipped)
         if not matches:
-            raise FileNotFoundError(f"no input files at {url}" + (f" (only {_listed(skipped)}, which are not data)"
-                                                                   if skipped else ""))
+            raise MissingInput(f"no input files at {url}" + (f" (only {_listed(skipped)}, which are not data)"
+                                                             if skipped else ""))
         out.extend(_as_url(fs, url, m) for m in matches)
     return out
 

@@ -168,13 +168,20 @@ def json_object(fs, path: str) -> dict | None:
 
 # ---------------------------------------------------------------- what a store answered, and what refinery refuses
 
-class ForeignOutput(FileExistsError):
-    """``--out`` names a folder (or a file) that refinery did not write: refused whatever ``--mode``."""
+class ForeignOutput(FileExistsError, Refusal):
+    """``--out`` names a folder (or a file) that refinery did not write: refused whatever ``--mode`` (a refusal,
+    and a ``FileExistsError`` as it always was)."""
 
     code = "not-refinerys"
 
 
-class MissingBucket(FileNotFoundError):
+class MissingInput(FileNotFoundError, Refusal):
+    """A path the run reads that holds nothing to read (a refusal, and a ``FileNotFoundError``)."""
+
+    code = "bad-input"
+
+
+class MissingBucket(FileNotFoundError, Refusal):
     """An object-store URL whose bucket does not exist: refinery never creates buckets."""
 
     code = "storage"

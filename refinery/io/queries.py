@@ -112,7 +112,10 @@ def run(con, name_or_file: str, params: dict | None = None, *, package: str | No
     """Run a named or user query; ``$name`` parameters used by the text are bound from ``params``; ``package``: the
     method package whose ``sql/`` holds a named one (``db.load_sql``; none: io's own, as ``refinery sql`` runs)."""
     sql = load_sql(name_or_file, package)
-    return con.sql(sql, params=_bind(sql, name_or_file, params) or None).to_arrow_table()
+    relation = con.sql(sql, params=_bind(sql, name_or_file, params) or None)
+    if relation is None:   # a file of comments or nothing: no statement that gives rows
+        raise Refusal(f"{name_or_file}: holds no query that gives rows", code="invalid-setting")
+    return relation.to_arrow_table()
 
 
 def csv_ready(table: pa.Table) -> pa.Table:

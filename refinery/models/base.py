@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core.folds import fold_of
-from refinery.messages import Refusal
+from refinery.messages import Refusal, Setting
 
 
 @runtime_checkable
@@ -85,6 +85,9 @@ def make_classifier(backend: str, inputs: str = "pair", **params) -> Classifier:
 
 
 def load_classifier(path: str) -> Classifier:
+    if not os.path.isfile(os.path.join(path, "classifier.json")):
+        raise Refusal(Setting("model", path), ": no saved classifier there (no classifier.json); give ngram, "
+                      "transformer, or the folder a classifier was saved to", code="model")
     with open(os.path.join(path, "classifier.json")) as fh:
         kind = json.load(fh)["kind"]
     if kind == "ngram":
