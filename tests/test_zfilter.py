@@ -159,6 +159,9 @@ def test_compositions_write_every_row_once_and_report_each_part(tmp_path):
     printed = run_cli("compose", g, "--original", d0, "--preset", "snli", "--batch-size", 500,
                       "--out", tmp_path / "seqz").stdout
     reports = {"seqz": json.loads((tmp_path / "seqz" / "report" / "report.json").read_text())}
+    # D0 and G are the corpora it read: each part's manifest names both, D0 first (the verb's kept/ named G alone)
+    for part in ("kept", "rejected"):
+        assert list(Corpus.open(str(tmp_path / "seqz" / part)).manifest.inputs) == [d0, g], part
     for kind in ("zaug", "parz"):
         stage = ComposeStage(ComposeConfig(kind, (d0,), ZFilterConfig(batch_size=500)))
         reports[kind] = run_stage(stage, [g], tmp_path / kind, PRESETS["snli"]).to_json()

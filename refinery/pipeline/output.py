@@ -99,12 +99,18 @@ class StageOutput:
                             input_prints=self._manifest_prints(), **options)
 
     def _manifest_prints(self) -> dict | None:
-        """``input_prints`` as a manifest keeps them: by path (``--mode skip`` compares them with the paths' own)."""
+        """``input_prints`` as a manifest keeps them: by path (``--mode skip`` compares them with the paths' own), in
+        the order of ``inputs``, with those of the corpora the stage read besides its input (a composition's
+        original, z-filtering's seed: added to ``inputs`` by the stage) fingerprinted here."""
+        from refinery.io.corpus import input_fingerprints
         from refinery.io.splits import parse_split_spec
 
         if self.input_prints is None:
             return None
-        return {parse_split_spec(key)[1]: value for key, value in self.input_prints.items()}
+        known = {parse_split_spec(key)[1]: value for key, value in self.input_prints.items()}
+        paths = [parse_split_spec(p)[1] for p in self.inputs]
+        prints = {**known, **input_fingerprints([p for p in paths if p not in known], self.storage_options)}
+        return {**{p: prints[p] for p in paths if p in prints}, **prints}
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
                      settings: dict | None = None, audit: AuditRecord | None = None, **options) -> CorpusManifest:
