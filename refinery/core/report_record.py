@@ -48,10 +48,6 @@ class ReportRecord:
                 given[f.name] = kind.from_json(value) if kind is not None and value is not None else value
         return cls(**given)
 
-    def __bool__(self) -> bool:
-        """Whether it holds any entry (the base's empty report holds none)."""
-        return bool(dataclasses.fields(self))
-
 
 def as_json(value):
     """``value`` as report.json holds it: records and verdicts as their JSON, containers entry by entry."""

@@ -23,6 +23,7 @@ from refinery.messages import NamedSplits, Refusal, Setting
 from refinery.models.leakage_settings import (ADVANCED_FEATURES, BASIC_FEATURES, GRAPH_MEMORY, ForestConfig,
                                               GraphConfig)
 from refinery.models.base import label_proba
+from refinery.models.predictability import PredictabilityFigures
 from refinery.progress import progress
 
 GRAPH_QUERIES = ("leakage_pairs", "leakage_adjacency", "leakage_nodes", "leakage_pair_ends", "leakage_common",
@@ -177,28 +178,16 @@ def _columns(names) -> slice | list[int]:
     return slice(cols[0], cols[-1] + 1) if cols == list(range(cols[0], cols[-1] + 1)) else cols
 
 
-@dataclass(frozen=True)
-class Predictability:
-    """How well leakage features alone predict the label (paper Tables 1–2): the splits a forest trained and was
-    tested on, the rows of each split, the accuracy of the basic and advanced features' forests, the majority
-    class's (the label commonest in the training splits), each ablation's (``without:F``, ``only:F``), the
-    forests' feature importances, and the test split's ``predictions`` (row_id, split, label, prediction,
-    p(label), id)."""
+@dataclass(frozen=True, kw_only=True)
+class Predictability(PredictabilityFigures):
+    """How well leakage features alone predict the label (paper Tables 1–2): its figures, and the test split's
+    ``predictions`` (row_id, split, label, prediction, p(label), id)."""
 
-    train_splits: list
-    test_split: str
-    rows: dict
-    leakage_accuracy: float
-    advanced_accuracy: float
-    majority_label: str
-    majority_accuracy: float
-    ablations: dict
-    importances: dict
     predictions: pa.Table
 
     def to_json(self) -> dict:
         """Its figures as the report keeps them (the predictions apart)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "predictions"}
+        return {f.name: getattr(self, f.name) for f in fields(PredictabilityFigures)}
 
 
 def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
@@ -242,9 +231,11 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
         "p_label": pa.array(label_proba(proba, basic.classes_, y_test)),
         "id": ids["id"],
     })
-    return Predictability(train_splits, test, {s: int(rows.get(s, 0)) for s in splits},
-                          accuracy_of["leakage_accuracy"], accuracy_of["advanced_accuracy"], labels[majority],
-                          float((y_test == majority).mean()), ablations, importances, predictions)
+    return Predictability(train_splits=train_splits, test_split=test, rows={s: int(rows.get(s, 0)) for s in splits},
+                          leakage_accuracy=accuracy_of["leakage_accuracy"],
+                          advanced_accuracy=accuracy_of["advanced_accuracy"], majority_label=labels[majority],
+                          majority_accuracy=float((y_test == majority).mean()), ablations=ablations,
+                          importances=importances, predictions=predictions)
 
 
 DEGREE_BINS = (1, 2, 3, 4, 5, 6, 11, 21, 51)

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from refinery.core.report_record import ReportRecord
 from refinery.models.leakage_settings import ADVANCED_FEATURES, BASIC_FEATURES
+from refinery.models.predictability import PredictabilityFigures
 from refinery.pipeline.output import StageOutput
 from refinery.report import format as fmt
 from refinery.report.figures.heatmap import heatmap
@@ -34,23 +34,12 @@ FEATURE_MEANINGS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class LeakageReport(ReportRecord):
-    """The leakage stage's report: the forests' figures (``models.sentence_graph.Predictability``: the training
-    splits and the test split, each split's pairs, the accuracy of the basic and advanced features' forests, the
-    majority class and its accuracy, each ablation's accuracy (paper Table 2: ``without:F``, ``only:F``), each
-    forest's feature importances); the input's rejects, the graph's and the forest's settings, the inputs by split,
-    the graph's sentences (nodes) and pairs (edges), each feature's distribution, the basic forest's accuracy's
-    95% interval and whether it lies above the majority class's (``beats_majority``)."""
+class LeakageReport(PredictabilityFigures):
+    """The leakage stage's report: the forests' figures (``models.predictability.PredictabilityFigures``), then the
+    input's rejects, the graph's and the forest's settings, the inputs by split, the graph's sentences (nodes) and
+    pairs (edges), each feature's distribution, the basic forest's accuracy's 95% interval and whether it lies above
+    the majority class's (``beats_majority``)."""
 
-    train_splits: list
-    test_split: str
-    rows: dict
-    leakage_accuracy: float
-    advanced_accuracy: float
-    majority_label: str
-    majority_accuracy: float
-    ablations: dict
-    importances: dict
     rejected: int
     graph: dict
     forest: dict
