@@ -50,6 +50,7 @@ class StageOutput:
     input_prints: dict | None = None   # the fingerprints of ``inputs`` where the step has them (``SPLIT=PATH`` keys
     #                                    where named): kept in each manifest, and in the key of its checkpoints
     fingerprint: str = ""   # the step's (its stage, version, config and inputs): what checkpoints are kept for
+    _read_prints: dict = field(default_factory=dict, init=False, repr=False)   # ``_manifest_prints``' own, once
 
     def __post_init__(self):
         self.folder = self.folder.rstrip("/")
@@ -109,7 +110,9 @@ class StageOutput:
             return None
         known = {parse_split_spec(key)[1]: value for key, value in self.input_prints.items()}
         paths = [parse_split_spec(p)[1] for p in self.inputs]
-        prints = {**known, **input_fingerprints([p for p in paths if p not in known], self.storage_options)}
+        unread = [p for p in paths if p not in known and p not in self._read_prints]   # each fingerprinted once a run
+        self._read_prints.update(input_fingerprints(unread, self.storage_options) if unread else {})
+        prints = {**known, **self._read_prints}
         return {**{p: prints[p] for p in paths if p in prints}, **prints}
 
     def write_corpus(self, part: str, rows: pa.Table, rejects: pa.Table | None = None, *,
