@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from refinery.core import stats as zstats
-from refinery.core.row_kernels import add_cells, add_row_cells, add_rows_passing
+from refinery.core.row_kernels import add_cells, add_row_cells, add_rows_missing, add_rows_passing
 from refinery.core.vocabulary import TokenIds
 
 
@@ -59,6 +59,18 @@ class IncrementalCounts:
         self._calls += 1
         return add_row_cells(self.matrix, feature_ids, offsets, row_label_ids, keep, self._marks, self._calls)
 
+    def add_rows_missing(self, feature_ids: np.ndarray, offsets: np.ndarray, row_label_ids: np.ndarray,
+                         flagged: np.ndarray, cells: np.ndarray) -> tuple:
+        """Count the rows (as ``add_rows``) that hit none of ``cells`` (sorted ``feature · C + label``; ``flagged``
+        per feature: in some cell): Algorithm 1's batch (``row_kernels.add_rows_missing``). Returns (keep, hit rows,
+        hit features, the distinct features counted, the kept rows' features)."""
+        self._grow()
+        self._calls += 1
+        decided = add_rows_missing(self.matrix, feature_ids, offsets, row_label_ids, flagged, cells, self._marks,
+                                   self._calls)
+        self._count_rows(row_label_ids[decided[0]], 1)
+        return decided
+
     def _grow(self) -> None:
         """Room for every feature of the vocabulary, in the counts and ``_marks`` (grown by half: the copy briefly
         holds both)."""
@@ -89,13 +101,18 @@ class IncrementalCounts:
                          self._marks, self._calls)
 
     def add_all_rows(self, feature_ids: np.ndarray, offsets: np.ndarray, row_label_ids: np.ndarray,
-                     min_count: int) -> None:
+                     min_count: int) -> np.ndarray:
         """Count every row (as ``add_rows``) of counts that only grow (no ``subtract``: the input's, streamed), and
-        ``tested``, the features with n ≥ ``min_count``, with them: Z's significance threshold follows it batch by
-        batch. One pass over the pairs; the distinct features are not listed."""
+        ``tested``, the features with n ≥ ``min_count``, with them; returns ``tested`` after each row (Z's
+        significance threshold follows it batch by batch). One pass over the pairs; the distinct features are not
+        listed."""
         self._grow()
         self._count_rows(row_label_ids, 1)
-        self.tested += int(add_rows_passing(self.matrix, feature_ids, offsets, row_label_ids, min_count))
+        reached = np.empty(len(row_label_ids), np.int64)
+        add_rows_passing(self.matrix, feature_ids, offsets, row_label_ids, min_count, reached)
+        reached += self.tested
+        self.tested = int(reached[-1]) if len(reached) else self.tested
+        return reached
 
     def freeze(self) -> None:
         """Counting is over: the per-feature working array of ``add`` and ``subtract`` is let go (at 49M features,

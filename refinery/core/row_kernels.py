@@ -152,11 +152,45 @@ def add_row_cells(counts, feature_ids, offsets, row_labels, keep, marks, mark):
 
 
 @numba.njit(nogil=True, cache=True)
-def add_rows_passing(counts, feature_ids, offsets, row_labels, min_count):
-    """``add_row_cells`` of every row, for counts that only grow; returns how many features' n(f) (the sum of
-    their row of ``counts``) reached ``min_count`` (in one pass: each does once, at the pair that brings it
-    there)."""
-    reached = 0
+def add_rows_missing(counts, feature_ids, offsets, row_labels, flagged, cells, marks, mark):
+    """``add_row_cells`` of the rows none of whose features f has its cell ``f · C + label`` among ``cells`` (sorted;
+    C the columns of ``counts``; ``flagged[f]``: f is in some cell, so that most pairs cost one lookup): a batch of
+    Algorithm 1 (Wu et al. 2022) in one pass over its pairs. Returns (keep; the hits as pairs (row, feature), in row
+    order; the distinct features counted, in the order of their first pair, as ``add_cells``; the kept rows'
+    features in order, int32)."""
+    num_labels = counts.shape[1]
+    rows = len(offsets) - 1
+    pairs = offsets[rows] - offsets[0]
+    keep = np.ones(rows, dtype=np.bool_)
+    hit_rows, hit_features = np.empty(pairs, np.int64), np.empty(pairs, np.int64)
+    touched, kept = np.empty(pairs, np.int64), np.empty(pairs, np.int32)
+    hits = n = k = 0
+    for r in range(rows):
+        label = row_labels[r]
+        for i in range(offsets[r], offsets[r + 1]):
+            f = feature_ids[i]
+            if not flagged[f]:
+                continue
+            cell = f * num_labels + label
+            at = np.searchsorted(cells, cell)
+            if at < len(cells) and cells[at] == cell:
+                keep[r] = False
+                hit_rows[hits], hit_features[hits] = r, f
+                hits += 1
+        if keep[r]:
+            for i in range(offsets[r], offsets[r + 1]):
+                n = _count_cell(counts, feature_ids[i], label, 1, marks, mark, touched, n)
+                kept[k] = feature_ids[i]
+                k += 1
+    return keep, hit_rows[:hits], hit_features[:hits], touched[:n], kept[:k]
+
+
+@numba.njit(nogil=True, cache=True)
+def add_rows_passing(counts, feature_ids, offsets, row_labels, min_count, reached):
+    """``add_row_cells`` of every row, for counts that only grow; ``reached[r]``: how many features' n(f) (the sum of
+    their row of ``counts``) reached ``min_count`` in rows 0 … r (in one pass: each does once, at the pair that brings
+    it there)."""
+    n = 0
     for r in range(len(offsets) - 1):
         label = row_labels[r]
         for i in range(offsets[r], offsets[r + 1]):
@@ -166,8 +200,8 @@ def add_rows_passing(counts, feature_ids, offsets, row_labels, min_count):
             for j in range(counts.shape[1]):
                 total += counts[f, j]
             if total == min_count:
-                reached += 1
-    return reached
+                n += 1
+        reached[r] = n
 
 
 @numba.njit(nogil=True, cache=True)

@@ -9,6 +9,7 @@ import glob
 import os
 import shutil
 import tempfile
+import weakref
 from typing import Iterator
 
 import numpy as np
@@ -204,6 +205,7 @@ class SpilledSlices:
                      for i, s in enumerate(streams)}
         self._slices: dict[str, list] = {s: [] for s in streams}   # (offset, dtype, length) of each slice
         self._sizes = dict.fromkeys(streams, 0)
+        self._closer = weakref.finalize(self, _close_slices, self._fds, self._folder)
 
     def append(self, stream: str, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array)
@@ -222,11 +224,12 @@ class SpilledSlices:
         return array
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
-        self._folder.cleanup()
+        """Close the files and remove the folder (once; also when this object is collected, or Python exits)."""
+        self._closer()
 
-    def __del__(self):
-        if getattr(self, "_fds", None):
-            self.close()
+
+def _close_slices(fds: dict, folder: tempfile.TemporaryDirectory) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
+    folder.cleanup()

@@ -16,6 +16,7 @@ reports list it apart, as the label prior, not among the biases.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -32,8 +33,7 @@ from refinery.io.raw import rebatch
 from refinery.io.spill import SpilledSlices
 from refinery.methods.zfilter.biased_set import BiasedSet
 from refinery.methods.zfilter.config import ZFilterConfig
-from refinery.methods.zfilter.kernels import rows_hitting
-from refinery.pipeline.engine import stream_map
+from refinery.pipeline.engine import computed_ahead, stream_map
 
 
 def add_features(batch: pa.Table, config: FeatureConfig) -> pa.Table:
@@ -68,13 +68,31 @@ class ZFilter:
         self.kept = KeptRows() if config.settle else None   # what ``settle`` may take back
         self._flag, self._flagged = np.zeros(0, dtype=bool), np.zeros(0, np.int64)   # the features of B_Z's cells
         self.streamed = 0                                     # rows filtered so far: the next row's position
+        self.tested = 0   # m: the input's features with n ≥ min_count up to the last row decided (``interned``)
         self.seeded = False                                   # rows entered Z unconditionally (``seed``)
         self.settle_exhausted = False   # settle's budget ran out with features still over the threshold
 
     def interned(self, table: pa.Table) -> pa.Table:
-        """``table`` (``add_features``'s) with each row's features as Z's feature ids (``feature_ids``): each distinct
-        string of a chunk interned once, in the order of its first use, so that a feature's id is the same whatever
-        the batches (once per featurized batch, before the decision batches cut it)."""
+        """``table`` (``add_features``'s) with each row's features as Z's feature ids (``feature_ids``, as
+        ``_feature_ids``), counted into the input's counts, and each row's ``tested``: the input's features with
+        n ≥ min_count once it is counted, the m of Z's threshold when its batch is decided. The input's counts
+        only grow and do not follow the decisions, so this runs ahead of them (``interned_ahead``); once per
+        featurized batch, before the decision batches cut it."""
+        table = self._feature_ids(table)
+        offsets, fids = self._lists(table)
+        tested = self.seen.add_all_rows(fids, offsets, table["label_id"].to_numpy(), self.config.min_count)
+        return table.append_column("tested", pa.array(tested))
+
+    def interned_ahead(self, featurized: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        """``interned`` over a stream of ``add_features``'s tables, in order, the next two in a thread of their own
+        while the caller decides the earlier ones (``filter``): the vocabulary only grows, and the decisions read
+        only the features of rows already interned."""
+        return computed_ahead(map(self.interned, featurized), 2)
+
+    def _feature_ids(self, table: pa.Table) -> pa.Table:
+        """``table`` (``add_features``'s) with each row's features as Z's feature ids (``feature_ids``) and its
+        ``label_id``: each distinct string of a chunk interned once, in the order of its first use, so that a
+        feature's id is the same whatever the batches."""
         column = table["features"]
         lists = []
         for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
@@ -85,9 +103,9 @@ class ZFilter:
         return pa.table({"label": table["label"], "label_id": self._label_ids(table), "feature_ids": column})
 
     def _lists(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, one more than the rows; feature ids) of the batch's rows: row r's feature ids are
-        ``ids[offsets[r]:offsets[r + 1]]``; a batch of ``add_features`` is ``interned`` first."""
-        column = (table if "feature_ids" in table.column_names else self.interned(table))["feature_ids"]
+        """(offsets, one more than the rows; feature ids) of the batch's rows (``_feature_ids``'s table): row r's
+        feature ids are ``ids[offsets[r]:offsets[r + 1]]``."""
+        column = table["feature_ids"]
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
         offsets, fids, start = [np.zeros(1, np.int64)], [np.zeros(0, np.int64)], 0
         for chunk in chunks:
@@ -98,10 +116,7 @@ class ZFilter:
         return np.concatenate(offsets), np.concatenate(fids)
 
     def _label_ids(self, table: pa.Table) -> np.ndarray:
-        """Each row's label id (``interned`` keeps them as ``label_id``): the label column dictionary-encoded, each
-        distinct label looked up once."""
-        if "label_id" in table.column_names:
-            return table["label_id"].to_numpy()
+        """Each row's label id: the label column dictionary-encoded, each distinct label looked up once."""
         column = table["label"]
         encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
         values = encoded.dictionary.to_pylist()
@@ -113,8 +128,9 @@ class ZFilter:
 
     def seed(self, table: pa.Table) -> None:
         """Rows of D_seed (``add_features``'s table) enter Z unconditionally."""
+        table = self._feature_ids(table)
         offsets, fids = self._lists(table)
-        self._touched.append(self.Z.add_rows(fids, offsets, self._label_ids(table)))
+        self._touched.append(self.Z.add_rows(fids, offsets, table["label_id"].to_numpy()))
         self.seeded = True
 
     def biased_cells(self) -> np.ndarray:
@@ -129,33 +145,35 @@ class ZFilter:
         self.biased.update(touched)
         if self.config.biased_set == "top-k":
             return self.biased.cells()
-        return self.biased.cells(zstats.bonferroni_threshold(self.config.alpha, self.seen.tested * len(self.Z.labels)))
+        return self.biased.cells(zstats.bonferroni_threshold(self.config.alpha, self.tested * len(self.Z.labels)))
 
     def filter(self, table: pa.Table) -> tuple[np.ndarray, "Hits"]:
-        """Decide a batch (``add_features``'s, or ``interned``) against the current Z; accepted rows update Z. Returns
-        (keep, the B_Z features each rejected row hit)."""
+        """Decide a batch (``interned``'s, or ``add_features``'s, interned here) against the current Z; accepted rows
+        update Z. Returns (keep, the B_Z features each rejected row hit)."""
+        table = table if "tested" in table.column_names else self.interned(table)
         offsets, fids = self._lists(table)
-        lab = self._label_ids(table)
-        self.seen.add_all_rows(fids, offsets, lab, self.config.min_count)
-        keep, hit_rows, hit_fids = self._hits(fids, offsets, lab, self.biased_cells())
-        self._touched.append(self.Z.add_rows(fids, offsets, lab, keep))
+        lab = table["label_id"].to_numpy()
+        if table.num_rows:
+            self.tested = table["tested"][table.num_rows - 1].as_py()
+        cells = self.biased_cells()
+        keep, hit_rows, hit_fids, touched, kept_ids = self.Z.add_rows_missing(fids, offsets, lab, self._flags(cells),
+                                                                               cells)
+        self._touched.append(touched)
         if self.kept is not None:
             kept_rows = np.flatnonzero(keep)
-            sizes = np.diff(offsets)
-            self.kept.add(self.streamed + kept_rows, lab[kept_rows], sizes[kept_rows], fids[np.repeat(keep, sizes)])
+            self.kept.add(self.streamed + kept_rows, lab[kept_rows], np.diff(offsets)[kept_rows], kept_ids)
         self.streamed += table.num_rows
         return keep, Hits(hit_rows, hit_fids)
 
-    def _hits(self, fids: np.ndarray, offsets: np.ndarray, labels: np.ndarray, cells: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(keep, hit rows, hit feature ids) of the batch's rows (``_lists``'s, with their label ids) against B_Z's
-        sorted ``cells`` (``kernels.rows_hitting``: a flag per feature of B_Z, so that most pairs cost one lookup)."""
+    def _flags(self, cells: np.ndarray) -> np.ndarray:
+        """A flag per feature, true for the features of B_Z's sorted ``cells`` (so that most of a batch's pairs cost
+        one lookup)."""
         if len(self._flag) < self.Z.num_features:   # grown by half, as Z's vocabulary
             self._flag = np.zeros(self.Z.num_features * 3 // 2, dtype=bool)
         self._flag[self._flagged] = False
         self._flagged = cells // len(self.Z.labels)
         self._flag[self._flagged] = True
-        return rows_hitting(fids, offsets, labels, self._flag, cells, len(self.Z.labels))
+        return self._flag
 
     def end_stream(self) -> None:
         """The stream is over: what only its batches used is let go (the input's counting arrays, B_Z and its flags),
@@ -387,8 +405,8 @@ class KeptRows:
 
 class KeptIds:
     """Feature ids (int32) appended batch by batch to a scratch file (``io.spill.SpilledSlices``, slices of ``SLICE``
-    ids), then read back a slice at a time: the ids among some features (``among``), or those at some positions
-    (``take``)."""
+    ids, each written by a thread of its own while the stream goes on), then read back a slice at a time: the ids
+    among some features (``among``), or those at some positions (``take``)."""
 
     SLICE = 1 << 22
 
@@ -396,20 +414,28 @@ class KeptIds:
         self._pending: list[np.ndarray] = []
         self._held = 0
         self._file = SpilledSlices(["ids"], prefix="zfilter-kept-")
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="refinery-kept-ids")
+        self._writes: list = []
         self._starts = [0]   # each slice's first position, and the end
 
     def append(self, ids: np.ndarray) -> None:
-        self._pending.append(ids.astype(np.int32))
+        self._pending.append(ids.astype(np.int32, copy=False))
         self._held += len(ids)
         if self._held >= self.SLICE:
-            self.finish()
+            self._write()
 
-    def finish(self) -> None:
-        """Write what is held."""
+    def _write(self) -> None:
         if self._held:
-            self._file.append("ids", np.concatenate(self._pending))
+            self._writes.append(self._writer.submit(self._file.append, "ids", np.concatenate(self._pending)))
             self._starts.append(self._starts[-1] + self._held)
         self._pending, self._held = [], 0
+
+    def finish(self) -> None:
+        """Write what is held, and wait for every slice to be written (a write's error is raised here)."""
+        self._write()
+        writes, self._writes = self._writes, []
+        for write in writes:
+            write.result()
 
     def __len__(self) -> int:
         return self._starts[-1] + self._held
@@ -439,6 +465,7 @@ class KeptIds:
         return out
 
     def close(self) -> None:
+        self._writer.shutdown(wait=True)
         self._file.close()
 
 
@@ -447,7 +474,7 @@ def run_in_memory(table: pa.Table, config: ZFilterConfig = ZFilterConfig()) -> i
     label_totals = dict(sorted(rows_per_label(table["label"]).items()))
     zf = ZFilter(list(label_totals), config, label_totals)
     kept = 0
-    for batch in rebatch(map(zf.interned, with_features(iter([table]), config.features)), config.batch_size):
+    for batch in rebatch(zf.interned_ahead(with_features(iter([table]), config.features)), config.batch_size):
         keep, _ = zf.filter(batch)
         kept += int(keep.sum())
     return kept

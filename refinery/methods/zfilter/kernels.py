@@ -1,36 +1,11 @@
-"""The compiled parts of Algorithm 1's batch (Wu et al. 2022; METHODS §2): which rows hit B_Z (``rows_hitting``) and
-the rescoring of B_Z's shortlists as Z's counts change (``eligible_scores``, ``shortlist_after``), so that a batch
-costs a few passes over its (row, feature) pairs, not a dozen array operations each."""
+"""The compiled parts of B_Z's upkeep in Algorithm 1 (Wu et al. 2022; METHODS §2): the rescoring of its shortlists as
+Z's counts change (``eligible_scores``, ``shortlist_after``), so that a batch costs a few passes over the features it
+touched, not a dozen array operations each. Which rows hit B_Z is decided as Z counts the others
+(``core.row_kernels.add_rows_missing``)."""
 from __future__ import annotations
 
 import numba
 import numpy as np
-
-
-@numba.njit(nogil=True, cache=True)
-def rows_hitting(feature_ids, offsets, row_labels, flagged, cells, num_labels):
-    """(keep, hit rows, hit features) of a batch against B_Z: row r (features ``feature_ids[offsets[r]:offsets[r +
-    1]]``, label ``row_labels[r]``) hits where one of its features f has the cell ``f · C + label`` among ``cells``
-    (sorted; ``flagged[f]``: f is in some cell, so that most pairs cost one lookup); each hit as a pair (row,
-    feature) in row order, and ``keep`` false for the rows with one."""
-    rows = len(offsets) - 1
-    keep = np.ones(rows, dtype=np.bool_)
-    hit_rows = np.empty(offsets[rows] - offsets[0], np.int64)
-    hit_features = np.empty(offsets[rows] - offsets[0], np.int64)
-    n = 0
-    for r in range(rows):
-        for i in range(offsets[r], offsets[r + 1]):
-            f = feature_ids[i]
-            if not flagged[f]:
-                continue
-            cell = f * num_labels + row_labels[r]
-            at = np.searchsorted(cells, cell)
-            if at < len(cells) and cells[at] == cell:
-                keep[r] = False
-                hit_rows[n] = r
-                hit_features[n] = f
-                n += 1
-    return keep, hit_rows[:n], hit_features[:n]
 
 
 @numba.njit(nogil=True, cache=True)

@@ -63,8 +63,8 @@ def filter_stream(source: StageInput, config: ZFilterConfig) -> Filtering:
         zf.seed(add_features(seed, config.features))
     rejected, pair_positions, pair_ids = [], [], []   # columns, by stream position
     with progress(desc="zfilter", unit=" rows") as bar:
-        for batch in rebatch(map(zf.interned, with_features(rows, config.features, source.engine,
-                                                            source.opts.batch_rows)), config.batch_size):
+        featurized = with_features(rows, config.features, source.engine, source.opts.batch_rows)
+        for batch in rebatch(zf.interned_ahead(featurized), config.batch_size):
             start = zf.streamed
             keep, hits = zf.filter(batch)
             at = position_type(zf.streamed)
