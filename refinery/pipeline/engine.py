@@ -246,9 +246,16 @@ def stream_map(source: ParquetSource | Iterable, fn: Callable, engine: str = "lo
 
             source = iter_parquet(source.files, source.storage_options, batch_rows=batch_rows)
         mapped = (fn(t, **kwargs) for t in source)
-        yield from computed_ahead(mapped, ahead) if ahead else mapped
-        return
+        return computed_ahead(mapped, ahead) if ahead else mapped
+    # Ray is started here, in the caller's thread, not when the first batch is asked for: the stream may be read by
+    # another thread (``computed_ahead``), where Ray can set no signal handlers (its local instance then dies)
     ray = ray_data() if isinstance(source, ParquetSource) else ray_init()
+    return _mapped_on_ray(ray, source, fn, kwargs, batch_rows, window=window, stage=stage, resources=resources)
+
+
+def _mapped_on_ray(ray, source: ParquetSource | Iterable, fn: Callable, kwargs: dict, batch_rows: int, *,
+                   window: int | None, stage: str | None, resources) -> Iterator:
+    """``stream_map`` on the Ray that ``ray`` started."""
     with faults_named(stage or fn.__name__):
         if isinstance(source, ParquetSource):
             from refinery.io.location import get_fs, pyarrow_filesystem
