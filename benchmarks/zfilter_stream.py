@@ -1,9 +1,10 @@
 """Algorithm 1's stream alone (Wu et al. 2022; METHODS §2), this checkout against an earlier commit in one run: the
 sequential part of z-filtering, which runs in the driver on any engine, timed in two parts over a planted corpus's
-featurized rows held in memory: interning each featurized batch's feature strings (``ZFilter.interned``) and
-deciding the batches of 1,000 rows (``ZFilter.filter``: the input's and Z's counts, B_Z, the hits), their kernels
-compiled before. No settle, no reading or writing. Each side prints a digest of every batch's keep and hits: equal
-digests, equal decisions.
+featurized rows held in memory: interning each featurized batch's feature strings (``ZFilter.interned``, which since
+dd853be counts the input too, in a thread of its own during a run) and deciding the batches of 1,000 rows
+(``ZFilter.filter``: Z's counts, B_Z, the hits; before dd853be the input's counts too), their kernels compiled
+before. No settle, no reading or writing. Each side prints a digest of every batch's keep and hits: equal digests,
+equal decisions.
 
     .venv/bin/python benchmarks/zfilter_stream.py --baseline 7cf2388 [--rows 2000000] [--corpus FOLDER]
 

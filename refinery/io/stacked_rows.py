@@ -108,13 +108,15 @@ class RowBlocks:
     """Sparse rows (CSR: columns int32, values float32) in blocks of ``block_rows`` consecutive rows, handed out one
     block at a time (``block``, ``matrix``). Their columns and values lie in two files of a scratch folder, read
     with ``pread`` (threads may read side by side) through the OS's page cache, which keeps what memory allows: the
-    process holds the row starts (8 bytes a row) and the blocks being read. ``in_memory`` gives the same blocks
-    from arrays, which Ray's object store can hand to tasks on any node."""
+    process holds the row starts (8 bytes a row) and the blocks being read. Pickled, they are read from the same files
+    by the process that unpickles them (a Ray task on this node); ``in_memory`` gives the same blocks from arrays,
+    which Ray's object store can hand to tasks on any node."""
 
     def __init__(self, indptr: np.ndarray, columns: int, block_rows: int, arrays: tuple | None = None):
         self.indptr, self.columns, self.block_rows = indptr, columns, block_rows
         self.arrays = arrays          # (columns, values) held, or None: in the files
         self._folder = None
+        self._paths: list[str] = []   # the files' (in files)
         self._handles: list[int] = []
 
     @classmethod
@@ -122,9 +124,10 @@ class RowBlocks:
         """Empty files sized for the rows ``indptr`` delimits, to be filled by ``write_rows``."""
         blocks = cls(indptr, columns, block_rows)
         blocks._folder = tempfile.TemporaryDirectory(prefix=prefix, dir=process_folder())
-        for name, itemsize in (("indices.i32", 4), ("data.f32", 4)):
-            handle = os.open(os.path.join(blocks._folder.name, name), os.O_RDWR | os.O_CREAT, 0o600)
-            os.ftruncate(handle, int(indptr[-1]) * itemsize)
+        blocks._paths = [os.path.join(blocks._folder.name, name) for name in ("indices.i32", "data.f32")]
+        for path in blocks._paths:
+            handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.ftruncate(handle, int(indptr[-1]) * 4)
             blocks._handles.append(handle)
         return blocks
 
@@ -201,9 +204,13 @@ class RowBlocks:
             self._folder = None
 
     def __getstate__(self):
-        if self.arrays is None:
-            raise TypeError("RowBlocks in files stay in their process: hand on .in_memory()")
-        return self.__dict__
+        """Blocks in files travel as a reader of the same files, for another process of this machine (a Ray task on
+        this node: hand other nodes ``in_memory()``); the files stay this object's, removed by its ``close`` alone."""
+        return {**self.__dict__, "_folder": None, "_handles": []}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._handles = [os.open(path, os.O_RDONLY) for path in self._paths] if self.arrays is None else []
 
     def __del__(self):
         self.close()

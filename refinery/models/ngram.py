@@ -317,19 +317,20 @@ def cross_fit_sgd(batches, k: int = 5, seed: int = 0, *, inputs: str = "pair", C
     row's class index). Each row is scored by the model of its fold (``sgd_fold_model``), fit on the others.
 
     The rows are hashed once and laid out on disk (``HashedCorpus``); the K fold models then train side by side
-    (threads reading the blocks from the files, or Ray tasks reading one copy of the rows from the object store),
+    (threads, or Ray tasks on this machine, reading the blocks from the files; on a cluster of several nodes, Ray
+    tasks reading one copy of the rows from the object store),
     and each row is scored by its fold's model (``sgd.ovr_proba``) in one more pass over the blocks.
     """
     from refinery.models.sgd import ovr_proba
-    from refinery.pipeline.engine import map_calls
+    from refinery.pipeline.engine import map_calls, single_node
 
     corpus = HashedCorpus([batches] if isinstance(batches, pa.Table) else batches, seed, inputs, block_rows, k=k,
                           desc="confidence: n-grams")
     rows, labels = corpus.rows, len(corpus.classes)
     try:
         fold_frequency = fold_frequencies(rows, corpus.folds, k)
-        shared = {"rows": rows if engine == "local" else rows.in_memory(), "y": corpus.y, "folds": corpus.folds,
-                  "num_classes": labels, "C": C, "epochs": epochs, "seed": seed,
+        shared = {"rows": rows if engine == "local" or single_node() else rows.in_memory(), "y": corpus.y,
+                  "folds": corpus.folds, "num_classes": labels, "C": C, "epochs": epochs, "seed": seed,
                   "document_frequency": corpus.document_frequency, "fold_frequency": fold_frequency}
         present = [f for f in range(k) if (corpus.folds == f).any()]
         fitted = map_calls(sgd_fold_model, [{"fold": f} for f in present], shared, engine,
