@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from refinery.core.validation import SEED, Allowed, at_least, one_of, setting, validate
 
 # DuckDB's memory while it builds the graph (at most; half the memory budget where that is less): with the process's own
-# arrays a stage stays within 4 GB (10M planted pairs and a test split of 1M: 3.5 GB against 4.45 GB at 4 GiB)
-GRAPH_MEMORY = 3 << 30
+# arrays a stage stays within 4 GB (10M planted pairs and a test split of 1M: leakage 3.5–4.15 GB at 3 GiB, 4.45 GB
+# at 4 GiB)
+GRAPH_MEMORY = 2 << 30
 
 BASIC_FEATURES = ("s1_freq", "s2_freq", "s1s2_inter")
 ADVANCED_FEATURES = BASIC_FEATURES + (
