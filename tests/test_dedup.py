@@ -201,6 +201,32 @@ def test_decontaminate_folds_tokenization_and_matches_short_texts_whole(tmp_path
     assert sorted(rejected["id"].to_pylist()) == ["0"] and rejected["eval_id"].to_pylist() == ["e1"]
 
 
+def test_decontaminate_names_a_row_with_the_first_evaluation_set_given_that_it_overlaps(tmp_path):
+    """A training row in two evaluation sets is named with the first given (and its row there), in the column and in
+    its reason; given the other way round, with the other; a row in one set only is named with it either way, and
+    the row in neither is kept."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"id": i, "text_a": a, "text_b": "x", "label": "entailment"}) + "\n"
+                             for i, a in [("0", "A dog runs ."), ("1", "A cat sleeps ."), ("2", "Birds fly ."),
+                                          ("3", "Fish swim .")]))
+    for name, rows in (("one", [("o1", "Birds fly ."), ("o2", "A dog runs .")]), ("two", [("t1", "A dog runs ."),
+                                                                                         ("t2", "A cat sleeps .")])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "text_a": a, "text_b": "x",
+                                                                    "label": "neutral"}) + "\n" for i, a in rows))
+    named = {}
+    for order in (("one", "two"), ("two", "one")):
+        out = tmp_path / "-".join(order)
+        _cli("decontaminate", train, *(x for name in order for x in ("--against", f"{name}={tmp_path / name}.jsonl")),
+             "--out", out)
+        _, rejected = _parts(out)
+        named[order] = {r["id"]: (r["eval_set"], r["eval_id"], r["reason"]) for r in rejected.to_pylist()}
+    assert {i: v[:2] for i, v in named[("one", "two")].items()} == {"0": ("one", "o2"), "1": ("two", "t2"),
+                                                                      "2": ("one", "o1")}
+    assert {i: v[:2] for i, v in named[("two", "one")].items()} == {"0": ("two", "t1"), "1": ("two", "t2"),
+                                                                      "2": ("one", "o1")}
+    assert named[("one", "two")]["0"][2] == "contaminates one row o2 (whole text)"
+
+
 def test_decontaminate_counts_every_evaluation_row_behind_a_contaminated_row(tmp_path):
     """Two evaluation rows share an 8-gram with one training row: the report counts both behind it (it counted the
     first one each training row matched); a third evaluation row that shares none is not counted."""

@@ -174,14 +174,6 @@ class Shingles:
         """The same sets with each hash's top 32 bits (half the memory; the order within a text stays sorted)."""
         return Shingles(self.starts, (self.values >> np.uint64(32)).astype(np.uint32))
 
-    @staticmethod
-    def concat(parts: list) -> Shingles:
-        """The texts of ``parts`` (a list, emptied) one after the other (``joined``)."""
-        sizes = np.cumsum(np.concatenate([np.zeros(1, np.int64)] + [p.sizes() for p in parts]))
-        values = [p.values for p in parts]
-        parts.clear()
-        return Shingles(sizes, joined(values, values[0].dtype if values else np.uint32))
-
 
 def shingles(normal: pa.Array, k: int, field: int = 0) -> Shingles:
     """S_k of each normalized text (``normalized``): hashes of its k-word runs, or of the whole text when it has fewer
@@ -225,13 +217,13 @@ def bands_for(threshold: float, permutations: int) -> tuple[int, int]:
 
 
 @numba.njit(nogil=True, cache=True)
-def _band_kernel(starts_list, values_list, seeds, first, bands, rows_per_band):
-    """Bands ``first`` … ``first + bands − 1`` of each row (``seeds``: their hash functions only)."""
-    n = len(starts_list[0]) - 1
+def _band_kernel(starts_list, values_list, seeds, first, bands, rows_per_band, rows):
+    """Bands ``first`` … ``first + bands − 1`` of each of ``rows`` (``seeds``: their hash functions only)."""
     perms = len(seeds)
-    out = np.zeros((n, bands), np.uint32)
+    out = np.zeros((len(rows), bands), np.uint32)
     sig = np.empty(perms, np.uint64)
-    for i in range(n):
+    for at in range(len(rows)):
+        i = rows[at]
         sig[:] = np.uint64(0xFFFFFFFFFFFFFFFF)
         for f in range(len(starts_list)):
             starts, values = starts_list[f], values_list[f]
@@ -244,21 +236,23 @@ def _band_kernel(starts_list, values_list, seeds, first, bands, rows_per_band):
             h = np.uint64(first + band + 1)
             for j in range(band * rows_per_band, (band + 1) * rows_per_band):
                 h = _mix(h ^ sig[j])
-            out[i, band] = np.uint32(h >> np.uint64(32))
+            out[at, band] = np.uint32(h >> np.uint64(32))
     return out
 
 
 def band_keys(fields: list, permutations: int, bands: int, rows_per_band: int, seed: int = 0,
-              among: range | None = None) -> np.ndarray:
+              among: range | None = None, rows: np.ndarray | None = None) -> np.ndarray:
     """Each row's LSH band keys (rows × bands, uint32: the top bits of a hash of the band's values) of the MinHash
     signature of its fields' shingles' union; ``among``: those bands only (rows × len(among)), the same keys, so the
-    bands can be made a few at a time. Two rows whose band differs share its key with probability 2⁻³²: among n rows
-    about n²/2³³ such pairs per band, which the true Jaccard then rejects."""
+    bands can be made a few at a time; ``rows``: those rows only (their numbers), in their order. Two rows whose band
+    differs share its key with probability 2⁻³²: among n rows about n²/2³³ such pairs per band, which the true
+    Jaccard then rejects."""
     among = range(bands) if among is None else among
+    rows = np.arange(len(fields[0]), dtype=np.int64) if rows is None else rows.astype(np.int64, copy=False)
     seeds = np.random.default_rng(seed).integers(0, 2**63, permutations, dtype=np.int64).astype(np.uint64)
     return _band_kernel(numba.typed.List([f.starts for f in fields]), numba.typed.List([f.values for f in fields]),
                         seeds[among.start * rows_per_band:among.stop * rows_per_band], among.start, len(among),
-                        rows_per_band)
+                        rows_per_band, rows)
 
 
 def joined(parts: list, dtype) -> np.ndarray:
@@ -305,13 +299,13 @@ def distinct(codes: np.ndarray) -> np.ndarray:
     return codes[np.concatenate([codes[:1] == codes[:1], codes[1:] != codes[:-1]])]
 
 
-def candidate_codes(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The distinct pairs a < b of ``rows`` sharing a band key (a column of ``keys``), each as the code a·n + b
-    (n = len(keys); sorted, int64)."""
-    n = np.int64(max(len(keys), 1))
-    return distinct(joined([_bucket_pairs(np.argsort(column, kind="stable"), column, rows.astype(np.int64),
-                                          BUCKET_PAIRS, n)
-                            for column in (keys[rows, band] for band in range(keys.shape[1]))], np.int64))
+def candidate_codes(columns, rows: np.ndarray, n: int) -> np.ndarray:
+    """The distinct pairs a < b of ``rows`` sharing a key in one of ``columns`` (each band's keys of ``rows``, in
+    their order: an iterable, so a band's keys can be made when its turn comes), each as the code a·n + b (n: the
+    rows in all; sorted, int64)."""
+    rows, n = rows.astype(np.int64, copy=False), np.int64(max(n, 1))
+    return distinct(joined([_bucket_pairs(np.argsort(column, kind="stable"), column, rows, BUCKET_PAIRS, n)
+                            for column in columns], np.int64))
 
 
 def cross_pairs(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:

@@ -223,6 +223,17 @@ class SpilledSlices:
         read_at(self._fds[stream], array, offset)
         return array
 
+    def joined(self, stream: str, dtype) -> np.ndarray:
+        """Every slice of ``stream`` one after the other, read into one array of ``dtype`` (the slices': a stream
+        of none is empty): the memory of the result alone, where arrays joined in memory would leave their parts'
+        in the heap."""
+        out = np.empty(sum(self.lengths(stream)), dtype)
+        at = 0
+        for offset, _, length in self._slices[stream]:
+            read_at(self._fds[stream], out[at:at + length], offset)
+            at += length
+        return out
+
     def close(self) -> None:
         """Close the files and remove the folder (once; also when this object is collected, or Python exits)."""
         self._closer()

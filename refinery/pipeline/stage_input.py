@@ -128,6 +128,23 @@ class StageInput:
                 break
         return found
 
+    def column_at(self, rows: np.ndarray, column: str = "id") -> pa.Array:
+        """``column`` of each of ``rows`` (row numbers as ``rows_at`` takes them, in any order, repeats allowed), as
+        one Arrow array: a pass over the input that keeps only that column of those rows, not a row's objects."""
+        import numpy as np
+
+        wanted, back = np.unique(np.asarray(rows, np.int64), return_inverse=True)
+        parts, start = [], 0
+        for batch in (b.rows for b in self.iter_batches() if b.rows.num_rows) if len(wanted) else ():
+            lo, hi = np.searchsorted(wanted, [start, start + batch.num_rows])
+            if hi > lo:
+                parts.append(batch[column].take(pa.array(wanted[lo:hi] - start)).combine_chunks())
+            start += batch.num_rows
+            if start > wanted[-1]:
+                break
+        found = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+        return found.take(pa.array(back.ravel())) if len(wanted) else found
+
     def columns(self) -> list[str]:
         """The canonical columns every input has: a corpus's schema, or what the mapping gives raw files."""
         common = None

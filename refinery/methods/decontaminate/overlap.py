@@ -16,7 +16,8 @@ from refinery.methods.decontaminate.config import DecontaminateConfig
 from refinery.core import minhash
 from refinery.core.ngram_index import NgramIndex
 
-NGRAM, WHOLE, NEAR = "n-gram", "whole text", "near-duplicate"
+HOW = ("n-gram", "whole text", "near-duplicate")   # how a training row matches, by its code in ``Match.how``
+NGRAM, WHOLE, NEAR = range(len(HOW))
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Match:
 
     rows: np.ndarray
     eval_rows: np.ndarray
-    how: np.ndarray          # object: NGRAM, WHOLE or NEAR
+    how: np.ndarray          # int8: NGRAM, WHOLE or NEAR (their words: ``HOW``)
     similarity: np.ndarray
     behind: np.ndarray
 
@@ -52,7 +53,7 @@ def contamination(train_fields: list, eval_fields: list, config: DecontaminateCo
     """The training rows the evaluation rows contaminate (an n-gram first, else, with ``near``, a near-duplicate)."""
     found = NgramIndex(eval_fields, config.ngram).overlap(train_fields)
     rows, eval_rows, whole = found.train_rows, found.eval_rows, found.whole
-    how = np.where(whole, WHOLE, NGRAM).astype(object)
+    how = np.where(whole, WHOLE, NGRAM).astype(np.int8)
     similarity = np.full(len(rows), np.nan)
     behind = np.flatnonzero(found.eval_partner >= 0)
     if config.near is not None:
@@ -61,7 +62,7 @@ def contamination(train_fields: list, eval_fields: list, config: DecontaminateCo
         behind = np.union1d(behind, near_behind)
         new = ~np.isin(near, rows)
         rows, eval_rows = np.concatenate([rows, near[new]]), np.concatenate([eval_rows, near_eval[new]])
-        how = np.concatenate([how, np.full(int(new.sum()), NEAR, object)])
+        how = np.concatenate([how, np.full(int(new.sum()), NEAR, np.int8)])
         similarity = np.concatenate([similarity, sim[new]])
         order = np.argsort(rows, kind="stable")
         rows, eval_rows, how, similarity = rows[order], eval_rows[order], how[order], similarity[order]

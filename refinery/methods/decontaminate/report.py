@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from refinery.methods.decontaminate.config import DecontaminateConfig
+from refinery.methods.decontaminate.overlap import HOW
 
 EXAMPLES = 10   # pairs shown per evaluation set
 
@@ -28,11 +29,11 @@ def summarize(name: str, paths, eval_table, eval_rejected: int, match, train_tex
               train_rows: int) -> EvalContamination:
     """One evaluation set's contamination of the training rows (``match``: an ``overlap.Match``); ``train_texts``:
     row number → its id and texts, for the first ``EXAMPLES`` rows of ``match``."""
-    how, counts = np.unique(match.how.astype(str), return_counts=True) if len(match.rows) else ((), ())
+    counts = np.bincount(match.how, minlength=len(HOW))
     examples = []
     for p in range(min(EXAMPLES, len(match.rows))):
         i, j = int(match.rows[p]), int(match.eval_rows[p])
-        pair = {"id": train_texts[i]["id"], "how": match.how[p], "eval id": eval_table["id"][j].as_py()}
+        pair = {"id": train_texts[i]["id"], "how": HOW[match.how[p]], "eval id": eval_table["id"][j].as_py()}
         for column in ("text_a", "text_b"):
             if train_texts[i].get(column) is None:
                 continue
@@ -42,7 +43,7 @@ def summarize(name: str, paths, eval_table, eval_rejected: int, match, train_tex
         examples.append(pair)
     return EvalContamination(name, list(paths), eval_table.num_rows, eval_rejected, len(match.rows),
                              len(match.rows) / max(train_rows, 1), len(np.unique(match.behind)),
-                             {h: int(n) for h, n in zip(how, counts)}, examples)
+                             dict(sorted((h, int(n)) for h, n in zip(HOW, counts) if n)), examples)
 
 
 def details(sets: list, config: DecontaminateConfig) -> tuple[dict, list]:

@@ -95,27 +95,39 @@ class DecontaminateStage(FilterStage):
                 m = contamination(train, fields, self.config)
                 matches.append(Match(m.rows + train_rows, m.eval_rows, m.how, m.similarity, m.behind))
             train_rows += chunk.num_rows
-        found: dict = {}   # row → (evaluation set, its row's id, how, similarity)
-        self.sets = []
-        for e, table, rejected, _, matches in sets:
+        self.sets, firsts = [], []
+        for k, (e, table, rejected, _, matches) in enumerate(sets):
             if not train_rows:
                 continue
             match = Match(*(np.concatenate([getattr(m, f) for m in matches]) for f in
                             ("rows", "eval_rows", "how", "similarity", "behind")))
             self.sets.append(summarize(e.name, e.paths, table, rejected, match,
                                        source.rows_at(match.rows[:EXAMPLES].tolist()), train_rows))
-            for i, j, how, sim in zip(match.rows.tolist(), match.eval_rows.tolist(), match.how, match.similarity):
-                found.setdefault(i, (e.name, table["id"][j].as_py(), how, sim))
-        if train_rows and len(found) == train_rows:   # the next audit could judge nothing: refused before a write
+            firsts.append((k, match, table["id"].combine_chunks().cast(pa.string())))
+        self._name_first_matches(firsts, [e.name for e, *_ in sets])
+        if train_rows and len(self.dropped_rows) == train_rows:   # the next audit could judge nothing: refused
             raise Refusal(f"decontaminate would keep no row: every one of the {train_rows:,} training rows "
-                          f"overlaps {', '.join(sorted({f[0] for f in found.values()}))}: the training corpus is "
-                          "part of the evaluation set (or the set itself); nothing was written", code="too-few-rows")
-        self.dropped_rows = np.array(sorted(found), np.int64)
-        matches = [found[i] for i in self.dropped_rows.tolist()]
-        self.eval_set = pa.array([m[0] for m in matches], pa.string())
-        self.eval_id = pa.array([m[1] for m in matches], pa.string())
-        self.how = [m[2] for m in matches]
-        self.similarity = np.array([m[3] for m in matches], np.float64)
+                          f"overlaps {', '.join(sorted(set(self.set_names.take(pa.array(self.in_set)).to_pylist())))}"
+                          ": the training corpus is part of the evaluation set (or the set itself); nothing was "
+                          "written", code="too-few-rows")
+
+    def _name_first_matches(self, firsts: list, names: list) -> None:
+        """Each contaminated row once, in input order, named with the first evaluation set (in the order given)
+        that it matches and that set's row: from ``firsts``, (the set's place, its ``Match``, its rows' ids) per
+        set. Per row only numbers (its set's place, its evaluation row's among the sets' ids, how, the similarity):
+        a corpus may have millions of rows contaminated."""
+        rows = np.concatenate([np.zeros(0, np.int64)] + [m.rows for _, m, _ in firsts])
+        in_set = np.concatenate([np.zeros(0, np.int16)] + [np.full(len(m.rows), k, np.int16) for k, m, _ in firsts])
+        offsets = np.cumsum([0] + [len(ids) for _, _, ids in firsts])
+        eval_at = np.concatenate([np.zeros(0, np.int64)] + [m.eval_rows + offsets[i]
+                                                             for i, (_, m, _) in enumerate(firsts)])
+        order = np.lexsort((in_set, rows))
+        first = order[np.r_[True, rows[order][1:] != rows[order][:-1]]] if len(order) else order
+        self.dropped_rows, self.in_set, self.eval_at = rows[first], in_set[first], eval_at[first].astype(np.int32)
+        self.set_names = pa.array(names, pa.string())
+        self.eval_ids = pa.concat_arrays([ids for _, _, ids in firsts]) if firsts else pa.array([], pa.string())
+        self.how = np.concatenate([np.zeros(0, np.int8)] + [m.how for _, m, _ in firsts])[first]
+        self.similarity = np.concatenate([np.zeros(0)] + [m.similarity for _, m, _ in firsts])[first]
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         dropped, place = rows_among(self.dropped_rows, batch)
@@ -124,9 +136,9 @@ class DecontaminateStage(FilterStage):
     def annotate(self, batch: pa.Table, keep: np.ndarray) -> tuple[pa.Table, pa.Table]:
         kept, rejected = split(batch, keep)
         _, place = rows_among(self.dropped_rows, batch)
-        place = pa.array(place[~keep])
-        rejected = set_column(rejected, "eval_set", self.eval_set.take(place))
-        return kept, set_column(rejected, "eval_id", self.eval_id.take(place))
+        at = place[~keep]
+        rejected = set_column(rejected, "eval_set", self.set_names.take(pa.array(self.in_set[at])))
+        return kept, set_column(rejected, "eval_id", self.eval_ids.take(pa.array(self.eval_at[at])))
 
     def reason_kind(self, reason: str) -> str:
         return reason.split(" row ")[0]
@@ -146,9 +158,14 @@ class _Reasons:
     """Each dropped row's reason (written for the dropped rows only): the evaluation set and row it overlaps, how."""
 
     def __init__(self, stage: DecontaminateStage, place: np.ndarray):
-        self.stage, self.place = stage, place
+        from refinery.methods.decontaminate.overlap import HOW, NEAR
+
+        self.stage, self.place, self.words, self.near = stage, place, HOW, NEAR
 
     def __getitem__(self, i: int) -> str:
         s, p = self.stage, self.place[i]
-        how = s.how[p] if s.how[p] != "near-duplicate" else f"near-duplicate, Jaccard {s.similarity[p]:.2f}"
-        return f"contaminates {s.eval_set[p].as_py()} row {s.eval_id[p].as_py()} ({how})"
+        how = self.words[s.how[p]]
+        if s.how[p] == self.near:
+            how += f", Jaccard {s.similarity[p]:.2f}"
+        return (f"contaminates {s.set_names[int(s.in_set[p])].as_py()} row {s.eval_ids[int(s.eval_at[p])].as_py()} "
+                f"({how})")

@@ -33,11 +33,10 @@ FIELDS = ("text_a", "text_b")
 
 @dataclass
 class Rows:
-    """What dedup keeps of each input row, in input order (``signed_rows``): its id, its label and split (codes into
+    """What dedup keeps of each input row, in input order (``signed_rows``): its label and split (codes into
     their names; −1: none), the keys of its texts as read and normalized (``minhash.row_keys``) and each field's
-    shingles (``minhash.Shingles.narrowed``); not its texts."""
+    shingles (``minhash.Shingles.narrowed``); not its texts, nor its id (read again for the duplicates' partners)."""
 
-    ids: pa.Array
     labels: np.ndarray
     label_names: list
     splits: np.ndarray | None
@@ -47,7 +46,7 @@ class Rows:
     shingles: list
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.labels)
 
 
 class _Codes:
@@ -77,34 +76,55 @@ def _signed(batch: pa.Table, shingle_size: int) -> tuple:
 
 def signed_rows(batches, shingle_size: int) -> Rows:
     """``Rows`` of the input's ``batches`` (tables of id, text_a, text_b where paired, label, split where named),
-    read one at a time: only keys, codes and shingles are kept, so the memory is about 4 bytes per shingle and 30
-    per row, not the texts."""
-    ids, labels, splits, exact, normal = [], [], [], [], []
-    shingles: list = [[] for _ in FIELDS]
+    read one at a time: only keys, codes and shingles are kept, so the memory is about 4 bytes per shingle and 40
+    per row, not the texts. Each batch's parts wait on disk (``io.spill.SpilledSlices``) until the last batch is
+    signed, then each is read into one array: the memory of the rows' arrays, not of them and of their parts too
+    (parts joined in memory stay in the heap once freed)."""
+    from refinery.io.spill import SpilledSlices
+
+    fields = range(len(FIELDS))
+    spill = SpilledSlices(["labels", "splits", "exact", "normal", *(f"sizes{f}" for f in fields),
+                           *(f"values{f}" for f in fields)], prefix="dedup-")
     label_codes, split_codes = _Codes(), _Codes()
     named = False
-    for batch in batches:
-        for kept, made in zip((exact, normal, *shingles), _signed(batch, shingle_size)):
-            kept.append(made)
-        pa.default_memory_pool().release_unused()   # the batch's texts: Arrow's allocator keeps what it frees
-        ids.append(batch["id"].combine_chunks())
-        labels.append(label_codes(batch["label"]))
-        named = named or "split" in batch.column_names
-        splits.append(split_codes(batch["split"] if "split" in batch.column_names
-                                  else pa.nulls(batch.num_rows, pa.string())))
-    return Rows(pa.concat_arrays(ids) if ids else pa.array([], pa.string()),
-                minhash.joined(labels, np.int32), label_codes.names,
-                minhash.joined(splits, np.int32) if named else None, split_codes.names,
-                minhash.joined(exact, np.uint64), minhash.joined(normal, np.uint64),
-                [minhash.Shingles.concat(parts) for parts in shingles])
+    try:
+        for batch in batches:
+            exact, normal, *shingles = _signed(batch, shingle_size)
+            spill.append("exact", exact)
+            spill.append("normal", normal)
+            for f, made in enumerate(shingles):
+                spill.append(f"sizes{f}", made.sizes().astype(np.uint32))
+                spill.append(f"values{f}", made.values)
+            pa.default_memory_pool().release_unused()   # the batch's texts: Arrow's allocator keeps what it frees
+            spill.append("labels", label_codes(batch["label"]))
+            named = named or "split" in batch.column_names
+            spill.append("splits", split_codes(batch["split"] if "split" in batch.column_names
+                                               else pa.nulls(batch.num_rows, pa.string())))
+        return Rows(spill.joined("labels", np.int32), label_codes.names,
+                    spill.joined("splits", np.int32) if named else None, split_codes.names,
+                    spill.joined("exact", np.uint64), spill.joined("normal", np.uint64),
+                    [_joined_shingles(spill, f) for f in fields])
+    finally:
+        spill.close()
+
+
+def _joined_shingles(spill, field: int) -> minhash.Shingles:
+    """One field's shingles of every batch spilled by ``signed_rows``, as one CSR."""
+    sizes = spill.joined(f"sizes{field}", np.uint32)
+    starts = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, dtype=np.int64, out=starts[1:])
+    del sizes
+    return minhash.Shingles(starts, spill.joined(f"values{field}", np.uint32))
 
 
 @dataclass
 class Duplicates:
-    """Each input row's place in the duplicate graph: its cluster (−1: none), the row it duplicates (its cluster's
-    representative; −1 for a representative or a row in no cluster), the kind (``KINDS``), its similarity to that
-    row, whether it is dropped, and whether its cluster's labels conflict."""
+    """The place in the duplicate graph of each row in a cluster (``rows``, their numbers in the input, in input
+    order; a row in no cluster is kept and named nowhere): its cluster, the row it duplicates (its cluster's
+    representative, by its number in the input; −1 for a representative), the kind (``KINDS``), its similarity to
+    that row, whether it is dropped, and whether its cluster's labels conflict."""
 
+    rows: np.ndarray
     cluster: np.ndarray
     partner: np.ndarray
     kind: np.ndarray
@@ -116,17 +136,24 @@ class Duplicates:
 
     @property
     def duplicate(self) -> np.ndarray:
-        """Rows that duplicate another (their cluster's representative)."""
+        """Which of ``rows`` duplicate another (their cluster's representative)."""
         return self.partner >= 0
 
 
 def edges_of_equal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, the first row of equal key for each, the first row of each distinct key) for rows of equal ``keys``."""
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    rows = np.arange(len(keys))
-    to = first[inverse.ravel()]
-    mine = rows != to
-    return rows[mine], to[mine], np.sort(first)
+    """(rows, the first row of equal key for each, the first row of each distinct key, sorted) for rows of equal
+    ``keys``: one stable sort, and no array of the rows' size beyond it but a mask."""
+    order = np.argsort(keys, kind="stable")
+    ranked = keys[order]
+    new = np.empty(len(keys), bool)
+    new[:1] = True
+    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+    del ranked
+    heads, later = np.flatnonzero(new), np.flatnonzero(~new)
+    del new
+    first = order[heads]
+    to = first[np.searchsorted(heads, later, side="right") - 1]
+    return order[later], to, np.sort(first)
 
 
 VERIFY_PAIRS = 1 << 22   # candidate pairs verified at once
@@ -144,7 +171,7 @@ class OverBudget(Refusal):
 def rows_nbytes(rows: "Rows") -> int:
     """The memory of what dedup keeps of the input's rows (``Rows``)."""
     arrays = [rows.labels, rows.exact, rows.normal] + ([rows.splits] if rows.splits is not None else [])
-    return (rows.ids.nbytes + sum(a.nbytes for a in arrays)
+    return (sum(a.nbytes for a in arrays)
             + sum(s.starts.nbytes + s.values.nbytes for s in rows.shingles))
 
 
@@ -182,8 +209,10 @@ def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig, checkpoint
             found.append(done["pair"].to_numpy())
             verified += int(done.schema.metadata[b"verified"])
             continue
-        codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
-                                                          range(b, min(b + at_once, bands))), signed)
+        keys = minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
+                                 range(b, min(b + at_once, bands)), signed)   # the group's bands made in one pass
+        codes = minhash.candidate_codes((keys[:, j] for j in range(keys.shape[1])), signed, n)
+        del keys
         group = []
         for start in range(0, len(codes), VERIFY_PAIRS):
             part = codes[start:start + VERIFY_PAIRS]
@@ -235,47 +264,51 @@ def _kinds(rows: np.ndarray, partners: np.ndarray, exact_key: np.ndarray, normal
 
 
 def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates:
-    """Every row's place in the duplicate graph of ``rows`` (see the module's docstring), its near-duplicates by
-    ``measure`` (default: ``JaccardMeasure``; ``embedded.CosineMeasure`` under ``similarity: cosine``)."""
+    """The place in the duplicate graph of every row of ``rows`` in a cluster (see the module's docstring), its
+    near-duplicates by ``measure`` (default: ``JaccardMeasure``; ``embedded.CosineMeasure`` under ``similarity:
+    cosine``). The graph is built over the rows its edges join only, so beyond the input's keys what is held
+    follows the duplicates, not the rows."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    n = len(rows)
-    exact_key, normal_key = rows.exact, rows.normal
     measure = measure or JaccardMeasure(rows.shingles, config)
-    a, b, distinct = edges_of_equal(normal_key)
+    a, b, distinct = edges_of_equal(rows.normal)
     candidates, near = 0, np.zeros((0, 2), np.int64)
     if measure.threshold < 1 and len(distinct) > 1:
         near, candidates = measure.edges(distinct)
+    del distinct
     left, right = np.concatenate([a, near[:, 0]]), np.concatenate([b, near[:, 1]])
-    graph = coo_matrix((np.ones(len(left), np.int8), (left, right)), shape=(n, n))
+    nodes = np.unique(np.concatenate([left, right]))   # every row in a cluster, in input order
+    k = len(nodes)
+    graph = coo_matrix((np.ones(len(left), np.int8), (np.searchsorted(nodes, left), np.searchsorted(nodes, right))),
+                       shape=(k, k))
     _, component = connected_components(graph, directed=False)
     size = np.bincount(component)
-    in_cluster = size[component] > 1
     # the representative: the least priority in its component (rows of prefer_split first, then input order)
-    order = np.arange(n, dtype=np.int64)
+    order = np.arange(k, dtype=np.int64)
     if config.prefer_split is not None and rows.splits is not None:
-        preferred = rows.splits == (rows.split_names.index(config.prefer_split)
-                                    if config.prefer_split in rows.split_names else -2)
-        order = order + np.where(preferred, 0, n)
-    best = np.full(len(size), 2 * n, np.int64)
+        preferred = rows.splits[nodes] == (rows.split_names.index(config.prefer_split)
+                                           if config.prefer_split in rows.split_names else -2)
+        order = order + np.where(preferred, 0, k)
+    best = np.full(len(size), 2 * k, np.int64)
     np.minimum.at(best, component, order)
-    rep = best[component] % n
-    codes = rows.labels.astype(np.int64)
+    rep = best[component] % k
+    codes = rows.labels[nodes].astype(np.int64)
     low, high = np.full(len(size), np.iinfo(np.int64).max), np.full(len(size), -1)
     np.minimum.at(low, component, codes)
     np.maximum.at(high, component, codes)
-    conflict = in_cluster & (low[component] != high[component])
-    dup = in_cluster & (rep != np.arange(n))
+    conflict = low[component] != high[component]
+    dup = rep != np.arange(k)
     partner = np.where(dup, rep, -1)
-    kind = np.zeros(n, np.int8)
+    kind = np.zeros(k, np.int8)
+    exact_key, normal_key = rows.exact[nodes], rows.normal[nodes]
     duplicates = np.flatnonzero(dup)
     for rows_of_kind, named in _kinds(duplicates, rep[duplicates], exact_key, normal_key):
         kind[rows_of_kind] = named
-    similarity = np.zeros(n, np.float32)
+    similarity = np.zeros(k, np.float32)
     similarity[dup] = 1.0
     at = np.flatnonzero(kind == NEAR)
-    similarity[at] = measure.between(at, rep[at])
+    similarity[at] = measure.between(nodes[at], nodes[rep[at]])
     dropped = dup.copy()
     if config.conflicts == "keep":
         dropped &= ~conflict
@@ -285,7 +318,7 @@ def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates
         partner[same[0]], dropped[same[0]] = same[1], True
         near_ones = same[0][kind[same[0]] == NEAR]
         similarity[same[0]] = 1.0
-        similarity[near_ones] = measure.between(near_ones, partner[near_ones])
+        similarity[near_ones] = measure.between(nodes[near_ones], nodes[partner[near_ones]])
     elif config.conflicts == "drop":
         dropped |= conflict
         reps = np.flatnonzero(conflict & ~dup)   # a representative dropped: named with its cluster's next row
@@ -294,6 +327,6 @@ def find_duplicates(rows: Rows, config: DedupConfig, measure=None) -> Duplicates
         first_dup[component[dups]] = dups
         partner[reps] = first_dup[component[reps]]
         kind[conflict] = CONFLICT
-        similarity[reps] = measure.between(reps, partner[reps])
-    return Duplicates(np.where(in_cluster, component, -1), partner, kind, similarity, dropped, conflict,
-                      candidates, len(near))
+        similarity[reps] = measure.between(nodes[reps], nodes[partner[reps]])
+    return Duplicates(nodes, component, np.where(partner >= 0, nodes[np.maximum(partner, 0)], -1), kind, similarity,
+                      dropped, conflict, candidates, len(near))

@@ -35,21 +35,22 @@ class DedupSummary:
 
 
 def example_rows(found: Duplicates) -> list:
-    """The duplicates shown side by side with their partners: near-duplicates and label conflicts first."""
+    """The duplicates shown side by side with their partners (their places in ``found``): near-duplicates and label
+    conflicts first."""
     dup = np.flatnonzero(found.duplicate)
     first = np.lexsort((dup, ~found.conflict[dup], ~np.isin(found.kind[dup], (NEAR, CONFLICT))))
     return dup[first[:EXAMPLES]].tolist()
 
 
 def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict, measure=None) -> DedupSummary:
-    """The report's figures; ``texts``: row number → its texts by field, for the ``example_rows`` and partners;
-    ``measure``: the ``embedded.CosineMeasure`` that found the near-duplicates under ``similarity: cosine``."""
+    """The report's figures; ``texts``: row number → its id and texts by field, for the ``example_rows`` and their
+    partners; ``measure``: the ``embedded.CosineMeasure`` that found the near-duplicates under ``similarity:
+    cosine``."""
     from refinery.core.minhash import bands_for
 
     names = np.array([*rows.label_names, None], dtype=object)   # code −1: no label
-    labels = names[rows.labels]
+    labels = names[rows.labels[found.rows]]                     # the clustered rows' labels
     dup = np.flatnonzero(found.duplicate)
-    clustered = found.cluster >= 0
     combos: dict = {}   # label combination → [clusters, rows]
     conflicted = np.flatnonzero(found.conflict)
     conflicted = conflicted[np.argsort(found.cluster[conflicted], kind="stable")]
@@ -63,23 +64,23 @@ def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict, m
     if rows.splits is not None:
         splits = np.array([*rows.split_names, None], dtype=object)
         for i in dup:
-            key = (splits[rows.splits[found.partner[i]]], splits[rows.splits[i]])
+            key = (splits[rows.splits[found.partner[i]]], splits[rows.splits[found.rows[i]]])
             pairs[key] += 1
             removed_pairs[key] += bool(found.dropped[i])
     per_label = []
-    for code in sorted(np.unique(rows.labels).tolist(), key=lambda c: str(names[c])):
-        mine = rows.labels == code
-        removed = int((found.dropped & mine).sum())
-        per_label.append({"label": str(names[code]), "rows": int(mine.sum()), "removed": removed,
-                          "share removed": removed / max(int(mine.sum()), 1)})
+    every = np.bincount(rows.labels + 1, minlength=len(names))   # code −1 (no label) first
+    removed = np.bincount(rows.labels[found.rows[found.dropped]] + 1, minlength=len(names))
+    for code in sorted((c - 1 for c in np.flatnonzero(every).tolist()), key=lambda c: str(names[c])):
+        per_label.append({"label": str(names[code]), "rows": int(every[code + 1]), "removed": int(removed[code + 1]),
+                          "share removed": int(removed[code + 1]) / max(int(every[code + 1]), 1)})
     examples = []
     for i in example_rows(found):
-        j = found.partner[i]
+        row, j = int(found.rows[i]), int(found.partner[i])
         pair = {"kind": KINDS[found.kind[i]], "similarity": round(float(found.similarity[i]), 4),
-                "id": rows.ids[i].as_py(), "partner": rows.ids[j].as_py()}
-        for name in (n for n in texts[i] if n != "id"):   # the ids are the pair's first two fields
-            pair[name], pair[f"partner {name}"] = texts[i][name], texts[j][name]
-        pair["label"], pair["partner label"] = labels[i], labels[j]
+                "id": texts[row]["id"], "partner": texts[j]["id"]}
+        for name in (n for n in texts[row] if n != "id"):   # the ids are the pair's first two fields
+            pair[name], pair[f"partner {name}"] = texts[row][name], texts[j][name]
+        pair["label"], pair["partner label"] = labels[i], names[rows.labels[j]]
         examples.append(pair)
     bands, r = bands_for(config.threshold, config.permutations)
     search, embedded = "minhash", {}
@@ -88,7 +89,7 @@ def summarize(rows: Rows, found: Duplicates, config: DedupConfig, texts: dict, m
         bands, r = (cosine.bands, cosine.bits_per_band) if cosine else (0, 0)
         search, embedded = (cosine.method, cosine.texts) if cosine else ("exact", {})
     return DedupSummary(
-        clusters=len(np.unique(found.cluster[clustered])), rows_in_clusters=int(clustered.sum()),
+        clusters=len(np.unique(found.cluster)), rows_in_clusters=len(found.rows),
         duplicates={KINDS[k]: int(n) for k, n in zip(*np.unique(found.kind[dup], return_counts=True))},
         conflict_clusters=sum(c for c, _ in combos.values()), conflict_rows=int(found.conflict.sum()),
         conflicts=[{"labels": combo, "clusters": c, "rows": r} for combo, (c, r) in

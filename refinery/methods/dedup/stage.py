@@ -3,9 +3,9 @@ filter under the stage contract.
 
 ``prepare`` reads the input batch by batch, keeping each row's keys, label, split and shingles, not its texts
 (``clusters.signed_rows``), finds every row's cluster and fate (``clusters.find_duplicates``), reads the texts of the
-report's example pairs in a second pass, and keeps only the duplicates' numbers, partners' ids,
-kinds and similarities (what the workers of ``--engine ray`` receive); ``decide`` looks each batch's rows up by their
-number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
+report's example pairs and the duplicates' partners' ids in passes of their own, and keeps only the duplicates'
+numbers, partners' ids, kinds and similarities (what the workers of ``--engine ray`` receive); ``decide`` looks each
+batch's rows up by their number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
 ``reason``, ``duplicate_of``: the kept partner's id, and ``similarity``; a duplicate kept because its cluster's labels
 conflict carries them in kept/ too), the verdict and the report.
 """
@@ -64,13 +64,19 @@ class DedupStage(FilterStage):
         measure = self._cosine(source) if self.config.similarity == "cosine" else self._jaccard(source, out, rows)
         found = find_duplicates(rows, self.config, measure)
         shown = example_rows(found)
-        self.summary = summarize(rows, found, self.config,
-                                 source.rows_at(shown + found.partner[shown].tolist()), measure)
-        self.marked_rows = np.flatnonzero(found.duplicate)   # duplicates: dropped, or kept in a conflict
-        self.marked_dropped = found.dropped[self.marked_rows]
-        self.partner_ids = rows.ids.take(pa.array(found.partner[self.marked_rows]))
-        self.kinds = found.kind[self.marked_rows]
-        self.similarity = pa.array(found.similarity[self.marked_rows], pa.float32())
+        self.summary = summarize(rows, found, self.config, source.rows_at(
+            found.rows[shown].tolist() + found.partner[shown].tolist()), measure)
+        from refinery.io.memory import return_freed_memory
+
+        marked = found.duplicate   # duplicates: dropped, or kept in a conflict
+        self.marked_rows = found.rows[marked]
+        self.marked_dropped = found.dropped[marked]
+        self.kinds = found.kind[marked]
+        self.similarity = pa.array(found.similarity[marked], pa.float32())
+        partners = found.partner[marked]
+        del rows, measure, found   # the rows' keys and shingles, before the pass for the partners' ids
+        return_freed_memory()
+        self.partner_ids = source.column_at(partners, "id")
 
     def _jaccard(self, source: StageInput, out: StageOutput, rows):
         """The Jaccard measure, its LSH bands held as many at once as the memory budget allows, each group's
