@@ -103,8 +103,9 @@ def run(args: list, log: str, check: bool = True, program: list | None = None,
     return seconds, usage.ru_maxrss * 1024
 
 
-def stages(root: str, train: str, test: str) -> dict:
-    """Each verb as a user runs it, with its defaults (the confidence model and folds must be given)."""
+def stages(root: str, train: str, test: str, evaluation: str | None = None) -> dict:
+    """Each verb as a user runs it, with its defaults (the confidence model and folds must be given); decontaminate
+    against ``evaluation`` (default: the test split)."""
     splits = ["--input", f"train={train}", "--input", f"test={test}"]
     return {
         "audit": ["audit", train, "--out", f"{root}/audit"],
@@ -122,9 +123,10 @@ def stages(root: str, train: str, test: str) -> dict:
                                     "--out", f"{root}/confidence-ray"],
         "dedup": ["dedup", train, "--out", f"{root}/dedup"],
         "dedup --engine ray": ["dedup", train, "--engine", "ray", "--out", f"{root}/dedup-ray"],
-        "decontaminate": ["decontaminate", train, "--against", f"test={test}", "--out", f"{root}/decontaminate"],
-        "decontaminate --engine ray": ["decontaminate", train, "--against", f"test={test}", "--engine", "ray",
-                                       "--out", f"{root}/decontaminate-ray"],
+        "decontaminate": ["decontaminate", train, "--against", f"test={evaluation or test}",
+                          "--out", f"{root}/decontaminate"],
+        "decontaminate --engine ray": ["decontaminate", train, "--against", f"test={evaluation or test}",
+                                       "--engine", "ray", "--out", f"{root}/decontaminate-ray"],
         "aflite --engine ray": ["aflite", train, "--engine", "ray", "--out", f"{root}/aflite-ray"],
         "datamap --engine ray": ["datamap", train, "--engine", "ray", "--out", f"{root}/datamap-ray"],
         "upsample --engine ray": ["upsample", train, "--engine", "ray", "--out", f"{root}/upsample-ray"],
@@ -238,6 +240,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--test-rows", type=int, default=None, help="Rows of the test split (default: rows / 10).")
     parser.add_argument("--premise-pool", type=int, default=None, help="Default: rows / 20.")
+    parser.add_argument("--hypothesis-pool", type=int, default=0,
+                        help="Draw the hypotheses from a pool of this size (default 0: each fresh). With a fixed "
+                             "--premise-pool, the n-grams stop growing with the rows: the peaks that still grow "
+                             "follow the rows, not the vocabulary.")
+    parser.add_argument("--eval-rows", type=int, default=200_000,
+                        help="Rows of decontaminate's evaluation set (the first of the test split's): fixed, as a "
+                             "user's evaluation set does not grow with the training corpus.")
     parser.add_argument("--skip", default="", help="Comma-separated stages not to run (e.g. confidence,pipeline).")
     parser.add_argument("--only", default="", help="Comma-separated stages to run, the others skipped (e.g. "
                                                    "leakage,weights; a verb names all its variants).")
@@ -254,19 +263,23 @@ def main() -> None:
     pool = args.premise_pool or max(args.rows // 20, 100)
     root = args.keep or tempfile.mkdtemp(prefix="refinery-scale-")
     os.makedirs(root, exist_ok=True)
-    print(f"{machine_line()}; {args.rows:,} synthetic pairs (premise pool {pool:,}), test split {test_rows:,}; "
+    hypotheses = ["--hypothesis-pool", args.hypothesis_pool] if args.hypothesis_pool else []
+    print(f"{machine_line()}; {args.rows:,} synthetic pairs (premise pool {pool:,}"
+          + (f", hypothesis pool {args.hypothesis_pool:,}" if hypotheses else "")
+          + f"), test split {test_rows:,}, decontaminate's evaluation set {args.eval_rows:,}; "
           f"outputs in {root}", flush=True)
     train, test = f"{root}/train", f"{root}/test"
     # --keep a folder of an earlier run: its corpora are reused when made with the same settings
-    run(["synth", "--rows", args.rows, "--premise-pool", pool, "--out", train, "--mode", "skip"],
-        f"{root}/synth-train.log")
-    run(["synth", "--rows", test_rows, "--premise-pool", pool, "--split", "test", "--out", test, "--mode", "skip"],
-        f"{root}/synth-test.log")
+    evaluation = f"{root}/eval"
+    for rows, split, out in ((args.rows, "train", train), (test_rows, "test", test), (args.eval_rows, "test",
+                                                                                        evaluation)):
+        run(["synth", "--rows", rows, "--premise-pool", pool, *hypotheses, "--split", split, "--out", out,
+             "--mode", "skip"], f"{root}/synth-{os.path.basename(out)}.log")
     print("\n| stage | time | peak RSS | its Ray workers' peak | the driver's share of CPU seconds | rows/s | × audit "
           "|\n|---|---|---|---|---|---|---|", flush=True)
     audit_seconds = None
     over, figures = [], {}
-    for name, command in stages(root, train, test).items():
+    for name, command in stages(root, train, test, evaluation).items():
         if name.split()[0] in skip or name in skip or only and not (name.split()[0] in only or name in only):
             continue
         children: dict = {}
@@ -283,7 +296,7 @@ def main() -> None:
         serial = f"{children['serial']:.1%}" if "--engine" in command and children["serial"] is not None else "—"
         print(f"| {name} | {seconds:,.1f} s | {peak / 1e9:.2f} GB | {workers} | {serial} | {rows / seconds:,.0f} | "
               f"{ratio} |", flush=True)
-    on_ray_against_local(root, train, figures, stages(root, train, test))
+    on_ray_against_local(root, train, figures, stages(root, train, test, evaluation))
     if "pipeline" not in skip and (not only or "pipeline" in only):
         out = f"{root}/pipeline-out"
         seconds, peak = run(["run", pipeline(root, train, test), "--out", out], f"{root}/pipeline.log")

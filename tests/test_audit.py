@@ -152,6 +152,20 @@ def test_planted_tokens_recalled(planted, mode):
         assert f"{word}@hypothesis" in sets[label], (mode, word, res.top_k(10)[label])
 
 
+def test_pooled_premises_and_hypotheses_keep_the_ngrams_fixed_as_the_rows_grow():
+    """With both pools, twice the rows bring no new text, so no new n-gram (the vocabulary held while the rows grow,
+    as ``benchmarks/scale.py --hypothesis-pool`` asks); without the hypothesis pool, twice the rows bring new ones."""
+    def ngrams(spec):
+        table = pa.concat_tables(synth.generate(spec))
+        words = [t.split() for t in table["text_a"].to_pylist() + table["text_b"].to_pylist()]
+        return {" ".join(w[i:i + 2]) for w in words for i in range(len(w) - 1)}
+
+    pooled = synth.SynthSpec(rows=20_000, premise_pool=300, hypothesis_pool=500, planted={}, seed=5)
+    fresh = replace(pooled, hypothesis_pool=0)
+    assert ngrams(replace(pooled, rows=40_000)) == ngrams(pooled)
+    assert len(ngrams(replace(fresh, rows=40_000))) > 1.5 * len(ngrams(fresh))
+
+
 def test_sketch_state_round_trip_and_bounds(planted):
     path, _ = planted
     res = audit([path], config=AuditConfig(counting="sketch", sketch_lg_k=10))

@@ -139,6 +139,9 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
               help="Each label's share of the rows, in the order entailment, neutral, contradiction (default: equal); "
                    "e.g. 0.56,0.29,0.15 for an imbalanced corpus like SICK.")
 @click.option("--premise-pool", type=int, default=0, help="Draw premises from a pool with label-dependent degrees.")
+@click.option("--hypothesis-pool", type=int, default=0,
+              help="Draw hypotheses uniformly from a pool of this size (with --premise-pool: a fixed vocabulary of "
+                   "n-grams, whatever the rows).")
 @click.option("--signal-words", type=int, default=0, show_default=True,
               help="Genuine cue words per label (one per hypothesis): the signal a debiased model keeps.")
 @click.option("--signal-rate", type=float, default=0.8, show_default=True,
@@ -156,12 +159,13 @@ def sql(query, corpora, fmt, output, limit, params, mapping, opts):
                    "decontaminate's ground truth.")
 @click.option("--shard-rows", type=int, default=1_000_000, show_default=True, help="Rows per Parquet shard.")
 @mode_option
-def synth(*, out, rows, seed, planted, leak, label_shares, premise_pool, signal_words, signal_rate, split,
-          near_duplicates, flip_share, contamination, shard_rows, mode):
+def synth(*, out, rows, seed, planted, leak, label_shares, premise_pool, hypothesis_pool, signal_words, signal_rate,
+          split, near_duplicates, flip_share, contamination, shard_rows, mode):
     """Generate a planted-bias NLI-like corpus (deterministic from --seed)."""
     from refinery.io import synth as synth_mod
 
-    kwargs = {"rows": rows, "seed": seed, "leak": leak, "premise_pool": premise_pool, "signal_words": signal_words,
+    kwargs = {"rows": rows, "seed": seed, "leak": leak, "premise_pool": premise_pool,
+              "hypothesis_pool": hypothesis_pool, "signal_words": signal_words,
               "signal_rate": signal_rate, "split": split, "near_duplicates": near_duplicates,
               "flip_share": flip_share, "contamination": contamination}
     if planted:

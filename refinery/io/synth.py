@@ -14,8 +14,10 @@ model should keep. ``split`` draws other rows over the same vocabulary and cue w
 from the same distribution, ``anti-shortcut`` with the shortcuts reversed (each hypothesis
 carries a planted word of another label and a cue word of its own; pooled premises are drawn
 with another label's popularity), so that a model's reliance on the shortcuts can be measured
-where the truth is known. ``label_shares`` makes the labels imbalanced (each row's label drawn with
-these shares instead of uniformly): with negations planted in the smallest label
+where the truth is known. With ``hypothesis_pool`` as well, every text is one of a fixed set, so the corpus's
+n-grams stop growing with its rows (how ``benchmarks/scale.py --hypothesis-pool`` tells the memory that follows
+the rows from the memory that follows the vocabulary). ``label_shares`` makes the labels imbalanced (each row's
+label drawn with these shares instead of uniformly): with negations planted in the smallest label
 (``planted={"no": ("contradiction", 0.5), "not": ("contradiction", 0.4)}``, a small ``leak``) it is a
 corpus like SICK, whose minority label is mostly written with a negation. Deterministic from the seed;
 generated in Arrow, batch by batch.
@@ -65,6 +67,7 @@ class SynthSpec:
     premise_len: tuple = (8, 16)
     hypothesis_len: tuple = (4, 10)
     premise_pool: int = 0          # 0: every premise fresh; else draw premises from a pool of this size
+    hypothesis_pool: int = 0       # 0: every hypothesis fresh; else draw them uniformly from a pool of this size
     pool_skew: float = 1.5         # Zipf exponent of the first label's premises (the last label's: skew / C)
     signal_words: int = 0          # genuine cue words per label (0: labels carry no genuine signal)
     signal_rate: float = 0.8       # how often a row's cue word is of its own label
@@ -152,6 +155,11 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         ids, offs = _sentences(prng, vocab, probs, spec.premise_pool, *spec.premise_len)
         pool_text = _join(vocab_arr, ids, offs)
         pool_probs = [_zipf_probs(spec.premise_pool, spec.pool_skew * (C - j) / C) for j in range(C)]
+    hypotheses = None
+    if spec.hypothesis_pool:
+        ids, offs = _sentences(np.random.default_rng(spec.seed + 2), vocab, probs, spec.hypothesis_pool,
+                               *spec.hypothesis_len)
+        hypotheses = _join(vocab_arr, ids, offs)
     held_out = generate(replace(spec, split="test", near_duplicates=0.0, flip_share=0.0, contamination=0.0),
                         batch_rows) if spec.contamination else None
     for start in range(0, spec.rows, batch_rows):
@@ -170,8 +178,11 @@ def generate(spec: SynthSpec, batch_rows: int = 200_000) -> Iterator[pa.Table]:
         else:
             ids, offs = _sentences(rng, vocab, probs, n, *spec.premise_len)
             text_a = _join(vocab_arr, ids, offs)
-        ids, offs = _sentences(rng, vocab, probs, n, *spec.hypothesis_len)
-        hyp = _join(vocab_arr, ids, offs)
+        if hypotheses is not None:
+            hyp = pc.take(hypotheses, pa.array(rng.integers(0, spec.hypothesis_pool, n)))
+        else:
+            ids, offs = _sentences(rng, vocab, probs, n, *spec.hypothesis_len)
+            hyp = _join(vocab_arr, ids, offs)
         # plant tokens: prepend "word " to the hypotheses chosen for it
         prefix = np.full(n, "", dtype=object)
         if anti:  # one planted word of another label per row
@@ -262,7 +273,10 @@ def write(spec: SynthSpec, out: str, shard_rows: int = 1_000_000, mode: str = "o
 
 
 def _spec_dict(spec: SynthSpec) -> dict:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.__dict__.items()}
+    """The spec as its manifest records it: a setting left at a default that once was not a setting (every
+    hypothesis fresh) is left out, so a corpus made before it is still the same run."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.__dict__.items()
+            if not (k == "hypothesis_pool" and not v)}
 
 
 def parse_shares(text: str) -> tuple:
