@@ -204,7 +204,8 @@ def test_inductive_graphs_are_per_split():
 
 def test_cell_forest_is_sklearns_forest_in_distribution(planted):
     """The forest grown on count-weighted cells gives the P̂(y|l) of scikit-learn's forest grown on the rows, as
-    closely as two seeds of scikit-learn's forest agree with each other (planted corpus, basic features)."""
+    closely as two seeds of scikit-learn's forest agree with each other (planted corpus, basic features); grown
+    tree by tree and each dropped once it scored the test rows, the same figures exactly."""
     from sklearn.ensemble import RandomForestClassifier
 
     with sentence_graph.corpus_features({"train": str(planted / "train"), "test": str(planted / "test")}) as graph:
@@ -215,6 +216,9 @@ def test_cell_forest_is_sklearns_forest_in_distribution(planted):
     forest = leakage_settings.ForestConfig(trees=100, max_samples=None).make().fit(X, y)
     cells = forest.predict_proba(X_test)
     assert len(X) == 18_000 and forest.cells_ < len(X) / 10   # the rows fall into few cells
+    scored = leakage_settings.ForestConfig(trees=100, max_samples=None).make()   # each tree dropped once it scored
+    assert np.array_equal(scored.fit_predict_proba(X, y, X_test), cells) and not scored.estimators_
+    assert np.array_equal(scored.feature_importances_, forest.feature_importances_)
     noise = np.abs(rows[0] - rows[1]).mean()
     assert 0 < noise < 0.05
     assert np.abs(cells - rows[0]).mean() < 1.25 * noise and np.abs(cells - rows[1]).mean() < 1.25 * noise

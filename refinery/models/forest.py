@@ -37,8 +37,8 @@ def distinct_rows(X: np.ndarray, *more: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 class CellForest:
     """scikit-learn's ``RandomForestClassifier`` (bootstrap, ``max_features="sqrt"``, probabilities averaged
-    over trees) grown on count-weighted cells; ``fit``, ``predict_proba``, ``predict``, ``classes_`` and
-    ``feature_importances_`` as there."""
+    over trees) grown on count-weighted cells; ``fit``, ``predict_proba``, ``classes_`` and
+    ``feature_importances_`` as there, and ``fit_predict_proba``, which keeps no tree."""
 
     def __init__(self, n_estimators: int = 100, min_samples_leaf: int = 1, max_depth: int | None = None,
                  max_samples: int | None = None, random_state: int = 0, n_jobs: int = -1):
@@ -46,6 +46,28 @@ class CellForest:
         self.max_samples, self.random_state, self.n_jobs = max_samples, random_state, n_jobs
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CellForest":
+        self.estimators_ = list(self._grown(X, y))
+        return self
+
+    def fit_predict_proba(self, X: np.ndarray, y: np.ndarray, X_test: np.ndarray) -> np.ndarray:
+        """``fit`` then ``predict_proba(X_test)``, the same figures, each tree dropped once it has scored
+        ``X_test``'s distinct rows (its importances kept): what is held is the trees being grown, not the forest.
+        A fully grown tree on a million distinct cells (continuous features) takes tens of MB, so a hundred of them
+        took 5.8 GB beside 2M planted pairs whose sentences repeat. ``feature_importances_`` as after ``fit``; no
+        tree is kept for another prediction."""
+        vectors, index = distinct_rows(X_test)
+        proba, importances = None, []
+        for tree in self._grown(X, y):   # in the seeds' order: the sum of each row's shares as predict_proba's
+            if proba is None:
+                proba = np.zeros((len(vectors), len(self.classes_)))
+            proba[:, tree.classes_.astype(np.int64)] += tree.predict_proba(vectors)
+            importances.append(tree.feature_importances_)
+        self.estimators_, self.importances_ = [], np.array(importances)
+        return (proba / self.n_estimators)[index]
+
+    def _grown(self, X: np.ndarray, y: np.ndarray):
+        """The trees, one at a time in the order of their seeds, grown ``n_jobs`` at a time (joblib's generator:
+        a few dispatched ahead, each handed over in order)."""
         from joblib import Parallel, delayed   # scikit-learn is loaded when a forest is grown, not with the CLI
         from sklearn.tree import DecisionTreeClassifier
 
@@ -63,8 +85,8 @@ class CellForest:
                                           max_depth=self.max_depth, random_state=int(seed[1]))
             return tree.fit(cells[drawn, :-1], cells[drawn, -1].astype(np.int64), sample_weight=weight[drawn])
 
-        self.estimators_ = Parallel(n_jobs=self.n_jobs, prefer="threads")(delayed(grow)(s) for s in seeds)
-        return self
+        yield from Parallel(n_jobs=self.n_jobs, prefer="threads", return_as="generator")(
+            delayed(grow)(s) for s in seeds)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """Mean over trees of each tree's leaf class shares, computed once per distinct row of ``X``."""
@@ -74,16 +96,9 @@ class CellForest:
             proba[:, tree.classes_.astype(np.int64)] += tree.predict_proba(vectors)
         return (proba / len(self.estimators_))[index]
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return self.classes_[self.predict_proba(X).argmax(axis=1)]
-
     @property
     def feature_importances_(self) -> np.ndarray:
         """Mean decrease in impurity, averaged over trees and normalized (as scikit-learn's forest)."""
-        total = np.mean([t.feature_importances_ for t in self.estimators_], axis=0)
+        per_tree = [t.feature_importances_ for t in self.estimators_] if self.estimators_ else self.importances_
+        total = np.mean(per_tree, axis=0)
         return total / total.sum() if total.sum() > 0 else total
-
-    def set_params(self, **params) -> "CellForest":
-        for name, value in params.items():
-            setattr(self, name, value)
-        return self

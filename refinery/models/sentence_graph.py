@@ -193,7 +193,8 @@ class Predictability(PredictabilityFigures):
 def predictability(graph: GraphInput, splits: list[str], test_split: str | None = None,
                    forest: ForestConfig = ForestConfig()) -> Predictability:
     """Accuracy of a forest on leakage features alone, against the majority class (paper Tables 1–2). Each
-    forest is kept only as long as its accuracy and importances take, the basic one for the predictions."""
+    forest scores the test split as its trees grow and keeps none of them (``CellForest.fit_predict_proba``); the
+    basic one's scores are the predictions."""
     train_splits, test = split_roles(splits, test_split)
     labels = graph.labels()
     names = pa.array(labels, pa.string())
@@ -208,8 +209,9 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
         X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
         for name, features in progress(runs, desc="leakage forests", unit=" fit"):
             cols = _columns(features)
-            model = forest.make().fit(X_train[:, cols], y_train)
-            accuracy = float((model.predict(X_test[:, cols]) == y_test).mean())
+            model = forest.make()
+            scores = model.fit_predict_proba(X_train[:, cols], y_train, X_test[:, cols])   # its trees dropped
+            accuracy = float((model.classes_[scores.argmax(axis=1)] == y_test).mean())
             if name.startswith(("without:", "only:")):
                 ablations[name] = accuracy
                 continue
@@ -217,11 +219,9 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
             kind = "basic" if features == BASIC_FEATURES else "advanced"
             importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
             if kind == "basic":
-                basic = model
+                basic, proba = model, scores
         majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
         del X_train
-        basic.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
-        proba = basic.predict_proba(X_test[:, _columns(BASIC_FEATURES)])
     keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
     ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
     predictions = pa.table({

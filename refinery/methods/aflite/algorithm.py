@@ -64,7 +64,7 @@ class Filtering:
 def logistic_of_rows(X, alive: np.ndarray, y: np.ndarray, num_labels: int, partitions) -> tuple[np.ndarray,
                                                                                                  np.ndarray]:
     """``logistic_predictability`` of S (``alive``, the numbers of its rows in ``X``), its partitions as one mask."""
-    return logistic_predictability(X[alive], y[alive], num_labels, membership(len(alive), list(partitions)))
+    return logistic_predictability(X[alive], y[alive], num_labels, membership(len(alive), partitions))
 
 
 def adversarial_filter(X, y: np.ndarray, labels: list, config: AFLiteConfig, done: list | None = None,

@@ -40,8 +40,8 @@ def naive_bayes_predictability(X, alive: np.ndarray, y: np.ndarray, num_labels: 
 
     def next_block() -> np.ndarray | None:
         """The next block's membership (rows × b, True where the row trains partition j), drawn in order."""
-        block = [positions for _, positions in zip(range(BLOCK), drawn)]
-        return membership(rows, block) if block else None
+        train = membership(rows, drawn, BLOCK)
+        return train if train.shape[1] else None
 
     with ThreadPoolExecutor(1) as drawing:   # the next block drawn (memory-bound shuffles) while this one is fit
         upcoming = drawing.submit(next_block)

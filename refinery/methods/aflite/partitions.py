@@ -11,6 +11,7 @@ the same T_j and the same later draws. Any other generator takes NumPy's permuta
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import numba
@@ -26,12 +27,19 @@ def draw_partitions(rows: int, train_share: float, partitions: int, rng: np.rand
         yield first_of_permutation(rng, rows, t)
 
 
-def membership(rows: int, partitions: list) -> np.ndarray:
-    """Which rows train which of ``partitions`` (each the positions of T_j): rows × len(partitions), True in T_j."""
-    train = np.zeros((rows, len(partitions)), np.bool_)
-    for j, positions in enumerate(partitions):
-        train[positions, j] = True
-    return train
+def membership(rows: int, partitions, most: int | None = None) -> np.ndarray:
+    """Which rows train which of ``partitions`` (an iterable, each the positions of T_j; ``most``: only its next
+    that many): rows × the partitions taken, True in T_j. Each partition is drawn when its column is filled and
+    dropped after, so what is held is a byte per row and partition, not the positions of all (4 bytes per row and
+    partition: each partition's positions are a view of its whole permutation)."""
+    if most is None:   # every partition: their positions listed first, to size the matrix
+        partitions = list(partitions)
+        most = len(partitions)
+    train, taken = np.zeros((rows, most), np.bool_), 0
+    for positions in itertools.islice(partitions, most):
+        train[positions, taken] = True
+        taken += 1
+    return train if taken == most else np.ascontiguousarray(train[:, :taken])
 
 
 def first_of_permutation(rng: np.random.Generator, n: int, t: int) -> np.ndarray:

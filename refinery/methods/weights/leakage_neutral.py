@@ -101,9 +101,9 @@ def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: Fores
     proba = np.zeros((len(y), num_labels))
     for f in progress(np.unique(folds), desc="cross-predict", unit=" fold"):
         test = folds == f
-        model = forest.make().fit(X[~test], y[~test])
-        model.set_params(n_jobs=1)  # trees summed in one order: threads would make the last bits vary run to run
-        proba[np.ix_(np.nonzero(test)[0], model.classes_)] = model.predict_proba(X[test])
+        model = forest.make()   # its trees score the held-out fold as they grow, then go (summed in one order)
+        scores = model.fit_predict_proba(X[~test], y[~test], X[test])
+        proba[np.ix_(np.nonzero(test)[0], model.classes_)] = scores
     return proba
 
 
