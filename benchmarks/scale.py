@@ -13,9 +13,13 @@ with the driver's peak memory (the pipeline's own per-stage figures, from ``OUT/
 
     .venv/bin/python benchmarks/scale.py --rows 1000000 [--test-rows 100000] [--skip confidence,razor | --only leakage,weights]
     .venv/bin/python benchmarks/scale.py --rows 10000000 --check     # exit 1 when a stage passes the bar
+    .venv/bin/python benchmarks/scale.py --rows 2000000 --premise-pool 100000 --hypothesis-pool 1000000   # then 10M:
+                                     # the n-grams held as the rows grow, so a peak that still grows follows the rows
 
 ``--check`` holds every stage to the bar of 5 minutes and 4 GB of peak RSS at the rows given (its driver's and its
 Ray task's; a stage that fails counts as over it) and exits 1 naming those over it, once every stage ran.
+decontaminate runs against the first ``--eval-rows`` (200,000) rows of the test split at every size: a user's
+evaluation set does not grow with the training corpus.
 """
 from __future__ import annotations
 
