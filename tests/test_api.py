@@ -117,6 +117,28 @@ def test_named_splits_from_a_datasetdict_in_memory_and_on_disk(dev_test, tmp_pat
     assert trained["rows"] == len(dev_test["train"])
 
 
+def test_dedup_with_a_preferred_split_reads_every_split_of_a_datasetdict(dev_test):
+    """``prefer_split="test"`` dedups across the splits: every split of the DatasetDict is read (no notice), and the
+    training copies of test rows are the ones removed; without it, train alone, the others passed through."""
+    import warnings
+
+    import datasets
+
+    train, test = dev_test["train"].iloc[:300], dev_test["test"].iloc[:40]
+    copied = pd.concat([train, test.iloc[:10]], ignore_index=True)   # ten test rows copied into train
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_pandas(copied), "test": datasets.Dataset.from_pandas(test)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rf.SplitsNotice)
+        both = rf.dedup(dd, preset="snli", prefer_split="test")
+    assert both.splits == ("train", "test") and both.untouched == ()
+    kept = both.to_pandas()
+    pairs = lambda frame: set(zip(frame["sentence1"], frame["sentence2"]))   # noqa: E731
+    assert pairs(kept[kept["split"] == "test"]) == pairs(test)   # every test row kept, its training copy removed
+    assert not pairs(kept[kept["split"] == "train"]) & pairs(test.iloc[:10]) and len(kept) == len(train) + len(test)
+    with pytest.warns(rf.SplitsNotice, match="passed 'test' through untouched"):
+        assert rf.dedup(dd, preset="snli").splits == ("train",)
+
+
 def test_compare_reads_dataframes_results_and_files(dev, dev_test):
     zf = rf.zfilter(dev, preset="snli", k=20)
     result = rf.compare(train={"snli": dev_test, "z-filtered": zf},   # named splits: the train split's rows

@@ -31,15 +31,15 @@ class SplitsNotice(UserWarning):
     """A stage read some of the data's named splits and passed the others through untouched."""
 
 
-def chosen_splits(stage: str, names: list[str], split) -> tuple[list[str], list[str]]:
-    """(the named splits ``stage`` reads, those it passes through untouched). A stage that needs splits
-    (leakage) reads them all; any other reads ``train``, or the data's only split, or those ``split=`` names
-    (a name or a list of names, pooled)."""
+def chosen_splits(stage, names: list[str], split) -> tuple[list[str], list[str]]:
+    """(the named splits ``stage`` (configured) reads, those it passes through untouched). A stage that needs
+    splits (leakage; dedup with ``prefer_split``: ``Stage.reads_every_split``) reads them all; any other reads
+    ``train``, or the data's only split, or those ``split=`` names (a name or a list of names, pooled)."""
     if split is None:
-        if len(names) < 2 or "split" in stage_class(stage).needs:
+        if len(names) < 2 or stage.reads_every_split():
             return list(names), []
         if "train" not in names:
-            raise Refusal(f"the data has splits {', '.join(names)} and none named 'train': name the one {stage} "
+            raise Refusal(f"the data has splits {', '.join(names)} and none named 'train': name the one {stage.name} "
                           f"reads, e.g. split={names[0]!r} (a list of splits pools them)", code="missing-split")
         chosen = ["train"]
     else:
@@ -85,7 +85,7 @@ def call_stage(name: str, data, kwargs: dict, *, out=None, engine="local", mode=
         source = source or as_source(data, folder.scratch)
         check_preset(input_keys, source)
         with python_terms(source):
-            read, untouched = chosen_splits(name, source.split_names(source.input_spec(input_keys)), split)
+            read, untouched = chosen_splits(cls(config), source.split_names(source.input_spec(input_keys)), split)
             spec_in = source.input_spec(input_keys, read)
             spec = PipelineSpec(spec_in, [StageSpec(name, config)], folder.out, engine, memory_budget=memory_budget)
             step = run_stage(spec, mode, echo=lambda line: None)

@@ -196,6 +196,11 @@ class Stage(ABC):
         if not isinstance(self.config, self.Config):
             raise TypeError(f"{self.name}: config must be a {self.Config.__name__}")
 
+    def reads_every_split(self) -> bool:
+        """Whether, configured so, the stage reads every named split of data given in memory (a ``DatasetDict``,
+        ``{split: data}``) where ``split=`` names none, instead of ``train`` alone: a stage that needs splits."""
+        return "split" in self.needs
+
     def also_reads(self) -> list[str]:
         """Files or corpora the stage reads besides its input and its ``references`` (compare's evaluation sets):
         part of its fingerprint, so a changed file runs the step again."""

@@ -54,6 +54,10 @@ class DedupStage(FilterStage):
     adds = ("duplicate_of", "similarity")
     prepare_as_task = True   # it reads the whole input: on Ray a task of its own, not the driver
 
+    def reads_every_split(self) -> bool:
+        """With ``prefer_split`` the splits are what it dedups across: every one is read, not ``train`` alone."""
+        return self.config.prefer_split is not None
+
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Every row's fate, and the report's figures; kept of the rows: the duplicates' partners only."""
         from refinery.methods.dedup.clusters import find_duplicates, signed_rows
