@@ -164,6 +164,8 @@ def test_pooled_premises_and_hypotheses_keep_the_ngrams_fixed_as_the_rows_grow()
     fresh = replace(pooled, hypothesis_pool=0)
     assert ngrams(replace(pooled, rows=40_000)) == ngrams(pooled)
     assert len(ngrams(replace(fresh, rows=40_000))) > 1.5 * len(ngrams(fresh))
+    with pytest.raises(synth.Refusal, match="hypothesis_pool must be 0"):   # not NumPy's "negative dimensions"
+        replace(pooled, hypothesis_pool=-3)
 
 
 def test_sketch_state_round_trip_and_bounds(planted):

@@ -90,6 +90,10 @@ class SynthSpec:
         if self.split == "anti-shortcut" and not (self.planted or self.premise_pool):
             raise Refusal("an anti-shortcut split needs shortcuts to reverse: planted words or a premise pool",
                           code="conflicting-settings")
+        for name, pool in (("premise_pool", self.premise_pool), ("hypothesis_pool", self.hypothesis_pool)):
+            if pool < 0:
+                raise Refusal(f"{name} must be 0 (each text drawn fresh) or the number of texts to draw from, got "
+                              f"{pool}", code="invalid-setting")
         shares = {"near_duplicates": self.near_duplicates, "flip_share": self.flip_share,
                   "contamination": self.contamination}
         for name, share in shares.items():
