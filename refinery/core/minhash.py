@@ -299,13 +299,12 @@ def distinct(codes: np.ndarray) -> np.ndarray:
     return codes[np.concatenate([codes[:1] == codes[:1], codes[1:] != codes[:-1]])]
 
 
-def candidate_codes(columns, rows: np.ndarray, n: int) -> np.ndarray:
-    """The distinct pairs a < b of ``rows`` sharing a key in one of ``columns`` (each band's keys of ``rows``, in
-    their order: an iterable, so a band's keys can be made when its turn comes), each as the code a·n + b (n: the
-    rows in all; sorted, int64)."""
+def candidate_codes(keys: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """The distinct pairs a < b of ``rows`` sharing a band key (a column of ``keys``, one row of keys for each of
+    ``rows``, in their order), each as the code a·n + b (n: the rows in all; sorted, int64)."""
     rows, n = rows.astype(np.int64, copy=False), np.int64(max(n, 1))
     return distinct(joined([_bucket_pairs(np.argsort(column, kind="stable"), column, rows, BUCKET_PAIRS, n)
-                            for column in columns], np.int64))
+                            for column in (keys[:, band] for band in range(keys.shape[1]))], np.int64))
 
 
 def cross_pairs(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:

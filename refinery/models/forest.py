@@ -47,6 +47,7 @@ class CellForest:
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CellForest":
         self.estimators_ = list(self._grown(X, y))
+        self.importances_ = np.array([tree.feature_importances_ for tree in self.estimators_])
         return self
 
     def fit_predict_proba(self, X: np.ndarray, y: np.ndarray, X_test: np.ndarray) -> np.ndarray:
@@ -99,6 +100,5 @@ class CellForest:
     @property
     def feature_importances_(self) -> np.ndarray:
         """Mean decrease in impurity, averaged over trees and normalized (as scikit-learn's forest)."""
-        per_tree = [t.feature_importances_ for t in self.estimators_] if self.estimators_ else self.importances_
-        total = np.mean(per_tree, axis=0)
+        total = np.mean(self.importances_, axis=0)   # each tree's, kept by fit and fit_predict_proba
         return total / total.sum() if total.sum() > 0 else total

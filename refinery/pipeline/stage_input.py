@@ -117,15 +117,9 @@ class StageInput:
         the rows ``wanted``: a pass over the input that keeps only them."""
         import numpy as np
 
-        wanted, found, start = np.unique(np.asarray(wanted, np.int64)), {}, 0
-        for batch in (b.rows for b in self.iter_batches() if b.rows.num_rows):
-            mine = wanted[(wanted >= start) & (wanted < start + batch.num_rows)]
-            if len(mine):
-                part = batch.select([c for c in columns if c in batch.column_names])
-                found.update(zip(mine.tolist(), part.take(pa.array(mine - start)).to_pylist()))
-            start += batch.num_rows
-            if start > (wanted[-1] if len(wanted) else -1):
-                break
+        found = {}
+        for numbers, part in self._taken(np.unique(np.asarray(wanted, np.int64)), columns):
+            found.update(zip(numbers.tolist(), part.to_pylist()))
         return found
 
     def column_at(self, rows: np.ndarray, column: str = "id") -> pa.Array:
@@ -134,16 +128,24 @@ class StageInput:
         import numpy as np
 
         wanted, back = np.unique(np.asarray(rows, np.int64), return_inverse=True)
-        parts, start = [], 0
+        parts = [part[column].combine_chunks() for _, part in self._taken(wanted, (column,))]
+        found = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+        return found.take(pa.array(back.ravel())) if len(wanted) else found
+
+    def _taken(self, wanted, columns: tuple):
+        """(their numbers, a table of their ``columns``) of the rows ``wanted`` (sorted distinct row numbers) batch
+        by batch, in one pass over the input that stops after the last of them."""
+        import numpy as np
+
+        start = 0
         for batch in (b.rows for b in self.iter_batches() if b.rows.num_rows) if len(wanted) else ():
             lo, hi = np.searchsorted(wanted, [start, start + batch.num_rows])
             if hi > lo:
-                parts.append(batch[column].take(pa.array(wanted[lo:hi] - start)).combine_chunks())
+                part = batch.select([c for c in columns if c in batch.column_names])
+                yield wanted[lo:hi], part.take(pa.array(wanted[lo:hi] - start))
             start += batch.num_rows
             if start > wanted[-1]:
                 break
-        found = pa.concat_arrays(parts) if parts else pa.array([], pa.string())
-        return found.take(pa.array(back.ravel())) if len(wanted) else found
 
     def columns(self) -> list[str]:
         """The canonical columns every input has: a corpus's schema, or what the mapping gives raw files."""

@@ -96,38 +96,39 @@ class DecontaminateStage(FilterStage):
                 matches.append(Match(m.rows + train_rows, m.eval_rows, m.how, m.similarity, m.behind))
             train_rows += chunk.num_rows
         self.sets, firsts = [], []
-        for k, (e, table, rejected, _, matches) in enumerate(sets):
+        for e, table, rejected, _, matches in sets:
             if not train_rows:
                 continue
             match = Match(*(np.concatenate([getattr(m, f) for m in matches]) for f in
                             ("rows", "eval_rows", "how", "similarity", "behind")))
             self.sets.append(summarize(e.name, e.paths, table, rejected, match,
                                        source.rows_at(match.rows[:EXAMPLES].tolist()), train_rows))
-            firsts.append((k, match, table["id"].combine_chunks().cast(pa.string())))
+            firsts.append((match, table["id"].combine_chunks().cast(pa.string())))
         self._name_first_matches(firsts, [e.name for e, *_ in sets])
         if train_rows and len(self.dropped_rows) == train_rows:   # the next audit could judge nothing: refused
             raise Refusal(f"decontaminate would keep no row: every one of the {train_rows:,} training rows "
-                          f"overlaps {', '.join(sorted(set(self.set_names.take(pa.array(self.in_set)).to_pylist())))}"
-                          ": the training corpus is part of the evaluation set (or the set itself); nothing was "
-                          "written", code="too-few-rows")
+                          f"overlaps {', '.join(sorted(sets[k][0].name for k in np.unique(self.in_set)))}: the "
+                          "training corpus is part of the evaluation set (or the set itself); nothing was written",
+                          code="too-few-rows")
 
     def _name_first_matches(self, firsts: list, names: list) -> None:
         """Each contaminated row once, in input order, named with the first evaluation set (in the order given)
-        that it matches and that set's row: from ``firsts``, (the set's place, its ``Match``, its rows' ids) per
-        set. Per row only numbers (its set's place, its evaluation row's among the sets' ids, how, the similarity):
-        a corpus may have millions of rows contaminated."""
-        rows = np.concatenate([np.zeros(0, np.int64)] + [m.rows for _, m, _ in firsts])
-        in_set = np.concatenate([np.zeros(0, np.int16)] + [np.full(len(m.rows), k, np.int16) for k, m, _ in firsts])
-        offsets = np.cumsum([0] + [len(ids) for _, _, ids in firsts])
-        eval_at = np.concatenate([np.zeros(0, np.int64)] + [m.eval_rows + offsets[i]
-                                                             for i, (_, m, _) in enumerate(firsts)])
+        that it matches and that set's row: from ``firsts``, (its ``Match``, its rows' ids) per set in order. Per
+        row only numbers (its set's place, its evaluation row's among the sets' ids, how, the similarity): a corpus
+        may have millions of rows contaminated."""
+        rows = np.concatenate([np.zeros(0, np.int64)] + [m.rows for m, _ in firsts])
+        in_set = np.concatenate([np.zeros(0, np.int16)] + [np.full(len(m.rows), k, np.int16)
+                                                           for k, (m, _) in enumerate(firsts)])
+        offsets = np.cumsum([0] + [len(ids) for _, ids in firsts])
+        eval_at = np.concatenate([np.zeros(0, np.int64)] + [m.eval_rows + offsets[k]
+                                                             for k, (m, _) in enumerate(firsts)])
         order = np.lexsort((in_set, rows))
         first = order[np.r_[True, rows[order][1:] != rows[order][:-1]]] if len(order) else order
         self.dropped_rows, self.in_set, self.eval_at = rows[first], in_set[first], eval_at[first].astype(np.int32)
         self.set_names = pa.array(names, pa.string())
-        self.eval_ids = pa.concat_arrays([ids for _, _, ids in firsts]) if firsts else pa.array([], pa.string())
-        self.how = np.concatenate([np.zeros(0, np.int8)] + [m.how for _, m, _ in firsts])[first]
-        self.similarity = np.concatenate([np.zeros(0)] + [m.similarity for _, m, _ in firsts])[first]
+        self.eval_ids = pa.concat_arrays([ids for _, ids in firsts]) if firsts else pa.array([], pa.string())
+        self.how = np.concatenate([np.zeros(0, np.int8)] + [m.how for m, _ in firsts])[first]
+        self.similarity = np.concatenate([np.zeros(0)] + [m.similarity for m, _ in firsts])[first]
 
     def decide(self, batch: pa.Table) -> tuple[np.ndarray, list]:
         dropped, place = rows_among(self.dropped_rows, batch)

@@ -209,10 +209,8 @@ def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig, checkpoint
             found.append(done["pair"].to_numpy())
             verified += int(done.schema.metadata[b"verified"])
             continue
-        keys = minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
-                                 range(b, min(b + at_once, bands)), signed)   # the group's bands made in one pass
-        codes = minhash.candidate_codes((keys[:, j] for j in range(keys.shape[1])), signed, n)
-        del keys
+        codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
+                                                          range(b, min(b + at_once, bands)), signed), signed, n)
         group = []
         for start in range(0, len(codes), VERIFY_PAIRS):
             part = codes[start:start + VERIFY_PAIRS]

@@ -169,7 +169,7 @@ def cosine_pairs(batches, fields: list, threshold: float, spec, *, engine: str =
     del first, second
     chosen = np.arange(total) if rows is None else np.asarray(rows, np.int64)
     keys = np.concatenate(keys)
-    codes = minhash.candidate_codes((keys[chosen, band] for band in range(keys.shape[1])), chosen, total)
+    codes = minhash.candidate_codes(keys if rows is None else keys[chosen], chosen, total)
     del keys
     n = np.int64(max(total, 1))
     found, values = [np.zeros((0, 2), np.int64)], [np.zeros(0, np.float32)]

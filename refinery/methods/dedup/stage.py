@@ -5,9 +5,9 @@ filter under the stage contract.
 (``clusters.signed_rows``), finds every row's cluster and fate (``clusters.find_duplicates``), reads the texts of the
 report's example pairs and the duplicates' partners' ids in passes of their own, and keeps only the duplicates'
 numbers, partners' ids, kinds and similarities (what the workers of ``--engine ray`` receive); ``decide`` looks each
-batch's rows up by their number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/ (each row with its
-``reason``, ``duplicate_of``: the kept partner's id, and ``similarity``; a duplicate kept because its cluster's labels
-conflict carries them in kept/ too), the verdict and the report.
+batch's rows up by their number in the input. ``FilterStage`` writes kept/ (with the input's rejects), rejected/
+(each row with its ``reason``, ``duplicate_of``: the kept partner's id, and ``similarity``; a duplicate kept because
+its cluster's labels conflict carries them in kept/ too), the verdict and the report.
 """
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ class DedupStage(FilterStage):
 
     def prepare(self, source: StageInput, out: StageOutput) -> None:
         """Every row's fate, and the report's figures; kept of the rows: the duplicates' partners only."""
+        from refinery.io.memory import return_freed_memory
         from refinery.methods.dedup.clusters import find_duplicates, signed_rows
         from refinery.methods.dedup.report import example_rows, summarize
 
@@ -70,8 +71,6 @@ class DedupStage(FilterStage):
         shown = example_rows(found)
         self.summary = summarize(rows, found, self.config, source.rows_at(
             found.rows[shown].tolist() + found.partner[shown].tolist()), measure)
-        from refinery.io.memory import return_freed_memory
-
         marked = found.duplicate   # duplicates: dropped, or kept in a conflict
         self.marked_rows = found.rows[marked]
         self.marked_dropped = found.dropped[marked]
