@@ -302,7 +302,7 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
         first.add(pa.Table.from_batches([batch]), None)
     first.add(table.slice(0, 0), None)
     tested = first.tested((0,), 2)   # the features in ≥ 2 rows, found sorted: what restricted finds in place
-    again, replayed = (first.restricted(2, 3, masks=1) for _ in range(2))
+    again, replayed = (first.restricted(3, masks=1, min_rows=2) for _ in range(2))
     for batch in table.to_batches(3_000):
         rows = slice(again.rows, again.rows + batch.num_rows)
         again.add(pa.Table.from_batches([batch]), None, *(w[rows] for w in weights))
@@ -317,6 +317,12 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
             assert names.equals(replayed_names) and np.array_equal(sums, replayed_sums)
     assert len(tested) > 1_000 and again.names().equals(first.names(tested))
     assert again.label_totals(2) == replayed.label_totals(2)
+    some = np.sort(np.random.default_rng(1).choice(len(tested), 300, replace=False))   # a second look at a few
+    few = replayed.restricted(2, masks=1, rows=some).replay(first.tokens, None, weights[1]).flush()
+    assert few.names().equals(replayed.names(some)) and few.label_totals(1) == replayed.label_totals(2)
+    for weighting, theirs in ((0, 0), (1, 2)):
+        assert np.array_equal(few.matrix(weighting)[1], replayed.matrix(theirs, rows=some)[1])
+        assert np.array_equal(few.matrix(weighting, squares=True)[1], replayed.matrix(theirs, some, squares=True)[1])
     with_rows = WeightedCounts(None, FeatureConfig(("unigram", "length")), 1, replayable=True)
     with_rows.add(table.slice(0, 100), None)
     with pytest.raises(RuntimeError, match="row-level families"):

@@ -56,8 +56,9 @@ class WeightedCounts:
     weightings take only weights 0 or 1 (``None``: all 1), counted as integers. ``add(table, *weights)``: one weight
     array per weighting (``None``: all 1) for the batch's rows. ``stats(i, p0, min_count, alpha)``: the ``ZStats``
     of weighting i (labels sorted; z* at n_eff, ``effective``). ``label_totals(i)``: Σ w per label.
-    ``restricted(min_rows, w)``: a counter of only the features in at least ``min_rows`` rows under ``w`` other
-    weightings; ``replayable``: the slices' token ids kept on disk, for such a counter's ``replay``.
+    ``restricted(w, min_rows=…)``: a counter of only the features in at least ``min_rows`` rows (or ``rows=``: those
+    rows of ``matrix``) under ``w`` other weightings; ``replayable``: the slices' token ids kept on disk, for such a
+    counter's ``replay``.
     """
 
     def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0,
@@ -118,11 +119,14 @@ class WeightedCounts:
         if self.fields is None:
             raise RuntimeError("replay counts into a counter restricted from the one that kept the tokens")
         sizes = tokens.lengths("labels")
-        w, first = self._weight_columns(sum(sizes), weights), 0
+        if any(x is not None and len(x) != sum(sizes) for x in weights):
+            raise RuntimeError(f"give weights for each of the {sum(sizes):,} rows the tokens hold")
+        first = 0   # each slice's weight columns made as it is counted: not rows × columns of float64 at once
         for k, rows in enumerate(sizes):
             labels = tokens.read("labels", k)
             self.flush()
-            self._add(labels, w[first:first + rows], functools.partial(_replayed, tokens, slice_index=k, rows=rows))
+            w = self._weight_columns(rows, tuple(None if x is None else x[first:first + rows] for x in weights))
+            self._add(labels, w, functools.partial(_replayed, tokens, slice_index=k, rows=rows), per_table=True)
             first += rows
             done(rows)
         return self
@@ -146,9 +150,12 @@ class WeightedCounts:
             raise RuntimeError(f"the first {self.masks} weighting(s) are masks: weights 0 or 1 only")
         return np.column_stack([w, np.square(w[:, self.masks:])])   # Σ w² beside Σ w: n_eff (the module's equation)
 
-    def _add(self, labels: np.ndarray, w: np.ndarray, tokens_of, table: pa.Table | None = None) -> None:
+    def _add(self, labels: np.ndarray, w: np.ndarray, tokens_of, table: pa.Table | None = None,
+             per_table: bool = False) -> None:
         """One slice: its rows' label codes, weight columns, its fields' tokens (``tokens_of(col, field)``) and, for
-        the row-level families, its rows (``table``)."""
+        the row-level families, its rows (``table``). A field's tables are counted in one task on its tokens, or
+        (``per_table``, where ``tokens_of`` reads them, not tokenizes) each in a task of its own, the bigrams' first:
+        two fields of unequal lengths keep both threads busy."""
         n, S, M = len(labels), self.columns, self.masks
         C = len(self.labels)
         per_label = np.empty(C * S)   # label-major, as every sum here
@@ -161,16 +168,18 @@ class WeightedCounts:
                     self.tables[col, order] = KeyCounts(dense=order == 1, labels=C * M, values=C * (S - M))
         first_row, masks, weights = self.rows, np.ascontiguousarray(w[:, :M], np.int32), np.ascontiguousarray(w[:, M:])
 
-        def count(col: str, field: _FieldCounts) -> None:
-            orders = [order for order in field.orders if (col, order) in self.tables]
-            if not orders:   # a restricted counter with none of this field's features
-                return
+        def count(col: str, field: _FieldCounts, orders: list) -> None:
             ids, parents = tokens_of(col, field)
             for order in orders:
                 self.tables[col, order].add(ids, parents, labels, first_row, C, pairs=order == 2, masks=masks,
                                             weights=weights, grow=self.only is None)
 
-        self._in_flight = [_pool().submit(count, col, field) for col, field in self.fields.items()]
+        tasks = [(col, field, [order for order in field.orders if (col, order) in self.tables])
+                 for col, field in self.fields.items()]   # a restricted counter may have none of a field's features
+        if per_table:
+            tasks = sorted(((col, field, [order]) for col, field, orders in tasks for order in orders),
+                           key=lambda task: -task[2][0])
+        self._in_flight = [_pool().submit(count, *task) for task in tasks if task[2]]
         if table is not None and self.row_families and (self.only is None or self.only - {NULL_FEATURE}):
             long = extract(table, FeatureConfig(self.row_families, self.config.tokenizer, self.config.field_names,
                                                 self.config.single_field_name))
@@ -299,21 +308,34 @@ class WeightedCounts:
             start += len(part[2])
         return np.concatenate(tested) if tested else np.zeros(0, np.int64)
 
-    def restricted(self, min_rows: int, weightings: int, masks: int = 0) -> "WeightedCounts":
-        """An empty counter of only the features in at least ``min_rows`` rows (this counter's first weighting, a
-        mask) under ``weightings`` weightings (the first ``masks`` of them masks), with this one's labels and
-        vocabularies (the same rows added again give the same token ids): ``add`` it the rows once more (or
-        ``replay`` them) and it probes only those features' keys, a second look at a few features with no table of
-        every feature. The features are found in each table's slots as they lie: none sorted."""
-        if not self.masks:
+    def restricted(self, weightings: int, masks: int = 0, *, min_rows: int | None = None,
+                   rows: np.ndarray | None = None) -> "WeightedCounts":
+        """An empty counter of only some of this one's features, under ``weightings`` weightings (the first ``masks``
+        of them masks), with this one's labels and vocabularies (the same rows added again give the same token ids):
+        those in at least ``min_rows`` rows (this counter's first weighting, a mask; found in each table's slots as
+        they lie: none sorted), or those at ``rows`` (ascending) of ``matrix``. ``add`` it the rows once more (or
+        ``replay`` them) and it probes only those features' keys: a second look at a few features with no table of
+        every feature."""
+        if (min_rows is None) == (rows is None):
+            raise RuntimeError("restricted takes min_rows or rows")
+        if min_rows is not None and not self.masks:
             raise RuntimeError("restricted needs a counter whose first weighting is a mask (rows counted)")
         self.flush()
+        C, S, M = len(self.labels), self.columns, self.masks
+        if rows is None:
+            kept = {}
+            for at, counted in self.tables.items():
+                keys, counts = counted.items()
+                kept[at] = keys[counts[:, 0::M].sum(axis=1) >= min_rows]   # label-major: mask 0's count of each label
+            only = {name for name, sums in self.row_features.items() if _padded(sums, C * S)[0::S].sum() >= min_rows}
+        else:
+            parts = list(self._parts(rows))
+            kept = {at: keys[mine] for at, ((keys, _, _), mine) in zip(self.tables, parts)}
+            only = set(np.array(list(self.row_features), dtype=object)[parts[-1][1]]) if self.row_features else set()
         out = WeightedCounts(self.labels, self.config, weightings, masks)
-        out.fields, out.row_families = self.fields, self.row_families
-        C, values, M = len(self.labels), out.columns - masks, self.masks
-        for (col, order), counted in self.tables.items():
-            keys, counts = counted.items()
-            keys = keys[counts[:, 0::M].sum(axis=1) >= min_rows]   # label-major: mask 0's count of each label
+        out.fields, out.row_families, out.only = self.fields, self.row_families, only
+        values = out.columns - masks
+        for (col, order), keys in kept.items():
             if not len(keys):
                 continue
             table = KeyCounts(dense=order == 1, labels=C * masks, values=C * values)
@@ -322,8 +344,6 @@ class WeightedCounts:
                       weights=np.zeros((len(keys), values)))   # the keys placed, nothing counted
             table.table[:, 2] = EMPTY                          # and no row seen yet
             out.tables[col, order] = table
-        S = self.columns
-        out.only = {name for name, sums in self.row_features.items() if _padded(sums, C * S)[0::S].sum() >= min_rows}
         return out
 
 

@@ -75,22 +75,23 @@ class Weighing:
                 bar.update(batch.num_rows)
 
     def measured(self, label_rows: dict) -> PartAudit:
-        """Once every row is written (``label_rows``: the rows per label written): the rows counted again under each
-        weighting (``_counted_again``), the input's and the weighted audits, the prior rule and the weighted audit's
-        record."""
-        self.counts = self.rows_of.restricted(self.audit_config.min_count, 2 + len(self.capped), masks=1)
-        tokens, self.rows_of = self.rows_of.tokens, None   # its table of every feature freed before the second look
-        try:
-            _counted_again(self.counts, tokens, [self.w, *self.capped.values()])
-        finally:
-            tokens.close()
+        """Once every row is written (``label_rows``: the rows per label written): the rows counted again plain and
+        weighted (``_counted_again``), the input's and the weighted audits, the prior rule and the weighted audit's
+        record. The token ids stay on disk for the verdict's caps (``judged``)."""
+        self.counts = self.rows_of.restricted(2, masks=1, min_rows=self.audit_config.min_count)
+        self.tokens, self.rows_of = self.rows_of.tokens, None   # its table of every feature freed before the second look
+        _counted_again(self.counts, self.tokens, [self.w])
         self.audits = _audits(self.counts, self.audit_config, label_rows, self.carried)
         return PartAudit(self.audits.prior, self.audits.record_of(1, label_rows, weighted=True))
 
     def judged(self, manifest) -> tuple[WeightsReport, Verdict]:
         """The report (``manifest``: the weighted corpus's ``CorpusManifest``, committed) and the verdict."""
         histogram = weight_histogram(self.w)
-        verdict, checked = _verdict(self.counts, self.audits, self.config, self.entries["cap"].clip, self.capped)
+        try:
+            verdict, checked = _verdict(self.counts, self.tokens, self.audits, self.config, self.entries["cap"].clip,
+                                        self.capped)
+        finally:
+            self.tokens.close()
         return WeightsReport(**self.entries, rows=manifest.rows, rejected=manifest.rejected, histogram=histogram,
                              verdict=verdict.to_dict(), clips_checked=checked), verdict
 
@@ -143,12 +144,12 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
 
 
 def _counted_again(counts: WeightedCounts, tokens, weights: list) -> None:
-    """The rows counted again into ``counts`` (the features the first count found in at least ``min_count`` rows,
-    ``WeightedCounts.restricted``) under weights 1 and under each of ``weights`` (the weights written, then the caps
-    the verdict may check): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is tested under
-    any weighting, and the weighted sums of every feature (16 bytes a label and weighting, most features in one
-    row) are never held. The rows come from the token ids the first count kept on disk as they were written
-    (``tokens``, ``WeightedCounts.replay``): no text is read or tokenized twice."""
+    """The rows counted again into ``counts`` (``WeightedCounts.restricted``: the features the first count found in
+    at least ``min_count`` rows, or the few a verdict checks caps on) under weights 1 and under each of ``weights``
+    (the weights written, or the caps): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is
+    tested under any weighting, and the weighted sums of every feature (16 bytes a label and weighting, most
+    features in one row) are never held. The rows come from the token ids the first count kept on disk as they were
+    written (``tokens``, ``WeightedCounts.replay``): no text is read or tokenized twice."""
     with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
         counts.replay(tokens, None, *weights, done=bar.update)
     counts.flush()
@@ -172,17 +173,18 @@ def _audits(counts: WeightedCounts, audit_config, label_rows: dict, carried) -> 
                           tuple(counts.left_out))
 
 
-def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, clip: float | None,
+def _verdict(counts: WeightedCounts, tokens, audits: WeightedAudits, config, clip: float | None,
              capped: dict) -> tuple[Verdict, list[dict]]:
     """(the weighted audit's verdict against the plain one, the caps checked): ``audits``, both, under the input's
     prior rule; ``clip``, the cap the weights were written under (None: none). Only where it warns are the caps of
-    ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold (``_caps_checked``),
-    and the gentlest under which none of them worsens is named as the remedy."""
+    ``capped`` ({clip: the weights --clip gives}) judged, on the features over the threshold, counted again from
+    ``tokens`` (``_caps_checked``), and the gentlest under which none of them worsens is named as the remedy."""
     options = {"stage": "weights", "under_threshold": False, "prior": config.prior, "notes": (WEIGHTED_NOTE,),
                "carried": audits.prior}
     verdict = judge_weightings(counts, audits=audits, **options)
-    checked = [] if verdict.ok else _caps_checked(counts, audits.significant(verdict.threshold), verdict, capped,
-                                                  options)
+    checked = [] if verdict.ok or not capped else _caps_checked(
+        counts.restricted(1 + len(capped), masks=1, rows=audits.significant(verdict.threshold)), tokens, verdict,
+        capped, options)
     now = "no cap now" if clip is None else f"now {clip:.3g}"
     larger_floor = Message("a larger ", Setting("min_proba"), f" (now {config.min_proba:g})")
     others = larger_floor if config.features == "basic" else Message(
@@ -202,15 +204,16 @@ def _verdict(counts: WeightedCounts, audits: WeightedAudits, config, clip: float
     return replace(verdict, remedy_worsened=remedy), checked
 
 
-def _caps_checked(counts: WeightedCounts, flagged: np.ndarray, verdict, capped: dict, options: dict) -> list[dict]:
-    """Each cap of ``capped`` ({clip: its weights}, gentlest first; weightings 2, 3, … of ``counts``) judged as the
-    weights written were, against the input's threshold, on the features over it in the plain or the weighted
-    audit (``flagged``, rows of ``counts.matrix``). A cap can also lift a feature under the threshold in both over
-    it (it moves weight onto the light rows): the advice is about the features this verdict judged, and a run with
-    the cap gets its own verdict."""
+def _caps_checked(flagged: WeightedCounts, tokens, verdict, capped: dict, options: dict) -> list[dict]:
+    """Each cap of ``capped`` ({clip: its weights}, gentlest first) judged as the weights written were, against the
+    input's threshold, on the features over it in the plain or the weighted audit (``flagged``: a counter of those
+    only, the rows counted into it from ``tokens`` plain, then under each cap: weightings 1, 2, …). A cap can also
+    lift a feature under the threshold in both over it (it moves weight onto the light rows): the advice is about
+    the features this verdict judged, and a run with the cap gets its own verdict."""
+    _counted_again(flagged, tokens, list(capped.values()))
     checked = []
     for i, (clip, w) in enumerate(capped.items()):
-        v = judge_weightings(counts, after=2 + i, among=flagged, threshold=verdict.threshold, **options)
+        v = judge_weightings(flagged, after=1 + i, threshold=verdict.threshold, **options)
         checked.append({"clip": clip, "ok": v.ok, "worsened": v.worsened_total, "labels_risen": v.risen,
                         "effective_sample_size": effective_sample_size(w),
                         "max_z": {l: m.after for l, m in v.max_z.items()}})
