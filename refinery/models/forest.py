@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
+TREE_DTYPE = np.float32   # scikit-learn's trees cast X to float32 to fit and to predict: the cells and the vectors
+#                           to score are held in it, half their float64, and no tree copies them again
 
-def distinct_rows(X: np.ndarray, *more: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def distinct_rows(X: np.ndarray, *more: np.ndarray, dtype=None) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct rows of ``X`` — with the columns ``more`` after its own — in lexicographic order, each row's index
     among them): each column coded by the rank of its value among the column's distinct values and folded into one
     key, coded in turn by its rank, a column at a time. The ranks come from hashing (``pandas.factorize`` with its
     distinct values sorted: what ``np.unique(..., return_inverse=True)`` gives, NaN last and -0.0 = 0.0, in linear
     time instead of a sort of every row; ``np.unique(axis=0)`` sorts rows as records, 5× slower still). ``more``
-    is read where it is, not stacked beside ``X``: a copy of every row (1 GB for 11M pairs' twelve features)."""
+    is read where it is, not stacked beside ``X``: a copy of every row (1 GB for 11M pairs' twelve features).
+    ``dtype``: the distinct rows in that type (distinct as given), filled a column at a time."""
     import pandas as pd
 
     X = np.asarray(X)
@@ -32,7 +35,11 @@ def distinct_rows(X: np.ndarray, *more: np.ndarray) -> tuple[np.ndarray, np.ndar
     key = key.astype(np.int64, copy=False)
     first = np.full(key.max() + 1 if len(key) else 0, len(key), np.int64)
     np.minimum.at(first, key, np.arange(len(key)))
-    return np.column_stack([X[first], *(np.asarray(m)[first] for m in more)]) if more else X[first], key
+    columns = (*X.T, *map(np.asarray, more))
+    rows = np.empty((len(first), len(columns)), dtype or np.result_type(*columns) if columns else X.dtype)
+    for j, column in enumerate(columns):
+        rows[:, j] = column[first]
+    return rows, key
 
 
 class CellForest:
@@ -56,7 +63,7 @@ class CellForest:
         A fully grown tree on a million distinct cells (continuous features) takes tens of MB, so a hundred of them
         took 5.8 GB beside 2M planted pairs whose sentences repeat. ``feature_importances_`` as after ``fit``; no
         tree is kept for another prediction."""
-        vectors, index = distinct_rows(X_test)
+        vectors, index = distinct_rows(X_test, dtype=TREE_DTYPE)
         proba, importances = None, []
         for tree in self._grown(X, y):   # in the seeds' order: the sum of each row's shares as predict_proba's
             if proba is None:
@@ -73,7 +80,7 @@ class CellForest:
         from sklearn.tree import DecisionTreeClassifier
 
         self.classes_, codes = np.unique(y, return_inverse=True)
-        cells, index = distinct_rows(X, codes.ravel())
+        cells, index = distinct_rows(X, codes.ravel(), dtype=TREE_DTYPE)
         counts = np.bincount(index, minlength=len(cells)).astype(np.float64)
         self.cells_ = len(cells)
         draws = len(y) if self.max_samples is None else min(len(y), self.max_samples)
@@ -91,7 +98,7 @@ class CellForest:
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """Mean over trees of each tree's leaf class shares, computed once per distinct row of ``X``."""
-        vectors, index = distinct_rows(X)
+        vectors, index = distinct_rows(X, dtype=TREE_DTYPE)
         proba = np.zeros((len(vectors), len(self.classes_)))
         for tree in self.estimators_:   # a class a tree never drew has no column of its own
             proba[:, tree.classes_.astype(np.int64)] += tree.predict_proba(vectors)

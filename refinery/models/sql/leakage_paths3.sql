@@ -31,11 +31,11 @@ to_x AS MATERIALIZED (
 to_big AS MATERIALIZED (
     SELECT e.src AS w, e.dst AS big, e.m FROM adj e SEMI JOIN (SELECT DISTINCT big FROM needed) n ON n.big = e.dst
 ),
-middles AS MATERIALIZED (   -- the w cheaper from the middle
-    SELECT w FROM (SELECT w, count(*) AS k FROM to_x GROUP BY w) l
-    JOIN (SELECT w, count(*) AS k FROM to_big GROUP BY w) r USING (w)
-    JOIN walked_cost c USING (w)
-    WHERE l.k * r.k <= c.walks
+middles AS MATERIALIZED (   -- the w cheaper from the middle (a w next to no x or no big: none, nor walked)
+    SELECT c.w FROM walked_cost c
+    LEFT JOIN (SELECT w, count(*) AS k FROM to_x GROUP BY w) l USING (w)
+    LEFT JOIN (SELECT w, count(*) AS k FROM to_big GROUP BY w) r USING (w)
+    WHERE coalesce(l.k, 0) * coalesce(r.k, 0) <= c.walks
 ),
 from_middles AS (
     SELECT l.x, r.big, sum(l.m * r.m) AS w2
