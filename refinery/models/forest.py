@@ -16,6 +16,7 @@ import numpy as np
 TREE_DTYPE = np.float32   # scikit-learn's trees cast X to float32 to fit and to predict: the cells and the vectors
 #                           to score are held in it, half their float64, and no tree copies them again
 
+
 def distinct_rows(X: np.ndarray, *more: np.ndarray, dtype=None) -> tuple[np.ndarray, np.ndarray]:
     """(the distinct rows of ``X`` — with the columns ``more`` after its own — in lexicographic order, each row's index
     among them): each column coded by the rank of its value among the column's distinct values and folded into one
@@ -27,16 +28,16 @@ def distinct_rows(X: np.ndarray, *more: np.ndarray, dtype=None) -> tuple[np.ndar
     import pandas as pd
 
     X = np.asarray(X)
+    columns = (*X.T, *map(np.asarray, more))
     key = np.zeros(len(X), np.int64)
-    for column in (*X.T, *more):
+    for column in columns:
         codes, values = pd.factorize(np.ascontiguousarray(column), sort=True, use_na_sentinel=False)
         key, _ = pd.factorize(key * len(values) + codes, sort=True)
         del codes
     key = key.astype(np.int64, copy=False)
     first = np.full(key.max() + 1 if len(key) else 0, len(key), np.int64)
     np.minimum.at(first, key, np.arange(len(key)))
-    columns = (*X.T, *map(np.asarray, more))
-    rows = np.empty((len(first), len(columns)), dtype or np.result_type(*columns) if columns else X.dtype)
+    rows = np.empty((len(first), len(columns)), dtype or (np.result_type(*columns) if columns else X.dtype))
     for j, column in enumerate(columns):
         rows[:, j] = column[first]
     return rows, key
