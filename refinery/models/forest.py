@@ -8,8 +8,12 @@ and the tree grown on the cells weighted by c_j is the tree grown on the rows: t
 distribution, at a cost set by the number of cells instead of the rows. With ``max_samples`` each tree draws
 that many rows instead of n (scikit-learn's ``max_samples``: subbagging), which bounds a tree's cells when
 the features are many and continuous (the advanced set). Predictions are made once per distinct vector.
+A training set's cells (``Cells``) are made of its rows (``Cells.of``) or grouped where the rows lie
+(``sentence_graph.GraphInput.cells``, in DuckDB): no matrix of the training rows need be held.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,10 +47,31 @@ def distinct_rows(X: np.ndarray, *more: np.ndarray, dtype=None) -> tuple[np.ndar
     return rows, key
 
 
+@dataclass(frozen=True)
+class Cells:
+    """A training set as a forest grows on it: its distinct (feature vector, label) cells in lexicographic order
+    (``distinct_rows``), each cell's label as a position in ``classes`` (the training labels, ascending) and its
+    rows (``counts``, float64)."""
+
+    vectors: np.ndarray
+    labels: np.ndarray
+    counts: np.ndarray
+    classes: np.ndarray
+
+    @classmethod
+    def of(cls, X: np.ndarray, y: np.ndarray) -> "Cells":
+        """The cells of rows ``X`` labelled ``y``."""
+        classes, codes = np.unique(y, return_inverse=True)
+        rows, index = distinct_rows(X, codes.ravel(), dtype=TREE_DTYPE)
+        return cls(rows[:, :-1], rows[:, -1].astype(np.int64), np.bincount(index, minlength=len(rows)).astype(
+            np.float64), classes)
+
+
 class CellForest:
     """scikit-learn's ``RandomForestClassifier`` (bootstrap, ``max_features="sqrt"``, probabilities averaged
     over trees) grown on count-weighted cells; ``fit``, ``predict_proba``, ``classes_`` and
-    ``feature_importances_`` as there, and ``fit_predict_proba``, which keeps no tree."""
+    ``feature_importances_`` as there, and ``fit_predict_proba`` on a training set's ``Cells``, which keeps no
+    tree."""
 
     def __init__(self, n_estimators: int = 100, min_samples_leaf: int = 1, max_depth: int | None = None,
                  max_samples: int | None = None, random_state: int = 0, n_jobs: int = -1):
@@ -54,19 +79,20 @@ class CellForest:
         self.max_samples, self.random_state, self.n_jobs = max_samples, random_state, n_jobs
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "CellForest":
-        self.estimators_ = list(self._grown(X, y))
+        self.estimators_ = list(self._grown(Cells.of(X, y)))
         self.importances_ = np.array([tree.feature_importances_ for tree in self.estimators_])
         return self
 
-    def fit_predict_proba(self, X: np.ndarray, y: np.ndarray, X_test: np.ndarray) -> np.ndarray:
-        """``fit`` then ``predict_proba(X_test)``, the same figures, each tree dropped once it has scored
-        ``X_test``'s distinct rows (its importances kept): what is held is the trees being grown, not the forest.
+    def fit_predict_proba(self, train: Cells, X_test: np.ndarray) -> np.ndarray:
+        """``fit`` on the rows of ``train`` then ``predict_proba(X_test)``, the same figures, each tree dropped once it
+        has scored ``X_test``'s distinct rows (its importances kept): what is held is the trees being grown, not the
+        forest.
         A fully grown tree on a million distinct cells (continuous features) takes tens of MB, so a hundred of them
         took 5.8 GB beside 2M planted pairs whose sentences repeat. ``feature_importances_`` as after ``fit``; no
         tree is kept for another prediction."""
         vectors, index = distinct_rows(X_test, dtype=TREE_DTYPE)
         proba, importances = None, []
-        for tree in self._grown(X, y):   # in the seeds' order: the sum of each row's shares as predict_proba's
+        for tree in self._grown(train):   # in the seeds' order: the sum of each row's shares as predict_proba's
             if proba is None:
                 proba = np.zeros((len(vectors), len(self.classes_)))
             proba[:, tree.classes_.astype(np.int64)] += tree.predict_proba(vectors)
@@ -74,17 +100,15 @@ class CellForest:
         self.estimators_, self.importances_ = [], np.array(importances)
         return (proba / self.n_estimators)[index]
 
-    def _grown(self, X: np.ndarray, y: np.ndarray):
+    def _grown(self, train: Cells):
         """The trees, one at a time in the order of their seeds, grown ``n_jobs`` at a time (joblib's generator:
         a few dispatched ahead, each handed over in order)."""
         from joblib import Parallel, delayed   # scikit-learn is loaded when a forest is grown, not with the CLI
         from sklearn.tree import DecisionTreeClassifier
 
-        self.classes_, codes = np.unique(y, return_inverse=True)
-        cells, index = distinct_rows(X, codes.ravel(), dtype=TREE_DTYPE)
-        counts = np.bincount(index, minlength=len(cells)).astype(np.float64)
-        self.cells_ = len(cells)
-        draws = len(y) if self.max_samples is None else min(len(y), self.max_samples)
+        self.classes_, counts, self.cells_ = train.classes, train.counts, len(train.counts)
+        rows = int(counts.sum())
+        draws = rows if self.max_samples is None else min(rows, self.max_samples)
         seeds = np.random.default_rng(self.random_state).integers(0, 2 ** 31 - 1, size=(self.n_estimators, 2))
 
         def grow(seed):
@@ -92,7 +116,7 @@ class CellForest:
             drawn = weight > 0
             tree = DecisionTreeClassifier(max_features="sqrt", min_samples_leaf=self.min_samples_leaf,
                                           max_depth=self.max_depth, random_state=int(seed[1]))
-            return tree.fit(cells[drawn, :-1], cells[drawn, -1].astype(np.int64), sample_weight=weight[drawn])
+            return tree.fit(train.vectors[drawn], train.labels[drawn], sample_weight=weight[drawn])
 
         yield from Parallel(n_jobs=self.n_jobs, prefer="threads", return_as="generator")(
             delayed(grow)(s) for s in seeds)

@@ -23,6 +23,7 @@ from refinery.messages import NamedSplits, Refusal, Setting
 from refinery.models.leakage_settings import (ADVANCED_FEATURES, BASIC_FEATURES, GRAPH_MEMORY, ForestConfig,
                                               GraphConfig)
 from refinery.models.base import label_proba
+from refinery.models.forest import TREE_DTYPE, Cells
 from refinery.models.predictability import PredictabilityFigures
 from refinery.progress import progress
 
@@ -115,28 +116,63 @@ class GraphInput:
     def labels(self) -> list[str]:
         return [s for s, in self.con.sql("SELECT DISTINCT label FROM features ORDER BY label").fetchall()]
 
-    @staticmethod
-    def _where(splits) -> tuple[str, dict]:
-        return ("WHERE list_contains($splits, split)", {"splits": list(splits)}) if splits is not None else ("", {})
+    def _selection(self, splits, rows: np.ndarray | None = None) -> tuple[str, dict]:
+        """(FROM and WHERE clauses, their parameters) of the rows of ``features`` in ``splits`` (None: all) and, where
+        ``rows`` (a bool per row of ``features``, in input order) is given, those it marks (registered with the
+        connection as ``__marked``, replaced by the next)."""
+        source, conditions, params = "features", [], {}
+        if rows is not None:
+            self.con.register("__marked", pa.table({"marked": np.asarray(rows, bool)}))
+            source, conditions = "features POSITIONAL JOIN __marked", ["marked"]
+        if splits is not None:
+            conditions.append("list_contains($splits, split)")
+            params["splits"] = list(splits)
+        return f"FROM {source}" + (f" WHERE {' AND '.join(conditions)}" if conditions else ""), params
 
-    def codes(self, column: str, values: list[str], splits=None) -> np.ndarray:
-        """Each row's position of its ``column`` value in ``values`` (rows of ``splits``, default all)."""
-        where, params = self._where(splits)
-        sql = f"SELECT (list_position($values, {queries.quote_ident(column)}) - 1)::BIGINT AS c FROM features {where}"
+    def codes(self, column: str, values: list[str], splits=None, rows: np.ndarray | None = None) -> np.ndarray:
+        """Each row's position of its ``column`` value in ``values`` (rows of ``splits``, default all; ``rows``: only
+        those it marks)."""
+        where, params = self._selection(splits, rows)
+        sql = f"SELECT (list_position($values, {queries.quote_ident(column)}) - 1)::BIGINT AS c {where}"
         return self.con.sql(sql, params={"values": list(values), **params}).fetchnumpy()["c"]
 
-    def matrix(self, names, splits=None) -> np.ndarray:
-        """The named features as float64 columns, a row per pair (of ``splits``, default all), filled a column at
-        a time."""
-        where, params = self._where(splits)
+    def matrix(self, names, splits=None, rows: np.ndarray | None = None) -> np.ndarray:
+        """The named features as float64 columns, a row per pair (of ``splits``, default all; ``rows``: only those
+        it marks, a bool per row), filled a column at a time."""
+        where, params = self._selection(splits, rows)
         X = None
         for j, name in enumerate(names):
-            column = self.con.sql(f"SELECT {queries.quote_ident(name)}::DOUBLE AS x FROM features {where}",
+            column = self.con.sql(f"SELECT {queries.quote_ident(name)}::DOUBLE AS x {where}",
                                   params=params or None).fetchnumpy()["x"]
             if X is None:
                 X = np.empty((len(column), len(names)))
             X[:, j] = column
         return X
+
+    def cells(self, names, labels: list[str], splits=None, rows: np.ndarray | None = None) -> Cells:
+        """The rows of ``splits`` (default all; ``rows``: only those it marks, a bool per row) as a forest's training
+        cells on the named features: what ``Cells.of(self.matrix(names, splits, rows), self.codes("label", labels,
+        splits, rows))`` gives, the same cells in the same order (DuckDB groups NaN as one value after the others and
+        -0.0 with 0.0, as ``distinct_rows``), grouped and sorted by DuckDB within its memory limit, spilling past it:
+        no matrix of every row is held, only the cells, fetched a column at a time."""
+        where, params = self._selection(splits, rows)
+        vector = [f"{queries.quote_ident(name)}::DOUBLE AS x{j}" for j, name in enumerate(names)]
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE __cells AS SELECT {', '.join(vector)}, "
+                         f"(list_position($labels, label) - 1)::BIGINT AS y, count(*)::DOUBLE AS n {where} "
+                         "GROUP BY ALL ORDER BY ALL", {"labels": list(labels), **params})
+
+        def column(name: str) -> np.ndarray:
+            return self.con.sql(f"SELECT {name} FROM __cells").fetchnumpy()[name]
+
+        try:
+            vectors = np.empty((self.con.sql("SELECT count(*) FROM __cells").fetchall()[0][0], len(vector)), TREE_DTYPE)
+            for j in range(len(vector)):
+                vectors[:, j] = column(f"x{j}")
+            codes = column("y")
+            classes = np.unique(codes)
+            return Cells(vectors, np.searchsorted(classes, codes), column("n"), classes)
+        finally:
+            self.con.execute("DROP TABLE __cells")
 
     def batches(self, sql: str, params: dict | None = None, rows: int = 1 << 17):
         """Record batches of a query over ``rows`` and ``features`` (a full scan keeps the input order)."""
@@ -205,12 +241,11 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
     runs += [(f"only:{f}", (f,)) for f in BASIC_FEATURES]
     ablations, importances = {}, {}
     with graph.tables_on_disk():
-        X_train, y_train = graph.matrix(ADVANCED_FEATURES, train_splits), graph.codes("label", labels, train_splits)
         X_test, y_test = graph.matrix(ADVANCED_FEATURES, [test]), graph.codes("label", labels, [test])
         for name, features in progress(runs, desc="leakage forests", unit=" fit"):
-            cols = _columns(features)
+            train = graph.cells(features, labels, train_splits)   # no matrix of the training rows
             model = forest.make()
-            scores = model.fit_predict_proba(X_train[:, cols], y_train, X_test[:, cols])   # its trees dropped
+            scores = model.fit_predict_proba(train, X_test[:, _columns(features)])   # its trees dropped
             accuracy = float((model.classes_[scores.argmax(axis=1)] == y_test).mean())
             if name.startswith(("without:", "only:")):
                 ablations[name] = accuracy
@@ -220,8 +255,8 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
             importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
             if kind == "basic":
                 basic, proba = model, scores
-        majority = int(np.argmax(np.bincount(y_train, minlength=len(labels))))   # ties: the first label in order
-        del X_train
+        trained = np.bincount(train.classes[train.labels], weights=train.counts, minlength=len(labels))
+        majority = int(np.argmax(trained))   # ties: the first label in order
     keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
     ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
     predictions = pa.table({

@@ -96,14 +96,15 @@ class Weighing:
                              verdict=verdict.to_dict(), clips_checked=checked), verdict
 
 
-def cross_predict(X: np.ndarray, y: np.ndarray, folds: np.ndarray, forest: ForestConfig, num_labels: int
+def cross_predict(graph: GraphInput, names, labels: list[str], folds: np.ndarray, forest: ForestConfig
                   ) -> np.ndarray:
-    """Out-of-fold P̂(y | l): row i is scored by a forest that never saw fold(i)."""
-    proba = np.zeros((len(y), num_labels))
+    """Out-of-fold P̂(y | l) on the features ``names`` of every row of ``graph``: row i is scored by a forest that
+    never saw fold(i), grown on the other folds' cells (``GraphInput.cells``: no matrix of the training rows)."""
+    proba = np.zeros((len(folds), len(labels)))
     for f in progress(np.unique(folds), desc="cross-predict", unit=" fold"):
         test = folds == f
         model = forest.make()   # its trees score the held-out fold as they grow, then go (summed in one order)
-        scores = model.fit_predict_proba(X[~test], y[~test], X[test])
+        scores = model.fit_predict_proba(graph.cells(names, labels, rows=~test), graph.matrix(names, rows=test))
         proba[np.ix_(np.nonzero(test)[0], model.classes_)] = scores
     return proba
 
@@ -116,9 +117,9 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
                             progress(graph.batches("SELECT id FROM rows", rows=1 << 20), desc="weights: folds",
                                      unit=" batch")])
     with graph.tables_on_disk():
-        y, X = graph.codes("label", labels), graph.matrix(FEATURE_SETS[config.features])
-        proba = cross_predict(X, y, folds, config.forest, len(labels))
-    del X, folds
+        y = graph.codes("label", labels)
+        proba = cross_predict(graph, FEATURE_SETS[config.features], labels, folds, config.forest)
+    del folds
     proba = np.clip(proba, config.min_proba, 1.0)
     proba /= proba.sum(axis=1, keepdims=True)
     cells = prior_cells(proba, y)   # every cap's prior is searched over these (P̂, y) cells
