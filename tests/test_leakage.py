@@ -261,7 +261,8 @@ def test_distinct_rows_are_the_sorted_distinct_rows_np_unique_gives(planted):
 def test_graph_cells_are_the_cells_of_its_matrix(planted):
     """``GraphInput.cells``, grouped and sorted in DuckDB, gives the cells ``Cells.of`` makes of the rows' matrix and
     labels: the same vectors, labels, counts and order, on the planted corpus's advanced features (a split, a
-    subset of the columns, the rows a mask marks) and on a features table of NaN, -0.0 and 0.0 with a label no training row has."""
+    subset of the columns, the rows a mask marks) and on a features table of NaN, -0.0 and 0.0 with a label no
+    training row has."""
     def same(graph, names, labels, splits, rows=None):
         cells = graph.cells(names, labels, splits, rows)
         expected = Cells.of(graph.matrix(names, splits, rows), graph.codes("label", labels, splits, rows))
@@ -283,8 +284,8 @@ def test_graph_cells_are_the_cells_of_its_matrix(planted):
     odd = rng.integers(-2, 3, (5000, 3)).astype(float)
     odd[rng.random(odd.shape) < 0.05] = np.nan
     odd[odd == 0] = np.where(rng.random(int((odd == 0).sum())) < 0.5, -0.0, 0.0)
-    odd_rows = pa.table({"a": odd[:, 0], "b": odd[:, 1], "c": odd[:, 2],
-                      "label": rng.choice(["x", "y"], len(odd)), "split": np.repeat(["train", "test"], len(odd) // 2)})
+    odd_rows = pa.table({"a": odd[:, 0], "b": odd[:, 1], "c": odd[:, 2], "label": rng.choice(["x", "y"], len(odd)),
+                         "split": np.repeat(["train", "test"], len(odd) // 2)})
     con = duckdb.connect()
     con.execute("CREATE TABLE features AS SELECT * FROM odd_rows")
     with sentence_graph.GraphInput(con, 0, odd_rows.slice(0, 0)) as graph:
@@ -324,7 +325,7 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
     tokenized again) counts exactly what it counts with the rows added again: every feature's sums under three
     weightings, over slices of several batches with a label coming late; row-level families are refused."""
     from refinery.core.features import FeatureConfig
-    from refinery.core.weighted_counts import SLICE_ROWS, WeightedCounts, _replayed
+    from refinery.core.weighted_counts import SLICE_ROWS, WeightedCounts
     from refinery.io.corpus import load
 
     table = load([SNLI_DEV], PRESETS["snli"])[0]
@@ -358,20 +359,6 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
     for weighting, theirs in ((0, 0), (1, 2)):
         assert np.array_equal(few.matrix(weighting)[1], replayed.matrix(theirs, rows=some)[1])
         assert np.array_equal(few.matrix(weighting, squares=True)[1], replayed.matrix(theirs, some, squares=True)[1])
-    names, sums = replayed.matrix(0)
-    rare = np.argsort(sums.sum(axis=1), kind="stable")   # three bigrams and two unigrams in the fewest rows: only
-    bigram = np.char.count(np.asarray(names.to_pylist(), str), " ") > 0   # the rows with a token that begins one
-    five = np.sort(np.r_[rare[bigram[rare]][:3], rare[~bigram[rare]][:2]])   # of them are probed, all their tokens
-    fewer = replayed.restricted(2, masks=1, rows=five).replay(first.tokens, None, weights[1]).flush()
-    for weighting, theirs in ((0, 0), (1, 2)):
-        for squares in (False, True):
-            assert np.array_equal(fewer.matrix(weighting, squares=squares)[1],
-                                  replayed.matrix(theirs, rows=five, squares=squares)[1])
-    rows = first.tokens.lengths("labels")[0]
-    probed = [_replayed(first.tokens, col, None, [1, 2], slice_index=0, rows=rows, starts=starts)[1]
-              for col in ("text_a", "text_b") for starts in (fewer.starts, {})]
-    assert len(probed[0]) + len(probed[2]) < (len(probed[1]) + len(probed[3])) / 2
-    assert all(np.array_equal(np.unique(p), np.arange(rows)) for p in probed[1::2])
     with_rows = WeightedCounts(None, FeatureConfig(("unigram", "length")), 1, replayable=True)
     with_rows.add(table.slice(0, 100), None)
     with pytest.raises(RuntimeError, match="row-level families"):

@@ -81,7 +81,6 @@ class WeightedCounts:
         self.only: set | None = None   # a restricted counter: the row-level features it counts
         self._counts = None            # per table (keys ascending, counts, sums), in ``matrix``'s order
         self._in_flight: list = []     # the last slice's n-gram counting, still running on the pool's threads
-        self.starts: dict = {}         # a restricted counter: per table, the token ids its n-grams begin with (replay)
         # ``replayable``: each slice's label codes and its fields' token ids kept on disk, for ``replay``
         self.tokens: SpilledSlices | None = None
         if replayable:
@@ -127,16 +126,13 @@ class WeightedCounts:
             labels = tokens.read("labels", k)
             self.flush()
             w = self._weight_columns(rows, tuple(None if x is None else x[first:first + rows] for x in weights))
-            self._add(labels, w, functools.partial(_replayed, tokens, slice_index=k, rows=rows, starts=self.starts),
-                      per_table=True)
+            self._add(labels, w, functools.partial(_replayed, tokens, slice_index=k, rows=rows), per_table=True)
             first += rows
             done(rows)
         return self
 
-    def _tokenized(self, col: str, field: _FieldCounts, orders: list, *, rows: pa.Table
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        """``field``'s tokens of column ``col`` of ``rows`` (for every order), kept on disk too where this counter is
-        ``replayable``."""
+    def _tokenized(self, col: str, field: _FieldCounts, *, rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """``field``'s tokens of column ``col`` of ``rows``, kept on disk too where this counter is ``replayable``."""
         ids, parents = field.tokenize(rows[col])
         if self.tokens is not None:   # a row's tokens together, rows ascending: its count of tokens says which
             self.tokens.append(f"{col}:ids", ids.astype(np.int32))
@@ -156,8 +152,7 @@ class WeightedCounts:
 
     def _add(self, labels: np.ndarray, w: np.ndarray, tokens_of, table: pa.Table | None = None,
              per_table: bool = False) -> None:
-        """One slice: its rows' label codes, weight columns, its fields' tokens (``tokens_of(col, field, orders)``:
-        those the n-grams of ``orders`` can come from) and, for
+        """One slice: its rows' label codes, weight columns, its fields' tokens (``tokens_of(col, field)``) and, for
         the row-level families, its rows (``table``). A field's tables are counted in one task on its tokens, or
         (``per_table``, where ``tokens_of`` reads them, not tokenizes) each in a task of its own, the bigrams' first:
         two fields of unequal lengths keep both threads busy."""
@@ -174,7 +169,7 @@ class WeightedCounts:
         first_row, masks, weights = self.rows, np.ascontiguousarray(w[:, :M], np.int32), np.ascontiguousarray(w[:, M:])
 
         def count(col: str, field: _FieldCounts, orders: list) -> None:
-            ids, parents = tokens_of(col, field, orders)
+            ids, parents = tokens_of(col, field)
             for order in orders:
                 self.tables[col, order].add(ids, parents, labels, first_row, C, pairs=order == 2, masks=masks,
                                             weights=weights, grow=self.only is None)
@@ -320,7 +315,7 @@ class WeightedCounts:
         those in at least ``min_rows`` rows (this counter's first weighting, a mask; found in each table's slots as
         they lie: none sorted), or those at ``rows`` (ascending) of ``matrix``. ``add`` it the rows once more (or
         ``replay`` them) and it probes only those features' keys: a second look at a few features with no table of
-        every feature (those at ``rows``, replayed: the tokens of only the rows that can hold one, ``_replayed``)."""
+        every feature."""
         if (min_rows is None) == (rows is None):
             raise RuntimeError("restricted takes min_rows or rows")
         if min_rows is not None and not self.masks:
@@ -338,8 +333,6 @@ class WeightedCounts:
             kept = {at: keys[mine] for at, ((keys, _, _), mine) in zip(self.tables, parts)}
             only = set(np.array(list(self.row_features), dtype=object)[parts[-1][1]]) if self.row_features else set()
         out = WeightedCounts(self.labels, self.config, weightings, masks)
-        if rows is not None:   # a few features named: their rows found before they are probed (``_replayed``)
-            out.starts = {(col, order): _starts(keys, order) for (col, order), keys in kept.items() if len(keys)}
         out.fields, out.row_families, out.only = self.fields, self.row_families, only
         values = out.columns - masks
         for (col, order), keys in kept.items():
@@ -354,35 +347,12 @@ class WeightedCounts:
         return out
 
 
-def _starts(keys: np.ndarray, order: int) -> np.ndarray:
-    """Which token ids begin one of the n-grams ``keys`` of ``order`` (a bool per id up to the largest, then one
-    False for every id past it)."""
-    first, _ = split_key(keys, order)
-    begins = np.zeros(int(first.max(initial=-1)) + 2, bool)
-    begins[first] = True
-    return begins
-
-
-def _replayed(tokens: SpilledSlices, col: str, field: _FieldCounts, orders: list, *, slice_index: int, rows: int,
-              starts: dict) -> tuple[np.ndarray, np.ndarray]:
+def _replayed(tokens: SpilledSlices, col: str, field: _FieldCounts, *, slice_index: int, rows: int
+              ) -> tuple[np.ndarray, np.ndarray]:
     """The (token ids, row of each token) of column ``col`` of a ``replayable`` counter's slice ``slice_index`` (of
-    ``rows`` rows), as ``field`` tokenized them then; for a restricted counter (``starts``: each table's
-    ``_starts``) only the rows with a token that begins one of the n-grams of ``orders`` it counts, every token of
-    theirs (a row with none adds nothing to them), where they are under half the rows: a look at a few features
-    probes a few rows."""
-    ids = tokens.read(f"{col}:ids", slice_index)
-    parents = np.repeat(np.arange(rows, dtype=np.int64), tokens.read(f"{col}:lengths", slice_index))
-    begins = [starts[col, order] for order in orders if (col, order) in starts]
-    if begins:
-        found = np.zeros(len(ids), bool)
-        for marks in begins:
-            found |= marks[np.minimum(ids, len(marks) - 1)]
-        hit = np.zeros(rows, bool)
-        hit[parents[found]] = True
-        if hit.sum() < rows / 2:
-            kept = hit[parents]
-            ids, parents = ids[kept], parents[kept]
-    return ids.astype(np.int64), parents
+    ``rows`` rows), as ``field`` tokenized them then."""
+    ids = tokens.read(f"{col}:ids", slice_index).astype(np.int64)
+    return ids, np.repeat(np.arange(rows, dtype=np.int64), tokens.read(f"{col}:lengths", slice_index))
 
 
 def effective_of(n: np.ndarray, squares: np.ndarray) -> np.ndarray | None:
