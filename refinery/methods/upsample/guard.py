@@ -155,7 +155,9 @@ class ShortcutGuard:
         eligible = audit.eligible
         rows, fids = _candidate_features(rows, features, names)
         self.touched, self.fids = _renumbered(fids, len(names))   # the features copies can change
-        self.offsets = np.searchsorted(rows, np.arange(len(candidates) + 1))
+        del fids
+        # the int32 rows searched as they are (an int64 key would have NumPy search an int64 copy of every pair)
+        self.offsets = np.searchsorted(rows, np.arange(len(candidates) + 1, dtype=rows.dtype))
         self._by_row = np.argsort(candidates, kind="stable")   # a candidate's slot by its row (``_slot``): no dict
         self._rows = candidates[self._by_row]                   # of millions of candidates
         seen = eligible.copy()

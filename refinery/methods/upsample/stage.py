@@ -51,10 +51,10 @@ class UpsampleStage(TableStage):
     output = Output.CORPUS
     version = 2   # 2: the corpus in corpus/ (report/ sat inside it: pandas read its files as data)
     # DuckDB holds the input's rows (texts and all) for AUDAC's queries, which scan them in order and look up the rows
-    # of the selected tokens: it keeps them within 1 GiB and spills the rest to its temp folder (10M planted rows:
-    # 4.26 GB peak against 5.25 GB at the 4 GiB of other stages' queries, 4% slower), leaving the memory to the
-    # audit's counts
-    rows_memory = 1 << 30
+    # of the selected tokens: it keeps them within 512 MiB and spills the rest to its temp folder, leaving the memory
+    # to the audit's counts and the guard (10M planted rows: 2.83 GB peak against 3.31 GB at 1 GiB, 85.2 s against
+    # 91.8 s; 2M rows fit within it)
+    rows_memory = 1 << 29
 
     def compute(self, rows: TableInput) -> list[CorpusPart]:
         """AUDAC's plan (``algorithm.plan``) and the up-sampled corpus: the input's rows, the copies, its rejects, the
