@@ -253,9 +253,9 @@ def predictability(graph: GraphInput, splits: list[str], test_split: str | None 
             accuracy_of[name] = accuracy
             kind = "basic" if features == BASIC_FEATURES else "advanced"
             importances[kind] = dict(zip(features, map(float, model.feature_importances_)))
-            if kind == "basic":
+            if kind == "basic":   # the training rows per label, from its cells (every run's are the same rows)
                 basic, proba = model, scores
-        trained = np.bincount(train.classes[train.labels], weights=train.counts, minlength=len(labels))
+                trained = np.bincount(train.classes[train.labels], weights=train.counts, minlength=len(labels))
         majority = int(np.argmax(trained))   # ties: the first label in order
     keys = graph.con.sql("SELECT row_id, split FROM features WHERE split = $test", params={"test": test}).to_arrow_table()
     ids = graph.con.sql("SELECT id FROM rows WHERE split = $test", params={"test": test}).to_arrow_table()
