@@ -62,8 +62,7 @@ def _read(out, part="corpus"):
     return Corpus.open(f"{out}/{part}").read()
 
 
-def test_generation_on_ray_actors_reading_their_shards_equals_the_local_engine(endpoint, snli_in_shards, tmp_path,
-                                                                               ray_local):
+def test_generation_on_ray_actors_reading_their_shards_equals_the_local_engine(endpoint, snli_in_shards, tmp_path):
     url, _ = endpoint
     args = _generate(snli_in_shards, url, "--target-labels", "all", "--limit", 40, "--shard-rows", 8)
     local = run_cli(*args, "--out", tmp_path / "local").stdout

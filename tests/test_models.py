@@ -163,7 +163,7 @@ def test_lora_fine_tuning_trains_adapters_and_merges():
     assert changed and all("q_proj" in n or "v_proj" in n for n in changed)  # only the adapted projections
 
 
-def test_label_conditioned_generation_local_and_ray_stage(tmp_path, ray_local):
+def test_label_conditioned_generation_local_and_ray_stage(tmp_path):
     args = ["generate", SNLI_TEST, "--preset", "snli", "--limit", "3", "--target-labels", "all",
             "--max-new-tokens", "12", "--batch-size", "3"]
     proc = run_cli(*args, "--out", tmp_path / "local")
