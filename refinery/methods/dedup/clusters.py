@@ -34,8 +34,9 @@ FIELDS = ("text_a", "text_b")
 @dataclass
 class Rows:
     """What dedup keeps of each input row, in input order (``signed_rows``): its label and split (codes into
-    their names; −1: none), the keys of its texts as read and normalized (``minhash.row_keys``) and each field's
-    shingles (``minhash.Shingles.narrowed``); not its texts, nor its id (read again for the duplicates' partners)."""
+    their names; −1: none), the keys of its texts as read and normalized (``minhash.row_keys``), and each field's
+    shingles (``minhash.Shingles.narrowed``) on disk (``SpilledShingles``); not its texts, nor its id (read again
+    for the duplicates' partners)."""
 
     labels: np.ndarray
     label_names: list
@@ -43,7 +44,7 @@ class Rows:
     split_names: list
     exact: np.ndarray
     normal: np.ndarray
-    shingles: list
+    shingles: SpilledShingles
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -76,25 +77,23 @@ def _signed(batch: pa.Table, shingle_size: int) -> tuple:
 
 def signed_rows(batches, shingle_size: int) -> Rows:
     """``Rows`` of the input's ``batches`` (tables of id, text_a, text_b where paired, label, split where named),
-    read one at a time: only keys, codes and shingles are kept, so the memory is about 4 bytes per shingle and 40
-    per row, not the texts. Each batch's parts wait on disk (``io.spill.SpilledSlices``) until the last batch is
-    signed, then each is read into one array: the memory of the rows' arrays, not of them and of their parts too
-    (parts joined in memory stay in the heap once freed)."""
+    read one at a time: only keys and codes are held (about 24 bytes a row), each batch's shingles wait on disk
+    (``SpilledShingles``), and so do the keys and codes until the last batch is signed, then each is read into one
+    array: the memory of the rows' arrays, not of them and of their parts too (parts joined in memory stay in the
+    heap once freed)."""
     from refinery.io.spill import SpilledSlices
 
-    fields = range(len(FIELDS))
-    spill = SpilledSlices(["labels", "splits", "exact", "normal", *(f"sizes{f}" for f in fields),
-                           *(f"values{f}" for f in fields)], prefix="dedup-")
+    spill = SpilledSlices(["labels", "splits", "exact", "normal"], prefix="dedup-")
+    shingles = SpilledShingles(len(FIELDS))
     label_codes, split_codes = _Codes(), _Codes()
     named = False
     try:
         for batch in batches:
-            exact, normal, *shingles = _signed(batch, shingle_size)
+            exact, normal, *fields = _signed(batch, shingle_size)
             spill.append("exact", exact)
             spill.append("normal", normal)
-            for f, made in enumerate(shingles):
-                spill.append(f"sizes{f}", made.sizes().astype(np.uint32))
-                spill.append(f"values{f}", made.values)
+            shingles.append(fields)
+            del fields
             pa.default_memory_pool().release_unused()   # the batch's texts: Arrow's allocator keeps what it frees
             spill.append("labels", label_codes(batch["label"]))
             named = named or "split" in batch.column_names
@@ -102,19 +101,111 @@ def signed_rows(batches, shingle_size: int) -> Rows:
                                                else pa.nulls(batch.num_rows, pa.string())))
         return Rows(spill.joined("labels", np.int32), label_codes.names,
                     spill.joined("splits", np.int32) if named else None, split_codes.names,
-                    spill.joined("exact", np.uint64), spill.joined("normal", np.uint64),
-                    [_joined_shingles(spill, f) for f in fields])
+                    spill.joined("exact", np.uint64), spill.joined("normal", np.uint64), shingles)
+    except BaseException:
+        shingles.close()
+        raise
     finally:
         spill.close()
 
 
-def _joined_shingles(spill, field: int) -> minhash.Shingles:
-    """One field's shingles of every batch spilled by ``signed_rows``, as one CSR."""
-    sizes = spill.joined(f"sizes{field}", np.uint32)
+class SpilledShingles:
+    """Each field's shingles (``minhash.Shingles``) of every row, on disk as ``signed_rows`` made them, a batch of
+    rows at a time (its sizes and values per field; ``io.spill.SpilledSlices``), read back a batch at a time
+    (``batches``: LSH's band keys) or for the rows asked (``gather``: the true Jaccard of candidate pairs), so what
+    dedup holds of the rows does not grow with their shingles (about 80 bytes a row on paired corpora). The files
+    go with this object (``close``, or when it is collected)."""
+
+    def __init__(self, fields: int):
+        from refinery.io.spill import SpilledSlices
+
+        self.fields = fields
+        self._spill = SpilledSlices([*(f"sizes{f}" for f in range(fields)), *(f"values{f}" for f in range(fields))],
+                                    prefix="dedup-shingles-")
+        self._firsts = [0]   # the first row of each batch, then the rows in all
+
+    def append(self, fields: list) -> None:
+        """One batch's shingles, a ``minhash.Shingles`` per field (its rows follow the rows appended before)."""
+        for f, made in enumerate(fields):
+            self._spill.append(f"sizes{f}", made.sizes().astype(np.uint32))
+            self._spill.append(f"values{f}", made.values)
+        self._firsts.append(self._firsts[-1] + len(fields[0]))
+
+    def __len__(self) -> int:
+        return self._firsts[-1]
+
+    def batch(self, k: int) -> list:
+        """Batch ``k``'s shingles, a ``minhash.Shingles`` per field (its rows numbered from 0)."""
+        return [minhash.Shingles(_starts(self._spill.read(f"sizes{f}", k)), self._spill.read(f"values{f}", k))
+                for f in range(self.fields)]
+
+    def batches(self):
+        """(its first row's number, its ``batch``) for each batch in order."""
+        for k in range(len(self._firsts) - 1):
+            yield self._firsts[k], self.batch(k)
+
+    def nonempty(self) -> np.ndarray:
+        """Whether each row has a shingle in some field (an empty row has no signature)."""
+        out = np.zeros(len(self), bool)
+        for k in range(len(self._firsts) - 1):
+            for f in range(self.fields):
+                out[self._firsts[k]:self._firsts[k + 1]] |= self._spill.read(f"sizes{f}", k) > 0
+        return out
+
+    def gather(self, rows: np.ndarray) -> list:
+        """The shingles of ``rows`` (sorted, distinct row numbers), a ``minhash.Shingles`` per field whose row i is
+        ``rows[i]``: made in place (their sizes read first), the batches holding them read one at a time, the rest
+        skipped."""
+        bounds = np.searchsorted(rows, self._firsts)
+        batches = np.flatnonzero(np.diff(bounds))
+        picked = {k: rows[bounds[k]:bounds[k + 1]] - self._firsts[k] for k in batches}   # within each batch
+        fields = []
+        for f in range(self.fields):
+            sizes = np.zeros(len(rows), np.int64)
+            for k in batches:
+                sizes[bounds[k]:bounds[k + 1]] = self._spill.read(f"sizes{f}", k)[picked[k]]
+            starts = _starts(sizes)
+            del sizes
+            values = np.empty(starts[-1], np.uint32)
+            for k in batches:
+                within = _starts(self._spill.read(f"sizes{f}", k))
+                values[starts[bounds[k]]:starts[bounds[k + 1]]] = self._spill.read(f"values{f}", k)[
+                    _ranges(within[picked[k]], within[picked[k] + 1])]
+            fields.append(minhash.Shingles(starts, values))
+        return fields
+
+    def min_jaccard(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """``minhash.min_jaccard`` of the pairs of rows (``left[p]``, ``right[p]``), their shingles gathered once."""
+        marked = np.zeros(len(self), bool)
+        marked[left] = True
+        marked[right] = True
+        fields = self.gather(np.flatnonzero(marked))
+        place = np.cumsum(marked, dtype=np.int32) - 1   # each row's place among the gathered (no sort)
+        return minhash.min_jaccard(fields, fields, place[left], place[right])
+
+    def close(self) -> None:
+        self._spill.close()
+
+
+def _starts(sizes: np.ndarray) -> np.ndarray:
+    """The CSR starts of rows of ``sizes`` (0, then their running sums; int64)."""
     starts = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, dtype=np.int64, out=starts[1:])
-    del sizes
-    return minhash.Shingles(starts, spill.joined(f"values{field}", np.uint32))
+    return starts
+
+
+def _ranges(begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The positions begin[0]..end[0]−1, then begin[1]..end[1]−1, … as one array."""
+    lengths = end - begin
+    total = int(lengths.sum())
+    out = np.ones(total, np.int64)
+    if total == 0:
+        return out
+    heads = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1], out=heads[1:])
+    taken = lengths > 0
+    out[heads[taken]] = begin[taken] - np.concatenate([[0], end[taken][:-1] - 1])
+    return np.cumsum(out)
 
 
 @dataclass
@@ -156,7 +247,7 @@ def edges_of_equal(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return order[later], to, np.sort(first)
 
 
-VERIFY_PAIRS = 1 << 22   # candidate pairs verified at once
+VERIFY_PAIRS = 1 << 21   # candidate pairs verified at once
 BANDS_AT_ONCE = 3        # LSH bands whose keys are held at once (fewer where the memory budget is tight)
 BAND_BYTES_PER_ROW = 28  # what one band held at once takes per signed row: its key (4), the sort (8), the column
 #                          (4) and its candidate codes, joined and sorted (about 12 on planted and real corpora)
@@ -169,10 +260,9 @@ class OverBudget(Refusal):
 
 
 def rows_nbytes(rows: "Rows") -> int:
-    """The memory of what dedup keeps of the input's rows (``Rows``)."""
+    """The memory of what dedup holds of the input's rows (``Rows``; their shingles wait on disk)."""
     arrays = [rows.labels, rows.exact, rows.normal] + ([rows.splits] if rows.splits is not None else [])
-    return (sum(a.nbytes for a in arrays)
-            + sum(s.starts.nbytes + s.values.nbytes for s in rows.shingles))
+    return sum(a.nbytes for a in arrays)
 
 
 def bands_at_once(held: int, signed: int, budget: int) -> int:
@@ -191,30 +281,38 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
-def near_edges(shingles: list, rows: np.ndarray, config: DedupConfig, checkpoints=None, at_once: int = BANDS_AT_ONCE
-               ) -> tuple[np.ndarray, int]:
-    """The verified near-duplicate pairs (k × 2) among ``rows`` (their fields' ``shingles``), and how many candidates
-    were verified: ``at_once`` bands at a time, their keys made, their candidates (``minhash.candidate_codes``)
-    verified ``VERIFY_PAIRS`` at a time and only the verified kept, so what is held is one group's candidates (a pair
-    that two groups propose is verified twice). Each group's verified pairs are a piece of ``checkpoints`` (an
-    ``io.checkpoints.Checkpoints``, or None), so a rerun after a kill finds them again."""
+def near_edges(shingles: SpilledShingles, rows: np.ndarray, config: DedupConfig, checkpoints=None,
+               at_once: int = BANDS_AT_ONCE) -> tuple[np.ndarray, int]:
+    """The verified near-duplicate pairs (k × 2) among ``rows`` (sorted row numbers; their fields' ``shingles``), and
+    how many candidates were verified: ``at_once`` bands at a time, their keys made a batch of shingles at a time,
+    their candidates (``minhash.candidate_codes``) verified ``VERIFY_PAIRS`` at a time and only the verified kept, so
+    what is held is one group's keys and candidates (a pair that two groups propose is verified twice). Each group's
+    verified pairs are a piece of ``checkpoints`` (an ``io.checkpoints.Checkpoints``, or None), so a rerun after a
+    kill finds them again."""
     bands, r = minhash.bands_for(config.threshold, config.permutations)
-    n = len(shingles[0])
-    signed = rows[sum(s.sizes() for s in shingles)[rows] > 0]   # an empty row has no signature
+    n = len(shingles)
+    signed = rows[shingles.nonempty()[rows]]   # an empty row has no signature
     found, verified = [np.zeros(0, np.int64)], 0
     for b in range(0, bands, at_once):
-        piece = f"bands-{b:04d}-{min(b + at_once, bands):04d}"
+        among = range(b, min(b + at_once, bands))
+        piece = f"bands-{b:04d}-{among.stop:04d}"
         done = checkpoints.get(piece) if checkpoints is not None else None
         if done is not None:
             found.append(done["pair"].to_numpy())
             verified += int(done.schema.metadata[b"verified"])
             continue
-        codes = minhash.candidate_codes(minhash.band_keys(shingles, config.permutations, bands, r, config.seed,
-                                                          range(b, min(b + at_once, bands)), signed), signed, n)
+        keys = np.empty((len(signed), len(among)), np.uint32)
+        for first, fields in shingles.batches():
+            lo, hi = np.searchsorted(signed, [first, first + len(fields[0])])
+            if hi > lo:
+                keys[lo:hi] = minhash.band_keys(fields, config.permutations, bands, r, config.seed, among,
+                                                signed[lo:hi] - first)
+        codes = minhash.candidate_codes(keys, signed, n)
+        del keys
         group = []
         for start in range(0, len(codes), VERIFY_PAIRS):
             part = codes[start:start + VERIFY_PAIRS]
-            group.append(part[minhash.min_jaccard(shingles, shingles, part // n, part % n) >= config.threshold])
+            group.append(part[shingles.min_jaccard(part // n, part % n) >= config.threshold])
         group = np.concatenate(group) if group else np.zeros(0, np.int64)
         if checkpoints is not None:
             checkpoints.put(piece, pa.table({"pair": group}, metadata={"verified": str(len(codes))}))
@@ -228,7 +326,8 @@ class JaccardMeasure:
     """Near-duplicates by the Jaccard of the rows' shingles (MinHash-LSH, ``near_edges``): ``edges(rows)`` and
     ``between(left, right)``, as ``embedded.CosineMeasure`` gives them by cosine."""
 
-    def __init__(self, shingles: list, config: DedupConfig, checkpoints=None, at_once: int = BANDS_AT_ONCE):
+    def __init__(self, shingles: SpilledShingles, config: DedupConfig, checkpoints=None,
+                 at_once: int = BANDS_AT_ONCE):
         self.shingles, self.config, self.threshold = shingles, config, config.threshold
         self.checkpoints, self.at_once = checkpoints, at_once
 
@@ -236,7 +335,7 @@ class JaccardMeasure:
         return near_edges(self.shingles, rows, self.config, self.checkpoints, self.at_once)
 
     def between(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        return minhash.min_jaccard(self.shingles, self.shingles, left, right)
+        return self.shingles.min_jaccard(left, right)
 
 
 def _one_row_per_label(conflict: np.ndarray, component: np.ndarray, codes: np.ndarray, order: np.ndarray
