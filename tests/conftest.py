@@ -224,8 +224,10 @@ def snli_pair():
     return table
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_local():
+    """A local Ray in the test process, started once for all its modules (a start costs some 6 s of CPU: the
+    suite's cost is its CPU); a test that sets another memory budget starts it again (``ray_init``)."""
     from refinery.pipeline.engine import ray_init, ray_shutdown
 
     ray_init(num_cpus=2)
