@@ -174,6 +174,21 @@ class Shingles:
         """The same sets with each hash's top 32 bits (half the memory; the order within a text stays sorted)."""
         return Shingles(self.starts, (self.values >> np.uint64(32)).astype(np.uint32))
 
+    def take(self, rows: np.ndarray) -> Shingles:
+        """The sets of ``rows`` (their numbers here), in that order."""
+        return Shingles(*_take_kernel(self.starts, self.values, np.asarray(rows, np.int64)))
+
+
+@numba.njit(nogil=True, cache=True)
+def _take_kernel(starts, values, rows):
+    taken = np.zeros(len(rows) + 1, np.int64)
+    for i in range(len(rows)):
+        taken[i + 1] = taken[i] + starts[rows[i] + 1] - starts[rows[i]]
+    out = np.empty(taken[-1], values.dtype)
+    for i in range(len(rows)):
+        out[taken[i]:taken[i + 1]] = values[starts[rows[i]]:starts[rows[i] + 1]]
+    return taken, out
+
 
 def shingles(normal: pa.Array, k: int, field: int = 0) -> Shingles:
     """S_k of each normalized text (``normalized``): hashes of its k-word runs, or of the whole text when it has fewer

@@ -134,10 +134,12 @@ class SpilledShingles:
     def __len__(self) -> int:
         return self._firsts[-1]
 
-    def batch(self, k: int) -> list:
-        """Batch ``k``'s shingles, a ``minhash.Shingles`` per field (its rows numbered from 0)."""
-        return [minhash.Shingles(_starts(self._spill.read(f"sizes{f}", k)), self._spill.read(f"values{f}", k))
-                for f in range(self.fields)]
+    def batch(self, k: int, field: int | None = None) -> list | minhash.Shingles:
+        """Batch ``k``'s shingles, a ``minhash.Shingles`` per field (its rows numbered from 0); or ``field``'s."""
+        if field is not None:
+            return minhash.Shingles(_starts(self._spill.read(f"sizes{field}", k)),
+                                    self._spill.read(f"values{field}", k))
+        return [self.batch(k, f) for f in range(self.fields)]
 
     def batches(self):
         """(its first row's number, its ``batch``) for each batch in order."""
@@ -168,9 +170,8 @@ class SpilledShingles:
             del sizes
             values = np.empty(starts[-1], np.uint32)
             for k in batches:
-                within = _starts(self._spill.read(f"sizes{f}", k))
-                values[starts[bounds[k]]:starts[bounds[k + 1]]] = self._spill.read(f"values{f}", k)[
-                    _ranges(within[picked[k]], within[picked[k] + 1])]
+                taken = self.batch(k, f).take(picked[k])
+                values[starts[bounds[k]]:starts[bounds[k + 1]]] = taken.values
             fields.append(minhash.Shingles(starts, values))
         return fields
 
@@ -192,20 +193,6 @@ def _starts(sizes: np.ndarray) -> np.ndarray:
     starts = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, dtype=np.int64, out=starts[1:])
     return starts
-
-
-def _ranges(begin: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The positions begin[0]..end[0]−1, then begin[1]..end[1]−1, … as one array."""
-    lengths = end - begin
-    total = int(lengths.sum())
-    out = np.ones(total, np.int64)
-    if total == 0:
-        return out
-    heads = np.zeros(len(lengths), np.int64)
-    np.cumsum(lengths[:-1], out=heads[1:])
-    taken = lengths > 0
-    out[heads[taken]] = begin[taken] - np.concatenate([[0], end[taken][:-1] - 1])
-    return np.cumsum(out)
 
 
 @dataclass
