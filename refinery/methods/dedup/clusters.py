@@ -134,12 +134,13 @@ class SpilledShingles:
     def __len__(self) -> int:
         return self._firsts[-1]
 
-    def batch(self, k: int, field: int | None = None) -> list | minhash.Shingles:
-        """Batch ``k``'s shingles, a ``minhash.Shingles`` per field (its rows numbered from 0); or ``field``'s."""
-        if field is not None:
-            return minhash.Shingles(_starts(self._spill.read(f"sizes{field}", k)),
-                                    self._spill.read(f"values{field}", k))
-        return [self.batch(k, f) for f in range(self.fields)]
+    def batch(self, k: int) -> list:
+        """Batch ``k``'s shingles, a ``minhash.Shingles`` per field (its rows numbered from 0)."""
+        return [self._field(k, f) for f in range(self.fields)]
+
+    def _field(self, k: int, field: int) -> minhash.Shingles:
+        """Batch ``k``'s shingles of one field."""
+        return minhash.Shingles(_starts(self._spill.read(f"sizes{field}", k)), self._spill.read(f"values{field}", k))
 
     def batches(self):
         """(its first row's number, its ``batch``) for each batch in order."""
@@ -170,7 +171,7 @@ class SpilledShingles:
             del sizes
             values = np.empty(starts[-1], np.uint32)
             for k in batches:
-                taken = self.batch(k, f).take(picked[k])
+                taken = self._field(k, f).take(picked[k])
                 values[starts[bounds[k]]:starts[bounds[k + 1]]] = taken.values
             fields.append(minhash.Shingles(starts, values))
         return fields
