@@ -365,6 +365,44 @@ def test_a_replayed_count_is_the_count_of_the_rows_added_again():
         WeightedCounts(None, FeatureConfig(("unigram", "length")), 1).replay(with_rows.tokens, None)
 
 
+def test_rows_counted_beside_the_weights_fit_are_the_rows_counted_in_order_and_a_stop_or_a_failure_says_so():
+    """``count_rows`` run ``Beside`` the caller (a thread and a DuckDB cursor of its own) while the connection runs
+    other queries, as the weights' fit does: the same counts and kept token ids as the rows counted in the caller's
+    thread, in the same order; ``stop`` ends it and ``result`` then says so; an error in its query is raised by
+    ``result`` in the caller's thread."""
+    import functools
+
+    from refinery.core.features import FeatureConfig
+    from refinery.core.weighted_counts import WeightedCounts
+    from refinery.methods.weights.leakage_neutral import Beside, count_rows
+
+    config = FeatureConfig().named(("premise", "hypothesis"))
+    sql = "SELECT * EXCLUDE (row_id, split) FROM rows"
+    with sentence_graph.corpus_features({"dev": SNLI_DEV}, PRESETS["snli"]) as graph:
+        here = WeightedCounts(None, config, 1, masks=1, replayable=True)
+        counting = Beside(functools.partial(count_rows, graph, sql,
+                                            WeightedCounts(None, config, 1, masks=1, replayable=True)), "a count")
+        for _ in range(3):   # the connection busy meanwhile
+            assert len(graph.codes("label", graph.labels())) == graph.num_rows
+        for batch in graph.batches(sql):
+            here.add(pa.Table.from_batches([batch]), None)
+        behind = counting.result()
+        (names, sums), (their_names, their_sums) = (c.flush().matrix(0) for c in (behind, here))
+        assert names.equals(their_names) and np.array_equal(sums, their_sums) and behind.rows == 9_842
+        slices = range(len(here.tokens.lengths("labels")))
+        assert [behind.tokens.read("text_b:ids", k).tolist() for k in slices] \
+            == [here.tokens.read("text_b:ids", k).tolist() for k in slices]
+        cut = WeightedCounts(None, config, 1, masks=1)
+        stopped = Beside(functools.partial(count_rows, graph, sql, cut, batch_rows=1), "a count")   # a row at a time
+        stopped.stop()
+        with pytest.raises(RuntimeError, match="a count was stopped"):
+            stopped.result()
+        assert cut.rows < 9_842
+        failed = Beside(functools.partial(count_rows, graph, "SELECT * FROM no_such_table", cut), "a count")
+        with pytest.raises(duckdb.CatalogException, match="no_such_table"):
+            failed.result()
+
+
 @pytest.fixture(scope="module")
 def pooled(tmp_path_factory):
     """A corpus whose premises come from a pool whose popularity depends on the label (no planted words): the

@@ -21,7 +21,8 @@ A weighting whose weights are 0 or 1 (``None``, a row filter's keep, a left-out 
 
 Cost: the tokenizer's, plus one probe of a compiled hash table per (n-gram, row) (``key_counts.KeyCounts``,
 ``kernels.count_present``), the text fields tokenized and counted on two threads while the caller goes on (``add``
-returns with the last slice still counting): about the audit's own counting. Memory per table slot, the slots at
+returns with the last slice still counting; ``one_thread``: in the caller's thread, a counter run beside other work
+that takes the other core): about the audit's own counting. Memory per table slot, the slots at
 most 70% used: 12 bytes, 4 per label and mask, 16 per label and float weighting (its Σ w and Σ w²: 72 for 3
 labels, a mask and a weighting); once judged (``stats``), a hashed table keeps only its keys. A counter ``restricted`` to
 the features in enough rows (``WeightedCounts.restricted``) counts only those, sharing the vocabularies: a second
@@ -62,7 +63,7 @@ class WeightedCounts:
     """
 
     def __init__(self, labels: list | None, config: FeatureConfig, weightings: int = 1, masks: int = 0,
-                 replayable: bool = False):
+                 replayable: bool = False, one_thread: bool = False):
         if not 0 <= masks <= weightings:
             raise RuntimeError(f"masks must be between 0 and the {weightings} weightings, got {masks}")
         self.label_index: dict[str, int] = {}
@@ -81,6 +82,7 @@ class WeightedCounts:
         self.only: set | None = None   # a restricted counter: the row-level features it counts
         self._counts = None            # per table (keys ascending, counts, sums), in ``matrix``'s order
         self._in_flight: list = []     # the last slice's n-gram counting, still running on the pool's threads
+        self.one_thread = one_thread   # counted in the caller's thread, not the pool's (beside other work: ``Beside``)
         # ``replayable``: each slice's label codes and its fields' token ids kept on disk, for ``replay``
         self.tokens: SpilledSlices | None = None
         if replayable:
@@ -179,7 +181,12 @@ class WeightedCounts:
         if per_table:
             tasks = sorted(((col, field, [order]) for col, field, orders in tasks for order in orders),
                            key=lambda task: -task[2][0])
-        self._in_flight = [_pool().submit(count, *task) for task in tasks if task[2]]
+        if self.one_thread:
+            for task in tasks:
+                if task[2]:
+                    count(*task)
+        else:
+            self._in_flight = [_pool().submit(count, *task) for task in tasks if task[2]]
         if table is not None and self.row_families and (self.only is None or self.only - {NULL_FEATURE}):
             long = extract(table, FeatureConfig(self.row_families, self.config.tokenizer, self.config.field_names,
                                                 self.config.single_field_name))

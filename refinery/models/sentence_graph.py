@@ -178,6 +178,14 @@ class GraphInput:
         """Record batches of a query over ``rows`` and ``features`` (a full scan keeps the input order)."""
         return self.con.sql(sql, params=params).to_arrow_reader(batch_size=rows)
 
+    def batches_on_a_cursor(self, sql: str, params: dict | None = None, rows: int = 1 << 17):
+        """``batches`` read on a cursor of their own: another thread reads them while the connection runs queries."""
+        con = self.con.cursor()
+        try:
+            yield from con.sql(sql, params=params).to_arrow_reader(batch_size=rows)
+        finally:
+            con.close()
+
     def features(self) -> pa.Table:
         """Every pair's features as one Arrow table (small corpora; large ones go by :meth:`batches`)."""
         return self.con.sql("SELECT * FROM features").to_arrow_table()

@@ -3,8 +3,11 @@ module docstring): P̂(y | l) cross-predicted by forests over its sentence graph
 the corpus given back with a ``weight`` column while its words are counted plain and weighted for the verdict."""
 from __future__ import annotations
 
+import functools
+import threading
+from concurrent.futures import Future
 from dataclasses import asdict, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -31,8 +34,9 @@ UNNAMED = ""   # the split name of an input given without names: no split is wri
 
 class Weighing:
     """The leakage-neutral weights of a corpus, as the table executor writes it (``WeightsStage``): the weights of
-    every row of ``graph`` under ``config`` (the stage's ``WeightsConfig``) on construction; ``rows`` gives the corpus
-    back with a ``weight`` column as it counts its words (``features``: the audit's) plain and weighted; once every
+    every row of ``graph`` under ``config`` (the stage's ``WeightsConfig``) on construction, its words (``features``:
+    the audit's) counted meanwhile on a thread of their own (``count_rows``, ``Beside``); ``rows`` gives the corpus
+    back with a ``weight`` column while the features in enough rows are counted again, plain and weighted; once every
     row is written, ``measured`` makes both audits (the prior rule decided on the input, or ``carried`` with it) and
     the weighted one's record kept with the corpus; after the commit, ``judged`` makes the report (``WeightsReport``)
     and the verdict.
@@ -45,18 +49,28 @@ class Weighing:
     def __init__(self, graph: GraphInput, config, features: FeatureConfig, inputs: dict, carried=None):
         self.graph, self.config, self.carried = graph, config, carried
         graph.keep_tables_on_disk()
-        w, info = leakage_neutral_weights(graph, config)
-        proba, y, cells = info.pop("p_hat"), info.pop("y"), info.pop("cells")
-        clip = info["cap"].clip   # the cap in effect (None: none)
-        clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (clip is None or c < clip)]
-        capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c) for c in clips]
+        labels, proba, y = out_of_fold_proba(graph, config)
+        # the rows' words counted on one thread beside the prior's search and the caps' fits, which take the other
+        # core (after the forests, which take both; the count of every feature is not held beside them)
+        self.rows_of = WeightedCounts(labels, features, 1, masks=1, replayable=True, one_thread=True)   # rows of each
+        self.counting = Beside(functools.partial(count_rows, graph, _output_rows(graph), self.rows_of),
+                               "the count of the rows")
+        try:
+            w, info = leakage_neutral_weights(proba, y, labels, config)
+            cells = info.pop("cells")
+            clip = info["cap"].clip   # the cap in effect (None: none)
+            clips = [c for c in SUGGESTED_CLIPS if c < w.max() and (clip is None or c < clip)]
+            capped_w = [ips_weights(proba, y, fit_prior(proba, y, c, config.tolerance, cells=cells), c)
+                        for c in clips]
+        except BaseException:
+            self.counting.stop()
+            raise
         del proba, y
         self.w, self.capped = w, dict(zip(clips, capped_w))
         self.entries = {"labels": info.pop("labels"),   # the report's entries known before the rows are written
                         "low_ess_warning": low_ess_warning(w, clip, self.capped),   # exact ESS
                         **info, "inputs": inputs, "config": asdict(config)}
         self.audit_config = AuditConfig(features=features, prior=config.prior)
-        self.rows_of = WeightedCounts(self.entries["labels"], features, 1, masks=1, replayable=True)   # rows of each
 
     def manifest_entries(self) -> dict:
         """What the weighted corpus's manifest keeps of the weights (``weights``)."""
@@ -64,23 +78,32 @@ class Weighing:
         return {"weights": {**kept, "cap": kept["cap"].to_json()}}
 
     def rows(self) -> Iterator[pa.Table]:
-        """The corpus with its ``weight`` column, in input order, each table counted as it passes."""
-        with progress(total=len(self.w), desc="weights: write", unit=" rows") as bar:   # ends before the count's
-            start = 0
-            for batch in self.graph.batches(_output_rows(self.graph)):
-                table = pa.Table.from_batches([batch])
-                self.rows_of.add(table, None)
-                yield table.append_column("weight", pa.array(self.w[start:start + batch.num_rows]))
-                start += batch.num_rows
-                bar.update(batch.num_rows)
-
-    def measured(self, label_rows: dict) -> PartAudit:
-        """Once every row is written (``label_rows``: the rows per label written): the rows counted again plain and
-        weighted (``_counted_again``), the input's and the weighted audits, the prior rule and the weighted audit's
-        record. The token ids stay on disk for the verdict's caps (``judged``)."""
+        """The corpus with its ``weight`` column, in input order. Its words were counted while the weights were fit
+        (``count_rows``); the features in enough rows are counted again, plain and weighted (``_counted_again``),
+        while it is written."""
+        self.counting.result()
         self.counts = self.rows_of.restricted(2, masks=1, min_rows=self.audit_config.min_count)
         self.tokens, self.rows_of = self.rows_of.tokens, None   # its table of every feature freed before the second look
-        _counted_again(self.counts, self.tokens, [self.w])
+        self.looking = Beside(functools.partial(_counted_again, self.counts, self.tokens, [self.w]), "the second look")
+        written = False
+        try:
+            with progress(total=len(self.w), desc="weights: write", unit=" rows") as bar:
+                start = 0
+                for batch in self.graph.batches(_output_rows(self.graph)):
+                    table = pa.Table.from_batches([batch])
+                    yield table.append_column("weight", pa.array(self.w[start:start + batch.num_rows]))
+                    start += batch.num_rows
+                    bar.update(batch.num_rows)
+            written = True
+        finally:
+            if not written:   # the writing failed or was cut: the second look with it
+                self.looking.stop()
+
+    def measured(self, label_rows: dict) -> PartAudit:
+        """Once every row is written (``label_rows``: the rows per label written): the second look's counts, the
+        input's and the weighted audits, the prior rule and the weighted audit's record. The token ids stay on disk
+        for the verdict's caps (``judged``)."""
+        self.looking.result()
         self.audits = _audits(self.counts, self.audit_config, label_rows, self.carried)
         return PartAudit(self.audits.prior, self.audits.record_of(1, label_rows, weighted=True))
 
@@ -96,6 +119,49 @@ class Weighing:
                              verdict=verdict.to_dict(), clips_checked=checked), verdict
 
 
+class Beside:
+    """``work(check)`` run on a thread of its own while the caller goes on; ``work`` calls ``check()`` between its
+    steps, which raises once ``stop`` was called or the main thread has ended (an error or Ctrl-C there), so that it
+    never outlives the run. ``result`` waits for it and gives what it returned, or raises in the caller's thread what
+    it raised (``what`` names it then)."""
+
+    def __init__(self, work: Callable, what: str):
+        self.what = what
+        self._stopped = threading.Event()
+        self._outcome: Future = Future()
+        self._thread = threading.Thread(target=self._run, args=(work,), name=f"refinery-beside: {what}")
+        self._thread.start()
+
+    def _run(self, work: Callable) -> None:
+        try:
+            self._outcome.set_result(work(self.check))
+        except BaseException as e:   # handed to ``result``
+            self._outcome.set_exception(e)
+
+    def check(self) -> None:
+        if self._stopped.is_set() or not threading.main_thread().is_alive():
+            raise RuntimeError(f"{self.what} was stopped")
+
+    def result(self):
+        self._thread.join()
+        return self._outcome.result()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+
+def count_rows(graph: GraphInput, sql: str, counts: WeightedCounts, check: Callable = lambda: None,
+               batch_rows: int = 1 << 17) -> WeightedCounts:
+    """The rows of the query ``sql`` over ``graph`` counted into ``counts`` in their order (a full scan of ``rows``
+    keeps the input order, the weights' order), read on a DuckDB cursor of their own: ``Beside``'s work while the
+    connection runs the caller's queries (``check()`` before each batch)."""
+    for batch in graph.batches_on_a_cursor(sql, rows=batch_rows):
+        check()
+        counts.add(pa.Table.from_batches([batch]), None)
+    return counts.flush()
+
+
 def cross_predict(graph: GraphInput, names, labels: list[str], folds: np.ndarray, forest: ForestConfig
                   ) -> np.ndarray:
     """Out-of-fold P̂(y | l) on the features ``names`` of every row of ``graph``: row i is scored by a forest that
@@ -109,9 +175,10 @@ def cross_predict(graph: GraphInput, names, labels: list[str], folds: np.ndarray
     return proba
 
 
-def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict]:
-    """(w per row, info): Algorithm 1 steps 01–04 of Zhang et al. over a corpus's leakage features under ``config``
-    (the stage's ``WeightsConfig``); the low-ESS warning is ``weigh``'s, which refits the gentler caps."""
+def out_of_fold_proba(graph: GraphInput, config) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(labels, P̂(y | l) of every row, its label's code): Algorithm 1 steps 01–02 of Zhang et al., each row's
+    P̂ cross-predicted (``cross_predict``) over ``config.folds`` folds of the ids (the stage's ``WeightsConfig``),
+    floored at ``config.min_proba`` and renormalized."""
     labels = graph.labels()
     folds = np.concatenate([fold_of(batch.column(0), config.folds, config.fold_seed) for batch in
                             progress(graph.batches("SELECT id FROM rows", rows=1 << 20), desc="weights: folds",
@@ -120,8 +187,15 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
         y = graph.codes("label", labels)
         proba = cross_predict(graph, FEATURE_SETS[config.features], labels, folds, config.forest)
     del folds
-    proba = np.clip(proba, config.min_proba, 1.0)
+    np.clip(proba, config.min_proba, 1.0, out=proba)
     proba /= proba.sum(axis=1, keepdims=True)
+    return labels, proba, y
+
+
+def leakage_neutral_weights(proba: np.ndarray, y: np.ndarray, labels: list[str], config) -> tuple[np.ndarray, dict]:
+    """(w per row, info): Algorithm 1 steps 03–04 of Zhang et al. from the out-of-fold P̂ of each row and its
+    label's code (``out_of_fold_proba``) under ``config`` (the stage's ``WeightsConfig``); the low-ESS warning is
+    ``Weighing``'s, which refits the gentler caps."""
     cells = prior_cells(proba, y)   # every cap's prior is searched over these (P̂, y) cells
     clip = cap_in_effect(config.clip, cells, config.tolerance)
     prior = fit_prior(proba, y, clip, config.tolerance, cells=cells)
@@ -141,18 +215,22 @@ def leakage_neutral_weights(graph: GraphInput, config) -> tuple[np.ndarray, dict
                         "majority_accuracy": float(observed.max()),
                         "weighted_majority_accuracy": float(weighted.max())},
     }
-    return w, {**info, "p_hat": proba, "y": y, "cells": cells}
+    return w, {**info, "cells": cells}
 
 
-def _counted_again(counts: WeightedCounts, tokens, weights: list) -> None:
+def _counted_again(counts: WeightedCounts, tokens, weights: list, check: Callable | None = None) -> None:
     """The rows counted again into ``counts`` (``WeightedCounts.restricted``: the features the first count found in
     at least ``min_count`` rows, or the few a verdict checks caps on) under weights 1 and under each of ``weights``
     (the weights written, or the caps): n_eff(x) = (Σ w)² / Σ w² ≤ rows(x) (Cauchy–Schwarz), so no other feature is
     tested under any weighting, and the weighted sums of every feature (16 bytes a label and weighting, most
     features in one row) are never held. The rows come from the token ids the first count kept on disk as they were
-    written (``tokens``, ``WeightedCounts.replay``): no text is read or tokenized twice."""
-    with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
-        counts.replay(tokens, None, *weights, done=bar.update)
+    written (``tokens``, ``WeightedCounts.replay``): no text is read or tokenized twice. ``check``: ``Beside``'s
+    (counted beside the writing, which shows its own bar), called after each slice; else a bar of its own."""
+    if check is not None:
+        counts.replay(tokens, None, *weights, done=lambda rows: check())
+    else:
+        with progress(total=len(weights[0]), desc="weights: count", unit=" rows") as bar:
+            counts.replay(tokens, None, *weights, done=bar.update)
     counts.flush()
 
 

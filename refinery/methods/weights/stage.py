@@ -16,9 +16,10 @@ is under 10% of the rows, a few rows carry the weight: the report warns and sugg
 that lifts it past 10%, with the ESS that ``--clip`` gives (the prior fitted again under the cap, as the
 verdict's caps below).
 
-The verdict (``core.verdict``): as the rows are written, the audit's features are counted once plain and once
-weighted (``core.weighted_counts``: count(x, l) = Σ w, z* on the weighted n and counts, what a model trained on
-rows drawn ∝ w sees), with the same p0 and threshold. Weights promise to make no shortcut of the text stronger:
+The verdict (``core.verdict``): while the prior is fit (on one core) the audit's features of every row are counted
+on the other, and as the rows are written those in enough rows are counted again plain and weighted
+(``core.weighted_counts``: count(x, l) = Σ w, z* on the weighted n and counts, what a model trained on rows drawn
+∝ w sees), with the same p0 and threshold. Weights promise to make no shortcut of the text stronger:
 a row of weight 300 makes each of its words a feature "in 300 rows" of one label. Only the weights written are
 judged; where the verdict warns, the weights ``--clip`` would give for each of ``ips.SUGGESTED_CLIPS`` below the
 largest weight (the prior fitted again for each: a search over the few distinct cells of P̂) are judged on the
