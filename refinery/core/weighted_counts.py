@@ -181,12 +181,12 @@ class WeightedCounts:
         if per_table:
             tasks = sorted(((col, field, [order]) for col, field, orders in tasks for order in orders),
                            key=lambda task: -task[2][0])
+        tasks = [task for task in tasks if task[2]]
         if self.one_thread:
             for task in tasks:
-                if task[2]:
-                    count(*task)
+                count(*task)
         else:
-            self._in_flight = [_pool().submit(count, *task) for task in tasks if task[2]]
+            self._in_flight = [_pool().submit(count, *task) for task in tasks]
         if table is not None and self.row_families and (self.only is None or self.only - {NULL_FEATURE}):
             long = extract(table, FeatureConfig(self.row_families, self.config.tokenizer, self.config.field_names,
                                                 self.config.single_field_name))

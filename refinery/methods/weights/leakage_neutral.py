@@ -52,8 +52,9 @@ class Weighing:
         labels, proba, y = out_of_fold_proba(graph, config)
         # the rows' words counted on one thread beside the prior's search and the caps' fits, which take the other
         # core (after the forests, which take both; the count of every feature is not held beside them)
+        self.output_rows = _output_rows(graph)   # the query of the rows as written, counted in the same order
         self.rows_of = WeightedCounts(labels, features, 1, masks=1, replayable=True, one_thread=True)   # rows of each
-        self.counting = Beside(functools.partial(count_rows, graph, _output_rows(graph), self.rows_of),
+        self.counting = Beside(functools.partial(count_rows, graph, self.output_rows, self.rows_of),
                                "the count of the rows")
         try:
             w, info = leakage_neutral_weights(proba, y, labels, config)
@@ -85,19 +86,17 @@ class Weighing:
         self.counts = self.rows_of.restricted(2, masks=1, min_rows=self.audit_config.min_count)
         self.tokens, self.rows_of = self.rows_of.tokens, None   # its table of every feature freed before the second look
         self.looking = Beside(functools.partial(_counted_again, self.counts, self.tokens, [self.w]), "the second look")
-        written = False
         try:
             with progress(total=len(self.w), desc="weights: write", unit=" rows") as bar:
                 start = 0
-                for batch in self.graph.batches(_output_rows(self.graph)):
+                for batch in self.graph.batches(self.output_rows):
                     table = pa.Table.from_batches([batch])
                     yield table.append_column("weight", pa.array(self.w[start:start + batch.num_rows]))
                     start += batch.num_rows
                     bar.update(batch.num_rows)
-            written = True
-        finally:
-            if not written:   # the writing failed or was cut: the second look with it
-                self.looking.stop()
+        except BaseException:   # the writing failed or was cut (the generator closed): the second look with it
+            self.looking.stop()
+            raise
 
     def measured(self, label_rows: dict) -> PartAudit:
         """Once every row is written (``label_rows``: the rows per label written): the second look's counts, the
@@ -151,7 +150,7 @@ class Beside:
         self._thread.join()
 
 
-def count_rows(graph: GraphInput, sql: str, counts: WeightedCounts, check: Callable = lambda: None,
+def count_rows(graph: GraphInput, sql: str, counts: WeightedCounts, check: Callable,
                batch_rows: int = 1 << 17) -> WeightedCounts:
     """The rows of the query ``sql`` over ``graph`` counted into ``counts`` in their order (a full scan of ``rows``
     keeps the input order, the weights' order), read on a DuckDB cursor of their own: ``Beside``'s work while the
