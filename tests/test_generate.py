@@ -81,8 +81,8 @@ def test_killed_generation_prompts_again_only_its_unfinished_units(endpoint, snl
     url, counted = endpoint
     args = _generate(snli_in_shards, url, "--limit", 60, "--shard-rows", 8)   # 60 prompts: 8 units
     killed = tmp_path / "killed"
-    killed_when(args, killed, f"{CHECKPOINTS}/generate/shard-*/{KEY}", at_least=3)
-    finished = len(list(killed.glob(f"{CHECKPOINTS}/generate/shard-*/{KEY}")))
+    killed_when(args, killed, f"{CHECKPOINTS}/generate/shard-?????/{KEY}", at_least=3)
+    finished = len(list(killed.glob(f"{CHECKPOINTS}/generate/shard-?????/{KEY}")))
     assert 3 <= finished < 8
     _settled(counted)   # the killed run's requests in flight are answered (and counted) before the rerun
     counted.prompts = 0
@@ -100,7 +100,7 @@ def test_generation_on_the_s3_server_resumes_there_and_equals_ray_actors_writing
     url, counted = endpoint
     run_cli("convert", snli_dev_head, "--preset", "snli", "--shard-rows", 100, "--out", "s3://bucket/snli")
     args = _generate("s3://bucket/snli", url, "--limit", 60, "--shard-rows", 8)   # 60 prompts: 8 units
-    pieces = f"{CHECKPOINTS}/generate/shard-*/{KEY}"
+    pieces = f"{CHECKPOINTS}/generate/shard-?????/{KEY}"
     killed_when(args, s3.root / "bucket" / "killed", pieces, at_least=3, url="s3://bucket/killed")
     finished = len(list((s3.root / "bucket" / "killed").glob(pieces)))
     _settled(counted)
