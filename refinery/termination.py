@@ -168,3 +168,22 @@ def finish_undisturbed() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def ray_left_off_the_console() -> None:
+    """Leave the Ray this process started or joined, as a command ends, with the native log lines its leaving
+    prints (``Failed to push error to driver`` for a task that failed as the run stopped) kept off the console:
+    the command's last line stays its last. They stay in the session's ``python-core-driver-*.log``."""
+    if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
+        return
+    import os
+
+    sys.stderr.flush()
+    console, nowhere = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(nowhere, 2)
+        sys.modules["ray"].shutdown()
+    finally:
+        os.dup2(console, 2)
+        os.close(console)
+        os.close(nowhere)

@@ -224,15 +224,27 @@ def snli_pair():
     return table
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_local():
-    """A local Ray in the test process, started once for all its modules (a start costs some 6 s of CPU: the
-    suite's cost is its CPU); a test that sets another memory budget starts it again (``ray_init``)."""
-    from refinery.pipeline.engine import ray_init, ray_shutdown
+    """A local Ray in the test process for each test that asks for it: started once for the tests in a row that
+    ask (a start costs some 6 s of CPU), shut down before the first that does not (``pytest_runtest_teardown``:
+    an idle Ray takes some 7% of a core, and the suite's cost is its CPU); a test that sets another memory budget
+    starts it again (``ray_init``). A test that runs a stage with ``engine="ray"`` in this process asks for it."""
+    from refinery.pipeline.engine import ray_init
 
     ray_init(num_cpus=2)
     yield
-    ray_shutdown()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test's own teardown: the Ray this test process started, shut down unless the next test here asks
+    for ``ray_local``."""
+    yield
+    if "ray" in sys.modules and (nextitem is None or "ray_local" not in nextitem.fixturenames):
+        from refinery.pipeline.engine import ray_shutdown
+
+        ray_shutdown()
 
 
 def killed_when(args, out, finished: str, at_least: int = 1, url: str | None = None) -> list:

@@ -83,7 +83,7 @@ def test_a_killed_aflite_resumes_and_reports_the_whole_run(snli_aflite, tmp_path
     assert not (tmp_path / "af" / "_checkpoints").exists()   # removed once the rows are published
 
 
-def test_aflite_on_ray_keeps_the_rows_the_local_engine_keeps(snli_aflite, tmp_path, monkeypatch):
+def test_aflite_on_ray_keeps_the_rows_the_local_engine_keeps(snli_aflite, tmp_path, monkeypatch, ray_local):
     """On Ray the loop runs in a task of its own (``prepare_as_task``), never in the driver: the driver's class is
     made to fail its ``prepare``, while the worker's (imported there) runs it."""
     import refinery as rf

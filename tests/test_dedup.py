@@ -275,7 +275,7 @@ def test_decontaminate_refuses_a_bad_against_in_one_line(tmp_path):
 
 
 @pytest.mark.ray
-def test_dedup_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path, monkeypatch):
+def test_dedup_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path, monkeypatch, ray_local):
     """On Ray the clustering runs in a task of its own (``prepare_as_task``), never in the driver, and keeps the
     rows the local engine keeps."""
     import refinery as rf
@@ -322,7 +322,7 @@ def test_verb_pipeline_step_and_rf_call_keep_the_same_rows_and_the_verdict_is_tw
 
 
 @pytest.mark.ray
-def test_decontaminate_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path):
+def test_decontaminate_on_ray_keeps_the_rows_the_local_engine_keeps(planted, tmp_path, ray_local):
     """On Ray the matching runs in a task of its own and removes the rows the local engine removes, each naming the
     same evaluation row."""
     import refinery as rf

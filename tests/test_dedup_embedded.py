@@ -158,7 +158,7 @@ def test_dedup_by_cosine_removes_planted_paraphrase_rows_naming_their_source(tmp
 
 
 @pytest.mark.ray
-def test_dedup_by_cosine_on_ray_embeds_on_workers_and_keeps_what_the_local_engine_keeps(tmp_path, monkeypatch):
+def test_dedup_by_cosine_on_ray_embeds_on_workers_and_keeps_what_the_local_engine_keeps(tmp_path, monkeypatch, ray_local):
     """Under ``--engine ray`` the texts (new to every cache: each carries this run's tag) are embedded by Ray's actor
     pool in dedup's prepare task; the local engine, with a cache of its own, embeds them in-process; both keep the
     same rows and name the same partners, at the same cosines."""

@@ -17,9 +17,9 @@ from refinery.cli.options import memory_budget_option
 from refinery.messages import TERMS_ENV
 from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
-from refinery.pipeline.engine import ENGINES, ray_disconnect_off_the_console
+from refinery.pipeline.engine import ENGINES
 from refinery.quiet import QUIET_ENV, quiet_other_bars, set_quiet
-from refinery.termination import end_on_sigterm, finish_undisturbed
+from refinery.termination import end_on_sigterm, finish_undisturbed, ray_left_off_the_console
 
 
 @click.group(cls=RefineryGroup, verbs_from=("refinery.cli.tools:tools",),
@@ -102,7 +102,7 @@ def run() -> None:
             print(e.code, file=sys.stderr)
             code = 1
     finish_undisturbed()
-    ray_disconnect_off_the_console()
+    ray_left_off_the_console()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -168,25 +168,6 @@ def ray_shutdown():
     _started.update(budget=None, num_cpus=None, ours=False)   # a Ray started next is the caller's until ours
 
 
-def ray_disconnect_off_the_console() -> None:
-    """Leave the Ray this process started or joined, as a command ends, with the native log lines its leaving
-    prints (``Failed to push error to driver`` for a task that failed as the run stopped) kept off the console:
-    the run's last line stays its last. They stay in the session's ``python-core-driver-*.log``."""
-    import sys
-
-    if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
-        return
-    sys.stderr.flush()
-    console = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as nowhere:
-            os.dup2(nowhere.fileno(), 2)
-            sys.modules["ray"].shutdown()
-    finally:
-        os.dup2(console, 2)
-        os.close(console)
-
-
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise Refusal(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}", code="invalid-setting")
