@@ -25,12 +25,22 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (``--dist loadgroup``, as ``make test`` runs) a module's tests stay on one worker, so
-    its module fixtures are made once; the modules that start Ray nodes share one worker."""
+    its module fixtures are made once; the modules that start Ray nodes share one worker. First: xdist's own hook
+    reads the groups to name the tests by them (a group marked after it is no group)."""
     for item in items:
         module = item.module.__name__
         item.add_marker(pytest.mark.xdist_group("ray-cluster" if module in RAY_CLUSTER_MODULES else module))
+
+
+def pytest_configure(config):
+    """``--dist loadgroup`` with pytest 9.2 groups no test (pytest-xdist#1386): a module's tests would run on both
+    processes, its module fixtures made twice and the Ray clusters' modules side by side: refused."""
+    if getattr(config.option, "dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
+        raise pytest.UsageError("--dist loadgroup groups no test with pytest 9.2 (pytest-xdist#1386): install the "
+                                "dev extra (pytest below 9.2)")
 
 
 @pytest.fixture(autouse=True)
