@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -163,21 +164,21 @@ def sigterm_kept():
 
 
 def finish_undisturbed() -> None:
-    """Ignore Ctrl-C and SIGTERM from here on: the command has ended, and what is left is its exit handlers (Ray's
-    shutdown among them), which an interrupt would cut short with a traceback and a Ray left running."""
+    """Ignore Ctrl-C and SIGTERM from here on: the command has ended, and what is left is leaving Ray
+    (``_ray_left_off_the_console``) and its exit handlers, which an interrupt would cut short with a traceback and a
+    Ray left running."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _ray_left_off_the_console()
 
 
-def ray_left_off_the_console() -> None:
-    """Leave the Ray this process started or joined, as a command ends, with the native log lines its leaving
-    prints (``Failed to push error to driver`` for a task that failed as the run stopped) kept off the console:
-    the command's last line stays its last. They stay in the session's ``python-core-driver-*.log``."""
+def _ray_left_off_the_console() -> None:
+    """Leave the Ray this process started or joined with the native log lines its leaving prints (``Failed to push
+    error to driver`` for a task that failed as the run stopped) kept off the console: the command's last line stays
+    its last. They stay in the session's ``python-core-driver-*.log``."""
     if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
         return
-    import os
-
     sys.stderr.flush()
     console, nowhere = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     try:

@@ -19,7 +19,7 @@ from refinery.pipeline.config import ReportConfig
 from refinery.pipeline.cluster_address import RAY_TIMEOUT, RAY_TIMEOUT_ENV, check_ray_address
 from refinery.pipeline.engine import ENGINES
 from refinery.quiet import QUIET_ENV, quiet_other_bars, set_quiet
-from refinery.termination import end_on_sigterm, finish_undisturbed, ray_left_off_the_console
+from refinery.termination import end_on_sigterm, finish_undisturbed
 
 
 @click.group(cls=RefineryGroup, verbs_from=("refinery.cli.tools:tools",),
@@ -89,8 +89,8 @@ def run() -> None:
 
     Arrow's and DuckDB's thread pools can abort the process (``terminate called without an
     active exception``, SIGABRT) when C++ static destructors run during interpreter
-    finalization, turning a finished run into a failed one. Python's own exit handlers still run, after Ray is
-    left with its native log lines off the console; only the native teardown after them is skipped.
+    finalization, turning a finished run into a failed one. Python's own exit handlers still run (after Ray is
+    left, ``finish_undisturbed``); only the native teardown after them is skipped.
     """
     try:
         main()
@@ -102,7 +102,6 @@ def run() -> None:
             print(e.code, file=sys.stderr)
             code = 1
     finish_undisturbed()
-    ray_left_off_the_console()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
